@@ -1,0 +1,277 @@
+"""Admission: is each manifest document a valid Job, and under which name? Pure functions.
+
+``validate_document`` checks one document (schema, name) and caches well: its result depends only
+on the document. ``admit`` looks across documents (duplicate names) and decides which manifest owns
+each name. Neither touches the file system; the store hands in text and parsed data.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from controller.api.job import Job, is_valid_name
+
+MAX_MANIFEST_BYTES = 1024 * 1024
+RERUN_ANNOTATION = "gflow.dev/rerun"
+# Fields users flip to steer a job; changing them never re-runs a finished job.
+CONTROL_FIELDS = ("priority", "suspend", "cancelled")
+
+
+@dataclass(frozen=True)
+class AdmittedJob:
+    name: str
+    job: Job
+    source: str  # the manifest as users see it: jobs/a.yaml
+    path: str  # absolute path of the manifest file
+    doc_index: int
+    spec_hash: str  # changes with any semantic spec change: bumps the generation
+    run_hash: str  # changes with what a run depends on: a finished job runs again
+    owner_uid: int = -1
+    mtime_ns: int = 0
+
+    @property
+    def spec(self):
+        return self.job.spec
+
+
+@dataclass(frozen=True)
+class Rejection:
+    name: str | None  # None when neither metadata.name nor the file stem is a valid name
+    reason: str  # Invalid | YAMLError | DuplicateName | Forbidden
+    message: str
+    source: str
+    path: str = ""
+    doc_index: int = 0
+    mtime_ns: int = 0
+
+
+@dataclass
+class AdmissionResult:
+    jobs: dict[str, AdmittedJob] = field(default_factory=dict)
+    rejected: dict[str, Rejection] = field(default_factory=dict)
+    # duplicates and documents without any valid name: reported as Warning events only
+    warnings: list[Rejection] = field(default_factory=list)
+    # name -> sources of documents that lost a duplicate-name contest, for a condition on the winner
+    duplicates: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _hash(data: Any) -> str:
+    return hashlib.sha1(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def spec_hashes(job: Job) -> tuple[str, str]:
+    spec = job.spec.model_dump(mode="json", by_alias=True)
+    rerun = job.metadata.annotations.get(RERUN_ANNOTATION, "")
+    run_part = {k: v for k, v in spec.items() if k not in CONTROL_FIELDS}
+    return _hash([spec, rerun]), _hash([run_part, rerun])
+
+
+def document_name(data: Any, stem: str | None, single: bool) -> tuple[str | None, bool]:
+    """(name, named_in_metadata): metadata.name when valid, else the file stem for single-document files."""
+    if isinstance(data, dict):
+        meta = data.get("metadata")
+        if isinstance(meta, dict) and is_valid_name(meta.get("name")):
+            return meta["name"], True
+    if single and stem is not None and is_valid_name(stem):
+        return stem, False
+    return None, False
+
+
+def validate_document(
+    data: Any,
+    *,
+    source: str,
+    path: str,
+    stem: str | None,
+    single: bool,
+    doc_index: int = 0,
+    text: str | None = None,
+    owner_uid: int = -1,
+    mtime_ns: int = 0,
+) -> AdmittedJob | Rejection:
+    """One parsed document -> an admitted Job or a Rejection whose message names field and line."""
+    name, _ = document_name(data, stem, single)
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        return Rejection(name, "Invalid", f"document is {kind}, not a Job mapping ({source})", source, path, doc_index, mtime_ns)
+    kind = data.get("kind", "Job")
+    if kind != "Job":
+        line = _line(text, doc_index, ("kind",))
+        return Rejection(
+            name, "Invalid", f"kind: {kind!r} is not supported; use Job ({_where(source, line)})", source, path, doc_index, mtime_ns
+        )
+    meta = data.get("metadata")
+    if single and stem is not None and name == stem and not (isinstance(meta, dict) and "name" in meta):
+        data = {**data, "metadata": {**(meta if isinstance(meta, dict) else {}), "name": stem}}
+    try:
+        job = Job.model_validate(data)
+    except Exception as exc:  # pydantic.ValidationError; imported lazily with the models
+        errors = getattr(exc, "errors", None)
+        if errors is None:
+            raise
+        return Rejection(name, "Invalid", _describe_errors(errors(), text, doc_index, source), source, path, doc_index, mtime_ns)
+    if job.metadata.name is None:
+        message = (
+            "metadata.name: required when a file holds several documents"
+            if not single
+            else f"metadata.name: required, the file name {stem!r} is not a valid job name"
+        )
+        return Rejection(None, "Invalid", f"{message} ({_where(source, _line(text, doc_index, ('metadata',)))})", source, path, doc_index, mtime_ns)
+    spec_hash, run_hash = spec_hashes(job)
+    return AdmittedJob(job.metadata.name, job, source, path, doc_index, spec_hash, run_hash, owner_uid, mtime_ns)
+
+
+def admit(documents: Iterable[AdmittedJob | Rejection], current_sources: Mapping[str, str] | None = None) -> AdmissionResult:
+    """Across documents: the first manifest for a name owns it; later ones are DuplicateName.
+
+    "First" is the manifest that already owns the name (``current_sources``: name -> source), else the
+    oldest file (mtime, then path), so adding a second file never disturbs a running job.
+    """
+    current_sources = current_sources or {}
+    by_name: dict[str, list[AdmittedJob | Rejection]] = {}
+    result = AdmissionResult()
+    for doc in documents:
+        if doc.name is None:
+            result.warnings.append(doc)
+        else:
+            by_name.setdefault(doc.name, []).append(doc)
+    losers: list[tuple[AdmittedJob | Rejection, AdmittedJob | Rejection]] = []
+    for name, docs in by_name.items():
+        if len(docs) > 1:
+            owner = current_sources.get(name)
+            docs.sort(key=lambda d: (d.source != owner, d.mtime_ns, d.source, d.doc_index))
+            losers.extend((d, docs[0]) for d in docs[1:])
+            result.duplicates[name] = [d.source for d in docs[1:]]
+        winner = docs[0]
+        if isinstance(winner, AdmittedJob):
+            result.jobs[name] = winner
+        else:
+            result.rejected[name] = winner
+    for loser, winner in losers:
+        message = (
+            f"job name {loser.name!r} is already defined in {winner.source}; "
+            f"rename it in {loser.source} (metadata.name)"
+        )
+        stem = loser.source.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        rejection = Rejection(loser.name, "DuplicateName", message, loser.source, loser.path, loser.doc_index, loser.mtime_ns)
+        if is_valid_name(stem) and stem != loser.name and stem not in by_name and stem not in result.rejected:
+            result.rejected[stem] = Rejection(stem, "DuplicateName", message, loser.source, loser.path, loser.doc_index, loser.mtime_ns)
+        result.warnings.append(rejection)
+    return result
+
+
+# --- messages --------------------------------------------------------------------------------
+
+def _where(source: str, line: int | None) -> str:
+    return f"{source} line {line}" if line else source
+
+
+def _line(text: str | None, doc_index: int, loc: tuple[Any, ...]) -> int | None:
+    """Line of ``loc``: re-parses in round-trip mode, only on the (rare) error path."""
+    if text is None:
+        return None
+    from controller.yamlio import line_of, roundtrip_documents
+
+    try:
+        docs = roundtrip_documents(text)
+        return line_of(docs[doc_index], loc) if doc_index < len(docs) else None
+    except Exception:  # the fast loader accepted it; never let line-finding hide the real error
+        return None
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "document"
+
+
+_ALLOWED_KEYS_CACHE: dict[tuple[str, ...], list[str]] = {}
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """Field names valid at ``loc`` (for "did you mean" on unknown fields)."""
+    from controller.api.job import Job
+
+    model: Any = Job
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        found = None
+        for fname, finfo in model.model_fields.items():
+            if (finfo.alias or fname) == part:
+                found = finfo.annotation
+        model = _model_in(found)
+    if model is None:
+        return []
+    return [finfo.alias or fname for fname, finfo in model.model_fields.items()]
+
+
+def _model_in(annotation: Any) -> Any:
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    # pydantic inserts schema tags (e.g. "function-before[...]") for wrapped types; users never wrote them
+    return tuple(p for p in loc if isinstance(p, int) or not any(c in str(p) for c in "[](),"))
+
+
+def _explain(err: dict[str, Any], loc: tuple[Any, ...]) -> str:
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        field_name = str(loc[-1]) if loc else ""
+        close = difflib.get_close_matches(field_name, _allowed_keys(loc[:-1]), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return f"unknown field{hint}"
+    if kind == "missing":
+        return "required field is missing"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
+        bound = next(iter(ctx.values()), "")
+        return f"must be {op} {bound}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return "must be an integer"
+    if kind in ("string_type",):
+        return "must be a string (quote numbers and booleans)"
+    if kind in ("bool_type", "bool_parsing"):
+        return "must be true or false"
+    if kind in ("list_type", "tuple_type"):
+        return "must be a list"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "must be a mapping"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '')}".replace("'", "")
+    if kind in ("too_short", "string_too_short"):
+        return "must not be empty"
+    if kind == "value_error":
+        return str(ctx.get("error", err.get("msg", "")))
+    msg = str(err.get("msg", "invalid value"))
+    return msg[:1].lower() + msg[1:]
+
+
+def _describe_errors(errors: list[dict[str, Any]], text: str | None, doc_index: int, source: str) -> str:
+    first = errors[0]
+    loc = _clean_loc(tuple(first.get("loc", ())))
+    line = _line(text, doc_index, loc)
+    message = f"{_path(loc)}: {_explain(first, loc)} ({_where(source, line)})"
+    if len(errors) > 1:
+        message += f" and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''}"
+    return message

@@ -1,0 +1,247 @@
+"""The Job manifest model (``kind: Job``): what users write, validated strictly.
+
+Unknown fields are rejected, types are strict (a quoted ``"2"`` is not a GPU count), and every
+rule that can be checked from one manifest alone lives here. Rules that need other jobs
+(duplicate names, dependency cycles) belong to admission.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from controller import API_VERSION
+from controller.api.units import parse_duration, parse_quantity
+
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_NAME_RE = re.compile(NAME_PATTERN)
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def is_valid_name(name: object) -> bool:
+    """A DNS-1123 label: lowercase alphanumerics and ``-``, at most 63 characters."""
+    return isinstance(name, str) and len(name) <= 63 and bool(_NAME_RE.match(name))
+
+
+def _check_name(name: str) -> str:
+    if not is_valid_name(name):
+        raise ValueError(
+            f"{name!r} is not a valid name: use at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return name
+
+
+def _check_env_names(env: dict[str, str]) -> dict[str, str]:
+    for key in env:
+        if not _ENV_NAME_RE.match(key):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+    return env
+
+
+def _check_labels(labels: dict[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        if not _LABEL_KEY_RE.match(key) or len(key) > 253:
+            raise ValueError(f"label key {key!r} is not valid: use letters, digits, '-', '_', '.'")
+        if len(value) > 63:
+            raise ValueError(f"label {key!r}: value is longer than 63 characters")
+    return labels
+
+
+def _check_start_after(value: str) -> str:
+    """RFC 3339 time, or ``+2h``: relative to when the controller first saw the manifest."""
+    if value.startswith("+"):
+        parse_duration(value[1:])
+        return value
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a time; use RFC 3339 like 2026-12-01T22:00:00 or a delay like +2h"
+        ) from None
+    return value
+
+
+def _scalar_text(value: Any) -> Any:
+    """``[sleep, 30]`` and ``[true]`` mean what they say: integers and booleans become their text.
+    Floats are refused: YAML would change their spelling (``1.10`` -> ``1.1``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        raise ValueError(f"{value!r} is a number: quote it (\"{value!r}\") so its spelling is kept")
+    return value
+
+
+# An argument or environment value: text, with integers and booleans accepted as their text.
+Text = Annotated[StrictStr, BeforeValidator(_scalar_text)]
+# Bytes, written as "16Gi" or an integer byte count.
+Quantity = Annotated[
+    int,
+    BeforeValidator(parse_quantity),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?([KMGTP]i?)?$"},
+            ],
+            "description": "bytes, or a number with a unit: K, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024)",
+        }
+    ),
+]
+# Seconds, written as "4h30m", "90s" or a number of seconds.
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ms|d|h|m|s))+$"},
+            ],
+            "description": "a Go-style duration (90s, 30m, 4h30m, 2d) or a number of seconds",
+        }
+    ),
+]
+Name = Annotated[StrictStr, AfterValidator(_check_name)]
+
+
+class _Model(BaseModel):
+    """Common config: camelCase on the wire, unknown fields rejected, strict types."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        strict=True,
+        frozen=True,
+    )
+
+
+class ObjectMeta(_Model):
+    name: Name | None = Field(
+        default=None,
+        description="DNS-1123 label, unique on the machine. May be omitted when the file holds one document: "
+        "the file stem is used.",
+    )
+    labels: Annotated[dict[StrictStr, StrictStr], AfterValidator(_check_labels)] = Field(
+        default_factory=dict, description="Free key/values, selectable with `gflowctl get jobs -l key=value`."
+    )
+    annotations: dict[StrictStr, StrictStr] = Field(
+        default_factory=dict,
+        description="Free key/values for tools. `gflow.dev/rerun` is bumped by `gflowctl rerun`.",
+    )
+
+
+class Resources(_Model):
+    gpus: StrictInt = Field(default=0, ge=0, description="Whole GPUs. 0 (the default) is a CPU job.")
+    gpu_type: StrictStr | None = Field(
+        default=None,
+        min_length=1,
+        description="Only GPUs whose NVML name contains this text (case-insensitive), e.g. H100.",
+    )
+    gpu_memory: Quantity | None = Field(
+        default=None, description="GPU memory needed per GPU. Required when sharing is Shared."
+    )
+    memory: Quantity | None = Field(
+        default=None, description="Host RAM limit of the job's whole process tree; enforced."
+    )
+
+
+class Dependency(_Model):
+    job: Name = Field(description="Name of the job this one waits for.")
+    condition: Literal["Succeeded", "Failed", "Finished"] = Field(
+        default="Succeeded",
+        description="Succeeded (default), Failed, or Finished (either).",
+    )
+
+
+def _dependency_shorthand(value: Any) -> Any:
+    """A bare string in ``dependsOn`` means ``{job: NAME, condition: Succeeded}``."""
+    return {"job": value} if isinstance(value, str) else value
+
+
+class JobSpec(_Model):
+    command: list[Text] | None = Field(
+        default=None,
+        min_length=1,
+        description="Program and arguments, exec'd directly (no shell). Exactly one of command and script.",
+    )
+    script: StrictStr | None = Field(
+        default=None,
+        min_length=1,
+        description="A bash script, run as a file with `bash -e`. Exactly one of command and script.",
+    )
+    working_dir: StrictStr | None = Field(
+        default=None,
+        description="Working directory; `~` expands, relative paths resolve against the manifest's folder.",
+    )
+    env: Annotated[dict[StrictStr, Text], AfterValidator(_check_env_names)] = Field(
+        default_factory=dict, description="Extra environment variables. Integers and booleans become text; quote floats."
+    )
+    conda_env: StrictStr | None = Field(default=None, min_length=1, description="Run inside this conda environment.")
+    resources: Resources = Field(default_factory=Resources)
+    sharing: Literal["Exclusive", "Shared"] = Field(
+        default="Exclusive",
+        description="Exclusive (default): GPUs are the job's alone. Shared: co-locate with other Shared jobs "
+        "within resources.gpuMemory per GPU.",
+    )
+    priority: StrictInt = Field(default=0, description="Higher runs first. Editable at any time.")
+    time_limit: Duration | None = Field(
+        default=None, description="Wall-clock limit per attempt; enforced (TERM, grace, KILL)."
+    )
+    termination_grace_period: Duration | None = Field(
+        default=None, description="Seconds between TERM and KILL when the job is stopped (default 10s)."
+    )
+    backoff_limit: StrictInt = Field(default=0, ge=0, description="Retries after a failed attempt.")
+    depends_on: list[Annotated[Dependency, BeforeValidator(_dependency_shorthand)]] = Field(
+        default_factory=list,
+        description="Jobs that must end (Succeeded by default) before this one may start. "
+        "A bare name means condition Succeeded.",
+    )
+    start_after: Annotated[StrictStr, AfterValidator(_check_start_after)] | None = Field(
+        default=None,
+        description="Not before this time: RFC 3339 (2026-12-01T22:00:00) or +DURATION from when the "
+        "controller first saw the manifest.",
+    )
+    suspend: StrictBool = Field(
+        default=False, description="true: hold the job; a running job is stopped and returns to Pending."
+    )
+    cancelled: StrictBool = Field(default=False, description="true: stop the job for good (phase Cancelled).")
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> "JobSpec":
+        if (self.command is None) == (self.script is None):
+            raise ValueError("exactly one of command and script is required")
+        if self.sharing == "Shared":
+            if self.resources.gpus == 0:
+                raise ValueError("sharing Shared needs resources.gpus >= 1")
+            if self.resources.gpu_memory is None:
+                raise ValueError("sharing Shared needs resources.gpuMemory (the GPU memory it may use per GPU)")
+        return self
+
+
+class Job(_Model):
+    """A unit of work: one process tree, optionally on GPUs."""
+
+    api_version: Literal["gflow.dev/v1alpha1"] = Field(default=API_VERSION, description="gflow.dev/v1alpha1")
+    kind: Literal["Job"] = "Job"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: JobSpec

@@ -1,0 +1,103 @@
+"""The JobStatus model (``status/<name>.yaml``) and Kubernetes condition semantics.
+
+The controller builds statuses as plain dicts (fast, no validation on the hot path); this model
+documents and checks their shape (``crd-schemas/``, tests). ``set_condition`` copies
+apimachinery's ``SetStatusCondition``: ``lastTransitionTime`` moves only when ``status`` flips.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from controller.api.job import _Model
+
+Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled", "Rejected"]
+PHASES: tuple[str, ...] = ("Pending", "Running", "Succeeded", "Failed", "Cancelled", "Rejected")
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
+
+
+class Condition(_Model):
+    type: str = Field(description="CamelCase: Admitted, Scheduled, Terminating, SpecOutdated, ...")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(description="CamelCase, one word")
+    message: str = ""
+    last_transition_time: str = Field(description="RFC 3339, when status last changed")
+
+
+class StatusMeta(_Model):
+    name: str
+    creation_timestamp: str | None = Field(default=None, description="When the controller first saw the job")
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="Controller bookkeeping (gflow.dev/spec-hash, gflow.dev/run-hash)"
+    )
+
+
+class JobStatusFields(_Model):
+    phase: Phase
+    reason: str = Field(description="CamelCase, one word: why the job is in this phase")
+    message: str = Field(default="", description="One human sentence with the numbers that matter")
+    devices: list[int] = Field(default_factory=list, description="NVML indices assigned (CUDA_VISIBLE_DEVICES)")
+    device_uuids: list[str] = Field(default_factory=list)
+    observed_generation: int = Field(description="Bumps when the manifest's spec changes")
+    manifest: str | None = Field(default=None, description="The manifest file, relative to GFLOW_HOME")
+    priority: int = 0
+    gpus: int = 0
+    attempt: int = Field(default=0, description="1 for the first run, +1 per retry")
+    failed: int = Field(default=0, description="Failed attempts of this generation")
+    start_time: str | None = None
+    completion_time: str | None = None
+    next_attempt_time: str | None = Field(default=None, description="When a retry after a failure may start")
+    exit_code: int | None = None
+    pid: int | None = None
+    queue_position: int | None = Field(default=None, description="1-based position in the queue, while Pending")
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class JobStatus(_Model):
+    """Observed state of one Job, written only by the controller."""
+
+    api_version: Literal["gflow.dev/v1alpha1"] = "gflow.dev/v1alpha1"
+    kind: Literal["JobStatus"] = "JobStatus"
+    metadata: StatusMeta
+    status: JobStatusFields
+
+
+def set_condition(
+    conditions: list[dict[str, str]],
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: str,
+) -> list[dict[str, str]]:
+    """Return conditions with ``type_`` set; ``lastTransitionTime`` changes only when status flips."""
+    result = []
+    found = False
+    for cond in conditions:
+        if cond["type"] != type_:
+            result.append(cond)
+            continue
+        found = True
+        when = cond["lastTransitionTime"] if cond["status"] == status else now
+        result.append(
+            {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": when}
+        )
+    if not found:
+        result.append(
+            {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}
+        )
+    return result
+
+
+def remove_condition(conditions: list[dict[str, str]], type_: str) -> list[dict[str, str]]:
+    return [c for c in conditions if c["type"] != type_]
+
+
+def find_condition(conditions: list[dict[str, str]], type_: str) -> dict[str, str] | None:
+    for cond in conditions:
+        if cond["type"] == type_:
+            return cond
+    return None

@@ -1,0 +1,60 @@
+"""Controller configuration: ``config.yaml`` in the home, every key also a ``gflowd`` flag.
+
+Flags override the file. Unknown keys are errors, reported in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, StrictStr
+
+from controller.api.job import Duration, Quantity, _Model
+
+
+class ControllerConfig(_Model):
+    spec_dir: StrictStr | None = Field(default=None, description="Spec directory (default: $GFLOW_HOME/jobs)")
+    fake_gpus: StrictStr | None = Field(default=None, description="YAML fake-GPU file instead of NVML")
+    gpus: list[int] | None = Field(default=None, description="Only these GPU indices are used (others: Restricted)")
+    allocation_strategy: Literal["sequential"] = Field(
+        default="sequential", description="How GPUs are picked among free ones (lowest index first)"
+    )
+    resync: Duration = Field(default=10.0, description="Full resync period")
+    debounce: Duration = Field(default=0.02, description="Quiet time after a file event before a pass")
+    termination_grace_period: Duration = Field(default=10.0, description="Default seconds between TERM and KILL")
+    unmanaged_memory_threshold: Quantity = Field(
+        default=2**30, description="Foreign GPU processes using less than this in total are tolerated"
+    )
+    ignore_processes: list[StrictStr] = Field(
+        default_factory=list, description="Foreign GPU processes (by name or pid) that never make a GPU Unmanaged"
+    )
+
+
+class ConfigError(Exception):
+    pass
+
+
+def load_config(path: Path, overrides: dict) -> ControllerConfig:
+    """Merge ``config.yaml`` (if present) with flag overrides; ConfigError has a one-line message."""
+    from pydantic import ValidationError
+
+    from controller.yamlio import YAMLSyntaxError, load_one
+
+    data: dict = {}
+    if path.exists():
+        try:
+            loaded = load_one(path.read_text())
+        except (OSError, YAMLSyntaxError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of settings")
+        data = dict(loaded or {})
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return ControllerConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err.get("ctx", {}).get("error") or err["msg"]
+        raise ConfigError(f"{path.name}: {loc}: {msg}") from None

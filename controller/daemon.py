@@ -1,0 +1,402 @@
+"""gflowd: the reconcile loop.
+
+Each pass is level-triggered: observe (manifests, processes, GPUs) -> decide (pure
+``reconcile``) -> act (start/stop) -> record (status files, events, index, node). A pass runs
+after file events (debounced), when a job process ends, when a timer is due, and on every resync
+tick. One instance per home, guarded by a lock file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import logging
+import os
+import selectors
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from controller.paths import Home
+
+log = logging.getLogger("gflowd")
+MAX_DEBOUNCE = 0.2
+GPU_REFRESH = 2.0
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+class InstanceLock:
+    """An flock on ``run/gflowd.lock``: released by the kernel if gflowd dies, so never stale."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise AlreadyRunning(holder) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def is_running(home: Home) -> bool:
+    """True when some gflowd holds this home's lock (used by gflowctl to warn about stale state)."""
+    try:
+        fd = os.open(home.lock_file, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+class Controller:
+    def __init__(self, home: Home, config, inventory, runtime=None, clock=time.time):
+        from controller.recorder import Recorder
+        from controller.runtime.local import LocalRuntime
+        from controller.store import ManifestStore
+
+        self.home = home
+        self.config = config
+        self.inventory = inventory
+        self.clock = clock
+        self.store = ManifestStore(home.spec_dir, home.display)
+        self.recorder = Recorder(home)
+        self.runtime = runtime or LocalRuntime(home)
+        self.states: dict = {}
+        self.gpus: list = []
+        self._gpus_read_at = -1e9
+        self._dirty: set[str] = set()
+        self._full = True
+        self._gpus_dirty = True
+        self._lock = threading.Lock()
+        self._first_dirty: float | None = None
+        self._last_dirty = 0.0
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._stopping = False
+        self._warned: set[tuple[str, str, str]] = set()
+        self.passes = 0
+
+    # -- wake-ups from other threads -------------------------------------------------------------
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass  # the pipe is full: a wake-up is already pending
+
+    def mark_dirty(self, *paths: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if self._first_dirty is None:
+                self._first_dirty = now
+            self._last_dirty = now
+            self._dirty.update(paths)
+        self.wake()
+
+    def mark_gpus_dirty(self) -> None:
+        self._gpus_dirty = True
+        self.mark_dirty()
+
+    def request_stop(self, *_args) -> None:
+        self._stopping = True
+        self.wake()
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.states = self.recorder.load()
+        adopted = self.runtime.adopt() if hasattr(self.runtime, "adopt") else []
+        if adopted:
+            log.info("re-adopted %d running job(s): %s", len(adopted), ", ".join(sorted(adopted)))
+        observer = self._watch()
+        selector = selectors.DefaultSelector()
+        selector.register(self._wake_r, selectors.EVENT_READ)
+        registered: set[int] = set()
+        next_resync = 0.0
+        wake_at: float | None = None
+        again = False
+        try:
+            while not self._stopping:
+                mono = time.monotonic()
+                full = mono >= next_resync
+                due_timer = wake_at is not None and self.clock() >= wake_at
+                dirty_ready = self._dirty_ready(mono)
+                if again or full or due_timer or dirty_ready or self._exits_pending():
+                    if full:
+                        next_resync = mono + self.config.resync
+                    wake_at, again = self.reconcile_once(full=full)
+                    if again:
+                        continue
+                # wait for the next reason to pass
+                for fd in set(self.runtime.wait_fds()) - registered:
+                    selector.register(fd, selectors.EVENT_READ)
+                    registered.add(fd)
+                timeout = self._timeout(next_resync, wake_at)
+                for key, _ in selector.select(timeout):
+                    if key.fd == self._wake_r:
+                        try:
+                            while os.read(self._wake_r, 4096):
+                                pass
+                        except BlockingIOError:
+                            pass
+                    else:  # a job process ended
+                        self._exit_seen = True
+        finally:
+            if observer is not None:
+                observer.stop()
+            selector.close()
+        log.info("stopped; running jobs keep running and will be re-adopted")
+
+    _exit_seen = False
+
+    def _exits_pending(self) -> bool:
+        seen, self._exit_seen = self._exit_seen, False
+        return seen or self.runtime.needs_polling()
+
+    def _dirty_ready(self, mono: float) -> bool:
+        with self._lock:
+            if self._first_dirty is None:
+                return False
+            quiet = mono - self._last_dirty >= self.config.debounce
+            return quiet or mono - self._first_dirty >= MAX_DEBOUNCE
+
+    def _timeout(self, next_resync: float, wake_at: float | None) -> float:
+        mono = time.monotonic()
+        timeout = next_resync - mono
+        if wake_at is not None:
+            timeout = min(timeout, wake_at - self.clock())
+        kill_due = self.runtime.tick(self.clock())
+        if kill_due is not None:
+            timeout = min(timeout, kill_due - self.clock())
+        with self._lock:
+            if self._first_dirty is not None:
+                timeout = min(timeout, max(self._last_dirty + self.config.debounce, mono) - mono,
+                              self._first_dirty + MAX_DEBOUNCE - mono)
+        if self.runtime.needs_polling():
+            timeout = min(timeout, 0.5)  # no pidfd support: poll for exits
+        if self.inventory_is_dynamic():
+            timeout = min(timeout, self._gpus_read_at + GPU_REFRESH - mono)
+        return max(0.0, min(timeout, 60.0))
+
+    def inventory_is_dynamic(self) -> bool:
+        return bool(self.gpus)
+
+    def reconcile_once(self, full: bool = False) -> tuple[float | None, bool]:
+        """One level-triggered pass. Returns (next timer, pass again now?)."""
+        from controller.admission import admit
+        from controller.reconcile import Event, Snapshot, reconcile
+
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            self._first_dirty = None
+        if full:
+            self.store.scan()
+        elif dirty:
+            self.store.refresh(dirty)
+        mono = time.monotonic()
+        if self._gpus_dirty or mono - self._gpus_read_at >= GPU_REFRESH or full:
+            self.gpus = self.inventory.read()
+            self._gpus_read_at = mono
+            self._gpus_dirty = False
+        current_sources = {name: st.manifest for name, st in self.states.items() if st.manifest}
+        admission = admit(self.store.documents(), current_sources)
+        now = self.clock()
+        runs = self.runtime.observe()
+        snapshot = Snapshot(
+            admission=admission,
+            states=self.states,
+            runs=runs,
+            gpus=self.gpus,
+            allowed_gpus=set(self.config.gpus) if self.config.gpus is not None else None,
+            managed_pids=self.runtime.managed_pids() if any(g.processes for g in self.gpus) else set(),
+            unmanaged_threshold=self.config.unmanaged_memory_threshold,
+            ignore_processes=frozenset(self.config.ignore_processes),
+            default_grace=self.config.termination_grace_period,
+        )
+        plan = reconcile(snapshot, now)
+        again = plan.again
+        # act
+        for stop in plan.stops:
+            self.runtime.stop(stop.name, stop.grace)
+        for launch in plan.starts:
+            self.runtime.start(launch)
+        if plan.starts:
+            started = self.runtime.observe()
+            for launch in plan.starts:
+                run = started.get(launch.name)
+                if run is not None:
+                    plan.states[launch.name].pid = run.pid
+                    if not run.running:
+                        again = True  # it could not start: record that at once
+        for name in plan.consumed:
+            self.runtime.forget(name)
+        # record
+        warnings = {(w.source, w.reason, w.message): w for w in admission.warnings}
+        for key in warnings.keys() - self._warned:  # report each bad file once, not every pass
+            w = warnings[key]
+            plan.events.append(Event("Warning", w.reason, w.name or "", w.message))
+        self._warned = set(warnings)
+        self.recorder.events(plan.events, now)
+        changed = self.recorder.write_states(plan.states, plan.removed)
+        self.states = plan.states
+        if changed or full or self.passes == 0:
+            self.recorder.write_index({"pid": os.getpid(), "specDir": str(self.home.spec_dir)})
+        self.recorder.write_node(plan.slots, self.inventory.describe())
+        self.passes += 1
+        return plan.wake_at, again
+
+    def _watch(self):
+        """watchdog thread: file events mark paths dirty; the loop decides when to pass."""
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError:  # pragma: no cover - a dependency; resync still works without it
+            log.warning("watchdog is not installed: changes are seen on the resync tick only")
+            return None
+        controller = self
+        fake = Path(self.config.fake_gpus).absolute() if self.config.fake_gpus else None
+
+        class SpecHandler(FileSystemEventHandler):
+            def on_any_event(self, event):
+                if event.event_type in ("opened", "closed_no_write"):
+                    return
+                paths = [event.src_path, getattr(event, "dest_path", "") or ""]
+                controller.mark_dirty(*(os.fsdecode(p) for p in paths if p))
+
+        class GpuFileHandler(FileSystemEventHandler):
+            def on_any_event(self, event):
+                if event.event_type in ("opened", "closed_no_write"):
+                    return
+                paths = {os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "") or "")}
+                if fake is not None and str(fake) in paths:
+                    controller.mark_gpus_dirty()
+
+        observer = Observer()
+        observer.daemon = True
+        observer.schedule(SpecHandler(), str(self.home.spec_dir), recursive=True)
+        if fake is not None and fake.parent.is_dir():
+            observer.schedule(GpuFileHandler(), str(fake.parent), recursive=False)
+        observer.start()
+        return observer
+
+
+# -- command line -------------------------------------------------------------------------------------
+
+def _parse_gpus(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gpus expects indices like 0,2, not {text!r}") from None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 1 (argparse's default is usage + exit 2)
+        sys.stderr.write(f"gflowd: {message}\n")
+        sys.exit(1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gflowd", description="Run the gflow controller in the foreground.")
+    parser.add_argument("--home", help="state directory (default $GFLOW_HOME or ~/.local/share/gflow)")
+    parser.add_argument("--spec-dir", help="manifest directory to watch (default HOME/jobs)")
+    parser.add_argument("--fake-gpus", help="YAML file describing fake GPUs, instead of NVML")
+    parser.add_argument("--gpus", type=_parse_gpus, help="only use these GPU indices, e.g. 0,2")
+    parser.add_argument("--allocation-strategy", choices=["sequential"])
+    parser.add_argument("--resync", help="full resync period (default 10s)")
+    parser.add_argument("--termination-grace-period", help="seconds between TERM and KILL (default 10s)")
+    parser.add_argument("--unmanaged-memory-threshold", help="tolerated foreign GPU memory (default 1Gi)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--version", action="version", version=f"gflowd {__import__('controller').__version__}")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)-7s %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    from controller.config import ConfigError, load_config
+
+    home = Home.resolve(args.home, None)
+    try:
+        config = load_config(
+            home.config_file,
+            {
+                "specDir": args.spec_dir,
+                "fakeGpus": args.fake_gpus,
+                "gpus": args.gpus,
+                "allocationStrategy": args.allocation_strategy,
+                "resync": args.resync,
+                "terminationGracePeriod": args.termination_grace_period,
+                "unmanagedMemoryThreshold": args.unmanaged_memory_threshold,
+            },
+        )
+    except ConfigError as exc:
+        sys.stderr.write(f"gflowd: {exc}\n")
+        return 1
+    home = Home.resolve(args.home, config.spec_dir)
+    try:
+        home.ensure()
+    except OSError as exc:
+        sys.stderr.write(f"gflowd: cannot create {home.root}: {exc.strerror}\n")
+        return 1
+    if config.fake_gpus and not Path(config.fake_gpus).is_file():
+        sys.stderr.write(f"gflowd: --fake-gpus: {config.fake_gpus} is not a file\n")
+        return 1
+    lock = InstanceLock(home.lock_file)
+    try:
+        lock.acquire()
+    except AlreadyRunning as exc:
+        sys.stderr.write(
+            f"gflowd: another gflowd (pid {exc}) is already running for {home.root}; stop it first or use --home\n"
+        )
+        return 1
+    from controller.fsutil import atomic_write
+    from controller.gpus.inventory import FakeInventory, NvmlInventory
+
+    atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
+    inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else NvmlInventory()
+    controller = Controller(home, config, inventory)
+    signal.signal(signal.SIGTERM, controller.request_stop)
+    signal.signal(signal.SIGINT, controller.request_stop)
+    log.info("gflowd %s: home %s, spec dir %s, GPUs: %s", __import__("controller").__version__, home.root, home.spec_dir, inventory.describe())
+    try:
+        controller.run()
+    finally:
+        lock.release()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Crash-safe file writes: temp file in the same folder, fsync, rename, fsync the folder.
+
+A reader never sees half a file and a crash never leaves one. Files are created 0644 at most:
+never world-writable.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write(path: Path, data: str | bytes, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically. ``durable=False`` skips fsync (index caches only)."""
+    payload = data.encode() if isinstance(data, str) else data
+    directory = path.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    if durable:
+        fsync_dir(directory)
+
+
+def fsync_dir(directory: Path) -> None:
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

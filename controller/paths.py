@@ -1,0 +1,87 @@
+"""Where things live: the ``GFLOW_HOME`` layout (SPEC.md section 2). No I/O beyond mkdir."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def default_home() -> Path:
+    if os.environ.get("GFLOW_HOME"):
+        return Path(os.environ["GFLOW_HOME"]).expanduser()
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data) / "gflow"
+
+
+@dataclass(frozen=True)
+class Home:
+    root: Path
+    spec_dir: Path
+
+    @classmethod
+    def resolve(cls, home: str | os.PathLike[str] | None = None, spec_dir: str | os.PathLike[str] | None = None) -> "Home":
+        root = Path(home).expanduser() if home else default_home()
+        root = root.absolute()
+        spec = Path(spec_dir).expanduser().absolute() if spec_dir else root / "jobs"
+        return cls(root=root, spec_dir=spec)
+
+    @property
+    def status_dir(self) -> Path:
+        return self.root / "status"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def node_file(self) -> Path:
+        return self.root / "node.yaml"
+
+    @property
+    def events_file(self) -> Path:
+        return self.root / "events.jsonl"
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def index_file(self) -> Path:
+        """A JSON summary of every job, so ``gflowctl get jobs`` reads one file."""
+        return self.run_dir / "index.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.run_dir / "gflowd.lock"
+
+    @property
+    def spec_dir_file(self) -> Path:
+        """Written by gflowd: which spec dir it watches, so gflowctl finds a custom --spec-dir."""
+        return self.run_dir / "spec-dir"
+
+    def status_file(self, name: str) -> Path:
+        return self.status_dir / f"{name}.yaml"
+
+    def log_file(self, name: str, attempt: int | None = None) -> Path:
+        return self.logs_dir / (f"{name}.log" if attempt is None else f"{name}.{attempt}.log")
+
+    def display(self, path: Path) -> str:
+        """A path as users see it in messages: relative to the home (``jobs/a.yaml``) when inside it,
+        else relative to the spec dir's parent."""
+        for base in (self.root, self.spec_dir.parent):
+            try:
+                return str(path.relative_to(base))
+            except ValueError:
+                continue
+        return str(path)
+
+    def ensure(self) -> None:
+        for directory in (self.root, self.spec_dir, self.status_dir, self.logs_dir, self.run_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        # logs hold job output: readable by owners, never world-writable
+        os.chmod(self.run_dir, 0o755)

@@ -1,0 +1,444 @@
+"""Decide: desired state (admitted manifests) vs observed state (records, processes, GPUs) -> a plan.
+
+``reconcile`` is a pure function of a :class:`Snapshot` and the clock. It returns new job states,
+processes to start and stop, status files to remove and events to log; the daemon acts on the
+plan and records it. Level-triggered: running it twice on the same snapshot plans the same thing,
+so any pass may be repeated or skipped without harm.
+"""
+
+from __future__ import annotations
+
+import signal as signal_mod
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from controller.admission import AdmissionResult, AdmittedJob
+from controller.api.status import TERMINAL_PHASES, find_condition, remove_condition, set_condition
+from controller.api.units import format_duration
+from controller.gpus.inventory import Gpu
+from controller.scheduler import Binding, GpuSlot, Holder, Request, build_slots, schedule
+from controller.state import JobState, rfc3339
+
+DEFAULT_GRACE = 10.0
+BACKOFF_BASE = 1.0
+BACKOFF_MAX = 300.0
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class RunObservation:
+    """What the runtime knows about a job's current process (one attempt)."""
+
+    name: str
+    attempt: int
+    pid: int | None
+    started_at: float
+    running: bool
+    exit_code: int | None = None  # 128+N when killed by signal N
+    signal: int | None = None
+    finished_at: float | None = None
+    error: str = ""  # the process could not be started at all (e.g. command not found)
+    lost: bool = False  # it ended unobserved: its exit code is unknown
+
+
+@dataclass(frozen=True)
+class Launch:
+    name: str
+    attempt: int
+    generation: int
+    job: AdmittedJob
+    devices: list[int]
+    device_uuids: list[str]
+
+
+@dataclass(frozen=True)
+class Stop:
+    name: str
+    reason: str  # UserCancelled | Suspended | Deleted | DeadlineExceeded
+    grace: float
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    object: str
+    message: str
+
+
+@dataclass
+class Snapshot:
+    admission: AdmissionResult
+    states: dict[str, JobState]
+    runs: dict[str, RunObservation]
+    gpus: list[Gpu] = field(default_factory=list)
+    allowed_gpus: set[int] | None = None
+    managed_pids: set[int] = field(default_factory=set)
+    unmanaged_threshold: int = GIB
+    ignore_processes: frozenset[str] = frozenset()
+    default_grace: float = DEFAULT_GRACE
+
+
+@dataclass
+class Plan:
+    states: dict[str, JobState] = field(default_factory=dict)  # every job that still exists
+    starts: list[Launch] = field(default_factory=list)
+    stops: list[Stop] = field(default_factory=list)
+    consumed: list[str] = field(default_factory=list)  # exited runs now recorded: runtime may forget them
+    removed: list[str] = field(default_factory=list)  # jobs whose manifest is gone: drop their status
+    events: list[Event] = field(default_factory=list)
+    slots: list[GpuSlot] = field(default_factory=list)  # GPUs as this pass leaves them (node.yaml)
+    wake_at: float | None = None  # the next time a pass is due even if nothing changes
+    again: bool = False  # a decision here unblocks others (e.g. a dependency ended): pass again now
+
+    def wake(self, when: float) -> None:
+        self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal_mod.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def backoff_delay(failures: int) -> float:
+    """1 s after the first failure, doubling, at most 5 min."""
+    return min(BACKOFF_BASE * 2 ** max(failures - 1, 0), BACKOFF_MAX)
+
+
+def start_after_time(value: str | None, created: float) -> float | None:
+    if not value:
+        return None
+    if value.startswith("+"):
+        from controller.api.units import parse_duration
+
+        return created + parse_duration(value[1:])
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # a naive time is the machine's local time, as users write it
+    return moment.timestamp()
+
+
+def reconcile(snap: Snapshot, now: float) -> Plan:
+    plan = Plan()
+    adm = snap.admission
+    now_text = rfc3339(now) or ""
+    names = set(adm.jobs) | set(adm.rejected) | set(snap.states) | set(snap.runs)
+    pending: list[tuple[JobState, AdmittedJob]] = []
+
+    for name in sorted(names):
+        old = snap.states.get(name)
+        job = adm.jobs.get(name)
+        rejection = adm.rejected.get(name)
+        run = snap.runs.get(name)
+        alive = run is not None and run.running
+
+        # 1. Deleted manifest: stop the process, then forget the job (logs stay).
+        if job is None and rejection is None:
+            if alive:
+                state = (old or JobState(name=name, created=now)).copy()
+                _request_stop(plan, state, run, "Deleted", "manifest deleted", snap.default_grace, now_text)
+                plan.states[name] = state
+            else:
+                if run is not None:
+                    plan.consumed.append(name)
+                if old is not None:
+                    plan.removed.append(name)
+                    plan.events.append(Event("Normal", "Deleted", name, f"manifest deleted; status removed"))
+            continue
+
+        state = old.copy() if old is not None else JobState(name=name, created=now)
+
+        # 2. Rejected manifest: report it; a running attempt is left alone (it is not a delete).
+        if job is None:
+            assert rejection is not None
+            state.manifest = rejection.source
+            state.conditions = set_condition(
+                state.conditions, "Admitted", "False", rejection.reason, rejection.message, now_text
+            )
+            if alive:
+                state.phase = "Running"
+            else:
+                if run is not None:
+                    _record_exit(state, run, None, 0)
+                    plan.consumed.append(name)
+                state.phase, state.reason, state.message = "Rejected", rejection.reason, rejection.message
+                state.queue_position = None
+            _finish(plan, old, state)
+            continue
+
+        # 3. Admitted.
+        spec = job.spec
+        if state.spec_hash != job.spec_hash:
+            state.generation += 1
+            state.spec_hash = job.spec_hash
+        state.manifest = job.source
+        state.labels = dict(job.job.metadata.labels)
+        state.priority = spec.priority
+        state.gpus = spec.resources.gpus
+        state.conditions = set_condition(state.conditions, "Admitted", "True", "Valid", "manifest is valid", now_text)
+        if old is not None and old.phase == "Rejected":
+            state.phase, state.reason, state.message = "Pending", "Admitted", "manifest fixed and admitted"
+        if name in adm.duplicates:
+            others = ", ".join(adm.duplicates[name])
+            state.conditions = set_condition(
+                state.conditions, "DuplicateName", "True", "DuplicateName",
+                f"{others} also define{'s' if len(adm.duplicates[name]) == 1 else ''} job/{name}; ignored", now_text,
+            )
+        else:
+            state.conditions = remove_condition(state.conditions, "DuplicateName")
+
+        if alive:
+            assert run is not None
+            _running(plan, state, job, run, snap, now, now_text)
+            _finish(plan, old, state)
+            continue
+
+        if run is not None:  # the attempt ended: record it once
+            stop = find_condition(state.conditions, "Terminating")
+            _record_exit(state, run, stop["reason"] if stop else None, spec.backoff_limit)
+            plan.consumed.append(name)
+            if state.phase == "Pending" and state.next_attempt_time is not None:
+                plan.wake(state.next_attempt_time)
+        elif state.phase == "Running":
+            # Recorded as running, yet no process is known: it vanished while the controller was away.
+            state.phase, state.reason = "Failed", "Lost"
+            state.message = f"attempt {state.attempt} was running (pid {state.pid}) but its process is gone; exit code unknown"
+            state.completion_time = now
+            state.devices, state.device_uuids = [], []
+
+        if state.phase in TERMINAL_PHASES:
+            if state.phase == "Cancelled" and state.reason == "UserCancelled" and not spec.cancelled:
+                _reset_for_rerun(state, "resumed after cancel")
+            elif state.run_hash and state.run_hash != job.run_hash and not spec.cancelled:
+                _reset_for_rerun(state, f"spec changed (generation {state.generation}): running again")
+            else:
+                _finish(plan, old, state)
+                continue
+
+        if spec.cancelled:
+            state.phase, state.reason = "Cancelled", "UserCancelled"
+            state.message = "cancelled before it started (spec.cancelled: true)"
+            state.completion_time = now
+            state.queue_position = None
+            _finish(plan, old, state)
+            continue
+        state.phase = "Pending"
+        pending.append((state, job))
+
+    _schedule_pending(plan, snap, pending, now, now_text)
+    for state, _job in pending:
+        _finish(plan, snap.states.get(state.name), state)
+    return plan
+
+
+def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str) -> None:
+    spec = job.spec
+    state.phase = "Running"
+    state.pid = run.pid
+    grace = spec.termination_grace_period if spec.termination_grace_period is not None else snap.default_grace
+    stopping = find_condition(state.conditions, "Terminating")
+    deadline = (state.start_time or run.started_at) + spec.time_limit if spec.time_limit is not None else None
+    if stopping is not None:
+        _request_stop(plan, state, run, stopping["reason"], stopping["message"], grace, now_text)
+    elif spec.cancelled:
+        _request_stop(plan, state, run, "UserCancelled", "cancelled (spec.cancelled: true)", grace, now_text)
+    elif spec.suspend:
+        _request_stop(plan, state, run, "Suspended", "suspended (spec.suspend: true); returns to Pending", grace, now_text)
+    elif deadline is not None and now >= deadline:
+        _request_stop(
+            plan, state, run, "DeadlineExceeded",
+            f"ran longer than its time limit of {format_duration(spec.time_limit)}", grace, now_text,
+        )
+    elif deadline is not None:
+        plan.wake(deadline)
+    if state.run_hash and state.run_hash != job.run_hash:
+        state.conditions = set_condition(
+            state.conditions, "SpecOutdated", "True", "RunningAttemptUnchanged",
+            "the spec changed while this attempt runs; the attempt keeps the old spec and the job runs "
+            "again with the new one when it ends",
+            now_text,
+        )
+    else:
+        state.conditions = remove_condition(state.conditions, "SpecOutdated")
+
+
+def _request_stop(plan: Plan, state: JobState, run: RunObservation, reason: str, why: str, grace: float, now_text: str) -> None:
+    state.phase = "Running"
+    state.conditions = set_condition(state.conditions, "Terminating", "True", reason, why, now_text)
+    state.reason = "Terminating"
+    state.message = f"stopping: {why}; TERM sent to pid {run.pid}, KILL after {format_duration(grace)}"
+    plan.stops.append(Stop(state.name, reason, grace))
+
+
+def _record_exit(state: JobState, run: RunObservation, stop_reason: str | None, backoff_limit: int) -> None:
+    """Turn an ended attempt into a phase. ``stop_reason``: why we stopped it, if we did."""
+    state.conditions = remove_condition(state.conditions, "Terminating")
+    state.conditions = remove_condition(state.conditions, "SpecOutdated")
+    state.exit_code = run.exit_code
+    state.completion_time = run.finished_at
+    state.devices, state.device_uuids = [], []
+    how = _exit_text(run)
+    if stop_reason == "Suspended":
+        state.phase, state.reason, state.message = "Pending", "Suspended", f"suspended; attempt {run.attempt} stopped ({how})"
+        state.completion_time = None
+        return
+    if stop_reason == "UserCancelled":
+        state.phase, state.reason, state.message = "Cancelled", "UserCancelled", f"cancelled; attempt {run.attempt} stopped ({how})"
+        return
+    if stop_reason == "DeadlineExceeded":
+        state.phase, state.reason = "Failed", "DeadlineExceeded"
+        state.message = f"attempt {run.attempt} exceeded its time limit and was stopped ({how})"
+        return
+    if stop_reason == "Deleted":
+        state.phase, state.reason, state.message = "Cancelled", "Deleted", f"manifest deleted; stopped ({how})"
+        return
+    if run.lost:
+        state.phase, state.reason, state.message = "Failed", "Lost", f"attempt {run.attempt}: {run.error}"
+        return
+    if run.exit_code == 0 and not run.error:
+        state.phase, state.reason, state.message = "Succeeded", "Completed", f"attempt {run.attempt} exited with code 0"
+        return
+    state.failed += 1
+    spec_limit = backoff_limit
+    if state.failed <= spec_limit:
+        delay = backoff_delay(state.failed)
+        state.phase, state.reason = "Pending", "BackOff"
+        state.next_attempt_time = (run.finished_at or run.started_at) + delay
+        state.message = f"attempt {run.attempt} failed ({how}); retry {state.failed} of {spec_limit} in {format_duration(delay)}"
+        state.completion_time = None
+        return
+    state.phase = "Failed"
+    if spec_limit > 0:
+        state.reason = "BackoffLimitExceeded"
+        state.message = f"attempt {run.attempt} failed ({how}); all {spec_limit} retries used"
+    else:
+        state.reason = "Error"
+        state.message = f"{how}"
+
+
+def _exit_text(run: RunObservation) -> str:
+    if run.error:
+        return run.error
+    if run.signal:
+        return f"killed by {signal_name(run.signal)} (exit code {run.exit_code})"
+    return f"exited with code {run.exit_code}"
+
+
+def _reset_for_rerun(state: JobState, why: str) -> None:
+    state.phase, state.reason, state.message = "Pending", "Rerun", why
+    state.attempt = 0
+    state.failed = 0
+    state.exit_code = None
+    state.start_time = state.completion_time = state.next_attempt_time = None
+    state.pid = None
+
+
+def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, AdmittedJob]], now: float, now_text: str) -> None:
+    holders = []
+    for name, st in plan.states.items():
+        if st.phase == "Running" and st.devices:
+            job = snap.admission.jobs.get(name)
+            shared = job is not None and job.spec.sharing == "Shared"
+            mem = (job.spec.resources.gpu_memory or 0) if job is not None else 0
+            holders.append(Holder(name, tuple(st.devices), shared, mem))
+    slots = build_slots(
+        snap.gpus, holders, snap.allowed_gpus, snap.managed_pids, snap.unmanaged_threshold, snap.ignore_processes
+    )
+    plan.slots = slots
+    pending.sort(key=lambda sj: (-sj[1].spec.priority, sj[0].created, sj[0].name))
+    ready: list[tuple[JobState, AdmittedJob]] = []
+    all_states = {**snap.states, **plan.states, **{s.name: s for s, _ in pending}}
+    for state, job in pending:
+        spec = job.spec
+        state.queue_position = None
+        if spec.suspend:
+            state.reason, state.message = "Suspended", "suspended (spec.suspend: true); set it to false or run gflowctl resume"
+            continue
+        if state.next_attempt_time is not None and now < state.next_attempt_time:
+            state.reason = "BackOff"
+            plan.wake(state.next_attempt_time)
+            continue
+        not_before = start_after_time(spec.start_after, state.created)
+        if not_before is not None and now < not_before:
+            state.reason = "StartAfter"
+            state.message = f"starts after {rfc3339(not_before)} (in {format_duration(not_before - now)})"
+            plan.wake(not_before)
+            continue
+        blocked = _dependency_block(state, job, all_states, now)
+        if blocked is not None:
+            if blocked == "failed":
+                plan.again = True
+            continue
+        ready.append((state, job))
+
+    requests = [
+        Request(
+            job.name,
+            job.spec.resources.gpus,
+            job.spec.resources.gpu_type,
+            job.spec.resources.gpu_memory,
+            job.spec.sharing == "Shared",
+        )
+        for _, job in ready
+    ]
+    decisions = schedule(requests, slots)
+    position = 0
+    for state, job in ready:
+        decision = decisions[job.name]
+        if isinstance(decision, Binding):
+            state.attempt += 1
+            state.phase, state.reason = "Running", "Started"
+            state.message = (
+                f"bound to GPU{'s' if len(decision.devices) != 1 else ''} {','.join(map(str, decision.devices))}"
+                if decision.devices else "started (CPU job)"
+            )
+            state.devices, state.device_uuids = list(decision.devices), list(decision.uuids)
+            state.run_hash = job.run_hash
+            state.start_time = now
+            state.completion_time = state.next_attempt_time = None
+            state.exit_code = None
+            state.pid = None
+            state.conditions = set_condition(state.conditions, "Scheduled", "True", "Bound", state.message, now_text)
+            plan.starts.append(Launch(job.name, state.attempt, state.generation, job, list(decision.devices), list(decision.uuids)))
+        else:
+            state.reason, state.message = decision.reason, decision.message
+            position += 1
+            state.queue_position = position
+
+
+def _dependency_block(state: JobState, job: AdmittedJob, states: dict[str, JobState], now: float) -> str | None:
+    """None when every parent allows a start; else sets the waiting/cancelled state and says why."""
+    waiting = []
+    for dep in job.spec.depends_on:
+        parent = states.get(dep.job)
+        if parent is None:
+            waiting.append(f"{dep.job} (does not exist yet)")
+            continue
+        done = parent.phase in TERMINAL_PHASES
+        ok = (
+            (dep.condition == "Succeeded" and parent.phase == "Succeeded")
+            or (dep.condition == "Failed" and parent.phase == "Failed")
+            or (dep.condition == "Finished" and done)
+        )
+        if ok:
+            continue
+        if done:
+            state.phase, state.reason = "Cancelled", "DependencyFailed"
+            state.message = f"job {dep.job} ended {parent.phase}; this job needed it to be {dep.condition}"
+            state.completion_time = now
+            return "failed"
+        waiting.append(f"{dep.job} ({parent.phase})")
+    if waiting:
+        state.reason = "Dependency"
+        state.message = "waits for job " + ", ".join(waiting)
+        return "waiting"
+    return None
+
+
+def _finish(plan: Plan, old: JobState | None, state: JobState) -> None:
+    plan.states[state.name] = state
+    if old is None or (old.phase, old.reason) != (state.phase, state.reason):
+        warning = state.phase in ("Failed", "Rejected") or state.reason in ("DependencyFailed", "Unschedulable", "Lost")
+        plan.events.append(Event("Warning" if warning else "Normal", state.reason or state.phase, state.name, state.message))

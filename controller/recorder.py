@@ -1,0 +1,129 @@
+"""Record: the one writer of everything under the state directory.
+
+Status files are written atomically and only when the job's record changed; the index (one JSON
+summary for fast ``gflowctl get jobs``), ``node.yaml`` and ``events.jsonl`` are kept here too.
+Nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Iterable
+
+from controller import API_VERSION
+from controller.api.units import format_quantity
+from controller.fsutil import atomic_write
+from controller.paths import Home
+from controller.reconcile import Event
+from controller.scheduler import GpuSlot
+from controller.state import JobState, rfc3339
+from controller.yamlio import dump
+
+log = logging.getLogger("gflowd.recorder")
+EVENTS_MAX_BYTES = 10 * 1024 * 1024
+
+
+class Recorder:
+    def __init__(self, home: Home):
+        self.home = home
+        self.written: dict[str, JobState] = {}
+        self._node_text = ""
+        self.status_writes = 0
+
+    def load(self) -> dict[str, JobState]:
+        """Rebuild the controller's memory from status files (at start-up)."""
+        from controller.yamlio import YAMLSyntaxError, load_one
+
+        states: dict[str, JobState] = {}
+        for path in self.home.status_dir.glob("*.yaml"):
+            try:
+                data = load_one(path.read_text())
+                state = JobState.from_status(data)
+            except (OSError, YAMLSyntaxError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                log.warning("ignoring unreadable status file %s: %s", path, exc)
+                continue
+            if state.name != path.stem:
+                continue
+            states[state.name] = state
+            self.written[state.name] = state.copy()
+        return states
+
+    def write_states(self, states: dict[str, JobState], removed: Iterable[str]) -> bool:
+        """Write the status files that changed and remove the given ones. True when anything did."""
+        changed = False
+        for name in removed:
+            self.written.pop(name, None)
+            try:
+                self.home.status_file(name).unlink()
+            except FileNotFoundError:
+                pass
+            changed = True
+        for name, state in states.items():
+            if self.written.get(name) == state:
+                continue
+            atomic_write(self.home.status_file(name), dump(state.to_status()))
+            self.written[name] = state.copy()
+            self.status_writes += 1
+            changed = True
+        return changed
+
+    def write_index(self, controller_info: dict) -> None:
+        index = {
+            "apiVersion": API_VERSION,
+            "kind": "JobIndex",
+            "updated": time.time(),
+            "controller": controller_info,
+            "jobs": {name: state.summary() for name, state in sorted(self.written.items())},
+        }
+        # a cache of the status files, rebuilt every pass: losing it in a crash costs nothing
+        atomic_write(self.home.index_file, json.dumps(index, separators=(",", ":")), durable=False)
+
+    def write_node(self, slots: list[GpuSlot], source: str) -> None:
+        gpus = []
+        for slot in slots:
+            gpu = slot.gpu
+            entry = {
+                "index": gpu.index,
+                "uuid": gpu.uuid,
+                "name": gpu.name,
+                "memory": format_quantity(gpu.memory_total),
+                "memoryUsed": format_quantity(gpu.memory_used) or "0",
+                "utilization": gpu.utilization,
+                "state": slot.state,
+                "jobs": list(slot.jobs),
+            }
+            if gpu.processes:
+                entry["processes"] = [{"pid": p.pid, "usedMemory": format_quantity(p.used_memory) or "0"} for p in gpu.processes]
+            if gpu.error:
+                entry["error"] = gpu.error
+            gpus.append({k: v for k, v in entry.items() if v is not None})
+        data = {"apiVersion": API_VERSION, "kind": "Node", "inventory": source, "gpus": gpus}
+        text = dump(data)
+        if text != self._node_text:
+            atomic_write(self.home.node_file, text)
+            self._node_text = text
+
+    def events(self, events: Iterable[Event], now: float) -> None:
+        lines = []
+        for event in events:
+            record = {"time": rfc3339(now), "type": event.type, "reason": event.reason, "object": f"job/{event.object}" if event.object else "", "message": event.message}
+            lines.append(json.dumps(record, ensure_ascii=False) + "\n")
+            level = logging.WARNING if event.type == "Warning" else logging.INFO
+            log.log(level, "%s %s: %s", record["object"] or "-", event.reason, event.message)
+        if not lines:
+            return
+        path = self.home.events_file
+        try:
+            if path.stat().st_size > EVENTS_MAX_BYTES:
+                os.replace(path, path.with_suffix(".jsonl.1"))
+        except FileNotFoundError:
+            pass
+        # O_APPEND: each event line lands whole, even with concurrent readers
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, "".join(lines).encode())
+        finally:
+            os.close(fd)

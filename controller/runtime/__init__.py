@@ -1,0 +1,38 @@
+"""The runtime seam: start, watch and stop job processes.
+
+``Runtime`` is the Protocol the daemon talks to. ``local.LocalRuntime`` is the minimal runner of
+the declarative core (direct children of gflowd); the crash-safe per-job supervisor replaces it
+behind the same Protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from controller.reconcile import Launch, RunObservation
+
+
+class Runtime(Protocol):
+    def start(self, launch: Launch) -> None:
+        """Start the attempt; never raises for user errors (they become an exited observation)."""
+
+    def stop(self, name: str, grace: float) -> None:
+        """TERM the job's process group now, KILL it after ``grace`` seconds. Idempotent."""
+
+    def observe(self) -> dict[str, RunObservation]:
+        """Every attempt the runtime knows: running, or ended and not yet forgotten."""
+
+    def forget(self, name: str) -> None:
+        """The controller recorded this attempt's end: drop it."""
+
+    def tick(self, now: float) -> float | None:
+        """Do timed work (KILL after grace); return when it is next due."""
+
+    def managed_pids(self) -> set[int]:
+        """Pids of every process in every job's tree (to tell our GPU processes from foreign ones)."""
+
+    def wait_fds(self) -> list[int]:
+        """File descriptors that become readable when a job process ends."""
+
+    def needs_polling(self) -> bool:
+        """True when an exit can only be noticed by polling ``observe``."""

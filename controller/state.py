@@ -1,0 +1,147 @@
+"""The controller's record of one job, and its round trip to ``status/<name>.yaml``.
+
+The status file *is* the record (as in Kubernetes): a restarted controller rebuilds its memory
+from the status files, so every fact the controller needs later (generation, hashes, attempt,
+failures, a stop in flight) is written there, visibly. Plain dataclasses: no validation cost on
+the hot path; ``controller.api.status.JobStatus`` describes the same shape and tests check it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from controller import API_VERSION
+
+SPEC_HASH = "gflow.dev/spec-hash"
+RUN_HASH = "gflow.dev/run-hash"
+
+
+def rfc3339(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def from_rfc3339(text: Any) -> float | None:
+    if not text:
+        return None
+    if isinstance(text, datetime):
+        return text.timestamp()
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass
+class JobState:
+    name: str
+    phase: str = "Pending"
+    reason: str = ""
+    message: str = ""
+    manifest: str | None = None
+    created: float = 0.0
+    labels: dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    gpus: int = 0
+    generation: int = 0
+    spec_hash: str = ""
+    run_hash: str = ""  # run hash of the spec the latest attempt ran with ("" = never ran)
+    attempt: int = 0
+    failed: int = 0
+    devices: list[int] = field(default_factory=list)
+    device_uuids: list[str] = field(default_factory=list)
+    start_time: float | None = None
+    completion_time: float | None = None
+    next_attempt_time: float | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+    queue_position: int | None = None
+    conditions: list[dict[str, str]] = field(default_factory=list)
+
+    def copy(self) -> "JobState":
+        return copy.deepcopy(self)
+
+    # -- status file round trip ----------------------------------------------------------------
+
+    def to_status(self) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "phase": self.phase,
+            "reason": self.reason,
+            "message": self.message,
+            "devices": list(self.devices),
+            "deviceUUIDs": list(self.device_uuids),
+            "observedGeneration": self.generation,
+            "manifest": self.manifest,
+            "priority": self.priority,
+            "gpus": self.gpus,
+            "attempt": self.attempt,
+            "failed": self.failed,
+            "startTime": rfc3339(self.start_time),
+            "completionTime": rfc3339(self.completion_time),
+            "nextAttemptTime": rfc3339(self.next_attempt_time),
+            "exitCode": self.exit_code,
+            "pid": self.pid,
+            "queuePosition": self.queue_position,
+            "conditions": [dict(c) for c in self.conditions],
+        }
+        status = {k: v for k, v in status.items() if v is not None and v != [] or k in ("devices", "conditions")}
+        meta: dict[str, Any] = {"name": self.name, "creationTimestamp": rfc3339(self.created)}
+        if self.labels:
+            meta["labels"] = dict(self.labels)
+        meta["annotations"] = {SPEC_HASH: self.spec_hash, RUN_HASH: self.run_hash}
+        return {"apiVersion": API_VERSION, "kind": "JobStatus", "metadata": meta, "status": status}
+
+    @classmethod
+    def from_status(cls, data: dict[str, Any]) -> "JobState":
+        meta = data.get("metadata") or {}
+        status = data.get("status") or {}
+        annotations = meta.get("annotations") or {}
+        return cls(
+            name=str(meta["name"]),
+            phase=status.get("phase", "Pending"),
+            reason=status.get("reason", ""),
+            message=status.get("message", ""),
+            manifest=status.get("manifest"),
+            created=from_rfc3339(meta.get("creationTimestamp")) or 0.0,
+            labels=dict(meta.get("labels") or {}),
+            priority=int(status.get("priority", 0)),
+            gpus=int(status.get("gpus", 0)),
+            generation=int(status.get("observedGeneration", 0)),
+            spec_hash=str(annotations.get(SPEC_HASH, "")),
+            run_hash=str(annotations.get(RUN_HASH, "")),
+            attempt=int(status.get("attempt", 0)),
+            failed=int(status.get("failed", 0)),
+            devices=[int(d) for d in status.get("devices") or []],
+            device_uuids=[str(u) for u in status.get("deviceUUIDs") or []],
+            start_time=from_rfc3339(status.get("startTime")),
+            completion_time=from_rfc3339(status.get("completionTime")),
+            next_attempt_time=from_rfc3339(status.get("nextAttemptTime")),
+            exit_code=status.get("exitCode"),
+            pid=status.get("pid"),
+            queue_position=status.get("queuePosition"),
+            conditions=[dict(c) for c in status.get("conditions") or []],
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """The row ``gflowctl get jobs`` shows, kept in the index file."""
+        return {
+            "phase": self.phase,
+            "reason": self.reason,
+            "message": self.message,
+            "gpus": self.gpus,
+            "devices": self.devices,
+            "priority": self.priority,
+            "created": self.created,
+            "labels": self.labels,
+            "manifest": self.manifest,
+            "attempt": self.attempt,
+            "exitCode": self.exit_code,
+            "startTime": self.start_time,
+            "completionTime": self.completion_time,
+            "generation": self.generation,
+            "queuePosition": self.queue_position,
+        }

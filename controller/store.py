@@ -1,0 +1,197 @@
+"""The manifest store: what the spec directory says, parsed once per file change.
+
+Observes only. Walks the spec dir (recursively; hidden, swap and backup files skipped; symlinks
+leaving the dir not followed), keys every file by ``(mtime_ns, size, inode)`` and re-reads a file
+only when that key changes. Parsing uses the fast C safe loader; the round-trip loader runs only
+when a document is invalid, to find the line (see ``admission``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat as stat_mod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from controller.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection, document_name, validate_document
+from controller.api.job import is_valid_name
+
+MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+
+def is_manifest_name(filename: str) -> bool:
+    """Manifests are ``*.yaml``/``*.yml``; hidden files and editor leftovers are not."""
+    if filename.startswith(".") or filename.endswith("~") or filename.startswith("#"):
+        return False
+    return filename.endswith(MANIFEST_SUFFIXES)
+
+
+@dataclass
+class ManifestFile:
+    path: str
+    key: tuple[int, int, int]
+    documents: list[AdmittedJob | Rejection] = field(default_factory=list)
+
+
+class ManifestStore:
+    def __init__(self, spec_dir: Path, display: Callable[[Path], str]):
+        self.spec_dir = spec_dir
+        self._display = display
+        self._root_real = os.path.realpath(spec_dir)
+        self.files: dict[str, ManifestFile] = {}
+        self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
+
+    # -- observing ---------------------------------------------------------------------------
+
+    def scan(self) -> set[str]:
+        """Full resync: stat every manifest, re-read changed ones. Returns the paths that changed."""
+        seen: set[str] = set()
+        changed: set[str] = set()
+        for path, st in self._walk(str(self.spec_dir)):
+            seen.add(path)
+            if self._update(path, st):
+                changed.add(path)
+        for gone in set(self.files) - seen:
+            del self.files[gone]
+            changed.add(gone)
+        return changed
+
+    def refresh(self, paths: Iterable[str]) -> set[str]:
+        """Incremental: re-check only these paths (files or folders). Returns the paths that changed."""
+        changed: set[str] = set()
+        for raw in paths:
+            path = os.path.abspath(raw)
+            try:
+                st = os.stat(path)
+            except OSError:
+                st = None
+            if st is not None and stat_mod.S_ISDIR(st.st_mode):
+                changed |= self._refresh_dir(path)
+                continue
+            if st is None:
+                # a vanished file, or a vanished folder holding manifests
+                prefix = path + os.sep
+                for known in [p for p in self.files if p == path or p.startswith(prefix)]:
+                    del self.files[known]
+                    changed.add(known)
+                continue
+            if not self._accept(path, st):
+                if path in self.files:
+                    del self.files[path]
+                    changed.add(path)
+                continue
+            if self._update(path, st):
+                changed.add(path)
+        return changed
+
+    def documents(self) -> list[AdmittedJob | Rejection]:
+        return [doc for f in self.files.values() for doc in f.documents]
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _refresh_dir(self, directory: str) -> set[str]:
+        changed: set[str] = set()
+        seen: set[str] = set()
+        for path, st in self._walk(directory):
+            seen.add(path)
+            if self._update(path, st):
+                changed.add(path)
+        prefix = directory.rstrip(os.sep) + os.sep
+        for known in [p for p in self.files if p.startswith(prefix) and p not in seen]:
+            del self.files[known]
+            changed.add(known)
+        return changed
+
+    def _inside(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return real == self._root_real or real.startswith(self._root_real + os.sep)
+
+    def _accept(self, path: str, st: os.stat_result) -> bool:
+        rel = os.path.relpath(path, self.spec_dir)
+        if rel.startswith(".."):
+            return False
+        parts = rel.split(os.sep)
+        if any(p.startswith(".") for p in parts[:-1]) or not is_manifest_name(parts[-1]):
+            return False
+        if not stat_mod.S_ISREG(st.st_mode):
+            return False
+        return not os.path.islink(path) or self._inside(path)
+
+    def _walk(self, directory: str) -> Iterable[tuple[str, os.stat_result]]:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_symlink() and not self._inside(entry.path):
+                    continue  # symlinks that leave the spec dir are not followed
+                if entry.is_dir():
+                    yield from self._walk(entry.path)
+                elif is_manifest_name(entry.name) and entry.is_file():
+                    yield entry.path, entry.stat()
+            except OSError:
+                continue
+
+    def _update(self, path: str, st: os.stat_result) -> bool:
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        known = self.files.get(path)
+        if known is not None and known.key == key:
+            return False
+        self.files[path] = ManifestFile(path, key, self._parse(path, st))
+        self.parses += 1
+        return True
+
+    def _parse(self, path: str, st: os.stat_result) -> list[AdmittedJob | Rejection]:
+        from controller.yamlio import YAMLSyntaxError, load_all
+
+        source = self._display(Path(path))
+        stem = os.path.basename(path).rsplit(".", 1)[0]
+        stem_name = stem if is_valid_name(stem) else None
+
+        def file_error(reason: str, message: str) -> list[AdmittedJob | Rejection]:
+            return [Rejection(stem_name, reason, f"{message} ({source})", source, path, 0, st.st_mtime_ns)]
+
+        if st.st_size > MAX_MANIFEST_BYTES:
+            return file_error("Invalid", f"file is {st.st_size} bytes, over the 1 MiB limit for a manifest")
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read(MAX_MANIFEST_BYTES + 1)
+        except OSError as exc:
+            return file_error("Invalid", f"cannot read the file: {exc.strerror or exc}")
+        if b"\0" in raw:
+            return file_error("Invalid", "file is binary, not YAML text")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return file_error("Invalid", f"file is not UTF-8 text (bad byte at offset {exc.start})")
+        try:
+            docs = load_all(text)
+        except YAMLSyntaxError as exc:
+            where = f"{source} line {exc.line}" if exc.line else source
+            return [Rejection(stem_name, "YAMLError", f"YAML syntax error: {exc} ({where})", source, path, 0, st.st_mtime_ns)]
+        single = sum(d is not None for d in docs) == 1
+        results: list[AdmittedJob | Rejection] = []
+        for index, data in enumerate(docs):
+            if data is None:  # an empty document (a stray ---) is nothing, not an error
+                continue
+            results.append(
+                validate_document(
+                    data,
+                    source=source,
+                    path=path,
+                    stem=stem,
+                    single=single,
+                    doc_index=index,
+                    text=text,
+                    owner_uid=st.st_uid,
+                    mtime_ns=st.st_mtime_ns,
+                )
+            )
+        return results
+
+
+__all__ = ["ManifestStore", "ManifestFile", "is_manifest_name", "document_name"]

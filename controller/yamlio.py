@@ -1,0 +1,169 @@
+"""YAML in and out: the fast C safe loader for reading, round-trip only for line numbers,
+and a small emitter for the plain data the controller writes (status, node, index).
+
+ruamel is imported lazily so CLI paths that never parse YAML do not pay for it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterator
+
+_safe = None
+
+
+class YAMLSyntaxError(ValueError):
+    """The text is not valid YAML; ``line`` is 1-based (None when unknown)."""
+
+    def __init__(self, message: str, line: int | None):
+        super().__init__(message)
+        self.line = line
+
+
+def _safe_yaml():
+    global _safe
+    if _safe is None:
+        from ruamel.yaml import YAML
+
+        _safe = YAML(typ="safe")  # CParser when ruamel.yaml.clib is installed
+    return _safe
+
+
+def load_all(text: str) -> list[Any]:
+    """Every document of ``text`` as plain data. Raises :class:`YAMLSyntaxError`."""
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    try:
+        return list(_safe_yaml().load_all(text))
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise YAMLSyntaxError(f"{problem}", line) from None
+    except YAMLError as exc:  # e.g. a reader error on a control character
+        text_ = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
+        raise YAMLSyntaxError(text_, None) from None
+    except RecursionError:
+        raise YAMLSyntaxError("document is nested too deeply", None) from None
+
+
+def load_one(text: str) -> Any:
+    docs = load_all(text)
+    return docs[0] if docs else None
+
+
+def roundtrip_documents(text: str) -> list[Any]:
+    """Documents as ruamel CommentedMaps, which remember line and column of every key."""
+    from ruamel.yaml import YAML
+
+    return list(YAML(typ="rt").load_all(text))
+
+
+def line_of(document: Any, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the value at ``loc`` in a round-trip document; the deepest known ancestor
+    when the path runs past what exists (e.g. a missing field reports its parent's line)."""
+    line = None
+    node = document
+    for key in loc:
+        lc = getattr(node, "lc", None)
+        try:
+            if isinstance(node, dict) and key in node:
+                if lc is not None:
+                    line = lc.key(key)[0] + 1
+                node = node[key]
+            elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+                if lc is not None:
+                    line = lc.item(key)[0] + 1
+                node = node[key]
+            else:
+                break
+        except (KeyError, IndexError, TypeError, AttributeError):
+            break
+    if line is None and getattr(document, "lc", None) is not None:
+        line = document.lc.line + 1
+    return line
+
+
+# --- emitting -------------------------------------------------------------------------------
+
+_PLAIN_SAFE = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./@+-]*$")
+_RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value)
+    if _PLAIN_SAFE.match(text) and text.lower() not in _RESERVED:
+        return text
+    return json.dumps(text, ensure_ascii=False)  # a JSON string is a valid YAML double-quoted scalar
+
+
+def _emit(value: Any, indent: str, out: list[str]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, dict) and item:
+                out.append(f"{indent}{_scalar(key)}:\n")
+                _emit(item, indent + "  ", out)
+            elif isinstance(item, list) and item and any(isinstance(x, (dict, list)) for x in item):
+                out.append(f"{indent}{_scalar(key)}:\n")
+                _emit(item, indent + "  ", out)
+            else:
+                out.append(f"{indent}{_scalar(key)}: {_inline(item)}\n")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict) and item:
+                lines: list[str] = []
+                _emit(item, indent + "  ", lines)
+                first = lines[0]
+                lines[0] = indent + "- " + first[len(indent) + 2 :]
+                out.extend(lines)
+            else:
+                out.append(f"{indent}- {_inline(item)}\n")
+    else:
+        out.append(f"{indent}{_inline(value)}\n")
+
+
+def _inline(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_scalar(k)}: {_inline(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_inline(v) for v in value) + "]"
+    return _scalar(value)
+
+
+def dump(data: dict[str, Any]) -> str:
+    """Block-style YAML for plain data (dicts, lists, str, int, float, bool, None)."""
+    out: list[str] = []
+    _emit(data, "", out)
+    return "".join(out)
+
+
+def iter_documents_text(text: str) -> Iterator[str]:
+    """Split a YAML stream into the text of each document (comments kept), on ``---`` lines."""
+    current: list[str] = []
+    seen_content = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("---") and (len(line) == 3 or line[3] in " \t\r\n"):
+            if seen_content:
+                yield "".join(current)
+            current, seen_content = [], False
+            rest = line[3:].strip()
+            if rest:
+                current.append(rest + "\n")
+                seen_content = True
+            continue
+        if line.rstrip() == "...":
+            continue
+        current.append(line)
+        if line.strip() and not line.lstrip().startswith("#"):
+            seen_content = True
+    if seen_content:
+        yield "".join(current)
