@@ -1,0 +1,198 @@
+"""``gflowctl apply`` and ``delete``: write and remove manifests in the spec directory.
+
+The stored manifest keeps the user's text: apply writes each document's own text (comments and
+order included) and never re-serialises. A job defined inside a multi-document file is updated or
+removed in place, leaving the other documents byte-for-byte alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.cli.common import CliError, find_manifest
+from controller.fsutil import atomic_write
+from controller.paths import Home
+
+
+@dataclass
+class _Doc:
+    name: str
+    text: str
+    data: dict
+    origin: str
+
+
+def _read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
+    """(origin, text) for every input file; ``-`` is stdin."""
+    from controller.store import is_manifest_name
+
+    inputs: list[tuple[str, str]] = []
+    for name in filenames:
+        if name == "-":
+            inputs.append(("<stdin>", sys.stdin.read()))
+            continue
+        path = Path(name)
+        if path.is_dir():
+            pattern = "**/*" if recursive else "*"
+            files = sorted(p for p in path.glob(pattern) if p.is_file() and is_manifest_name(p.name))
+            if not files:
+                raise CliError(f"{name}: no .yaml or .yml files" + ("" if recursive else " (use -R for sub-folders)"))
+            for file in files:
+                inputs.append((str(file), _read_text(file)))
+        elif path.exists():
+            inputs.append((str(path), _read_text(path)))
+        else:
+            raise CliError(f"{name}: no such file or folder")
+    return inputs
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror}") from None
+    if len(raw) > 1024 * 1024:
+        raise CliError(f"{path}: over the 1 MiB limit for a manifest")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not UTF-8 text") from None
+
+
+def _parse_docs(origin: str, text: str) -> tuple[list[_Doc], list[str]]:
+    from controller.admission import AdmittedJob, validate_document
+    from controller.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+
+    docs: list[_Doc] = []
+    errors: list[str] = []
+    parts = list(iter_documents_text(text))
+    stem = None if origin == "<stdin>" else os.path.basename(origin).rsplit(".", 1)[0]
+    for index, part in enumerate(parts):
+        try:
+            data = load_one(part)
+        except YAMLSyntaxError as exc:
+            where = f"line {exc.line} of document {index + 1}" if exc.line else f"document {index + 1}"
+            errors.append(f"{origin}: YAML syntax error: {exc} ({where})")
+            continue
+        if data is None:
+            continue
+        result = validate_document(
+            data, source=origin, path=origin, stem=stem, single=len(parts) == 1, doc_index=0, text=part
+        )
+        if isinstance(result, AdmittedJob):
+            docs.append(_Doc(result.name, part, data, origin))
+        else:
+            hint = " (metadata.name is required when applying from stdin)" if stem is None and result.name is None else ""
+            errors.append(f"{result.message}{hint}")
+    return docs, errors
+
+
+def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> int:
+    from controller.yamlio import iter_documents_text, load_one
+
+    errors: list[str] = []
+    seen: dict[str, str] = {}
+    home.spec_dir.mkdir(parents=True, exist_ok=True)
+    for origin, text in _read_inputs(filenames, recursive):
+        docs, doc_errors = _parse_docs(origin, text)
+        errors.extend(doc_errors)
+        for doc in docs:
+            if doc.name in seen:
+                errors.append(f"job/{doc.name} is defined twice: in {seen[doc.name]} and {origin}")
+                continue
+            seen[doc.name] = origin
+            target = find_manifest(home, doc.name)
+            body = doc.text if doc.text.endswith("\n") else doc.text + "\n"
+            if target is None:
+                verb = "created"
+                if not dry_run:
+                    atomic_write(home.spec_dir / f"{doc.name}.yaml", body)
+            else:
+                current = target.read_text()
+                parts = list(iter_documents_text(current))
+                position = _position_of(parts, doc.name, target)
+                if position is None:
+                    raise CliError(f"job/{doc.name}: its manifest {target} no longer defines it; try again")
+                old = load_one(parts[position])
+                verb = "unchanged" if _same(old, doc.data, doc.name, target, len(parts)) else "configured"
+                if parts[position] != body and not dry_run:
+                    parts[position] = body
+                    from controller.manifest_edit import join_documents
+
+                    atomic_write(target, parts[0] if len(parts) == 1 else join_documents(parts), mode=_mode(target))
+            print(f"job/{doc.name} {verb}" + (" (dry run)" if dry_run else ""))
+    for error in errors:
+        sys.stderr.write(f"error: {error}\n")
+    return 1 if errors else 0
+
+
+def _mode(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o777 & ~0o002
+    except OSError:
+        return 0o644
+
+
+def _same(old, new, name: str, target: Path, count: int) -> bool:
+    def normal(data):
+        if not isinstance(data, dict):
+            return data
+        meta = dict(data.get("metadata") or {})
+        if count == 1 and target.stem == name:
+            meta.setdefault("name", name)
+        return {**data, "metadata": meta}
+
+    return normal(old) == normal(new)
+
+
+def _position_of(parts: list[str], name: str, path: Path) -> int | None:
+    from controller.admission import document_name
+    from controller.yamlio import YAMLSyntaxError, load_one
+
+    for index, part in enumerate(parts):
+        try:
+            data = load_one(part)
+        except YAMLSyntaxError:
+            continue
+        found, _ = document_name(data, path.stem, len(parts) == 1)
+        if found == name:
+            return index
+    return None
+
+
+def delete(home: Home, names: list[str], filenames: list[str]) -> int:
+    targets = list(names)
+    for origin, text in _read_inputs(filenames, False) if filenames else []:
+        docs, errors = _parse_docs(origin, text)
+        if errors:
+            raise CliError(errors[0])
+        targets.extend(d.name for d in docs)
+    if not targets:
+        raise CliError("name the jobs to delete: gflowctl delete job NAME... or -f FILE")
+    failed = False
+    for name in targets:
+        path = find_manifest(home, name)
+        if path is None:
+            sys.stderr.write(f"error: job/{name} not found\n")
+            failed = True
+            continue
+        from controller.yamlio import iter_documents_text
+
+        parts = list(iter_documents_text(path.read_text()))
+        position = _position_of(parts, name, path)
+        if position is None:
+            sys.stderr.write(f"error: job/{name} not found in {path}\n")
+            failed = True
+            continue
+        if len(parts) == 1:
+            path.unlink()
+        else:
+            from controller.manifest_edit import join_documents
+
+            del parts[position]
+            atomic_write(path, join_documents(parts), mode=_mode(path))
+        print(f"job/{name} deleted")
+    return 1 if failed else 0

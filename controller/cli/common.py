@@ -1,0 +1,96 @@
+"""What every verb shares: the instance (home + spec dir), user errors, reading state files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from controller.paths import Home
+
+
+class CliError(Exception):
+    """A user error: printed as one line on stderr, exit code 1."""
+
+
+def resolve_home(home: str | None, spec_dir: str | None) -> Home:
+    resolved = Home.resolve(home, spec_dir)
+    if spec_dir is None:
+        # follow the spec dir a running (or the last) gflowd watches, e.g. a git checkout
+        try:
+            recorded = resolved.spec_dir_file.read_text().strip()
+        except OSError:
+            recorded = ""
+        if recorded:
+            resolved = Home(resolved.root, Path(recorded))
+    return resolved
+
+
+def read_index(home: Home) -> dict[str, Any] | None:
+    try:
+        with open(home.index_file, "rb") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def read_status(home: Home, name: str) -> dict[str, Any] | None:
+    from controller.yamlio import YAMLSyntaxError, load_one
+
+    try:
+        data = load_one(home.status_file(name).read_text())
+    except (OSError, YAMLSyntaxError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def job_rows(home: Home) -> dict[str, dict[str, Any]]:
+    """name -> summary row; from the index when present, else from the status files."""
+    index = read_index(home)
+    if index is not None:
+        return index.get("jobs", {})
+    rows: dict[str, dict[str, Any]] = {}
+    if not home.status_dir.is_dir():
+        return rows
+    from controller.state import JobState
+
+    for path in sorted(home.status_dir.glob("*.yaml")):
+        data = read_status(home, path.stem)
+        if data is None:
+            continue
+        try:
+            rows[path.stem] = JobState.from_status(data).summary()
+        except (KeyError, TypeError, ValueError):
+            continue
+    return rows
+
+
+def warn_if_not_running(home: Home) -> None:
+    from controller.daemon import is_running
+
+    if not is_running(home):
+        sys.stderr.write(f"warning: gflowd is not running for {home.root}; what you see may be stale\n")
+
+
+def find_manifest(home: Home, name: str) -> Path | None:
+    """The manifest file that defines job ``name``: from its status, else ``<spec-dir>/<name>.yaml``."""
+    rows = job_rows(home)
+    row = rows.get(name)
+    if row and row.get("manifest"):
+        candidate = Path(row["manifest"])
+        path = candidate if candidate.is_absolute() else home.root / candidate
+        if not path.exists():
+            path = home.spec_dir.parent / candidate
+        if path.exists():
+            return path
+    for suffix in (".yaml", ".yml"):
+        path = home.spec_dir / f"{name}{suffix}"
+        if path.exists():
+            return path
+    return None
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"

@@ -1,0 +1,191 @@
+"""``gflowctl get jobs|gpus``: tables from the index (one JSON read), details from status files."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from controller.api.units import format_age
+from controller.cli.common import CliError, job_rows, read_status, warn_if_not_running
+from controller.paths import Home
+
+JOB_KINDS = ("jobs", "job", "j")
+GPU_KINDS = ("gpus", "gpu", "node", "nodes")
+
+
+def get(home: Home, args) -> int:
+    if args.kind in JOB_KINDS:
+        selector = _parse_selector(args.selector)
+        if args.watch:
+            return _watch_jobs(home, args, selector)
+        return _get_jobs(home, args, selector)
+    if args.kind in GPU_KINDS:
+        return _get_gpus(home, args)
+    raise CliError(f"unknown resource type {args.kind!r}; use jobs or gpus")
+
+
+def _parse_selector(items: list[str]) -> list[tuple[str, str, bool]]:
+    terms = []
+    for item in items:
+        for term in item.split(","):
+            term = term.strip()
+            if not term:
+                continue
+            if "!=" in term:
+                key, value = term.split("!=", 1)
+                terms.append((key.strip(), value.strip(), False))
+            elif "=" in term:
+                key, value = term.split("=", 1)
+                terms.append((key.strip(), value.strip().lstrip("="), True))
+            else:
+                raise CliError(f"bad label selector {term!r}; use key=value or key!=value")
+    return terms
+
+
+def _select(rows: dict[str, dict[str, Any]], names: list[str], selector, phases: list[str]) -> list[tuple[str, dict]]:
+    chosen = []
+    wanted_phases = {p.lower() for p in phases}
+    for name in names or sorted(rows):
+        row = rows.get(name)
+        if row is None:
+            continue
+        labels = row.get("labels") or {}
+        if any((labels.get(k) == v) != equal for k, v, equal in selector):
+            continue
+        if wanted_phases and str(row.get("phase", "")).lower() not in wanted_phases:
+            continue
+        chosen.append((name, row))
+    return chosen
+
+
+def _get_jobs(home: Home, args, selector) -> int:
+    rows = job_rows(home)
+    missing = [n for n in args.names if n not in rows]
+    chosen = _select(rows, args.names, selector, args.phase)
+    out = args.output
+    if out == "name":
+        for name, _ in chosen:
+            print(f"job/{name}")
+    elif out in ("yaml", "json"):
+        docs = [d for d in (read_status(home, name) for name, _ in chosen) if d is not None]
+        if out == "json":
+            payload: Any = docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
+            print(json.dumps(payload, indent=2, default=str))
+        else:
+            from controller.yamlio import dump
+
+            print("---\n".join(dump(d) for d in docs), end="")
+    else:
+        if not chosen and not missing:
+            print("No jobs found.", file=sys.stderr)
+        else:
+            _print_table(_job_table(chosen, wide=out == "wide"))
+    if not rows:
+        warn_if_not_running(home)
+    for name in missing:
+        sys.stderr.write(f"error: job/{name} not found\n")
+    return 1 if missing else 0
+
+
+def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
+    now = time.time()
+    header = ["NAME", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
+    if wide:
+        header += ["ATTEMPT", "EXIT", "MANIFEST", "MESSAGE"]
+    table = [header]
+    for name, row in chosen:
+        devices = row.get("devices") or []
+        line = [
+            name,
+            str(row.get("phase", "")),
+            str(row.get("gpus", 0)),
+            ",".join(str(d) for d in devices) if devices else "-",
+            str(row.get("priority", 0)),
+            format_age(now - float(row.get("created") or now)),
+            str(row.get("reason", "")),
+        ]
+        if wide:
+            exit_code = row.get("exitCode")
+            line += [
+                str(row.get("attempt", 0)),
+                "-" if exit_code is None else str(exit_code),
+                str(row.get("manifest") or "-"),
+                str(row.get("message", "")),
+            ]
+        table.append(line)
+    return table
+
+
+def _format_table(table: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return ["   ".join([cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]).rstrip() for row in table]
+
+
+def _print_table(table: list[list[str]]) -> None:
+    sys.stdout.write("\n".join(_format_table(table)) + "\n")
+
+
+def _watch_jobs(home: Home, args, selector) -> int:
+    """Print the table, then a row each time a job's phase or reason changes (kubectl -w)."""
+    seen: dict[str, tuple] = {}
+    first = True
+    mtime = None
+    try:
+        while True:
+            try:
+                current = home.index_file.stat().st_mtime_ns
+            except OSError:
+                current = None
+            if first or current != mtime:
+                mtime = current
+                rows = job_rows(home)
+                chosen = _select(rows, args.names, selector, args.phase)
+                changed = [(n, r) for n, r in chosen if seen.get(n) != (r.get("phase"), r.get("reason"), r.get("devices"))]
+                if first or changed:
+                    lines = _format_table(_job_table(chosen if first else changed, wide=args.output == "wide"))
+                    sys.stdout.write("\n".join(lines if first else lines[1:]) + "\n")
+                    sys.stdout.flush()
+                for n, r in chosen:
+                    seen[n] = (r.get("phase"), r.get("reason"), r.get("devices"))
+                first = False
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _get_gpus(home: Home, args) -> int:
+    from controller.yamlio import YAMLSyntaxError, load_one
+
+    try:
+        node = load_one(home.node_file.read_text()) or {}
+    except FileNotFoundError:
+        warn_if_not_running(home)
+        print("No GPUs known yet (gflowd writes node.yaml when it runs).", file=sys.stderr)
+        return 0
+    except (OSError, YAMLSyntaxError) as exc:
+        raise CliError(f"cannot read {home.node_file}: {exc}") from None
+    gpus = node.get("gpus") or []
+    if args.output == "json":
+        print(json.dumps(node, indent=2, default=str))
+        return 0
+    if args.output == "yaml":
+        print(home.node_file.read_text(), end="")
+        return 0
+    if not gpus:
+        print(f"No GPUs ({node.get('inventory', 'unknown inventory')}).", file=sys.stderr)
+        return 0
+    table = [["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS"]]
+    for gpu in gpus:
+        util = gpu.get("utilization")
+        table.append([
+            str(gpu.get("index")),
+            str(gpu.get("name")),
+            f"{gpu.get('memoryUsed', '0')}/{gpu.get('memory', '?')}",
+            "-" if util is None else f"{util}%",
+            str(gpu.get("state")),
+            ",".join(gpu.get("jobs") or []) or "-",
+        ])
+    _print_table(table)
+    return 0

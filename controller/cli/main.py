@@ -1,0 +1,166 @@
+"""gflowctl entry point: argument parsing and dispatch. Verbs live in their own modules and are
+imported only when used."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from controller.cli.common import CliError
+
+EPILOG = """examples:
+  gflowctl apply -f train.yaml          create or update jobs from a file, folder (-R) or - (stdin)
+  gflowctl get jobs -o wide             list jobs; -l team=vision, --phase Pending, -w to watch
+  gflowctl describe job train           status, conditions and recent events of one job
+  gflowctl logs train -f                follow a job's output
+  gflowctl cancel train                 edit the manifest: spec.cancelled: true
+  gflowctl wait job/train --for=phase=Succeeded --timeout 10m
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 1, like every other user error
+        raise CliError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", help="gflow home (default $GFLOW_HOME or ~/.local/share/gflow)")
+    common.add_argument("--spec-dir", help="spec directory (default: the one gflowd watches, else HOME/jobs)")
+
+    parser = _Parser(
+        prog="gflowctl",
+        description="Look at and act on gflow jobs. Files are the API: manifests in, status files out.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"gflowctl {__import__('controller').__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+
+    p = sub.add_parser("apply", parents=[common], help="create or update jobs from manifests")
+    p.add_argument("-f", "--filename", action="append", required=True, help="file, folder or - for stdin")
+    p.add_argument("-R", "--recursive", action="store_true", help="walk folders recursively")
+    p.add_argument("--dry-run", action="store_true", help="validate and report, write nothing")
+
+    p = sub.add_parser("get", parents=[common], help="list jobs or GPUs")
+    p.add_argument("kind", help="jobs | gpus (alias: node)")
+    p.add_argument("names", nargs="*")
+    p.add_argument("-o", "--output", choices=["wide", "yaml", "json", "name"])
+    p.add_argument("-w", "--watch", action="store_true", help="keep watching for changes")
+    p.add_argument("-l", "--selector", action="append", default=[], help="label selector key=value[,k2=v2]")
+    p.add_argument("--phase", action="append", default=[], help="only jobs in this phase")
+
+    p = sub.add_parser("describe", parents=[common], help="show one job in detail")
+    p.add_argument("kind", help="job")
+    p.add_argument("name")
+
+    p = sub.add_parser("delete", parents=[common], help="delete jobs (their manifests)")
+    p.add_argument("kind", nargs="?", help="job")
+    p.add_argument("names", nargs="*")
+    p.add_argument("-f", "--filename", action="append", default=[], help="delete the jobs this file defines")
+
+    p = sub.add_parser("logs", parents=[common], help="print a job's output")
+    p.add_argument("name")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new output, across attempts")
+    p.add_argument("--tail", type=int, default=None, help="only the last N lines")
+    p.add_argument("--attempt", type=int, default=None, help="an earlier attempt's log")
+
+    for verb, what in (("cancel", "stop jobs for good"), ("suspend", "hold jobs (stop if running)"),
+                       ("resume", "release suspended jobs"), ("rerun", "run finished jobs again")):
+        p = sub.add_parser(verb, parents=[common], help=what)
+        p.add_argument("names", nargs="+", metavar="NAME")
+
+    p = sub.add_parser("set", parents=[common], help="set a field: set priority NAME N")
+    p.add_argument("field", choices=["priority"])
+    p.add_argument("name")
+    p.add_argument("value")
+
+    p = sub.add_parser("wait", parents=[common], help="wait until a job reaches a phase or condition")
+    p.add_argument("target", help="job/NAME")
+    p.add_argument("--for", dest="for_", required=True, help="phase=P or condition=C")
+    p.add_argument("--timeout", default="30s", help="give up after this long (default 30s); exit 1")
+
+    p = sub.add_parser("explain", parents=[common], help="document a manifest field")
+    p.add_argument("path", help="job, job.spec, job.spec.resources.gpus, ...")
+
+    sub.add_parser("version", parents=[common], help="print the version")
+    return parser
+
+
+def run(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.verb is None:
+        parser.print_help()
+        return 0
+    from controller.cli.common import resolve_home
+
+    home = resolve_home(args.home, args.spec_dir)
+    verb = args.verb
+    if verb == "version":
+        print(f"gflowctl {__import__('controller').__version__}")
+        return 0
+    if verb == "apply":
+        from controller.cli.apply import apply
+
+        return apply(home, args.filename, args.recursive, args.dry_run)
+    if verb == "get":
+        from controller.cli.get import get
+
+        return get(home, args)
+    if verb == "describe":
+        _expect_job(args.kind)
+        from controller.cli.describe import describe
+
+        return describe(home, args.name)
+    if verb == "delete":
+        from controller.cli.apply import delete
+
+        if args.kind is not None and not args.filename:
+            _expect_job(args.kind)
+        elif args.kind is not None:
+            args.names = [args.kind, *args.names]
+        return delete(home, args.names, args.filename)
+    if verb == "logs":
+        from controller.cli.logs import logs
+
+        return logs(home, args.name, args.follow, args.tail, args.attempt)
+    if verb in ("cancel", "suspend", "resume", "rerun"):
+        from controller.cli.edit import control
+
+        return control(home, verb, args.names)
+    if verb == "set":
+        from controller.cli.edit import set_priority
+
+        return set_priority(home, args.name, args.value)
+    if verb == "wait":
+        from controller.cli.wait import wait
+
+        return wait(home, args.target, args.for_, args.timeout)
+    if verb == "explain":
+        from controller.cli.explain import explain
+
+        return explain(args.path)
+    raise CliError(f"unknown verb {verb!r}")
+
+
+def _expect_job(kind: str) -> None:
+    if kind not in ("job", "jobs"):
+        raise CliError(f"unknown resource type {kind!r}; use job")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except CliError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `gflowctl get jobs | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""``gflowctl wait job/NAME --for=phase=P|condition=C [--timeout 60s]``: exit 0 when reached,
+1 on timeout or when it can no longer happen (waiting for Succeeded on a Failed job)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from controller.cli.common import CliError, read_status
+from controller.paths import Home
+
+TERMINAL = {"Succeeded", "Failed", "Cancelled"}
+
+
+def wait(home: Home, target: str, condition: str, timeout_text: str) -> int:
+    from controller.api.units import parse_duration
+
+    kind, _, name = target.partition("/")
+    if not name:
+        kind, name = "job", kind
+    if kind not in ("job", "jobs"):
+        raise CliError(f"unknown resource type {kind!r}; use job/NAME")
+    what, _, value = condition.partition("=")
+    if what not in ("phase", "condition") or not value:
+        raise CliError(f"--for must be phase=PHASE or condition=TYPE, not {condition!r}")
+    try:
+        timeout = parse_duration(timeout_text)
+    except ValueError as exc:
+        raise CliError(f"--timeout: {exc}") from None
+    deadline = time.monotonic() + timeout
+    while True:
+        doc = read_status(home, name)
+        status = (doc or {}).get("status") or {}
+        phase = status.get("phase")
+        if what == "phase":
+            if phase is not None and phase.lower() == value.lower():
+                print(f"job/{name} {phase}")
+                return 0
+            if phase in TERMINAL:
+                sys.stderr.write(f"error: job/{name} is {phase} ({status.get('reason')}); it will not become {value}\n")
+                return 1
+        else:
+            for cond in status.get("conditions") or []:
+                if cond.get("type", "").lower() == value.lower() and cond.get("status") == "True":
+                    print(f"job/{name} condition met: {cond['type']}")
+                    return 0
+        if time.monotonic() >= deadline:
+            state = f"{phase} ({status.get('reason')})" if phase else "not found"
+            sys.stderr.write(f"error: timed out after {timeout_text} waiting for job/{name} {condition}; it is {state}\n")
+            return 1
+        time.sleep(0.05)
