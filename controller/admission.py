@@ -151,6 +151,7 @@ def admit(documents: Iterable[AdmittedJob | Rejection], current_sources: Mapping
             result.jobs[name] = winner
         else:
             result.rejected[name] = winner
+    _reject_cycles(result)
     for loser, winner in losers:
         message = (
             f"job name {loser.name!r} is already defined in {winner.source}; "
@@ -162,6 +163,93 @@ def admit(documents: Iterable[AdmittedJob | Rejection], current_sources: Mapping
             result.rejected[stem] = Rejection(stem, "DuplicateName", message, loser.source, loser.path, loser.doc_index, loser.mtime_ns)
         result.warnings.append(rejection)
     return result
+
+
+def _reject_cycles(result: AdmissionResult) -> None:
+    """Jobs whose dependsOn form a cycle can never start: reject each, spelling the cycle out."""
+    graph = {
+        name: [d.job for d in job.spec.depends_on if d.job in result.jobs] for name, job in result.jobs.items()
+    }
+    for component in _cycles(graph):
+        members = set(component)
+        start = min(component)
+        path = _cycle_path(graph, start, members)
+        text = " -> ".join(path)
+        for name in sorted(component):
+            job = result.jobs.pop(name)
+            result.rejected[name] = Rejection(
+                name, "DependencyCycle", f"spec.dependsOn: dependency cycle {text} ({job.source})",
+                job.source, job.path, job.doc_index, job.mtime_ns,
+            )
+
+
+def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Strongly connected components that contain a cycle (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph[child])))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph[node]:
+                    found.append(component)
+    return found
+
+
+def _cycle_path(graph: dict[str, list[str]], start: str, members: set[str]) -> list[str]:
+    """One cycle through ``start`` inside the component, as a closed path: a -> b -> a."""
+    parents: dict[str, str] = {}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for child in sorted(graph[node]):
+            if child == start:
+                path = [start]
+                walk = node
+                chain = []
+                while walk != start:
+                    chain.append(walk)
+                    walk = parents[walk]
+                return path + chain[::-1] + [start]
+            if child in members and child not in parents:
+                parents[child] = node
+                queue.append(child)
+    return [start, start]
 
 
 # --- messages --------------------------------------------------------------------------------

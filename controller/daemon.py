@@ -92,7 +92,6 @@ class Controller:
         self.gpus: list = []
         self._gpus_read_at = -1e9
         self._dirty: set[str] = set()
-        self._full = True
         self._gpus_dirty = True
         self._lock = threading.Lock()
         self._first_dirty: float | None = None
@@ -152,7 +151,12 @@ class Controller:
                 if again or full or due_timer or dirty_ready or self._exits_pending():
                     if full:
                         next_resync = mono + self.config.resync
-                    wake_at, again = self.reconcile_once(full=full)
+                    try:
+                        wake_at, again = self.reconcile_once(full=full)
+                    except Exception:  # a bug or the environment failing: say so, keep serving
+                        log.exception("reconcile pass failed; a full resync follows in 1s")
+                        wake_at, again = None, False
+                        next_resync = time.monotonic() + 1.0
                     if again:
                         continue
                 # wait for the next reason to pass

@@ -204,14 +204,15 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
         elif state.phase == "Running":
             # Recorded as running, yet no process is known: it vanished while the controller was away.
             state.phase, state.reason = "Failed", "Lost"
-            state.message = f"attempt {state.attempt} was running (pid {state.pid}) but its process is gone; exit code unknown"
+            pid = f" (pid {state.pid})" if state.pid else ""
+            state.message = f"attempt {state.attempt} was running{pid} but its process is gone; exit code unknown"
             state.completion_time = now
             state.devices, state.device_uuids = [], []
 
         if state.phase in TERMINAL_PHASES:
             if state.phase == "Cancelled" and state.reason == "UserCancelled" and not spec.cancelled:
                 _reset_for_rerun(state, "resumed after cancel")
-            elif state.run_hash and state.run_hash != job.run_hash and not spec.cancelled:
+            elif state.run_hash != job.run_hash and not spec.cancelled:
                 _reset_for_rerun(state, f"spec changed (generation {state.generation}): running again")
             else:
                 _finish(plan, old, state)
@@ -221,6 +222,7 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             state.phase, state.reason = "Cancelled", "UserCancelled"
             state.message = "cancelled before it started (spec.cancelled: true)"
             state.completion_time = now
+            state.run_hash = job.run_hash  # the outcome belongs to this spec: a changed one runs again
             state.queue_position = None
             _finish(plan, old, state)
             continue
@@ -254,6 +256,11 @@ def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation,
     elif deadline is not None:
         plan.wake(deadline)
     if state.run_hash and state.run_hash != job.run_hash:
+        if find_condition(state.conditions, "SpecOutdated") is None:
+            plan.events.append(Event(
+                "Warning", "SpecOutdated", state.name,
+                "spec changed while running: the running attempt is unchanged; the job runs again with the new spec when it ends",
+            ))
         state.conditions = set_condition(
             state.conditions, "SpecOutdated", "True", "RunningAttemptUnchanged",
             "the spec changed while this attempt runs; the attempt keeps the old spec and the job runs "
@@ -428,6 +435,7 @@ def _dependency_block(state: JobState, job: AdmittedJob, states: dict[str, JobSt
             state.phase, state.reason = "Cancelled", "DependencyFailed"
             state.message = f"job {dep.job} ended {parent.phase}; this job needed it to be {dep.condition}"
             state.completion_time = now
+            state.run_hash = job.run_hash
             return "failed"
         waiting.append(f"{dep.job} ({parent.phase})")
     if waiting:

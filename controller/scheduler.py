@@ -123,7 +123,7 @@ def schedule(requests: list[Request], slots: list[GpuSlot]) -> dict[str, Binding
     """Bind requests in the given (priority) order. Mutates nothing the caller passed in except
     ``slots``' holders, so the caller sees the GPUs as the pass left them."""
     result: dict[str, Binding | Wait] = {}
-    taken_by: dict[int, str] = {}  # GPU index -> job bound to it earlier in this pass
+    taken_by: dict[int, list[str]] = {}  # GPU index -> jobs bound to it earlier in this pass
     for req in requests:
         if req.gpus == 0:
             result[req.name] = Binding([], [])
@@ -143,7 +143,7 @@ def schedule(requests: list[Request], slots: list[GpuSlot]) -> dict[str, Binding
             chosen = room[: req.gpus]  # sequential: lowest indices first
             for slot in chosen:
                 slot.jobs.append(req.name)
-                taken_by[slot.index] = req.name
+                taken_by.setdefault(slot.index, []).append(req.name)
                 if req.shared:
                     slot.shared_reserved += req.gpu_memory or 0
                     slot.state = "Shared"
@@ -178,9 +178,9 @@ def _never_fits(req: Request, slots: list[GpuSlot], typed: list[GpuSlot]) -> str
     return f"needs {what}{kind}, this machine has {len(usable)} usable{note}"
 
 
-def _why_waiting(req: Request, usable: list[GpuSlot], room: list[GpuSlot], taken_by: dict[int, str]) -> Wait:
+def _why_waiting(req: Request, usable: list[GpuSlot], room: list[GpuSlot], taken_by: dict[int, list[str]]) -> Wait:
     what = f"{req.gpus} GPU{'s' if req.gpus != 1 else ''}"
-    before = [taken_by[s.index] for s in usable if s.index in taken_by]
+    before = [name for s in usable for name in taken_by.get(s.index, ())]
     if before:
         ahead = ", ".join(sorted(set(before)))
         return Wait("Priority", f"needs {what}, {len(room)} free after higher-priority job {ahead} took GPUs")

@@ -8,7 +8,7 @@ the hot path; ``controller.api.status.JobStatus`` describes the same shape and t
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -63,7 +63,14 @@ class JobState:
     conditions: list[dict[str, str]] = field(default_factory=list)
 
     def copy(self) -> "JobState":
-        return copy.deepcopy(self)
+        # field-wise: several times cheaper than deepcopy, and this runs per job per pass
+        return dataclasses.replace(
+            self,
+            labels=dict(self.labels),
+            devices=list(self.devices),
+            device_uuids=list(self.device_uuids),
+            conditions=[dict(c) for c in self.conditions],
+        )
 
     # -- status file round trip ----------------------------------------------------------------
 

@@ -67,7 +67,8 @@ class ManifestStore:
             except OSError:
                 st = None
             if st is not None and stat_mod.S_ISDIR(st.st_mode):
-                changed |= self._refresh_dir(path)
+                if self._accept_dir(path):
+                    changed |= self._refresh_dir(path)
                 continue
             if st is None:
                 # a vanished file, or a vanished folder holding manifests
@@ -107,6 +108,15 @@ class ManifestStore:
         real = os.path.realpath(path)
         return real == self._root_real or real.startswith(self._root_real + os.sep)
 
+    def _accept_dir(self, path: str) -> bool:
+        """Folders get the same rules as the walk: no hidden ones, no symlinks leaving the spec dir."""
+        rel = os.path.relpath(path, self.spec_dir)
+        if rel == ".":
+            return True
+        if rel.startswith("..") or any(p.startswith(".") for p in rel.split(os.sep)):
+            return False
+        return self._inside(path)
+
     def _accept(self, path: str, st: os.stat_result) -> bool:
         rel = os.path.relpath(path, self.spec_dir)
         if rel.startswith(".."):
@@ -116,9 +126,18 @@ class ManifestStore:
             return False
         if not stat_mod.S_ISREG(st.st_mode):
             return False
-        return not os.path.islink(path) or self._inside(path)
+        return self._inside(path)  # the file, or a symlinked folder on its way, must stay inside
 
-    def _walk(self, directory: str) -> Iterable[tuple[str, os.stat_result]]:
+    def _walk(self, directory: str, visited: set[tuple[int, int]] | None = None) -> Iterable[tuple[str, os.stat_result]]:
+        if visited is None:
+            visited = set()
+        try:
+            st = os.stat(directory)
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) in visited:
+            return  # a symlink loop (ln -s . jobs/loop): each folder is read once
+        visited.add((st.st_dev, st.st_ino))
         try:
             entries = list(os.scandir(directory))
         except OSError:
@@ -130,7 +149,7 @@ class ManifestStore:
                 if entry.is_symlink() and not self._inside(entry.path):
                     continue  # symlinks that leave the spec dir are not followed
                 if entry.is_dir():
-                    yield from self._walk(entry.path)
+                    yield from self._walk(entry.path, visited)
                 elif is_manifest_name(entry.name) and entry.is_file():
                     yield entry.path, entry.stat()
             except OSError:

@@ -64,6 +64,13 @@ def _check_labels(labels: dict[str, str]) -> dict[str, str]:
     return labels
 
 
+def _time_text(value: Any) -> Any:
+    """YAML reads an unquoted ``2026-12-01T22:00:00`` as a timestamp: take it as the text it was."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
 def _check_start_after(value: str) -> str:
     """RFC 3339 time, or ``+2h``: relative to when the controller first saw the manifest."""
     if value.startswith("+"):
@@ -91,7 +98,10 @@ def _scalar_text(value: Any) -> Any:
 
 
 # An argument or environment value: text, with integers and booleans accepted as their text.
-Text = Annotated[StrictStr, BeforeValidator(_scalar_text)]
+Text = Annotated[
+    StrictStr,
+    BeforeValidator(_scalar_text, json_schema_input_type=str | int | bool),
+]
 # Bytes, written as "16Gi" or an integer byte count.
 Quantity = Annotated[
     int,
@@ -197,7 +207,7 @@ class JobSpec(_Model):
         default_factory=dict, description="Extra environment variables. Integers and booleans become text; quote floats."
     )
     conda_env: StrictStr | None = Field(default=None, min_length=1, description="Run inside this conda environment.")
-    resources: Resources = Field(default_factory=Resources)
+    resources: Resources = Field(default_factory=Resources, description="What the job needs: GPUs, GPU memory, host RAM.")
     sharing: Literal["Exclusive", "Shared"] = Field(
         default="Exclusive",
         description="Exclusive (default): GPUs are the job's alone. Shared: co-locate with other Shared jobs "
@@ -211,12 +221,18 @@ class JobSpec(_Model):
         default=None, description="Seconds between TERM and KILL when the job is stopped (default 10s)."
     )
     backoff_limit: StrictInt = Field(default=0, ge=0, description="Retries after a failed attempt.")
-    depends_on: list[Annotated[Dependency, BeforeValidator(_dependency_shorthand)]] = Field(
+    depends_on: list[
+        Annotated[Dependency, BeforeValidator(_dependency_shorthand, json_schema_input_type=Name | Dependency)]
+    ] = Field(
         default_factory=list,
         description="Jobs that must end (Succeeded by default) before this one may start. "
         "A bare name means condition Succeeded.",
     )
-    start_after: Annotated[StrictStr, AfterValidator(_check_start_after)] | None = Field(
+    start_after: Annotated[
+        StrictStr,
+        BeforeValidator(_time_text, json_schema_input_type=str),
+        AfterValidator(_check_start_after),
+    ] | None = Field(
         default=None,
         description="Not before this time: RFC 3339 (2026-12-01T22:00:00) or +DURATION from when the "
         "controller first saw the manifest.",
@@ -242,6 +258,6 @@ class Job(_Model):
     """A unit of work: one process tree, optionally on GPUs."""
 
     api_version: Literal["gflow.dev/v1alpha1"] = Field(default=API_VERSION, description="gflow.dev/v1alpha1")
-    kind: Literal["Job"] = "Job"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: JobSpec
+    kind: Literal["Job"] = Field(default="Job", description="Job")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Name, labels and annotations.")
+    spec: JobSpec = Field(description="What to run, with which resources, and when.")

@@ -40,7 +40,7 @@ class JobStatusFields(_Model):
     reason: str = Field(description="CamelCase, one word: why the job is in this phase")
     message: str = Field(default="", description="One human sentence with the numbers that matter")
     devices: list[int] = Field(default_factory=list, description="NVML indices assigned (CUDA_VISIBLE_DEVICES)")
-    device_uuids: list[str] = Field(default_factory=list)
+    device_uuids: list[str] = Field(default_factory=list, alias="deviceUUIDs", description="NVML UUIDs of devices")
     observed_generation: int = Field(description="Bumps when the manifest's spec changes")
     manifest: str | None = Field(default=None, description="The manifest file, relative to GFLOW_HOME")
     priority: int = 0

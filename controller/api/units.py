@@ -5,6 +5,7 @@ Pure functions with no dependencies, so the CLI can format without importing pyd
 
 from __future__ import annotations
 
+import math
 import re
 
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]i?|[kmgtp]i?)?[Bb]?\s*$")
@@ -52,6 +53,8 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("must be a duration like 4h30m or a number of seconds")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
         if value < 0:
             raise ValueError("must not be negative")
         return float(value)
@@ -63,6 +66,8 @@ def parse_duration(value: object) -> float:
     except ValueError:
         pass
     else:
+        if not math.isfinite(seconds):
+            raise ValueError(f"{value!r} is not a duration; use e.g. 90s, 30m, 4h30m or a number of seconds")
         if seconds < 0:
             raise ValueError("must not be negative")
         return seconds
@@ -81,7 +86,7 @@ def format_duration(seconds: float | None) -> str:
     """Seconds -> ``4h30m``, ``90s`` -> ``1m30s``; the inverse of :func:`parse_duration` for whole seconds."""
     if seconds is None:
         return ""
-    if seconds < 1:
+    if round(seconds * 1000) < 1000:
         return f"{seconds * 1000:.0f}ms" if seconds else "0s"
     rest = int(round(seconds))
     parts = []

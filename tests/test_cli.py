@@ -1,0 +1,305 @@
+"""gflowctl verbs against real files (no gflowd needed): apply, delete, edits, get, logs, wait, explain."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.cli.main import main
+from controller.paths import Home
+from controller.recorder import Recorder
+from controller.state import JobState
+
+JOB = """\
+# training run for the paper
+apiVersion: gflow.dev/v1alpha1
+kind: Job
+metadata:
+  name: {name}
+  labels: {{team: vision}}
+spec:
+  command: [python3, -c, "print('hi')"]   # keep it short
+  priority: 3
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch) -> Home:
+    monkeypatch.setenv("GFLOW_HOME", str(tmp_path / "home"))
+    h = Home.resolve(tmp_path / "home")
+    h.ensure()
+    return h
+
+
+def run(*argv: str, stdin: str | None = None, monkeypatch=None) -> tuple[int, str, str]:
+    """Run gflowctl in-process, returning (exit code, stdout, stderr)."""
+    raw_out = io.BytesIO()
+    out, err = io.TextIOWrapper(raw_out, encoding="utf-8", write_through=True), io.StringIO()
+    old = sys.stdout, sys.stderr, sys.stdin
+    sys.stdout, sys.stderr = out, err
+    if stdin is not None:
+        sys.stdin = io.StringIO(stdin)
+    try:
+        code = main(list(argv))
+        out.flush()
+    finally:
+        sys.stdout, sys.stderr, sys.stdin = old
+    return code, raw_out.getvalue().decode(), err.getvalue()
+
+
+def record(home: Home, *states: JobState) -> None:
+    recorder = Recorder(home)
+    recorder.write_states({s.name: s for s in states}, [])
+    recorder.write_index({})
+
+
+# -- apply --------------------------------------------------------------------------------------
+
+def test_apply_creates_then_unchanged_then_configured_keeping_text(home, tmp_path):
+    src = tmp_path / "train.yaml"
+    src.write_text(JOB.format(name="train"))
+    assert run("apply", "-f", str(src)) == (0, "job/train created\n", "")
+    stored = home.spec_dir / "train.yaml"
+    assert stored.read_text() == JOB.format(name="train")  # comments and order kept verbatim
+
+    assert run("apply", "-f", str(src))[1] == "job/train unchanged\n"
+    src.write_text(JOB.format(name="train").replace("priority: 3", "priority: 7"))
+    assert run("apply", "-f", str(src))[1] == "job/train configured\n"
+    assert "priority: 7" in stored.read_text()
+    assert "# keep it short" in stored.read_text()
+
+
+def test_apply_dry_run_writes_nothing(home, tmp_path):
+    src = tmp_path / "a.yaml"
+    src.write_text(JOB.format(name="a"))
+    code, out, _ = run("apply", "-f", str(src), "--dry-run")
+    assert (code, out) == (0, "job/a created (dry run)\n")
+    assert not (home.spec_dir / "a.yaml").exists()
+
+
+def test_apply_from_stdin_and_multi_document(home):
+    text = JOB.format(name="one") + "---\n" + JOB.format(name="two")
+    code, out, err = run("apply", "-f", "-", stdin=text)
+    assert code == 0, err
+    assert out.splitlines() == ["job/one created", "job/two created"]
+    assert (home.spec_dir / "one.yaml").read_text().startswith("# training run")
+    assert "name: two" in (home.spec_dir / "two.yaml").read_text()
+
+
+def test_apply_stdin_without_name_is_a_clear_error(home):
+    code, out, err = run("apply", "-f", "-", stdin="spec:\n  command: [true]\n")
+    assert code == 1
+    assert out == ""
+    assert "metadata.name" in err and len(err.strip().splitlines()) == 1
+
+
+def test_apply_uses_file_stem_when_name_is_omitted(home, tmp_path):
+    src = tmp_path / "quick-test.yaml"
+    src.write_text("spec:\n  command: [echo, ok]\n")
+    assert run("apply", "-f", str(src))[1] == "job/quick-test created\n"
+    assert (home.spec_dir / "quick-test.yaml").exists()
+
+
+def test_apply_invalid_manifest_is_refused_with_field_and_line(home, tmp_path):
+    src = tmp_path / "bad.yaml"
+    src.write_text("metadata:\n  name: bad\nspec:\n  command: [echo]\n  resources:\n    gpus: -2\n")
+    code, out, err = run("apply", "-f", str(src))
+    assert code == 1
+    assert "spec.resources.gpus: must be >= 0" in err and "line 6" in err
+    assert not (home.spec_dir / "bad.yaml").exists()
+
+
+def test_apply_dir_applies_good_files_and_reports_bad_ones(home, tmp_path):
+    folder = tmp_path / "many"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.yaml").write_text(JOB.format(name="a"))
+    (folder / "broken.yaml").write_text("spec: [unclosed\n")
+    (folder / "sub" / "c.yml").write_text(JOB.format(name="c"))
+    code, out, err = run("apply", "-f", str(folder))
+    assert code == 1
+    assert out == "job/a created\n"
+    assert "YAML syntax error" in err
+    code, out, _ = run("apply", "-R", "-f", str(folder))
+    assert "job/c created" in out
+
+
+def test_apply_updates_a_job_inside_a_multi_document_file_in_place(home, tmp_path):
+    multi = home.spec_dir / "team.yaml"
+    multi.write_text(JOB.format(name="x") + "---\n# second\n" + JOB.format(name="y"))
+    record(home, JobState(name="y", manifest="jobs/team.yaml"))
+    src = tmp_path / "y.yaml"
+    src.write_text(JOB.format(name="y").replace("priority: 3", "priority: 9"))
+    assert run("apply", "-f", str(src))[1] == "job/y configured\n"
+    text = multi.read_text()
+    assert text.count("kind: Job") == 2
+    assert "priority: 9" in text and "priority: 3" in text  # x untouched
+    assert not (home.spec_dir / "y.yaml").exists()
+
+
+# -- delete -------------------------------------------------------------------------------------
+
+def test_delete_removes_single_file_and_one_document(home):
+    (home.spec_dir / "solo.yaml").write_text(JOB.format(name="solo"))
+    multi = home.spec_dir / "pair.yaml"
+    multi.write_text(JOB.format(name="p1") + "---\n" + JOB.format(name="p2"))
+    record(home, JobState(name="p1", manifest="jobs/pair.yaml"), JobState(name="p2", manifest="jobs/pair.yaml"))
+    code, out, _ = run("delete", "job", "solo", "p1")
+    assert code == 0 and out.splitlines() == ["job/solo deleted", "job/p1 deleted"]
+    assert not (home.spec_dir / "solo.yaml").exists()
+    assert "name: p1" not in multi.read_text() and "name: p2" in multi.read_text()
+
+
+def test_delete_unknown_job_exits_1(home):
+    code, _, err = run("delete", "job", "ghost")
+    assert code == 1 and err == "error: job/ghost not found\n"
+
+
+def test_delete_by_file(home, tmp_path):
+    src = tmp_path / "d.yaml"
+    src.write_text(JOB.format(name="d"))
+    run("apply", "-f", str(src))
+    assert run("delete", "-f", str(src))[1] == "job/d deleted\n"
+    assert not (home.spec_dir / "d.yaml").exists()
+
+
+# -- in-place edits -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "argv, expect_line",
+    [
+        (("cancel", "e"), "  cancelled: true"),
+        (("suspend", "e"), "  suspend: true"),
+        (("set", "priority", "e", "42"), "  priority: 42"),
+    ],
+)
+def test_edit_verbs_change_one_line_and_keep_comments(home, argv, expect_line):
+    path = home.spec_dir / "e.yaml"
+    path.write_text(JOB.format(name="e"))
+    before = path.read_text().splitlines()
+    code, _, err = run(*argv)
+    assert code == 0, err
+    after = path.read_text().splitlines()
+    assert expect_line in [line.split("#")[0].rstrip() for line in after]
+    assert "# training run for the paper" in after and any("# keep it short" in l for l in after)
+    assert len(after) - len(before) in (0, 1)
+
+
+def test_resume_flips_suspend_back(home):
+    path = home.spec_dir / "r.yaml"
+    path.write_text(JOB.format(name="r").replace("priority: 3", "priority: 3\n  suspend: true  # hold"))
+    assert run("resume", "r")[0] == 0
+    assert "  suspend: false  # hold" in path.read_text()
+
+
+def test_rerun_bumps_annotation(home):
+    path = home.spec_dir / "rr.yaml"
+    path.write_text(JOB.format(name="rr"))
+    assert run("rerun", "rr")[0] == 0
+    from controller.yamlio import load_one
+
+    assert "gflow.dev/rerun" in load_one(path.read_text())["metadata"]["annotations"]
+
+
+def test_set_priority_rejects_non_integer(home):
+    (home.spec_dir / "p.yaml").write_text(JOB.format(name="p"))
+    code, _, err = run("set", "priority", "p", "high")
+    assert code == 1 and "integer" in err
+
+
+# -- get / describe / logs / wait ----------------------------------------------------------------
+
+def _states() -> list[JobState]:
+    now = time.time()
+    return [
+        JobState(name="alpha", phase="Running", reason="Started", gpus=2, devices=[1, 3], priority=5, created=now - 30,
+                 labels={"team": "vision"}, attempt=1),
+        JobState(name="beta", phase="Pending", reason="Resources", message="needs 4 GPUs, 1 free", gpus=4, created=now - 20,
+                 labels={"team": "nlp"}),
+        JobState(name="gamma", phase="Failed", reason="Error", exit_code=3, created=now - 10, attempt=1),
+    ]
+
+
+def test_get_jobs_table(home):
+    record(home, *_states())
+    code, out, _ = run("get", "jobs")
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[0].split() == ["NAME", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
+    assert lines[1].split()[:5] == ["alpha", "Running", "2", "1,3", "5"]
+    assert [l.split()[0] for l in lines[1:]] == ["alpha", "beta", "gamma"]
+
+
+def test_get_jobs_selectors_and_formats(home):
+    record(home, *_states())
+    assert run("get", "jobs", "-l", "team=vision", "-o", "name")[1] == "job/alpha\n"
+    assert run("get", "jobs", "--phase", "Failed", "-o", "name")[1] == "job/gamma\n"
+    assert run("get", "jobs", "-l", "team!=vision", "-o", "name")[1] == "job/beta\njob/gamma\n"
+    code, out, _ = run("get", "jobs", "gamma", "-o", "json")
+    assert code == 0 and json.loads(out)["status"]["exitCode"] == 3
+    wide = run("get", "jobs", "-o", "wide")[1]
+    assert "needs 4 GPUs, 1 free" in wide and "MESSAGE" in wide
+    assert "phase: Running" in run("get", "jobs", "alpha", "-o", "yaml")[1]
+
+
+def test_get_unknown_job_exits_1(home):
+    record(home, *_states())
+    code, _, err = run("get", "jobs", "nope")
+    assert code == 1 and "job/nope not found" in err
+
+
+def test_describe_shows_status_and_spec(home):
+    (home.spec_dir / "alpha.yaml").write_text(JOB.format(name="alpha"))
+    record(home, *_states())
+    code, out, _ = run("describe", "job", "alpha")
+    assert code == 0
+    assert "Phase:" in out and "Running" in out and "python3 -c" in out and "Devices:" in out
+
+
+def test_logs_tail(home):
+    record(home, *_states())
+    home.log_file("gamma").write_text("".join(f"line {i}\n" for i in range(10)))
+    assert run("logs", "gamma", "--tail", "2")[1] == "line 8\nline 9\n"
+    assert run("logs", "gamma")[1].count("\n") == 10
+    code, _, err = run("logs", "ghost")
+    assert code == 1 and "not found" in err
+
+
+def test_wait_for_phase(home):
+    record(home, *_states())
+    assert run("wait", "job/alpha", "--for=phase=Running")[0] == 0
+    code, _, err = run("wait", "job/gamma", "--for=phase=Succeeded", "--timeout", "5s")
+    assert code == 1 and "Failed" in err  # impossible: exits at once
+    code, _, err = run("wait", "job/beta", "--for=phase=Running", "--timeout", "0.2s")
+    assert code == 1 and "timed out" in err
+
+
+def test_explain(home):
+    code, out, _ = run("explain", "job.spec.resources.gpus")
+    assert code == 0 and "Whole GPUs" in out
+    code, _, err = run("explain", "job.spec.nope")
+    assert code == 1 and "does not exist" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["get"],
+        ["get", "pods"],
+        ["apply"],
+        ["apply", "-f", "/nonexistent/file.yaml"],
+        ["set", "priority", "x"],
+        ["wait", "job/x", "--for=color=red"],
+        ["frobnicate"],
+    ],
+)
+def test_user_errors_are_one_line_exit_1_no_traceback(home, argv):
+    proc = subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -1,0 +1,419 @@
+"""The manifest store on real temporary spec directories: what is read, what is ignored, what is cached."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from controller.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection
+from controller.paths import Home
+from controller.store import ManifestStore, is_manifest_name
+
+JOB = "spec:\n  command: [echo, hi]\n"
+
+
+# --- builders --------------------------------------------------------------------------------------
+
+
+class SpecDir:
+    """A spec directory under a temporary GFLOW_HOME, and a store watching it."""
+
+    def __init__(self, root: Path):
+        self.home = Home.resolve(root / "home")
+        self.dir = self.home.spec_dir
+        self.dir.mkdir(parents=True)
+        self.store = ManifestStore(self.dir, self.home.display)
+
+    def path(self, rel: str) -> Path:
+        return self.dir / rel
+
+    def write(self, rel: str, content: str | bytes = JOB) -> Path:
+        path = self.path(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        return path
+
+    def touch(self, rel: str, seconds_later: int = 10) -> None:
+        """Move the mtime forward explicitly: no sleeping for the clock to tick."""
+        st = os.stat(self.path(rel))
+        os.utime(self.path(rel), ns=(st.st_atime_ns, st.st_mtime_ns + seconds_later * 10**9))
+
+    def docs(self) -> dict[str, AdmittedJob | Rejection]:
+        out = {}
+        for doc in self.store.documents():
+            assert doc.name not in out, f"{doc.name} seen twice: {doc.source} and {out[doc.name].source}"
+            out[doc.name] = doc
+        return out
+
+    def sources(self) -> list[str]:
+        return sorted(doc.source for doc in self.store.documents())
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> SpecDir:
+    return SpecDir(tmp_path)
+
+
+# --- what is a manifest ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("filename", "is_manifest"),
+    [
+        ("a.yaml", True),
+        ("a.yml", True),
+        ("train-7.yaml", True),
+        ("a.YAML", False),
+        (".a.yaml", False),
+        ("a.yaml~", False),
+        (".#a.yaml", False),
+        (".a.yaml.swp", False),
+        ("#a.yaml#", False),
+        ("a.json", False),
+        ("a.txt", False),
+        ("yaml", False),
+    ],
+)
+def test_is_manifest_name(filename, is_manifest):
+    assert is_manifest_name(filename) is is_manifest
+
+
+# --- scanning --------------------------------------------------------------------------------------
+
+
+def test_scan_is_recursive_and_names_sources_relative_to_home(spec):
+    paths = {spec.write("a.yaml"), spec.write("team/b.yml"), spec.write("team/deeper/c.yaml")}
+    changed = spec.store.scan()
+    assert changed == {str(p) for p in paths}
+    docs = spec.docs()
+    assert sorted(docs) == ["a", "b", "c"]
+    assert docs["b"].source == "jobs/team/b.yml"
+    assert docs["c"].source == "jobs/team/deeper/c.yaml"
+    assert all(isinstance(d, AdmittedJob) for d in docs.values())
+
+
+def test_multi_document_file(spec):
+    spec.write(
+        "many.yaml",
+        "metadata: {name: one}\nspec: {command: [a]}\n---\nmetadata: {name: two}\nspec: {command: [b]}\n---\n",
+    )
+    spec.store.scan()
+    docs = spec.docs()
+    assert sorted(docs) == ["one", "two"]
+    assert (docs["one"].doc_index, docs["two"].doc_index) == (0, 1)
+    assert {d.source for d in docs.values()} == {"jobs/many.yaml"}
+
+
+def test_leading_separator_and_empty_documents_keep_a_single_document_file_single(spec):
+    spec.write("solo.yaml", "---\n" + JOB + "---\n")
+    spec.store.scan()
+    assert sorted(spec.docs()) == ["solo"]  # one real document: the stem names it
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        ".hidden.yaml",
+        "backup.yaml~",
+        ".#locked.yaml",
+        ".swapped.yaml.swp",
+        "#autosave.yaml#",
+        ".git/in-git.yaml",
+        ".github/workflows/ci.yml",
+        "sub/.cache/deep.yaml",
+        "notes.txt",
+        "job.json",
+        "README.md",
+    ],
+)
+def test_hidden_swap_backup_and_non_yaml_files_are_ignored(spec, rel):
+    spec.write("real.yaml")
+    spec.write(rel)
+    changed = spec.store.scan()
+    assert changed == {str(spec.path("real.yaml"))}
+    assert sorted(spec.docs()) == ["real"]
+    # an editor event for that file changes nothing either
+    assert spec.store.refresh([str(spec.path(rel))]) == set()
+    assert sorted(spec.docs()) == ["real"]
+
+
+def test_empty_file_is_nothing(spec):
+    spec.write("empty.yaml", "")
+    spec.write("comment.yaml", "# nothing yet\n")
+    spec.store.scan()
+    assert spec.store.documents() == []
+
+
+# --- the parse cache -------------------------------------------------------------------------------
+
+
+def test_rescan_without_changes_parses_nothing(spec):
+    for i in range(5):
+        spec.write(f"j{i}.yaml")
+    spec.store.scan()
+    assert spec.store.parses == 5
+    assert spec.store.scan() == set()
+    assert spec.store.scan() == set()
+    assert spec.store.parses == 5
+
+
+def test_touch_with_a_new_mtime_reparses_only_that_file(spec):
+    spec.write("a.yaml")
+    spec.write("b.yaml")
+    spec.store.scan()
+    spec.touch("a.yaml")
+    assert spec.store.scan() == {str(spec.path("a.yaml"))}
+    assert spec.store.parses == 3
+
+
+def test_edit_is_seen_on_rescan(spec):
+    spec.write("a.yaml")
+    spec.store.scan()
+    spec.write("a.yaml", "spec:\n  command: [echo, changed, text]\n")
+    spec.touch("a.yaml")
+    spec.store.scan()
+    assert spec.docs()["a"].spec.command == ["echo", "changed", "text"]
+
+
+def test_replacing_a_file_atomically_is_seen(spec):
+    """git and editors write a new file and rename it over the old one: a new inode."""
+    spec.write("a.yaml")
+    spec.store.scan()
+    st = os.stat(spec.path("a.yaml"))
+    tmp = spec.write(".a.yaml.tmp", JOB.replace("hi", "ho"))  # same size
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))  # even the same mtime
+    os.replace(tmp, spec.path("a.yaml"))
+    assert spec.store.scan() == {str(spec.path("a.yaml"))}
+    assert spec.docs()["a"].spec.command == ["echo", "ho"]
+
+
+# --- bad files -------------------------------------------------------------------------------------
+
+BAD_FILES = [
+    pytest.param(b"# " + b"x" * MAX_MANIFEST_BYTES + b"\n", "Invalid", "over the 1 MiB limit", id="oversized"),
+    pytest.param(b"spec:\x00\x01\x02", "Invalid", "file is binary, not YAML text", id="binary"),
+    pytest.param(b"spec:\n  command: [caf\xe9]\n", "Invalid", "file is not UTF-8 text (bad byte at offset 21)", id="latin-1"),
+    pytest.param(b"spec: {command: [a]\n", "YAMLError", "YAML syntax error: ", id="yaml-syntax"),
+    pytest.param(b"spec:\n  command: [a]\n bad: indent\n", "YAMLError", "YAML syntax error: ", id="yaml-indent"),
+]
+
+
+@pytest.mark.parametrize(("content", "reason", "fragment"), BAD_FILES)
+def test_bad_files_are_rejected_under_the_file_stem(spec, content, reason, fragment):
+    spec.write("broken.yaml", content)
+    spec.write("fine.yaml")
+    spec.store.scan()
+    docs = spec.docs()
+    assert isinstance(docs["fine"], AdmittedJob)  # never touches other jobs
+    bad = docs["broken"]
+    assert isinstance(bad, Rejection)
+    assert bad.reason == reason
+    assert fragment in bad.message
+    assert bad.source == "jobs/broken.yaml"
+    assert "jobs/broken.yaml" in bad.message
+
+
+def test_yaml_syntax_error_names_the_line(spec):
+    spec.write("broken.yaml", "metadata:\n  name: x\nspec: {command: [a]\n")
+    spec.store.scan()
+    bad = spec.docs()["broken"]
+    assert bad.message.endswith("(jobs/broken.yaml line 4)")
+
+
+def test_oversized_file_is_not_read(spec):
+    path = spec.write("big.yaml", "")
+    with open(path, "wb") as handle:  # sparse: 2 MiB without writing 2 MiB
+        handle.truncate(2 * MAX_MANIFEST_BYTES)
+    spec.store.scan()
+    bad = spec.docs()["big"]
+    assert bad.message == f"file is {2 * MAX_MANIFEST_BYTES} bytes, over the 1 MiB limit for a manifest (jobs/big.yaml)"
+
+
+def test_bad_file_with_an_invalid_stem_has_no_name(spec):
+    spec.write("Bad_Name.yaml", b"\x00\x00")
+    spec.store.scan()
+    (bad,) = spec.store.documents()
+    assert isinstance(bad, Rejection)
+    assert bad.name is None
+
+
+def test_unreadable_file_is_rejected(spec):
+    if os.geteuid() == 0:
+        pytest.skip("root reads any file")
+    path = spec.write("secret.yaml")
+    path.chmod(0)
+    try:
+        spec.store.scan()
+        bad = spec.docs()["secret"]
+        assert isinstance(bad, Rejection) and "cannot read the file" in bad.message
+    finally:
+        path.chmod(0o644)
+
+
+def test_fixed_file_is_admitted_again(spec):
+    spec.write("a.yaml", "spec: {command: [a]\n")
+    spec.store.scan()
+    assert isinstance(spec.docs()["a"], Rejection)
+    spec.write("a.yaml", JOB)
+    spec.touch("a.yaml")
+    spec.store.scan()
+    assert isinstance(spec.docs()["a"], AdmittedJob)
+
+
+# --- deletions -------------------------------------------------------------------------------------
+
+
+def test_deleted_files_disappear_on_scan(spec):
+    spec.write("a.yaml")
+    spec.write("b.yaml")
+    spec.store.scan()
+    spec.path("a.yaml").unlink()
+    assert spec.store.scan() == {str(spec.path("a.yaml"))}
+    assert sorted(spec.docs()) == ["b"]
+
+
+def test_deleted_file_disappears_on_refresh(spec):
+    spec.write("a.yaml")
+    spec.write("b.yaml")
+    spec.store.scan()
+    spec.path("a.yaml").unlink()
+    assert spec.store.refresh([str(spec.path("a.yaml"))]) == {str(spec.path("a.yaml"))}
+    assert sorted(spec.docs()) == ["b"]
+
+
+def test_deleted_folder_disappears_on_refresh(spec):
+    spec.write("team/a.yaml")
+    spec.write("team/sub/b.yaml")
+    spec.write("c.yaml")
+    spec.store.scan()
+    for rel in ("team/sub/b.yaml", "team/a.yaml"):
+        spec.path(rel).unlink()
+    spec.path("team/sub").rmdir()
+    spec.path("team").rmdir()
+    assert spec.store.refresh([str(spec.path("team"))]) == {
+        str(spec.path("team/a.yaml")),
+        str(spec.path("team/sub/b.yaml")),
+    }
+    assert sorted(spec.docs()) == ["c"]
+
+
+def test_renamed_to_a_backup_name_disappears(spec):
+    spec.write("a.yaml")
+    spec.store.scan()
+    os.rename(spec.path("a.yaml"), spec.path("a.yaml~"))
+    spec.store.refresh([str(spec.path("a.yaml")), str(spec.path("a.yaml~"))])
+    assert spec.docs() == {}
+
+
+# --- symlinks --------------------------------------------------------------------------------------
+
+
+def test_symlinked_file_leaving_the_spec_dir_is_not_followed(spec, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "o.yaml").write_text(JOB)
+    os.symlink(outside / "o.yaml", spec.path("link.yaml"))
+    spec.write("a.yaml")
+    spec.store.scan()
+    assert sorted(spec.docs()) == ["a"]
+    assert spec.store.refresh([str(spec.path("link.yaml"))]) == set()
+    assert sorted(spec.docs()) == ["a"]
+
+
+def test_symlinked_folder_leaving_the_spec_dir_is_not_followed_by_scan(spec, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "o.yaml").write_text(JOB)
+    os.symlink(outside, spec.path("linked"))
+    spec.store.scan()
+    assert spec.docs() == {}
+
+
+def test_symlinked_folder_leaving_the_spec_dir_is_not_followed_by_refresh(spec, tmp_path):
+    """The watcher reports the new link's path; refreshing it must not walk the target."""
+    spec.store.scan()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "o.yaml").write_text(JOB)
+    os.symlink(outside, spec.path("linked"))
+    spec.store.refresh([str(spec.path("linked"))])
+    assert spec.docs() == {}
+
+
+def test_symlink_inside_the_spec_dir_is_followed(spec):
+    spec.write("real/a.yaml")
+    os.symlink(spec.path("real/a.yaml"), spec.path("alias.yaml"))
+    spec.store.scan()
+    assert sorted(spec.docs()) == ["a", "alias"]
+
+
+def test_symlink_loop_inside_the_spec_dir_reads_each_manifest_once(spec):
+    """``ln -s . jobs/loop`` must not make every manifest appear once per nesting level."""
+    spec.write("a.yaml")
+    os.symlink(".", spec.path("loop"))
+    spec.store.scan()
+    assert spec.sources() == ["jobs/a.yaml"]
+
+
+# --- incremental refresh ---------------------------------------------------------------------------
+
+
+def test_refresh_reads_only_the_given_paths(spec):
+    spec.write("a.yaml")
+    spec.store.scan()
+    spec.write("b.yaml")
+    spec.write("c.yaml")  # changed on disk but not reported: refresh does not look at it
+    assert spec.store.refresh([str(spec.path("b.yaml"))]) == {str(spec.path("b.yaml"))}
+    assert spec.store.parses == 2
+    assert sorted(spec.docs()) == ["a", "b"]
+    spec.store.scan()  # the periodic resync catches what no event reported
+    assert sorted(spec.docs()) == ["a", "b", "c"]
+
+
+def test_refresh_of_an_unchanged_file_parses_nothing(spec):
+    spec.write("a.yaml")
+    spec.store.scan()
+    assert spec.store.refresh([str(spec.path("a.yaml"))] * 3) == set()
+    assert spec.store.parses == 1
+
+
+def test_refresh_of_a_folder_picks_up_new_and_removed_files(spec):
+    spec.write("team/a.yaml")
+    spec.write("other.yaml")
+    spec.store.scan()
+    spec.path("team/a.yaml").unlink()
+    spec.write("team/b.yaml")
+    changed = spec.store.refresh([str(spec.path("team"))])
+    assert changed == {str(spec.path("team/a.yaml")), str(spec.path("team/b.yaml"))}
+    assert sorted(spec.docs()) == ["b", "other"]
+
+
+def test_refresh_accepts_relative_paths(spec, monkeypatch):
+    spec.store.scan()
+    spec.write("a.yaml")
+    monkeypatch.chdir(spec.dir)
+    assert spec.store.refresh(["a.yaml"]) == {str(spec.path("a.yaml"))}
+    assert sorted(spec.docs()) == ["a"]
+
+
+def test_refresh_ignores_paths_outside_the_spec_dir(spec, tmp_path):
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text(JOB)
+    spec.store.scan()
+    assert spec.store.refresh([str(elsewhere)]) == set()
+    assert spec.docs() == {}
+
+
+@pytest.mark.parametrize("folder", [".git", ".github/workflows"])
+def test_refresh_of_a_hidden_folder_reads_nothing(spec, folder):
+    """A git pull in a GitOps checkout fires events for .git/ and .github/: still ignored."""
+    spec.write(f"{folder}/ci.yml", "on: push\njobs: {}\n")
+    spec.store.scan()
+    assert spec.docs() == {}
+    spec.store.refresh([str(spec.path(folder))])
+    assert spec.docs() == {}
