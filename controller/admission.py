@@ -125,15 +125,24 @@ def validate_document(
     return AdmittedJob(job.metadata.name, job, source, path, doc_index, spec_hash, run_hash, owner_uid, mtime_ns)
 
 
-def admit(documents: Iterable[AdmittedJob | Rejection], current_sources: Mapping[str, str] | None = None) -> AdmissionResult:
+def admit(
+    documents: Iterable[AdmittedJob | Rejection],
+    current_sources: Mapping[str, str] | None = None,
+    *,
+    controller_uid: int | None = None,
+    conda_available: bool = True,
+) -> AdmissionResult:
     """Across documents: the first manifest for a name owns it; later ones are DuplicateName.
 
     "First" is the manifest that already owns the name (``current_sources``: name -> source), else the
     oldest file (mtime, then path), so adding a second file never disturbs a running job.
+    ``controller_uid``: a controller that is not root runs only manifests its own user owns.
+    ``conda_available``: whether ``condaEnv`` can work on this machine.
     """
     current_sources = current_sources or {}
     by_name: dict[str, list[AdmittedJob | Rejection]] = {}
     result = AdmissionResult()
+    documents = [_environment_check(d, controller_uid, conda_available) for d in documents]
     for doc in documents:
         if doc.name is None:
             result.warnings.append(doc)
@@ -163,6 +172,25 @@ def admit(documents: Iterable[AdmittedJob | Rejection], current_sources: Mapping
             result.rejected[stem] = Rejection(stem, "DuplicateName", message, loser.source, loser.path, loser.doc_index, loser.mtime_ns)
         result.warnings.append(rejection)
     return result
+
+
+def _environment_check(doc: AdmittedJob | Rejection, controller_uid: int | None, conda: bool) -> AdmittedJob | Rejection:
+    if not isinstance(doc, AdmittedJob):
+        return doc
+    if controller_uid not in (None, 0) and doc.owner_uid not in (-1, controller_uid):
+        return Rejection(
+            doc.name, "Forbidden",
+            f"the manifest is owned by uid {doc.owner_uid}, but gflowd runs as uid {controller_uid} and runs only "
+            f"its own user's jobs; run gflowd as root to serve several users ({doc.source})",
+            doc.source, doc.path, doc.doc_index, doc.mtime_ns,
+        )
+    if doc.spec.conda_env and not conda:
+        return Rejection(
+            doc.name, "Invalid",
+            f"spec.condaEnv: conda is not installed here (not on gflowd's PATH); install it or remove condaEnv ({doc.source})",
+            doc.source, doc.path, doc.doc_index, doc.mtime_ns,
+        )
+    return doc
 
 
 def _reject_cycles(result: AdmissionResult) -> None:

@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import selectors
+import shutil
 import signal
 import sys
 import threading
@@ -78,7 +79,7 @@ def is_running(home: Home) -> bool:
 class Controller:
     def __init__(self, home: Home, config, inventory, runtime=None, clock=time.time):
         from controller.recorder import Recorder
-        from controller.runtime.local import LocalRuntime
+        from controller.runtime.supervised import SupervisorRuntime
         from controller.store import ManifestStore
 
         self.home = home
@@ -87,7 +88,7 @@ class Controller:
         self.clock = clock
         self.store = ManifestStore(home.spec_dir, home.display)
         self.recorder = Recorder(home)
-        self.runtime = runtime or LocalRuntime(home)
+        self.runtime = runtime or SupervisorRuntime(home)
         self.states: dict = {}
         self.gpus: list = []
         self._gpus_read_at = -1e9
@@ -101,6 +102,7 @@ class Controller:
         os.set_blocking(self._wake_w, False)
         self._stopping = False
         self._warned: set[tuple[str, str, str]] = set()
+        self._conda: bool | None = None
         self.passes = 0
 
     # -- wake-ups from other threads -------------------------------------------------------------
@@ -132,7 +134,7 @@ class Controller:
 
     def run(self) -> None:
         self.states = self.recorder.load()
-        adopted = self.runtime.adopt() if hasattr(self.runtime, "adopt") else []
+        adopted = self.runtime.adopt()
         if adopted:
             log.info("re-adopted %d running job(s): %s", len(adopted), ", ".join(sorted(adopted)))
         observer = self._watch()
@@ -177,6 +179,7 @@ class Controller:
             if observer is not None:
                 observer.stop()
             selector.close()
+            self.runtime.close()
         log.info("stopped; running jobs keep running and will be re-adopted")
 
     _exit_seen = False
@@ -231,7 +234,11 @@ class Controller:
             self._gpus_read_at = mono
             self._gpus_dirty = False
         current_sources = {name: st.manifest for name, st in self.states.items() if st.manifest}
-        admission = admit(self.store.documents(), current_sources)
+        if full or self._conda is None:
+            self._conda = shutil.which("conda") is not None
+        admission = admit(
+            self.store.documents(), current_sources, controller_uid=os.geteuid(), conda_available=self._conda
+        )
         now = self.clock()
         runs = self.runtime.observe()
         snapshot = Snapshot(
@@ -249,7 +256,9 @@ class Controller:
         again = plan.again
         # act
         for stop in plan.stops:
-            self.runtime.stop(stop.name, stop.grace)
+            self.runtime.stop(stop.name, stop.grace, stop.reason)
+        for name, limit in plan.time_limits.items():
+            self.runtime.set_time_limit(name, limit)
         for launch in plan.starts:
             self.runtime.start(launch)
         if plan.starts:

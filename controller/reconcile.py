@@ -39,6 +39,10 @@ class RunObservation:
     finished_at: float | None = None
     error: str = ""  # the process could not be started at all (e.g. command not found)
     lost: bool = False  # it ended unobserved: its exit code is unknown
+    reason: str = ""  # the runtime's own enforcement: DeadlineExceeded | OOMKilled
+    devices: tuple[int, ...] = ()  # as bound at the decision: survives a controller crash
+    device_uuids: tuple[str, ...] = ()
+    run_hash: str = ""  # the spec this attempt runs, as admission hashed it
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ class Plan:
     starts: list[Launch] = field(default_factory=list)
     stops: list[Stop] = field(default_factory=list)
     consumed: list[str] = field(default_factory=list)  # exited runs now recorded: runtime may forget them
+    time_limits: dict[str, float | None] = field(default_factory=dict)  # running job -> current timeLimit
     removed: list[str] = field(default_factory=list)  # jobs whose manifest is gone: drop their status
     events: list[Event] = field(default_factory=list)
     slots: list[GpuSlot] = field(default_factory=list)  # GPUs as this pass leaves them (node.yaml)
@@ -196,6 +201,8 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             continue
 
         if run is not None:  # the attempt ended: record it once
+            if run.run_hash and not state.run_hash:  # it ended before its start was ever recorded
+                state.run_hash, state.attempt = run.run_hash, max(state.attempt, run.attempt)
             stop = find_condition(state.conditions, "Terminating")
             _record_exit(state, run, stop["reason"] if stop else None, spec.backoff_limit)
             plan.consumed.append(name)
@@ -211,9 +218,9 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
 
         if state.phase in TERMINAL_PHASES:
             if state.phase == "Cancelled" and state.reason == "UserCancelled" and not spec.cancelled:
-                _reset_for_rerun(state, "resumed after cancel")
+                _reset_for_rerun(plan, state, "cancel withdrawn (spec.cancelled: false): running again")
             elif state.run_hash != job.run_hash and not spec.cancelled:
-                _reset_for_rerun(state, f"spec changed (generation {state.generation}): running again")
+                _reset_for_rerun(plan, state, f"spec changed (generation {state.generation}): running again")
             else:
                 _finish(plan, old, state)
                 continue
@@ -239,6 +246,17 @@ def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation,
     spec = job.spec
     state.phase = "Running"
     state.pid = run.pid
+    plan.time_limits[state.name] = spec.time_limit
+    # after a crash the status may predate the start: the runtime's records are the truth
+    if run.attempt > state.attempt:
+        state.attempt = run.attempt
+        state.reason, state.message = "Started", "re-adopted after a controller restart"
+    if run.run_hash and not state.run_hash:
+        state.run_hash = run.run_hash
+    if run.devices and list(run.devices) != state.devices:
+        state.devices, state.device_uuids = list(run.devices), list(run.device_uuids)
+    if state.start_time is None:
+        state.start_time = run.started_at
     grace = spec.termination_grace_period if spec.termination_grace_period is not None else snap.default_grace
     stopping = find_condition(state.conditions, "Terminating")
     deadline = (state.start_time or run.started_at) + spec.time_limit if spec.time_limit is not None else None
@@ -275,7 +293,8 @@ def _request_stop(plan: Plan, state: JobState, run: RunObservation, reason: str,
     state.phase = "Running"
     state.conditions = set_condition(state.conditions, "Terminating", "True", reason, why, now_text)
     state.reason = "Terminating"
-    state.message = f"stopping: {why}; TERM sent to pid {run.pid}, KILL after {format_duration(grace)}"
+    target = f"pid {run.pid}" if run.pid else "the job"
+    state.message = f"stopping: {why}; TERM sent to {target}, KILL after {format_duration(grace)}"
     plan.stops.append(Stop(state.name, reason, grace))
 
 
@@ -294,7 +313,7 @@ def _record_exit(state: JobState, run: RunObservation, stop_reason: str | None, 
     if stop_reason == "UserCancelled":
         state.phase, state.reason, state.message = "Cancelled", "UserCancelled", f"cancelled; attempt {run.attempt} stopped ({how})"
         return
-    if stop_reason == "DeadlineExceeded":
+    if stop_reason == "DeadlineExceeded" or (stop_reason is None and run.reason == "DeadlineExceeded"):
         state.phase, state.reason = "Failed", "DeadlineExceeded"
         state.message = f"attempt {run.attempt} exceeded its time limit and was stopped ({how})"
         return
@@ -309,6 +328,8 @@ def _record_exit(state: JobState, run: RunObservation, stop_reason: str | None, 
         return
     state.failed += 1
     spec_limit = backoff_limit
+    if run.reason == "OOMKilled":
+        how = f"OOMKilled: the job's processes used more than its memory limit ({how})"
     if state.failed <= spec_limit:
         delay = backoff_delay(state.failed)
         state.phase, state.reason = "Pending", "BackOff"
@@ -317,7 +338,10 @@ def _record_exit(state: JobState, run: RunObservation, stop_reason: str | None, 
         state.completion_time = None
         return
     state.phase = "Failed"
-    if spec_limit > 0:
+    if run.reason == "OOMKilled":
+        state.reason = "OOMKilled"
+        state.message = how + (f"; all {spec_limit} retries used" if spec_limit else "")
+    elif spec_limit > 0:
         state.reason = "BackoffLimitExceeded"
         state.message = f"attempt {run.attempt} failed ({how}); all {spec_limit} retries used"
     else:
@@ -333,7 +357,8 @@ def _exit_text(run: RunObservation) -> str:
     return f"exited with code {run.exit_code}"
 
 
-def _reset_for_rerun(state: JobState, why: str) -> None:
+def _reset_for_rerun(plan: Plan, state: JobState, why: str) -> None:
+    plan.events.append(Event("Normal", "Rerun", state.name, why))
     state.phase, state.reason, state.message = "Pending", "Rerun", why
     state.attempt = 0
     state.failed = 0

@@ -39,17 +39,20 @@ def generated() -> dict[str, str]:
 # --- drift -----------------------------------------------------------------------------------------
 
 
-def test_generator_produces_the_three_files(generated):
+def test_generator_produces_the_schemas_and_the_manifest_reference(generated):
     assert sorted(generated) == [
         "crd-schemas/job.crd.yaml",
         "crd-schemas/job.schema.json",
         "crd-schemas/jobstatus.schema.json",
+        "docs/manifest.md",
     ]
     for text in generated.values():
         assert text.endswith("\n") and not text.endswith("\n\n")
 
 
-@pytest.mark.parametrize("rel", ["crd-schemas/job.schema.json", "crd-schemas/jobstatus.schema.json", "crd-schemas/job.crd.yaml"])
+@pytest.mark.parametrize(
+    "rel", ["crd-schemas/job.schema.json", "crd-schemas/jobstatus.schema.json", "crd-schemas/job.crd.yaml", "docs/manifest.md"]
+)
 def test_committed_schema_matches_the_models(generated, rel):
     path = ROOT / rel
     assert path.exists(), f"{rel} is missing: run python hack/gen_schemas.py"
@@ -92,7 +95,7 @@ def test_check_mode_names_a_missing_file(tmp_path, capsys):
     assert gen.stale(tmp_path) == list(gen.generate())  # nothing there: all stale
     assert gen.main(["--check", "--root", str(tmp_path)]) == 1
     assert capsys.readouterr().err == (
-        "crd-schemas/job.schema.json (and 2 more) is missing; run: python hack/gen_schemas.py\n"
+        "crd-schemas/job.schema.json (and 3 more) is missing; run: python hack/gen_schemas.py\n"
     )
 
 

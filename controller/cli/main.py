@@ -24,16 +24,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--home", help="gflow home (default $GFLOW_HOME or ~/.local/share/gflow)")
-    common.add_argument("--spec-dir", help="spec directory (default: the one gflowd watches, else HOME/jobs)")
+    def instance_options(default):
+        # accepted before and after the verb; SUPPRESS keeps a verb's default from hiding a value
+        # given before it (gflowctl --home X get jobs)
+        group = argparse.ArgumentParser(add_help=False)
+        group.add_argument("--home", default=default, help="gflow home (default $GFLOW_HOME or ~/.local/share/gflow)")
+        group.add_argument("--spec-dir", default=default, help="spec directory (default: the one gflowd watches, else HOME/jobs)")
+        return group
+
+    common = instance_options(argparse.SUPPRESS)
 
     parser = _Parser(
         prog="gflowctl",
         description="Look at and act on gflow jobs. Files are the API: manifests in, status files out.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[common],
+        parents=[instance_options(None)],
     )
     parser.add_argument("--version", action="version", version=f"gflowctl {__import__('controller').__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)

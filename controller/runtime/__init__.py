@@ -1,8 +1,8 @@
 """The runtime seam: start, watch and stop job processes.
 
-``Runtime`` is the Protocol the daemon talks to. ``local.LocalRuntime`` is the minimal runner of
-the declarative core (direct children of gflowd); the crash-safe per-job supervisor replaces it
-behind the same Protocol.
+``Runtime`` is the Protocol the daemon talks to; ``supervised.SupervisorRuntime`` implements it with
+one crash-safe supervisor process per attempt (``supervisor.py``). Another backend (a cluster
+scheduler, say) plugs in here without touching the reconcile loop.
 """
 
 from __future__ import annotations
@@ -16,8 +16,17 @@ class Runtime(Protocol):
     def start(self, launch: Launch) -> None:
         """Start the attempt; never raises for user errors (they become an exited observation)."""
 
-    def stop(self, name: str, grace: float) -> None:
-        """TERM the job's process group now, KILL it after ``grace`` seconds. Idempotent."""
+    def stop(self, name: str, grace: float, reason: str) -> None:
+        """TERM the job's whole process tree now, KILL it after ``grace`` seconds. Idempotent."""
+
+    def set_time_limit(self, name: str, seconds: float | None) -> None:
+        """The running attempt's time limit was edited. Idempotent."""
+
+    def adopt(self) -> list[str]:
+        """At start-up: re-attach to attempts that outlived the previous controller."""
+
+    def close(self) -> None:
+        """The controller is stopping; jobs keep running."""
 
     def observe(self) -> dict[str, RunObservation]:
         """Every attempt the runtime knows: running, or ended and not yet forgotten."""

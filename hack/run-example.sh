@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Demo: run gflowd in the foreground on a copy of manifests/examples.
+#
+#   bash hack/run-example.sh                  # Ctrl-C stops gflowd (running jobs keep running)
+#   GFLOW_HOME=/tmp/demo bash hack/run-example.sh --resync 2s
+#
+# GFLOW_HOME defaults to ./.gflow-demo in the repo. The example manifests are copied into
+# $GFLOW_HOME/jobs, so the demo never edits the repo: edit the copies to play with the jobs.
+# Without a working nvidia-smi, gflowd uses the 4 fake GPUs of manifests/examples/fake-gpus.yaml.
+# Extra arguments go to gflowd.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$ROOT/hack/setup.sh"
+
+GFLOW_HOME="${GFLOW_HOME:-$ROOT/.gflow-demo}"
+case "$GFLOW_HOME" in
+    /*) ;;
+    *) GFLOW_HOME="$PWD/$GFLOW_HOME" ;;
+esac
+export GFLOW_HOME
+SPEC_DIR="$GFLOW_HOME/jobs"
+EXAMPLES="$ROOT/manifests/examples"
+FAKE_GPUS="$EXAMPLES/fake-gpus.yaml"
+
+mkdir -p "$SPEC_DIR"
+for manifest in "$EXAMPLES"/*.yaml; do
+    [ "$manifest" = "$FAKE_GPUS" ] && continue
+    # an unchanged copy is an unchanged spec: finished jobs do not run again
+    cmp -s "$manifest" "$SPEC_DIR/${manifest##*/}" || cp "$manifest" "$SPEC_DIR/"
+done
+
+args=(--home "$GFLOW_HOME" --spec-dir "$SPEC_DIR")
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    gpus="real GPUs (NVML)"
+else
+    args+=(--fake-gpus "$FAKE_GPUS")
+    gpus="fake GPUs from ${FAKE_GPUS#"$ROOT"/}"
+fi
+
+echo "gflowd on $gpus, jobs in $SPEC_DIR; to look: GFLOW_HOME=$GFLOW_HOME $ROOT/.venv/bin/gflowctl get jobs"
+exec "$ROOT/.venv/bin/gflowd" "${args[@]}" "$@"

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Make .venv (in the repo) hold this checkout installed editable with its test extras.
+#
+# Needs only python3 >= 3.11 (set PYTHON=/path/to/python3.x to pick another). Idempotent and
+# fast when nothing changed: the install is skipped while .venv/.gflow-installed is newer than
+# pyproject.toml, records this .venv's path, and the package still imports from this checkout.
+# A missing or broken .venv (e.g. its python was removed, or the repo was moved) is rebuilt.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.gflow-installed"
+PYTHON="${PYTHON:-python3}"
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+# The venv works, belongs to this path, and imports this checkout's package and pytest.
+installed() {
+    [ -f "$STAMP" ] && [ "$STAMP" -nt "$ROOT/pyproject.toml" ] &&
+        [ "$(cat "$STAMP")" = "$VENV" ] &&
+        "$VENV/bin/python" - "$ROOT" >/dev/null 2>&1 <<'PY'
+import os, sys
+import controller, pytest
+root = os.path.realpath(sys.argv[1])
+sys.exit(0 if os.path.realpath(controller.__file__).startswith(root + os.sep) else 1)
+PY
+}
+
+if installed; then
+    exit 0
+fi
+
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    say "$PYTHON not found: install Python 3.11 or newer (or set PYTHON=/path/to/python3)"
+    exit 1
+fi
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    say "$("$PYTHON" -V 2>&1) is too old: gflow needs Python 3.11 or newer (set PYTHON=/path/to/python3.11)"
+    exit 1
+fi
+
+venv_ok() {
+    [ -x "$VENV/bin/python" ] &&
+        "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 &&
+        "$VENV/bin/python" -m pip --version >/dev/null 2>&1 &&
+        # a moved repo leaves scripts whose #! points at the old path
+        { [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" = "$VENV" ]; }
+}
+
+if ! venv_ok; then
+    if [ -e "$VENV" ]; then
+        say "rebuilding the broken $VENV"
+        rm -rf "$VENV"
+    else
+        say "creating $VENV"
+    fi
+    if ! "$PYTHON" -m venv "$VENV" >/dev/null 2>&1; then
+        # Debian/Ubuntu without python3-venv: no ensurepip. Use the host's pip if it has one.
+        rm -rf "$VENV"
+        "$PYTHON" -m venv --without-pip "$VENV"
+        if "$PYTHON" -m pip --version >/dev/null 2>&1; then
+            "$PYTHON" -m pip --python "$VENV/bin/python" install --quiet pip
+        else
+            rm -rf "$VENV"
+            say "cannot create a virtualenv: $PYTHON has neither ensurepip nor pip"
+            say "install one of them (Debian/Ubuntu: apt-get install python3-venv) and re-run"
+            exit 1
+        fi
+    fi
+fi
+
+say "installing gflow-controller (editable, with test extras) into $VENV"
+rm -f "$STAMP"
+# pip and build back-ends are chatty even with --quiet: keep their output, show it on failure
+LOG="$(mktemp "${TMPDIR:-/tmp}/gflow-setup.XXXXXX")"
+trap 'rm -f "$LOG"' EXIT
+pip_quiet() { "$VENV/bin/python" -m pip --quiet --disable-pip-version-check "$@" >>"$LOG" 2>&1; }
+if ! pip_quiet install --upgrade pip; then
+    say "warning: could not upgrade pip; continuing with $("$VENV/bin/python" -m pip --version | cut -d' ' -f1-2)"
+fi
+if ! pip_quiet install -e "$ROOT[test]"; then
+    cat "$LOG" >&2
+    say "pip install -e '.[test]' failed (output above)"
+    exit 1
+fi
+printf '%s\n' "$VENV" >"$STAMP"

@@ -1,0 +1,280 @@
+"""Helpers for end-to-end tests that drive a real ``gflowd`` through real files.
+
+Everything here observes the way a user would: status files, logs, the index, ``/proc``.
+Waiting is always poll-with-deadline (:func:`wait_for`), never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+T = TypeVar("T")
+_yaml = YAML(typ="safe")
+
+
+# -- waiting ------------------------------------------------------------------------------------
+
+def wait_for(
+    predicate: Callable[[], T],
+    timeout: float = 15,
+    interval: float = 0.02,
+    message: str | Callable[[], str] = "",
+) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that; fail after ``timeout``.
+
+    ``message`` (text, or a callable evaluated on failure) explains what was awaited.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout}s waiting for {text or predicate!r}; last value: {value!r}")
+        time.sleep(interval)
+
+
+# -- reading what the controller wrote ----------------------------------------------------------
+
+def read_status(home: Path, name: str) -> dict[str, Any] | None:
+    """The whole document of ``status/<name>.yaml``; None when missing, partial or unparseable."""
+    try:
+        text = (Path(home) / "status" / f"{name}.yaml").read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        data = _yaml.load(text)
+    except YAMLError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("status"), dict):
+        return None
+    return data
+
+
+def job_status(home: Path, name: str) -> dict[str, Any] | None:
+    """Just the ``status:`` mapping of ``status/<name>.yaml`` (None when there is none)."""
+    data = read_status(home, name)
+    return data["status"] if data else None
+
+
+def read_index(home: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((Path(home) / "run" / "index.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_log(home: Path, name: str) -> str:
+    try:
+        return (Path(home) / "logs" / f"{name}.log").read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def wait_phase(
+    home: Path,
+    name: str,
+    phase: str | tuple[str, ...],
+    timeout: float = 15,
+    reason: str | None = None,
+    daemon: "Any" = None,
+) -> dict[str, Any]:
+    """Wait until job ``name`` shows ``phase`` (and ``reason``, if given); return its status."""
+    phases = (phase,) if isinstance(phase, str) else phase
+
+    def check():
+        status = job_status(home, name)
+        if status and status.get("phase") in phases and (reason is None or status.get("reason") == reason):
+            return status
+        return None
+
+    def explain():
+        text = f"job {name} to be {'/'.join(phases)}{'/' + reason if reason else ''}; status now: {job_status(home, name)!r}"
+        if daemon is not None:
+            text += f"\n--- gflowd stderr (tail) ---\n{daemon.stderr()[-3000:]}"
+        return text
+
+    return wait_for(check, timeout=timeout, message=explain)
+
+
+# -- writing manifests the way users and git do ----------------------------------------------------
+
+def write_manifest(spec_dir: Path, filename: str, text: str) -> Path:
+    """Write ``text`` to a hidden temp name in ``spec_dir`` and rename it into place (atomic)."""
+    spec_dir = Path(spec_dir)
+    target = spec_dir / filename
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp"
+    tmp.write_text(text)
+    os.rename(tmp, target)
+    return target
+
+
+def line_number(text: str, needle: str, start: int = 1) -> int:
+    """1-based number of the first line at or after ``start`` that contains ``needle``."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if number >= start and needle in line:
+            return number
+    raise ValueError(f"{needle!r} not in text")
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+def pid_alive(pid: int | None) -> bool:
+    """True while ``pid`` is a live process (a zombie is not alive: it only awaits reaping)."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return False
+    state = data[data.rindex(b")") + 2 :].split()[0]
+    return state not in (b"Z", b"X")
+
+
+def _environ(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return handle.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def processes_of_home(home: Path) -> set[int]:
+    """Live processes (other than this one) whose environment says ``GFLOW_HOME=<home>``:
+    every gflowd of that home and every job process it started, children included."""
+    marker = b"GFLOW_HOME=" + os.fsencode(str(home))
+    found = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if pid == os.getpid():
+            continue
+        if marker in _environ(pid) and pid_alive(pid):
+            found.add(pid)
+    return found
+
+
+def recorded_job_pids(home: Path) -> set[int]:
+    """Job pids the controller recorded: status files and runtime records under run/."""
+    pids: set[int] = set()
+    status_dir = Path(home) / "status"
+    if status_dir.is_dir():
+        for path in status_dir.glob("*.yaml"):
+            status = job_status(home, path.stem)
+            if status and isinstance(status.get("pid"), int):
+                pids.add(status["pid"])
+    run_dir = Path(home) / "run"
+    if run_dir.is_dir():
+        for path in run_dir.rglob("*.json"):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict) and isinstance(record.get("pid"), int):
+                pids.add(record["pid"])
+    return pids
+
+
+def kill_jobs_of_home(home: Path, timeout: float = 5) -> set[int]:
+    """SIGKILL every job process of ``home`` (and its process group). Returns what still lives.
+
+    A recorded pid is only signalled when the process still carries this home in its
+    environment, so a recycled pid belonging to someone else is never touched.
+    """
+    home = Path(home)
+    ours = processes_of_home(home)
+    targets = ours | {pid for pid in recorded_job_pids(home) if pid in ours}
+    for pid in targets:
+        for kill in (os.killpg, os.kill):  # jobs lead their own process group
+            try:
+                kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = {pid for pid in targets if pid_alive(pid)} | processes_of_home(home)
+        if not left:
+            return set()
+        time.sleep(0.02)
+    return left
+
+
+# -- the daemon -----------------------------------------------------------------------------------
+
+class Daemon:
+    """A ``gflowd`` subprocess on one home, with its stderr in a file."""
+
+    def __init__(self, home: Path, args: list[str], log_dir: Path, number: int, env: dict[str, str] | None = None):
+        self.home = Path(home)
+        self.argv = [sys.executable, "-m", "controller.daemon", "--home", str(self.home), "--resync", "1s", *args]
+        self.stderr_path = Path(log_dir) / f"gflowd-{number}.stderr"
+        self.stdout_path = Path(log_dir) / f"gflowd-{number}.stdout"
+        full_env = dict(os.environ)
+        full_env.pop("CUDA_VISIBLE_DEVICES", None)
+        full_env.update({"GFLOW_HOME": str(self.home), "PYTHONUNBUFFERED": "1"})
+        full_env.update(env or {})
+        with open(self.stderr_path, "wb") as err, open(self.stdout_path, "wb") as out:
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=full_env, cwd=str(log_dir)
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait_ready(self, timeout: float = 15) -> "Daemon":
+        """Until the first pass is recorded (run/index.json names this process)."""
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"gflowd exited with {self.proc.returncode}:\n{self.stderr()}")
+            index = read_index(self.home)
+            return bool(index and index.get("controller", {}).get("pid") == self.proc.pid)
+
+        wait_for(ready, timeout=timeout, message=lambda: f"gflowd to start\n{self.stderr()}")
+        return self
+
+    def wait_pass(self, timeout: float = 15) -> None:
+        """Until a whole reconcile pass has begun and ended after this call (two index writes)."""
+        seen = [(read_index(self.home) or {}).get("updated", 0)]
+
+        def two_more():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"gflowd exited with {self.proc.returncode}:\n{self.stderr()}")
+            updated = (read_index(self.home) or {}).get("updated", 0)
+            if updated > seen[-1]:
+                seen.append(updated)
+            return len(seen) >= 3
+
+        wait_for(two_more, timeout=timeout, message="two more reconcile passes")
+
+    def terminate(self, timeout: float = 10) -> int:
+        """SIGTERM, then wait; SIGKILL if it does not stop in time. Returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode

@@ -1,0 +1,402 @@
+"""End to end: a real gflowd process, real manifest files, real job processes.
+
+Every test drives the controller only through the spec directory and reads only what it writes
+(status files, logs, /proc), the way users and gflowctl do. Waiting is poll-with-deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import (
+    job_status,
+    line_number,
+    pid_alive,
+    read_log,
+    read_status,
+    wait_for,
+    wait_phase,
+    write_manifest,
+)
+
+
+def manifest(name: str | None, spec: str, extra_meta: str = "") -> str:
+    """A Job manifest; ``spec`` is the YAML body under ``spec:`` (dedented here)."""
+    meta = f"metadata:\n  name: {name}\n" if name else "metadata: {}\n"
+    body = textwrap.indent(textwrap.dedent(spec).strip("\n"), "  ")
+    return f"apiVersion: gflow.dev/v1alpha1\nkind: Job\n{meta}{extra_meta}spec:\n{body}\n"
+
+
+def gated_spec(go: Path, extra: str = "", prelude: str = "") -> str:
+    """A job that runs until the file ``go`` exists: lets a test see Running, then end it."""
+    return f"""\
+command: [sh, -c, '{prelude}while [ ! -e "$GO" ]; do sleep 0.02; done; echo finished']
+env:
+  GO: {go}
+{extra}"""
+
+
+def sleeper_spec(extra: str = "") -> str:
+    return f"command: [sleep, '300']\n{extra}"
+
+
+def running_pid(home: Path, name: str, daemon) -> int:
+    status = wait_phase(home, name, "Running", daemon=daemon)
+    pid = wait_for(lambda: (job_status(home, name) or {}).get("pid"), message=f"a pid for {name}")
+    assert pid_alive(pid), f"status says {name} runs as pid {pid}, but no such live process"
+    assert status["phase"] == "Running"
+    return pid
+
+
+# -- the happy path --------------------------------------------------------------------------------
+
+def test_dropped_manifest_runs_then_succeeds(home, gflowd, tmp_path):
+    daemon = gflowd()
+    go = tmp_path / "go"
+    write_manifest(home / "jobs", "hello.yaml", manifest("hello", gated_spec(go, prelude="env; ")))
+
+    pid = running_pid(home, "hello", daemon)
+    status = job_status(home, "hello")
+    assert status["attempt"] == 1
+    assert status["devices"] == []
+    assert status["manifest"] == "jobs/hello.yaml"
+
+    go.touch()
+    status = wait_phase(home, "hello", "Succeeded", daemon=daemon)
+    assert status["exitCode"] == 0
+    assert status["reason"] == "Completed"
+    wait_for(lambda: not pid_alive(pid), message=f"pid {pid} to end")
+    log = read_log(home, "hello")
+    assert "finished" in log
+    env_lines = log.splitlines()
+    assert "CUDA_VISIBLE_DEVICES=" in env_lines  # a CPU job sees no GPU
+    assert "GFLOW_JOB_NAME=hello" in env_lines
+    assert "GFLOW_ATTEMPT=1" in env_lines
+    assert read_status(home, "hello")["metadata"]["name"] == "hello"
+
+
+def test_failing_command_ends_failed_with_its_exit_code(home, gflowd):
+    daemon = gflowd()
+    write_manifest(home / "jobs", "fails.yaml", manifest("fails", "command: [sh, -c, 'echo hi; exit 3']"))
+
+    status = wait_phase(home, "fails", "Failed", daemon=daemon)
+    assert status["exitCode"] == 3
+    assert status["reason"] == "Error"
+    assert "3" in status["message"]
+    assert read_log(home, "fails") == "hi\n"
+
+
+def test_name_defaults_to_file_stem(home, gflowd):
+    daemon = gflowd()
+    write_manifest(home / "jobs", "stem-named.yaml", manifest(None, "command: ['true']"))
+    wait_phase(home, "stem-named", "Succeeded", daemon=daemon)
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+BAD_TYPE = manifest("bad-type", """\
+command: [sh, -c, 'exit 0']
+resources:
+  gpus: "two"
+""")
+NEGATIVE = manifest("negative", """\
+command: [sh, -c, 'exit 0']
+resources:
+  gpus: -1
+""")
+UNKNOWN_FIELD = manifest("unknown-field", """\
+command: [sh, -c, 'exit 0']
+priorty: 5
+""")
+SYNTAX_ERROR = """\
+apiVersion: gflow.dev/v1alpha1
+kind: Job
+metadata:
+  name: not-this-name
+spec:
+  command: [sh, -c, 'exit 0'
+  priority: 1
+"""
+
+
+def test_invalid_manifests_are_rejected_with_field_and_line_while_good_jobs_run(home, gflowd):
+    daemon = gflowd()
+    jobs = home / "jobs"
+    write_manifest(jobs, "bad-type.yaml", BAD_TYPE)
+    write_manifest(jobs, "negative.yaml", NEGATIVE)
+    write_manifest(jobs, "unknown-field.yaml", UNKNOWN_FIELD)
+    write_manifest(jobs, "broken.yaml", SYNTAX_ERROR)
+    write_manifest(jobs, "good.yaml", manifest("good", "command: [sh, -c, 'echo fine']"))
+
+    status = wait_phase(home, "bad-type", "Rejected", daemon=daemon)
+    assert status["reason"] == "Invalid"
+    assert status["message"].startswith(
+        f"spec.resources.gpus: must be an integer (jobs/bad-type.yaml line {line_number(BAD_TYPE, 'gpus:')})"
+    ), status["message"]
+
+    status = wait_phase(home, "negative", "Rejected", daemon=daemon)
+    assert status["reason"] == "Invalid"
+    assert status["message"] == f"spec.resources.gpus: must be >= 0 (jobs/negative.yaml line {line_number(NEGATIVE, 'gpus:')})"
+
+    status = wait_phase(home, "unknown-field", "Rejected", daemon=daemon)
+    assert status["reason"] == "Invalid"
+    line = line_number(UNKNOWN_FIELD, "priorty:")
+    assert status["message"].startswith("spec.priorty: unknown field"), status["message"]
+    assert f"(jobs/unknown-field.yaml line {line})" in status["message"]
+    assert "did you mean priority?" in status["message"]
+
+    # unparseable: reported under the file stem, with the line of the problem
+    status = wait_phase(home, "broken", "Rejected", daemon=daemon)
+    assert status["reason"] == "YAMLError"
+    assert "jobs/broken.yaml line " in status["message"]
+    assert read_status(home, "not-this-name") is None
+
+    # none of that stops a good job in the same folder
+    status = wait_phase(home, "good", "Succeeded", daemon=daemon)
+    assert read_log(home, "good") == "fine\n"
+    assert daemon.proc.poll() is None, "gflowd must survive bad manifests"
+    for name in ("bad-type", "negative", "unknown-field", "broken"):
+        assert job_status(home, name)["phase"] == "Rejected"
+        assert not (home / "logs" / f"{name}.log").exists(), f"rejected job {name} must not run"
+
+
+def test_duplicate_name_is_rejected_and_never_disturbs_the_first(home, gflowd, tmp_path):
+    daemon = gflowd()
+    go = tmp_path / "go"
+    write_manifest(home / "jobs", "first.yaml", manifest("dup", gated_spec(go)))
+    pid = running_pid(home, "dup", daemon)
+
+    write_manifest(home / "jobs", "second.yaml", manifest("dup", "command: [sh, -c, 'echo impostor']"))
+    status = wait_phase(home, "second", "Rejected", daemon=daemon)
+    assert status["reason"] == "DuplicateName"
+    assert "jobs/first.yaml" in status["message"] and "jobs/second.yaml" in status["message"], status["message"]
+
+    daemon.wait_pass()
+    first = job_status(home, "dup")
+    assert first["phase"] == "Running" and first["pid"] == pid and first["manifest"] == "jobs/first.yaml"
+    assert first["attempt"] == 1
+    assert pid_alive(pid)
+
+    go.touch()
+    wait_phase(home, "dup", "Succeeded", daemon=daemon)
+    assert read_log(home, "dup") == "finished\n"
+    assert job_status(home, "second")["reason"] == "DuplicateName"
+
+
+def test_fixing_a_rejected_manifest_admits_it(home, gflowd):
+    daemon = gflowd()
+    wait_phase_kwargs = {"daemon": daemon}
+    write_manifest(home / "jobs", "negative.yaml", NEGATIVE)
+    wait_phase(home, "negative", "Rejected", reason="Invalid", **wait_phase_kwargs)
+
+    write_manifest(home / "jobs", "negative.yaml", NEGATIVE.replace("gpus: -1", "gpus: 0"))
+    status = wait_phase(home, "negative", "Succeeded", **wait_phase_kwargs)
+    assert status["exitCode"] == 0
+    admitted = [c for c in status["conditions"] if c["type"] == "Admitted"]
+    assert admitted and admitted[0]["status"] == "True"
+
+
+# -- acting on a running job by editing files ------------------------------------------------------------
+
+def test_deleting_the_manifest_stops_the_job_and_removes_its_status(home, gflowd):
+    daemon = gflowd()
+    path = write_manifest(home / "jobs", "sleeper.yaml", manifest("sleeper", sleeper_spec()))
+    pid = running_pid(home, "sleeper", daemon)
+
+    path.unlink()
+    wait_for(lambda: not (home / "status" / "sleeper.yaml").exists(), message=lambda: f"status removed\n{daemon.stderr()}")
+    assert not pid_alive(pid), f"pid {pid} still runs after its manifest was deleted"
+    assert (home / "logs" / "sleeper.log").exists(), "logs stay after a delete"
+
+
+def test_editing_cancelled_true_stops_a_running_job(home, gflowd):
+    daemon = gflowd()
+    text = manifest("to-cancel", sleeper_spec())
+    write_manifest(home / "jobs", "to-cancel.yaml", text)
+    pid = running_pid(home, "to-cancel", daemon)
+
+    write_manifest(home / "jobs", "to-cancel.yaml", text + "  cancelled: true\n")
+    status = wait_phase(home, "to-cancel", "Cancelled", daemon=daemon)
+    assert status["reason"] == "UserCancelled"
+    assert not pid_alive(pid)
+    daemon.wait_pass()
+    assert job_status(home, "to-cancel")["phase"] == "Cancelled", "a cancelled job stays cancelled"
+
+
+def test_spec_change_while_running_reruns_the_new_spec_when_the_attempt_ends(home, gflowd, tmp_path):
+    """A started job keeps its running attempt when its spec changes; when that attempt ends the
+    job runs again with the new spec, and that run's own exit is recorded."""
+    daemon = gflowd()
+    go = tmp_path / "go"
+    write_manifest(home / "jobs", "edited.yaml", manifest("edited", gated_spec(go)))
+    pid = running_pid(home, "edited", daemon)
+
+    write_manifest(home / "jobs", "edited.yaml", manifest("edited", "command: [sh, -c, 'echo second; exit 4']"))
+    status = wait_for(
+        lambda: (s := job_status(home, "edited")) and any(c["type"] == "SpecOutdated" for c in s["conditions"]) and s,
+        message=lambda: f"a SpecOutdated condition: {job_status(home, 'edited')}",
+    )
+    assert status["phase"] == "Running" and status["pid"] == pid, "the running attempt is not touched"
+    assert status["observedGeneration"] == 2
+
+    go.touch()  # the old attempt ends (exit 0); the new spec runs and exits 4 at once
+    status = wait_phase(home, "edited", "Failed", daemon=daemon)
+    assert status["reason"] == "Error", status
+    assert status["exitCode"] == 4, status
+    assert status["pid"] != pid
+    assert "second" in read_log(home, "edited")
+
+
+def test_stop_gives_the_whole_process_tree_its_grace_period(home, gflowd, tmp_path):
+    """TERM goes to the whole tree; a child that handles TERM (to save a checkpoint) gets the
+    grace period even when the job's leader (here bash) dies of TERM at once."""
+    daemon = gflowd()
+    saved = tmp_path / "saved"
+    spec = f"""\
+script: |
+  python3 -c 'import os, signal, sys, time
+  def term(*_):
+      time.sleep(0.3)  # saving a checkpoint
+      open(os.environ["SAVED"], "w").write("saved")
+      sys.exit(0)
+  signal.signal(signal.SIGTERM, term)
+  print("ready", flush=True)
+  time.sleep(300)'
+  echo "python ended"
+env:
+  SAVED: {saved}
+terminationGracePeriod: 10s
+"""
+    text = manifest("checkpointer", spec)
+    write_manifest(home / "jobs", "checkpointer.yaml", text)
+    running_pid(home, "checkpointer", daemon)
+    wait_for(lambda: "ready" in read_log(home, "checkpointer"), message="the job to install its TERM handler")
+
+    write_manifest(home / "jobs", "checkpointer.yaml", text + "  cancelled: true\n")
+    status = wait_phase(home, "checkpointer", "Cancelled", daemon=daemon)
+    assert status["reason"] == "UserCancelled"
+    assert saved.exists(), (
+        "the python child was KILLed before its TERM handler finished, well within the 10s grace "
+        f"period; status: {status['message']}"
+    )
+
+
+# -- the daemon's own life ---------------------------------------------------------------------------
+
+def test_second_gflowd_on_the_same_home_exits_1_with_one_line(home, gflowd):
+    first = gflowd()
+    second = subprocess.run(
+        [sys.executable, "-m", "controller.daemon", "--home", str(home), "--resync", "1s"],
+        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+    )
+    assert second.returncode == 1
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1, second.stderr
+    assert "already running" in lines[0]
+    assert "Traceback" not in second.stderr
+    assert first.proc.poll() is None, "the first gflowd keeps running"
+
+
+def test_sigterm_exits_0_promptly_leaves_jobs_running_and_restart_readopts(home, gflowd, tmp_path):
+    daemon = gflowd()
+    go = tmp_path / "go"
+    write_manifest(home / "jobs", "survivor.yaml", manifest("survivor", gated_spec(go)))
+    pid = running_pid(home, "survivor", daemon)
+
+    began = time.monotonic()
+    daemon.proc.send_signal(signal.SIGTERM)
+    assert daemon.proc.wait(timeout=10) == 0
+    assert time.monotonic() - began < 5, "gflowd must stop promptly on SIGTERM"
+    assert "Traceback" not in daemon.stderr()
+    assert pid_alive(pid), "stopping gflowd must not stop running jobs"
+    assert job_status(home, "survivor")["phase"] == "Running"
+
+    again = gflowd()
+    again.wait_pass()
+    status = job_status(home, "survivor")
+    assert status["phase"] == "Running", status
+    assert status["pid"] == pid
+    assert status["attempt"] == 1
+    assert pid_alive(pid)
+
+
+def test_crashed_gflowd_restarts_and_readopts(home, gflowd, tmp_path):
+    daemon = gflowd()
+    go = tmp_path / "go"
+    write_manifest(home / "jobs", "crash.yaml", manifest("crash", gated_spec(go)))
+    pid = running_pid(home, "crash", daemon)
+
+    daemon.proc.kill()  # no clean shutdown: the instance lock must not outlive the process
+    daemon.proc.wait(timeout=10)
+    assert pid_alive(pid)
+
+    again = gflowd()
+    again.wait_pass()
+    status = job_status(home, "crash")
+    assert status["phase"] == "Running" and status["pid"] == pid, status
+
+
+def test_readopted_job_that_ends_is_noticed(home, gflowd, tmp_path):
+    """After a restart the job is no longer gflowd's child; its end must still be seen
+    (as Succeeded once exit codes survive restarts, or Failed/Lost in the minimal runtime)."""
+    daemon = gflowd()
+    go = tmp_path / "go"
+    write_manifest(home / "jobs", "adopted.yaml", manifest("adopted", gated_spec(go)))
+    pid = running_pid(home, "adopted", daemon)
+    assert daemon.terminate() == 0
+    again = gflowd()
+    again.wait_pass()
+    assert job_status(home, "adopted")["pid"] == pid
+
+    go.touch()
+    wait_for(lambda: not pid_alive(pid), message=f"pid {pid} to end")
+    status = wait_phase(home, "adopted", ("Succeeded", "Failed"), daemon=again)
+    assert status["phase"] == "Succeeded" or status["reason"] == "Lost", status
+
+
+# -- GPUs ----------------------------------------------------------------------------------------------------
+
+TWO_FAKE_GPUS = """\
+gpus:
+  - {name: NVIDIA A100-SXM4-40GB, memory: 40Gi}
+  - {name: NVIDIA A100-SXM4-40GB, memory: 40Gi}
+"""
+
+
+def test_fake_gpus_bind_devices_and_refuse_what_never_fits(home, gflowd, tmp_path):
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text(TWO_FAKE_GPUS)
+    daemon = gflowd("--fake-gpus", fake)
+    go = tmp_path / "go"
+    write_manifest(
+        home / "jobs", "one-gpu.yaml", manifest("one-gpu", gated_spec(go, "resources:\n  gpus: 1\n", prelude="env; "))
+    )
+    write_manifest(home / "jobs", "eight-gpus.yaml", manifest("eight-gpus", "command: ['true']\nresources:\n  gpus: 8\n"))
+
+    running_pid(home, "one-gpu", daemon)
+    status = job_status(home, "one-gpu")
+    assert status["devices"] == [0]
+    assert len(status["deviceUUIDs"]) == 1
+    log = wait_for(lambda: "CUDA_VISIBLE_DEVICES=0" in read_log(home, "one-gpu").splitlines() and read_log(home, "one-gpu"),
+                   message=lambda: f"CUDA_VISIBLE_DEVICES=0 in the log: {read_log(home, 'one-gpu')!r}")
+    lines = log.splitlines()
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in lines
+    assert "MASTER_ADDR=127.0.0.1" in lines
+    assert any(line.startswith("MASTER_PORT=") and line[len("MASTER_PORT="):].isdigit() for line in lines)
+
+    status = wait_phase(home, "eight-gpus", "Pending", reason="Unschedulable", daemon=daemon)
+    assert "8" in status["message"] and "2" in status["message"], status["message"]
+    assert not (home / "logs" / "eight-gpus.log").exists()
+
+    go.touch()
+    wait_phase(home, "one-gpu", "Succeeded", daemon=daemon)
+    daemon.wait_pass()
+    assert job_status(home, "eight-gpus")["reason"] == "Unschedulable", "never silently started"

@@ -1,0 +1,225 @@
+"""The crash-safe runtime, end to end: real gflowd, real supervisors, real job processes.
+
+Limits are enforced by the supervisor, stops reach the whole process tree, and jobs outlive the
+controller: a gflowd killed with SIGKILL mid-job is restarted and finds every job where it left it,
+exit codes included, with nothing run twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from helpers import job_status, pid_alive, read_log, wait_for, wait_phase, write_manifest
+
+from controller.admission import validate_document
+from controller.yamlio import load_one
+
+
+def manifest(name: str, body: str) -> str:
+    return f"apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: {name}\nspec:\n{body}"
+
+
+def script_job(name: str, script: str, extra: str = "") -> str:
+    indented = "".join(f"    {line}\n" for line in script.strip().splitlines())
+    return manifest(name, f"  script: |\n{indented}{extra}")
+
+
+def tree_gone(pids: list[int]) -> bool:
+    return not any(pid_alive(p) for p in pids)
+
+
+def pids_in_log(home: Path, name: str, key: str) -> list[int]:
+    return [int(line.split("=", 1)[1]) for line in read_log(home, name).splitlines() if line.startswith(f"{key}=")]
+
+
+def test_time_limit_ends_deadline_exceeded_and_leaves_no_process(home, gflowd):
+    daemon = gflowd()
+    write_manifest(
+        home / "jobs", "slow.yaml",
+        script_job("slow", "echo pid=$$\nsleep 300 &\necho child=$!\nwait", "  timeLimit: 1s\n  terminationGracePeriod: 1s\n"),
+    )
+    status = wait_phase(home, "slow", "Failed", timeout=20, daemon=daemon)
+    assert status["reason"] == "DeadlineExceeded"
+    pids = pids_in_log(home, "slow", "pid") + pids_in_log(home, "slow", "child")
+    assert len(pids) == 2
+    wait_for(lambda: tree_gone(pids), timeout=5, message="the job's processes to be gone")
+
+
+def test_memory_limit_ends_oomkilled(home, gflowd):
+    daemon = gflowd()
+    hog = "python3 -c \"import time; x = bytearray(600 * 1024 * 1024); [x.__setitem__(i, 1) for i in range(0, len(x), 4096)]; time.sleep(60)\""
+    write_manifest(home / "jobs", "hog.yaml", script_job("hog", hog, "  resources:\n    memory: 200Mi\n"))
+    status = wait_phase(home, "hog", "Failed", timeout=30, daemon=daemon)
+    assert status["reason"] == "OOMKilled", status
+    assert "memory limit" in status["message"]
+
+
+def test_cancel_kills_a_term_ignoring_job_and_its_setsid_grandchild(home, gflowd):
+    daemon = gflowd()
+    script = (
+        "trap '' TERM\n"
+        "echo pid=$$\n"
+        "setsid sh -c 'trap \"\" TERM; echo grandchild=$$; exec sleep 300' &\n"
+        "while true; do sleep 0.1; done\n"
+    )
+    path = write_manifest(home / "jobs", "stubborn.yaml", script_job("stubborn", script, "  terminationGracePeriod: 1s\n"))
+    wait_phase(home, "stubborn", "Running", daemon=daemon)
+    wait_for(lambda: pids_in_log(home, "stubborn", "grandchild"), timeout=10, message="the grandchild to start")
+    pids = pids_in_log(home, "stubborn", "pid") + pids_in_log(home, "stubborn", "grandchild")
+    assert all(pid_alive(p) for p in pids)
+    write_manifest(home / "jobs", "stubborn.yaml", path.read_text() + "  cancelled: true\n")
+    status = wait_phase(home, "stubborn", "Cancelled", timeout=20, daemon=daemon)
+    assert status["reason"] == "UserCancelled"
+    assert tree_gone(pids), [p for p in pids if pid_alive(p)]
+
+
+def test_suspend_stops_a_running_job_and_resume_runs_it_again(home, gflowd):
+    daemon = gflowd()
+    original = script_job("nap", "echo run=$GFLOW_ATTEMPT\nsleep 300")
+    write_manifest(home / "jobs", "nap.yaml", original)
+    wait_phase(home, "nap", "Running", daemon=daemon)
+    write_manifest(home / "jobs", "nap.yaml", original + "  suspend: true\n")
+    status = wait_phase(home, "nap", "Pending", reason="Suspended", timeout=20, daemon=daemon)
+    assert status.get("pid") is not None
+    write_manifest(home / "jobs", "nap.yaml", original + "  suspend: false\n")
+    status = wait_phase(home, "nap", "Running", timeout=20, daemon=daemon)
+    assert status["attempt"] == 2
+
+
+def test_gflowd_killed_mid_job_readopts_it_and_it_succeeds_exactly_once(home, gflowd, tmp_path):
+    marker = tmp_path / "runs.txt"
+    release = tmp_path / "release"
+    script = f"echo started >> {marker}\nwhile [ ! -e {release} ]; do sleep 0.05; done\necho done"
+    first = gflowd()
+    write_manifest(home / "jobs", "once.yaml", script_job("once", script))
+    running = wait_phase(home, "once", "Running", daemon=first)
+    wait_for(lambda: marker.exists(), message="the job to start")
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(10)
+    job_pid = running.get("pid") or job_status(home, "once").get("pid")
+    assert job_pid and pid_alive(job_pid), "the job must survive its controller"
+
+    second = gflowd()
+    status = wait_phase(home, "once", "Running", daemon=second)
+    assert status["pid"] == job_pid
+    release.touch()
+    status = wait_phase(home, "once", "Succeeded", timeout=20, daemon=second)
+    assert status["exitCode"] == 0 and status["attempt"] == 1
+    assert marker.read_text() == "started\n"  # ran exactly once
+    assert "done" in read_log(home, "once")
+
+
+def test_exit_code_of_a_job_that_ends_while_gflowd_is_down_survives(home, gflowd, tmp_path):
+    release = tmp_path / "release"
+    first = gflowd()
+    write_manifest(home / "jobs", "seven.yaml", script_job("seven", f"while [ ! -e {release} ]; do sleep 0.05; done\nexit 7"))
+    wait_phase(home, "seven", "Running", daemon=first)
+    assert first.terminate() == 0
+    release.touch()  # the job ends now, while no gflowd runs
+    wait_for(lambda: list((home / "run" / "jobs" / "seven").glob("exit-*.json")), message="the supervisor's exit record")
+    second = gflowd()
+    status = wait_phase(home, "seven", "Failed", daemon=second)
+    assert (status["reason"], status["exitCode"]) == ("Error", 7)
+
+
+def test_backoff_limit_2_means_exactly_three_attempts(home, gflowd, tmp_path):
+    marker = tmp_path / "attempts.txt"
+    daemon = gflowd()
+    write_manifest(
+        home / "jobs", "flaky.yaml",
+        script_job("flaky", f"echo attempt $GFLOW_ATTEMPT >> {marker}\nexit 1", "  backoffLimit: 2\n"),
+    )
+    status = wait_phase(home, "flaky", "Failed", timeout=30, daemon=daemon)
+    assert status["reason"] == "BackoffLimitExceeded"
+    assert marker.read_text().splitlines() == ["attempt 1", "attempt 2", "attempt 3"]
+    assert status["attempt"] == 3
+    logs = sorted(p.name for p in (home / "logs").glob("flaky*.log"))
+    assert logs == ["flaky.1.log", "flaky.2.log", "flaky.log"]
+
+
+def test_a_start_decided_but_never_begun_is_started_after_a_crash(home, gflowd, tmp_path):
+    """A launch record without a run record and without a live supervisor: the job never ran."""
+    marker = tmp_path / "ran.txt"
+    job_dir = home / "run" / "jobs" / "late"
+    job_dir.mkdir(parents=True)
+    (home / "logs").mkdir(exist_ok=True)
+    launch = {
+        "name": "late", "attempt": 1, "generation": 1,
+        "argv": ["sh", "-c", f"echo ran adopted >> {marker}"], "env": dict(os.environ), "cwd": str(tmp_path),
+        "log": str(home / "logs" / "late.log"), "uid": None, "gid": None, "groups": [],
+        "timeLimit": None, "memoryLimit": None, "grace": 1.0,
+        "notify": str(home / "run" / "notify.sock"), "devices": [], "deviceUUIDs": [],
+    }
+    text = manifest("late", f"  command: [sh, -c, 'echo ran >> {marker}']\n")
+    launch["runHash"] = validate_document(load_one(text), source="jobs/late.yaml", path="", stem="late", single=True).run_hash
+    (job_dir / "launch-1.json").write_text(json.dumps(launch))
+    write_manifest(home / "jobs", "late.yaml", text)
+    daemon = gflowd()
+    status = wait_phase(home, "late", "Succeeded", daemon=daemon)
+    assert marker.read_text() == "ran adopted\n"  # started once: by the adoption, not again by the scheduler
+    assert status["attempt"] == 1
+
+
+def test_supervisor_killed_without_exit_record_is_lost(home, gflowd):
+    daemon = gflowd()
+    write_manifest(home / "jobs", "victim.yaml", script_job("victim", "sleep 300"))
+    wait_phase(home, "victim", "Running", daemon=daemon)
+    run = wait_for(lambda: _json(home / "run" / "jobs" / "victim" / "run-1.json"), message="the run record")
+    os.kill(run["supervisorPid"], signal.SIGKILL)
+    status = wait_phase(home, "victim", "Failed", timeout=20, daemon=daemon)
+    assert status["reason"] == "Lost"
+    os.kill(run["jobPid"], signal.SIGKILL)
+
+
+def test_command_not_found_fails_with_a_clear_message(home, gflowd):
+    daemon = gflowd()
+    write_manifest(home / "jobs", "typo.yaml", manifest("typo", "  command: [pyhton3, train.py]\n"))
+    status = wait_phase(home, "typo", "Failed", daemon=daemon)
+    assert status["exitCode"] == 127
+    assert "pyhton3" in status["message"]
+
+
+def test_job_environment(home, gflowd):
+    daemon = gflowd()
+    write_manifest(
+        home / "jobs", "envy.yaml",
+        manifest("envy", "  command: [sh, -c, 'env | sort']\n  env: {SEED: 42, MODE: fast}\n"),
+    )
+    wait_phase(home, "envy", "Succeeded", daemon=daemon)
+    env = dict(line.split("=", 1) for line in read_log(home, "envy").splitlines() if "=" in line)
+    assert env["GFLOW_JOB_NAME"] == "envy"
+    assert env["GFLOW_ATTEMPT"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env["MASTER_ADDR"] == "127.0.0.1" and int(env["MASTER_PORT"]) >= 1024
+    assert (env["SEED"], env["MODE"]) == ("42", "fast")
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+def test_root_controller_runs_the_job_as_the_manifest_owner(home, gflowd):
+    import pwd
+
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no 'nobody' user")
+    daemon = gflowd()
+    os.chmod(home, 0o755)
+    for sub in ("logs",):
+        (home / sub).mkdir(exist_ok=True)
+    path = write_manifest(home / "jobs", "who.yaml", manifest("who", "  command: [id, -u]\n  workingDir: /\n"))
+    os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    wait_phase(home, "who", ("Succeeded", "Failed"), daemon=daemon)
+    assert read_log(home, "who").strip() == str(nobody.pw_uid), job_status(home, "who")
