@@ -78,7 +78,7 @@ class SupervisorRuntime:
         self.notify_path = str(home.run_dir / "notify.sock")
         self._sock = self._bind_notify()
         self._launcher: subprocess.Popen | None = None
-        self.start_latencies: list[float] = []  # decision -> launch handed over, for benchmarks
+        self._ensure_launcher()  # now, not at the first start: an interpreter start costs ~50 ms
 
     # -- the Protocol --------------------------------------------------------------------------
 

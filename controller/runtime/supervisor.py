@@ -144,12 +144,22 @@ def tree_rss(pids: list[int]) -> int:
     return total
 
 
-def _set_subreaper() -> bool:
-    try:
+_libc = None
+
+
+def _load_libc():
+    """ctypes and libc, loaded once: the launcher loads them before forking, so supervisors don't."""
+    global _libc
+    if _libc is None:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _set_subreaper() -> bool:
+    try:
+        return _load_libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
@@ -398,6 +408,10 @@ class Supervisor:
 def launcher() -> int:
     """Zygote: fork one supervisor per launch-file path read from stdin."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped automatically
+    try:
+        _load_libc()  # warm: every supervisor forked from here inherits it
+    except OSError:
+        pass
     stdin = sys.stdin.buffer
     while True:
         line = stdin.readline()
