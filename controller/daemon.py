@@ -259,6 +259,8 @@ class Controller:
             self.runtime.stop(stop.name, stop.grace, stop.reason)
         for name, limit in plan.time_limits.items():
             self.runtime.set_time_limit(name, limit)
+        for name in plan.consumed:  # before starts: a pass may record an exit and start anew
+            self.runtime.forget(name)
         for launch in plan.starts:
             self.runtime.start(launch)
         if plan.starts:
@@ -269,8 +271,6 @@ class Controller:
                     plan.states[launch.name].pid = run.pid
                     if not run.running:
                         again = True  # it could not start: record that at once
-        for name in plan.consumed:
-            self.runtime.forget(name)
         # record
         warnings = {(w.source, w.reason, w.message): w for w in admission.warnings}
         for key in warnings.keys() - self._warned:  # report each bad file once, not every pass

@@ -360,8 +360,7 @@ def _exit_text(run: RunObservation) -> str:
 def _reset_for_rerun(plan: Plan, state: JobState, why: str) -> None:
     plan.events.append(Event("Normal", "Rerun", state.name, why))
     state.phase, state.reason, state.message = "Pending", "Rerun", why
-    state.attempt = 0
-    state.failed = 0
+    state.failed = 0  # attempts keep counting across generations, so every attempt's log is kept
     state.exit_code = None
     state.start_time = state.completion_time = state.next_attempt_time = None
     state.pid = None
@@ -416,6 +415,7 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
         for _, job in ready
     ]
     decisions = schedule(requests, slots)
+    started: set[str] = set()
     position = 0
     for state, job in ready:
         decision = decisions[job.name]
@@ -434,10 +434,14 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
             state.pid = None
             state.conditions = set_condition(state.conditions, "Scheduled", "True", "Bound", state.message, now_text)
             plan.starts.append(Launch(job.name, state.attempt, state.generation, job, list(decision.devices), list(decision.uuids)))
+            started.add(job.name)
         else:
             state.reason, state.message = decision.reason, decision.message
             position += 1
             state.queue_position = position
+    # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"
+    if started and any(d.job in started for st, j in pending if st.reason == "Dependency" for d in j.spec.depends_on):
+        plan.again = True
 
 
 def _dependency_block(state: JobState, job: AdmittedJob, states: dict[str, JobState], now: float) -> str | None:

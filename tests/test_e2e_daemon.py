@@ -6,7 +6,6 @@ Every test drives the controller only through the spec directory and reads only 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -193,12 +192,11 @@ def test_duplicate_name_is_rejected_and_never_disturbs_the_first(home, gflowd, t
 
 def test_fixing_a_rejected_manifest_admits_it(home, gflowd):
     daemon = gflowd()
-    wait_phase_kwargs = {"daemon": daemon}
     write_manifest(home / "jobs", "negative.yaml", NEGATIVE)
-    wait_phase(home, "negative", "Rejected", reason="Invalid", **wait_phase_kwargs)
+    wait_phase(home, "negative", "Rejected", reason="Invalid", daemon=daemon)
 
     write_manifest(home / "jobs", "negative.yaml", NEGATIVE.replace("gpus: -1", "gpus: 0"))
-    status = wait_phase(home, "negative", "Succeeded", **wait_phase_kwargs)
+    status = wait_phase(home, "negative", "Succeeded", daemon=daemon)
     assert status["exitCode"] == 0
     admitted = [c for c in status["conditions"] if c["type"] == "Admitted"]
     assert admitted and admitted[0]["status"] == "True"
@@ -231,15 +229,24 @@ def test_editing_cancelled_true_stops_a_running_job(home, gflowd):
     assert job_status(home, "to-cancel")["phase"] == "Cancelled", "a cancelled job stays cancelled"
 
 
-def test_spec_change_while_running_reruns_the_new_spec_when_the_attempt_ends(home, gflowd, tmp_path):
+@pytest.mark.parametrize(
+    "new_command, exit_code, reason, log_text",
+    [
+        pytest.param("[sh, -c, 'echo second; exit 4']", 4, "Error", "second", id="exits-at-once"),
+        pytest.param("[no-such-program-gflow-e2e]", 127, "Error", None, id="cannot-start"),
+    ],
+)
+def test_spec_change_while_running_reruns_the_new_spec_when_the_attempt_ends(
+    home, gflowd, tmp_path, new_command, exit_code, reason, log_text
+):
     """A started job keeps its running attempt when its spec changes; when that attempt ends the
-    job runs again with the new spec, and that run's own exit is recorded."""
+    job runs again with the new spec, and that run's own end is recorded (not Lost)."""
     daemon = gflowd()
     go = tmp_path / "go"
     write_manifest(home / "jobs", "edited.yaml", manifest("edited", gated_spec(go)))
     pid = running_pid(home, "edited", daemon)
 
-    write_manifest(home / "jobs", "edited.yaml", manifest("edited", "command: [sh, -c, 'echo second; exit 4']"))
+    write_manifest(home / "jobs", "edited.yaml", manifest("edited", f"command: {new_command}"))
     status = wait_for(
         lambda: (s := job_status(home, "edited")) and any(c["type"] == "SpecOutdated" for c in s["conditions"]) and s,
         message=lambda: f"a SpecOutdated condition: {job_status(home, 'edited')}",
@@ -247,12 +254,13 @@ def test_spec_change_while_running_reruns_the_new_spec_when_the_attempt_ends(hom
     assert status["phase"] == "Running" and status["pid"] == pid, "the running attempt is not touched"
     assert status["observedGeneration"] == 2
 
-    go.touch()  # the old attempt ends (exit 0); the new spec runs and exits 4 at once
+    go.touch()  # the old attempt ends (exit 0) and the new spec runs: it ends at once
     status = wait_phase(home, "edited", "Failed", daemon=daemon)
-    assert status["reason"] == "Error", status
-    assert status["exitCode"] == 4, status
-    assert status["pid"] != pid
-    assert "second" in read_log(home, "edited")
+    assert status["reason"] == reason, status
+    assert status["exitCode"] == exit_code, status
+    assert status["observedGeneration"] == 2
+    if log_text:
+        assert log_text in read_log(home, "edited")
 
 
 def test_stop_gives_the_whole_process_tree_its_grace_period(home, gflowd, tmp_path):
@@ -344,9 +352,8 @@ def test_crashed_gflowd_restarts_and_readopts(home, gflowd, tmp_path):
     assert status["phase"] == "Running" and status["pid"] == pid, status
 
 
-def test_readopted_job_that_ends_is_noticed(home, gflowd, tmp_path):
-    """After a restart the job is no longer gflowd's child; its end must still be seen
-    (as Succeeded once exit codes survive restarts, or Failed/Lost in the minimal runtime)."""
+def test_readopted_job_that_ends_is_recorded_with_its_exit_code(home, gflowd, tmp_path):
+    """After a restart the job is no longer the old gflowd's; its end is still seen, exit code and all."""
     daemon = gflowd()
     go = tmp_path / "go"
     write_manifest(home / "jobs", "adopted.yaml", manifest("adopted", gated_spec(go)))
@@ -357,9 +364,31 @@ def test_readopted_job_that_ends_is_noticed(home, gflowd, tmp_path):
     assert job_status(home, "adopted")["pid"] == pid
 
     go.touch()
-    wait_for(lambda: not pid_alive(pid), message=f"pid {pid} to end")
     status = wait_phase(home, "adopted", ("Succeeded", "Failed"), daemon=again)
-    assert status["phase"] == "Succeeded" or status["reason"] == "Lost", status
+    assert status["phase"] == "Succeeded" and status["exitCode"] == 0, status
+    assert read_log(home, "adopted") == "finished\n"
+
+
+def test_job_that_ends_while_gflowd_is_down_is_recorded_on_restart(home, gflowd, tmp_path):
+    daemon = gflowd()
+    go = tmp_path / "go"
+    spec = f"""\
+command: [sh, -c, 'while [ ! -e "$GO" ]; do sleep 0.02; done; echo bye; exit 3']
+env:
+  GO: {go}
+"""
+    write_manifest(home / "jobs", "while-down.yaml", manifest("while-down", spec))
+    pid = running_pid(home, "while-down", daemon)
+    assert daemon.terminate() == 0
+
+    go.touch()
+    wait_for(lambda: not pid_alive(pid), message=f"pid {pid} to end while gflowd is down")
+    assert job_status(home, "while-down")["phase"] == "Running", "nobody wrote the status meanwhile"
+
+    again = gflowd()
+    status = wait_phase(home, "while-down", "Failed", daemon=again)
+    assert status["reason"] == "Error" and status["exitCode"] == 3, status
+    assert read_log(home, "while-down") == "bye\n"
 
 
 # -- GPUs ----------------------------------------------------------------------------------------------------

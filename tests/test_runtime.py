@@ -97,11 +97,11 @@ def test_gflowd_killed_mid_job_readopts_it_and_it_succeeds_exactly_once(home, gf
     script = f"echo started >> {marker}\nwhile [ ! -e {release} ]; do sleep 0.05; done\necho done"
     first = gflowd()
     write_manifest(home / "jobs", "once.yaml", script_job("once", script))
-    running = wait_phase(home, "once", "Running", daemon=first)
     wait_for(lambda: marker.exists(), message="the job to start")
+    running = wait_for(lambda: (job_status(home, "once") or {}).get("pid"), message="its pid in the status")
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(10)
-    job_pid = running.get("pid") or job_status(home, "once").get("pid")
+    job_pid = running
     assert job_pid and pid_alive(job_pid), "the job must survive its controller"
 
     second = gflowd()

@@ -45,7 +45,7 @@ class JobStatusFields(_Model):
     manifest: str | None = Field(default=None, description="The manifest file, relative to GFLOW_HOME")
     priority: int = 0
     gpus: int = 0
-    attempt: int = Field(default=0, description="1 for the first run, +1 per retry")
+    attempt: int = Field(default=0, description="1 for the first run, +1 per retry or rerun")
     failed: int = Field(default=0, description="Failed attempts of this generation")
     start_time: str | None = None
     completion_time: str | None = None
