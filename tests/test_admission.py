@@ -486,3 +486,34 @@ def test_documents_without_a_name_become_warnings():
     result = admit([nameless])
     assert result.jobs == {} and result.rejected == {}
     assert result.warnings == [nameless]
+
+
+# --- who may run what, and what this machine can do -------------------------------------------------
+
+
+def _owned(uid: int, text: str = "spec:\n  command: [x]\n") -> AdmittedJob:
+    from controller.yamlio import load_one as _load
+
+    result = validate_document(_load(text), source="jobs/o.yaml", path="/x/o.yaml", stem="o", single=True, owner_uid=uid)
+    assert isinstance(result, AdmittedJob)
+    return result
+
+
+def test_non_root_controller_rejects_manifests_owned_by_someone_else():
+    result = admit([_owned(1001)], controller_uid=1000)
+    assert "o" not in result.jobs
+    assert result.rejected["o"].reason == "Forbidden"
+    assert "uid 1001" in result.rejected["o"].message and "uid 1000" in result.rejected["o"].message
+
+
+def test_root_controller_and_own_manifests_are_admitted():
+    assert "o" in admit([_owned(1001)], controller_uid=0).jobs
+    assert "o" in admit([_owned(1000)], controller_uid=1000).jobs
+
+
+def test_conda_env_without_conda_is_rejected_with_a_clear_message():
+    job = _owned(0, "spec:\n  command: [python, t.py]\n  condaEnv: torch\n")
+    result = admit([job], conda_available=False)
+    assert result.rejected["o"].reason == "Invalid"
+    assert result.rejected["o"].message.startswith("spec.condaEnv: conda is not installed")
+    assert "o" in admit([job], conda_available=True).jobs

@@ -1,0 +1,89 @@
+"""gflowctl against a running gflowd, as a user drives it: apply, get, wait, logs, cancel, delete."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import job_status, wait_for, wait_phase
+
+
+def ctl(home: Path, *argv: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GFLOW_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv],
+        input=stdin, capture_output=True, text=True, env=env, timeout=timeout,
+    )
+
+
+JOB = """\
+apiVersion: gflow.dev/v1alpha1
+kind: Job
+metadata:
+  name: {name}
+  labels: {{team: vision}}
+spec:
+  command: {command}
+"""
+
+
+def test_apply_runs_the_job_and_the_cli_shows_it(home, gflowd, tmp_path):
+    daemon = gflowd()
+    src = tmp_path / "hello.yaml"
+    src.write_text(JOB.format(name="hello", command="[sh, -c, 'echo hello from gflow']"))
+    applied = ctl(home, "apply", "-f", str(src))
+    assert (applied.returncode, applied.stdout) == (0, "job/hello created\n"), applied.stderr
+    waited = ctl(home, "wait", "job/hello", "--for=phase=Succeeded", "--timeout", "30s")
+    assert waited.returncode == 0, waited.stderr + daemon.stderr()
+    listed = ctl(home, "get", "jobs", "-l", "team=vision")
+    assert listed.returncode == 0
+    row = listed.stdout.splitlines()[1].split()
+    assert row[:3] == ["hello", "Succeeded", "0"]
+    assert ctl(home, "logs", "hello").stdout == "hello from gflow\n"
+    described = ctl(home, "describe", "job", "hello")
+    assert "Succeeded" in described.stdout and "Completed" in described.stdout
+
+
+def test_apply_from_stdin_then_cancel_then_delete(home, gflowd):
+    daemon = gflowd()
+    applied = ctl(home, "apply", "-f", "-", stdin=JOB.format(name="long", command="[sleep, '300']"))
+    assert applied.returncode == 0, applied.stderr
+    wait_phase(home, "long", "Running", daemon=daemon)
+    wait_for(lambda: (job_status(home, "long") or {}).get("pid"), message="the job's pid")
+    cancelled = ctl(home, "cancel", "long")
+    assert cancelled.stdout == "job/long cancelled\n"
+    assert "cancelled: true" in (home / "jobs" / "long.yaml").read_text()
+    status = wait_phase(home, "long", "Cancelled", timeout=20, daemon=daemon)
+    assert status["reason"] == "UserCancelled"
+    deleted = ctl(home, "delete", "job", "long")
+    assert deleted.stdout == "job/long deleted\n"
+    wait_for(lambda: not (home / "status" / "long.yaml").exists(), message="the status to be removed")
+    gone = ctl(home, "get", "jobs", "long")
+    assert gone.returncode == 1 and "not found" in gone.stderr
+
+
+def test_rerun_runs_a_finished_job_again(home, gflowd, tmp_path):
+    daemon = gflowd()
+    marker = tmp_path / "runs"
+    ctl(home, "apply", "-f", "-", stdin=JOB.format(name="again", command=f"[sh, -c, 'echo run >> {marker}']"))
+    wait_phase(home, "again", "Succeeded", daemon=daemon)
+    assert ctl(home, "rerun", "again").returncode == 0
+    wait_for(lambda: marker.exists() and marker.read_text() == "run\nrun\n", message="a second run")
+    status = wait_phase(home, "again", "Succeeded", daemon=daemon)
+    assert status["attempt"] == 2 and status["observedGeneration"] == 2
+
+
+def test_get_gpus_lists_fake_gpus_with_their_jobs(home, gflowd, tmp_path):
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text("gpus:\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n")
+    daemon = gflowd("--fake-gpus", str(fake))
+    ctl(home, "apply", "-f", "-", stdin=JOB.format(name="gpu", command="[sleep, '300']") + "  resources: {gpus: 1}\n")
+    wait_phase(home, "gpu", "Running", daemon=daemon)
+    shown = wait_for(lambda: (out := ctl(home, "get", "gpus").stdout) and "gpu" in out.splitlines()[1] and out,
+                     message="get gpus to show the job")
+    header, first, second = shown.splitlines()
+    assert header.split() == ["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS"]
+    assert first.split()[0] == "0" and "Allocated" in first and first.split()[-1] == "gpu"
+    assert "Free" in second
