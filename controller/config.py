@@ -17,8 +17,10 @@ class ControllerConfig(_Model):
     spec_dir: StrictStr | None = Field(default=None, description="Spec directory (default: $GFLOW_HOME/jobs)")
     fake_gpus: StrictStr | None = Field(default=None, description="YAML fake-GPU file instead of NVML")
     gpus: list[int] | None = Field(default=None, description="Only these GPU indices are used (others: Restricted)")
-    allocation_strategy: Literal["sequential"] = Field(
-        default="sequential", description="How GPUs are picked among free ones (lowest index first)"
+    allocation_strategy: Literal["sequential", "random", "packed", "spread"] = Field(
+        default="sequential",
+        description="How GPUs are picked among free ones: sequential (lowest index first), random, "
+        "packed (fill partly used shared GPUs first), spread (emptiest GPUs first)",
     )
     resync: Duration = Field(default=10.0, description="Full resync period")
     debounce: Duration = Field(default=0.02, description="Quiet time after a file event before a pass")

@@ -103,6 +103,7 @@ class Controller:
         self._stopping = False
         self._warned: set[tuple[str, str, str]] = set()
         self._conda: bool | None = None
+        self._topology_cache: dict[tuple[int, int], int] | None = None
         self.passes = 0
 
     # -- wake-ups from other threads -------------------------------------------------------------
@@ -247,7 +248,9 @@ class Controller:
             runs=runs,
             gpus=self.gpus,
             allowed_gpus=set(self.config.gpus) if self.config.gpus is not None else None,
-            managed_pids=self.runtime.managed_pids() if any(g.processes for g in self.gpus) else set(),
+            job_pids=self.runtime.job_pids() if any(g.processes for g in self.gpus) else {},
+            strategy=self.config.allocation_strategy,
+            topology=self._topology(),
             unmanaged_threshold=self.config.unmanaged_memory_threshold,
             ignore_processes=frozenset(self.config.ignore_processes),
             default_grace=self.config.termination_grace_period,
@@ -285,6 +288,17 @@ class Controller:
         self.recorder.write_node(plan.slots, self.inventory.describe())
         self.passes += 1
         return plan.wake_at, again
+
+    def _topology(self) -> dict[tuple[int, int], int]:
+        reader = getattr(self.inventory, "topology", None)
+        if reader is None:
+            return {}
+        if self._topology_cache is None:
+            try:
+                self._topology_cache = reader()
+            except Exception:  # best effort: scheduling works without it
+                self._topology_cache = {}
+        return self._topology_cache
 
     def _watch(self):
         """watchdog thread: file events mark paths dirty; the loop decides when to pass."""
@@ -342,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--spec-dir", help="manifest directory to watch (default HOME/jobs)")
     parser.add_argument("--fake-gpus", help="YAML file describing fake GPUs, instead of NVML")
     parser.add_argument("--gpus", type=_parse_gpus, help="only use these GPU indices, e.g. 0,2")
-    parser.add_argument("--allocation-strategy", choices=["sequential"])
+    parser.add_argument("--allocation-strategy", choices=["sequential", "random", "packed", "spread"],
+                        help="how GPUs are picked among free ones (default sequential)")
     parser.add_argument("--resync", help="full resync period (default 10s)")
     parser.add_argument("--termination-grace-period", help="seconds between TERM and KILL (default 10s)")
     parser.add_argument("--unmanaged-memory-threshold", help="tolerated foreign GPU memory (default 1Gi)")

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 from controller.admission import AdmissionResult, AdmittedJob
 from controller.api.status import TERMINAL_PHASES, find_condition, remove_condition, set_condition
-from controller.api.units import format_duration
+from controller.api.units import format_duration, format_quantity
 from controller.gpus.inventory import Gpu
 from controller.scheduler import Binding, GpuSlot, Holder, Request, build_slots, schedule
 from controller.state import JobState, rfc3339
@@ -77,7 +77,9 @@ class Snapshot:
     runs: dict[str, RunObservation]
     gpus: list[Gpu] = field(default_factory=list)
     allowed_gpus: set[int] | None = None
-    managed_pids: set[int] = field(default_factory=set)
+    job_pids: dict[str, set[int]] = field(default_factory=dict)  # running job -> its process tree
+    strategy: str = "sequential"
+    topology: dict[tuple[int, int], int] = field(default_factory=dict)
     unmanaged_threshold: int = GIB
     ignore_processes: frozenset[str] = frozenset()
     default_grace: float = DEFAULT_GRACE
@@ -204,7 +206,7 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             if run.run_hash and not state.run_hash:  # it ended before its start was ever recorded
                 state.run_hash, state.attempt = run.run_hash, max(state.attempt, run.attempt)
             stop = find_condition(state.conditions, "Terminating")
-            _record_exit(state, run, stop["reason"] if stop else None, spec.backoff_limit)
+            _record_exit(state, run, stop, spec.backoff_limit)
             plan.consumed.append(name)
             if state.phase == "Pending" and state.next_attempt_time is not None:
                 plan.wake(state.next_attempt_time)
@@ -271,8 +273,11 @@ def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation,
             plan, state, run, "DeadlineExceeded",
             f"ran longer than its time limit of {format_duration(spec.time_limit)}", grace, now_text,
         )
+    elif (over := _gpu_memory_overuse(state, job, snap)) is not None:
+        _request_stop(plan, state, run, "GPUMemoryExceeded", over, grace, now_text)
     elif deadline is not None:
         plan.wake(deadline)
+    _gpu_health(plan, state, snap, now_text)
     if state.run_hash and state.run_hash != job.run_hash:
         if find_condition(state.conditions, "SpecOutdated") is None:
             plan.events.append(Event(
@@ -289,6 +294,41 @@ def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation,
         state.conditions = remove_condition(state.conditions, "SpecOutdated")
 
 
+def _gpu_memory_overuse(state: JobState, job: AdmittedJob, snap: Snapshot) -> str | None:
+    """A Shared job promised ``gpuMemory`` per GPU; NVML's per-process accounting says if it keeps that."""
+    budget = job.spec.resources.gpu_memory
+    if job.spec.sharing != "Shared" or budget is None or not state.devices:
+        return None
+    pids = snap.job_pids.get(state.name)
+    if not pids:
+        return None
+    for gpu in snap.gpus:
+        if gpu.index not in state.devices:
+            continue
+        used = sum(p.used_memory for p in gpu.processes if p.pid in pids)
+        if used > budget:
+            return (
+                f"used {format_quantity(used)} of GPU {gpu.index}'s memory, over its gpuMemory of "
+                f"{format_quantity(budget)} (sharing: Shared)"
+            )
+    return None
+
+
+def _gpu_health(plan: Plan, state: JobState, snap: Snapshot, now_text: str) -> None:
+    """A GPU lost under a running job: say so on the job (it may be unable to finish)."""
+    sick = [g for g in snap.gpus if g.index in state.devices and not g.healthy]
+    if sick:
+        if find_condition(state.conditions, "GPUUnhealthy") is None:
+            text = "; ".join(f"GPU {g.index}: {g.error or 'unhealthy'}" for g in sick)
+            plan.events.append(Event("Warning", "GPUUnhealthy", state.name, f"a GPU of this running job failed: {text}"))
+        state.conditions = set_condition(
+            state.conditions, "GPUUnhealthy", "True", "GPULost",
+            "; ".join(f"GPU {g.index}: {g.error or 'unhealthy'}" for g in sick), now_text,
+        )
+    else:
+        state.conditions = remove_condition(state.conditions, "GPUUnhealthy")
+
+
 def _request_stop(plan: Plan, state: JobState, run: RunObservation, reason: str, why: str, grace: float, now_text: str) -> None:
     state.phase = "Running"
     state.conditions = set_condition(state.conditions, "Terminating", "True", reason, why, now_text)
@@ -298,8 +338,9 @@ def _request_stop(plan: Plan, state: JobState, run: RunObservation, reason: str,
     plan.stops.append(Stop(state.name, reason, grace))
 
 
-def _record_exit(state: JobState, run: RunObservation, stop_reason: str | None, backoff_limit: int) -> None:
-    """Turn an ended attempt into a phase. ``stop_reason``: why we stopped it, if we did."""
+def _record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | None, backoff_limit: int) -> None:
+    """Turn an ended attempt into a phase. ``stop``: our Terminating condition, if we stopped it."""
+    stop_reason = stop["reason"] if stop else None
     state.conditions = remove_condition(state.conditions, "Terminating")
     state.conditions = remove_condition(state.conditions, "SpecOutdated")
     state.exit_code = run.exit_code
@@ -316,6 +357,10 @@ def _record_exit(state: JobState, run: RunObservation, stop_reason: str | None, 
     if stop_reason == "DeadlineExceeded" or (stop_reason is None and run.reason == "DeadlineExceeded"):
         state.phase, state.reason = "Failed", "DeadlineExceeded"
         state.message = f"attempt {run.attempt} exceeded its time limit and was stopped ({how})"
+        return
+    if stop_reason == "GPUMemoryExceeded":
+        state.phase, state.reason = "Failed", "GPUMemoryExceeded"
+        state.message = f"attempt {run.attempt} stopped: {stop['message'] if stop else 'over its gpuMemory'} ({how})"
         return
     if stop_reason == "Deleted":
         state.phase, state.reason, state.message = "Cancelled", "Deleted", f"manifest deleted; stopped ({how})"
@@ -374,9 +419,8 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
             shared = job is not None and job.spec.sharing == "Shared"
             mem = (job.spec.resources.gpu_memory or 0) if job is not None else 0
             holders.append(Holder(name, tuple(st.devices), shared, mem))
-    slots = build_slots(
-        snap.gpus, holders, snap.allowed_gpus, snap.managed_pids, snap.unmanaged_threshold, snap.ignore_processes
-    )
+    managed = set().union(*snap.job_pids.values()) if snap.job_pids else set()
+    slots = build_slots(snap.gpus, holders, snap.allowed_gpus, managed, snap.unmanaged_threshold, snap.ignore_processes)
     plan.slots = slots
     pending.sort(key=lambda sj: (-sj[1].spec.priority, sj[0].created, sj[0].name))
     ready: list[tuple[JobState, AdmittedJob]] = []
@@ -414,7 +458,7 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
         )
         for _, job in ready
     ]
-    decisions = schedule(requests, slots)
+    decisions = schedule(requests, slots, snap.strategy, snap.topology)
     started: set[str] = set()
     position = 0
     for state, job in ready:

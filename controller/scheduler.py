@@ -1,16 +1,28 @@
 """The scheduler: which pending jobs get which GPUs this pass, and why the others wait.
 
-A pure function of (requests in queue order, GPUs, what running jobs hold). It never starts
-anything and never reads files. Gang binding: a job gets all of its GPUs in one pass or none.
-Exclusive jobs take Free GPUs; Shared jobs co-locate on Free/Shared GPUs within the memory left.
+A pure function of (requests in queue order, GPU slots, strategy, topology). It never starts
+anything and never reads files; the same inputs give the same bindings (``random`` included: it
+is seeded by the job's name).
+
+Rules, in order:
+- Gang binding: a job gets all of its GPUs in one pass or none.
+- ``Exclusive`` jobs take ``Free`` GPUs; ``Shared`` jobs co-locate on ``Free``/``Shared`` GPUs while
+  the declared ``gpuMemory`` of every Shared job there plus what foreign processes use fits.
+- No starvation: the first job in queue order that cannot fit yet, but will once our own running
+  jobs end, holds the GPUs that are free for it; jobs behind it may not take those (they wait with
+  reason ``Priority``). The scheduling-policy work adds backfill on top.
+- A job that can never fit on this machine is ``Unschedulable``, with the numbers.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 from controller.api.units import format_quantity
 from controller.gpus.inventory import Gpu
+
+STRATEGIES = ("sequential", "random", "packed", "spread")
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,7 @@ class GpuSlot:
     jobs: list[str] = field(default_factory=list)
     shared_reserved: int = 0  # gpuMemory promised to Shared jobs here
     foreign_memory: int = 0  # memory used by processes we did not start
+    foreign_pids: tuple[int, ...] = ()
 
     @property
     def index(self) -> int:
@@ -86,7 +99,7 @@ def build_slots(
             state = "Unmanaged"
         else:
             state = "Free"
-        slots.append(GpuSlot(gpu, state, foreign_memory=foreign_memory))
+        slots.append(GpuSlot(gpu, state, foreign_memory=foreign_memory, foreign_pids=tuple(p.pid for p in foreign)))
     by_index = {s.index: s for s in slots}
     for holder in holders:
         for device in holder.devices:
@@ -103,27 +116,17 @@ def build_slots(
     return slots
 
 
-def _matches(slot: GpuSlot, request: Request) -> bool:
-    return request.gpu_type is None or request.gpu_type.lower() in slot.gpu.name.lower()
-
-
-def _busy_text(slots: list[GpuSlot]) -> str:
-    parts = []
-    for slot in slots:
-        if slot.state in ("Allocated", "Shared") and slot.jobs:
-            parts.append(f"GPU {slot.index} busy with job {', '.join(slot.jobs)}")
-        elif slot.state == "Unmanaged":
-            parts.append(f"GPU {slot.index} used by a process gflow did not start")
-        elif slot.state == "Unhealthy":
-            parts.append(f"GPU {slot.index} unhealthy")
-    return "; ".join(parts)
-
-
-def schedule(requests: list[Request], slots: list[GpuSlot]) -> dict[str, Binding | Wait]:
-    """Bind requests in the given (priority) order. Mutates nothing the caller passed in except
-    ``slots``' holders, so the caller sees the GPUs as the pass left them."""
+def schedule(
+    requests: list[Request],
+    slots: list[GpuSlot],
+    strategy: str = "sequential",
+    topology: dict[tuple[int, int], int] | None = None,
+) -> dict[str, Binding | Wait]:
+    """Bind requests in the given (queue) order. ``slots`` are updated with this pass's bindings,
+    so the caller sees the GPUs as the pass leaves them."""
     result: dict[str, Binding | Wait] = {}
     taken_by: dict[int, list[str]] = {}  # GPU index -> jobs bound to it earlier in this pass
+    held: dict[int, str] = {}  # GPU index -> blocked higher-priority job it is kept for
     for req in requests:
         if req.gpus == 0:
             result[req.name] = Binding([], [])
@@ -135,12 +138,10 @@ def schedule(requests: list[Request], slots: list[GpuSlot]) -> dict[str, Binding
         if len(usable_ever) < req.gpus:
             result[req.name] = Wait("Unschedulable", _never_fits(req, slots, typed))
             continue
-        if req.shared:
-            room = [s for s in usable_ever if s.state in ("Free", "Shared") and s.shared_room() >= (req.gpu_memory or 0)]
-        else:
-            room = [s for s in usable_ever if s.state == "Free"]
-        if len(room) >= req.gpus:
-            chosen = room[: req.gpus]  # sequential: lowest indices first
+        room = [s for s in usable_ever if _has_room(s, req)]
+        open_room = [s for s in room if s.index not in held]
+        if len(open_room) >= req.gpus:
+            chosen = _choose(open_room, req, strategy, topology)
             for slot in chosen:
                 slot.jobs.append(req.name)
                 taken_by.setdefault(slot.index, []).append(req.name)
@@ -151,12 +152,114 @@ def schedule(requests: list[Request], slots: list[GpuSlot]) -> dict[str, Binding
                     slot.state = "Allocated"
             result[req.name] = Binding([s.index for s in chosen], [s.gpu.uuid for s in chosen])
             continue
-        result[req.name] = _why_waiting(req, usable_ever, room, taken_by)
+        visible = [s for s in typed if s.state != "Restricted"]  # what the message explains
+        result[req.name] = _why_waiting(req, usable_ever, visible, room, taken_by, held)
+        # Hold what is free for the first blocked job that our own jobs' ends will let fit, so a
+        # stream of smaller jobs behind it cannot take those GPUs forever.
+        if not held and _fits_once_ours_end(req, usable_ever):
+            for slot in room[: req.gpus]:
+                held[slot.index] = req.name
     return result
 
 
+# -- choosing GPUs ------------------------------------------------------------------------------------
+
+
+def _matches(slot: GpuSlot, request: Request) -> bool:
+    return request.gpu_type is None or request.gpu_type.lower() in slot.gpu.name.lower()
+
+
+def _has_room(slot: GpuSlot, req: Request) -> bool:
+    if req.shared:
+        return slot.state in ("Free", "Shared") and slot.shared_room() >= (req.gpu_memory or 0)
+    return slot.state == "Free"
+
+
+def _order(room: list[GpuSlot], req: Request, strategy: str) -> list[GpuSlot]:
+    if strategy == "random":
+        shuffled = sorted(room, key=lambda s: s.index)
+        random.Random(req.name).shuffle(shuffled)
+        return shuffled
+    if strategy == "packed":  # fill partly used shared GPUs first: least room left that still fits
+        return sorted(room, key=lambda s: (s.state != "Shared", s.shared_room(), s.index))
+    if strategy == "spread":  # the emptiest GPUs first
+        return sorted(room, key=lambda s: (len(s.jobs), -s.shared_room(), s.index))
+    return sorted(room, key=lambda s: s.index)
+
+
+def _choose(room: list[GpuSlot], req: Request, strategy: str, topology: dict[tuple[int, int], int] | None) -> list[GpuSlot]:
+    ordered = _order(room, req, strategy)
+    if req.gpus == 1 or not topology:
+        return ordered[: req.gpus]
+    # Multi-GPU: prefer a set whose farthest pair is closest (same NVLink / PCIe switch), ties by
+    # the strategy's order. Greedy per anchor: cheap and good on real machines' trees.
+    best: list[GpuSlot] | None = None
+    best_cost: tuple[int, int] | None = None
+    for rank, anchor in enumerate(ordered):
+        rest = sorted(
+            (s for s in ordered if s is not anchor),
+            key=lambda s: (_distance(topology, anchor.index, s.index), ordered.index(s)),
+        )
+        group = [anchor, *rest[: req.gpus - 1]]
+        cost = (max(_distance(topology, a.index, b.index) for a in group for b in group if a is not b), rank)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = group, cost
+    return sorted(best or ordered[: req.gpus], key=lambda s: s.index)
+
+
+def _distance(topology: dict[tuple[int, int], int], a: int, b: int) -> int:
+    return topology.get((a, b), topology.get((b, a), 1000))
+
+
+def _fits_once_ours_end(req: Request, usable: list[GpuSlot]) -> bool:
+    """Will this request fit when the jobs gflow runs on these GPUs end (not foreign processes)?"""
+    if req.shared:
+        candidates = [s for s in usable if s.state in ("Free", "Shared", "Allocated") and s.gpu.memory_total - s.foreign_memory >= (req.gpu_memory or 0)]
+    else:
+        candidates = [s for s in usable if s.state in ("Free", "Shared", "Allocated")]
+    return len(candidates) >= req.gpus
+
+
+# -- messages ------------------------------------------------------------------------------------------
+
+
+def _gpus_text(indices: list[int]) -> str:
+    return f"GPU{'s' if len(indices) != 1 else ''} {','.join(str(i) for i in indices)}"
+
+
+def _count(n: int, what: str = "GPU") -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def describe_busy(slots: list[GpuSlot], held: dict[int, str] | None = None) -> str:
+    """Why GPUs are not free, grouped: ``GPUs 0,2 allocated to a, b; GPU 3 unmanaged: pid 4242``."""
+    held = held or {}
+    allocated = [s for s in slots if s.state == "Allocated" and s.jobs]
+    shared = [s for s in slots if s.state == "Shared" and s.jobs]
+    parts = []
+    if allocated:
+        jobs = list(dict.fromkeys(j for s in allocated for j in s.jobs))
+        parts.append(f"{_gpus_text([s.index for s in allocated])} allocated to {', '.join(jobs)}")
+    if shared:
+        jobs = list(dict.fromkeys(j for s in shared for j in s.jobs))
+        parts.append(f"{_gpus_text([s.index for s in shared])} shared by {', '.join(jobs)}")
+    for slot in slots:
+        if slot.state == "Unmanaged":
+            pids = ", ".join(str(p) for p in slot.foreign_pids[:3]) + (" ..." if len(slot.foreign_pids) > 3 else "")
+            parts.append(
+                f"GPU {slot.index} unmanaged: pid {pids} ({format_quantity(slot.foreign_memory)}) not started by gflow"
+            )
+    unhealthy = [s.index for s in slots if s.state == "Unhealthy"]
+    if unhealthy:
+        parts.append(f"{_gpus_text(unhealthy)} unhealthy")
+    kept = [s for s in slots if s.index in held and s.state in ("Free", "Shared")]
+    if kept:
+        parts.append(f"{_gpus_text([s.index for s in kept])} held for higher-priority job {held[kept[0].index]}")
+    return "; ".join(parts)
+
+
 def _never_fits(req: Request, slots: list[GpuSlot], typed: list[GpuSlot]) -> str:
-    what = f"{req.gpus} GPU{'s' if req.gpus != 1 else ''}"
+    what = _count(req.gpus)
     if req.gpu_type and not typed:
         names = sorted({s.gpu.name for s in slots})
         have = ", ".join(names) if names else "no GPUs"
@@ -169,29 +272,49 @@ def _never_fits(req: Request, slots: list[GpuSlot], typed: list[GpuSlot]) -> str
             largest = max((s.gpu.memory_total for s in typed), default=0)
             return (
                 f"needs {what} with {format_quantity(req.gpu_memory)} memory each, "
-                f"{len(big)} GPU{'s' if len(big) != 1 else ''} this large (largest {format_quantity(largest)})"
+                f"{_count(len(big))} this large (largest {format_quantity(largest)})"
             )
-    usable = [s for s in typed if s.state not in ("Unhealthy", "Restricted")]
     kind = f" {req.gpu_type}" if req.gpu_type else ""
-    extra = len(typed) - len(usable)
-    note = f" ({extra} unhealthy or restricted)" if extra else ""
-    return f"needs {what}{kind}, this machine has {len(usable)} usable{note}"
+    usable = [s for s in typed if s.state not in ("Unhealthy", "Restricted")]
+    if len(usable) == len(typed):
+        return f"needs {what}{kind}, this machine has {len(typed)}"
+    notes = []
+    restricted = [s.index for s in typed if s.state == "Restricted"]
+    unhealthy = [s.index for s in typed if s.state == "Unhealthy"]
+    if restricted:
+        notes.append(f"{_gpus_text(restricted)} restricted by the controller's gpus setting")
+    if unhealthy:
+        notes.append(f"{_gpus_text(unhealthy)} unhealthy")
+    return f"needs {what}{kind}, this machine has {len(usable)} usable of {len(typed)} ({'; '.join(notes)})"
 
 
-def _why_waiting(req: Request, usable: list[GpuSlot], room: list[GpuSlot], taken_by: dict[int, list[str]]) -> Wait:
-    what = f"{req.gpus} GPU{'s' if req.gpus != 1 else ''}"
-    before = [name for s in usable for name in taken_by.get(s.index, ())]
+def _why_waiting(
+    req: Request,
+    usable: list[GpuSlot],
+    visible: list[GpuSlot],
+    room: list[GpuSlot],
+    taken_by: dict[int, list[str]],
+    held: dict[int, str],
+) -> Wait:
+    what = _count(req.gpus)
+    holders = list(dict.fromkeys(held[s.index] for s in room if s.index in held))
+    if holders:
+        return Wait(
+            "Priority",
+            f"waiting behind higher-priority job {', '.join(holders)}: needs {what}, "
+            f"{len(room)} free but held for it ({describe_busy(visible, held)})",
+        )
+    before = list(dict.fromkeys(name for s in usable for name in taken_by.get(s.index, ())))
     if before:
-        ahead = ", ".join(sorted(set(before)))
-        return Wait("Priority", f"needs {what}, {len(room)} free after higher-priority job {ahead} took GPUs")
+        return Wait("Priority", f"waiting behind higher-priority job {', '.join(before)}: needs {what}, {len(room)} free after it took GPUs")
     if req.shared:
-        mem_short = [s for s in usable if s.state in ("Free", "Shared") and s.shared_room() < (req.gpu_memory or 0)]
-        if mem_short:
-            best = max(s.shared_room() for s in mem_short)
+        short = [s for s in usable if s.state in ("Free", "Shared") and s.shared_room() < (req.gpu_memory or 0)]
+        if short:
+            best = max(s.shared_room() for s in short)
             return Wait(
                 "GPUMemory",
-                f"needs {format_quantity(req.gpu_memory)} GPU memory on {what}, at most {format_quantity(max(best, 0))} "
-                f"left on a shared GPU ({_busy_text(usable)})",
+                f"needs {format_quantity(req.gpu_memory)} GPU memory on {what}, at most "
+                f"{format_quantity(max(best, 0)) or '0'} left on a shared GPU ({describe_busy(visible)})",
             )
-    busy = _busy_text(usable)
+    busy = describe_busy(visible, held)
     return Wait("Resources", f"needs {what}, {len(room)} free" + (f" ({busy})" if busy else ""))

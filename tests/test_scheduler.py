@@ -118,17 +118,37 @@ def test_exclusive_gang_binding_in_priority_order():
     assert [s.jobs for s in slots] == [["first"], ["first"], ["second"], ["third"]]
 
 
-def test_gang_binding_is_all_or_nothing_and_later_smaller_jobs_backfill():
+def test_gang_binding_is_all_or_nothing_and_the_blocked_head_job_holds_what_is_free():
+    """No starvation: huge (2 GPUs) cannot fit behind big, and small may not take the GPU that is
+    free, or a stream of small jobs would keep huge waiting forever."""
     slots = slots_for(machine(4))
     result = schedule([excl("big", 3), excl("huge", 2), excl("small", 1)], slots)
     assert bound(result["big"]) == [0, 1, 2]
     waits(result["huge"], "Priority")
-    assert bound(result["small"]) == [3]
+    message = waits(result["small"], "Priority")
+    assert message.startswith("waiting behind higher-priority job huge: needs 1 GPU, 1 free but held for it")
+    assert "GPU 3 held for higher-priority job huge" in message
+
+
+def test_a_job_waiting_for_running_jobs_holds_free_gpus_against_smaller_ones():
+    slots = slots_for(machine(4), [Holder("running", (0, 1, 2), False)])
+    result = schedule([excl("head", 2), excl("small", 1)], slots)
+    assert waits(result["head"], "Resources").startswith("needs 2 GPUs, 1 free (GPUs 0,1,2 allocated to running")
+    waits(result["small"], "Priority")
+
+
+def test_a_job_blocked_by_foreign_processes_holds_nothing():
+    """Held GPUs wait for our own jobs to end; a foreign process may never go, so it holds nothing."""
+    gpus = [gpu(0, processes=[foreign(4242, 8)]), gpu(1)]
+    result = schedule([excl("head", 2), excl("small", 1)], slots_for(gpus))
+    message = waits(result["head"], "Resources")
+    assert "GPU 0 unmanaged: pid 4242 (8Gi)" in message
+    assert bound(result["small"]) == [1]
 
 
 def test_priority_reason_names_the_jobs_ahead():
     result = schedule([excl("hi", 3), excl("lo", 2)], slots_for(machine(4)))
-    assert waits(result["lo"], "Priority") == "needs 2 GPUs, 1 free after higher-priority job hi took GPUs"
+    assert waits(result["lo"], "Priority") == "waiting behind higher-priority job hi: needs 2 GPUs, 1 free after it took GPUs"
 
 
 def test_priority_reason_names_every_job_that_took_gpus_this_pass():
@@ -144,33 +164,31 @@ def test_priority_reason_names_every_job_that_took_gpus_this_pass():
 def test_not_enough_free_gpus_waits_for_resources_naming_busy_gpus_and_jobs():
     slots = slots_for(machine(4), [Holder("a", (0,), False), Holder("b", (2,), False)])
     message = waits(schedule([excl("x", 3)], slots)["x"], "Resources")
-    assert message.startswith("needs 3 GPUs, 2 free (")
-    assert "GPU 0 busy with job a" in message
-    assert "GPU 2 busy with job b" in message
+    assert message == "needs 3 GPUs, 2 free (GPUs 0,2 allocated to a, b)"
 
 
 def test_resources_message_mentions_foreign_processes_and_unhealthy_gpus():
     gpus = [gpu(0, processes=[foreign(99, 4)]), gpu(1), gpu(2, healthy=False), gpu(3)]
     slots = slots_for(gpus, [Holder("a", (3,), False)])
     message = waits(schedule([excl("x", 2)], slots)["x"], "Resources")
-    assert message.startswith("needs 2 GPUs, 1 free")
-    assert "GPU 0 used by a process gflow did not start" in message
-    assert "GPU 3 busy with job a" in message
+    assert message == (
+        "needs 2 GPUs, 1 free (GPU 3 allocated to a; GPU 0 unmanaged: pid 99 (4Gi) not started by gflow; GPU 2 unhealthy)"
+    )
 
 
 @pytest.mark.parametrize(
     ("gpus", "allowed", "request_", "message"),
     [
-        pytest.param(machine(4), None, excl("x", 8), "needs 8 GPUs, this machine has 4 usable", id="too-many"),
-        pytest.param(machine(1), None, excl("x", 2), "needs 2 GPUs, this machine has 1 usable", id="singular"),
+        pytest.param(machine(4), None, excl("x", 8), "needs 8 GPUs, this machine has 4", id="too-many"),
+        pytest.param(machine(1), None, excl("x", 2), "needs 2 GPUs, this machine has 1", id="singular"),
         pytest.param([], None, excl("x", 1), "needs 1 GPU, this machine has no GPUs", id="no-gpus"),
         pytest.param(
-            machine(4), {0, 1}, excl("x", 3), "needs 3 GPUs, this machine has 2 usable (2 unhealthy or restricted)",
+            machine(4), {0, 1}, excl("x", 3), "needs 3 GPUs, this machine has 2 usable of 4 (GPUs 2,3 restricted by the controller's gpus setting)",
             id="restricted",
         ),
         pytest.param(
             [gpu(0), gpu(1, healthy=False)], None, excl("x", 2),
-            "needs 2 GPUs, this machine has 1 usable (1 unhealthy or restricted)", id="unhealthy",
+            "needs 2 GPUs, this machine has 1 usable of 2 (GPU 1 unhealthy)", id="unhealthy",
         ),
         pytest.param(
             machine(2), None, excl("x", 1, gpu_type="A100"),
@@ -178,7 +196,7 @@ def test_resources_message_mentions_foreign_processes_and_unhealthy_gpus():
         ),
         pytest.param(
             [gpu(0, A100, 40 * GIB), gpu(1), gpu(2)], None, excl("x", 2, gpu_type="a100"),
-            "needs 2 GPUs a100, this machine has 1 usable", id="too-few-of-type",
+            "needs 2 GPUs a100, this machine has 1", id="too-few-of-type",
         ),
         pytest.param(
             machine(2), None, excl("x", 1, gpu_memory=100),
@@ -261,7 +279,7 @@ def test_exclusive_after_shared_in_the_same_pass():
     slots = slots_for(machine(2))
     result = schedule([shared("s", 1, 10), excl("e", 2)], slots)
     assert bound(result["s"]) == [0]
-    assert waits(result["e"], "Priority").startswith("needs 2 GPUs, 1 free after higher-priority job s")
+    assert waits(result["e"], "Priority").startswith("waiting behind higher-priority job s: needs 2 GPUs, 1 free")
 
 
 # --- GPUs the scheduler must not use -----------------------------------------------------------------

@@ -37,8 +37,9 @@ class Runtime(Protocol):
     def tick(self, now: float) -> float | None:
         """Do timed work (KILL after grace); return when it is next due."""
 
-    def managed_pids(self) -> set[int]:
-        """Pids of every process in every job's tree (to tell our GPU processes from foreign ones)."""
+    def job_pids(self) -> dict[str, set[int]]:
+        """Each running job's process tree: tells our GPU processes from foreign ones, and what each
+        Shared job uses."""
 
     def wait_fds(self) -> list[int]:
         """File descriptors that become readable when a job process ends."""

@@ -63,6 +63,11 @@ def build_process(launch: Launch, base_env: dict[str, str], script_path: Path, m
             "MASTER_PORT": str(master_port),
         }
     )
+    if spec.sharing == "Shared":
+        # keep frameworks from grabbing the whole GPU; GFLOW_GPU_MEMORY is the budget in bytes
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+        env["GFLOW_GPU_MEMORY"] = str(spec.resources.gpu_memory or 0)
     if spec.command is not None and argv and os.sep not in argv[0]:
         if shutil.which(argv[0], path=env.get("PATH")) is None:
             raise LaunchError(f"command not found: {argv[0]!r} is not on the job's PATH")

@@ -157,13 +157,13 @@ class SupervisorRuntime:
                 due = now + max(0.0, when - mono) if due is None else min(due, now + max(0.0, when - mono))
         return due
 
-    def managed_pids(self) -> set[int]:
-        pids: set[int] = set()
-        for attempt in self.attempts.values():
+    def job_pids(self) -> dict[str, set[int]]:
+        """Each running job's process tree (its supervisor included)."""
+        out: dict[str, set[int]] = {}
+        for name, attempt in self.attempts.items():
             if attempt.result is None and attempt.supervisor_pid:
-                pids.add(attempt.supervisor_pid)
-                pids.update(descendants(attempt.supervisor_pid))
-        return pids
+                out[name] = {attempt.supervisor_pid, *descendants(attempt.supervisor_pid)}
+        return out
 
     def wait_fds(self) -> list[int]:
         return [self._epoll.fileno(), self._sock.fileno()]
