@@ -721,3 +721,74 @@ def test_a_pass_with_nothing_new_changes_nothing():
     plan = world.tick(T0)
     assert plan.starts == [] and plan.stops == [] and plan.events == []
     assert world.states == settled
+
+
+# --- GPUs under running jobs --------------------------------------------------------------------------
+
+
+def _with_process(world: World, index: int, pid: int, gib: float) -> None:
+    from controller.gpus.inventory import GpuProcess
+
+    world.gpus[index] = replace(world.gpus[index], processes=(GpuProcess(pid, int(gib * GIB)),))
+
+
+def test_shared_job_over_its_gpu_memory_is_stopped_and_fails_gpu_memory_exceeded():
+    world = World(job("s", resources={"gpus": 1, "gpuMemory": "10Gi"}, sharing="Shared"))
+    world.tick(T0)
+    pid = world.runs["s"].pid
+    _with_process(world, 0, pid, 4)
+    snap = world.snapshot()
+    snap.job_pids = {"s": {pid}}
+    plan = reconcile(snap, T0 + 1)
+    assert plan.stops == []  # within budget
+    _with_process(world, 0, pid, 12)
+    snap = world.snapshot()
+    snap.job_pids = {"s": {pid}}
+    plan = reconcile(snap, T0 + 2)
+    assert [(s.name, s.reason) for s in plan.stops] == [("s", "GPUMemoryExceeded")]
+    world.states = dict(plan.states)
+    world.exit("s", 143, T0 + 3, signal=15)
+    world.tick(T0 + 3)
+    assert world.phase("s") == ("Failed", "GPUMemoryExceeded")
+    assert "12Gi" in world.state("s").message and "10Gi" in world.state("s").message
+
+
+def test_exclusive_job_is_not_limited_by_gpu_memory_accounting():
+    world = World(job("e", resources={"gpus": 1}))
+    world.tick(T0)
+    pid = world.runs["e"].pid
+    _with_process(world, 0, pid, 70)
+    snap = world.snapshot()
+    snap.job_pids = {"e": {pid}}
+    assert reconcile(snap, T0 + 1).stops == []
+
+
+def test_gpu_lost_under_a_running_job_is_reported_and_nothing_new_lands_on_it():
+    world = World(job("a", resources={"gpus": 1}), n_gpus=2)
+    world.tick(T0)
+    assert world.state("a").devices == [0]
+    world.gpus[0] = replace(world.gpus[0], healthy=False, error="GPU is lost")
+    world.gpus[1] = replace(world.gpus[1], healthy=False, error="GPU is lost")
+    world.put(job("b", resources={"gpus": 1}))
+    plan = world.tick(T0 + 1)
+    assert plan.starts == []
+    cond = condition(world.state("a"), "GPUUnhealthy")
+    assert cond is not None and cond["status"] == "True" and "GPU 0: GPU is lost" in cond["message"]
+    assert [e.reason for e in plan.events if e.object == "a"] == ["GPUUnhealthy"]
+    assert world.phase("b") == ("Pending", "Unschedulable")
+    assert world.tick(T0 + 2).events == []  # reported once
+
+
+def test_reprioritizing_a_pending_job_reorders_the_queue():
+    world = World(job("first", resources={"gpus": 4}))
+    world.tick(T0)
+    world.put(job("x", resources={"gpus": 2}, priority=1))
+    world.put(job("y", resources={"gpus": 2}, priority=2))
+    world.tick(T0 + 1)
+    assert [world.state(n).queue_position for n in ("y", "x")] == [1, 2]
+    world.put(job("x", resources={"gpus": 2}, priority=9))
+    world.tick(T0 + 2)
+    assert [world.state(n).queue_position for n in ("x", "y")] == [1, 2]
+    world.exit("first", 0, T0 + 3)
+    plan = world.tick(T0 + 3)
+    assert sorted(started(plan)) == ["x", "y"]

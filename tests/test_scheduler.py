@@ -308,3 +308,44 @@ def test_schedule_is_deterministic():
         return schedule([excl("a", 2), shared("b", 1, 10), excl("c", 1), excl("d", 4)], slots)
 
     assert run() == run()
+
+
+# --- strategies and topology ------------------------------------------------------------------------
+
+
+def test_three_two_gpu_jobs_on_four_gpus_two_run_one_waits():
+    result = schedule([excl("a", 2), excl("b", 2), excl("c", 2)], slots_for(machine(4)))
+    assert (bound(result["a"]), bound(result["b"])) == ([0, 1], [2, 3])
+    assert waits(result["c"], "Priority").startswith("waiting behind higher-priority job a, b: needs 2 GPUs, 0 free")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        ("sequential", [0]),  # lowest index
+        ("packed", [1]),  # the partly used shared GPU with the least room that fits
+        ("spread", [2]),  # an empty GPU (fewest jobs), most room
+    ],
+)
+def test_strategies_place_a_shared_job(strategy, expected):
+    slots = slots_for(machine(3), [Holder("s1", (1,), True, 40 * GIB), Holder("s0", (0,), True, 10 * GIB)])
+    assert bound(schedule([shared("x", 1, 20)], slots, strategy)["x"]) == expected
+
+
+def test_random_strategy_is_deterministic_per_job_and_varies_across_jobs():
+    picks = {
+        name: bound(schedule([excl(name, 1)], slots_for(machine(8)), "random")[name])[0]
+        for name in [f"job-{i}" for i in range(12)]
+    }
+    again = {name: bound(schedule([excl(name, 1)], slots_for(machine(8)), "random")[name])[0] for name in picks}
+    assert picks == again
+    assert len(set(picks.values())) > 2
+
+
+def test_multi_gpu_job_prefers_gpus_under_one_switch():
+    # GPUs 0-1 and 2-3 share a switch (level 10); across switches is level 30
+    topo = {(a, b): (10 if a // 2 == b // 2 else 30) for a in range(4) for b in range(4) if a != b}
+    slots = slots_for(machine(4), [Holder("busy", (0,), False)])
+    # sequential would take 1,2 (across switches); the topology-aware choice is 2,3
+    assert bound(schedule([excl("x", 2)], slots, "sequential", topo)["x"]) == [2, 3]
+    assert bound(schedule([excl("y", 2)], slots_for(machine(4), [Holder("busy", (0,), False)]))["y"]) == [1, 2]

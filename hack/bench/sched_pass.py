@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""One scheduling pass over many pending jobs on 8 GPUs: the pure scheduler alone, and the whole
+pure reconcile pass (admission results in, plan out). No files, no processes.
+
+    .venv/bin/python hack/bench/sched_pass.py [--jobs 10000] [--runs 7] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from controller.admission import admit, validate_document  # noqa: E402
+from controller.gpus.inventory import Gpu  # noqa: E402
+from controller.reconcile import RunObservation, Snapshot, reconcile  # noqa: E402
+from controller.scheduler import Holder, Request, build_slots, schedule  # noqa: E402
+from controller.state import JobState  # noqa: E402
+
+GIB = 2**30
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    gpus = [Gpu(i, f"GPU-{i}", "NVIDIA H100 80GB HBM3", 80 * GIB) for i in range(8)]
+    holders = [Holder(f"running-{i}", (i,), False) for i in range(6)]  # 6 of 8 GPUs busy
+    requests = [Request(f"job-{i}", 1 + i % 4, None, None, False) for i in range(args.jobs)]
+
+    sched_ms = []
+    for _ in range(args.runs):
+        slots = build_slots(gpus, holders, None, set(), GIB)
+        t0 = time.perf_counter()
+        schedule(requests, slots)
+        sched_ms.append((time.perf_counter() - t0) * 1000)
+
+    docs = [
+        validate_document(
+            {"metadata": {"name": f"job-{i}"}, "spec": {"command": ["true"], "resources": {"gpus": 1 + i % 4}, "priority": i % 7}},
+            source=f"jobs/job-{i}.yaml", path=f"/h/jobs/job-{i}.yaml", stem=f"job-{i}", single=True,
+        )
+        for i in range(args.jobs)
+    ] + [
+        validate_document(
+            {"metadata": {"name": f"running-{i}"}, "spec": {"command": ["sleep", "1000"], "resources": {"gpus": 1}}},
+            source=f"jobs/running-{i}.yaml", path=f"/h/jobs/running-{i}.yaml", stem=f"running-{i}", single=True,
+        )
+        for i in range(6)
+    ]
+    now = time.time()
+    states = {}
+    runs = {}
+    admission = admit(docs)
+    for job in admission.jobs.values():
+        st = JobState(name=job.name, created=now - 100, generation=1, spec_hash=job.spec_hash, manifest=job.source)
+        if job.name.startswith("running-"):
+            index = int(job.name.split("-")[1])
+            st.phase, st.reason, st.devices, st.attempt, st.run_hash = "Running", "Started", [index], 1, job.run_hash
+            runs[job.name] = RunObservation(job.name, 1, 1000 + index, now - 50, True)
+        states[job.name] = st
+    pass_ms = []
+    for _ in range(args.runs):
+        snap = Snapshot(admission=admission, states=states, runs=runs, gpus=gpus)
+        t0 = time.perf_counter()
+        plan = reconcile(snap, now)
+        pass_ms.append((time.perf_counter() - t0) * 1000)
+    assert len(plan.starts) == 0 or all(s.devices for s in plan.starts)
+    figures = {
+        f"sched_pass_ms_{args.jobs // 1000}k": round(statistics.median(sched_ms), 2),
+        f"reconcile_pass_ms_{args.jobs // 1000}k": round(statistics.median(pass_ms), 2),
+    }
+    targets = {f"sched_pass_ms_{args.jobs // 1000}k": "<= 20", f"reconcile_pass_ms_{args.jobs // 1000}k": "-"}
+    for key, value in figures.items():
+        print(f"{key}: {value} ms (target {targets[key]})")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
