@@ -104,7 +104,6 @@ class Controller:
         self._stopping = False
         self._warned: set[tuple[str, str, str]] = set()
         self._conda: bool | None = None
-        self._topology_cache: dict[tuple[int, int], int] | None = None
         self.passes = 0
 
     # -- wake-ups from other threads -------------------------------------------------------------
@@ -300,12 +299,10 @@ class Controller:
         reader = getattr(self.inventory, "topology", None)
         if reader is None:
             return {}
-        if self._topology_cache is None:
-            try:
-                self._topology_cache = reader()
-            except Exception:  # best effort: scheduling works without it
-                self._topology_cache = {}
-        return self._topology_cache
+        try:
+            return reader()  # the NVML reader caches it while the set of GPUs stays the same
+        except Exception:  # best effort: scheduling works without it
+            return {}
 
     def _watch(self):
         """watchdog thread: file events mark paths dirty; the loop decides when to pass."""
@@ -418,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     from controller.fsutil import atomic_write
-    from controller.gpus.inventory import FakeInventory, NvmlInventory
+    from controller.gpus.inventory import FakeInventory
+    from controller.gpus.nvml import NvmlInventory
 
     atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
     inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else NvmlInventory()
@@ -429,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         controller.run()
     finally:
+        getattr(inventory, "close", lambda: None)()
         lock.release()
     return 0
 

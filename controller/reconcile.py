@@ -208,6 +208,8 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             stop = find_condition(state.conditions, "Terminating")
             _record_exit(state, run, stop, spec.backoff_limit)
             plan.consumed.append(name)
+            if state.phase == "Pending":  # a retry or a suspend: it will be bound anew
+                state.devices, state.device_uuids = [], []
             if state.phase == "Pending" and state.next_attempt_time is not None:
                 plan.wake(state.next_attempt_time)
         elif state.phase == "Running":
@@ -216,7 +218,6 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             pid = f" (pid {state.pid})" if state.pid else ""
             state.message = f"attempt {state.attempt} was running{pid} but its process is gone; exit code unknown"
             state.completion_time = now
-            state.devices, state.device_uuids = [], []
 
         if state.phase in TERMINAL_PHASES:
             if state.phase == "Cancelled" and state.reason == "UserCancelled" and not spec.cancelled:
@@ -345,7 +346,6 @@ def _record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | No
     state.conditions = remove_condition(state.conditions, "SpecOutdated")
     state.exit_code = run.exit_code
     state.completion_time = run.finished_at
-    state.devices, state.device_uuids = [], []
     how = _exit_text(run)
     if stop_reason == "Suspended":
         state.phase, state.reason, state.message = "Pending", "Suspended", f"suspended; attempt {run.attempt} stopped ({how})"

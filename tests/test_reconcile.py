@@ -164,8 +164,10 @@ def test_exit_zero_succeeds():
     plan = world.tick(T0 + 11)
     st = world.state()
     assert (st.phase, st.reason, st.exit_code, st.completion_time) == ("Succeeded", "Completed", 0, T0 + 10)
-    assert st.devices == []
+    assert st.devices == [0]  # kept: where it ran
     assert plan.consumed == ["a"]
+    world.put(job("b", resources={"gpus": 4}))
+    assert started(world.tick(T0 + 11.5)) == ["b"]  # ...but the GPU is free again
     assert plan.starts == []
     assert world.tick(T0 + 12).starts == []  # finished stays finished
 
@@ -277,7 +279,7 @@ def test_cancel_while_running_stops_then_ends_cancelled():
     world.exit("a", 143, T0 + 3, signal=15)
     plan = world.tick(T0 + 4)
     st = world.state()
-    assert (st.phase, st.reason, st.devices) == ("Cancelled", "UserCancelled", [])
+    assert (st.phase, st.reason, st.devices) == ("Cancelled", "UserCancelled", [0])  # devices: where it ran
     assert condition(st, "Terminating") is None
     assert plan.stops == [] and plan.starts == []
     assert world.tick(T0 + 5).starts == []
@@ -649,7 +651,7 @@ def test_running_record_without_a_run_observation_is_lost():
     st = world.state()
     assert (st.phase, st.reason) == ("Failed", "Lost")
     assert f"pid {st.pid}" in st.message
-    assert (st.devices, st.completion_time) == ([], T0 + 60)
+    assert (st.devices, st.completion_time) == ([0], T0 + 60)  # devices: where it ran
     assert plan.starts == []
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "Lost")]
 

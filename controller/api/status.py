@@ -39,7 +39,10 @@ class JobStatusFields(_Model):
     phase: Phase
     reason: str = Field(description="CamelCase, one word: why the job is in this phase")
     message: str = Field(default="", description="One human sentence with the numbers that matter")
-    devices: list[int] = Field(default_factory=list, description="NVML indices assigned (CUDA_VISIBLE_DEVICES)")
+    devices: list[int] = Field(
+        default_factory=list,
+        description="NVML indices assigned (CUDA_VISIBLE_DEVICES); kept after the job ends, to show where it ran",
+    )
     device_uuids: list[str] = Field(default_factory=list, alias="deviceUUIDs", description="NVML UUIDs of devices")
     observed_generation: int = Field(description="Bumps when the manifest's spec changes")
     manifest: str | None = Field(default=None, description="The manifest file, relative to GFLOW_HOME")

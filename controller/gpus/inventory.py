@@ -1,4 +1,5 @@
-"""GPU inventory readers behind one small Protocol: NVML, or a YAML fake-GPU file.
+"""GPU inventory: the records and Protocol every reader returns, and the fake-GPU file reader.
+The NVML reader lives in ``controller/gpus/nvml.py``.
 
 Observes only: returns :class:`Gpu` records; deciding what a GPU may be used for is the
 scheduler's job. No NVML (no driver, no GPU) is normal and yields zero GPUs.
@@ -118,53 +119,3 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
             )
         )
     return gpus
-
-
-class NvmlInventory:
-    """The real thing, through nvidia-ml-py. Per-device errors make that GPU Unhealthy."""
-
-    def __init__(self) -> None:
-        self.available = False
-        self.reason = ""
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.available = True
-            self._nvml = pynvml
-        except Exception as exc:  # library missing, driver missing: both mean "no GPUs here"
-            self.reason = str(exc) or type(exc).__name__
-
-    def describe(self) -> str:
-        return "NVML" if self.available else f"no NVML ({self.reason}): running CPU jobs only"
-
-    def read(self) -> list[Gpu]:
-        if not self.available:
-            return []
-        nv = self._nvml
-        gpus = []
-        try:
-            count = nv.nvmlDeviceGetCount()
-        except nv.NVMLError as exc:
-            log.warning("NVML device count failed: %s", exc)
-            return []
-        for index in range(count):
-            try:
-                handle = nv.nvmlDeviceGetHandleByIndex(index)
-                name = nv.nvmlDeviceGetName(handle)
-                uuid = nv.nvmlDeviceGetUUID(handle)
-                mem = nv.nvmlDeviceGetMemoryInfo(handle)
-                try:
-                    util = nv.nvmlDeviceGetUtilizationRates(handle).gpu
-                except nv.NVMLError:
-                    util = None
-                procs = tuple(
-                    GpuProcess(p.pid, int(p.usedGpuMemory or 0))
-                    for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)
-                )
-                gpus.append(
-                    Gpu(index, str(uuid), str(name), int(mem.total), int(mem.used), util, procs)
-                )
-            except nv.NVMLError as exc:
-                gpus.append(Gpu(index, f"GPU-unknown-{index}", "unknown", 0, healthy=False, error=str(exc)))
-        return gpus
