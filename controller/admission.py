@@ -32,6 +32,7 @@ class AdmittedJob:
     run_hash: str  # changes with what a run depends on: a finished job runs again
     owner_uid: int = -1
     mtime_ns: int = 0
+    owner: str | None = None  # the Sweep that created this job, if any
 
     @property
     def spec(self):
@@ -57,6 +58,7 @@ class AdmissionResult:
     warnings: list[Rejection] = field(default_factory=list)
     # name -> sources of documents that lost a duplicate-name contest, for a condition on the winner
     duplicates: dict[str, list[str]] = field(default_factory=dict)
+    sweeps: dict[str, Any] = field(default_factory=dict)  # name -> controller.sweeps.AdmittedSweep
 
 
 def _hash(data: Any) -> str:
@@ -102,7 +104,7 @@ def validate_document(
     if kind != "Job":
         line = _line(text, doc_index, ("kind",))
         return Rejection(
-            name, "Invalid", f"kind: {kind!r} is not supported; use Job ({_where(source, line)})", source, path, doc_index, mtime_ns
+            name, "Invalid", f"kind: {kind!r} is not supported; use Job or Sweep ({_where(source, line)})", source, path, doc_index, mtime_ns
         )
     meta = data.get("metadata")
     if single and stem is not None and name == stem and not (isinstance(meta, dict) and "name" in meta):
@@ -125,6 +127,50 @@ def validate_document(
     return AdmittedJob(job.metadata.name, job, source, path, doc_index, spec_hash, run_hash, owner_uid, mtime_ns)
 
 
+def validate_any(data: Any, **kwargs: Any) -> list[Any]:
+    """One document of any kind -> [AdmittedJob] | [AdmittedSweep, *children] | [Rejection]."""
+    if isinstance(data, dict) and data.get("kind") == "Sweep":
+        return _validate_sweep(data, **kwargs)
+    return [validate_document(data, **kwargs)]
+
+
+def _validate_sweep(
+    data: dict,
+    *,
+    source: str,
+    path: str,
+    stem: str | None,
+    single: bool,
+    doc_index: int = 0,
+    text: str | None = None,
+    owner_uid: int = -1,
+    mtime_ns: int = 0,
+) -> list[Any]:
+    from controller.api.sweep import Sweep
+    from controller.sweeps import expand
+
+    name, _ = document_name(data, stem, single)
+    try:
+        sweep = Sweep.model_validate(data)
+    except Exception as exc:
+        errors = getattr(exc, "errors", None)
+        if errors is None:
+            raise
+        message = _describe_errors(errors(), text, doc_index, source, root=Sweep)
+        return [Rejection(name, "Invalid", message, source, path, doc_index, mtime_ns)]
+    if name is None:
+        where = _where(source, _line(text, doc_index, ("metadata",)))
+        return [Rejection(None, "Invalid", f"metadata.name: required for a Sweep in a file with several documents ({where})", source, path, doc_index, mtime_ns)]
+    try:
+        expanded = expand(sweep, name, source=source, path=path, doc_index=doc_index, owner_uid=owner_uid, mtime_ns=mtime_ns)
+    except ValueError as exc:  # a child's spec is invalid after substitution
+        return [Rejection(name, "Invalid", f"spec.template: {exc} ({source})", source, path, doc_index, mtime_ns)]
+    if isinstance(expanded, Rejection):
+        return [expanded]
+    record, children = expanded
+    return [record, *children]
+
+
 def admit(
     documents: Iterable[AdmittedJob | Rejection],
     current_sources: Mapping[str, str] | None = None,
@@ -140,15 +186,18 @@ def admit(
     ``conda_available``: whether ``condaEnv`` can work on this machine.
     """
     current_sources = current_sources or {}
-    by_name: dict[str, list[AdmittedJob | Rejection]] = {}
+    by_name: dict[str, list[Any]] = {}
     result = AdmissionResult()
     documents = [_environment_check(d, controller_uid, conda_available) for d in documents]
+    children: list[AdmittedJob] = []
     for doc in documents:
-        if doc.name is None:
+        if isinstance(doc, AdmittedJob) and doc.owner is not None:
+            children.append(doc)  # a sweep's child: admitted with its sweep, below
+        elif doc.name is None:
             result.warnings.append(doc)
         else:
             by_name.setdefault(doc.name, []).append(doc)
-    losers: list[tuple[AdmittedJob | Rejection, AdmittedJob | Rejection]] = []
+    losers: list[tuple[Any, Any]] = []
     for name, docs in by_name.items():
         if len(docs) > 1:
             owner = current_sources.get(name)
@@ -158,8 +207,21 @@ def admit(
         winner = docs[0]
         if isinstance(winner, AdmittedJob):
             result.jobs[name] = winner
-        else:
+        elif isinstance(winner, Rejection):
             result.rejected[name] = winner
+        else:
+            result.sweeps[name] = winner
+    # children of the sweeps that won their names; a child's name may not collide with anything
+    for child in children:
+        sweep = result.sweeps.get(child.owner or "")
+        if sweep is None or sweep.path != child.path or sweep.doc_index != child.doc_index:
+            continue  # its sweep lost a duplicate-name contest or is being rejected
+        clash = result.jobs.get(child.name) or result.rejected.get(child.name) or result.sweeps.get(child.name)
+        if clash is not None:
+            losers.append((child, clash))
+            result.duplicates.setdefault(child.name, []).append(child.source)
+            continue
+        result.jobs[child.name] = child
     _reject_cycles(result)
     for loser, winner in losers:
         message = (
@@ -174,7 +236,7 @@ def admit(
     return result
 
 
-def _environment_check(doc: AdmittedJob | Rejection, controller_uid: int | None, conda: bool) -> AdmittedJob | Rejection:
+def _environment_check(doc: Any, controller_uid: int | None, conda: bool) -> Any:
     if not isinstance(doc, AdmittedJob):
         return doc
     if controller_uid not in (None, 0) and doc.owner_uid not in (-1, controller_uid):
@@ -312,11 +374,11 @@ def _path(loc: tuple[Any, ...]) -> str:
 _ALLOWED_KEYS_CACHE: dict[tuple[str, ...], list[str]] = {}
 
 
-def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+def _allowed_keys(loc: tuple[Any, ...], root: Any = None) -> list[str]:
     """Field names valid at ``loc`` (for "did you mean" on unknown fields)."""
     from controller.api.job import Job
 
-    model: Any = Job
+    model: Any = root or Job
     for part in loc:
         if isinstance(part, int) or model is None:
             continue
@@ -349,12 +411,12 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(p for p in loc if isinstance(p, int) or not any(c in str(p) for c in "[](),"))
 
 
-def _explain(err: dict[str, Any], loc: tuple[Any, ...]) -> str:
+def _explain(err: dict[str, Any], loc: tuple[Any, ...], root: Any = None) -> str:
     kind = err.get("type", "")
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
         field_name = str(loc[-1]) if loc else ""
-        close = difflib.get_close_matches(field_name, _allowed_keys(loc[:-1]), n=1)
+        close = difflib.get_close_matches(field_name, _allowed_keys(loc[:-1], root), n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         return f"unknown field{hint}"
     if kind == "missing":
@@ -383,11 +445,11 @@ def _explain(err: dict[str, Any], loc: tuple[Any, ...]) -> str:
     return msg[:1].lower() + msg[1:]
 
 
-def _describe_errors(errors: list[dict[str, Any]], text: str | None, doc_index: int, source: str) -> str:
+def _describe_errors(errors: list[dict[str, Any]], text: str | None, doc_index: int, source: str, root: Any = None) -> str:
     first = errors[0]
     loc = _clean_loc(tuple(first.get("loc", ())))
     line = _line(text, doc_index, loc)
-    message = f"{_path(loc)}: {_explain(first, loc)} ({_where(source, line)})"
+    message = f"{_path(loc)}: {_explain(first, loc, root)} ({_where(source, line)})"
     if len(errors) > 1:
         message += f" and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''}"
     return message

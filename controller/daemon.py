@@ -91,6 +91,7 @@ class Controller:
         self.recorder = Recorder(home)
         self.runtime = runtime or SupervisorRuntime(home)
         self.states: dict = {}
+        self.sweep_states: dict = {}
         self.gpus: list = []
         self._gpus_read_at = -1e9
         self._dirty: set[str] = set()
@@ -134,7 +135,7 @@ class Controller:
     # -- the loop ----------------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.states = self.recorder.load()
+        self.states, self.sweep_states = self.recorder.load()
         # The controller holds many long-lived objects (parsed manifests, states); the default GC
         # rescans them all every few thousand allocations. Collect young objects less often; after
         # the first pass, move what start-up loaded out of the collector's way (gc.freeze).
@@ -238,7 +239,8 @@ class Controller:
             self.gpus = self.inventory.read()
             self._gpus_read_at = mono
             self._gpus_dirty = False
-        current_sources = {name: st.manifest for name, st in self.states.items() if st.manifest}
+        current_sources = {name: st.manifest for name, st in self.states.items() if st.manifest and not st.owner}
+        current_sources.update({name: sw.manifest for name, sw in self.sweep_states.items() if sw.manifest})
         if full or self._conda is None:
             self._conda = shutil.which("conda") is not None
         admission = admit(
@@ -258,6 +260,7 @@ class Controller:
             unmanaged_threshold=self.config.unmanaged_memory_threshold,
             ignore_processes=frozenset(self.config.ignore_processes),
             default_grace=self.config.termination_grace_period,
+            sweep_states=self.sweep_states,
         )
         plan = reconcile(snapshot, now)
         again = plan.again
@@ -286,7 +289,9 @@ class Controller:
         self._warned = set(warnings)
         self.recorder.events(plan.events, now)
         changed = self.recorder.write_states(plan.states, plan.removed)
+        changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
         self.states = plan.states
+        self.sweep_states = plan.sweeps
         if changed or full or self.passes == 0:
             self.recorder.write_index({"pid": os.getpid(), "specDir": str(self.home.spec_dir)})
         self.recorder.write_node(plan.slots, self.inventory.describe())

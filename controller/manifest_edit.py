@@ -27,9 +27,31 @@ def yaml_scalar(value: Any) -> str:
     return json.dumps(str(value))
 
 
+def merge_patch(text: str, doc_index: int, patch: dict[str, Any]) -> str:
+    """Apply a JSON merge patch (RFC 7386) to one document: mappings merge, ``null`` deletes, any
+    other value replaces. Scalars are edited line by line; the rest goes through ``set_field``'s
+    round-trip fallback, which still keeps comments."""
+    for path, value in _leaves(patch, ()):
+        text = set_field(text, doc_index, path, value)
+    return text
+
+
+def _leaves(patch: dict[str, Any], prefix: tuple[str, ...]):
+    for key, value in patch.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, prefix + (str(key),))
+        else:
+            yield prefix + (str(key),), value
+
+
+_DELETE = object()
+
+
 def set_field(text: str, doc_index: int, path: tuple[str, ...], value: Any) -> str:
     """Return ``text`` with ``path`` (e.g. ``("spec", "cancelled")``) set to ``value`` in document
-    ``doc_index``; missing parent mappings are created."""
+    ``doc_index``; missing parent mappings are created; ``None`` removes the key."""
+    if value is None or isinstance(value, (list, dict)):
+        return _reserialize(text, doc_index, path, _DELETE if value is None else value)
     from ruamel.yaml import YAML
 
     docs = list(YAML(typ="rt").load_all(text))
@@ -122,16 +144,24 @@ def _reserialize(text: str, doc_index: int, path: tuple[str, ...], value: Any) -
 
     from controller.yamlio import iter_documents_text
 
-    parts = list(iter_documents_text(text))
+    parts = [p for p in iter_documents_text(text)]
     yaml = YAML(typ="rt")
+    yaml.indent(mapping=2, sequence=4, offset=2)
     yaml.preserve_quotes = True
     doc = yaml.load(parts[doc_index])
     node = doc
     for key in path[:-1]:
         if key not in node or node[key] is None:
+            if value is _DELETE:
+                return text  # nothing to delete
             node[key] = {}
         node = node[key]
-    node[path[-1]] = value
+    if value is _DELETE:
+        if path[-1] not in node:
+            return text
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
     out = io.StringIO()
     yaml.dump(doc, out)
     parts[doc_index] = out.getvalue()

@@ -17,7 +17,7 @@ from controller.api.status import TERMINAL_PHASES, find_condition, remove_condit
 from controller.api.units import format_duration, format_quantity
 from controller.gpus.inventory import Gpu
 from controller.scheduler import Binding, GpuSlot, Holder, Request, build_slots, schedule
-from controller.state import JobState, rfc3339
+from controller.state import JobState, SweepState, rfc3339
 
 DEFAULT_GRACE = 10.0
 BACKOFF_BASE = 1.0
@@ -68,6 +68,7 @@ class Event:
     reason: str
     object: str
     message: str
+    kind: str = "job"
 
 
 @dataclass
@@ -83,6 +84,7 @@ class Snapshot:
     unmanaged_threshold: int = GIB
     ignore_processes: frozenset[str] = frozenset()
     default_grace: float = DEFAULT_GRACE
+    sweep_states: dict[str, SweepState] = field(default_factory=dict)
 
 
 @dataclass
@@ -95,6 +97,8 @@ class Plan:
     removed: list[str] = field(default_factory=list)  # jobs whose manifest is gone: drop their status
     events: list[Event] = field(default_factory=list)
     slots: list[GpuSlot] = field(default_factory=list)  # GPUs as this pass leaves them (node.yaml)
+    sweeps: dict[str, SweepState] = field(default_factory=dict)  # every sweep that still exists
+    removed_sweeps: list[str] = field(default_factory=list)
     wake_at: float | None = None  # the next time a pass is due even if nothing changes
     again: bool = False  # a decision here unblocks others (e.g. a dependency ended): pass again now
 
@@ -140,6 +144,9 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
         rejection = adm.rejected.get(name)
         run = snap.runs.get(name)
         alive = run is not None and run.running
+        if job is None and rejection is None and old is not None and old.owner in adm.rejected:
+            # its Sweep's manifest turned invalid: that is not a delete; report, keep what runs
+            rejection = adm.rejected[old.owner]
 
         # 1. Deleted manifest: stop the process, then forget the job (logs stay).
         if job is None and rejection is None:
@@ -157,10 +164,12 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
 
         state = old.copy() if old is not None else JobState(name=name, created=now)
 
-        # 2. Rejected manifest: report it; a running attempt is left alone (it is not a delete).
+        # 2. Rejected manifest: report it. An invalid edit is not a delete: a running attempt runs
+        # on, and a finished job keeps its outcome (fixing the file does not run it again).
         if job is None:
             assert rejection is not None
             state.manifest = rejection.source
+            newly = find_condition(state.conditions, "Admitted") is None or find_condition(state.conditions, "Admitted")["status"] == "True"
             state.conditions = set_condition(
                 state.conditions, "Admitted", "False", rejection.reason, rejection.message, now_text
             )
@@ -170,8 +179,11 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
                 if run is not None:
                     _record_exit(state, run, None, 0)
                     plan.consumed.append(name)
-                state.phase, state.reason, state.message = "Rejected", rejection.reason, rejection.message
-                state.queue_position = None
+                if state.phase not in TERMINAL_PHASES or state.generation == 0:
+                    state.phase, state.reason, state.message = "Rejected", rejection.reason, rejection.message
+                    state.queue_position = None
+            if newly and state.phase != "Rejected":
+                plan.events.append(Event("Warning", rejection.reason, name, f"manifest is invalid, last valid spec kept: {rejection.message}"))
             _finish(plan, old, state)
             continue
 
@@ -181,6 +193,7 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             state.generation += 1
             state.spec_hash = job.spec_hash
         state.manifest = job.source
+        state.owner = job.owner
         state.labels = dict(job.job.metadata.labels)
         state.priority = spec.priority
         state.gpus = spec.resources.gpus
@@ -242,7 +255,61 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
     _schedule_pending(plan, snap, pending, now, now_text)
     for state, _job in pending:
         _finish(plan, snap.states.get(state.name), state)
+    _sweeps(plan, snap, now)
     return plan
+
+
+def _sweeps(plan: Plan, snap: Snapshot, now: float) -> None:
+    """Each Sweep's status: its children counted by phase."""
+    for name, sweep in snap.admission.sweeps.items():
+        old = snap.sweep_states.get(name)
+        state = SweepState(name=name, created=old.created if old else now, generation=old.generation if old else 0)
+        if old is None or old.spec_hash != sweep.spec_hash:
+            state.generation += 1
+        state.spec_hash = sweep.spec_hash
+        state.manifest = sweep.source
+        state.labels = dict(sweep.sweep.metadata.labels)
+        state.children = list(sweep.children)
+        state.parallelism = sweep.parallelism
+        phases = [plan.states[c].phase for c in sweep.children if c in plan.states]
+        state.counts = {p: phases.count(p) for p in ("Pending", "Running", "Succeeded", "Failed", "Cancelled", "Rejected") if p in phases}
+        state.phase, state.reason = _sweep_phase(phases, len(sweep.children))
+        parts = ", ".join(f"{n} {p}" for p, n in state.counts.items())
+        state.message = f"{len(sweep.children)} children" + (f": {parts}" if parts else "")
+        failed = [c for c in sweep.children if c in plan.states and plan.states[c].phase == "Failed"]
+        if failed:
+            state.message += f" (failed: {', '.join(failed[:5])}{' ...' if len(failed) > 5 else ''})"
+        plan.sweeps[name] = state
+        if old is None or (old.phase, old.reason) != (state.phase, state.reason):
+            warning = state.phase == "Failed"
+            plan.events.append(Event("Warning" if warning else "Normal", state.reason, name, state.message, kind="sweep"))
+    for name in snap.sweep_states:
+        if name not in snap.admission.sweeps:
+            plan.removed_sweeps.append(name)
+            plan.events.append(Event("Normal", "Deleted", name, "manifest deleted; children stopped and removed", kind="sweep"))
+
+
+def _sweep_phase(phases: list[str], total: int) -> tuple[str, str]:
+    if total == 0:
+        return "Succeeded", "NoChildren"
+    if len(phases) == total and all(p == "Succeeded" for p in phases):
+        return "Succeeded", "AllSucceeded"
+    if len(phases) == total and all(p in TERMINAL_PHASES for p in phases):
+        if "Failed" in phases:
+            return "Failed", "ChildFailed"
+        return "Cancelled", "ChildCancelled"
+    if "Running" in phases:
+        return "Running", "ChildrenRunning"
+    if any(p in TERMINAL_PHASES for p in phases):
+        return "Running", "InProgress"
+    return "Pending", "ChildrenPending"
+
+
+def sweep_outcome(plan_states: dict[str, JobState], children: tuple[str, ...] | list[str]) -> str:
+    """A Sweep as a dependency: Succeeded / Failed / Cancelled once all children ended, else Running."""
+    phases = [plan_states[c].phase if c in plan_states else "Pending" for c in children]
+    phase, _ = _sweep_phase(phases, len(children))
+    return phase
 
 
 def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str) -> None:
@@ -425,6 +492,12 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
     pending.sort(key=lambda sj: (-sj[1].spec.priority, sj[0].created, sj[0].name))
     ready: list[tuple[JobState, AdmittedJob]] = []
     all_states = {**snap.states, **plan.states, **{s.name: s for s, _ in pending}}
+    # sweeps with a parallelism cap: how many more children may start this pass
+    budgets: dict[str, int] = {}
+    for sweep_name, sweep in snap.admission.sweeps.items():
+        if sweep.parallelism is not None:
+            running = sum(1 for c in sweep.children if c in plan.states and plan.states[c].phase == "Running")
+            budgets[sweep_name] = sweep.parallelism - running
     for state, job in pending:
         spec = job.spec
         state.queue_position = None
@@ -441,11 +514,18 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
             state.message = f"starts after {rfc3339(not_before)} (in {format_duration(not_before - now)})"
             plan.wake(not_before)
             continue
-        blocked = _dependency_block(state, job, all_states, now)
+        blocked = _dependency_block(state, job, all_states, now, snap.admission.sweeps)
         if blocked is not None:
             if blocked == "failed":
                 plan.again = True
             continue
+        if job.owner is not None and job.owner in budgets:
+            if budgets[job.owner] <= 0:
+                cap = snap.admission.sweeps[job.owner].parallelism
+                state.reason = "Parallelism"
+                state.message = f"sweep {job.owner} runs at most {cap} children at once; {cap} are running or starting"
+                continue
+            budgets[job.owner] -= 1
         ready.append((state, job))
 
     requests = [
@@ -484,36 +564,44 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
             position += 1
             state.queue_position = position
     # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"
-    if started and any(d.job in started for st, j in pending if st.reason == "Dependency" for d in j.spec.depends_on):
+    if started and any(st.reason == "Dependency" for st, _ in pending):
         plan.again = True
 
 
-def _dependency_block(state: JobState, job: AdmittedJob, states: dict[str, JobState], now: float) -> str | None:
-    """None when every parent allows a start; else sets the waiting/cancelled state and says why."""
+def _dependency_block(
+    state: JobState, job: AdmittedJob, states: dict[str, JobState], now: float, sweeps: dict | None = None
+) -> str | None:
+    """None when every parent allows a start; else sets the waiting/cancelled state and says why.
+    A parent may be a Sweep: it has Succeeded when every child has."""
     waiting = []
     for dep in job.spec.depends_on:
-        parent = states.get(dep.job)
-        if parent is None:
-            waiting.append(f"{dep.job} (does not exist yet)")
-            continue
-        done = parent.phase in TERMINAL_PHASES
+        sweep = (sweeps or {}).get(dep.job)
+        if sweep is not None:
+            parent_phase, what = sweep_outcome(states, sweep.children), "sweep"
+        else:
+            parent = states.get(dep.job)
+            if parent is None:
+                waiting.append(f"job {dep.job} (does not exist yet)")
+                continue
+            parent_phase, what = parent.phase, "job"
+        done = parent_phase in TERMINAL_PHASES
         ok = (
-            (dep.condition == "Succeeded" and parent.phase == "Succeeded")
-            or (dep.condition == "Failed" and parent.phase == "Failed")
+            (dep.condition == "Succeeded" and parent_phase == "Succeeded")
+            or (dep.condition == "Failed" and parent_phase == "Failed")
             or (dep.condition == "Finished" and done)
         )
         if ok:
             continue
         if done:
             state.phase, state.reason = "Cancelled", "DependencyFailed"
-            state.message = f"job {dep.job} ended {parent.phase}; this job needed it to be {dep.condition}"
+            state.message = f"{what} {dep.job} ended {parent_phase}; this job needed it to be {dep.condition}"
             state.completion_time = now
             state.run_hash = job.run_hash
             return "failed"
-        waiting.append(f"{dep.job} ({parent.phase})")
+        waiting.append(f"{what} {dep.job} ({parent_phase})")
     if waiting:
         state.reason = "Dependency"
-        state.message = "waits for job " + ", ".join(waiting)
+        state.message = "waits for " + ", ".join(waiting)
         return "waiting"
     return None
 

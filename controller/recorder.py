@@ -19,7 +19,7 @@ from controller.fsutil import atomic_write
 from controller.paths import Home
 from controller.reconcile import Event
 from controller.scheduler import GpuSlot
-from controller.state import JobState, rfc3339
+from controller.state import JobState, SweepState, rfc3339
 from controller.yamlio import dump
 
 log = logging.getLogger("gflowd.recorder")
@@ -30,17 +30,25 @@ class Recorder:
     def __init__(self, home: Home):
         self.home = home
         self.written: dict[str, JobState] = {}
+        self.written_sweeps: dict[str, SweepState] = {}
         self._node_text = ""
         self.status_writes = 0
 
-    def load(self) -> dict[str, JobState]:
+    def load(self) -> tuple[dict[str, JobState], dict[str, SweepState]]:
         """Rebuild the controller's memory from status files (at start-up)."""
         from controller.yamlio import YAMLSyntaxError, load_one
 
         states: dict[str, JobState] = {}
+        sweeps: dict[str, SweepState] = {}
         for path in self.home.status_dir.glob("*.yaml"):
             try:
                 data = load_one(path.read_text())
+                if isinstance(data, dict) and data.get("kind") == "SweepStatus":
+                    sweep = SweepState.from_status(data)
+                    if sweep.name == path.stem:
+                        sweeps[sweep.name] = sweep
+                        self.written_sweeps[sweep.name] = sweep
+                    continue
                 state = JobState.from_status(data)
             except (OSError, YAMLSyntaxError, KeyError, TypeError, ValueError, AttributeError) as exc:
                 log.warning("ignoring unreadable status file %s: %s", path, exc)
@@ -49,7 +57,25 @@ class Recorder:
                 continue
             states[state.name] = state
             self.written[state.name] = state.copy()
-        return states
+        return states, sweeps
+
+    def write_sweeps(self, sweeps: dict[str, SweepState], removed: Iterable[str]) -> bool:
+        changed = False
+        for name in removed:
+            self.written_sweeps.pop(name, None)
+            if name not in self.written:  # the name may have passed to a job meanwhile
+                try:
+                    self.home.status_file(name).unlink()
+                except FileNotFoundError:
+                    pass
+            changed = True
+        for name, sweep in sweeps.items():
+            if self.written_sweeps.get(name) == sweep:
+                continue
+            atomic_write(self.home.status_file(name), dump(sweep.to_status()))
+            self.written_sweeps[name] = sweep
+            changed = True
+        return changed
 
     def write_states(self, states: dict[str, JobState], removed: Iterable[str]) -> bool:
         """Write the status files that changed and remove the given ones. True when anything did."""
@@ -77,6 +103,7 @@ class Recorder:
             "updated": time.time(),
             "controller": controller_info,
             "jobs": {name: state.summary() for name, state in sorted(self.written.items())},
+            "sweeps": {name: sweep.summary() for name, sweep in sorted(self.written_sweeps.items())},
         }
         # a cache of the status files, rebuilt every pass: losing it in a crash costs nothing
         atomic_write(self.home.index_file, json.dumps(index, separators=(",", ":")), durable=False)
@@ -109,7 +136,13 @@ class Recorder:
     def events(self, events: Iterable[Event], now: float) -> None:
         lines = []
         for event in events:
-            record = {"time": rfc3339(now), "type": event.type, "reason": event.reason, "object": f"job/{event.object}" if event.object else "", "message": event.message}
+            record = {
+                "time": rfc3339(now),
+                "type": event.type,
+                "reason": event.reason,
+                "object": f"{event.kind}/{event.object}" if event.object else "",
+                "message": event.message,
+            }
             lines.append(json.dumps(record, ensure_ascii=False) + "\n")
             level = logging.WARNING if event.type == "Warning" else logging.INFO
             log.log(level, "%s %s: %s", record["object"] or "-", event.reason, event.message)

@@ -60,6 +60,7 @@ class JobState:
     pid: int | None = None
     queue_position: int | None = None
     conditions: list[dict[str, str]] = field(default_factory=list)
+    owner: str | None = None  # the Sweep this job belongs to
 
     def copy(self) -> "JobState":
         # runs per job per pass: a dict copy is ~15x cheaper than dataclasses.replace or deepcopy
@@ -99,6 +100,8 @@ class JobState:
         if self.labels:
             meta["labels"] = dict(self.labels)
         meta["annotations"] = {SPEC_HASH: self.spec_hash, RUN_HASH: self.run_hash}
+        if self.owner:
+            meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "Sweep", "name": self.owner}]
         return {"apiVersion": API_VERSION, "kind": "JobStatus", "metadata": meta, "status": status}
 
     @classmethod
@@ -130,6 +133,7 @@ class JobState:
             pid=status.get("pid"),
             queue_position=status.get("queuePosition"),
             conditions=[dict(c) for c in status.get("conditions") or []],
+            owner=next((o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Sweep"), None),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -150,4 +154,78 @@ class JobState:
             "completionTime": self.completion_time,
             "generation": self.generation,
             "queuePosition": self.queue_position,
+            "owner": self.owner,
+        }
+
+
+@dataclass
+class SweepState:
+    """The record of one Sweep: its children counted by phase (``status/<sweep>.yaml``)."""
+
+    name: str
+    phase: str = "Pending"
+    reason: str = ""
+    message: str = ""
+    manifest: str | None = None
+    created: float = 0.0
+    labels: dict[str, str] = field(default_factory=dict)
+    children: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    parallelism: int | None = None
+    generation: int = 0
+    spec_hash: str = ""
+
+    def to_status(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": self.name, "creationTimestamp": rfc3339(self.created)}
+        if self.labels:
+            meta["labels"] = dict(self.labels)
+        meta["annotations"] = {SPEC_HASH: self.spec_hash}
+        status = {
+            "phase": self.phase,
+            "reason": self.reason,
+            "message": self.message,
+            "observedGeneration": self.generation,
+            "manifest": self.manifest,
+            "children": len(self.children),
+            "counts": dict(self.counts),
+            "parallelism": self.parallelism,
+            "childNames": list(self.children),
+        }
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "SweepStatus",
+            "metadata": meta,
+            "status": {k: v for k, v in status.items() if v is not None},
+        }
+
+    @classmethod
+    def from_status(cls, data: dict[str, Any]) -> "SweepState":
+        meta = data.get("metadata") or {}
+        status = data.get("status") or {}
+        return cls(
+            name=str(meta["name"]),
+            phase=status.get("phase", "Pending"),
+            reason=status.get("reason", ""),
+            message=status.get("message", ""),
+            manifest=status.get("manifest"),
+            created=from_rfc3339(meta.get("creationTimestamp")) or 0.0,
+            labels=dict(meta.get("labels") or {}),
+            children=[str(c) for c in status.get("childNames") or []],
+            counts={str(k): int(v) for k, v in (status.get("counts") or {}).items()},
+            parallelism=status.get("parallelism"),
+            generation=int(status.get("observedGeneration", 0)),
+            spec_hash=str((meta.get("annotations") or {}).get(SPEC_HASH, "")),
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "reason": self.reason,
+            "message": self.message,
+            "children": len(self.children),
+            "counts": dict(self.counts),
+            "created": self.created,
+            "labels": self.labels,
+            "manifest": self.manifest,
+            "parallelism": self.parallelism,
         }

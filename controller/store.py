@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from controller.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection, document_name, validate_document
+from controller.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection, document_name, validate_any
 from controller.api.job import is_valid_name
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
@@ -197,8 +197,8 @@ class ManifestStore:
         for index, data in enumerate(docs):
             if data is None:  # an empty document (a stray ---) is nothing, not an error
                 continue
-            results.append(
-                validate_document(
+            results.extend(
+                validate_any(
                     data,
                     source=source,
                     path=path,

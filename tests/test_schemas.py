@@ -44,6 +44,8 @@ def test_generator_produces_the_schemas_and_the_manifest_reference(generated):
         "crd-schemas/job.crd.yaml",
         "crd-schemas/job.schema.json",
         "crd-schemas/jobstatus.schema.json",
+        "crd-schemas/sweep.crd.yaml",
+        "crd-schemas/sweep.schema.json",
         "docs/manifest.md",
     ]
     for text in generated.values():
@@ -51,7 +53,15 @@ def test_generator_produces_the_schemas_and_the_manifest_reference(generated):
 
 
 @pytest.mark.parametrize(
-    "rel", ["crd-schemas/job.schema.json", "crd-schemas/jobstatus.schema.json", "crd-schemas/job.crd.yaml", "docs/manifest.md"]
+    "rel",
+    [
+        "crd-schemas/job.schema.json",
+        "crd-schemas/jobstatus.schema.json",
+        "crd-schemas/job.crd.yaml",
+        "crd-schemas/sweep.schema.json",
+        "crd-schemas/sweep.crd.yaml",
+        "docs/manifest.md",
+    ],
 )
 def test_committed_schema_matches_the_models(generated, rel):
     path = ROOT / rel
@@ -95,7 +105,7 @@ def test_check_mode_names_a_missing_file(tmp_path, capsys):
     assert gen.stale(tmp_path) == list(gen.generate())  # nothing there: all stale
     assert gen.main(["--check", "--root", str(tmp_path)]) == 1
     assert capsys.readouterr().err == (
-        "crd-schemas/job.schema.json (and 3 more) is missing; run: python hack/gen_schemas.py\n"
+        "crd-schemas/job.schema.json (and 5 more) is missing; run: python hack/gen_schemas.py\n"
     )
 
 

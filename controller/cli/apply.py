@@ -23,6 +23,7 @@ class _Doc:
     text: str
     data: dict
     origin: str
+    kind: str = "job"
 
 
 def _read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
@@ -63,7 +64,7 @@ def _read_text(path: Path) -> str:
 
 
 def _parse_docs(origin: str, text: str) -> tuple[list[_Doc], list[str]]:
-    from controller.admission import AdmittedJob, validate_document
+    from controller.admission import AdmittedJob, Rejection, validate_any
     from controller.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
     docs: list[_Doc] = []
@@ -79,11 +80,13 @@ def _parse_docs(origin: str, text: str) -> tuple[list[_Doc], list[str]]:
             continue
         if data is None:
             continue
-        result = validate_document(
+        result = validate_any(
             data, source=origin, path=origin, stem=stem, single=len(parts) == 1, doc_index=0, text=part
-        )
+        )[0]
         if isinstance(result, AdmittedJob):
             docs.append(_Doc(result.name, part, data, origin))
+        elif not isinstance(result, Rejection):  # a Sweep
+            docs.append(_Doc(result.name, part, data, origin, "sweep"))
         else:
             hint = " (metadata.name is required when applying from stdin)" if stem is None and result.name is None else ""
             errors.append(f"{result.message}{hint}")
@@ -104,7 +107,7 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
                 errors.append(f"job/{doc.name} is defined twice: in {seen[doc.name]} and {origin}")
                 continue
             seen[doc.name] = origin
-            target = find_manifest(home, doc.name)
+            target = find_manifest(home, doc.name, doc.kind)
             body = doc.text if doc.text.endswith("\n") else doc.text + "\n"
             if target is None:
                 verb = "created"
@@ -123,7 +126,7 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
                     from controller.manifest_edit import join_documents
 
                     atomic_write(target, parts[0] if len(parts) == 1 else join_documents(parts), mode=_mode(target))
-            print(f"job/{doc.name} {verb}" + (" (dry run)" if dry_run else ""))
+            print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""))
     for error in errors:
         sys.stderr.write(f"error: {error}\n")
     return 1 if errors else 0
@@ -163,7 +166,7 @@ def _position_of(parts: list[str], name: str, path: Path) -> int | None:
     return None
 
 
-def delete(home: Home, names: list[str], filenames: list[str]) -> int:
+def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job") -> int:
     targets = list(names)
     for origin, text in _read_inputs(filenames, False) if filenames else []:
         docs, errors = _parse_docs(origin, text)
@@ -172,11 +175,18 @@ def delete(home: Home, names: list[str], filenames: list[str]) -> int:
         targets.extend(d.name for d in docs)
     if not targets:
         raise CliError("name the jobs to delete: gflowctl delete job NAME... or -f FILE")
+    from controller.cli.common import owner_of
+
     failed = False
     for name in targets:
-        path = find_manifest(home, name)
+        owner = owner_of(home, name) if kind == "job" else None
+        if owner is not None:
+            sys.stderr.write(f"error: job/{name} belongs to sweep/{owner}; delete the sweep or change its matrix\n")
+            failed = True
+            continue
+        path = find_manifest(home, name, kind)
         if path is None:
-            sys.stderr.write(f"error: job/{name} not found\n")
+            sys.stderr.write(f"error: {kind}/{name} not found\n")
             failed = True
             continue
         from controller.yamlio import iter_documents_text
@@ -194,5 +204,5 @@ def delete(home: Home, names: list[str], filenames: list[str]) -> int:
 
             del parts[position]
             atomic_write(path, join_documents(parts), mode=_mode(path))
-        print(f"job/{name} deleted")
+        print(f"{kind}/{name} deleted")
     return 1 if failed else 0

@@ -74,9 +74,15 @@ def warn_if_not_running(home: Home) -> None:
         sys.stderr.write(f"warning: gflowd is not running for {home.root}; what you see may be stale\n")
 
 
-def find_manifest(home: Home, name: str) -> Path | None:
-    """The manifest file that defines job ``name``: from its status, else ``<spec-dir>/<name>.yaml``."""
-    rows = job_rows(home)
+def owner_of(home: Home, name: str) -> str | None:
+    """The Sweep that owns job ``name``, if any."""
+    row = job_rows(home).get(name) or {}
+    return row.get("owner")
+
+
+def find_manifest(home: Home, name: str, kind: str = "job") -> Path | None:
+    """The manifest file that defines ``name``: from its status, else ``<spec-dir>/<name>.yaml``."""
+    rows = job_rows(home) if kind == "job" else ((read_index(home) or {}).get("sweeps") or {})
     row = rows.get(name)
     if row and row.get("manifest"):
         candidate = Path(row["manifest"])

@@ -19,12 +19,19 @@ _FIELDS = {
 }
 
 
-def _edit(home: Home, name: str, path: tuple[str, ...], value) -> bool:
-    """Set ``path`` in job ``name``'s manifest. False (and a message) when the job is unknown."""
+def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -> bool:
+    """Set ``path`` in job ``name``'s manifest (``path == ()``: ``value`` is a merge patch).
+    False (and a message) when the job is unknown; CliError when the result would be invalid."""
     from controller.cli.apply import _position_of
-    from controller.manifest_edit import EditError, set_field
+    from controller.manifest_edit import EditError, merge_patch, set_field
     from controller.yamlio import iter_documents_text
 
+    from controller.cli.common import owner_of
+
+    owner = owner_of(home, name)
+    if owner is not None:
+        sys.stderr.write(f"error: job/{name} belongs to sweep/{owner}; edit the sweep's template instead\n")
+        return False
     manifest = find_manifest(home, name)
     if manifest is None:
         sys.stderr.write(f"error: job/{name} not found\n")
@@ -36,12 +43,30 @@ def _edit(home: Home, name: str, path: tuple[str, ...], value) -> bool:
         sys.stderr.write(f"error: job/{name} not found in {manifest}\n")
         return False
     try:
-        new_text = set_field(text, position, path, value)
+        new_text = merge_patch(text, position, value) if not path else set_field(text, position, path, value)
     except EditError as exc:
         raise CliError(f"job/{name}: cannot edit {manifest}: {exc}") from None
+    _check_still_valid(new_text, position, name, manifest)
     if new_text != text:
         atomic_write(manifest, new_text, mode=manifest.stat().st_mode & 0o755)
+    if verb:
+        print(f"job/{name} {verb}")
     return True
+
+
+def _check_still_valid(text: str, position: int, name: str, manifest) -> None:
+    from controller.admission import Rejection, validate_any
+    from controller.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+
+    parts = list(iter_documents_text(text))
+    try:
+        data = load_one(parts[position])
+    except YAMLSyntaxError as exc:
+        raise CliError(f"job/{name}: the edit would break the YAML: {exc}") from None
+    result = validate_any(data, source=str(manifest), path=str(manifest), stem=manifest.stem,
+                          single=len(parts) == 1, text=parts[position])[0]
+    if isinstance(result, Rejection):
+        raise CliError(f"job/{name}: not changed, the result would be invalid: {result.message}")
 
 
 def control(home: Home, verb: str, names: list[str]) -> int:
@@ -68,3 +93,20 @@ def set_priority(home: Home, name: str, value: str) -> int:
         return 1
     print(f"job/{name} priority set to {priority}")
     return 0
+
+
+def patch(home: Home, name: str, patch_text: str) -> int:
+    """``gflowctl patch job NAME -p '{"spec": {...}}'``: a JSON merge patch, validated before it is
+    written, applied in place so the rest of the file stays as the user wrote it."""
+    import json
+
+    try:
+        data = json.loads(patch_text)
+    except ValueError as exc:
+        raise CliError(f"-p must be a JSON object like '{{\"spec\": {{\"priority\": 5}}}}' ({exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise CliError("-p must be a non-empty JSON object, e.g. '{\"spec\": {\"priority\": 5}}'")
+    unknown = set(data) - {"spec", "metadata"}
+    if unknown:
+        raise CliError(f"only spec and metadata can be patched, not {sorted(unknown)[0]}")
+    return 0 if _edit(home, name, (), data, verb="patched") else 1

@@ -13,6 +13,7 @@ from controller.paths import Home
 
 JOB_KINDS = ("jobs", "job", "j")
 GPU_KINDS = ("gpus", "gpu", "node", "nodes")
+SWEEP_KINDS = ("sweeps", "sweep")
 
 
 def get(home: Home, args) -> int:
@@ -23,7 +24,44 @@ def get(home: Home, args) -> int:
         return _get_jobs(home, args, selector)
     if args.kind in GPU_KINDS:
         return _get_gpus(home, args)
-    raise CliError(f"unknown resource type {args.kind!r}; use jobs or gpus")
+    if args.kind in SWEEP_KINDS:
+        return _get_sweeps(home, args)
+    raise CliError(f"unknown resource type {args.kind!r}; use jobs, sweeps or gpus")
+
+
+def _get_sweeps(home: Home, args) -> int:
+    from controller.cli.common import read_index
+
+    sweeps = (read_index(home) or {}).get("sweeps", {})
+    missing = [n for n in args.names if n not in sweeps]
+    chosen = _select(sweeps, args.names, _parse_selector(args.selector), args.phase)
+    if args.output == "name":
+        for name, _ in chosen:
+            print(f"sweep/{name}")
+    elif args.output in ("yaml", "json"):
+        docs = [d for d in (read_status(home, name) for name, _ in chosen) if d is not None]
+        if args.output == "json":
+            print(json.dumps(docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}, indent=2))
+        else:
+            from controller.yamlio import dump
+
+            print("---\n".join(dump(d) for d in docs), end="")
+    elif chosen:
+        now = time.time()
+        table = [["NAME", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE"]]
+        for name, row in chosen:
+            counts = row.get("counts") or {}
+            table.append([
+                name, str(row.get("phase", "")), str(row.get("children", 0)), str(counts.get("Running", 0)),
+                str(counts.get("Succeeded", 0)), str(counts.get("Failed", 0)),
+                format_age(now - float(row.get("created") or now)),
+            ])
+        _print_table(table)
+    elif not missing:
+        print("No sweeps found.", file=sys.stderr)
+    for name in missing:
+        sys.stderr.write(f"error: sweep/{name} not found\n")
+    return 1 if missing else 0
 
 
 def _parse_selector(items: list[str]) -> list[tuple[str, str, bool]]:

@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="validate and report, write nothing")
 
     p = sub.add_parser("get", parents=[common], help="list jobs or GPUs")
-    p.add_argument("kind", help="jobs | gpus (alias: node)")
+    p.add_argument("kind", help="jobs | sweeps | gpus (alias: node)")
     p.add_argument("names", nargs="*")
     p.add_argument("-o", "--output", choices=["wide", "yaml", "json", "name"])
     p.add_argument("-w", "--watch", action="store_true", help="keep watching for changes")
@@ -61,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", help="job")
     p.add_argument("name")
 
-    p = sub.add_parser("delete", parents=[common], help="delete jobs (their manifests)")
-    p.add_argument("kind", nargs="?", help="job")
+    p = sub.add_parser("delete", parents=[common], help="delete jobs or sweeps (their manifests)")
+    p.add_argument("kind", nargs="?", help="job | sweep")
     p.add_argument("names", nargs="*")
     p.add_argument("-f", "--filename", action="append", default=[], help="delete the jobs this file defines")
 
@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("field", choices=["priority"])
     p.add_argument("name")
     p.add_argument("value")
+
+    p = sub.add_parser("patch", parents=[common], help="edit a job's manifest with a JSON merge patch")
+    p.add_argument("kind", help="job")
+    p.add_argument("name")
+    p.add_argument("-p", "--patch", required=True, help='JSON, e.g. \'{"spec": {"priority": 5}}\'')
 
     p = sub.add_parser("wait", parents=[common], help="wait until a job reaches a phase or condition")
     p.add_argument("target", help="job/NAME")
@@ -123,11 +128,14 @@ def run(argv: list[str]) -> int:
     if verb == "delete":
         from controller.cli.apply import delete
 
-        if args.kind is not None and not args.filename:
+        kind = "job"
+        if args.kind in ("sweep", "sweeps"):
+            kind = "sweep"
+        elif args.kind is not None and not args.filename:
             _expect_job(args.kind)
         elif args.kind is not None:
             args.names = [args.kind, *args.names]
-        return delete(home, args.names, args.filename)
+        return delete(home, args.names, args.filename, kind)
     if verb == "logs":
         from controller.cli.logs import logs
 
@@ -140,6 +148,11 @@ def run(argv: list[str]) -> int:
         from controller.cli.edit import set_priority
 
         return set_priority(home, args.name, args.value)
+    if verb == "patch":
+        _expect_job(args.kind)
+        from controller.cli.edit import patch
+
+        return patch(home, args.name, args.patch)
     if verb == "wait":
         from controller.cli.wait import wait
 
