@@ -28,6 +28,13 @@ class ControllerConfig(_Model):
     unmanaged_memory_threshold: Quantity = Field(
         default=2**30, description="Foreign GPU processes using less than this in total are tolerated"
     )
+    ttl_seconds_after_finished: Duration | None = Field(
+        default=None, description="Default TTL of finished jobs (their manifests are deleted); unset: kept"
+    )
+    finished_jobs_history: int | None = Field(
+        default=None, ge=0,
+        description="Keep at most this many finished jobs; the oldest beyond it have their manifests deleted",
+    )
     ignore_processes: list[StrictStr] = Field(
         default_factory=list, description="Foreign GPU processes (by name or pid) that never make a GPU Unmanaged"
     )

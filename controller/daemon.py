@@ -261,6 +261,8 @@ class Controller:
             ignore_processes=frozenset(self.config.ignore_processes),
             default_grace=self.config.termination_grace_period,
             sweep_states=self.sweep_states,
+            default_ttl=self.config.ttl_seconds_after_finished,
+            finished_history=self.config.finished_jobs_history,
         )
         plan = reconcile(snapshot, now)
         again = plan.again
@@ -271,6 +273,9 @@ class Controller:
             self.runtime.set_time_limit(name, limit)
         for name in plan.consumed:  # before starts: a pass may record an exit and start anew
             self.runtime.forget(name)
+        if plan.expired:
+            self._delete_manifests(plan.expired)
+            again = True
         for launch in plan.starts:
             self.runtime.start(launch)
         if plan.starts:
@@ -299,6 +304,36 @@ class Controller:
         if self.passes == 1:
             gc.freeze()
         return plan.wake_at, again
+
+    def _delete_manifests(self, jobs) -> None:
+        """TTL and history: the one case where gflowd edits the spec dir. A single-document file is
+        removed; a document inside a multi-document file is cut out, the rest left as written."""
+        from controller.fsutil import atomic_write
+        from controller.manifest_edit import join_documents
+        from controller.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+
+        by_path: dict[str, list[str]] = {}
+        for job in jobs:
+            by_path.setdefault(job.path, []).append(job.name)
+        for path, names in by_path.items():
+            try:
+                text = Path(path).read_text()
+                parts = list(iter_documents_text(text))
+                keep = []
+                for part in parts:
+                    data = load_one(part)
+                    name = (data.get("metadata") or {}).get("name") if isinstance(data, dict) else None
+                    if name is None and len(parts) == 1:
+                        name = Path(path).stem
+                    if name not in names:
+                        keep.append(part)
+                if keep:
+                    atomic_write(Path(path), join_documents(keep), mode=os.stat(path).st_mode & 0o777)
+                else:
+                    os.unlink(path)
+            except (OSError, YAMLSyntaxError) as exc:
+                log.warning("could not remove expired job(s) %s from %s: %s", ", ".join(names), path, exc)
+            self.mark_dirty(path)
 
     def _topology(self) -> dict[tuple[int, int], int]:
         reader = getattr(self.inventory, "topology", None)

@@ -85,6 +85,8 @@ class Snapshot:
     ignore_processes: frozenset[str] = frozenset()
     default_grace: float = DEFAULT_GRACE
     sweep_states: dict[str, SweepState] = field(default_factory=dict)
+    default_ttl: float | None = None  # seconds a finished job is kept, when its spec does not say
+    finished_history: int | None = None  # at most this many finished jobs are kept
 
 
 @dataclass
@@ -99,6 +101,7 @@ class Plan:
     slots: list[GpuSlot] = field(default_factory=list)  # GPUs as this pass leaves them (node.yaml)
     sweeps: dict[str, SweepState] = field(default_factory=dict)  # every sweep that still exists
     removed_sweeps: list[str] = field(default_factory=list)
+    expired: list[AdmittedJob] = field(default_factory=list)  # finished jobs whose manifests to delete
     wake_at: float | None = None  # the next time a pass is due even if nothing changes
     again: bool = False  # a decision here unblocks others (e.g. a dependency ended): pass again now
 
@@ -256,7 +259,35 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
     for state, _job in pending:
         _finish(plan, snap.states.get(state.name), state)
     _sweeps(plan, snap, now)
+    _expire(plan, snap, now)
     return plan
+
+
+def _expire(plan: Plan, snap: Snapshot, now: float) -> None:
+    """Finished jobs past their TTL, and the oldest beyond the history limit, are to be removed.
+    Sweep children live and go with their sweep."""
+    finished = []
+    for name, state in plan.states.items():
+        job = snap.admission.jobs.get(name)
+        if job is None or job.owner is not None or state.phase not in TERMINAL_PHASES:
+            continue
+        done_at = state.completion_time or now
+        finished.append((done_at, name, job))
+        ttl = job.spec.ttl_seconds_after_finished
+        ttl = snap.default_ttl if ttl is None else ttl
+        if ttl is not None:
+            if now >= done_at + ttl:
+                plan.expired.append(job)
+            else:
+                plan.wake(done_at + ttl)
+    if snap.finished_history is not None and len(finished) > snap.finished_history:
+        finished.sort(key=lambda item: (item[0], item[1]))
+        already = {j.name for j in plan.expired}
+        for _, name, job in finished[: len(finished) - snap.finished_history]:
+            if name not in already:
+                plan.expired.append(job)
+    for job in plan.expired:
+        plan.events.append(Event("Normal", "Expired", job.name, f"finished job removed: its manifest {job.source} is deleted"))
 
 
 def _sweeps(plan: Plan, snap: Snapshot, now: float) -> None:

@@ -87,3 +87,12 @@ def test_get_gpus_lists_fake_gpus_with_their_jobs(home, gflowd, tmp_path):
     assert header.split() == ["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS"]
     assert first.split()[0] == "0" and "Allocated" in first and first.split()[-1] == "gpu"
     assert "Free" in second
+
+
+def test_ttl_after_finished_removes_manifest_and_status_but_keeps_the_log(home, gflowd):
+    daemon = gflowd()
+    ctl(home, "apply", "-f", "-", stdin=JOB.format(name="brief", command="[echo, bye]") + "  ttlSecondsAfterFinished: 1s\n")
+    wait_phase(home, "brief", "Succeeded", daemon=daemon)
+    wait_for(lambda: not (home / "jobs" / "brief.yaml").exists(), timeout=10, message="the manifest to be removed")
+    wait_for(lambda: not (home / "status" / "brief.yaml").exists(), timeout=10, message="the status to be removed")
+    assert (home / "logs" / "brief.log").read_text() == "bye\n"

@@ -794,3 +794,29 @@ def test_reprioritizing_a_pending_job_reorders_the_queue():
     world.exit("first", 0, T0 + 3)
     plan = world.tick(T0 + 3)
     assert sorted(started(plan)) == ["x", "y"]
+
+
+# --- removing finished jobs ---------------------------------------------------------------------------
+
+
+def test_ttl_after_finished_expires_the_job_and_wakes_on_time():
+    world = World(job("a", ttlSecondsAfterFinished="30s"), job("keep"))
+    world.tick(T0)
+    world.exit("a", 0, T0 + 1)
+    world.exit("keep", 0, T0 + 1)
+    plan = world.tick(T0 + 2)
+    assert plan.expired == [] and plan.wake_at == T0 + 31
+    plan = world.tick(T0 + 31)
+    assert [j.name for j in plan.expired] == ["a"]
+    assert ("Normal", "Expired") in [(e.type, e.reason) for e in plan.events]
+
+
+def test_finished_history_keeps_the_newest_finished_jobs():
+    world = World(*(job(f"j{i}") for i in range(5)))
+    world.tick(T0)
+    for i in range(5):
+        world.exit(f"j{i}", 0, T0 + 1 + i)
+    snap = world.snapshot()
+    snap.finished_history = 2
+    plan = reconcile(snap, T0 + 10)
+    assert sorted(j.name for j in plan.expired) == ["j0", "j1", "j2"]

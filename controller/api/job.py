@@ -237,6 +237,11 @@ class JobSpec(_Model):
         description="Not before this time: RFC 3339 (2026-12-01T22:00:00) or +DURATION from when the "
         "controller first saw the manifest.",
     )
+    ttl_seconds_after_finished: Duration | None = Field(
+        default=None,
+        description="Remove the job this long after it finished: gflowd deletes its manifest (and so its "
+        "status). Logs stay. Default: the controller's ttlSecondsAfterFinished, else kept.",
+    )
     suspend: StrictBool = Field(
         default=False, description="true: hold the job; a running job is stopped and returns to Pending."
     )
