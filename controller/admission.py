@@ -17,8 +17,9 @@ from controller.api.job import Job, is_valid_name
 
 MAX_MANIFEST_BYTES = 1024 * 1024
 RERUN_ANNOTATION = "gflow.dev/rerun"
-# Fields users flip to steer a job; changing them never re-runs a finished job.
-CONTROL_FIELDS = ("priority", "suspend", "cancelled")
+# Fields that steer a job rather than define its work: they act on a running attempt, and changing
+# them never runs a finished job again (SPEC.md section 3).
+CONTROL_FIELDS = ("priority", "suspend", "cancelled", "timeLimit", "terminationGracePeriod", "ttlSecondsAfterFinished")
 
 
 @dataclass(frozen=True)

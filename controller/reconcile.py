@@ -8,6 +8,7 @@ so any pass may be repeated or skipped without harm.
 
 from __future__ import annotations
 
+import re
 import signal as signal_mod
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -107,6 +108,11 @@ class Plan:
 
     def wake(self, when: float) -> None:
         self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
+
+
+def natural_key(name: str) -> tuple:
+    """``job-2`` before ``job-10``: sweep children queue in index order."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def signal_name(number: int) -> str:
@@ -520,7 +526,7 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
     managed = set().union(*snap.job_pids.values()) if snap.job_pids else set()
     slots = build_slots(snap.gpus, holders, snap.allowed_gpus, managed, snap.unmanaged_threshold, snap.ignore_processes)
     plan.slots = slots
-    pending.sort(key=lambda sj: (-sj[1].spec.priority, sj[0].created, sj[0].name))
+    pending.sort(key=lambda sj: (-sj[1].spec.priority, sj[0].created, natural_key(sj[0].name)))
     ready: list[tuple[JobState, AdmittedJob]] = []
     all_states = {**snap.states, **plan.states, **{s.name: s for s, _ in pending}}
     # sweeps with a parallelism cap: how many more children may start this pass

@@ -388,7 +388,7 @@ CHANGED_RUN = [
     pytest.param(BASE.replace("train.py", "eval.py"), id="command"),
     pytest.param(BASE.replace("{gpus: 1}", "{gpus: 2}"), id="gpus"),
     pytest.param(BASE + "  env: {A: b}\n", id="env"),
-    pytest.param(BASE + "  timeLimit: 1h\n", id="timeLimit"),
+    pytest.param(BASE + "  backoffLimit: 3\n", id="backoffLimit"),
     pytest.param(BASE.replace("  name: a\n", "  name: a\n  annotations: {gflow.dev/rerun: '1'}\n"), id="rerun"),
 ]
 
@@ -405,12 +405,15 @@ CONTROL_ONLY = [
     pytest.param(BASE.replace("priority: 1", "priority: 50"), id="priority"),
     pytest.param(BASE + "  suspend: true\n", id="suspend"),
     pytest.param(BASE + "  cancelled: true\n", id="cancelled"),
+    pytest.param(BASE + "  timeLimit: 1h\n", id="timeLimit"),  # SPEC 3: acts on the running attempt
+    pytest.param(BASE + "  terminationGracePeriod: 30s\n", id="grace"),
+    pytest.param(BASE + "  ttlSecondsAfterFinished: 1d\n", id="ttl"),
     pytest.param(BASE.replace("priority: 1", "priority: -3") + "  suspend: true\n  cancelled: true\n", id="all"),
 ]
 
 
 @pytest.mark.parametrize("text", CONTROL_ONLY)
-def test_run_hash_ignores_priority_suspend_cancelled(text):
+def test_run_hash_ignores_the_fields_that_steer_a_job(text):
     base = admitted(BASE)
     other = admitted(text)
     assert other.run_hash == base.run_hash

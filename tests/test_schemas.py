@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from controller.admission import AdmittedJob, admit, validate_document
+from controller.admission import AdmittedJob, Rejection, admit, validate_any, validate_document
 from controller.yamlio import load_all, load_one
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -319,7 +319,7 @@ def _example_jobs(path: Path) -> list:
     text = path.read_text(encoding="utf-8")
     docs = load_all(text)
     single = sum(d is not None for d in docs) == 1
-    return [(text, i, d, single) for i, d in enumerate(docs) if d is not None and _document_kind(d) == "Job"]
+    return [(text, i, d, single) for i, d in enumerate(docs) if d is not None and _document_kind(d) in ("Job", "Sweep")]
 
 
 @pytest.mark.parametrize("path", _example_files())
@@ -334,20 +334,20 @@ def test_example_manifest_is_valid(path: Path):
         return
     jobs = _example_jobs(path)
     for text, index, data, single in jobs:
-        result = validate_document(
+        result = validate_any(
             data, source=source, path=str(path), stem=path.name.rsplit(".", 1)[0], single=single, doc_index=index, text=text
-        )
-        assert isinstance(result, AdmittedJob), f"{source}: {result.message}"
+        )[0]
+        assert not isinstance(result, Rejection), f"{source}: {result.message}"
     if not jobs:
-        pytest.skip(f"{source} holds no kind: Job document (kinds: {sorted(map(str, kinds))})")
+        pytest.skip(f"{source} holds no Job or Sweep document (kinds: {sorted(map(str, kinds))})")
 
 
 def test_example_manifests_have_distinct_names():
     documents = []
     for path in sorted(EXAMPLES.glob("**/*.y*ml")):
         for text, index, data, single in _example_jobs(path):
-            documents.append(
-                validate_document(
+            documents.extend(
+                validate_any(
                     data, source=str(path.relative_to(ROOT)), path=str(path),
                     stem=path.name.rsplit(".", 1)[0], single=single, doc_index=index, text=text,
                 )
@@ -357,6 +357,7 @@ def test_example_manifests_have_distinct_names():
     result = admit(documents)
     assert result.duplicates == {}
     assert result.warnings == []
+    assert result.rejected == {}
 
 
 # --- status files match the JobStatus model --------------------------------------------------------

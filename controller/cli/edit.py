@@ -33,6 +33,11 @@ def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -
         sys.stderr.write(f"error: job/{name} belongs to sweep/{owner}; edit the sweep's template instead\n")
         return False
     manifest = find_manifest(home, name)
+    if manifest is None and path[:1] == ("spec",):
+        # a Sweep: cancel/suspend/resume/priority act on its template, so on every child
+        manifest = find_manifest(home, name, "sweep")
+        if manifest is not None:
+            path = ("spec", "template", *path[1:])
     if manifest is None:
         sys.stderr.write(f"error: job/{name} not found\n")
         return False

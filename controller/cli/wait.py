@@ -18,8 +18,9 @@ def wait(home: Home, target: str, condition: str, timeout_text: str) -> int:
     kind, _, name = target.partition("/")
     if not name:
         kind, name = "job", kind
-    if kind not in ("job", "jobs"):
-        raise CliError(f"unknown resource type {kind!r}; use job/NAME")
+    if kind not in ("job", "jobs", "sweep", "sweeps"):
+        raise CliError(f"unknown resource type {kind!r}; use job/NAME or sweep/NAME")
+    kind = "sweep" if kind.startswith("sweep") else "job"
     what, _, value = condition.partition("=")
     if what not in ("phase", "condition") or not value:
         raise CliError(f"--for must be phase=PHASE or condition=TYPE, not {condition!r}")
@@ -34,18 +35,18 @@ def wait(home: Home, target: str, condition: str, timeout_text: str) -> int:
         phase = status.get("phase")
         if what == "phase":
             if phase is not None and phase.lower() == value.lower():
-                print(f"job/{name} {phase}")
+                print(f"{kind}/{name} {phase}")
                 return 0
             if phase in TERMINAL:
-                sys.stderr.write(f"error: job/{name} is {phase} ({status.get('reason')}); it will not become {value}\n")
+                sys.stderr.write(f"error: {kind}/{name} is {phase} ({status.get('reason')}); it will not become {value}\n")
                 return 1
         else:
             for cond in status.get("conditions") or []:
                 if cond.get("type", "").lower() == value.lower() and cond.get("status") == "True":
-                    print(f"job/{name} condition met: {cond['type']}")
+                    print(f"{kind}/{name} condition met: {cond['type']}")
                     return 0
         if time.monotonic() >= deadline:
             state = f"{phase} ({status.get('reason')})" if phase else "not found"
-            sys.stderr.write(f"error: timed out after {timeout_text} waiting for job/{name} {condition}; it is {state}\n")
+            sys.stderr.write(f"error: timed out after {timeout_text} waiting for {kind}/{name} {condition}; it is {state}\n")
             return 1
         time.sleep(0.05)
