@@ -59,11 +59,16 @@ def load_config(path: Path, overrides: dict) -> ControllerConfig:
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of settings")
         data = dict(loaded or {})
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    data.update(flags)
     try:
         return ControllerConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         msg = err.get("ctx", {}).get("error") or err["msg"]
+        key = str(err["loc"][0]) if err["loc"] else ""
+        name = next((n for n, f in ControllerConfig.model_fields.items() if key in (n, f.alias)), key)
+        if name in flags:
+            raise ConfigError(f"--{name.replace('_', '-')}: {msg}") from None
         raise ConfigError(f"{path.name}: {loc}: {msg}") from None

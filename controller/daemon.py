@@ -21,6 +21,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Literal
+
+from pydantic_core import PydanticUndefined
 
 from controller.paths import Home
 
@@ -395,19 +398,40 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every config.yaml key is also a flag (``allocationStrategy`` -> ``--allocation-strategy``),
+    generated from the config model so the two never drift."""
+    from typing import get_args, get_origin
+
+    from controller.config import ControllerConfig
+
     parser = _Parser(prog="gflowd", description="Run the gflow controller in the foreground.")
     parser.add_argument("--home", help="state directory (default $GFLOW_HOME or ~/.local/share/gflow)")
-    parser.add_argument("--spec-dir", help="manifest directory to watch (default HOME/jobs)")
-    parser.add_argument("--fake-gpus", help="YAML file describing fake GPUs, instead of NVML")
-    parser.add_argument("--gpus", type=_parse_gpus, help="only use these GPU indices, e.g. 0,2")
-    parser.add_argument("--allocation-strategy", choices=["sequential", "random", "packed", "spread"],
-                        help="how GPUs are picked among free ones (default sequential)")
-    parser.add_argument("--resync", help="full resync period (default 10s)")
-    parser.add_argument("--termination-grace-period", help="seconds between TERM and KILL (default 10s)")
-    parser.add_argument("--unmanaged-memory-threshold", help="tolerated foreign GPU memory (default 1Gi)")
+    for name, info in ControllerConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        default = info.default if info.default not in (None, [], PydanticUndefined) else None
+        help_text = (info.description or "") + (f" (default {default})" if default is not None else "")
+        kwargs: dict = {"dest": name, "help": help_text}
+        literal = [a for a in get_args(info.annotation) if isinstance(a, str)]
+        if get_origin(info.annotation) is Literal or literal:
+            kwargs["choices"] = literal or list(get_args(info.annotation))
+        if name == "gpus":
+            kwargs["type"] = _parse_gpus
+        elif int in get_args(info.annotation) or info.annotation is int:
+            kwargs["type"] = int
+        elif _is_list(info.annotation):
+            kwargs["type"] = lambda text: [x.strip() for x in text.split(",") if x.strip()]
+        parser.add_argument(flag, **kwargs)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--version", action="version", version=f"gflowd {__import__('controller').__version__}")
     return parser
+
+
+def _is_list(annotation) -> bool:
+    from typing import get_args, get_origin
+
+    if get_origin(annotation) is list:
+        return True
+    return any(get_origin(a) is list for a in get_args(annotation))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -418,21 +442,13 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    from controller.config import ConfigError, load_config
+    from controller.config import ConfigError, ControllerConfig, load_config
 
     home = Home.resolve(args.home, None)
     try:
         config = load_config(
             home.config_file,
-            {
-                "specDir": args.spec_dir,
-                "fakeGpus": args.fake_gpus,
-                "gpus": args.gpus,
-                "allocationStrategy": args.allocation_strategy,
-                "resync": args.resync,
-                "terminationGracePeriod": args.termination_grace_period,
-                "unmanagedMemoryThreshold": args.unmanaged_memory_threshold,
-            },
+            {name: getattr(args, name) for name in ControllerConfig.model_fields},
         )
     except ConfigError as exc:
         sys.stderr.write(f"gflowd: {exc}\n")

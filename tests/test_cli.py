@@ -303,3 +303,27 @@ def test_user_errors_are_one_line_exit_1_no_traceback(home, argv):
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "config", "expected"),
+    [
+        (["--resync", "soon"], None, "gflowd: --resync: 'soon' is not a duration"),
+        (["--termination-grace-period", "x"], None, "gflowd: --termination-grace-period:"),
+        (["--finished-jobs-history", "five"], None, "invalid int value"),
+        (["--allocation-strategy", "fastest"], None, "invalid choice"),
+        ([], "resync: later\n", "gflowd: config.yaml: resync:"),
+        ([], "resynk: 10s\n", "gflowd: config.yaml: resynk:"),
+        (["--fake-gpus", "/nonexistent.yaml"], None, "is not a file"),
+    ],
+)
+def test_gflowd_bad_flags_and_config_are_one_line_errors(tmp_path, argv, config, expected):
+    home = tmp_path / "h"
+    home.mkdir()
+    if config:
+        (home / "config.yaml").write_text(config)
+    proc = subprocess.run(
+        [sys.executable, "-m", "controller.daemon", "--home", str(home), *argv], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1
+    assert expected in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
