@@ -24,10 +24,10 @@ EXAMPLES="$ROOT/manifests/examples"
 FAKE_GPUS="$EXAMPLES/fake-gpus.yaml"
 
 mkdir -p "$SPEC_DIR"
-for manifest in "$EXAMPLES"/*.yaml; do
-    [ "$manifest" = "$FAKE_GPUS" ] && continue
+(cd "$EXAMPLES" && find . -name '*.yaml' ! -name fake-gpus.yaml) | while read -r rel; do
     # an unchanged copy is an unchanged spec: finished jobs do not run again
-    cmp -s "$manifest" "$SPEC_DIR/${manifest##*/}" || cp "$manifest" "$SPEC_DIR/"
+    mkdir -p "$SPEC_DIR/$(dirname "$rel")"
+    cmp -s "$EXAMPLES/$rel" "$SPEC_DIR/$rel" || cp "$EXAMPLES/$rel" "$SPEC_DIR/$rel"
 done
 
 args=(--home "$GFLOW_HOME" --spec-dir "$SPEC_DIR")
