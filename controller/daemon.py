@@ -108,6 +108,7 @@ class Controller:
         self._stopping = False
         self._warned: set[tuple[str, str, str]] = set()
         self._conda: bool | None = None
+        self._previous_admission = None
         self.passes = 0
 
     # -- wake-ups from other threads -------------------------------------------------------------
@@ -264,6 +265,7 @@ class Controller:
             ignore_processes=frozenset(self.config.ignore_processes),
             default_grace=self.config.termination_grace_period,
             sweep_states=self.sweep_states,
+            previous=self._previous_admission,
             default_ttl=self.config.ttl_seconds_after_finished,
             finished_history=self.config.finished_jobs_history,
         )
@@ -300,6 +302,7 @@ class Controller:
         changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
         self.states = plan.states
         self.sweep_states = plan.sweeps
+        self._previous_admission = admission
         if changed or full or self.passes == 0:
             self.recorder.write_index({"pid": os.getpid(), "specDir": str(self.home.spec_dir)})
         self.recorder.write_node(plan.slots, self.inventory.describe())

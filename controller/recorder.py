@@ -31,6 +31,7 @@ class Recorder:
         self.home = home
         self.written: dict[str, JobState] = {}
         self.written_sweeps: dict[str, SweepState] = {}
+        self._summaries: dict[str, str] = {}  # name -> the job's index row as JSON text
         self._node_text = ""
         self.status_writes = 0
 
@@ -56,7 +57,7 @@ class Recorder:
             if state.name != path.stem:
                 continue
             states[state.name] = state
-            self.written[state.name] = state.copy()
+            self.written[state.name] = state
         return states, sweeps
 
     def write_sweeps(self, sweeps: dict[str, SweepState], removed: Iterable[str]) -> bool:
@@ -82,31 +83,37 @@ class Recorder:
         changed = False
         for name in removed:
             self.written.pop(name, None)
+            self._summaries.pop(name, None)
             try:
                 self.home.status_file(name).unlink()
             except FileNotFoundError:
                 pass
             changed = True
         for name, state in states.items():
-            if self.written.get(name) == state:
+            known = self.written.get(name)
+            if known is state or known == state:  # identity first: unchanged records are shared
                 continue
             atomic_write(self.home.status_file(name), dump(state.to_status()))
-            self.written[name] = state.copy()
+            self.written[name] = state  # the controller never mutates a recorded state again
+            self._summaries[name] = json.dumps(state.summary(), separators=(",", ":"))
             self.status_writes += 1
             changed = True
         return changed
 
     def write_index(self, controller_info: dict) -> None:
-        index = {
-            "apiVersion": API_VERSION,
-            "kind": "JobIndex",
-            "updated": time.time(),
-            "controller": controller_info,
-            "jobs": {name: state.summary() for name, state in sorted(self.written.items())},
-            "sweeps": {name: sweep.summary() for name, sweep in sorted(self.written_sweeps.items())},
-        }
-        # a cache of the status files, rebuilt every pass: losing it in a crash costs nothing
-        atomic_write(self.home.index_file, json.dumps(index, separators=(",", ":")), durable=False)
+        """``run/index.json``: every job's summary row, for ``gflowctl get jobs``. A cache of the
+        status files (written without fsync: losing it in a crash costs nothing). Rows are kept as
+        JSON text per job, so a rewrite costs a join, not a serialisation of every job."""
+        for name, state in self.written.items():
+            if name not in self._summaries:
+                self._summaries[name] = json.dumps(state.summary(), separators=(",", ":"))
+        head = json.dumps(
+            {"apiVersion": API_VERSION, "kind": "JobIndex", "updated": time.time(), "controller": controller_info},
+            separators=(",", ":"),
+        )[:-1]
+        jobs = ",".join(f"{json.dumps(name)}:{self._summaries[name]}" for name in sorted(self.written))
+        sweeps = json.dumps({n: s.summary() for n, s in sorted(self.written_sweeps.items())}, separators=(",", ":"))
+        atomic_write(self.home.index_file, f'{head},"jobs":{{{jobs}}},"sweeps":{sweeps}}}', durable=False)
 
     def write_node(self, slots: list[GpuSlot], source: str) -> None:
         gpus = []

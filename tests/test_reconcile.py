@@ -820,3 +820,24 @@ def test_finished_history_keeps_the_newest_finished_jobs():
     snap.finished_history = 2
     plan = reconcile(snap, T0 + 10)
     assert sorted(j.name for j in plan.expired) == ["j0", "j1", "j2"]
+
+
+# --- work proportional to what changed -------------------------------------------------------------
+
+
+def test_an_unchanged_finished_job_is_kept_as_is_and_a_changed_one_is_reconciled():
+    world = World(job("done"), job("edited"))
+    world.tick(T0)
+    world.exit("done", 0, T0 + 1)
+    world.exit("edited", 0, T0 + 1)
+    world.tick(T0 + 1)
+    first = world.snapshot()
+    plan = reconcile(first, T0 + 2)
+    world.states = dict(plan.states)
+    # next pass: "done" is the very same document, "edited" got a new command
+    world.put(job("edited", command=["python", "v2.py"]))
+    snap = world.snapshot()
+    snap.previous = replace(first.admission, jobs={**first.admission.jobs, "done": snap.admission.jobs["done"]})
+    plan = reconcile(snap, T0 + 3)
+    assert plan.states["done"] is world.states["done"]  # skipped: no copy, no work
+    assert [launch.name for launch in plan.starts] == ["edited"]  # re-run with the new spec
