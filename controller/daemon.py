@@ -90,7 +90,7 @@ class Controller:
         self.config = config
         self.inventory = inventory
         self.clock = clock
-        self.store = ManifestStore(home.spec_dir, home.display)
+        self.store = ManifestStore(home.spec_dir, home.display, home.run_dir / "manifest-cache.json")
         self.recorder = Recorder(home)
         self.runtime = runtime or SupervisorRuntime(home)
         self.states: dict = {}
@@ -190,6 +190,7 @@ class Controller:
                 observer.stop()
             selector.close()
             self.runtime.close()
+            self.store.save_cache()
         log.info("stopped; running jobs keep running and will be re-adopted")
 
     _exit_seen = False
@@ -309,6 +310,8 @@ class Controller:
         self.passes += 1
         if self.passes == 1:
             gc.freeze()
+        if full:  # at most once per resync: the cache only spares a restart from re-parsing
+            self.store.save_cache()
         return plan.wake_at, again
 
     def _delete_manifests(self, jobs) -> None:

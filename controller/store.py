@@ -8,6 +8,7 @@ when a document is invalid, to find the line (see ``admission``).
 
 from __future__ import annotations
 
+import json
 import os
 import stat as stat_mod
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from controller.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection, doc
 from controller.api.job import is_valid_name
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
+CACHE_VERSION = 1
 
 
 def is_manifest_name(filename: str) -> bool:
@@ -32,15 +34,48 @@ class ManifestFile:
     path: str
     key: tuple[int, int, int]
     documents: list[AdmittedJob | Rejection] = field(default_factory=list)
+    parsed_json: str | None = None  # the parsed documents as JSON, for the parse cache
 
 
 class ManifestStore:
-    def __init__(self, spec_dir: Path, display: Callable[[Path], str]):
+    def __init__(self, spec_dir: Path, display: Callable[[Path], str], cache_path: Path | None = None):
         self.spec_dir = spec_dir
         self._display = display
         self._root_real = os.path.realpath(spec_dir)
         self.files: dict[str, ManifestFile] = {}
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
+        self.cache_hits = 0
+        self.cache_path = cache_path
+        self._warm: dict[str, tuple[list[int], str]] = self._load_cache()
+        self._unsaved = 0
+
+    # -- the parse cache: a restart need not re-parse 10,000 unchanged manifests ------------------
+
+    def _load_cache(self) -> dict[str, tuple[list[int], str]]:
+        if self.cache_path is None:
+            return {}
+        try:
+            data = json.loads(self.cache_path.read_text())
+            if data.get("version") == CACHE_VERSION and data.get("specDir") == str(self.spec_dir):
+                return {path: (entry[0], entry[1]) for path, entry in data["files"].items()}
+        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+            pass
+        return {}
+
+    def save_cache(self, force: bool = False) -> None:
+        """Write the parse cache (no fsync: it is only a cache) when enough changed, or when asked."""
+        if self.cache_path is None or (not force and self._unsaved == 0):
+            return
+        from controller.fsutil import atomic_write
+
+        entries = ",".join(
+            f"{json.dumps(path)}:[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)}]"
+            for path, f in self.files.items()
+            if f.parsed_json is not None
+        )
+        head = json.dumps({"version": CACHE_VERSION, "specDir": str(self.spec_dir)})[:-1]
+        atomic_write(self.cache_path, f'{head},"files":{{{entries}}}}}', durable=False)
+        self._unsaved = 0
 
     # -- observing ---------------------------------------------------------------------------
 
@@ -160,11 +195,31 @@ class ManifestStore:
         known = self.files.get(path)
         if known is not None and known.key == key:
             return False
-        self.files[path] = ManifestFile(path, key, self._parse(path, st))
+        warm = self._warm.pop(path, None)
+        if warm is not None and tuple(warm[0]) == key:
+            documents = self._from_cache(path, st, warm[1])
+            if documents is not None:
+                self.files[path] = ManifestFile(path, key, documents, warm[1])
+                self.cache_hits += 1
+                return True
+        manifest = ManifestFile(path, key)
+        manifest.documents = self._parse(path, st, manifest)
+        self.files[path] = manifest
         self.parses += 1
+        self._unsaved += 1
         return True
 
-    def _parse(self, path: str, st: os.stat_result) -> list[AdmittedJob | Rejection]:
+    def _from_cache(self, path: str, st: os.stat_result, parsed_json: str) -> list | None:
+        """Validate cached parse results; None (parse the file) if anything is not simply valid,
+        since error messages need the text for their line numbers."""
+        try:
+            docs = json.loads(parsed_json)
+        except ValueError:
+            return None
+        results = self._validate(path, st, docs, None)
+        return None if any(isinstance(r, Rejection) for r in results) else results
+
+    def _parse(self, path: str, st: os.stat_result, manifest: ManifestFile | None = None) -> list[AdmittedJob | Rejection]:
         from controller.yamlio import YAMLSyntaxError, load_all
 
         source = self._display(Path(path))
@@ -192,6 +247,16 @@ class ManifestStore:
         except YAMLSyntaxError as exc:
             where = f"{source} line {exc.line}" if exc.line else source
             return [Rejection(stem_name, "YAMLError", f"YAML syntax error: {exc} ({where})", source, path, 0, st.st_mtime_ns)]
+        if manifest is not None:
+            try:
+                manifest.parsed_json = json.dumps(docs, separators=(",", ":"))
+            except (TypeError, ValueError):  # e.g. an unquoted timestamp: not JSON, not cached
+                manifest.parsed_json = None
+        return self._validate(path, st, docs, text)
+
+    def _validate(self, path: str, st: os.stat_result, docs: list, text: str | None) -> list[AdmittedJob | Rejection]:
+        source = self._display(Path(path))
+        stem = os.path.basename(path).rsplit(".", 1)[0]
         single = sum(d is not None for d in docs) == 1
         results: list[AdmittedJob | Rejection] = []
         for index, data in enumerate(docs):

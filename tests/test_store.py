@@ -417,3 +417,47 @@ def test_refresh_of_a_hidden_folder_reads_nothing(spec, folder):
     assert spec.docs() == {}
     spec.store.refresh([str(spec.path(folder))])
     assert spec.docs() == {}
+
+
+def test_parse_cache_spares_a_restart_from_reparsing_unchanged_files(tmp_path):
+    import os as _os
+
+    from controller.store import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    for i in range(5):
+        (spec / f"j{i}.yaml").write_text(f"spec:\n  command: [echo, '{i}']\n")
+    (spec / "bad.yaml").write_text("spec:\n  command: [echo]\n  resources: {gpus: -1}\n")
+    cache = tmp_path / "cache.json"
+    first = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    first.scan()
+    first.save_cache(force=True)
+    assert first.parses == 6
+
+    second = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    second.scan()
+    assert (second.cache_hits, second.parses) == (5, 1)  # the invalid one is parsed again for its line
+    bad = [d for f in second.files.values() for d in f.documents if d.name == "bad"][0]
+    assert "line 3" in bad.message
+    assert sorted(d.name for d in second.documents()) == sorted(d.name for d in first.documents())
+
+    (spec / "j0.yaml").write_text("spec:\n  command: [echo, changed]\n")
+    _os.utime(spec / "j0.yaml", ns=(1, 1))
+    third = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    third.scan()
+    assert third.parses == 2  # j0 changed, bad as before
+    assert [d.spec.command for d in third.documents() if d.name == "j0"] == [["echo", "changed"]]
+
+
+def test_a_corrupt_parse_cache_is_ignored(tmp_path):
+    from controller.store import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "a.yaml").write_text("spec:\n  command: [echo]\n")
+    cache = tmp_path / "cache.json"
+    cache.write_text('{"version": 1, "specDir": "' + str(spec) + '", "files": {"x": 5}}')
+    store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    store.scan()
+    assert store.parses == 1 and [d.name for d in store.documents()] == ["a"]

@@ -1,0 +1,758 @@
+#!/usr/bin/env python3
+"""gflow controller benchmarks: real gflowd processes on temp homes, driven through files and
+gflowctl the way users drive them. One line per figure, ``name: value unit (target T)``.
+
+    .venv/bin/python hack/bench.py [--quick] [--json FILE] [--only NAME,...] [--keep]
+
+Every gflowd runs with ``--fake-gpus`` (8 x H100 80GB) and ``--log-level warning``, default
+settings otherwise (resync 10 s, debounce 20 ms). Latencies are observed by polling the status
+file every 1 ms; figures are medians of several runs (fewer with ``--quick``), p99 by nearest
+rank. ``--quick`` measures the big-home figures at 5k jobs instead of 10k (and names them so) and
+the scaling table at 1k / 5k instead of 1k / 10k / 50k. ``--only`` takes figure names with or
+without their size and percentile (``cold_start_s``, ``cold_start_10k_s``, ``apply_to_running_ms``),
+or ``scaling``. What each figure means: docs/performance.md.
+
+Every gflowd started here is stopped (SIGTERM, then SIGKILL) and every job process of the temp
+homes is killed on exit, Ctrl-C and errors included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+_GFLOWCTL = Path(PY).parent / "gflowctl"
+GFLOWCTL = [str(_GFLOWCTL)] if _GFLOWCTL.exists() else [PY, "-m", "controller.cli.main"]
+GPU_LINE = "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+POLL = 0.001  # status-file poll interval for latencies
+
+PHASE_RE = re.compile(rb"^  phase: \"?(\w+)", re.M)
+GEN_RE = re.compile(rb"^  observedGeneration: (\d+)", re.M)
+INDEX_PID_RE = re.compile(rb'"controller":\{"pid":(\d+)')
+INDEX_UPDATED_RE = re.compile(rb'"updated":([0-9.e+]+)')
+
+MODES = {
+    "full": dict(
+        apply_samples=200, cli_runs=20, exit_runs=20, drain_jobs=1000, drain_runs=3,
+        sizes=[1000, 10_000, 50_000], main=10_000, cold_runs=5, cold_budget=120.0, inc_runs=15,
+        get_runs=10, idle_s=30.0, sched_runs=7,
+    ),
+    "quick": dict(
+        apply_samples=30, cli_runs=8, exit_runs=8, drain_jobs=300, drain_runs=2,
+        sizes=[1000, 5000], main=5000, cold_runs=3, cold_budget=12.0, inc_runs=7,
+        get_runs=5, idle_s=10.0, sched_runs=3,
+    ),
+}
+
+# size-independent figure keys, what selects them in --only, and their targets
+TARGETS = {
+    "apply_to_running_ms_p50": ("<=", 50), "apply_to_running_ms_p99": ("<=", 200),
+    "cli_apply_to_running_ms_p50": ("<=", 250), "exit_to_status_ms_p50": ("<=", 50),
+    "drain_jobs_per_s": (">=", 100), "cold_start_s": ("<=", 5), "idle_cpu_pct": ("<=", 2),
+    "incremental_pass_ms": ("<=", 50), "get_jobs_ms_1k": ("<=", 150), "get_jobs_ms": ("<=", 1000),
+    "sched_pass_ms": ("<=", 20), "gflowd_rss_mb": ("<=", 150),
+}
+KEYS = {"apply_to_running_ms", "cli_apply_to_running_ms", "exit_to_status_ms", "drain_jobs_per_s", "cold_start_s",
+        "idle_cpu_pct", "incremental_pass_ms", "get_jobs_ms", "sched_pass_ms", "gflowd_rss_mb", "scaling"}
+
+
+class BenchError(Exception):
+    """A figure could not be measured (gflowd died, hung, lost a job...)."""
+
+
+def key_of(name: str) -> str:
+    """``cold_start_10k_s`` -> ``cold_start_s``; ``apply_to_running_ms_p99`` -> ``apply_to_running_ms``."""
+    return re.sub(r"_p\d+$", "", re.sub(r"_\d+k(?=_|$)", "", name))
+
+
+def size_name(n: int) -> str:
+    return f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+def log(text: str) -> None:
+    print(f"# {text}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+# -- figures ------------------------------------------------------------------------------------------
+
+class Figures:
+    def __init__(self):
+        self.data: dict[str, dict] = {}
+
+    def add(self, name: str, value: float | None, unit: str, target: tuple[str, float] | None = None,
+            error: str = "", digits: int = 1) -> None:
+        if value is not None:
+            value = round(value, digits)
+        ok = None
+        if target is not None:
+            op, bound = target
+            ok = False if value is None else (value <= bound if op == "<=" else value >= bound)
+        target_text = f"{target[0]} {target[1]}" if target else "-"
+        entry = {"value": value, "unit": unit, "target": target_text if target else None, "ok": ok}
+        if error:
+            entry["error"] = error
+        self.data[name] = entry
+        shown = "n/a" if value is None else f"{value} {unit}"
+        print(f"{name}: {shown} (target {target_text})" + (f"  # not measured: {error}" if error else ""), flush=True)
+
+    def fail(self, names: list[str], units: list[str], targets: list, error: str) -> None:
+        for name, unit, target in zip(names, units, targets):
+            if name not in self.data:
+                self.add(name, None, unit, target, error=error)
+
+
+# -- files the way users and git write them --------------------------------------------------------------
+
+def job_text(name: str, spec: str) -> str:
+    return f"metadata: {{name: {name}}}\nspec:\n{spec}"
+
+
+def write_manifest_then(jobs: Path, name: str, text: str) -> Callable[[], float]:
+    """Write a hidden temp file in ``jobs``; return a function that renames it into place and
+    returns the perf_counter time taken just before the rename."""
+    tmp = jobs / f".{name}.yaml.tmp"
+    tmp.write_text(text)
+
+    def rename() -> float:
+        t0 = time.perf_counter()
+        os.rename(tmp, jobs / f"{name}.yaml")
+        return t0
+
+    return rename
+
+
+def read_bytes(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def phase_of(home: Path, name: str) -> str | None:
+    data = read_bytes(home / "status" / f"{name}.yaml")
+    m = PHASE_RE.search(data) if data else None
+    return m.group(1).decode() if m else None
+
+
+def generation_of(home: Path, name: str) -> int | None:
+    data = read_bytes(home / "status" / f"{name}.yaml")
+    m = GEN_RE.search(data) if data else None
+    return int(m.group(1)) if m else None
+
+
+def status_phases(home: Path) -> Counter:
+    """Phases of every status file of ``home`` (unreadable ones count as '?')."""
+    counts: Counter = Counter()
+    with os.scandir(home / "status") as entries:
+        for entry in entries:
+            if entry.name.endswith(".yaml") and not entry.name.startswith("."):
+                data = read_bytes(Path(entry.path)) or b""
+                m = PHASE_RE.search(data)
+                counts[m.group(1).decode() if m else "?"] += 1
+    return counts
+
+
+def index_head(home: Path) -> bytes:
+    try:
+        with open(home / "run" / "index.json", "rb") as handle:
+            return handle.read(512)
+    except FileNotFoundError:
+        return b""
+
+
+def index_pid(home: Path) -> int | None:
+    m = INDEX_PID_RE.search(index_head(home))
+    return int(m.group(1)) if m else None
+
+
+def index_updated(home: Path) -> float:
+    m = INDEX_UPDATED_RE.search(index_head(home))
+    return float(m.group(1)) if m else 0.0
+
+
+def index_phases(home: Path) -> Counter | None:
+    try:
+        data = json.loads((home / "run" / "index.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    return Counter(row.get("phase") for row in data.get("jobs", {}).values())
+
+
+# -- processes ---------------------------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent() -> None:  # in the child, before exec: SIGTERM it if the bench dies
+    _libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return False
+    return data[data.rindex(b")") + 2:].split()[0] not in (b"Z", b"X")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        fields = handle.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime, all threads
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise BenchError(f"no VmRSS for pid {pid}")
+
+
+def processes_under(root: Path) -> set[int]:
+    """Live processes whose environment has GFLOW_HOME inside ``root``: every gflowd, launcher,
+    supervisor and job process of the bench's homes."""
+    marker = b"GFLOW_HOME=" + os.fsencode(str(root)) + b"/"
+    found = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as handle:
+                env = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if any(item.startswith(marker) for item in env) and pid_alive(int(entry.name)):
+            found.add(int(entry.name))
+    return found
+
+
+def kill_processes_under(root: Path, timeout: float = 5.0) -> set[int]:
+    deadline = time.monotonic() + timeout
+    left = processes_under(root)
+    while left and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
+        left = processes_under(root)
+    return left
+
+
+class Gflowd:
+    """One gflowd process on one home; stderr kept in a file next to the homes."""
+
+    running: list["Gflowd"] = []
+    count = 0
+
+    def __init__(self, bench: "Bench", home: Path):
+        Gflowd.count += 1
+        self.home = home
+        self.stderr_path = bench.root / f"gflowd-{Gflowd.count}.stderr"
+        env = dict(os.environ)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        env["GFLOW_HOME"] = str(home)
+        argv = [PY, "-m", "controller.daemon", "--home", str(home), "--fake-gpus", str(bench.gpus_file),
+                "--log-level", "warning"]
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env,
+                                         cwd=str(ROOT), preexec_fn=_die_with_parent)
+        Gflowd.running.append(self)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr_tail(self, n: int = 1500) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def check(self) -> None:
+        if self.proc.poll() is not None:
+            raise BenchError(f"gflowd (pid {self.pid}) exited with {self.proc.returncode}; stderr: {self.stderr_tail()!r}")
+
+    def wait_ready(self, timeout: float = 60) -> float:
+        """Until run/index.json names this process; returns the time that took."""
+        t0 = time.perf_counter()
+        wait_for(lambda: index_pid(self.home) == self.pid, timeout, 0.005, "gflowd's first pass", self)
+        return time.perf_counter() - t0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                log(f"gflowd {self.pid} ignored SIGTERM for 10 s: SIGKILL")
+                self.proc.kill()
+                self.proc.wait(5)
+        if self in Gflowd.running:
+            Gflowd.running.remove(self)
+
+
+def wait_for(predicate, timeout: float, interval: float, what: str, daemon: Gflowd | None = None):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if daemon is not None:
+            daemon.check()
+        if time.monotonic() >= deadline:
+            extra = f"; gflowd stderr: {daemon.stderr_tail()!r}" if daemon is not None and daemon.stderr_tail() else ""
+            raise BenchError(f"timed out after {timeout:g}s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+def wait_phase(home: Path, name: str, phases: tuple[str, ...], daemon: Gflowd, timeout: float = 15) -> str:
+    return wait_for(lambda: (p := phase_of(home, name)) in phases and p, timeout, POLL,
+                    f"job {name} to be {'/'.join(phases)} (now {phase_of(home, name)})", daemon)
+
+
+# -- the bench --------------------------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.mode = "quick" if args.quick else "full"
+        self.cfg = MODES[self.mode]
+        self.only = {key_of(x.strip()) for x in args.only.split(",") if x.strip()} if args.only else None
+        unknown = (self.only or set()) - KEYS
+        if unknown:
+            raise SystemExit(f"bench: --only: unknown figure(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KEYS))}")
+        self.root = Path(tempfile.mkdtemp(prefix="gflow-bench-"))
+        self.gpus_file = self.root / "fake-gpus.yaml"
+        self.gpus_file.write_text("gpus:\n" + GPU_LINE * 8)
+        self.figures = Figures()
+        self.scaling: dict[int, dict[str, float | None]] = {}
+
+    def want(self, *keys: str) -> bool:
+        return self.only is None or any(k in self.only for k in keys)
+
+    def new_home(self, label: str) -> Path:
+        home = self.root / label
+        (home / "jobs").mkdir(parents=True)
+        return home
+
+    def env(self, home: Path) -> dict[str, str]:
+        return {**os.environ, "GFLOW_HOME": str(home)}
+
+    def stop_all(self) -> None:
+        for daemon in list(Gflowd.running):
+            daemon.stop()
+        left = kill_processes_under(self.root)
+        if left:
+            log(f"WARNING: processes of the bench homes survived SIGKILL: {sorted(left)}")
+
+    def run(self) -> None:
+        groups = [
+            (("sched_pass_ms",), self.sched_pass),
+            (("apply_to_running_ms", "cli_apply_to_running_ms", "exit_to_status_ms"), self.idle_home),
+            (("drain_jobs_per_s",), self.drain),
+            (("cold_start_s", "idle_cpu_pct", "incremental_pass_ms", "get_jobs_ms", "gflowd_rss_mb", "scaling"),
+             self.big_homes),
+        ]
+        for keys, group in groups:
+            if self.want(*keys):
+                try:
+                    group()
+                except BenchError as exc:
+                    log(f"{group.__name__}: {exc}")
+                finally:
+                    self.stop_all()
+
+    # -- sched_pass.py ---------------------------------------------------------------------------------
+
+    def sched_pass(self) -> None:
+        """hack/bench/sched_pass.py as a subprocess: its sched_pass_ms_10k line is the figure; any
+        other ``name: X ms`` line it prints is passed on without a target."""
+        name_ = "sched_pass_ms_10k"
+        argv = [PY, str(ROOT / "hack" / "bench" / "sched_pass.py"), "--jobs", "10000", "--runs", str(self.cfg["sched_runs"])]
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=str(ROOT))
+        except subprocess.TimeoutExpired:
+            self.figures.fail([name_], ["ms"], [TARGETS["sched_pass_ms"]], "sched_pass.py took over 300 s")
+            return
+        values = re.findall(r"^(\w+): ([0-9.]+) ms", out.stdout, re.M)
+        if out.returncode != 0 or name_ not in dict(values):
+            error = f"sched_pass.py exited {out.returncode}: {(out.stderr or out.stdout).strip()[-500:]!r}"
+            self.figures.fail([name_], ["ms"], [TARGETS["sched_pass_ms"]], error)
+            return
+        for name, value in values:
+            self.figures.add(name, float(value), "ms", TARGETS["sched_pass_ms"] if name == name_ else None, digits=2)
+
+    # -- one idle controller: apply -> Running, gflowctl apply -> Running, exit -> Succeeded -----------------
+
+    def idle_home(self) -> None:
+        home = self.new_home("idle")
+        daemon = Gflowd(self, home)
+        daemon.wait_ready()
+        time.sleep(0.3)
+        jobs = home / "jobs"
+        if self.want("apply_to_running_ms"):
+            names = ["apply_to_running_ms_p50", "apply_to_running_ms_p99"]
+            try:
+                samples = []
+                for i in range(self.cfg["apply_samples"] + 1):  # sample 0 is a warm-up
+                    name = f"lat-{i}"
+                    rename = write_manifest_then(jobs, name, job_text(name, "  command: [sleep, '30']\n"))
+                    t0 = rename()
+                    wait_phase(home, name, ("Running",), daemon)
+                    elapsed = (time.perf_counter() - t0) * 1000
+                    if i:
+                        samples.append(elapsed)
+                    self._delete_and_settle(home, name, daemon)
+                self.figures.add(names[0], statistics.median(samples), "ms", TARGETS[names[0]])
+                self.figures.add(names[1], percentile(samples, 99), "ms", TARGETS[names[1]])
+                log(f"apply_to_running: {len(samples)} samples, min {min(samples):.1f} max {max(samples):.1f} ms")
+            except BenchError as exc:
+                self.figures.fail(names, ["ms", "ms"], [TARGETS[n] for n in names], str(exc))
+        if self.want("cli_apply_to_running_ms"):
+            name_ = "cli_apply_to_running_ms_p50"
+            try:
+                source = self.root / "cli-manifests"
+                source.mkdir(exist_ok=True)
+                samples = []
+                for i in range(self.cfg["cli_runs"]):
+                    name = f"cli-{i}"
+                    path = source / f"{name}.yaml"
+                    path.write_text(job_text(name, "  command: [sleep, '30']\n"))
+                    t0 = time.perf_counter()
+                    out = subprocess.run([*GFLOWCTL, "apply", "-f", str(path)], env=self.env(home),
+                                         capture_output=True, text=True, timeout=60)
+                    if out.returncode != 0:
+                        raise BenchError(f"gflowctl apply exited {out.returncode}: {out.stderr.strip()!r}")
+                    wait_phase(home, name, ("Running",), daemon)
+                    samples.append((time.perf_counter() - t0) * 1000)
+                    self._delete_and_settle(home, name, daemon)
+                self.figures.add(name_, statistics.median(samples), "ms", TARGETS[name_])
+            except (BenchError, subprocess.TimeoutExpired) as exc:
+                self.figures.fail([name_], ["ms"], [TARGETS[name_]], str(exc))
+        if self.want("exit_to_status_ms"):
+            name_ = "exit_to_status_ms_p50"
+            try:
+                marks = self.root / "exit-marks"
+                marks.mkdir(exist_ok=True)
+                samples = []
+                for i in range(self.cfg["exit_runs"]):
+                    name = f"exit-{i}"
+                    trigger, stamp = marks / f"go-{i}", marks / f"exited-{i}"
+                    script = (f"  script: |\n    while [ ! -e {trigger} ]; do sleep 0.001; done\n"
+                              f"    date +%s.%N > {stamp}\n    exit 0\n")
+                    write_manifest_then(jobs, name, job_text(name, script))()
+                    wait_phase(home, name, ("Running",), daemon)
+                    time.sleep(0.15)  # let that pass end: the controller is idle when the job exits
+                    trigger.touch()
+                    wait_phase(home, name, ("Succeeded",), daemon)
+                    seen = time.time()
+                    exited = float(stamp.read_text().strip())
+                    samples.append((seen - exited) * 1000)
+                    self._delete_and_settle(home, name, daemon)
+                self.figures.add(name_, statistics.median(samples), "ms", TARGETS[name_])
+            except (BenchError, OSError, ValueError) as exc:
+                self.figures.fail([name_], ["ms"], [TARGETS[name_]], str(exc))
+        daemon.check()
+        daemon.stop()
+
+    def _delete_and_settle(self, home: Path, name: str, daemon: Gflowd) -> None:
+        (home / "jobs" / f"{name}.yaml").unlink()
+        wait_for(lambda: not (home / "status" / f"{name}.yaml").exists(), 15, 0.005,
+                 f"status/{name}.yaml to go after its manifest was deleted", daemon)
+        time.sleep(0.2)  # idle again: the pass that removed it, and the job's exit, are over
+
+    # -- many jobs at once -------------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        n, name_ = self.cfg["drain_jobs"], "drain_jobs_per_s"
+        rates = []
+        try:
+            for run in range(self.cfg["drain_runs"]):
+                home = self.new_home(f"drain-{run}")
+                daemon = Gflowd(self, home)
+                daemon.wait_ready()
+                stage = home / ".stage"  # beside jobs/, outside what gflowd watches
+                stage.mkdir()
+                names = [f"d-{i:05d}" for i in range(n)]
+                for name in names:
+                    (stage / f"{name}.yaml").write_text(job_text(name, "  command: ['true']\n"))
+                time.sleep(0.3)
+                t0 = time.perf_counter()
+                for name in names:
+                    os.rename(stage / f"{name}.yaml", home / "jobs" / f"{name}.yaml")
+                self._wait_all_succeeded(home, n, daemon, interval=0.02, what=f"{n} dropped jobs")
+                elapsed = time.perf_counter() - t0
+                daemon.stop()
+                self._check_statuses(home, n)
+                rates.append(n / elapsed)
+                log(f"drain run {run + 1}: {n} jobs in {elapsed:.2f} s ({n / elapsed:.1f}/s)")
+                shutil.rmtree(home, ignore_errors=True)
+            self.figures.add(name_, statistics.median(rates), "jobs/s", TARGETS[name_])
+        except BenchError as exc:
+            self.figures.fail([name_], ["jobs/s"], [TARGETS[name_]], str(exc))
+
+    def _wait_all_succeeded(self, home: Path, n: int, daemon: Gflowd, interval: float, what: str,
+                            stall: float = 60.0, progress: bool = False) -> None:
+        """Until run/index.json counts ``n`` Succeeded jobs. Fails when nothing progresses for
+        ``stall`` seconds, when a job fails, or when gflowd dies."""
+        best, best_at, started, said = -1, time.monotonic(), time.monotonic(), time.monotonic()
+        while True:
+            daemon.check()
+            counts = index_phases(home) or Counter()
+            done = counts.get("Succeeded", 0)
+            if done >= n:
+                return
+            bad = {p: c for p, c in counts.items() if p not in ("Succeeded", "Pending", "Running")}
+            if bad:
+                raise BenchError(f"{what}: jobs ended badly: {dict(counts)}")
+            now = time.monotonic()
+            if done > best:
+                best, best_at = done, now
+            elif now - best_at > stall:
+                raise BenchError(f"{what}: no progress for {stall:g}s; index says {dict(counts)}")
+            if progress and now - said >= 10:
+                log(f"  {done}/{n} Succeeded after {now - started:.0f} s")
+                said = now
+            time.sleep(interval)
+
+    def _check_statuses(self, home: Path, n: int) -> None:
+        counts = status_phases(home)
+        if counts != Counter({"Succeeded": n}):
+            raise BenchError(f"expected exactly {n} Succeeded status files, found {dict(counts)}")
+
+    # -- big homes: cold start, idle CPU, incremental pass, get jobs, RSS; scaling table --------------------
+
+    def big_homes(self) -> None:
+        sizes = list(self.cfg["sizes"])
+        main = self.cfg["main"]
+        if not self.want("scaling"):
+            sizes = [s for s in sizes if s == main or (s == 1000 and self.want("get_jobs_ms"))]
+        home = self.new_home("big")
+        have, size = 0, sizes[0] if sizes else 0
+        try:
+            for size in sizes:
+                self._grow(home, have, size)
+                have = size
+                self._measure_size(home, size, main)
+        except BenchError as exc:
+            log(f"big homes at {size_name(size)}: {exc}")
+            self._fail_big(sizes, main, str(exc))
+
+    def _fail_big(self, sizes: list[int], main: int, error: str) -> None:
+        k = size_name(main)
+        pending = []
+        if self.want("cold_start_s"):
+            pending.append((f"cold_start_{k}_s", "s", TARGETS["cold_start_s"]))
+        if self.want("idle_cpu_pct"):
+            pending.append((f"idle_cpu_pct_{k}", "%", TARGETS["idle_cpu_pct"]))
+        if self.want("incremental_pass_ms"):
+            pending.append((f"incremental_pass_ms_{k}", "ms", TARGETS["incremental_pass_ms"]))
+        if self.want("get_jobs_ms"):
+            if 1000 in sizes:
+                pending.append(("get_jobs_ms_1k", "ms", TARGETS["get_jobs_ms_1k"]))
+            pending.append((f"get_jobs_ms_{k}", "ms", TARGETS["get_jobs_ms"]))
+        if self.want("gflowd_rss_mb"):
+            pending.append((f"gflowd_rss_mb_{k}", "MiB", TARGETS["gflowd_rss_mb"]))
+        if pending:
+            self.figures.fail(*map(list, zip(*pending)), error)
+
+    def _grow(self, home: Path, have: int, size: int) -> None:
+        """Bring ``home`` to ``size`` finished `true` jobs by running the missing ones with gflowd."""
+        stage = home / ".stage"
+        stage.mkdir(exist_ok=True)
+        names = [f"p-{i:05d}" for i in range(have, size)]
+        for name in names:
+            (stage / f"{name}.yaml").write_text(job_text(name, "  command: ['true']\n"))
+        for name in names:
+            os.rename(stage / f"{name}.yaml", home / "jobs" / f"{name}.yaml")
+        log(f"preparing the {size_name(size)} home: running {len(names)} `true` jobs ({have} already finished)")
+        t0 = time.perf_counter()
+        daemon = Gflowd(self, home)
+        self._wait_all_succeeded(home, size, daemon, interval=0.25, what=f"preparing {size} jobs", progress=True)
+        elapsed = time.perf_counter() - t0
+        daemon.stop()
+        self._check_statuses(home, size)
+        left = processes_under(home.parent)
+        if left:
+            raise BenchError(f"processes of the prepared home still alive after gflowd stopped: {sorted(left)}")
+        log(f"prepared {size_name(size)} home in {elapsed:.1f} s ({len(names) / elapsed:.1f} jobs/s incl. gflowd start)")
+
+    def _measure_size(self, home: Path, size: int, main: int) -> None:
+        k = size_name(size)
+        is_main = size == main
+        row = self.scaling.setdefault(size, {})
+        in_table = self.want("scaling")
+        want_cold = in_table or (is_main and self.want("cold_start_s"))
+        target = lambda key: TARGETS[key] if is_main else None  # noqa: E731  (targets are for the main size)
+
+        # cold start: start gflowd -> index rewritten by the new pid and every job Succeeded in it
+        daemon = None
+        if want_cold:
+            times = []
+            spent = time.perf_counter()
+            for run in range(self.cfg["cold_runs"]):
+                if daemon is not None:
+                    daemon.stop()
+                t0 = time.perf_counter()
+                daemon = Gflowd(self, home)
+
+                def ready(d=daemon):
+                    if index_pid(home) != d.pid:
+                        return False
+                    counts = index_phases(home)
+                    return counts is not None and counts.get("Succeeded", 0) == size
+
+                wait_for(ready, 120, 0.005, f"cold start of gflowd on {size} finished jobs", daemon)
+                times.append(time.perf_counter() - t0)
+                log(f"cold start {k} run {run + 1}: {times[-1]:.2f} s")
+                if time.perf_counter() - spent > self.cfg["cold_budget"]:
+                    break
+            row["cold_start_s"] = statistics.median(times)
+            self.figures.add(f"cold_start_{k}_s", row["cold_start_s"], "s", target("cold_start_s"), digits=2)
+        else:
+            daemon = Gflowd(self, home)
+            daemon.wait_ready(120)
+        self._check_statuses(home, size)
+        time.sleep(1.0)  # whatever follows the first pass
+        daemon.check()
+
+        if is_main and self.want("idle_cpu_pct"):
+            c0, w0 = cpu_seconds(daemon.pid), time.perf_counter()
+            time.sleep(self.cfg["idle_s"])
+            daemon.check()
+            pct = (cpu_seconds(daemon.pid) - c0) / (time.perf_counter() - w0) * 100
+            self.figures.add(f"idle_cpu_pct_{k}", pct, "%", TARGETS["idle_cpu_pct"])
+        if in_table or (is_main and self.want("gflowd_rss_mb")):
+            row["rss_mb"] = rss_mib(daemon.pid)
+            self.figures.add(f"gflowd_rss_mb_{k}", row["rss_mb"], "MiB", target("gflowd_rss_mb"))
+
+        if in_table or (is_main and self.want("incremental_pass_ms")):
+            samples = []
+            for run in range(self.cfg["inc_runs"]):
+                name = f"p-{(run * 7919 + 13) % size:05d}"
+                before = generation_of(home, name)
+                if before is None:
+                    raise BenchError(f"status/{name}.yaml has no observedGeneration")
+                wall = time.time()
+                rename = write_manifest_then(home / "jobs", name,
+                                             job_text(name, f"  command: ['true']\n  priority: {run + 1}\n"))
+                t0 = rename()
+                wait_for(lambda: (g := generation_of(home, name)) is not None and g > before, 15, POLL,
+                         f"observedGeneration of {name} to pass {before}", daemon)
+                samples.append((time.perf_counter() - t0) * 1000)
+                # let the pass finish (the index is written after the status files), then rest
+                wait_for(lambda: index_updated(home) > wall, 15, 0.005, "the index after the edit", daemon)
+                time.sleep(0.2)
+                if phase_of(home, name) != "Succeeded":
+                    raise BenchError(f"{name} is {phase_of(home, name)} after a priority edit, not Succeeded")
+            row["pass_ms"] = statistics.median(samples)
+            self.figures.add(f"incremental_pass_ms_{k}", row["pass_ms"], "ms", target("incremental_pass_ms"))
+
+        if self.want("get_jobs_ms") and (is_main or size == 1000):
+            times = []
+            for _ in range(self.cfg["get_runs"]):
+                t0 = time.perf_counter()
+                out = subprocess.run([*GFLOWCTL, "get", "jobs"], env=self.env(home), capture_output=True, timeout=120)
+                times.append((time.perf_counter() - t0) * 1000)
+                lines = out.stdout.count(b"\n")
+                if out.returncode != 0 or lines != size + 1:
+                    raise BenchError(f"gflowctl get jobs exited {out.returncode} with {lines} lines (expected {size + 1}): "
+                                     f"{out.stderr.decode(errors='replace').strip()[-300:]!r}")
+            key = "get_jobs_ms_1k" if size == 1000 else "get_jobs_ms"
+            self.figures.add(f"get_jobs_ms_{k}", statistics.median(times), "ms",
+                             TARGETS[key] if (is_main or size == 1000) else None)
+        daemon.check()
+        daemon.stop()
+
+    # -- the end ------------------------------------------------------------------------------------------
+
+    def summary(self, elapsed: float) -> str:
+        lines = [f"summary ({self.mode} run, {elapsed:.0f} s wall):"]
+        width = max((len(n) for n in self.figures.data), default=10)
+        for name, f in self.figures.data.items():
+            value = "n/a" if f["value"] is None else f"{f['value']} {f['unit']}"
+            verdict = "-" if f["ok"] is None else ("ok" if f["ok"] else "SHORT")
+            if f.get("error"):
+                verdict += " (not measured)"
+            lines.append(f"  {name:<{width}}  {value:>14}  target {f['target'] or '-':<8}  {verdict}")
+        if self.scaling and any(self.scaling.values()):
+            lines.append("")
+            lines.append("scaling (finished jobs in the home):")
+            lines.append(f"  {'jobs':>6}  {'pass ms (edit->status)':>22}  {'cold start s':>12}  {'gflowd RSS MiB':>14}")
+            for size, row in sorted(self.scaling.items()):
+                cell = lambda key, fmt: (fmt.format(row[key]) if row.get(key) is not None else "n/a")  # noqa: E731
+                lines.append(f"  {size_name(size):>6}  {cell('pass_ms', '{:.1f}'):>22}  {cell('cold_start_s', '{:.2f}'):>12}"
+                             f"  {cell('rss_mb', '{:.1f}'):>14}")
+        return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer runs, smaller homes (5k instead of 10k)")
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    parser.add_argument("--only", help="comma-separated figure names (with or without size/percentile) or 'scaling'")
+    parser.add_argument("--keep", action="store_true", help="keep the temp homes (their path is printed)")
+    args = parser.parse_args()
+
+    bench = Bench(args)
+    started = time.perf_counter()
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    log(f"{bench.mode} run; homes under {bench.root}; {os.cpu_count()} CPUs; gflowctl: {' '.join(GFLOWCTL)}")
+    interrupted = False
+    try:
+        bench.run()
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted: stopping every gflowd and job process")
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # cleanup must not be cut short
+            signal.signal(sig, signal.SIG_IGN)
+        bench.stop_all()
+        if args.keep:
+            log(f"kept {bench.root}")
+        else:
+            shutil.rmtree(bench.root, ignore_errors=True)
+    print(bench.summary(time.perf_counter() - started), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(bench.figures.data, indent=2) + "\n")
+    if interrupted:
+        return 130
+    return 1 if any(f.get("error") for f in bench.figures.data.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
