@@ -11,8 +11,9 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: str | bytes, mode: int = 0o644, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically. ``durable=False`` skips fsync (index caches only)."""
+def atomic_write(path: Path, data: str | bytes, mode: int = 0o644, durable: bool = True, sync_dir: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically. ``durable=False`` skips fsync (caches only);
+    ``sync_dir=False`` leaves the folder's fsync to the caller, who batches many files into one."""
     payload = data.encode() if isinstance(data, str) else data
     directory = path.parent
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
@@ -30,7 +31,7 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o644, durable: bool
         except FileNotFoundError:
             pass
         raise
-    if durable:
+    if durable and sync_dir:
         fsync_dir(directory)
 
 

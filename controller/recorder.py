@@ -15,7 +15,7 @@ from typing import Iterable
 
 from controller import API_VERSION
 from controller.api.units import format_quantity
-from controller.fsutil import atomic_write
+from controller.fsutil import atomic_write, fsync_dir
 from controller.paths import Home
 from controller.reconcile import Event
 from controller.scheduler import GpuSlot
@@ -97,11 +97,13 @@ class Recorder:
             known = self.written.get(name)
             if known is state or known == state:  # identity first: unchanged records are shared
                 continue
-            atomic_write(self.home.status_file(name), dump(state.to_status()))
+            atomic_write(self.home.status_file(name), dump(state.to_status()), sync_dir=False)
             self.written[name] = state  # the controller never mutates a recorded state again
             self._summaries[name] = json.dumps(state.summary(), separators=(",", ":"))
             self.status_writes += 1
             changed = True
+        if changed:
+            fsync_dir(self.home.status_dir)  # one folder fsync for every rename of this pass
         return changed
 
     def write_index(self, controller_info: dict) -> None:

@@ -103,7 +103,9 @@ class SupervisorRuntime:
             attempt.result = RunObservation(launch.name, launch.attempt, None, now, False, 127, None, now, str(exc))
             return
         self._rotate_log(launch.name, launch.attempt)
-        atomic_write(attempt.path("launch"), json.dumps(spec), mode=0o600)  # the decision, durable
+        # the decision, fsync'd before anything runs. The folder is not fsync'd: only a machine
+        # crash could lose the entry, and that takes the job's processes with it anyway.
+        atomic_write(attempt.path("launch"), json.dumps(spec), mode=0o600, sync_dir=False)
         self._submit(attempt)
 
     def stop(self, name: str, grace: float, reason: str = "Stopped") -> None:
