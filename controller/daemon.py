@@ -32,6 +32,10 @@ MAX_DEBOUNCE = 0.2
 GPU_REFRESH = 2.0
 
 
+def _gpu_facts(gpus) -> tuple:
+    return tuple((g.index, g.uuid, g.healthy, g.memory_total, g.processes) for g in gpus)
+
+
 class AlreadyRunning(Exception):
     pass
 
@@ -160,7 +164,8 @@ class Controller:
                 full = mono >= next_resync
                 due_timer = wake_at is not None and self.clock() >= wake_at
                 dirty_ready = self._dirty_ready(mono)
-                if again or full or due_timer or dirty_ready or self._exits_pending():
+                gpus_changed = self._poll_gpus(mono)
+                if again or full or due_timer or dirty_ready or gpus_changed or self._exits_pending():
                     if full:
                         next_resync = mono + self.config.resync
                     try:
@@ -223,6 +228,18 @@ class Controller:
         if self.inventory_is_dynamic():
             timeout = min(timeout, self._gpus_read_at + GPU_REFRESH - mono)
         return max(0.0, min(timeout, 60.0))
+
+    def _poll_gpus(self, mono: float) -> bool:
+        """Every GPU_REFRESH seconds (GPUs only): re-read the inventory; True when it changed, so a
+        foreign process or a lost GPU is acted on without waiting for the resync."""
+        if not self.inventory_is_dynamic() or mono < self._gpus_read_at + GPU_REFRESH:
+            return False
+        gpus = self.inventory.read()
+        self._gpus_read_at = mono
+        if _gpu_facts(gpus) == _gpu_facts(self.gpus):
+            return False  # utilization and memory used move all the time; they decide nothing
+        self._gpus_dirty = True
+        return True
 
     def inventory_is_dynamic(self) -> bool:
         return bool(self.gpus)
@@ -368,6 +385,8 @@ class Controller:
             def on_any_event(self, event):
                 if event.event_type in ("opened", "closed_no_write"):
                     return
+                if event.is_directory and event.event_type in ("modified", "closed"):
+                    return  # a folder "modified" by a file inside: the file's own event says which
                 paths = [event.src_path, getattr(event, "dest_path", "") or ""]
                 controller.mark_dirty(*(os.fsdecode(p) for p in paths if p))
 

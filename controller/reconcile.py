@@ -87,6 +87,7 @@ class Snapshot:
     default_grace: float = DEFAULT_GRACE
     sweep_states: dict[str, SweepState] = field(default_factory=dict)
     previous: AdmissionResult | None = None  # the last pass's admission: unchanged finished jobs are skipped
+    max_starts: int = 32  # per pass: a flood of jobs starts over several passes, each recorded and interruptible
     default_ttl: float | None = None  # seconds a finished job is kept, when its spec does not say
     finished_history: int | None = None  # at most this many finished jobs are kept
 
@@ -599,6 +600,11 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
     position = 0
     for state, job in ready:
         decision = decisions[job.name]
+        if isinstance(decision, Binding) and len(plan.starts) >= snap.max_starts:
+            state.reason = "Queued"
+            state.message = f"starts in a moment: {snap.max_starts} jobs are being started in this pass"
+            plan.again = True
+            continue
         if isinstance(decision, Binding):
             state.attempt += 1
             state.phase, state.reason = "Running", "Started"

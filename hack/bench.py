@@ -61,7 +61,7 @@ MODES = {
     ),
 }
 
-# size-independent figure keys, what selects them in --only, and their targets
+# targets by figure name, or by its size-independent key (key_of); KEYS: what --only accepts
 TARGETS = {
     "apply_to_running_ms_p50": ("<=", 50), "apply_to_running_ms_p99": ("<=", 200),
     "cli_apply_to_running_ms_p50": ("<=", 250), "exit_to_status_ms_p50": ("<=", 50),
@@ -193,12 +193,31 @@ def index_updated(home: Path) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+_index_cache: dict[Path, tuple[tuple[int, int, int], Counter]] = {}
+
+
 def index_phases(home: Path) -> Counter | None:
+    """Jobs by phase in run/index.json (parsed again only when the file changed)."""
+    path = home / "run" / "index.json"
     try:
-        data = json.loads((home / "run" / "index.json").read_bytes())
+        st = os.stat(path)
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = _index_cache.get(path)
+        if cached and cached[0] == key:
+            return cached[1]
+        data = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
-    return Counter(row.get("phase") for row in data.get("jobs", {}).values())
+    counts = Counter(row.get("phase") for row in data.get("jobs", {}).values())
+    _index_cache[path] = (key, counts)
+    return counts
+
+
+def _entries(directory: Path) -> int:
+    try:
+        return len(os.listdir(directory))
+    except FileNotFoundError:
+        return 0
 
 
 # -- processes ---------------------------------------------------------------------------------------------
@@ -355,6 +374,7 @@ class Bench:
         self.gpus_file.write_text("gpus:\n" + GPU_LINE * 8)
         self.figures = Figures()
         self.scaling: dict[int, dict[str, float | None]] = {}
+        self.edits = 0  # priority values for incremental edits: never the same twice
 
     def want(self, *keys: str) -> bool:
         return self.only is None or any(k in self.only for k in keys)
@@ -375,21 +395,36 @@ class Bench:
             log(f"WARNING: processes of the bench homes survived SIGKILL: {sorted(left)}")
 
     def run(self) -> None:
+        main = size_name(self.cfg["main"])
         groups = [
-            (("sched_pass_ms",), self.sched_pass),
-            (("apply_to_running_ms", "cli_apply_to_running_ms", "exit_to_status_ms"), self.idle_home),
-            (("drain_jobs_per_s",), self.drain),
-            (("cold_start_s", "idle_cpu_pct", "incremental_pass_ms", "get_jobs_ms", "gflowd_rss_mb", "scaling"),
-             self.big_homes),
+            (self.sched_pass, [("sched_pass_ms_10k", "ms")]),
+            (self.idle_home, [("apply_to_running_ms_p50", "ms"), ("apply_to_running_ms_p99", "ms"),
+                              ("cli_apply_to_running_ms_p50", "ms"), ("exit_to_status_ms_p50", "ms")]),
+            (self.drain, [("drain_jobs_per_s", "jobs/s")]),
+            (self.big_homes, [(f"cold_start_{main}_s", "s"), (f"idle_cpu_pct_{main}", "%"),
+                              (f"incremental_pass_ms_{main}", "ms"), ("get_jobs_ms_1k", "ms"),
+                              (f"get_jobs_ms_{main}", "ms"), (f"gflowd_rss_mb_{main}", "MiB")]),
         ]
-        for keys, group in groups:
-            if self.want(*keys):
-                try:
-                    group()
-                except BenchError as exc:
-                    log(f"{group.__name__}: {exc}")
-                finally:
-                    self.stop_all()
+        for group, expected in groups:
+            wanted = [(n, u) for n, u in expected if self.want(key_of(n))]
+            if not wanted and not (group == self.big_homes and self.want("scaling")):
+                continue
+            try:
+                group()
+            except Exception as exc:  # noqa: BLE001 - one group failing must not lose the others
+                error = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
+                log(f"{group.__name__}: {error}")
+                if not isinstance(exc, BenchError):
+                    import traceback
+
+                    traceback.print_exc()
+                self.figures.fail([n for n, _ in wanted], [u for _, u in wanted],
+                                  [self._target_of(n) for n, _ in wanted], error)
+            finally:
+                self.stop_all()
+
+    def _target_of(self, name: str):
+        return TARGETS.get(name) or TARGETS.get(key_of(name))
 
     # -- sched_pass.py ---------------------------------------------------------------------------------
 
@@ -509,7 +544,7 @@ class Bench:
                 t0 = time.perf_counter()
                 for name in names:
                     os.rename(stage / f"{name}.yaml", home / "jobs" / f"{name}.yaml")
-                self._wait_all_succeeded(home, n, daemon, interval=0.02, what=f"{n} dropped jobs")
+                self._wait_all_succeeded(home, n, daemon, interval=0.02, what=f"{n} dropped jobs", stall=60.0)
                 elapsed = time.perf_counter() - t0
                 daemon.stop()
                 self._check_statuses(home, n)
@@ -521,10 +556,13 @@ class Bench:
             self.figures.fail([name_], ["jobs/s"], [TARGETS[name_]], str(exc))
 
     def _wait_all_succeeded(self, home: Path, n: int, daemon: Gflowd, interval: float, what: str,
-                            stall: float = 60.0, progress: bool = False) -> None:
-        """Until run/index.json counts ``n`` Succeeded jobs. Fails when nothing progresses for
-        ``stall`` seconds, when a job fails, or when gflowd dies."""
-        best, best_at, started, said = -1, time.monotonic(), time.monotonic(), time.monotonic()
+                            stall: float = 120.0, progress: bool = False) -> None:
+        """Until run/index.json counts ``n`` Succeeded jobs. Fails when a job ends badly, when gflowd
+        dies, or when nothing moves for ``stall`` seconds: neither the index nor the number of
+        attempt folders (run/jobs/) and logs (one pass may start thousands of jobs before it
+        records anything)."""
+        last, last_at, started, said = None, time.monotonic(), time.monotonic(), time.monotonic()
+        checked = 0.0
         while True:
             daemon.check()
             counts = index_phases(home) or Counter()
@@ -535,12 +573,18 @@ class Bench:
             if bad:
                 raise BenchError(f"{what}: jobs ended badly: {dict(counts)}")
             now = time.monotonic()
-            if done > best:
-                best, best_at = done, now
-            elif now - best_at > stall:
-                raise BenchError(f"{what}: no progress for {stall:g}s; index says {dict(counts)}")
+            if now - checked < 1.0:
+                time.sleep(interval)
+                continue
+            checked = now
+            state = (tuple(sorted(counts.items())), _entries(home / "run" / "jobs"), _entries(home / "logs"))
+            if state != last:
+                last, last_at = state, now
+            elif now - last_at > stall:
+                raise BenchError(f"{what}: nothing moved for {stall:g}s (a hung pass?); index says {dict(counts)}, "
+                                 f"{state[1]} attempt folders, {state[2]} logs")
             if progress and now - said >= 10:
-                log(f"  {done}/{n} Succeeded after {now - started:.0f} s")
+                log(f"  {done}/{n} Succeeded in the index, {state[2]} logs, after {now - started:.0f} s")
                 said = now
             time.sleep(interval)
 
@@ -663,8 +707,9 @@ class Bench:
                 if before is None:
                     raise BenchError(f"status/{name}.yaml has no observedGeneration")
                 wall = time.time()
+                self.edits += 1
                 rename = write_manifest_then(home / "jobs", name,
-                                             job_text(name, f"  command: ['true']\n  priority: {run + 1}\n"))
+                                             job_text(name, f"  command: ['true']\n  priority: {self.edits}\n"))
                 t0 = rename()
                 wait_for(lambda: (g := generation_of(home, name)) is not None and g > before, 15, POLL,
                          f"observedGeneration of {name} to pass {before}", daemon)
@@ -704,7 +749,7 @@ class Bench:
             if f.get("error"):
                 verdict += " (not measured)"
             lines.append(f"  {name:<{width}}  {value:>14}  target {f['target'] or '-':<8}  {verdict}")
-        if self.scaling and any(self.scaling.values()):
+        if self.want("scaling") and self.scaling:
             lines.append("")
             lines.append("scaling (finished jobs in the home):")
             lines.append(f"  {'jobs':>6}  {'pass ms (edit->status)':>22}  {'cold start s':>12}  {'gflowd RSS MiB':>14}")
@@ -729,8 +774,8 @@ def main() -> int:
     def on_signal(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: `cmd &` starts with it ignored
+        signal.signal(sig, on_signal)
     log(f"{bench.mode} run; homes under {bench.root}; {os.cpu_count()} CPUs; gflowctl: {' '.join(GFLOWCTL)}")
     interrupted = False
     try:

@@ -841,3 +841,14 @@ def test_an_unchanged_finished_job_is_kept_as_is_and_a_changed_one_is_reconciled
     plan = reconcile(snap, T0 + 3)
     assert plan.states["done"] is world.states["done"]  # skipped: no copy, no work
     assert [launch.name for launch in plan.starts] == ["edited"]  # re-run with the new spec
+
+
+def test_a_flood_of_jobs_starts_over_several_passes():
+    world = World(*(job(f"j{i:03d}") for i in range(80)))
+    plan = world.tick(T0)
+    assert len(plan.starts) == 32 and plan.again
+    assert world.phase("j079") == ("Pending", "Queued")
+    plan = world.tick(T0)
+    assert len(plan.starts) == 32
+    plan = world.tick(T0)
+    assert len(plan.starts) == 16 and not plan.again
