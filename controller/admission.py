@@ -258,9 +258,13 @@ def _environment_check(doc: Any, controller_uid: int | None, conda: bool) -> Any
 
 def _reject_cycles(result: AdmissionResult) -> None:
     """Jobs whose dependsOn form a cycle can never start: reject each, spelling the cycle out."""
+    # only jobs with dependencies can be in a cycle: the graph is as small as the pipelines are
     graph = {
-        name: [d.job for d in job.spec.depends_on if d.job in result.jobs] for name, job in result.jobs.items()
+        name: [d.job for d in job.spec.depends_on if d.job in result.jobs]
+        for name, job in result.jobs.items()
+        if job.spec.depends_on
     }
+    graph = {name: [d for d in deps if d in graph] for name, deps in graph.items()}
     for component in _cycles(graph):
         members = set(component)
         start = min(component)

@@ -23,7 +23,7 @@ class ControllerConfig(_Model):
         "packed (fill partly used shared GPUs first), spread (emptiest GPUs first)",
     )
     resync: Duration = Field(default=10.0, description="Full resync period")
-    debounce: Duration = Field(default=0.02, description="Quiet time after a file event before a pass")
+    debounce: Duration = Field(default=0.01, description="Quiet time after a file event before a pass")
     termination_grace_period: Duration = Field(default=10.0, description="Default seconds between TERM and KILL")
     unmanaged_memory_threshold: Quantity = Field(
         default=2**30, description="Foreign GPU processes using less than this in total are tolerated"

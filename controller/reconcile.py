@@ -292,6 +292,10 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
 def _expire(plan: Plan, snap: Snapshot, now: float) -> None:
     """Finished jobs past their TTL, and the oldest beyond the history limit, are to be removed.
     Sweep children live and go with their sweep."""
+    if snap.default_ttl is None and snap.finished_history is None and not any(
+        job.spec.ttl_seconds_after_finished is not None for job in snap.admission.jobs.values()
+    ):
+        return
     finished = []
     for name, state in plan.states.items():
         job = snap.admission.jobs.get(name)

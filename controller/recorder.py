@@ -95,7 +95,10 @@ class Recorder:
             changed = True
         for name, state in states.items():
             known = self.written.get(name)
-            if known is state or known == state:  # identity first: unchanged records are shared
+            if known is state:  # identity first: unchanged records are shared between passes
+                continue
+            if known == state:
+                self.written[name] = state  # same content: keep this object, so next time `is` holds
                 continue
             atomic_write(self.home.status_file(name), dump(state.to_status()), sync_dir=False)
             self.written[name] = state  # the controller never mutates a recorded state again
