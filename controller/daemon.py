@@ -69,19 +69,9 @@ class InstanceLock:
 
 def is_running(home: Home) -> bool:
     """True when some gflowd holds this home's lock (used by gflowctl to warn about stale state)."""
-    try:
-        fd = os.open(home.lock_file, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    from controller.fsutil import lock_held
+
+    return lock_held(home.lock_file)
 
 
 class Controller:

@@ -6,6 +6,7 @@ never world-writable.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -44,3 +45,20 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def lock_held(path: Path) -> bool:
+    """True when some process holds an flock on ``path`` (gflowd's instance lock, a supervisor's
+    attempt lock). The kernel drops such a lock when its holder dies, so it is never stale."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        return False
+    finally:
+        os.close(fd)  # closing drops our shared lock, if we got it

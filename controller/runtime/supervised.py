@@ -16,7 +16,6 @@ pidfd is watched as well, so an exit reaches the loop at once without polling.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -30,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.fsutil import atomic_write
+from controller.fsutil import atomic_write, lock_held
 from controller.paths import Home
 from controller.reconcile import Launch, RunObservation
 from controller.runtime.command import LaunchError, build_process
@@ -325,18 +324,7 @@ class SupervisorRuntime:
 
     def _alive(self, attempt: _Attempt) -> bool:
         """A supervisor holds the attempt's lock for its whole life: a free lock means none is alive."""
-        try:
-            fd = os.open(attempt.path("attempt"), os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        else:
-            return False
-        finally:
-            os.close(fd)  # closing drops our shared lock, if we got it
+        return lock_held(attempt.path("attempt"))
 
     def _signal_supervisor(self, attempt: _Attempt, sig: int) -> bool:
         if attempt.supervisor_pid is None:
