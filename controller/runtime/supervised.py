@@ -1,6 +1,6 @@
 """The crash-safe runtime: one supervisor process per attempt (``supervisor.py``), outliving gflowd.
 
-gflowd's side of the protocol. Starting an attempt writes its launch file (fsync'd: the decision
+gflowd's side of the protocol. Starting an attempt writes its launch file (atomically: the decision
 to start is on disk before anything runs), then hands the path to the launcher zygote. Everything
 after that is read back from the attempt's records, so a restarted gflowd knows exactly what
 happened while it was away:
@@ -102,9 +102,10 @@ class SupervisorRuntime:
             attempt.result = RunObservation(launch.name, launch.attempt, None, now, False, 127, None, now, str(exc))
             return
         self._rotate_log(launch.name, launch.attempt)
-        # the decision, fsync'd before anything runs. The folder is not fsync'd: only a machine
-        # crash could lose the entry, and that takes the job's processes with it anyway.
-        atomic_write(attempt.path("launch"), json.dumps(spec), mode=0o600, sync_dir=False)
+        # The decision, on disk (atomically) before anything runs. Not fsync'd: it must survive
+        # gflowd crashing, which the page cache does; a machine crash takes the job with it, and
+        # the status (fsync'd, written as Running in this same pass) then says Lost.
+        atomic_write(attempt.path("launch"), json.dumps(spec), mode=0o600, durable=False)
         self._submit(attempt)
 
     def stop(self, name: str, grace: float, reason: str = "Stopped") -> None:

@@ -7,7 +7,7 @@ jobs run, and the supervisor still enforces limits and writes the exit record.
 
 One attempt, in files under ``run/jobs/<name>/`` (gflowd writes the first two, we write the rest):
 
-    launch-<N>.json   what to run; written (fsync'd) before the start: the decision record
+    launch-<N>.json   what to run; written (atomically) before the start: the decision record
     stop-<N>.json     a stop request: {"reason", "grace"}; gflowd then sends us SIGTERM
     limits-<N>.json   edited limits ({"timeLimit"}); gflowd then sends us SIGHUP
     attempt-<N>.lock  flock held for our whole life: "a supervisor for this attempt is alive"
