@@ -327,3 +327,35 @@ def test_gflowd_bad_flags_and_config_are_one_line_errors(tmp_path, argv, config,
     )
     assert proc.returncode == 1
     assert expected in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_get_jobs_watch_prints_a_row_when_a_job_changes_and_stops_on_ctrl_c(home):
+    import os
+    import signal
+
+    from helpers import wait_for
+
+    record(home, JobState(name="w", phase="Pending", reason="Resources", created=time.time()))
+    env = {**os.environ, "GFLOW_HOME": str(home.root), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "controller.cli.main", "get", "jobs", "-w"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    import threading
+
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in proc.stdout), daemon=True)
+    reader.start()
+    try:
+
+        def read_lines():
+            return lines
+
+        wait_for(lambda: len(read_lines()) >= 2, timeout=15, message="the initial table")
+        assert lines[0].split()[:2] == ["NAME", "PHASE"] and lines[1].split()[:2] == ["w", "Pending"]
+        record(home, JobState(name="w", phase="Running", reason="Started", created=time.time()))
+        wait_for(lambda: any(l.split()[:2] == ["w", "Running"] for l in read_lines()), timeout=15, message="a new row")
+        assert sum(1 for l in lines if l.startswith("NAME")) == 1  # the header once, then rows
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
