@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import signal as signal_mod
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 from controller.admission import AdmissionResult, AdmittedJob
 from controller.api.status import TERMINAL_PHASES, find_condition, remove_condition, set_condition
@@ -188,7 +188,7 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
                     plan.consumed.append(name)
                 if old is not None:
                     plan.removed.append(name)
-                    plan.events.append(Event("Normal", "Deleted", name, f"manifest deleted; status removed"))
+                    plan.events.append(Event("Normal", "Deleted", name, "manifest deleted; status removed"))
             continue
 
         state = old.copy() if old is not None else JobState(name=name, created=now)

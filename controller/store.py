@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from controller.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection, document_name, validate_any
+from controller.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection, validate_any
 from controller.api.job import is_valid_name
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
@@ -277,5 +277,3 @@ class ManifestStore:
             )
         return results
 
-
-__all__ = ["ManifestStore", "ManifestFile", "is_manifest_name", "document_name"]

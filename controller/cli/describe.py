@@ -6,7 +6,7 @@ import json
 import time
 from collections import deque
 
-from controller.api.units import format_age, format_duration, format_quantity
+from controller.api.units import format_age, format_duration
 from controller.cli.common import CliError, find_manifest, read_status
 from controller.paths import Home
 from controller.state import from_rfc3339
@@ -121,5 +121,3 @@ def _recent_events(home: Home, name: str, limit: int = 10) -> list[dict]:
         return []
     return list(recent)
 
-
-__all__ = ["describe", "format_quantity"]

@@ -29,7 +29,7 @@ def explain(path: str) -> int:
     description = node.get("description", "")
     resolved = _resolve(node, defs)
     description = description or resolved.get("description", "")
-    out = [f"KIND:     Job", f"VERSION:  gflow.dev/v1alpha1", ""]
+    out = ["KIND:     Job", "VERSION:  gflow.dev/v1alpha1", ""]
     if len(trail) > 1:
         out += [f"FIELD:    {'.'.join(trail[1:])} <{_type(node, defs)}>", ""]
     out += ["DESCRIPTION:"]
