@@ -340,6 +340,9 @@ def test_get_jobs_watch_prints_a_row_when_a_job_changes_and_stops_on_ctrl_c(home
     proc = subprocess.Popen(
         [sys.executable, "-m", "controller.cli.main", "get", "jobs", "-w"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        # a shell's background job inherits SIGINT ignored, and Python then never raises
+        # KeyboardInterrupt: give the CLI the terminal's default, as a user's shell would
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     import threading
 
