@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -51,6 +52,9 @@ class Rejection:
     mtime_ns: int = 0
 
 
+_serials = itertools.count(1)
+
+
 @dataclass
 class AdmissionResult:
     jobs: dict[str, AdmittedJob] = field(default_factory=dict)
@@ -60,6 +64,11 @@ class AdmissionResult:
     # name -> sources of documents that lost a duplicate-name contest, for a condition on the winner
     duplicates: dict[str, list[str]] = field(default_factory=dict)
     sweeps: dict[str, Any] = field(default_factory=dict)  # name -> controller.sweeps.AdmittedSweep
+    ttl_jobs: int = 0  # admitted jobs with their own ttlSecondsAfterFinished: expiry has work to do
+    serial: int = field(default_factory=lambda: next(_serials))
+    base: int | None = None  # set by admit_changes: the serial of the result this one patches...
+    touched: frozenset[str] = frozenset()  # ...and the names whose entries it changed
+
 
 
 def _hash(data: Any) -> str:
@@ -224,6 +233,7 @@ def admit(
             continue
         result.jobs[child.name] = child
     _reject_cycles(result)
+    result.ttl_jobs = sum(1 for job in result.jobs.values() if job.job.spec.ttl_seconds_after_finished is not None)
     for loser, winner in losers:
         message = (
             f"job name {loser.name!r} is already defined in {winner.source}; "
@@ -234,6 +244,72 @@ def admit(
         if is_valid_name(stem) and stem != loser.name and stem not in by_name and stem not in result.rejected:
             result.rejected[stem] = Rejection(stem, "DuplicateName", message, loser.source, loser.path, loser.doc_index, loser.mtime_ns)
         result.warnings.append(rejection)
+    return result
+
+
+def admit_changes(
+    previous: AdmissionResult,
+    gone: list[AdmittedJob | Rejection],
+    came: list[AdmittedJob | Rejection],
+    *,
+    controller_uid: int | None = None,
+    conda_available: bool = True,
+) -> AdmissionResult | None:
+    """:func:`admit` for a few changed documents: the previous result patched, or None when the
+    change is not simple enough to patch and a full :func:`admit` must run.
+
+    Simple means what a full admit would decide name by name, without looking across documents:
+    plain Jobs and rejected documents only (no Sweeps or their children), each name involved
+    defined by exactly one document before and after (no duplicate contest), and no ``dependsOn``
+    involved (a cycle can only form or break through a job that has one). The previous result is
+    never modified; unchanged entries are the same objects, which is what lets reconcile skip them.
+    """
+    if not gone and not came:
+        return previous
+    involved = set()
+    for doc in (*gone, *came):
+        if doc.name is None or doc.name in previous.duplicates:
+            return None
+        if isinstance(doc, AdmittedJob):
+            if doc.owner is not None or doc.job.spec.depends_on:
+                return None
+        elif not isinstance(doc, Rejection):
+            return None  # a Sweep
+        involved.add(doc.name)
+    gone_ids = {id(doc) for doc in gone}
+    for doc in gone:  # each must be its name's one definition in the previous result
+        if previous.jobs.get(doc.name) is not doc and previous.rejected.get(doc.name) is not doc:
+            return None  # e.g. it lost a contest, or was turned into a Forbidden rejection
+    came_names = [doc.name for doc in came]
+    if len(set(came_names)) != len(came_names):
+        return None
+    for name in came_names:  # nothing that stays may already define the name
+        for holder in (previous.jobs.get(name), previous.rejected.get(name), previous.sweeps.get(name)):
+            if holder is not None and id(holder) not in gone_ids:
+                return None
+    result = AdmissionResult(
+        jobs=dict(previous.jobs),
+        rejected=dict(previous.rejected),
+        warnings=list(previous.warnings),
+        duplicates=dict(previous.duplicates),
+        sweeps=previous.sweeps,
+        ttl_jobs=previous.ttl_jobs,
+        base=previous.serial,
+        touched=frozenset(involved),
+    )
+    for doc in gone:
+        job = result.jobs.pop(doc.name, None)
+        if job is not None and job.job.spec.ttl_seconds_after_finished is not None:
+            result.ttl_jobs -= 1
+        result.rejected.pop(doc.name, None)
+    for doc in came:
+        doc = _environment_check(doc, controller_uid, conda_available)
+        if isinstance(doc, AdmittedJob):
+            result.jobs[doc.name] = doc
+            if doc.job.spec.ttl_seconds_after_finished is not None:
+                result.ttl_jobs += 1
+        else:
+            result.rejected[doc.name] = doc
     return result
 
 

@@ -30,6 +30,8 @@ from controller.paths import Home
 log = logging.getLogger("gflowd")
 MAX_DEBOUNCE = 0.2
 GPU_REFRESH = 2.0
+INDEX_MIN_GAP = 0.02  # seconds between index rewrites under a flood of passes: at least...
+INDEX_MAX_GAP = 1.0  # ...and at most (see Controller._write_index)
 
 
 def _gpu_facts(gpus) -> tuple:
@@ -103,7 +105,11 @@ class Controller:
         self._warned: set[tuple[str, str, str]] = set()
         self._conda: bool | None = None
         self._previous_admission = None
+        self._unsettled: set[str] | None = None  # the last plan's unfinished jobs (see Snapshot)
         self.passes = 0
+        self._index_at = -1e9  # monotonic time of the last index write
+        self._index_cost = 0.0  # seconds it took
+        self._index_due: float | None = None  # a coalesced index write is due then (monotonic)
 
     # -- wake-ups from other threads -------------------------------------------------------------
 
@@ -166,6 +172,8 @@ class Controller:
                         next_resync = time.monotonic() + 1.0
                     if again:
                         continue
+                if self._index_due is not None and time.monotonic() >= self._index_due:
+                    self._write_index()
                 # wait for the next reason to pass
                 for fd in set(self.runtime.wait_fds()) - registered:
                     selector.register(fd, selectors.EVENT_READ)
@@ -186,6 +194,8 @@ class Controller:
             selector.close()
             self.runtime.close()
             self.store.save_cache()
+            if self._index_due is not None:
+                self._write_index(force=True)
         log.info("stopped; running jobs keep running and will be re-adopted")
 
     _exit_seen = False
@@ -217,6 +227,8 @@ class Controller:
             timeout = min(timeout, 0.5)  # no pidfd support: poll for exits
         if self.inventory_is_dynamic():
             timeout = min(timeout, self._gpus_read_at + GPU_REFRESH - mono)
+        if self._index_due is not None:
+            timeout = min(timeout, self._index_due - mono)
         return max(0.0, min(timeout, 60.0))
 
     def _poll_gpus(self, mono: float) -> bool:
@@ -236,7 +248,7 @@ class Controller:
 
     def reconcile_once(self, full: bool = False) -> tuple[float | None, bool]:
         """One level-triggered pass. Returns (next timer, pass again now?)."""
-        from controller.admission import admit
+        from controller.admission import admit, admit_changes
         from controller.reconcile import Event, Snapshot, reconcile
 
         with self._lock:
@@ -251,13 +263,21 @@ class Controller:
             self.gpus = self.inventory.read()
             self._gpus_read_at = mono
             self._gpus_dirty = False
-        current_sources = {name: st.manifest for name, st in self.states.items() if st.manifest and not st.owner}
-        current_sources.update({name: sw.manifest for name, sw in self.sweep_states.items() if sw.manifest})
+        conda = self._conda
         if full or self._conda is None:
             self._conda = shutil.which("conda") is not None
-        admission = admit(
-            self.store.documents(), current_sources, controller_uid=os.geteuid(), conda_available=self._conda
-        )
+        gone, came = self.store.take_changes()
+        admission = None
+        if not full and self._previous_admission is not None and conda == self._conda:
+            admission = admit_changes(
+                self._previous_admission, gone, came, controller_uid=os.geteuid(), conda_available=self._conda
+            )
+        if admission is None:  # a resync, or a change that needs every document (duplicates, sweeps, cycles)
+            current_sources = {name: st.manifest for name, st in self.states.items() if st.manifest and not st.owner}
+            current_sources.update({name: sw.manifest for name, sw in self.sweep_states.items() if sw.manifest})
+            admission = admit(
+                self.store.documents(), current_sources, controller_uid=os.geteuid(), conda_available=self._conda
+            )
         now = self.clock()
         runs = self.runtime.observe()
         snapshot = Snapshot(
@@ -274,6 +294,7 @@ class Controller:
             default_grace=self.config.termination_grace_period,
             sweep_states=self.sweep_states,
             previous=self._previous_admission,
+            unsettled=self._unsettled,
             default_ttl=self.config.ttl_seconds_after_finished,
             finished_history=self.config.finished_jobs_history,
         )
@@ -311,8 +332,9 @@ class Controller:
         self.states = plan.states
         self.sweep_states = plan.sweeps
         self._previous_admission = admission
+        self._unsettled = plan.unsettled
         if changed or full or self.passes == 0:
-            self.recorder.write_index({"pid": os.getpid(), "specDir": str(self.home.spec_dir)})
+            self._write_index(force=full or self.passes == 0)
         self.recorder.write_node(plan.slots, self.inventory.describe())
         self.passes += 1
         if self.passes == 1:
@@ -320,6 +342,21 @@ class Controller:
         if full:  # at most once per resync: the cache only spares a restart from re-parsing
             self.store.save_cache()
         return plan.wake_at, again
+
+    def _write_index(self, force: bool = False) -> None:
+        """``run/index.json`` after a change, at most once per ``gap``: rewriting it costs O(jobs)
+        (~10 ms at 10,000), so under a flood of passes it is coalesced, bounding that cost to a
+        fifth of the loop's time; a write deferred here is done by the loop when due."""
+        mono = time.monotonic()
+        gap = min(max(4 * self._index_cost, INDEX_MIN_GAP), INDEX_MAX_GAP)
+        if not force and mono < self._index_at + gap:
+            self._index_due = self._index_at + gap
+            return
+        started = time.perf_counter()
+        self.recorder.write_index({"pid": os.getpid(), "specDir": str(self.home.spec_dir)})
+        self._index_cost = time.perf_counter() - started
+        self._index_at = time.monotonic()
+        self._index_due = None
 
     def _delete_manifests(self, jobs) -> None:
         """TTL and history: the one case where gflowd edits the spec dir. A single-document file is

@@ -26,12 +26,17 @@ log = logging.getLogger("gflowd.recorder")
 EVENTS_MAX_BYTES = 10 * 1024 * 1024
 
 
+def _index_row(name: str, state: JobState) -> bytes:
+    return f"{json.dumps(name)}:{json.dumps(state.summary(), separators=(',', ':'))}".encode()
+
+
 class Recorder:
     def __init__(self, home: Home):
         self.home = home
         self.written: dict[str, JobState] = {}
         self.written_sweeps: dict[str, SweepState] = {}
-        self._summaries: dict[str, str] = {}  # name -> the job's index row as JSON text
+        self._rows: dict[str, bytes] = {}  # name -> the job's index entry as JSON, b'"name":{...}'
+        self._order: list[str] | None = None  # names sorted, kept until the set of names changes
         self._node_text = ""
         self.status_writes = 0
 
@@ -87,7 +92,8 @@ class Recorder:
         changed = False
         for name in removed:
             self.written.pop(name, None)
-            self._summaries.pop(name, None)
+            self._rows.pop(name, None)
+            self._order = None
             try:
                 self.home.status_file(name).unlink()
             except FileNotFoundError:
@@ -101,8 +107,10 @@ class Recorder:
                 self.written[name] = state  # same content: keep this object, so next time `is` holds
                 continue
             atomic_write(self.home.status_file(name), dump(state.to_status()), sync_dir=False)
+            if known is None:
+                self._order = None
             self.written[name] = state  # the controller never mutates a recorded state again
-            self._summaries[name] = json.dumps(state.summary(), separators=(",", ":"))
+            self._rows[name] = _index_row(name, state)
             self.status_writes += 1
             changed = True
         if changed:
@@ -113,16 +121,21 @@ class Recorder:
         """``run/index.json``: every job's summary row, for ``gflowctl get jobs``. A cache of the
         status files (written without fsync: losing it in a crash costs nothing). Rows are kept as
         JSON text per job, so a rewrite costs a join, not a serialisation of every job."""
-        for name, state in self.written.items():
-            if name not in self._summaries:
-                self._summaries[name] = json.dumps(state.summary(), separators=(",", ":"))
+        if len(self._rows) != len(self.written):  # after load(): rows of the states read back
+            for name, state in self.written.items():
+                if name not in self._rows:
+                    self._rows[name] = _index_row(name, state)
+        if self._order is None or len(self._order) != len(self.written):
+            self._order = sorted(self.written)
         head = json.dumps(
             {"apiVersion": API_VERSION, "kind": "JobIndex", "updated": time.time(), "controller": controller_info},
             separators=(",", ":"),
         )[:-1]
-        jobs = ",".join(f"{json.dumps(name)}:{self._summaries[name]}" for name in sorted(self.written))
+        rows = self._rows
+        jobs = b",".join([rows[name] for name in self._order])
         sweeps = json.dumps({n: s.summary() for n, s in sorted(self.written_sweeps.items())}, separators=(",", ":"))
-        atomic_write(self.home.index_file, f'{head},"jobs":{{{jobs}}},"sweeps":{sweeps}}}', durable=False)
+        payload = b"".join([head.encode(), b',"jobs":{', jobs, b'},"sweeps":', sweeps.encode(), b"}"])
+        atomic_write(self.home.index_file, payload, durable=False)
 
     def write_node(self, slots: list[GpuSlot], source: str) -> None:
         gpus = []

@@ -43,6 +43,8 @@ class ManifestStore:
         self._display = display
         self._root_real = os.path.realpath(spec_dir)
         self.files: dict[str, ManifestFile] = {}
+        self._gone: list[AdmittedJob | Rejection] = []  # see take_changes
+        self._came: list[AdmittedJob | Rejection] = []
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
         self.cache_path = cache_path
@@ -88,7 +90,7 @@ class ManifestStore:
             if self._update(path, st):
                 changed.add(path)
         for gone in set(self.files) - seen:
-            del self.files[gone]
+            self._drop(gone)
             changed.add(gone)
         return changed
 
@@ -109,12 +111,12 @@ class ManifestStore:
                 # a vanished file, or a vanished folder holding manifests
                 prefix = path + os.sep
                 for known in [p for p in self.files if p == path or p.startswith(prefix)]:
-                    del self.files[known]
+                    self._drop(known)
                     changed.add(known)
                 continue
             if not self._accept(path, st):
                 if path in self.files:
-                    del self.files[path]
+                    self._drop(path)
                     changed.add(path)
                 continue
             if self._update(path, st):
@@ -123,6 +125,23 @@ class ManifestStore:
 
     def documents(self) -> list[AdmittedJob | Rejection]:
         return [doc for f in self.files.values() for doc in f.documents]
+
+    def take_changes(self) -> tuple[list[AdmittedJob | Rejection], list[AdmittedJob | Rejection]]:
+        """The documents that left and the ones that came since the last call (files changed,
+        added or removed), for incremental admission; the store itself stays the full truth."""
+        gone, came = self._gone, self._came
+        self._gone, self._came = [], []
+        return gone, came
+
+    def _set(self, path: str, manifest: ManifestFile) -> None:
+        old = self.files.get(path)
+        if old is not None:
+            self._gone.extend(old.documents)
+        self._came.extend(manifest.documents)
+        self.files[path] = manifest
+
+    def _drop(self, path: str) -> None:
+        self._gone.extend(self.files.pop(path).documents)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -135,7 +154,7 @@ class ManifestStore:
                 changed.add(path)
         prefix = directory.rstrip(os.sep) + os.sep
         for known in [p for p in self.files if p.startswith(prefix) and p not in seen]:
-            del self.files[known]
+            self._drop(known)
             changed.add(known)
         return changed
 
@@ -199,12 +218,12 @@ class ManifestStore:
         if warm is not None and tuple(warm[0]) == key:
             documents = self._from_cache(path, st, warm[1])
             if documents is not None:
-                self.files[path] = ManifestFile(path, key, documents, warm[1])
+                self._set(path, ManifestFile(path, key, documents, warm[1]))
                 self.cache_hits += 1
                 return True
         manifest = ManifestFile(path, key)
         manifest.documents = self._parse(path, st, manifest)
-        self.files[path] = manifest
+        self._set(path, manifest)
         self.parses += 1
         self._unsaved += 1
         return True
