@@ -329,6 +329,7 @@ class Controller:
         self.recorder.events(plan.events, now)
         changed = self.recorder.write_states(plan.states, plan.removed)
         changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
+        self.runtime.purge()  # the ends just recorded: their exit records may go
         self.states = plan.states
         self.sweep_states = plan.sweeps
         self._previous_admission = admission

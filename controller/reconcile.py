@@ -254,7 +254,8 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
                 state.phase = "Running"
             else:
                 if run is not None:
-                    _record_exit(state, run, None, 0)
+                    if not _already_recorded(old, run):
+                        _record_exit(state, run, None, 0)
                     plan.consumed.append(name)
                 if state.phase not in TERMINAL_PHASES or state.generation == 0:
                     state.phase, state.reason, state.message = "Rejected", rejection.reason, rejection.message
@@ -292,6 +293,9 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             _finish(plan, old, state)
             continue
 
+        if run is not None and _already_recorded(old, run):
+            plan.consumed.append(name)  # a crash came between recording its end and purging its records
+            run = None
         if run is not None:  # the attempt ended: record it once
             if run.run_hash and not state.run_hash:  # it ended before its start was ever recorded
                 state.run_hash, state.attempt = run.run_hash, max(state.attempt, run.attempt)
@@ -513,6 +517,12 @@ def _request_stop(plan: Plan, state: JobState, run: RunObservation, reason: str,
     target = f"pid {run.pid}" if run.pid else "the job"
     state.message = f"stopping: {why}; TERM sent to {target}, KILL after {format_duration(grace)}"
     plan.stops.append(Stop(state.name, reason, grace))
+
+
+def _already_recorded(old: JobState | None, run: RunObservation) -> bool:
+    """An ended attempt whose end the status file already shows: its attempt number is the
+    record's, and the record no longer says Running (it says how the attempt ended)."""
+    return old is not None and not run.running and old.phase != "Running" and 0 < run.attempt <= old.attempt
 
 
 def _record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | None, backoff_limit: int) -> None:

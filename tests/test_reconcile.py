@@ -852,3 +852,21 @@ def test_a_flood_of_jobs_starts_over_several_passes():
     assert len(plan.starts) == 32
     plan = world.tick(T0)
     assert len(plan.starts) == 16 and not plan.again
+
+
+@pytest.mark.parametrize("code, expected", [(0, ("Succeeded", "Completed", 0)), (1, ("Pending", "BackOff", 1))])
+def test_an_exit_seen_again_after_a_crash_is_not_recorded_twice(code, expected):
+    # gflowd recorded the end, then died before the runtime purged the exit record: the restarted
+    # controller observes the same ended attempt again. It must be consumed, not counted again.
+    world = World(job("a", backoffLimit=2))
+    world.tick(T0)
+    world.exit("a", code, T0 + 10)
+    ended = world.runs["a"]
+    world.tick(T0 + 10)
+    recorded = world.state()
+    assert (recorded.phase, recorded.reason, recorded.failed) == expected
+    world.runs["a"] = ended  # observed again, as after a restart
+    plan = world.tick(T0 + 10.5)
+    assert plan.consumed == ["a"]
+    assert world.state().to_status() == recorded.to_status()
+    assert plan.starts == []

@@ -223,3 +223,33 @@ def test_root_controller_runs_the_job_as_the_manifest_owner(home, gflowd):
     os.chown(path, nobody.pw_uid, nobody.pw_gid)
     wait_phase(home, "who", ("Succeeded", "Failed"), daemon=daemon)
     assert read_log(home, "who").strip() == str(nobody.pw_uid), job_status(home, "who")
+
+
+def test_exit_record_stays_until_the_status_showing_it_is_written(tmp_path):
+    # forget() lets a new attempt start at once; the records of the ended one go only with purge(),
+    # which gflowd calls after writing the status files, so a crash in between loses no exit code.
+    import sys
+
+    from controller.paths import Home
+    from controller.reconcile import Launch
+    from controller.runtime.supervised import SupervisorRuntime
+    from test_reconcile import job
+
+    home = Home.resolve(str(tmp_path / "home"), None)
+    home.ensure()
+    runtime = SupervisorRuntime(home)
+    try:
+        admitted = job("r", command=[sys.executable, "-c", "raise SystemExit(3)"], workingDir=str(tmp_path))
+        runtime.start(Launch("r", 1, 1, admitted, [], []))
+        wait_for(lambda: (run := runtime.observe().get("r")) is not None and not run.running, timeout=20,
+                 message="the attempt to end")
+        assert runtime.observe()["r"].exit_code == 3
+        exit_record = home.run_dir / "jobs" / "r" / "exit-1.json"
+        assert exit_record.exists()
+        runtime.forget("r")
+        assert "r" not in runtime.observe()
+        assert exit_record.exists()  # not yet recorded in a status file
+        runtime.purge()
+        assert not exit_record.exists() and not exit_record.parent.exists()
+    finally:
+        runtime.close()

@@ -32,7 +32,12 @@ class Runtime(Protocol):
         """Every attempt the runtime knows: running, or ended and not yet forgotten."""
 
     def forget(self, name: str) -> None:
-        """The controller recorded this attempt's end: drop it."""
+        """The controller decided this attempt's end: drop it (a new attempt may start now). Its
+        records on disk stay until :meth:`purge`, so a crash before the status file is written
+        still finds the exit."""
+
+    def purge(self) -> None:
+        """The ends of forgotten attempts are now recorded in status files: remove their records."""
 
     def tick(self, now: float) -> float | None:
         """Do timed work (KILL after grace); return when it is next due."""

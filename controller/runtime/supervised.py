@@ -73,6 +73,7 @@ class SupervisorRuntime:
         self.jobs_dir = home.run_dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.attempts: dict[str, _Attempt] = {}
+        self._forgotten: list[tuple[str, _Attempt]] = []  # ended, recorded by the next status write
         self._epoll = select.epoll()
         self.notify_path = str(home.run_dir / "notify.sock")
         self._sock = self._bind_notify()
@@ -142,12 +143,19 @@ class SupervisorRuntime:
         if attempt is None or attempt.result is None:
             return
         del self.attempts[name]
-        self._remove_files(attempt)
-        try:
-            (attempt.dir / "supervisor.log").unlink()
-            attempt.dir.rmdir()
-        except OSError:
-            pass
+        self._forgotten.append((name, attempt))
+
+    def purge(self) -> None:
+        forgotten, self._forgotten = self._forgotten, []
+        for name, attempt in forgotten:
+            self._remove_files(attempt)
+            if name in self.attempts:
+                continue  # a new attempt runs from the same folder
+            try:
+                (attempt.dir / "supervisor.log").unlink()
+                attempt.dir.rmdir()
+            except OSError:
+                pass
 
     def tick(self, now: float) -> float | None:
         # KILL after grace is the supervisor's job; only launches that never took hold need us
