@@ -14,7 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from controller.api.job import Job, is_valid_name
+from controller.api.job import Job
+from controller.api.names import document_name, is_valid_name
 
 MAX_MANIFEST_BYTES = 1024 * 1024
 RERUN_ANNOTATION = "gflow.dev/rerun"
@@ -80,17 +81,6 @@ def spec_hashes(job: Job) -> tuple[str, str]:
     rerun = job.metadata.annotations.get(RERUN_ANNOTATION, "")
     run_part = {k: v for k, v in spec.items() if k not in CONTROL_FIELDS}
     return _hash([spec, rerun]), _hash([run_part, rerun])
-
-
-def document_name(data: Any, stem: str | None, single: bool) -> tuple[str | None, bool]:
-    """(name, named_in_metadata): metadata.name when valid, else the file stem for single-document files."""
-    if isinstance(data, dict):
-        meta = data.get("metadata")
-        if isinstance(meta, dict) and is_valid_name(meta.get("name")):
-            return meta["name"], True
-    if single and stem is not None and is_valid_name(stem):
-        return stem, False
-    return None, False
 
 
 def validate_document(
@@ -198,7 +188,7 @@ def admit(
     current_sources = current_sources or {}
     by_name: dict[str, list[Any]] = {}
     result = AdmissionResult()
-    documents = [_environment_check(d, controller_uid, conda_available) for d in documents]
+    documents = [check_environment(d, controller_uid, conda_available) for d in documents]
     children: list[AdmittedJob] = []
     for doc in documents:
         if isinstance(doc, AdmittedJob) and doc.owner is not None:
@@ -303,7 +293,7 @@ def admit_changes(
             result.ttl_jobs -= 1
         result.rejected.pop(doc.name, None)
     for doc in came:
-        doc = _environment_check(doc, controller_uid, conda_available)
+        doc = check_environment(doc, controller_uid, conda_available)
         if isinstance(doc, AdmittedJob):
             result.jobs[doc.name] = doc
             if doc.job.spec.ttl_seconds_after_finished is not None:
@@ -313,7 +303,7 @@ def admit_changes(
     return result
 
 
-def _environment_check(doc: Any, controller_uid: int | None, conda: bool) -> Any:
+def check_environment(doc: Any, controller_uid: int | None, conda: bool) -> Any:
     if not isinstance(doc, AdmittedJob):
         return doc
     if controller_uid not in (None, 0) and doc.owner_uid not in (-1, controller_uid):

@@ -426,9 +426,29 @@ class Controller:
                 if fake is not None and str(fake) in paths:
                     controller.mark_gpus_dirty()
 
+        class ReviewHandler(FileSystemEventHandler):
+            def on_any_event(self, event):
+                if event.event_type not in ("created", "moved") or event.is_directory:
+                    return
+                from controller.review import answer_request
+
+                path = os.fsdecode(getattr(event, "dest_path", "") or event.src_path)
+                conda = controller._conda
+                if conda is None:
+                    conda = shutil.which("conda") is not None
+                answer_request(Path(path), controller_uid=os.geteuid(), conda_available=conda)
+
         observer = Observer()
         observer.daemon = True
         observer.schedule(SpecHandler(), str(self.home.spec_dir), recursive=True)
+        try:
+            from controller.review import clear
+
+            self.home.review_dir.mkdir(mode=0o755, exist_ok=True)
+            clear(self.home.review_dir)
+            observer.schedule(ReviewHandler(), str(self.home.review_dir), recursive=False)
+        except OSError as exc:  # gflowctl then checks manifests itself
+            log.warning("admission review disabled: cannot use %s: %s", self.home.review_dir, exc)
         if fake is not None and fake.parent.is_dir():
             observer.schedule(GpuFileHandler(), str(fake.parent), recursive=False)
         observer.start()

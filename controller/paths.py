@@ -7,6 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+
+def is_manifest_name(filename: str) -> bool:
+    """Manifests are ``*.yaml``/``*.yml``; hidden files and editor leftovers are not."""
+    if filename.startswith(".") or filename.endswith("~") or filename.startswith("#"):
+        return False
+    return filename.endswith(MANIFEST_SUFFIXES)
+
+
 def default_home() -> Path:
     if os.environ.get("GFLOW_HOME"):
         return Path(os.environ["GFLOW_HOME"]).expanduser()
@@ -54,6 +64,11 @@ class Home:
     def index_file(self) -> Path:
         """A JSON summary of every job, so ``gflowctl get jobs`` reads one file."""
         return self.run_dir / "index.json"
+
+    @property
+    def review_dir(self) -> Path:
+        """Admission review requests from gflowctl, answered by gflowd (controller/review.py)."""
+        return self.run_dir / "review"
 
     @property
     def lock_file(self) -> Path:

@@ -16,17 +16,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from controller.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection, validate_any
-from controller.api.job import is_valid_name
+from controller.api.names import is_valid_name
 
-MANIFEST_SUFFIXES = (".yaml", ".yml")
+from controller.paths import is_manifest_name  # noqa: F401  (re-exported: the store's rule)
+
 CACHE_VERSION = 1
-
-
-def is_manifest_name(filename: str) -> bool:
-    """Manifests are ``*.yaml``/``*.yml``; hidden files and editor leftovers are not."""
-    if filename.startswith(".") or filename.endswith("~") or filename.startswith("#"):
-        return False
-    return filename.endswith(MANIFEST_SUFFIXES)
 
 
 @dataclass

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.admission import AdmittedJob, Rejection, spec_hashes
-from controller.api.job import Job, is_valid_name
+from controller.api.job import Job
+from controller.api.names import is_valid_name
 from controller.api.sweep import Sweep, parse_indices
 
 SWEEP_LABEL = "gflow.dev/sweep"

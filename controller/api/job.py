@@ -26,17 +26,11 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from controller import API_VERSION
+from controller.api.names import is_valid_name
 from controller.api.units import parse_duration, parse_quantity
 
-NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-_NAME_RE = re.compile(NAME_PATTERN)
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-
-
-def is_valid_name(name: object) -> bool:
-    """A DNS-1123 label: lowercase alphanumerics and ``-``, at most 63 characters."""
-    return isinstance(name, str) and len(name) <= 63 and bool(_NAME_RE.match(name))
 
 
 def _check_name(name: str) -> str:

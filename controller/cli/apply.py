@@ -7,7 +7,6 @@ removed in place, leaving the other documents byte-for-byte alone.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ class _Doc:
 
 def _read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
     """(origin, text) for every input file; ``-`` is stdin."""
-    from controller.store import is_manifest_name
+    from controller.paths import is_manifest_name
 
     inputs: list[tuple[str, str]] = []
     for name in filenames:
@@ -63,34 +62,25 @@ def _read_text(path: Path) -> str:
         raise CliError(f"{path}: not UTF-8 text") from None
 
 
-def _parse_docs(origin: str, text: str) -> tuple[list[_Doc], list[str]]:
-    from controller.admission import AdmittedJob, Rejection, validate_any
-    from controller.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+def _check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[_Doc], list[str]]]:
+    """Each input's documents and errors: judged by the running gflowd when there is one (see
+    controller/review.py), else checked here with the same function."""
+    from controller.fsutil import lock_held
+    from controller.review import ask, check_documents
+    from controller.yamlio import iter_documents_text, load_one
 
-    docs: list[_Doc] = []
-    errors: list[str] = []
-    parts = list(iter_documents_text(text))
-    stem = None if origin == "<stdin>" else os.path.basename(origin).rsplit(".", 1)[0]
-    for index, part in enumerate(parts):
-        try:
-            data = load_one(part)
-        except YAMLSyntaxError as exc:
-            where = f"line {exc.line} of document {index + 1}" if exc.line else f"document {index + 1}"
-            errors.append(f"{origin}: YAML syntax error: {exc} ({where})")
-            continue
-        if data is None:
-            continue
-        result = validate_any(
-            data, source=origin, path=origin, stem=stem, single=len(parts) == 1, doc_index=0, text=part
-        )[0]
-        if isinstance(result, AdmittedJob):
-            docs.append(_Doc(result.name, part, data, origin))
-        elif not isinstance(result, Rejection):  # a Sweep
-            docs.append(_Doc(result.name, part, data, origin, "sweep"))
-        else:
-            hint = " (metadata.name is required when applying from stdin)" if stem is None and result.name is None else ""
-            errors.append(f"{result.message}{hint}")
-    return docs, errors
+    answers = ask(home.review_dir, inputs) if inputs and lock_held(home.lock_file) else None
+    if answers is None:
+        answers = [check_documents(origin, text) for origin, text in inputs]
+    checked = []
+    for (origin, text), answer in zip(inputs, answers):
+        parts = list(iter_documents_text(text))
+        docs = [
+            _Doc(d["name"], parts[d["index"]], load_one(parts[d["index"]]), origin, d["kind"])
+            for d in answer["docs"]
+        ]
+        checked.append((docs, list(answer["errors"])))
+    return checked
 
 
 def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> int:
@@ -99,8 +89,8 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
     errors: list[str] = []
     seen: dict[str, str] = {}
     home.spec_dir.mkdir(parents=True, exist_ok=True)
-    for origin, text in _read_inputs(filenames, recursive):
-        docs, doc_errors = _parse_docs(origin, text)
+    inputs = _read_inputs(filenames, recursive)
+    for (origin, _text), (docs, doc_errors) in zip(inputs, _check_inputs(home, inputs)):
         errors.extend(doc_errors)
         for doc in docs:
             if doc.name in seen:
@@ -152,7 +142,7 @@ def _same(old, new, name: str, target: Path, count: int) -> bool:
 
 
 def _position_of(parts: list[str], name: str, path: Path) -> int | None:
-    from controller.admission import document_name
+    from controller.api.names import document_name
     from controller.yamlio import YAMLSyntaxError, load_one
 
     for index, part in enumerate(parts):
@@ -168,8 +158,7 @@ def _position_of(parts: list[str], name: str, path: Path) -> int | None:
 
 def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job") -> int:
     targets = list(names)
-    for origin, text in _read_inputs(filenames, False) if filenames else []:
-        docs, errors = _parse_docs(origin, text)
+    for docs, errors in _check_inputs(home, _read_inputs(filenames, False)) if filenames else []:
         if errors:
             raise CliError(errors[0])
         targets.extend(d.name for d in docs)

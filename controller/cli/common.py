@@ -28,12 +28,23 @@ def resolve_home(home: str | None, spec_dir: str | None) -> Home:
     return resolved
 
 
+_index_cache: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+
 def read_index(home: Home) -> dict[str, Any] | None:
+    """``run/index.json``, parsed once per version of the file (apply -f DIR asks per document)."""
     try:
         with open(home.index_file, "rb") as handle:
-            return json.load(handle)
+            st = os.fstat(handle.fileno())
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            cached = _index_cache.get(str(home.index_file))
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            index = json.load(handle)
     except (OSError, ValueError):
         return None
+    _index_cache[str(home.index_file)] = (key, index)
+    return index
 
 
 def read_status(home: Home, name: str) -> dict[str, Any] | None:
