@@ -106,7 +106,10 @@ class Recorder:
             if known == state:
                 self.written[name] = state  # same content: keep this object, so next time `is` holds
                 continue
-            atomic_write(self.home.status_file(name), dump(state.to_status()), sync_dir=False)
+            # A job that never started has nothing to lose: its manifest recreates it. Every other
+            # record (a start decided, an exit recorded) must reach the disk before it is relied on.
+            durable = state.attempt > 0 or state.phase != "Pending"
+            atomic_write(self.home.status_file(name), dump(state.to_status()), durable=durable, sync_dir=False)
             if known is None:
                 self._order = None
             self.written[name] = state  # the controller never mutates a recorded state again
