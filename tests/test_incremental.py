@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import pytest
 
+import controller.reconcile as reconcile_module
 from controller.admission import AdmissionResult, Rejection, admit, admit_changes
 from controller.reconcile import Plan, RunObservation, Snapshot, changed_names, reconcile
 from controller.state import JobState
@@ -55,11 +56,14 @@ class Twin:
         return admit(list(self.docs.values()), current)
 
     def tick(self, now: float) -> tuple[Plan, Plan]:
-        full = reconcile(
-            Snapshot(admission=self._admit_full(self.full_states), states=dict(self.full_states),
-                     runs=dict(self.runs), gpus=self.gpus),
-            now,
-        )
+        # the reference: every job through the full path, none of the shortcuts
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(reconcile_module, "_finished_and_current", lambda old, job: False)
+            full = reconcile(
+                Snapshot(admission=self._admit_full(self.full_states), states=dict(self.full_states),
+                         runs=dict(self.runs), gpus=self.gpus),
+                now,
+            )
         admission = None
         if self.previous is not None:
             admission = admit_changes(self.previous, self.gone, self.came)
@@ -156,6 +160,23 @@ def test_admit_changes_matches_admit_for_simple_changes():
     assert patched.jobs == expected.jobs and patched.rejected == expected.rejected
     assert patched.touched == {"a", "b", "c", "d"}
     assert previous.jobs.keys() == {"a", "b", "c"}  # the previous result is never modified
+
+
+def test_a_restart_carries_finished_jobs_over_only_when_nothing_about_them_changed():
+    # no previous pass (a restart): finished jobs whose record already says what their manifest
+    # says are carried as they are; one whose labels changed while gflowd was down is updated
+    twin = Twin()
+    for i in range(6):
+        twin.put(f"j{i}", job(f"j{i}", labels={"team": "a"}))
+    twin.tick(T0)
+    for i in range(6):
+        twin.exit(f"j{i}", 0, T0 + 1)
+    twin.tick(T0 + 1)
+    twin.put("j2", job("j2", labels={"team": "b"}))
+    states = twin.inc_states
+    plan = reconcile(Snapshot(admission=admit(list(twin.docs.values())), states=states, runs={}), T0 + 2)
+    assert all(plan.states[f"j{i}"] is states[f"j{i}"] for i in (0, 1, 3, 4, 5))
+    assert plan.states["j2"] is not states["j2"] and plan.states["j2"].labels == {"team": "b"}
 
 
 @pytest.mark.parametrize("seed", range(12))
