@@ -30,6 +30,8 @@ from controller.paths import Home
 log = logging.getLogger("gflowd")
 MAX_DEBOUNCE = 0.2
 GPU_REFRESH = 2.0
+START_BUDGET = 0.25  # seconds of job starts per pass (see Controller._max_starts)...
+MIN_STARTS, MAX_STARTS = 32, 4096  # ...within these bounds
 INDEX_MIN_GAP = 0.02  # seconds between index rewrites under a flood of passes: at least...
 INDEX_MAX_GAP = 1.0  # ...and at most (see Controller._write_index)
 
@@ -107,6 +109,7 @@ class Controller:
         self._previous_admission = None
         self._unsettled: set[str] | None = None  # the last plan's unfinished jobs (see Snapshot)
         self.passes = 0
+        self._start_cost: float | None = None  # seconds per job start, a moving average
         self._index_at = -1e9  # monotonic time of the last index write
         self._index_cost = 0.0  # seconds it took
         self._index_due: float | None = None  # a coalesced index write is due then (monotonic)
@@ -295,6 +298,7 @@ class Controller:
             sweep_states=self.sweep_states,
             previous=self._previous_admission,
             unsettled=self._unsettled,
+            max_starts=self._max_starts(),
             default_ttl=self.config.ttl_seconds_after_finished,
             finished_history=self.config.finished_jobs_history,
         )
@@ -310,8 +314,12 @@ class Controller:
         if plan.expired:
             self._delete_manifests(plan.expired)
             again = True
+        started_at = time.perf_counter()
         for launch in plan.starts:
             self.runtime.start(launch)
+        if plan.starts:
+            cost = (time.perf_counter() - started_at) / len(plan.starts)
+            self._start_cost = cost if self._start_cost is None else 0.8 * self._start_cost + 0.2 * cost
         if plan.starts:
             started = self.runtime.observe()
             for launch in plan.starts:
@@ -343,6 +351,14 @@ class Controller:
         if full:  # at most once per resync: the cache only spares a restart from re-parsing
             self.store.save_cache()
         return plan.wake_at, again
+
+    def _max_starts(self) -> int:
+        """How many jobs one pass may start: as many as fit in START_BUDGET seconds at the measured
+        cost of a start. A flood is then started over a few passes, each recorded and each a chance
+        to hear SIGTERM, instead of a thousand passes that each re-sort the whole queue."""
+        if self._start_cost is None:
+            return MIN_STARTS
+        return max(MIN_STARTS, min(MAX_STARTS, int(START_BUDGET / max(self._start_cost, 1e-5))))
 
     def _write_index(self, force: bool = False) -> None:
         """``run/index.json`` after a change, at most once per ``gap``: rewriting it costs O(jobs)
