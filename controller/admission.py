@@ -94,8 +94,10 @@ def validate_document(
     text: str | None = None,
     owner_uid: int = -1,
     mtime_ns: int = 0,
+    known_hashes: list[str] | tuple[str, str] | None = None,
 ) -> AdmittedJob | Rejection:
-    """One parsed document -> an admitted Job or a Rejection whose message names field and line."""
+    """One parsed document -> an admitted Job or a Rejection whose message names field and line.
+    ``known_hashes``: the spec hashes of this very parse, from the parse cache."""
     name, _ = document_name(data, stem, single)
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
@@ -123,13 +125,14 @@ def validate_document(
             else f"metadata.name: required, the file name {stem!r} is not a valid job name"
         )
         return Rejection(None, "Invalid", f"{message} ({_where(source, _line(text, doc_index, ('metadata',)))})", source, path, doc_index, mtime_ns)
-    spec_hash, run_hash = spec_hashes(job)
+    spec_hash, run_hash = known_hashes if known_hashes else spec_hashes(job)
     return AdmittedJob(job.metadata.name, job, source, path, doc_index, spec_hash, run_hash, owner_uid, mtime_ns)
 
 
 def validate_any(data: Any, **kwargs: Any) -> list[Any]:
     """One document of any kind -> [AdmittedJob] | [AdmittedSweep, *children] | [Rejection]."""
     if isinstance(data, dict) and data.get("kind") == "Sweep":
+        kwargs.pop("known_hashes", None)  # children's hashes are computed as they expand
         return _validate_sweep(data, **kwargs)
     return [validate_document(data, **kwargs)]
 

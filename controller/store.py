@@ -20,7 +20,7 @@ from controller.api.names import is_valid_name
 
 from controller.paths import is_manifest_name  # noqa: F401  (re-exported: the store's rule)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # bump when parsing, validation or the spec hashes change
 
 
 @dataclass
@@ -42,18 +42,18 @@ class ManifestStore:
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
         self.cache_path = cache_path
-        self._warm: dict[str, tuple[list[int], str]] = self._load_cache()
+        self._warm: dict[str, tuple[list[int], str, dict]] = self._load_cache()
         self._unsaved = 0
 
     # -- the parse cache: a restart need not re-parse 10,000 unchanged manifests ------------------
 
-    def _load_cache(self) -> dict[str, tuple[list[int], str]]:
+    def _load_cache(self) -> dict[str, tuple[list[int], str, dict]]:
         if self.cache_path is None:
             return {}
         try:
             data = json.loads(self.cache_path.read_text())
             if data.get("version") == CACHE_VERSION and data.get("specDir") == str(self.spec_dir):
-                return {path: (entry[0], entry[1]) for path, entry in data["files"].items()}
+                return {path: (entry[0], entry[1], entry[2]) for path, entry in data["files"].items()}
         except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
             pass
         return {}
@@ -65,7 +65,7 @@ class ManifestStore:
         from controller.fsutil import atomic_write
 
         entries = ",".join(
-            f"{json.dumps(path)}:[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)}]"
+            f"{json.dumps(path)}:[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)},{json.dumps(_hashes_of(f))}]"
             for path, f in self.files.items()
             if f.parsed_json is not None
         )
@@ -210,7 +210,7 @@ class ManifestStore:
             return False
         warm = self._warm.pop(path, None)
         if warm is not None and tuple(warm[0]) == key:
-            documents = self._from_cache(path, st, warm[1])
+            documents = self._from_cache(path, st, warm[1], warm[2])
             if documents is not None:
                 self._set(path, ManifestFile(path, key, documents, warm[1]))
                 self.cache_hits += 1
@@ -222,14 +222,15 @@ class ManifestStore:
         self._unsaved += 1
         return True
 
-    def _from_cache(self, path: str, st: os.stat_result, parsed_json: str) -> list | None:
+    def _from_cache(self, path: str, st: os.stat_result, parsed_json: str, hashes: dict) -> list | None:
         """Validate cached parse results; None (parse the file) if anything is not simply valid,
-        since error messages need the text for their line numbers."""
+        since error messages need the text for their line numbers. The spec hashes of the same
+        parse are taken from the cache too (computing them is a third of validating)."""
         try:
             docs = json.loads(parsed_json)
         except ValueError:
             return None
-        results = self._validate(path, st, docs, None)
+        results = self._validate(path, st, docs, None, hashes if isinstance(hashes, dict) else {})
         return None if any(isinstance(r, Rejection) for r in results) else results
 
     def _parse(self, path: str, st: os.stat_result, manifest: ManifestFile | None = None) -> list[AdmittedJob | Rejection]:
@@ -267,7 +268,9 @@ class ManifestStore:
                 manifest.parsed_json = None
         return self._validate(path, st, docs, text)
 
-    def _validate(self, path: str, st: os.stat_result, docs: list, text: str | None) -> list[AdmittedJob | Rejection]:
+    def _validate(
+        self, path: str, st: os.stat_result, docs: list, text: str | None, hashes: dict | None = None
+    ) -> list[AdmittedJob | Rejection]:
         source = self._display(Path(path))
         stem = os.path.basename(path).rsplit(".", 1)[0]
         single = sum(d is not None for d in docs) == 1
@@ -286,7 +289,16 @@ class ManifestStore:
                     text=text,
                     owner_uid=st.st_uid,
                     mtime_ns=st.st_mtime_ns,
+                    known_hashes=(hashes or {}).get(str(index)),
                 )
             )
         return results
 
+
+def _hashes_of(manifest: ManifestFile) -> dict[str, list[str]]:
+    """Spec hashes of a file's plain Job documents, by document index, for the parse cache."""
+    return {
+        str(d.doc_index): [d.spec_hash, d.run_hash]
+        for d in manifest.documents
+        if isinstance(d, AdmittedJob) and d.owner is None
+    }
