@@ -38,6 +38,13 @@ class ControllerConfig(_Model):
     ignore_processes: list[StrictStr] = Field(
         default_factory=list, description="Foreign GPU processes (by name or pid) that never make a GPU Unmanaged"
     )
+    # -- operations (docs/operations.md) --
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Serve Prometheus metrics on this port (0: any free port); unset: off"
+    )
+    metrics_address: StrictStr = Field(
+        default="127.0.0.1", description="Address the metrics server listens on (0.0.0.0: every interface)"
+    )
 
 
 class ConfigError(Exception):

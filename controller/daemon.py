@@ -75,7 +75,7 @@ def is_running(home: Home) -> bool:
 
 
 class Controller:
-    def __init__(self, home: Home, config, inventory, runtime=None, clock=time.time):
+    def __init__(self, home: Home, config, inventory, runtime=None, clock=time.time, observers=None):
         from controller.recorder import Recorder
         from controller.runtime.supervised import SupervisorRuntime
         from controller.store import ManifestStore
@@ -104,6 +104,7 @@ class Controller:
         self._conda: bool | None = None
         self._previous_admission = None
         self.passes = 0
+        self.observers = observers  # controller.observers.Observers: metrics, webhooks, history
 
     # -- wake-ups from other threads -------------------------------------------------------------
 
@@ -239,6 +240,7 @@ class Controller:
         from controller.admission import admit
         from controller.reconcile import Event, Snapshot, reconcile
 
+        pass_began = time.perf_counter()
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             self._first_dirty = None
@@ -308,12 +310,15 @@ class Controller:
         self.recorder.events(plan.events, now)
         changed = self.recorder.write_states(plan.states, plan.removed)
         changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
+        previous_states = self.states
         self.states = plan.states
         self.sweep_states = plan.sweeps
         self._previous_admission = admission
         if changed or full or self.passes == 0:
             self.recorder.write_index({"pid": os.getpid(), "specDir": str(self.home.spec_dir)})
         self.recorder.write_node(plan.slots, self.inventory.describe())
+        if self.observers is not None:  # cheap, never raises: see controller/observers.py
+            self.observers.after_pass(previous_states, plan, runs, admission, now, time.perf_counter() - pass_began)
         self.passes += 1
         if self.passes == 1:
             gc.freeze()
@@ -491,7 +496,15 @@ def main(argv: list[str] | None = None) -> int:
 
     atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
     inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else NvmlInventory()
-    controller = Controller(home, config, inventory)
+    from controller.observers import ObserverError, start_observers
+
+    try:
+        observers = start_observers(home, config)
+    except ObserverError as exc:
+        sys.stderr.write(f"gflowd: {exc}\n")
+        lock.release()
+        return 1
+    controller = Controller(home, config, inventory, observers=observers)
     signal.signal(signal.SIGTERM, controller.request_stop)
     signal.signal(signal.SIGINT, controller.request_stop)
     log.info("gflowd %s: home %s, spec dir %s, GPUs: %s", __import__("controller").__version__, home.root, home.spec_dir, inventory.describe())
@@ -499,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         controller.run()
     finally:
         getattr(inventory, "close", lambda: None)()
+        observers.close()
         lock.release()
     return 0
 
