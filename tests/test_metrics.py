@@ -66,7 +66,7 @@ def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tm
         s = scrape(url)
         return s if value(s, "gflow_jobs_pending", reason="Resources") == 1 else None
 
-    s = wait_for(running_view, message="a scrape that shows the pending job")
+    s = first = wait_for(running_view, message="a scrape that shows the pending job")
     assert value(s, "gflow_jobs", phase="Running") == 1
     assert value(s, "gflow_jobs", phase="Pending") == 1
     assert value(s, "gflow_gpus", state="Allocated") == 1
@@ -97,6 +97,11 @@ def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tm
     assert value(s, "gflow_jobs", phase="Succeeded") == 2
     assert value(s, "gflow_gpus", state="Free") == 2
     assert value(s, "gflow_jobs_finished_total", phase="Failed") == 0
+    import controller.metrics as metrics
+
+    documented = set(re.findall(r"``(gflow_\w+)``", metrics.__doc__))
+    served = {re.sub(r"_(bucket|sum|count)$", "", name) for name, _ in {**first, **s}}
+    assert documented == served, documented ^ served
 
 
 def test_a_taken_metrics_port_is_a_one_line_error(home, tmp_path):
@@ -124,3 +129,16 @@ def test_bad_metrics_flags(home, flag, value_, message):
         capture_output=True, text=True, timeout=30,
     )
     assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_grafana_dashboard_only_queries_metrics_gflowd_serves():
+    """Every gflow_* series the sample dashboard queries is one the metrics module defines."""
+    import json
+
+    import controller.metrics as metrics
+
+    dashboard = json.loads((Path(__file__).parent.parent / "manifests" / "deploy" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    queried = {re.sub(r"_(bucket|sum|count)$", "", name) for e in exprs for name in re.findall(r"gflow_\w+", e)}
+    served = set(re.findall(r"``(gflow_\w+)``", metrics.__doc__))
+    assert queried and queried <= served, queried - served
