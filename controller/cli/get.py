@@ -14,6 +14,7 @@ from controller.paths import Home
 JOB_KINDS = ("jobs", "job", "j")
 GPU_KINDS = ("gpus", "gpu", "node", "nodes")
 SWEEP_KINDS = ("sweeps", "sweep")
+EVENT_KINDS = ("events", "event", "ev")
 
 
 def get(home: Home, args) -> int:
@@ -26,7 +27,13 @@ def get(home: Home, args) -> int:
         return _get_gpus(home, args)
     if args.kind in SWEEP_KINDS:
         return _get_sweeps(home, args)
-    raise CliError(f"unknown resource type {args.kind!r}; use jobs, sweeps or gpus")
+    if args.kind in EVENT_KINDS:
+        from controller.cli.events import get_events
+
+        if args.names:
+            raise CliError("get events takes no names; use --for job/NAME")
+        return get_events(home, args.for_object, args.output, args.watch)
+    raise CliError(f"unknown resource type {args.kind!r}; use jobs, sweeps, gpus or events")
 
 
 def _get_sweeps(home: Home, args) -> int:

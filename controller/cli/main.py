@@ -49,13 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-R", "--recursive", action="store_true", help="walk folders recursively")
     p.add_argument("--dry-run", action="store_true", help="validate and report, write nothing")
 
-    p = sub.add_parser("get", parents=[common], help="list jobs or GPUs")
-    p.add_argument("kind", help="jobs | sweeps | gpus (alias: node)")
+    p = sub.add_parser("get", parents=[common], help="list jobs, GPUs or events")
+    p.add_argument("kind", help="jobs | sweeps | gpus (alias: node) | events")
     p.add_argument("names", nargs="*")
     p.add_argument("-o", "--output", choices=["wide", "yaml", "json", "name"])
     p.add_argument("-w", "--watch", action="store_true", help="keep watching for changes")
     p.add_argument("-l", "--selector", action="append", default=[], help="label selector key=value[,k2=v2]")
     p.add_argument("--phase", action="append", default=[], help="only jobs in this phase")
+    p.add_argument("--for", dest="for_object", metavar="job/NAME", help="get events: only those of this job or sweep")
 
     p = sub.add_parser("describe", parents=[common], help="show one job in detail")
     p.add_argument("kind", help="job")
