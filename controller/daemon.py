@@ -427,6 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gflowd", description="Run the gflow controller in the foreground.")
     parser.add_argument("--home", help="state directory (default $GFLOW_HOME or ~/.local/share/gflow)")
     for name, info in ControllerConfig.model_fields.items():
+        if (info.json_schema_extra or {}).get("flag") is False:
+            continue  # structured settings (webhooks) live in config.yaml only
         flag = "--" + name.replace("_", "-")
         default = info.default if info.default not in (None, [], PydanticUndefined) else None
         help_text = (info.description or "") + (f" (default {default})" if default is not None else "")
@@ -468,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(
             home.config_file,
-            {name: getattr(args, name) for name in ControllerConfig.model_fields},
+            {name: getattr(args, name, None) for name in ControllerConfig.model_fields},
         )
     except ConfigError as exc:
         sys.stderr.write(f"gflowd: {exc}\n")
