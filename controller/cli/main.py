@@ -96,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", parents=[common], help="document a manifest field")
     p.add_argument("path", help="job, job.spec, job.spec.resources.gpus, ...")
 
+    p = sub.add_parser("stats", parents=[common], help="jobs, success rate, waits, runtimes and GPU-hours by user and label")
+    p.add_argument("--since", default="7d", help="window: a duration like 24h or 7d, or all (default 7d)")
+    p.add_argument("-l", "--selector", action="append", default=[], help="only jobs with these labels: k=v[,k2!=v2]")
+    p.add_argument("-o", "--output", choices=["json"])
+
     sub.add_parser("version", parents=[common], help="print the version")
     return parser
 
@@ -158,6 +163,10 @@ def run(argv: list[str]) -> int:
         from controller.cli.wait import wait
 
         return wait(home, args.target, args.for_, args.timeout)
+    if verb == "stats":
+        from controller.cli.stats import stats
+
+        return stats(home, args.since, args.selector, args.output)
     if verb == "explain":
         from controller.cli.explain import explain
 
