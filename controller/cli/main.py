@@ -185,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
+    except PermissionError as exc:  # e.g. another user's manifest in a shared, sticky spec dir
+        where = exc.filename2 or exc.filename or ""
+        sys.stderr.write(f"error: {where}: permission denied (only its owner or root may change it)\n")
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `gflowctl get jobs | head`
