@@ -99,7 +99,12 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
     errors: list[str] = []
     seen: dict[str, str] = {}
     home.spec_dir.mkdir(parents=True, exist_ok=True)
-    for origin, text in _read_inputs(filenames, recursive):
+    from controller.cli.live import Progress
+
+    inputs = _read_inputs(filenames, recursive)
+    progress = Progress(len(inputs), "applying")  # on stderr, only on a terminal, only for many files
+    for done, (origin, text) in enumerate(inputs):
+        progress.step(done)
         docs, doc_errors = _parse_docs(origin, text)
         errors.extend(doc_errors)
         for doc in docs:
@@ -126,7 +131,9 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
                     from controller.manifest_edit import join_documents
 
                     atomic_write(target, parts[0] if len(parts) == 1 else join_documents(parts), mode=_mode(target))
-            print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""))
+            progress.clear()
+            print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled)
+    progress.done()
     for error in errors:
         sys.stderr.write(f"error: {error}\n")
     return 1 if errors else 0
