@@ -101,11 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-l", "--selector", action="append", default=[], help="only jobs with these labels: k=v[,k2!=v2]")
     p.add_argument("-o", "--output", choices=["json"])
 
+    p = sub.add_parser("completion", parents=[common], help="print a shell completion script: bash, zsh or fish")
+    p.add_argument("shell", choices=["bash", "zsh", "fish"])
+
     sub.add_parser("version", parents=[common], help="print the version")
     return parser
 
 
 def run(argv: list[str]) -> int:
+    if argv[:1] == ["__complete"]:  # names for the completion scripts: not a verb users see
+        from controller.cli.completion import complete_names
+
+        return complete_names(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verb is None:
@@ -163,6 +170,10 @@ def run(argv: list[str]) -> int:
         from controller.cli.wait import wait
 
         return wait(home, args.target, args.for_, args.timeout)
+    if verb == "completion":
+        from controller.cli.completion import completion
+
+        return completion(parser, args.shell)
     if verb == "stats":
         from controller.cli.stats import stats
 
