@@ -168,3 +168,20 @@ def test_a_full_queue_drops_instead_of_waiting(endpoints, monkeypatch):
     began = time.monotonic()
     notifier.close()
     assert time.monotonic() - began < notify.DRAIN_ON_CLOSE + 1
+
+
+def test_the_config_examples_in_the_docs_load(tmp_path):
+    import re
+    import textwrap
+    from pathlib import Path
+
+    from controller.config import load_config
+
+    docs = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    blocks = [textwrap.dedent(b) for b in re.findall(r"```yaml\n(.*?)```", docs, re.S) if "webhooks:" in b or "metricsPort" in b]
+    assert len(blocks) >= 2
+    for number, block in enumerate(blocks):
+        path = tmp_path / f"config{number}.yaml"
+        path.write_text(block)
+        config = load_config(path, {})
+        assert config.webhooks or config.metrics_port
