@@ -38,10 +38,13 @@ def parse_target(text: str | None) -> str | None:
 def read_events(home: Home, target: str | None = None) -> list[dict[str, Any]]:
     """Every event (of ``target``, when given), oldest first, from the rotated file and the current one."""
     events = []
+    # a cheap text test first: describe of one job should not parse 20 MiB of other jobs' events
+    needle = json.dumps(target) if target else ""
     for path in (previous_of(home.events_file), home.events_file):
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
-                events.extend(_matching(parse_lines(handle), target))
+                lines = (line for line in handle if needle in line) if needle else handle
+                events.extend(_matching(parse_lines(lines), target))
         except OSError:
             continue
     return events
