@@ -39,14 +39,16 @@ class PassRecord:
     duration: float
 
 
-@dataclass(frozen=True)
+# slots, not frozen: a pass that admits 10,000 new jobs makes 10,000 of these, and a frozen
+# dataclass costs ~5x more to build
+@dataclass(slots=True)
 class Started:
     name: str
     attempt: int
     wait: float  # seconds from entering the queue (or becoming eligible again) to this start
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Transition:
     """A job whose (phase, reason) changed in this pass; ``state`` is its new ``JobState``."""
 
@@ -55,7 +57,7 @@ class Transition:
     state: Any
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class AttemptEnd:
     """A finished attempt, or a job that ended without running (``started`` is None then)."""
 
