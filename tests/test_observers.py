@@ -87,3 +87,23 @@ def test_a_broken_observer_is_reported_once_and_the_others_still_run(caplog):
             observers.after_pass({}, plan_of([]), {}, AdmissionResult(), 1.0, 0.0)
     assert len(seen) == 3
     assert sum("observer Broken failed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_plain_gflowd_does_not_import_prometheus_or_tenacity(tmp_path):
+    """Metrics and webhooks cost nothing unless configured (gflowd start-up stays lean)."""
+    import subprocess
+    import sys
+
+    program = f"""
+import sys
+from controller.config import ControllerConfig
+from controller.observers import start_observers
+from controller.paths import Home
+home = Home.resolve({str(tmp_path)!r}); home.ensure()
+observers = start_observers(home, ControllerConfig())
+assert [type(o).__name__ for o in observers.observers] == ["HistoryWriter"], observers.observers
+print(sorted(m for m in ("prometheus_client", "tenacity", "urllib.request") if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
