@@ -96,7 +96,7 @@ def test_names_of_a_home_without_an_index_complete_to_nothing(bash_script, tmp_p
 
 
 @pytest.mark.parametrize("shell", ["zsh", "fish"])
-def test_zsh_and_fish_scripts(shell, tmp_path):
+def test_zsh_and_fish_scripts(shell, tmp_path, homes):
     text = script(shell)
     for verb in ("apply", "get", "describe", "logs", "stats", "completion"):
         assert verb in text
@@ -107,6 +107,18 @@ def test_zsh_and_fish_scripts(shell, tmp_path):
     check = ["zsh", "-n", str(path)] if shell == "zsh" else ["fish", "--no-execute", str(path)]
     result = subprocess.run(check, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
+    # zsh filters the candidates by the typed prefix itself (bashcompinit's compgen offers all):
+    # ask for every job there; fish filters in `complete -C`
+    if shell == "zsh":  # call the function the way bashcompinit's wrapper does (ksharrays)
+        program = f"source {path}\nCOMP_WORDS=(gflowctl describe job '')\nCOMP_CWORD=3\nsetopt ksharrays\n_gflowctl\nprint -l -- \"${{COMPREPLY[@]}}\"\n"
+        argv = ["zsh", "-f", "-c", program]
+    else:
+        argv = ["fish", "--no-config", "-c", f"source {path}; complete -C 'gflowctl describe job tr'"]
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env)
+    assert result.returncode == 0, result.stderr
+    expected = ["other", "train", "trial"] if shell == "zsh" else ["train", "trial"]
+    assert [line.split("\t")[0] for line in result.stdout.splitlines()] == expected, result.stdout
 
 
 def test_unknown_shell_is_a_one_line_error():
