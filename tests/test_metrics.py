@@ -142,3 +142,18 @@ def test_the_grafana_dashboard_only_queries_metrics_gflowd_serves():
     queried = {re.sub(r"_(bucket|sum|count)$", "", name) for e in exprs for name in re.findall(r"gflow_\w+", e)}
     served = set(re.findall(r"``(gflow_\w+)``", metrics.__doc__))
     assert queried and queried <= served, queried - served
+
+
+def test_a_stuck_scraper_does_not_hold_up_the_loop_or_other_scrapes(home, gflowd):
+    """A client that opens a connection and never finishes its request ties up one server thread
+    only: jobs still start and finish, and another scrape is answered."""
+    daemon = gflowd("--metrics-port", "0")
+    url = metrics_url(daemon)
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as stuck:
+        stuck.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # the request never ends
+        write_manifest(home / "jobs", "quick.yaml", "metadata: {name: quick}\nspec:\n  command: [true]\n")
+        wait_phase(home, "quick", "Succeeded", daemon=daemon)
+        s = wait_for(lambda: (lambda v: v if value(v, "gflow_jobs_finished_total", phase="Succeeded") == 1 else None)(scrape(url)),
+                     message="a scrape counting the finished job")
+        assert value(s, "gflow_jobs", phase="Succeeded") == 1
