@@ -86,6 +86,15 @@ def payload(state, now: float, host: str) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "JobEvent", "time": rfc3339(now), "host": host, "job": job, "text": text}
 
 
+def redacted(url: str) -> str:
+    """``https://chat.example.org/hooks/SECRET`` -> ``https://chat.example.org/…``: logs name the
+    endpoint without the token a webhook path usually is."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/…" if parts.path.strip("/") or parts.query else f"{parts.scheme}://{parts.netloc}"
+
+
 class _PermanentError(Exception):
     """An answer that retrying cannot change (e.g. 404): give up at once."""
 
@@ -95,6 +104,7 @@ class _Target:
 
     def __init__(self, hook):
         self.url = hook.url
+        self.name = redacted(hook.url)
         self.events = frozenset(hook.events)
         self.selector = parse_selector(hook.selector or "")
         self.timeout = hook.timeout
@@ -103,7 +113,7 @@ class _Target:
         self.dropped = 0
         self.sent = 0
         self.failed = 0
-        self.thread = threading.Thread(target=self._work, name=f"webhook {self.url}", daemon=True)
+        self.thread = threading.Thread(target=self._work, name=f"webhook {self.name}", daemon=True)
         self.thread.start()
 
     def wants(self, state) -> bool:
@@ -115,7 +125,7 @@ class _Target:
         except queue.Full:
             self.dropped += 1
             if self.dropped == 1 or self.dropped % 100 == 0:
-                log.warning("webhook %s: queue full (%d waiting), %d notification(s) dropped so far", self.url, QUEUE_SIZE, self.dropped)
+                log.warning("webhook %s: queue full (%d waiting), %d notification(s) dropped so far", self.name, QUEUE_SIZE, self.dropped)
 
     def _work(self) -> None:
         from tenacity import Retrying, retry_if_not_exception_type, stop_after_attempt, wait_exponential
@@ -136,7 +146,7 @@ class _Target:
                 self.sent += 1
             except Exception as exc:  # a worker never dies: the next notification gets its chance
                 self.failed += 1
-                log.warning("webhook %s: gave up on a notification after %d tries: %s", self.url, self.retries + 1, exc)
+                log.warning("webhook %s: gave up on a notification after %d tries: %s", self.name, self.retries + 1, exc)
 
     def _post(self, body: bytes) -> None:
         import http.client

@@ -185,3 +185,11 @@ def test_the_config_examples_in_the_docs_load(tmp_path):
         path.write_text(block)
         config = load_config(path, {})
         assert config.webhooks or config.metrics_port
+
+
+def test_logs_name_a_webhook_without_its_secret_path():
+    from controller.notify import redacted
+
+    assert redacted("https://chat.example.org/hooks/T01/B02/SECRET") == "https://chat.example.org/…"
+    assert redacted("http://127.0.0.1:8080") == "http://127.0.0.1:8080"
+    assert redacted("http://h:1/?token=abc") == "http://h:1/…"
