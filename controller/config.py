@@ -8,9 +8,51 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, StrictStr
+from pydantic import Field, StrictStr, field_validator
 
 from controller.api.job import Duration, Quantity, _Model
+
+
+class Webhook(_Model):
+    """One notification target (docs/operations.md): POSTed JSON when a job changes phase."""
+
+    url: StrictStr = Field(description="http:// or https:// URL to POST to")
+    events: list[StrictStr] = Field(
+        default_factory=lambda: ["Succeeded", "Failed"],
+        description="Job phases or reasons that trigger a notification (e.g. Succeeded, Failed, Cancelled, OOMKilled)",
+    )
+    selector: StrictStr | None = Field(default=None, description="Only jobs whose labels match, e.g. team=vision")
+    timeout: Duration = Field(default=5.0, gt=0, description="Seconds to wait for each request")
+    retries: int = Field(default=3, ge=0, le=20, description="Retries after a failed request, with exponential back-off")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        return url
+
+    @field_validator("events")
+    @classmethod
+    def _words(cls, events: list[str]) -> list[str]:
+        if not events:
+            raise ValueError("list at least one phase or reason, e.g. [Succeeded, Failed]")
+        for event in events:
+            if not event.isalnum() or not event[0].isupper():
+                raise ValueError(f"{event!r} is not a phase or reason (CamelCase word like Failed)")
+        return events
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, selector: str | None) -> str | None:
+        if selector is not None:
+            from controller.notify import parse_selector
+
+            parse_selector(selector)
+        return selector
 
 
 class ControllerConfig(_Model):
@@ -37,6 +79,17 @@ class ControllerConfig(_Model):
     )
     ignore_processes: list[StrictStr] = Field(
         default_factory=list, description="Foreign GPU processes (by name or pid) that never make a GPU Unmanaged"
+    )
+    # -- operations (docs/operations.md) --
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Serve Prometheus metrics on this port (0: any free port); unset: off"
+    )
+    metrics_address: StrictStr = Field(
+        default="127.0.0.1", description="Address the metrics server listens on (0.0.0.0: every interface)"
+    )
+    webhooks: list[Webhook] = Field(
+        default_factory=list, description="Webhooks notified when jobs change phase (config.yaml only)",
+        json_schema_extra={"flag": False},
     )
 
 

@@ -79,7 +79,7 @@ def is_running(home: Home) -> bool:
 
 
 class Controller:
-    def __init__(self, home: Home, config, inventory, runtime=None, clock=time.time):
+    def __init__(self, home: Home, config, inventory, runtime=None, clock=time.time, observers=None):
         from controller.recorder import Recorder
         from controller.runtime.supervised import SupervisorRuntime
         from controller.store import ManifestStore
@@ -113,6 +113,7 @@ class Controller:
         self._index_at = -1e9  # monotonic time of the last index write
         self._index_cost = 0.0  # seconds it took
         self._index_due: float | None = None  # a coalesced index write is due then (monotonic)
+        self.observers = observers  # controller.observers.Observers: metrics, webhooks, history
 
     # -- wake-ups from other threads -------------------------------------------------------------
 
@@ -254,6 +255,7 @@ class Controller:
         from controller.admission import admit, admit_changes
         from controller.reconcile import Event, Snapshot, reconcile
 
+        pass_began = time.perf_counter()
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             self._first_dirty = None
@@ -338,6 +340,7 @@ class Controller:
         changed = self.recorder.write_states(plan.states, plan.removed)
         changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
         self.runtime.purge()  # the ends just recorded: their exit records may go
+        previous_states = self.states
         self.states = plan.states
         self.sweep_states = plan.sweeps
         self._previous_admission = admission
@@ -345,6 +348,8 @@ class Controller:
         if changed or full or self.passes == 0:
             self._write_index(force=full or self.passes == 0)
         self.recorder.write_node(plan.slots, self.inventory.describe())
+        if self.observers is not None:  # cheap, never raises: see controller/observers.py
+            self.observers.after_pass(previous_states, plan, runs, admission, now, time.perf_counter() - pass_began)
         self.passes += 1
         if self.passes == 1:
             gc.freeze()
@@ -496,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gflowd", description="Run the gflow controller in the foreground.")
     parser.add_argument("--home", help="state directory (default $GFLOW_HOME or ~/.local/share/gflow)")
     for name, info in ControllerConfig.model_fields.items():
+        if (info.json_schema_extra or {}).get("flag") is False:
+            continue  # structured settings (webhooks) live in config.yaml only
         flag = "--" + name.replace("_", "-")
         default = info.default if info.default not in (None, [], PydanticUndefined) else None
         help_text = (info.description or "") + (f" (default {default})" if default is not None else "")
@@ -537,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(
             home.config_file,
-            {name: getattr(args, name) for name in ControllerConfig.model_fields},
+            {name: getattr(args, name, None) for name in ControllerConfig.model_fields},
         )
     except ConfigError as exc:
         sys.stderr.write(f"gflowd: {exc}\n")
@@ -565,7 +572,15 @@ def main(argv: list[str] | None = None) -> int:
 
     atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
     inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else NvmlInventory()
-    controller = Controller(home, config, inventory)
+    from controller.observers import ObserverError, start_observers
+
+    try:
+        observers = start_observers(home, config)
+    except ObserverError as exc:
+        sys.stderr.write(f"gflowd: {exc}\n")
+        lock.release()
+        return 1
+    controller = Controller(home, config, inventory, observers=observers)
     signal.signal(signal.SIGTERM, controller.request_stop)
     signal.signal(signal.SIGINT, controller.request_stop)
     log.info("gflowd %s: home %s, spec dir %s, GPUs: %s", __import__("controller").__version__, home.root, home.spec_dir, inventory.describe())
@@ -573,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         controller.run()
     finally:
         getattr(inventory, "close", lambda: None)()
+        observers.close()
         lock.release()
     return 0
 

@@ -89,14 +89,18 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
     errors: list[str] = []
     seen: dict[str, str] = {}
     home.spec_dir.mkdir(parents=True, exist_ok=True)
+    from controller.cli.live import Progress
+
     inputs = _read_inputs(filenames, recursive)
-    for (origin, _text), (docs, doc_errors) in zip(inputs, _check_inputs(home, inputs)):
+    progress = Progress(len(inputs), "applying")  # on stderr, only on a terminal, only for many files
+    for done, (docs, doc_errors) in enumerate(_check_inputs(home, inputs)):
+        progress.step(done)
         errors.extend(doc_errors)
         for doc in docs:
             if doc.name in seen:
-                errors.append(f"job/{doc.name} is defined twice: in {seen[doc.name]} and {origin}")
+                errors.append(f"job/{doc.name} is defined twice: in {seen[doc.name]} and {doc.origin}")
                 continue
-            seen[doc.name] = origin
+            seen[doc.name] = doc.origin
             target = find_manifest(home, doc.name, doc.kind)
             body = doc.text if doc.text.endswith("\n") else doc.text + "\n"
             if target is None:
@@ -116,7 +120,9 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
                     from controller.manifest_edit import join_documents
 
                     atomic_write(target, parts[0] if len(parts) == 1 else join_documents(parts), mode=_mode(target))
-            print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""))
+            progress.clear()
+            print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled)
+    progress.done()
     for error in errors:
         sys.stderr.write(f"error: {error}\n")
     return 1 if errors else 0

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import time
-from collections import deque
 
 from controller.api.units import format_age, format_duration
 from controller.cli.common import CliError, find_manifest, read_status
@@ -57,11 +55,13 @@ def describe(home: Home, name: str) -> int:
     events = _recent_events(home, name)
     out.append("Events:" + ("" if events else " <none>"))
     if events:
-        out.append(f"  {'TYPE':<8}{'REASON':<20}{'AGE':<8}MESSAGE")
-        for ev in events:
-            when = from_rfc3339(ev.get("time"))
-            age = format_age(now - when) if when else "?"
-            out.append(f"  {ev.get('type', ''):<8}{ev.get('reason', ''):<20}{age:<8}{ev.get('message', '')}")
+        from controller.cli.events import age_text
+
+        ages = [age_text(ev, now) for ev in events]
+        width_age = max(len(a) for a in ages + ["AGE"]) + 2
+        out.append(f"  {'TYPE':<8}{'REASON':<20}{'AGE':<{width_age}}MESSAGE")
+        for ev, age in zip(events, ages):
+            out.append(f"  {ev.get('type', ''):<8}{ev.get('reason', ''):<20}{age:<{width_age}}{ev.get('message', '')}")
     log = home.log_file(name)
     out.append(f"Log:{' ' * (width - 4)}{log}" + ("" if log.exists() else " (none yet)"))
     print("\n".join(out))
@@ -104,20 +104,7 @@ def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:
 
 
 def _recent_events(home: Home, name: str, limit: int = 10) -> list[dict]:
-    wanted = f"job/{name}"
-    recent: deque = deque(maxlen=limit)
-    try:
-        with open(home.events_file, encoding="utf-8") as handle:
-            for line in handle:
-                if wanted not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if event.get("object") == wanted:
-                    recent.append(event)
-    except OSError:
-        return []
-    return list(recent)
+    """The job's events with repeats folded (``x3 over 5m``), the ``limit`` most recent."""
+    from controller.cli.events import aggregate, read_events
 
+    return aggregate(read_events(home, f"job/{name}"))[-limit:]

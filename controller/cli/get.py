@@ -14,6 +14,7 @@ from controller.paths import Home
 JOB_KINDS = ("jobs", "job", "j")
 GPU_KINDS = ("gpus", "gpu", "node", "nodes")
 SWEEP_KINDS = ("sweeps", "sweep")
+EVENT_KINDS = ("events", "event", "ev")
 
 
 def get(home: Home, args) -> int:
@@ -23,10 +24,18 @@ def get(home: Home, args) -> int:
             return _watch_jobs(home, args, selector)
         return _get_jobs(home, args, selector)
     if args.kind in GPU_KINDS:
+        if args.watch:
+            return _watch_gpus(home, args)
         return _get_gpus(home, args)
     if args.kind in SWEEP_KINDS:
         return _get_sweeps(home, args)
-    raise CliError(f"unknown resource type {args.kind!r}; use jobs, sweeps or gpus")
+    if args.kind in EVENT_KINDS:
+        from controller.cli.events import get_events
+
+        if args.names:
+            raise CliError("get events takes no names; use --for job/NAME")
+        return get_events(home, args.for_object, args.output, args.watch)
+    raise CliError(f"unknown resource type {args.kind!r}; use jobs, sweeps, gpus or events")
 
 
 def _get_sweeps(home: Home, args) -> int:
@@ -166,7 +175,13 @@ def _print_table(table: list[list[str]]) -> None:
 
 
 def _watch_jobs(home: Home, args, selector) -> int:
-    """Print the table, then a row each time a job's phase or reason changes (kubectl -w)."""
+    """On a terminal: the table, redrawn in place when the index changes. Otherwise: the table,
+    then a row each time a job's phase or reason changes (kubectl -w)."""
+    from controller.cli.common import is_tty
+
+    if is_tty():
+        return _redraw(home.index_file, lambda: _job_table(
+            _select(job_rows(home), args.names, selector, args.phase), wide=args.output == "wide"))
     seen: dict[str, tuple] = {}
     first = True
     mtime = None
@@ -193,27 +208,40 @@ def _watch_jobs(home: Home, args, selector) -> int:
         return 0
 
 
-def _get_gpus(home: Home, args) -> int:
+def _redraw(path, table, interval: float = 0.2) -> int:
+    """Redraw ``table()`` in place whenever ``path`` changes (and each second, for the ages)."""
+    from controller.cli.live import LiveTable, clock_footer
+
+    live = LiveTable()
+    mtime: object = ()
+    drawn_at = 0.0
+    try:
+        while True:
+            try:
+                current = path.stat().st_mtime_ns
+            except OSError:
+                current = None
+            if current != mtime or time.monotonic() - drawn_at >= 1.0:
+                mtime, drawn_at = current, time.monotonic()
+                rows = table()
+                live.draw(_format_table(rows) if rows and len(rows) > 1 else ["(nothing yet)"], clock_footer())
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _read_node(home: Home) -> dict | None:
     from controller.yamlio import YAMLSyntaxError, load_one
 
     try:
-        node = load_one(home.node_file.read_text()) or {}
+        return load_one(home.node_file.read_text()) or {}
     except FileNotFoundError:
-        warn_if_not_running(home)
-        print("No GPUs known yet (gflowd writes node.yaml when it runs).", file=sys.stderr)
-        return 0
+        return None
     except (OSError, YAMLSyntaxError) as exc:
         raise CliError(f"cannot read {home.node_file}: {exc}") from None
-    gpus = node.get("gpus") or []
-    if args.output == "json":
-        print(json.dumps(node, indent=2, default=str))
-        return 0
-    if args.output == "yaml":
-        print(home.node_file.read_text(), end="")
-        return 0
-    if not gpus:
-        print(f"No GPUs ({node.get('inventory', 'unknown inventory')}).", file=sys.stderr)
-        return 0
+
+
+def _gpu_table(gpus: list[dict]) -> list[list[str]]:
     table = [["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS"]]
     for gpu in gpus:
         util = gpu.get("utilization")
@@ -225,5 +253,57 @@ def _get_gpus(home: Home, args) -> int:
             str(gpu.get("state")),
             ",".join(gpu.get("jobs") or []) or "-",
         ])
-    _print_table(table)
+    return table
+
+
+def _watch_gpus(home: Home, args) -> int:
+    """``get gpus -w``: on a terminal the table redrawn in place when node.yaml changes; otherwise
+    the table once, then a row for each GPU whose row changed."""
+    from controller.cli.common import is_tty
+
+    if args.output is not None:
+        raise CliError("get gpus -w prints a table; drop -o")
+    if is_tty():
+        return _redraw(home.node_file, lambda: _gpu_table((_read_node(home) or {}).get("gpus") or []))
+    seen: dict[str, list[str]] = {}
+    first = True
+    mtime: object = ()
+    try:
+        while True:
+            try:
+                current = home.node_file.stat().st_mtime_ns
+            except OSError:
+                current = None
+            if current != mtime:
+                mtime = current
+                table = _gpu_table((_read_node(home) or {}).get("gpus") or [])
+                changed = [row for row in table[1:] if seen.get(row[0]) != row]
+                if first or changed:
+                    lines = _format_table([table[0], *(table[1:] if first else changed)])
+                    sys.stdout.write("\n".join(lines if first else lines[1:]) + "\n")
+                    sys.stdout.flush()
+                seen = {row[0]: row for row in table[1:]}
+                first = False
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _get_gpus(home: Home, args) -> int:
+    node = _read_node(home)
+    if node is None:
+        warn_if_not_running(home)
+        print("No GPUs known yet (gflowd writes node.yaml when it runs).", file=sys.stderr)
+        return 0
+    gpus = node.get("gpus") or []
+    if args.output == "json":
+        print(json.dumps(node, indent=2, default=str))
+        return 0
+    if args.output == "yaml":
+        print(home.node_file.read_text(), end="")
+        return 0
+    if not gpus:
+        print(f"No GPUs ({node.get('inventory', 'unknown inventory')}).", file=sys.stderr)
+        return 0
+    _print_table(_gpu_table(gpus))
     return 0

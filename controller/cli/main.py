@@ -49,13 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-R", "--recursive", action="store_true", help="walk folders recursively")
     p.add_argument("--dry-run", action="store_true", help="validate and report, write nothing")
 
-    p = sub.add_parser("get", parents=[common], help="list jobs or GPUs")
-    p.add_argument("kind", help="jobs | sweeps | gpus (alias: node)")
+    p = sub.add_parser("get", parents=[common], help="list jobs, GPUs or events")
+    p.add_argument("kind", help="jobs | sweeps | gpus (alias: node) | events")
     p.add_argument("names", nargs="*")
     p.add_argument("-o", "--output", choices=["wide", "yaml", "json", "name"])
     p.add_argument("-w", "--watch", action="store_true", help="keep watching for changes")
     p.add_argument("-l", "--selector", action="append", default=[], help="label selector key=value[,k2=v2]")
     p.add_argument("--phase", action="append", default=[], help="only jobs in this phase")
+    p.add_argument("--for", dest="for_object", metavar="job/NAME", help="get events: only those of this job or sweep")
 
     p = sub.add_parser("describe", parents=[common], help="show one job in detail")
     p.add_argument("kind", help="job")
@@ -95,11 +96,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", parents=[common], help="document a manifest field")
     p.add_argument("path", help="job, job.spec, job.spec.resources.gpus, ...")
 
+    p = sub.add_parser("stats", parents=[common], help="jobs, success rate, waits, runtimes and GPU-hours by user and label")
+    p.add_argument("--since", default="7d", help="window: a duration like 24h or 7d, or all (default 7d)")
+    p.add_argument("-l", "--selector", action="append", default=[], help="only jobs with these labels: k=v[,k2!=v2]")
+    p.add_argument("-o", "--output", choices=["json"])
+
+    p = sub.add_parser("completion", parents=[common], help="print a shell completion script: bash, zsh or fish")
+    p.add_argument("shell", choices=["bash", "zsh", "fish"])
+
     sub.add_parser("version", parents=[common], help="print the version")
     return parser
 
 
 def run(argv: list[str]) -> int:
+    if argv[:1] == ["__complete"]:  # names for the completion scripts: not a verb users see
+        from controller.cli.completion import complete_names
+
+        return complete_names(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verb is None:
@@ -157,6 +170,14 @@ def run(argv: list[str]) -> int:
         from controller.cli.wait import wait
 
         return wait(home, args.target, args.for_, args.timeout)
+    if verb == "completion":
+        from controller.cli.completion import completion
+
+        return completion(parser, args.shell)
+    if verb == "stats":
+        from controller.cli.stats import stats
+
+        return stats(home, args.since, args.selector, args.output)
     if verb == "explain":
         from controller.cli.explain import explain
 
@@ -174,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(sys.argv[1:] if argv is None else argv)
     except CliError as exc:
         sys.stderr.write(f"error: {exc}\n")
+        return 1
+    except PermissionError as exc:  # e.g. another user's manifest in a shared, sticky spec dir
+        where = exc.filename2 or exc.filename or ""
+        sys.stderr.write(f"error: {where}: permission denied (only its owner or root may change it)\n")
         return 1
     except KeyboardInterrupt:
         return 130

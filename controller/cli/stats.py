@@ -1,0 +1,211 @@
+"""``gflowctl stats [--since 7d] [-l selector] [-o json]``: what the machine did for whom.
+
+Sources, read-only:
+
+* ``run/history.jsonl`` (+ ``.1``): one line per ended attempt, appended by gflowd
+  (``controller.history``). It outlives status files, so jobs removed by TTL still count.
+* ``run/index.json``: the jobs that exist now -- running attempts (GPU-hours so far), pending jobs,
+  and finished jobs that have no history line (they ended before the history existed).
+
+Definitions (docs/operations.md): a *job* is an outcome -- a job reaching Succeeded, Failed or
+Cancelled (a rerun is another outcome); *success rate* = Succeeded / (Succeeded + Failed);
+*wait* = queueing (or becoming eligible again after a back-off) to start, per attempt;
+*runtime* = start to end, per finished attempt; *GPU-hours* = GPUs x hours of every attempt,
+running ones up to now, counted inside the window. Pure computation in :func:`compute`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any
+
+from controller.cli.common import CliError, read_index
+from controller.jsonlog import read_records
+from controller.paths import Home
+
+FINISHED = ("Succeeded", "Failed", "Cancelled")
+
+
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]  # nearest rank
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _matches(labels: dict[str, str], selector) -> bool:
+    return all((labels.get(k) == v) == equal for k, v, equal in selector)
+
+
+def _from_index(rows: dict[str, dict], known: dict[tuple, list[float]], users, now: float) -> tuple[list[dict], dict[str, int]]:
+    """Attempt records for running jobs (up to now) and finished jobs without a history line;
+    plus the count of jobs in each live phase."""
+    records, live = [], {"Running": 0, "Pending": 0}
+    for name, row in rows.items():
+        phase = row.get("phase")
+        start, end = row.get("startTime"), row.get("completionTime")
+        if phase in live:
+            live[phase] += 1
+        if phase == "Running" and start:
+            end, final = now, False
+        elif phase in FINISHED and end:
+            final = True
+        else:
+            continue
+        ends = known.get((name, int(row.get("attempt") or 0)), ())
+        if final and any(abs(float(end) - e) < 1.0 for e in ends):
+            continue  # the history has this attempt already
+        records.append({
+            "job": name, "attempt": row.get("attempt") or 0, "phase": phase if final else "Running",
+            "final": final, "start": start, "end": end, "created": row.get("created"),
+            "wait": (start - row["created"]) if start and row.get("created") and (row.get("attempt") or 0) <= 1 else None,
+            "gpus": row.get("gpus") or 0, "labels": row.get("labels") or {},
+            "user": users(row.get("manifest")), "running": not final,
+        })
+    return records, live
+
+
+def compute(history: list[dict], rows: dict[str, dict], since: float, now: float, selector=(), users=lambda m: "?") -> dict[str, Any]:
+    """The statistics of every attempt that ended (or runs) after ``since``."""
+    known: dict[tuple, list[float]] = {}
+    for r in history:
+        known.setdefault((r.get("job"), int(r.get("attempt") or 0)), []).append(float(r.get("end") or 0))
+    extra, live = _from_index(rows, known, users, now)
+    attempts = [r for r in history + extra if float(r.get("end") or 0) >= since and _matches(r.get("labels") or {}, selector)]
+    outcomes = {p: 0 for p in FINISHED}
+    waits, runtimes = [], []
+    total_hours = 0.0
+    by_user: dict[str, dict[str, float]] = {}
+    by_label: dict[str, dict[str, float]] = {}
+    for r in attempts:
+        start = r.get("start")
+        hours = 0.0
+        if start is not None:
+            hours = (r.get("gpus") or 0) * max(0.0, float(r["end"]) - max(float(start), since)) / 3600
+            if not r.get("running"):
+                runtimes.append(float(r["end"]) - float(start))
+            if r.get("wait") is not None and float(start) >= since:
+                waits.append(float(r["wait"]))
+        final = r.get("final") and r.get("phase") in FINISHED
+        if final:
+            outcomes[r["phase"]] += 1
+        total_hours += hours
+        groups = [(by_user, str(r.get("user") or "?"))]
+        groups += [(by_label, f"{k}={v}") for k, v in sorted((r.get("labels") or {}).items())]
+        for table, key in groups:
+            entry = table.setdefault(key, {"jobs": 0, "succeeded": 0, "failed": 0, "gpuHours": 0.0})
+            entry["gpuHours"] += hours
+            if final:
+                entry["jobs"] += 1
+                entry["succeeded"] += r["phase"] == "Succeeded"
+                entry["failed"] += r["phase"] == "Failed"
+    decided = outcomes["Succeeded"] + outcomes["Failed"]
+    return {
+        "since": since,
+        "jobs": sum(outcomes.values()),
+        "outcomes": outcomes,
+        "running": live["Running"],
+        "pending": live["Pending"],
+        "successRate": outcomes["Succeeded"] / decided if decided else None,
+        "wait": {"mean": _mean(waits), "p95": _p95(waits), "count": len(waits)},
+        "runtime": {"mean": _mean(runtimes), "p95": _p95(runtimes), "count": len(runtimes)},
+        "gpuHours": total_hours,
+        "byUser": {k: _rounded(v) for k, v in sorted(by_user.items())},
+        "byLabel": {k: _rounded(v) for k, v in sorted(by_label.items())},
+    }
+
+
+def _rounded(entry: dict[str, float]) -> dict[str, float]:
+    return {**entry, "gpuHours": round(entry["gpuHours"], 3)}
+
+
+def _user_lookup(home: Home):
+    import pwd
+
+    cache: dict[str, str] = {}
+
+    def user(manifest: str | None) -> str:
+        if not manifest:
+            return "?"
+        if manifest not in cache:
+            path = manifest if os.path.isabs(manifest) else None
+            candidates = [path] if path else [str(home.root / manifest), str(home.spec_dir.parent / manifest)]
+            cache[manifest] = "?"
+            for candidate in candidates:
+                try:
+                    uid = os.stat(candidate).st_uid
+                except OSError:
+                    continue
+                try:
+                    cache[manifest] = pwd.getpwuid(uid).pw_name
+                except KeyError:
+                    cache[manifest] = str(uid)
+                break
+        return cache[manifest]
+
+    return user
+
+
+def stats(home: Home, since_text: str, selector_items: list[str], output: str | None) -> int:
+    from controller.api.units import parse_duration
+    from controller.cli.get import _parse_selector
+    from controller.history import history_file
+
+    if output not in (None, "json"):
+        raise CliError(f"stats prints a summary or -o json, not -o {output}")
+    now = time.time()
+    if since_text == "all":
+        since = 0.0
+    else:
+        try:
+            since = now - parse_duration(since_text)
+        except ValueError as exc:
+            raise CliError(f"--since: {exc}") from None
+    selector = _parse_selector(selector_items)
+    history = list(read_records(history_file(home)))
+    rows = (read_index(home) or {}).get("jobs") or {}
+    result = compute(history, rows, since, now, selector, _user_lookup(home))
+    if output == "json":
+        print(json.dumps({"apiVersion": "v1", "kind": "Stats", "now": now, **result}, indent=2))
+        return 0
+    _print_summary(result, since_text)
+    return 0
+
+
+def _print_summary(r: dict[str, Any], since_text: str) -> None:
+    from controller.api.units import format_duration
+    from controller.state import rfc3339
+
+    def dur(value):
+        return "-" if value is None else format_duration(value)
+
+    window = "all recorded history" if since_text == "all" else f"the last {since_text} (since {rfc3339(r['since'])[:16].replace('T', ' ')} UTC)"
+    o = r["outcomes"]
+    rate = "-" if r["successRate"] is None else f"{100 * r['successRate']:.1f}%"
+    lines = [
+        f"Window:        {window}",
+        f"Jobs:          {r['jobs']} finished ({o['Succeeded']} succeeded, {o['Failed']} failed, {o['Cancelled']} cancelled); "
+        f"now {r['running']} running, {r['pending']} pending",
+        f"Success rate:  {rate}  (succeeded / (succeeded + failed))",
+        f"Queue wait:    mean {dur(r['wait']['mean'])}, p95 {dur(r['wait']['p95'])}  ({r['wait']['count']} starts)",
+        f"Runtime:       mean {dur(r['runtime']['mean'])}, p95 {dur(r['runtime']['p95'])}  ({r['runtime']['count']} attempts)",
+        f"GPU-hours:     {r['gpuHours']:.2f}",
+    ]
+    for title, table in (("USER", r["byUser"]), ("LABEL", r["byLabel"])):
+        if not table:
+            continue
+        rows = [[title, "JOBS", "SUCCEEDED", "FAILED", "GPU-HOURS"]]
+        for key, e in sorted(table.items(), key=lambda kv: (-kv[1]["gpuHours"], kv[0])):
+            rows.append([key, str(e["jobs"]), str(e["succeeded"]), str(e["failed"]), f"{e['gpuHours']:.2f}"])
+        widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        lines.append("")
+        lines.extend("   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
+    sys.stdout.write("\n".join(lines) + "\n")

@@ -1,0 +1,126 @@
+"""Shell completion: the bash script is valid and, sourced in a real bash, completes verbs, kinds,
+option values and job names from run/index.json (of the --home on the line being completed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.paths import Home
+from controller.recorder import Recorder
+from controller.state import JobState
+
+BIN = str(Path(sys.executable).parent)
+
+
+def script(shell: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "controller.cli.main", "completion", shell], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def bash_script(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("completion") / "gflowctl.bash"
+    path.write_text(script("bash"))
+    return path
+
+
+@pytest.fixture
+def homes(tmp_path, monkeypatch):
+    """Two instances: GFLOW_HOME has train, trial, other; a second home has only zeta."""
+    made = []
+    for root, names in ((tmp_path / "main", ["train", "trial", "other"]), (tmp_path / "second", ["zeta"])):
+        home = Home.resolve(root)
+        home.ensure()
+        recorder = Recorder(home)
+        recorder.write_states({n: JobState(name=n) for n in names}, [])
+        recorder.write_index({})
+        made.append(home)
+    monkeypatch.setenv("GFLOW_HOME", str(made[0].root))
+    return made
+
+
+def complete(bash_script: Path, line: str) -> list[str]:
+    """What bash offers for ``line`` (the cursor at its end), via the generated function."""
+    words = line.split(" ")
+    program = f"""
+source {bash_script}
+COMP_WORDS=({" ".join(repr(w) if w else '""' for w in words)})
+COMP_CWORD={len(words) - 1}
+COMP_LINE={line!r}
+COMP_POINT={len(line)}
+_gflowctl
+printf '%s\\n' "${{COMPREPLY[@]}}"
+"""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "--norc", "-c", program], capture_output=True, text=True, env=env, timeout=30)
+    assert result.returncode == 0, result.stderr
+    return [w for w in result.stdout.splitlines() if w]
+
+
+def test_the_bash_script_is_valid(bash_script):
+    result = subprocess.run(["bash", "-n", str(bash_script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_verbs_kinds_and_option_values(bash_script, homes):
+    assert complete(bash_script, "gflowctl de") == ["delete", "describe"]
+    assert complete(bash_script, "gflowctl get ") == ["jobs", "sweeps", "gpus", "events"]
+    assert complete(bash_script, "gflowctl get jobs -o ") == ["wide", "yaml", "json", "name"]
+    assert complete(bash_script, "gflowctl get jobs --phase Ru") == ["Running"]
+    assert complete(bash_script, "gflowctl completion ") == ["bash", "zsh", "fish"]
+    assert "--dry-run" in complete(bash_script, "gflowctl apply --")
+
+
+def test_job_names_from_the_index(bash_script, homes):
+    assert complete(bash_script, "gflowctl describe job tr") == ["train", "trial"]
+    assert complete(bash_script, "gflowctl logs ") == ["other", "train", "trial"]
+    assert complete(bash_script, "gflowctl cancel train t") == ["train", "trial"]
+    assert complete(bash_script, "gflowctl get jobs -o wide o") == ["other"]  # -o's value is not a name
+    assert complete(bash_script, "gflowctl wait job/tra") == ["job/train"]
+    assert complete(bash_script, "gflowctl get events --for job/o") == ["job/other"]
+    # the instance named on the line wins over GFLOW_HOME
+    assert complete(bash_script, f"gflowctl --home {homes[1].root} describe job ") == ["zeta"]
+    assert complete(bash_script, f"gflowctl logs --home {homes[1].root} ") == ["zeta"]
+
+
+def test_names_of_a_home_without_an_index_complete_to_nothing(bash_script, tmp_path, monkeypatch):
+    monkeypatch.setenv("GFLOW_HOME", str(tmp_path / "nowhere"))
+    assert complete(bash_script, "gflowctl logs ") == []
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+def test_zsh_and_fish_scripts(shell, tmp_path, homes):
+    text = script(shell)
+    for verb in ("apply", "get", "describe", "logs", "stats", "completion"):
+        assert verb in text
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed: only the text was checked")
+    path = tmp_path / f"gflowctl.{shell}"
+    path.write_text(text)
+    check = ["zsh", "-n", str(path)] if shell == "zsh" else ["fish", "--no-execute", str(path)]
+    result = subprocess.run(check, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    # zsh filters the candidates by the typed prefix itself (bashcompinit's compgen offers all):
+    # ask for every job there; fish filters in `complete -C`
+    if shell == "zsh":  # call the function the way bashcompinit's wrapper does (ksharrays)
+        program = f"source {path}\nCOMP_WORDS=(gflowctl describe job '')\nCOMP_CWORD=3\nsetopt ksharrays\n_gflowctl\nprint -l -- \"${{COMPREPLY[@]}}\"\n"
+        argv = ["zsh", "-f", "-c", program]
+    else:
+        argv = ["fish", "--no-config", "-c", f"source {path}; complete -C 'gflowctl describe job tr'"]
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env)
+    assert result.returncode == 0, result.stderr
+    expected = ["other", "train", "trial"] if shell == "zsh" else ["train", "trial"]
+    assert [line.split("\t")[0] for line in result.stdout.splitlines()] == expected, result.stdout
+
+
+def test_unknown_shell_is_a_one_line_error():
+    result = subprocess.run([sys.executable, "-m", "controller.cli.main", "completion", "tcsh"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1 and result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1

@@ -1,0 +1,83 @@
+"""The systemd units in manifests/deploy/: they parse (``systemd-analyze verify`` where systemd is
+installed, a structural check always), start the real ``gflowd`` entry point with flags gflowd
+accepts, and never kill jobs on stop."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+UNITS = {"gflowd.service": "default.target", "gflowd-system.service": "multi-user.target"}
+
+
+def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
+    """systemd's INI dialect: sections, repeated keys, comments, backslash continuations."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current = None
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#;":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+            continue
+        assert current is not None, f"key outside a section: {line!r}"
+        assert "=" in line, f"not key=value: {line!r}"
+        key, value = line.split("=", 1)
+        current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+@pytest.mark.parametrize("name", sorted(UNITS))
+def test_unit_structure_and_entry_point(name):
+    unit = parse_unit((REPO / "manifests" / "deploy" / name).read_text())
+    assert set(unit) == {"Unit", "Service", "Install"}
+    service = unit["Service"]
+    assert service["KillMode"] == ["process"]  # job supervisors survive a controller restart
+    assert service["Restart"] == ["on-failure"]
+    assert unit["Install"]["WantedBy"] == [UNITS[name]]
+    assert any(env.startswith("GFLOW_HOME=") for env in service["Environment"])
+    [exec_start] = service["ExecStart"]
+    argv = shlex.split(exec_start)
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert Path(argv[0]).name in scripts and scripts[Path(argv[0]).name] == "controller.daemon:main"
+    from controller.daemon import build_parser
+
+    build_parser().parse_args(argv[1:])  # every flag it passes is one gflowd has (exits otherwise)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
+@pytest.mark.parametrize("name", sorted(UNITS))
+def test_systemd_analyze_verify_finds_nothing_to_say(name, tmp_path):
+    gflowd = Path(sys.executable).parent / "gflowd"
+    assert gflowd.exists(), "the package's gflowd entry point is installed next to this python"
+    text = (REPO / "manifests" / "deploy" / name).read_text()
+    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
+    binary = shlex.split(exec_start.split("=", 1)[1])[0]
+    copy = tmp_path / name  # the installed path does not exist here: point it at this checkout's
+    copy.write_text(text.replace(f"ExecStart={binary}", f"ExecStart={gflowd}"))
+    result = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60)
+    about_ours = [line for line in (result.stdout + result.stderr).splitlines() if name in line]
+    assert result.returncode == 0 and not about_ours, result.stdout + result.stderr
+
+
+def test_verify_would_catch_a_bad_unit(tmp_path):
+    """The check above can fail: systemd-analyze names our file for an invalid setting."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed here")
+    bad = tmp_path / "bad.service"
+    bad.write_text(f"[Service]\nExecStart={Path(sys.executable).parent / 'gflowd'}\nKillMode=bogus\n")
+    result = subprocess.run(["systemd-analyze", "verify", str(bad)], capture_output=True, text=True, timeout=60)
+    assert any("bad.service" in line for line in (result.stdout + result.stderr).splitlines())
