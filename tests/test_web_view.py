@@ -139,3 +139,16 @@ def test_strings_are_passed_through_as_data_not_interpreted():
     message = "needs 1 GPU of type <script>alert(1)</script>"
     view = build_view(None, {"x": job("Pending", reason="Unschedulable", message=message, queuePosition=1)}, [], NOW, 6)
     assert view["queue"][0]["message"] == message  # escaping is the page's job (it sets text, never HTML)
+
+
+def test_every_file_the_dashboard_serves_is_package_data():
+    """A normal (non-editable) install carries only .py files unless pyproject lists the rest."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["controller.web"]
+    served = [p.name for p in (root / "controller" / "web").iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")]
+    assert "dashboard.html" in served
+    assert [name for name in served if not any(fnmatch.fnmatch(name, pat) for pat in patterns)] == []
