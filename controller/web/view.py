@@ -180,16 +180,17 @@ def timeline(
 
 
 def assign_lanes(spans: list[dict[str, Any]]) -> int:
-    """Give each span (sorted by start) the lowest lane free at its start; returns the lane count.
-    An open span (``end`` None) holds its lane for good."""
-    lane_ends: list[float] = []
+    """Give each span (sorted by start) a lane free at its start, reusing the one freed earliest;
+    returns the lane count. An open span (``end`` None) holds its lane for good."""
+    import heapq
+
+    busy: list[tuple[float, int]] = []  # (busy until, lane): the earliest-freed lane on top
+    lanes = 0
     for span in spans:
-        for lane, busy_until in enumerate(lane_ends):
-            if busy_until <= span["start"]:
-                break
+        if busy and busy[0][0] <= span["start"]:
+            _, lane = heapq.heappop(busy)
         else:
-            lane = len(lane_ends)
-            lane_ends.append(0.0)
+            lane, lanes = lanes, lanes + 1
         span["lane"] = lane
-        lane_ends[lane] = float("inf") if span["end"] is None else span["end"]
-    return max(1, len(lane_ends))
+        heapq.heappush(busy, (float("inf") if span["end"] is None else span["end"], lane))
+    return max(1, lanes)
