@@ -212,6 +212,8 @@ def test_a_taken_port_is_a_one_line_error(home, gflowd, fake_gpus):
 @pytest.mark.parametrize("args, message", [
     (["--web-port", "70000"], "--web-port: Input should be less than or equal to 65535"),
     (["--web-port", "x"], "argument --web-port: invalid int value: 'x'"),
+    # 192.0.2.0/24 is reserved for documentation: no machine has it
+    (["--web-port", "0", "--web-address", "192.0.2.1"], "--web-address 192.0.2.1: cannot listen on 192.0.2.1: Cannot assign requested address"),
 ])
 def test_bad_web_port_flags(home, gflowd, fake_gpus, args, message):
     daemon = gflowd("--fake-gpus", fake_gpus, *args, ready=False)

@@ -19,6 +19,7 @@ Safety, in short:
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import json
 import logging
@@ -190,6 +191,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "gflowd-dashboard"
     sys_version = ""
     protocol_version = "HTTP/1.1"  # keep-alive: the page polls
+    timeout = 60  # an idle or stalled connection gives its thread back
 
     def do_GET(self) -> None:
         self._serve(head=False)
@@ -278,6 +280,10 @@ class _Server(ThreadingHTTPServer):
         self.page, self.policy = load_page()
         super().__init__(address, _Handler)
 
+    def handle_error(self, request, client_address) -> None:
+        # a browser closing its tab mid-answer is routine: no traceback in gflowd's log
+        log.debug("dashboard request from %s failed", client_address, exc_info=True)
+
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN: a DNS query on a machine that may have none
         socketserver.TCPServer.server_bind(self)
@@ -308,7 +314,8 @@ class Dashboard:
         try:
             self._server = server_class((address, port), StateView(home, clock), _is_loopback(address))
         except OSError as exc:
-            raise DashboardError(f"--web-port {port}: cannot listen on {address}: {exc.strerror or exc}") from None
+            flag = f"--web-address {address}" if exc.errno == errno.EADDRNOTAVAIL else f"--web-port {port}"
+            raise DashboardError(f"{flag}: cannot listen on {address}: {exc.strerror or exc}") from None
         self._thread: threading.Thread | None = None
 
     @property
