@@ -216,7 +216,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, self.server.page, "text/html; charset=utf-8",
                        {"Content-Security-Policy": self.server.policy, "Cache-Control": "no-cache"}, head=head)
         elif url.path == "/api/state":
-            self._state(url.query, head)
+            try:
+                self._state(url.query, head)
+            except Exception:  # a bug, or a state file like none gflowd writes: say so, keep serving
+                log.exception("dashboard: building /api/state failed")
+                self._send(500, b'{"error": "internal error; see gflowd\'s log"}', "application/json", head=head)
         elif url.path == "/healthz":
             self._send(200, b"ok\n", "text/plain; charset=utf-8", head=head)
         else:

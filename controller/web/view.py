@@ -93,7 +93,7 @@ def _gpu(entry: dict[str, Any]) -> dict[str, Any]:
         "memory": _bytes(entry.get("memory")),
         "memoryUsed": _bytes(entry.get("memoryUsed")),
         "utilization": entry.get("utilization"),
-        "jobs": [str(j) for j in entry.get("jobs") or []],
+        "jobs": [str(j) for j in jobs] if isinstance(jobs := entry.get("jobs"), list) else [],
         "foreignProcesses": len(processes) if isinstance(processes, list) else 0,
         "error": _text(entry.get("error")),
     }
