@@ -91,6 +91,13 @@ class ControllerConfig(_Model):
         default_factory=list, description="Webhooks notified when jobs change phase (config.yaml only)",
         json_schema_extra={"flag": False},
     )
+    web_port: int | None = Field(
+        default=None, ge=0, le=65535,
+        description="Serve the read-only web dashboard on this TCP port (0: any free port, written to run/web.json); unset: off",
+    )
+    web_address: StrictStr = Field(
+        default="127.0.0.1", description="Address the web dashboard listens on (loopback unless set)"
+    )
 
 
 class ConfigError(Exception):

@@ -566,6 +566,16 @@ def main(argv: list[str] | None = None) -> int:
             f"gflowd: another gflowd (pid {exc}) is already running for {home.root}; stop it first or use --home\n"
         )
         return 1
+    web = None
+    if config.web_port is not None:  # a thread serving the read-only dashboard from the state files
+        from controller.web.server import DashboardError, start_dashboard
+
+        try:
+            web = start_dashboard(home, config.web_address, config.web_port)
+        except DashboardError as exc:
+            lock.release()
+            sys.stderr.write(f"gflowd: {exc}\n")
+            return 1
     from controller.fsutil import atomic_write
     from controller.gpus.inventory import FakeInventory
     from controller.gpus.nvml import NvmlInventory
@@ -578,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         observers = start_observers(home, config)
     except ObserverError as exc:
         sys.stderr.write(f"gflowd: {exc}\n")
+        if web is not None:
+            web.stop()
         lock.release()
         return 1
     controller = Controller(home, config, inventory, observers=observers)
@@ -587,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         controller.run()
     finally:
+        if web is not None:
+            web.stop()
         getattr(inventory, "close", lambda: None)()
         observers.close()
         lock.release()

@@ -79,6 +79,11 @@ class Home:
         """Written by gflowd: which spec dir it watches, so gflowctl finds a custom --spec-dir."""
         return self.run_dir / "spec-dir"
 
+    @property
+    def web_file(self) -> Path:
+        """Written by gflowd while its web dashboard serves: the URL (a ``--web-port 0`` port)."""
+        return self.run_dir / "web.json"
+
     def status_file(self, name: str) -> Path:
         return self.status_dir / f"{name}.yaml"
 

@@ -1,0 +1,362 @@
+"""The read-only web dashboard: a small HTTP server on a thread of gflowd.
+
+It serves two things: the page (``dashboard.html``, one static file with inline CSS and vanilla
+JS, read from the package) and ``/api/state``, the JSON the page polls, built by
+:func:`controller.web.view.build_view` from the files gflowd already writes (``node.yaml``,
+``run/index.json`` or ``status/*.yaml``, ``events.jsonl``). It never writes anything and never
+calls into the controller, so it cannot slow or break a reconcile pass beyond the CPU it uses.
+
+Safety, in short:
+- read-only: GET and HEAD only; every other method gets 405;
+- no path traversal: URLs are matched against a fixed table; no URL is ever turned into a path;
+- no HTML injection: job-provided strings travel as JSON and the page sets them as text
+  (``textContent``), never as markup; the JSON has ``<`` escaped and a Content-Security-Policy
+  allows only the page's own inline script (by hash) to run;
+- loopback by default, and while bound to loopback the ``Host`` header must name loopback, so a
+  web page elsewhere cannot read the dashboard through DNS rebinding.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import socket
+import socketserver
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+from controller.paths import Home
+from controller.web.view import build_view
+
+log = logging.getLogger("gflowd.web")
+DEFAULT_HOURS = 6.0
+MAX_HOURS = 24.0 * 7
+EVENTS_TAIL_BYTES = 64 * 1024
+MIN_REBUILD_INTERVAL = 1.0  # seconds: at most one rebuild per second, however many browsers poll
+REBUILD_SHARE = 0.1  # and, for a large home, at most this share of one core's time
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+class DashboardError(Exception):
+    """The dashboard cannot start (e.g. the port is taken); the message is one line for users."""
+
+
+# -- reading the state files ---------------------------------------------------------------------------
+
+def read_events_tail(path: Path, max_bytes: int = EVENTS_TAIL_BYTES) -> list[dict[str, Any]]:
+    """The last events of ``events.jsonl`` (only its tail is read: the file may be 10 MiB)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            start = max(0, size - max_bytes)
+            handle.seek(start)
+            data = handle.read(max_bytes)
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # the first line is cut
+    events = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            events.append(record)
+    return events
+
+
+def read_node(path: Path) -> dict[str, Any] | None:
+    from controller.yamlio import load_one, load_own
+
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    try:
+        data = load_own(text)  # our own subset of YAML: fast
+    except ValueError:
+        try:
+            data = load_one(text)
+        except ValueError:
+            return None
+    return data if isinstance(data, dict) else None
+
+
+def read_jobs(home: Home) -> tuple[dict[str, dict[str, Any]], float | None]:
+    """Every job's summary row and when gflowd last wrote the index. The index is a cache of the
+    status files; without it (gflowd never ran a pass, or it was removed) the status files are read."""
+    from controller.cli.common import job_rows, read_index
+
+    index = read_index(home)
+    if index is not None:
+        jobs = index.get("jobs")
+        updated = index.get("updated")
+        return (jobs if isinstance(jobs, dict) else {}), (updated if isinstance(updated, (int, float)) else None)
+    return job_rows(home), None
+
+
+class StateView:
+    """The JSON of ``/api/state``, rebuilt only when a state file changed (or every 30 s, so the
+    window of the timeline moves), and at most once per second, or less often when a rebuild is slow
+    (thousands of jobs), so the dashboard never takes more than a tenth of gflowd's time. One
+    cache serves every client."""
+
+    def __init__(self, home: Home, clock: Callable[[], float] = time.time):
+        self.home = home
+        self.clock = clock
+        self.host = socket.gethostname()
+        self._lock = threading.Lock()
+        self._cache: dict[float, tuple[tuple, float, str, bytes]] = {}
+        self._min_interval = MIN_REBUILD_INTERVAL
+
+    def _signature(self) -> tuple:
+        def stat(path: Path) -> tuple | None:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return None
+            return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+        index = stat(self.home.index_file)
+        # without an index, the status files are the source: their folder changes when one is replaced
+        status = stat(self.home.status_dir) if index is None else None
+        return (index, status, stat(self.home.node_file), stat(self.home.events_file))
+
+    def render(self, hours: float) -> tuple[str, bytes]:
+        """(ETag, JSON body) for a timeline of the last ``hours``."""
+        with self._lock:
+            now = self.clock()
+            cached = self._cache.get(hours)
+            if cached is not None and now - cached[1] < self._min_interval:
+                return cached[2], cached[3]
+            key = (self._signature(), int(now // 30))
+            if cached is not None and cached[0] == key:
+                return cached[2], cached[3]
+            began = time.monotonic()
+            jobs, updated = read_jobs(self.home)
+            view = build_view(
+                read_node(self.home.node_file), jobs, read_events_tail(self.home.events_file),
+                now=now, hours=hours, updated=updated, host=self.host,
+            )
+            # "<" only occurs inside JSON strings: escaping it keeps the body inert even if some
+            # client ever took it for HTML
+            body = json.dumps(view, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c").encode()
+            etag = '"' + hashlib.sha256(repr((key, hours)).encode()).hexdigest()[:20] + '"'
+            self._cache[hours] = (key, now, etag, body)
+            self._min_interval = max(MIN_REBUILD_INTERVAL, (time.monotonic() - began) / REBUILD_SHARE)
+            if len(self._cache) > 16:  # a few window sizes are in use at a time
+                self._cache = {hours: self._cache[hours]}
+            return etag, body
+
+
+# -- the page --------------------------------------------------------------------------------------------
+
+def _csp_hash(page: str, tag: str) -> str:
+    match = re.search(rf"<{tag}>(.*?)</{tag}>", page, re.DOTALL)
+    if match is None:
+        raise RuntimeError(f"dashboard.html has no inline <{tag}>")
+    digest = hashlib.sha256(match.group(1).encode()).digest()
+    return "'sha256-" + base64.b64encode(digest).decode() + "'"
+
+
+def load_page() -> tuple[bytes, str]:
+    """The page and a Content-Security-Policy that lets only its own inline script and style run."""
+    page = resources.files("controller.web").joinpath("dashboard.html").read_text(encoding="utf-8")
+    policy = (
+        f"default-src 'none'; script-src {_csp_hash(page, 'script')}; style-src {_csp_hash(page, 'style')}; "
+        "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    return page.encode("utf-8"), policy
+
+
+# -- HTTP ------------------------------------------------------------------------------------------------
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_Server"
+    server_version = "gflowd-dashboard"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"  # keep-alive: the page polls
+    timeout = 60  # an idle or stalled connection gives its thread back
+
+    def do_GET(self) -> None:
+        self._serve(head=False)
+
+    def do_HEAD(self) -> None:
+        self._serve(head=True)
+
+    def _refuse_method(self) -> None:
+        self._send(405, b"read-only: only GET and HEAD\n", "text/plain; charset=utf-8", {"Allow": "GET, HEAD"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def _serve(self, head: bool) -> None:
+        if not self._host_allowed():
+            self._send(421, b"this dashboard answers only to localhost\n", "text/plain; charset=utf-8", head=head)
+            return
+        url = urlsplit(self.path)
+        if url.path in ("/", "/index.html"):
+            self._send(200, self.server.page, "text/html; charset=utf-8",
+                       {"Content-Security-Policy": self.server.policy, "Cache-Control": "no-cache"}, head=head)
+        elif url.path == "/api/state":
+            try:
+                self._state(url.query, head)
+            except Exception:  # a bug, or a state file like none gflowd writes: say so, keep serving
+                log.exception("dashboard: building /api/state failed")
+                self._send(500, b'{"error": "internal error; see gflowd\'s log"}', "application/json", head=head)
+        elif url.path == "/healthz":
+            self._send(200, b"ok\n", "text/plain; charset=utf-8", head=head)
+        else:
+            self._send(404, b"not found\n", "text/plain; charset=utf-8", head=head)
+
+    def _state(self, query: str, head: bool) -> None:
+        values = parse_qs(query).get("hours", [])
+        try:
+            hours = float(values[-1]) if values else DEFAULT_HOURS
+        except ValueError:
+            hours = math.nan
+        if not (0 < hours <= MAX_HOURS):  # also false for nan
+            body = json.dumps({"error": f"hours must be a number above 0 and at most {MAX_HOURS:g}"}).encode()
+            self._send(400, body, "application/json", head=head)
+            return
+        etag, body = self.server.state.render(hours)
+        headers = {"ETag": etag, "Cache-Control": "no-cache"}
+        if etag in (t.strip() for t in self.headers.get("If-None-Match", "").split(",")):
+            self._send(304, b"", None, headers, head=True)
+            return
+        self._send(200, body, "application/json", headers, head=head)
+
+    def _host_allowed(self) -> bool:
+        if not self.server.loopback:
+            return True  # the admin chose to listen beyond this machine
+        host = self.headers.get("Host")
+        if host is None:
+            return True
+        try:
+            name = urlsplit("//" + host).hostname or ""
+        except ValueError:
+            return False
+        return name in LOOPBACK_NAMES or name.endswith(".localhost")
+
+    def _send(self, status: int, body: bytes, content_type: str | None,
+              headers: dict[str, str] | None = None, head: bool = False) -> None:
+        self.send_response(status)
+        if content_type:
+            self.send_header("Content-Type", content_type)
+        if status != 304:
+            self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header("Referrer-Policy", "no-referrer")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if not head and status != 304:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], state: StateView, loopback: bool):
+        self.state = state
+        self.loopback = loopback
+        self.page, self.policy = load_page()
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request, client_address) -> None:
+        # a browser closing its tab mid-answer is routine: no traceback in gflowd's log
+        log.debug("dashboard request from %s failed", client_address, exc_info=True)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host's FQDN: a DNS query on a machine that may have none
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+class Dashboard:
+    """The server and its thread. ``port=0`` picks a free port; :attr:`url` says which."""
+
+    def __init__(self, home: Home, address: str, port: int, clock: Callable[[], float] = time.time):
+        self.home = home
+        try:
+            family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
+        except (socket.gaierror, UnicodeError) as exc:
+            raise DashboardError(f"--web-address {address}: not an address this machine has ({exc})") from None
+        server_class = type("_Server", (_Server,), {"address_family": family})
+        try:
+            self._server = server_class((address, port), StateView(home, clock), _is_loopback(address))
+        except OSError as exc:
+            flag = f"--web-address {address}" if exc.errno == errno.EADDRNOTAVAIL else f"--web-port {port}"
+            raise DashboardError(f"{flag}: cannot listen on {address}: {exc.strerror or exc}") from None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = str(self._server.server_address[0])
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}/"
+
+    def start(self) -> "Dashboard":
+        from controller.fsutil import atomic_write
+
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
+                                        name="gflowd-web", daemon=True)
+        self._thread.start()
+        # where the dashboard is: for `port 0`, for scripts and for the admin
+        record = {"url": self.url, "port": self.port, "pid": os.getpid()}
+        atomic_write(self.home.web_file, json.dumps(record) + "\n", durable=False)
+        log.info("web dashboard at %s (read-only)", self.url)
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(5)
+            self._thread = None
+        self._server.server_close()
+        try:
+            self.home.web_file.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def start_dashboard(home: Home, address: str, port: int) -> Dashboard:
+    """Listen and serve on a daemon thread; :class:`DashboardError` when it cannot listen."""
+    return Dashboard(home, address, port).start()

@@ -1,0 +1,161 @@
+"""The web dashboard in a real headless browser: Debian's chromium driven through chromedriver
+(Selenium), against a real gflowd on fake GPUs. Never downloads a browser: ``.ci/run`` installs
+``chromium chromium-driver`` with apt; elsewhere the test skips and says how to get them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from helpers import wait_phase, write_manifest
+
+GPUS = """\
+gpus:
+  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}
+  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi, processes: [{pid: 4242, usedMemory: 4Gi}]}
+  - {name: NVIDIA A100-SXM4-40GB, memory: 40Gi}
+"""
+XSS = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox",  # root (CI) has no sandbox
+    "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1400,1000",
+]
+
+
+def _unavailable(why: str):
+    how = "apt-get install chromium chromium-driver (as root; .ci/run does it)"
+    if os.environ.get("GFLOW_REQUIRE_BROWSER"):  # set by .ci/run where it could install them
+        pytest.fail(f"{why}: {how}")
+    pytest.skip(f"no browser for the dashboard test ({why}); to run it: {how}")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if not chromium or not driver_path:
+        _unavailable("chromium or chromedriver is not installed")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _unavailable("the selenium package is missing (pip install -e '.[test]')")
+    profile = tempfile.mkdtemp(prefix="gflow-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in CHROMIUM_FLAGS + [f"--user-data-dir={profile}"]:
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console errors, CSP violations
+    # explicit driver and browser paths: Selenium Manager has nothing to look up or download
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def held_job(name: str, gpus: int, release: Path) -> str:
+    return f"""\
+metadata: {{name: {name}}}
+spec:
+  resources: {{gpus: {gpus}}}
+  script: |
+    while [ ! -e {release}/{name} ]; do sleep 0.05; done
+"""
+
+
+def until(driver, condition, message: str, timeout: float = 20):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: condition(d), message)
+
+
+def js(driver, script: str, *args):
+    return driver.execute_script(script, *args)
+
+
+def text_of(driver, selector: str) -> str | None:
+    return js(driver, "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;", selector)
+
+
+def test_dashboard_renders_gpus_queue_reasons_timeline_live_and_escaped(browser, home, gflowd, tmp_path):
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text(GPUS)
+    release = tmp_path / "release"
+    release.mkdir()
+    daemon = gflowd("--fake-gpus", fake, "--web-port", "0")
+    write_manifest(home / "jobs", "train.yaml", held_job("train", 1, release))
+    wait_phase(home, "train", "Running", daemon=daemon)
+    write_manifest(home / "jobs", "big.yaml", held_job("big", 2, release))
+    write_manifest(home / "jobs", "xss.yaml",
+                   f"metadata: {{name: xss}}\nspec:\n  resources: {{gpus: 1, gpuType: {json.dumps(XSS)}}}\n  command: [sleep, '1']\n")
+    wait_phase(home, "big", "Pending", reason="Resources", daemon=daemon)
+    wait_phase(home, "xss", "Pending", reason="Unschedulable", daemon=daemon)
+    url = json.loads((home / "run" / "web.json").read_text())["url"]
+
+    browser.get(url)
+    until(browser, lambda d: js(d, "return document.body.dataset.ready === '1' && "
+                                   "document.querySelectorAll('#queue tr[data-job]').length === 2"),
+          "the dashboard to render the queue")
+
+    # GPU rows: one per GPU, with state, memory and jobs
+    assert js(browser, "return document.querySelectorAll('#gpus tbody tr[data-gpu]').length") == 3
+    gpu0 = text_of(browser, '#gpus tr[data-gpu="0"]')
+    assert "NVIDIA H100 80GB HBM3" in gpu0 and "Allocated" in gpu0 and "train" in gpu0 and "0.0 / 80.0 GiB" in gpu0
+    gpu1 = text_of(browser, '#gpus tr[data-gpu="1"]')
+    assert "Unmanaged" in gpu1 and "4.0 / 80.0 GiB" in gpu1 and "1 foreign process" in gpu1
+    assert "Free" in text_of(browser, '#gpus tr[data-gpu="2"]')
+
+    # the queue with each pending job's reason and message
+    big = text_of(browser, '#queue tr[data-job="big"]')
+    assert "Resources" in big and "needs 2 GPUs, 1 free" in big
+    assert "Unschedulable" in text_of(browser, '#queue tr[data-job="xss"]')
+    assert "train" in text_of(browser, '#running tr[data-job="train"]')
+    assert js(browser, "return document.querySelector('#timeline .tl-row[data-gpu=\"0\"] .tl-bar[data-job=\"train\"]').className") == "tl-bar Running"
+    # a bar of a few seconds in a 6-hour window is still drawn inside its track, at its right end
+    bar, track = js(browser, "const b = document.querySelector('.tl-bar[data-job=\"train\"]');"
+                             "return [b.getBoundingClientRect().toJSON(), b.parentElement.getBoundingClientRect().toJSON()]")
+    assert bar["width"] >= 2 and track["left"] <= bar["left"] and bar["right"] <= track["right"] + 0.5, (bar, track)
+    assert bar["right"] >= track["right"] - 2
+
+    # a job-provided string with markup is shown as text: no element was made from it, nothing ran
+    message = text_of(browser, '#queue tr[data-job="xss"] td.msg')
+    assert XSS in message, message
+    assert js(browser, "return document.querySelectorAll('img').length") == 0
+    assert js(browser, "return document.scripts.length") == 1
+    assert js(browser, "return window.__pwned === undefined") is True
+
+    # live: the page follows gflowd without a reload
+    (release / "train").touch()
+    wait_phase(home, "train", "Succeeded", daemon=daemon)
+    until(browser, lambda d: js(d, "const b = document.querySelector('.tl-row[data-gpu=\"0\"] .tl-bar[data-job=\"train\"]');"
+                                   "return b && b.className === 'tl-bar Succeeded'"),
+          "train's timeline bar to turn Succeeded")
+    until(browser, lambda d: text_of(d, '#running tr[data-job="big"]') is not None
+          and text_of(d, '#queue tr[data-job="big"]') is None, "big to move from the queue to running")
+    assert js(browser, "return document.querySelectorAll('.tl-bar[data-job=\"big\"]').length") == 2  # GPUs 0 and 2
+    assert js(browser, "return document.title") == "gflow · 1 running · 1 pending"
+
+    # no console errors: in particular no Content-Security-Policy violation (the policy lets the
+    # page's own script run by its hash, so a wrong hash would show here and nothing would render)
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == [], errors
+
+    shot = tmp_path / "dashboard.png"
+    assert browser.save_screenshot(str(shot))
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width >= 1000 and height >= 700 and len(png) > 20_000  # a rendered page, not a blank one
+    if os.environ.get("GFLOW_SCREENSHOT_DIR"):  # keep it to look at
+        shutil.copy(shot, Path(os.environ["GFLOW_SCREENSHOT_DIR"]) / "dashboard-test.png")
+    (release / "big").touch()

@@ -1,0 +1,154 @@
+"""The dashboard's view (controller/web/view.py): literal state-file data in, what the page shows out."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.web.view import EVENTS_LIMIT, assign_lanes, build_view, timeline
+
+NOW = 1_800_000_000.0
+HOUR = 3600.0
+
+
+def job(phase: str, **fields) -> dict:
+    """An index row as run/index.json holds it (times are epoch seconds)."""
+    return {"phase": phase, "reason": fields.pop("reason", ""), "message": fields.pop("message", ""), **fields}
+
+
+def node(*gpus: dict) -> dict:
+    return {"apiVersion": "gflow.dev/v1alpha1", "kind": "Node", "inventory": "fake GPUs from x.yaml", "gpus": list(gpus)}
+
+
+def test_gpus_carry_memory_in_bytes_state_jobs_and_foreign_processes():
+    view = build_view(
+        node(
+            {"index": 0, "name": "H100", "memory": "80Gi", "memoryUsed": "2Gi", "utilization": 35, "state": "Allocated", "jobs": ["a"]},
+            {"index": 1, "name": "H100", "memory": "80Gi", "memoryUsed": "0", "state": "Unmanaged", "jobs": [],
+             "processes": [{"pid": 1, "usedMemory": "4Gi"}, {"pid": 2, "usedMemory": "1Gi"}]},
+            {"index": 2, "name": "A100", "memory": "lots", "state": "Unhealthy", "error": "NVML: GPU is lost"},
+        ),
+        {}, [], NOW, 6,
+    )
+    assert [(g["index"], g["state"], g["memory"], g["memoryUsed"], g["jobs"], g["foreignProcesses"]) for g in view["gpus"]] == [
+        (0, "Allocated", 80 * 2**30, 2 * 2**30, ["a"], 0),
+        (1, "Unmanaged", 80 * 2**30, 0, [], 2),
+        (2, "Unhealthy", None, None, [], 0),  # an unreadable quantity is shown as unknown, not a crash
+    ]
+    assert view["gpus"][0]["utilization"] == 35 and view["gpus"][2]["error"] == "NVML: GPU is lost"
+    assert view["inventory"] == "fake GPUs from x.yaml"
+
+
+def test_no_node_file_yet_is_an_empty_machine():
+    view = build_view(None, {}, [], NOW, 6)
+    assert view["gpus"] == [] and view["queue"] == [] and view["timeline"]["rows"] == []
+
+
+def test_queue_is_in_scheduler_order_then_held_jobs_by_age_with_reason_and_message():
+    jobs = {
+        "held-new": job("Pending", reason="Dependency", message="waits for prep", created=NOW - 10),
+        "second": job("Pending", reason="Resources", message="needs 4 GPUs, 1 free", queuePosition=2, gpus=4, priority=1, created=NOW - 5),
+        "first": job("Pending", reason="Priority", message="behind x", queuePosition=1, created=NOW - 1),
+        "held-old": job("Pending", reason="Suspended", message="suspended", created=NOW - 100),
+        "running": job("Running", startTime=NOW - 50, devices=[0]),
+        "broken": job("Rejected", reason="Invalid", message="spec.resources.gpus: must be >= 0 (jobs/b.yaml line 9)"),
+    }
+    view = build_view(None, jobs, [], NOW, 6)
+    assert [(q["name"], q["position"], q["reason"]) for q in view["queue"]] == [
+        ("first", 1, "Priority"), ("second", 2, "Resources"), ("held-old", None, "Suspended"), ("held-new", None, "Dependency"),
+    ]
+    second = view["queue"][1]
+    assert (second["message"], second["gpus"], second["priority"], second["created"]) == ("needs 4 GPUs, 1 free", 4, 1, NOW - 5)
+    assert view["queueTotal"] == 4
+    assert view["counts"] == {"Pending": 4, "Running": 1, "Rejected": 1}
+    assert view["attention"] == [{"name": "broken", "reason": "Invalid", "message": "spec.resources.gpus: must be >= 0 (jobs/b.yaml line 9)"}]
+    assert [r["name"] for r in view["running"]] == ["running"]
+
+
+def test_running_jobs_oldest_first_with_devices_and_start():
+    jobs = {
+        "young": job("Running", startTime=NOW - 5, devices=[2, 3], gpus=2, attempt=2),
+        "old": job("Running", startTime=NOW - 500, devices=[], gpus=0),
+    }
+    running = build_view(None, jobs, [], NOW, 6)["running"]
+    assert [(r["name"], r["devices"], r["startTime"], r["attempt"]) for r in running] == [
+        ("old", [], NOW - 500, 0), ("young", [2, 3], NOW - 5, 2),
+    ]
+
+
+def test_status_file_times_in_rfc3339_count_like_index_epochs():
+    # without run/index.json the rows come from status files, whose times are RFC 3339 text
+    jobs = {"a": job("Succeeded", startTime="2027-01-15T08:00:00Z", completionTime="2027-01-15T09:30:00Z", devices=[0])}
+    end = 1800000000.0  # 2027-01-15T08:00:00Z
+    tl = timeline(jobs, [0], end - 10 * HOUR, end + 2 * HOUR)
+    (span,) = tl["rows"][0]["spans"]
+    assert (span["start"], span["end"]) == (end, end + 1.5 * HOUR)
+
+
+@pytest.mark.parametrize(
+    "row, drawn",
+    [
+        (job("Running", startTime=NOW - 60, devices=[0]), [(0, NOW - 60, None)]),
+        (job("Succeeded", startTime=NOW - 2 * HOUR, completionTime=NOW - HOUR, devices=[0, 1]),
+         [(0, NOW - 2 * HOUR, NOW - HOUR), (1, NOW - 2 * HOUR, NOW - HOUR)]),
+        (job("Failed", startTime=NOW - 7 * HOUR, completionTime=NOW - 5 * HOUR, devices=[1]), [(1, NOW - 7 * HOUR, NOW - 5 * HOUR)]),
+        (job("Cancelled", startTime=NOW - 9 * HOUR, completionTime=NOW - 7 * HOUR, devices=[1]), []),  # ended before the window
+        (job("Succeeded", startTime=NOW - 60, devices=[0]), []),  # finished without a recorded end
+        (job("Pending", startTime=NOW - 60, devices=[]), []),  # a retry waiting to be bound again
+        (job("Succeeded", startTime=NOW - 60, completionTime=NOW - 1, devices=[]), []),  # a CPU job: no GPU row
+    ],
+    ids=["running", "finished-two-gpus", "overlaps-window-start", "before-window", "no-end", "pending", "cpu"],
+)
+def test_which_jobs_make_a_bar_and_where(row, drawn):
+    tl = timeline({"j": row}, [0, 1], NOW - 6 * HOUR, NOW)
+    assert [(s["gpu"], s["start"], s["end"]) for r in tl["rows"] for s in r["spans"]] == drawn
+    assert [r["gpu"] for r in tl["rows"]] == [0, 1]  # every GPU has a row, busy or not
+    assert all(s["phase"] == row["phase"] for r in tl["rows"] for s in r["spans"])
+
+
+def test_a_device_no_longer_in_the_inventory_still_gets_its_row():
+    jobs = {"gone": job("Succeeded", startTime=NOW - 100, completionTime=NOW - 50, devices=[7])}
+    assert [r["gpu"] for r in timeline(jobs, [0], NOW - HOUR, NOW)["rows"]] == [0, 7]
+
+
+def test_shared_jobs_overlapping_on_a_gpu_get_separate_lanes_sequential_ones_share_one():
+    jobs = {
+        "a": job("Succeeded", startTime=NOW - 300, completionTime=NOW - 200, devices=[0]),
+        "b": job("Running", startTime=NOW - 250, devices=[0]),  # overlaps a
+        "c": job("Succeeded", startTime=NOW - 200, completionTime=NOW - 100, devices=[0]),  # starts as a ends
+        "d": job("Succeeded", startTime=NOW - 100, completionTime=NOW - 10, devices=[1]),
+    }
+    rows = {r["gpu"]: r for r in timeline(jobs, [0, 1], NOW - HOUR, NOW)["rows"]}
+    assert {s["job"]: s["lane"] for s in rows[0]["spans"]} == {"a": 0, "b": 1, "c": 0}
+    assert rows[0]["lanes"] == 2 and rows[1]["lanes"] == 1
+
+
+def test_an_open_span_holds_its_lane():
+    spans = [{"start": 0.0, "end": None}, {"start": 5.0, "end": 6.0}, {"start": 10.0, "end": 11.0}]
+    assert assign_lanes(spans) == 2
+    assert [s["lane"] for s in spans] == [0, 1, 1]
+
+
+def test_events_newest_first_and_limited():
+    events = [{"time": f"t{i}", "type": "Normal", "reason": "Started", "object": f"job/j{i}", "message": "m"} for i in range(100)]
+    shown = build_view(None, {}, events, NOW, 6)["events"]
+    assert len(shown) == EVENTS_LIMIT
+    assert shown[0]["object"] == "job/j99" and shown[-1]["object"] == f"job/j{100 - EVENTS_LIMIT}"
+
+
+def test_strings_are_passed_through_as_data_not_interpreted():
+    message = "needs 1 GPU of type <script>alert(1)</script>"
+    view = build_view(None, {"x": job("Pending", reason="Unschedulable", message=message, queuePosition=1)}, [], NOW, 6)
+    assert view["queue"][0]["message"] == message  # escaping is the page's job (it sets text, never HTML)
+
+
+def test_every_file_the_dashboard_serves_is_package_data():
+    """A normal (non-editable) install carries only .py files unless pyproject lists the rest."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["controller.web"]
+    served = [p.name for p in (root / "controller" / "web").iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")]
+    assert "dashboard.html" in served
+    assert [name for name in served if not any(fnmatch.fnmatch(name, pat) for pat in patterns)] == []
