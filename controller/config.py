@@ -13,6 +13,16 @@ from pydantic import Field, StrictStr
 from controller.api.job import Duration, Quantity, _Model
 
 
+class SlurmConfig(_Model):
+    """Where and how the Slurm backend submits (``backend: slurm``); flags ``--slurm-partition`` etc."""
+
+    partition: StrictStr | None = Field(default=None, description="Slurm partition (sbatch --partition)")
+    account: StrictStr | None = Field(default=None, description="Slurm account (sbatch --account)")
+    extra_args: list[StrictStr] = Field(
+        default_factory=list, description="More sbatch options for every job, e.g. --qos=normal"
+    )
+
+
 class ControllerConfig(_Model):
     spec_dir: StrictStr | None = Field(default=None, description="Spec directory (default: $GFLOW_HOME/jobs)")
     fake_gpus: StrictStr | None = Field(default=None, description="YAML fake-GPU file instead of NVML")
@@ -38,6 +48,43 @@ class ControllerConfig(_Model):
     ignore_processes: list[StrictStr] = Field(
         default_factory=list, description="Foreign GPU processes (by name or pid) that never make a GPU Unmanaged"
     )
+    backend: Literal["local", "slurm"] = Field(
+        default="local",
+        description="Where jobs run: local (a supervisor per job on this machine) or slurm (sbatch to a Slurm cluster)",
+    )
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig, description="Settings of the slurm backend")
+
+
+def flag_fields() -> list[tuple[tuple[str, ...], object]]:
+    """Every setting that is also a ``gflowd`` flag, as (path, field info): nested models
+    (``slurm``) give one flag per key, ``--slurm-partition`` for ``slurm.partition``."""
+    from pydantic import BaseModel
+
+    out: list[tuple[tuple[str, ...], object]] = []
+    for name, info in ControllerConfig.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out.extend(((name, sub), subinfo) for sub, subinfo in annotation.model_fields.items())
+        else:
+            out.append(((name,), info))
+    return out
+
+
+def flag_name(path: tuple[str, ...]) -> str:
+    return "--" + "-".join(path).replace("_", "-")
+
+
+def flag_overrides(values: dict[tuple[str, ...], object]) -> dict:
+    """Flag values keyed by path -> the nested mapping ``load_config`` merges (unset flags left out)."""
+    out: dict = {}
+    for path, value in values.items():
+        if value is None:
+            continue
+        node = out
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return out
 
 
 class ConfigError(Exception):
@@ -60,7 +107,11 @@ def load_config(path: Path, overrides: dict) -> ControllerConfig:
             raise ConfigError(f"{path}: expected a mapping of settings")
         data = dict(loaded or {})
     flags = {k: v for k, v in overrides.items() if v is not None}
-    data.update(flags)
+    for key, value in flags.items():  # a nested section merges key by key: flags win
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
     try:
         return ControllerConfig.model_validate(data)
     except ValidationError as exc:
@@ -69,6 +120,6 @@ def load_config(path: Path, overrides: dict) -> ControllerConfig:
         msg = err.get("ctx", {}).get("error") or err["msg"]
         key = str(err["loc"][0]) if err["loc"] else ""
         name = next((n for n, f in ControllerConfig.model_fields.items() if key in (n, f.alias)), key)
-        if name in flags:
+        if name in flags and not isinstance(flags[name], dict):
             raise ConfigError(f"--{name.replace('_', '-')}: {msg}") from None
         raise ConfigError(f"{path.name}: {loc}: {msg}") from None

@@ -77,7 +77,7 @@ def is_running(home: Home) -> bool:
 class Controller:
     def __init__(self, home: Home, config, inventory, runtime=None, clock=time.time):
         from controller.recorder import Recorder
-        from controller.runtime.supervised import SupervisorRuntime
+        from controller.runtime import make_runtime
         from controller.store import ManifestStore
 
         self.home = home
@@ -86,7 +86,7 @@ class Controller:
         self.clock = clock
         self.store = ManifestStore(home.spec_dir, home.display, home.run_dir / "manifest-cache.json")
         self.recorder = Recorder(home)
-        self.runtime = runtime or SupervisorRuntime(home)
+        self.runtime = runtime or make_runtime(home, config)
         self.states: dict = {}
         self.sweep_states: dict = {}
         self.gpus: list = []
@@ -276,6 +276,7 @@ class Controller:
             previous=self._previous_admission,
             default_ttl=self.config.ttl_seconds_after_finished,
             finished_history=self.config.finished_jobs_history,
+            bind_gpus=not getattr(self.runtime, "allocates_devices", False),
         )
         plan = reconcile(snapshot, now)
         again = plan.again
@@ -297,6 +298,7 @@ class Controller:
                 run = started.get(launch.name)
                 if run is not None:
                     plan.states[launch.name].pid = run.pid
+                    plan.states[launch.name].backend_id = run.external_id or None
                     if not run.running:
                         again = True  # it could not start: record that at once
         # record
@@ -417,15 +419,17 @@ def build_parser() -> argparse.ArgumentParser:
     generated from the config model so the two never drift."""
     from typing import get_args, get_origin
 
-    from controller.config import ControllerConfig
+    from controller.config import flag_fields, flag_name
 
     parser = _Parser(prog="gflowd", description="Run the gflow controller in the foreground.")
     parser.add_argument("--home", help="state directory (default $GFLOW_HOME or ~/.local/share/gflow)")
-    for name, info in ControllerConfig.model_fields.items():
-        flag = "--" + name.replace("_", "-")
+    for path, info in flag_fields():
+        name, flag = ".".join(path), flag_name(path)
         default = info.default if info.default not in (None, [], PydanticUndefined) else None
         help_text = (info.description or "") + (f" (default {default})" if default is not None else "")
         kwargs: dict = {"dest": name, "help": help_text}
+        if len(path) > 1:
+            kwargs["metavar"] = path[-1].upper()
         literal = [a for a in get_args(info.annotation) if isinstance(a, str)]
         if get_origin(info.annotation) is Literal or literal:
             kwargs["choices"] = literal or list(get_args(info.annotation))
@@ -457,13 +461,13 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    from controller.config import ConfigError, ControllerConfig, load_config
+    from controller.config import ConfigError, flag_fields, flag_overrides, load_config
 
     home = Home.resolve(args.home, None)
     try:
         config = load_config(
             home.config_file,
-            {name: getattr(args, name) for name in ControllerConfig.model_fields},
+            flag_overrides({path: getattr(args, ".".join(path)) for path, _ in flag_fields()}),
         )
     except ConfigError as exc:
         sys.stderr.write(f"gflowd: {exc}\n")
@@ -477,6 +481,13 @@ def main(argv: list[str] | None = None) -> int:
     if config.fake_gpus and not Path(config.fake_gpus).is_file():
         sys.stderr.write(f"gflowd: --fake-gpus: {config.fake_gpus} is not a file\n")
         return 1
+    if config.backend == "slurm":
+        from controller.runtime.slurm import check_slurm
+
+        problem = check_slurm()
+        if problem is not None:
+            sys.stderr.write(f"gflowd: --backend slurm: {problem}\n")
+            return 1
     lock = InstanceLock(home.lock_file)
     try:
         lock.acquire()

@@ -1,13 +1,13 @@
 """The runtime seam: start, watch and stop job processes.
 
 ``Runtime`` is the Protocol the daemon talks to; ``supervised.SupervisorRuntime`` implements it with
-one crash-safe supervisor process per attempt (``supervisor.py``). Another backend (a cluster
-scheduler, say) plugs in here without touching the reconcile loop.
+one crash-safe supervisor process per attempt (``supervisor.py``), ``slurm.SlurmRuntime`` with a
+Slurm cluster (``backend: slurm``). ``make_runtime`` picks one from the configuration.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from controller.reconcile import Launch, RunObservation
 
@@ -46,3 +46,17 @@ class Runtime(Protocol):
 
     def needs_polling(self) -> bool:
         """True when an exit can only be noticed by polling ``observe``."""
+
+    # A backend that allocates GPUs itself (a cluster scheduler) sets ``allocates_devices = True``:
+    # reconcile then binds none and reports the devices the backend's observations carry.
+
+
+def make_runtime(home: Any, config: Any) -> Runtime:
+    """The runtime for ``config.backend``: local supervisors (default) or Slurm."""
+    if getattr(config, "backend", "local") == "slurm":
+        from controller.runtime.slurm import SlurmRuntime
+
+        return SlurmRuntime(home, config.slurm)
+    from controller.runtime.supervised import SupervisorRuntime
+
+    return SupervisorRuntime(home)
