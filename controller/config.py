@@ -19,7 +19,7 @@ class SlurmConfig(_Model):
     partition: StrictStr | None = Field(default=None, description="Slurm partition (sbatch --partition)")
     account: StrictStr | None = Field(default=None, description="Slurm account (sbatch --account)")
     extra_args: list[StrictStr] = Field(
-        default_factory=list, description="More sbatch options for every job, e.g. --qos=normal"
+        default_factory=list, description="More sbatch options for every job; flag: --slurm-extra-args=--qos=high,--exclusive"
     )
 
 
