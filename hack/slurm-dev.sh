@@ -56,7 +56,9 @@ configure() {
     chmod 0600 "$DIR/munge/munge.key"
     local i
     for ((i = 0; i < GPUS; i++)); do
-        [ -e "$DIR/dev/nvidia$i" ] || mknod "$DIR/dev/nvidia$i" c 195 "$i"
+        # a regular file is accepted too, but then Slurm exports an empty CUDA_VISIBLE_DEVICES
+        [ -e "$DIR/dev/nvidia$i" ] || mknod "$DIR/dev/nvidia$i" c 195 "$i" 2>/dev/null ||
+            die "mknod is not permitted here (a container without CAP_MKNOD?): the fake GPUs need device files"
     done
     local node cpus mem_mb
     node="$(hostname -s)"

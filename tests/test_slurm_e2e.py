@@ -46,6 +46,8 @@ def slurm():
     was_up = subprocess.run(["bash", str(DEV), "status"], env=env, capture_output=True).returncode == 0
     start = subprocess.run(["bash", str(DEV), "start"], env=env, capture_output=True, text=True, timeout=90)
     if start.returncode != 0:
+        if "mknod is not permitted" in start.stderr:  # the environment, not our code
+            pytest.skip(f"hack/slurm-dev.sh cannot make its fake GPU devices here: {start.stderr.strip()}")
         pytest.fail(f"hack/slurm-dev.sh start failed:\n{start.stderr}")
     yield env
     if not was_up:
