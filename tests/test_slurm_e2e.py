@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -113,6 +114,10 @@ def test_a_gpu_job_runs_on_slurm_and_reports_its_slurm_job_and_devices(slurm, cl
     assert "job=g1 attempt=1" in log
     [submitted] = slurm_jobs_of(slurm, home, "g1")
     assert str(submitted["job_id"]) == job_id and submitted["comment"].endswith(":g1:a1")
+    described = subprocess.run([sys.executable, "-m", "controller.cli.main", "--home", str(home), "describe", "job", "g1"],
+                               capture_output=True, text=True, check=True).stdout
+    slurm_line = next(line for line in described.splitlines() if line.startswith("Slurm Job"))
+    assert slurm_line.split()[-1] == job_id
 
 
 def test_exit_code_3_is_failed_with_exit_code_3(slurm, cluster_daemon, home: Path):
