@@ -481,13 +481,16 @@ def main(argv: list[str] | None = None) -> int:
     if config.fake_gpus and not Path(config.fake_gpus).is_file():
         sys.stderr.write(f"gflowd: --fake-gpus: {config.fake_gpus} is not a file\n")
         return 1
-    if config.backend == "slurm":
+    from controller.runtime import backend_switch_problem
+
+    problem = backend_switch_problem(home, config.backend)
+    if problem is None and config.backend == "slurm":
         from controller.runtime.slurm import check_slurm
 
         problem = check_slurm()
-        if problem is not None:
-            sys.stderr.write(f"gflowd: --backend slurm: {problem}\n")
-            return 1
+    if problem is not None:
+        sys.stderr.write(f"gflowd: --backend {config.backend}: {problem}\n")
+        return 1
     lock = InstanceLock(home.lock_file)
     try:
         lock.acquire()

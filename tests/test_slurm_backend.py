@@ -58,6 +58,25 @@ def test_parse_squeue_refuses_what_is_not_json():
         parse_squeue("JOBID PARTITION NAME\n")
 
 
+def test_parse_sacct_allocation_lines():
+    from datetime import datetime
+
+    from controller.runtime.slurm import parse_sacct
+
+    text = (
+        "41|CANCELLED by 0|0:15|vm|2026-11-22T20:04:44|2026-11-22T20:04:45|2026-11-22T20:05:00\n"
+        "42|COMPLETED|0:0|n1|2026-11-22T20:04:44|2026-11-22T20:04:45|2026-11-22T20:04:48\n"
+        "43|FAILED|3:0|n2|2026-11-22T20:04:44|Unknown|Unknown\n"
+        "44|PENDING|0:0|None assigned|2026-11-22T20:04:44|Unknown|Unknown\n"
+    )
+    jobs = {j.job_id: j for j in parse_sacct(text)}
+    assert (jobs["41"].state, jobs["41"].exit_status, jobs["41"].nodes) == ("CANCELLED", 15, "vm")
+    assert jobs["42"].end_time == datetime.fromisoformat("2026-11-22T20:04:48").timestamp()
+    assert (jobs["43"].state, jobs["43"].exit_status >> 8, jobs["43"].start_time) == ("FAILED", 3, 0.0)
+    assert jobs["44"].nodes == ""
+    assert observation(record(), jobs["43"], T0).exit_code == 3
+
+
 @pytest.mark.parametrize(
     "detail, devices",
     [
@@ -242,3 +261,23 @@ def test_gflowd_with_the_slurm_backend_and_no_slurm_exits_with_one_line(tmp_path
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
     assert result.stderr.startswith("gflowd: --backend slurm: squeue not found") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "backend, leftover, message",
+    [
+        ("slurm", "run/jobs/train/launch-1.json", "1 job(s) of the local backend are not finished (train)"),
+        ("local", "run/slurm/train.json", "1 job(s) of the slurm backend are not finished (train)"),
+    ],
+)
+def test_switching_backend_with_unfinished_jobs_is_refused(tmp_path: Path, backend, leftover, message):
+    import os
+    import subprocess
+
+    home = tmp_path / "h"
+    (home / leftover).parent.mkdir(parents=True)
+    (home / leftover).write_text("{}")
+    result = subprocess.run([sys.executable, "-m", "controller.daemon", "--home", str(home), "--backend", backend],
+                            env={**os.environ, "PATH": "/nonexistent"}, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr == f"gflowd: --backend {backend}: {message}; run with --backend {'local' if backend == 'slurm' else 'slurm'} until they are\n"

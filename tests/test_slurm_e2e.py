@@ -225,3 +225,23 @@ def test_an_interrupted_submission_is_adopted_by_comment_not_resubmitted(slurm, 
     assert [str(j["job_id"]) for j in squeue(env) if j.get("comment") == comment] == [existing]
     run = wait_for(lambda: (r := runtime.observe()["lost"]) and not r.running and r, timeout=30)
     assert (run.exit_code, run.external_id) == (0, existing)
+
+
+def test_a_slurm_job_slurm_has_forgotten_is_lost(slurm, home: Path):
+    """squeue forgets a finished job after MinJobAge; without slurmdbd sacct knows nothing either
+    (the dev cluster has no accounting): the attempt is Lost, said in one sentence."""
+    from controller.paths import Home
+    from controller.runtime.slurm import SlurmRuntime
+
+    h = Home.resolve(home)
+    h.ensure()
+    (h.run_dir / "slurm").mkdir(parents=True, exist_ok=True)
+    record = {"name": "old", "attempt": 3, "generation": 2, "comment": "gflow:x:old:g2:a3", "options": [],
+              "script": "", "job_id": "987654", "submitted_at": time.time()}
+    (h.run_dir / "slurm" / "old.json").write_text(json.dumps(record))
+    runtime = SlurmRuntime(h, base_env={**os.environ, **SLURM_ENV})
+    assert runtime.adopt() == ["old"]
+    run = runtime.observe()["old"]
+    assert (run.running, run.lost, run.attempt, run.external_id) == (False, True, 3, "987654")
+    assert "no longer known to Slurm" in run.error
+    assert runtime._accounting is False  # sacct said accounting is disabled, and is not asked again

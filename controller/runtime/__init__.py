@@ -60,3 +60,19 @@ def make_runtime(home: Any, config: Any) -> Runtime:
     from controller.runtime.supervised import SupervisorRuntime
 
     return SupervisorRuntime(home)
+
+
+def backend_switch_problem(home: Any, backend: str) -> str | None:
+    """Jobs the other backend still tracks would be orphaned (and reported Lost) by a switch: say so."""
+    if backend == "slurm":
+        jobs_dir = home.run_dir / "jobs"
+        live = sorted(d.name for d in jobs_dir.iterdir() if any(d.glob("launch-*.json"))) if jobs_dir.is_dir() else []
+        other = "local"
+    else:
+        slurm_dir = home.run_dir / "slurm"
+        live = sorted(p.stem for p in slurm_dir.glob("*.json")) if slurm_dir.is_dir() else []
+        other = "slurm"
+    if not live:
+        return None
+    names = ", ".join(live[:5]) + (" ..." if len(live) > 5 else "")
+    return f"{len(live)} job(s) of the {other} backend are not finished ({names}); run with --backend {other} until they are"

@@ -155,6 +155,37 @@ def parse_squeue(text: str) -> list[SlurmJob]:
     return jobs
 
 
+SACCT_FIELDS = "JobIDRaw,State,ExitCode,NodeList,Submit,Start,End"
+
+
+def _sacct_time(text: str) -> float:
+    if not text or text in ("Unknown", "None"):
+        return 0.0
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text).timestamp()  # sacct prints the cluster's local time
+    except ValueError:
+        return 0.0
+
+
+def parse_sacct(text: str) -> list[SlurmJob]:
+    """``sacct -n -P -X -o JobIDRaw,State,ExitCode,NodeList,Submit,Start,End`` -> jobs (the
+    allocation lines only). ``CANCELLED by 0`` is CANCELLED; ``ExitCode`` is ``code:signal``."""
+    jobs = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 7 or not parts[0].strip():
+            continue
+        job_id, state, exit_code, nodes, submit, start, end = (p.strip() for p in parts[:7])
+        code, _, sig = exit_code.partition(":")
+        status = (int(code) << 8 if code.isdigit() else 0) | (int(sig) & 0x7F if sig.isdigit() else 0)
+        nodes = "" if nodes in ("None assigned", "(null)") else nodes
+        jobs.append(SlurmJob(job_id, state.split()[0] if state else "", "", "", status, nodes, (),
+                             _sacct_time(submit), _sacct_time(start), _sacct_time(end)))
+    return jobs
+
+
 _IDX = re.compile(r"IDX:([0-9,\-]+)")
 
 
@@ -262,6 +293,7 @@ class SlurmRuntime:
         self._jobs: dict[str, SlurmJob] = {}
         self._listed_at = -1e9
         self._results: dict[str, RunObservation] = {}
+        self._accounting: bool | None = None  # does sacct answer? (no slurmdbd: it does not)
 
     # -- the Protocol --------------------------------------------------------------------------
 
@@ -326,6 +358,8 @@ class SlurmRuntime:
                 out[name] = self._results[name]
                 continue
             job = self._jobs.get(record.job_id or "") if record.job_id else None
+            if job is None and record.job_id is not None and not record.error:
+                job = self._from_accounting(record.job_id)  # squeue forgets after MinJobAge; sacct does not
             if job is not None and job.state in RUNNING_STATES and not record.devices:
                 devices = gres_devices(job.gres_detail)
                 if devices or job.nodes:
@@ -493,6 +527,17 @@ class SlurmRuntime:
                 path.unlink()
             except FileNotFoundError:
                 pass
+
+    def _from_accounting(self, job_id: str) -> SlurmJob | None:
+        if self._accounting is False:
+            return None
+        result = self._run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", SACCT_FIELDS], check=True)
+        if result is None:
+            self._accounting = False  # e.g. "Slurm accounting storage is disabled": do not ask again
+            return None
+        self._accounting = True
+        found = [j for j in parse_sacct(result.stdout) if j.job_id == job_id]
+        return found[0] if found else None
 
     def _devices_file(self, name: str) -> Path:
         return self.dir / f"{name}.devices"
