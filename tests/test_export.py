@@ -76,6 +76,14 @@ def test_sbatch_options(spec, expected, absent):
         assert not any(o == prefix or o.startswith(prefix + "=") for o in opts), opts
 
 
+def test_sbatch_options_for_the_backend_leave_the_gates_to_gflowd():
+    # gflowd already waited for startAfter and holds suspended jobs: Slurm must not wait again
+    j = job(startAfter="+2h", suspend=True)
+    assert {"--begin=now+7200", "--hold"} <= set(slurm.sbatch_options(j.spec, "t", chdir="/", output="o"))
+    opts = slurm.sbatch_options(j.spec, "t", chdir="/", output="o", gates=False)
+    assert not any(o.startswith(("--begin", "--hold")) for o in opts)
+
+
 def test_sbatch_options_partition_account_and_unprivileged_nice():
     j = job(priority=5)
     opts = slurm.sbatch_options(j.spec, "t", chdir="/", output="o", partition="gpu", account="lab", allow_negative_nice=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from controller.config import ConfigError, load_config
-from controller.reconcile import RunObservation, Snapshot, reconcile
+from controller.reconcile import RunObservation, Snapshot
 from controller.runtime.slurm import SlurmJob, _Record, gres_devices, observation, parse_squeue
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -80,8 +80,12 @@ def sbatch_options(
     partition: str | None = None,
     account: str | None = None,
     allow_negative_nice: bool = True,
+    gates: bool = True,
 ) -> list[str]:
-    """The ``--flag=value`` options for one job spec (a ``JobSpec``), in a stable order."""
+    """The ``--flag=value`` options for one job spec (a ``JobSpec``), in a stable order.
+
+    ``gates=False`` (the Slurm backend) leaves out ``--begin`` and ``--hold``: gflowd itself holds
+    a suspended job and waits for ``startAfter`` before it submits, so Slurm must not wait again."""
     opts = [f"--job-name={name}", f"--chdir={chdir}", f"--output={output}", "--export=ALL"]
     if partition:
         opts.append(f"--partition={partition}")
@@ -99,9 +103,9 @@ def sbatch_options(
         adjustment = 0
     if adjustment:
         opts.append(f"--nice={adjustment}")
-    if (b := begin(spec.start_after)) is not None:
+    if gates and (b := begin(spec.start_after)) is not None:
         opts.append(f"--begin={b}")
-    if spec.suspend:
+    if gates and spec.suspend:
         opts.append("--hold")
     return opts
 

@@ -428,7 +428,7 @@ class SlurmRuntime:
         root = os.geteuid() == 0
         options = sbatch_options(
             spec, launch.name, chdir=cwd, output=str(self.home.log_file(launch.name).absolute()),
-            partition=self.partition, account=self.account, allow_negative_nice=root,
+            partition=self.partition, account=self.account, allow_negative_nice=root, gates=False,
         )
         if root and launch.job.owner_uid > 0:  # as the local runtime drops to the manifest's owner
             import pwd
