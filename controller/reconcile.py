@@ -385,7 +385,7 @@ def sweep_outcome(plan_states: dict[str, JobState], children: tuple[str, ...] | 
 
 def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str) -> None:
     spec = job.spec
-    was_queued = state.phase == "Pending"  # only a cluster backend keeps a live run Pending
+    was_queued = state.phase == "Pending" and bool(run.external_id)  # a cluster's queue held it until now
     state.phase = "Running"
     state.pid = run.pid
     plan.time_limits[state.name] = spec.time_limit
