@@ -245,3 +245,28 @@ def test_a_slurm_job_slurm_has_forgotten_is_lost(slurm, home: Path):
     assert (run.running, run.lost, run.attempt, run.external_id) == (False, True, 3, "987654")
     assert "no longer known to Slurm" in run.error
     assert runtime._accounting is False  # sacct said accounting is disabled, and is not asked again
+
+
+def test_suspend_cancels_in_slurm_and_resume_submits_the_next_attempt(slurm, cluster_daemon, home: Path):
+    daemon = cluster_daemon()
+    path = write_manifest(home / "jobs", "held.yaml", "spec:\n  command: [sleep, '120']\n")
+    first = wait_phase(home, "held", "Running", reason="Started", timeout=30, daemon=daemon)
+    write_manifest(home / "jobs", "held.yaml", path.read_text() + "  suspend: true\n")
+    wait_phase(home, "held", "Pending", reason="Suspended", timeout=30, daemon=daemon)
+    assert slurm_state(slurm, first["slurmJobId"]) == "CANCELLED"
+    write_manifest(home / "jobs", "held.yaml", path.read_text().replace("  suspend: true\n", ""))
+    second = wait_phase(home, "held", "Running", reason="Started", timeout=30, daemon=daemon)
+    assert second["attempt"] == 2 and second["slurmJobId"] != first["slurmJobId"]
+    comments = sorted(j["comment"].rsplit(":", 1)[1] for j in slurm_jobs_of(slurm, home, "held"))
+    assert comments == ["a1", "a2"]
+
+
+def test_retries_are_new_submissions_until_the_backoff_limit(slurm, cluster_daemon, home: Path):
+    daemon = cluster_daemon()
+    write_manifest(home / "jobs", "flaky.yaml", "spec:\n  command: [sh, -c, 'exit 1']\n  backoffLimit: 1\n")
+    status = wait_phase(home, "flaky", "Failed", timeout=40, daemon=daemon)
+    assert (status["reason"], status["attempt"], status["exitCode"]) == ("BackoffLimitExceeded", 2, 1)
+    submitted = slurm_jobs_of(slurm, home, "flaky")
+    assert sorted(j["comment"].rsplit(":", 1)[1] for j in submitted) == ["a1", "a2"]
+    assert {j["job_state"] for j in submitted} == {"FAILED"}
+    assert (home / "logs" / "flaky.1.log").exists()  # attempt 1's log kept, as locally
