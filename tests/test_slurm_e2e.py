@@ -81,8 +81,8 @@ def cluster_daemon(slurm, gflowd, home: Path):
     """``start()``: a gflowd with the slurm backend on ``home``; every Slurm job it made is
     cancelled at the end, so no test leaves work on the cluster."""
 
-    def start(*args: str):
-        return gflowd("--backend", "slurm", *args, env=SLURM_ENV)
+    def start(*args: str, home: Path = home):
+        return gflowd("--backend", "slurm", *args, env=SLURM_ENV, home=home)
 
     yield start
     from controller.paths import Home
@@ -270,3 +270,23 @@ def test_retries_are_new_submissions_until_the_backoff_limit(slurm, cluster_daem
     assert sorted(j["comment"].rsplit(":", 1)[1] for j in submitted) == ["a1", "a2"]
     assert {j["job_state"] for j in submitted} == {"FAILED"}
     assert (home / "logs" / "flaky.1.log").exists()  # attempt 1's log kept, as locally
+
+
+def test_a_job_runs_in_slurm_as_the_owner_of_its_manifest(slurm, gflowd):
+    """SPEC 8 on a cluster: a root gflowd submits with --uid/--gid of the manifest's owner."""
+    import shutil as sh
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="gflow-slurm-uid-"))  # under /tmp: the job's user must reach its log
+    try:
+        root.chmod(0o755)
+        (root / "jobs").mkdir()
+        path = write_manifest(root / "jobs", "who.yaml", "spec:\n  command: [sh, -c, 'echo \"uid=$(id -u) gid=$(id -g)\"']\n")
+        os.chown(path, 65534, 65534)
+        daemon = gflowd("--backend", "slurm", env=SLURM_ENV, home=root)
+        wait_phase(root, "who", "Succeeded", timeout=30, daemon=daemon)
+        assert read_log(root, "who") == "uid=65534 gid=65534\n"
+        assert (root / "logs" / "who.log").stat().st_uid == 65534
+        daemon.terminate()
+    finally:
+        sh.rmtree(root, ignore_errors=True)

@@ -271,10 +271,6 @@ def observation(record: _Record, job: SlurmJob | None, now: float) -> RunObserva
 
 # -- the runtime ------------------------------------------------------------------------------------
 
-class SlurmError(Exception):
-    """A Slurm command is missing or does not answer: the environment, not the user's manifest."""
-
-
 class SlurmRuntime:
     allocates_devices = True  # Slurm picks the GPUs: reconcile binds none
 
@@ -305,6 +301,7 @@ class SlurmRuntime:
             self._remove(current)
         from controller.runtime.command import LaunchError
 
+        self._rotate_log(launch.name, launch.attempt)  # before the new attempt's log may be created
         try:
             options, script = self._translate(launch)
         except LaunchError as exc:
@@ -319,7 +316,6 @@ class SlurmRuntime:
             comment_for(self.key, launch.name, launch.generation, launch.attempt),
             options, script, launch.job.run_hash, launch.job.spec.time_limit, submitted_at=time.time(),
         )
-        self._rotate_log(launch.name, launch.attempt)
         self.records[launch.name] = record
         self._save(record)  # the decision, durable, before sbatch: a restart finds it
         self._submit(record)
@@ -331,7 +327,7 @@ class SlurmRuntime:
         record = self.records.get(name)
         if record is None or record.stop_sent or record.error or record.job_id is None:
             return
-        if self._run(["scancel", record.job_id], check=False) is not None:
+        if self._run(["scancel", record.job_id], check=True) is not None:  # else: tried again next pass
             record.stop_sent = True
             self._save(record, durable=False)
             self._listed_at = -1e9
@@ -409,7 +405,7 @@ class SlurmRuntime:
             self.records[record.name] = record
             if record.job_id is None and not record.error:
                 log.info("job/%s attempt %d: its submission was interrupted; checking Slurm first", record.name, record.attempt)
-                self._submit(record)
+                self._submit(record, fresh=True)
             adopted.append(record.name)
         return adopted
 
@@ -438,6 +434,10 @@ class SlurmRuntime:
             except KeyError:
                 raise LaunchError(f"the manifest's owner uid {launch.job.owner_uid} is not a user here") from None
             options += [f"--uid={launch.job.owner_uid}", f"--gid={gid}"]
+            log_path = self.home.log_file(launch.name)  # slurmstepd opens it as the job's user
+            fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+            os.fchown(fd, launch.job.owner_uid, gid)
+            os.close(fd)
         options += self.extra_args
         env = {
             **spec.env,
@@ -455,8 +455,11 @@ class SlurmRuntime:
         script = "\n".join(["#!/bin/bash", report, *job_body(spec, env)]) + "\n"
         return options, script
 
-    def _submit(self, record: _Record) -> None:
-        existing = self._find(record.comment)
+    def _submit(self, record: _Record, fresh: bool = False) -> None:
+        """sbatch, unless Slurm already has this attempt. ``fresh``: list Slurm's jobs now (after a
+        restart); else a listing from this pass will do, since this gflowd wrote no record for the
+        attempt before, so no earlier sbatch of it can exist (belt and braces)."""
+        existing = self._find(record.comment, fresh)
         if existing is not None:
             log.info("job/%s attempt %d is already Slurm job %s: adopted, not submitted again",
                      record.name, record.attempt, existing.job_id)
@@ -483,8 +486,8 @@ class SlurmRuntime:
         self._save(record)
         self._listed_at = -1e9  # see it in the next observe
 
-    def _find(self, comment: str) -> SlurmJob | None:
-        self._refresh(force=True)
+    def _find(self, comment: str, fresh: bool) -> SlurmJob | None:
+        self._refresh(force=fresh)
         matches = [j for j in self._jobs.values() if j.comment == comment]
         return max(matches, key=lambda j: int(j.job_id)) if matches else None
 
