@@ -125,6 +125,12 @@ def test_observation_of_each_slurm_state(job, expect):
         assert getattr(obs, key) == value, (key, obs)
 
 
+def test_a_failure_slurmstepd_reported_as_over_memory_is_oomkilled():
+    # no cgroups: Slurm kills over --mem by polling and calls it FAILED; its message says why
+    assert observation(record(), sjob("FAILED", exit_status=9), T0, memory_exceeded=True).reason == "OOMKilled"
+    assert observation(record(), sjob("FAILED", exit_status=9), T0).reason == ""
+
+
 def test_observation_of_a_refused_submission_is_an_ended_attempt_with_sbatchs_words():
     obs = observation(record(job_id=None, error="sbatch refused the job: Invalid generic resource"), None, T0)
     assert (obs.running, obs.exit_code, obs.error) == (False, 127, "sbatch refused the job: Invalid generic resource")

@@ -290,3 +290,15 @@ def test_a_job_runs_in_slurm_as_the_owner_of_its_manifest(slurm, gflowd):
         daemon.terminate()
     finally:
         sh.rmtree(root, ignore_errors=True)
+
+
+def test_a_job_over_its_memory_is_oomkilled(slurm, cluster_daemon, home: Path):
+    daemon = cluster_daemon()
+    write_manifest(home / "jobs", "hog.yaml", (
+        "spec:\n"
+        "  command: [python3, -c, 'import time; x = bytearray(300 * 2**20); time.sleep(30)']\n"
+        "  resources: {memory: 50Mi}\n"
+    ))
+    status = wait_phase(home, "hog", "Failed", timeout=40, daemon=daemon)
+    assert status["reason"] == "OOMKilled", status
+    assert "memory" in status["message"]

@@ -211,8 +211,12 @@ def _reason_text(reason: str) -> str:
     return "queued" if reason in ("", "None") else reason
 
 
-def observation(record: _Record, job: SlurmJob | None, now: float) -> RunObservation:
-    """What gflowd's reconcile needs to know about one attempt, from Slurm's view of it."""
+def observation(record: _Record, job: SlurmJob | None, now: float, memory_exceeded: bool = False) -> RunObservation:
+    """What gflowd's reconcile needs to know about one attempt, from Slurm's view of it.
+
+    ``memory_exceeded``: slurmstepd wrote "Exceeded job memory limit" into the job's output. Without
+    cgroups Slurm enforces ``--mem`` by polling (OverMemoryKill) and reports the kill as FAILED,
+    not OUT_OF_MEMORY; its message is the only trace."""
     base = dict(
         devices=tuple(record.devices), run_hash=record.run_hash, external_id=record.job_id or "",
         node=record.node,
@@ -248,6 +252,8 @@ def observation(record: _Record, job: SlurmJob | None, now: float) -> RunObserva
     kw: dict[str, Any] = {}
     if job.state == "COMPLETED":
         pass
+    elif job.state == "FAILED" and memory_exceeded:
+        kw["reason"] = "OOMKilled"
     elif job.state == "FAILED":
         if exit_code == 0:
             kw["error"] = f"{ident} failed in Slurm ({job.reason or 'no reason given'})"
@@ -365,7 +371,8 @@ class SlurmRuntime:
                 record.node = job.nodes
             if job is not None and job.state not in RUNNING_STATES | QUEUED_STATES and not record.devices:
                 record.devices = self._reported_devices(record)  # it ended before squeue showed it running
-            obs = observation(record, job, now)
+            oom = job is not None and job.state == "FAILED" and self._memory_exceeded(record.name)
+            obs = observation(record, job, now, oom)
             if not obs.running:
                 self._results[name] = obs  # an end is final: no more squeue for it
             out[name] = obs
@@ -541,6 +548,16 @@ class SlurmRuntime:
         self._accounting = True
         found = [j for j in parse_sacct(result.stdout) if j.job_id == job_id]
         return found[0] if found else None
+
+    def _memory_exceeded(self, name: str) -> bool:
+        """slurmstepd's own words at the end of the job's output (see ``observation``)."""
+        try:
+            with open(self.home.log_file(name), "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, handle.tell() - 8192))
+                return b"Exceeded job memory limit" in handle.read()
+        except OSError:
+            return False
 
     def _devices_file(self, name: str) -> Path:
         return self.dir / f"{name}.devices"
