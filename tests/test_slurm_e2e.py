@@ -43,16 +43,29 @@ pytestmark = pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
 @pytest.fixture(scope="module")
 def slurm():
     """The dev cluster, up; stopped again at the end if this module started it."""
+    import fcntl
+
     env = {**os.environ, **SLURM_ENV}
+    os.makedirs(SLURM_DIR, exist_ok=True)
+    # another test run (another checkout) may share the cluster: it is stopped only by the last user
+    users = open(os.path.join(SLURM_DIR, ".test-users"), "w")
+    fcntl.flock(users, fcntl.LOCK_SH)
     was_up = subprocess.run(["bash", str(DEV), "status"], env=env, capture_output=True).returncode == 0
     start = subprocess.run(["bash", str(DEV), "start"], env=env, capture_output=True, text=True, timeout=90)
     if start.returncode != 0:
+        users.close()
         if "mknod is not permitted" in start.stderr:  # the environment, not our code
             pytest.skip(f"hack/slurm-dev.sh cannot make its fake GPU devices here: {start.stderr.strip()}")
         pytest.fail(f"hack/slurm-dev.sh start failed:\n{start.stderr}")
     yield env
-    if not was_up:
+    try:
+        fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        alone = True
+    except BlockingIOError:
+        alone = False
+    if not was_up and alone:
         subprocess.run(["bash", str(DEV), "stop"], env=env, capture_output=True, timeout=60)
+    users.close()
 
 
 def squeue(env: dict[str, str]) -> list[dict]:
