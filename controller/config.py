@@ -55,6 +55,16 @@ class Webhook(_Model):
         return selector
 
 
+class SlurmConfig(_Model):
+    """Where and how the Slurm backend submits (``backend: slurm``); flags ``--slurm-partition`` etc."""
+
+    partition: StrictStr | None = Field(default=None, description="Slurm partition (sbatch --partition)")
+    account: StrictStr | None = Field(default=None, description="Slurm account (sbatch --account)")
+    extra_args: list[StrictStr] = Field(
+        default_factory=list, description="More sbatch options for every job; flag: --slurm-extra-args=--qos=high,--exclusive"
+    )
+
+
 class ControllerConfig(_Model):
     spec_dir: StrictStr | None = Field(default=None, description="Spec directory (default: $GFLOW_HOME/jobs)")
     fake_gpus: StrictStr | None = Field(default=None, description="YAML fake-GPU file instead of NVML")
@@ -98,6 +108,45 @@ class ControllerConfig(_Model):
     web_address: StrictStr = Field(
         default="127.0.0.1", description="Address the web dashboard listens on (loopback unless set)"
     )
+    backend: Literal["local", "slurm"] = Field(
+        default="local",
+        description="Where jobs run: local (a supervisor per job on this machine) or slurm (sbatch to a Slurm cluster)",
+    )
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig, description="Settings of the slurm backend")
+
+
+def flag_fields() -> list[tuple[tuple[str, ...], object]]:
+    """Every setting that is also a ``gflowd`` flag, as (path, field info): nested models
+    (``slurm``) give one flag per key, ``--slurm-partition`` for ``slurm.partition``."""
+    from pydantic import BaseModel
+
+    out: list[tuple[tuple[str, ...], object]] = []
+    for name, info in ControllerConfig.model_fields.items():
+        if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("flag") is False:
+            continue  # config.yaml only (e.g. webhooks: a list of mappings)
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out.extend(((name, sub), subinfo) for sub, subinfo in annotation.model_fields.items())
+        else:
+            out.append(((name,), info))
+    return out
+
+
+def flag_name(path: tuple[str, ...]) -> str:
+    return "--" + "-".join(path).replace("_", "-")
+
+
+def flag_overrides(values: dict[tuple[str, ...], object]) -> dict:
+    """Flag values keyed by path -> the nested mapping ``load_config`` merges (unset flags left out)."""
+    out: dict = {}
+    for path, value in values.items():
+        if value is None:
+            continue
+        node = out
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return out
 
 
 class ConfigError(Exception):
@@ -120,7 +169,11 @@ def load_config(path: Path, overrides: dict) -> ControllerConfig:
             raise ConfigError(f"{path}: expected a mapping of settings")
         data = dict(loaded or {})
     flags = {k: v for k, v in overrides.items() if v is not None}
-    data.update(flags)
+    for key, value in flags.items():  # a nested section merges key by key: flags win
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
     try:
         return ControllerConfig.model_validate(data)
     except ValidationError as exc:
@@ -129,6 +182,6 @@ def load_config(path: Path, overrides: dict) -> ControllerConfig:
         msg = err.get("ctx", {}).get("error") or err["msg"]
         key = str(err["loc"][0]) if err["loc"] else ""
         name = next((n for n, f in ControllerConfig.model_fields.items() if key in (n, f.alias)), key)
-        if name in flags:
+        if name in flags and not isinstance(flags[name], dict):
             raise ConfigError(f"--{name.replace('_', '-')}: {msg}") from None
         raise ConfigError(f"{path.name}: {loc}: {msg}") from None

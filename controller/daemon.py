@@ -81,7 +81,7 @@ def is_running(home: Home) -> bool:
 class Controller:
     def __init__(self, home: Home, config, inventory, runtime=None, clock=time.time, observers=None):
         from controller.recorder import Recorder
-        from controller.runtime.supervised import SupervisorRuntime
+        from controller.runtime import make_runtime
         from controller.store import ManifestStore
 
         self.home = home
@@ -90,7 +90,7 @@ class Controller:
         self.clock = clock
         self.store = ManifestStore(home.spec_dir, home.display, home.run_dir / "manifest-cache.json")
         self.recorder = Recorder(home)
-        self.runtime = runtime or SupervisorRuntime(home)
+        self.runtime = runtime or make_runtime(home, config)
         self.states: dict = {}
         self.sweep_states: dict = {}
         self.gpus: list = []
@@ -303,6 +303,7 @@ class Controller:
             max_starts=self._max_starts(),
             default_ttl=self.config.ttl_seconds_after_finished,
             finished_history=self.config.finished_jobs_history,
+            bind_gpus=not getattr(self.runtime, "allocates_devices", False),
         )
         plan = reconcile(snapshot, now)
         again = plan.again
@@ -328,6 +329,7 @@ class Controller:
                 run = started.get(launch.name)
                 if run is not None:
                     plan.states[launch.name].pid = run.pid
+                    plan.states[launch.name].backend_id = run.external_id or None
                     if not run.running:
                         again = True  # it could not start: record that at once
         # record
@@ -496,17 +498,17 @@ def build_parser() -> argparse.ArgumentParser:
     generated from the config model so the two never drift."""
     from typing import get_args, get_origin
 
-    from controller.config import ControllerConfig
+    from controller.config import flag_fields, flag_name
 
     parser = _Parser(prog="gflowd", description="Run the gflow controller in the foreground.")
     parser.add_argument("--home", help="state directory (default $GFLOW_HOME or ~/.local/share/gflow)")
-    for name, info in ControllerConfig.model_fields.items():
-        if (info.json_schema_extra or {}).get("flag") is False:
-            continue  # structured settings (webhooks) live in config.yaml only
-        flag = "--" + name.replace("_", "-")
+    for path, info in flag_fields():  # structured settings (webhooks) live in config.yaml only
+        name, flag = ".".join(path), flag_name(path)
         default = info.default if info.default not in (None, [], PydanticUndefined) else None
         help_text = (info.description or "") + (f" (default {default})" if default is not None else "")
         kwargs: dict = {"dest": name, "help": help_text}
+        if len(path) > 1:
+            kwargs["metavar"] = path[-1].upper()
         literal = [a for a in get_args(info.annotation) if isinstance(a, str)]
         if get_origin(info.annotation) is Literal or literal:
             kwargs["choices"] = literal or list(get_args(info.annotation))
@@ -538,13 +540,13 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    from controller.config import ConfigError, ControllerConfig, load_config
+    from controller.config import ConfigError, flag_fields, flag_overrides, load_config
 
     home = Home.resolve(args.home, None)
     try:
         config = load_config(
             home.config_file,
-            {name: getattr(args, name, None) for name in ControllerConfig.model_fields},
+            flag_overrides({path: getattr(args, ".".join(path)) for path, _ in flag_fields()}),
         )
     except ConfigError as exc:
         sys.stderr.write(f"gflowd: {exc}\n")
@@ -557,6 +559,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if config.fake_gpus and not Path(config.fake_gpus).is_file():
         sys.stderr.write(f"gflowd: --fake-gpus: {config.fake_gpus} is not a file\n")
+        return 1
+    from controller.runtime import backend_switch_problem
+
+    problem = backend_switch_problem(home, config.backend)
+    if problem is None and config.backend == "slurm":
+        from controller.runtime.slurm import check_slurm
+
+        problem = check_slurm()
+    if problem is not None:
+        sys.stderr.write(f"gflowd: --backend {config.backend}: {problem}\n")
         return 1
     lock = InstanceLock(home.lock_file)
     try:

@@ -45,6 +45,12 @@ class RunObservation:
     devices: tuple[int, ...] = ()  # as bound at the decision: survives a controller crash
     device_uuids: tuple[str, ...] = ()
     run_hash: str = ""  # the spec this attempt runs, as admission hashed it
+    # A cluster backend (Slurm) only: the attempt is handed over but waits in the cluster's queue
+    # (``queued``: why, e.g. Resources, Priority; ``message``: the cluster's words), or runs on ``node``.
+    queued: str = ""
+    message: str = ""
+    node: str = ""
+    external_id: str = ""  # the cluster's id of the attempt (a Slurm job id)
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ class Snapshot:
     max_starts: int = 32  # per pass: a flood of jobs starts over several passes, each recorded and interruptible
     default_ttl: float | None = None  # seconds a finished job is kept, when its spec does not say
     finished_history: int | None = None  # at most this many finished jobs are kept
+    bind_gpus: bool = True  # False: a cluster backend (Slurm) allocates GPUs; admitted jobs go to it unbound
 
 
 @dataclass
@@ -300,6 +307,9 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             plan.consumed.append(name)  # a crash came between recording its end and purging its records
             run = None
         if run is not None:  # the attempt ended: record it once
+            if run.external_id:  # a cluster backend: where it ran, even if it ended between two looks
+                state.backend_id, state.node = run.external_id, run.node or state.node
+                state.devices = list(run.devices) or state.devices
             if run.run_hash and not state.run_hash:  # it ended before its start was ever recorded
                 state.run_hash, state.attempt = run.run_hash, max(state.attempt, run.attempt)
             stop = find_condition(state.conditions, "Terminating")
@@ -430,9 +440,12 @@ def sweep_outcome(plan_states: dict[str, JobState], children: tuple[str, ...] | 
 
 def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str) -> None:
     spec = job.spec
+    was_queued = state.phase == "Pending" and bool(run.external_id)  # a cluster's queue held it until now
     state.phase = "Running"
     state.pid = run.pid
     plan.time_limits[state.name] = spec.time_limit
+    if run.external_id:
+        state.backend_id, state.node = run.external_id, run.node or state.node
     # after a crash the status may predate the start: the runtime's records are the truth
     if run.attempt > state.attempt:
         state.attempt = run.attempt
@@ -441,11 +454,13 @@ def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation,
         state.run_hash = run.run_hash
     if run.devices and list(run.devices) != state.devices:
         state.devices, state.device_uuids = list(run.devices), list(run.device_uuids)
-    if state.start_time is None:
+    if run.queued:
+        state.start_time = None  # the time limit counts from the cluster's start, as it does there
+    elif state.start_time is None or run.external_id:
         state.start_time = run.started_at
     grace = spec.termination_grace_period if spec.termination_grace_period is not None else snap.default_grace
     stopping = find_condition(state.conditions, "Terminating")
-    deadline = (state.start_time or run.started_at) + spec.time_limit if spec.time_limit is not None else None
+    deadline = (state.start_time or run.started_at) + spec.time_limit if spec.time_limit is not None and not run.queued else None
     if stopping is not None:
         _request_stop(plan, state, run, stopping["reason"], stopping["message"], grace, now_text)
     elif spec.cancelled:
@@ -462,6 +477,11 @@ def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation,
     elif deadline is not None:
         plan.wake(deadline)
     _gpu_health(plan, state, snap, now_text)
+    if find_condition(state.conditions, "Terminating") is None:
+        if run.queued:
+            state.phase, state.reason, state.message = "Pending", run.queued, run.message
+        elif was_queued:
+            state.reason, state.message = "Started", run.message or "started by the cluster"
     if state.run_hash and state.run_hash != job.run_hash:
         if find_condition(state.conditions, "SpecOutdated") is None:
             plan.events.append(Event(
@@ -646,7 +666,10 @@ def _schedule_pending(
     budgets: dict[str, int] = {}
     for sweep_name, sweep in snap.admission.sweeps.items():
         if sweep.parallelism is not None:
-            running = sum(1 for c in sweep.children if c in plan.states and plan.states[c].phase == "Running")
+            running = sum(
+                1 for c in sweep.children
+                if c in plan.states and (plan.states[c].phase == "Running" or (c in snap.runs and snap.runs[c].running))
+            )  # a child queued in a cluster (Pending there) counts: it was handed over
             budgets[sweep_name] = sweep.parallelism - running
     for state, job in pending:
         spec = job.spec
@@ -688,7 +711,10 @@ def _schedule_pending(
         )
         for _, job in ready
     ]
-    decisions = schedule(requests, slots, snap.strategy, snap.topology)
+    if snap.bind_gpus:
+        decisions = schedule(requests, slots, snap.strategy, snap.topology)
+    else:  # the cluster queues and places jobs; its reasons come back through the runtime
+        decisions = {r.name: Binding([], []) for r in requests}
     started: set[str] = set()
     position = 0
     for state, job in ready:
@@ -703,14 +729,14 @@ def _schedule_pending(
             state.phase, state.reason = "Running", "Started"
             state.message = (
                 f"bound to GPU{'s' if len(decision.devices) != 1 else ''} {','.join(map(str, decision.devices))}"
-                if decision.devices else "started (CPU job)"
+                if decision.devices else "started (CPU job)" if snap.bind_gpus else "submitted to the cluster"
             )
             state.devices, state.device_uuids = list(decision.devices), list(decision.uuids)
             state.run_hash = job.run_hash
             state.start_time = now
             state.completion_time = state.next_attempt_time = None
             state.exit_code = None
-            state.pid = None
+            state.pid = state.backend_id = state.node = None
             state.conditions = set_condition(state.conditions, "Scheduled", "True", "Bound", state.message, now_text)
             plan.starts.append(Launch(job.name, state.attempt, state.generation, job, list(decision.devices), list(decision.uuids)))
             started.add(job.name)

@@ -35,6 +35,10 @@ def from_rfc3339(text: Any) -> float | None:
         return None
 
 
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 @dataclass
 class JobState:
     name: str
@@ -61,6 +65,8 @@ class JobState:
     queue_position: int | None = None
     conditions: list[dict[str, str]] = field(default_factory=list)
     owner: str | None = None  # the Sweep this job belongs to
+    backend_id: str | None = None  # the cluster's id of the latest attempt (slurmJobId)
+    node: str | None = None  # where the latest attempt runs or ran, on a cluster backend
 
     def copy(self) -> "JobState":
         # runs per job per pass: a dict copy is ~15x cheaper than dataclasses.replace or deepcopy
@@ -92,6 +98,8 @@ class JobState:
             "nextAttemptTime": rfc3339(self.next_attempt_time),
             "exitCode": self.exit_code,
             "pid": self.pid,
+            "slurmJobId": self.backend_id,
+            "node": self.node,
             "queuePosition": self.queue_position,
             "conditions": [dict(c) for c in self.conditions],
         }
@@ -131,6 +139,8 @@ class JobState:
             next_attempt_time=from_rfc3339(status.get("nextAttemptTime")),
             exit_code=status.get("exitCode"),
             pid=status.get("pid"),
+            backend_id=_text_or_none(status.get("slurmJobId")),
+            node=status.get("node"),
             queue_position=status.get("queuePosition"),
             conditions=[dict(c) for c in status.get("conditions") or []],
             owner=next((o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Sweep"), None),

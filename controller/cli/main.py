@@ -104,6 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("completion", parents=[common], help="print a shell completion script: bash, zsh or fish")
     p.add_argument("shell", choices=["bash", "zsh", "fish"])
 
+    p = sub.add_parser("export", parents=[common], help="print a job as an sbatch script or a Kubernetes Job")
+    p.add_argument("target", choices=["slurm", "k8s"])
+    p.add_argument("name", nargs="?", help="a job or sweep (else every document of -f FILE)")
+    p.add_argument("-f", "--filename", help="a manifest file, instead of a job the controller knows")
+    p.add_argument("--image", help="k8s: the container image")
+    p.add_argument("--queue", help="k8s: the Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
+    p.add_argument("--namespace", help="k8s: metadata.namespace")
+    p.add_argument("--partition", help="slurm: --partition")
+    p.add_argument("--account", help="slurm: --account")
+    p.add_argument("--output", help="slurm: --output (default %%x-%%j.log, arrays %%x-%%A_%%a.log)")
+
     sub.add_parser("version", parents=[common], help="print the version")
     return parser
 
@@ -178,6 +189,12 @@ def run(argv: list[str]) -> int:
         from controller.cli.stats import stats
 
         return stats(home, args.since, args.selector, args.output)
+
+    if verb == "export":
+        from controller.cli.export import export
+
+        options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "output")}
+        return export(home, args.target, args.name, args.filename, options)
     if verb == "explain":
         from controller.cli.explain import explain
 

@@ -1,13 +1,13 @@
 """The runtime seam: start, watch and stop job processes.
 
 ``Runtime`` is the Protocol the daemon talks to; ``supervised.SupervisorRuntime`` implements it with
-one crash-safe supervisor process per attempt (``supervisor.py``). Another backend (a cluster
-scheduler, say) plugs in here without touching the reconcile loop.
+one crash-safe supervisor process per attempt (``supervisor.py``), ``slurm.SlurmRuntime`` with a
+Slurm cluster (``backend: slurm``). ``make_runtime`` picks one from the configuration.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from controller.reconcile import Launch, RunObservation
 
@@ -51,3 +51,33 @@ class Runtime(Protocol):
 
     def needs_polling(self) -> bool:
         """True when an exit can only be noticed by polling ``observe``."""
+
+    # A backend that allocates GPUs itself (a cluster scheduler) sets ``allocates_devices = True``:
+    # reconcile then binds none and reports the devices the backend's observations carry.
+
+
+def make_runtime(home: Any, config: Any) -> Runtime:
+    """The runtime for ``config.backend``: local supervisors (default) or Slurm."""
+    if getattr(config, "backend", "local") == "slurm":
+        from controller.runtime.slurm import SlurmRuntime
+
+        return SlurmRuntime(home, config.slurm)
+    from controller.runtime.supervised import SupervisorRuntime
+
+    return SupervisorRuntime(home)
+
+
+def backend_switch_problem(home: Any, backend: str) -> str | None:
+    """Jobs the other backend still tracks would be orphaned (and reported Lost) by a switch: say so."""
+    if backend == "slurm":
+        jobs_dir = home.run_dir / "jobs"
+        live = sorted(d.name for d in jobs_dir.iterdir() if any(d.glob("launch-*.json"))) if jobs_dir.is_dir() else []
+        other = "local"
+    else:
+        slurm_dir = home.run_dir / "slurm"
+        live = sorted(p.stem for p in slurm_dir.glob("*.json")) if slurm_dir.is_dir() else []
+        other = "slurm"
+    if not live:
+        return None
+    names = ", ".join(live[:5]) + (" ..." if len(live) > 5 else "")
+    return f"{len(live)} job(s) of the {other} backend are not finished ({names}); run with --backend {other} until they are"

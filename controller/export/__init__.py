@@ -1,0 +1,41 @@
+"""Translate gflow manifests for other engines: Slurm (``slurm.py``) and Kubernetes (``k8s.py``).
+
+Pure functions of a validated ``Job`` or ``Sweep`` and a few options: no files, no clocks (a
+relative ``startAfter`` is expressed relative to submission, which is what it means). What does not
+map is never dropped silently: each translation returns ``notes``, one sentence per field it
+could not carry over, which the CLI prints as warnings.
+
+``workdir`` resolves a ``workingDir`` the way the local runtime does, against the manifest's folder,
+so an exported job runs where it would have run on the box.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Exported:
+    """The translated text (a script, or YAML) and what could not be carried over."""
+
+    text: str
+    notes: list[str] = field(default_factory=list)
+    data: Any = None  # the structured form, where there is one (the Kubernetes object)
+
+
+def workdir(working_dir: str | None, manifest_dir: str) -> str:
+    """The job's working directory as the local runtime resolves it (``~`` and relative paths)."""
+    if working_dir:
+        path = os.path.expanduser(working_dir)
+        if not os.path.isabs(path):
+            path = os.path.join(manifest_dir, path)
+    else:
+        path = manifest_dir
+    return os.path.normpath(path)
+
+
+def gflow_env(name: str) -> dict[str, str]:
+    """Variables a job sees under gflowd that mean the same elsewhere (GPUs are the engine's business)."""
+    return {"GFLOW_JOB_NAME": name}

@@ -1,0 +1,209 @@
+"""A gflow Job or Sweep as a Slurm batch script (``gflowctl export slurm``), and the sbatch options
+the Slurm backend submits with (``controller.runtime.slurm``): one translation, two users.
+
+What maps: ``resources.gpus``/``gpuType`` -> ``--gres=gpu[:TYPE]:N``; ``timeLimit`` -> ``--time``
+(Slurm counts whole minutes and rounds up); ``resources.memory`` -> ``--mem`` (MiB, Slurm's units
+are powers of 1024); ``workingDir`` -> ``--chdir``; ``priority`` -> ``--nice`` (negated: higher
+priority is a lower nice; a negative nice needs Slurm operator rights); ``suspend`` -> ``--hold``;
+``startAfter`` -> ``--begin``; ``env`` -> ``export`` lines in the script (values may hold commas,
+which ``--export=K=V`` cannot carry); a Sweep -> ``--array`` with a ``case`` on
+``SLURM_ARRAY_TASK_ID`` that sets each child's variables and command.
+
+What does not map (returned as notes): ``dependsOn`` (Slurm needs the parents' job ids:
+``--dependency=afterok:ID``), ``backoffLimit`` (Slurm has no retry count), ``sharing: Shared`` and
+``gpuMemory`` (a GRES GPU is whole), ``terminationGracePeriod`` (Slurm's ``KillWait`` is
+cluster-wide).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from typing import Any
+
+from controller.export import Exported, gflow_env, workdir
+
+MIB = 2**20
+GIB = 2**30
+
+
+def slurm_time(seconds: float) -> str:
+    """``--time`` as ``[D-]HH:MM:SS``; Slurm itself rounds up to whole minutes."""
+    total = max(1, math.ceil(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def slurm_mem(n_bytes: int) -> str:
+    """``--mem``: whole GiB when exact, else MiB rounded up (Slurm's G and M are powers of 1024)."""
+    if n_bytes % GIB == 0 and n_bytes:
+        return f"{n_bytes // GIB}G"
+    return f"{max(1, math.ceil(n_bytes / MIB))}M"
+
+
+def gres(gpus: int, gpu_type: str | None) -> str | None:
+    if gpus <= 0:
+        return None
+    return f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}"
+
+
+def nice(priority: int) -> int:
+    """gflow: higher priority runs first. Slurm: higher nice runs later."""
+    return -priority
+
+
+def begin(start_after: str | None) -> str | None:
+    """``--begin``: an RFC 3339 time as Slurm's local ``YYYY-MM-DDTHH:MM:SS``, ``+2h`` as ``now+7200``."""
+    if not start_after:
+        return None
+    if start_after.startswith("+"):
+        from controller.api.units import parse_duration
+
+        return f"now+{math.ceil(parse_duration(start_after[1:]))}"
+    from datetime import datetime
+
+    moment = datetime.fromisoformat(start_after.replace("Z", "+00:00"))
+    if moment.tzinfo is not None:
+        moment = moment.astimezone().replace(tzinfo=None)  # Slurm reads times in its local zone
+    return moment.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def sbatch_options(
+    spec: Any,
+    name: str,
+    *,
+    chdir: str,
+    output: str,
+    partition: str | None = None,
+    account: str | None = None,
+    allow_negative_nice: bool = True,
+    gates: bool = True,
+) -> list[str]:
+    """The ``--flag=value`` options for one job spec (a ``JobSpec``), in a stable order.
+
+    ``gates=False`` (the Slurm backend) leaves out ``--begin`` and ``--hold``: gflowd itself holds
+    a suspended job and waits for ``startAfter`` before it submits, so Slurm must not wait again."""
+    opts = [f"--job-name={name}", f"--chdir={chdir}", f"--output={output}", "--export=ALL"]
+    if partition:
+        opts.append(f"--partition={partition}")
+    if account:
+        opts.append(f"--account={account}")
+    res = spec.resources
+    if (g := gres(res.gpus, res.gpu_type)) is not None:
+        opts.append(f"--gres={g}")
+    if spec.time_limit is not None:
+        opts.append(f"--time={slurm_time(spec.time_limit)}")
+    if res.memory is not None:
+        opts.append(f"--mem={slurm_mem(res.memory)}")
+    adjustment = nice(spec.priority)
+    if adjustment < 0 and not allow_negative_nice:
+        adjustment = 0
+    if adjustment:
+        opts.append(f"--nice={adjustment}")
+    if gates and (b := begin(spec.start_after)) is not None:
+        opts.append(f"--begin={b}")
+    if gates and spec.suspend:
+        opts.append("--hold")
+    return opts
+
+
+def unmapped(spec: Any, name: str) -> list[str]:
+    """One sentence per field of ``spec`` that a Slurm job cannot express."""
+    notes = []
+    for dep in spec.depends_on:
+        kind = {"Succeeded": "afterok", "Failed": "afternotok", "Finished": "afterany"}[dep.condition]
+        notes.append(
+            f"{name}: dependsOn {dep.job} ({dep.condition}) needs the parent's Slurm job id: "
+            f"submit with --dependency={kind}:ID"
+        )
+    if spec.backoff_limit:
+        notes.append(f"{name}: backoffLimit {spec.backoff_limit}: Slurm does not retry failed jobs by count; not exported")
+    if spec.sharing == "Shared" or spec.resources.gpu_memory is not None:
+        notes.append(f"{name}: sharing/gpuMemory: a Slurm GRES GPU is whole; the job gets whole GPUs")
+    if spec.termination_grace_period is not None:
+        notes.append(f"{name}: terminationGracePeriod: Slurm's KillWait (cluster-wide) decides the grace")
+    if spec.time_limit is not None and spec.time_limit % 60:
+        notes.append(f"{name}: timeLimit {spec.time_limit:g}s: Slurm counts whole minutes and rounds it up")
+    if spec.priority > 0:
+        notes.append(f"{name}: priority {spec.priority} becomes --nice={nice(spec.priority)}: a negative nice needs Slurm operator rights")
+    if spec.cancelled:
+        notes.append(f"{name}: spec.cancelled is true: this job would not run under gflowd")
+    if spec.ttl_seconds_after_finished is not None:
+        notes.append(f"{name}: ttlSecondsAfterFinished: Slurm keeps its own job records (MinJobAge)")
+    return notes
+
+
+def command_argv(spec: Any) -> list[str]:
+    """What the job execs, as the local runtime would (``script`` runs under ``bash -e``)."""
+    argv = ["bash", "-e", "-c", spec.script] if spec.script is not None else list(spec.command or [])
+    if spec.conda_env:
+        argv = ["conda", "run", "--no-capture-output", "-n", spec.conda_env, *argv]
+    return argv
+
+
+def _exports(env: dict[str, str]) -> list[str]:
+    return [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
+
+
+def job_body(spec: Any, env: dict[str, str]) -> list[str]:
+    """The script lines after the ``#SBATCH`` header: variables, then the work."""
+    lines = _exports(env)
+    if spec.script is not None and not spec.conda_env:
+        lines += ["set -e", spec.script.rstrip("\n")]
+    else:
+        lines.append("exec " + shlex.join(command_argv(spec)))
+    return lines
+
+
+def export_job(
+    job: Any,
+    name: str,
+    manifest_dir: str,
+    *,
+    output: str = "%x-%j.log",
+    partition: str | None = None,
+    account: str | None = None,
+) -> Exported:
+    spec = job.spec
+    opts = sbatch_options(
+        spec, name, chdir=workdir(spec.working_dir, manifest_dir), output=output, partition=partition, account=account
+    )
+    env = {**spec.env, **gflow_env(name)}
+    lines = ["#!/bin/bash", *(f"#SBATCH {o}" for o in opts), ""] + job_body(spec, env)
+    return Exported("\n".join(lines) + "\n", unmapped(spec, name))
+
+
+def export_sweep(
+    sweep: Any,
+    name: str,
+    children: list[Any],
+    manifest_dir: str,
+    *,
+    output: str = "%x-%A_%a.log",
+    partition: str | None = None,
+    account: str | None = None,
+) -> Exported:
+    """A Sweep as one array job: task i is child i (``children``: the expanded child Jobs, in order)."""
+    template = sweep.spec.template
+    opts = sbatch_options(
+        template, name, chdir=workdir(template.working_dir, manifest_dir), output=output,
+        partition=partition, account=account,
+    )
+    last = len(children) - 1
+    array = f"0-{last}" if last > 0 else "0"
+    if sweep.spec.parallelism is not None:
+        array += f"%{sweep.spec.parallelism}"
+    opts.insert(1, f"--array={array}")
+    lines = ["#!/bin/bash", *(f"#SBATCH {o}" for o in opts), "", 'case "$SLURM_ARRAY_TASK_ID" in']
+    for task, child in enumerate(children):
+        env = {**child.spec.env, **gflow_env(child.name)}
+        lines.append(f"  {task})  # {child.name}")
+        lines += [f"    {line}" for line in _exports(env)]
+        lines.append("    exec " + shlex.join(command_argv(child.spec)) + " ;;")
+    lines += ['  *) echo "no sweep child for array task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;', "esac"]
+    notes = unmapped(template, name)
+    notes.append(f"{name}: children run as array tasks {name}_0..{last}, not as jobs named {children[0].name}...")
+    return Exported("\n".join(lines) + "\n", notes)
