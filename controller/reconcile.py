@@ -322,6 +322,7 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
         elif state.phase == "Running":
             # Recorded as running, yet no process is known: it vanished while the controller was away.
             state.phase, state.reason = "Failed", "Lost"
+            state.ended_attempt = state.attempt
             pid = f" (pid {state.pid})" if state.pid else ""
             state.message = f"attempt {state.attempt} was running{pid} but its process is gone; exit code unknown"
             state.completion_time = now
@@ -567,14 +568,14 @@ def _finished_and_current(old: JobState | None, job: AdmittedJob) -> bool:
 
 
 def _already_recorded(old: JobState | None, run: RunObservation) -> bool:
-    """An ended attempt whose end the status file already shows: its attempt number is the
-    record's, and the record no longer says Running (it says how the attempt ended)."""
-    return old is not None and not run.running and old.phase != "Running" and 0 < run.attempt <= old.attempt
+    """An ended attempt whose end the status file already holds (``endedAttempt``)."""
+    return old is not None and not run.running and 0 < run.attempt <= old.ended_attempt
 
 
 def _record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | None, backoff_limit: int) -> None:
     """Turn an ended attempt into a phase. ``stop``: our Terminating condition, if we stopped it."""
     stop_reason = stop["reason"] if stop else None
+    state.ended_attempt = max(state.ended_attempt, run.attempt)
     state.conditions = remove_condition(state.conditions, "Terminating")
     state.conditions = remove_condition(state.conditions, "SpecOutdated")
     state.exit_code = run.exit_code

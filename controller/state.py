@@ -55,6 +55,7 @@ class JobState:
     run_hash: str = ""  # run hash of the spec the latest attempt ran with ("" = never ran)
     attempt: int = 0
     failed: int = 0
+    ended_attempt: int = 0  # the latest attempt whose end this record holds: an exit seen again is not recounted
     devices: list[int] = field(default_factory=list)
     device_uuids: list[str] = field(default_factory=list)
     start_time: float | None = None
@@ -93,6 +94,7 @@ class JobState:
             "gpus": self.gpus,
             "attempt": self.attempt,
             "failed": self.failed,
+            "endedAttempt": self.ended_attempt or None,
             "startTime": rfc3339(self.start_time),
             "completionTime": rfc3339(self.completion_time),
             "nextAttemptTime": rfc3339(self.next_attempt_time),
@@ -132,6 +134,7 @@ class JobState:
             run_hash=str(annotations.get(RUN_HASH, "")),
             attempt=int(status.get("attempt", 0)),
             failed=int(status.get("failed", 0)),
+            ended_attempt=int(status.get("endedAttempt") or 0),
             devices=[int(d) for d in status.get("devices") or []],
             device_uuids=[str(u) for u in status.get("deviceUUIDs") or []],
             start_time=from_rfc3339(status.get("startTime")),

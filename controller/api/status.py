@@ -50,6 +50,9 @@ class JobStatusFields(_Model):
     gpus: int = 0
     attempt: int = Field(default=0, description="1 for the first run, +1 per retry or rerun")
     failed: int = Field(default=0, description="Failed attempts of this generation")
+    ended_attempt: int = Field(
+        default=0, description="The latest attempt whose end is recorded here (so an exit seen again after a crash is not counted twice)"
+    )
     start_time: str | None = None
     completion_time: str | None = None
     next_attempt_time: str | None = Field(default=None, description="When a retry after a failure may start")
