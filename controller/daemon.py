@@ -237,6 +237,7 @@ class Controller:
     def reconcile_once(self, full: bool = False) -> tuple[float | None, bool]:
         """One level-triggered pass. Returns (next timer, pass again now?)."""
         from controller.admission import admit
+        from controller.policy import policy_from_config
         from controller.reconcile import Event, Snapshot, reconcile
 
         with self._lock:
@@ -276,6 +277,7 @@ class Controller:
             previous=self._previous_admission,
             default_ttl=self.config.ttl_seconds_after_finished,
             finished_history=self.config.finished_jobs_history,
+            policy=policy_from_config(self.config),
         )
         plan = reconcile(snapshot, now)
         again = plan.again

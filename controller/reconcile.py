@@ -8,6 +8,7 @@ so any pass may be repeated or skipped without harm.
 
 from __future__ import annotations
 
+import math
 import re
 import signal as signal_mod
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from controller.admission import AdmissionResult, AdmittedJob
 from controller.api.status import TERMINAL_PHASES, find_condition, remove_condition, set_condition
 from controller.api.units import format_duration, format_quantity
 from controller.gpus.inventory import Gpu
+from controller.policy import Policy, charge, decayed_gpu_seconds, effective_priority, queue_key, quota_keys, quota_table, user_name
 from controller.scheduler import Binding, GpuSlot, Holder, Request, build_slots, schedule
 from controller.state import JobState, SweepState, rfc3339
 
@@ -90,6 +92,7 @@ class Snapshot:
     max_starts: int = 32  # per pass: a flood of jobs starts over several passes, each recorded and interruptible
     default_ttl: float | None = None  # seconds a finished job is kept, when its spec does not say
     finished_history: int | None = None  # at most this many finished jobs are kept
+    policy: Policy = field(default_factory=Policy)  # backfill, aging, fair share, quotas (controller/policy.py)
 
 
 @dataclass
@@ -540,17 +543,34 @@ def _reset_for_rerun(plan: Plan, state: JobState, why: str) -> None:
 
 
 def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, AdmittedJob]], now: float, now_text: str) -> None:
+    policy = snap.policy
+    quotas = quota_table(policy) if policy.user_quotas or policy.label_quotas else {}
     holders = []
     for name, st in plan.states.items():
         if st.phase == "Running" and st.devices:
             job = snap.admission.jobs.get(name)
             shared = job is not None and job.spec.sharing == "Shared"
             mem = (job.spec.resources.gpu_memory or 0) if job is not None else 0
-            holders.append(Holder(name, tuple(st.devices), shared, mem))
+            limit = job.spec.time_limit if job is not None else None
+            ends_at = st.start_time + limit if limit is not None and st.start_time is not None else math.inf
+            holders.append(Holder(name, tuple(st.devices), shared, mem, ends_at))
+            if quotas and job is not None:
+                charge(quotas, _quota_keys(job, policy), len(st.devices))
     managed = set().union(*snap.job_pids.values()) if snap.job_pids else set()
     slots = build_slots(snap.gpus, holders, snap.allowed_gpus, managed, snap.unmanaged_threshold, snap.ignore_processes)
     plan.slots = slots
-    pending.sort(key=lambda sj: (-sj[1].spec.priority, sj[0].created, natural_key(sj[0].name)))
+    # -- policy: queue order (controller/policy.py) ----------------------------------------------
+    usage: dict[int, float] = {}
+    if policy.fair_share_half_life and len({job.owner_uid for _, job in pending}) > 1:
+        usage = _fair_share_usage(plan, snap, now)
+    for state, job in pending:
+        state.effective_priority = effective_priority(job.spec.priority, now - state.created, policy)
+    pending.sort(key=lambda sj: (
+        *queue_key(sj[1].spec.priority, now - sj[0].created, usage.get(sj[1].owner_uid, 0.0), policy),
+        sj[0].created, natural_key(sj[0].name),
+    ))
+    if policy.aging_interval and pending:  # effective priorities step up on their own
+        plan.wake(now + policy.aging_interval)
     ready: list[tuple[JobState, AdmittedJob]] = []
     all_states = {**snap.states, **plan.states, **{s.name: s for s, _ in pending}}
     # sweeps with a parallelism cap: how many more children may start this pass
@@ -596,10 +616,12 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
             job.spec.resources.gpu_type,
             job.spec.resources.gpu_memory,
             job.spec.sharing == "Shared",
+            job.spec.time_limit,
+            _quota_keys(job, policy) if quotas else (),
         )
         for _, job in ready
     ]
-    decisions = schedule(requests, slots, snap.strategy, snap.topology)
+    decisions = schedule(requests, slots, snap.strategy, snap.topology, mode=policy.mode, now=now, quotas=quotas)
     started: set[str] = set()
     position = 0
     for state, job in ready:
@@ -632,6 +654,26 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
     # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"
     if started and any(st.reason == "Dependency" for st, _ in pending):
         plan.again = True
+
+
+def _quota_keys(job: AdmittedJob, policy: Policy) -> tuple[str, ...]:
+    return quota_keys(user_name(job.owner_uid), job.job.metadata.labels, policy)
+
+
+def _fair_share_usage(plan: Plan, snap: Snapshot, now: float) -> dict[int, float]:
+    """Decayed GPU-seconds per manifest owner (uid), from the latest attempt of every job the
+    controller still has a record of: no separate ledger to keep crash-safe."""
+    half_life = snap.policy.fair_share_half_life or 1.0
+    usage: dict[int, float] = {}
+    for name, st in plan.states.items():
+        if st.start_time is None or not st.devices:
+            continue
+        end = now if st.phase == "Running" else st.completion_time
+        job = snap.admission.jobs.get(name)
+        if end is None or job is None or now - end > 20 * half_life:  # < 1e-6 of its weight left
+            continue
+        usage[job.owner_uid] = usage.get(job.owner_uid, 0.0) + decayed_gpu_seconds(len(st.devices), st.start_time, end, now, half_life)
+    return usage
 
 
 def _dependency_block(

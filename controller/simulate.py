@@ -46,6 +46,7 @@ class SimJob:
     start: float | None = None
     end: float | None = None
     devices: tuple[int, ...] = ()
+    line: int = 0  # in the trace file, for messages
 
     @property
     def run_time(self) -> float:
@@ -98,14 +99,14 @@ def read_trace(path: Path) -> list[SimJob]:
             if not row or not any(cell.strip() for cell in row):
                 continue
             try:
-                jobs.append(_parse_row(row, col, len(jobs)))
+                jobs.append(_parse_row(row, col, len(jobs), line_no))
             except (ValueError, IndexError) as exc:
                 raise TraceError(f"{path} line {line_no}: {exc}") from None
     jobs.sort(key=lambda j: (j.submit, j.index))
     return jobs
 
 
-def _parse_row(row: list[str], col: dict[str, int], index: int) -> SimJob:
+def _parse_row(row: list[str], col: dict[str, int], index: int, line: int) -> SimJob:
     def cell(name: str) -> str:
         return row[col[name]].strip() if name in col and col[name] < len(row) else ""
 
@@ -134,6 +135,7 @@ def _parse_row(row: list[str], col: dict[str, int], index: int) -> SimJob:
         user=cell("user") or "unknown",
         shared=shared,
         gpu_memory=int(float(memory) * GIB) if memory else None,
+        line=line,
     )
 
 
@@ -144,7 +146,7 @@ def simulate(jobs: list[SimJob], gpus: int, policy: Policy, policy_name: str = "
     """Run the trace to the end; fills each job's start/end/devices and returns the metrics."""
     too_big = next((j for j in jobs if j.gpus > gpus), None)
     if too_big is not None:
-        raise TraceError(f"job {too_big.index} (submitted at {too_big.submit:g}s) needs {too_big.gpus} GPUs; --gpus is {gpus}")
+        raise TraceError(f"trace line {too_big.line}: the job needs {too_big.gpus} GPUs; --gpus is {gpus}")
     slots = [GpuSlot(Gpu(i, f"GPU-sim-{i}", "simulated GPU", 80 * GIB), "Free") for i in range(gpus)]
     requests = {
         str(j.index): Request(str(j.index), j.gpus, None, j.gpu_memory, j.shared, j.time_limit, quota_keys(j.user, {}, policy))

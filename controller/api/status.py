@@ -56,6 +56,9 @@ class JobStatusFields(_Model):
     exit_code: int | None = None
     pid: int | None = None
     queue_position: int | None = Field(default=None, description="1-based position in the queue, while Pending")
+    effective_priority: int | None = Field(
+        default=None, description="While Pending: priority plus what aging added (docs/scheduling.md)"
+    )
     conditions: list[Condition] = Field(default_factory=list)
 
 
