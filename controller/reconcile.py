@@ -19,7 +19,7 @@ from controller.api.status import TERMINAL_PHASES, find_condition, remove_condit
 from controller.api.units import format_duration, format_quantity
 from controller.gpus.inventory import Gpu
 from controller.policy import Policy, charge, decayed_gpu_seconds, effective_priority, queue_key, quota_keys, quota_table, user_name
-from controller.scheduler import Binding, GpuSlot, Holder, Request, build_slots, schedule
+from controller.scheduler import Binding, GpuSlot, Holder, Request, Running, Wait, build_slots, preemption_victims, schedule
 from controller.state import JobState, SweepState, rfc3339
 
 DEFAULT_GRACE = 10.0
@@ -485,6 +485,12 @@ def _record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | No
     if stop_reason == "UserCancelled":
         state.phase, state.reason, state.message = "Cancelled", "UserCancelled", f"cancelled; attempt {run.attempt} stopped ({how})"
         return
+    if stop_reason == "Preempted":  # not the job's failure: not counted against its backoffLimit
+        state.phase, state.reason = "Pending", "Preempted"
+        state.message = f"{stop['message'] if stop else 'preempted'}; attempt {run.attempt} stopped ({how})"
+        state.conditions = set_condition(state.conditions, "Preempted", "True", "Preempted", state.message, stop.get("lastTransitionTime", "") if stop else "")
+        state.completion_time = None
+        return
     if stop_reason == "DeadlineExceeded" or (stop_reason is None and run.reason == "DeadlineExceeded"):
         state.phase, state.reason = "Failed", "DeadlineExceeded"
         state.message = f"attempt {run.attempt} exceeded its time limit and was stopped ({how})"
@@ -622,6 +628,8 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
         for _, job in ready
     ]
     decisions = schedule(requests, slots, snap.strategy, snap.topology, mode=policy.mode, now=now, quotas=quotas)
+    if policy.preemption_threshold is not None:
+        _preempt(plan, snap, ready, requests, decisions, now_text)
     started: set[str] = set()
     position = 0
     for state, job in ready:
@@ -645,15 +653,52 @@ def _schedule_pending(plan: Plan, snap: Snapshot, pending: list[tuple[JobState, 
             state.exit_code = None
             state.pid = None
             state.conditions = set_condition(state.conditions, "Scheduled", "True", "Bound", state.message, now_text)
+            state.conditions = remove_condition(state.conditions, "Preempted")
             plan.starts.append(Launch(job.name, state.attempt, state.generation, job, list(decision.devices), list(decision.uuids)))
             started.add(job.name)
         else:
             state.reason, state.message = decision.reason, decision.message
+            if state.reason in ("Resources", "Priority") and find_condition(state.conditions, "Preempted"):
+                state.reason, state.message = "Preempted", f"preempted earlier, waiting to run again: {decision.message}"
             position += 1
             state.queue_position = position
     # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"
     if started and any(st.reason == "Dependency" for st, _ in pending):
         plan.again = True
+
+
+def _preempt(
+    plan: Plan, snap: Snapshot, ready: list[tuple[JobState, AdmittedJob]], requests: list[Request],
+    decisions: dict, now_text: str,
+) -> None:
+    """Optional preemption: the first job that waits for GPUs may stop running jobs at least
+    ``preemptionThreshold`` below its priority (they return to Pending/Preempted; the stopped
+    attempt does not count against their backoffLimit)."""
+    threshold = snap.policy.preemption_threshold or 0
+    for (state, job), request in zip(ready, requests):
+        decision = decisions[job.name]
+        if not isinstance(decision, Wait):
+            continue
+        if decision.reason not in ("Resources", "Priority"):
+            continue
+        running = []
+        for name, st in plan.states.items():
+            other = snap.admission.jobs.get(name)
+            if st.phase != "Running" or not st.devices or other is None or name not in snap.runs:
+                continue
+            if find_condition(st.conditions, "Terminating") is not None:
+                return  # a stop is already under way (maybe ours): let it land before choosing more
+            running.append(Running(name, other.spec.priority, tuple(st.devices), st.start_time or 0.0))
+        victims = preemption_victims(request, job.spec.priority, plan.slots, running, threshold)
+        for victim in victims:
+            st, other = plan.states[victim], snap.admission.jobs[victim]
+            grace = other.spec.termination_grace_period
+            why = f"preempted by job {job.name} (priority {job.spec.priority} vs {other.spec.priority}); returns to Pending"
+            _request_stop(plan, st, snap.runs[victim], "Preempted", why, snap.default_grace if grace is None else grace, now_text)
+            plan.events.append(Event("Normal", "Preempted", victim, why))
+        if victims:
+            decisions[job.name] = Wait(decision.reason, f"{decision.message}; preempting {', '.join(victims)}")
+        return  # only the first waiting job preempts
 
 
 def _quota_keys(job: AdmittedJob, policy: Policy) -> tuple[str, ...]:

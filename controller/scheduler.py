@@ -443,3 +443,49 @@ def _why_waiting(
             )
     busy = describe_busy(visible, held)
     return Wait("Resources", f"needs {what}, {len(room)} free" + (f" ({busy})" if busy else ""))
+
+
+# -- preemption -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running job as preemption sees it."""
+
+    name: str
+    priority: int
+    devices: tuple[int, ...]
+    started: float
+
+
+def preemption_victims(
+    req: Request, priority: int, slots: list[GpuSlot], running: list[Running], threshold: int
+) -> list[str]:
+    """The running jobs to stop so that ``req`` (priority ``priority``) fits, or none.
+
+    Only jobs at least ``threshold`` below it are candidates, lowest priority first, then the
+    most recently started (the least work lost). All or nothing: if stopping every candidate
+    would not make room, nobody is stopped. Exclusive requests only."""
+    if req.shared or req.gpus == 0:
+        return []
+    usable = {s.index: s for s in slots if _matches(s, req) and s.state not in ("Unhealthy", "Restricted", "Unmanaged")}
+    if req.gpu_memory is not None:
+        usable = {i: s for i, s in usable.items() if s.gpu.memory_total >= req.gpu_memory}
+    free = {i for i, s in usable.items() if s.state == "Free"}
+    holders: dict[int, set[str]] = {}
+    for job in running:
+        for device in job.devices:
+            holders.setdefault(device, set()).add(job.name)
+    victims: list[str] = []
+    candidates = sorted((j for j in running if j.priority + threshold <= priority), key=lambda j: (j.priority, -j.started, j.name))
+    for job in candidates:
+        if len(free) >= req.gpus:
+            break
+        if not any(d in usable for d in job.devices):
+            continue
+        victims.append(job.name)
+        stopped = set(victims)
+        for device in job.devices:
+            if device in usable and holders.get(device, set()) <= stopped:
+                free.add(device)
+    return victims if len(free) >= req.gpus else []

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_reconcile import T0, World, job
 
+from controller.api.status import find_condition
 from controller.config import ConfigError, ControllerConfig, load_config
 from controller.gpus.inventory import Gpu
 from controller.policy import (
@@ -391,3 +392,60 @@ class PolicyWorld(World):
         snap = super().snapshot()
         snap.policy = self.policy
         return snap
+
+
+# --- preemption ------------------------------------------------------------------------------------------
+
+
+def test_preemption_stops_a_low_priority_job_which_returns_to_pending_without_a_failure():
+    world = PolicyWorld(
+        job("low", command=["sleep", "1"], resources={"gpus": 4}, priority=0, backoffLimit=0),
+        n_gpus=4, policy=Policy(preemption_threshold=5),
+    )
+    world.tick(T0)
+    world.put(job("mid", resources={"gpus": 4}, priority=4))  # not enough above low: waits
+    plan = world.tick(T0 + 1)
+    assert plan.stops == []
+    world.put(job("high", resources={"gpus": 4}, priority=5))
+    plan = world.tick(T0 + 2)
+    assert [(s.name, s.reason) for s in plan.stops] == [("low", "Preempted")]
+    assert "preempting low" in world.state("high").message
+    plan = world.tick(T0 + 3)  # the stop is under way: asked again, nobody else preempted
+    assert [(s.name, s.reason) for s in plan.stops] == [("low", "Preempted")]
+    world.exit("low", 143, T0 + 4, signal=15)
+    plan = world.tick(T0 + 5)
+    assert [s.name for s in plan.starts] == ["high"]
+    low = world.state("low")
+    assert (low.phase, low.reason, low.failed) == ("Pending", "Preempted", 0)
+    assert "preempted by job high (priority 5 vs 0)" in find_condition(low.conditions, "Preempted")["message"]
+    assert low.message.startswith("preempted earlier, waiting to run again: ")
+    world.exit("high", 0, T0 + 10)
+    world.tick(T0 + 11)
+    plan = world.tick(T0 + 12)
+    assert {s.name for s in plan.starts} <= {"low", "mid"} and world.phase("high") == ("Succeeded", "Completed")
+
+
+def test_without_a_threshold_nobody_is_preempted():
+    world = PolicyWorld(job("low", command=["sleep", "1"], resources={"gpus": 4}), n_gpus=4)
+    world.tick(T0)
+    world.put(job("high", resources={"gpus": 4}, priority=1000))
+    assert world.tick(T0 + 1).stops == []
+
+
+@pytest.mark.parametrize(
+    ("running", "gpus", "free", "expected"),
+    [
+        pytest.param([("a", 0, (0, 1), 1.0), ("b", 0, (2, 3), 2.0)], 2, 0, ["b"], id="youngest-of-the-lowest-first"),
+        pytest.param([("a", 0, (0, 1), 1.0), ("b", 3, (2, 3), 2.0)], 2, 0, ["a"], id="lowest-priority-first"),
+        pytest.param([("a", 0, (0,), 1.0), ("b", 8, (1, 2, 3), 2.0)], 2, 0, [], id="all-or-nothing"),
+        pytest.param([("a", 0, (0, 1, 2), 1.0)], 2, 1, ["a"], id="free-gpus-count"),
+        pytest.param([("a", 0, (0, 1), 1.0)], 2, 2, [], id="nothing-needed-when-it-fits"),
+    ],
+)
+def test_preemption_victims(running, gpus, free, expected):
+    from controller.scheduler import Running, preemption_victims
+
+    holders = [run(name, devices) for name, _, devices, _ in running]
+    slots = build_slots(machine(sum(len(d) for _, _, d, _ in running) + free), holders, None, set(), GIB)
+    jobs = [Running(name, prio, devices, started) for name, prio, devices, started in running]
+    assert preemption_victims(req("x", gpus), 10, slots, jobs, threshold=5) == expected
