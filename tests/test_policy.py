@@ -449,3 +449,19 @@ def test_preemption_victims(running, gpus, free, expected):
     slots = build_slots(machine(sum(len(d) for _, _, d, _ in running) + free), holders, None, set(), GIB)
     jobs = [Running(name, prio, devices, started) for name, prio, devices, started in running]
     assert preemption_victims(req("x", gpus), 10, slots, jobs, threshold=5) == expected
+
+
+def test_gflowd_flags_carry_every_policy_key(tmp_path):
+    from controller.daemon import build_parser
+
+    args = build_parser().parse_args([
+        "--scheduling-policy", "priority", "--aging-interval", "30m", "--aging-max", "4",
+        "--fair-share-half-life", "0", "--user-quotas", "alice:4,bob:2", "--label-quotas", "team=vision:8",
+        "--preemption-threshold", "5",
+    ])
+    config = load_config(tmp_path / "config.yaml", {name: getattr(args, name) for name in ControllerConfig.model_fields})
+    policy = policy_from_config(config)
+    assert policy == Policy(
+        mode="strict", order="priority", aging_interval=1800.0, aging_max=4, fair_share_half_life=None,
+        user_quotas={"alice": 4, "bob": 2}, label_quotas={"team=vision": 8}, preemption_threshold=5,
+    )
