@@ -104,3 +104,26 @@ def test_foreign_process_and_lost_gpu_appearing_mid_run(home, gflowd, tmp_path):
     assert "GPU 1 unmanaged: pid 4242 (4Gi)" in status["message"] and "GPU 0 unhealthy" in status["message"]
     for name in ("resident", "next"):
         (release / name).touch()
+
+
+def test_policy_flags_reach_the_controller_user_quota_and_effective_priority(home, gflowd, tmp_path):
+    import os
+    import pwd
+
+    user = pwd.getpwuid(os.getuid()).pw_name  # the manifests' owner
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text("gpus:\n" + FOUR_GPUS)
+    release = tmp_path / "release"
+    release.mkdir()
+    record = tmp_path / "intervals.txt"
+    gflowd("--fake-gpus", fake, "--user-quotas", f"{user}:2", "--aging-interval", "1h")
+    write_manifest(home / "jobs", "first.yaml", gpu_job("first", 2, release, record, priority=5))
+    wait_phase(home, "first", "Running", timeout=30)
+    write_manifest(home / "jobs", "second.yaml", gpu_job("second", 1, release, record, priority=3))
+    status = wait_phase(home, "second", "Pending", reason="Quota", timeout=30)
+    assert f"user {user} may use 2 GPUs at once and 2 are in use" in status["message"]
+    assert status["effectivePriority"] == 3
+    (release / "first").touch()
+    wait_phase(home, "second", "Running", timeout=30)
+    (release / "second").touch()
+    wait_phase(home, "second", "Succeeded", timeout=30)
