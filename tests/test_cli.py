@@ -377,3 +377,10 @@ def test_get_jobs_wide_shows_the_effective_priority_of_pending_jobs(home):
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["old"][column] == "6" and rows["old"][header.index("PRIORITY")] == "1"
     assert rows["busy"][column] == "-"  # only while Pending
+
+
+def test_describe_shows_the_effective_priority_while_pending(home):
+    (home.spec_dir / "old.yaml").write_text(JOB.format(name="old"))
+    record(home, JobState(name="old", phase="Pending", reason="Priority", priority=1, effective_priority=6, created=time.time()))
+    out = run("describe", "job", "old")[1]
+    assert any(line.split() == ["Effective", "Priority:", "6"] for line in out.splitlines()), out
