@@ -251,9 +251,10 @@ def _over_quota(req: Request, quotas: dict[str, QuotaUse]) -> Wait | None:
         use = quotas.get(quota_key)
         if use is None or use.used + req.gpus <= use.limit:
             continue
+        what, limit = _count(req.gpus), _count(use.limit)
         if req.gpus > use.limit:
-            return Wait("Quota", f"needs {_count(req.gpus)}, more than the quota of {quota_key} ({_count(use.limit)} at once): it can never start")
-        return Wait("Quota", f"needs {_count(req.gpus)}; {quota_key} may use {_count(use.limit)} at once and {use.used} are in use")
+            return Wait("Quota", f"needs {what}, more than the quota of {quota_key} ({limit} at once): it can never start")
+        return Wait("Quota", f"needs {what}; {quota_key} may use {limit} at once and {use.used} are in use")
     return None
 
 
@@ -266,7 +267,9 @@ def _reservation(req: Request, usable: list[GpuSlot], room: list[GpuSlot], now: 
     for slot in usable:
         if slot.index in free_now:
             when.append((now, 1, slot))
-        elif slot.state in ("Allocated", "Shared") and (not req.shared or slot.gpu.memory_total - slot.foreign_memory >= (req.gpu_memory or 0)):
+        elif slot.state in ("Allocated", "Shared") and (
+            not req.shared or slot.gpu.memory_total - slot.foreign_memory >= (req.gpu_memory or 0)
+        ):
             when.append((slot.free_at, 0, slot))
     when.sort(key=lambda w: (w[0], w[2].index))
     if len(when) < req.gpus:
@@ -477,7 +480,9 @@ def preemption_victims(
         for device in job.devices:
             holders.setdefault(device, set()).add(job.name)
     victims: list[str] = []
-    candidates = sorted((j for j in running if j.priority + threshold <= priority), key=lambda j: (j.priority, -j.started, j.name))
+    candidates = sorted(
+        (j for j in running if j.priority + threshold <= priority), key=lambda j: (j.priority, -j.started, j.name)
+    )
     for job in candidates:
         if len(free) >= req.gpus:
             break

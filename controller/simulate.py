@@ -92,7 +92,8 @@ def read_trace(path: Path) -> list[SimJob]:
         header = [h.strip() for h in next(reader, [])]
         missing = [c for c in REQUIRED if c not in header]
         if missing:
-            raise TraceError(f"{path}: header lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)} (needs {','.join(REQUIRED)})")
+            columns = f"column{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+            raise TraceError(f"{path}: header lacks {columns} (needs {','.join(REQUIRED)})")
         col = {name: header.index(name) for name in header}
         jobs = []
         for line_no, row in enumerate(reader, start=2):
@@ -296,7 +297,9 @@ def metrics(jobs: list[SimJob], gpus: int) -> dict:
     by_gpus: dict[str, dict] = {}
     for size in sorted({j.gpus for j in jobs}):
         group = [j.start - j.submit for j in jobs if j.gpus == size]
-        by_gpus[str(size)] = {"jobs": len(group), "mean_wait_s": round(sum(group) / len(group), 1), "max_wait_s": round(max(group), 1)}
+        by_gpus[str(size)] = {
+            "jobs": len(group), "mean_wait_s": round(sum(group) / len(group), 1), "max_wait_s": round(max(group), 1),
+        }
     # slowdown: (wait + run) / run, with runs shorter than 10 s counted as 10 s (bounded slowdown)
     slowdowns = [(j.start - j.submit + j.run_time) / max(j.run_time, 10.0) for j in jobs]
     return {
