@@ -32,7 +32,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from controller.api.units import format_quantity
+from controller.api.units import format_duration, format_quantity
 from controller.gpus.inventory import Gpu
 
 STRATEGIES = ("sequential", "random", "packed", "spread")
@@ -227,7 +227,12 @@ def schedule(
             continue
         if reasons:
             visible = [s for s in typed if s.state != "Restricted"]  # what the message explains
-            result[req.name] = waits[key] = _why_waiting(req, usable_ever, visible, room, taken_by, held)
+            wait = _why_waiting(req, usable_ever, visible, room, taken_by, held)
+            if reserved_at < math.inf and len(room) >= req.gpus and reserved_at > now:
+                # it fits on held GPUs now: say how short a timeLimit would let it backfill
+                hint = f"; with a timeLimit of at most {format_duration(reserved_at - now)} it could start now"
+                wait = Wait(wait.reason, wait.message + hint)
+            result[req.name] = waits[key] = wait
         else:
             result[req.name] = waits[key] = _NO_REASON
         # Reserve GPUs for the first blocked job that our own jobs' ends will let fit, so a stream

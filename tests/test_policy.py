@@ -116,6 +116,7 @@ def test_backfill_wait_message_says_what_the_gpus_are_held_for():
     slots = build_slots(machine(4), [run("r", (0, 1, 2), NOW + 100)], None, set(), GIB)
     result = schedule([req("big", 4, 3600), req("long", 1, 200)], slots, mode="backfill", now=NOW)
     assert "held for it" in result["long"].message and "big" in result["long"].message
+    assert result["long"].message.endswith("; with a timeLimit of at most 1m40s it could start now")
 
 
 @settings(max_examples=300, deadline=None)
