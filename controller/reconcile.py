@@ -488,7 +488,8 @@ def _record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | No
     if stop_reason == "Preempted":  # not the job's failure: not counted against its backoffLimit
         state.phase, state.reason = "Pending", "Preempted"
         state.message = f"{stop['message'] if stop else 'preempted'}; attempt {run.attempt} stopped ({how})"
-        state.conditions = set_condition(state.conditions, "Preempted", "True", "Preempted", state.message, stop.get("lastTransitionTime", "") if stop else "")
+        since = stop.get("lastTransitionTime", "") if stop else ""
+        state.conditions = set_condition(state.conditions, "Preempted", "True", "Preempted", state.message, since)
         state.completion_time = None
         return
     if stop_reason == "DeadlineExceeded" or (stop_reason is None and run.reason == "DeadlineExceeded"):
