@@ -201,3 +201,11 @@ def test_trace_generator_is_reproducible_and_readable(tmp_path):
     path.write_text(outputs[0])
     jobs = read_trace(path)
     assert len(jobs) == 50 and {j.gpus for j in jobs} <= {1, 2, 4, 8}
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert main(["simulate", "--trace", str(SMALL), "--gpus", "8", "--plot", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err == "error: --plot needs matplotlib: pip install 'gflow-controller[plot]' (or pip install matplotlib)\n"
+    assert not list(tmp_path.iterdir())
