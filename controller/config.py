@@ -6,9 +6,9 @@ Flags override the file. Unknown keys are errors, reported in one line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, StrictStr, field_validator
+from pydantic import BeforeValidator, Field, StrictStr, WithJsonSchema, field_validator
 
 from controller.api.job import Duration, Quantity, _Model
 
@@ -65,6 +65,26 @@ class SlurmConfig(_Model):
     )
 
 
+def _parse_quotas(value: object) -> object:
+    """``alice:4,bob:2`` (the flag's form) or a mapping (config.yaml) -> {name: max GPUs}."""
+    if not isinstance(value, str):
+        return value
+    quotas: dict[str, object] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        name, sep, limit = item.rpartition(":")
+        if not sep or not name:
+            raise ValueError(f"expected NAME:GPUS[,NAME:GPUS...], got {item!r}")
+        quotas[name] = int(limit) if limit.strip().isdigit() else limit
+    return quotas
+
+
+Quotas = Annotated[
+    dict[StrictStr, Annotated[int, Field(ge=0)]],
+    BeforeValidator(_parse_quotas),
+    WithJsonSchema({"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}),
+]
+
+
 class ControllerConfig(_Model):
     spec_dir: StrictStr | None = Field(default=None, description="Spec directory (default: $GFLOW_HOME/jobs)")
     fake_gpus: StrictStr | None = Field(default=None, description="YAML fake-GPU file instead of NVML")
@@ -86,6 +106,36 @@ class ControllerConfig(_Model):
     finished_jobs_history: int | None = Field(
         default=None, ge=0,
         description="Keep at most this many finished jobs; the oldest beyond it have their manifests deleted",
+    )
+    # -- scheduling policy (docs/scheduling.md; defaults chosen by `gflowctl simulate`, docs/simulator.md)
+    scheduling_policy: Literal["backfill", "priority", "firstfit", "fifo"] = Field(
+        default="backfill",
+        description="backfill: priority order, the first blocked job gets a reservation and later jobs "
+        "start only where their timeLimit proves they do not delay it; priority: the first blocked job "
+        "blocks everyone behind it; firstfit: any job that fits starts (starves big jobs); fifo: "
+        "strict arrival order",
+    )
+    aging_interval: Duration | None = Field(
+        default=3600.0, description="A pending job gains one priority point per this much waiting; 0: no aging"
+    )
+    aging_max: int = Field(default=100, ge=0, description="At most this many priority points from aging")
+    fair_share_half_life: Duration | None = Field(
+        default=7 * 86400.0,
+        description="Within one priority, users with fewer recent GPU-hours go first; usage halves "
+        "after this long. 0: no fair share",
+    )
+    user_quotas: Quotas = Field(
+        default_factory=dict,
+        description="Most GPUs a user's (manifest owner's) running jobs may hold at once, e.g. alice:4,bob:2",
+    )
+    label_quotas: Quotas = Field(
+        default_factory=dict,
+        description="Most GPUs the running jobs with a label may hold at once, e.g. team=vision:8",
+    )
+    preemption_threshold: int | None = Field(
+        default=None, ge=1,
+        description="A pending job whose priority is at least this much above a running job's may "
+        "preempt it (the victim returns to Pending); unset: no preemption",
     )
     ignore_processes: list[StrictStr] = Field(
         default_factory=list, description="Foreign GPU processes (by name or pid) that never make a GPU Unmanaged"

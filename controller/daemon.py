@@ -114,6 +114,9 @@ class Controller:
         self._index_cost = 0.0  # seconds it took
         self._index_due: float | None = None  # a coalesced index write is due then (monotonic)
         self.observers = observers  # controller.observers.Observers: metrics, webhooks, history
+        from controller.policy import policy_from_config
+
+        self.policy = policy_from_config(config)  # backfill, aging, fair share, quotas: fixed for this run
 
     # -- wake-ups from other threads -------------------------------------------------------------
 
@@ -304,6 +307,7 @@ class Controller:
             default_ttl=self.config.ttl_seconds_after_finished,
             finished_history=self.config.finished_jobs_history,
             bind_gpus=not getattr(self.runtime, "allocates_devices", False),
+            policy=self.policy,
         )
         plan = reconcile(snapshot, now)
         again = plan.again

@@ -8,6 +8,7 @@ so any pass may be repeated or skipped without harm.
 
 from __future__ import annotations
 
+import math
 import re
 import signal as signal_mod
 from collections import ChainMap
@@ -18,7 +19,8 @@ from controller.admission import AdmissionResult, AdmittedJob
 from controller.api.status import TERMINAL_PHASES, find_condition, remove_condition, set_condition
 from controller.api.units import format_duration, format_quantity
 from controller.gpus.inventory import Gpu
-from controller.scheduler import Binding, GpuSlot, Holder, Request, build_slots, schedule
+from controller.policy import Policy, charge, decayed_gpu_seconds, effective_priority, queue_key, quota_keys, quota_table, user_name
+from controller.scheduler import Binding, GpuSlot, Holder, Request, Running, Wait, build_slots, preemption_victims, schedule
 from controller.state import JobState, SweepState, rfc3339
 
 DEFAULT_GRACE = 10.0
@@ -99,6 +101,7 @@ class Snapshot:
     default_ttl: float | None = None  # seconds a finished job is kept, when its spec does not say
     finished_history: int | None = None  # at most this many finished jobs are kept
     bind_gpus: bool = True  # False: a cluster backend (Slurm) allocates GPUs; admitted jobs go to it unbound
+    policy: Policy = field(default_factory=Policy)  # backfill, aging, fair share, quotas (controller/policy.py)
 
 
 @dataclass
@@ -588,6 +591,13 @@ def _record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | No
     if stop_reason == "UserCancelled":
         state.phase, state.reason, state.message = "Cancelled", "UserCancelled", f"cancelled; attempt {run.attempt} stopped ({how})"
         return
+    if stop_reason == "Preempted":  # not the job's failure: not counted against its backoffLimit
+        state.phase, state.reason = "Pending", "Preempted"
+        state.message = f"{stop['message'] if stop else 'preempted'}; attempt {run.attempt} stopped ({how})"
+        since = stop.get("lastTransitionTime", "") if stop else ""
+        state.conditions = set_condition(state.conditions, "Preempted", "True", "Preempted", state.message, since)
+        state.completion_time = None
+        return
     if stop_reason == "DeadlineExceeded" or (stop_reason is None and run.reason == "DeadlineExceeded"):
         state.phase, state.reason = "Failed", "DeadlineExceeded"
         state.message = f"attempt {run.attempt} exceeded its time limit and was stopped ({how})"
@@ -648,6 +658,8 @@ def _reset_for_rerun(plan: Plan, state: JobState, why: str) -> None:
 def _schedule_pending(
     plan: Plan, snap: Snapshot, pending: list[tuple[JobState, AdmittedJob]], now: float, now_text: str, looked_at: set[str]
 ) -> None:
+    policy = snap.policy
+    quotas = quota_table(policy) if policy.user_quotas or policy.label_quotas else {}
     holders = []
     for name in sorted(looked_at):  # records carried over unseen are settled: none holds a GPU
         st = plan.states.get(name)
@@ -655,11 +667,26 @@ def _schedule_pending(
             job = snap.admission.jobs.get(name)
             shared = job is not None and job.spec.sharing == "Shared"
             mem = (job.spec.resources.gpu_memory or 0) if job is not None else 0
-            holders.append(Holder(name, tuple(st.devices), shared, mem))
+            limit = job.spec.time_limit if job is not None else None
+            ends_at = st.start_time + limit if limit is not None and st.start_time is not None else math.inf
+            holders.append(Holder(name, tuple(st.devices), shared, mem, ends_at))
+            if quotas and job is not None:
+                charge(quotas, _quota_keys(job, policy), len(st.devices))
     managed = set().union(*snap.job_pids.values()) if snap.job_pids else set()
     slots = build_slots(snap.gpus, holders, snap.allowed_gpus, managed, snap.unmanaged_threshold, snap.ignore_processes)
     plan.slots = slots
-    pending.sort(key=lambda sj: (-sj[1].spec.priority, sj[0].created, natural_key(sj[0].name)))
+    # -- policy: queue order (controller/policy.py) ----------------------------------------------
+    usage: dict[int, float] = {}
+    if policy.fair_share_half_life and len({job.owner_uid for _, job in pending}) > 1:
+        usage = _fair_share_usage(plan, snap, now)
+    for state, job in pending:
+        state.effective_priority = effective_priority(job.spec.priority, now - state.created, policy)
+    pending.sort(key=lambda sj: (
+        *queue_key(sj[1].spec.priority, now - sj[0].created, usage.get(sj[1].owner_uid, 0.0), policy),
+        sj[0].created, natural_key(sj[0].name),
+    ))
+    if policy.aging_interval and pending:  # effective priorities step up on their own
+        plan.wake(now + policy.aging_interval)
     ready: list[tuple[JobState, AdmittedJob]] = []
     # parents' records, newest first; a ChainMap spares copying every record when few jobs wait
     all_states = ChainMap({s.name: s for s, _ in pending}, plan.states, snap.states)
@@ -709,11 +736,15 @@ def _schedule_pending(
             job.spec.resources.gpu_type,
             job.spec.resources.gpu_memory,
             job.spec.sharing == "Shared",
+            job.spec.time_limit,
+            _quota_keys(job, policy) if quotas else (),
         )
         for _, job in ready
     ]
     if snap.bind_gpus:
-        decisions = schedule(requests, slots, snap.strategy, snap.topology)
+        decisions = schedule(requests, slots, snap.strategy, snap.topology, mode=policy.mode, now=now, quotas=quotas)
+        if policy.preemption_threshold is not None:
+            _preempt(plan, snap, ready, requests, decisions, now_text)
     else:  # the cluster queues and places jobs; its reasons come back through the runtime
         decisions = {r.name: Binding([], []) for r in requests}
     started: set[str] = set()
@@ -739,15 +770,72 @@ def _schedule_pending(
             state.exit_code = None
             state.pid = state.backend_id = state.node = None
             state.conditions = set_condition(state.conditions, "Scheduled", "True", "Bound", state.message, now_text)
+            state.conditions = remove_condition(state.conditions, "Preempted")
             plan.starts.append(Launch(job.name, state.attempt, state.generation, job, list(decision.devices), list(decision.uuids)))
             started.add(job.name)
         else:
             state.reason, state.message = decision.reason, decision.message
+            if state.reason in ("Resources", "Priority") and find_condition(state.conditions, "Preempted"):
+                state.reason, state.message = "Preempted", f"preempted earlier, waiting to run again: {decision.message}"
             position += 1
             state.queue_position = position
     # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"
     if started and any(st.reason == "Dependency" for st, _ in pending):
         plan.again = True
+
+
+def _preempt(
+    plan: Plan, snap: Snapshot, ready: list[tuple[JobState, AdmittedJob]], requests: list[Request],
+    decisions: dict, now_text: str,
+) -> None:
+    """Optional preemption: the first job that waits for GPUs may stop running jobs at least
+    ``preemptionThreshold`` below its priority (they return to Pending/Preempted; the stopped
+    attempt does not count against their backoffLimit)."""
+    threshold = snap.policy.preemption_threshold or 0
+    for (state, job), request in zip(ready, requests):
+        decision = decisions[job.name]
+        if not isinstance(decision, Wait):
+            continue
+        if decision.reason not in ("Resources", "Priority"):
+            continue
+        running = []
+        for name, st in plan.states.items():
+            other = snap.admission.jobs.get(name)
+            if st.phase != "Running" or not st.devices or other is None or name not in snap.runs:
+                continue
+            if find_condition(st.conditions, "Terminating") is not None:
+                return  # a stop is already under way (maybe ours): let it land before choosing more
+            running.append(Running(name, other.spec.priority, tuple(st.devices), st.start_time or 0.0))
+        victims = preemption_victims(request, job.spec.priority, plan.slots, running, threshold)
+        for victim in victims:
+            st, other = plan.states[victim], snap.admission.jobs[victim]
+            grace = other.spec.termination_grace_period
+            why = f"preempted by job {job.name} (priority {job.spec.priority} vs {other.spec.priority}); returns to Pending"
+            _request_stop(plan, st, snap.runs[victim], "Preempted", why, snap.default_grace if grace is None else grace, now_text)
+            plan.events.append(Event("Normal", "Preempted", victim, why))
+        if victims:
+            decisions[job.name] = Wait(decision.reason, f"{decision.message}; preempting {', '.join(victims)}")
+        return  # only the first waiting job preempts
+
+
+def _quota_keys(job: AdmittedJob, policy: Policy) -> tuple[str, ...]:
+    return quota_keys(user_name(job.owner_uid), job.job.metadata.labels, policy)
+
+
+def _fair_share_usage(plan: Plan, snap: Snapshot, now: float) -> dict[int, float]:
+    """Decayed GPU-seconds per manifest owner (uid), from the latest attempt of every job the
+    controller still has a record of: no separate ledger to keep crash-safe."""
+    half_life = snap.policy.fair_share_half_life or 1.0
+    usage: dict[int, float] = {}
+    for name, st in plan.states.items():
+        if st.start_time is None or not st.devices:
+            continue
+        end = now if st.phase == "Running" else st.completion_time
+        job = snap.admission.jobs.get(name)
+        if end is None or job is None or now - end > 20 * half_life:  # < 1e-6 of its weight left
+            continue
+        usage[job.owner_uid] = usage.get(job.owner_uid, 0.0) + decayed_gpu_seconds(len(st.devices), st.start_time, end, now, half_life)
+    return usage
 
 
 def _dependency_block(

@@ -8,21 +8,35 @@ Rules, in order:
 - Gang binding: a job gets all of its GPUs in one pass or none.
 - ``Exclusive`` jobs take ``Free`` GPUs; ``Shared`` jobs co-locate on ``Free``/``Shared`` GPUs while
   the declared ``gpuMemory`` of every Shared job there plus what foreign processes use fits.
+- Quotas: a job whose user or label group would go over its GPU quota waits with reason ``Quota``
+  (and holds nothing).
 - No starvation: the first job in queue order that cannot fit yet, but will once our own running
-  jobs end, holds the GPUs that are free for it; jobs behind it may not take those (they wait with
-  reason ``Priority``). The scheduling-policy work adds backfill on top.
+  jobs end, gets a *reservation*: the GPUs it will use are held for it; jobs behind it may not take
+  them (they wait with reason ``Priority``). Per ``mode``:
+  - ``strict``: held GPUs are taken by nobody (strict priority: the head blocks its GPU type);
+  - ``backfill`` (EASY backfill): the reservation has a time, the earliest moment enough GPUs are
+    free by the running jobs' start + timeLimit. A job behind may take held GPUs only if its own
+    timeLimit ends it by then; GPUs the reservation does not need are free for anyone. A job
+    without a timeLimit never takes held GPUs, and when a GPU the reservation needs is held by a
+    job without a timeLimit, the reservation has no time and the hold is strict;
+  - ``firstfit``: nothing is held; any job that fits starts (what greedy schedulers do; starves
+    big jobs).
 - A job that can never fit on this machine is ``Unschedulable``, with the numbers.
+
+The queue order (priority, aging, fair share) is the caller's: see ``controller.policy``.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
-from controller.api.units import format_quantity
+from controller.api.units import format_duration, format_quantity
 from controller.gpus.inventory import Gpu
 
 STRATEGIES = ("sequential", "random", "packed", "spread")
+MODES = ("strict", "backfill", "firstfit")
 
 
 @dataclass(frozen=True)
@@ -32,6 +46,16 @@ class Request:
     gpu_type: str | None = None
     gpu_memory: int | None = None
     shared: bool = False
+    time_limit: float | None = None  # seconds; None: unknown, so never backfilled into a reservation
+    quota_keys: tuple[str, ...] = ()  # quota groups it counts against, e.g. ``user alice``
+
+
+@dataclass
+class QuotaUse:
+    """A quota group's limit and the GPUs its running jobs hold (updated as the pass binds)."""
+
+    limit: int
+    used: int = 0
 
 
 @dataclass
@@ -44,6 +68,7 @@ class GpuSlot:
     shared_reserved: int = 0  # gpuMemory promised to Shared jobs here
     foreign_memory: int = 0  # memory used by processes we did not start
     foreign_pids: tuple[int, ...] = ()
+    free_at: float = 0.0  # when our jobs on it end (start + timeLimit); inf: one has no timeLimit
 
     @property
     def index(self) -> int:
@@ -73,6 +98,7 @@ class Holder:
     devices: tuple[int, ...]
     shared: bool
     gpu_memory: int = 0
+    ends_at: float = math.inf  # start + timeLimit; inf: no timeLimit, its end is unknown
 
 
 def build_slots(
@@ -107,6 +133,7 @@ def build_slots(
             if slot is None:
                 continue
             slot.jobs.append(holder.name)
+            slot.free_at = max(slot.free_at, holder.ends_at)
             if holder.shared:
                 slot.shared_reserved += holder.gpu_memory
                 if slot.state == "Free":
@@ -121,22 +148,40 @@ def schedule(
     slots: list[GpuSlot],
     strategy: str = "sequential",
     topology: dict[tuple[int, int], int] | None = None,
+    *,
+    mode: str = "backfill",
+    now: float = 0.0,
+    quotas: dict[str, QuotaUse] | None = None,
+    reasons: bool = True,
 ) -> dict[str, Binding | Wait]:
     """Bind requests in the given (queue) order. ``slots`` are updated with this pass's bindings,
-    so the caller sees the GPUs as the pass leaves them."""
+    so the caller sees the GPUs as the pass leaves them; so are ``quotas``' ``used``.
+
+    ``reasons=False`` (the simulator) stops once no GPU is left that anyone could take, and
+    gives waiting jobs no message: the bindings are the same, the pass is cheaper."""
     result: dict[str, Binding | Wait] = {}
     taken_by: dict[int, list[str]] = {}  # GPU index -> jobs bound to it earlier in this pass
     held: dict[int, str] = {}  # GPU index -> blocked higher-priority job it is kept for
+    reserved_at = math.inf  # backfill: when the held GPUs are needed; inf: strict hold
+    quotas = quotas if quotas is not None else {}
     # Thousands of pending jobs come in a few shapes; GPUs change only when a job binds or holds.
     # So candidates are computed once per shape, and a waiting job's reason once per shape and
     # GPU state (``version``): a pass over 10,000 pending jobs costs little more than over 10.
     candidates: dict[tuple, tuple[list[GpuSlot], list[GpuSlot]]] = {}
     waits: dict[tuple, Wait] = {}
     version = 0
+    exhausted_at = -1  # the version at which no GPU was left for anyone (reasons=False only)
     for req in requests:
         if req.gpus == 0:
             result[req.name] = Binding([], [])
             continue
+        if not reasons and exhausted_at == version:
+            break
+        if req.quota_keys and quotas:
+            over = _over_quota(req, quotas)
+            if over is not None:
+                result[req.name] = over
+                continue
         shape = (req.gpu_type, req.gpu_memory)
         if shape not in candidates:
             typed = [s for s in slots if _matches(s, req)]
@@ -146,37 +191,108 @@ def schedule(
             candidates[shape] = (typed, usable)
         typed, usable_ever = candidates[shape]
         if len(usable_ever) < req.gpus:
-            result[req.name] = Wait("Unschedulable", _never_fits(req, slots, typed))
+            result[req.name] = Wait("Unschedulable", _never_fits(req, slots, typed)) if reasons else _NO_REASON
             continue
-        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, version)
+        # backfill: may this job use held GPUs, because its timeLimit ends it before they are needed?
+        ends_in_time = reserved_at < math.inf and req.time_limit is not None and now + req.time_limit <= reserved_at
+        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, version, ends_in_time)
         if key in waits:
             result[req.name] = waits[key]
             continue
         room = [s for s in usable_ever if _has_room(s, req)]
-        open_room = [s for s in room if s.index not in held]
+        open_room = room if ends_in_time else [s for s in room if s.index not in held]
         if len(open_room) >= req.gpus:
             version += 1
+            if ends_in_time:  # take held GPUs first: the free ones stay for jobs that run longer
+                in_held = [s for s in open_room if s.index in held]
+                if len(in_held) >= req.gpus:
+                    open_room = in_held
             chosen = _choose(open_room, req, strategy, topology)
+            ends = now + req.time_limit if req.time_limit is not None else math.inf
             for slot in chosen:
                 slot.jobs.append(req.name)
+                slot.free_at = max(slot.free_at, ends)
                 taken_by.setdefault(slot.index, []).append(req.name)
                 if req.shared:
                     slot.shared_reserved += req.gpu_memory or 0
                     slot.state = "Shared"
                 else:
                     slot.state = "Allocated"
+            for quota_key in req.quota_keys:
+                if quota_key in quotas:
+                    quotas[quota_key].used += req.gpus
             result[req.name] = Binding([s.index for s in chosen], [s.gpu.uuid for s in chosen])
+            if not reasons and not _any_room(slots, held, mode):
+                exhausted_at = version
             continue
-        visible = [s for s in typed if s.state != "Restricted"]  # what the message explains
-        result[req.name] = waits[key] = _why_waiting(req, usable_ever, visible, room, taken_by, held)
-        # Hold what is free for the first blocked job that our own jobs' ends will let fit, so a
-        # stream of smaller jobs behind it cannot take those GPUs forever.
-        if not held and _fits_once_ours_end(req, usable_ever):
-            for slot in room[: req.gpus]:
+        if reasons:
+            visible = [s for s in typed if s.state != "Restricted"]  # what the message explains
+            wait = _why_waiting(req, usable_ever, visible, room, taken_by, held)
+            if reserved_at < math.inf and len(room) >= req.gpus and reserved_at > now:
+                # it fits on held GPUs now: say how short a timeLimit would let it backfill
+                hint = f"; with a timeLimit of at most {format_duration(reserved_at - now)} it could start now"
+                wait = Wait(wait.reason, wait.message + hint)
+            result[req.name] = waits[key] = wait
+        else:
+            result[req.name] = waits[key] = _NO_REASON
+        # Reserve GPUs for the first blocked job that our own jobs' ends will let fit, so a stream
+        # of smaller jobs behind it cannot take them forever.
+        if not held and mode != "firstfit" and _fits_once_ours_end(req, usable_ever):
+            needed, reserved_at = _reservation(req, usable_ever, room, now) if mode == "backfill" else (room, math.inf)
+            for slot in needed:
                 held[slot.index] = req.name
-            if room:
+            if needed:
                 version += 1
+                if not reasons and not _any_room(slots, held, mode):
+                    exhausted_at = version
     return result
+
+
+_NO_REASON = Wait("Resources", "")
+
+
+def _over_quota(req: Request, quotas: dict[str, QuotaUse]) -> Wait | None:
+    for quota_key in req.quota_keys:
+        use = quotas.get(quota_key)
+        if use is None or use.used + req.gpus <= use.limit:
+            continue
+        what, limit = _count(req.gpus), _count(use.limit)
+        if req.gpus > use.limit:
+            return Wait("Quota", f"needs {what}, more than the quota of {quota_key} ({limit} at once): it can never start")
+        return Wait("Quota", f"needs {what}; {quota_key} may use {limit} at once and {use.used} are in use")
+    return None
+
+
+def _reservation(req: Request, usable: list[GpuSlot], room: list[GpuSlot], now: float) -> tuple[list[GpuSlot], float]:
+    """EASY backfill: the GPUs ``req`` will start on and when. It takes the GPUs that free up
+    earliest; of those free at that moment, it prefers ones busy now, so GPUs free now that it
+    does not need stay open for jobs behind it, whatever their length."""
+    free_now = {s.index for s in room}
+    when: list[tuple[float, int, GpuSlot]] = []
+    for slot in usable:
+        if slot.index in free_now:
+            when.append((now, 1, slot))
+        elif slot.state in ("Allocated", "Shared") and (
+            not req.shared or slot.gpu.memory_total - slot.foreign_memory >= (req.gpu_memory or 0)
+        ):
+            when.append((slot.free_at, 0, slot))
+    when.sort(key=lambda w: (w[0], w[2].index))
+    if len(when) < req.gpus:
+        return room, math.inf
+    at = max(now, when[req.gpus - 1][0])
+    if at == math.inf:
+        return room, math.inf
+    ready = sorted((w for w in when if w[0] <= at), key=lambda w: (w[1], w[0], w[2].index))
+    needed = [w[2] for w in ready[: req.gpus]]
+    return needed, at
+
+
+def _any_room(slots: list[GpuSlot], held: dict[int, str], mode: str) -> bool:
+    """Could any job still be placed somewhere (ignoring its shape)?"""
+    for slot in slots:
+        if slot.state in ("Free", "Shared") and (mode == "backfill" or slot.index not in held):
+            return True
+    return False
 
 
 # -- choosing GPUs ------------------------------------------------------------------------------------
@@ -335,3 +451,51 @@ def _why_waiting(
             )
     busy = describe_busy(visible, held)
     return Wait("Resources", f"needs {what}, {len(room)} free" + (f" ({busy})" if busy else ""))
+
+
+# -- preemption -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running job as preemption sees it."""
+
+    name: str
+    priority: int
+    devices: tuple[int, ...]
+    started: float
+
+
+def preemption_victims(
+    req: Request, priority: int, slots: list[GpuSlot], running: list[Running], threshold: int
+) -> list[str]:
+    """The running jobs to stop so that ``req`` (priority ``priority``) fits, or none.
+
+    Only jobs at least ``threshold`` below it are candidates, lowest priority first, then the
+    most recently started (the least work lost). All or nothing: if stopping every candidate
+    would not make room, nobody is stopped. Exclusive requests only."""
+    if req.shared or req.gpus == 0:
+        return []
+    usable = {s.index: s for s in slots if _matches(s, req) and s.state not in ("Unhealthy", "Restricted", "Unmanaged")}
+    if req.gpu_memory is not None:
+        usable = {i: s for i, s in usable.items() if s.gpu.memory_total >= req.gpu_memory}
+    free = {i for i, s in usable.items() if s.state == "Free"}
+    holders: dict[int, set[str]] = {}
+    for job in running:
+        for device in job.devices:
+            holders.setdefault(device, set()).add(job.name)
+    victims: list[str] = []
+    candidates = sorted(
+        (j for j in running if j.priority + threshold <= priority), key=lambda j: (j.priority, -j.started, j.name)
+    )
+    for job in candidates:
+        if len(free) >= req.gpus:
+            break
+        if not any(d in usable for d in job.devices):
+            continue
+        victims.append(job.name)
+        stopped = set(victims)
+        for device in job.devices:
+            if device in usable and holders.get(device, set()) <= stopped:
+                free.add(device)
+    return victims if len(free) >= req.gpus else []

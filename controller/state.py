@@ -64,6 +64,7 @@ class JobState:
     exit_code: int | None = None
     pid: int | None = None
     queue_position: int | None = None
+    effective_priority: int | None = None  # while Pending: priority plus aging (controller/policy.py)
     conditions: list[dict[str, str]] = field(default_factory=list)
     owner: str | None = None  # the Sweep this job belongs to
     backend_id: str | None = None  # the cluster's id of the latest attempt (slurmJobId)
@@ -103,6 +104,7 @@ class JobState:
             "slurmJobId": self.backend_id,
             "node": self.node,
             "queuePosition": self.queue_position,
+            "effectivePriority": self.effective_priority if self.phase == "Pending" else None,
             "conditions": [dict(c) for c in self.conditions],
         }
         status = {k: v for k, v in status.items() if v is not None and v != [] or k in ("devices", "conditions")}
@@ -145,6 +147,7 @@ class JobState:
             backend_id=_text_or_none(status.get("slurmJobId")),
             node=status.get("node"),
             queue_position=status.get("queuePosition"),
+            effective_priority=status.get("effectivePriority"),
             conditions=[dict(c) for c in status.get("conditions") or []],
             owner=next((o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Sweep"), None),
         )
@@ -167,6 +170,7 @@ class JobState:
             "completionTime": self.completion_time,
             "generation": self.generation,
             "queuePosition": self.queue_position,
+            "effectivePriority": self.effective_priority if self.phase == "Pending" else None,
             "owner": self.owner,
         }
 

@@ -69,7 +69,7 @@ if ! venv_ok; then
     fi
 fi
 
-say "installing gflow-controller (editable, with test extras) into $VENV"
+say "installing gflow-controller (editable, with test and plot extras) into $VENV"
 rm -f "$STAMP"
 # pip and build back-ends are chatty even with --quiet: keep their output, show it on failure
 LOG="$(mktemp "${TMPDIR:-/tmp}/gflow-setup.XXXXXX")"
@@ -78,9 +78,10 @@ pip_quiet() { "$VENV/bin/python" -m pip --quiet --disable-pip-version-check "$@"
 if ! pip_quiet install --upgrade pip; then
     say "warning: could not upgrade pip; continuing with $("$VENV/bin/python" -m pip --version | cut -d' ' -f1-2)"
 fi
-if ! pip_quiet install -e "$ROOT[test]"; then
+# plot: matplotlib, so the test of gflowctl simulate --plot runs
+if ! pip_quiet install -e "$ROOT[test,plot]"; then
     cat "$LOG" >&2
-    say "pip install -e '.[test]' failed (output above)"
+    say "pip install -e '.[test,plot]' failed (output above)"
     exit 1
 fi
 printf '%s\n' "$VENV" >"$STAMP"

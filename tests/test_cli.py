@@ -362,3 +362,25 @@ def test_get_jobs_watch_prints_a_row_when_a_job_changes_and_stops_on_ctrl_c(home
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
+
+
+def test_get_jobs_wide_shows_the_effective_priority_of_pending_jobs(home):
+    now = time.time()
+    record(
+        home,
+        JobState(name="old", phase="Pending", reason="Priority", priority=1, effective_priority=6, created=now - 5 * 3600),
+        JobState(name="busy", phase="Running", reason="Started", priority=2, effective_priority=2, created=now),
+    )
+    lines = run("get", "jobs", "-o", "wide")[1].splitlines()
+    header = lines[0].split()
+    column = header.index("EFFECTIVE")
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["old"][column] == "6" and rows["old"][header.index("PRIORITY")] == "1"
+    assert rows["busy"][column] == "-"  # only while Pending
+
+
+def test_describe_shows_the_effective_priority_while_pending(home):
+    (home.spec_dir / "old.yaml").write_text(JOB.format(name="old"))
+    record(home, JobState(name="old", phase="Pending", reason="Priority", priority=1, effective_priority=6, created=time.time()))
+    out = run("describe", "job", "old")[1]
+    assert any(line.split() == ["Effective", "Priority:", "6"] for line in out.splitlines()), out

@@ -104,3 +104,48 @@ def test_foreign_process_and_lost_gpu_appearing_mid_run(home, gflowd, tmp_path):
     assert "GPU 1 unmanaged: pid 4242 (4Gi)" in status["message"] and "GPU 0 unhealthy" in status["message"]
     for name in ("resident", "next"):
         (release / name).touch()
+
+
+def test_policy_flags_reach_the_controller_user_quota_and_effective_priority(home, gflowd, tmp_path):
+    import os
+    import pwd
+
+    user = pwd.getpwuid(os.getuid()).pw_name  # the manifests' owner
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text("gpus:\n" + FOUR_GPUS)
+    release = tmp_path / "release"
+    release.mkdir()
+    record = tmp_path / "intervals.txt"
+    gflowd("--fake-gpus", fake, "--user-quotas", f"{user}:2", "--aging-interval", "1h")
+    write_manifest(home / "jobs", "first.yaml", gpu_job("first", 2, release, record, priority=5))
+    wait_phase(home, "first", "Running", timeout=30)
+    write_manifest(home / "jobs", "second.yaml", gpu_job("second", 1, release, record, priority=3))
+    status = wait_phase(home, "second", "Pending", reason="Quota", timeout=30)
+    assert f"user {user} may use 2 GPUs at once and 2 are in use" in status["message"]
+    assert status["effectivePriority"] == 3
+    (release / "first").touch()
+    wait_phase(home, "second", "Running", timeout=30)
+    (release / "second").touch()
+    wait_phase(home, "second", "Succeeded", timeout=30)
+
+
+def test_preemption_end_to_end(home, gflowd, tmp_path):
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text("gpus:\n" + FOUR_GPUS)
+    release = tmp_path / "release"
+    release.mkdir()
+    record = tmp_path / "intervals.txt"
+    daemon = gflowd("--fake-gpus", fake, "--preemption-threshold", "5")
+    write_manifest(home / "jobs", "low.yaml", gpu_job("low", 4, release, record, priority=0))
+    wait_phase(home, "low", "Running", timeout=30, daemon=daemon)
+    write_manifest(home / "jobs", "high.yaml", gpu_job("high", 4, release, record, priority=5))
+    wait_phase(home, "high", "Running", timeout=60, daemon=daemon)
+    low = wait_phase(home, "low", "Pending", reason="Preempted", timeout=30, daemon=daemon)
+    assert low["failed"] == 0  # backoffLimit 0: a counted attempt would have made it Failed
+    preempted = next(c for c in low["conditions"] if c["type"] == "Preempted")
+    assert "preempted by job high (priority 5 vs 0)" in preempted["message"]
+    (release / "high").touch()
+    low = wait_phase(home, "low", "Running", timeout=30, daemon=daemon)
+    assert low["attempt"] == 2 and not any(c["type"] == "Preempted" for c in low["conditions"])
+    (release / "low").touch()
+    wait_phase(home, "low", "Succeeded", timeout=30, daemon=daemon)

@@ -61,6 +61,9 @@ class JobStatusFields(_Model):
     slurm_job_id: str | None = Field(default=None, description="Slurm backend: the Slurm job id of the latest attempt")
     node: str | None = Field(default=None, description="Slurm backend: the node the latest attempt runs or ran on")
     queue_position: int | None = Field(default=None, description="1-based position in the queue, while Pending")
+    effective_priority: int | None = Field(
+        default=None, description="While Pending: priority plus what aging added (docs/scheduling.md)"
+    )
     conditions: list[Condition] = Field(default_factory=list)
 
 

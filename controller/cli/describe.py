@@ -31,7 +31,8 @@ def describe(home: Home, name: str) -> int:
     if status.get("message"):
         lines.append(("Message", str(status["message"])))
     for key, label in (("attempt", "Attempt"), ("exitCode", "Exit Code"), ("pid", "PID"),
-                       ("slurmJobId", "Slurm Job"), ("node", "Node"), ("queuePosition", "Queue Position"), ("observedGeneration", "Generation")):
+                       ("slurmJobId", "Slurm Job"), ("node", "Node"), ("queuePosition", "Queue Position"),
+                       ("effectivePriority", "Effective Priority"), ("observedGeneration", "Generation")):
         if status.get(key) is not None:
             lines.append((label, str(status[key])))
     if status.get("devices"):

@@ -140,7 +140,7 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
     now = time.time()
     header = ["NAME", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
     if wide:
-        header += ["ATTEMPT", "EXIT", "MANIFEST", "MESSAGE"]
+        header += ["EFFECTIVE", "ATTEMPT", "EXIT", "MANIFEST", "MESSAGE"]
     table = [header]
     for name, row in chosen:
         devices = row.get("devices") or []
@@ -155,7 +155,9 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
         ]
         if wide:
             exit_code = row.get("exitCode")
+            effective = row.get("effectivePriority")
             line += [
+                "-" if effective is None else str(effective),
                 str(row.get("attempt", 0)),
                 "-" if exit_code is None else str(exit_code),
                 str(row.get("manifest") or "-"),

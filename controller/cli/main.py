@@ -115,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--account", help="slurm: --account")
     p.add_argument("--output", help="slurm: --output (default %%x-%%j.log, arrays %%x-%%A_%%a.log)")
 
+    p = sub.add_parser("simulate", help="replay a job trace through the real scheduler on a virtual clock")
+    p.add_argument("--trace", required=True, help="CSV: submit_s,gpus,duration_s,time_limit_s,priority,user")
+    p.add_argument("--gpus", type=int, required=True, help="GPUs of the simulated machine")
+    p.add_argument("--policy", default="default", help="fifo|priority|firstfit|backfill|default, or several comma-separated")
+    p.add_argument("--config", help="simulate the policy of this config.yaml (as policy 'config')")
+    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.add_argument("--plot", metavar="DIR", help="write a Gantt chart and a wait-time CDF (PNG) here; needs matplotlib")
+
     sub.add_parser("version", parents=[common], help="print the version")
     return parser
 
@@ -129,6 +137,10 @@ def run(argv: list[str]) -> int:
     if args.verb is None:
         parser.print_help()
         return 0
+    if args.verb == "simulate":  # needs no gflow home
+        from controller.cli.simulate import simulate
+
+        return simulate(args)
     from controller.cli.common import resolve_home
 
     home = resolve_home(args.home, args.spec_dir)

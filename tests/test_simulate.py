@@ -1,0 +1,211 @@
+"""The trace simulator and ``gflowctl simulate``: figures on hand-checked traces, policy changes
+showing in the figures, the committed traces, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.cli.main import main
+from controller.policy import Policy
+from controller.simulate import TraceError, named_policy, read_trace, simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ROOT / "hack" / "traces" / "small.csv"
+PHILLY = ROOT / "hack" / "traces" / "philly-shaped.csv"
+HEADER = "submit_s,gpus,duration_s,time_limit_s,priority,user\n"
+
+
+def trace(tmp_path: Path, rows: str, header: str = HEADER) -> Path:
+    path = tmp_path / "trace.csv"
+    path.write_text(header + rows)
+    return path
+
+
+def run(path: Path, gpus: int, policy: str) -> dict:
+    return simulate(read_trace(path), gpus, named_policy(policy), policy).metrics
+
+
+# A 2-GPU job runs 0..100 on both GPUs; a 2-GPU job (high priority) arrives at 10 and must wait
+# for it; a 1-GPU job of 50 s arrives at 20 with a timeLimit of 60 s. The big job's reservation is
+# at 100: the small one may backfill only if it ends by then (20 + 60 = 80 <= 100: yes).
+HAND = "0,2,100,100,0,a\n10,2,100,100,5,b\n20,1,50,60,0,c\n"
+
+
+@pytest.mark.parametrize(
+    ("policy", "starts"),
+    [
+        ("priority", {0: 0.0, 1: 100.0, 2: 200.0}),  # strict: c waits behind b
+        ("fifo", {0: 0.0, 1: 100.0, 2: 200.0}),
+        ("backfill", {0: 0.0, 1: 100.0, 2: 200.0}),  # no GPU is free at 20: nothing to backfill
+        ("firstfit", {0: 0.0, 1: 100.0, 2: 200.0}),
+    ],
+)
+def test_hand_checked_trace_on_two_gpus(tmp_path, policy, starts):
+    jobs = read_trace(trace(tmp_path, HAND))
+    result = simulate(jobs, 2, named_policy(policy), policy)
+    assert {j.index: j.start for j in jobs} == starts
+    m = result.metrics
+    assert (m["jobs"], m["makespan_s"], m["lower_bound_s"]) == (3, 250.0, 225.0)
+    assert m["utilization"] == pytest.approx(450 / (2 * 250))
+    assert m["mean_wait_s"] == pytest.approx((0 + 90 + 180) / 3, abs=0.1)
+    assert m["max_wait_s"] == 180.0
+
+
+@pytest.mark.parametrize(
+    ("policy", "small_start"),
+    [("priority", 200.0), ("backfill", 20.0), ("firstfit", 20.0)],
+)
+def test_backfill_starts_a_short_job_in_the_gap_strict_priority_does_not(tmp_path, policy, small_start):
+    # 3 GPUs: a 2-GPU job holds GPUs 0..100; a 3-GPU job waits for it; a 1-GPU 50 s job with a
+    # 60 s limit fits on the free GPU before the reservation at 100.
+    rows = "0,2,100,100,0,a\n10,3,100,100,5,b\n20,1,50,60,0,c\n"
+    jobs = read_trace(trace(tmp_path, rows))
+    simulate(jobs, 3, named_policy(policy), policy)
+    assert jobs[2].start == small_start
+    assert jobs[1].start == 100.0  # in every policy the big job starts when the GPUs free up
+
+
+def test_firstfit_starves_the_big_job_that_backfill_protects(tmp_path):
+    # A stream of 1-GPU jobs without time limits keeps one GPU busy at all times; the 2-GPU job
+    # arrives at 5. firstfit lets each new small job take the GPU that frees up; backfill holds it.
+    rows = "0,1,100,,0,a\n5,2,10,10,0,big\n" + "".join(f"{10 + 50 * i},1,100,,0,a\n" for i in range(10))
+    path = trace(tmp_path, rows)
+    ff = read_trace(path)
+    simulate(ff, 2, named_policy("firstfit"))
+    bf = read_trace(path)
+    simulate(bf, 2, named_policy("backfill"))
+    big_ff = next(j for j in ff if j.gpus == 2)
+    big_bf = next(j for j in bf if j.gpus == 2)
+    assert big_bf.start == 100.0
+    assert big_ff.start > 400.0
+
+
+def test_a_policy_change_shows_in_the_figures_of_the_small_trace():
+    figures = {p: run(SMALL, 8, p) for p in ("priority", "firstfit", "backfill")}
+    assert figures["backfill"]["mean_wait_s"] < figures["priority"]["mean_wait_s"]
+    assert figures["backfill"]["utilization"] > figures["priority"]["utilization"]
+    assert figures["firstfit"]["mean_wait_s"] < figures["priority"]["mean_wait_s"]
+    largest = {p: f["by_gpus"]["8"]["max_wait_s"] for p, f in figures.items()}
+    assert largest["backfill"] < largest["firstfit"]
+
+
+def test_every_job_runs_exactly_once_and_gpus_are_never_oversubscribed():
+    jobs = read_trace(SMALL)
+    simulate(jobs, 8, named_policy("default"))
+    events = []
+    for j in jobs:
+        assert j.start is not None and j.start >= j.submit and len(j.devices) == j.gpus
+        events += [(j.start, 1, j), (j.end, 0, j)]
+    busy: dict[int, str] = {}
+    for _, starting, j in sorted(events, key=lambda e: (e[0], e[1])):
+        for d in j.devices:
+            if starting:
+                assert d not in busy, f"GPU {d} given to {j.index} while {busy[d]} holds it"
+                busy[d] = j.index
+            else:
+                del busy[d]
+
+
+def test_user_quota_in_the_simulator(tmp_path):
+    rows = "0,2,100,,0,alice\n0,2,100,,0,alice\n0,2,100,,0,bob\n"
+    jobs = read_trace(trace(tmp_path, rows))
+    simulate(jobs, 8, Policy(mode="backfill", user_quotas={"alice": 2}))
+    assert [j.start for j in jobs] == [0.0, 100.0, 0.0]
+
+
+def test_committed_philly_shaped_trace_meets_the_targets_for_the_default():
+    figures = {p: run(PHILLY, 64, p) for p in ("priority", "firstfit", "default")}
+    default = figures["default"]
+    assert default["makespan_s"] <= 1.10 * default["lower_bound_s"]
+    assert default["utilization"] > figures["priority"]["utilization"]
+    assert default["mean_wait_s"] < figures["priority"]["mean_wait_s"]
+    assert default["by_gpus"]["8"]["max_wait_s"] < 0.5 * figures["firstfit"]["by_gpus"]["8"]["max_wait_s"]
+
+
+# --- the CLI ---------------------------------------------------------------------------------------------
+
+
+def test_cli_json_has_the_documented_keys(capsys):
+    assert main(["simulate", "--trace", str(SMALL), "--gpus", "8", "--policy", "backfill", "-o", "json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    for key in ("jobs", "makespan_s", "lower_bound_s", "utilization", "mean_wait_s", "p95_wait_s", "max_wait_s", "mean_slowdown"):
+        assert key in figures
+    assert figures["jobs"] == 200 and figures["makespan_s"] >= figures["lower_bound_s"]
+
+
+def test_cli_table_compares_policies(capsys):
+    assert main(["simulate", "--trace", str(SMALL), "--gpus", "8", "--policy", "fifo,firstfit"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["POLICY", "JOBS", "UTIL"]
+    assert [line.split()[0] for line in lines[1:]] == ["fifo", "firstfit"]
+
+
+def test_cli_simulates_a_config_file(tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text("schedulingPolicy: priority\nagingInterval: 0\nfairShareHalfLife: 0\n")
+    assert main(["simulate", "--trace", str(SMALL), "--gpus", "8", "--config", str(config), "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == run(SMALL, 8, "priority")
+
+
+@pytest.mark.parametrize(
+    ("rows", "args", "message"),
+    [
+        ("0,2,100,,0,a\n", ["--gpus", "1"], "trace line 2: the job needs 2 GPUs; --gpus is 1"),
+        ("0,two,100,,0,a\n", ["--gpus", "4"], "line 2: gpus: expected an integer, got 'two'"),
+        ("0,1,-5,,0,a\n", ["--gpus", "4"], "line 2: duration_s: must be >= 0, got -5"),
+        ("0,1,5,,0,a\n", ["--gpus", "0"], "--gpus: must be >= 1"),
+        ("0,1,5,,0,a\n", ["--gpus", "4", "--policy", "sjf"], "--policy: unknown policy sjf"),
+    ],
+)
+def test_cli_bad_input_gets_one_line(tmp_path, capsys, rows, args, message):
+    path = trace(tmp_path, rows)
+    assert main(["simulate", "--trace", str(path), *args]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_cli_missing_columns_and_file(tmp_path, capsys):
+    path = trace(tmp_path, "0,1\n", header="submit_s,gpus\n")
+    assert main(["simulate", "--trace", str(path), "--gpus", "2"]) == 1
+    assert "header lacks columns duration_s, time_limit_s, priority, user" in capsys.readouterr().err
+    assert main(["simulate", "--trace", str(tmp_path / "nope.csv"), "--gpus", "2"]) == 1
+    assert "No such file" in capsys.readouterr().err
+
+
+def test_a_trace_that_can_never_finish_is_an_error_not_a_hang(tmp_path):
+    with pytest.raises(TraceError, match="can never start"):
+        simulate(read_trace(trace(tmp_path, "0,2,10,,0,alice\n")), 4, Policy(user_quotas={"alice": 1}))
+
+
+def test_plot_writes_a_gantt_chart_and_a_wait_cdf(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert main(["simulate", "--trace", str(SMALL), "--gpus", "8", "--policy", "backfill", "--plot", str(tmp_path)]) == 0
+    for name in ("gantt-backfill.png", "wait-cdf-backfill.png"):
+        data = (tmp_path / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_trace_generator_is_reproducible_and_readable(tmp_path):
+    gen = ROOT / "hack" / "traces" / "gen_trace.py"
+    outputs = [
+        subprocess.run([sys.executable, str(gen), "--jobs", "50", "--gpus", "8", "--seed", "3"], capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    ]
+    assert outputs[0] == outputs[1]
+    path = tmp_path / "gen.csv"
+    path.write_text(outputs[0])
+    jobs = read_trace(path)
+    assert len(jobs) == 50 and {j.gpus for j in jobs} <= {1, 2, 4, 8}
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert main(["simulate", "--trace", str(SMALL), "--gpus", "8", "--plot", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err == "error: --plot needs matplotlib: pip install 'gflow-controller[plot]' (or pip install matplotlib)\n"
+    assert not list(tmp_path.iterdir())
