@@ -460,7 +460,9 @@ def test_gflowd_flags_carry_every_policy_key(tmp_path):
         "--fair-share-half-life", "0", "--user-quotas", "alice:4,bob:2", "--label-quotas", "team=vision:8",
         "--preemption-threshold", "5",
     ])
-    config = load_config(tmp_path / "config.yaml", {name: getattr(args, name) for name in ControllerConfig.model_fields})
+    from controller.config import flag_fields, flag_overrides
+
+    config = load_config(tmp_path / "config.yaml", flag_overrides({path: getattr(args, ".".join(path)) for path, _ in flag_fields()}))
     policy = policy_from_config(config)
     assert policy == Policy(
         mode="strict", order="priority", aging_interval=1800.0, aging_max=4, fair_share_half_life=None,
