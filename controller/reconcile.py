@@ -753,7 +753,7 @@ def _schedule_pending(
         decision = decisions[job.name]
         if isinstance(decision, Binding) and len(plan.starts) >= snap.max_starts:
             state.reason = "Queued"
-            state.message = f"starts in a moment: {snap.max_starts} jobs are being started in this pass"
+            state.message = "starts in a moment: a flood of jobs is started in batches, one per pass"
             plan.again = True
             continue
         if isinstance(decision, Binding):

@@ -848,6 +848,8 @@ def test_a_flood_of_jobs_starts_over_several_passes():
     plan = world.tick(T0)
     assert len(plan.starts) == 32 and plan.again
     assert world.phase("j079") == ("Pending", "Queued")
+    # the same words whatever the batch size, so a waiting job's status is not rewritten every pass
+    assert world.state("j079").message == "starts in a moment: a flood of jobs is started in batches, one per pass"
     plan = world.tick(T0)
     assert len(plan.starts) == 32
     plan = world.tick(T0)
