@@ -110,6 +110,7 @@ class Controller:
         self._unsettled: set[str] | None = None  # the last plan's unfinished jobs (see Snapshot)
         self.passes = 0
         self._start_cost: float | None = None  # seconds per job start, a moving average
+        self._decide_cost = 0.0  # seconds the last pass took before starting jobs
         self._index_at = -1e9  # monotonic time of the last index write
         self._index_cost = 0.0  # seconds it took
         self._index_due: float | None = None  # a coalesced index write is due then (monotonic)
@@ -322,6 +323,7 @@ class Controller:
             self._delete_manifests(plan.expired)
             again = True
         started_at = time.perf_counter()
+        self._decide_cost = started_at - pass_began
         for launch in plan.starts:
             self.runtime.start(launch)
         if plan.starts:
@@ -364,12 +366,14 @@ class Controller:
         return plan.wake_at, again
 
     def _max_starts(self) -> int:
-        """How many jobs one pass may start: as many as fit in START_BUDGET seconds at the measured
-        cost of a start. A flood is then started over a few passes, each recorded and each a chance
-        to hear SIGTERM, instead of a thousand passes that each re-sort the whole queue."""
+        """How many jobs one pass may start: as many as fit in START_BUDGET seconds, or in as long
+        as the pass's own decisions took, at the measured cost of a start. A flood is then started
+        over a few passes, each recorded and each a chance to hear SIGTERM, instead of a thousand
+        passes that each re-sort the whole queue (with 40,000 waiting, deciding costs seconds)."""
         if self._start_cost is None:
             return MIN_STARTS
-        return max(MIN_STARTS, min(MAX_STARTS, int(START_BUDGET / max(self._start_cost, 1e-5))))
+        budget = max(START_BUDGET, self._decide_cost)
+        return max(MIN_STARTS, min(MAX_STARTS, int(budget / max(self._start_cost, 1e-5))))
 
     def _write_index(self, force: bool = False) -> None:
         """``run/index.json`` after a change, at most once per ``gap``: rewriting it costs O(jobs)
