@@ -49,7 +49,7 @@ class Webhook(_Model):
     @classmethod
     def _selector(cls, selector: str | None) -> str | None:
         if selector is not None:
-            from controller.notify import parse_selector
+            from controller.api.labels import parse_selector
 
             parse_selector(selector)
         return selector

@@ -31,37 +31,13 @@ import time
 from typing import Any
 
 from controller import API_VERSION
+from controller.api.labels import parse_selector, selector_matches
 
 log = logging.getLogger("gflowd.notify")
 QUEUE_SIZE = 1000
 DRAIN_ON_CLOSE = 2.0
 BACKOFF_MAX = 30.0
 _STOP = object()
-
-
-def parse_selector(text: str) -> list[tuple[str, str, bool]]:
-    """``team=vision,tier!=low`` -> [(key, value, equal?)]; ValueError says what is wrong."""
-    terms = []
-    for term in text.split(","):
-        term = term.strip()
-        if not term:
-            continue
-        if "!=" in term:
-            key, value = term.split("!=", 1)
-            equal = False
-        elif "=" in term:
-            key, value = term.split("=", 1)
-            value, equal = value.lstrip("="), True
-        else:
-            raise ValueError(f"bad label selector term {term!r}; use key=value or key!=value")
-        if not key.strip():
-            raise ValueError(f"bad label selector term {term!r}: no key")
-        terms.append((key.strip(), value.strip(), equal))
-    return terms
-
-
-def selector_matches(terms: list[tuple[str, str, bool]], labels: dict[str, str]) -> bool:
-    return all((labels.get(k) == v) == equal for k, v, equal in terms)
 
 
 def payload(state, now: float, host: str) -> dict[str, Any]:

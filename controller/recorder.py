@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from typing import Iterable
 
 from controller import API_VERSION
 from controller.api.units import format_quantity
 from controller.fsutil import atomic_write, fsync_dir
+from controller.jsonlog import append_lines
 from controller.paths import Home
 from controller.reconcile import Event
 from controller.scheduler import GpuSlot
@@ -178,17 +178,5 @@ class Recorder:
             lines.append(json.dumps(record, ensure_ascii=False) + "\n")
             level = logging.WARNING if event.type == "Warning" else logging.INFO
             log.log(level, "%s %s: %s", record["object"] or "-", event.reason, event.message)
-        if not lines:
-            return
-        path = self.home.events_file
-        try:
-            if path.stat().st_size > EVENTS_MAX_BYTES:
-                os.replace(path, path.with_suffix(".jsonl.1"))
-        except FileNotFoundError:
-            pass
-        # O_APPEND: each event line lands whole, even with concurrent readers
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, "".join(lines).encode())
-        finally:
-            os.close(fd)
+        # one O_APPEND write: each event line lands whole, even with concurrent readers
+        append_lines(self.home.events_file, lines, EVENTS_MAX_BYTES)

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from controller.notify import parse_selector, selector_matches
+from controller.api.labels import parse_selector, selector_matches
 from helpers import wait_for, wait_phase, write_manifest
 
 

@@ -74,32 +74,24 @@ def _get_sweeps(home: Home, args) -> int:
 
 
 def _parse_selector(items: list[str]) -> list[tuple[str, str, bool]]:
-    terms = []
-    for item in items:
-        for term in item.split(","):
-            term = term.strip()
-            if not term:
-                continue
-            if "!=" in term:
-                key, value = term.split("!=", 1)
-                terms.append((key.strip(), value.strip(), False))
-            elif "=" in term:
-                key, value = term.split("=", 1)
-                terms.append((key.strip(), value.strip().lstrip("="), True))
-            else:
-                raise CliError(f"bad label selector {term!r}; use key=value or key!=value")
-    return terms
+    from controller.api.labels import parse_selector
+
+    try:
+        return [term for item in items for term in parse_selector(item)]
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _select(rows: dict[str, dict[str, Any]], names: list[str], selector, phases: list[str]) -> list[tuple[str, dict]]:
+    from controller.api.labels import selector_matches
+
     chosen = []
     wanted_phases = {p.lower() for p in phases}
     for name in names or sorted(rows):
         row = rows.get(name)
         if row is None:
             continue
-        labels = row.get("labels") or {}
-        if any((labels.get(k) == v) != equal for k, v, equal in selector):
+        if not selector_matches(selector, row.get("labels") or {}):
             continue
         if wanted_phases and str(row.get("phase", "")).lower() not in wanted_phases:
             continue

@@ -26,6 +26,7 @@ from typing import Any
 from controller.cli.common import CliError, read_index
 from controller.jsonlog import read_records
 from controller.paths import Home
+from controller.api.labels import selector_matches
 
 FINISHED = ("Succeeded", "Failed", "Cancelled")
 
@@ -39,10 +40,6 @@ def _p95(values: list[float]) -> float | None:
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def _matches(labels: dict[str, str], selector) -> bool:
-    return all((labels.get(k) == v) == equal for k, v, equal in selector)
 
 
 def _from_index(rows: dict[str, dict], known: dict[tuple, list[float]], users, now: float) -> tuple[list[dict], dict[str, int]]:
@@ -79,7 +76,7 @@ def compute(history: list[dict], rows: dict[str, dict], since: float, now: float
     for r in history:
         known.setdefault((r.get("job"), int(r.get("attempt") or 0)), []).append(float(r.get("end") or 0))
     extra, live = _from_index(rows, known, users, now)
-    attempts = [r for r in history + extra if float(r.get("end") or 0) >= since and _matches(r.get("labels") or {}, selector)]
+    attempts = [r for r in history + extra if float(r.get("end") or 0) >= since and selector_matches(selector, r.get("labels") or {})]
     outcomes = {p: 0 for p in FINISHED}
     waits, runtimes = [], []
     total_hours = 0.0
