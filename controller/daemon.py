@@ -284,8 +284,6 @@ class Controller:
             self.runtime.stop(stop.name, stop.grace, stop.reason)
         for name, limit in plan.time_limits.items():
             self.runtime.set_time_limit(name, limit)
-        for name in plan.consumed:  # before starts: a pass may record an exit and start anew
-            self.runtime.forget(name)
         if plan.expired:
             self._delete_manifests(plan.expired)
             again = True
@@ -308,6 +306,10 @@ class Controller:
         self.recorder.events(plan.events, now)
         changed = self.recorder.write_states(plan.states, plan.removed)
         changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
+        # Only now that the outcome is on disk may the runtime drop an ended attempt's records: a
+        # crash in between would otherwise find a Running status and no exit record (Lost).
+        for name in plan.consumed:
+            self.runtime.forget(name)
         self.states = plan.states
         self.sweep_states = plan.sweeps
         self._previous_admission = admission
