@@ -24,6 +24,8 @@ DEFAULT_GRACE = 10.0
 BACKOFF_BASE = 1.0
 BACKOFF_MAX = 300.0
 GIB = 2**30
+# the reasons a stop request carries (the Terminating condition and stop-N.json)
+STOP_REASONS = frozenset({"UserCancelled", "Suspended", "Deleted", "DeadlineExceeded", "GPUMemoryExceeded"})
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class RunObservation:
     devices: tuple[int, ...] = ()  # as bound at the decision: survives a controller crash
     device_uuids: tuple[str, ...] = ()
     run_hash: str = ""  # the spec this attempt runs, as admission hashed it
+    stop_reason: str = ""  # the stop request the supervisor acted on (UserCancelled, Suspended, ...)
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,9 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             if run.run_hash and not state.run_hash:  # it ended before its start was ever recorded
                 state.run_hash, state.attempt = run.run_hash, max(state.attempt, run.attempt)
             stop = find_condition(state.conditions, "Terminating")
+            if stop is None and run.stop_reason in STOP_REASONS:
+                # we asked it to stop, then crashed before recording that: the supervisor remembers why
+                stop = {"reason": run.stop_reason, "message": "stopped by gflowd"}
             _record_exit(state, run, stop, spec.backoff_limit)
             plan.consumed.append(name)
             if state.phase == "Pending":  # a retry or a suspend: it will be bound anew

@@ -285,6 +285,35 @@ def test_cancel_while_running_stops_then_ends_cancelled():
     assert world.tick(T0 + 5).starts == []
 
 
+@pytest.mark.parametrize(
+    ("stop_reason", "edit", "outcome"),
+    [("UserCancelled", {"cancelled": True}, ("Cancelled", "UserCancelled")),
+     ("Suspended", {"suspend": True}, ("Pending", "Suspended"))],
+)
+def test_stop_whose_terminating_record_was_lost_in_a_crash_keeps_its_reason(stop_reason, edit, outcome):
+    # gflowd sent the stop, then died before writing the Terminating condition; the supervisor's
+    # exit record says why it was stopped, so the TERM exit is not taken for a failure
+    world = World(job("a", resources={"gpus": 1}))
+    world.tick(T0)
+    world.put(job("a", resources={"gpus": 1}, **edit))
+    world.states["a"] = world.last.states["a"]  # as recorded before the stop: Running, no Terminating
+    world.tick(T0 + 1)
+    world.states["a"].conditions = [c for c in world.states["a"].conditions if c["type"] != "Terminating"]
+    world.exit("a", 143, T0 + 2, signal=15)
+    world.runs["a"] = replace(world.runs["a"], stop_reason=stop_reason)
+    world.tick(T0 + 3)
+    assert world.phase() == outcome
+    assert world.state().failed == 0
+
+
+def test_a_term_exit_without_any_stop_request_is_a_failure():
+    world = World(job("a"))
+    world.tick(T0)
+    world.exit("a", 143, T0 + 2, signal=15)
+    world.tick(T0 + 3)
+    assert world.phase() == ("Failed", "Error")
+
+
 def test_stop_uses_the_jobs_termination_grace_period():
     world = World(job("a", terminationGracePeriod="30s"))
     world.tick(T0)
