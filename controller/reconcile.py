@@ -176,6 +176,11 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             plan.states[name] = old
             continue
         alive = run is not None and run.running
+        if run is not None and not alive and old is not None and old.phase != "Running" and run.attempt == old.attempt:
+            # this attempt's end is already recorded; a crash before the runtime dropped its records
+            # shows it again after a restart: drop them, never count the same exit twice
+            plan.consumed.append(name)
+            run = None
         if job is None and rejection is None and old is not None and old.owner in adm.rejected:
             # its Sweep's manifest turned invalid: that is not a delete; report, keep what runs
             rejection = adm.rejected[old.owner]

@@ -314,6 +314,23 @@ def test_a_term_exit_without_any_stop_request_is_a_failure():
     assert world.phase() == ("Failed", "Error")
 
 
+def test_an_exit_seen_again_after_a_crash_is_not_counted_twice():
+    # the failure was recorded (BackOff, 1 of 1 retries), then gflowd died before the runtime
+    # dropped the attempt's exit record; the restarted gflowd observes the same exit again
+    world = World(job("a", backoffLimit=1))
+    world.tick(T0)
+    world.exit("a", 1, T0 + 1)
+    ended = world.runs["a"]
+    world.tick(T0 + 1.5)
+    assert world.phase() == ("Pending", "BackOff") and world.state().failed == 1
+    world.runs["a"] = ended
+    plan = world.tick(T0 + 1.8)
+    assert plan.consumed == ["a"]
+    assert world.phase() == ("Pending", "BackOff") and world.state().failed == 1
+    plan = world.tick(T0 + 3)
+    assert [(launch.name, launch.attempt) for launch in plan.starts] == [("a", 2)]  # the retry still comes
+
+
 def test_stop_uses_the_jobs_termination_grace_period():
     world = World(job("a", terminationGracePeriod="30s"))
     world.tick(T0)
