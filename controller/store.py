@@ -247,12 +247,17 @@ class ManifestStore:
         except YAMLSyntaxError as exc:
             where = f"{source} line {exc.line}" if exc.line else source
             return [Rejection(stem_name, "YAMLError", f"YAML syntax error: {exc} ({where})", source, path, 0, st.st_mtime_ns)]
-        if manifest is not None:
-            try:
-                manifest.parsed_json = json.dumps(docs, separators=(",", ":"))
-            except (TypeError, ValueError):  # e.g. an unquoted timestamp: not JSON, not cached
+        try:
+            if manifest is not None:
+                try:
+                    manifest.parsed_json = json.dumps(docs, separators=(",", ":"))
+                except (TypeError, ValueError):  # e.g. an unquoted timestamp: not JSON, not cached
+                    manifest.parsed_json = None
+            return self._validate(path, st, docs, text)
+        except RecursionError:  # deep block nesting the parser took but later walks cannot
+            if manifest is not None:
                 manifest.parsed_json = None
-        return self._validate(path, st, docs, text)
+            return file_error("Invalid", "document is nested too deeply")
 
     def _validate(self, path: str, st: os.stat_result, docs: list, text: str | None) -> list[AdmittedJob | Rejection]:
         source = self._display(Path(path))
