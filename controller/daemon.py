@@ -104,6 +104,9 @@ class Controller:
         self._conda: bool | None = None
         self._previous_admission = None
         self.passes = 0
+        from controller.writeguard import WriteFailures
+
+        self.write_failures = WriteFailures()
 
     # -- wake-ups from other threads -------------------------------------------------------------
 
@@ -303,25 +306,60 @@ class Controller:
             w = warnings[key]
             plan.events.append(Event("Warning", w.reason, w.name or "", w.message))
         self._warned = set(warnings)
-        self.recorder.events(plan.events, now)
-        changed = self.recorder.write_states(plan.states, plan.removed)
-        changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
-        # Only now that the outcome is on disk may the runtime drop an ended attempt's records: a
-        # crash in between would otherwise find a Running status and no exit record (Lost).
-        for name in plan.consumed:
-            self.runtime.forget(name)
+        # what was decided and done holds in memory even if the disk refuses it (see writeguard)
         self.states = plan.states
         self.sweep_states = plan.sweeps
         self._previous_admission = admission
-        if changed or full or self.passes == 0:
-            self.recorder.write_index({"pid": os.getpid(), "specDir": str(self.home.spec_dir)})
-        self.recorder.write_node(plan.slots, self.inventory.describe())
+        try:
+            self._record(plan, now, full)
+        except OSError as exc:
+            delay = self._write_failed(exc, now)
+            self.passes += 1
+            return (now + delay if plan.wake_at is None else min(plan.wake_at, now + delay)), again
         self.passes += 1
         if self.passes == 1:
             gc.freeze()
         if full:  # at most once per resync: the cache only spares a restart from re-parsing
             self.store.save_cache()
         return plan.wake_at, again
+
+    def _record(self, plan, now: float, full: bool) -> None:
+        try:
+            self.recorder.events(plan.events, now)
+        except OSError as exc:  # events are in the log too; the status files matter more
+            log.warning("could not append to %s: %s", self.home.events_file, exc)
+        changed = self.recorder.write_states(plan.states, plan.removed)
+        changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
+        # Only now that the outcome is on disk may the runtime drop an ended attempt's records: a
+        # crash in between would otherwise find a Running status and no exit record (Lost).
+        for name in plan.consumed:
+            self.runtime.forget(name)
+        if changed or full or self.passes == 0 or self.write_failures.failing:
+            self.recorder.write_index({"pid": os.getpid(), "specDir": str(self.home.spec_dir)})
+        self.recorder.write_node(plan.slots, self.inventory.describe())
+        ended = self.write_failures.succeeded()
+        if ended:
+            self._event_best_effort("Normal", "StateWritable", f"state directory writable again after {ended} failed "
+                                    "tries; status files caught up", now)
+
+    def _write_failed(self, exc: OSError, now: float) -> float:
+        from controller.writeguard import describe
+
+        delay, first = self.write_failures.failed(exc)
+        log.warning("cannot write the state directory: %s; retrying in %.1fs (running jobs are not affected)",
+                    describe(exc), delay)
+        if first:
+            self._event_best_effort("Warning", "StateWriteFailed", f"cannot write the state directory: {describe(exc)}; "
+                                    "retrying with backoff; running jobs are not affected", now)
+        return delay
+
+    def _event_best_effort(self, type_: str, reason: str, message: str, now: float) -> None:
+        from controller.reconcile import Event
+
+        try:
+            self.recorder.events([Event(type_, reason, "", message)], now)
+        except OSError:
+            pass  # the same disk: the log line above is all we can do
 
     def _delete_manifests(self, jobs) -> None:
         """TTL and history: the one case where gflowd edits the spec dir. A single-document file is
