@@ -530,7 +530,10 @@ def main(argv: list[str] | None = None) -> int:
     from controller.gpus.nvml import NvmlInventory
 
     atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
-    inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else NvmlInventory()
+    from controller.gpus.guard import GuardedInventory
+
+    # NVML calls are bounded in time (a hung driver must not stall the loop); the fake file needs no guard
+    inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else GuardedInventory(NvmlInventory)
     controller = Controller(home, config, inventory)
     signal.signal(signal.SIGTERM, controller.request_stop)
     signal.signal(signal.SIGINT, controller.request_stop)

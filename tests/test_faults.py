@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from helpers import job_status, pid_alive, wait_for, wait_phase, write_manifest
+from helpers import job_status, pid_alive, read_index, wait_for, wait_phase, write_manifest
+from nvml_fixtures import fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
 from controller.writeguard import WriteFailures
 
 SLEEPER = "metadata: {{name: {name}}}\nspec:\n  command: [sleep, '600']\n"
@@ -190,3 +191,54 @@ def test_gpu_lost_mid_run_is_reported_on_the_job_and_the_gpu_is_not_reused(home,
     third = wait_phase(home, "third", "Pending", daemon=daemon)
     assert third["reason"] == "Resources" and not third.get("devices")  # the lost GPU is never handed out
     assert f"GPU {lost}" in third["message"]
+
+
+# -- NVML through the stand-in libnvidia-ml (tests/nvml_stub) ------------------------------------------
+
+def _node(home) -> dict:
+    from ruamel.yaml import YAML
+
+    try:
+        return YAML(typ="safe").load((home / "node.yaml").read_text()) or {}
+    except FileNotFoundError:
+        return {}
+
+
+def test_nvml_init_failure_runs_cpu_jobs_and_says_why(home, gflowd, nvml_env):
+    write_fake_nvml(nvml_env["FAKE_NVML_FILE"], {"initError": 9, "gpus": [gpu(0)]})  # DRIVER_NOT_LOADED
+    write_manifest(home / "jobs", "cpu.yaml", QUICK.format(name="cpu"))
+    write_manifest(home / "jobs", "wants-gpu.yaml",
+                   "metadata: {name: wants-gpu}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n")
+    daemon = gflowd(env=nvml_env)
+    wait_phase(home, "cpu", "Succeeded", daemon=daemon)
+    status = wait_phase(home, "wants-gpu", "Pending", reason="Unschedulable", daemon=daemon)
+    assert "this machine has no GPUs" in status["message"]
+    assert "the NVIDIA driver is not loaded" in _node(home).get("inventory", "")
+
+
+def test_a_hung_nvml_call_never_stalls_the_loop(home, gflowd, nvml_env):
+    nvml_file = nvml_env["FAKE_NVML_FILE"]
+    write_fake_nvml(nvml_file, {"gpus": [gpu(0), gpu(1)]})
+    write_manifest(home / "jobs", "trainer.yaml",
+                   "metadata: {name: trainer}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n")
+    daemon = gflowd(env=nvml_env)
+    trainer = wait_for(lambda: (job_status(home, "trainer") or {}).get("pid") and job_status(home, "trainer"))
+    write_fake_nvml(nvml_file, {"gpus": [gpu(0), gpu(1)], "hangMs": 600_000})  # every NVML call now hangs 10 min
+
+    # the loop goes on: new CPU jobs start and end, edits are acted on, the node says what is wrong
+    write_manifest(home / "jobs", "cpu.yaml", QUICK.format(name="cpu"))
+    wait_phase(home, "cpu", "Succeeded", timeout=30, daemon=daemon)
+    wait_for(lambda: "NVML is not answering" in _node(home).get("inventory", ""), timeout=30,
+             message=lambda: f"node.yaml to say NVML hangs: {_node(home)}")
+    assert all(g["state"] == "Unhealthy" for g in _node(home)["gpus"])
+    write_manifest(home / "jobs", "second.yaml",
+                   "metadata: {name: second}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n")
+    second = wait_phase(home, "second", "Pending", timeout=30, daemon=daemon)
+    assert not second.get("devices")  # no GPU is handed out while NVML cannot vouch for it
+    write_manifest(home / "jobs", "trainer.yaml",
+                   "metadata: {name: trainer}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n"
+                   "  cancelled: true\n")
+    wait_phase(home, "trainer", "Cancelled", timeout=30, daemon=daemon)
+    assert not pid_alive(trainer["pid"])
+    assert daemon.proc.poll() is None
+    assert (read_index(home) or {}).get("controller", {}).get("pid") == daemon.pid
