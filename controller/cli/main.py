@@ -175,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
+    except ValueError as exc:  # paths.UnsafeName: a name that would leave the state directory
+        if type(exc).__name__ != "UnsafeName":
+            raise
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `gflowctl get jobs | head`
