@@ -509,10 +509,19 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"gflowd: {exc}\n")
         return 1
     home = Home.resolve(args.home, config.spec_dir)
+    # state and logs are never world- or group-writable, whatever umask gflowd was started with
+    # (jobs inherit it too, as from any daemon: systemd's default UMask is 0022 as well)
+    os.umask(os.umask(0) | 0o022)
     try:
         home.ensure()
     except OSError as exc:
         sys.stderr.write(f"gflowd: cannot create {home.root}: {exc.strerror}\n")
+        return 1
+    from controller.security import spec_dir_problem
+
+    problem = spec_dir_problem(home.spec_dir)
+    if problem:
+        sys.stderr.write(f"gflowd: {problem}\n")
         return 1
     if config.fake_gpus and not Path(config.fake_gpus).is_file():
         sys.stderr.write(f"gflowd: --fake-gpus: {config.fake_gpus} is not a file\n")
