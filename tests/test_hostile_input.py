@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from helpers import Daemon, job_status, kill_jobs_of_home, pid_alive, wait_for, wait_phase, write_manifest
+from test_security import as_nobody  # noqa: F401  (gflowd as user nobody)
 
 GOOD = "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {{name: {name}}}\nspec:\n  command: [{cmd}]\n"
 
@@ -238,53 +235,16 @@ def test_a_huge_gpu_count_is_unschedulable_with_the_numbers(w):
     w.contained()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run gflowd as a throwaway user")
-def test_unreadable_manifest_as_an_ordinary_user(tmp_path_factory):
-    """gflowd as ``nobody``: a manifest it cannot read is Rejected under its stem."""
-    try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("no user 'nobody'")
-    try:
-        probe = subprocess.run([sys.executable, "-c", "import controller"], user=nobody.pw_uid, group=nobody.pw_gid,
-                               extra_groups=[], capture_output=True, cwd="/",
-                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
-    except PermissionError:
-        probe = None
-    if probe is None or probe.returncode != 0:
-        pytest.skip("user 'nobody' cannot run this Python (its installation is private to root)")
-    root = Path(tempfile.mkdtemp(prefix="gflow-unreadable-"))
-    try:
-        os.chmod(root, 0o755)
-        home = root / "home"
-        (home / "jobs").mkdir(parents=True)
-        write_manifest(home / "jobs", "mine.yaml", GOOD.format(name="mine", cmd="'true'"))
-        for path in [home, home / "jobs", home / "jobs" / "mine.yaml"]:
-            os.chown(path, nobody.pw_uid, nobody.pw_gid)
-        secret = write_manifest(home / "jobs", "secret.yaml", GOOD.format(name="secret", cmd="'true'"))
-        os.chmod(secret, 0o600)  # root's, unreadable to nobody
-        env = {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-        daemon = _daemon_as(home, root, nobody, env)
-        try:
-            wait_phase(home, "mine", "Succeeded", daemon=daemon)
-            status = wait_phase(home, "secret", "Rejected", daemon=daemon)
-            assert "cannot read the file: Permission denied (jobs/secret.yaml)" in status["message"]
-            assert daemon.proc.poll() is None
-        finally:
-            daemon.terminate()
-            kill_jobs_of_home(home)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _daemon_as(home: Path, root: Path, user: pwd.struct_passwd, env: dict[str, str]) -> Daemon:
-    daemon = Daemon.__new__(Daemon)
-    daemon.home = home
-    daemon.argv = [sys.executable, "-m", "controller.daemon", "--home", str(home), "--resync", "1s"]
-    daemon.stderr_path = root / "gflowd.stderr"
-    full_env = {**os.environ, "GFLOW_HOME": str(home), "PYTHONUNBUFFERED": "1", "HOME": str(root), **env}
-    full_env.pop("CUDA_VISIBLE_DEVICES", None)
-    with open(daemon.stderr_path, "wb") as err:
-        daemon.proc = subprocess.Popen(daemon.argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=full_env,
-                                       cwd=str(root), user=user.pw_uid, group=user.pw_gid, extra_groups=[])
-    return daemon.wait_ready()
+def test_unreadable_manifest(as_nobody):
+    """gflowd as ``nobody`` (as root, every file is readable): a manifest it cannot read is Rejected
+    under its stem, and its own manifests run."""
+    home, nobody, start = as_nobody
+    mine = write_manifest(home / "jobs", "mine.yaml", GOOD.format(name="mine", cmd="'true'"))
+    os.chown(mine, nobody.pw_uid, nobody.pw_gid)
+    secret = write_manifest(home / "jobs", "secret.yaml", GOOD.format(name="secret", cmd="'true'"))
+    os.chmod(secret, 0o600)  # root's, unreadable to nobody
+    daemon = start()
+    status = wait_phase(home, "secret", "Rejected", daemon=daemon)
+    assert status["message"] == "cannot read the file: Permission denied (jobs/secret.yaml)"
+    wait_phase(home, "mine", "Succeeded", daemon=daemon)
+    assert daemon.proc.poll() is None
