@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -121,8 +120,6 @@ def test_mutations_of_a_valid_manifest_are_admitted_or_rejected_naming_a_field(m
         parent[new_key] = value
     results = _validate(doc)
     _check(results, "jobs/p.yaml", doc)
-    if action == "add" and isinstance(parent, dict) and new_key not in VALID.get(path[0], {}) and len(path) == 1:
-        pass  # an unknown top-level key: covered by the message check above
 
 
 _yaml = YAML(typ="safe")
@@ -181,4 +178,3 @@ def test_the_message_pattern_can_fail():
     else:
         raise AssertionError("a message naming no field passed the check")
     _check([Rejection("p", "Invalid", "spec.x: bad (jobs/p.yaml line 3)", "jobs/p.yaml")], "jobs/p.yaml")
-    assert Path  # keep the import used by tmp paths in type hints
