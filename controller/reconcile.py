@@ -255,6 +255,11 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
         if run is not None:  # the attempt ended: record it once
             if run.run_hash and not state.run_hash:  # it ended before its start was ever recorded
                 state.run_hash, state.attempt = run.run_hash, max(state.attempt, run.attempt)
+            if run.attempt > state.attempt:  # a retry began and ended while its start went unrecorded (a crash)
+                state.attempt, state.pid, state.start_time = run.attempt, run.pid, run.started_at
+                state.next_attempt_time = None
+                if run.devices:
+                    state.devices, state.device_uuids = list(run.devices), list(run.device_uuids)
             stop = find_condition(state.conditions, "Terminating")
             if stop is None and run.stop_reason in STOP_REASONS:
                 # we asked it to stop, then crashed before recording that: the supervisor remembers why

@@ -331,6 +331,22 @@ def test_an_exit_seen_again_after_a_crash_is_not_counted_twice():
     assert [(launch.name, launch.attempt) for launch in plan.starts] == [("a", 2)]  # the retry still comes
 
 
+def test_a_retry_whose_start_went_unrecorded_is_recorded_as_that_attempt():
+    # attempt 2 was launched, then gflowd died before writing Running/attempt 2; the retry ran
+    # and failed meanwhile: the status must say attempt 2 with its pid, not attempt 1
+    world = World(job("a", backoffLimit=1, resources={"gpus": 1}))
+    world.tick(T0)
+    world.exit("a", 1, T0 + 1)
+    world.tick(T0 + 1.5)
+    assert world.phase() == ("Pending", "BackOff") and world.state().attempt == 1
+    world.runs["a"] = RunObservation("a", 2, 777, T0 + 2.5, False, 1, None, T0 + 3, devices=(3,), device_uuids=("GPU-0003",))
+    world.tick(T0 + 4)
+    st = world.state()
+    assert world.phase() == ("Failed", "BackoffLimitExceeded")
+    assert (st.attempt, st.pid, st.start_time, st.devices, st.failed) == (2, 777, T0 + 2.5, [3], 2)
+    assert st.next_attempt_time is None
+
+
 def test_stop_uses_the_jobs_termination_grace_period():
     world = World(job("a", terminationGracePeriod="30s"))
     world.tick(T0)
