@@ -126,8 +126,10 @@ def plan_jobs(rng: random.Random, count: int, horizon: float) -> list[JobPlan]:
         kind = rng.choices(["ok", "fail", "cancel", "suspend"], weights=[5, 2, 2, 2])[0]
         placement = rng.choices(["cpu", "exclusive", "shared"], weights=[3, 4, 3])[0]
         gpus = 0 if placement == "cpu" else (1 if placement == "shared" else rng.choice([1, 1, 2]))
-        long = rng.random() < 0.4 or kind in ("cancel", "suspend")
+        long = rng.random() < 0.4
         duration = rng.uniform(1.0, 4.0) if long else rng.uniform(0.05, 0.6)
+        if kind in ("cancel", "suspend"):
+            duration = rng.uniform(3.0, 8.0)  # long enough for the edit to usually find it queued or running
         job = JobPlan(
             name=f"t{i:03d}-{kind}-{placement}",
             kind=kind,
@@ -140,7 +142,7 @@ def plan_jobs(rng: random.Random, count: int, horizon: float) -> list[JobPlan]:
             submit_at=0.0 if i < count // 2 else rng.uniform(0.0, horizon * 0.7),
         )
         if kind in ("cancel", "suspend"):
-            job.edit_at = job.submit_at + rng.uniform(0.2, horizon * 0.5 + 1)
+            job.edit_at = job.submit_at + rng.uniform(0.2, 4.0)
         if kind == "suspend":
             job.resume_at = job.edit_at + rng.uniform(0.5, 3.0)
         jobs.append(job)
