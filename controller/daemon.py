@@ -331,9 +331,13 @@ class Controller:
         changed = self.recorder.write_states(plan.states, plan.removed)
         changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
         # Only now that the outcome is on disk may the runtime drop an ended attempt's records: a
-        # crash in between would otherwise find a Running status and no exit record (Lost).
+        # crash in between would otherwise find a Running status and no exit record (Lost). A job
+        # started anew in this pass is skipped: starting already replaced its ended attempt, and
+        # forgetting now would drop the new one (e.g. one that could not start at all).
+        started = {launch.name for launch in plan.starts}
         for name in plan.consumed:
-            self.runtime.forget(name)
+            if name not in started:
+                self.runtime.forget(name)
         if changed or full or self.passes == 0 or self.write_failures.failing:
             self.recorder.write_index({"pid": os.getpid(), "specDir": str(self.home.spec_dir)})
         self.recorder.write_node(plan.slots, self.inventory.describe())
