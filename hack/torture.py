@@ -56,7 +56,12 @@ def line(kind, rc=""):
     finally:
         os.close(fd)
 
+stopping = []
+
 def term(*_):
+    if stopping:  # a stop signals the process group and each process: TERM can arrive twice
+        return
+    stopping.append(1)
     line("end", "143")
     os._exit(143)
 
