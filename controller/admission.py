@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -441,7 +442,7 @@ def _path(loc: tuple[Any, ...]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            out += ("." if out else "") + (str(part) if part != "" else '""')  # an empty key, visibly
     return out or "document"
 
 
@@ -480,9 +481,12 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
+_SCHEMA_TAG = re.compile(r"^[\w-]+\[.*\]$")  # e.g. function-before[parse_quantity(), int], list[str]
+
+
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     # pydantic inserts schema tags (e.g. "function-before[...]") for wrapped types; users never wrote them
-    return tuple(p for p in loc if isinstance(p, int) or not any(c in str(p) for c in "[](),"))
+    return tuple(p for p in loc if isinstance(p, int) or not _SCHEMA_TAG.match(str(p)))
 
 
 def _explain(err: dict[str, Any], loc: tuple[Any, ...], root: Any = None) -> str:

@@ -118,6 +118,9 @@ class Controller:
         from controller.policy import policy_from_config
 
         self.policy = policy_from_config(config)  # backfill, aging, fair share, quotas: fixed for this run
+        from controller.writeguard import WriteFailures
+
+        self.write_failures = WriteFailures()
 
     # -- wake-ups from other threads -------------------------------------------------------------
 
@@ -317,8 +320,8 @@ class Controller:
             self.runtime.stop(stop.name, stop.grace, stop.reason)
         for name, limit in plan.time_limits.items():
             self.runtime.set_time_limit(name, limit)
-        for name in plan.consumed:  # before starts: a pass may record an exit and start anew
-            self.runtime.forget(name)
+        for name in plan.consumed:  # before starts (a pass may record an exit and start anew); the
+            self.runtime.forget(name)  # records on disk stay until purge(), after the status is written
         if plan.expired:
             self._delete_manifests(plan.expired)
             again = True
@@ -344,18 +347,18 @@ class Controller:
             w = warnings[key]
             plan.events.append(Event("Warning", w.reason, w.name or "", w.message))
         self._warned = set(warnings)
-        self.recorder.events(plan.events, now)
-        changed = self.recorder.write_states(plan.states, plan.removed)
-        changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
-        self.runtime.purge()  # the ends just recorded: their exit records may go
+        # what was decided and done holds in memory even if the disk refuses it (see writeguard)
         previous_states = self.states
         self.states = plan.states
         self.sweep_states = plan.sweeps
         self._previous_admission = admission
         self._unsettled = plan.unsettled
-        if changed or full or self.passes == 0:
-            self._write_index(force=full or self.passes == 0)
-        self.recorder.write_node(plan.slots, self.inventory.describe())
+        try:
+            self._record(plan, now, full)
+        except OSError as exc:
+            delay = self._write_failed(exc, now)
+            self.passes += 1
+            return (now + delay if plan.wake_at is None else min(plan.wake_at, now + delay)), again
         if self.observers is not None:  # cheap, never raises: see controller/observers.py
             self.observers.after_pass(previous_states, plan, runs, admission, now, time.perf_counter() - pass_began)
         self.passes += 1
@@ -389,6 +392,43 @@ class Controller:
         self._index_cost = time.perf_counter() - started
         self._index_at = time.monotonic()
         self._index_due = None
+
+    def _record(self, plan, now: float, full: bool) -> None:
+        try:
+            self.recorder.events(plan.events, now)
+        except OSError as exc:  # events are in the log too; the status files matter more
+            log.warning("could not append to %s: %s", self.home.events_file, exc)
+        changed = self.recorder.write_states(plan.states, plan.removed)
+        changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
+        # Only now that the outcome is on disk may the runtime drop an ended attempt's records: a
+        # crash in between would otherwise find a Running status and no exit record (Lost).
+        self.runtime.purge()
+        if changed or full or self.passes == 0 or self.write_failures.failing:
+            self._write_index(force=full or self.passes == 0 or self.write_failures.failing)
+        self.recorder.write_node(plan.slots, self.inventory.describe())
+        ended = self.write_failures.succeeded()
+        if ended:
+            self._event_best_effort("Normal", "StateWritable", f"state directory writable again after {ended} failed "
+                                    "tries; status files caught up", now)
+
+    def _write_failed(self, exc: OSError, now: float) -> float:
+        from controller.writeguard import describe
+
+        delay, first = self.write_failures.failed(exc)
+        log.warning("cannot write the state directory: %s; retrying in %.1fs (running jobs are not affected)",
+                    describe(exc), delay)
+        if first:
+            self._event_best_effort("Warning", "StateWriteFailed", f"cannot write the state directory: {describe(exc)}; "
+                                    "retrying with backoff; running jobs are not affected", now)
+        return delay
+
+    def _event_best_effort(self, type_: str, reason: str, message: str, now: float) -> None:
+        from controller.reconcile import Event
+
+        try:
+            self.recorder.events([Event(type_, reason, "", message)], now)
+        except OSError:
+            pass  # the same disk: the log line above is all we can do
 
     def _delete_manifests(self, jobs) -> None:
         """TTL and history: the one case where gflowd edits the spec dir. A single-document file is
@@ -560,10 +600,19 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"gflowd: {exc}\n")
         return 1
     home = Home.resolve(args.home, config.spec_dir)
+    # state and logs are never world- or group-writable, whatever umask gflowd was started with
+    # (jobs inherit it too, as from any daemon: systemd's default UMask is 0022 as well)
+    os.umask(os.umask(0) | 0o022)
     try:
         home.ensure()
     except OSError as exc:
         sys.stderr.write(f"gflowd: cannot create {home.root}: {exc.strerror}\n")
+        return 1
+    from controller.security import spec_dir_problem
+
+    problem = spec_dir_problem(home.spec_dir)
+    if problem:
+        sys.stderr.write(f"gflowd: {problem}\n")
         return 1
     if config.fake_gpus and not Path(config.fake_gpus).is_file():
         sys.stderr.write(f"gflowd: --fake-gpus: {config.fake_gpus} is not a file\n")
@@ -601,7 +650,10 @@ def main(argv: list[str] | None = None) -> int:
     from controller.gpus.nvml import NvmlInventory
 
     atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
-    inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else NvmlInventory()
+    from controller.gpus.guard import GuardedInventory
+
+    # NVML calls are bounded in time (a hung driver must not stall the loop); the fake file needs no guard
+    inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else GuardedInventory(NvmlInventory)
     from controller.observers import ObserverError, start_observers
 
     try:

@@ -26,11 +26,13 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o644, durable: bool
                 os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc  # say which file (ENOSPC on write)
         raise
     if durable and sync_dir:
         fsync_dir(directory)

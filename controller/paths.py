@@ -24,6 +24,18 @@ def default_home() -> Path:
     return Path(data) / "gflow"
 
 
+class UnsafeName(ValueError):
+    """A name that would put a file outside its folder (``../x``, ``a/b``)."""
+
+
+def _plain(name: str) -> str:
+    """A job name as one path component. Admission only lets DNS-1123 names through; this is the
+    last line of defence, so that no name can ever put a status or log file outside its folder."""
+    if not name or "/" in name or "\0" in name or name.startswith("."):
+        raise UnsafeName(f"{name!r} is not a job name (a job name is one word of a-z, 0-9 and '-')")
+    return name
+
+
 @dataclass(frozen=True)
 class Home:
     root: Path
@@ -85,9 +97,10 @@ class Home:
         return self.run_dir / "web.json"
 
     def status_file(self, name: str) -> Path:
-        return self.status_dir / f"{name}.yaml"
+        return self.status_dir / f"{_plain(name)}.yaml"
 
     def log_file(self, name: str, attempt: int | None = None) -> Path:
+        name = _plain(name)
         return self.logs_dir / (f"{name}.log" if attempt is None else f"{name}.{attempt}.log")
 
     def display(self, path: Path) -> str:

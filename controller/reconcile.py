@@ -27,6 +27,8 @@ DEFAULT_GRACE = 10.0
 BACKOFF_BASE = 1.0
 BACKOFF_MAX = 300.0
 GIB = 2**30
+# the reasons a stop request carries (the Terminating condition and stop-N.json)
+STOP_REASONS = frozenset({"UserCancelled", "Suspended", "Deleted", "DeadlineExceeded", "GPUMemoryExceeded"})
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class RunObservation:
     message: str = ""
     node: str = ""
     external_id: str = ""  # the cluster's id of the attempt (a Slurm job id)
+    stop_reason: str = ""  # the stop request the supervisor acted on (UserCancelled, Suspended, ...)
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,11 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             plan.states[name] = old  # the same verdict as the full path below, without copying
             continue
         alive = run is not None and run.running
+        if run is not None and _already_recorded(old, run):
+            # this attempt's end is already recorded; a crash before the runtime dropped its records
+            # shows it again after a restart: drop them, never count the same exit twice
+            plan.consumed.append(name)
+            run = None
         if job is None and rejection is None and old is not None and old.owner in adm.rejected:
             # its Sweep's manifest turned invalid: that is not a delete; report, keep what runs
             rejection = adm.rejected[old.owner]
@@ -267,8 +275,7 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
                 state.phase = "Running"
             else:
                 if run is not None:
-                    if not _already_recorded(old, run):
-                        _record_exit(state, run, None, 0)
+                    _record_exit(state, run, None, 0)
                     plan.consumed.append(name)
                 if state.phase not in TERMINAL_PHASES or state.generation == 0:
                     state.phase, state.reason, state.message = "Rejected", rejection.reason, rejection.message
@@ -306,16 +313,21 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             _finish(plan, old, state)
             continue
 
-        if run is not None and _already_recorded(old, run):
-            plan.consumed.append(name)  # a crash came between recording its end and purging its records
-            run = None
         if run is not None:  # the attempt ended: record it once
             if run.external_id:  # a cluster backend: where it ran, even if it ended between two looks
                 state.backend_id, state.node = run.external_id, run.node or state.node
                 state.devices = list(run.devices) or state.devices
             if run.run_hash and not state.run_hash:  # it ended before its start was ever recorded
                 state.run_hash, state.attempt = run.run_hash, max(state.attempt, run.attempt)
+            if run.attempt > state.attempt:  # a retry began and ended while its start went unrecorded (a crash)
+                state.attempt, state.pid, state.start_time = run.attempt, run.pid, run.started_at
+                state.next_attempt_time = None
+                if run.devices:
+                    state.devices, state.device_uuids = list(run.devices), list(run.device_uuids)
             stop = find_condition(state.conditions, "Terminating")
+            if stop is None and run.stop_reason in STOP_REASONS:
+                # we asked it to stop, then crashed before recording that: the supervisor remembers why
+                stop = {"reason": run.stop_reason, "message": "stopped by gflowd"}
             _record_exit(state, run, stop, spec.backoff_limit)
             plan.consumed.append(name)
             if state.phase == "Pending":  # a retry or a suspend: it will be bound anew

@@ -81,7 +81,7 @@ class ManifestStore:
         changed: set[str] = set()
         for path, st in self._walk(str(self.spec_dir)):
             seen.add(path)
-            if self._update(path, st):
+            if self._update_or_ignore(path, st):
                 changed.add(path)
         for gone in set(self.files) - seen:
             self._drop(gone)
@@ -101,14 +101,19 @@ class ManifestStore:
                 if self._accept_dir(path):
                     changed |= self._refresh_dir(path)
                 continue
-            if st is None:
+            if st is None and not os.path.islink(path):
                 # a vanished file, or a vanished folder holding manifests
                 prefix = path + os.sep
                 for known in [p for p in self.files if p == path or p.startswith(prefix)]:
                     self._drop(known)
                     changed.add(known)
                 continue
-            if not self._accept(path, st):
+            why = self._ignored_reason(path, st)
+            if why is not None:
+                if self._ignore(path, why):
+                    changed.add(path)
+                continue
+            if st is None or not self._accept(path, st):
                 if path in self.files:
                     self._drop(path)
                     changed.add(path)
@@ -144,7 +149,7 @@ class ManifestStore:
         seen: set[str] = set()
         for path, st in self._walk(directory):
             seen.add(path)
-            if self._update(path, st):
+            if self._update_or_ignore(path, st):
                 changed.add(path)
         prefix = directory.rstrip(os.sep) + os.sep
         for known in [p for p in self.files if p.startswith(prefix) and p not in seen]:
@@ -164,6 +169,32 @@ class ManifestStore:
         if rel.startswith("..") or any(p.startswith(".") for p in rel.split(os.sep)):
             return False
         return self._inside(path)
+
+    def _ignored_reason(self, path: str, st: os.stat_result | None) -> str | None:
+        """Why an entry that looks like a manifest is not read (reported once, as a Warning), or None."""
+        rel = os.path.relpath(path, self.spec_dir)
+        parts = rel.split(os.sep)
+        if rel.startswith("..") or any(p.startswith(".") for p in parts[:-1]) or not is_manifest_name(parts[-1]):
+            return None
+        if not self._inside(os.path.dirname(path)):
+            return None  # inside a folder symlink that leaves the spec dir: not looked at at all
+        if os.path.islink(path) and not self._inside(path):
+            return "a symlink leading outside the spec directory: not followed"
+        if st is None:
+            return "a symlink that cannot be resolved (dangling, or a loop): not read" if os.path.islink(path) else None
+        if not stat_mod.S_ISREG(st.st_mode) and not stat_mod.S_ISDIR(st.st_mode):
+            return "not a regular file (a FIFO, socket or device): not read"
+        return None
+
+    def _ignore(self, path: str, why: str) -> bool:
+        """Record an unreadable entry as a nameless rejection: admission turns it into a Warning."""
+        known = self.files.get(path)
+        source = self._display(Path(path))
+        message = f"{source}: {why}"
+        if known is not None and known.documents and getattr(known.documents[0], "message", None) == message:
+            return False
+        self.files[path] = ManifestFile(path, (0, 0, 0), [Rejection(None, "Ignored", message, source, path)])
+        return True
 
     def _accept(self, path: str, st: os.stat_result) -> bool:
         rel = os.path.relpath(path, self.spec_dir)
@@ -195,13 +226,26 @@ class ManifestStore:
                 continue
             try:
                 if entry.is_symlink() and not self._inside(entry.path):
+                    if is_manifest_name(entry.name):
+                        yield entry.path, None  # not followed, but reported
                     continue  # symlinks that leave the spec dir are not followed
                 if entry.is_dir():
                     yield from self._walk(entry.path, visited)
-                elif is_manifest_name(entry.name) and entry.is_file():
-                    yield entry.path, entry.stat()
+                elif is_manifest_name(entry.name):
+                    # a FIFO or a looping symlink is reported, never opened (a FIFO would block)
+                    yield entry.path, entry.stat() if entry.is_file() else None
             except OSError:
                 continue
+
+    def _update_or_ignore(self, path: str, st: os.stat_result | None) -> bool:
+        if st is None:
+            try:
+                st = os.stat(path)
+            except OSError:
+                pass
+            why = self._ignored_reason(path, st) or "not a regular file: not read"
+            return self._ignore(path, why)
+        return self._update(path, st)
 
     def _update(self, path: str, st: os.stat_result) -> bool:
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -261,12 +305,17 @@ class ManifestStore:
         except YAMLSyntaxError as exc:
             where = f"{source} line {exc.line}" if exc.line else source
             return [Rejection(stem_name, "YAMLError", f"YAML syntax error: {exc} ({where})", source, path, 0, st.st_mtime_ns)]
-        if manifest is not None:
-            try:
-                manifest.parsed_json = json.dumps(docs, separators=(",", ":"))
-            except (TypeError, ValueError):  # e.g. an unquoted timestamp: not JSON, not cached
+        try:
+            if manifest is not None:
+                try:
+                    manifest.parsed_json = json.dumps(docs, separators=(",", ":"))
+                except (TypeError, ValueError):  # e.g. an unquoted timestamp: not JSON, not cached
+                    manifest.parsed_json = None
+            return self._validate(path, st, docs, text)
+        except RecursionError:  # deep block nesting the parser took but later walks cannot
+            if manifest is not None:
                 manifest.parsed_json = None
-        return self._validate(path, st, docs, text)
+            return file_error("Invalid", "document is nested too deeply")
 
     def _validate(
         self, path: str, st: os.stat_result, docs: list, text: str | None, hashes: dict | None = None

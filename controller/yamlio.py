@@ -34,8 +34,14 @@ def load_all(text: str) -> list[Any]:
     """Every document of ``text`` as plain data. Raises :class:`YAMLSyntaxError`."""
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+    if _flow_too_deep(text):  # before the C parser, which overflows its stack on ~30,000 levels
+        raise YAMLSyntaxError(f"document is nested too deeply (over {MAX_FLOW_DEPTH} levels of [ or {{)", None)
     try:
-        return list(_safe_yaml().load_all(text))
+        docs = list(_safe_yaml().load_all(text))
+        if "&" in text:  # only anchors make aliases: plain manifests skip the walk
+            for doc in docs:
+                _check_aliases(doc)
+        return docs
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -46,6 +52,57 @@ def load_all(text: str) -> list[Any]:
         raise YAMLSyntaxError(text_, None) from None
     except RecursionError:
         raise YAMLSyntaxError("document is nested too deeply", None) from None
+
+
+MAX_EXPANDED_VALUES = 100_000
+MAX_FLOW_DEPTH = 500
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _flow_too_deep(text: str) -> bool:
+    """Bracket depth, counted naively (quotes ignored, so it can only over-count what is quoted)."""
+    if text.count("[") + text.count("{") <= MAX_FLOW_DEPTH:
+        return False
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        if match.group() in "[{":
+            depth += 1
+            if depth > MAX_FLOW_DEPTH:
+                return True
+        elif depth:
+            depth -= 1
+    return False
+
+
+def _check_aliases(doc: Any) -> None:
+    """Aliases share one object between many places, which is cheap to load but expands on every
+    later walk (validation, hashing, JSON): a "billion laughs" document would exhaust memory. Count
+    what the document expands to (each shared object counted once per use) and refuse cycles."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise YAMLSyntaxError("a YAML alias refers to itself (the document would be infinite)", None)
+        active.add(key)
+        total = 1
+        for item in (node.items() if isinstance(node, dict) else node):
+            total += size(item[0]) + size(item[1]) if isinstance(node, dict) else size(item)
+            if total > MAX_EXPANDED_VALUES:
+                raise YAMLSyntaxError(
+                    f"document expands to more than {MAX_EXPANDED_VALUES} values through YAML aliases "
+                    "(an alias bomb?); write the values out or use fewer aliases", None,
+                )
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    size(doc)
 
 
 def load_one(text: str) -> Any:

@@ -285,6 +285,68 @@ def test_cancel_while_running_stops_then_ends_cancelled():
     assert world.tick(T0 + 5).starts == []
 
 
+@pytest.mark.parametrize(
+    ("stop_reason", "edit", "outcome"),
+    [("UserCancelled", {"cancelled": True}, ("Cancelled", "UserCancelled")),
+     ("Suspended", {"suspend": True}, ("Pending", "Suspended"))],
+)
+def test_stop_whose_terminating_record_was_lost_in_a_crash_keeps_its_reason(stop_reason, edit, outcome):
+    # gflowd sent the stop, then died before writing the Terminating condition; the supervisor's
+    # exit record says why it was stopped, so the TERM exit is not taken for a failure
+    world = World(job("a", resources={"gpus": 1}))
+    world.tick(T0)
+    world.put(job("a", resources={"gpus": 1}, **edit))
+    world.states["a"] = world.last.states["a"]  # as recorded before the stop: Running, no Terminating
+    world.tick(T0 + 1)
+    world.states["a"].conditions = [c for c in world.states["a"].conditions if c["type"] != "Terminating"]
+    world.exit("a", 143, T0 + 2, signal=15)
+    world.runs["a"] = replace(world.runs["a"], stop_reason=stop_reason)
+    world.tick(T0 + 3)
+    assert world.phase() == outcome
+    assert world.state().failed == 0
+
+
+def test_a_term_exit_without_any_stop_request_is_a_failure():
+    world = World(job("a"))
+    world.tick(T0)
+    world.exit("a", 143, T0 + 2, signal=15)
+    world.tick(T0 + 3)
+    assert world.phase() == ("Failed", "Error")
+
+
+def test_an_exit_seen_again_after_a_crash_is_not_counted_twice():
+    # the failure was recorded (BackOff, 1 of 1 retries), then gflowd died before the runtime
+    # dropped the attempt's exit record; the restarted gflowd observes the same exit again
+    world = World(job("a", backoffLimit=1))
+    world.tick(T0)
+    world.exit("a", 1, T0 + 1)
+    ended = world.runs["a"]
+    world.tick(T0 + 1.5)
+    assert world.phase() == ("Pending", "BackOff") and world.state().failed == 1
+    world.runs["a"] = ended
+    plan = world.tick(T0 + 1.8)
+    assert plan.consumed == ["a"]
+    assert world.phase() == ("Pending", "BackOff") and world.state().failed == 1
+    plan = world.tick(T0 + 3)
+    assert [(launch.name, launch.attempt) for launch in plan.starts] == [("a", 2)]  # the retry still comes
+
+
+def test_a_retry_whose_start_went_unrecorded_is_recorded_as_that_attempt():
+    # attempt 2 was launched, then gflowd died before writing Running/attempt 2; the retry ran
+    # and failed meanwhile: the status must say attempt 2 with its pid, not attempt 1
+    world = World(job("a", backoffLimit=1, resources={"gpus": 1}))
+    world.tick(T0)
+    world.exit("a", 1, T0 + 1)
+    world.tick(T0 + 1.5)
+    assert world.phase() == ("Pending", "BackOff") and world.state().attempt == 1
+    world.runs["a"] = RunObservation("a", 2, 777, T0 + 2.5, False, 1, None, T0 + 3, devices=(3,), device_uuids=("GPU-0003",))
+    world.tick(T0 + 4)
+    st = world.state()
+    assert world.phase() == ("Failed", "BackoffLimitExceeded")
+    assert (st.attempt, st.pid, st.start_time, st.devices, st.failed) == (2, 777, T0 + 2.5, [3], 2)
+    assert st.next_attempt_time is None
+
+
 def test_stop_uses_the_jobs_termination_grace_period():
     world = World(job("a", terminationGracePeriod="30s"))
     world.tick(T0)

@@ -207,14 +207,16 @@ class JobSpec(_Model):
         description="Exclusive (default): GPUs are the job's alone. Shared: co-locate with other Shared jobs "
         "within resources.gpuMemory per GPU.",
     )
-    priority: StrictInt = Field(default=0, description="Higher runs first. Editable at any time.")
+    priority: StrictInt = Field(
+        default=0, ge=-(2**31), le=2**31 - 1, description="Higher runs first (a 32-bit integer). Editable at any time."
+    )
     time_limit: Duration | None = Field(
         default=None, description="Wall-clock limit per attempt; enforced (TERM, grace, KILL)."
     )
     termination_grace_period: Duration | None = Field(
         default=None, description="Seconds between TERM and KILL when the job is stopped (default 10s)."
     )
-    backoff_limit: StrictInt = Field(default=0, ge=0, description="Retries after a failed attempt.")
+    backoff_limit: StrictInt = Field(default=0, ge=0, le=2**31 - 1, description="Retries after a failed attempt.")
     depends_on: list[
         Annotated[Dependency, BeforeValidator(_dependency_shorthand, json_schema_input_type=Name | Dependency)]
     ] = Field(

@@ -16,8 +16,19 @@ _FACTORS = {
 }
 
 
+MAX_QUANTITY = 2**63 - 1  # bytes: what an int64 (kernel limits, JSON readers) holds
+MAX_DURATION = 100 * 365 * 86400.0  # seconds: a century is "no limit" already
+
+
 def parse_quantity(value: object) -> int:
     """``"16Gi"`` -> bytes. Accepts an integer byte count, ``K M G T P`` and their ``i`` forms."""
+    n_bytes = _parse_quantity(value)
+    if n_bytes > MAX_QUANTITY:
+        raise ValueError(f"must be at most {MAX_QUANTITY} bytes (8Ei)")
+    return n_bytes
+
+
+def _parse_quantity(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError("must be a quantity like 16Gi or 512Mi, not a boolean")
     if isinstance(value, int):
@@ -30,7 +41,10 @@ def parse_quantity(value: object) -> int:
     if not match:
         raise ValueError(f"{value!r} is not a quantity; use a number with a unit like 16Gi, 500M or 512Mi")
     number, unit = match.groups()
-    return int(float(number) * _FACTORS[(unit or "").upper()])
+    amount = float(number) * _FACTORS[(unit or "").upper()]
+    if not math.isfinite(amount):
+        raise ValueError(f"must be at most {MAX_QUANTITY} bytes (8Ei)")
+    return int(amount)
 
 
 def format_quantity(n_bytes: int | None) -> str:
@@ -50,6 +64,15 @@ _SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 def parse_duration(value: object) -> float:
     """Go-style ``"4h30m"``, ``"90s"``, ``"1.5h"`` or a number of seconds -> seconds."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_DURATION:
+        raise ValueError("must be at most 100 years")  # before float(): a huge int overflows it
+    seconds = _parse_duration(value)
+    if not seconds <= MAX_DURATION:
+        raise ValueError("must be at most 100 years")
+    return seconds
+
+
+def _parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("must be a duration like 4h30m or a number of seconds")
     if isinstance(value, (int, float)):

@@ -425,6 +425,7 @@ def _observation(attempt: _Attempt, record: dict) -> RunObservation:
         float(record.get("finishedAt") or time.time()),
         record.get("error") or "",
         reason=record.get("reason") or "",
+        stop_reason=record.get("stopReason") or "",
         devices=attempt.devices,
         device_uuids=attempt.device_uuids,
         run_hash=attempt.run_hash,

@@ -390,6 +390,7 @@ class Supervisor:
             "signal": sig,
             "reason": self.stop_reason if self.stop_reason in ("OOMKilled", "DeadlineExceeded") else "",
             "stopped": bool(self.stop_reason),
+            "stopReason": self.stop_reason,  # why gflowd asked it to stop, should its own record be lost
             "error": error,
             "startedAt": started_wall,
             "finishedAt": time.time(),

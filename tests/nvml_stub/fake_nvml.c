@@ -5,6 +5,7 @@
  *
  * File shape (every field optional except "gpus"):
  *   {"driver": "550.54.15", "initError": 0,
+ *    "hangMs": 0,                                             // every system call first sleeps this long (a hung driver)
  *    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-...",
  *              "memoryTotal": 85899345920, "memoryUsed": 0,   // default: sum of processes
  *              "utilization": 12,                             // null/absent: NOT_SUPPORTED
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -229,6 +231,7 @@ static fgpu *gpus;
 static int ngpus;
 static char driver[80] = "550.54.15";
 static int init_error;
+static long long hang_ms;
 static int loaded; /* a file was parsed successfully at least once */
 static int refcount;
 static unsigned n_inits, n_shutdowns, n_loads;
@@ -300,6 +303,7 @@ static int load(const char *path) {
     ngpus = list->n < MAX_HANDLES ? list->n : MAX_HANDLES;
     jcopy(driver, sizeof driver, &root, "driver", "550.54.15");
     init_error = (int)jint(&root, "initError", 0);
+    hang_ms = jint(&root, "hangMs", 0);
     loaded = 1;
     n_loads++;
     jfree(&root);
@@ -341,6 +345,12 @@ static nvmlReturn_t enter_system(void) {
     pthread_mutex_lock(&mu);
     if (refcount == 0) { pthread_mutex_unlock(&mu); return NVML_ERROR_UNINITIALIZED; }
     refresh();
+    if (hang_ms > 0) { /* a hung driver call; the lock is not held while it hangs */
+        long long ms = hang_ms;
+        pthread_mutex_unlock(&mu);
+        usleep((useconds_t)(ms > 3600000 ? 3600000 : ms) * 1000);
+        pthread_mutex_lock(&mu);
+    }
     return NVML_SUCCESS;
 }
 
