@@ -398,7 +398,9 @@ class Controller:
             self.recorder.events(plan.events, now)
         except OSError as exc:  # events are in the log too; the status files matter more
             log.warning("could not append to %s: %s", self.home.events_file, exc)
-        changed = self.recorder.write_states(plan.states, plan.removed)
+        # after a failed write every record is compared again, so what did not reach the disk does now
+        only = None if full or self.write_failures.failing else plan.looked_at
+        changed = self.recorder.write_states(plan.states, plan.removed, only)
         changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
         # Only now that the outcome is on disk may the runtime drop an ended attempt's records: a
         # crash in between would otherwise find a Running status and no exit record (Lost).

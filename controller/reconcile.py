@@ -123,6 +123,7 @@ class Plan:
     wake_at: float | None = None  # the next time a pass is due even if nothing changes
     again: bool = False  # a decision here unblocks others (e.g. a dependency ended): pass again now
     unsettled: set[str] = field(default_factory=set)  # jobs not finished or rejected: the next Snapshot's
+    looked_at: set[str] = field(default_factory=set)  # every other record is carried over unchanged
 
     def wake(self, when: float) -> None:
         self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
@@ -180,17 +181,17 @@ def changed_names(snap: Snapshot) -> set[str] | None:
     else:
         names = {n for n, st in states.items() if st.phase not in SETTLED_PHASES}
     names.update(snap.runs)
-    if adm is prev:
-        pass
-    elif adm.base == prev.serial:  # patched from the previous result: it says what it touched
-        names.update(adm.touched)
-    else:
-        names.update([n for n, job in jobs.items() if old_jobs.get(n) is not job])
-        names.update(old_jobs.keys() - jobs.keys())
-        names.update([n for n, r in rejected.items() if old_rejected.get(n) is not r])
-        names.update(old_rejected.keys() - rejected.keys())
     names.update(adm.duplicates)
     names.update(prev.duplicates)
+    if adm is prev:  # the previous pass gave every admitted name a record, and looked at the rest
+        return names
+    if adm.base == prev.serial:  # patched from the previous result: it says what it touched
+        names.update(adm.touched)
+        return names
+    names.update([n for n, job in jobs.items() if old_jobs.get(n) is not job])
+    names.update(old_jobs.keys() - jobs.keys())
+    names.update([n for n, r in rejected.items() if old_rejected.get(n) is not r])
+    names.update(old_rejected.keys() - rejected.keys())
     names.update(jobs.keys() - states.keys())
     names.update(rejected.keys() - states.keys())
     names.update(states.keys() - jobs.keys() - rejected.keys())
@@ -369,6 +370,7 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
     _expire(plan, snap, now)
     states = plan.states
     plan.unsettled = {n for n in names if n in states and states[n].phase not in SETTLED_PHASES}
+    plan.looked_at = names
     return plan
 
 

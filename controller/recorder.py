@@ -87,8 +87,12 @@ class Recorder:
             changed = True
         return changed
 
-    def write_states(self, states: dict[str, JobState], removed: Iterable[str]) -> bool:
-        """Write the status files that changed and remove the given ones. True when anything did."""
+    def write_states(
+        self, states: dict[str, JobState], removed: Iterable[str], only: Iterable[str] | None = None
+    ) -> bool:
+        """Write the status files that changed and remove the given ones. True when anything did.
+        ``only``: the names that may have changed (the pass carried every other record over as the
+        very object written before); None: compare them all."""
         changed = False
         for name in removed:
             self.written.pop(name, None)
@@ -99,7 +103,8 @@ class Recorder:
             except FileNotFoundError:
                 pass
             changed = True
-        for name, state in states.items():
+        pairs = states.items() if only is None else [(n, states[n]) for n in only if n in states]
+        for name, state in pairs:
             known = self.written.get(name)
             if known is state:  # identity first: unchanged records are shared between passes
                 continue
