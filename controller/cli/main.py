@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     except PermissionError as exc:  # e.g. another user's manifest in a shared, sticky spec dir
         where = exc.filename2 or exc.filename or ""
         sys.stderr.write(f"error: {where}: permission denied (only its owner or root may change it)\n")
+        return 1
     except ValueError as exc:  # paths.UnsafeName: a name that would leave the state directory
         if type(exc).__name__ != "UnsafeName":
             raise
