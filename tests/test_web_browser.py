@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import wait_phase, write_manifest
+from test_web_e2e import XSS, held_job  # the same jobs the HTTP tests use
 
 GPUS = """\
 gpus:
@@ -21,7 +22,6 @@ gpus:
   - {name: NVIDIA H100 80GB HBM3, memory: 80Gi, processes: [{pid: 4242, usedMemory: 4Gi}]}
   - {name: NVIDIA A100-SXM4-40GB, memory: 40Gi}
 """
-XSS = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox",  # root (CI) has no sandbox
     "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -61,16 +61,6 @@ def browser():
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
-
-
-def held_job(name: str, gpus: int, release: Path) -> str:
-    return f"""\
-metadata: {{name: {name}}}
-spec:
-  resources: {{gpus: {gpus}}}
-  script: |
-    while [ ! -e {release}/{name} ]; do sleep 0.05; done
-"""
 
 
 def until(driver, condition, message: str, timeout: float = 20):
