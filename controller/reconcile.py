@@ -28,7 +28,7 @@ BACKOFF_BASE = 1.0
 BACKOFF_MAX = 300.0
 GIB = 2**30
 # the reasons a stop request carries (the Terminating condition and stop-N.json)
-STOP_REASONS = frozenset({"UserCancelled", "Suspended", "Deleted", "DeadlineExceeded", "GPUMemoryExceeded"})
+STOP_REASONS = frozenset({"UserCancelled", "Suspended", "Deleted", "DeadlineExceeded", "GPUMemoryExceeded", "Preempted"})
 
 
 @dataclass(frozen=True)

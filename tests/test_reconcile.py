@@ -306,6 +306,28 @@ def test_stop_whose_terminating_record_was_lost_in_a_crash_keeps_its_reason(stop
     assert world.state().failed == 0
 
 
+@pytest.mark.parametrize(
+    ("stop_reason", "outcome"),
+    [("Preempted", ("Pending", "Preempted")),
+     ("DeadlineExceeded", ("Failed", "DeadlineExceeded")),
+     ("GPUMemoryExceeded", ("Failed", "GPUMemoryExceeded"))],
+)
+def test_a_stop_sent_just_before_a_crash_is_never_counted_against_backoff_limit(stop_reason, outcome):
+    # gflowd sent the stop (a preemption, a time limit, GPU memory) and died before any status
+    # said so: the supervisor's exit record carries the reason, and the TERM exit is not the
+    # job's failure (with backoffLimit 0 a miscounted failure would end the job for good)
+    world = World(job("a", resources={"gpus": 1}, backoffLimit=0), n_gpus=1)
+    world.tick(T0)
+    world.put(job("b", resources={"gpus": 1}, priority=5))  # what the GPU was freed for
+    world.tick(T0 + 1)
+    world.exit("a", 143, T0 + 2, signal=15)
+    world.runs["a"] = replace(world.runs["a"], stop_reason=stop_reason)
+    world.tick(T0 + 3)
+    assert world.phase() == outcome
+    assert world.state().failed == 0
+    assert world.phase("b") == ("Running", "Started")
+
+
 def test_a_term_exit_without_any_stop_request_is_a_failure():
     world = World(job("a"))
     world.tick(T0)
