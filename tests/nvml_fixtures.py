@@ -3,7 +3,7 @@
 ``fake_nvml_lib`` compiles ``tests/nvml_stub/fake_nvml.c`` once per session; ``nvml_env`` gives
 the environment that makes pynvml's ``CDLL("libnvidia-ml.so.1")`` load it (LD_LIBRARY_PATH) and
 names the JSON file it answers from (FAKE_NVML_FILE). ``nvml_probe`` starts a Python subprocess
-that drives :class:`controller.gpus.nvml.NvmlInventory` by JSON-line commands, so a test can
+that drives :class:`controller.observe.gpus.nvml.NvmlInventory` by JSON-line commands, so a test can
 change the file between two reads, the way a GPU changes under a running controller.
 """
 
@@ -81,7 +81,7 @@ def nvml_env(fake_nvml_lib: Path, tmp_path: Path) -> dict[str, str]:
 
 PROBE = r"""
 import dataclasses, json, sys, time
-from controller.gpus.nvml import NvmlInventory
+from controller.observe.gpus.nvml import NvmlInventory
 
 inventory = NvmlInventory()
 for line in sys.stdin:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.admission import AdmittedJob, Rejection, admit, spec_hashes, validate_document
-from controller.yamlio import load_all
+from controller.decide.admission import AdmittedJob, Rejection, admit, spec_hashes, validate_document
+from controller.util.yamlio import load_all
 
 GIB = 2**30
 
@@ -495,7 +495,7 @@ def test_documents_without_a_name_become_warnings():
 
 
 def _owned(uid: int, text: str = "spec:\n  command: [x]\n") -> AdmittedJob:
-    from controller.yamlio import load_one as _load
+    from controller.util.yamlio import load_one as _load
 
     result = validate_document(_load(text), source="jobs/o.yaml", path="/x/o.yaml", stem="o", single=True, owner_uid=uid)
     assert isinstance(result, AdmittedJob)

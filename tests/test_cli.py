@@ -13,8 +13,8 @@ import pytest
 
 from controller.cli.main import main
 from controller.paths import Home
-from controller.recorder import Recorder
-from controller.state import JobState
+from controller.record.recorder import Recorder
+from controller.model.records import JobState
 
 JOB = """\
 # training run for the paper
@@ -201,7 +201,7 @@ def test_rerun_bumps_annotation(home):
     path = home.spec_dir / "rr.yaml"
     path.write_text(JOB.format(name="rr"))
     assert run("rerun", "rr")[0] == 0
-    from controller.yamlio import load_one
+    from controller.util.yamlio import load_one
 
     assert "gflow.dev/rerun" in load_one(path.read_text())["metadata"]["annotations"]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from controller.paths import Home
-from controller.recorder import Recorder
-from controller.state import JobState
+from controller.record.recorder import Recorder
+from controller.model.records import JobState
 
 BIN = str(Path(sys.executable).parent)
 

@@ -15,8 +15,8 @@ import pytest
 
 from controller.cli.events import age_text, aggregate, read_events
 from controller.paths import Home
-from controller.reconcile import Event
-from controller.recorder import Recorder
+from controller.decide.reconcile import Event
+from controller.record.recorder import Recorder
 from helpers import wait_for
 from test_cli import run
 
@@ -52,7 +52,7 @@ def test_get_events_lists_filters_and_prints_json(home):
 
 
 def test_rotation_by_size_keeps_one_previous_file_and_readers_read_both(home, monkeypatch):
-    import controller.recorder as recorder
+    import controller.record.recorder as recorder
 
     monkeypatch.setattr(recorder, "EVENTS_MAX_BYTES", 400)
     for i in range(12):

@@ -22,9 +22,9 @@ def test_the_expected_examples_exist():
 
 @pytest.mark.parametrize("path", JOB_EXAMPLES, ids=lambda p: p.name)
 def test_example_manifest_is_admitted(path: Path):
-    from controller.admission import AdmittedJob
+    from controller.decide.admission import AdmittedJob
     from controller.paths import Home
-    from controller.store import ManifestStore
+    from controller.observe.manifests import ManifestStore
 
     home = Home.resolve(REPO, EXAMPLES)
     store = ManifestStore(EXAMPLES, home.display)
@@ -37,7 +37,7 @@ def test_example_manifest_is_admitted(path: Path):
 
 
 def test_fake_gpu_example_describes_four_gpus():
-    from controller.gpus.inventory import parse_fake_gpus
+    from controller.observe.gpus.inventory import parse_fake_gpus
 
     gpus = parse_fake_gpus(FAKE_GPUS.read_text())
     assert [g.index for g in gpus] == [0, 1, 2, 3]
@@ -47,7 +47,7 @@ def test_fake_gpu_example_describes_four_gpus():
 
 
 def test_example_controller_config_loads():
-    from controller.config import load_config
+    from controller.api.config import load_config
 
     config = load_config(REPO / "manifests" / "deploy" / "config.yaml", {})
     assert config.resync == 10.0

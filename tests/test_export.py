@@ -18,8 +18,8 @@ import pytest
 from controller.api.job import Job
 from controller.api.sweep import Sweep
 from controller.export import k8s, slurm
-from controller.sweeps import expand
-from controller.yamlio import load_one
+from controller.decide.sweeps import expand
+from controller.util.yamlio import load_one
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cli import run  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import job_status, pid_alive, read_index, wait_for, wait_phase, write_manifest
 from nvml_fixtures import fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
-from controller.writeguard import WriteFailures
+from controller.record.writeguard import WriteFailures
 
 SLEEPER = "metadata: {{name: {name}}}\nspec:\n  command: [sleep, '600']\n"
 QUICK = "metadata: {{name: {name}}}\nspec:\n  command: ['true']\n"

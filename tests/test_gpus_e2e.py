@@ -82,7 +82,7 @@ def test_foreign_process_and_lost_gpu_appearing_mid_run(home, gflowd, tmp_path):
     tmp.rename(fake)
 
     def node_states():
-        from controller.yamlio import load_one
+        from controller.util.yamlio import load_one
 
         try:
             node = load_one((home / "node.yaml").read_text())

@@ -15,10 +15,10 @@ from dataclasses import replace
 
 import pytest
 
-import controller.reconcile as reconcile_module
-from controller.admission import AdmissionResult, Rejection, admit, admit_changes
-from controller.reconcile import Plan, RunObservation, Snapshot, changed_names, reconcile
-from controller.state import JobState
+import controller.decide.reconcile as reconcile_module
+from controller.decide.admission import AdmissionResult, Rejection, admit, admit_changes
+from controller.decide.reconcile import Plan, RunObservation, Snapshot, changed_names, reconcile
+from controller.model.records import JobState
 from test_reconcile import T0, gpus, invalid, job
 
 

@@ -97,7 +97,7 @@ def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tm
     assert value(s, "gflow_jobs", phase="Succeeded") == 2
     assert value(s, "gflow_gpus", state="Free") == 2
     assert value(s, "gflow_jobs_finished_total", phase="Failed") == 0
-    import controller.metrics as metrics
+    import controller.sinks.metrics as metrics
 
     documented = set(re.findall(r"``(gflow_\w+)``", metrics.__doc__))
     served = {re.sub(r"_(bucket|sum|count)$", "", name) for name, _ in {**first, **s}}
@@ -135,7 +135,7 @@ def test_the_grafana_dashboard_only_queries_metrics_gflowd_serves():
     """Every gflow_* series the sample dashboard queries is one the metrics module defines."""
     import json
 
-    import controller.metrics as metrics
+    import controller.sinks.metrics as metrics
 
     dashboard = json.loads((Path(__file__).parent.parent / "manifests" / "deploy" / "grafana-dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]

@@ -141,7 +141,7 @@ def test_selector_matching():
 
 
 def test_webhooks_are_not_a_flag():
-    from controller.daemon import build_parser
+    from controller.daemon.loop import build_parser
 
     assert "--webhooks" not in build_parser().format_help()
     assert "--metrics-port" in build_parser().format_help()
@@ -150,10 +150,10 @@ def test_webhooks_are_not_a_flag():
 def test_a_full_queue_drops_instead_of_waiting(endpoints, monkeypatch):
     import time
 
-    import controller.notify as notify
-    from controller.config import Webhook
-    from controller.observers import PassFacts, PassRecord, Transition
-    from controller.state import JobState
+    import controller.sinks.notify as notify
+    from controller.api.config import Webhook
+    from controller.sinks.hooks import PassFacts, PassRecord, Transition
+    from controller.model.records import JobState
 
     monkeypatch.setattr(notify, "QUEUE_SIZE", 2)
     notifier = notify.Notifier([Webhook(url=f"{endpoints.base}/hang", timeout=60.0, retries=0)], host="box")
@@ -175,7 +175,7 @@ def test_the_config_examples_in_the_docs_load(tmp_path):
     import textwrap
     from pathlib import Path
 
-    from controller.config import load_config
+    from controller.api.config import load_config
 
     docs = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
     blocks = [textwrap.dedent(b) for b in re.findall(r"```yaml\n(.*?)```", docs, re.S) if "webhooks:" in b or "metricsPort" in b]
@@ -188,7 +188,7 @@ def test_the_config_examples_in_the_docs_load(tmp_path):
 
 
 def test_logs_name_a_webhook_without_its_secret_path():
-    from controller.notify import redacted
+    from controller.sinks.notify import redacted
 
     assert redacted("https://chat.example.org/hooks/T01/B02/SECRET") == "https://chat.example.org/…"
     assert redacted("http://127.0.0.1:8080") == "http://127.0.0.1:8080"

@@ -211,7 +211,7 @@ def test_other_init_errors_are_reported_not_raised(nvml_env, nvml_probe):
 def test_importable_without_the_stub():
     # the module itself never needs NVML to import (gflowd on a CPU box imports it)
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_FILE")}
-    code = "from controller.gpus.nvml import NvmlInventory; i = NvmlInventory(); i.read(); i.close()"
+    code = "from controller.observe.gpus.nvml import NvmlInventory; i = NvmlInventory(); i.read(); i.close()"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
 
@@ -230,7 +230,7 @@ def read_node(home: Path) -> dict | None:
 
 
 def test_gflowd_on_nvml_binds_a_gpu_job_to_a_usable_gpu(home, gflowd, nvml_env, tmp_path):
-    """Needs gflowd to use controller.gpus.nvml.NvmlInventory (the import in controller/daemon.py)."""
+    """Needs gflowd to use controller.observe.gpus.nvml.NvmlInventory (the import in controller/daemon.py)."""
     write_fake_nvml(Path(nvml_env["FAKE_NVML_FILE"]), machine(
         gpu(0, processes=[{"pid": 4242, "usedMemory": 4 * GiB}]),  # someone else's process: Unmanaged
         gpu(1, lost=True),  # Unhealthy

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 
-from controller.admission import AdmissionResult
-from controller.observers import Digest, Observers, PassRecord
-from controller.reconcile import Event, Launch, Plan, RunObservation
-from controller.state import JobState
+from controller.decide.admission import AdmissionResult
+from controller.sinks.hooks import Digest, Observers, PassRecord
+from controller.decide.reconcile import Event, Launch, Plan, RunObservation
+from controller.model.records import JobState
 
 
 def st(name: str, phase: str, reason: str = "", **kw) -> JobState:
@@ -96,8 +96,8 @@ def test_a_plain_gflowd_does_not_import_prometheus_or_tenacity(tmp_path):
 
     program = f"""
 import sys
-from controller.config import ControllerConfig
-from controller.observers import start_observers
+from controller.api.config import ControllerConfig
+from controller.sinks.hooks import start_observers
 from controller.paths import Home
 home = Home.resolve({str(tmp_path)!r}); home.ensure()
 observers = start_observers(home, ControllerConfig())

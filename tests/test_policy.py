@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from test_reconcile import T0, World, job
 
 from controller.api.status import find_condition
-from controller.config import ConfigError, ControllerConfig, load_config
-from controller.gpus.inventory import Gpu
-from controller.policy import (
+from controller.api.config import ConfigError, ControllerConfig, load_config
+from controller.observe.gpus.inventory import Gpu
+from controller.decide.policy import (
     Policy,
     UsageLedger,
     decayed_gpu_seconds,
@@ -23,8 +23,8 @@ from controller.policy import (
     policy_from_config,
     queue_key,
 )
-from controller.reconcile import Snapshot
-from controller.scheduler import Binding, Holder, QuotaUse, Request, Wait, build_slots, schedule
+from controller.decide.reconcile import Snapshot
+from controller.decide.scheduler import Binding, Holder, QuotaUse, Request, Wait, build_slots, schedule
 
 GIB = 2**30
 INF = math.inf
@@ -444,7 +444,7 @@ def test_without_a_threshold_nobody_is_preempted():
     ],
 )
 def test_preemption_victims(running, gpus, free, expected):
-    from controller.scheduler import Running, preemption_victims
+    from controller.decide.scheduler import Running, preemption_victims
 
     holders = [run(name, devices) for name, _, devices, _ in running]
     slots = build_slots(machine(sum(len(d) for _, _, d, _ in running) + free), holders, None, set(), GIB)
@@ -453,14 +453,14 @@ def test_preemption_victims(running, gpus, free, expected):
 
 
 def test_gflowd_flags_carry_every_policy_key(tmp_path):
-    from controller.daemon import build_parser
+    from controller.daemon.loop import build_parser
 
     args = build_parser().parse_args([
         "--scheduling-policy", "priority", "--aging-interval", "30m", "--aging-max", "4",
         "--fair-share-half-life", "0", "--user-quotas", "alice:4,bob:2", "--label-quotas", "team=vision:8",
         "--preemption-threshold", "5",
     ])
-    from controller.config import flag_fields, flag_overrides
+    from controller.api.config import flag_fields, flag_overrides
 
     config = load_config(tmp_path / "config.yaml", flag_overrides({path: getattr(args, ".".join(path)) for path, _ in flag_fields()}))
     policy = policy_from_config(config)

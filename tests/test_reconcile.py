@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from controller.admission import AdmittedJob, Rejection, admit, validate_document
-from controller.gpus.inventory import Gpu
-from controller.reconcile import Plan, RunObservation, Snapshot, Stop, backoff_delay, reconcile
-from controller.state import JobState
+from controller.decide.admission import AdmittedJob, Rejection, admit, validate_document
+from controller.observe.gpus.inventory import Gpu
+from controller.decide.reconcile import Plan, RunObservation, Snapshot, Stop, backoff_delay, reconcile
+from controller.model.records import JobState
 
 GIB = 2**30
 T0 = 1_800_000_000.0  # 2027-01-15: a fixed clock, far from the epoch
@@ -749,7 +749,7 @@ def test_lost_run_observation_is_failed_lost():
 
 
 def test_restarted_controller_readopts_a_running_job_from_its_status_file():
-    from controller.yamlio import dump, load_one
+    from controller.util.yamlio import dump, load_one
 
     world = World(job("a", resources={"gpus": 2}))
     world.tick(T0)
@@ -813,7 +813,7 @@ def test_a_pass_with_nothing_new_changes_nothing():
 
 
 def _with_process(world: World, index: int, pid: int, gib: float) -> None:
-    from controller.gpus.inventory import GpuProcess
+    from controller.observe.gpus.inventory import GpuProcess
 
     world.gpus[index] = replace(world.gpus[index], processes=(GpuProcess(pid, int(gib * GIB)),))
 

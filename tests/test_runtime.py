@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from helpers import job_status, pid_alive, read_log, wait_for, wait_phase, write_manifest
 
-from controller.admission import validate_document
-from controller.yamlio import load_one
+from controller.decide.admission import validate_document
+from controller.util.yamlio import load_one
 
 
 def manifest(name: str, body: str) -> str:
@@ -231,8 +231,8 @@ def test_exit_record_stays_until_the_status_showing_it_is_written(tmp_path):
     import sys
 
     from controller.paths import Home
-    from controller.reconcile import Launch
-    from controller.runtime.supervised import SupervisorRuntime
+    from controller.decide.reconcile import Launch
+    from controller.act.runtime.supervised import SupervisorRuntime
     from test_reconcile import job
 
     home = Home.resolve(str(tmp_path / "home"), None)

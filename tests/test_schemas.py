@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from controller.admission import AdmittedJob, Rejection, admit, validate_any, validate_document
-from controller.yamlio import load_all, load_one
+from controller.decide.admission import AdmittedJob, Rejection, admit, validate_any, validate_document
+from controller.util.yamlio import load_all, load_one
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "manifests" / "examples"
@@ -324,7 +324,7 @@ def _example_jobs(path: Path) -> list:
 
 @pytest.mark.parametrize("path", _example_files())
 def test_example_manifest_is_valid(path: Path):
-    from controller.gpus.inventory import parse_fake_gpus
+    from controller.observe.gpus.inventory import parse_fake_gpus
 
     source = f"manifests/examples/{path.relative_to(EXAMPLES)}"
     text = path.read_text(encoding="utf-8")
@@ -365,8 +365,8 @@ def test_example_manifests_have_distinct_names():
 
 def _statuses() -> dict:
     """Status documents as the controller writes them, for a GPU job, a CPU job and a retrying one."""
-    from controller.gpus.inventory import Gpu
-    from controller.reconcile import RunObservation, Snapshot, reconcile
+    from controller.observe.gpus.inventory import Gpu
+    from controller.decide.reconcile import RunObservation, Snapshot, reconcile
 
     def job(name, **spec):
         spec.setdefault("command", ["true"])

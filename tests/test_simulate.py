@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from controller.cli.main import main
-from controller.policy import Policy
-from controller.simulate import TraceError, named_policy, read_trace, simulate
+from controller.decide.policy import Policy
+from controller.sim.simulator import TraceError, named_policy, read_trace, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "hack" / "traces" / "small.csv"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.config import ConfigError, load_config
-from controller.reconcile import RunObservation, Snapshot
-from controller.runtime.slurm import SlurmJob, _Record, gres_devices, observation, parse_squeue
+from controller.api.config import ConfigError, load_config
+from controller.decide.reconcile import RunObservation, Snapshot
+from controller.act.runtime.slurm import SlurmJob, _Record, gres_devices, observation, parse_squeue
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_reconcile import T0, World, job  # noqa: E402
@@ -61,7 +61,7 @@ def test_parse_squeue_refuses_what_is_not_json():
 def test_parse_sacct_allocation_lines():
     from datetime import datetime
 
-    from controller.runtime.slurm import parse_sacct
+    from controller.act.runtime.slurm import parse_sacct
 
     text = (
         "41|CANCELLED by 0|0:15|vm|2026-11-22T20:04:44|2026-11-22T20:04:45|2026-11-22T20:05:00\n"
@@ -207,7 +207,7 @@ def test_an_attempt_that_ended_unseen_still_records_where_it_ran():
 
 def test_sweep_parallelism_counts_children_queued_in_the_cluster():
     from controller.api.sweep import Sweep
-    from controller.sweeps import expand
+    from controller.decide.sweeps import expand
 
     sweep = Sweep.model_validate({"kind": "Sweep", "metadata": {"name": "s"},
                                   "spec": {"indices": "0-3", "parallelism": 2, "template": {"command": ["true"]}}})
@@ -224,7 +224,7 @@ def test_sweep_parallelism_counts_children_queued_in_the_cluster():
 # -- configuration -----------------------------------------------------------------------------------
 
 def test_config_selects_the_slurm_backend_and_flags_override_keys(tmp_path: Path):
-    from controller.config import flag_overrides
+    from controller.api.config import flag_overrides
 
     path = tmp_path / "config.yaml"
     path.write_text("backend: slurm\nslurm: {partition: gpu, extraArgs: [--qos=high]}\n")
@@ -251,7 +251,7 @@ def test_bad_slurm_config_is_one_line_naming_the_key(tmp_path: Path, text, messa
 
 
 def test_gflowd_flags_are_generated_for_the_slurm_section():
-    from controller.daemon import build_parser
+    from controller.daemon.loop import build_parser
 
     args = build_parser().parse_args(["--backend", "slurm", "--slurm-partition", "gpu", "--slurm-extra-args=--qos=a,--exclusive"])
     assert (args.backend, getattr(args, "slurm.partition"), getattr(args, "slurm.extra_args")) == (

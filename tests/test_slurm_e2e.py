@@ -76,7 +76,7 @@ def squeue(env: dict[str, str]) -> list[dict]:
 def slurm_jobs_of(env: dict[str, str], home: Path, name: str) -> list[dict]:
     """Slurm jobs this home's gflowd submitted for job ``name`` (by the comment every submission carries)."""
     from controller.paths import Home
-    from controller.runtime.slurm import home_id
+    from controller.act.runtime.slurm import home_id
 
     prefix = f"gflow:{home_id(Home.resolve(home))}:{name}:"
     return [j for j in squeue(env) if str(j.get("comment") or "").startswith(prefix)]
@@ -99,7 +99,7 @@ def cluster_daemon(slurm, gflowd, home: Path):
 
     yield start
     from controller.paths import Home
-    from controller.runtime.slurm import home_id
+    from controller.act.runtime.slurm import home_id
 
     prefix = f"gflow:{home_id(Home.resolve(home))}:"
     live = [str(j["job_id"]) for j in squeue(slurm)
@@ -219,7 +219,7 @@ def test_an_interrupted_submission_is_adopted_by_comment_not_resubmitted(slurm, 
     """The window a kill -9 rarely hits: sbatch done, its job id not yet recorded. The record
     says only "about to submit"; the restarted runtime finds the job by its comment."""
     from controller.paths import Home
-    from controller.runtime.slurm import SlurmRuntime, comment_for, home_id
+    from controller.act.runtime.slurm import SlurmRuntime, comment_for, home_id
 
     h = Home.resolve(home)
     h.ensure()
@@ -244,7 +244,7 @@ def test_a_slurm_job_slurm_has_forgotten_is_lost(slurm, home: Path):
     """squeue forgets a finished job after MinJobAge; without slurmdbd sacct knows nothing either
     (the dev cluster has no accounting): the attempt is Lost, said in one sentence."""
     from controller.paths import Home
-    from controller.runtime.slurm import SlurmRuntime
+    from controller.act.runtime.slurm import SlurmRuntime
 
     h = Home.resolve(home)
     h.ensure()

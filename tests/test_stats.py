@@ -97,7 +97,7 @@ def test_finished_jobs_deleted_later_still_count(home, gflowd):
 
 
 def test_history_rotates_by_size_and_is_read_whole(tmp_path):
-    from controller.jsonlog import append_lines, read_records
+    from controller.util.jsonlog import append_lines, read_records
 
     path = tmp_path / "history.jsonl"
     for i in range(30):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection
+from controller.decide.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection
 from controller.paths import Home
-from controller.store import ManifestStore, is_manifest_name
+from controller.observe.manifests import ManifestStore, is_manifest_name
 
 JOB = "spec:\n  command: [echo, hi]\n"
 
@@ -428,7 +428,7 @@ def test_refresh_of_a_hidden_folder_reads_nothing(spec, folder):
 def test_parse_cache_spares_a_restart_from_reparsing_unchanged_files(tmp_path):
     import os as _os
 
-    from controller.store import ManifestStore
+    from controller.observe.manifests import ManifestStore
 
     spec = tmp_path / "jobs"
     spec.mkdir()
@@ -460,13 +460,13 @@ def test_parse_cache_spares_a_restart_from_reparsing_unchanged_files(tmp_path):
 
 
 def test_a_corrupt_parse_cache_is_ignored(tmp_path):
-    from controller.store import ManifestStore
+    from controller.observe.manifests import ManifestStore
 
     spec = tmp_path / "jobs"
     spec.mkdir()
     (spec / "a.yaml").write_text("spec:\n  command: [echo]\n")
     cache = tmp_path / "cache.json"
-    from controller.store import CACHE_VERSION
+    from controller.observe.manifests import CACHE_VERSION
 
     cache.write_text('{"version": %d, "specDir": "%s", "files": {"x": 5}}' % (CACHE_VERSION, spec))
     store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)

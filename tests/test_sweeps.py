@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from controller.admission import AdmittedJob, Rejection, admit, validate_any
-from controller.reconcile import RunObservation, Snapshot, reconcile
-from controller.sweeps import AdmittedSweep
-from controller.yamlio import load_one
+from controller.decide.admission import AdmittedJob, Rejection, admit, validate_any
+from controller.decide.reconcile import RunObservation, Snapshot, reconcile
+from controller.decide.sweeps import AdmittedSweep
+from controller.util.yamlio import load_one
 
 T0 = 1_800_000_000.0
 

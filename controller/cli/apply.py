@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.cli.common import CliError, find_manifest
-from controller.fsutil import atomic_write
+from controller.util.fsutil import atomic_write
 from controller.paths import Home
 
 
@@ -65,9 +65,9 @@ def _read_text(path: Path) -> str:
 def _check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[_Doc], list[str]]]:
     """Each input's documents and errors: judged by the running gflowd when there is one (see
     controller/review.py), else checked here with the same function."""
-    from controller.fsutil import lock_held
-    from controller.review import ask, check_documents
-    from controller.yamlio import iter_documents_text, load_one
+    from controller.util.fsutil import lock_held
+    from controller.client.review import ask, check_documents
+    from controller.util.yamlio import iter_documents_text, load_one
 
     answers = ask(home.review_dir, inputs) if inputs and lock_held(home.lock_file) else None
     if answers is None:
@@ -84,7 +84,7 @@ def _check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[
 
 
 def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> int:
-    from controller.yamlio import iter_documents_text, load_one
+    from controller.util.yamlio import iter_documents_text, load_one
 
     errors: list[str] = []
     seen: dict[str, str] = {}
@@ -117,7 +117,7 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
                 verb = "unchanged" if _same(old, doc.data, doc.name, target, len(parts)) else "configured"
                 if parts[position] != body and not dry_run:
                     parts[position] = body
-                    from controller.manifest_edit import join_documents
+                    from controller.util.manifest_edit import join_documents
 
                     atomic_write(target, parts[0] if len(parts) == 1 else join_documents(parts), mode=_mode(target))
             progress.clear()
@@ -149,7 +149,7 @@ def _same(old, new, name: str, target: Path, count: int) -> bool:
 
 def _position_of(parts: list[str], name: str, path: Path) -> int | None:
     from controller.api.names import document_name
-    from controller.yamlio import YAMLSyntaxError, load_one
+    from controller.util.yamlio import YAMLSyntaxError, load_one
 
     for index, part in enumerate(parts):
         try:
@@ -184,7 +184,7 @@ def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job"
             sys.stderr.write(f"error: {kind}/{name} not found\n")
             failed = True
             continue
-        from controller.yamlio import iter_documents_text
+        from controller.util.yamlio import iter_documents_text
 
         parts = list(iter_documents_text(path.read_text()))
         position = _position_of(parts, name, path)
@@ -195,7 +195,7 @@ def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job"
         if len(parts) == 1:
             path.unlink()
         else:
-            from controller.manifest_edit import join_documents
+            from controller.util.manifest_edit import join_documents
 
             del parts[position]
             atomic_write(path, join_documents(parts), mode=_mode(path))

@@ -48,7 +48,7 @@ def read_index(home: Home) -> dict[str, Any] | None:
 
 
 def read_status(home: Home, name: str) -> dict[str, Any] | None:
-    from controller.yamlio import YAMLSyntaxError, load_one
+    from controller.util.yamlio import YAMLSyntaxError, load_one
 
     try:
         data = load_one(home.status_file(name).read_text())
@@ -65,7 +65,7 @@ def job_rows(home: Home) -> dict[str, dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     if not home.status_dir.is_dir():
         return rows
-    from controller.state import JobState
+    from controller.model.records import JobState
 
     for path in sorted(home.status_dir.glob("*.yaml")):
         data = read_status(home, path.stem)
@@ -79,7 +79,7 @@ def job_rows(home: Home) -> dict[str, dict[str, Any]]:
 
 
 def warn_if_not_running(home: Home) -> None:
-    from controller.daemon import is_running
+    from controller.daemon.loop import is_running
 
     if not is_running(home):
         sys.stderr.write(f"warning: gflowd is not running for {home.root}; what you see may be stale\n")

@@ -7,7 +7,7 @@ import time
 from controller.api.units import format_age, format_duration
 from controller.cli.common import CliError, find_manifest, read_status
 from controller.paths import Home
-from controller.state import from_rfc3339
+from controller.model.records import from_rfc3339
 
 
 def describe(home: Home, name: str) -> int:
@@ -73,7 +73,7 @@ def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:
     if manifest is None:
         return []
     from controller.cli.apply import _position_of
-    from controller.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+    from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
     try:
         parts = list(iter_documents_text(manifest.read_text()))

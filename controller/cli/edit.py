@@ -9,7 +9,7 @@ import sys
 import time
 
 from controller.cli.common import CliError, find_manifest
-from controller.fsutil import atomic_write
+from controller.util.fsutil import atomic_write
 from controller.paths import Home
 
 _FIELDS = {
@@ -23,8 +23,8 @@ def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -
     """Set ``path`` in job ``name``'s manifest (``path == ()``: ``value`` is a merge patch).
     False (and a message) when the job is unknown; CliError when the result would be invalid."""
     from controller.cli.apply import _position_of
-    from controller.manifest_edit import EditError, merge_patch, set_field
-    from controller.yamlio import iter_documents_text
+    from controller.util.manifest_edit import EditError, merge_patch, set_field
+    from controller.util.yamlio import iter_documents_text
 
     from controller.cli.common import owner_of
 
@@ -60,8 +60,8 @@ def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -
 
 
 def _check_still_valid(text: str, position: int, name: str, manifest) -> None:
-    from controller.admission import Rejection, validate_any
-    from controller.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+    from controller.decide.admission import Rejection, validate_any
+    from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
     parts = list(iter_documents_text(text))
     try:

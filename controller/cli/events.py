@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator
 
 from controller.api.units import format_age
 from controller.cli.common import CliError
-from controller.jsonlog import parse_lines, previous_of
+from controller.util.jsonlog import parse_lines, previous_of
 from controller.paths import Home
 
 POLL = 0.2
@@ -77,7 +77,7 @@ HEADER = ("LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE")
 
 
 def _row(event: dict[str, Any], now: float) -> tuple[str, ...]:
-    from controller.state import from_rfc3339
+    from controller.model.records import from_rfc3339
 
     when = from_rfc3339(event.get("time"))
     return (
@@ -179,7 +179,7 @@ class _Follower:
 def aggregate(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Repeats of one (type, reason, message) folded into one row with a count and first/last
     time, ordered by last occurrence (``describe`` shows them as ``5m (x3 over 20m)``)."""
-    from controller.state import from_rfc3339
+    from controller.model.records import from_rfc3339
 
     groups: dict[tuple, dict[str, Any]] = {}
     for event in events:

@@ -18,8 +18,8 @@ from controller.paths import Home
 
 def _documents(path: Path, text: str) -> list[list[Any]]:
     """Each document of ``text`` validated: [AdmittedJob] or [AdmittedSweep, *children]."""
-    from controller.admission import Rejection, validate_any
-    from controller.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+    from controller.decide.admission import Rejection, validate_any
+    from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
     parts = list(iter_documents_text(text))
     out = []
@@ -76,7 +76,7 @@ def _select(home: Home, name: str | None, filename: str | None) -> list[tuple[Pa
 
 
 def export(home: Home, target: str, name: str | None, filename: str | None, options: dict[str, Any]) -> int:
-    from controller.admission import AdmittedJob
+    from controller.decide.admission import AdmittedJob
 
     if name is None and filename is None:
         raise CliError(f"name a job or a file: gflowctl export {target} NAME | -f FILE")

@@ -52,7 +52,7 @@ def _get_sweeps(home: Home, args) -> int:
         if args.output == "json":
             print(json.dumps(docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}, indent=2))
         else:
-            from controller.yamlio import dump
+            from controller.util.yamlio import dump
 
             print("---\n".join(dump(d) for d in docs), end="")
     elif chosen:
@@ -113,7 +113,7 @@ def _get_jobs(home: Home, args, selector) -> int:
             payload: Any = docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
             print(json.dumps(payload, indent=2, default=str))
         else:
-            from controller.yamlio import dump
+            from controller.util.yamlio import dump
 
             print("---\n".join(dump(d) for d in docs), end="")
     else:
@@ -225,7 +225,7 @@ def _redraw(path, table, interval: float = 0.2) -> int:
 
 
 def _read_node(home: Home) -> dict | None:
-    from controller.yamlio import YAMLSyntaxError, load_one
+    from controller.util.yamlio import YAMLSyntaxError, load_one
 
     try:
         return load_one(home.node_file.read_text()) or {}

@@ -11,8 +11,8 @@ from controller.cli.common import CliError
 
 
 def simulate(args: argparse.Namespace) -> int:
-    from controller.simulate import POLICIES, TraceError, named_policy, read_trace
-    from controller.simulate import simulate as run_simulation
+    from controller.sim.simulator import POLICIES, TraceError, named_policy, read_trace
+    from controller.sim.simulator import simulate as run_simulation
 
     if args.gpus < 1:
         raise CliError(f"--gpus: must be >= 1, got {args.gpus}")
@@ -45,7 +45,7 @@ def simulate(args: argparse.Namespace) -> int:
     else:
         _print_table(results)
     if args.plot:
-        from controller.simulate import plot
+        from controller.sim.simulator import plot
 
         for result in results.values():
             for path in plot(result, Path(args.plot)):
@@ -60,8 +60,8 @@ def _fresh(job):
 
 
 def _config_policy(path: Path):
-    from controller.config import ConfigError, load_config
-    from controller.policy import policy_from_config
+    from controller.api.config import ConfigError, load_config
+    from controller.decide.policy import policy_from_config
 
     if not path.is_file():
         raise CliError(f"--config: {path} is not a file")

@@ -3,7 +3,7 @@
 Sources, read-only:
 
 * ``run/history.jsonl`` (+ ``.1``): one line per ended attempt, appended by gflowd
-  (``controller.history``). It outlives status files, so jobs removed by TTL still count.
+  (``controller.sinks.history``). It outlives status files, so jobs removed by TTL still count.
 * ``run/index.json``: the jobs that exist now -- running attempts (GPU-hours so far), pending jobs,
   and finished jobs that have no history line (they ended before the history existed).
 
@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from controller.cli.common import CliError, read_index
-from controller.jsonlog import read_records
+from controller.util.jsonlog import read_records
 from controller.paths import Home
 from controller.api.labels import selector_matches
 
@@ -154,7 +154,7 @@ def _user_lookup(home: Home):
 def stats(home: Home, since_text: str, selector_items: list[str], output: str | None) -> int:
     from controller.api.units import parse_duration
     from controller.cli.get import _parse_selector
-    from controller.history import history_file
+    from controller.sinks.history import history_file
 
     if output not in (None, "json"):
         raise CliError(f"stats prints a summary or -o json, not -o {output}")
@@ -179,7 +179,7 @@ def stats(home: Home, since_text: str, selector_items: list[str], output: str | 
 
 def _print_summary(r: dict[str, Any], since_text: str) -> None:
     from controller.api.units import format_duration
-    from controller.state import rfc3339
+    from controller.model.records import rfc3339
 
     def dur(value):
         return "-" if value is None else format_duration(value)

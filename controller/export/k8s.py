@@ -127,7 +127,7 @@ def export_job(
     job: Any, name: str, manifest_dir: str = ".", *, image: str | None = None, queue: str | None = None,
     namespace: str | None = None,
 ) -> Exported:
-    from controller.yamlio import dump
+    from controller.util.yamlio import dump
 
     spec = job.spec
     env = {**spec.env, **gflow_env(name)}
@@ -153,7 +153,7 @@ def export_sweep(
     namespace: str | None = None,
 ) -> Exported:
     """A Sweep as an Indexed Job: index i is child i (``children``: the expanded child Jobs, in order)."""
-    from controller.yamlio import dump
+    from controller.util.yamlio import dump
 
     template = sweep.spec.template
     container = _container(template, ["bash", "-c", sweep_lookup(children), "gflow-sweep"], {}, image, manifest_dir)

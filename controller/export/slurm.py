@@ -1,5 +1,5 @@
 """A gflow Job or Sweep as a Slurm batch script (``gflowctl export slurm``), and the sbatch options
-the Slurm backend submits with (``controller.runtime.slurm``): one translation, two users.
+the Slurm backend submits with (``controller.act.runtime.slurm``): one translation, two users.
 
 What maps: ``resources.gpus``/``gpuType`` -> ``--gres=gpu[:TYPE]:N``; ``timeLimit`` -> ``--time``
 (Slurm counts whole minutes and rounds up); ``resources.memory`` -> ``--mem`` (MiB, Slurm's units

@@ -81,7 +81,7 @@ def read_events_tail(path: Path, max_bytes: int = EVENTS_TAIL_BYTES) -> list[dic
 
 
 def read_node(path: Path) -> dict[str, Any] | None:
-    from controller.yamlio import load_one, load_own
+    from controller.util.yamlio import load_one, load_own
 
     try:
         text = path.read_text()
@@ -334,7 +334,7 @@ class Dashboard:
         return f"http://{host}:{self.port}/"
 
     def start(self) -> "Dashboard":
-        from controller.fsutil import atomic_write
+        from controller.util.fsutil import atomic_write
 
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
                                         name="gflowd-web", daemon=True)

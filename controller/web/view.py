@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from controller.api.units import parse_quantity
-from controller.state import from_rfc3339
+from controller.model.records import from_rfc3339
 
 QUEUE_LIMIT = 200  # rows sent for the queue; the total is sent too
 RUNNING_LIMIT = 500

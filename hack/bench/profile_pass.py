@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from controller.config import ControllerConfig  # noqa: E402
-from controller.daemon import Controller  # noqa: E402
-from controller.gpus.inventory import FakeInventory  # noqa: E402
+from controller.api.config import ControllerConfig  # noqa: E402
+from controller.daemon.loop import Controller  # noqa: E402
+from controller.observe.gpus.inventory import FakeInventory  # noqa: E402
 from controller.paths import Home  # noqa: E402
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from controller.admission import admit, validate_document  # noqa: E402
-from controller.gpus.inventory import Gpu  # noqa: E402
-from controller.reconcile import RunObservation, Snapshot, reconcile  # noqa: E402
-from controller.scheduler import Holder, Request, build_slots, schedule  # noqa: E402
-from controller.state import JobState  # noqa: E402
+from controller.decide.admission import admit, validate_document  # noqa: E402
+from controller.observe.gpus.inventory import Gpu  # noqa: E402
+from controller.decide.reconcile import RunObservation, Snapshot, reconcile  # noqa: E402
+from controller.decide.scheduler import Holder, Request, build_slots, schedule  # noqa: E402
+from controller.model.records import JobState  # noqa: E402
 
 GIB = 2**30
 

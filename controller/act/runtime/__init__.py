@@ -1,0 +1,83 @@
+"""The runtime seam: start, watch and stop job processes.
+
+``Runtime`` is the Protocol the daemon talks to; ``supervised.SupervisorRuntime`` implements it with
+one crash-safe supervisor process per attempt (``supervisor.py``), ``slurm.SlurmRuntime`` with a
+Slurm cluster (``backend: slurm``). ``make_runtime`` picks one from the configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from controller.decide.reconcile import Launch, RunObservation
+
+
+class Runtime(Protocol):
+    def start(self, launch: Launch) -> None:
+        """Start the attempt; never raises for user errors (they become an exited observation)."""
+
+    def stop(self, name: str, grace: float, reason: str) -> None:
+        """TERM the job's whole process tree now, KILL it after ``grace`` seconds. Idempotent."""
+
+    def set_time_limit(self, name: str, seconds: float | None) -> None:
+        """The running attempt's time limit was edited. Idempotent."""
+
+    def adopt(self) -> list[str]:
+        """At start-up: re-attach to attempts that outlived the previous controller."""
+
+    def close(self) -> None:
+        """The controller is stopping; jobs keep running."""
+
+    def observe(self) -> dict[str, RunObservation]:
+        """Every attempt the runtime knows: running, or ended and not yet forgotten."""
+
+    def forget(self, name: str) -> None:
+        """The controller decided this attempt's end: drop it (a new attempt may start now). Its
+        records on disk stay until :meth:`purge`, so a crash before the status file is written
+        still finds the exit."""
+
+    def purge(self) -> None:
+        """The ends of forgotten attempts are now recorded in status files: remove their records."""
+
+    def tick(self, now: float) -> float | None:
+        """Do timed work (KILL after grace); return when it is next due."""
+
+    def job_pids(self) -> dict[str, set[int]]:
+        """Each running job's process tree: tells our GPU processes from foreign ones, and what each
+        Shared job uses."""
+
+    def wait_fds(self) -> list[int]:
+        """File descriptors that become readable when a job process ends."""
+
+    def needs_polling(self) -> bool:
+        """True when an exit can only be noticed by polling ``observe``."""
+
+    # A backend that allocates GPUs itself (a cluster scheduler) sets ``allocates_devices = True``:
+    # reconcile then binds none and reports the devices the backend's observations carry.
+
+
+def make_runtime(home: Any, config: Any) -> Runtime:
+    """The runtime for ``config.backend``: local supervisors (default) or Slurm."""
+    if getattr(config, "backend", "local") == "slurm":
+        from controller.act.runtime.slurm import SlurmRuntime
+
+        return SlurmRuntime(home, config.slurm)
+    from controller.act.runtime.supervised import SupervisorRuntime
+
+    return SupervisorRuntime(home)
+
+
+def backend_switch_problem(home: Any, backend: str) -> str | None:
+    """Jobs the other backend still tracks would be orphaned (and reported Lost) by a switch: say so."""
+    if backend == "slurm":
+        jobs_dir = home.run_dir / "jobs"
+        live = sorted(d.name for d in jobs_dir.iterdir() if any(d.glob("launch-*.json"))) if jobs_dir.is_dir() else []
+        other = "local"
+    else:
+        slurm_dir = home.run_dir / "slurm"
+        live = sorted(p.stem for p in slurm_dir.glob("*.json")) if slurm_dir.is_dir() else []
+        other = "slurm"
+    if not live:
+        return None
+    names = ", ".join(live[:5]) + (" ..." if len(live) > 5 else "")
+    return f"{len(live)} job(s) of the {other} backend are not finished ({names}); run with --backend {other} until they are"

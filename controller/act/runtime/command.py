@@ -1,0 +1,74 @@
+"""What to exec for a job: argv, environment, working directory. Pure, apart from reading the
+process environment it is handed.
+
+No manifest field ever passes through a shell: ``command`` is exec'd as is, ``script`` is written
+to a file and run by ``bash -e FILE``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.decide.reconcile import Launch
+
+
+class LaunchError(Exception):
+    """The job cannot be started as specified (e.g. its workingDir does not exist)."""
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    script: str | None = None  # text to write to the script file named in argv
+
+
+def build_process(launch: Launch, base_env: dict[str, str], script_path: Path, master_port: int) -> ProcessSpec:
+    spec = launch.job.spec
+    manifest_dir = os.path.dirname(launch.job.path) or "."
+    if spec.working_dir:
+        cwd = os.path.expanduser(spec.working_dir)
+        if not os.path.isabs(cwd):
+            cwd = os.path.join(manifest_dir, cwd)
+    else:
+        cwd = manifest_dir
+    cwd = os.path.normpath(cwd)
+    if not os.path.isdir(cwd):
+        raise LaunchError(f"workingDir {cwd} does not exist or is not a folder")
+
+    if spec.script is not None:
+        argv = ["bash", "-e", str(script_path)]
+    else:
+        argv = list(spec.command or [])
+    if spec.conda_env:
+        conda = shutil.which("conda", path=base_env.get("PATH"))
+        if conda is None:
+            raise LaunchError(f"condaEnv {spec.conda_env!r} is set but conda is not on the PATH")
+        argv = [conda, "run", "--no-capture-output", "-n", spec.conda_env, *argv]
+
+    env = dict(base_env)
+    env.update(spec.env)
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in launch.devices),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "GFLOW_JOB_NAME": launch.name,
+            "GFLOW_ATTEMPT": str(launch.attempt),
+            "GFLOW_GENERATION": str(launch.generation),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(master_port),
+        }
+    )
+    if spec.sharing == "Shared":
+        # keep frameworks from grabbing the whole GPU; GFLOW_GPU_MEMORY is the budget in bytes
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+        env["GFLOW_GPU_MEMORY"] = str(spec.resources.gpu_memory or 0)
+    if spec.command is not None and argv and os.sep not in argv[0]:
+        if shutil.which(argv[0], path=env.get("PATH")) is None:
+            raise LaunchError(f"command not found: {argv[0]!r} is not on the job's PATH")
+    return ProcessSpec(argv, env, cwd, spec.script)

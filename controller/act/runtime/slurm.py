@@ -1,0 +1,605 @@
+"""The Slurm backend: the same reconcile loop, with Slurm running the jobs (``gflowd --backend slurm``).
+
+``SlurmRuntime`` implements the ``Runtime`` Protocol with Slurm's own commands: ``sbatch
+--parsable`` to start an attempt, ``squeue --json`` to watch, ``scancel`` to stop, ``scontrol
+update`` for an edited time limit. The translation of a spec into sbatch options is shared with
+``gflowctl export slurm`` (``controller.export.slurm``).
+
+Division of labour. gflowd still admits, orders and gates jobs (dependencies, ``startAfter``,
+retries, sweep ``parallelism``): a job is submitted when gflowd would have started it locally,
+so ``dependsOn`` keeps its three conditions and a failed parent cancels its children exactly as
+on one box. Slurm queues, places and allocates: the local GPU scheduler binds nothing
+(``allocates_devices``), and the devices Slurm gave come back from ``squeue``'s ``gres_detail``.
+While Slurm holds a job in its queue, the job is ``Pending`` with Slurm's reason
+(``Resources``, ``Priority``, ``Dependency``...).
+
+Crash safety, as with the local supervisor. Each attempt has a record ``run/slurm/<name>.json``,
+written (fsync'd) *before* ``sbatch`` runs, and again with the Slurm job id once it returns. Every
+submission carries ``--comment=gflow:<home id>:<name>:g<generation>:a<attempt>``; before any
+``sbatch`` the runtime looks for a Slurm job with that comment and adopts it instead. So a
+controller killed between ``sbatch`` and its records never submits twice; a restarted controller
+re-adopts its Slurm jobs from the records (``adopt``).
+
+Slurm states map onto our observations (``observation``, pure): PENDING/REQUEUED -> queued with
+the reason; CONFIGURING/RUNNING/COMPLETING/SUSPENDED -> running; COMPLETED -> exit 0; FAILED ->
+its exit code; TIMEOUT -> DeadlineExceeded; OUT_OF_MEMORY -> OOMKilled; CANCELLED (not by us) and
+PREEMPTED -> failed with that said; NODE_FAIL/BOOT_FAIL and a job Slurm no longer knows -> Lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shlex
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.util.fsutil import atomic_write
+from controller.paths import Home
+from controller.decide.reconcile import Launch, RunObservation
+
+log = logging.getLogger("gflowd.slurm")
+
+POLL_INTERVAL = 1.0  # seconds between squeue calls while some attempt is live
+COMMAND_TIMEOUT = 30.0
+
+RUNNING_STATES = {"CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+QUEUED_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
+# Slurm's pending reasons -> ours (SPEC: Pending reasons are CamelCase, one word)
+PENDING_REASONS = {
+    "Resources": "Resources",
+    "Priority": "Priority",
+    "Dependency": "Dependency",
+    "BeginTime": "StartAfter",
+    "JobHeldUser": "Held",
+    "JobHeldAdmin": "Held",
+    "None": "Queued",
+    "": "Queued",
+}
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as ``squeue --json`` shows it (the fields we use)."""
+
+    job_id: str
+    state: str
+    reason: str = ""
+    comment: str = ""
+    exit_status: int = 0  # the wait status: code << 8 | signal
+    nodes: str = ""
+    gres_detail: tuple[str, ...] = ()
+    submit_time: float = 0.0
+    start_time: float = 0.0
+    end_time: float = 0.0
+
+
+@dataclass
+class _Record:
+    """``run/slurm/<name>.json``: one attempt handed to Slurm."""
+
+    name: str
+    attempt: int
+    generation: int
+    comment: str
+    options: list[str]
+    script: str
+    run_hash: str = ""
+    time_limit: float | None = None
+    job_id: str | None = None
+    devices: list[int] = field(default_factory=list)
+    node: str = ""
+    submitted_at: float = 0.0
+    error: str = ""  # the submission itself failed (sbatch's message)
+    stop_sent: bool = False
+
+
+def home_id(home: Home) -> str:
+    """Tells this gflowd's Slurm jobs from another home's (or another user's) on the same cluster."""
+    return hashlib.sha1(str(home.root.resolve()).encode()).hexdigest()[:8]
+
+
+def comment_for(home_key: str, name: str, generation: int, attempt: int) -> str:
+    return f"gflow:{home_key}:{name}:g{generation}:a{attempt}"
+
+
+# -- pure: Slurm's words -> ours --------------------------------------------------------------------
+
+def _state_text(value: Any) -> str:
+    if isinstance(value, list):  # Slurm >= 23.02 gives a list of flags
+        return str(value[0]) if value else ""
+    return str(value or "")
+
+
+def _exit_status(value: Any) -> int:
+    if isinstance(value, dict):  # Slurm >= 23.02: {"status": [...], "return_code": {...}, "signal": {...}}
+        code = value.get("return_code")
+        code = code.get("number", 0) if isinstance(code, dict) else code or 0
+        sig = value.get("signal", {})
+        sig = sig.get("id", {}).get("number", 0) if isinstance(sig, dict) and isinstance(sig.get("id"), dict) else 0
+        return (int(code or 0) << 8) | int(sig or 0)
+    return int(value or 0)
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, dict):  # Slurm >= 23.02: {"set": true, "number": N}
+        value = value.get("number", 0)
+    return float(value or 0)
+
+
+def parse_squeue(text: str) -> list[SlurmJob]:
+    """``squeue --json`` output -> jobs. Raises ValueError on output that is not squeue's JSON."""
+    data = json.loads(text)
+    jobs = []
+    for item in data.get("jobs", []):
+        jobs.append(
+            SlurmJob(
+                job_id=str(item.get("job_id")),
+                state=_state_text(item.get("job_state")),
+                reason=str(item.get("state_reason") or ""),
+                comment=str(item.get("comment") or ""),
+                exit_status=_exit_status(item.get("exit_code")),
+                nodes=str(item.get("nodes") or ""),
+                gres_detail=tuple(str(g) for g in item.get("gres_detail") or ()),
+                submit_time=_number(item.get("submit_time")),
+                start_time=_number(item.get("start_time")),
+                end_time=_number(item.get("end_time")),
+            )
+        )
+    return jobs
+
+
+SACCT_FIELDS = "JobIDRaw,State,ExitCode,NodeList,Submit,Start,End"
+
+
+def _sacct_time(text: str) -> float:
+    if not text or text in ("Unknown", "None"):
+        return 0.0
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text).timestamp()  # sacct prints the cluster's local time
+    except ValueError:
+        return 0.0
+
+
+def parse_sacct(text: str) -> list[SlurmJob]:
+    """``sacct -n -P -X -o JobIDRaw,State,ExitCode,NodeList,Submit,Start,End`` -> jobs (the
+    allocation lines only). ``CANCELLED by 0`` is CANCELLED; ``ExitCode`` is ``code:signal``."""
+    jobs = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 7 or not parts[0].strip():
+            continue
+        job_id, state, exit_code, nodes, submit, start, end = (p.strip() for p in parts[:7])
+        code, _, sig = exit_code.partition(":")
+        status = (int(code) << 8 if code.isdigit() else 0) | (int(sig) & 0x7F if sig.isdigit() else 0)
+        nodes = "" if nodes in ("None assigned", "(null)") else nodes
+        jobs.append(SlurmJob(job_id, state.split()[0] if state else "", "", "", status, nodes, (),
+                             _sacct_time(submit), _sacct_time(start), _sacct_time(end)))
+    return jobs
+
+
+_IDX = re.compile(r"IDX:([0-9,\-]+)")
+
+
+def gres_devices(gres_detail: tuple[str, ...] | list[str]) -> list[int]:
+    """``("gpu:2(IDX:0-1)",)`` or ``("gpu:a100:2(IDX:0,2)",)`` -> the GPU indices Slurm allocated."""
+    devices: list[int] = []
+    for entry in gres_detail:
+        if not entry.startswith("gpu"):
+            continue
+        match = _IDX.search(entry)
+        if not match:
+            continue
+        for part in match.group(1).split(","):
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                devices.extend(range(int(lo), int(hi) + 1))
+            elif part:
+                devices.append(int(part))
+    return sorted(set(devices))
+
+
+def _reason_text(reason: str) -> str:
+    return "queued" if reason in ("", "None") else reason
+
+
+def observation(record: _Record, job: SlurmJob | None, now: float, memory_exceeded: bool = False) -> RunObservation:
+    """What gflowd's reconcile needs to know about one attempt, from Slurm's view of it.
+
+    ``memory_exceeded``: slurmstepd wrote "Exceeded job memory limit" into the job's output. Without
+    cgroups Slurm enforces ``--mem`` by polling (OverMemoryKill) and reports the kill as FAILED,
+    not OUT_OF_MEMORY; its message is the only trace."""
+    base = dict(
+        devices=tuple(record.devices), run_hash=record.run_hash, external_id=record.job_id or "",
+        node=record.node,
+    )
+    started = record.submitted_at or now
+    if record.error:
+        return RunObservation(record.name, record.attempt, None, started, False, 127, None, started, record.error, **base)
+    if record.job_id is None:  # decided, not yet handed over
+        return RunObservation(record.name, record.attempt, None, started, True, queued="Queued",
+                              message="being submitted to Slurm", **base)
+    if job is None:
+        return RunObservation(
+            record.name, record.attempt, None, started, False, None, None, now,
+            f"Slurm job {record.job_id} is no longer known to Slurm (finished longer ago than its MinJobAge, "
+            "or purged); exit code unknown",
+            lost=True, **base,
+        )
+    ident = f"Slurm job {job.job_id}"
+    if job.state in QUEUED_STATES:
+        reason = PENDING_REASONS.get(job.reason, re.sub(r"[^A-Za-z0-9]", "", job.reason.split(",")[0]) or "Queued")
+        text = "requeued" if job.state.startswith("REQUEUE") else "pending"
+        return RunObservation(record.name, record.attempt, None, job.submit_time or started, True, queued=reason,
+                              message=f"{ident} is {text} in Slurm ({_reason_text(job.reason)})", **base)
+    where = f" on {job.nodes}" if job.nodes else ""
+    gpus = f", GPUs {','.join(map(str, record.devices))}" if record.devices else ""
+    if job.state in RUNNING_STATES:
+        return RunObservation(record.name, record.attempt, None, job.start_time or started, True,
+                              message=f"{ident} running{where}{gpus}", **base)
+    code, sig = job.exit_status >> 8, job.exit_status & 0x7F
+    exit_code = 128 + sig if sig else code
+    finished = job.end_time or now
+    begun = job.start_time or started
+    kw: dict[str, Any] = {}
+    if job.state == "COMPLETED":
+        pass
+    elif job.state == "FAILED" and memory_exceeded:
+        kw["reason"] = "OOMKilled"
+    elif job.state == "FAILED":
+        if exit_code == 0:
+            kw["error"] = f"{ident} failed in Slurm ({job.reason or 'no reason given'})"
+    elif job.state == "TIMEOUT":
+        kw["reason"] = "DeadlineExceeded"
+        exit_code = exit_code or 128 + 15
+    elif job.state == "OUT_OF_MEMORY":
+        kw["reason"] = "OOMKilled"
+        exit_code = exit_code or 128 + 9
+    elif job.state in ("NODE_FAIL", "BOOT_FAIL"):
+        kw["lost"] = True
+        kw["error"] = f"{ident}: node {job.nodes or '?'} failed (Slurm {job.state})"
+    elif job.state == "CANCELLED":
+        kw["error"] = f"{ident} was cancelled in Slurm"
+        exit_code = exit_code or 128 + 15
+    else:  # PREEMPTED, DEADLINE, ...
+        kw["error"] = f"{ident} ended {job.state} in Slurm"
+        exit_code = exit_code or 1
+    return RunObservation(record.name, record.attempt, None, begun, False, exit_code, sig or None, finished, **kw, **base)
+
+
+# -- the runtime ------------------------------------------------------------------------------------
+
+class SlurmRuntime:
+    allocates_devices = True  # Slurm picks the GPUs: reconcile binds none
+
+    def __init__(self, home: Home, settings: Any = None, base_env: dict[str, str] | None = None,
+                 poll_interval: float = POLL_INTERVAL):
+        self.home = home
+        self.partition = getattr(settings, "partition", None)
+        self.account = getattr(settings, "account", None)
+        self.extra_args = list(getattr(settings, "extra_args", None) or [])
+        self.env = dict(base_env if base_env is not None else os.environ)
+        self.poll_interval = poll_interval
+        self.dir = home.run_dir / "slurm"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.key = home_id(home)
+        self.records: dict[str, _Record] = {}
+        self._forgotten: list[_Record] = []  # ended, recorded by the next status write (see purge)
+        self._jobs: dict[str, SlurmJob] = {}
+        self._listed_at = -1e9
+        self._results: dict[str, RunObservation] = {}
+        self._accounting: bool | None = None  # does sacct answer? (no slurmdbd: it does not)
+
+    # -- the Protocol --------------------------------------------------------------------------
+
+    def start(self, launch: Launch) -> None:
+        current = self.records.get(launch.name)
+        if current is not None and current.attempt == launch.attempt:
+            return  # idempotent
+        if current is not None:
+            self._remove(current)
+        from controller.act.runtime.command import LaunchError
+
+        self._rotate_log(launch.name, launch.attempt)  # before the new attempt's log may be created
+        try:
+            options, script = self._translate(launch)
+        except LaunchError as exc:
+            now = time.time()
+            record = _Record(launch.name, launch.attempt, launch.generation, "", [], "", launch.job.run_hash,
+                             submitted_at=now, error=str(exc))
+            self.records[launch.name] = record
+            self._save(record)
+            return
+        record = _Record(
+            launch.name, launch.attempt, launch.generation,
+            comment_for(self.key, launch.name, launch.generation, launch.attempt),
+            options, script, launch.job.run_hash, launch.job.spec.time_limit, submitted_at=time.time(),
+        )
+        self.records[launch.name] = record
+        self._save(record)  # the decision, durable, before sbatch: a restart finds it
+        self._submit(record)
+
+    def stop(self, name: str, grace: float, reason: str = "Stopped") -> None:
+        """scancel: Slurm sends TERM, then KILL after its KillWait (cluster-wide; ``grace`` cannot
+        change it). Suspend, cancel, delete and deadlines all cancel the Slurm job; a resumed job is
+        submitted again as its next attempt, as it is restarted on one box."""
+        record = self.records.get(name)
+        if record is None or record.stop_sent or record.error or record.job_id is None:
+            return
+        if self._run(["scancel", record.job_id], check=True) is not None:  # else: tried again next pass
+            record.stop_sent = True
+            self._save(record, durable=False)
+            self._listed_at = -1e9
+
+    def set_time_limit(self, name: str, seconds: float | None) -> None:
+        record = self.records.get(name)
+        if record is None or record.job_id is None or record.time_limit == seconds:
+            return
+        from controller.export.slurm import slurm_time
+
+        limit = "UNLIMITED" if seconds is None else slurm_time(seconds)
+        # raising a limit needs Slurm operator rights; gflowd enforces the edited limit either way
+        self._run(["scontrol", "update", f"JobId={record.job_id}", f"TimeLimit={limit}"], check=False)
+        record.time_limit = seconds
+        self._save(record, durable=False)
+
+    def observe(self) -> dict[str, RunObservation]:
+        if any(r.job_id is not None and not r.error and r.name not in self._results for r in self.records.values()):
+            self._refresh()
+        now = time.time()
+        out = {}
+        for name, record in self.records.items():
+            if name in self._results:
+                out[name] = self._results[name]
+                continue
+            job = self._jobs.get(record.job_id or "") if record.job_id else None
+            if job is None and record.job_id is not None and not record.error:
+                job = self._from_accounting(record.job_id)  # squeue forgets after MinJobAge; sacct does not
+            if job is not None and job.state in RUNNING_STATES and not record.devices:
+                devices = gres_devices(job.gres_detail)
+                if devices or job.nodes:
+                    record.devices, record.node = devices, job.nodes
+                    self._save(record, durable=False)
+            if job is not None and job.nodes and not record.node:
+                record.node = job.nodes
+            if job is not None and job.state not in RUNNING_STATES | QUEUED_STATES and not record.devices:
+                record.devices = self._reported_devices(record)  # it ended before squeue showed it running
+            oom = job is not None and job.state == "FAILED" and self._memory_exceeded(record.name)
+            obs = observation(record, job, now, oom)
+            if not obs.running:
+                self._results[name] = obs  # an end is final: no more squeue for it
+            out[name] = obs
+        return out
+
+    def forget(self, name: str) -> None:
+        record = self.records.get(name)
+        if record is None or name not in self._results:
+            return
+        self.records.pop(name, None)
+        self._results.pop(name, None)
+        self._forgotten.append(record)  # its files go with purge(), once the status shows the end
+
+    def purge(self) -> None:
+        forgotten, self._forgotten = self._forgotten, []
+        for record in forgotten:
+            if record.name not in self.records:  # a next attempt reuses the same file names
+                self._remove(record)
+
+    def tick(self, now: float) -> float | None:
+        return None
+
+    def job_pids(self) -> dict[str, set[int]]:
+        return {}  # the jobs' processes are on the cluster's nodes
+
+    def wait_fds(self) -> list[int]:
+        return []
+
+    def needs_polling(self) -> bool:
+        return any(name not in self._results for name in self.records)
+
+    def close(self) -> None:
+        pass
+
+    def adopt(self) -> list[str]:
+        """Rebuild from ``run/slurm``: records with a job id are watched again; a record whose
+        ``sbatch`` may or may not have happened is matched by comment, else submitted now."""
+        adopted = []
+        for path in sorted(self.dir.glob("*.json")):
+            try:
+                record = _Record(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError) as exc:
+                log.warning("ignoring unreadable Slurm record %s: %s", path, exc)
+                continue
+            self.records[record.name] = record
+            if record.job_id is None and not record.error:
+                log.info("job/%s attempt %d: its submission was interrupted; checking Slurm first", record.name, record.attempt)
+                self._submit(record, fresh=True)
+            adopted.append(record.name)
+        return adopted
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _translate(self, launch: Launch) -> tuple[list[str], str]:
+        """The sbatch options and script for one attempt (LaunchError: a user error, e.g. workingDir)."""
+        from controller.export import workdir
+        from controller.export.slurm import job_body, sbatch_options
+        from controller.act.runtime.command import LaunchError
+
+        spec = launch.job.spec
+        cwd = workdir(spec.working_dir, os.path.dirname(launch.job.path) or ".")
+        if not os.path.isdir(cwd):
+            raise LaunchError(f"workingDir {cwd} does not exist or is not a folder")
+        root = os.geteuid() == 0
+        options = sbatch_options(
+            spec, launch.name, chdir=cwd, output=str(self.home.log_file(launch.name).absolute()),
+            partition=self.partition, account=self.account, allow_negative_nice=root, gates=False,
+        )
+        if root and launch.job.owner_uid > 0:  # as the local runtime drops to the manifest's owner
+            import pwd
+
+            try:
+                gid = pwd.getpwuid(launch.job.owner_uid).pw_gid
+            except KeyError:
+                raise LaunchError(f"the manifest's owner uid {launch.job.owner_uid} is not a user here") from None
+            options += [f"--uid={launch.job.owner_uid}", f"--gid={gid}"]
+            log_path = self.home.log_file(launch.name)  # slurmstepd opens it as the job's user
+            fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+            os.fchown(fd, launch.job.owner_uid, gid)
+            os.close(fd)
+        options += self.extra_args
+        env = {
+            **spec.env,
+            "GFLOW_JOB_NAME": launch.name,
+            "GFLOW_ATTEMPT": str(launch.attempt),
+            "GFLOW_GENERATION": str(launch.generation),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        }
+        devices_file = self._devices_file(launch.name)
+        atomic_write(devices_file, "", mode=0o644, durable=False)
+        if root and launch.job.owner_uid > 0:
+            os.chown(devices_file, launch.job.owner_uid, -1)
+        # the GPUs Slurm gave, as the job sees them; best effort (the node may not share our disk)
+        report = f"echo \"${{CUDA_VISIBLE_DEVICES-}}\" > {shlex.quote(str(devices_file))} 2>/dev/null || true"
+        script = "\n".join(["#!/bin/bash", report, *job_body(spec, env)]) + "\n"
+        return options, script
+
+    def _submit(self, record: _Record, fresh: bool = False) -> None:
+        """sbatch, unless Slurm already has this attempt. ``fresh``: list Slurm's jobs now (after a
+        restart); else a listing from this pass will do, since this gflowd wrote no record for the
+        attempt before, so no earlier sbatch of it can exist (belt and braces)."""
+        existing = self._find(record.comment, fresh)
+        if existing is not None:
+            log.info("job/%s attempt %d is already Slurm job %s: adopted, not submitted again",
+                     record.name, record.attempt, existing.job_id)
+            record.job_id = existing.job_id
+            self._save(record)
+            return
+        script_path = self.dir / f"{record.name}.sh"
+        atomic_write(script_path, record.script, mode=0o600, durable=False)
+        try:
+            result = subprocess.run(
+                ["sbatch", "--parsable", *record.options, f"--comment={record.comment}", str(script_path)],
+                capture_output=True, text=True, env=self.env, timeout=COMMAND_TIMEOUT,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            record.error = f"sbatch could not run: {exc}"
+            self._save(record)
+            return
+        if result.returncode != 0:
+            lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+            record.error = "sbatch refused the job: " + (lines[-1].strip() if lines else f"exit code {result.returncode}")
+            self._save(record)
+            return
+        record.job_id = result.stdout.strip().split(";")[0]
+        self._save(record)
+        self._listed_at = -1e9  # see it in the next observe
+
+    def _find(self, comment: str, fresh: bool) -> SlurmJob | None:
+        self._refresh(force=fresh)
+        matches = [j for j in self._jobs.values() if j.comment == comment]
+        return max(matches, key=lambda j: int(j.job_id)) if matches else None
+
+    def _refresh(self, force: bool = False) -> None:
+        mono = time.monotonic()
+        if not force and mono - self._listed_at < self.poll_interval:
+            return
+        argv = ["squeue", "--json", "--states=all"]
+        if os.geteuid() != 0:
+            argv.append("--me")
+        result = self._run(argv, check=True)
+        if result is None:
+            return  # keep the last listing; the next pass tries again
+        try:
+            self._jobs = {j.job_id: j for j in parse_squeue(result.stdout)}
+        except ValueError as exc:
+            log.warning("squeue --json gave no JSON (%s); is this Slurm 21.08 or newer?", exc)
+            return
+        self._listed_at = mono
+
+    def _run(self, argv: list[str], check: bool) -> subprocess.CompletedProcess | None:
+        try:
+            result = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=COMMAND_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("%s failed: %s", argv[0], exc)
+            return None
+        if result.returncode != 0:
+            log.warning("%s failed: %s", " ".join(argv[:2]), result.stderr.strip().splitlines()[-1:] or result.returncode)
+            return None if check else result
+        return result
+
+    def _save(self, record: _Record, durable: bool = True) -> None:
+        atomic_write(self.dir / f"{record.name}.json", json.dumps(asdict(record)), mode=0o600, durable=durable)
+
+    def _remove(self, record: _Record) -> None:
+        self.records.pop(record.name, None)
+        self._results.pop(record.name, None)
+        for path in (self.dir / f"{record.name}.json", self.dir / f"{record.name}.sh", self._devices_file(record.name)):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def _from_accounting(self, job_id: str) -> SlurmJob | None:
+        if self._accounting is False:
+            return None
+        result = self._run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", SACCT_FIELDS], check=True)
+        if result is None:
+            self._accounting = False  # e.g. "Slurm accounting storage is disabled": do not ask again
+            return None
+        self._accounting = True
+        found = [j for j in parse_sacct(result.stdout) if j.job_id == job_id]
+        return found[0] if found else None
+
+    def _memory_exceeded(self, name: str) -> bool:
+        """slurmstepd's own words at the end of the job's output (see ``observation``)."""
+        try:
+            with open(self.home.log_file(name), "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, handle.tell() - 8192))
+                return b"Exceeded job memory limit" in handle.read()
+        except OSError:
+            return False
+
+    def _devices_file(self, name: str) -> Path:
+        return self.dir / f"{name}.devices"
+
+    def _reported_devices(self, record: _Record) -> list[int]:
+        """What the job's own CUDA_VISIBLE_DEVICES said (its script writes it at start): Slurm
+        forgets a finished job's GRES indices."""
+        try:
+            text = self._devices_file(record.name).read_text().strip()
+        except OSError:
+            return []
+        return [int(d) for d in text.split(",") if d.strip().isdigit()]
+
+    def _rotate_log(self, name: str, attempt: int) -> None:
+        current = self.home.log_file(name)
+        if attempt > 1 and current.exists():
+            os.replace(current, self.home.log_file(name, attempt - 1))
+
+
+def check_slurm(env: dict[str, str] | None = None) -> str | None:
+    """None when ``squeue --json`` answers; else a one-line reason gflowd prints before exiting."""
+    try:
+        result = subprocess.run(["squeue", "--json", "--states=all", "--me"], capture_output=True, text=True,
+                                env=env, timeout=COMMAND_TIMEOUT)
+    except FileNotFoundError:
+        return "squeue not found: install Slurm's client commands (Debian: slurm-client) or use --backend local"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"squeue did not answer: {exc}"
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines()
+        return f"squeue failed: {lines[-1] if lines else result.returncode} (is slurmctld up? SLURM_CONF?)"
+    try:
+        parse_squeue(result.stdout)
+    except ValueError:
+        return "squeue --json gave no JSON: the Slurm backend needs Slurm 21.08 or newer"
+    return None

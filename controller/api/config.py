@@ -1,0 +1,237 @@
+"""Controller configuration: ``config.yaml`` in the home, every key also a ``gflowd`` flag.
+
+Flags override the file. Unknown keys are errors, reported in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, StrictStr, WithJsonSchema, field_validator
+
+from controller.api.job import Duration, Quantity, _Model
+
+
+class Webhook(_Model):
+    """One notification target (docs/operations.md): POSTed JSON when a job changes phase."""
+
+    url: StrictStr = Field(description="http:// or https:// URL to POST to")
+    events: list[StrictStr] = Field(
+        default_factory=lambda: ["Succeeded", "Failed"],
+        description="Job phases or reasons that trigger a notification (e.g. Succeeded, Failed, Cancelled, OOMKilled)",
+    )
+    selector: StrictStr | None = Field(default=None, description="Only jobs whose labels match, e.g. team=vision")
+    timeout: Duration = Field(default=5.0, gt=0, description="Seconds to wait for each request")
+    retries: int = Field(default=3, ge=0, le=20, description="Retries after a failed request, with exponential back-off")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        return url
+
+    @field_validator("events")
+    @classmethod
+    def _words(cls, events: list[str]) -> list[str]:
+        if not events:
+            raise ValueError("list at least one phase or reason, e.g. [Succeeded, Failed]")
+        for event in events:
+            if not event.isalnum() or not event[0].isupper():
+                raise ValueError(f"{event!r} is not a phase or reason (CamelCase word like Failed)")
+        return events
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, selector: str | None) -> str | None:
+        if selector is not None:
+            from controller.api.labels import parse_selector
+
+            parse_selector(selector)
+        return selector
+
+
+class SlurmConfig(_Model):
+    """Where and how the Slurm backend submits (``backend: slurm``); flags ``--slurm-partition`` etc."""
+
+    partition: StrictStr | None = Field(default=None, description="Slurm partition (sbatch --partition)")
+    account: StrictStr | None = Field(default=None, description="Slurm account (sbatch --account)")
+    extra_args: list[StrictStr] = Field(
+        default_factory=list, description="More sbatch options for every job; flag: --slurm-extra-args=--qos=high,--exclusive"
+    )
+
+
+def _parse_quotas(value: object) -> object:
+    """``alice:4,bob:2`` (the flag's form) or a mapping (config.yaml) -> {name: max GPUs}."""
+    if not isinstance(value, str):
+        return value
+    quotas: dict[str, object] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        name, sep, limit = item.rpartition(":")
+        if not sep or not name:
+            raise ValueError(f"expected NAME:GPUS[,NAME:GPUS...], got {item!r}")
+        quotas[name] = int(limit) if limit.strip().isdigit() else limit
+    return quotas
+
+
+Quotas = Annotated[
+    dict[StrictStr, Annotated[int, Field(ge=0)]],
+    BeforeValidator(_parse_quotas),
+    WithJsonSchema({"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}),
+]
+
+
+class ControllerConfig(_Model):
+    spec_dir: StrictStr | None = Field(default=None, description="Spec directory (default: $GFLOW_HOME/jobs)")
+    fake_gpus: StrictStr | None = Field(default=None, description="YAML fake-GPU file instead of NVML")
+    gpus: list[int] | None = Field(default=None, description="Only these GPU indices are used (others: Restricted)")
+    allocation_strategy: Literal["sequential", "random", "packed", "spread"] = Field(
+        default="sequential",
+        description="How GPUs are picked among free ones: sequential (lowest index first), random, "
+        "packed (fill partly used shared GPUs first), spread (emptiest GPUs first)",
+    )
+    resync: Duration = Field(default=10.0, description="Full resync period")
+    debounce: Duration = Field(default=0.01, description="Quiet time after a file event before a pass")
+    termination_grace_period: Duration = Field(default=10.0, description="Default seconds between TERM and KILL")
+    unmanaged_memory_threshold: Quantity = Field(
+        default=2**30, description="Foreign GPU processes using less than this in total are tolerated"
+    )
+    ttl_seconds_after_finished: Duration | None = Field(
+        default=None, description="Default TTL of finished jobs (their manifests are deleted); unset: kept"
+    )
+    finished_jobs_history: int | None = Field(
+        default=None, ge=0,
+        description="Keep at most this many finished jobs; the oldest beyond it have their manifests deleted",
+    )
+    # -- scheduling policy (docs/scheduling.md; defaults chosen by `gflowctl simulate`, docs/simulator.md)
+    scheduling_policy: Literal["backfill", "priority", "firstfit", "fifo"] = Field(
+        default="backfill",
+        description="backfill: priority order, the first blocked job gets a reservation and later jobs "
+        "start only where their timeLimit proves they do not delay it; priority: the first blocked job "
+        "blocks everyone behind it; firstfit: any job that fits starts (starves big jobs); fifo: "
+        "strict arrival order",
+    )
+    aging_interval: Duration | None = Field(
+        default=3600.0, description="A pending job gains one priority point per this much waiting; 0: no aging"
+    )
+    aging_max: int = Field(default=100, ge=0, description="At most this many priority points from aging")
+    fair_share_half_life: Duration | None = Field(
+        default=7 * 86400.0,
+        description="Within one priority, users with fewer recent GPU-hours go first; usage halves "
+        "after this long. 0: no fair share",
+    )
+    user_quotas: Quotas = Field(
+        default_factory=dict,
+        description="Most GPUs a user's (manifest owner's) running jobs may hold at once, e.g. alice:4,bob:2",
+    )
+    label_quotas: Quotas = Field(
+        default_factory=dict,
+        description="Most GPUs the running jobs with a label may hold at once, e.g. team=vision:8",
+    )
+    preemption_threshold: int | None = Field(
+        default=None, ge=1,
+        description="A pending job whose priority is at least this much above a running job's may "
+        "preempt it (the victim returns to Pending); unset: no preemption",
+    )
+    ignore_processes: list[StrictStr] = Field(
+        default_factory=list, description="Foreign GPU processes (by name or pid) that never make a GPU Unmanaged"
+    )
+    # -- operations (docs/operations.md) --
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Serve Prometheus metrics on this port (0: any free port); unset: off"
+    )
+    metrics_address: StrictStr = Field(
+        default="127.0.0.1", description="Address the metrics server listens on (0.0.0.0: every interface)"
+    )
+    webhooks: list[Webhook] = Field(
+        default_factory=list, description="Webhooks notified when jobs change phase (config.yaml only)",
+        json_schema_extra={"flag": False},
+    )
+    web_port: int | None = Field(
+        default=None, ge=0, le=65535,
+        description="Serve the read-only web dashboard on this TCP port (0: any free port, written to run/web.json); unset: off",
+    )
+    web_address: StrictStr = Field(
+        default="127.0.0.1", description="Address the web dashboard listens on (loopback unless set)"
+    )
+    backend: Literal["local", "slurm"] = Field(
+        default="local",
+        description="Where jobs run: local (a supervisor per job on this machine) or slurm (sbatch to a Slurm cluster)",
+    )
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig, description="Settings of the slurm backend")
+
+
+def flag_fields() -> list[tuple[tuple[str, ...], object]]:
+    """Every setting that is also a ``gflowd`` flag, as (path, field info): nested models
+    (``slurm``) give one flag per key, ``--slurm-partition`` for ``slurm.partition``."""
+    from pydantic import BaseModel
+
+    out: list[tuple[tuple[str, ...], object]] = []
+    for name, info in ControllerConfig.model_fields.items():
+        if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("flag") is False:
+            continue  # config.yaml only (e.g. webhooks: a list of mappings)
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out.extend(((name, sub), subinfo) for sub, subinfo in annotation.model_fields.items())
+        else:
+            out.append(((name,), info))
+    return out
+
+
+def flag_name(path: tuple[str, ...]) -> str:
+    return "--" + "-".join(path).replace("_", "-")
+
+
+def flag_overrides(values: dict[tuple[str, ...], object]) -> dict:
+    """Flag values keyed by path -> the nested mapping ``load_config`` merges (unset flags left out)."""
+    out: dict = {}
+    for path, value in values.items():
+        if value is None:
+            continue
+        node = out
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return out
+
+
+class ConfigError(Exception):
+    pass
+
+
+def load_config(path: Path, overrides: dict) -> ControllerConfig:
+    """Merge ``config.yaml`` (if present) with flag overrides; ConfigError has a one-line message."""
+    from pydantic import ValidationError
+
+    from controller.util.yamlio import YAMLSyntaxError, load_one
+
+    data: dict = {}
+    if path.exists():
+        try:
+            loaded = load_one(path.read_text())
+        except (OSError, YAMLSyntaxError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of settings")
+        data = dict(loaded or {})
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    for key, value in flags.items():  # a nested section merges key by key: flags win
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    try:
+        return ControllerConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err.get("ctx", {}).get("error") or err["msg"]
+        key = str(err["loc"][0]) if err["loc"] else ""
+        name = next((n for n, f in ControllerConfig.model_fields.items() if key in (n, f.alias)), key)
+        if name in flags and not isinstance(flags[name], dict):
+            raise ConfigError(f"--{name.replace('_', '-')}: {msg}") from None
+        raise ConfigError(f"{path.name}: {loc}: {msg}") from None

@@ -1,0 +1,1 @@
+"""Client: the read model gflowctl and the dashboard share (index, rows, status, is gflowd running)."""

@@ -1,0 +1,168 @@
+"""Admission review: ``gflowctl apply`` asks the running gflowd to check manifests before writing.
+
+The controller that will run the jobs is the right judge of them: it has the models loaded
+(a CLI that validated on its own would spend ~100 ms importing pydantic for every apply) and it
+knows what only it can know (whether conda exists on its PATH, whose manifests it may run). Like
+a Kubernetes server-side dry run, but through files, so the state directory stays the only
+channel: the CLI renames ``run/review/<id>.request.json`` into place, gflowd answers with
+``<id>.answer.json`` and removes the request; the CLI reads and removes the answer. With no gflowd
+running, a folder the user may not write (a shared instance), or no answer within a second, the
+CLI checks locally with :func:`check_documents`, the very function gflowd runs.
+
+This module owns the check and the file protocol; it decides nothing about jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REQUEST_SUFFIX = ".request.json"
+ANSWER_SUFFIX = ".answer.json"
+MAX_REQUEST_BYTES = 32 * 1024 * 1024
+ANSWER_TIMEOUT = 1.0  # seconds; then the CLI checks locally
+
+
+def check_documents(
+    origin: str,
+    text: str,
+    *,
+    owner_uid: int | None = None,
+    controller_uid: int | None = None,
+    conda_available: bool | None = None,
+) -> dict[str, Any]:
+    """Check every document of one input. ``{"docs": [{"name", "kind", "index"}], "errors": [...]}``;
+    ``index`` is the document's position among ``iter_documents_text(text)``. With ``controller_uid``
+    and ``conda_available`` (gflowd's view), the controller's own environment checks apply too."""
+    from controller.decide.admission import AdmittedJob, Rejection, check_environment, validate_any
+    from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+
+    docs: list[dict[str, Any]] = []
+    errors: list[str] = []
+    parts = list(iter_documents_text(text))
+    stem = None if origin == "<stdin>" else os.path.basename(origin).rsplit(".", 1)[0]
+    for index, part in enumerate(parts):
+        try:
+            data = load_one(part)
+        except YAMLSyntaxError as exc:
+            where = f"line {exc.line} of document {index + 1}" if exc.line else f"document {index + 1}"
+            errors.append(f"{origin}: YAML syntax error: {exc} ({where})")
+            continue
+        if data is None:
+            continue
+        result = validate_any(
+            data, source=origin, path=origin, stem=stem, single=len(parts) == 1, doc_index=0, text=part,
+            owner_uid=-1 if owner_uid is None else owner_uid,
+        )[0]
+        if isinstance(result, AdmittedJob) and conda_available is not None:
+            result = check_environment(result, controller_uid, conda_available)
+        if isinstance(result, AdmittedJob):
+            docs.append({"name": result.name, "kind": "job", "index": index})
+        elif not isinstance(result, Rejection):  # a Sweep
+            docs.append({"name": result.name, "kind": "sweep", "index": index})
+        else:
+            hint = " (metadata.name is required when applying from stdin)" if stem is None and result.name is None else ""
+            errors.append(f"{result.message}{hint}")
+    return {"docs": docs, "errors": errors}
+
+
+# -- the controller's side --------------------------------------------------------------------------
+
+
+def answer_request(path: Path, *, controller_uid: int, conda_available: bool) -> None:
+    """Answer one request file (gflowd, from its watcher thread), then remove the request."""
+    from controller.util.fsutil import atomic_write
+
+    if not path.name.endswith(REQUEST_SUFFIX) or path.name.startswith("."):
+        return
+    answer = path.with_name(path.name[: -len(REQUEST_SUFFIX)] + ANSWER_SUFFIX)
+    try:
+        st = path.stat()
+        if st.st_size > MAX_REQUEST_BYTES:
+            result: dict[str, Any] = {"error": f"review request over {MAX_REQUEST_BYTES} bytes"}
+        else:
+            request = json.loads(path.read_bytes())
+            result = {
+                "inputs": [
+                    check_documents(
+                        str(item["origin"]), str(item["text"]),
+                        owner_uid=st.st_uid, controller_uid=controller_uid, conda_available=conda_available,
+                    )
+                    for item in request["inputs"]
+                ]
+            }
+    except FileNotFoundError:
+        return  # the CLI gave up and took it back
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        result = {"error": f"unreadable review request: {exc}"}
+    try:
+        atomic_write(answer, json.dumps(result), durable=False)
+        path.unlink()
+    except OSError:
+        pass
+
+
+def clear(directory: Path) -> None:
+    """At start-up: requests and answers of earlier runs are stale."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.endswith((REQUEST_SUFFIX, ANSWER_SUFFIX)):
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+
+
+# -- the CLI's side -------------------------------------------------------------------------------------
+
+
+def ask(directory: Path, inputs: list[tuple[str, str]], timeout: float = ANSWER_TIMEOUT) -> list[dict[str, Any]] | None:
+    """The running gflowd's verdict on each input, or None (no answer: check locally)."""
+    token = uuid.uuid4().hex
+    request = directory / f"{token}{REQUEST_SUFFIX}"
+    answer = directory / f"{token}{ANSWER_SUFFIX}"
+    staging = directory / f".{token}.tmp"
+    try:
+        staging.write_text(json.dumps({"inputs": [{"origin": o, "text": t} for o, t in inputs]}))
+        os.rename(staging, request)
+    except OSError:
+        try:
+            staging.unlink()
+        except OSError:
+            pass
+        return None
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
+    while True:
+        try:
+            data = answer.read_bytes()
+        except FileNotFoundError:
+            if time.monotonic() >= deadline:
+                for leftover in (request, answer):
+                    try:
+                        leftover.unlink()
+                    except OSError:
+                        pass
+                return None
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.01)
+            continue
+        except OSError:
+            return None
+        try:
+            answer.unlink()
+        except OSError:
+            pass
+        try:
+            result = json.loads(data)
+            inputs_answered = result["inputs"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return inputs_answered if len(inputs_answered) == len(inputs) else None

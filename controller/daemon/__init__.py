@@ -1,0 +1,1 @@
+"""gflowd: the loop (wake-ups, debounce, resync) around observe -> decide -> act -> record."""

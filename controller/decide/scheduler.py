@@ -1,0 +1,501 @@
+"""The scheduler: which pending jobs get which GPUs this pass, and why the others wait.
+
+A pure function of (requests in queue order, GPU slots, strategy, topology). It never starts
+anything and never reads files; the same inputs give the same bindings (``random`` included: it
+is seeded by the job's name).
+
+Rules, in order:
+- Gang binding: a job gets all of its GPUs in one pass or none.
+- ``Exclusive`` jobs take ``Free`` GPUs; ``Shared`` jobs co-locate on ``Free``/``Shared`` GPUs while
+  the declared ``gpuMemory`` of every Shared job there plus what foreign processes use fits.
+- Quotas: a job whose user or label group would go over its GPU quota waits with reason ``Quota``
+  (and holds nothing).
+- No starvation: the first job in queue order that cannot fit yet, but will once our own running
+  jobs end, gets a *reservation*: the GPUs it will use are held for it; jobs behind it may not take
+  them (they wait with reason ``Priority``). Per ``mode``:
+  - ``strict``: held GPUs are taken by nobody (strict priority: the head blocks its GPU type);
+  - ``backfill`` (EASY backfill): the reservation has a time, the earliest moment enough GPUs are
+    free by the running jobs' start + timeLimit. A job behind may take held GPUs only if its own
+    timeLimit ends it by then; GPUs the reservation does not need are free for anyone. A job
+    without a timeLimit never takes held GPUs, and when a GPU the reservation needs is held by a
+    job without a timeLimit, the reservation has no time and the hold is strict;
+  - ``firstfit``: nothing is held; any job that fits starts (what greedy schedulers do; starves
+    big jobs).
+- A job that can never fit on this machine is ``Unschedulable``, with the numbers.
+
+The queue order (priority, aging, fair share) is the caller's: see ``controller.decide.policy``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from controller.api.units import format_duration, format_quantity
+from controller.observe.gpus.inventory import Gpu
+
+STRATEGIES = ("sequential", "random", "packed", "spread")
+MODES = ("strict", "backfill", "firstfit")
+
+
+@dataclass(frozen=True)
+class Request:
+    name: str
+    gpus: int
+    gpu_type: str | None = None
+    gpu_memory: int | None = None
+    shared: bool = False
+    time_limit: float | None = None  # seconds; None: unknown, so never backfilled into a reservation
+    quota_keys: tuple[str, ...] = ()  # quota groups it counts against, e.g. ``user alice``
+
+
+@dataclass
+class QuotaUse:
+    """A quota group's limit and the GPUs its running jobs hold (updated as the pass binds)."""
+
+    limit: int
+    used: int = 0
+
+
+@dataclass
+class GpuSlot:
+    """A GPU as the scheduler sees it: its hardware facts plus who holds it."""
+
+    gpu: Gpu
+    state: str  # Free | Allocated | Shared | Unmanaged | Restricted | Unhealthy
+    jobs: list[str] = field(default_factory=list)
+    shared_reserved: int = 0  # gpuMemory promised to Shared jobs here
+    foreign_memory: int = 0  # memory used by processes we did not start
+    foreign_pids: tuple[int, ...] = ()
+    free_at: float = 0.0  # when our jobs on it end (start + timeLimit); inf: one has no timeLimit
+
+    @property
+    def index(self) -> int:
+        return self.gpu.index
+
+    def shared_room(self) -> int:
+        return self.gpu.memory_total - self.shared_reserved - self.foreign_memory
+
+
+@dataclass(frozen=True)
+class Binding:
+    devices: list[int]
+    uuids: list[str]
+
+
+@dataclass(frozen=True)
+class Wait:
+    reason: str  # Resources | Priority | Unschedulable | GPUMemory
+    message: str
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A running job's hold on GPUs."""
+
+    name: str
+    devices: tuple[int, ...]
+    shared: bool
+    gpu_memory: int = 0
+    ends_at: float = math.inf  # start + timeLimit; inf: no timeLimit, its end is unknown
+
+
+def build_slots(
+    gpus: list[Gpu],
+    holders: list[Holder],
+    allowed: set[int] | None,
+    managed_pids: set[int],
+    unmanaged_threshold: int,
+    ignore_processes: frozenset[str] = frozenset(),
+) -> list[GpuSlot]:
+    """GPU states from inventory and current holders (SPEC.md section 5)."""
+    slots = []
+    for gpu in gpus:
+        foreign = [
+            p for p in gpu.processes
+            if p.pid not in managed_pids and str(p.pid) not in ignore_processes and p.name not in ignore_processes
+        ]
+        foreign_memory = sum(p.used_memory for p in foreign)
+        if not gpu.healthy:
+            state = "Unhealthy"
+        elif allowed is not None and gpu.index not in allowed:
+            state = "Restricted"
+        elif foreign and foreign_memory >= unmanaged_threshold:
+            state = "Unmanaged"
+        else:
+            state = "Free"
+        slots.append(GpuSlot(gpu, state, foreign_memory=foreign_memory, foreign_pids=tuple(p.pid for p in foreign)))
+    by_index = {s.index: s for s in slots}
+    for holder in holders:
+        for device in holder.devices:
+            slot = by_index.get(device)
+            if slot is None:
+                continue
+            slot.jobs.append(holder.name)
+            slot.free_at = max(slot.free_at, holder.ends_at)
+            if holder.shared:
+                slot.shared_reserved += holder.gpu_memory
+                if slot.state == "Free":
+                    slot.state = "Shared"
+            elif slot.state in ("Free", "Shared"):
+                slot.state = "Allocated"
+    return slots
+
+
+def schedule(
+    requests: list[Request],
+    slots: list[GpuSlot],
+    strategy: str = "sequential",
+    topology: dict[tuple[int, int], int] | None = None,
+    *,
+    mode: str = "backfill",
+    now: float = 0.0,
+    quotas: dict[str, QuotaUse] | None = None,
+    reasons: bool = True,
+) -> dict[str, Binding | Wait]:
+    """Bind requests in the given (queue) order. ``slots`` are updated with this pass's bindings,
+    so the caller sees the GPUs as the pass leaves them; so are ``quotas``' ``used``.
+
+    ``reasons=False`` (the simulator) stops once no GPU is left that anyone could take, and
+    gives waiting jobs no message: the bindings are the same, the pass is cheaper."""
+    result: dict[str, Binding | Wait] = {}
+    taken_by: dict[int, list[str]] = {}  # GPU index -> jobs bound to it earlier in this pass
+    held: dict[int, str] = {}  # GPU index -> blocked higher-priority job it is kept for
+    reserved_at = math.inf  # backfill: when the held GPUs are needed; inf: strict hold
+    quotas = quotas if quotas is not None else {}
+    # Thousands of pending jobs come in a few shapes; GPUs change only when a job binds or holds.
+    # So candidates are computed once per shape, and a waiting job's reason once per shape and
+    # GPU state (``version``): a pass over 10,000 pending jobs costs little more than over 10.
+    candidates: dict[tuple, tuple[list[GpuSlot], list[GpuSlot]]] = {}
+    waits: dict[tuple, Wait] = {}
+    version = 0
+    exhausted_at = -1  # the version at which no GPU was left for anyone (reasons=False only)
+    for req in requests:
+        if req.gpus == 0:
+            result[req.name] = Binding([], [])
+            continue
+        if not reasons and exhausted_at == version:
+            break
+        if req.quota_keys and quotas:
+            over = _over_quota(req, quotas)
+            if over is not None:
+                result[req.name] = over
+                continue
+        shape = (req.gpu_type, req.gpu_memory)
+        if shape not in candidates:
+            typed = [s for s in slots if _matches(s, req)]
+            usable = [s for s in typed if s.state not in ("Unhealthy", "Restricted")]
+            if req.gpu_memory is not None:
+                usable = [s for s in usable if s.gpu.memory_total >= req.gpu_memory]
+            candidates[shape] = (typed, usable)
+        typed, usable_ever = candidates[shape]
+        if len(usable_ever) < req.gpus:
+            result[req.name] = Wait("Unschedulable", _never_fits(req, slots, typed)) if reasons else _NO_REASON
+            continue
+        # backfill: may this job use held GPUs, because its timeLimit ends it before they are needed?
+        ends_in_time = reserved_at < math.inf and req.time_limit is not None and now + req.time_limit <= reserved_at
+        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, version, ends_in_time)
+        if key in waits:
+            result[req.name] = waits[key]
+            continue
+        room = [s for s in usable_ever if _has_room(s, req)]
+        open_room = room if ends_in_time else [s for s in room if s.index not in held]
+        if len(open_room) >= req.gpus:
+            version += 1
+            if ends_in_time:  # take held GPUs first: the free ones stay for jobs that run longer
+                in_held = [s for s in open_room if s.index in held]
+                if len(in_held) >= req.gpus:
+                    open_room = in_held
+            chosen = _choose(open_room, req, strategy, topology)
+            ends = now + req.time_limit if req.time_limit is not None else math.inf
+            for slot in chosen:
+                slot.jobs.append(req.name)
+                slot.free_at = max(slot.free_at, ends)
+                taken_by.setdefault(slot.index, []).append(req.name)
+                if req.shared:
+                    slot.shared_reserved += req.gpu_memory or 0
+                    slot.state = "Shared"
+                else:
+                    slot.state = "Allocated"
+            for quota_key in req.quota_keys:
+                if quota_key in quotas:
+                    quotas[quota_key].used += req.gpus
+            result[req.name] = Binding([s.index for s in chosen], [s.gpu.uuid for s in chosen])
+            if not reasons and not _any_room(slots, held, mode):
+                exhausted_at = version
+            continue
+        if reasons:
+            visible = [s for s in typed if s.state != "Restricted"]  # what the message explains
+            wait = _why_waiting(req, usable_ever, visible, room, taken_by, held)
+            if reserved_at < math.inf and len(room) >= req.gpus and reserved_at > now:
+                # it fits on held GPUs now: say how short a timeLimit would let it backfill
+                hint = f"; with a timeLimit of at most {format_duration(reserved_at - now)} it could start now"
+                wait = Wait(wait.reason, wait.message + hint)
+            result[req.name] = waits[key] = wait
+        else:
+            result[req.name] = waits[key] = _NO_REASON
+        # Reserve GPUs for the first blocked job that our own jobs' ends will let fit, so a stream
+        # of smaller jobs behind it cannot take them forever.
+        if not held and mode != "firstfit" and _fits_once_ours_end(req, usable_ever):
+            needed, reserved_at = _reservation(req, usable_ever, room, now) if mode == "backfill" else (room, math.inf)
+            for slot in needed:
+                held[slot.index] = req.name
+            if needed:
+                version += 1
+                if not reasons and not _any_room(slots, held, mode):
+                    exhausted_at = version
+    return result
+
+
+_NO_REASON = Wait("Resources", "")
+
+
+def _over_quota(req: Request, quotas: dict[str, QuotaUse]) -> Wait | None:
+    for quota_key in req.quota_keys:
+        use = quotas.get(quota_key)
+        if use is None or use.used + req.gpus <= use.limit:
+            continue
+        what, limit = _count(req.gpus), _count(use.limit)
+        if req.gpus > use.limit:
+            return Wait("Quota", f"needs {what}, more than the quota of {quota_key} ({limit} at once): it can never start")
+        return Wait("Quota", f"needs {what}; {quota_key} may use {limit} at once and {use.used} are in use")
+    return None
+
+
+def _reservation(req: Request, usable: list[GpuSlot], room: list[GpuSlot], now: float) -> tuple[list[GpuSlot], float]:
+    """EASY backfill: the GPUs ``req`` will start on and when. It takes the GPUs that free up
+    earliest; of those free at that moment, it prefers ones busy now, so GPUs free now that it
+    does not need stay open for jobs behind it, whatever their length."""
+    free_now = {s.index for s in room}
+    when: list[tuple[float, int, GpuSlot]] = []
+    for slot in usable:
+        if slot.index in free_now:
+            when.append((now, 1, slot))
+        elif slot.state in ("Allocated", "Shared") and (
+            not req.shared or slot.gpu.memory_total - slot.foreign_memory >= (req.gpu_memory or 0)
+        ):
+            when.append((slot.free_at, 0, slot))
+    when.sort(key=lambda w: (w[0], w[2].index))
+    if len(when) < req.gpus:
+        return room, math.inf
+    at = max(now, when[req.gpus - 1][0])
+    if at == math.inf:
+        return room, math.inf
+    ready = sorted((w for w in when if w[0] <= at), key=lambda w: (w[1], w[0], w[2].index))
+    needed = [w[2] for w in ready[: req.gpus]]
+    return needed, at
+
+
+def _any_room(slots: list[GpuSlot], held: dict[int, str], mode: str) -> bool:
+    """Could any job still be placed somewhere (ignoring its shape)?"""
+    for slot in slots:
+        if slot.state in ("Free", "Shared") and (mode == "backfill" or slot.index not in held):
+            return True
+    return False
+
+
+# -- choosing GPUs ------------------------------------------------------------------------------------
+
+
+def _matches(slot: GpuSlot, request: Request) -> bool:
+    return request.gpu_type is None or request.gpu_type.lower() in slot.gpu.name.lower()
+
+
+def _has_room(slot: GpuSlot, req: Request) -> bool:
+    if req.shared:
+        return slot.state in ("Free", "Shared") and slot.shared_room() >= (req.gpu_memory or 0)
+    return slot.state == "Free"
+
+
+def _order(room: list[GpuSlot], req: Request, strategy: str) -> list[GpuSlot]:
+    if strategy == "random":
+        shuffled = sorted(room, key=lambda s: s.index)
+        random.Random(req.name).shuffle(shuffled)
+        return shuffled
+    if strategy == "packed":  # fill partly used shared GPUs first: least room left that still fits
+        return sorted(room, key=lambda s: (s.state != "Shared", s.shared_room(), s.index))
+    if strategy == "spread":  # the emptiest GPUs first
+        return sorted(room, key=lambda s: (len(s.jobs), -s.shared_room(), s.index))
+    return sorted(room, key=lambda s: s.index)
+
+
+def _choose(room: list[GpuSlot], req: Request, strategy: str, topology: dict[tuple[int, int], int] | None) -> list[GpuSlot]:
+    ordered = _order(room, req, strategy)
+    if req.gpus == 1 or not topology:
+        return ordered[: req.gpus]
+    # Multi-GPU: prefer a set whose farthest pair is closest (same NVLink / PCIe switch), ties by
+    # the strategy's order. Greedy per anchor: cheap and good on real machines' trees.
+    best: list[GpuSlot] | None = None
+    best_cost: tuple[int, int] | None = None
+    for rank, anchor in enumerate(ordered):
+        rest = sorted(
+            (s for s in ordered if s is not anchor),
+            key=lambda s: (_distance(topology, anchor.index, s.index), ordered.index(s)),
+        )
+        group = [anchor, *rest[: req.gpus - 1]]
+        cost = (max(_distance(topology, a.index, b.index) for a in group for b in group if a is not b), rank)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = group, cost
+    return sorted(best or ordered[: req.gpus], key=lambda s: s.index)
+
+
+def _distance(topology: dict[tuple[int, int], int], a: int, b: int) -> int:
+    return topology.get((a, b), topology.get((b, a), 1000))
+
+
+def _fits_once_ours_end(req: Request, usable: list[GpuSlot]) -> bool:
+    """Will this request fit when the jobs gflow runs on these GPUs end (not foreign processes)?"""
+    if req.shared:
+        candidates = [s for s in usable if s.state in ("Free", "Shared", "Allocated") and s.gpu.memory_total - s.foreign_memory >= (req.gpu_memory or 0)]
+    else:
+        candidates = [s for s in usable if s.state in ("Free", "Shared", "Allocated")]
+    return len(candidates) >= req.gpus
+
+
+# -- messages ------------------------------------------------------------------------------------------
+
+
+def _gpus_text(indices: list[int]) -> str:
+    return f"GPU{'s' if len(indices) != 1 else ''} {','.join(str(i) for i in indices)}"
+
+
+def _count(n: int, what: str = "GPU") -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def describe_busy(slots: list[GpuSlot], held: dict[int, str] | None = None) -> str:
+    """Why GPUs are not free, grouped: ``GPUs 0,2 allocated to a, b; GPU 3 unmanaged: pid 4242``."""
+    held = held or {}
+    allocated = [s for s in slots if s.state == "Allocated" and s.jobs]
+    shared = [s for s in slots if s.state == "Shared" and s.jobs]
+    parts = []
+    if allocated:
+        jobs = list(dict.fromkeys(j for s in allocated for j in s.jobs))
+        parts.append(f"{_gpus_text([s.index for s in allocated])} allocated to {', '.join(jobs)}")
+    if shared:
+        jobs = list(dict.fromkeys(j for s in shared for j in s.jobs))
+        parts.append(f"{_gpus_text([s.index for s in shared])} shared by {', '.join(jobs)}")
+    for slot in slots:
+        if slot.state == "Unmanaged":
+            pids = ", ".join(str(p) for p in slot.foreign_pids[:3]) + (" ..." if len(slot.foreign_pids) > 3 else "")
+            parts.append(
+                f"GPU {slot.index} unmanaged: pid {pids} ({format_quantity(slot.foreign_memory)}) not started by gflow"
+            )
+    unhealthy = [s.index for s in slots if s.state == "Unhealthy"]
+    if unhealthy:
+        parts.append(f"{_gpus_text(unhealthy)} unhealthy")
+    kept = [s for s in slots if s.index in held and s.state in ("Free", "Shared")]
+    if kept:
+        parts.append(f"{_gpus_text([s.index for s in kept])} held for higher-priority job {held[kept[0].index]}")
+    return "; ".join(parts)
+
+
+def _never_fits(req: Request, slots: list[GpuSlot], typed: list[GpuSlot]) -> str:
+    what = _count(req.gpus)
+    if req.gpu_type and not typed:
+        names = sorted({s.gpu.name for s in slots})
+        have = ", ".join(names) if names else "no GPUs"
+        return f"needs {what} of type {req.gpu_type}, no GPU on this machine matches (it has: {have})"
+    if not slots:
+        return f"needs {what}, this machine has no GPUs"
+    if req.gpu_memory is not None:
+        big = [s for s in typed if s.gpu.memory_total >= req.gpu_memory]
+        if len(big) < req.gpus:
+            largest = max((s.gpu.memory_total for s in typed), default=0)
+            return (
+                f"needs {what} with {format_quantity(req.gpu_memory)} memory each, "
+                f"{_count(len(big))} this large (largest {format_quantity(largest)})"
+            )
+    kind = f" {req.gpu_type}" if req.gpu_type else ""
+    usable = [s for s in typed if s.state not in ("Unhealthy", "Restricted")]
+    if len(usable) == len(typed):
+        return f"needs {what}{kind}, this machine has {len(typed)}"
+    notes = []
+    restricted = [s.index for s in typed if s.state == "Restricted"]
+    unhealthy = [s.index for s in typed if s.state == "Unhealthy"]
+    if restricted:
+        notes.append(f"{_gpus_text(restricted)} restricted by the controller's gpus setting")
+    if unhealthy:
+        notes.append(f"{_gpus_text(unhealthy)} unhealthy")
+    return f"needs {what}{kind}, this machine has {len(usable)} usable of {len(typed)} ({'; '.join(notes)})"
+
+
+def _why_waiting(
+    req: Request,
+    usable: list[GpuSlot],
+    visible: list[GpuSlot],
+    room: list[GpuSlot],
+    taken_by: dict[int, list[str]],
+    held: dict[int, str],
+) -> Wait:
+    what = _count(req.gpus)
+    holders = list(dict.fromkeys(held[s.index] for s in room if s.index in held))
+    if holders:
+        return Wait(
+            "Priority",
+            f"waiting behind higher-priority job {', '.join(holders)}: needs {what}, "
+            f"{len(room)} free but held for it ({describe_busy(visible, held)})",
+        )
+    before = list(dict.fromkeys(name for s in usable for name in taken_by.get(s.index, ())))
+    if before:
+        return Wait("Priority", f"waiting behind higher-priority job {', '.join(before)}: needs {what}, {len(room)} free after it took GPUs")
+    if req.shared:
+        short = [s for s in usable if s.state in ("Free", "Shared") and s.shared_room() < (req.gpu_memory or 0)]
+        if short:
+            best = max(s.shared_room() for s in short)
+            return Wait(
+                "GPUMemory",
+                f"needs {format_quantity(req.gpu_memory)} GPU memory on {what}, at most "
+                f"{format_quantity(max(best, 0)) or '0'} left on a shared GPU ({describe_busy(visible)})",
+            )
+    busy = describe_busy(visible, held)
+    return Wait("Resources", f"needs {what}, {len(room)} free" + (f" ({busy})" if busy else ""))
+
+
+# -- preemption -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running job as preemption sees it."""
+
+    name: str
+    priority: int
+    devices: tuple[int, ...]
+    started: float
+
+
+def preemption_victims(
+    req: Request, priority: int, slots: list[GpuSlot], running: list[Running], threshold: int
+) -> list[str]:
+    """The running jobs to stop so that ``req`` (priority ``priority``) fits, or none.
+
+    Only jobs at least ``threshold`` below it are candidates, lowest priority first, then the
+    most recently started (the least work lost). All or nothing: if stopping every candidate
+    would not make room, nobody is stopped. Exclusive requests only."""
+    if req.shared or req.gpus == 0:
+        return []
+    usable = {s.index: s for s in slots if _matches(s, req) and s.state not in ("Unhealthy", "Restricted", "Unmanaged")}
+    if req.gpu_memory is not None:
+        usable = {i: s for i, s in usable.items() if s.gpu.memory_total >= req.gpu_memory}
+    free = {i for i, s in usable.items() if s.state == "Free"}
+    holders: dict[int, set[str]] = {}
+    for job in running:
+        for device in job.devices:
+            holders.setdefault(device, set()).add(job.name)
+    victims: list[str] = []
+    candidates = sorted(
+        (j for j in running if j.priority + threshold <= priority), key=lambda j: (j.priority, -j.started, j.name)
+    )
+    for job in candidates:
+        if len(free) >= req.gpus:
+            break
+        if not any(d in usable for d in job.devices):
+            continue
+        victims.append(job.name)
+        stopped = set(victims)
+        for device in job.devices:
+            if device in usable and holders.get(device, set()) <= stopped:
+                free.add(device)
+    return victims if len(free) >= req.gpus else []

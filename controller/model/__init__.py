@@ -1,0 +1,1 @@
+"""Model: the plain data every phase passes on. Imports nothing of ours (only the schema, for types)."""

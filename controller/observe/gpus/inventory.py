@@ -1,0 +1,121 @@
+"""GPU inventory: the records and Protocol every reader returns, and the fake-GPU file reader.
+The NVML reader lives in ``controller/gpus/nvml.py``.
+
+Observes only: returns :class:`Gpu` records; deciding what a GPU may be used for is the
+scheduler's job. No NVML (no driver, no GPU) is normal and yields zero GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+log = logging.getLogger("gflowd.gpus")
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_memory: int = 0
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    memory_total: int
+    memory_used: int = 0
+    utilization: int | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    healthy: bool = True
+    error: str = ""
+
+
+class Inventory(Protocol):
+    def read(self) -> list[Gpu]: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass
+class FakeInventory:
+    """GPUs described by a YAML file (SPEC.md section 5); re-read when the file changes."""
+
+    path: Path
+    _key: tuple[int, int, int] | None = None
+    _gpus: list[Gpu] = field(default_factory=list)
+    error: str = ""
+
+    def describe(self) -> str:
+        return f"fake GPUs from {self.path}"
+
+    def read(self) -> list[Gpu]:
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            self._set_error(f"cannot read fake-GPU file {self.path}: {exc.strerror}")
+            return self._gpus
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if key != self._key:
+            self._key = key
+            try:
+                self._gpus = parse_fake_gpus(self.path.read_text())
+                self.error = ""
+            except (OSError, ValueError) as exc:
+                self._set_error(f"fake-GPU file {self.path}: {exc}")
+        return self._gpus
+
+    def _set_error(self, message: str) -> None:
+        if message != self.error:
+            log.warning("%s (keeping the last good inventory)", message)
+        self.error = message
+
+
+def parse_fake_gpus(text: str) -> list[Gpu]:
+    from controller.api.units import parse_quantity
+    from controller.util.yamlio import YAMLSyntaxError, load_one
+
+    try:
+        data = load_one(text) or {}
+    except YAMLSyntaxError as exc:
+        raise ValueError(f"YAML syntax error: {exc} (line {exc.line})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("gpus", []), list):
+        raise ValueError("expected a mapping with a 'gpus' list")
+    gpus = []
+    for index, item in enumerate(data.get("gpus") or []):
+        if not isinstance(item, dict):
+            raise ValueError(f"gpus[{index}]: expected a mapping")
+        unknown = set(item) - {"name", "memory", "memoryUsed", "utilization", "processes", "health", "uuid"}
+        if unknown:
+            raise ValueError(f"gpus[{index}]: unknown field {sorted(unknown)[0]}")
+        processes = []
+        for proc in item.get("processes") or []:
+            if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
+                raise ValueError(f"gpus[{index}].processes: each needs an integer pid")
+            processes.append(
+                GpuProcess(int(proc["pid"]), parse_quantity(proc.get("usedMemory", 0)), str(proc.get("name", "")))
+            )
+        health = item.get("health", "Ok")
+        if health not in ("Ok", "Lost"):
+            raise ValueError(f"gpus[{index}].health: must be Ok or Lost")
+        memory = parse_quantity(item.get("memory", "16Gi"))
+        used = sum(p.used_memory for p in processes) + parse_quantity(item.get("memoryUsed", 0))
+        gpus.append(
+            Gpu(
+                index=index,
+                uuid=str(item.get("uuid") or f"GPU-fake-{index:04d}-0000-0000-000000000000"),
+                name=str(item.get("name", "Fake GPU")),
+                memory_total=memory,
+                memory_used=used,
+                utilization=item.get("utilization"),
+                processes=tuple(processes),
+                healthy=health == "Ok",
+                error="" if health == "Ok" else "GPU is lost (fake-GPU file says health: Lost)",
+            )
+        )
+    return gpus

@@ -1,0 +1,291 @@
+"""The NVML GPU inventory, through nvidia-ml-py (module ``pynvml``). SPEC.md section 5.
+
+Observes only. No NVML (package, library or driver missing) is normal: ``available`` is False,
+``read()`` returns no GPUs and ``describe()`` says so in one sentence; nothing here raises.
+A per-device NVML error (GPU_IS_LOST included) makes only that GPU ``healthy=False`` with the
+error text; transient errors (Unknown, Timeout, ...) are retried a few times, quickly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, TypeVar
+
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from controller.observe.gpus.inventory import Gpu, GpuProcess
+
+log = logging.getLogger("gflowd.gpus")
+T = TypeVar("T")
+
+# NVML return codes (nvml.h); numbers, so this module does not need pynvml to import.
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+INSUFFICIENT_SIZE = 7  # the process list grew between the size query and the fetch
+DRIVER_NOT_LOADED = 9
+TIMEOUT = 10
+LIBRARY_NOT_FOUND = 12
+FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
+ARGUMENT_VERSION_MISMATCH = 25
+NOT_READY = 27
+UNKNOWN = 999
+TRANSIENT = frozenset({UNKNOWN, TIMEOUT, INSUFFICIENT_SIZE, NOT_READY})
+
+ATTEMPTS = 3  # per NVML call; waits 10 ms then 20 ms: a persistently failing GPU costs ~30 ms
+MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
+
+
+def _code(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+class NvmlInventory:
+    """GPUs as NVML reports them; implements ``controller.observe.gpus.inventory.Inventory``.
+
+    ``nvmlInit`` runs once, in the constructor; ``close()`` calls ``nvmlShutdown``.
+    """
+
+    def __init__(self) -> None:
+        self.available = False
+        self.reason = ""  # why not available: one sentence
+        self.driver = ""
+        self._closed = False
+        self._nv: Any = None
+        self._lock = threading.Lock()
+        self._known: dict[int, Gpu] = {}  # last good record per index: a lost GPU keeps its identity
+        self._errors: dict[int | str, str] = {}  # last error logged per index (log changes, not every pass)
+        self._topology: tuple[tuple[str, ...], dict[tuple[int, int], int]] | None = None
+        self._retrying = Retrying(
+            stop=stop_after_attempt(ATTEMPTS),
+            wait=wait_exponential(multiplier=0.01, max=0.05),
+            retry=retry_if_exception(lambda exc: _code(exc) in TRANSIENT and self._is_nvml_error(exc)),
+            reraise=True,
+        )
+        try:
+            import pynvml
+        except ImportError:
+            self.reason = "the nvidia-ml-py package (module pynvml) is not installed"
+            return
+        self._nv = pynvml
+        try:
+            self._call(pynvml.nvmlInit)
+        except pynvml.NVMLError as exc:
+            self.reason = self._init_failure(exc)
+            return
+        except Exception as exc:  # a broken library (missing symbols, bad ABI): still "no NVML"
+            self.reason = f"NVML could not be initialized ({type(exc).__name__}: {exc})"
+            return
+        self.available = True
+        try:
+            self.driver = str(self._call(pynvml.nvmlSystemGetDriverVersion))
+        except Exception:
+            self.driver = ""
+
+    # -- the Inventory protocol ---------------------------------------------------------------
+
+    def describe(self) -> str:
+        if self.available:
+            return f"NVML (driver {self.driver})" if self.driver else "NVML"
+        if self._closed:
+            return "NVML (closed)"
+        return f"no NVML: {self.reason}; running CPU jobs only"
+
+    def read(self) -> list[Gpu]:
+        """Every GPU NVML counts, in index order. Never raises."""
+        with self._lock:
+            if not self.available:
+                return []
+            nv = self._nv
+            try:
+                count = int(self._call(nv.nvmlDeviceGetCount))
+            except Exception as exc:  # the driver went away: keep the GPUs visible, but unusable
+                message = f"NVML cannot count GPUs: {self._explain(exc)}"
+                self._note("count", message)
+                return [
+                    Gpu(g.index, g.uuid, g.name, g.memory_total, healthy=False, error=message)
+                    for g in sorted(self._known.values(), key=lambda g: g.index)
+                ]
+            self._note("count", "")
+            gpus = [self._read_one(index) for index in range(count)]
+            for gone in [i for i in self._known if i >= count]:
+                del self._known[gone]
+            return gpus
+
+    # -- topology -----------------------------------------------------------------------------
+
+    def topology(self) -> dict[tuple[int, int], int]:
+        """NVML common-ancestor level for every ordered pair (i, j), i != j, of GPU indices.
+
+        Levels are NVML's ``nvmlGpuTopologyLevel_t``: 0 same board, 10 single PCIe switch,
+        20 multiple switches, 30 host bridge, 40 same NUMA node/CPU, 50 across CPUs (SMP
+        interconnect); smaller is closer. ``result[(i, j)] == result[(j, i)]``. Pairs NVML cannot
+        answer for (unsupported, a lost GPU) are left out; no NVML or no support at all gives
+        ``{}``. Never raises. An answer with no errors other than "not supported" is cached
+        while the GPUs (by UUID, in index order) stay the same; otherwise it is asked again.
+        """
+        with self._lock:
+            if not self.available:
+                return {}
+            nv = self._nv
+            try:
+                count = int(self._call(nv.nvmlDeviceGetCount))
+            except Exception:
+                return {}
+            handles: dict[int, Any] = {}
+            uuids: list[str] = []
+            for index in range(count):
+                try:
+                    handle = self._call(nv.nvmlDeviceGetHandleByIndex, index)
+                    uuids.append(str(self._call(nv.nvmlDeviceGetUUID, handle)))
+                    handles[index] = handle
+                except Exception:
+                    uuids.append("")
+            key = tuple(uuids)
+            if self._topology is not None and self._topology[0] == key:
+                return dict(self._topology[1])
+            result: dict[tuple[int, int], int] = {}
+            complete = len(handles) == count
+            for i in sorted(handles):
+                for j in sorted(handles):
+                    if j <= i:
+                        continue
+                    try:
+                        level = int(self._call(nv.nvmlDeviceGetTopologyCommonAncestor, handles[i], handles[j]))
+                    except Exception as exc:
+                        if _code(exc) != NOT_SUPPORTED:  # "not supported" will not change: cacheable
+                            complete = False
+                        continue
+                    result[(i, j)] = result[(j, i)] = level
+            if complete:
+                self._topology = (key, dict(result))
+            return result
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """``nvmlShutdown`` (once). Afterwards ``read()`` returns no GPUs."""
+        with self._lock:
+            if not self.available:
+                return
+            self.available = False
+            self._closed = True
+            try:
+                self._nv.nvmlShutdown()
+            except Exception as exc:
+                log.debug("nvmlShutdown failed: %s", exc)
+
+    def __enter__(self) -> "NvmlInventory":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _is_nvml_error(self, exc: BaseException) -> bool:
+        return self._nv is not None and isinstance(exc, self._nv.NVMLError)
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """One NVML call, retried a few quick times on transient errors."""
+        return self._retrying(fn, *args)
+
+    def _init_failure(self, exc: BaseException) -> str:
+        code = _code(exc)
+        if code == LIBRARY_NOT_FOUND:
+            return "the NVML library libnvidia-ml.so.1 was not found (no NVIDIA driver installed)"
+        if code == DRIVER_NOT_LOADED:
+            return "the NVIDIA driver is not loaded"
+        if code == NO_PERMISSION:
+            return "no permission to use NVML (check the /dev/nvidia* device permissions)"
+        return f"nvmlInit failed ({exc})"
+
+    def _explain(self, exc: BaseException) -> str:
+        text = str(exc) or type(exc).__name__
+        if _code(exc) == GPU_IS_LOST:
+            return f"{text} (NVML_ERROR_GPU_IS_LOST: it fell off the bus or hung; a GPU reset or reboot is needed)"
+        return text
+
+    def _note(self, key: int | str, message: str) -> None:
+        """Log an error when it first appears and when it clears, not on every pass."""
+        previous = self._errors.get(key, "")
+        if message and message != previous:
+            log.warning("%s", message)
+        elif not message and previous:
+            log.info("NVML: %s recovered", f"GPU {key}" if isinstance(key, int) else key)
+        self._errors[key] = message
+
+    def _read_one(self, index: int) -> Gpu:
+        nv = self._nv
+        step = "nvmlDeviceGetHandleByIndex"
+        try:
+            handle = self._call(nv.nvmlDeviceGetHandleByIndex, index)
+            step = "nvmlDeviceGetUUID"
+            uuid = str(self._call(nv.nvmlDeviceGetUUID, handle))
+            step = "nvmlDeviceGetName"
+            name = str(self._call(nv.nvmlDeviceGetName, handle))
+            step = "nvmlDeviceGetMemoryInfo"
+            total, used = self._memory(handle)
+            step = "nvmlDeviceGetUtilizationRates"
+            utilization = self._utilization(handle)
+            step = "nvmlDeviceGetComputeRunningProcesses"
+            processes = self._processes(handle)
+        except Exception as exc:  # NVMLError, or a library that does not behave: this GPU only
+            message = f"NVML error on GPU {index} ({step}): {self._explain(exc)}"
+            self._note(index, message)
+            known = self._known.get(index)
+            return Gpu(
+                index,
+                known.uuid if known else f"GPU-unknown-{index}",
+                known.name if known else "unknown",
+                known.memory_total if known else 0,
+                healthy=False,
+                error=message,
+            )
+        self._note(index, "")
+        gpu = Gpu(index, uuid, name, total, used, utilization, processes)
+        self._known[index] = gpu
+        return gpu
+
+    def _memory(self, handle: Any) -> tuple[int, int]:
+        nv = self._nv
+        try:  # v2 reports "used" without the driver's reservation, like nvidia-smi
+            mem = self._call(nv.nvmlDeviceGetMemoryInfo, handle, MEMORY_V2)
+        except nv.NVMLError as exc:
+            if _code(exc) not in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH, NOT_SUPPORTED):
+                raise
+            mem = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
+        return int(mem.total), int(mem.used)
+
+    def _utilization(self, handle: Any) -> int | None:
+        nv = self._nv
+        try:
+            return int(self._call(nv.nvmlDeviceGetUtilizationRates, handle).gpu)
+        except nv.NVMLError as exc:
+            if _code(exc) in (NOT_SUPPORTED, NO_PERMISSION):
+                return None
+            raise
+
+    def _processes(self, handle: Any) -> tuple[GpuProcess, ...]:
+        nv = self._nv
+        try:
+            found = self._call(nv.nvmlDeviceGetComputeRunningProcesses_v3, handle)
+        except nv.NVMLError as exc:
+            if _code(exc) == NOT_SUPPORTED:
+                return ()
+            if _code(exc) != FUNCTION_NOT_FOUND:
+                raise
+            found = self._call(nv.nvmlDeviceGetComputeRunningProcesses_v2, handle)  # drivers < 510
+        return tuple(GpuProcess(int(p.pid), int(p.usedGpuMemory or 0), _process_name(int(p.pid))) for p in found)
+
+
+def _process_name(pid: int) -> str:
+    """The command name (``/proc/PID/comm``) for ``ignoreProcesses``; "" when not visible here
+    (gone, or in another PID namespace: NVML reports host PIDs)."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as handle:
+            return handle.read().decode(errors="replace").strip()
+    except OSError:
+        return ""

@@ -1,0 +1,187 @@
+"""Record: the one writer of everything under the state directory.
+
+Status files are written atomically and only when the job's record changed; the index (one JSON
+summary for fast ``gflowctl get jobs``), ``node.yaml`` and ``events.jsonl`` are kept here too.
+Nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Iterable
+
+from controller import API_VERSION
+from controller.api.units import format_quantity
+from controller.util.fsutil import atomic_write, fsync_dir
+from controller.util.jsonlog import append_lines
+from controller.paths import Home
+from controller.decide.reconcile import Event
+from controller.decide.scheduler import GpuSlot
+from controller.model.records import JobState, SweepState, rfc3339
+from controller.util.yamlio import dump
+
+log = logging.getLogger("gflowd.recorder")
+EVENTS_MAX_BYTES = 10 * 1024 * 1024
+
+
+def _index_row(name: str, state: JobState) -> bytes:
+    return f"{json.dumps(name)}:{json.dumps(state.summary(), separators=(',', ':'))}".encode()
+
+
+class Recorder:
+    def __init__(self, home: Home):
+        self.home = home
+        self.written: dict[str, JobState] = {}
+        self.written_sweeps: dict[str, SweepState] = {}
+        self._rows: dict[str, bytes] = {}  # name -> the job's index entry as JSON, b'"name":{...}'
+        self._order: list[str] | None = None  # names sorted, kept until the set of names changes
+        self._node_text = ""
+        self.status_writes = 0
+
+    def load(self) -> tuple[dict[str, JobState], dict[str, SweepState]]:
+        """Rebuild the controller's memory from status files (at start-up)."""
+        from controller.util.yamlio import YAMLSyntaxError, load_one, load_own
+
+        states: dict[str, JobState] = {}
+        sweeps: dict[str, SweepState] = {}
+        for path in self.home.status_dir.glob("*.yaml"):
+            try:
+                text = path.read_text()
+                try:
+                    data = load_own(text)  # our own subset of YAML: ~6x faster than the real loader
+                except ValueError:
+                    data = load_one(text)
+                if isinstance(data, dict) and data.get("kind") == "SweepStatus":
+                    sweep = SweepState.from_status(data)
+                    if sweep.name == path.stem:
+                        sweeps[sweep.name] = sweep
+                        self.written_sweeps[sweep.name] = sweep
+                    continue
+                state = JobState.from_status(data)
+            except (OSError, YAMLSyntaxError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                log.warning("ignoring unreadable status file %s: %s", path, exc)
+                continue
+            if state.name != path.stem:
+                continue
+            states[state.name] = state
+            self.written[state.name] = state
+        return states, sweeps
+
+    def write_sweeps(self, sweeps: dict[str, SweepState], removed: Iterable[str]) -> bool:
+        changed = False
+        for name in removed:
+            self.written_sweeps.pop(name, None)
+            if name not in self.written:  # the name may have passed to a job meanwhile
+                try:
+                    self.home.status_file(name).unlink()
+                except FileNotFoundError:
+                    pass
+            changed = True
+        for name, sweep in sweeps.items():
+            if self.written_sweeps.get(name) == sweep:
+                continue
+            atomic_write(self.home.status_file(name), dump(sweep.to_status()))
+            self.written_sweeps[name] = sweep
+            changed = True
+        return changed
+
+    def write_states(
+        self, states: dict[str, JobState], removed: Iterable[str], only: Iterable[str] | None = None
+    ) -> bool:
+        """Write the status files that changed and remove the given ones. True when anything did.
+        ``only``: the names that may have changed (the pass carried every other record over as the
+        very object written before); None: compare them all."""
+        changed = False
+        for name in removed:
+            self.written.pop(name, None)
+            self._rows.pop(name, None)
+            self._order = None
+            try:
+                self.home.status_file(name).unlink()
+            except FileNotFoundError:
+                pass
+            changed = True
+        pairs = states.items() if only is None else [(n, states[n]) for n in only if n in states]
+        for name, state in pairs:
+            known = self.written.get(name)
+            if known is state:  # identity first: unchanged records are shared between passes
+                continue
+            if known == state:
+                self.written[name] = state  # same content: keep this object, so next time `is` holds
+                continue
+            # A job that never started has nothing to lose: its manifest recreates it. Every other
+            # record (a start decided, an exit recorded) must reach the disk before it is relied on.
+            durable = state.attempt > 0 or state.phase != "Pending"
+            atomic_write(self.home.status_file(name), dump(state.to_status()), durable=durable, sync_dir=False)
+            if known is None:
+                self._order = None
+            self.written[name] = state  # the controller never mutates a recorded state again
+            self._rows[name] = _index_row(name, state)
+            self.status_writes += 1
+            changed = True
+        if changed:
+            fsync_dir(self.home.status_dir)  # one folder fsync for every rename of this pass
+        return changed
+
+    def write_index(self, controller_info: dict) -> None:
+        """``run/index.json``: every job's summary row, for ``gflowctl get jobs``. A cache of the
+        status files (written without fsync: losing it in a crash costs nothing). Rows are kept as
+        JSON text per job, so a rewrite costs a join, not a serialisation of every job."""
+        if len(self._rows) != len(self.written):  # after load(): rows of the states read back
+            for name, state in self.written.items():
+                if name not in self._rows:
+                    self._rows[name] = _index_row(name, state)
+        if self._order is None or len(self._order) != len(self.written):
+            self._order = sorted(self.written)
+        head = json.dumps(
+            {"apiVersion": API_VERSION, "kind": "JobIndex", "updated": time.time(), "controller": controller_info},
+            separators=(",", ":"),
+        )[:-1]
+        rows = self._rows
+        jobs = b",".join([rows[name] for name in self._order])
+        sweeps = json.dumps({n: s.summary() for n, s in sorted(self.written_sweeps.items())}, separators=(",", ":"))
+        payload = b"".join([head.encode(), b',"jobs":{', jobs, b'},"sweeps":', sweeps.encode(), b"}"])
+        atomic_write(self.home.index_file, payload, durable=False)
+
+    def write_node(self, slots: list[GpuSlot], source: str) -> None:
+        gpus = []
+        for slot in slots:
+            gpu = slot.gpu
+            entry = {
+                "index": gpu.index,
+                "uuid": gpu.uuid,
+                "name": gpu.name,
+                "memory": format_quantity(gpu.memory_total),
+                "memoryUsed": format_quantity(gpu.memory_used) or "0",
+                "utilization": gpu.utilization,
+                "state": slot.state,
+                "jobs": list(slot.jobs),
+            }
+            if gpu.processes:
+                entry["processes"] = [{"pid": p.pid, "usedMemory": format_quantity(p.used_memory) or "0"} for p in gpu.processes]
+            if gpu.error:
+                entry["error"] = gpu.error
+            gpus.append({k: v for k, v in entry.items() if v is not None})
+        data = {"apiVersion": API_VERSION, "kind": "Node", "inventory": source, "gpus": gpus}
+        text = dump(data)
+        if text != self._node_text:
+            atomic_write(self.home.node_file, text)
+            self._node_text = text
+
+    def events(self, events: Iterable[Event], now: float) -> None:
+        lines = []
+        for event in events:
+            record = {
+                "time": rfc3339(now),
+                "type": event.type,
+                "reason": event.reason,
+                "object": f"{event.kind}/{event.object}" if event.object else "",
+                "message": event.message,
+            }
+            lines.append(json.dumps(record, ensure_ascii=False) + "\n")
+            level = logging.WARNING if event.type == "Warning" else logging.INFO
+            log.log(level, "%s %s: %s", record["object"] or "-", event.reason, event.message)
+        # one O_APPEND write: each event line lands whole, even with concurrent readers
+        append_lines(self.home.events_file, lines, EVENTS_MAX_BYTES)

@@ -1,0 +1,1 @@
+"""The scheduling simulator (``gflowctl simulate``): the controller's policy on a virtual clock."""

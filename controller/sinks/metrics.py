@@ -1,0 +1,154 @@
+"""Prometheus metrics: ``gflowd --metrics-port N`` (``--metrics-address``, default 127.0.0.1).
+
+Imported only when a metrics port is set (``prometheus_client`` is not free to import). The
+reconcile loop never waits for a scrape: after each pass it *publishes* a reference to that
+pass's job states and GPU slots (both immutable once recorded) and bumps the counters and
+histograms of what the pass did (a few microseconds). The HTTP server runs in its own thread and
+computes the gauges from the last published snapshot when scraped.
+
+Metrics (all prefixed ``gflow_``):
+
+=============================================  =========  ==================================================
+name                                           type       labels / meaning
+=============================================  =========  ==================================================
+``gflow_jobs``                                 gauge      ``phase``: jobs in each phase
+``gflow_jobs_pending``                         gauge      ``reason``: pending jobs by why they wait
+``gflow_gpus``                                 gauge      ``state``: GPUs by state (Free, Allocated, ...)
+``gflow_gpu_memory_used_bytes``                gauge      ``gpu``, ``uuid``, ``name``
+``gflow_gpu_memory_total_bytes``               gauge      ``gpu``, ``uuid``, ``name``
+``gflow_gpu_utilization_percent``              gauge      ``gpu``, ``uuid``, ``name`` (absent when unknown)
+``gflow_gpu_allocated_jobs``                   gauge      ``gpu``: how many jobs hold it
+``gflow_gpu_job_info``                         gauge      ``gpu``, ``job``: 1 for each job on each GPU
+``gflow_queue_wait_seconds``                   histogram  time from queueing to start, per started attempt
+``gflow_reconcile_duration_seconds``           histogram  duration of each reconcile pass
+``gflow_jobs_started_total``                   counter    attempts started
+``gflow_jobs_finished_total``                  counter    ``phase``: jobs that reached Succeeded/Failed/Cancelled
+``gflow_reconcile_last_pass_timestamp_seconds``  gauge    when the last pass ended (alert when stale)
+=============================================  =========  ==================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import start_http_server
+
+log = logging.getLogger("gflowd.metrics")
+disable_created_metrics()  # the *_created series only add noise for a long-running controller
+
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled", "Rejected")
+FINISHED = ("Succeeded", "Failed", "Cancelled")
+GPU_STATES = ("Free", "Allocated", "Shared", "Unmanaged", "Restricted", "Unhealthy")
+PENDING_REASONS = ("Resources", "Priority", "Dependency", "Suspended", "StartAfter", "Unschedulable", "GPUMemory", "BackOff")
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))
+PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
+
+
+class _SnapshotCollector:
+    """Gauges computed at scrape time from the last snapshot the loop published."""
+
+    def __init__(self) -> None:
+        # (job states, GPU slots, time) of the last pass: replaced whole, so a scrape reads one pass
+        self.current: tuple[dict, list, float] = ({}, [], 0.0)
+
+    def collect(self):
+        states, slots, last_pass = self.current
+        for _ in range(3):
+            try:
+                values = list(states.values())
+                break
+            except RuntimeError:  # never expected (published dicts are not mutated); retry anyway
+                continue
+        else:
+            values = []
+        phases = dict.fromkeys(PHASES, 0)
+        pending = dict.fromkeys(PENDING_REASONS, 0)
+        for state in values:
+            phases[state.phase] = phases.get(state.phase, 0) + 1
+            if state.phase == "Pending":
+                reason = state.reason or "Pending"
+                pending[reason] = pending.get(reason, 0) + 1
+        jobs = GaugeMetricFamily("gflow_jobs", "Jobs by phase.", labels=["phase"])
+        for phase, count in phases.items():
+            jobs.add_metric([phase], count)
+        yield jobs
+        waiting = GaugeMetricFamily("gflow_jobs_pending", "Pending jobs by the reason they wait.", labels=["reason"])
+        for reason, count in pending.items():
+            waiting.add_metric([reason], count)
+        yield waiting
+
+        by_state = dict.fromkeys(GPU_STATES, 0)
+        gpu_labels = ["gpu", "uuid", "name"]
+        used = GaugeMetricFamily("gflow_gpu_memory_used_bytes", "GPU memory in use (all processes).", labels=gpu_labels)
+        total = GaugeMetricFamily("gflow_gpu_memory_total_bytes", "GPU memory.", labels=gpu_labels)
+        util = GaugeMetricFamily("gflow_gpu_utilization_percent", "GPU utilization as NVML reports it.", labels=gpu_labels)
+        count = GaugeMetricFamily("gflow_gpu_allocated_jobs", "Jobs holding each GPU.", labels=["gpu"])
+        info = GaugeMetricFamily("gflow_gpu_job_info", "1 for each job on each GPU.", labels=["gpu", "job"])
+        for slot in slots:
+            gpu = slot.gpu
+            by_state[slot.state] = by_state.get(slot.state, 0) + 1
+            key = [str(gpu.index), gpu.uuid, gpu.name]
+            used.add_metric(key, gpu.memory_used)
+            total.add_metric(key, gpu.memory_total)
+            if gpu.utilization is not None:
+                util.add_metric(key, gpu.utilization)
+            count.add_metric([str(gpu.index)], len(slot.jobs))
+            for job in slot.jobs:
+                info.add_metric([str(gpu.index), job], 1)
+        gpus = GaugeMetricFamily("gflow_gpus", "GPUs by state.", labels=["state"])
+        for state, n in by_state.items():
+            gpus.add_metric([state], n)
+        yield gpus
+        yield from (used, total, util, count, info)
+        last = GaugeMetricFamily("gflow_reconcile_last_pass_timestamp_seconds", "Unix time the last reconcile pass ended.")
+        last.add_metric([], last_pass)
+        yield last
+
+
+class MetricsServer:
+    """Observer (``controller.sinks.hooks``) that serves Prometheus text over HTTP from a thread."""
+
+    def __init__(self, address: str, port: int):
+        from controller.sinks.hooks import ObserverError
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.snapshot = _SnapshotCollector()
+        self.registry.register(self.snapshot)
+        self.queue_wait = Histogram(
+            "gflow_queue_wait_seconds", "Time from entering the queue to starting, per attempt.",
+            buckets=WAIT_BUCKETS, registry=self.registry,
+        )
+        self.pass_duration = Histogram(
+            "gflow_reconcile_duration_seconds", "Duration of a reconcile pass.", buckets=PASS_BUCKETS, registry=self.registry,
+        )
+        self.started = Counter("gflow_jobs_started", "Attempts started.", registry=self.registry)
+        self.finished = Counter("gflow_jobs_finished", "Jobs that finished, by phase.", ["phase"], registry=self.registry)
+        for phase in FINISHED:
+            self.finished.labels(phase)  # present at 0 from the start: rate() needs a first sample
+        try:
+            self.server, self.thread = start_http_server(port, address, registry=self.registry)
+        except OSError as exc:
+            raise ObserverError(f"--metrics-port {port}: cannot listen on {address}:{port}: {exc.strerror or exc}") from None
+        except ValueError as exc:  # e.g. an address that is not one
+            raise ObserverError(f"--metrics-address {address!r}: {exc}") from None
+        self.port = self.server.server_port
+        host = f"[{address}]" if ":" in address else address
+        log.info("metrics on http://%s:%d/metrics", host, self.port)
+
+    def observe(self, facts) -> None:
+        record = facts.record
+        self.snapshot.current = (record.plan.states, record.plan.slots, time.time())
+        self.pass_duration.observe(record.duration)
+        for started in facts.started:
+            self.started.inc()
+            self.queue_wait.observe(started.wait)
+        for tr in facts.transitions:
+            if tr.state.phase in FINISHED and tr.old_phase not in FINISHED:
+                self.finished.labels(tr.state.phase).inc()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
