@@ -144,7 +144,7 @@ def line_of(document: Any, loc: tuple[Any, ...]) -> int | None:
 
 # --- emitting -------------------------------------------------------------------------------
 
-_PLAIN_SAFE = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./@+-]*$")
+_PLAIN_SAFE = re.compile(r"[A-Za-z_/][A-Za-z0-9_./@+-]*\Z")  # \Z: $ also matches before a final newline
 _NOT_YAML_PRINTABLE = re.compile("[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f\\u2028\\u2029\\ud800-\\udfff\\ufeff\\ufffe\\uffff]")
 _RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
