@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from controller.decide.admission import AdmittedJob, Rejection, admit, spec_hashes, validate_document
+from controller.decide.admission import admit, validate_document
+from controller.decide.hashes import spec_hashes
+
+from controller.decide.hashes import spec_hashes
+
+from controller.model.documents import AdmittedJob, Rejection
 from controller.util.yamlio import load_all
 
 GIB = 2**30

@@ -52,8 +52,8 @@ def test_unit_structure_and_entry_point(name):
     [exec_start] = service["ExecStart"]
     argv = shlex.split(exec_start)
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert Path(argv[0]).name in scripts and scripts[Path(argv[0]).name] == "controller.daemon.loop:main"
-    from controller.daemon.loop import build_parser
+    assert Path(argv[0]).name in scripts and scripts[Path(argv[0]).name] == "controller.daemon.main:main"
+    from controller.daemon.main import build_parser
 
     build_parser().parse_args(argv[1:])  # every flag it passes is one gflowd has (exits otherwise)
 

@@ -15,7 +15,7 @@ import pytest
 
 from controller.cli.events import age_text, aggregate, read_events
 from controller.paths import Home
-from controller.decide.reconcile import Event
+from controller.model.plan import Event
 from controller.record.recorder import Recorder
 from helpers import wait_for
 from test_cli import run

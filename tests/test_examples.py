@@ -22,7 +22,7 @@ def test_the_expected_examples_exist():
 
 @pytest.mark.parametrize("path", JOB_EXAMPLES, ids=lambda p: p.name)
 def test_example_manifest_is_admitted(path: Path):
-    from controller.decide.admission import AdmittedJob
+    from controller.model.documents import AdmittedJob
     from controller.paths import Home
     from controller.observe.manifests import ManifestStore
 

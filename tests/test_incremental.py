@@ -14,29 +14,37 @@ import random
 from dataclasses import replace
 
 import pytest
+from builders import T0, FakeRuntime, gpus, invalid, job
 
-import controller.decide.reconcile as reconcile_module
-from controller.decide.admission import AdmissionResult, Rejection, admit, admit_changes
-from controller.decide.reconcile import Plan, RunObservation, Snapshot, changed_names, reconcile
+import controller.decide.lifecycle as lifecycle_module
+from controller.act.apply import act
+from controller.decide.admission import admit, admit_changes, admit_observed
+from controller.decide.reconcile import changed_names, reconcile
+from controller.model.documents import AdmissionResult, Rejection
+from controller.model.plan import Manifests, Plan, RunObservation, Snapshot
 from controller.model.records import JobState
-from test_reconcile import T0, gpus, invalid, job
 
 
 class Twin:
-    """One world of documents and processes, reconciled two ways each tick."""
+    """One world of documents and processes, decided two ways each tick, each plan carried out by
+    the real act code on its own fake runtime (tests/builders.py)."""
 
     def __init__(self, n_gpus: int = 4):
         self.docs: dict[str, object] = {}  # key (a "file") -> document
-        self.runs: dict[str, RunObservation] = {}
         self.gpus = gpus(n_gpus)
+        self.full_runtime, self.inc_runtime = FakeRuntime(), FakeRuntime()
         self.full_states: dict[str, JobState] = {}
         self.inc_states: dict[str, JobState] = {}
         self.previous: AdmissionResult | None = None
         self.unsettled: set[str] | None = None
         self.gone: list = []
         self.came: list = []
-        self.next_pid = 1000
-        self.patched = 0  # passes admitted by admit_changes (not a full admit)
+        self.serial = 0  # the pass number, as gflowd's snapshot builder counts
+        self.patched = 0  # passes admitted by patching the previous admission (not a full admit)
+
+    @property
+    def runs(self) -> dict[str, RunObservation]:
+        return self.full_runtime.runs
 
     # -- the files ---------------------------------------------------------------------------------
 
@@ -51,41 +59,34 @@ class Twin:
 
     # -- the passes ----------------------------------------------------------------------------------
 
-    def _admit_full(self, states: dict[str, JobState]) -> AdmissionResult:
-        current = {n: s.manifest for n, s in states.items() if s.manifest and not s.owner}
-        return admit(list(self.docs.values()), current)
-
     def tick(self, now: float) -> tuple[Plan, Plan]:
-        # the reference: every job through the full path, none of the shortcuts
+        # the reference: every document admitted, every job through the full path, no shortcuts
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(reconcile_module, "_finished_and_current", lambda old, job: False)
+            patch.setattr(lifecycle_module, "_finished_and_current", lambda old, job: False)
+            current = {n: s.manifest for n, s in self.full_states.items() if s.manifest and not s.owner}
             full = reconcile(
-                Snapshot(admission=self._admit_full(self.full_states), states=dict(self.full_states),
-                         runs=dict(self.runs), gpus=self.gpus),
+                Snapshot(admission=admit(list(self.docs.values()), current), states=dict(self.full_states),
+                         runs=self.full_runtime.observe(), gpus=self.gpus),
                 now,
             )
-        admission = None
-        if self.previous is not None:
-            admission = admit_changes(self.previous, self.gone, self.came)
-        if admission is None:
-            admission = self._admit_full(self.inc_states)
-        else:
+        # gflowd's way: the changed documents patch the previous admission when they can
+        self.serial += 1
+        snap = Snapshot(
+            admission=None, states=self.inc_states, runs=self.inc_runtime.observe(), gpus=self.gpus,
+            previous=self.previous, unsettled=self.unsettled, serial=self.serial,
+            manifests=Manifests(list(self.docs.values()), self.gone, self.came, full=False),
+        )
+        admission = admit_observed(snap)
+        if self.previous is not None and (admission is self.previous or admission.base == self.previous.serial):
             self.patched += 1
         self.gone, self.came = [], []
-        snap = Snapshot(admission=admission, states=self.inc_states, runs=dict(self.runs), gpus=self.gpus,
-                        previous=self.previous, unsettled=self.unsettled)
-        inc = reconcile(snap, now)
+        inc = reconcile(replace(snap, admission=admission), now)
         self.previous, self.unsettled = admission, inc.unsettled
         self._check_same(full, inc)
+        for runtime, plan in ((self.full_runtime, full), (self.inc_runtime, inc)):
+            runtime.now = now
+            act(plan, runtime)
         self.full_states, self.inc_states = dict(full.states), inc.states
-        for name in full.consumed:
-            self.runs.pop(name, None)
-        for launch in full.starts:
-            self.next_pid += 1
-            self.runs[launch.name] = RunObservation(launch.name, launch.attempt, self.next_pid, now, True)
-            for states in (self.full_states, self.inc_states):
-                states[launch.name] = states[launch.name].copy()
-                states[launch.name].pid = self.next_pid
         return full, inc
 
     @staticmethod
@@ -101,7 +102,8 @@ class Twin:
         assert (inc.wake_at, inc.again) == (full.wake_at, full.again)
 
     def exit(self, name: str, code: int, at: float) -> None:
-        self.runs[name] = replace(self.runs[name], running=False, exit_code=code, finished_at=at)
+        for runtime in (self.full_runtime, self.inc_runtime):
+            runtime.exit(name, code, at)
 
 
 def test_an_edit_among_finished_jobs_is_patched_and_looks_only_at_that_job():

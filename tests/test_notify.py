@@ -141,7 +141,7 @@ def test_selector_matching():
 
 
 def test_webhooks_are_not_a_flag():
-    from controller.daemon.loop import build_parser
+    from controller.daemon.main import build_parser
 
     assert "--webhooks" not in build_parser().format_help()
     assert "--metrics-port" in build_parser().format_help()
@@ -160,7 +160,7 @@ def test_a_full_queue_drops_instead_of_waiting(endpoints, monkeypatch):
     facts = PassFacts(PassRecord({}, None, {}, None, 1.0, 0.0))
     facts.transitions = [Transition(f"j{i}", "Running", JobState(name=f"j{i}", phase="Failed", reason="Error")) for i in range(50)]
     began = time.monotonic()
-    notifier.observe(facts)
+    notifier.consume(facts)
     assert time.monotonic() - began < 1.0
     target = notifier.targets[0]
     wait_for(lambda: endpoints.hanging == 1, message="the first post to hang")

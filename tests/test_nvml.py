@@ -230,7 +230,7 @@ def read_node(home: Path) -> dict | None:
 
 
 def test_gflowd_on_nvml_binds_a_gpu_job_to_a_usable_gpu(home, gflowd, nvml_env, tmp_path):
-    """Needs gflowd to use controller.observe.gpus.nvml.NvmlInventory (the import in controller/daemon.py)."""
+    """Needs gflowd to use controller.observe.gpus.nvml.NvmlInventory (the import in controller/daemon/main.py)."""
     write_fake_nvml(Path(nvml_env["FAKE_NVML_FILE"]), machine(
         gpu(0, processes=[{"pid": 4242, "usedMemory": 4 * GiB}]),  # someone else's process: Unmanaged
         gpu(1, lost=True),  # Unhealthy

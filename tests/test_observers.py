@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from controller.decide.admission import AdmissionResult
-from controller.sinks.hooks import Digest, Observers, PassRecord
-from controller.decide.reconcile import Event, Launch, Plan, RunObservation
+from controller.model.documents import AdmissionResult
+from controller.sinks.hooks import Digest, Sinks, PassRecord
+from controller.model.plan import Event, Launch, Plan, RunObservation
 from controller.model.records import JobState
 
 
@@ -64,29 +64,29 @@ def test_a_job_that_ends_without_running_is_an_ended_record():
     assert (end.phase, end.reason, end.started, end.finished, end.final) == ("Cancelled", "DependencyFailed", None, 300.0, True)
 
 
-def test_a_broken_observer_is_reported_once_and_the_others_still_run(caplog):
+def test_a_broken_sink_is_reported_once_and_the_others_still_run(caplog):
     seen = []
 
     class Broken:
-        def observe(self, facts):
+        def consume(self, facts):
             raise RuntimeError("boom")
 
         def close(self):
             pass
 
     class Counting:
-        def observe(self, facts):
+        def consume(self, facts):
             seen.append(facts)
 
         def close(self):
             pass
 
-    observers = Observers([Broken(), Counting()])
-    with caplog.at_level(logging.ERROR, logger="gflowd.observers"):
+    sinks = Sinks([Broken(), Counting()])
+    with caplog.at_level(logging.ERROR, logger="gflowd.sinks"):
         for _ in range(3):
-            observers.after_pass({}, plan_of([]), {}, AdmissionResult(), 1.0, 0.0)
+            sinks.after_pass({}, plan_of([]), {}, AdmissionResult(), 1.0, 0.0)
     assert len(seen) == 3
-    assert sum("observer Broken failed" in r.getMessage() for r in caplog.records) == 1
+    assert sum("sink Broken failed" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_a_plain_gflowd_does_not_import_prometheus_or_tenacity(tmp_path):
@@ -97,11 +97,11 @@ def test_a_plain_gflowd_does_not_import_prometheus_or_tenacity(tmp_path):
     program = f"""
 import sys
 from controller.api.config import ControllerConfig
-from controller.sinks.hooks import start_observers
+from controller.sinks.hooks import start_sinks
 from controller.paths import Home
 home = Home.resolve({str(tmp_path)!r}); home.ensure()
-observers = start_observers(home, ControllerConfig())
-assert [type(o).__name__ for o in observers.observers] == ["HistoryWriter"], observers.observers
+sinks = start_sinks(home, ControllerConfig())
+assert [type(o).__name__ for o in sinks.sinks] == ["HistoryWriter"], sinks.sinks
 print(sorted(m for m in ("prometheus_client", "tenacity", "urllib.request") if m in sys.modules))
 """
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)

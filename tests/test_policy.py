@@ -8,23 +8,31 @@ import pwd
 from dataclasses import replace
 
 import pytest
+from builders import T0, World, job
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_reconcile import T0, World, job
 
-from controller.api.status import find_condition
 from controller.api.config import ConfigError, ControllerConfig, load_config
-from controller.observe.gpus.inventory import Gpu
 from controller.decide.policy import (
-    Policy,
     UsageLedger,
     decayed_gpu_seconds,
     effective_priority,
     policy_from_config,
     queue_key,
 )
-from controller.decide.reconcile import Snapshot
-from controller.decide.scheduler import Binding, Holder, QuotaUse, Request, Wait, build_slots, schedule
+from controller.decide.scheduler import (
+    Binding,
+    Holder,
+    QuotaUse,
+    Request,
+    Wait,
+    build_slots,
+    schedule,
+)
+from controller.model.conditions import find_condition
+from controller.model.gpus import Gpu
+from controller.model.policy import Policy
+from controller.observe.host import HostFacts
 
 GIB = 2**30
 INF = math.inf
@@ -189,7 +197,7 @@ def test_an_aged_low_priority_job_passes_a_fresh_high_priority_one():
 
 
 def test_aging_reorders_the_controller_queue_and_shows_in_status():
-    world = PolicyWorld(
+    world = World(
         job("running", command=["sleep", "1"], resources={"gpus": 4}),
         n_gpus=4, policy=Policy(aging_interval=600, aging_max=10),
     )
@@ -259,7 +267,7 @@ def test_a_job_aged_to_the_cap_is_not_passed_by_fair_share():
 
 def test_fair_share_in_the_controller_lets_the_lighter_user_go_first():
     me, other = os.getuid(), _other_uid()
-    world = PolicyWorld(
+    world = World(
         replace(job("heavy-run", command=["sleep", "1"], resources={"gpus": 1}), owner_uid=me),
         n_gpus=2, policy=Policy(fair_share_half_life=86400),
     )
@@ -324,11 +332,11 @@ def test_quota_message_has_the_numbers_and_says_never_when_it_cannot_fit():
 def test_user_quota_in_the_controller_counts_running_jobs_of_the_manifest_owner():
     me = os.getuid()
     name = pwd.getpwuid(me).pw_name
-    world = PolicyWorld(
-        replace(job("one", command=["sleep", "1"], resources={"gpus": 2}), owner_uid=me),
-        replace(job("two", command=["sleep", "1"], resources={"gpus": 2}), owner_uid=me),
-        n_gpus=8, policy=Policy(user_quotas={name: 3}),
-    )
+    docs = [replace(job(n, command=["sleep", "1"], resources={"gpus": 2}), owner_uid=me) for n in ("one", "two")]
+    # the owner's name is a host fact: observe reads it (pwd) and hands it in with the snapshot
+    host = HostFacts(want_user_names=True).read(full=True, owners=docs)
+    assert host.user_names == {me: name}
+    world = World(*docs, n_gpus=8, policy=Policy(user_quotas={name: 3}), host=host)
     plan = world.tick(T0)
     assert [s.name for s in plan.starts] == ["one"]
     assert world.phase("two") == ("Pending", "Quota")
@@ -339,7 +347,7 @@ def test_user_quota_in_the_controller_counts_running_jobs_of_the_manifest_owner(
 
 
 def test_backfill_through_the_controller_uses_running_jobs_time_limits():
-    world = PolicyWorld(job("r", command=["sleep", "1"], resources={"gpus": 3}, timeLimit="1h"), n_gpus=4)
+    world = World(job("r", command=["sleep", "1"], resources={"gpus": 3}, timeLimit="1h"), n_gpus=4)
     world.tick(T0)
     world.put(job("big", resources={"gpus": 4}, priority=5))
     world.put(job("short", resources={"gpus": 1}, timeLimit="30m"))
@@ -384,22 +392,11 @@ def test_default_policy_is_backfill_with_aging_and_fair_share():
 # --- builders ------------------------------------------------------------------------------------------------
 
 
-class PolicyWorld(World):
-    def __init__(self, *docs, n_gpus: int = 4, policy: Policy | None = None):
-        super().__init__(*docs, n_gpus=n_gpus)
-        self.policy = policy or Policy()
-
-    def snapshot(self) -> Snapshot:
-        snap = super().snapshot()
-        snap.policy = self.policy
-        return snap
-
-
 # --- preemption ------------------------------------------------------------------------------------------
 
 
 def test_preemption_stops_a_low_priority_job_which_returns_to_pending_without_a_failure():
-    world = PolicyWorld(
+    world = World(
         job("low", command=["sleep", "1"], resources={"gpus": 4}, priority=0, backoffLimit=0),
         n_gpus=4, policy=Policy(preemption_threshold=5),
     )
@@ -427,7 +424,7 @@ def test_preemption_stops_a_low_priority_job_which_returns_to_pending_without_a_
 
 
 def test_without_a_threshold_nobody_is_preempted():
-    world = PolicyWorld(job("low", command=["sleep", "1"], resources={"gpus": 4}), n_gpus=4)
+    world = World(job("low", command=["sleep", "1"], resources={"gpus": 4}), n_gpus=4)
     world.tick(T0)
     world.put(job("high", resources={"gpus": 4}, priority=1000))
     assert world.tick(T0 + 1).stops == []
@@ -453,7 +450,7 @@ def test_preemption_victims(running, gpus, free, expected):
 
 
 def test_gflowd_flags_carry_every_policy_key(tmp_path):
-    from controller.daemon.loop import build_parser
+    from controller.daemon.main import build_parser
 
     args = build_parser().parse_args([
         "--scheduling-policy", "priority", "--aging-interval", "30m", "--aging-max", "4",

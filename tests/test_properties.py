@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from controller.decide.admission import AdmittedJob, Rejection, admit, validate_any
+from controller.decide.admission import admit, validate_any
+
+from controller.model.documents import AdmittedJob, Rejection
 from controller.observe.manifests import ManifestStore
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

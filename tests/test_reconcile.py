@@ -1,8 +1,8 @@
 """The pure reconcile(Snapshot, now) -> Plan: job life cycles driven pass by pass.
 
-``World`` plays the daemon's part with plain data: it keeps the manifests, the job records and the
-run observations, feeds them to ``reconcile`` and applies the plan (records become the plan's states,
-started jobs get a running observation, consumed ones are forgotten). Nothing of the project is mocked.
+``World`` (tests/builders.py) plays gflowd's part: it keeps the manifests and the job records,
+feeds them to ``reconcile`` and carries each plan out with the real act code on a fake runtime
+(the one fake: processes are kept in memory). Nothing else of the project is mocked.
 """
 
 from __future__ import annotations
@@ -10,118 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from builders import GIB, T0, World, condition, invalid, job, started
 
-from controller.decide.admission import AdmittedJob, Rejection, admit, validate_document
-from controller.observe.gpus.inventory import Gpu
-from controller.decide.reconcile import Plan, RunObservation, Snapshot, Stop, backoff_delay, reconcile
+from controller.decide.exits import backoff_delay
+from controller.decide.reconcile import reconcile
+from controller.model.plan import RunObservation, Stop
 from controller.model.records import JobState
-
-GIB = 2**30
-T0 = 1_800_000_000.0  # 2027-01-15: a fixed clock, far from the epoch
-
-
-# --- builders --------------------------------------------------------------------------------------
-
-
-def job(name: str = "a", *, labels: dict | None = None, annotations: dict | None = None, **spec) -> AdmittedJob:
-    if "script" not in spec:
-        spec.setdefault("command", ["true"])
-    meta: dict = {"name": name}
-    if labels:
-        meta["labels"] = labels
-    if annotations:
-        meta["annotations"] = annotations
-    result = validate_document(
-        {"apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": meta, "spec": spec},
-        source=f"jobs/{name}.yaml",
-        path=f"/home/u/.local/share/gflow/jobs/{name}.yaml",
-        stem=name,
-        single=True,
-    )
-    assert isinstance(result, AdmittedJob), result
-    return result
-
-
-def invalid(name: str = "a", **spec) -> Rejection:
-    spec.setdefault("command", ["true"])
-    result = validate_document(
-        {"metadata": {"name": name}, "spec": spec},
-        source=f"jobs/{name}.yaml",
-        path=f"/h/jobs/{name}.yaml",
-        stem=name,
-        single=True,
-    )
-    assert isinstance(result, Rejection), result
-    return result
-
-
-def gpus(n: int = 4) -> list[Gpu]:
-    return [Gpu(i, f"GPU-{i:04d}", "NVIDIA H100 80GB HBM3", 80 * GIB) for i in range(n)]
-
-
-def running(name: str, attempt: int = 1, pid: int = 4242, started_at: float = T0) -> RunObservation:
-    return RunObservation(name, attempt, pid, started_at, True)
-
-
-def exited(name: str, code: int, at: float, attempt: int = 1, signal: int | None = None) -> RunObservation:
-    return RunObservation(name, attempt, 4242, at - 1, False, code, signal, at)
-
-
-class World:
-    def __init__(self, *docs: AdmittedJob | Rejection, n_gpus: int = 4):
-        self.docs: dict[str, AdmittedJob | Rejection] = {d.name: d for d in docs}
-        self.states: dict[str, JobState] = {}
-        self.runs: dict[str, RunObservation] = {}
-        self.gpus = gpus(n_gpus)
-        self.next_pid = 1000
-        self.last: Plan | None = None
-
-    def put(self, doc: AdmittedJob | Rejection) -> None:
-        self.docs[doc.name] = doc
-
-    def delete(self, name: str) -> None:
-        del self.docs[name]
-
-    def snapshot(self) -> Snapshot:
-        current = {n: s.manifest for n, s in self.states.items() if s.manifest}
-        return Snapshot(
-            admission=admit(list(self.docs.values()), current),
-            states=dict(self.states),
-            runs=dict(self.runs),
-            gpus=self.gpus,
-        )
-
-    def tick(self, now: float) -> Plan:
-        plan = reconcile(self.snapshot(), now)
-        self.states = dict(plan.states)
-        for name in plan.consumed:
-            self.runs.pop(name, None)
-        for launch in plan.starts:
-            self.next_pid += 1
-            self.runs[launch.name] = RunObservation(launch.name, launch.attempt, self.next_pid, now, True)
-            self.states[launch.name].pid = self.next_pid  # the daemon records the pid it got
-        self.last = plan
-        return plan
-
-    def exit(self, name: str, code: int, at: float, signal: int | None = None) -> None:
-        run = self.runs[name]
-        self.runs[name] = replace(run, running=False, exit_code=code, signal=signal, finished_at=at)
-
-    def state(self, name: str = "a") -> JobState:
-        return self.states[name]
-
-    def phase(self, name: str = "a") -> tuple[str, str]:
-        st = self.states[name]
-        return st.phase, st.reason
-
-
-def started(plan: Plan) -> list[str]:
-    return [launch.name for launch in plan.starts]
-
-
-def condition(state: JobState, type_: str) -> dict | None:
-    return next((c for c in state.conditions if c["type"] == type_), None)
-
 
 # --- start and finish ------------------------------------------------------------------------------
 
@@ -813,7 +707,7 @@ def test_a_pass_with_nothing_new_changes_nothing():
 
 
 def _with_process(world: World, index: int, pid: int, gib: float) -> None:
-    from controller.observe.gpus.inventory import GpuProcess
+    from controller.model.gpus import GpuProcess
 
     world.gpus[index] = replace(world.gpus[index], processes=(GpuProcess(pid, int(gib * GIB)),))
 

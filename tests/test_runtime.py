@@ -231,7 +231,7 @@ def test_exit_record_stays_until_the_status_showing_it_is_written(tmp_path):
     import sys
 
     from controller.paths import Home
-    from controller.decide.reconcile import Launch
+    from controller.model.plan import Launch
     from controller.act.runtime.supervised import SupervisorRuntime
     from test_reconcile import job
 

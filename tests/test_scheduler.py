@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.observe.gpus.inventory import Gpu, GpuProcess
+from controller.model.gpus import Gpu, GpuProcess
 from controller.decide.scheduler import Binding, Holder, Request, Wait, build_slots, schedule
 
 GIB = 2**30

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from controller.decide.admission import AdmittedJob, Rejection, admit, validate_any, validate_document
+from controller.decide.admission import admit, validate_any, validate_document
+
+from controller.model.documents import AdmittedJob, Rejection
 from controller.util.yamlio import load_all, load_one
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -365,8 +367,9 @@ def test_example_manifests_have_distinct_names():
 
 def _statuses() -> dict:
     """Status documents as the controller writes them, for a GPU job, a CPU job and a retrying one."""
-    from controller.observe.gpus.inventory import Gpu
-    from controller.decide.reconcile import RunObservation, Snapshot, reconcile
+    from controller.model.gpus import Gpu
+    from controller.decide.reconcile import reconcile
+    from controller.model.plan import RunObservation, Snapshot
 
     def job(name, **spec):
         spec.setdefault("command", ["true"])

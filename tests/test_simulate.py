@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from controller.cli.main import main
-from controller.decide.policy import Policy
+from controller.model.policy import Policy
 from controller.sim.simulator import TraceError, named_policy, read_trace, simulate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,12 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from controller.act.runtime.slurm import (
+    SlurmJob,
+    _Record,
+    gres_devices,
+    observation,
+    parse_squeue,
+)
 from controller.api.config import ConfigError, load_config
-from controller.decide.reconcile import RunObservation, Snapshot
-from controller.act.runtime.slurm import SlurmJob, _Record, gres_devices, observation, parse_squeue
+from controller.model.plan import RunObservation
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_reconcile import T0, World, job  # noqa: E402
+from builders import T0, World, job  # noqa: E402
 
 
 def record(**kw) -> _Record:
@@ -143,14 +149,10 @@ def test_observation_carries_the_devices_and_node_seen_while_running():
 
 # -- reconcile with a backend that allocates ---------------------------------------------------------
 
-class ClusterWorld(World):
-    """The daemon's part for a cluster backend: nothing is bound, runs come back from the cluster."""
-
-    def snapshot(self) -> Snapshot:
-        snap = super().snapshot()
-        snap.bind_gpus = False
-        snap.gpus = []  # gflowd's own machine may have no GPU at all
-        return snap
+def ClusterWorld(*docs, **fields) -> World:
+    """gflowd with a cluster backend: nothing is bound, runs come back from the cluster, and
+    gflowd's own machine may have no GPU at all."""
+    return World(*docs, n_gpus=0, bind_gpus=False, **fields)
 
 
 def test_a_gpu_job_is_handed_over_unbound_when_the_backend_allocates():
@@ -251,7 +253,7 @@ def test_bad_slurm_config_is_one_line_naming_the_key(tmp_path: Path, text, messa
 
 
 def test_gflowd_flags_are_generated_for_the_slurm_section():
-    from controller.daemon.loop import build_parser
+    from controller.daemon.main import build_parser
 
     args = build_parser().parse_args(["--backend", "slurm", "--slurm-partition", "gpu", "--slurm-extra-args=--qos=a,--exclusive"])
     assert (args.backend, getattr(args, "slurm.partition"), getattr(args, "slurm.extra_args")) == (

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.decide.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection
+from controller.decide.admission import MAX_MANIFEST_BYTES
+
+from controller.model.documents import AdmittedJob, Rejection
 from controller.paths import Home
 from controller.observe.manifests import ManifestStore, is_manifest_name
 

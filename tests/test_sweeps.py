@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
+from builders import T0, World
 
-from controller.decide.admission import AdmittedJob, Rejection, admit, validate_any
-from controller.decide.reconcile import RunObservation, Snapshot, reconcile
-from controller.decide.sweeps import AdmittedSweep
+from controller.decide.admission import admit, validate_any
+from controller.model.documents import AdmittedSweep, Rejection
 from controller.util.yamlio import load_one
-
-T0 = 1_800_000_000.0
 
 SWEEP = """\
 apiVersion: gflow.dev/v1alpha1
@@ -83,48 +79,36 @@ def test_a_job_named_like_a_child_is_a_duplicate_and_the_first_owner_keeps_it():
 # --- reconcile -------------------------------------------------------------------------------------
 
 
-class World:
-    def __init__(self, *texts: str):
-        self.docs = [d for text in texts for d in docs(text, stem="x")]
-        self.states: dict = {}
-        self.sweep_states: dict = {}
-        self.runs: dict = {}
-        self.plan = None
+def sweep_world(*texts: str) -> World:
+    """The manifests of ``texts`` through the real reconcile and act (tests/builders.py)."""
+    return World(*(d for text in texts for d in docs(text, stem="x")))
 
-    def tick(self, now: float):
-        snap = Snapshot(admission=admit(self.docs), states=dict(self.states), runs=dict(self.runs), sweep_states=dict(self.sweep_states))
-        plan = reconcile(snap, now)
-        self.states, self.sweep_states, self.plan = dict(plan.states), dict(plan.sweeps), plan
-        for name in plan.consumed:
-            self.runs.pop(name, None)
-        for launch in plan.starts:
-            self.runs[launch.name] = RunObservation(launch.name, launch.attempt, 100, now, True)
-        return plan
 
-    def finish(self, name: str, code: int, at: float) -> None:
-        self.runs[name] = replace(self.runs[name], running=False, exit_code=code, finished_at=at)
+def running_jobs(world: World) -> list[str]:
+    return sorted(n for n, r in world.runs.items() if r.running)
 
-    def running(self) -> list[str]:
-        return sorted(n for n, r in self.runs.items() if r.running)
+
+def by_name(documents: list) -> dict:
+    return {d.name: d for d in documents}
 
 
 def test_parallelism_caps_running_children_and_the_sweep_counts_them():
-    world = World(SWEEP + "  parallelism: 2\n")
+    world = sweep_world(SWEEP + "  parallelism: 2\n")
     world.tick(T0)
-    assert world.running() == ["lr-0", "lr-1"]
+    assert running_jobs(world) == ["lr-0", "lr-1"]
     assert (world.states["lr-2"].phase, world.states["lr-2"].reason) == ("Pending", "Parallelism")
     assert "at most 2 children" in world.states["lr-2"].message
     sweep = world.sweep_states["lr"]
     assert (sweep.phase, sweep.counts) == ("Running", {"Pending": 4, "Running": 2})
-    world.finish("lr-0", 0, T0 + 1)
+    world.exit("lr-0", 0, T0 + 1)
     world.tick(T0 + 1)
-    assert world.running() == ["lr-1", "lr-2"]
+    assert running_jobs(world) == ["lr-1", "lr-2"]
     t = T0 + 2
-    while world.running():
-        for name in world.running():
-            world.finish(name, 0, t)
+    while running_jobs(world):
+        for name in running_jobs(world):
+            world.exit(name, 0, t)
         world.tick(t)
-        assert len(world.running()) <= 2
+        assert len(running_jobs(world)) <= 2
         t += 1
     sweep = world.sweep_states["lr"]
     assert (sweep.phase, sweep.reason, sweep.counts) == ("Succeeded", "AllSucceeded", {"Succeeded": 6})
@@ -132,13 +116,13 @@ def test_parallelism_caps_running_children_and_the_sweep_counts_them():
 
 def test_a_failed_child_fails_the_sweep_and_a_dependent_job_is_cancelled():
     dependent = "metadata: {name: evaluate}\nspec:\n  command: [eval]\n  dependsOn: [lr]\n"
-    world = World(SWEEP.replace('["0.1", "0.01"]', '["0.1"]').replace("[32, 64, 128]", "[32, 64]"), dependent)
+    world = sweep_world(SWEEP.replace('["0.1", "0.01"]', '["0.1"]').replace("[32, 64, 128]", "[32, 64]"), dependent)
     assert world.tick(T0).again  # children started: one more pass refreshes what evaluate waits for
     world.tick(T0)
     assert world.states["evaluate"].reason == "Dependency"
     assert world.states["evaluate"].message == "waits for sweep lr (Running)"
-    world.finish("lr-0", 0, T0 + 1)
-    world.finish("lr-1", 3, T0 + 1)
+    world.exit("lr-0", 0, T0 + 1)
+    world.exit("lr-1", 3, T0 + 1)
     plan = world.tick(T0 + 1)
     assert world.sweep_states["lr"].phase == "Failed"
     assert "failed: lr-1" in world.sweep_states["lr"].message
@@ -149,31 +133,31 @@ def test_a_failed_child_fails_the_sweep_and_a_dependent_job_is_cancelled():
 
 
 def test_deleting_the_sweep_stops_running_children_then_removes_everything():
-    world = World(SWEEP + "  parallelism: 1\n")
+    world = sweep_world(SWEEP + "  parallelism: 1\n")
     world.tick(T0)
-    assert world.running() == ["lr-0"]
-    world.docs = []
+    assert running_jobs(world) == ["lr-0"]
+    world.docs = {}
     plan = world.tick(T0 + 1)
     assert [(s.name, s.reason) for s in plan.stops] == [("lr-0", "Deleted")]
     assert sorted(plan.removed) == [f"lr-{i}" for i in range(1, 6)]
     assert plan.removed_sweeps == ["lr"]
-    world.finish("lr-0", 143, T0 + 2)
+    world.exit("lr-0", 143, T0 + 2)
     plan = world.tick(T0 + 2)
     assert plan.removed == ["lr-0"]
     assert world.states == {} and world.sweep_states == {}
 
 
 def test_an_invalid_edit_of_a_sweep_keeps_its_children():
-    world = World(SWEEP + "  parallelism: 1\n")
+    world = sweep_world(SWEEP + "  parallelism: 1\n")
     world.tick(T0)
-    world.finish("lr-0", 0, T0 + 1)
+    world.exit("lr-0", 0, T0 + 1)
     world.tick(T0 + 1)
-    assert world.running() == ["lr-1"]
-    world.docs = docs(SWEEP + "  parallelism: 0\n", stem="x")
+    assert running_jobs(world) == ["lr-1"]
+    world.docs = by_name(docs(SWEEP + "  parallelism: 0\n", stem="x"))
     plan = world.tick(T0 + 2)
     assert plan.stops == [] and plan.removed == []
     assert world.states["lr-0"].phase == "Succeeded"  # its outcome is kept
     assert world.states["lr-1"].phase == "Running"
-    world.docs = docs(SWEEP + "  parallelism: 1\n", stem="x")
+    world.docs = by_name(docs(SWEEP + "  parallelism: 1\n", stem="x"))
     world.tick(T0 + 3)
     assert world.states["lr-0"].phase == "Succeeded"  # fixing the file does not run it again

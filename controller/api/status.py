@@ -1,8 +1,8 @@
 """The JobStatus model (``status/<name>.yaml``) and Kubernetes condition semantics.
 
 The controller builds statuses as plain dicts (fast, no validation on the hot path); this model
-documents and checks their shape (``crd-schemas/``, tests). ``set_condition`` copies
-apimachinery's ``SetStatusCondition``: ``lastTransitionTime`` moves only when ``status`` flips.
+documents and checks their shape (``crd-schemas/``, tests). The condition semantics live in
+``controller.model.conditions``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from controller.api.job import _Model
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled", "Rejected"]
 PHASES: tuple[str, ...] = ("Pending", "Running", "Succeeded", "Failed", "Cancelled", "Rejected")
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 
 
 class Condition(_Model):
@@ -74,41 +73,3 @@ class JobStatus(_Model):
     kind: Literal["JobStatus"] = "JobStatus"
     metadata: StatusMeta
     status: JobStatusFields
-
-
-def set_condition(
-    conditions: list[dict[str, str]],
-    type_: str,
-    status: str,
-    reason: str,
-    message: str,
-    now: str,
-) -> list[dict[str, str]]:
-    """Return conditions with ``type_`` set; ``lastTransitionTime`` changes only when status flips."""
-    result = []
-    found = False
-    for cond in conditions:
-        if cond["type"] != type_:
-            result.append(cond)
-            continue
-        found = True
-        when = cond["lastTransitionTime"] if cond["status"] == status else now
-        result.append(
-            {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": when}
-        )
-    if not found:
-        result.append(
-            {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}
-        )
-    return result
-
-
-def remove_condition(conditions: list[dict[str, str]], type_: str) -> list[dict[str, str]]:
-    return [c for c in conditions if c["type"] != type_]
-
-
-def find_condition(conditions: list[dict[str, str]], type_: str) -> dict[str, str] | None:
-    for cond in conditions:
-        if cond["type"] == type_:
-            return cond
-    return None

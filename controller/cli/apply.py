@@ -11,7 +11,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.cli.common import CliError, find_manifest
+from controller.cli.common import CliError
+
+from controller.client.state import find_manifest
 from controller.util.fsutil import atomic_write
 from controller.paths import Home
 
@@ -170,7 +172,7 @@ def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job"
         targets.extend(d.name for d in docs)
     if not targets:
         raise CliError("name the jobs to delete: gflowctl delete job NAME... or -f FILE")
-    from controller.cli.common import owner_of
+    from controller.client.state import owner_of
 
     failed = False
     for name in targets:

@@ -246,7 +246,8 @@ def completion(parser: argparse.ArgumentParser, shell: str) -> int:
 def complete_names(argv: list[str]) -> int:
     """``gflowctl __complete jobs|sweeps [--home H] [--spec-dir D]``: names, one a line; never an
     error (a completion must not print one)."""
-    from controller.cli.common import read_index, resolve_home
+    from controller.cli.common import resolve_home
+    from controller.client.state import read_index
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("what", nargs="?", default="jobs")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from controller.api.units import format_age, format_duration
-from controller.cli.common import CliError, find_manifest, read_status
+from controller.cli.common import CliError
+from controller.client.state import find_manifest, read_status
 from controller.paths import Home
 from controller.model.records import from_rfc3339
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import sys
 import time
 
-from controller.cli.common import CliError, find_manifest
+from controller.cli.common import CliError
+
+from controller.client.state import find_manifest
 from controller.util.fsutil import atomic_write
 from controller.paths import Home
 
@@ -26,7 +28,7 @@ def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -
     from controller.util.manifest_edit import EditError, merge_patch, set_field
     from controller.util.yamlio import iter_documents_text
 
-    from controller.cli.common import owner_of
+    from controller.client.state import owner_of
 
     owner = owner_of(home, name)
     if owner is not None:
@@ -60,7 +62,8 @@ def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -
 
 
 def _check_still_valid(text: str, position: int, name: str, manifest) -> None:
-    from controller.decide.admission import Rejection, validate_any
+    from controller.decide.admission import validate_any
+    from controller.model.documents import Rejection
     from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
     parts = list(iter_documents_text(text))

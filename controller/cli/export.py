@@ -12,13 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from controller.cli.common import CliError, find_manifest
+from controller.cli.common import CliError
+
+from controller.client.state import find_manifest
 from controller.paths import Home
 
 
 def _documents(path: Path, text: str) -> list[list[Any]]:
     """Each document of ``text`` validated: [AdmittedJob] or [AdmittedSweep, *children]."""
-    from controller.decide.admission import Rejection, validate_any
+    from controller.decide.admission import validate_any
+    from controller.model.documents import Rejection
     from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
     parts = list(iter_documents_text(text))
@@ -76,7 +79,7 @@ def _select(home: Home, name: str | None, filename: str | None) -> list[tuple[Pa
 
 
 def export(home: Home, target: str, name: str | None, filename: str | None, options: dict[str, Any]) -> int:
-    from controller.decide.admission import AdmittedJob
+    from controller.model.documents import AdmittedJob
 
     if name is None and filename is None:
         raise CliError(f"name a job or a file: gflowctl export {target} NAME | -f FILE")

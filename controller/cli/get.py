@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from controller.api.units import format_age
-from controller.cli.common import CliError, job_rows, read_status, warn_if_not_running
+from controller.cli.common import CliError, warn_if_not_running
+from controller.client.state import job_rows, read_status
 from controller.paths import Home
 
 JOB_KINDS = ("jobs", "job", "j")
@@ -39,7 +40,7 @@ def get(home: Home, args) -> int:
 
 
 def _get_sweeps(home: Home, args) -> int:
-    from controller.cli.common import read_index
+    from controller.client.state import read_index
 
     sweeps = (read_index(home) or {}).get("sweeps", {})
     missing = [n for n in args.names if n not in sweeps]

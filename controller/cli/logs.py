@@ -7,7 +7,9 @@ import sys
 import time
 from collections import deque
 
-from controller.cli.common import CliError, job_rows
+from controller.cli.common import CliError
+
+from controller.client.state import job_rows
 from controller.paths import Home
 
 TERMINAL = {"Succeeded", "Failed", "Cancelled", "Rejected"}

@@ -23,7 +23,9 @@ import sys
 import time
 from typing import Any
 
-from controller.cli.common import CliError, read_index
+from controller.cli.common import CliError
+
+from controller.client.state import read_index
 from controller.util.jsonlog import read_records
 from controller.paths import Home
 from controller.api.labels import selector_matches

@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 import time
 
-from controller.cli.common import CliError, read_status
+from controller.cli.common import CliError
+
+from controller.client.state import read_status
 from controller.paths import Home
 
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}

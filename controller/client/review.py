@@ -38,7 +38,8 @@ def check_documents(
     """Check every document of one input. ``{"docs": [{"name", "kind", "index"}], "errors": [...]}``;
     ``index`` is the document's position among ``iter_documents_text(text)``. With ``controller_uid``
     and ``conda_available`` (gflowd's view), the controller's own environment checks apply too."""
-    from controller.decide.admission import AdmittedJob, Rejection, check_environment, validate_any
+    from controller.decide.admission import check_environment, validate_any
+    from controller.model.documents import AdmittedJob, Rejection
     from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
     docs: list[dict[str, Any]] = []

@@ -2,6 +2,6 @@
 
 import sys
 
-from controller.daemon.loop import main
+from controller.daemon.main import main
 
 sys.exit(main())

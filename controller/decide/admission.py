@@ -9,79 +9,19 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import itertools
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from controller.api.job import Job
 from controller.api.names import document_name, is_valid_name
+from controller.decide.hashes import spec_hashes
+from controller.decide.sweeps import expand
+from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedSweep, Rejection
+from controller.model.plan import Snapshot
+from controller.model.reasons import Reason
 
 MAX_MANIFEST_BYTES = 1024 * 1024
-RERUN_ANNOTATION = "gflow.dev/rerun"
-# Fields that steer a job rather than define its work: they act on a running attempt, and changing
-# them never runs a finished job again (SPEC.md section 3).
-CONTROL_FIELDS = ("priority", "suspend", "cancelled", "timeLimit", "terminationGracePeriod", "ttlSecondsAfterFinished")
-
-
-@dataclass(frozen=True)
-class AdmittedJob:
-    name: str
-    job: Job
-    source: str  # the manifest as users see it: jobs/a.yaml
-    path: str  # absolute path of the manifest file
-    doc_index: int
-    spec_hash: str  # changes with any semantic spec change: bumps the generation
-    run_hash: str  # changes with what a run depends on: a finished job runs again
-    owner_uid: int = -1
-    mtime_ns: int = 0
-    owner: str | None = None  # the Sweep that created this job, if any
-
-    @property
-    def spec(self):
-        return self.job.spec
-
-
-@dataclass(frozen=True)
-class Rejection:
-    name: str | None  # None when neither metadata.name nor the file stem is a valid name
-    reason: str  # Invalid | YAMLError | DuplicateName | Forbidden
-    message: str
-    source: str
-    path: str = ""
-    doc_index: int = 0
-    mtime_ns: int = 0
-
-
-_serials = itertools.count(1)
-
-
-@dataclass
-class AdmissionResult:
-    jobs: dict[str, AdmittedJob] = field(default_factory=dict)
-    rejected: dict[str, Rejection] = field(default_factory=dict)
-    # duplicates and documents without any valid name: reported as Warning events only
-    warnings: list[Rejection] = field(default_factory=list)
-    # name -> sources of documents that lost a duplicate-name contest, for a condition on the winner
-    duplicates: dict[str, list[str]] = field(default_factory=dict)
-    sweeps: dict[str, Any] = field(default_factory=dict)  # name -> controller.decide.sweeps.AdmittedSweep
-    ttl_jobs: int = 0  # admitted jobs with their own ttlSecondsAfterFinished: expiry has work to do
-    serial: int = field(default_factory=lambda: next(_serials))
-    base: int | None = None  # set by admit_changes: the serial of the result this one patches...
-    touched: frozenset[str] = frozenset()  # ...and the names whose entries it changed
-
-
-
-def _hash(data: Any) -> str:
-    return hashlib.sha1(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
-
-
-def spec_hashes(job: Job) -> tuple[str, str]:
-    spec = job.spec.model_dump(mode="json", by_alias=True)
-    rerun = job.metadata.annotations.get(RERUN_ANNOTATION, "")
-    run_part = {k: v for k, v in spec.items() if k not in CONTROL_FIELDS}
-    return _hash([spec, rerun]), _hash([run_part, rerun])
 
 
 def validate_document(
@@ -102,12 +42,12 @@ def validate_document(
     name, _ = document_name(data, stem, single)
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
-        return Rejection(name, "Invalid", f"document is {kind}, not a Job mapping ({source})", source, path, doc_index, mtime_ns)
+        return Rejection(name, Reason.Invalid, f"document is {kind}, not a Job mapping ({source})", source, path, doc_index, mtime_ns)
     kind = data.get("kind", "Job")
     if kind != "Job":
         line = _line(text, doc_index, ("kind",))
         return Rejection(
-            name, "Invalid", f"kind: {kind!r} is not supported; use Job or Sweep ({_where(source, line)})", source, path, doc_index, mtime_ns
+            name, Reason.Invalid, f"kind: {kind!r} is not supported; use Job or Sweep ({_where(source, line)})", source, path, doc_index, mtime_ns
         )
     meta = data.get("metadata")
     if single and stem is not None and name == stem and not (isinstance(meta, dict) and "name" in meta):
@@ -118,14 +58,14 @@ def validate_document(
         errors = getattr(exc, "errors", None)
         if errors is None:
             raise
-        return Rejection(name, "Invalid", _describe_errors(errors(), text, doc_index, source), source, path, doc_index, mtime_ns)
+        return Rejection(name, Reason.Invalid, _describe_errors(errors(), text, doc_index, source), source, path, doc_index, mtime_ns)
     if job.metadata.name is None:
         message = (
             "metadata.name: required when a file holds several documents"
             if not single
             else f"metadata.name: required, the file name {stem!r} is not a valid job name"
         )
-        return Rejection(None, "Invalid", f"{message} ({_where(source, _line(text, doc_index, ('metadata',)))})", source, path, doc_index, mtime_ns)
+        return Rejection(None, Reason.Invalid, f"{message} ({_where(source, _line(text, doc_index, ('metadata',)))})", source, path, doc_index, mtime_ns)
     spec_hash, run_hash = known_hashes if known_hashes else spec_hashes(job)
     return AdmittedJob(job.metadata.name, job, source, path, doc_index, spec_hash, run_hash, owner_uid, mtime_ns)
 
@@ -150,9 +90,7 @@ def _validate_sweep(
     owner_uid: int = -1,
     mtime_ns: int = 0,
 ) -> list[Any]:
-    from controller.api.sweep import Sweep
-    from controller.decide.sweeps import expand
-
+    from controller.api.sweep import Sweep  # lazy: only a Sweep document needs its model
     name, _ = document_name(data, stem, single)
     try:
         sweep = Sweep.model_validate(data)
@@ -161,18 +99,37 @@ def _validate_sweep(
         if errors is None:
             raise
         message = _describe_errors(errors(), text, doc_index, source, root=Sweep)
-        return [Rejection(name, "Invalid", message, source, path, doc_index, mtime_ns)]
+        return [Rejection(name, Reason.Invalid, message, source, path, doc_index, mtime_ns)]
     if name is None:
         where = _where(source, _line(text, doc_index, ("metadata",)))
-        return [Rejection(None, "Invalid", f"metadata.name: required for a Sweep in a file with several documents ({where})", source, path, doc_index, mtime_ns)]
+        return [Rejection(None, Reason.Invalid, f"metadata.name: required for a Sweep in a file with several documents ({where})", source, path, doc_index, mtime_ns)]
     try:
         expanded = expand(sweep, name, source=source, path=path, doc_index=doc_index, owner_uid=owner_uid, mtime_ns=mtime_ns)
     except ValueError as exc:  # a child's spec is invalid after substitution
-        return [Rejection(name, "Invalid", f"spec.template: {exc} ({source})", source, path, doc_index, mtime_ns)]
+        return [Rejection(name, Reason.Invalid, f"spec.template: {exc} ({source})", source, path, doc_index, mtime_ns)]
     if isinstance(expanded, Rejection):
         return [expanded]
     record, children = expanded
     return [record, *children]
+
+
+def admit_observed(snap: Snapshot) -> AdmissionResult:
+    """The snapshot's manifests admitted: the previous pass's result patched with the documents
+    that changed when that is simple (:func:`admit_changes`), else every document afresh."""
+    manifests, host, previous = snap.manifests, snap.host, snap.previous
+    facts = {"controller_uid": host.controller_uid, "conda_available": host.conda_available, "serial": snap.serial}
+    if (
+        not manifests.full
+        and previous is not None
+        and (previous.controller_uid, previous.conda_available) == (host.controller_uid, host.conda_available)
+    ):
+        patched = admit_changes(previous, manifests.gone, manifests.came, **facts)
+        if patched is not None:
+            return patched
+    # a resync, or a change that needs every document (duplicates, sweeps, cycles)
+    current = {name: st.manifest for name, st in snap.states.items() if st.manifest and not st.owner}
+    current.update({name: sw.manifest for name, sw in snap.sweep_states.items() if sw.manifest})
+    return admit(manifests.documents, current, **facts)
 
 
 def admit(
@@ -181,6 +138,7 @@ def admit(
     *,
     controller_uid: int | None = None,
     conda_available: bool = True,
+    serial: int = 0,
 ) -> AdmissionResult:
     """Across documents: the first manifest for a name owns it; later ones are DuplicateName.
 
@@ -188,19 +146,30 @@ def admit(
     oldest file (mtime, then path), so adding a second file never disturbs a running job.
     ``controller_uid``: a controller that is not root runs only manifests its own user owns.
     ``conda_available``: whether ``condaEnv`` can work on this machine.
+    ``serial``: which pass this is (see :func:`admit_changes`).
     """
-    current_sources = current_sources or {}
+    result = AdmissionResult(serial=serial, controller_uid=controller_uid, conda_available=conda_available)
     by_name: dict[str, list[Any]] = {}
-    result = AdmissionResult()
-    documents = [check_environment(d, controller_uid, conda_available) for d in documents]
     children: list[AdmittedJob] = []
     for doc in documents:
+        doc = check_environment(doc, controller_uid, conda_available)
         if isinstance(doc, AdmittedJob) and doc.owner is not None:
             children.append(doc)  # a sweep's child: admitted with its sweep, below
         elif doc.name is None:
             result.warnings.append(doc)
         else:
             by_name.setdefault(doc.name, []).append(doc)
+    losers = _contest(result, by_name, current_sources or {})
+    losers += _admit_children(result, children)
+    _reject_cycles(result)
+    result.ttl_jobs = sum(1 for job in result.jobs.values() if job.job.spec.ttl_seconds_after_finished is not None)
+    for loser, winner in losers:
+        _report_duplicate(result, loser, winner, by_name)
+    return result
+
+
+def _contest(result: AdmissionResult, by_name: dict[str, list[Any]], current_sources: Mapping[str, str]) -> list[tuple[Any, Any]]:
+    """Each name to its first document (see :func:`admit`); the (loser, winner) pairs."""
     losers: list[tuple[Any, Any]] = []
     for name, docs in by_name.items():
         if len(docs) > 1:
@@ -215,7 +184,12 @@ def admit(
             result.rejected[name] = winner
         else:
             result.sweeps[name] = winner
-    # children of the sweeps that won their names; a child's name may not collide with anything
+    return losers
+
+
+def _admit_children(result: AdmissionResult, children: list[AdmittedJob]) -> list[tuple[Any, Any]]:
+    """Children of the sweeps that won their names; a child's name may not collide with anything."""
+    losers: list[tuple[Any, Any]] = []
     for child in children:
         sweep = result.sweeps.get(child.owner or "")
         if sweep is None or sweep.path != child.path or sweep.doc_index != child.doc_index:
@@ -226,19 +200,20 @@ def admit(
             result.duplicates.setdefault(child.name, []).append(child.source)
             continue
         result.jobs[child.name] = child
-    _reject_cycles(result)
-    result.ttl_jobs = sum(1 for job in result.jobs.values() if job.job.spec.ttl_seconds_after_finished is not None)
-    for loser, winner in losers:
-        message = (
-            f"job name {loser.name!r} is already defined in {winner.source}; "
-            f"rename it in {loser.source} (metadata.name)"
-        )
-        stem = loser.source.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-        rejection = Rejection(loser.name, "DuplicateName", message, loser.source, loser.path, loser.doc_index, loser.mtime_ns)
-        if is_valid_name(stem) and stem != loser.name and stem not in by_name and stem not in result.rejected:
-            result.rejected[stem] = Rejection(stem, "DuplicateName", message, loser.source, loser.path, loser.doc_index, loser.mtime_ns)
-        result.warnings.append(rejection)
-    return result
+    return losers
+
+
+def _report_duplicate(result: AdmissionResult, loser: Any, winner: Any, by_name: dict[str, list[Any]]) -> None:
+    """A Warning for the losing document; a DuplicateName status under its file stem when free."""
+    message = (
+        f"job name {loser.name!r} is already defined in {winner.source}; "
+        f"rename it in {loser.source} (metadata.name)"
+    )
+    stem = loser.source.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    rejection = Rejection(loser.name, Reason.DuplicateName, message, loser.source, loser.path, loser.doc_index, loser.mtime_ns)
+    if is_valid_name(stem) and stem != loser.name and stem not in by_name and stem not in result.rejected:
+        result.rejected[stem] = Rejection(stem, Reason.DuplicateName, message, loser.source, loser.path, loser.doc_index, loser.mtime_ns)
+    result.warnings.append(rejection)
 
 
 def admit_changes(
@@ -248,6 +223,7 @@ def admit_changes(
     *,
     controller_uid: int | None = None,
     conda_available: bool = True,
+    serial: int = 0,
 ) -> AdmissionResult | None:
     """:func:`admit` for a few changed documents: the previous result patched, or None when the
     change is not simple enough to patch and a full :func:`admit` must run.
@@ -260,6 +236,42 @@ def admit_changes(
     """
     if not gone and not came:
         return previous
+    involved = _patchable(previous, gone, came)
+    if involved is None:
+        return None
+    result = AdmissionResult(
+        jobs=dict(previous.jobs),
+        rejected=dict(previous.rejected),
+        warnings=list(previous.warnings),
+        duplicates=dict(previous.duplicates),
+        sweeps=previous.sweeps,
+        ttl_jobs=previous.ttl_jobs,
+        serial=serial,
+        base=previous.serial,
+        touched=frozenset(involved),
+        controller_uid=controller_uid,
+        conda_available=conda_available,
+    )
+    for doc in gone:
+        job = result.jobs.pop(doc.name, None)
+        if job is not None and job.job.spec.ttl_seconds_after_finished is not None:
+            result.ttl_jobs -= 1
+        result.rejected.pop(doc.name, None)
+    for doc in came:
+        doc = check_environment(doc, controller_uid, conda_available)
+        if isinstance(doc, AdmittedJob):
+            result.jobs[doc.name] = doc
+            if doc.job.spec.ttl_seconds_after_finished is not None:
+                result.ttl_jobs += 1
+        else:
+            result.rejected[doc.name] = doc
+    return result
+
+
+def _patchable(
+    previous: AdmissionResult, gone: list[AdmittedJob | Rejection], came: list[AdmittedJob | Rejection]
+) -> set[str] | None:
+    """The names a simple change touches (see :func:`admit_changes`), or None when it is not simple."""
     involved = set()
     for doc in (*gone, *came):
         if doc.name is None or doc.name in previous.duplicates:
@@ -281,30 +293,7 @@ def admit_changes(
         for holder in (previous.jobs.get(name), previous.rejected.get(name), previous.sweeps.get(name)):
             if holder is not None and id(holder) not in gone_ids:
                 return None
-    result = AdmissionResult(
-        jobs=dict(previous.jobs),
-        rejected=dict(previous.rejected),
-        warnings=list(previous.warnings),
-        duplicates=dict(previous.duplicates),
-        sweeps=previous.sweeps,
-        ttl_jobs=previous.ttl_jobs,
-        base=previous.serial,
-        touched=frozenset(involved),
-    )
-    for doc in gone:
-        job = result.jobs.pop(doc.name, None)
-        if job is not None and job.job.spec.ttl_seconds_after_finished is not None:
-            result.ttl_jobs -= 1
-        result.rejected.pop(doc.name, None)
-    for doc in came:
-        doc = check_environment(doc, controller_uid, conda_available)
-        if isinstance(doc, AdmittedJob):
-            result.jobs[doc.name] = doc
-            if doc.job.spec.ttl_seconds_after_finished is not None:
-                result.ttl_jobs += 1
-        else:
-            result.rejected[doc.name] = doc
-    return result
+    return involved
 
 
 def check_environment(doc: Any, controller_uid: int | None, conda: bool) -> Any:
@@ -312,14 +301,14 @@ def check_environment(doc: Any, controller_uid: int | None, conda: bool) -> Any:
         return doc
     if controller_uid not in (None, 0) and doc.owner_uid not in (-1, controller_uid):
         return Rejection(
-            doc.name, "Forbidden",
+            doc.name, Reason.Forbidden,
             f"the manifest is owned by uid {doc.owner_uid}, but gflowd runs as uid {controller_uid} and runs only "
             f"its own user's jobs; run gflowd as root to serve several users ({doc.source})",
             doc.source, doc.path, doc.doc_index, doc.mtime_ns,
         )
     if doc.spec.conda_env and not conda:
         return Rejection(
-            doc.name, "Invalid",
+            doc.name, Reason.Invalid,
             f"spec.condaEnv: conda is not installed here (not on gflowd's PATH); install it or remove condaEnv ({doc.source})",
             doc.source, doc.path, doc.doc_index, doc.mtime_ns,
         )
@@ -343,7 +332,7 @@ def _reject_cycles(result: AdmissionResult) -> None:
         for name in sorted(component):
             job = result.jobs.pop(name)
             result.rejected[name] = Rejection(
-                name, "DependencyCycle", f"spec.dependsOn: dependency cycle {text} ({job.source})",
+                name, Reason.DependencyCycle, f"spec.dependsOn: dependency cycle {text} ({job.source})",
                 job.source, job.path, job.doc_index, job.mtime_ns,
             )
 

@@ -10,31 +10,19 @@ Pure functions of job facts and an injected clock:
   Usage decays exponentially with a half-life: a GPU-second used one half-life ago counts half;
 - **quotas**: per user and per label (``team=vision``), the most GPUs its running jobs may hold at once.
 
-A job's *user* is the Unix owner of its manifest file (the uid it runs as), by name.
+A job's *user* is the Unix owner of its manifest file (the uid it runs as), by name; the names
+come in with the snapshot (``controller.observe.host``), so nothing here asks the system.
 """
 
 from __future__ import annotations
 
 import math
-import pwd
-from dataclasses import dataclass, field
-from functools import lru_cache
+from typing import Mapping
 
-from controller.decide.scheduler import QuotaUse
+from controller.model.policy import Policy
+from controller.model.scheduling import QuotaUse
 
 LN2 = math.log(2)
-
-
-@dataclass(frozen=True)
-class Policy:
-    mode: str = "backfill"  # scheduler mode: strict | backfill | firstfit
-    order: str = "priority"  # priority | fifo
-    aging_interval: float | None = None  # seconds of waiting per priority point; None: no aging
-    aging_max: int = 0  # at most this many points
-    fair_share_half_life: float | None = None  # seconds; None: no fair share
-    user_quotas: dict[str, int] = field(default_factory=dict)  # user name -> max GPUs at once
-    label_quotas: dict[str, int] = field(default_factory=dict)  # "key=value" -> max GPUs at once
-    preemption_threshold: int | None = None  # priority gap that lets a job preempt; None: never
 
 
 def policy_from_config(config) -> Policy:
@@ -134,12 +122,9 @@ def charge(table: dict[str, QuotaUse], keys: tuple[str, ...], gpus: int) -> None
             table[key].used += gpus
 
 
-@lru_cache(maxsize=1024)
-def user_name(uid: int) -> str:
-    """The name of a manifest owner's uid (``uid 1234`` when the system has no name for it)."""
+def user_of(uid: int, names: Mapping[int, str]) -> str:
+    """A manifest owner as quotas name it: its user name (``names`` come with the snapshot),
+    ``uid 1234`` when the system has no name for it, ``unknown`` when the owner is unknown."""
     if uid < 0:
         return "unknown"
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
+    return names.get(uid) or f"uid {uid}"

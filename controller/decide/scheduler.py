@@ -30,75 +30,14 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
 
 from controller.api.units import format_duration, format_quantity
-from controller.observe.gpus.inventory import Gpu
+from controller.model.gpus import Gpu
+from controller.model.reasons import Reason
+from controller.model.scheduling import Binding, GpuSlot, Holder, QuotaUse, Request, Running, Wait
 
 STRATEGIES = ("sequential", "random", "packed", "spread")
 MODES = ("strict", "backfill", "firstfit")
-
-
-@dataclass(frozen=True)
-class Request:
-    name: str
-    gpus: int
-    gpu_type: str | None = None
-    gpu_memory: int | None = None
-    shared: bool = False
-    time_limit: float | None = None  # seconds; None: unknown, so never backfilled into a reservation
-    quota_keys: tuple[str, ...] = ()  # quota groups it counts against, e.g. ``user alice``
-
-
-@dataclass
-class QuotaUse:
-    """A quota group's limit and the GPUs its running jobs hold (updated as the pass binds)."""
-
-    limit: int
-    used: int = 0
-
-
-@dataclass
-class GpuSlot:
-    """A GPU as the scheduler sees it: its hardware facts plus who holds it."""
-
-    gpu: Gpu
-    state: str  # Free | Allocated | Shared | Unmanaged | Restricted | Unhealthy
-    jobs: list[str] = field(default_factory=list)
-    shared_reserved: int = 0  # gpuMemory promised to Shared jobs here
-    foreign_memory: int = 0  # memory used by processes we did not start
-    foreign_pids: tuple[int, ...] = ()
-    free_at: float = 0.0  # when our jobs on it end (start + timeLimit); inf: one has no timeLimit
-
-    @property
-    def index(self) -> int:
-        return self.gpu.index
-
-    def shared_room(self) -> int:
-        return self.gpu.memory_total - self.shared_reserved - self.foreign_memory
-
-
-@dataclass(frozen=True)
-class Binding:
-    devices: list[int]
-    uuids: list[str]
-
-
-@dataclass(frozen=True)
-class Wait:
-    reason: str  # Resources | Priority | Unschedulable | GPUMemory
-    message: str
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A running job's hold on GPUs."""
-
-    name: str
-    devices: tuple[int, ...]
-    shared: bool
-    gpu_memory: int = 0
-    ends_at: float = math.inf  # start + timeLimit; inf: no timeLimit, its end is unknown
 
 
 def build_slots(
@@ -159,96 +98,128 @@ def schedule(
 
     ``reasons=False`` (the simulator) stops once no GPU is left that anyone could take, and
     gives waiting jobs no message: the bindings are the same, the pass is cheaper."""
-    result: dict[str, Binding | Wait] = {}
-    taken_by: dict[int, list[str]] = {}  # GPU index -> jobs bound to it earlier in this pass
-    held: dict[int, str] = {}  # GPU index -> blocked higher-priority job it is kept for
-    reserved_at = math.inf  # backfill: when the held GPUs are needed; inf: strict hold
-    quotas = quotas if quotas is not None else {}
-    # Thousands of pending jobs come in a few shapes; GPUs change only when a job binds or holds.
-    # So candidates are computed once per shape, and a waiting job's reason once per shape and
-    # GPU state (``version``): a pass over 10,000 pending jobs costs little more than over 10.
-    candidates: dict[tuple, tuple[list[GpuSlot], list[GpuSlot]]] = {}
-    waits: dict[tuple, Wait] = {}
-    version = 0
-    exhausted_at = -1  # the version at which no GPU was left for anyone (reasons=False only)
+    run = _Pass(slots, strategy, topology, mode, now, quotas if quotas is not None else {}, reasons)
     for req in requests:
         if req.gpus == 0:
-            result[req.name] = Binding([], [])
-            continue
-        if not reasons and exhausted_at == version:
+            run.result[req.name] = Binding([], [])
+        elif not reasons and run.exhausted_at == run.version:
             break
-        if req.quota_keys and quotas:
-            over = _over_quota(req, quotas)
+        else:
+            run.offer(req)
+    return run.result
+
+
+class _Pass:
+    """One scheduling pass: its bindings so far, the GPUs held for a blocked job, and caches.
+
+    Thousands of pending jobs come in a few shapes; GPUs change only when a job binds or holds.
+    So candidates are computed once per shape, and a waiting job's reason once per shape and
+    GPU state (``version``): a pass over 10,000 pending jobs costs little more than over 10."""
+
+    def __init__(
+        self, slots: list[GpuSlot], strategy: str, topology: dict[tuple[int, int], int] | None, mode: str,
+        now: float, quotas: dict[str, QuotaUse], reasons: bool,
+    ) -> None:
+        self.slots, self.strategy, self.topology, self.mode = slots, strategy, topology, mode
+        self.now, self.quotas, self.reasons = now, quotas, reasons
+        self.result: dict[str, Binding | Wait] = {}
+        self.taken_by: dict[int, list[str]] = {}  # GPU index -> jobs bound to it earlier in this pass
+        self.held: dict[int, str] = {}  # GPU index -> blocked higher-priority job it is kept for
+        self.reserved_at = math.inf  # backfill: when the held GPUs are needed; inf: strict hold
+        self.candidates: dict[tuple, tuple[list[GpuSlot], list[GpuSlot]]] = {}
+        self.waits: dict[tuple, Wait] = {}
+        self.version = 0
+        self.exhausted_at = -1  # the version at which no GPU was left for anyone (reasons=False only)
+
+    def offer(self, req: Request) -> None:
+        if req.quota_keys and self.quotas:
+            over = _over_quota(req, self.quotas)
             if over is not None:
-                result[req.name] = over
-                continue
+                self.result[req.name] = over
+                return
+        typed, usable_ever = self._candidates(req)
+        if len(usable_ever) < req.gpus:
+            self.result[req.name] = Wait(Reason.Unschedulable, _never_fits(req, self.slots, typed)) if self.reasons else _NO_REASON
+            return
+        # backfill: may this job use held GPUs, because its timeLimit ends it before they are needed?
+        reserved_at = self.reserved_at
+        ends_in_time = reserved_at < math.inf and req.time_limit is not None and self.now + req.time_limit <= reserved_at
+        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, self.version, ends_in_time)
+        if key in self.waits:
+            self.result[req.name] = self.waits[key]
+            return
+        room = [s for s in usable_ever if _has_room(s, req)]
+        open_room = room if ends_in_time else [s for s in room if s.index not in self.held]
+        if len(open_room) >= req.gpus:
+            self._bind(req, open_room, ends_in_time)
+        else:
+            self._wait(req, key, typed, usable_ever, room)
+
+    def _candidates(self, req: Request) -> tuple[list[GpuSlot], list[GpuSlot]]:
+        """The GPUs of the request's type, and those it could ever use (healthy, allowed, big enough)."""
         shape = (req.gpu_type, req.gpu_memory)
-        if shape not in candidates:
-            typed = [s for s in slots if _matches(s, req)]
+        if shape not in self.candidates:
+            typed = [s for s in self.slots if _matches(s, req)]
             usable = [s for s in typed if s.state not in ("Unhealthy", "Restricted")]
             if req.gpu_memory is not None:
                 usable = [s for s in usable if s.gpu.memory_total >= req.gpu_memory]
-            candidates[shape] = (typed, usable)
-        typed, usable_ever = candidates[shape]
-        if len(usable_ever) < req.gpus:
-            result[req.name] = Wait("Unschedulable", _never_fits(req, slots, typed)) if reasons else _NO_REASON
-            continue
-        # backfill: may this job use held GPUs, because its timeLimit ends it before they are needed?
-        ends_in_time = reserved_at < math.inf and req.time_limit is not None and now + req.time_limit <= reserved_at
-        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, version, ends_in_time)
-        if key in waits:
-            result[req.name] = waits[key]
-            continue
-        room = [s for s in usable_ever if _has_room(s, req)]
-        open_room = room if ends_in_time else [s for s in room if s.index not in held]
-        if len(open_room) >= req.gpus:
-            version += 1
-            if ends_in_time:  # take held GPUs first: the free ones stay for jobs that run longer
-                in_held = [s for s in open_room if s.index in held]
-                if len(in_held) >= req.gpus:
-                    open_room = in_held
-            chosen = _choose(open_room, req, strategy, topology)
-            ends = now + req.time_limit if req.time_limit is not None else math.inf
-            for slot in chosen:
-                slot.jobs.append(req.name)
-                slot.free_at = max(slot.free_at, ends)
-                taken_by.setdefault(slot.index, []).append(req.name)
-                if req.shared:
-                    slot.shared_reserved += req.gpu_memory or 0
-                    slot.state = "Shared"
-                else:
-                    slot.state = "Allocated"
-            for quota_key in req.quota_keys:
-                if quota_key in quotas:
-                    quotas[quota_key].used += req.gpus
-            result[req.name] = Binding([s.index for s in chosen], [s.gpu.uuid for s in chosen])
-            if not reasons and not _any_room(slots, held, mode):
-                exhausted_at = version
-            continue
-        if reasons:
+            self.candidates[shape] = (typed, usable)
+        return self.candidates[shape]
+
+    def _bind(self, req: Request, open_room: list[GpuSlot], ends_in_time: bool) -> None:
+        self.version += 1
+        if ends_in_time:  # take held GPUs first: the free ones stay for jobs that run longer
+            in_held = [s for s in open_room if s.index in self.held]
+            if len(in_held) >= req.gpus:
+                open_room = in_held
+        chosen = _choose(open_room, req, self.strategy, self.topology)
+        ends = self.now + req.time_limit if req.time_limit is not None else math.inf
+        for slot in chosen:
+            slot.jobs.append(req.name)
+            slot.free_at = max(slot.free_at, ends)
+            self.taken_by.setdefault(slot.index, []).append(req.name)
+            if req.shared:
+                slot.shared_reserved += req.gpu_memory or 0
+                slot.state = "Shared"
+            else:
+                slot.state = "Allocated"
+        for quota_key in req.quota_keys:
+            if quota_key in self.quotas:
+                self.quotas[quota_key].used += req.gpus
+        self.result[req.name] = Binding([s.index for s in chosen], [s.gpu.uuid for s in chosen])
+        self._note_exhausted()
+
+    def _wait(self, req: Request, key: tuple, typed: list[GpuSlot], usable_ever: list[GpuSlot], room: list[GpuSlot]) -> None:
+        if self.reasons:
             visible = [s for s in typed if s.state != "Restricted"]  # what the message explains
-            wait = _why_waiting(req, usable_ever, visible, room, taken_by, held)
-            if reserved_at < math.inf and len(room) >= req.gpus and reserved_at > now:
+            wait = _why_waiting(req, usable_ever, visible, room, self.taken_by, self.held)
+            reserved_at = self.reserved_at
+            if reserved_at < math.inf and len(room) >= req.gpus and reserved_at > self.now:
                 # it fits on held GPUs now: say how short a timeLimit would let it backfill
-                hint = f"; with a timeLimit of at most {format_duration(reserved_at - now)} it could start now"
+                hint = f"; with a timeLimit of at most {format_duration(reserved_at - self.now)} it could start now"
                 wait = Wait(wait.reason, wait.message + hint)
-            result[req.name] = waits[key] = wait
+            self.result[req.name] = self.waits[key] = wait
         else:
-            result[req.name] = waits[key] = _NO_REASON
+            self.result[req.name] = self.waits[key] = _NO_REASON
         # Reserve GPUs for the first blocked job that our own jobs' ends will let fit, so a stream
         # of smaller jobs behind it cannot take them forever.
-        if not held and mode != "firstfit" and _fits_once_ours_end(req, usable_ever):
-            needed, reserved_at = _reservation(req, usable_ever, room, now) if mode == "backfill" else (room, math.inf)
+        if not self.held and self.mode != "firstfit" and _fits_once_ours_end(req, usable_ever):
+            if self.mode == "backfill":
+                needed, self.reserved_at = _reservation(req, usable_ever, room, self.now)
+            else:
+                needed, self.reserved_at = room, math.inf
             for slot in needed:
-                held[slot.index] = req.name
+                self.held[slot.index] = req.name
             if needed:
-                version += 1
-                if not reasons and not _any_room(slots, held, mode):
-                    exhausted_at = version
-    return result
+                self.version += 1
+                self._note_exhausted()
+
+    def _note_exhausted(self) -> None:
+        if not self.reasons and not _any_room(self.slots, self.held, self.mode):
+            self.exhausted_at = self.version
 
 
-_NO_REASON = Wait("Resources", "")
+_NO_REASON = Wait(Reason.Resources, "")
 
 
 def _over_quota(req: Request, quotas: dict[str, QuotaUse]) -> Wait | None:
@@ -258,8 +229,8 @@ def _over_quota(req: Request, quotas: dict[str, QuotaUse]) -> Wait | None:
             continue
         what, limit = _count(req.gpus), _count(use.limit)
         if req.gpus > use.limit:
-            return Wait("Quota", f"needs {what}, more than the quota of {quota_key} ({limit} at once): it can never start")
-        return Wait("Quota", f"needs {what}; {quota_key} may use {limit} at once and {use.used} are in use")
+            return Wait(Reason.Quota, f"needs {what}, more than the quota of {quota_key} ({limit} at once): it can never start")
+        return Wait(Reason.Quota, f"needs {what}; {quota_key} may use {limit} at once and {use.used} are in use")
     return None
 
 
@@ -433,37 +404,27 @@ def _why_waiting(
     holders = list(dict.fromkeys(held[s.index] for s in room if s.index in held))
     if holders:
         return Wait(
-            "Priority",
+            Reason.Priority,
             f"waiting behind higher-priority job {', '.join(holders)}: needs {what}, "
             f"{len(room)} free but held for it ({describe_busy(visible, held)})",
         )
     before = list(dict.fromkeys(name for s in usable for name in taken_by.get(s.index, ())))
     if before:
-        return Wait("Priority", f"waiting behind higher-priority job {', '.join(before)}: needs {what}, {len(room)} free after it took GPUs")
+        return Wait(Reason.Priority, f"waiting behind higher-priority job {', '.join(before)}: needs {what}, {len(room)} free after it took GPUs")
     if req.shared:
         short = [s for s in usable if s.state in ("Free", "Shared") and s.shared_room() < (req.gpu_memory or 0)]
         if short:
             best = max(s.shared_room() for s in short)
             return Wait(
-                "GPUMemory",
+                Reason.GPUMemory,
                 f"needs {format_quantity(req.gpu_memory)} GPU memory on {what}, at most "
                 f"{format_quantity(max(best, 0)) or '0'} left on a shared GPU ({describe_busy(visible)})",
             )
     busy = describe_busy(visible, held)
-    return Wait("Resources", f"needs {what}, {len(room)} free" + (f" ({busy})" if busy else ""))
+    return Wait(Reason.Resources, f"needs {what}, {len(room)} free" + (f" ({busy})" if busy else ""))
 
 
 # -- preemption -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Running:
-    """A running job as preemption sees it."""
-
-    name: str
-    priority: int
-    devices: tuple[int, ...]
-    started: float
 
 
 def preemption_victims(

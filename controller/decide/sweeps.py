@@ -7,32 +7,17 @@ other job, and they exist exactly as long as the Sweep's manifest does.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from typing import Any
 
-from controller.decide.admission import AdmittedJob, Rejection, spec_hashes
+from controller.decide.hashes import spec_hashes
+
+from controller.model.documents import AdmittedJob, AdmittedSweep, Rejection
+from controller.model.reasons import Reason
 from controller.api.job import Job
 from controller.api.names import is_valid_name
 from controller.api.sweep import Sweep, parse_indices
 
 SWEEP_LABEL = "gflow.dev/sweep"
-
-
-@dataclass(frozen=True)
-class AdmittedSweep:
-    name: str
-    sweep: Sweep
-    source: str
-    path: str
-    doc_index: int
-    children: tuple[str, ...]
-    spec_hash: str
-    owner_uid: int = -1
-    mtime_ns: int = 0
-
-    @property
-    def parallelism(self) -> int | None:
-        return self.sweep.spec.parallelism
 
 
 def text_of(value: Any) -> str:
@@ -79,14 +64,14 @@ def expand(
         child_name = _substitute(name_template, values)
         if not is_valid_name(child_name):
             return Rejection(
-                name, "Invalid",
+                name, Reason.Invalid,
                 f"spec.nameTemplate: child name {child_name!r} is not a valid job name "
                 f"(lowercase letters, digits, '-'; at most 63) ({source})",
                 source, path, doc_index, mtime_ns,
             )
         if child_name in seen:
             return Rejection(
-                name, "Invalid", f"spec.nameTemplate: two children would be named {child_name!r}; add {{index}} ({source})",
+                name, Reason.Invalid, f"spec.nameTemplate: two children would be named {child_name!r}; add {{index}} ({source})",
                 source, path, doc_index, mtime_ns,
             )
         seen.add(child_name)

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from controller.decide.admission import MAX_MANIFEST_BYTES, AdmittedJob, Rejection, validate_any
+from controller.decide.admission import MAX_MANIFEST_BYTES, validate_any
+
+from controller.model.documents import AdmittedJob, Rejection
 from controller.api.names import is_valid_name
 
 from controller.paths import is_manifest_name  # noqa: F401  (re-exported: the store's rule)

@@ -10,17 +10,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 from controller import API_VERSION
 from controller.api.units import format_quantity
 from controller.util.fsutil import atomic_write, fsync_dir
 from controller.util.jsonlog import append_lines
 from controller.paths import Home
-from controller.decide.reconcile import Event
-from controller.decide.scheduler import GpuSlot
+from controller.model.plan import Event
+from controller.model.scheduling import GpuSlot
 from controller.model.records import JobState, SweepState, rfc3339
-from controller.util.yamlio import dump
+from controller.util.yamlio import YAMLSyntaxError, dump, load_one, load_own
 
 log = logging.getLogger("gflowd.recorder")
 EVENTS_MAX_BYTES = 10 * 1024 * 1024
@@ -31,8 +31,9 @@ def _index_row(name: str, state: JobState) -> bytes:
 
 
 class Recorder:
-    def __init__(self, home: Home):
+    def __init__(self, home: Home, clock: Callable[[], float] = time.time):
         self.home = home
+        self.clock = clock  # the index's "updated": gflowd's injected clock, as every timestamp
         self.written: dict[str, JobState] = {}
         self.written_sweeps: dict[str, SweepState] = {}
         self._rows: dict[str, bytes] = {}  # name -> the job's index entry as JSON, b'"name":{...}'
@@ -42,8 +43,6 @@ class Recorder:
 
     def load(self) -> tuple[dict[str, JobState], dict[str, SweepState]]:
         """Rebuild the controller's memory from status files (at start-up)."""
-        from controller.util.yamlio import YAMLSyntaxError, load_one, load_own
-
         states: dict[str, JobState] = {}
         sweeps: dict[str, SweepState] = {}
         for path in self.home.status_dir.glob("*.yaml"):
@@ -136,7 +135,7 @@ class Recorder:
         if self._order is None or len(self._order) != len(self.written):
             self._order = sorted(self.written)
         head = json.dumps(
-            {"apiVersion": API_VERSION, "kind": "JobIndex", "updated": time.time(), "controller": controller_info},
+            {"apiVersion": API_VERSION, "kind": "JobIndex", "updated": self.clock(), "controller": controller_info},
             separators=(",", ":"),
         )[:-1]
         rows = self._rows

@@ -20,8 +20,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller.observe.gpus.inventory import Gpu
-from controller.decide.policy import Policy, UsageLedger, queue_key, quota_keys
+from controller.model.gpus import Gpu
+from controller.decide.policy import UsageLedger, queue_key, quota_keys
+from controller.model.policy import Policy
 from controller.decide.scheduler import Binding, GpuSlot, QuotaUse, Request, schedule
 
 GIB = 2**30

@@ -69,13 +69,13 @@ def history_line(end) -> str:
 
 
 class HistoryWriter:
-    """Observer: appends the attempts each pass ended."""
+    """Sink: appends the attempts each pass ended."""
 
     def __init__(self, home: Home, max_bytes: int = HISTORY_MAX_BYTES):
         self.path = history_file(home)
         self.max_bytes = max_bytes
 
-    def observe(self, facts) -> None:
+    def consume(self, facts) -> None:
         if facts.ended:
             append_lines(self.path, [history_line(end) for end in facts.ended], self.max_bytes)
 

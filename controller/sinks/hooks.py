@@ -1,16 +1,16 @@
-"""Observers of reconcile passes: metrics, webhooks and the job history.
+"""After-pass hooks: the job history, metrics and webhooks, fed with what each pass did.
 
-After each pass the daemon hands one :class:`PassRecord` to :class:`Observers` (a single call, the
+After each pass the daemon hands one :class:`PassRecord` to :class:`Sinks` (a single call, the
 only hook in the loop). :class:`Digest` turns it into facts -- which jobs started (and how long they
 waited in the queue), which changed phase, which attempts ended -- at a cost proportional to what
-the pass changed, never to how many jobs exist. Each observer then takes what it needs:
+the pass changed, never to how many jobs exist. Each sink then takes what it needs:
 
-* ``controller.sinks.history.HistoryWriter``: appends finished attempts to ``run/history.jsonl`` (always on;
-  ``gflowctl stats`` reads it, so statistics survive jobs removed by TTL).
+* ``controller.sinks.history.HistoryWriter``: appends finished attempts to ``run/history.jsonl``
+  (always on; ``gflowctl stats`` reads it, so statistics survive jobs removed by TTL).
 * ``controller.sinks.metrics.MetricsServer``: Prometheus metrics, served from its own thread.
 * ``controller.sinks.notify.Notifier``: webhooks, posted from background workers.
 
-An observer must never slow or break the loop: each is called inside its own ``try``, does O(1)
+A sink must never slow or break the loop: each is called inside its own ``try``, does O(1)
 work per fact, and leaves anything slow (HTTP, rendering) to its own threads.
 """
 
@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.api.status import TERMINAL_PHASES
+from controller.model.reasons import TERMINAL_PHASES
 
-log = logging.getLogger("gflowd.observers")
+log = logging.getLogger("gflowd.sinks")
 
 
 @dataclass
@@ -170,17 +170,17 @@ class Digest:
         return facts
 
 
-class Observer(Protocol):
-    def observe(self, facts: PassFacts) -> None: ...
+class Sink(Protocol):
+    def consume(self, facts: PassFacts) -> None: ...
 
     def close(self) -> None: ...
 
 
-class Observers:
-    """The loop's one hook: digests each pass once and hands the facts to every observer."""
+class Sinks:
+    """The loop's one hook: digests each pass once and hands the facts to every sink."""
 
-    def __init__(self, observers: list[Observer]):
-        self.observers = observers
+    def __init__(self, sinks: list[Sink]):
+        self.sinks = sinks
         self.digest = Digest()
         self._failed: set[str] = set()
 
@@ -190,41 +190,41 @@ class Observers:
         except Exception:  # a bug here must not stop scheduling
             self._complain("digest")
             return
-        for observer in self.observers:
+        for sink in self.sinks:
             try:
-                observer.observe(facts)
+                sink.consume(facts)
             except Exception:
-                self._complain(type(observer).__name__)
+                self._complain(type(sink).__name__)
 
     def _complain(self, what: str) -> None:
-        if what not in self._failed:  # once per observer: a broken observer must not flood the log
+        if what not in self._failed:  # once per sink: a broken sink must not flood the log
             self._failed.add(what)
-            log.exception("observer %s failed; the controller carries on without it", what)
+            log.exception("sink %s failed; the controller carries on without it", what)
 
     def close(self) -> None:
-        for observer in self.observers:
+        for sink in self.sinks:
             try:
-                observer.close()
+                sink.close()
             except Exception:
-                log.exception("closing observer %s", type(observer).__name__)
+                log.exception("closing sink %s", type(sink).__name__)
 
 
-class ObserverError(Exception):
-    """An observer could not start (e.g. the metrics port is taken): a one-line user error."""
+class SinkError(Exception):
+    """A sink could not start (e.g. the metrics port is taken): a one-line user error."""
 
 
-def start_observers(home, config, clock=time.time) -> Observers:
-    """The observers ``config`` asks for, started. History is always kept. Imports the metrics
+def start_sinks(home, config, clock=time.time) -> Sinks:
+    """The sinks ``config`` asks for, started. History is always kept. Imports the metrics
     and webhook modules only when configured, so a plain gflowd pays nothing for them."""
-    from controller.sinks.history import HistoryWriter
+    from controller.sinks.history import HistoryWriter  # lazy: history imports pwd, only gflowd needs it
 
-    observers: list[Observer] = [HistoryWriter(home)]
+    sinks: list[Sink] = [HistoryWriter(home)]
     if getattr(config, "metrics_port", None) is not None:
-        from controller.sinks.metrics import MetricsServer
+        from controller.sinks.metrics import MetricsServer  # lazy: prometheus_client, only with --metrics-port
 
-        observers.append(MetricsServer(config.metrics_address, config.metrics_port))
+        sinks.append(MetricsServer(config.metrics_address, config.metrics_port))
     if getattr(config, "webhooks", None):
-        from controller.sinks.notify import Notifier
+        from controller.sinks.notify import Notifier  # lazy: tenacity and urllib, only with webhooks
 
-        observers.append(Notifier(config.webhooks))
-    return Observers(observers)
+        sinks.append(Notifier(config.webhooks))
+    return Sinks(sinks)

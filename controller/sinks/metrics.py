@@ -109,10 +109,10 @@ class _SnapshotCollector:
 
 
 class MetricsServer:
-    """Observer (``controller.sinks.hooks``) that serves Prometheus text over HTTP from a thread."""
+    """Sink (``controller.sinks.hooks``) that serves Prometheus text over HTTP from a thread."""
 
     def __init__(self, address: str, port: int):
-        from controller.sinks.hooks import ObserverError
+        from controller.sinks.hooks import SinkError
 
         self.registry = CollectorRegistry(auto_describe=False)
         self.snapshot = _SnapshotCollector()
@@ -131,14 +131,14 @@ class MetricsServer:
         try:
             self.server, self.thread = start_http_server(port, address, registry=self.registry)
         except OSError as exc:
-            raise ObserverError(f"--metrics-port {port}: cannot listen on {address}:{port}: {exc.strerror or exc}") from None
+            raise SinkError(f"--metrics-port {port}: cannot listen on {address}:{port}: {exc.strerror or exc}") from None
         except ValueError as exc:  # e.g. an address that is not one
-            raise ObserverError(f"--metrics-address {address!r}: {exc}") from None
+            raise SinkError(f"--metrics-address {address!r}: {exc}") from None
         self.port = self.server.server_port
         host = f"[{address}]" if ":" in address else address
         log.info("metrics on http://%s:%d/metrics", host, self.port)
 
-    def observe(self, facts) -> None:
+    def consume(self, facts) -> None:
         record = facts.record
         self.snapshot.current = (record.plan.states, record.plan.slots, time.time())
         self.pass_duration.observe(record.duration)

@@ -9,7 +9,7 @@ webhooks:
     retries: 3                                  # after the first try, with exponential back-off (default 3)
 ```
 
-The reconcile loop only *enqueues*: :class:`Notifier` is an observer (``controller.sinks.hooks``)
+The reconcile loop only *enqueues*: :class:`Notifier` is a sink (``controller.sinks.hooks``)
 that matches each phase change against each webhook and puts the payload on that webhook's own
 bounded queue (``put_nowait``; when full, the notification is dropped and counted, never waited
 for). One worker thread per webhook posts, retries with tenacity and gives up after its retries,
@@ -153,13 +153,13 @@ class _Target:
 
 
 class Notifier:
-    """Observer: enqueue a payload for each webhook that wants each job's phase change."""
+    """Sink: enqueue a payload for each webhook that wants each job's phase change."""
 
     def __init__(self, webhooks, host: str | None = None):
         self.targets = [_Target(hook) for hook in webhooks]
         self.host = host or socket.gethostname()
 
-    def observe(self, facts) -> None:
+    def consume(self, facts) -> None:
         now = facts.record.now
         for tr in facts.transitions:
             body = None

@@ -100,7 +100,7 @@ def read_node(path: Path) -> dict[str, Any] | None:
 def read_jobs(home: Home) -> tuple[dict[str, dict[str, Any]], float | None]:
     """Every job's summary row and when gflowd last wrote the index. The index is a cache of the
     status files; without it (gflowd never ran a pass, or it was removed) the status files are read."""
-    from controller.cli.common import job_rows, read_index
+    from controller.client.state import job_rows, read_index
 
     index = read_index(home)
     if index is not None:

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from controller.api.config import ControllerConfig  # noqa: E402
 from controller.daemon.loop import Controller  # noqa: E402
+from controller.model.plan import Memory  # noqa: E402
 from controller.observe.gpus.inventory import FakeInventory  # noqa: E402
 from controller.paths import Home  # noqa: E402
 
@@ -42,7 +43,7 @@ def main() -> int:
     inventory = FakeInventory(Path(args.fake_gpus).absolute()) if args.fake_gpus else FakeInventory(Path("/nonexistent"))
     ctl = Controller(home, config, inventory)
     t = time.perf_counter()
-    ctl.states, ctl.sweep_states = ctl.recorder.load()
+    ctl.memory = Memory(*ctl.recorder.load())
     ctl.runtime.adopt()
     ctl.reconcile_once(full=True)
     print(f"# start-up (load + first full pass): {(time.perf_counter() - t) * 1000:.0f} ms, {len(ctl.states)} jobs", file=sys.stderr)

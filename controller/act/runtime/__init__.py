@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from controller.decide.reconcile import Launch, RunObservation
+from controller.model.plan import Launch, RunObservation
 
 
 class Runtime(Protocol):

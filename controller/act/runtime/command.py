@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.decide.reconcile import Launch
+from controller.model.plan import Launch
 
 
 class LaunchError(Exception):

@@ -42,7 +42,7 @@ from typing import Any
 
 from controller.util.fsutil import atomic_write
 from controller.paths import Home
-from controller.decide.reconcile import Launch, RunObservation
+from controller.model.plan import Launch, RunObservation
 
 log = logging.getLogger("gflowd.slurm")
 

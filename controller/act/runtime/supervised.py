@@ -31,7 +31,7 @@ from pathlib import Path
 
 from controller.util.fsutil import atomic_write, lock_held
 from controller.paths import Home
-from controller.decide.reconcile import Launch, RunObservation
+from controller.model.plan import Launch, RunObservation
 from controller.act.runtime.command import LaunchError, build_process
 from controller.act.runtime.supervisor import descendants, start_ticks
 

@@ -14,7 +14,7 @@ import logging
 import threading
 from typing import Any, Callable
 
-from controller.observe.gpus.inventory import Gpu
+from controller.model.gpus import Gpu
 
 log = logging.getLogger("gflowd.gpus")
 DEFAULT_TIMEOUT = 5.0

@@ -1,5 +1,5 @@
-"""GPU inventory: the records and Protocol every reader returns, and the fake-GPU file reader.
-The NVML reader lives in ``controller/gpus/nvml.py``.
+"""GPU inventory: the Protocol every reader implements, and the fake-GPU file reader. The records
+are ``controller.model.gpus``; the NVML reader lives in ``nvml.py``.
 
 Observes only: returns :class:`Gpu` records; deciding what a GPU may be used for is the
 scheduler's job. No NVML (no driver, no GPU) is normal and yields zero GPUs.
@@ -13,27 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from controller.model.gpus import Gpu, GpuProcess
+
 log = logging.getLogger("gflowd.gpus")
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    pid: int
-    used_memory: int = 0
-    name: str = ""
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    uuid: str
-    name: str
-    memory_total: int
-    memory_used: int = 0
-    utilization: int | None = None
-    processes: tuple[GpuProcess, ...] = ()
-    healthy: bool = True
-    error: str = ""
 
 
 class Inventory(Protocol):

@@ -14,7 +14,7 @@ from typing import Any, Callable, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from controller.observe.gpus.inventory import Gpu, GpuProcess
+from controller.model.gpus import Gpu, GpuProcess
 
 log = logging.getLogger("gflowd.gpus")
 T = TypeVar("T")

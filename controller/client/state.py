@@ -1,0 +1,91 @@
+"""The read model gflowctl and the dashboard share: the index, each job's summary row, a status
+file, which manifest defines a job, and whether a gflowd serves the home. Reads only; imports
+stay light (``gflowctl get jobs`` loads neither pydantic nor ruamel)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from controller.paths import Home
+from controller.util.fsutil import lock_held
+from controller.util.yamlio import YAMLSyntaxError, load_one
+
+
+def is_running(home: Home) -> bool:
+    """True when some gflowd holds this home's lock (gflowctl warns about stale state otherwise)."""
+    return lock_held(home.lock_file)
+
+
+_index_cache: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+
+def read_index(home: Home) -> dict[str, Any] | None:
+    """``run/index.json``, parsed once per version of the file (apply -f DIR asks per document)."""
+    try:
+        with open(home.index_file, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            cached = _index_cache.get(str(home.index_file))
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            index = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    _index_cache[str(home.index_file)] = (key, index)
+    return index
+
+
+def read_status(home: Home, name: str) -> dict[str, Any] | None:
+    try:
+        data = load_one(home.status_file(name).read_text())
+    except (OSError, YAMLSyntaxError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def job_rows(home: Home) -> dict[str, dict[str, Any]]:
+    """name -> summary row; from the index when present, else from the status files."""
+    index = read_index(home)
+    if index is not None:
+        return index.get("jobs", {})
+    rows: dict[str, dict[str, Any]] = {}
+    if not home.status_dir.is_dir():
+        return rows
+    from controller.model.records import JobState  # lazy: only without an index (get jobs stays lean)
+
+    for path in sorted(home.status_dir.glob("*.yaml")):
+        data = read_status(home, path.stem)
+        if data is None:
+            continue
+        try:
+            rows[path.stem] = JobState.from_status(data).summary()
+        except (KeyError, TypeError, ValueError):
+            continue
+    return rows
+
+
+def owner_of(home: Home, name: str) -> str | None:
+    """The Sweep that owns job ``name``, if any."""
+    row = job_rows(home).get(name) or {}
+    return row.get("owner")
+
+
+def find_manifest(home: Home, name: str, kind: str = "job") -> Path | None:
+    """The manifest file that defines ``name``: from its status, else ``<spec-dir>/<name>.yaml``."""
+    rows = job_rows(home) if kind == "job" else ((read_index(home) or {}).get("sweeps") or {})
+    row = rows.get(name)
+    if row and row.get("manifest"):
+        candidate = Path(row["manifest"])
+        path = candidate if candidate.is_absolute() else home.root / candidate
+        if not path.exists():
+            path = home.spec_dir.parent / candidate
+        if path.exists():
+            return path
+    for suffix in (".yaml", ".yml"):
+        path = home.spec_dir / f"{name}{suffix}"
+        if path.exists():
+            return path
+    return None

@@ -1,0 +1,198 @@
+"""gflowd's command line: flags (generated from the config model), start-up checks (the spec
+dir is safe, the backend can serve, one gflowd per home), then the loop until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic_core import PydanticUndefined
+
+from controller import __version__
+from controller.act.runtime import backend_switch_problem
+from controller.api.config import ConfigError, flag_fields, flag_name, flag_overrides, load_config
+from controller.observe.gpus.guard import GuardedInventory
+from controller.observe.gpus.inventory import FakeInventory
+from controller.observe.gpus.nvml import NvmlInventory
+from controller.paths import Home
+from controller.sinks.hooks import SinkError, start_sinks
+from controller.util.fsutil import atomic_write
+from controller.util.security import spec_dir_problem
+
+log = logging.getLogger("gflowd")
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+class InstanceLock:
+    """An flock on ``run/gflowd.lock``: released by the kernel if gflowd dies, so never stale."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise AlreadyRunning(holder) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _parse_gpus(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gpus expects indices like 0,2, not {text!r}") from None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 1 (argparse's default is usage + exit 2)
+        sys.stderr.write(f"gflowd: {message}\n")
+        sys.exit(1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every config.yaml key is also a flag (``allocationStrategy`` -> ``--allocation-strategy``),
+    generated from the config model so the two never drift."""
+    parser = _Parser(prog="gflowd", description="Run the gflow controller in the foreground.")
+    parser.add_argument("--home", help="state directory (default $GFLOW_HOME or ~/.local/share/gflow)")
+    for path, info in flag_fields():  # structured settings (webhooks) live in config.yaml only
+        name, flag = ".".join(path), flag_name(path)
+        default = info.default if info.default not in (None, [], PydanticUndefined) else None
+        help_text = (info.description or "") + (f" (default {default})" if default is not None else "")
+        kwargs: dict = {"dest": name, "help": help_text}
+        if len(path) > 1:
+            kwargs["metavar"] = path[-1].upper()
+        literal = [a for a in get_args(info.annotation) if isinstance(a, str)]
+        if get_origin(info.annotation) is Literal or literal:
+            kwargs["choices"] = literal or list(get_args(info.annotation))
+        if name == "gpus":
+            kwargs["type"] = _parse_gpus
+        elif int in get_args(info.annotation) or info.annotation is int:
+            kwargs["type"] = int
+        elif _is_list(info.annotation):
+            kwargs["type"] = lambda text: [x.strip() for x in text.split(",") if x.strip()]
+        parser.add_argument(flag, **kwargs)
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--version", action="version", version=f"gflowd {__version__}")
+    return parser
+
+
+def _is_list(annotation: Any) -> bool:
+    if get_origin(annotation) is list:
+        return True
+    return any(get_origin(a) is list for a in get_args(annotation))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)-7s %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    home = Home.resolve(args.home, None)
+    try:
+        config = load_config(
+            home.config_file,
+            flag_overrides({path: getattr(args, ".".join(path)) for path, _ in flag_fields()}),
+        )
+    except ConfigError as exc:
+        sys.stderr.write(f"gflowd: {exc}\n")
+        return 1
+    home = Home.resolve(args.home, config.spec_dir)
+    # state and logs are never world- or group-writable, whatever umask gflowd was started with
+    # (jobs inherit it too, as from any daemon: systemd's default UMask is 0022 as well)
+    os.umask(os.umask(0) | 0o022)
+    try:
+        home.ensure()
+    except OSError as exc:
+        sys.stderr.write(f"gflowd: cannot create {home.root}: {exc.strerror}\n")
+        return 1
+    problem = spec_dir_problem(home.spec_dir)
+    if problem:
+        sys.stderr.write(f"gflowd: {problem}\n")
+        return 1
+    if config.fake_gpus and not Path(config.fake_gpus).is_file():
+        sys.stderr.write(f"gflowd: --fake-gpus: {config.fake_gpus} is not a file\n")
+        return 1
+    problem = backend_switch_problem(home, config.backend)
+    if problem is None and config.backend == "slurm":
+        from controller.act.runtime.slurm import check_slurm  # lazy: only the Slurm backend needs it
+
+        problem = check_slurm()
+    if problem is not None:
+        sys.stderr.write(f"gflowd: --backend {config.backend}: {problem}\n")
+        return 1
+    lock = InstanceLock(home.lock_file)
+    try:
+        lock.acquire()
+    except AlreadyRunning as exc:
+        sys.stderr.write(
+            f"gflowd: another gflowd (pid {exc}) is already running for {home.root}; stop it first or use --home\n"
+        )
+        return 1
+    web = None
+    if config.web_port is not None:  # a thread serving the read-only dashboard from the state files
+        # lazy: the dashboard (http.server, socketserver) only with --web-port
+        from controller.web.server import DashboardError, start_dashboard
+
+        try:
+            web = start_dashboard(home, config.web_address, config.web_port)
+        except DashboardError as exc:
+            lock.release()
+            sys.stderr.write(f"gflowd: {exc}\n")
+            return 1
+    atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
+    # NVML calls are bounded in time (a hung driver must not stall the loop); the fake file needs no guard
+    inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else GuardedInventory(NvmlInventory)
+    try:
+        sinks = start_sinks(home, config)
+    except SinkError as exc:
+        sys.stderr.write(f"gflowd: {exc}\n")
+        if web is not None:
+            web.stop()
+        lock.release()
+        return 1
+    from controller.daemon.loop import Controller  # lazy: gflowd --help and flag errors answer without the controller
+
+    controller = Controller(home, config, inventory, sinks=sinks)
+    signal.signal(signal.SIGTERM, controller.request_stop)
+    signal.signal(signal.SIGINT, controller.request_stop)
+    log.info("gflowd %s: home %s, spec dir %s, GPUs: %s", __version__, home.root, home.spec_dir, inventory.describe())
+    try:
+        controller.run()
+    finally:
+        if web is not None:
+            web.stop()
+        getattr(inventory, "close", lambda: None)()
+        sinks.close()
+        lock.release()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""An ended attempt becomes the job's phase: the one place exit codes, signals and stop requests
+turn into Succeeded, Failed, a retry after back-off, or back to Pending.
+
+Pure. A stop gflowd asked for is never the job's failure: it does not count against
+``backoffLimit`` (Suspended, Preempted and UserCancelled return the job or cancel it; a time limit
+or GPU-memory overuse fails it with that reason, once).
+"""
+
+from __future__ import annotations
+
+import signal as signal_mod
+
+from controller.api.units import format_duration
+from controller.model.conditions import remove_condition, set_condition
+from controller.model.plan import RunObservation
+from controller.model.reasons import Condition, Phase, Reason, StopReason
+from controller.model.records import JobState
+
+BACKOFF_BASE = 1.0
+BACKOFF_MAX = 300.0
+
+
+def backoff_delay(failures: int) -> float:
+    """1 s after the first failure, doubling, at most 5 min."""
+    return min(BACKOFF_BASE * 2 ** max(failures - 1, 0), BACKOFF_MAX)
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal_mod.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def exit_text(run: RunObservation) -> str:
+    if run.error:
+        return run.error
+    if run.signal:
+        return f"killed by {signal_name(run.signal)} (exit code {run.exit_code})"
+    return f"exited with code {run.exit_code}"
+
+
+def already_recorded(old: JobState | None, run: RunObservation) -> bool:
+    """An ended attempt whose end the status file already holds (``endedAttempt``)."""
+    return old is not None and not run.running and 0 < run.attempt <= old.ended_attempt
+
+
+def record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | None, backoff_limit: int) -> None:
+    """Turn an ended attempt into a phase. ``stop``: our Terminating condition, if we stopped it."""
+    state.ended_attempt = max(state.ended_attempt, run.attempt)
+    state.conditions = remove_condition(state.conditions, Condition.Terminating)
+    state.conditions = remove_condition(state.conditions, Condition.SpecOutdated)
+    state.exit_code = run.exit_code
+    state.completion_time = run.finished_at
+    how = exit_text(run)
+    stop_reason = stop["reason"] if stop else None
+    if stop_reason is None and run.reason == Reason.DeadlineExceeded:
+        stop_reason = StopReason.DeadlineExceeded  # the supervisor enforced the limit itself
+    if stop_reason in STOPPED:
+        STOPPED[stop_reason](state, run, stop, how)
+    elif run.lost:
+        state.phase, state.reason, state.message = Phase.Failed, Reason.Lost, f"attempt {run.attempt}: {run.error}"
+    elif run.exit_code == 0 and not run.error:
+        state.phase, state.reason, state.message = Phase.Succeeded, Reason.Completed, f"attempt {run.attempt} exited with code 0"
+    else:
+        _failed(state, run, backoff_limit, how)
+
+
+def _suspended(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+    state.phase, state.reason, state.message = Phase.Pending, Reason.Suspended, f"suspended; attempt {run.attempt} stopped ({how})"
+    state.completion_time = None
+
+
+def _cancelled(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+    state.phase, state.reason, state.message = Phase.Cancelled, Reason.UserCancelled, f"cancelled; attempt {run.attempt} stopped ({how})"
+
+
+def _preempted(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+    # not the job's failure: not counted against its backoffLimit
+    state.phase, state.reason = Phase.Pending, Reason.Preempted
+    state.message = f"{stop['message'] if stop else 'preempted'}; attempt {run.attempt} stopped ({how})"
+    since = stop.get("lastTransitionTime", "") if stop else ""
+    state.conditions = set_condition(state.conditions, Condition.Preempted, "True", Reason.Preempted, state.message, since)
+    state.completion_time = None
+
+
+def _deadline(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+    state.phase, state.reason = Phase.Failed, Reason.DeadlineExceeded
+    state.message = f"attempt {run.attempt} exceeded its time limit and was stopped ({how})"
+
+
+def _gpu_memory(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+    state.phase, state.reason = Phase.Failed, Reason.GPUMemoryExceeded
+    state.message = f"attempt {run.attempt} stopped: {stop['message'] if stop else 'over its gpuMemory'} ({how})"
+
+
+def _deleted(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+    state.phase, state.reason, state.message = Phase.Cancelled, Reason.Deleted, f"manifest deleted; stopped ({how})"
+
+
+# every StopReason has its outcome here (tests/test_exits.py checks that none is missing)
+STOPPED = {
+    StopReason.Suspended: _suspended,
+    StopReason.UserCancelled: _cancelled,
+    StopReason.Preempted: _preempted,
+    StopReason.DeadlineExceeded: _deadline,
+    StopReason.GPUMemoryExceeded: _gpu_memory,
+    StopReason.Deleted: _deleted,
+}
+
+
+def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str) -> None:
+    """The job's own failure: a retry after back-off while ``backoffLimit`` allows, else Failed."""
+    state.failed += 1
+    if run.reason == Reason.OOMKilled:
+        how = f"OOMKilled: the job's processes used more than its memory limit ({how})"
+    if state.failed <= backoff_limit:
+        delay = backoff_delay(state.failed)
+        state.phase, state.reason = Phase.Pending, Reason.BackOff
+        state.next_attempt_time = (run.finished_at or run.started_at) + delay
+        state.message = f"attempt {run.attempt} failed ({how}); retry {state.failed} of {backoff_limit} in {format_duration(delay)}"
+        state.completion_time = None
+        return
+    state.phase = Phase.Failed
+    if run.reason == Reason.OOMKilled:
+        state.reason = Reason.OOMKilled
+        state.message = how + (f"; all {backoff_limit} retries used" if backoff_limit else "")
+    elif backoff_limit > 0:
+        state.reason = Reason.BackoffLimitExceeded
+        state.message = f"attempt {run.attempt} failed ({how}); all {backoff_limit} retries used"
+    else:
+        state.reason = Reason.Error
+        state.message = f"{how}"

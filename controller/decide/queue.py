@@ -1,0 +1,188 @@
+"""The queue, each pass: pending jobs in policy order, past their gates, offered to the scheduler;
+the bound ones start (as many as the pass may start), the others learn why they wait and where
+they stand. Optional preemption stops lower-priority jobs for the first one that waits.
+
+Pure; the steps are numbered as in Kueue's ``schedule()``: slots -> order -> gates -> bind ->
+start or queue.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from controller.decide.gates import admissible
+from controller.decide.lifecycle import Pending
+from controller.decide.policy import charge, decayed_gpu_seconds, effective_priority, queue_key, quota_keys, quota_table, user_of
+from controller.decide.running import request_stop
+from controller.decide.scheduler import build_slots, preemption_victims, schedule
+from controller.model.conditions import find_condition, remove_condition, set_condition
+from controller.model.documents import AdmittedJob
+from controller.model.plan import Event, Launch, Plan, Snapshot
+from controller.model.reasons import Condition, EventType, Phase, Reason, StopReason
+from controller.model.records import JobState
+from controller.model.scheduling import Binding, GpuSlot, Holder, QuotaUse, Request, Running, Wait
+
+
+def natural_key(name: str) -> tuple:
+    """``job-2`` before ``job-10``: sweep children queue in index order."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+def schedule_pending(plan: Plan, snap: Snapshot, pending: list[Pending], now: float, now_text: str, looked_at: set[str]) -> None:
+    policy = snap.policy
+    quotas = quota_table(policy) if policy.user_quotas or policy.label_quotas else {}
+    plan.slots = _slots(plan, snap, looked_at, quotas)  # 1. the GPUs, and who holds them
+    _order(plan, snap, pending, now)  # 2. queue order: priority, aging, fair share
+    ready = admissible(plan, snap, pending, now)  # 3. the gates
+    requests = [_request(job, snap, quotas) for _, job in ready]
+    decisions = _bind(plan, snap, ready, requests, quotas, now, now_text)  # 4. bind (and preempt)
+    started = _start_or_queue(plan, snap, ready, decisions, now, now_text)  # 5. start or queue
+    # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"
+    if started and any(st.reason == Reason.Dependency for st, _ in pending):
+        plan.again = True
+
+
+def _slots(plan: Plan, snap: Snapshot, looked_at: set[str], quotas: dict[str, QuotaUse]) -> list[GpuSlot]:
+    holders = []
+    for name in sorted(looked_at):  # records carried over unseen are settled: none holds a GPU
+        st = plan.states.get(name)
+        if st is not None and st.phase == Phase.Running and st.devices:
+            job = snap.admission.jobs.get(name)
+            shared = job is not None and job.spec.sharing == "Shared"
+            mem = (job.spec.resources.gpu_memory or 0) if job is not None else 0
+            limit = job.spec.time_limit if job is not None else None
+            ends_at = st.start_time + limit if limit is not None and st.start_time is not None else math.inf
+            holders.append(Holder(name, tuple(st.devices), shared, mem, ends_at))
+            if quotas and job is not None:
+                charge(quotas, _quota_keys(job, snap), len(st.devices))
+    managed = set().union(*snap.job_pids.values()) if snap.job_pids else set()
+    return build_slots(snap.gpus, holders, snap.allowed_gpus, managed, snap.unmanaged_threshold, snap.ignore_processes)
+
+
+def _order(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -> None:
+    policy = snap.policy
+    usage: dict[int, float] = {}
+    if policy.fair_share_half_life and len({job.owner_uid for _, job in pending}) > 1:
+        usage = _fair_share_usage(plan, snap, now)
+    for state, job in pending:
+        state.effective_priority = effective_priority(job.spec.priority, now - state.created, policy)
+    pending.sort(key=lambda sj: (
+        *queue_key(sj[1].spec.priority, now - sj[0].created, usage.get(sj[1].owner_uid, 0.0), policy),
+        sj[0].created, natural_key(sj[0].name),
+    ))
+    if policy.aging_interval and pending:  # effective priorities step up on their own
+        plan.wake(now + policy.aging_interval)
+
+
+def _request(job: AdmittedJob, snap: Snapshot, quotas: dict[str, QuotaUse]) -> Request:
+    resources = job.spec.resources
+    return Request(
+        job.name, resources.gpus, resources.gpu_type, resources.gpu_memory, job.spec.sharing == "Shared",
+        job.spec.time_limit, _quota_keys(job, snap) if quotas else (),
+    )
+
+
+def _bind(
+    plan: Plan, snap: Snapshot, ready: list[Pending], requests: list[Request], quotas: dict[str, QuotaUse],
+    now: float, now_text: str,
+) -> dict[str, Binding | Wait]:
+    if not snap.bind_gpus:  # the cluster queues and places jobs; its reasons come back through the runtime
+        return {r.name: Binding([], []) for r in requests}
+    decisions = schedule(requests, plan.slots, snap.strategy, snap.topology, mode=snap.policy.mode, now=now, quotas=quotas)
+    if snap.policy.preemption_threshold is not None:
+        _preempt(plan, snap, ready, requests, decisions, now_text)
+    return decisions
+
+
+def _start_or_queue(
+    plan: Plan, snap: Snapshot, ready: list[Pending], decisions: dict[str, Binding | Wait], now: float, now_text: str
+) -> bool:
+    """Bound jobs start (up to ``max_starts``); the others wait, numbered. True if any started."""
+    started = False
+    position = 0
+    for state, job in ready:
+        decision = decisions[job.name]
+        if isinstance(decision, Binding) and len(plan.starts) >= snap.max_starts:
+            state.reason = Reason.Queued
+            state.message = "starts in a moment: a flood of jobs is started in batches, one per pass"
+            plan.again = True
+        elif isinstance(decision, Binding):
+            _start(plan, snap, state, job, decision, now, now_text)
+            started = True
+        else:
+            state.reason, state.message = decision.reason, decision.message
+            if state.reason in (Reason.Resources, Reason.Priority) and find_condition(state.conditions, Condition.Preempted):
+                state.reason, state.message = Reason.Preempted, f"preempted earlier, waiting to run again: {decision.message}"
+            position += 1
+            state.queue_position = position
+    return started
+
+
+def _start(plan: Plan, snap: Snapshot, state: JobState, job: AdmittedJob, decision: Binding, now: float, now_text: str) -> None:
+    state.attempt += 1
+    state.phase, state.reason = Phase.Running, Reason.Started
+    state.message = (
+        f"bound to GPU{'s' if len(decision.devices) != 1 else ''} {','.join(map(str, decision.devices))}"
+        if decision.devices else "started (CPU job)" if snap.bind_gpus else "submitted to the cluster"
+    )
+    state.devices, state.device_uuids = list(decision.devices), list(decision.uuids)
+    state.run_hash = job.run_hash
+    state.start_time = now
+    state.completion_time = state.next_attempt_time = None
+    state.exit_code = None
+    state.pid = state.backend_id = state.node = None
+    state.conditions = set_condition(state.conditions, Condition.Scheduled, "True", "Bound", state.message, now_text)
+    state.conditions = remove_condition(state.conditions, Condition.Preempted)
+    plan.starts.append(Launch(job.name, state.attempt, state.generation, job, list(decision.devices), list(decision.uuids)))
+
+
+def _preempt(
+    plan: Plan, snap: Snapshot, ready: list[Pending], requests: list[Request], decisions: dict, now_text: str,
+) -> None:
+    """Optional preemption: the first job that waits for GPUs may stop running jobs at least
+    ``preemptionThreshold`` below its priority (they return to Pending/Preempted; the stopped
+    attempt does not count against their backoffLimit)."""
+    threshold = snap.policy.preemption_threshold or 0
+    for (state, job), request in zip(ready, requests):
+        decision = decisions[job.name]
+        if not isinstance(decision, Wait) or decision.reason not in (Reason.Resources, Reason.Priority):
+            continue
+        running = []
+        for name, st in plan.states.items():
+            other = snap.admission.jobs.get(name)
+            if st.phase != Phase.Running or not st.devices or other is None or name not in snap.runs:
+                continue
+            if find_condition(st.conditions, Condition.Terminating) is not None:
+                return  # a stop is already under way (maybe ours): let it land before choosing more
+            running.append(Running(name, other.spec.priority, tuple(st.devices), st.start_time or 0.0))
+        victims = preemption_victims(request, job.spec.priority, plan.slots, running, threshold)
+        for victim in victims:
+            st, other = plan.states[victim], snap.admission.jobs[victim]
+            grace = other.spec.termination_grace_period
+            why = f"preempted by job {job.name} (priority {job.spec.priority} vs {other.spec.priority}); returns to Pending"
+            request_stop(plan, st, snap.runs[victim], StopReason.Preempted, why, snap.default_grace if grace is None else grace, now_text)
+            plan.events.append(Event(EventType.Normal, Reason.Preempted, victim, why))
+        if victims:
+            decisions[job.name] = Wait(decision.reason, f"{decision.message}; preempting {', '.join(victims)}")
+        return  # only the first waiting job preempts
+
+
+def _quota_keys(job: AdmittedJob, snap: Snapshot) -> tuple[str, ...]:
+    return quota_keys(user_of(job.owner_uid, snap.host.user_names), job.job.metadata.labels, snap.policy)
+
+
+def _fair_share_usage(plan: Plan, snap: Snapshot, now: float) -> dict[int, float]:
+    """Decayed GPU-seconds per manifest owner (uid), from the latest attempt of every job the
+    controller still has a record of: no separate ledger to keep crash-safe."""
+    half_life = snap.policy.fair_share_half_life or 1.0
+    usage: dict[int, float] = {}
+    for name, st in plan.states.items():
+        if st.start_time is None or not st.devices:
+            continue
+        end = now if st.phase == Phase.Running else st.completion_time
+        job = snap.admission.jobs.get(name)
+        if end is None or job is None or now - end > 20 * half_life:  # < 1e-6 of its weight left
+            continue
+        usage[job.owner_uid] = usage.get(job.owner_uid, 0.0) + decayed_gpu_seconds(len(st.devices), st.start_time, end, now, half_life)
+    return usage

@@ -1,0 +1,25 @@
+"""A GPU as the inventory reports it (NVML or the fake-GPU file), and its compute processes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_memory: int = 0
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    memory_total: int
+    memory_used: int = 0
+    utilization: int | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    healthy: bool = True
+    error: str = ""

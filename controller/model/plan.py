@@ -1,0 +1,161 @@
+"""What one pass sees and what it decides: the :class:`Snapshot` observe builds, the :class:`Plan`
+decide returns, and the records between them (a run as the runtime sees it, a launch, a stop, an
+event). Plain data; the phases that make and read them are ``observe``, ``decide``, ``act``,
+``record``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timezone, tzinfo
+from typing import Iterable
+
+from controller.model.documents import AdmissionResult, AdmittedJob, Rejection
+from controller.model.gpus import Gpu
+from controller.model.policy import Policy
+from controller.model.records import JobState, SweepState
+from controller.model.scheduling import GpuSlot
+
+DEFAULT_GRACE = 10.0
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class RunObservation:
+    """What the runtime knows about a job's current process (one attempt)."""
+
+    name: str
+    attempt: int
+    pid: int | None
+    started_at: float
+    running: bool
+    exit_code: int | None = None  # 128+N when killed by signal N
+    signal: int | None = None
+    finished_at: float | None = None
+    error: str = ""  # the process could not be started at all (e.g. command not found)
+    lost: bool = False  # it ended unobserved: its exit code is unknown
+    reason: str = ""  # the runtime's own enforcement: DeadlineExceeded | OOMKilled
+    devices: tuple[int, ...] = ()  # as bound at the decision: survives a controller crash
+    device_uuids: tuple[str, ...] = ()
+    run_hash: str = ""  # the spec this attempt runs, as admission hashed it
+    # A cluster backend (Slurm) only: the attempt is handed over but waits in the cluster's queue
+    # (``queued``: why, e.g. Resources, Priority; ``message``: the cluster's words), or runs on ``node``.
+    queued: str = ""
+    message: str = ""
+    node: str = ""
+    external_id: str = ""  # the cluster's id of the attempt (a Slurm job id)
+    stop_reason: str = ""  # the stop request the supervisor acted on (a StopReason)
+
+
+@dataclass(frozen=True)
+class Launch:
+    name: str
+    attempt: int
+    generation: int
+    job: AdmittedJob
+    devices: list[int]
+    device_uuids: list[str]
+
+
+@dataclass(frozen=True)
+class Stop:
+    name: str
+    reason: str  # a controller.model.reasons.StopReason
+    grace: float
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # EventType: Normal | Warning
+    reason: str
+    object: str
+    message: str
+    kind: str = "job"
+
+
+@dataclass(frozen=True)
+class Manifests:
+    """The spec dir's documents as observe found them, for admission."""
+
+    documents: Iterable[AdmittedJob | Rejection] = ()  # every document (iterated only for a full admission)
+    gone: list[AdmittedJob | Rejection] = field(default_factory=list)  # since the previous pass...
+    came: list[AdmittedJob | Rejection] = field(default_factory=list)  # ...left and came
+    full: bool = True  # a resync: admit every document afresh
+
+
+@dataclass(frozen=True)
+class Host:
+    """What decide needs to know about the machine, read by observe (``controller.observe.host``),
+    so that deciding never asks the system itself."""
+
+    controller_uid: int | None = None  # gflowd's euid: not root runs only its own user's manifests
+    conda_available: bool = True  # whether ``condaEnv`` can work here
+    user_names: dict[int, str] = field(default_factory=dict)  # manifest owner uid -> name (quotas)
+    local_tz: tzinfo = timezone.utc  # how a ``startAfter`` without an offset is read
+
+
+@dataclass
+class Snapshot:
+    """Everything one pass decides from. ``admission`` is None when gflowd builds it: decide then
+    admits ``manifests`` first; tests and benchmarks of the later steps may hand one in."""
+
+    admission: AdmissionResult | None
+    states: dict[str, JobState]
+    runs: dict[str, RunObservation]
+    gpus: list[Gpu] = field(default_factory=list)
+    allowed_gpus: set[int] | None = None
+    job_pids: dict[str, set[int]] = field(default_factory=dict)  # running job -> its process tree
+    strategy: str = "sequential"
+    topology: dict[tuple[int, int], int] = field(default_factory=dict)
+    unmanaged_threshold: int = GIB
+    ignore_processes: frozenset[str] = frozenset()
+    default_grace: float = DEFAULT_GRACE
+    sweep_states: dict[str, SweepState] = field(default_factory=dict)
+    previous: AdmissionResult | None = None  # the last pass's admission: unchanged finished jobs are skipped
+    unsettled: set[str] | None = None  # the last plan's ``unsettled`` for these states; None: find them
+    max_starts: int = 32  # per pass: a flood of jobs starts over several passes, each recorded and interruptible
+    default_ttl: float | None = None  # seconds a finished job is kept, when its spec does not say
+    finished_history: int | None = None  # at most this many finished jobs are kept
+    bind_gpus: bool = True  # False: a cluster backend (Slurm) allocates GPUs; admitted jobs go to it unbound
+    policy: Policy = field(default_factory=Policy)  # backfill, aging, fair share, quotas (decide/policy.py)
+    manifests: Manifests = field(default_factory=Manifests)
+    host: Host = field(default_factory=Host)
+    serial: int = 0  # the pass's number: names its admission, so the next pass knows what it patched
+
+
+@dataclass
+class Plan:
+    states: dict[str, JobState] = field(default_factory=dict)  # every job that still exists
+    starts: list[Launch] = field(default_factory=list)
+    stops: list[Stop] = field(default_factory=list)
+    consumed: list[str] = field(default_factory=list)  # exited runs now recorded: runtime may forget them
+    time_limits: dict[str, float | None] = field(default_factory=dict)  # running job -> current timeLimit
+    removed: list[str] = field(default_factory=list)  # jobs whose manifest is gone: drop their status
+    events: list[Event] = field(default_factory=list)
+    slots: list[GpuSlot] = field(default_factory=list)  # GPUs as this pass leaves them (node.yaml)
+    sweeps: dict[str, SweepState] = field(default_factory=dict)  # every sweep that still exists
+    removed_sweeps: list[str] = field(default_factory=list)
+    expired: list[AdmittedJob] = field(default_factory=list)  # finished jobs whose manifests to delete
+    wake_at: float | None = None  # the next time a pass is due even if nothing changes
+    again: bool = False  # a decision here unblocks others (e.g. a dependency ended): pass again now
+    unsettled: set[str] = field(default_factory=set)  # jobs not finished or rejected: the next Snapshot's
+    looked_at: set[str] = field(default_factory=set)  # every other record is carried over unchanged
+    admission: AdmissionResult | None = None  # what this pass admitted: the next Snapshot's ``previous``
+
+    def wake(self, when: float) -> None:
+        self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
+
+
+@dataclass
+class Memory:
+    """What the loop keeps from one pass for the next: the records as decided, and what they were
+    decided from (the next pass patches that admission and looks only at what may have moved)."""
+
+    states: dict[str, JobState] = field(default_factory=dict)
+    sweep_states: dict[str, SweepState] = field(default_factory=dict)
+    admission: AdmissionResult | None = None
+    unsettled: set[str] | None = None
+
+    @classmethod
+    def after(cls, plan: Plan) -> "Memory":
+        return cls(plan.states, plan.sweeps, plan.admission, plan.unsettled)

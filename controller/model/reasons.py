@@ -1,0 +1,109 @@
+"""The words of statuses, events and stop requests: phases, reasons and condition types.
+
+StrEnums: a member *is* its text (it compares, hashes, prints and serialises as the string), so
+status files, the index and events read exactly as before, and a typo is an AttributeError
+instead of a status nobody matches.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Phase(StrEnum):
+    Pending = "Pending"
+    Running = "Running"
+    Succeeded = "Succeeded"
+    Failed = "Failed"
+    Cancelled = "Cancelled"
+    Rejected = "Rejected"
+
+
+TERMINAL_PHASES = frozenset({Phase.Succeeded, Phase.Failed, Phase.Cancelled})
+SETTLED_PHASES = TERMINAL_PHASES | {Phase.Rejected}  # nothing about the job moves on its own
+
+
+class StopReason(StrEnum):
+    """Why gflowd asked an attempt to stop: the Terminating condition's reason, ``stop-N.json``,
+    and the supervisor's exit record (``stopReason``), which survives a crash of gflowd."""
+
+    UserCancelled = "UserCancelled"
+    Suspended = "Suspended"
+    Deleted = "Deleted"
+    DeadlineExceeded = "DeadlineExceeded"
+    GPUMemoryExceeded = "GPUMemoryExceeded"
+    Preempted = "Preempted"
+
+
+STOP_REASONS = frozenset(StopReason)
+
+
+class Reason(StrEnum):
+    """A job's ``status.reason`` (and the reason of the event that announces it)."""
+
+    # running and ending
+    Started = "Started"
+    Terminating = "Terminating"
+    Completed = "Completed"
+    Error = "Error"
+    BackOff = "BackOff"
+    BackoffLimitExceeded = "BackoffLimitExceeded"
+    OOMKilled = "OOMKilled"
+    Lost = "Lost"
+    Rerun = "Rerun"
+    Admitted = "Admitted"
+    # the stop reasons, as outcomes
+    UserCancelled = "UserCancelled"
+    Suspended = "Suspended"
+    Deleted = "Deleted"
+    DeadlineExceeded = "DeadlineExceeded"
+    GPUMemoryExceeded = "GPUMemoryExceeded"
+    Preempted = "Preempted"
+    # waiting: the queue's gates, then the scheduler's answers
+    Queued = "Queued"
+    StartAfter = "StartAfter"
+    Dependency = "Dependency"
+    DependencyFailed = "DependencyFailed"
+    Parallelism = "Parallelism"
+    Resources = "Resources"
+    Priority = "Priority"
+    Unschedulable = "Unschedulable"
+    GPUMemory = "GPUMemory"
+    Quota = "Quota"
+    # a manifest gflowd cannot run
+    Invalid = "Invalid"
+    YAMLError = "YAMLError"
+    DuplicateName = "DuplicateName"
+    Forbidden = "Forbidden"
+    DependencyCycle = "DependencyCycle"
+    # events only
+    Expired = "Expired"
+    SpecOutdated = "SpecOutdated"
+    GPUUnhealthy = "GPUUnhealthy"
+
+
+class SweepReason(StrEnum):
+    NoChildren = "NoChildren"
+    AllSucceeded = "AllSucceeded"
+    ChildFailed = "ChildFailed"
+    ChildCancelled = "ChildCancelled"
+    ChildrenRunning = "ChildrenRunning"
+    InProgress = "InProgress"
+    ChildrenPending = "ChildrenPending"
+
+
+class Condition(StrEnum):
+    """Condition types of a job's status (``status.conditions[].type``)."""
+
+    Admitted = "Admitted"
+    Scheduled = "Scheduled"
+    Terminating = "Terminating"
+    SpecOutdated = "SpecOutdated"
+    DuplicateName = "DuplicateName"
+    Preempted = "Preempted"
+    GPUUnhealthy = "GPUUnhealthy"
+
+
+class EventType(StrEnum):
+    Normal = "Normal"
+    Warning = "Warning"

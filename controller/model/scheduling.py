@@ -1,0 +1,81 @@
+"""What the scheduler is asked and what it answers: requests in queue order, GPU slots, bindings,
+waits with a reason, and the holds of running jobs (``controller.decide.scheduler`` decides)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from controller.model.gpus import Gpu
+
+
+@dataclass(frozen=True)
+class Request:
+    name: str
+    gpus: int
+    gpu_type: str | None = None
+    gpu_memory: int | None = None
+    shared: bool = False
+    time_limit: float | None = None  # seconds; None: unknown, so never backfilled into a reservation
+    quota_keys: tuple[str, ...] = ()  # quota groups it counts against, e.g. ``user alice``
+
+
+@dataclass
+class QuotaUse:
+    """A quota group's limit and the GPUs its running jobs hold (updated as the pass binds)."""
+
+    limit: int
+    used: int = 0
+
+
+@dataclass
+class GpuSlot:
+    """A GPU as the scheduler sees it: its hardware facts plus who holds it."""
+
+    gpu: Gpu
+    state: str  # Free | Allocated | Shared | Unmanaged | Restricted | Unhealthy
+    jobs: list[str] = field(default_factory=list)
+    shared_reserved: int = 0  # gpuMemory promised to Shared jobs here
+    foreign_memory: int = 0  # memory used by processes we did not start
+    foreign_pids: tuple[int, ...] = ()
+    free_at: float = 0.0  # when our jobs on it end (start + timeLimit); inf: one has no timeLimit
+
+    @property
+    def index(self) -> int:
+        return self.gpu.index
+
+    def shared_room(self) -> int:
+        return self.gpu.memory_total - self.shared_reserved - self.foreign_memory
+
+
+@dataclass(frozen=True)
+class Binding:
+    devices: list[int]
+    uuids: list[str]
+
+
+@dataclass(frozen=True)
+class Wait:
+    reason: str  # Resources | Priority | Unschedulable | GPUMemory
+    message: str
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A running job's hold on GPUs."""
+
+    name: str
+    devices: tuple[int, ...]
+    shared: bool
+    gpu_memory: int = 0
+    ends_at: float = math.inf  # start + timeLimit; inf: no timeLimit, its end is unknown
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running job as preemption sees it."""
+
+    name: str
+    priority: int
+    devices: tuple[int, ...]
+    started: float

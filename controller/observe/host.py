@@ -1,0 +1,82 @@
+"""Facts about the machine that decide needs and must not ask for itself: gflowd's uid, whether
+conda is on its PATH, the user names of manifest owners (for quotas), the local time zone.
+
+Observes only. Each fact is read here, at the edge, and handed to decide in the snapshot
+(``model.plan.Host``), so the same snapshot always decides the same thing.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import time
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Iterable
+
+from controller.model.plan import Host
+
+
+class LocalTime(tzinfo):
+    """The machine's local time as the C library reads it (``TZ``, ``/etc/localtime``), daylight
+    saving included: ``naive.replace(tzinfo=LocalTime()).timestamp()`` equals
+    ``naive.astimezone().timestamp()``, but decide gets it as data instead of asking the process."""
+
+    def utcoffset(self, dt: datetime | None) -> timedelta:
+        if dt is None:
+            dt = datetime.now()
+        wall = dt.replace(tzinfo=None, microsecond=0)
+        return wall - datetime.fromtimestamp(wall.timestamp(), timezone.utc).replace(tzinfo=None)
+
+    def dst(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+    def tzname(self, dt: datetime | None) -> str:
+        return time.strftime("%Z", time.localtime(datetime.now().timestamp() if dt is None else dt.replace(tzinfo=None).timestamp()))
+
+    def __repr__(self) -> str:
+        return "LocalTime()"
+
+
+def user_name(uid: int) -> str | None:
+    """The name of a uid, or None when the system has none."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+class HostFacts:
+    """Reads the host facts for each pass. conda is looked up on a resync only (a ``which`` per
+    pass would cost more than the pass); user names once per uid, and only when quotas name users."""
+
+    def __init__(self, want_user_names: bool = False) -> None:
+        self.controller_uid = os.geteuid()
+        self.local_tz = LocalTime()
+        self._conda: bool | None = None
+        self._want_names = want_user_names
+        self._names: dict[int, str] = {}
+        self._looked_up: set[int] = set()
+
+    def conda_available(self, refresh: bool = False) -> bool:
+        if refresh or self._conda is None:
+            self._conda = shutil.which("conda") is not None
+        return self._conda
+
+    def read(self, full: bool, owners: Iterable[object]) -> Host:
+        """This pass's facts. ``owners``: documents that may bring a new manifest owner (every
+        document on a resync, the changed ones otherwise)."""
+        if self._want_names:
+            for doc in owners:
+                uid = getattr(doc, "owner_uid", -1)
+                if uid >= 0 and uid not in self._looked_up:
+                    self._looked_up.add(uid)
+                    name = user_name(uid)
+                    if name is not None:
+                        self._names[uid] = name
+        return Host(
+            controller_uid=self.controller_uid,
+            conda_available=self.conda_available(refresh=full),
+            user_names=self._names,
+            local_tz=self.local_tz,
+        )

@@ -1,0 +1,118 @@
+"""Observe, each pass: the spec dir (changed files re-read), the GPUs, the processes and the host,
+gathered into one :class:`~controller.model.plan.Snapshot` for decide.
+
+Observes only: nothing here decides what a document, a GPU or a process means.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+from controller.model.gpus import Gpu
+from controller.model.plan import Manifests, Memory, Snapshot
+from controller.observe.host import HostFacts
+from controller.observe.manifests import ManifestStore
+from controller.paths import Home
+
+GPU_REFRESH = 2.0  # seconds between inventory reads when nothing else asks for one
+
+
+def _gpu_facts(gpus: list[Gpu]) -> tuple:
+    return tuple((g.index, g.uuid, g.healthy, g.memory_total, g.processes) for g in gpus)
+
+
+class _AllDocuments:
+    """Every document of the store, listed only if a full admission iterates it."""
+
+    def __init__(self, store: ManifestStore) -> None:
+        self._store = store
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._store.documents())
+
+
+class SnapshotBuilder:
+    """Holds what observing keeps between passes (the parse cache, the last GPU read) and builds
+    each pass's snapshot. ``config``: gflowd's settings (``controller.api.config``)."""
+
+    def __init__(self, home: Home, config: Any, inventory: Any, runtime: Any, policy: Any) -> None:
+        self.store = ManifestStore(home.spec_dir, home.display, home.run_dir / "manifest-cache.json")
+        self.config = config
+        self.inventory = inventory
+        self.runtime = runtime
+        self.policy = policy
+        self.host = HostFacts(want_user_names=bool(policy.user_quotas))
+        self.gpus: list[Gpu] = []
+        self.gpus_read_at = -1e9  # monotonic time of the last inventory read
+        self.gpus_dirty = True
+        self.serial = 0  # the passes observed so far: the next snapshot's number
+
+    def take(self, full: bool, dirty: set[str], memory: Memory, max_starts: int) -> Snapshot:
+        """The snapshot of one pass: ``full`` re-checks every file, else only the ``dirty`` paths."""
+        if full:
+            self.store.scan()
+        elif dirty:
+            self.store.refresh(dirty)
+        # topology before the GPUs: an NVML call that hangs in it marks the GPUs read next unhealthy,
+        # so node.yaml never says "NVML is not answering" next to GPUs this pass still trusted
+        topology = self._topology()
+        mono = time.monotonic()
+        if self.gpus_dirty or mono - self.gpus_read_at >= GPU_REFRESH or full:
+            self.gpus = self.inventory.read()
+            self.gpus_read_at = mono
+            self.gpus_dirty = False
+        gone, came = self.store.take_changes()
+        documents = _AllDocuments(self.store)
+        host = self.host.read(full, documents if full else came)
+        runs = self.runtime.observe()
+        self.serial += 1
+        config = self.config
+        return Snapshot(
+            admission=None,
+            states=memory.states,
+            runs=runs,
+            gpus=self.gpus,
+            allowed_gpus=set(config.gpus) if config.gpus is not None else None,
+            job_pids=self.runtime.job_pids() if any(g.processes for g in self.gpus) else {},
+            strategy=config.allocation_strategy,
+            topology=topology,
+            unmanaged_threshold=config.unmanaged_memory_threshold,
+            ignore_processes=frozenset(config.ignore_processes),
+            default_grace=config.termination_grace_period,
+            sweep_states=memory.sweep_states,
+            previous=memory.admission,
+            unsettled=memory.unsettled,
+            max_starts=max_starts,
+            default_ttl=config.ttl_seconds_after_finished,
+            finished_history=config.finished_jobs_history,
+            bind_gpus=not getattr(self.runtime, "allocates_devices", False),
+            policy=self.policy,
+            manifests=Manifests(documents, gone, came, full),
+            host=host,
+            serial=self.serial,
+        )
+
+    def poll_gpus(self, mono: float) -> bool:
+        """Every GPU_REFRESH seconds (GPUs only): re-read the inventory; True when it changed, so a
+        foreign process or a lost GPU is acted on without waiting for the resync."""
+        if not self.gpus_are_dynamic() or mono < self.gpus_read_at + GPU_REFRESH:
+            return False
+        gpus = self.inventory.read()
+        self.gpus_read_at = mono
+        if _gpu_facts(gpus) == _gpu_facts(self.gpus):
+            return False  # utilization and memory used move all the time; they decide nothing
+        self.gpus_dirty = True
+        return True
+
+    def gpus_are_dynamic(self) -> bool:
+        return bool(self.gpus)
+
+    def _topology(self) -> dict[tuple[int, int], int]:
+        reader = getattr(self.inventory, "topology", None)
+        if reader is None:
+            return {}
+        try:
+            return reader()  # the NVML reader caches it while the set of GPUs stays the same
+        except Exception:  # best effort: scheduling works without it
+            return {}

@@ -1,0 +1,65 @@
+"""File watching: a watchdog thread turns file events into callbacks (a spec-dir path changed, the
+fake-GPU file changed, an admission review request arrived); the loop decides when to pass.
+
+Observes only. Without watchdog, changes are seen on the resync tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger("gflowd")
+
+
+def start_watching(
+    spec_dir: Path,
+    on_paths: Callable[..., None],
+    fake_gpus: Path | None = None,
+    on_gpus: Callable[[], None] | None = None,
+    review_dir: Path | None = None,
+    on_review: Callable[[Path], None] | None = None,
+) -> Any:
+    """A started watchdog observer (``.stop()`` it), or None when watchdog is missing."""
+    try:
+        # lazy: watchdog starts threads and costs ~30 ms; only gflowd's loop watches
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers import Observer
+    except ImportError:  # pragma: no cover - a dependency; resync still works without it
+        log.warning("watchdog is not installed: changes are seen on the resync tick only")
+        return None
+
+    class SpecHandler(FileSystemEventHandler):
+        def on_any_event(self, event):
+            if event.event_type in ("opened", "closed_no_write"):
+                return
+            if event.is_directory and event.event_type in ("modified", "closed"):
+                return  # a folder "modified" by a file inside: the file's own event says which
+            paths = [event.src_path, getattr(event, "dest_path", "") or ""]
+            on_paths(*(os.fsdecode(p) for p in paths if p))
+
+    class GpuFileHandler(FileSystemEventHandler):
+        def on_any_event(self, event):
+            if event.event_type in ("opened", "closed_no_write"):
+                return
+            paths = {os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "") or "")}
+            if fake_gpus is not None and on_gpus is not None and str(fake_gpus) in paths:
+                on_gpus()
+
+    class ReviewHandler(FileSystemEventHandler):
+        def on_any_event(self, event):
+            if event.event_type not in ("created", "moved") or event.is_directory or on_review is None:
+                return
+            on_review(Path(os.fsdecode(getattr(event, "dest_path", "") or event.src_path)))
+
+    observer = Observer()
+    observer.daemon = True
+    observer.schedule(SpecHandler(), str(spec_dir), recursive=True)
+    if review_dir is not None:
+        observer.schedule(ReviewHandler(), str(review_dir), recursive=False)
+    if fake_gpus is not None and fake_gpus.parent.is_dir():
+        observer.schedule(GpuFileHandler(), str(fake_gpus.parent), recursive=False)
+    observer.start()
+    return observer

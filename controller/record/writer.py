@@ -1,0 +1,90 @@
+"""Record, each pass: write down what the pass decided, in the order crash safety needs.
+
+Events first (they are in the log too), then the status files that changed and the Sweeps'; only
+once those are on disk may the runtime drop the records of the attempts they show ended (a crash
+in between would otherwise find a Running status and no exit record: Lost). Then the index (a
+cache, its rewrites coalesced under a flood of passes) and ``node.yaml``. A failing disk is
+retried with backoff (``writeguard``); the decisions stay in memory meanwhile.
+
+Timestamps come from the injected clock; the monotonic clock only paces the index rewrites.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable
+
+from controller.model.plan import Event, Plan
+from controller.model.reasons import EventType
+from controller.paths import Home
+from controller.record.recorder import Recorder
+from controller.record.writeguard import WriteFailures, describe
+
+log = logging.getLogger("gflowd")
+INDEX_MIN_GAP = 0.02  # seconds between index rewrites under a flood of passes: at least...
+INDEX_MAX_GAP = 1.0  # ...and at most (see PassWriter.write_index)
+
+
+class PassWriter:
+    def __init__(self, home: Home, recorder: Recorder, describe_inventory: Callable[[], str]) -> None:
+        self.home = home
+        self.recorder = recorder
+        self.describe_inventory = describe_inventory
+        self.failures = WriteFailures()
+        self.index_due: float | None = None  # a coalesced index write is due then (monotonic)
+        self._index_at = -1e9  # monotonic time of the last index write
+        self._index_cost = 0.0  # seconds it took
+
+    def write(self, plan: Plan, now: float, full: bool, first: bool, after_statuses: Callable[[], None]) -> None:
+        """One pass's records. ``after_statuses``: what may happen only once the statuses are on
+        disk (the runtime's purge). Raises OSError when the state directory refuses a write."""
+        try:
+            self.recorder.events(plan.events, now)
+        except OSError as exc:  # events are in the log too; the status files matter more
+            log.warning("could not append to %s: %s", self.home.events_file, exc)
+        failing = self.failures.failing
+        # after a failed write every record is compared again, so what did not reach the disk does now
+        only = None if full or failing else plan.looked_at
+        changed = self.recorder.write_states(plan.states, plan.removed, only)
+        changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
+        after_statuses()
+        if changed or full or first or failing:
+            self.write_index(force=full or first or failing)
+        self.recorder.write_node(plan.slots, self.describe_inventory())
+        ended = self.failures.succeeded()
+        if ended:
+            self.event_best_effort(EventType.Normal, "StateWritable", f"state directory writable again after {ended} "
+                                   "failed tries; status files caught up", now)
+
+    def failed(self, exc: OSError, now: float) -> float:
+        """A write failed: say so (once per run of failures); the seconds until the next try."""
+        delay, first = self.failures.failed(exc)
+        log.warning("cannot write the state directory: %s; retrying in %.1fs (running jobs are not affected)",
+                    describe(exc), delay)
+        if first:
+            self.event_best_effort(EventType.Warning, "StateWriteFailed", f"cannot write the state directory: "
+                                   f"{describe(exc)}; retrying with backoff; running jobs are not affected", now)
+        return delay
+
+    def write_index(self, force: bool = False) -> None:
+        """``run/index.json`` after a change, at most once per ``gap``: rewriting it costs O(jobs)
+        (~10 ms at 10,000), so under a flood of passes it is coalesced, bounding that cost to a
+        fifth of the loop's time; a write deferred here is done by the loop when due."""
+        mono = time.monotonic()
+        gap = min(max(4 * self._index_cost, INDEX_MIN_GAP), INDEX_MAX_GAP)
+        if not force and mono < self._index_at + gap:
+            self.index_due = self._index_at + gap
+            return
+        started = time.perf_counter()
+        self.recorder.write_index({"pid": os.getpid(), "specDir": str(self.home.spec_dir)})
+        self._index_cost = time.perf_counter() - started
+        self._index_at = time.monotonic()
+        self.index_due = None
+
+    def event_best_effort(self, type_: str, reason: str, message: str, now: float) -> None:
+        try:
+            self.recorder.events([Event(type_, reason, "", message)], now)
+        except OSError:
+            pass  # the same disk: the log line above is all we can do
