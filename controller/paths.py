@@ -6,7 +6,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 
 
@@ -81,6 +80,11 @@ class Home:
     def review_dir(self) -> Path:
         """Admission review requests from gflowctl, answered by gflowd (controller/review.py)."""
         return self.run_dir / "review"
+
+    @property
+    def history_file(self) -> Path:
+        """Written by gflowd: one line per finished attempt (``gflowctl stats`` reads it)."""
+        return self.run_dir / "history.jsonl"
 
     @property
     def lock_file(self) -> Path:

@@ -7,9 +7,6 @@ import pytest
 
 from controller.decide.admission import admit, validate_document
 from controller.decide.hashes import spec_hashes
-
-from controller.decide.hashes import spec_hashes
-
 from controller.model.documents import AdmittedJob, Rejection
 from controller.util.yamlio import load_all
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from controller.cli.main import main
+from controller.model.records import JobState
 from controller.paths import Home
 from controller.record.recorder import Recorder
-from controller.model.records import JobState
 
 JOB = """\
 # training run for the paper

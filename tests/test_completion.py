@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.model.records import JobState
 from controller.paths import Home
 from controller.record.recorder import Recorder
-from controller.model.records import JobState
 
 BIN = str(Path(sys.executable).parent)
 

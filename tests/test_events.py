@@ -12,13 +12,13 @@ import threading
 import time
 
 import pytest
-
-from controller.cli.events import age_text, aggregate, read_events
-from controller.paths import Home
-from controller.model.plan import Event
-from controller.record.recorder import Recorder
 from helpers import wait_for
 from test_cli import run
+
+from controller.cli.events import age_text, aggregate, read_events
+from controller.model.plan import Event
+from controller.paths import Home
+from controller.record.recorder import Recorder
 
 
 @pytest.fixture

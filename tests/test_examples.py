@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from helpers import job_status, read_log, wait_phase
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,8 +22,8 @@ def test_the_expected_examples_exist():
 @pytest.mark.parametrize("path", JOB_EXAMPLES, ids=lambda p: p.name)
 def test_example_manifest_is_admitted(path: Path):
     from controller.model.documents import AdmittedJob
-    from controller.paths import Home
     from controller.observe.manifests import ManifestStore
+    from controller.paths import Home
 
     home = Home.resolve(REPO, EXAMPLES)
     store = ManifestStore(EXAMPLES, home.display)

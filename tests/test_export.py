@@ -17,8 +17,8 @@ import pytest
 
 from controller.api.job import Job
 from controller.api.sweep import Sweep
-from controller.export import k8s, slurm
 from controller.decide.sweeps import expand
+from controller.export import k8s, slurm
 from controller.util.yamlio import load_one
 
 sys.path.insert(0, str(Path(__file__).parent))

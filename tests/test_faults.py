@@ -9,9 +9,16 @@ import shutil
 import subprocess
 
 import pytest
-
-from helpers import job_status, pid_alive, read_index, wait_for, wait_phase, write_manifest
+from helpers import (
+    job_status,
+    pid_alive,
+    read_index,
+    wait_for,
+    wait_phase,
+    write_manifest,
+)
 from nvml_fixtures import fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
+
 from controller.record.writeguard import WriteFailures
 
 SLEEPER = "metadata: {{name: {name}}}\nspec:\n  command: [sleep, '600']\n"

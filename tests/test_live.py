@@ -118,9 +118,9 @@ def test_get_gpus_watch_appends_changed_rows_into_a_pipe(tmp_path):
 
 
 def test_get_jobs_watch_redraws_in_place_on_a_terminal(tmp_path):
+    from controller.model.records import JobState
     from controller.paths import Home
     from controller.record.recorder import Recorder
-    from controller.model.records import JobState
 
     home = Home.resolve(tmp_path / "home")
     home.ensure()

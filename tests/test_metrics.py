@@ -11,9 +11,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from helpers import wait_for, wait_phase, write_manifest
+from prometheus_client.parser import text_string_to_metric_families
 
 TWO_GPUS = "gpus:\n" + "".join(f"  - {{name: NVIDIA H100 80GB HBM3, memory: 80Gi, utilization: {u}}}\n" for u in (37, 5))
 

@@ -11,9 +11,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from helpers import wait_for, wait_phase, write_manifest
 
 from controller.api.labels import parse_selector, selector_matches
-from helpers import wait_for, wait_phase, write_manifest
 
 
 class Endpoints:
@@ -152,8 +152,8 @@ def test_a_full_queue_drops_instead_of_waiting(endpoints, monkeypatch):
 
     import controller.sinks.notify as notify
     from controller.api.config import Webhook
-    from controller.sinks.hooks import PassFacts, PassRecord, Transition
     from controller.model.records import JobState
+    from controller.sinks.hooks import PassFacts, PassRecord, Transition
 
     monkeypatch.setattr(notify, "QUEUE_SIZE", 2)
     notifier = notify.Notifier([Webhook(url=f"{endpoints.base}/hang", timeout=60.0, retries=0)], host="box")

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
 from helpers import read_log, wait_for, wait_phase, write_manifest
 from nvml_fixtures import GiB, fake_nvml_lib, gpu, nvml_env, nvml_probe, write_fake_nvml  # noqa: F401
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 DRIVER = "550.54.15"
 

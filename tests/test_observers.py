@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 
 from controller.model.documents import AdmissionResult
-from controller.sinks.hooks import Digest, Sinks, PassRecord
 from controller.model.plan import Event, Launch, Plan, RunObservation
 from controller.model.records import JobState
+from controller.sinks.hooks import Digest, PassRecord, Sinks
 
 
 def st(name: str, phase: str, reason: str = "", **kw) -> JobState:

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from controller.decide.admission import admit, validate_any
-
 from controller.model.documents import AdmittedJob, Rejection
 from controller.observe.manifests import ManifestStore
 

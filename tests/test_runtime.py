@@ -14,7 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import job_status, pid_alive, read_log, wait_for, wait_phase, write_manifest
+from helpers import (
+    job_status,
+    pid_alive,
+    read_log,
+    wait_for,
+    wait_phase,
+    write_manifest,
+)
 
 from controller.decide.admission import validate_document
 from controller.util.yamlio import load_one
@@ -230,10 +237,11 @@ def test_exit_record_stays_until_the_status_showing_it_is_written(tmp_path):
     # which gflowd calls after writing the status files, so a crash in between loses no exit code.
     import sys
 
-    from controller.paths import Home
-    from controller.model.plan import Launch
-    from controller.act.runtime.supervised import SupervisorRuntime
     from test_reconcile import job
+
+    from controller.act.runtime.supervised import SupervisorRuntime
+    from controller.model.plan import Launch
+    from controller.paths import Home
 
     home = Home.resolve(str(tmp_path / "home"), None)
     home.ensure()

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from controller.decide.scheduler import (
+    Binding,
+    Holder,
+    Request,
+    Wait,
+    build_slots,
+    schedule,
+)
 from controller.model.gpus import Gpu, GpuProcess
-from controller.decide.scheduler import Binding, Holder, Request, Wait, build_slots, schedule
 
 GIB = 2**30
 H100 = "NVIDIA H100 80GB HBM3"

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from controller.decide.admission import admit, validate_any, validate_document
-
 from controller.model.documents import AdmittedJob, Rejection
 from controller.util.yamlio import load_all, load_one
 
@@ -367,8 +366,8 @@ def test_example_manifests_have_distinct_names():
 
 def _statuses() -> dict:
     """Status documents as the controller writes them, for a GPU job, a CPU job and a retrying one."""
-    from controller.model.gpus import Gpu
     from controller.decide.reconcile import reconcile
+    from controller.model.gpus import Gpu
     from controller.model.plan import RunObservation, Snapshot
 
     def job(name, **spec):

@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
+from helpers import wait_for, wait_phase, write_manifest
 
 from controller.cli.stats import compute
-from helpers import wait_for, wait_phase, write_manifest
 
 NOW = 100_000.0
 SINCE = 10_000.0

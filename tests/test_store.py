@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from controller.decide.admission import MAX_MANIFEST_BYTES
-
 from controller.model.documents import AdmittedJob, Rejection
-from controller.paths import Home
 from controller.observe.manifests import ManifestStore, is_manifest_name
+from controller.paths import Home
 
 JOB = "spec:\n  command: [echo, hi]\n"
 

@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from helpers import wait_phase, write_manifest
 from test_web_e2e import XSS, held_job  # the same jobs the HTTP tests use
 

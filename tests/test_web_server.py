@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.model.records import JobState
 from controller.paths import Home
 from controller.record.recorder import Recorder
-from controller.model.records import JobState
 from controller.web.server import StateView, read_events_tail
 
 T0 = 1_800_000_000.0

@@ -7,10 +7,21 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BeforeValidator, Field, StrictStr, WithJsonSchema, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    StrictStr,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 
 from controller.api.job import Duration, Quantity, _Model
+from controller.api.labels import parse_selector
+from controller.util.yamlio import YAMLSyntaxError, load_one
 
 
 class Webhook(_Model):
@@ -28,8 +39,6 @@ class Webhook(_Model):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        from urllib.parse import urlsplit
-
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"{url!r} is not an http:// or https:// URL")
@@ -49,8 +58,6 @@ class Webhook(_Model):
     @classmethod
     def _selector(cls, selector: str | None) -> str | None:
         if selector is not None:
-            from controller.api.labels import parse_selector
-
             parse_selector(selector)
         return selector
 
@@ -168,8 +175,6 @@ class ControllerConfig(_Model):
 def flag_fields() -> list[tuple[tuple[str, ...], object]]:
     """Every setting that is also a ``gflowd`` flag, as (path, field info): nested models
     (``slurm``) give one flag per key, ``--slurm-partition`` for ``slurm.partition``."""
-    from pydantic import BaseModel
-
     out: list[tuple[tuple[str, ...], object]] = []
     for name, info in ControllerConfig.model_fields.items():
         if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("flag") is False:
@@ -205,9 +210,6 @@ class ConfigError(Exception):
 
 def load_config(path: Path, overrides: dict) -> ControllerConfig:
     """Merge ``config.yaml`` (if present) with flag overrides; ConfigError has a one-line message."""
-    from pydantic import ValidationError
-
-    from controller.util.yamlio import YAMLSyntaxError, load_one
 
     data: dict = {}
     if path.exists():

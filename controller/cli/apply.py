@@ -11,11 +11,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.cli.common import CliError
-
-from controller.client.state import find_manifest
-from controller.util.fsutil import atomic_write
-from controller.paths import Home
+from controller.cli.common import CliError, document_position
+from controller.cli.live import Progress
+from controller.client.review import ask, check_documents
+from controller.client.state import find_manifest, owner_of
+from controller.paths import Home, is_manifest_name
+from controller.util.fsutil import atomic_write, lock_held
+from controller.util.manifest_edit import join_documents
+from controller.util.yamlio import iter_documents_text, load_one
 
 
 @dataclass
@@ -29,8 +32,6 @@ class _Doc:
 
 def _read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
     """(origin, text) for every input file; ``-`` is stdin."""
-    from controller.paths import is_manifest_name
-
     inputs: list[tuple[str, str]] = []
     for name in filenames:
         if name == "-":
@@ -67,10 +68,6 @@ def _read_text(path: Path) -> str:
 def _check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[_Doc], list[str]]]:
     """Each input's documents and errors: judged by the running gflowd when there is one (see
     controller/review.py), else checked here with the same function."""
-    from controller.util.fsutil import lock_held
-    from controller.client.review import ask, check_documents
-    from controller.util.yamlio import iter_documents_text, load_one
-
     answers = ask(home.review_dir, inputs) if inputs and lock_held(home.lock_file) else None
     if answers is None:
         answers = [check_documents(origin, text) for origin, text in inputs]
@@ -86,12 +83,9 @@ def _check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[
 
 
 def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> int:
-    from controller.util.yamlio import iter_documents_text, load_one
-
     errors: list[str] = []
     seen: dict[str, str] = {}
     home.spec_dir.mkdir(parents=True, exist_ok=True)
-    from controller.cli.live import Progress
 
     inputs = _read_inputs(filenames, recursive)
     progress = Progress(len(inputs), "applying")  # on stderr, only on a terminal, only for many files
@@ -112,14 +106,13 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
             else:
                 current = target.read_text()
                 parts = list(iter_documents_text(current))
-                position = _position_of(parts, doc.name, target)
+                position = document_position(parts, doc.name, target)
                 if position is None:
                     raise CliError(f"job/{doc.name}: its manifest {target} no longer defines it; try again")
                 old = load_one(parts[position])
                 verb = "unchanged" if _same(old, doc.data, doc.name, target, len(parts)) else "configured"
                 if parts[position] != body and not dry_run:
                     parts[position] = body
-                    from controller.util.manifest_edit import join_documents
 
                     atomic_write(target, parts[0] if len(parts) == 1 else join_documents(parts), mode=_mode(target))
             progress.clear()
@@ -149,21 +142,6 @@ def _same(old, new, name: str, target: Path, count: int) -> bool:
     return normal(old) == normal(new)
 
 
-def _position_of(parts: list[str], name: str, path: Path) -> int | None:
-    from controller.api.names import document_name
-    from controller.util.yamlio import YAMLSyntaxError, load_one
-
-    for index, part in enumerate(parts):
-        try:
-            data = load_one(part)
-        except YAMLSyntaxError:
-            continue
-        found, _ = document_name(data, path.stem, len(parts) == 1)
-        if found == name:
-            return index
-    return None
-
-
 def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job") -> int:
     targets = list(names)
     for docs, errors in _check_inputs(home, _read_inputs(filenames, False)) if filenames else []:
@@ -172,7 +150,6 @@ def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job"
         targets.extend(d.name for d in docs)
     if not targets:
         raise CliError("name the jobs to delete: gflowctl delete job NAME... or -f FILE")
-    from controller.client.state import owner_of
 
     failed = False
     for name in targets:
@@ -186,10 +163,9 @@ def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job"
             sys.stderr.write(f"error: {kind}/{name} not found\n")
             failed = True
             continue
-        from controller.util.yamlio import iter_documents_text
 
         parts = list(iter_documents_text(path.read_text()))
-        position = _position_of(parts, name, path)
+        position = document_position(parts, name, path)
         if position is None:
             sys.stderr.write(f"error: job/{name} not found in {path}\n")
             failed = True
@@ -197,8 +173,6 @@ def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job"
         if len(parts) == 1:
             path.unlink()
         else:
-            from controller.util.manifest_edit import join_documents
-
             del parts[position]
             atomic_write(path, join_documents(parts), mode=_mode(path))
         print(f"{kind}/{name} deleted")

@@ -34,5 +34,32 @@ def warn_if_not_running(home: Home) -> None:
         sys.stderr.write(f"warning: gflowd is not running for {home.root}; what you see may be stale\n")
 
 
+def document_position(parts: list[str], name: str, path: Path) -> int | None:
+    """Which of a manifest file's documents (``parts``, their texts) defines ``name``."""
+    # lazy: every verb loads this module (gflowctl's start-up); few read manifest files
+    from controller.api.names import document_name
+    from controller.util.yamlio import YAMLSyntaxError, load_one
+
+    for index, part in enumerate(parts):
+        try:
+            data = load_one(part)
+        except YAMLSyntaxError:
+            continue
+        found, _ = document_name(data, path.stem, len(parts) == 1)
+        if found == name:
+            return index
+    return None
+
+
+def parse_selector_args(items: list[str]) -> list[tuple[str, str, bool]]:
+    """``-l`` options as one label selector; a bad one is a CliError."""
+    from controller.api.labels import parse_selector  # lazy: every verb loads this module, few select
+
+    try:
+        return [term for item in items for term in parse_selector(item)]
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
 def is_tty() -> bool:
     return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"

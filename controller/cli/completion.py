@@ -15,7 +15,8 @@ import argparse
 import shlex
 import sys
 
-from controller.cli.common import CliError
+from controller.cli.common import CliError, resolve_home
+from controller.client.state import read_index
 
 KINDS = {
     "get": ["jobs", "sweeps", "gpus", "events"],
@@ -246,9 +247,6 @@ def completion(parser: argparse.ArgumentParser, shell: str) -> int:
 def complete_names(argv: list[str]) -> int:
     """``gflowctl __complete jobs|sweeps [--home H] [--spec-dir D]``: names, one a line; never an
     error (a completion must not print one)."""
-    from controller.cli.common import resolve_home
-    from controller.client.state import read_index
-
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("what", nargs="?", default="jobs")
     parser.add_argument("--home")

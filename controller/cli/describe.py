@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 
 from controller.api.units import format_age, format_duration
-from controller.cli.common import CliError
+from controller.cli.common import CliError, document_position
+from controller.cli.events import age_text, aggregate, read_events
 from controller.client.state import find_manifest, read_status
-from controller.paths import Home
 from controller.model.records import from_rfc3339
+from controller.paths import Home
+from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
 
 def describe(home: Home, name: str) -> int:
@@ -57,8 +59,6 @@ def describe(home: Home, name: str) -> int:
     events = _recent_events(home, name)
     out.append("Events:" + ("" if events else " <none>"))
     if events:
-        from controller.cli.events import age_text
-
         ages = [age_text(ev, now) for ev in events]
         width_age = max(len(a) for a in ages + ["AGE"]) + 2
         out.append(f"  {'TYPE':<8}{'REASON':<20}{'AGE':<{width_age}}MESSAGE")
@@ -73,12 +73,10 @@ def describe(home: Home, name: str) -> int:
 def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:
     if manifest is None:
         return []
-    from controller.cli.apply import _position_of
-    from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
     try:
         parts = list(iter_documents_text(manifest.read_text()))
-        position = _position_of(parts, name, manifest)
+        position = document_position(parts, name, manifest)
         spec = (load_one(parts[position]) or {}).get("spec") if position is not None else None
     except (OSError, YAMLSyntaxError, AttributeError):
         return []
@@ -107,6 +105,4 @@ def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:
 
 def _recent_events(home: Home, name: str, limit: int = 10) -> list[dict]:
     """The job's events with repeats folded (``x3 over 5m``), the ``limit`` most recent."""
-    from controller.cli.events import aggregate, read_events
-
     return aggregate(read_events(home, f"job/{name}"))[-limit:]

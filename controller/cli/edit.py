@@ -5,14 +5,17 @@ Each changes one field and keeps the rest of the file as the user wrote it (``ma
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
-from controller.cli.common import CliError
-
-from controller.client.state import find_manifest
-from controller.util.fsutil import atomic_write
+from controller.cli.common import CliError, document_position
+from controller.client.state import find_manifest, owner_of
+from controller.model.documents import Rejection
 from controller.paths import Home
+from controller.util.fsutil import atomic_write
+from controller.util.manifest_edit import EditError, merge_patch, set_field
+from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
 _FIELDS = {
     "cancel": (("spec", "cancelled"), True, "cancelled"),
@@ -24,11 +27,6 @@ _FIELDS = {
 def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -> bool:
     """Set ``path`` in job ``name``'s manifest (``path == ()``: ``value`` is a merge patch).
     False (and a message) when the job is unknown; CliError when the result would be invalid."""
-    from controller.cli.apply import _position_of
-    from controller.util.manifest_edit import EditError, merge_patch, set_field
-    from controller.util.yamlio import iter_documents_text
-
-    from controller.client.state import owner_of
 
     owner = owner_of(home, name)
     if owner is not None:
@@ -45,7 +43,7 @@ def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -
         return False
     text = manifest.read_text()
     parts = list(iter_documents_text(text))
-    position = _position_of(parts, name, manifest)
+    position = document_position(parts, name, manifest)
     if position is None:
         sys.stderr.write(f"error: job/{name} not found in {manifest}\n")
         return False
@@ -62,9 +60,7 @@ def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -
 
 
 def _check_still_valid(text: str, position: int, name: str, manifest) -> None:
-    from controller.decide.admission import validate_any
-    from controller.model.documents import Rejection
-    from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+    from controller.decide.admission import validate_any  # lazy: pydantic (~100 ms) only to check an edited manifest
 
     parts = list(iter_documents_text(text))
     try:
@@ -106,8 +102,6 @@ def set_priority(home: Home, name: str, value: str) -> int:
 def patch(home: Home, name: str, patch_text: str) -> int:
     """``gflowctl patch job NAME -p '{"spec": {...}}'``: a JSON merge patch, validated before it is
     written, applied in place so the rest of the file stays as the user wrote it."""
-    import json
-
     try:
         data = json.loads(patch_text)
     except ValueError as exc:

@@ -16,8 +16,9 @@ from typing import Any, Iterable, Iterator
 
 from controller.api.units import format_age
 from controller.cli.common import CliError
-from controller.util.jsonlog import parse_lines, previous_of
+from controller.model.records import from_rfc3339
 from controller.paths import Home
+from controller.util.jsonlog import parse_lines, previous_of
 
 POLL = 0.2
 
@@ -77,8 +78,6 @@ HEADER = ("LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE")
 
 
 def _row(event: dict[str, Any], now: float) -> tuple[str, ...]:
-    from controller.model.records import from_rfc3339
-
     when = from_rfc3339(event.get("time"))
     return (
         format_age(now - when) if when else "?",
@@ -179,8 +178,6 @@ class _Follower:
 def aggregate(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Repeats of one (type, reason, message) folded into one row with a count and first/last
     time, ordered by last occurrence (``describe`` shows them as ``5m (x3 over 20m)``)."""
-    from controller.model.records import from_rfc3339
-
     groups: dict[tuple, dict[str, Any]] = {}
     for event in events:
         key = (event.get("type"), event.get("reason"), event.get("message"))

@@ -5,12 +5,11 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from controller.api.job import Job
 from controller.cli.common import CliError
 
 
 def explain(path: str) -> int:
-    from controller.api.job import Job
-
     parts = path.split(".")
     if parts[0].lower() not in ("job", "jobs"):
         raise CliError(f"unknown resource type {parts[0]!r}; use job")

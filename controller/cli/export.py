@@ -13,17 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from controller.cli.common import CliError
-
 from controller.client.state import find_manifest
+from controller.decide.admission import validate_any
+from controller.export import k8s, slurm
+from controller.model.documents import AdmittedJob, Rejection
 from controller.paths import Home
+from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
 
 def _documents(path: Path, text: str) -> list[list[Any]]:
     """Each document of ``text`` validated: [AdmittedJob] or [AdmittedSweep, *children]."""
-    from controller.decide.admission import validate_any
-    from controller.model.documents import Rejection
-    from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
-
     parts = list(iter_documents_text(text))
     out = []
     for index, part in enumerate(parts):
@@ -79,8 +78,6 @@ def _select(home: Home, name: str | None, filename: str | None) -> list[tuple[Pa
 
 
 def export(home: Home, target: str, name: str | None, filename: str | None, options: dict[str, Any]) -> int:
-    from controller.model.documents import AdmittedJob
-
     if name is None and filename is None:
         raise CliError(f"name a job or a file: gflowctl export {target} NAME | -f FILE")
     selected = _select(home, name, filename)
@@ -106,27 +103,19 @@ def export(home: Home, target: str, name: str | None, filename: str | None, opti
 
 def _export_job(target: str, admitted: Any, manifest_dir: str, options: dict[str, Any]):
     if target == "slurm":
-        from controller.export.slurm import export_job
-
-        return export_job(
+        return slurm.export_job(
             admitted.job, admitted.name, manifest_dir,
             output=options.get("output") or "%x-%j.log", partition=options.get("partition"), account=options.get("account"),
         )
-    from controller.export.k8s import export_job
-
-    return export_job(admitted.job, admitted.name, manifest_dir, image=options.get("image"), queue=options.get("queue"), namespace=options.get("namespace"))
+    return k8s.export_job(admitted.job, admitted.name, manifest_dir, image=options.get("image"), queue=options.get("queue"), namespace=options.get("namespace"))
 
 
 def _export_sweep(target: str, sweep: Any, children: list[Any], manifest_dir: str, options: dict[str, Any]):
     if not children:
         raise CliError(f"sweep/{sweep.name} has no children (its excludes remove every combination)")
     if target == "slurm":
-        from controller.export.slurm import export_sweep
-
-        return export_sweep(
+        return slurm.export_sweep(
             sweep.sweep, sweep.name, children, manifest_dir,
             output=options.get("output") or "%x-%A_%a.log", partition=options.get("partition"), account=options.get("account"),
         )
-    from controller.export.k8s import export_sweep
-
-    return export_sweep(sweep.sweep, sweep.name, children, manifest_dir, image=options.get("image"), queue=options.get("queue"), namespace=options.get("namespace"))
+    return k8s.export_sweep(sweep.sweep, sweep.name, children, manifest_dir, image=options.get("image"), queue=options.get("queue"), namespace=options.get("namespace"))

@@ -7,10 +7,17 @@ import sys
 import time
 from typing import Any
 
+from controller.api.labels import selector_matches
 from controller.api.units import format_age
-from controller.cli.common import CliError, warn_if_not_running
-from controller.client.state import job_rows, read_status
+from controller.cli.common import (
+    CliError,
+    is_tty,
+    parse_selector_args,
+    warn_if_not_running,
+)
+from controller.client.state import job_rows, read_index, read_status
 from controller.paths import Home
+from controller.util.yamlio import YAMLSyntaxError, dump, load_one
 
 JOB_KINDS = ("jobs", "job", "j")
 GPU_KINDS = ("gpus", "gpu", "node", "nodes")
@@ -20,7 +27,7 @@ EVENT_KINDS = ("events", "event", "ev")
 
 def get(home: Home, args) -> int:
     if args.kind in JOB_KINDS:
-        selector = _parse_selector(args.selector)
+        selector = parse_selector_args(args.selector)
         if args.watch:
             return _watch_jobs(home, args, selector)
         return _get_jobs(home, args, selector)
@@ -31,7 +38,7 @@ def get(home: Home, args) -> int:
     if args.kind in SWEEP_KINDS:
         return _get_sweeps(home, args)
     if args.kind in EVENT_KINDS:
-        from controller.cli.events import get_events
+        from controller.cli.events import get_events  # lazy: the events reader only for get events
 
         if args.names:
             raise CliError("get events takes no names; use --for job/NAME")
@@ -40,11 +47,9 @@ def get(home: Home, args) -> int:
 
 
 def _get_sweeps(home: Home, args) -> int:
-    from controller.client.state import read_index
-
     sweeps = (read_index(home) or {}).get("sweeps", {})
     missing = [n for n in args.names if n not in sweeps]
-    chosen = _select(sweeps, args.names, _parse_selector(args.selector), args.phase)
+    chosen = _select(sweeps, args.names, parse_selector_args(args.selector), args.phase)
     if args.output == "name":
         for name, _ in chosen:
             print(f"sweep/{name}")
@@ -53,8 +58,6 @@ def _get_sweeps(home: Home, args) -> int:
         if args.output == "json":
             print(json.dumps(docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}, indent=2))
         else:
-            from controller.util.yamlio import dump
-
             print("---\n".join(dump(d) for d in docs), end="")
     elif chosen:
         now = time.time()
@@ -74,18 +77,7 @@ def _get_sweeps(home: Home, args) -> int:
     return 1 if missing else 0
 
 
-def _parse_selector(items: list[str]) -> list[tuple[str, str, bool]]:
-    from controller.api.labels import parse_selector
-
-    try:
-        return [term for item in items for term in parse_selector(item)]
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-
-
 def _select(rows: dict[str, dict[str, Any]], names: list[str], selector, phases: list[str]) -> list[tuple[str, dict]]:
-    from controller.api.labels import selector_matches
-
     chosen = []
     wanted_phases = {p.lower() for p in phases}
     for name in names or sorted(rows):
@@ -114,8 +106,6 @@ def _get_jobs(home: Home, args, selector) -> int:
             payload: Any = docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
             print(json.dumps(payload, indent=2, default=str))
         else:
-            from controller.util.yamlio import dump
-
             print("---\n".join(dump(d) for d in docs), end="")
     else:
         if not chosen and not missing:
@@ -172,8 +162,6 @@ def _print_table(table: list[list[str]]) -> None:
 def _watch_jobs(home: Home, args, selector) -> int:
     """On a terminal: the table, redrawn in place when the index changes. Otherwise: the table,
     then a row each time a job's phase or reason changes (kubectl -w)."""
-    from controller.cli.common import is_tty
-
     if is_tty():
         return _redraw(home.index_file, lambda: _job_table(
             _select(job_rows(home), args.names, selector, args.phase), wide=args.output == "wide"))
@@ -205,7 +193,10 @@ def _watch_jobs(home: Home, args, selector) -> int:
 
 def _redraw(path, table, interval: float = 0.2) -> int:
     """Redraw ``table()`` in place whenever ``path`` changes (and each second, for the ages)."""
-    from controller.cli.live import LiveTable, clock_footer
+    from controller.cli.live import (  # lazy: the live table only for get -w
+        LiveTable,
+        clock_footer,
+    )
 
     live = LiveTable()
     mtime: object = ()
@@ -226,8 +217,6 @@ def _redraw(path, table, interval: float = 0.2) -> int:
 
 
 def _read_node(home: Home) -> dict | None:
-    from controller.util.yamlio import YAMLSyntaxError, load_one
-
     try:
         return load_one(home.node_file.read_text()) or {}
     except FileNotFoundError:
@@ -254,8 +243,6 @@ def _gpu_table(gpus: list[dict]) -> list[list[str]]:
 def _watch_gpus(home: Home, args) -> int:
     """``get gpus -w``: on a terminal the table redrawn in place when node.yaml changes; otherwise
     the table once, then a row for each GPU whose row changed."""
-    from controller.cli.common import is_tty
-
     if args.output is not None:
         raise CliError("get gpus -w prints a table; drop -o")
     if is_tty():

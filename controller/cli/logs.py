@@ -8,7 +8,6 @@ import time
 from collections import deque
 
 from controller.cli.common import CliError
-
 from controller.client.state import job_rows
 from controller.paths import Home
 

@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str]) -> int:
     if argv[:1] == ["__complete"]:  # names for the completion scripts: not a verb users see
-        from controller.cli.completion import complete_names
+        from controller.cli.completion import complete_names  # lazy: gflowctl loads only the verb it runs
 
         return complete_names(argv[1:])
     parser = build_parser()
@@ -138,10 +138,10 @@ def run(argv: list[str]) -> int:
         parser.print_help()
         return 0
     if args.verb == "simulate":  # needs no gflow home
-        from controller.cli.simulate import simulate
+        from controller.cli.simulate import simulate  # lazy: gflowctl loads only the verb it runs
 
         return simulate(args)
-    from controller.cli.common import resolve_home
+    from controller.cli.common import resolve_home  # lazy: only verbs that use a home resolve it
 
     home = resolve_home(args.home, args.spec_dir)
     verb = args.verb
@@ -149,20 +149,20 @@ def run(argv: list[str]) -> int:
         print(f"gflowctl {__import__('controller').__version__}")
         return 0
     if verb == "apply":
-        from controller.cli.apply import apply
+        from controller.cli.apply import apply  # lazy: gflowctl loads only the verb it runs
 
         return apply(home, args.filename, args.recursive, args.dry_run)
     if verb == "get":
-        from controller.cli.get import get
+        from controller.cli.get import get  # lazy: gflowctl loads only the verb it runs
 
         return get(home, args)
     if verb == "describe":
         _expect_job(args.kind)
-        from controller.cli.describe import describe
+        from controller.cli.describe import describe  # lazy: gflowctl loads only the verb it runs
 
         return describe(home, args.name)
     if verb == "delete":
-        from controller.cli.apply import delete
+        from controller.cli.apply import delete  # lazy: gflowctl loads only the verb it runs
 
         kind = "job"
         if args.kind in ("sweep", "sweeps"):
@@ -173,42 +173,42 @@ def run(argv: list[str]) -> int:
             args.names = [args.kind, *args.names]
         return delete(home, args.names, args.filename, kind)
     if verb == "logs":
-        from controller.cli.logs import logs
+        from controller.cli.logs import logs  # lazy: gflowctl loads only the verb it runs
 
         return logs(home, args.name, args.follow, args.tail, args.attempt)
     if verb in ("cancel", "suspend", "resume", "rerun"):
-        from controller.cli.edit import control
+        from controller.cli.edit import control  # lazy: gflowctl loads only the verb it runs
 
         return control(home, verb, args.names)
     if verb == "set":
-        from controller.cli.edit import set_priority
+        from controller.cli.edit import set_priority  # lazy: gflowctl loads only the verb it runs
 
         return set_priority(home, args.name, args.value)
     if verb == "patch":
         _expect_job(args.kind)
-        from controller.cli.edit import patch
+        from controller.cli.edit import patch  # lazy: gflowctl loads only the verb it runs
 
         return patch(home, args.name, args.patch)
     if verb == "wait":
-        from controller.cli.wait import wait
+        from controller.cli.wait import wait  # lazy: gflowctl loads only the verb it runs
 
         return wait(home, args.target, args.for_, args.timeout)
     if verb == "completion":
-        from controller.cli.completion import completion
+        from controller.cli.completion import completion  # lazy: gflowctl loads only the verb it runs
 
         return completion(parser, args.shell)
     if verb == "stats":
-        from controller.cli.stats import stats
+        from controller.cli.stats import stats  # lazy: gflowctl loads only the verb it runs
 
         return stats(home, args.since, args.selector, args.output)
 
     if verb == "export":
-        from controller.cli.export import export
+        from controller.cli.export import export  # lazy: gflowctl loads only the verb it runs
 
         options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "output")}
         return export(home, args.target, args.name, args.filename, options)
     if verb == "explain":
-        from controller.cli.explain import explain
+        from controller.cli.explain import explain  # lazy: gflowctl loads only the verb it runs
 
         return explain(args.path)
     raise CliError(f"unknown verb {verb!r}")

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from controller.cli.common import CliError
+from controller.sim.simulator import (
+    POLICIES,
+    TraceError,
+    named_policy,
+    plot,
+    read_trace,
+)
+from controller.sim.simulator import simulate as run_simulation
 
 
 def simulate(args: argparse.Namespace) -> int:
-    from controller.sim.simulator import POLICIES, TraceError, named_policy, read_trace
-    from controller.sim.simulator import simulate as run_simulation
-
     if args.gpus < 1:
         raise CliError(f"--gpus: must be >= 1, got {args.gpus}")
     names = [n.strip() for n in args.policy.split(",") if n.strip()]
@@ -25,7 +31,7 @@ def simulate(args: argparse.Namespace) -> int:
         policies = {"config": _config_policy(Path(args.config))}
     if args.plot:
         try:
-            import matplotlib  # noqa: F401
+            import matplotlib  # noqa: F401  # lazy: the plot extra, only for --plot
         except ImportError:
             raise CliError("--plot needs matplotlib: pip install 'gflow-controller[plot]' (or pip install matplotlib)") from None
     try:
@@ -45,8 +51,6 @@ def simulate(args: argparse.Namespace) -> int:
     else:
         _print_table(results)
     if args.plot:
-        from controller.sim.simulator import plot
-
         for result in results.values():
             for path in plot(result, Path(args.plot)):
                 print(f"wrote {path}")
@@ -54,14 +58,15 @@ def simulate(args: argparse.Namespace) -> int:
 
 
 def _fresh(job):
-    from dataclasses import replace
-
     return replace(job, start=None, end=None, devices=())
 
 
 def _config_policy(path: Path):
-    from controller.api.config import ConfigError, load_config
-    from controller.decide.policy import policy_from_config
+    from controller.api.config import (  # lazy: the config model (pydantic) only with --config
+        ConfigError,
+        load_config,
+    )
+    from controller.decide.policy import policy_from_config  # lazy: as above
 
     if not path.is_file():
         raise CliError(f"--config: {path} is not a file")

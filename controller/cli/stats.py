@@ -19,16 +19,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import pwd
 import sys
 import time
 from typing import Any
 
-from controller.cli.common import CliError
-
-from controller.client.state import read_index
-from controller.util.jsonlog import read_records
-from controller.paths import Home
 from controller.api.labels import selector_matches
+from controller.api.units import format_duration, parse_duration
+from controller.cli.common import CliError, parse_selector_args
+from controller.client.state import read_index
+from controller.model.records import rfc3339
+from controller.paths import Home
+from controller.util.jsonlog import read_records
 
 FINISHED = ("Succeeded", "Failed", "Cancelled")
 
@@ -127,8 +129,6 @@ def _rounded(entry: dict[str, float]) -> dict[str, float]:
 
 
 def _user_lookup(home: Home):
-    import pwd
-
     cache: dict[str, str] = {}
 
     def user(manifest: str | None) -> str:
@@ -154,10 +154,6 @@ def _user_lookup(home: Home):
 
 
 def stats(home: Home, since_text: str, selector_items: list[str], output: str | None) -> int:
-    from controller.api.units import parse_duration
-    from controller.cli.get import _parse_selector
-    from controller.sinks.history import history_file
-
     if output not in (None, "json"):
         raise CliError(f"stats prints a summary or -o json, not -o {output}")
     now = time.time()
@@ -168,8 +164,8 @@ def stats(home: Home, since_text: str, selector_items: list[str], output: str | 
             since = now - parse_duration(since_text)
         except ValueError as exc:
             raise CliError(f"--since: {exc}") from None
-    selector = _parse_selector(selector_items)
-    history = list(read_records(history_file(home)))
+    selector = parse_selector_args(selector_items)
+    history = list(read_records(home.history_file))
     rows = (read_index(home) or {}).get("jobs") or {}
     result = compute(history, rows, since, now, selector, _user_lookup(home))
     if output == "json":
@@ -180,9 +176,6 @@ def stats(home: Home, since_text: str, selector_items: list[str], output: str | 
 
 
 def _print_summary(r: dict[str, Any], since_text: str) -> None:
-    from controller.api.units import format_duration
-    from controller.model.records import rfc3339
-
     def dur(value):
         return "-" if value is None else format_duration(value)
 

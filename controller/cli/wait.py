@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
+from controller.api.units import parse_duration
 from controller.cli.common import CliError
-
 from controller.client.state import read_status
 from controller.paths import Home
 
@@ -15,8 +15,6 @@ TERMINAL = {"Succeeded", "Failed", "Cancelled"}
 
 
 def wait(home: Home, target: str, condition: str, timeout_text: str) -> int:
-    from controller.api.units import parse_duration
-
     kind, _, name = target.partition("/")
     if not name:
         kind, name = "job", kind

@@ -21,6 +21,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from controller.model.documents import AdmittedJob, Rejection
+from controller.util.fsutil import atomic_write
+from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+
 REQUEST_SUFFIX = ".request.json"
 ANSWER_SUFFIX = ".answer.json"
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
@@ -38,9 +42,10 @@ def check_documents(
     """Check every document of one input. ``{"docs": [{"name", "kind", "index"}], "errors": [...]}``;
     ``index`` is the document's position among ``iter_documents_text(text)``. With ``controller_uid``
     and ``conda_available`` (gflowd's view), the controller's own environment checks apply too."""
-    from controller.decide.admission import check_environment, validate_any
-    from controller.model.documents import AdmittedJob, Rejection
-    from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+    from controller.decide.admission import (  # lazy: pydantic (~100 ms) only when gflowd does not answer
+        check_environment,
+        validate_any,
+    )
 
     docs: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -76,8 +81,6 @@ def check_documents(
 
 def answer_request(path: Path, *, controller_uid: int, conda_available: bool) -> None:
     """Answer one request file (gflowd, from its watcher thread), then remove the request."""
-    from controller.util.fsutil import atomic_write
-
     if not path.name.endswith(REQUEST_SUFFIX) or path.name.startswith("."):
         return
     answer = path.with_name(path.name[: -len(REQUEST_SUFFIX)] + ANSWER_SUFFIX)

@@ -17,7 +17,13 @@ from pydantic_core import PydanticUndefined
 
 from controller import __version__
 from controller.act.runtime import backend_switch_problem
-from controller.api.config import ConfigError, flag_fields, flag_name, flag_overrides, load_config
+from controller.api.config import (
+    ConfigError,
+    flag_fields,
+    flag_name,
+    flag_overrides,
+    load_config,
+)
 from controller.observe.gpus.guard import GuardedInventory
 from controller.observe.gpus.inventory import FakeInventory
 from controller.observe.gpus.nvml import NvmlInventory

@@ -8,18 +8,19 @@ each name. Neither touches the file system; the store hands in text and parsed d
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, get_args
+
+from pydantic import BaseModel
 
 from controller.api.job import Job
 from controller.api.names import document_name, is_valid_name
 from controller.decide.hashes import spec_hashes
 from controller.decide.sweeps import expand
-from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedSweep, Rejection
+from controller.model.documents import AdmissionResult, AdmittedJob, Rejection
 from controller.model.plan import Snapshot
 from controller.model.reasons import Reason
+from controller.util.yamlio import line_of, roundtrip_documents
 
 MAX_MANIFEST_BYTES = 1024 * 1024
 
@@ -416,7 +417,6 @@ def _line(text: str | None, doc_index: int, loc: tuple[Any, ...]) -> int | None:
     """Line of ``loc``: re-parses in round-trip mode, only on the (rare) error path."""
     if text is None:
         return None
-    from controller.util.yamlio import line_of, roundtrip_documents
 
     try:
         docs = roundtrip_documents(text)
@@ -440,8 +440,6 @@ _ALLOWED_KEYS_CACHE: dict[tuple[str, ...], list[str]] = {}
 
 def _allowed_keys(loc: tuple[Any, ...], root: Any = None) -> list[str]:
     """Field names valid at ``loc`` (for "did you mean" on unknown fields)."""
-    from controller.api.job import Job
-
     model: Any = root or Job
     for part in loc:
         if isinstance(part, int) or model is None:
@@ -457,9 +455,6 @@ def _allowed_keys(loc: tuple[Any, ...], root: Any = None) -> list[str]:
 
 
 def _model_in(annotation: Any) -> Any:
-    from typing import get_args
-
-    from pydantic import BaseModel
 
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation

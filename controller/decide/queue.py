@@ -13,7 +13,15 @@ import re
 
 from controller.decide.gates import admissible
 from controller.decide.lifecycle import Pending
-from controller.decide.policy import charge, decayed_gpu_seconds, effective_priority, queue_key, quota_keys, quota_table, user_of
+from controller.decide.policy import (
+    charge,
+    decayed_gpu_seconds,
+    effective_priority,
+    queue_key,
+    quota_keys,
+    quota_table,
+    user_of,
+)
 from controller.decide.running import request_stop
 from controller.decide.scheduler import build_slots, preemption_victims, schedule
 from controller.model.conditions import find_condition, remove_condition, set_condition
@@ -21,7 +29,15 @@ from controller.model.documents import AdmittedJob
 from controller.model.plan import Event, Launch, Plan, Snapshot
 from controller.model.reasons import Condition, EventType, Phase, Reason, StopReason
 from controller.model.records import JobState
-from controller.model.scheduling import Binding, GpuSlot, Holder, QuotaUse, Request, Running, Wait
+from controller.model.scheduling import (
+    Binding,
+    GpuSlot,
+    Holder,
+    QuotaUse,
+    Request,
+    Running,
+    Wait,
+)
 
 
 def natural_key(name: str) -> tuple:

@@ -34,7 +34,15 @@ import random
 from controller.api.units import format_duration, format_quantity
 from controller.model.gpus import Gpu
 from controller.model.reasons import Reason
-from controller.model.scheduling import Binding, GpuSlot, Holder, QuotaUse, Request, Running, Wait
+from controller.model.scheduling import (
+    Binding,
+    GpuSlot,
+    Holder,
+    QuotaUse,
+    Request,
+    Running,
+    Wait,
+)
 
 STRATEGIES = ("sequential", "random", "packed", "spread")
 MODES = ("strict", "backfill", "firstfit")

@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Mapping
 
 from controller.model.plan import Event, Plan, Snapshot
-from controller.model.reasons import TERMINAL_PHASES, EventType, Phase, Reason, SweepReason
+from controller.model.reasons import (
+    TERMINAL_PHASES,
+    EventType,
+    Phase,
+    Reason,
+    SweepReason,
+)
 from controller.model.records import JobState, SweepState
 
 COUNTED = (Phase.Pending, Phase.Running, Phase.Succeeded, Phase.Failed, Phase.Cancelled, Phase.Rejected)

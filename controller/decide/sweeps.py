@@ -9,13 +9,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from controller.decide.hashes import spec_hashes
-
-from controller.model.documents import AdmittedJob, AdmittedSweep, Rejection
-from controller.model.reasons import Reason
 from controller.api.job import Job
 from controller.api.names import is_valid_name
 from controller.api.sweep import Sweep, parse_indices
+from controller.decide.hashes import spec_hashes
+from controller.model.documents import AdmittedJob, AdmittedSweep, Rejection
+from controller.model.reasons import Reason
 
 SWEEP_LABEL = "gflow.dev/sweep"
 

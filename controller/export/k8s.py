@@ -26,6 +26,7 @@ from typing import Any
 
 from controller.export import Exported, gflow_env, workdir
 from controller.export.slurm import command_argv
+from controller.util.yamlio import dump
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -127,8 +128,6 @@ def export_job(
     job: Any, name: str, manifest_dir: str = ".", *, image: str | None = None, queue: str | None = None,
     namespace: str | None = None,
 ) -> Exported:
-    from controller.util.yamlio import dump
-
     spec = job.spec
     env = {**spec.env, **gflow_env(name)}
     container = _container(spec, command_argv(spec), env, image, manifest_dir)
@@ -153,8 +152,6 @@ def export_sweep(
     namespace: str | None = None,
 ) -> Exported:
     """A Sweep as an Indexed Job: index i is child i (``children``: the expanded child Jobs, in order)."""
-    from controller.util.yamlio import dump
-
     template = sweep.spec.template
     container = _container(template, ["bash", "-c", sweep_lookup(children), "gflow-sweep"], {}, image, manifest_dir)
     data = _job_object(name, template, dict(sweep.metadata.labels), container, queue, namespace)

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import math
 import shlex
+from datetime import datetime
 from typing import Any
 
+from controller.api.units import parse_duration
 from controller.export import Exported, gflow_env, workdir
 
 MIB = 2**20
@@ -60,10 +62,7 @@ def begin(start_after: str | None) -> str | None:
     if not start_after:
         return None
     if start_after.startswith("+"):
-        from controller.api.units import parse_duration
-
         return f"now+{math.ceil(parse_duration(start_after[1:]))}"
-    from datetime import datetime
 
     moment = datetime.fromisoformat(start_after.replace("Z", "+00:00"))
     if moment.tzinfo is not None:

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from controller.decide.admission import MAX_MANIFEST_BYTES, validate_any
-
-from controller.model.documents import AdmittedJob, Rejection
 from controller.api.names import is_valid_name
-
+from controller.decide.admission import MAX_MANIFEST_BYTES, validate_any
+from controller.model.documents import AdmittedJob, Rejection
 from controller.paths import is_manifest_name  # noqa: F401  (re-exported: the store's rule)
+from controller.util.fsutil import atomic_write
+from controller.util.yamlio import YAMLSyntaxError, load_all
 
 CACHE_VERSION = 2  # bump when parsing, validation or the spec hashes change
 
@@ -64,7 +64,6 @@ class ManifestStore:
         """Write the parse cache (no fsync: it is only a cache) when enough changed, or when asked."""
         if self.cache_path is None or (not force and self._unsaved == 0):
             return
-        from controller.util.fsutil import atomic_write
 
         entries = ",".join(
             f"{json.dumps(path)}:[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)},{json.dumps(_hashes_of(f))}]"
@@ -280,8 +279,6 @@ class ManifestStore:
         return None if any(isinstance(r, Rejection) for r in results) else results
 
     def _parse(self, path: str, st: os.stat_result, manifest: ManifestFile | None = None) -> list[AdmittedJob | Rejection]:
-        from controller.util.yamlio import YAMLSyntaxError, load_all
-
         source = self._display(Path(path))
         stem = os.path.basename(path).rsplit(".", 1)[0]
         stem_name = stem if is_valid_name(stem) else None

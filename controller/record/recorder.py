@@ -14,12 +14,12 @@ from typing import Callable, Iterable
 
 from controller import API_VERSION
 from controller.api.units import format_quantity
+from controller.model.plan import Event
+from controller.model.records import JobState, SweepState, rfc3339
+from controller.model.scheduling import GpuSlot
+from controller.paths import Home
 from controller.util.fsutil import atomic_write, fsync_dir
 from controller.util.jsonlog import append_lines
-from controller.paths import Home
-from controller.model.plan import Event
-from controller.model.scheduling import GpuSlot
-from controller.model.records import JobState, SweepState, rfc3339
 from controller.util.yamlio import YAMLSyntaxError, dump, load_one, load_own
 
 log = logging.getLogger("gflowd.recorder")

@@ -20,10 +20,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller.model.gpus import Gpu
 from controller.decide.policy import UsageLedger, queue_key, quota_keys
-from controller.model.policy import Policy
 from controller.decide.scheduler import Binding, GpuSlot, QuotaUse, Request, schedule
+from controller.model.gpus import Gpu
+from controller.model.policy import Policy
 
 GIB = 2**30
 POLICIES = ("fifo", "priority", "firstfit", "backfill", "default")
@@ -66,7 +66,7 @@ class Result:
 def named_policy(name: str) -> Policy:
     """The policies ``simulate --policy`` knows: four plain baselines, and the controller's default."""
     if name == "default":
-        from controller.api.config import ControllerConfig
+        from controller.api.config import ControllerConfig  # lazy: the config model (pydantic) only for a named policy
         from controller.decide.policy import policy_from_config
 
         return policy_from_config(ControllerConfig())
@@ -318,10 +318,10 @@ def metrics(jobs: list[SimJob], gpus: int) -> dict:
 
 def plot(result: Result, out_dir: Path) -> list[Path]:
     """A Gantt chart of GPU occupancy and a wait-time CDF, as PNGs (needs matplotlib)."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib (an extra, ~300 ms) only for --plot
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: as above
 
     out_dir.mkdir(parents=True, exist_ok=True)
     origin = min((j.submit for j in result.jobs), default=0.0)

@@ -20,14 +20,10 @@ import json
 import os
 import pwd
 
-from controller.util.jsonlog import append_lines
 from controller.paths import Home
+from controller.util.jsonlog import append_lines
 
 HISTORY_MAX_BYTES = 64 * 1024 * 1024
-
-
-def history_file(home: Home):
-    return home.run_dir / "history.jsonl"
 
 
 _users: dict[int, str] = {}
@@ -72,7 +68,7 @@ class HistoryWriter:
     """Sink: appends the attempts each pass ended."""
 
     def __init__(self, home: Home, max_bytes: int = HISTORY_MAX_BYTES):
-        self.path = history_file(home)
+        self.path = home.history_file
         self.max_bytes = max_bytes
 
     def consume(self, facts) -> None:

@@ -32,9 +32,16 @@ from __future__ import annotations
 import logging
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import start_http_server
+
+from controller.sinks.hooks import SinkError
 
 log = logging.getLogger("gflowd.metrics")
 disable_created_metrics()  # the *_created series only add noise for a long-running controller
@@ -112,8 +119,6 @@ class MetricsServer:
     """Sink (``controller.sinks.hooks``) that serves Prometheus text over HTTP from a thread."""
 
     def __init__(self, address: str, port: int):
-        from controller.sinks.hooks import SinkError
-
         self.registry = CollectorRegistry(auto_describe=False)
         self.snapshot = _SnapshotCollector()
         self.registry.register(self.snapshot)

@@ -22,16 +22,28 @@ exit code and devices, plus a one-line ``text`` (so chat webhooks that show ``te
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import queue
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
+
+from tenacity import (
+    Retrying,
+    retry_if_not_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from controller import API_VERSION
 from controller.api.labels import parse_selector, selector_matches
+from controller.model.records import rfc3339
 
 log = logging.getLogger("gflowd.notify")
 QUEUE_SIZE = 1000
@@ -41,8 +53,6 @@ _STOP = object()
 
 
 def payload(state, now: float, host: str) -> dict[str, Any]:
-    from controller.model.records import rfc3339
-
     job = {
         "name": state.name,
         "phase": state.phase,
@@ -65,8 +75,6 @@ def payload(state, now: float, host: str) -> dict[str, Any]:
 def redacted(url: str) -> str:
     """``https://chat.example.org/hooks/SECRET`` -> ``https://chat.example.org/…``: logs name the
     endpoint without the token a webhook path usually is."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}/…" if parts.path.strip("/") or parts.query else f"{parts.scheme}://{parts.netloc}"
 
@@ -104,8 +112,6 @@ class _Target:
                 log.warning("webhook %s: queue full (%d waiting), %d notification(s) dropped so far", self.name, QUEUE_SIZE, self.dropped)
 
     def _work(self) -> None:
-        from tenacity import Retrying, retry_if_not_exception_type, stop_after_attempt, wait_exponential
-
         while True:
             body = self.queue.get()
             if body is _STOP:
@@ -125,10 +131,6 @@ class _Target:
                 log.warning("webhook %s: gave up on a notification after %d tries: %s", self.name, self.retries + 1, exc)
 
     def _post(self, body: bytes) -> None:
-        import http.client
-        import urllib.error
-        import urllib.request
-
         request = urllib.request.Request(
             self.url, data=body, method="POST",
             headers={"Content-Type": "application/json", "User-Agent": "gflowd"},

@@ -24,7 +24,7 @@ class YAMLSyntaxError(ValueError):
 def _safe_yaml():
     global _safe
     if _safe is None:
-        from ruamel.yaml import YAML
+        from ruamel.yaml import YAML  # lazy: ruamel (~20 ms) only where YAML is parsed; get jobs and status files need none
 
         _safe = YAML(typ="safe")  # CParser when ruamel.yaml.clib is installed
     return _safe
@@ -32,7 +32,7 @@ def _safe_yaml():
 
 def load_all(text: str) -> list[Any]:
     """Every document of ``text`` as plain data. Raises :class:`YAMLSyntaxError`."""
-    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError  # lazy: as above, only with the loader
 
     if _flow_too_deep(text):  # before the C parser, which overflows its stack on ~30,000 levels
         raise YAMLSyntaxError(f"document is nested too deeply (over {MAX_FLOW_DEPTH} levels of [ or {{)", None)
@@ -112,7 +112,7 @@ def load_one(text: str) -> Any:
 
 def roundtrip_documents(text: str) -> list[Any]:
     """Documents as ruamel CommentedMaps, which remember line and column of every key."""
-    from ruamel.yaml import YAML
+    from ruamel.yaml import YAML  # lazy: ruamel (~20 ms) only where YAML is parsed; get jobs and status files need none
 
     return list(YAML(typ="rt").load_all(text))
 

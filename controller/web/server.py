@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import errno
 import hashlib
+import ipaddress
 import json
 import logging
 import math
@@ -36,7 +37,10 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
+from controller.client.state import job_rows, read_index
 from controller.paths import Home
+from controller.util.fsutil import atomic_write
+from controller.util.yamlio import load_one, load_own
 from controller.web.view import build_view
 
 log = logging.getLogger("gflowd.web")
@@ -81,8 +85,6 @@ def read_events_tail(path: Path, max_bytes: int = EVENTS_TAIL_BYTES) -> list[dic
 
 
 def read_node(path: Path) -> dict[str, Any] | None:
-    from controller.util.yamlio import load_one, load_own
-
     try:
         text = path.read_text()
     except OSError:
@@ -100,8 +102,6 @@ def read_node(path: Path) -> dict[str, Any] | None:
 def read_jobs(home: Home) -> tuple[dict[str, dict[str, Any]], float | None]:
     """Every job's summary row and when gflowd last wrote the index. The index is a cache of the
     status files; without it (gflowd never ran a pass, or it was removed) the status files are read."""
-    from controller.client.state import job_rows, read_index
-
     index = read_index(home)
     if index is not None:
         jobs = index.get("jobs")
@@ -295,8 +295,6 @@ class _Server(ThreadingHTTPServer):
 
 
 def _is_loopback(address: str) -> bool:
-    import ipaddress
-
     if address == "localhost":
         return True
     try:
@@ -334,8 +332,6 @@ class Dashboard:
         return f"http://{host}:{self.port}/"
 
     def start(self) -> "Dashboard":
-        from controller.util.fsutil import atomic_write
-
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
                                         name="gflowd-web", daemon=True)
         self._thread.start()

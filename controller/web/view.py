@@ -9,6 +9,7 @@ parses these strings as HTML: it sets them as text.
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 from controller.api.units import parse_quantity
@@ -182,8 +183,6 @@ def timeline(
 def assign_lanes(spans: list[dict[str, Any]]) -> int:
     """Give each span (sorted by start) a lane free at its start, reusing the one freed earliest;
     returns the lane count. An open span (``end`` None) holds its lane for good."""
-    import heapq
-
     busy: list[tuple[float, int]] = []  # (busy until, lane): the earliest-freed lane on top
     lanes = 0
     for span in spans:

@@ -59,10 +59,10 @@ class Runtime(Protocol):
 def make_runtime(home: Any, config: Any) -> Runtime:
     """The runtime for ``config.backend``: local supervisors (default) or Slurm."""
     if getattr(config, "backend", "local") == "slurm":
-        from controller.act.runtime.slurm import SlurmRuntime
+        from controller.act.runtime.slurm import SlurmRuntime  # lazy: only the configured backend is loaded
 
         return SlurmRuntime(home, config.slurm)
-    from controller.act.runtime.supervised import SupervisorRuntime
+    from controller.act.runtime.supervised import SupervisorRuntime  # lazy: only the configured backend is loaded
 
     return SupervisorRuntime(home)
 

@@ -32,17 +32,22 @@ import hashlib
 import json
 import logging
 import os
+import pwd
 import re
 import shlex
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from controller.util.fsutil import atomic_write
-from controller.paths import Home
+from controller.act.runtime.command import LaunchError
+from controller.export import workdir
+from controller.export.slurm import job_body, sbatch_options, slurm_time
 from controller.model.plan import Launch, RunObservation
+from controller.paths import Home
+from controller.util.fsutil import atomic_write
 
 log = logging.getLogger("gflowd.slurm")
 
@@ -161,7 +166,6 @@ SACCT_FIELDS = "JobIDRaw,State,ExitCode,NodeList,Submit,Start,End"
 def _sacct_time(text: str) -> float:
     if not text or text in ("Unknown", "None"):
         return 0.0
-    from datetime import datetime
 
     try:
         return datetime.fromisoformat(text).timestamp()  # sacct prints the cluster's local time
@@ -306,7 +310,6 @@ class SlurmRuntime:
             return  # idempotent
         if current is not None:
             self._remove(current)
-        from controller.act.runtime.command import LaunchError
 
         self._rotate_log(launch.name, launch.attempt)  # before the new attempt's log may be created
         try:
@@ -343,7 +346,6 @@ class SlurmRuntime:
         record = self.records.get(name)
         if record is None or record.job_id is None or record.time_limit == seconds:
             return
-        from controller.export.slurm import slurm_time
 
         limit = "UNLIMITED" if seconds is None else slurm_time(seconds)
         # raising a limit needs Slurm operator rights; gflowd enforces the edited limit either way
@@ -429,10 +431,6 @@ class SlurmRuntime:
 
     def _translate(self, launch: Launch) -> tuple[list[str], str]:
         """The sbatch options and script for one attempt (LaunchError: a user error, e.g. workingDir)."""
-        from controller.export import workdir
-        from controller.export.slurm import job_body, sbatch_options
-        from controller.act.runtime.command import LaunchError
-
         spec = launch.job.spec
         cwd = workdir(spec.working_dir, os.path.dirname(launch.job.path) or ".")
         if not os.path.isdir(cwd):
@@ -443,7 +441,6 @@ class SlurmRuntime:
             partition=self.partition, account=self.account, allow_negative_nice=root, gates=False,
         )
         if root and launch.job.owner_uid > 0:  # as the local runtime drops to the manifest's owner
-            import pwd
 
             try:
                 gid = pwd.getpwuid(launch.job.owner_uid).pw_gid

@@ -29,11 +29,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.util.fsutil import atomic_write, lock_held
-from controller.paths import Home
-from controller.model.plan import Launch, RunObservation
 from controller.act.runtime.command import LaunchError, build_process
 from controller.act.runtime.supervisor import descendants, start_ticks
+from controller.model.plan import Launch, RunObservation
+from controller.paths import Home
+from controller.util.fsutil import atomic_write, lock_held
 
 log = logging.getLogger("gflowd.runtime")
 SUPERVISOR_FILE = str(Path(__file__).with_name("supervisor.py"))

@@ -155,7 +155,7 @@ def _load_libc():
     """ctypes and libc, loaded once: the launcher loads them before forking, so supervisors don't."""
     global _libc
     if _libc is None:
-        import ctypes
+        import ctypes  # lazy: the launcher loads it once before forking; a job's own exec never needs it
 
         _libc = ctypes.CDLL(None, use_errno=True)
     return _libc

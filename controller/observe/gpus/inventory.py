@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from controller.api.units import parse_quantity
 from controller.model.gpus import Gpu, GpuProcess
+from controller.util.yamlio import YAMLSyntaxError, load_one
 
 log = logging.getLogger("gflowd.gpus")
 
@@ -59,9 +61,6 @@ class FakeInventory:
 
 
 def parse_fake_gpus(text: str) -> list[Gpu]:
-    from controller.api.units import parse_quantity
-    from controller.util.yamlio import YAMLSyntaxError, load_one
-
     try:
         data = load_one(text) or {}
     except YAMLSyntaxError as exc:

@@ -65,7 +65,7 @@ class NvmlInventory:
             reraise=True,
         )
         try:
-            import pynvml
+            import pynvml  # lazy: the NVML binding loads only when gflowd reads real GPUs
         except ImportError:
             self.reason = "the nvidia-ml-py package (module pynvml) is not installed"
             return
