@@ -32,7 +32,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "record": {"model", "api", "util", "paths"},
     "sinks": {"model", "api", "util", "paths"},
     "client": {"model", "api", "decide.admission", "util", "paths"},
-    "cli": {"client", "model", "api", "decide", "export", "sim", "sinks.history", "util", "paths"},
+    "cli": {"client", "model", "api", "decide", "export", "sim", "util", "paths"},
     "web": {"client", "model", "api", "util", "paths"},
     "export": {"model", "api", "util"},
     "sim": {"model", "api", "decide"},

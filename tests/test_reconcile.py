@@ -8,13 +8,14 @@ feeds them to ``reconcile`` and carries each plan out with the real act code on 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta, timezone
 
 import pytest
 from builders import GIB, T0, World, condition, invalid, job, started
 
 from controller.decide.exits import backoff_delay
 from controller.decide.reconcile import reconcile
-from controller.model.plan import RunObservation, Stop
+from controller.model.plan import Host, RunObservation, Stop
 from controller.model.records import JobState
 
 # --- start and finish ------------------------------------------------------------------------------
@@ -568,6 +569,15 @@ def test_start_after_in_the_future_waits_and_sets_wake_at():
     assert world.state().message.startswith("starts after 2030-01-01T00:00:00.000Z (in ")
     assert world.tick(when - 1).starts == []
     assert started(world.tick(when)) == ["a"]
+
+
+@pytest.mark.parametrize("hours", [0, 2, -5])
+def test_a_start_after_without_an_offset_is_read_in_the_snapshots_time_zone(hours):
+    # the machine's time zone is a host fact observe hands in; deciding never asks the process
+    zone = timezone(timedelta(hours=hours))
+    world = World(job("a", startAfter="2030-01-01T00:00:00"), host=Host(local_tz=zone))
+    plan = world.tick(T0)
+    assert plan.wake_at == 1893456000.0 - hours * 3600  # 2030-01-01T00:00:00 in that zone
 
 
 def test_start_after_relative_delay_counts_from_first_sight():
