@@ -1,4 +1,4 @@
-"""The JobStatus model (``status/<name>.yaml``) and Kubernetes condition semantics.
+"""The JobStatus model (``status/<name>.yaml``): the shape the controller writes, for the docs and tests.
 
 The controller builds statuses as plain dicts (fast, no validation on the hot path); this model
 documents and checks their shape (``crd-schemas/``, tests). The condition semantics live in

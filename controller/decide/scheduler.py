@@ -107,14 +107,23 @@ def schedule(
     ``reasons=False`` (the simulator) stops once no GPU is left that anyone could take, and
     gives waiting jobs no message: the bindings are the same, the pass is cheaper."""
     run = _Pass(slots, strategy, topology, mode, now, quotas if quotas is not None else {}, reasons)
+    result, waits, quota_checks = run.result, run.waits, bool(run.quotas)
     for req in requests:
         if req.gpus == 0:
-            run.result[req.name] = Binding([], [])
-        elif not reasons and run.exhausted_at == run.version:
+            result[req.name] = Binding([], [])
+            continue
+        if not reasons and run.exhausted_at == run.version:
             break
+        # inline, the common case of a deep queue: shaped like a job that already waits, with the
+        # GPUs as they were then (a quota is checked first, in offer)
+        reserved_at = run.reserved_at
+        ends_in_time = reserved_at < math.inf and req.time_limit is not None and now + req.time_limit <= reserved_at
+        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, run.version, ends_in_time)
+        if key in waits and not (quota_checks and req.quota_keys):
+            result[req.name] = waits[key]
         else:
-            run.offer(req)
-    return run.result
+            run.offer(req, key, ends_in_time)
+    return result
 
 
 class _Pass:
@@ -139,7 +148,9 @@ class _Pass:
         self.version = 0
         self.exhausted_at = -1  # the version at which no GPU was left for anyone (reasons=False only)
 
-    def offer(self, req: Request) -> None:
+    def offer(self, req: Request, key: tuple, ends_in_time: bool) -> None:
+        """Bind ``req`` or say why it waits. ``key``: its shape and the GPUs' ``version``, with
+        ``ends_in_time``: whether its timeLimit ends it before held GPUs are needed (backfill)."""
         if req.quota_keys and self.quotas:
             over = _over_quota(req, self.quotas)
             if over is not None:
@@ -149,10 +160,6 @@ class _Pass:
         if len(usable_ever) < req.gpus:
             self.result[req.name] = Wait(Reason.Unschedulable, _never_fits(req, self.slots, typed)) if self.reasons else _NO_REASON
             return
-        # backfill: may this job use held GPUs, because its timeLimit ends it before they are needed?
-        reserved_at = self.reserved_at
-        ends_in_time = reserved_at < math.inf and req.time_limit is not None and self.now + req.time_limit <= reserved_at
-        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, self.version, ends_in_time)
         if key in self.waits:
             self.result[req.name] = self.waits[key]
             return
