@@ -161,7 +161,7 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
 
 def _format_table(table: list[list[str]]) -> list[str]:
     """Aligned rows; every cell escaped for the terminal (file names, messages, GPU names)."""
-    table = [[printable(cell) for cell in row] for row in table]
+    table = [row if "".join(row).isprintable() else [printable(cell) for cell in row] for row in table]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return ["   ".join([cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]).rstrip() for row in table]
 
