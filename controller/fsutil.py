@@ -146,7 +146,12 @@ def _open_locked(path: Path, wait: float) -> tuple[int, os.stat_result]:
     deadline = time.monotonic() + wait
     while True:
         # O_NONBLOCK: a FIFO put in a file's place must not hang us; O_NOFOLLOW: path is resolved
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise RewriteError(f"{path} was replaced by a symlink meanwhile; try again") from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
