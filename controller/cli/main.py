@@ -238,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `gflowctl get jobs | head`
         return 0
+    except OSError as exc:  # the machine failing (a full disk, a read-only home): one line, no traceback
+        where = exc.filename2 or exc.filename
+        print_error(f"{where}: {exc.strerror}" if where and exc.strerror else f"{exc.strerror or exc}")
+        return 1
 
 
 if __name__ == "__main__":
