@@ -373,8 +373,8 @@ class AttemptCgroup:
         if unified and self.fs.exists(os.path.join(unified, "cgroup.kill")):
             if members:
                 self.fs.write(os.path.join(unified, "cgroup.kill"), "1")
-            if self._wait_empty(deadline):
-                return
+            if self._wait_empty(time.monotonic() + timeout / 2):
+                return  # else (never seen) fall back to signals for the other half
         while members:
             if time.monotonic() >= deadline:
                 raise CgroupError(f"cgroup {self.name} still has processes {members[:10]} after {timeout:g} s of SIGKILL")
