@@ -17,6 +17,8 @@ import shutil
 import signal
 from pathlib import Path
 
+from helpers import pid_alive
+
 from controller.runtime.cgroups import Cgroupfs
 
 ORDER = ("cpuset", "cpu", "io", "memory", "hugetlb", "pids", "rdma", "misc")  # as the kernel lists them
@@ -35,15 +37,6 @@ _CONTROLLER_FILES = {
     "cpu": {"cpu.max": "max 100000\n", "cpu.weight": "100\n"},
     "io": {"io.max": ""},
 }
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return False
-    return data[data.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
 class FakeCgroup2(Cgroupfs):
@@ -93,7 +86,7 @@ class FakeCgroup2(Cgroupfs):
             text = (directory / "cgroup.procs").read_text()
         except FileNotFoundError:
             return []
-        return [int(pid) for pid in text.split() if _alive(int(pid))]
+        return [int(pid) for pid in text.split() if pid_alive(int(pid))]
 
     def _read(self, path: str) -> str:
         if os.path.basename(path) == "cgroup.procs":

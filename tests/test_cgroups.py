@@ -32,6 +32,7 @@ from controller.runtime.cgroups import (
     gpu_device_rules,
     probe,
     probe_v1,
+    setup,
 )
 from controller.runtime.cgroups.discover import locate, parse_mountinfo, parse_proc_cgroup
 
@@ -170,6 +171,16 @@ def test_probe_finds_the_cgroups_we_are_in():
         members = Cgroupfs().read(os.path.join(directory, "cgroup.procs")).split()
         assert str(os.getpid()) in members, f"{key}: {directory} is not our own cgroup"
     assert "\n" not in FOUND.summary()
+
+
+def test_setup_required_prepares_the_group_here():
+    cgroups, found = setup("required", PREFIX + "setup")
+    try:
+        assert cgroups is not None and found.mode == FOUND.mode
+        assert all(os.path.isdir(directory) for directory in cgroups.group_dirs.values())
+    finally:
+        cgroups.remove_group()
+    assert not any(os.path.exists(directory) for directory in cgroups.group_dirs.values())
 
 
 def test_the_leftover_check_can_fail(cgroups):

@@ -496,3 +496,10 @@ def test_device_rules_parse_and_print():
     for bad in ("c 195 rwm", "x 1:3 rwm", "c 1:3 rwx", "c a:3 rwm"):
         with pytest.raises(ValueError):
             DeviceRule.parse(bad)
+
+
+def test_setup_auto_prepares_the_cgroups_when_usable(kernel):
+    cgroups, found = setup("auto", "gflow", probe_v2(str(kernel.root), kernel), kernel)
+    assert cgroups is not None and found.mode == "v2"
+    assert kernel.text("gflow/cgroup.subtree_control").split() == ["cpuset", "memory", "pids"]
+    assert setup("off", "gflow", probe_v2(str(kernel.root), kernel), kernel)[0] is None

@@ -59,11 +59,11 @@ class Cgroupfs:
     def read_optional(self, path: str) -> str | None:
         """The file's text, or None when it does not exist (an older kernel, a controller not here)."""
         try:
-            return self._read(path)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise CgroupError(f"cannot read {path}: {why(exc)}", exc.errno) from None
+            return self.read(path)
+        except CgroupError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise
 
     def write(self, path: str, value: str) -> None:
         """One ``write()`` of ``value``: cgroupfs parses each write on its own (one device rule, one pid)."""
