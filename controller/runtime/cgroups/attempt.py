@@ -64,7 +64,8 @@ def parse_cpus(text: str) -> frozenset[int]:
 
 
 class Limits:
-    """What the kernel should enforce for one attempt; None leaves that resource unlimited.
+    """What the kernel should enforce for one attempt; None: not limited (left as it is when
+    ``create`` completes an existing cgroup).
 
     ``devices`` None leaves device access alone; a list (even empty) allows only
     ``STANDARD_DEVICES`` plus those rules.
@@ -401,7 +402,7 @@ class AttemptCgroup:
 
     def _freeze(self, frozen: bool, deadline: float) -> None:
         """Freeze or thaw with whichever freezer there is; freezing waits (bounded) until done."""
-        if self.cgroups.mode == "v1" and "freezer" in self.dirs:
+        if self.cgroups.mode == "v1" and os.path.isdir(self.dirs.get("freezer", "")):
             state = os.path.join(self.dirs["freezer"], "freezer.state")
             self.fs.write(state, "FROZEN" if frozen else "THAWED")
             done = lambda: self.fs.read(state).strip() == "FROZEN"  # noqa: E731

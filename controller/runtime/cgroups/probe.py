@@ -213,8 +213,6 @@ def probe(proc: str = "/proc/self", fs: Cgroupfs | None = None) -> Probe:
     located = locate(mounts, own)
     unified = located[UNIFIED]
     v2 = probe_v2(unified.path, fs) if unified.path else Probe.none(unified.reason)
-    if v2.mode == "v2" and unified.mount is not None and unified.mount.read_only:
-        v2 = Probe.none(f"cgroup v2: {unified.path} is on a read-only mount")
     if v2.mode == "v2":
         return v2
     v1 = probe_v1(located)
