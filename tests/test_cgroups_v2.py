@@ -21,6 +21,7 @@ from cgroupfs_fake import FakeCgroup2
 from controller.runtime.cgroups import (
     STANDARD_DEVICES,
     CgroupError,
+    Cgroupfs,
     Cgroups,
     DeviceRule,
     Limits,
@@ -195,6 +196,12 @@ def test_not_root_and_not_delegated_then_delegated_by_chown():
         mode, reason = output.split(" | ")
         assert mode == "none"
         assert reason == f"cgroup v2: {kernel.root} is not writable by uid 65534 (not root, and not delegated to this user)"
+        write = (
+            "from cgroups import Cgroupfs, CgroupError\n"
+            f"try:\n    Cgroupfs().write({str(kernel.root / 'cgroup.procs')!r}, '0')\n"
+            "except CgroupError as exc:\n    print(exc)"
+        )
+        assert _run_as_nobody(write) == f"cannot write '0' to {kernel.root}/cgroup.procs: EACCES (not root and not delegated to uid 65534)"
         for path in (kernel.root, kernel.root / "cgroup.procs", kernel.root / "cgroup.subtree_control"):
             os.chown(path, 65534, 65534)  # what systemd's Delegate=yes does for the service's user
         assert _run_as_nobody(code).split("|")[0].strip() == "v2"
@@ -211,6 +218,9 @@ def test_a_read_only_mount_is_reported(tmp_path):
         subprocess.run(["mount", "-o", "remount,bind,ro", str(point)], check=True)
         found = probe_v2(str(point))
         assert found.mode == "none" and found.reason == f"cgroup v2: {point} is on a read-only mount"
+        with pytest.raises(CgroupError) as raised:
+            Cgroupfs().mkdir(str(point / "attempt"))
+        assert str(raised.value) == f"cannot create cgroup {point}/attempt: EROFS (cgroupfs is mounted read-only)"
     finally:
         subprocess.run(["umount", str(point)], check=True)
 
