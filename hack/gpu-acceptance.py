@@ -138,12 +138,13 @@ class Acceptance:
         self.manifests = self.run_dir / "manifests"
         self.probe_dir = self.run_dir / "probe"
         self.report_path = Path(args.report).absolute() if args.report else self.run_dir / "report.json"
-        self.venv = ROOT / ".venv"
+        self.venv = Path(args.venv).absolute() if args.venv else ROOT / ".venv"
         self.gflowd: subprocess.Popen[bytes] | None = None
         self.gflowd_log = self.run_dir / "gflowd.log"
         self.gflowd_help = ""
         self.metrics_port: int | None = None
-        self.applied: list[str] = []
+        self.applied: list[str] = []  # job names, in the order applied
+        self.jobs: list[Job] = []  # the jobs of the current check
         self.foreign: list[subprocess.Popen[bytes]] = []
         self.job_cgroups: set[str] = set()  # "controller:path" lines the jobs ran in
         self.base_cgroups: set[str] = set()  # this script's own, never a job's
@@ -168,7 +169,8 @@ class Acceptance:
             self.interrupted = True
             print("gpu-acceptance: interrupted; cleaning up", flush=True)
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop the cleanup
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second Ctrl-C must not stop the cleanup
+                signal.signal(sig, signal.SIG_IGN)
             if self.gpu_info["present"]:
                 try:
                     self._record(self.cleanup())
@@ -290,8 +292,8 @@ class Acceptance:
     # -- the checks ---------------------------------------------------------------------------
 
     def check_venv(self) -> Verdict:
-        out = run(["bash", str(ROOT / "hack" / "setup.sh")], timeout=900 * self.scale)
-        if out.returncode != 0:
+        out = run(["bash", str(ROOT / "hack" / "setup.sh")], timeout=900 * self.scale) if not self.args.venv else None
+        if out is not None and out.returncode != 0:
             self.broken["venv"] = self.broken["gflowd"] = "the venv could not be built (bash hack/setup.sh failed)"
             tail = "\n".join((out.stderr or out.stdout).strip().splitlines()[-3:])
             raise StepError(f"bash hack/setup.sh exited {out.returncode}: {tail}")
@@ -302,7 +304,8 @@ class Acceptance:
         version = run([str(self.venv / "bin" / "gflowd"), "--version"]).stdout.strip()
         self.gflowd_help = run([str(self.venv / "bin" / "gflowd"), "--help"]).stdout
         self.gflowd_info.update(version=version, features=self._features())
-        return Verdict(True, f"{self.venv} ready ({version or 'gflowd'})")
+        how = "given with --venv, not rebuilt" if self.args.venv else "bash hack/setup.sh"
+        return Verdict(True, f"{self.venv} ready ({version or 'gflowd'}; {how})")
 
     def _features(self) -> dict[str, bool]:
         return {
@@ -426,12 +429,12 @@ class Acceptance:
         release = self.probe_dir / "isolation.release"
         holder = self.apply_job("iso-holder", gpus=1, release=release, probe=["--use", "first", "--alloc-mib", "64", "--hold", "300"])
         held = self.wait_ready(holder)
-        other = held["devices"][0]
+        other = held["boundDevices"][0]
         nodes = [f"--open-node={path}" for path in self._device_nodes([other])]
         job = self.apply_job("iso-gpu", gpus=1, probe=["--clear-visible", "--use", "all", "--alloc-mib", "16", *nodes])
         status = self.wait_phase(job.name, {"Succeeded", "Failed"}, 120)
         release.touch()
-        verdict = judge_isolation(self.probe_doc(job), status.get("devices") or [], self.smi)
+        verdict = self._explain_isolation(judge_isolation(self.probe_doc(job), status.get("devices") or [], self.smi))
         verdict.numbers["otherJobGpu"] = other
         return verdict
 
@@ -440,7 +443,19 @@ class Acceptance:
         nodes = [f"--open-node={path}" for path in self._device_nodes(sorted(self.smi))]
         job = self.apply_job("iso-cpu", gpus=0, probe=["--clear-visible", "--use", "all", "--alloc-mib", "16", *nodes])
         self.wait_phase(job.name, {"Succeeded", "Failed"}, 120)
-        return judge_isolation(self.probe_doc(job), [], self.smi)
+        return self._explain_isolation(judge_isolation(self.probe_doc(job), [], self.smi))
+
+    def _explain_isolation(self, verdict: Verdict) -> Verdict:
+        """A failed isolation check says what gflowd reports about cgroups (get node), and that
+        cgroups need root or a delegated subtree when this run has neither."""
+        node = self.node() or {}
+        verdict.numbers["node"] = {k: v for k, v in node.items() if k != "gpus"}
+        if not verdict.ok:
+            said = {k: v for k, v in node.items() if "cgroup" in k.lower()}
+            verdict.reason += f"; gflowd says {said or 'nothing about cgroups in get node'}"
+            if os.geteuid() != 0:
+                verdict.reason += " (this run is not root: gflowd can use cgroups only as root or in a delegated subtree)"
+        return verdict
 
     def check_shared_memory(self) -> Verdict:
         budget, attempt = 1 * GIB, 3 * GIB
@@ -510,8 +525,7 @@ class Acceptance:
         job = self.apply_job("usage", gpus=2 if two else 1, release=release,
                              probe=["--use", "first", "--alloc-mib", "512", "--busy", str(busy_for), "--hold", "120"])
         doc = self.wait_ready(job)
-        status = self.status(job.name) or {}
-        devices = status.get("devices") or []
+        devices = doc["boundDevices"]
         busy_gpu = devices[0]
         idle_gpu = devices[1] if len(devices) > 1 else None
         pid = doc["pid"]
@@ -532,12 +546,17 @@ class Acceptance:
             if enough and (condition or not waits_for_condition):
                 break
             time.sleep(max(0.0, 1.0 - (time.monotonic() - t_sample)))  # about one pmon sample a second
+        release.touch()  # ends the busy phase
+        if "gpuUsage" not in status:  # a build may write the summary only when the attempt ends
+            try:
+                status = self.wait_phase(job.name, {"Succeeded", "Failed"}, 60)
+            except StepError:
+                pass
         figures = self._usage_figures(status, busy_gpu, idle_gpu, samples, max(apps) if apps else None)
-        figures.numbers.update(samples=len(samples))
+        figures.numbers.update(samples=len(samples), phase=status.get("phase"))
         missing = figures.reason.startswith("feature missing")
         self._record(Result("gpu-usage-figures", "PASS" if figures.ok else "FAIL", figures.reason, figures.numbers,
                             detail="" if figures.ok or missing else self._diagnostics()))
-        release.touch()
         if not two:
             raise Skip(f"needs 2 GPUs (one busy, one unused), this machine has {len(self.smi)}")
         if not self._features_now()["unusedGpuWindow"]:
@@ -634,9 +653,8 @@ class Acceptance:
         return Result("cleanup", "PASS", "; ".join([text, *notes]), numbers)
 
     def _release_all(self) -> None:
-        if self.probe_dir.is_dir():
-            for name in ("concurrent", "isolation", "usage"):
-                (self.probe_dir / f"{name}.release").touch()
+        for job in self.jobs:
+            job.release.touch()
 
     def _cgroup_dirs(self) -> list[Path]:
         """Directories of the cgroups the jobs ran in that are not this script's own."""
@@ -707,7 +725,8 @@ class Acceptance:
         if result.returncode != 0:
             raise StepError(f"gflowctl apply -f {path.name} failed: {result.stderr.strip()}")
         self.applied.append(name)
-        return Job(name, out, release, t_apply)
+        self.jobs.append(Job(name, out, release, t_apply))
+        return self.jobs[-1]
 
     def wait_phase(self, name: str, phases: set[str], timeout: float) -> dict[str, Any]:
         status = wait_until(lambda: (s := self.status(name)) and s.get("phase") in phases and s, timeout * self.scale, 0.3)
@@ -736,7 +755,7 @@ class Acceptance:
         init = doc.get("init") or {}
         if not init.get("ok"):
             raise StepError(f"job {job.name}: cuInit failed: {init.get('error')}")
-        doc["devices"] = (self.status(job.name) or {}).get("devices") or []
+        doc["boundDevices"] = (self.status(job.name) or {}).get("devices") or []
         return doc
 
     def probe_doc(self, job: Job) -> dict[str, Any] | None:
@@ -760,15 +779,15 @@ class Acceptance:
     def _finish_jobs(self) -> None:
         """After each check: release holders and delete its jobs, so the next starts on Free GPUs."""
         self._release_all()
-        if self.gflowd is None or self.gflowd.poll() is not None or not self.applied:
+        names = [job.name for job in self.jobs]
+        self.jobs = []
+        if self.gflowd is None or self.gflowd.poll() is not None or not names:
             return
         try:
-            self.delete_jobs(self.applied)
+            self.delete_jobs(names)
             self._free_gpus()
         except StepError:
             pass  # the next check or cleanup() reports it
-        for path in self.probe_dir.glob("*.release"):
-            path.unlink(missing_ok=True)
 
     def _free_gpus(self, timeout: float = 30) -> list[int]:
         """Wait until every GPU is Free again (a process that just ended can linger in NVML for a
@@ -1006,6 +1025,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
                         help=f"run only these checks (comma-separated): {', '.join(CHECK_NAMES)}")
     parser.add_argument("--keep", action="store_true", help="keep the run's temp folder (gflow home, logs, probe reports)")
+    parser.add_argument("--venv", help="use this venv's gflowd/gflowctl/python instead of building .venv with hack/setup.sh")
     parser.add_argument("--unused-window", type=float, default=20.0,
                         help="gflowd --unused-gpu-window for the run, seconds (default 20)")
     parser.add_argument("--util-tolerance", type=float, default=10.0,

@@ -232,7 +232,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--busy", type=float, default=0.0,
                         help="seconds of cuMemsetD8 loops on the first used device")
     parser.add_argument("--hold", type=float, default=0.0, help="seconds to keep contexts and memory afterwards")
-    parser.add_argument("--release-file", help="end the hold early once this file exists")
+    parser.add_argument("--release-file", help="end the busy phase and the hold early once this file exists")
     parser.add_argument("--open-node", action="append", default=[], metavar="PATH",
                         help="also try to open this device node (e.g. another job's /dev/nvidiaN)")
     parser.add_argument("--library", default="libcuda.so.1")
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         _finish(doc, args, "ready", final=False)
         busy = next((h for h in held if h["ptrs"]), None)
         if args.busy > 0 and busy is not None:
-            doc["busy"] = _busy(cuda, busy, args.busy)
+            doc["busy"] = _busy(cuda, busy, args.busy, args.release_file)
         _hold(args)
         return _finish(doc, args, "done")
     except Stop as stop:
@@ -335,14 +335,15 @@ def _use(cuda: Cuda, device: dict[str, Any], args: argparse.Namespace, doc: dict
         entry["error"] = str(exc)
 
 
-def _busy(cuda: Cuda, handle: dict[str, Any], seconds: float) -> dict[str, Any]:
-    """Back-to-back cuMemsetD8 over the largest buffer: the GPU is busy, the host thread waits."""
+def _busy(cuda: Cuda, handle: dict[str, Any], seconds: float, release_file: str | None) -> dict[str, Any]:
+    """Back-to-back cuMemsetD8 over the largest buffer for ``seconds`` (or until the release file
+    appears): the GPU is busy, the host thread waits on it."""
     cuda.set_current(handle["ctx"])
     size = max(handle["sizes"])
     ptr = handle["ptrs"][handle["sizes"].index(size)]
     started = time.monotonic()
     count = 0
-    while time.monotonic() - started < seconds:
+    while time.monotonic() - started < seconds and not (release_file and os.path.exists(release_file)):
         for _ in range(8):
             cuda.memset(ptr, count & 0xFF, size)
             count += 1

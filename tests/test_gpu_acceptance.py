@@ -598,6 +598,38 @@ def test_simulated_two_gpu_machine_every_check_reaches_its_outcome(gpu_sim, tmp_
     assert list(temp.iterdir()) == []
 
 
+def test_isolation_checks_fail_when_a_job_can_reach_another_gpu(gpu_sim, tmp_path, short_tmp):
+    """A gflowd that takes --cgroups but isolates nothing (here: the real one behind a shim that
+    drops the flag; the stand-in libcuda ignores device cgroups anyway) must fail both checks,
+    naming the GPU the job could use."""
+    _, env = gpu_sim(2)
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    real = Path(sys.executable).parent
+    for tool in ("gflowctl", "python"):
+        (venv / tool).symlink_to(real / tool)
+    fake_tool(venv, "gflowd", f"""#!{sys.executable}
+import os, subprocess, sys
+real, args = "{real / 'gflowd'}", sys.argv[1:]
+if "--help" in args:
+    print(subprocess.run([real, "--help"], capture_output=True, text=True).stdout + "  --cgroups {{auto,required,off}}")
+    sys.exit(0)
+if "--cgroups" in args:
+    del args[args.index("--cgroups"):args.index("--cgroups") + 2]
+os.execv(real, [real, *args])
+""")
+    out, report = run_script(short_tmp, dict(os.environ, **env), "--venv", str(venv.parent), "--timeout-scale", "3",
+                             "--only", "isolation-gpu-job,isolation-cpu-job")
+    outcome = {c["name"]: c for c in report["checks"]}
+    assert outcome["venv"]["reason"].endswith("given with --venv, not rebuilt)")
+    gpu_job, cpu_job = outcome["isolation-gpu-job"], outcome["isolation-cpu-job"]
+    assert gpu_job["outcome"] == "FAIL" and gpu_job["reason"].startswith("the job allocated memory on 0000:3b:00.0, not its own GPU")
+    assert gpu_job["numbers"]["own"] == [1] and gpu_job["numbers"]["otherJobGpu"] == 0
+    assert cpu_job["outcome"] == "FAIL" and cpu_job["reason"].startswith("the job allocated memory on 0000:3b:00.0, 0000:5e:00.0")
+    assert "gflowd says nothing about cgroups in get node" in cpu_job["reason"]
+    assert outcome["cleanup"]["outcome"] == "PASS" and out.returncode == 1
+
+
 def test_ctrl_c_mid_run_still_cleans_up(gpu_sim, tmp_path, short_tmp):
     _, env = gpu_sim(1)
     temp = short_tmp
