@@ -52,7 +52,7 @@ ROOT = HACK.parent
 PROBE = HACK / "gpu_probe.py"
 sys.path.insert(0, str(HACK))
 from gpu_facts import (  # noqa: E402  (hack/ is not a package; the pure half of this tool)
-    CHECK_NAMES, GIB, GPU_MEMORY_EXCEEDED, MIB, QUERY_APPS, QUERY_GPU, ComputeApp, PmonRow, Result, SmiGpu,
+    CHECK_NAMES, CHECKS, GIB, GPU_MEMORY_EXCEEDED, MIB, QUERY_APPS, QUERY_GPU, ComputeApp, PmonRow, Result, SmiGpu,
     Verdict, all_skipped, build_report, cgroup_dirs, cgroup_mounts, compare_inventory, device_minor, exit_code, gpu_usage_entry,
     judge_binding, judge_distinct, judge_isolation, judge_usage, metric_mean_ms, parse_compute_apps_csv, parse_pmon,
     parse_query_gpu_csv,
@@ -1020,7 +1020,9 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Check gflow's GPU promises on this machine's NVIDIA GPUs (docs/gpu-acceptance.md).")
+        description="Check gflow's GPU promises on this machine's NVIDIA GPUs (docs/gpu-acceptance.md).",
+        epilog="checks, in run order:\n" + "\n".join(f"  {name:<20} {what}" for name, what in CHECKS),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", help="write the JSON report here (default: report.json in the run's temp folder)")
     parser.add_argument("--only", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
                         help=f"run only these checks (comma-separated): {', '.join(CHECK_NAMES)}")

@@ -1,4 +1,5 @@
-"""What the GPU acceptance run reads and how it judges it: pure functions, no I/O.
+"""What the GPU acceptance run reads and how it judges it: pure functions (the only I/O: the
+host name in the report, and ``device_minor`` reading one /proc file).
 
 ``hack/gpu-acceptance.py`` runs the checks; this module parses what ``nvidia-smi`` prints
 (``--query-gpu``, ``--query-compute-apps``, ``pmon``), compares it with what gflow says
