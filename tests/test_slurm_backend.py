@@ -205,6 +205,20 @@ def test_an_attempt_that_ended_unseen_still_records_where_it_ran():
     assert st.to_status()["status"]["slurmJobId"] == "9"
 
 
+def test_an_attempt_that_ran_between_two_passes_while_queued_keeps_its_start_time():
+    """Slurm started and finished it between two looks: last seen Pending (no startTime), next
+    seen ended. Its start is Slurm's, as for one seen running."""
+    world = ClusterWorld(job("a"))
+    world.tick(T0)
+    world.runs["a"] = RunObservation("a", 1, None, T0, True, queued="Resources", external_id="9")
+    world.tick(T0 + 1)
+    assert world.state().start_time is None
+    world.runs["a"] = RunObservation("a", 1, None, T0 + 2, False, 0, None, T0 + 3, node="vm", external_id="9")
+    world.tick(T0 + 4)
+    st = world.state()
+    assert (st.phase, st.start_time, st.completion_time) == ("Succeeded", T0 + 2, T0 + 3)
+
+
 def test_sweep_parallelism_counts_children_queued_in_the_cluster():
     from controller.api.sweep import Sweep
     from controller.sweeps import expand
