@@ -430,6 +430,8 @@ def test_export_takes_folders_recursion_and_stdin_like_apply(files):
         (["export", "slurm"], "name a job or a file"),
         (["export", "slurm", "nope"], "job/nope not found"),
         (["export", "slurm", "-f", "/nonexistent.yaml"], "no such file"),
+        (["export", "slurm", "train", "--gpu-types", "H100"], "--gpu-types: expected GPUTYPE=GRESTYPE"),
+        (["export", "slurm", "train", "--gpu-types", "H100=h100:2"], "--gpu-types: "),
         (["export", "yaml", "train"], "invalid choice"),
     ],
 )
