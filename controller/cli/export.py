@@ -134,7 +134,10 @@ def export(
         settings, errors = _settings(home, target, options), []
     except CliError as exc:  # reported with the manifests' errors: every error at once
         settings, errors = {}, [str(exc)]
-    selected, doc_errors = _select(home, name, filenames, recursive)
+    try:
+        selected, doc_errors = _select(home, name, filenames, recursive)
+    except CliError as exc:
+        selected, doc_errors = [], [str(exc)]
     if errors or doc_errors:
         return _errors(errors + doc_errors)
     if target == "slurm" and len(selected) > 1:
