@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, StrictStr, WithJsonSchema, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, WithJsonSchema, field_validator
 
 from controller.api.job import Duration, Quantity, _Model
 
@@ -68,9 +68,17 @@ def _parse_gpu_types(value: object) -> object:
     return types
 
 
+def _check_gpu_types(types: dict[str, str]) -> dict[str, str]:
+    for gpu_type, gres in types.items():
+        if not gres or any(c in gres for c in ":,= \t"):
+            raise ValueError(f"{gpu_type}: {gres!r} is not a GRES type (one word as gres.conf names it, e.g. h100)")
+    return types
+
+
 GpuTypes = Annotated[
-    dict[StrictStr, Annotated[StrictStr, Field(min_length=1, pattern=r"^[^:,=\s]+$")]],
+    dict[StrictStr, StrictStr],
     BeforeValidator(_parse_gpu_types),
+    AfterValidator(_check_gpu_types),
     WithJsonSchema({"type": "object", "additionalProperties": {"type": "string"}}),
 ]
 

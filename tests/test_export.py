@@ -431,7 +431,7 @@ def test_export_takes_folders_recursion_and_stdin_like_apply(files):
         (["export", "slurm", "nope"], "job/nope not found"),
         (["export", "slurm", "-f", "/nonexistent.yaml"], "no such file"),
         (["export", "slurm", "train", "--gpu-types", "H100"], "--gpu-types: expected GPUTYPE=GRESTYPE"),
-        (["export", "slurm", "train", "--gpu-types", "H100=h100:2"], "--gpu-types: "),
+        (["export", "slurm", "train", "--gpu-types", "H100=h100:2"], "--gpu-types: H100: 'h100:2' is not a GRES type"),
         (["export", "yaml", "train"], "invalid choice"),
     ],
 )

@@ -275,7 +275,7 @@ def test_gpu_types_from_config_yaml_or_the_flag(tmp_path: Path):
         ("backend: k8s\n", "backend"),
         ("slurm: {partitio: gpu}\n", "config.yaml: slurm.partitio: Extra inputs are not permitted"),
         ("slurm: {extraArgs: --qos}\n", "slurm.extraArgs"),
-        ("slurm: {gpuTypes: {H100: 'h100:2'}}\n", "slurm.gpuTypes.H100"),
+        ("slurm: {gpuTypes: {H100: 'h100:2'}}\n", "slurm.gpuTypes: H100: 'h100:2' is not a GRES type"),
         ("slurm: {gpuTypes: H100}\n", "slurm.gpuTypes: expected GPUTYPE=GRESTYPE"),
         ("k8s: {image: ''}\n", "k8s.image"),
     ],
