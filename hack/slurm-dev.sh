@@ -21,7 +21,9 @@
 # - Cores are shared (OverSubscribe=FORCE:8; GRES never are): a 2-core box runs many
 #   small jobs at once; a job without --mem gets 256M (DefMemPerNode), not the whole node.
 # - No cgroups (no systemd, no delegation here): proctrack/linuxproc, task/none. So --mem is an
-#   allocation, enforced by jobacct_gather's OverMemoryKill polling, not by a cgroup.
+#   allocation, enforced by jobacct_gather's OverMemoryKill polling, not by a cgroup. The node
+#   declares at least 32 GiB (SlurmdParameters=config_overrides: slurmd believes slurm.conf), so
+#   the examples' --mem=16G fits on a small machine too; what a job really uses is still polled.
 # - No slurmdbd: sacct has no accounting. jobcomp/filetxt keeps a line per finished job in
 #   jobcomp.log, and MinJobAge keeps finished jobs visible to squeue/scontrol for an hour.
 # - Scheduling reacts in about a second (sched/builtin, short intervals): tests stay short.
@@ -75,7 +77,7 @@ configure() {
 NodeName=$node Name=gpu Type=a100 File=$DIR/dev/nvidia[$h100-$((GPUS - 1))]"
     fi
     cpus="$(nproc)"
-    mem_mb="$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.8}' /proc/meminfo)"
+    mem_mb="$(awk '/MemTotal/ {m = $2 / 1024 * 0.8; printf "%d", (m > 32768 ? m : 32768)}' /proc/meminfo)"
     local before=""
     [ -f "$CONF" ] && before="$(cat "$CONF" "$DIR/gres.conf" 2>/dev/null)"
     cat > "$CONF" <<EOF
@@ -113,6 +115,7 @@ SchedulerParameters=sched_interval=1,sched_min_interval=100000
 PriorityType=priority/basic
 MpiDefault=none
 ReturnToService=2
+SlurmdParameters=config_overrides
 MinJobAge=3600
 KillWait=5
 InactiveLimit=0
