@@ -57,12 +57,17 @@ def value(samples, metric: str, **labels) -> float | None:
     return samples.get((metric, tuple(sorted(labels.items()))))
 
 
-def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tmp_path):
+def two_gpu_daemon(gflowd, tmp_path):
+    """A gflowd on two fake GPUs serving metrics, and the folder whose files release held jobs."""
     fake = tmp_path / "gpus.yaml"
     fake.write_text(TWO_GPUS)
     release = tmp_path / "release"
     release.mkdir()
-    daemon = gflowd("--fake-gpus", fake, "--metrics-port", "0")
+    return gflowd("--fake-gpus", fake, "--metrics-port", "0"), release
+
+
+def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tmp_path):
+    daemon, release = two_gpu_daemon(gflowd, tmp_path)
     url = metrics_url(daemon)
     assert url.startswith("http://127.0.0.1:"), "loopback by default"
     write_manifest(home / "jobs", "big.yaml", held_job("big", 1, release))
@@ -115,11 +120,7 @@ def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tm
 @pytest.fixture
 def busy(home, gflowd, tmp_path):
     """A gflowd serving metrics with a job on a GPU and one pending: every kind of series present."""
-    fake = tmp_path / "gpus.yaml"
-    fake.write_text(TWO_GPUS)
-    release = tmp_path / "release"
-    release.mkdir()
-    daemon = gflowd("--fake-gpus", fake, "--metrics-port", "0")
+    daemon, release = two_gpu_daemon(gflowd, tmp_path)
     write_manifest(home / "jobs", "big.yaml", held_job("big", 1, release))
     write_manifest(home / "jobs", "huge.yaml", held_job("huge", 2, release))
     wait_phase(home, "huge", "Pending", reason="Resources", daemon=daemon)
