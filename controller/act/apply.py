@@ -20,7 +20,7 @@ from controller.model.plan import Plan, RunObservation
 @dataclass
 class Acted:
     again: bool = False  # a start failed at once, or manifests were removed: pass again now
-    pruned: list[str] = field(default_factory=list)  # manifest files edited (expired jobs)
+    pruned: list[str] = field(default_factory=list)  # manifest files changed (expired jobs cut out)
     starts_began: float = 0.0  # perf_counter when the starts began: what came before was deciding
     start_cost: float | None = None  # seconds per start in this pass (None: nothing started)
 
@@ -38,7 +38,7 @@ def act(
         runtime.forget(name)  # records on disk stay until purge(), after the status is written
     if plan.expired:
         acted.pruned = prune(plan.expired)
-        acted.again = True
+        acted.again = bool(acted.pruned)
     acted.starts_began = time.perf_counter()
     for launch in plan.starts:
         runtime.start(launch)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.cli.common import CliError
+from controller.cli.common import CliError, print_error
 
 EPILOG = """examples:
   gflowctl apply -f train.yaml          create or update jobs from a file, folder (-R) or - (stdin)
@@ -106,13 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", parents=[common], help="print a job as an sbatch script or a Kubernetes Job")
     p.add_argument("target", choices=["slurm", "k8s"])
-    p.add_argument("name", nargs="?", help="a job or sweep (else every document of -f FILE)")
-    p.add_argument("-f", "--filename", help="a manifest file, instead of a job the controller knows")
-    p.add_argument("--image", help="k8s: the container image")
+    p.add_argument("name", nargs="?", help="a job or sweep (else every document of -f)")
+    p.add_argument("-f", "--filename", action="append", default=[],
+                   help="file, folder or - for stdin, instead of a job the controller knows")
+    p.add_argument("-R", "--recursive", action="store_true", help="walk folders recursively")
+    p.add_argument("--image", help="k8s: the container image (default: config k8s.image)")
     p.add_argument("--queue", help="k8s: the Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
     p.add_argument("--namespace", help="k8s: metadata.namespace")
     p.add_argument("--partition", help="slurm: --partition")
     p.add_argument("--account", help="slurm: --account")
+    p.add_argument("--gpu-types", metavar="GPUTYPE=GRESTYPE,...",
+                   help="slurm: the cluster's GRES type for each gpuType (default: config slurm.gpuTypes)")
     p.add_argument("--output", help="slurm: --output (default %%x-%%j.log, arrays %%x-%%A_%%a.log)")
 
     p = sub.add_parser("simulate", help="replay a job trace through the real scheduler on a virtual clock")
@@ -205,8 +209,8 @@ def run(argv: list[str]) -> int:
     if verb == "export":
         from controller.cli.export import export  # lazy: gflowctl loads only the verb it runs
 
-        options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "output")}
-        return export(home, args.target, args.name, args.filename, options)
+        options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "gpu_types", "output")}
+        return export(home, args.target, args.name, args.filename, options, args.recursive)
     if verb == "explain":
         from controller.cli.explain import explain  # lazy: gflowctl loads only the verb it runs
 
@@ -223,21 +227,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except CliError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        print_error(exc)
         return 1
     except PermissionError as exc:  # e.g. another user's manifest in a shared, sticky spec dir
         where = exc.filename2 or exc.filename or ""
-        sys.stderr.write(f"error: {where}: permission denied (only its owner or root may change it)\n")
+        print_error(f"{where}: permission denied (only its owner or root may change it)")
         return 1
     except ValueError as exc:  # paths.UnsafeName: a name that would leave the state directory
         if type(exc).__name__ != "UnsafeName":
             raise
-        sys.stderr.write(f"error: {exc}\n")
+        print_error(exc)
         return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `gflowctl get jobs | head`
         return 0
+    except OSError as exc:  # the machine failing (a full disk, a read-only home): one line, no traceback
+        where = exc.filename2 or exc.filename
+        print_error(f"{where}: {exc.strerror}" if where and exc.strerror else f"{exc.strerror or exc}")
+        return 1
 
 
 if __name__ == "__main__":

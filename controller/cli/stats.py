@@ -26,7 +26,7 @@ from typing import Any
 
 from controller.api.labels import selector_matches
 from controller.api.units import format_duration, parse_duration
-from controller.cli.common import CliError, parse_selector_args
+from controller.cli.common import CliError, parse_selector_args, printable
 from controller.client.state import read_index
 from controller.model.records import rfc3339
 from controller.paths import Home
@@ -196,7 +196,7 @@ def _print_summary(r: dict[str, Any], since_text: str) -> None:
             continue
         rows = [[title, "JOBS", "SUCCEEDED", "FAILED", "GPU-HOURS"]]
         for key, e in sorted(table.items(), key=lambda kv: (-kv[1]["gpuHours"], kv[0])):
-            rows.append([key, str(e["jobs"]), str(e["succeeded"]), str(e["failed"]), f"{e['gpuHours']:.2f}"])
+            rows.append([printable(key), str(e["jobs"]), str(e["succeeded"]), str(e["failed"]), f"{e['gpuHours']:.2f}"])
         widths = [max(len(row[i]) for row in rows) for i in range(5)]
         lines.append("")
         lines.extend("   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)

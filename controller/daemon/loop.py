@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from controller.act.apply import Acted, act
+from controller.act.prune import prune_manifests
 from controller.act.runtime import make_runtime
 from controller.client.review import answer_request, clear
 from controller.decide.policy import policy_from_config
@@ -206,6 +207,9 @@ class Controller:
         wake_at = self._record(snapshot, plan, now, full, began)
         return wake_at, plan.again or acted.again
 
+    def _prune(self, expired) -> list[str]:
+        return prune_manifests(expired, within=self.home.spec_dir)
+
     def _take_dirty(self) -> set[str]:
         with self._lock:
             dirty, self._dirty = self._dirty, set()
@@ -213,7 +217,7 @@ class Controller:
         return dirty
 
     def _act(self, plan: Plan, began: float) -> Acted:
-        acted = act(plan, self.runtime)
+        acted = act(plan, self.runtime, prune=self._prune)
         self._decide_cost = acted.starts_began - began
         if acted.start_cost is not None:
             cost = acted.start_cost

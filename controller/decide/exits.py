@@ -54,6 +54,8 @@ def record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | Non
     state.completion_time = run.finished_at
     how = exit_text(run)
     stop_reason = stop["reason"] if stop else None
+    if state.start_time is None and stop_reason is None:  # a cluster ran it between two passes that saw it queued
+        state.start_time = run.started_at
     if stop_reason is None and run.reason == Reason.DeadlineExceeded:
         stop_reason = StopReason.DeadlineExceeded  # the supervisor enforced the limit itself
     if stop_reason in STOPPED:

@@ -3,16 +3,23 @@ process environment it is handed.
 
 No manifest field ever passes through a shell: ``command`` is exec'd as is, ``script`` is written
 to a file and run by ``bash -e FILE``.
+
+The variables gflow gives a job come from ``controller.api.jobenv.job_env``, which the Slurm
+backend and the exports call too.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from controller.api.jobenv import GFLOW_VARIABLES, SHARED_DEFAULTS, job_env  # noqa: F401  (the runtime's names)
 from controller.model.plan import Launch
+
 
 
 class LaunchError(Exception):
@@ -50,25 +57,12 @@ def build_process(launch: Launch, base_env: dict[str, str], script_path: Path, m
             raise LaunchError(f"condaEnv {spec.conda_env!r} is set but conda is not on the PATH")
         argv = [conda, "run", "--no-capture-output", "-n", spec.conda_env, *argv]
 
-    env = dict(base_env)
-    env.update(spec.env)
-    env.update(
-        {
-            "CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in launch.devices),
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            "GFLOW_JOB_NAME": launch.name,
-            "GFLOW_ATTEMPT": str(launch.attempt),
-            "GFLOW_GENERATION": str(launch.generation),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(master_port),
-        }
+    env = job_env(
+        launch.name, spec, devices=",".join(str(d) for d in launch.devices), attempt=str(launch.attempt),
+        generation=str(launch.generation), master_port=str(master_port), inherited=base_env,
     )
-    if spec.sharing == "Shared":
-        # keep frameworks from grabbing the whole GPU; GFLOW_GPU_MEMORY is the budget in bytes
-        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
-        env["GFLOW_GPU_MEMORY"] = str(spec.resources.gpu_memory or 0)
     if spec.command is not None and argv and os.sep not in argv[0]:
         if shutil.which(argv[0], path=env.get("PATH")) is None:
             raise LaunchError(f"command not found: {argv[0]!r} is not on the job's PATH")
     return ProcessSpec(argv, env, cwd, spec.script)
+

@@ -1,0 +1,44 @@
+"""The environment gflow gives a job (SPEC section 5), defined once for every engine: the local
+runtime, the Slurm backend and the exports call ``job_env`` with the values each engine knows, so
+a job sees the same names wherever it runs (docs/cluster.md has their values per engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# every job gets these, on every engine (SPEC section 5; docs/cluster.md for their values elsewhere)
+GFLOW_VARIABLES = (
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GFLOW_JOB_NAME", "GFLOW_ATTEMPT", "GFLOW_GENERATION",
+    "MASTER_ADDR", "MASTER_PORT",
+)
+# a Shared job's frameworks must not grab the whole GPU; the job's own settings win
+SHARED_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+
+
+def job_env(
+    name: str, spec: Any, *, devices: str, attempt: str, generation: str, master_port: str,
+    master_addr: str = "127.0.0.1", inherited: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """A job's whole environment: ``inherited`` (gflowd's own, locally), then the manifest's
+    ``env``, then gflow's variables (``GFLOW_VARIABLES``, which win). The caller gives the values
+    its engine knows; an export may give shell text its script expands when the job starts
+    (``controller.export.Shell``). A Shared job also gets ``GFLOW_GPU_MEMORY`` (its budget in
+    bytes) and ``SHARED_DEFAULTS`` unless it sets them itself."""
+    env = dict(inherited or {})
+    env.update(spec.env)
+    env.update({
+        "CUDA_VISIBLE_DEVICES": devices,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # so the indices mean what nvidia-smi shows
+        "GFLOW_JOB_NAME": name,
+        "GFLOW_ATTEMPT": attempt,
+        "GFLOW_GENERATION": generation,
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": master_port,
+    })
+    if spec.sharing == "Shared":
+        for key, value in SHARED_DEFAULTS.items():
+            env.setdefault(key, value)
+        env["GFLOW_GPU_MEMORY"] = str(spec.resources.gpu_memory or 0)
+    return env
