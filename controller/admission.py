@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -37,10 +38,17 @@ class AdmittedJob:
     owner_uid: int = -1
     mtime_ns: int = 0
     owner: str | None = None  # the Sweep that created this job, if any
+    real_dir: str | None = None  # the folder the manifest really lives in, when a symlink led to it
 
     @property
     def spec(self):
         return self.job.spec
+
+    @property
+    def folder(self) -> str:
+        """Where relative paths and the default working directory resolve: the folder the manifest
+        file really lives in, never a symlink's folder (docs/multi-user.md)."""
+        return self.real_dir or os.path.dirname(self.path)
 
 
 @dataclass(frozen=True)

@@ -434,7 +434,7 @@ class SlurmRuntime:
         from controller.runtime.command import LaunchError
 
         spec = launch.job.spec
-        cwd = workdir(spec.working_dir, os.path.dirname(launch.job.path) or ".")
+        cwd = workdir(spec.working_dir, launch.job.folder or ".")
         if not os.path.isdir(cwd):
             raise LaunchError(f"workingDir {cwd} does not exist or is not a folder")
         root = os.geteuid() == 0
