@@ -270,8 +270,6 @@ class Controller:
             self.store.scan()
         elif dirty:
             self.store.refresh(dirty)
-        if self.store.unsettled:  # entries that kept changing while read: looked at again shortly
-            self.mark_dirty(*self.store.unsettled)
         mono = time.monotonic()
         if self._gpus_dirty or mono - self._gpus_read_at >= GPU_REFRESH or full:
             self.gpus = self.inventory.read()

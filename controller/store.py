@@ -56,7 +56,7 @@ class ManifestStore:
         self.files: dict[str, ManifestFile] = {}
         self._gone: list[AdmittedJob | Rejection] = []  # see take_changes
         self._came: list[AdmittedJob | Rejection] = []
-        self.unsettled: set[str] = set()  # entries that kept changing while read: look again next pass
+        self._in_flux: set[str] = set()  # entries that kept changing while read: looked at again by the next refresh or scan
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
         self.cache_path = cache_path
@@ -95,7 +95,7 @@ class ManifestStore:
 
     def scan(self) -> set[str]:
         """Full resync: look at every manifest, re-read changed ones. Returns the paths that changed."""
-        self.unsettled.clear()  # every entry is looked at again below
+        self._in_flux.clear()  # every entry is looked at again below
         seen: set[str] = set()
         changed: set[str] = set()
         for path, entry, folder in self._walk(self._spec):
@@ -111,13 +111,13 @@ class ManifestStore:
         """Incremental: re-check only these paths (files or folders), and the entries that were
         changing last time. Returns the paths that changed."""
         changed: set[str] = set()
-        again, self.unsettled = self.unsettled, set()
+        again, self._in_flux = self._in_flux, set()
         for raw in {*paths, *again}:
             path = os.path.abspath(raw)
             try:
                 changed |= self._refresh_path(path)
             except OSError:  # it changed while we looked (e.g. a folder became a symlink): next pass
-                self.unsettled.add(path)
+                self._in_flux.add(path)
         return changed
 
     def documents(self) -> list[AdmittedJob | Rejection]:
@@ -267,14 +267,14 @@ class ManifestStore:
         except FileNotFoundError:
             return self._forget(path)
         except OSError:
-            self.unsettled.add(path)
+            self._in_flux.add(path)
             return False
         for _ in range(LOOKS):
             try:
                 return self._read(path, entry.name if folder is not None and entry is not None else None, folder)
             except EntryChanged:
                 folder = None  # look again by path
-        self.unsettled.add(path)
+        self._in_flux.add(path)
         return False
 
     def _read(self, path: str, name: str | None, folder: Folder | None) -> bool:
@@ -312,11 +312,11 @@ class ManifestStore:
 
     def _unreadable(self, path: str, exc: OSError) -> bool:
         try:
-            st = os.stat(path)
+            key: Key = file_key(os.stat(path))
         except OSError:
-            self.unsettled.add(path)
-            return False
-        return self._set_rejection(path, file_key(st), self._file_error(path, st, "Invalid", f"cannot read the file: {exc.strerror or exc}")[0])
+            key = (0, 0, 0, 0)  # looked at again on every scan
+        rejection = self._file_error(path, key[0], "Invalid", f"cannot read the file: {exc.strerror or exc}")[0]
+        return self._set_rejection(path, key, rejection)
 
     def _set_rejection(self, path: str, key: Key, rejection: Rejection, via_symlink: bool = False) -> bool:
         known = self.files.get(path)
@@ -358,35 +358,35 @@ class ManifestStore:
         return None if any(isinstance(r, Rejection) for r in results) else results
 
     def _file_error(
-        self, path: str, st: os.stat_result, reason: str, message: str, line: int | None = None
+        self, path: str, mtime_ns: int, reason: str, message: str, line: int | None = None
     ) -> list[AdmittedJob | Rejection]:
         """The whole file is bad: one Rejection under the file stem, naming the file (and line)."""
         source = self._display(Path(path))
         stem = os.path.basename(path).rsplit(".", 1)[0]
         stem_name = stem if is_valid_name(stem) else None
         where = f"{source} line {line}" if line else source
-        return [Rejection(stem_name, reason, f"{message} ({where})", source, path, 0, st.st_mtime_ns)]
+        return [Rejection(stem_name, reason, f"{message} ({where})", source, path, 0, mtime_ns)]
 
     def _parse(self, path: str, opened: OpenedManifest, manifest: ManifestFile | None = None) -> list[AdmittedJob | Rejection]:
         from controller.yamlio import YAMLSyntaxError, load_all
 
         st = opened.stat
         if st.st_size > MAX_MANIFEST_BYTES:
-            return self._file_error(path, st, "Invalid", f"file is {st.st_size} bytes, over the 1 MiB limit for a manifest")
+            return self._file_error(path, st.st_mtime_ns, "Invalid", f"file is {st.st_size} bytes, over the 1 MiB limit for a manifest")
         try:
             raw = opened.read(MAX_MANIFEST_BYTES + 1)
         except OSError as exc:
-            return self._file_error(path, st, "Invalid", f"cannot read the file: {exc.strerror or exc}")
+            return self._file_error(path, st.st_mtime_ns, "Invalid", f"cannot read the file: {exc.strerror or exc}")
         if b"\0" in raw:
-            return self._file_error(path, st, "Invalid", "file is binary, not YAML text")
+            return self._file_error(path, st.st_mtime_ns, "Invalid", "file is binary, not YAML text")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return self._file_error(path, st, "Invalid", f"file is not UTF-8 text (bad byte at offset {exc.start})")
+            return self._file_error(path, st.st_mtime_ns, "Invalid", f"file is not UTF-8 text (bad byte at offset {exc.start})")
         try:
             docs = load_all(text)
         except YAMLSyntaxError as exc:
-            return self._file_error(path, st, "YAMLError", f"YAML syntax error: {exc}", exc.line)
+            return self._file_error(path, st.st_mtime_ns, "YAMLError", f"YAML syntax error: {exc}", exc.line)
         try:
             if manifest is not None:
                 try:
@@ -397,7 +397,7 @@ class ManifestStore:
         except RecursionError:  # deep block nesting the parser took but later walks cannot
             if manifest is not None:
                 manifest.parsed_json = None
-            return self._file_error(path, st, "Invalid", "document is nested too deeply")
+            return self._file_error(path, st.st_mtime_ns, "Invalid", "document is nested too deeply")
 
     def _validate(
         self, path: str, st: os.stat_result, docs: list, text: str | None, hashes: dict | None = None
