@@ -322,8 +322,7 @@ class Controller:
             self.runtime.set_time_limit(name, limit)
         for name in plan.consumed:  # before starts (a pass may record an exit and start anew); the
             self.runtime.forget(name)  # records on disk stay until purge(), after the status is written
-        if plan.expired:
-            self._delete_manifests(plan.expired)
+        if plan.expired and self._delete_manifests(plan.expired):
             again = True
         started_at = time.perf_counter()
         self._decide_cost = started_at - pass_began
@@ -432,19 +431,23 @@ class Controller:
         except OSError:
             pass  # the same disk: the log line above is all we can do
 
-    def _delete_manifests(self, jobs) -> None:
+    def _delete_manifests(self, jobs) -> bool:
         """TTL and history: the one case where gflowd edits the spec dir. A single-document file is
-        removed; a document inside a multi-document file is cut out, the rest left as written."""
-        from controller.fsutil import atomic_write
+        removed; a document inside a multi-document file is cut out, the rest left as written, the
+        file still the user's (owner, group and mode kept: the next job in it must not run as root).
+        A file whose lock someone holds is left for a later pass, never waited for. True when
+        something was removed."""
+        from controller.fsutil import LockBusy, RewriteError, rewrite_locked
         from controller.manifest_edit import join_documents
         from controller.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
         by_path: dict[str, list[str]] = {}
         for job in jobs:
             by_path.setdefault(job.path, []).append(job.name)
+        removed = False
         for path, names in by_path.items():
-            try:
-                text = Path(path).read_text()
+
+            def cut(text: str, path: str = path, names: list[str] = names) -> str | None:
                 parts = list(iter_documents_text(text))
                 keep = []
                 for part in parts:
@@ -454,13 +457,18 @@ class Controller:
                         name = Path(path).stem
                     if name not in names:
                         keep.append(part)
-                if keep:
-                    atomic_write(Path(path), join_documents(keep), mode=os.stat(path).st_mode & 0o777)
-                else:
-                    os.unlink(path)
-            except (OSError, YAMLSyntaxError) as exc:
+                if len(keep) == len(parts):
+                    return text
+                return join_documents(keep) if keep else None
+
+            try:
+                removed = rewrite_locked(Path(path), cut, within=self.home.spec_dir, wait=0) or removed
+            except LockBusy:
+                log.info("expired job(s) %s: %s is being edited; removing them on a later pass", ", ".join(names), path)
+            except (OSError, YAMLSyntaxError, RewriteError) as exc:
                 log.warning("could not remove expired job(s) %s from %s: %s", ", ".join(names), path, exc)
             self.mark_dirty(path)
+        return removed
 
     def _topology(self) -> dict[tuple[int, int], int]:
         reader = getattr(self.inventory, "topology", None)

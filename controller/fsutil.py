@@ -2,14 +2,23 @@
 
 A reader never sees half a file and a crash never leaves one. Files are created 0644 at most:
 never world-writable.
+
+Files that belong to someone else (a user's manifest) are rewritten only by :func:`rewrite_locked`:
+it keeps the file's owner, group and mode (or refuses), serialises with every other such rewrite,
+and never overwrites a change it did not read.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import random
+import stat
 import tempfile
+import time
 from pathlib import Path
+from typing import Callable
 
 
 def atomic_write(path: Path, data: str | bytes, mode: int = 0o644, durable: bool = True, sync_dir: bool = True) -> None:
@@ -64,3 +73,200 @@ def lock_held(path: Path) -> bool:
         return False
     finally:
         os.close(fd)  # closing drops our shared lock, if we got it
+
+
+class RewriteError(Exception):
+    """A rewrite that did not happen; the file is as it was. The message is one line."""
+
+
+class LockBusy(RewriteError):
+    """Another program held the file's lock for longer than we were willing to wait."""
+
+
+def rewrite_locked(path: Path, change: Callable[[str], str | None], *, within: Path | None = None,
+                   wait: float = 30.0, attempts: int = 5) -> bool:
+    """Read-modify-write of a file others may edit, losing nobody's edit: ``change(text)`` returns
+    the new text, the same text (nothing is written) or None (the file is removed). True when the
+    file changed.
+
+    The lock is an ``flock`` on the file itself, not on a lock file beside it: any process that
+    can read the file can take it (root, the owner, a user's gflowctl in a sticky shared folder
+    where it may not create files), it leaves nothing behind, and the kernel drops it when its
+    holder dies. Because a rewrite replaces the file (a new inode), a waiter that gets the lock
+    checks that its descriptor is still the file at ``path``, else locks the new one. Writers that
+    do not take the lock (a user's editor or script) are caught instead: just before the rename
+    the file must still be what ``change`` was given (same inode, mtime, size and bytes), else the
+    edit starts over from the new text, at most ``attempts`` times, then fails (RewriteError).
+
+    The new file gets the old one's uid, gid and mode (``fchown``/``fchmod`` on the temp file
+    before the rename), so a rewrite by root or an admin never changes whose job a manifest is;
+    an editor who cannot do that (another user in a shared folder) gets PermissionError and the
+    file is untouched. ``path`` may be a symlink: the file it leads to is edited, which must lie
+    inside ``within`` when given; a removal removes the link itself.
+    """
+    real = Path(os.path.realpath(path))
+    if within is not None and not real.is_relative_to(os.path.realpath(within)):
+        if os.path.islink(path):
+            raise RewriteError(f"{path} is a symlink to {real}, outside {within}; edit that file instead")
+        raise RewriteError(f"{path} is outside {within}")
+    for attempt in range(attempts):
+        fd, seen = _open_locked(real, wait)
+        try:
+            data = _read_all(fd)
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise RewriteError(f"{path} is not UTF-8 text") from None
+            new = change(text)
+            if new == text:
+                return False
+            tmp = None if new is None else _temp_like(real, new.encode(), seen)
+            try:
+                if _unchanged(real, fd, seen, data):
+                    if tmp is None:
+                        os.unlink(path)
+                    else:
+                        os.replace(tmp, real)
+                        tmp = None
+                    fsync_dir(real.parent)
+                    return True
+            finally:
+                if tmp is not None:
+                    os.unlink(tmp)
+        finally:
+            os.close(fd)  # drops the lock
+        if attempt + 1 < attempts:
+            time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))  # let the other writer finish
+    raise RewriteError(f"{path} changed while it was being edited, {attempts} times in a row "
+                       "(another program keeps writing it); try again")
+
+
+def _open_locked(path: Path, wait: float) -> tuple[int, os.stat_result]:
+    """A descriptor of the file now at ``path``, with its flock held, and its fstat."""
+    deadline = time.monotonic() + wait
+    while True:
+        # O_NONBLOCK: a FIFO put in a file's place must not hang us; O_NOFOLLOW: path is resolved
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise RewriteError(f"{path} was replaced by a symlink meanwhile; try again") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise RewriteError(f"{path} is not a regular file")
+            _flock(fd, path, deadline, wait)
+            try:
+                now = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+            if now is None:
+                raise FileNotFoundError(errno.ENOENT, "removed while waiting for its lock", str(path))
+            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                return fd, os.fstat(fd)  # fstat again: the holder before us may have changed it in place
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # replaced while we waited: lock the file that is there now
+
+
+def _flock(fd: int, path: Path, deadline: float, wait: float) -> None:
+    """LOCK_EX, polled so that a lock somebody never releases ends in an error, not a hang."""
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockBusy(f"{path} is locked by another program (waited {wait:g}s); try again") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks, offset = [], 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+
+
+def _unchanged(path: Path, fd: int, seen: os.stat_result, data: bytes) -> bool:
+    """Is the file at ``path`` still the one we read, with the bytes we read? (The stat alone is
+    not enough: two in-place writes within one timestamp tick leave mtime and size alike.)"""
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    if (now.st_dev, now.st_ino, now.st_mtime_ns, now.st_size) != (seen.st_dev, seen.st_ino, seen.st_mtime_ns, seen.st_size):
+        return False
+    return _read_all(fd) == data  # the same inode: our descriptor reads what is there now
+
+
+def _temp_like(path: Path, payload: bytes, like: os.stat_result) -> str:
+    """A synced temp file beside ``path`` holding ``payload``, with ``like``'s owner and mode."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # name the file being edited, not our temp name (EACCES, ENOSPC)
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
+    try:
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as exc:
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from None
+        mine = os.fstat(fd)
+        if (mine.st_uid, mine.st_gid) != (like.st_uid, like.st_gid):
+            try:
+                os.fchown(fd, -1 if mine.st_uid == like.st_uid else like.st_uid, like.st_gid)
+            except PermissionError:
+                raise PermissionError(errno.EPERM, f"owned by uid {like.st_uid} gid {like.st_gid}, and a rewrite by uid "
+                                      f"{os.geteuid()} cannot keep that owner", str(path)) from None
+        os.fchmod(fd, stat.S_IMODE(like.st_mode))  # after fchown, which clears set-id bits
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def create_new(path: Path, data: str, mode: int = 0o644) -> None:
+    """Create ``path`` atomically, failing with FileExistsError when it exists: two ``apply`` runs
+    creating one file never both say "created" with one of them lost."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        _rename_noreplace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def _rename_noreplace(source: str, target: Path) -> None:
+    import ctypes
+
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc >= 2.28
+    at_fdcwd, rename_noreplace = -100, 1
+    if renameat2 is not None and renameat2(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(str(target)), rename_noreplace) == 0:
+        return
+    err = ctypes.get_errno() if renameat2 is not None else errno.ENOSYS
+    if err in (errno.ENOSYS, errno.EINVAL):  # an old kernel or a file system without it: a hard link is atomic too
+        os.link(source, target)
+        os.unlink(source)
+        return
+    raise OSError(err, os.strerror(err), str(target))

@@ -384,3 +384,37 @@ def test_describe_shows_the_effective_priority_while_pending(home):
     record(home, JobState(name="old", phase="Pending", reason="Priority", priority=1, effective_priority=6, created=time.time()))
     out = run("describe", "job", "old")[1]
     assert any(line.split() == ["Effective", "Priority:", "6"] for line in out.splitlines()), out
+
+
+# -- the machine failing -------------------------------------------------------------------------
+
+def test_apply_on_a_full_disk_is_one_line_not_a_traceback(home, tmp_path):
+    """ENOSPC while writing the manifest: exit 1 and one line naming the file and the cause."""
+    import os
+    import shutil
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root and mount(8) for a size-limited tmpfs")
+    jobs = Path(home.spec_dir)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(jobs)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        fd = os.open(jobs / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        manifest = tmp_path / "big.yaml"
+        manifest.write_text(JOB.format(name="big") + "#" + "x" * 20000 + "\n")
+        code, out, err = run("apply", "-f", str(manifest))
+        assert code == 1, (out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "No space left on device" in lines[0], err
+        assert "Traceback" not in err
+        assert not list(jobs.glob("big*")), "a failed write leaves no file behind"
+    finally:
+        subprocess.run(["umount", "-l", str(jobs)], check=False)

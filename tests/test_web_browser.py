@@ -149,3 +149,24 @@ def test_dashboard_renders_gpus_queue_reasons_timeline_live_and_escaped(browser,
     if os.environ.get("GFLOW_SCREENSHOT_DIR"):  # keep it to look at
         shutil.copy(shot, Path(os.environ["GFLOW_SCREENSHOT_DIR"]) / "dashboard-test.png")
     (release / "big").touch()
+
+
+def test_dashboard_shows_control_characters_escaped_and_the_api_keeps_them(browser, home, gflowd, tmp_path):
+    from test_web_e2e import dashboard_address, state
+
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text(GPUS)
+    daemon = gflowd("--fake-gpus", fake, "--web-port", "0")
+    nasty = "H\x1b[2J\x1b]0;pwned\x07100\nforged row\u202e"  # clear screen, set the title, a newline, RTL override
+    write_manifest(home / "jobs", "ctrl.yaml",
+                   f"metadata: {{name: ctrl}}\nspec:\n  resources: {{gpus: 1, gpuType: {json.dumps(nasty)}}}\n  command: [sleep, '1']\n")
+    wait_phase(home, "ctrl", "Pending", reason="Unschedulable", daemon=daemon)
+    assert any(nasty in q["message"] for q in state(dashboard_address(daemon))["queue"])  # the API: exact data
+
+    browser.get(json.loads((home / "run" / "web.json").read_text())["url"])
+    until(browser, lambda d: text_of(d, '#queue tr[data-job="ctrl"] td.msg') is not None, "the queue row of ctrl")
+    message = text_of(browser, '#queue tr[data-job="ctrl"] td.msg')
+    assert r"H\x1b[2J\x1b]0;pwned\x07100\nforged row\u202e" in message, message
+    assert not [c for c in message if not c.isprintable()], repr(message)
+    events = text_of(browser, "#events")
+    assert r"\x1b[2J" in events and "\x1b" not in events

@@ -2,7 +2,9 @@
 
 The stored manifest keeps the user's text: apply writes each document's own text (comments and
 order included) and never re-serialises. A job defined inside a multi-document file is updated or
-removed in place, leaving the other documents byte-for-byte alone.
+removed in place, leaving the other documents byte-for-byte alone. Every such rewrite goes through
+``fsutil.rewrite_locked`` (under the file's lock, re-read there, owner and mode kept, a concurrent
+writer's change never overwritten), and a new file is created only if no one created it meanwhile.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.cli.common import CliError, find_manifest
-from controller.fsutil import atomic_write
+from controller.cli.common import CliError, find_manifest, print_error
 from controller.paths import Home
 
 
@@ -84,8 +85,6 @@ def _check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[
 
 
 def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> int:
-    from controller.yamlio import iter_documents_text, load_one
-
     errors: list[str] = []
     seen: dict[str, str] = {}
     home.spec_dir.mkdir(parents=True, exist_ok=True)
@@ -101,38 +100,57 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
                 errors.append(f"job/{doc.name} is defined twice: in {seen[doc.name]} and {doc.origin}")
                 continue
             seen[doc.name] = doc.origin
-            target = find_manifest(home, doc.name, doc.kind)
-            body = doc.text if doc.text.endswith("\n") else doc.text + "\n"
-            if target is None:
-                verb = "created"
-                if not dry_run:
-                    atomic_write(home.spec_dir / f"{doc.name}.yaml", body)
-            else:
-                current = target.read_text()
-                parts = list(iter_documents_text(current))
-                position = _position_of(parts, doc.name, target)
-                if position is None:
-                    raise CliError(f"job/{doc.name}: its manifest {target} no longer defines it; try again")
-                old = load_one(parts[position])
-                verb = "unchanged" if _same(old, doc.data, doc.name, target, len(parts)) else "configured"
-                if parts[position] != body and not dry_run:
-                    parts[position] = body
-                    from controller.manifest_edit import join_documents
-
-                    atomic_write(target, parts[0] if len(parts) == 1 else join_documents(parts), mode=_mode(target))
+            verb = _store(home, doc, dry_run)
             progress.clear()
             print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled)
     progress.done()
     for error in errors:
-        sys.stderr.write(f"error: {error}\n")
+        print_error(error)
     return 1 if errors else 0
 
 
-def _mode(path: Path) -> int:
+def _store(home: Home, doc: _Doc, dry_run: bool) -> str:
+    """Write one document: a new file, or in place of its old text. Returns the verb to print."""
+    from controller.fsutil import RewriteError, create_new, rewrite_locked
+    from controller.manifest_edit import join_documents
+    from controller.yamlio import iter_documents_text, load_one
+
+    body = doc.text if doc.text.endswith("\n") else doc.text + "\n"
+    target = find_manifest(home, doc.name, doc.kind)
+    if target is None:
+        if dry_run:
+            return "created"
+        target = home.spec_dir / f"{doc.name}.yaml"
+        try:
+            create_new(target, body)
+            return "created"
+        except FileExistsError:
+            pass  # created meanwhile (another apply): update it like any existing file
+    verb = "configured"
+
+    def change(current: str) -> str:
+        nonlocal verb
+        parts = list(iter_documents_text(current))
+        position = _position_of(parts, doc.name, target)
+        if position is None:
+            raise CliError(f"job/{doc.name}: its manifest {target} no longer defines it; try again")
+        old = load_one(parts[position])
+        verb = "unchanged" if _same(old, doc.data, doc.name, target, len(parts)) else "configured"
+        if parts[position] == body or dry_run:
+            return current
+        parts[position] = body
+        return parts[0] if len(parts) == 1 else join_documents(parts)
+
     try:
-        return path.stat().st_mode & 0o777 & ~0o002
-    except OSError:
-        return 0o644
+        if dry_run:
+            change(target.read_text())
+        else:
+            rewrite_locked(target, change, within=home.spec_dir)
+    except FileNotFoundError:
+        raise CliError(f"{doc.kind}/{doc.name}: its manifest {target} was removed meanwhile; try again") from None
+    except RewriteError as exc:
+        raise CliError(f"{doc.kind}/{doc.name}: not changed: {exc}") from None
+    return verb
 
 
 def _same(old, new, name: str, target: Path, count: int) -> bool:
@@ -171,33 +189,46 @@ def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job"
     if not targets:
         raise CliError("name the jobs to delete: gflowctl delete job NAME... or -f FILE")
     from controller.cli.common import owner_of
+    from controller.fsutil import RewriteError, rewrite_locked
+    from controller.manifest_edit import join_documents
+    from controller.yamlio import iter_documents_text
 
     failed = False
     for name in targets:
         owner = owner_of(home, name) if kind == "job" else None
         if owner is not None:
-            sys.stderr.write(f"error: job/{name} belongs to sweep/{owner}; delete the sweep or change its matrix\n")
+            print_error(f"job/{name} belongs to sweep/{owner}; delete the sweep or change its matrix")
             failed = True
             continue
         path = find_manifest(home, name, kind)
         if path is None:
-            sys.stderr.write(f"error: {kind}/{name} not found\n")
+            print_error(f"{kind}/{name} not found")
             failed = True
             continue
-        from controller.yamlio import iter_documents_text
 
-        parts = list(iter_documents_text(path.read_text()))
-        position = _position_of(parts, name, path)
-        if position is None:
-            sys.stderr.write(f"error: job/{name} not found in {path}\n")
-            failed = True
-            continue
-        if len(parts) == 1:
-            path.unlink()
-        else:
-            from controller.manifest_edit import join_documents
-
+        def cut(text: str, name: str = name, path: Path = path) -> str | None:
+            parts = list(iter_documents_text(text))
+            position = _position_of(parts, name, path)
+            if position is None:
+                raise _NotIn
+            if len(parts) == 1:
+                return None  # the whole file goes
             del parts[position]
-            atomic_write(path, join_documents(parts), mode=_mode(path))
+            return join_documents(parts)
+
+        try:
+            rewrite_locked(path, cut, within=home.spec_dir)
+        except (_NotIn, FileNotFoundError):
+            print_error(f"{kind}/{name} not found in {path}")
+            failed = True
+            continue
+        except RewriteError as exc:
+            print_error(f"{kind}/{name}: not deleted: {exc}")
+            failed = True
+            continue
         print(f"{kind}/{name} deleted")
     return 1 if failed else 0
+
+
+class _NotIn(Exception):
+    """The file no longer defines the job."""

@@ -15,6 +15,22 @@ class CliError(Exception):
     """A user error: printed as one line on stderr, exit code 1."""
 
 
+def printable(text: object) -> str:
+    """``text`` as a terminal may show it: control characters, line breaks and other invisible
+    characters (ESC, BEL, ``\\n``, U+202E) escaped the way Python's ``repr`` writes them (``\\x1b``,
+    ``\\n``, ``\\u202e``), everything else unchanged. File names, job messages and event text come
+    from users, and a raw escape sequence could repaint a terminal or forge a row. Used for every
+    human-readable output; -o json and -o yaml keep the exact data."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def print_error(message: object) -> None:
+    sys.stderr.write(f"error: {printable(message)}\n")
+
+
 def resolve_home(home: str | None, spec_dir: str | None) -> Home:
     resolved = Home.resolve(home, spec_dir)
     if spec_dir is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from controller.api.units import format_age, format_duration
-from controller.cli.common import CliError, find_manifest, read_status
+from controller.cli.common import CliError, find_manifest, printable, read_status
 from controller.paths import Home
 from controller.state import from_rfc3339
 
@@ -46,13 +46,15 @@ def describe(home: Home, name: str) -> int:
         lines.append(("Duration", format_duration((end or now) - start)))
     lines.extend(_spec_lines(home, name, manifest))
     width = max(len(k) for k, _ in lines) + 2
-    out = [f"{k + ':':<{width}}{v}" for k, v in lines]
+    # every value escaped for the terminal: file names, messages, commands and labels are users' text
+    out = [f"{k + ':':<{width}}{printable(v)}" for k, v in lines]
     conditions = status.get("conditions") or []
     if conditions:
         out.append("Conditions:")
         out.append(f"  {'TYPE':<14}{'STATUS':<8}{'REASON':<26}MESSAGE")
         for c in conditions:
-            out.append(f"  {c.get('type', ''):<14}{c.get('status', ''):<8}{c.get('reason', ''):<26}{c.get('message', '')}")
+            kind, state, reason, message = (printable(c.get(k, "")) for k in ("type", "status", "reason", "message"))
+            out.append(f"  {kind:<14}{state:<8}{reason:<26}{message}")
     events = _recent_events(home, name)
     out.append("Events:" + ("" if events else " <none>"))
     if events:
@@ -62,9 +64,10 @@ def describe(home: Home, name: str) -> int:
         width_age = max(len(a) for a in ages + ["AGE"]) + 2
         out.append(f"  {'TYPE':<8}{'REASON':<20}{'AGE':<{width_age}}MESSAGE")
         for ev, age in zip(events, ages):
-            out.append(f"  {ev.get('type', ''):<8}{ev.get('reason', ''):<20}{age:<{width_age}}{ev.get('message', '')}")
+            kind, reason, message = (printable(ev.get(k, "")) for k in ("type", "reason", "message"))
+            out.append(f"  {kind:<8}{reason:<20}{age:<{width_age}}{message}")
     log = home.log_file(name)
-    out.append(f"Log:{' ' * (width - 4)}{log}" + ("" if log.exists() else " (none yet)"))
+    out.append(f"Log:{' ' * (width - 4)}{printable(log)}" + ("" if log.exists() else " (none yet)"))
     print("\n".join(out))
     return 0
 

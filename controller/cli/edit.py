@@ -1,15 +1,16 @@
 """Verbs that act by editing a manifest in place: cancel, suspend, resume, rerun, set priority.
 
 Each changes one field and keeps the rest of the file as the user wrote it (``manifest_edit``).
+The read-modify-write goes through ``fsutil.rewrite_locked``: it holds the file's lock, edits
+what is on disk under it, keeps the file's owner and mode, and never overwrites a change made by
+someone who did not take the lock; an edit that could not be made says so (exit 1).
 """
 
 from __future__ import annotations
 
-import sys
 import time
 
-from controller.cli.common import CliError, find_manifest
-from controller.fsutil import atomic_write
+from controller.cli.common import CliError, find_manifest, print_error
 from controller.paths import Home
 
 _FIELDS = {
@@ -19,18 +20,23 @@ _FIELDS = {
 }
 
 
+class _Gone(Exception):
+    """The file no longer defines the job (edited or replaced meanwhile)."""
+
+
 def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -> bool:
     """Set ``path`` in job ``name``'s manifest (``path == ()``: ``value`` is a merge patch).
-    False (and a message) when the job is unknown; CliError when the result would be invalid."""
+    False (and a message) when the job is unknown; CliError when the result would be invalid or
+    the file could not be rewritten."""
     from controller.cli.apply import _position_of
+    from controller.cli.common import owner_of
+    from controller.fsutil import RewriteError, rewrite_locked
     from controller.manifest_edit import EditError, merge_patch, set_field
     from controller.yamlio import iter_documents_text
 
-    from controller.cli.common import owner_of
-
     owner = owner_of(home, name)
     if owner is not None:
-        sys.stderr.write(f"error: job/{name} belongs to sweep/{owner}; edit the sweep's template instead\n")
+        print_error(f"job/{name} belongs to sweep/{owner}; edit the sweep's template instead")
         return False
     manifest = find_manifest(home, name)
     if manifest is None and path[:1] == ("spec",):
@@ -39,21 +45,29 @@ def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -
         if manifest is not None:
             path = ("spec", "template", *path[1:])
     if manifest is None:
-        sys.stderr.write(f"error: job/{name} not found\n")
+        print_error(f"job/{name} not found")
         return False
-    text = manifest.read_text()
-    parts = list(iter_documents_text(text))
-    position = _position_of(parts, name, manifest)
-    if position is None:
-        sys.stderr.write(f"error: job/{name} not found in {manifest}\n")
-        return False
+
+    def change(text: str) -> str:
+        parts = list(iter_documents_text(text))
+        position = _position_of(parts, name, manifest)
+        if position is None:
+            raise _Gone
+        try:
+            new_text = merge_patch(text, position, value) if not path else set_field(text, position, path, value)
+        except EditError as exc:
+            raise CliError(f"job/{name}: cannot edit {manifest}: {exc}") from None
+        _check_still_valid(new_text, position, name, manifest)
+        return new_text
+
+    import controller.admission  # noqa: F401  (pydantic, ~100 ms) before the lock: it is held for the edit alone
     try:
-        new_text = merge_patch(text, position, value) if not path else set_field(text, position, path, value)
-    except EditError as exc:
-        raise CliError(f"job/{name}: cannot edit {manifest}: {exc}") from None
-    _check_still_valid(new_text, position, name, manifest)
-    if new_text != text:
-        atomic_write(manifest, new_text, mode=manifest.stat().st_mode & 0o755)
+        rewrite_locked(manifest, change, within=home.spec_dir)
+    except (_Gone, FileNotFoundError):
+        print_error(f"job/{name} not found in {manifest}")
+        return False
+    except RewriteError as exc:
+        raise CliError(f"job/{name}: not changed: {exc}") from None
     if verb:
         print(f"job/{name} {verb}")
     return True

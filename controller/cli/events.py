@@ -15,7 +15,7 @@ import time
 from typing import Any, Iterable, Iterator
 
 from controller.api.units import format_age
-from controller.cli.common import CliError
+from controller.cli.common import CliError, printable
 from controller.jsonlog import parse_lines, previous_of
 from controller.paths import Home
 
@@ -82,10 +82,10 @@ def _row(event: dict[str, Any], now: float) -> tuple[str, ...]:
     when = from_rfc3339(event.get("time"))
     return (
         format_age(now - when) if when else "?",
-        str(event.get("type", "")),
-        str(event.get("reason", "")),
-        str(event.get("object", "")) or "-",
-        str(event.get("message", "")),
+        printable(event.get("type", "")),
+        printable(event.get("reason", "")),
+        printable(event.get("object", "")) or "-",
+        printable(event.get("message", "")),
     )
 
 

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from controller.api.units import format_age
-from controller.cli.common import CliError, job_rows, read_status, warn_if_not_running
+from controller.cli.common import CliError, job_rows, print_error, printable, read_status, warn_if_not_running
 from controller.paths import Home
 
 JOB_KINDS = ("jobs", "job", "j")
@@ -69,7 +69,7 @@ def _get_sweeps(home: Home, args) -> int:
     elif not missing:
         print("No sweeps found.", file=sys.stderr)
     for name in missing:
-        sys.stderr.write(f"error: sweep/{name} not found\n")
+        print_error(f"sweep/{name} not found")
     return 1 if missing else 0
 
 
@@ -124,7 +124,7 @@ def _get_jobs(home: Home, args, selector) -> int:
     if not rows:
         warn_if_not_running(home)
     for name in missing:
-        sys.stderr.write(f"error: job/{name} not found\n")
+        print_error(f"job/{name} not found")
     return 1 if missing else 0
 
 
@@ -160,6 +160,8 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
 
 
 def _format_table(table: list[list[str]]) -> list[str]:
+    """Aligned rows; every cell escaped for the terminal (file names, messages, GPU names)."""
+    table = [row if "".join(row).isprintable() else [printable(cell) for cell in row] for row in table]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return ["   ".join([cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]).rstrip() for row in table]
 
@@ -297,7 +299,7 @@ def _get_gpus(home: Home, args) -> int:
         print(home.node_file.read_text(), end="")
         return 0
     if not gpus:
-        print(f"No GPUs ({node.get('inventory', 'unknown inventory')}).", file=sys.stderr)
+        print(f"No GPUs ({printable(node.get('inventory', 'unknown inventory'))}).", file=sys.stderr)
         return 0
     _print_table(_gpu_table(gpus))
     return 0

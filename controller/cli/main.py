@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.cli.common import CliError
+from controller.cli.common import CliError, print_error
 
 EPILOG = """examples:
   gflowctl apply -f train.yaml          create or update jobs from a file, folder (-R) or - (stdin)
@@ -223,21 +223,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except CliError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        print_error(exc)
         return 1
     except PermissionError as exc:  # e.g. another user's manifest in a shared, sticky spec dir
         where = exc.filename2 or exc.filename or ""
-        sys.stderr.write(f"error: {where}: permission denied (only its owner or root may change it)\n")
+        print_error(f"{where}: permission denied (only its owner or root may change it)")
         return 1
     except ValueError as exc:  # paths.UnsafeName: a name that would leave the state directory
         if type(exc).__name__ != "UnsafeName":
             raise
-        sys.stderr.write(f"error: {exc}\n")
+        print_error(exc)
         return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `gflowctl get jobs | head`
         return 0
+    except OSError as exc:  # the machine failing (a full disk, a read-only home): one line, no traceback
+        where = exc.filename2 or exc.filename
+        print_error(f"{where}: {exc.strerror}" if where and exc.strerror else f"{exc.strerror or exc}")
+        return 1
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from controller.cli.common import CliError, read_index
+from controller.cli.common import CliError, printable, read_index
 from controller.jsonlog import read_records
 from controller.paths import Home
 from controller.api.labels import selector_matches
@@ -201,7 +201,7 @@ def _print_summary(r: dict[str, Any], since_text: str) -> None:
             continue
         rows = [[title, "JOBS", "SUCCEEDED", "FAILED", "GPU-HOURS"]]
         for key, e in sorted(table.items(), key=lambda kv: (-kv[1]["gpuHours"], kv[0])):
-            rows.append([key, str(e["jobs"]), str(e["succeeded"]), str(e["failed"]), f"{e['gpuHours']:.2f}"])
+            rows.append([printable(key), str(e["jobs"]), str(e["succeeded"]), str(e["failed"]), f"{e['gpuHours']:.2f}"])
         widths = [max(len(row[i]) for row in rows) for i in range(5)]
         lines.append("")
         lines.extend("   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)

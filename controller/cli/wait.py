@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
-from controller.cli.common import CliError, read_status
+from controller.cli.common import CliError, print_error, read_status
 from controller.paths import Home
 
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}
@@ -38,7 +37,7 @@ def wait(home: Home, target: str, condition: str, timeout_text: str) -> int:
                 print(f"{kind}/{name} {phase}")
                 return 0
             if phase in TERMINAL:
-                sys.stderr.write(f"error: {kind}/{name} is {phase} ({status.get('reason')}); it will not become {value}\n")
+                print_error(f"{kind}/{name} is {phase} ({status.get('reason')}); it will not become {value}")
                 return 1
         else:
             for cond in status.get("conditions") or []:
@@ -47,6 +46,6 @@ def wait(home: Home, target: str, condition: str, timeout_text: str) -> int:
                     return 0
         if time.monotonic() >= deadline:
             state = f"{phase} ({status.get('reason')})" if phase else "not found"
-            sys.stderr.write(f"error: timed out after {timeout_text} waiting for {kind}/{name} {condition}; it is {state}\n")
+            print_error(f"timed out after {timeout_text} waiting for {kind}/{name} {condition}; it is {state}")
             return 1
         time.sleep(0.05)
