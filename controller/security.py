@@ -21,10 +21,13 @@ import stat
 from dataclasses import dataclass
 from typing import Callable
 
-# Never block on a FIFO, never make a terminal ours, never leak into a job.
+# Reading: never block on a FIFO, never make a terminal ours, never leak into a job.
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-# Resolves a path without opening what it names (no device is ever opened by following a link).
+# Looking: O_PATH names a file without opening it - no device or FIFO is ever opened, and no
+# inotify event is made (a cold start looks at every manifest; gflowd's own watcher would
+# otherwise hear two events per file). Elsewhere (not Linux) the file is opened for reading.
 _O_PATH = getattr(os, "O_PATH", 0)
+_LOOK_FLAGS = (_O_PATH or _READ_FLAGS) | os.O_CLOEXEC
 
 NOT_REGULAR = "not a regular file (a FIFO, socket or device): not read"
 LEAVES_SPEC_DIR = "a symlink leading outside the spec directory: not followed"
@@ -63,21 +66,30 @@ class NotRead(Exception):
 
 @dataclass
 class OpenedManifest:
-    """One open manifest file: everything known about it comes from this descriptor."""
+    """One manifest file, held by a descriptor: everything known about it comes from that."""
 
-    fd: int
+    fd: int  # an O_PATH descriptor (Linux), or one open for reading
     stat: os.stat_result  # fstat of ``fd``: the owner, the size, the parse-cache key
     folder: str | None  # the folder the file really lives in, when a symlink led to it; else None
+    path: str  # where it was found
 
     def read(self, limit: int) -> bytes:
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(self.fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        """The text, from this very file: an O_PATH descriptor is reopened through /proc, which
+        names the file itself, never a path that could now lead elsewhere."""
+        if not _O_PATH:  # pragma: no cover - not Linux: fd is open for reading
+            return _read_fd(self.fd, limit)
+        try:
+            fd = os.open(f"/proc/self/fd/{self.fd}", _READ_FLAGS)
+        except FileNotFoundError:  # no /proc: open the resolved path, and check it is the same file
+            fd = os.open(os.path.realpath(self.path), _READ_FLAGS | os.O_NOFOLLOW)
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (self.stat.st_dev, self.stat.st_ino):
+                os.close(fd)
+                raise EntryChanged(self.path) from None
+        try:
+            return _read_fd(fd, limit)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -87,6 +99,17 @@ class OpenedManifest:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 @dataclass
@@ -139,38 +162,50 @@ class SpecTree:
 
     def open_entry(self, folder: Folder, name: str, path: str) -> OpenedManifest:
         """The manifest ``name`` (at ``path``) in an open folder: the walk's way, no path is resolved again."""
-        try:
-            fd = os.open(name, _READ_FLAGS | os.O_NOFOLLOW, dir_fd=folder.fd)
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
+        looked = _look_at(name, folder.fd)
+        if looked is None:
             return self.open_manifest(path)  # a symlink: resolved by path
         real = None if folder.real is None else os.path.join(folder.real, name)
-        return self._checked(fd, path, lambda st: (real, folder.links))
+        return self._checked(*looked, path, lambda: (real, folder.links))
 
     def open_manifest(self, path: str) -> OpenedManifest:
-        """The manifest at ``path``, once: a symlink is resolved without opening what it names,
-        then exactly the file it led to is opened."""
-        try:
-            fd = os.open(path, _READ_FLAGS | os.O_NOFOLLOW)
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
-            fd = _open_through_symlink(path, self.real)
-        return self._checked(fd, path, lambda st: self._resolved(fd, path, st))
+        """The manifest at ``path``: a symlink is resolved without opening what it names, and
+        whatever it led to is what is read."""
+        looked = _look_at(path)
+        if looked is None:
+            fd = self._through_symlink(path)
+            looked = fd, os.fstat(fd)
+        fd, st = looked
+        return self._checked(fd, st, path, lambda: self._resolved(fd, path, st))
 
-    def _checked(self, fd: int, path: str, resolve: Callable[[os.stat_result], tuple[str | None, tuple]]) -> OpenedManifest:
-        """Owner and type from the descriptor; every symlink on the way must be the owner's."""
+    def _through_symlink(self, path: str) -> int:
         try:
-            st = os.fstat(fd)
+            fd = os.open(path, _LOOK_FLAGS) if _O_PATH else _open_followed_elsewhere(path, self.real)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                if not os.path.islink(path):
+                    raise EntryChanged(path) from None
+                raise NotRead("Ignored", UNRESOLVABLE) from None
+            raise
+        try:
+            if not _inside(_real_path(fd, path, os.fstat(fd)), self.real):
+                raise NotRead("Ignored", LEAVES_SPEC_DIR)
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _checked(self, fd: int, st: os.stat_result, path: str, resolve: Callable[[], tuple[str | None, tuple]]) -> OpenedManifest:
+        """The file is a regular one, and every symlink on the way to it is its owner's."""
+        try:
             if not stat.S_ISREG(st.st_mode):
                 raise NotRead("Ignored", NOT_REGULAR)
-            real, links = resolve(st)
+            real, links = resolve()
             for link, owner in links:
                 if owner != st.st_uid:
                     target = self.path + real[len(self.real):]
                     raise NotRead("Forbidden", _foreign_symlink(path, link, owner, target, st.st_uid, self.display))
-            return OpenedManifest(fd, st, None if real is None else os.path.dirname(real))
+            return OpenedManifest(fd, st, None if real is None else os.path.dirname(real), path)
         except BaseException:
             os.close(fd)
             raise
@@ -188,32 +223,31 @@ class SpecTree:
         return real, tuple(links)
 
 
-def _open_through_symlink(path: str, real_spec_dir: str) -> int:
-    """``path`` is a symlink: resolve it without opening the target, check the target, then open
-    that very file (through /proc, so no second resolution can land elsewhere)."""
-    if not _O_PATH:  # pragma: no cover - not Linux: check the resolved path, then open it
-        real = os.path.realpath(path)
-        if not _inside(real, real_spec_dir):
-            raise NotRead("Ignored", LEAVES_SPEC_DIR)
-        return os.open(real, _READ_FLAGS | os.O_NOFOLLOW)
+def _look_at(name: str, dir_fd: int | None = None) -> tuple[int, os.stat_result] | None:
+    """A descriptor of the entry itself and its fstat; None when the entry is a symlink."""
     try:
-        pfd = os.open(path, _O_PATH | os.O_CLOEXEC)
+        fd = os.open(name, _LOOK_FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
-            if not os.path.islink(path):
-                raise EntryChanged(path) from None
-            raise NotRead("Ignored", UNRESOLVABLE) from None
+        if exc.errno == errno.ELOOP:  # pragma: no cover - without O_PATH a symlink is not opened itself
+            return None
         raise
     try:
-        st = os.fstat(pfd)
-        real = _real_path(pfd, path, st)
-        if not _inside(real, real_spec_dir):
-            raise NotRead("Ignored", LEAVES_SPEC_DIR)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRead("Ignored", NOT_REGULAR)
-        return os.open(f"/proc/self/fd/{pfd}", _READ_FLAGS)
-    finally:
-        os.close(pfd)
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if stat.S_ISLNK(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st
+
+
+def _open_followed_elsewhere(path: str, real_spec_dir: str) -> int:  # pragma: no cover - not Linux
+    """Without O_PATH: check where the symlink leads before opening what it names."""
+    real = os.path.realpath(path)
+    if not _inside(real, real_spec_dir):
+        raise NotRead("Ignored", LEAVES_SPEC_DIR)
+    return os.open(real, _READ_FLAGS | os.O_NOFOLLOW)
 
 
 def _real_path(fd: int, path: str, st: os.stat_result) -> str:

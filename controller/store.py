@@ -1,13 +1,14 @@
 """The manifest store: what the spec directory says, parsed once per file change.
 
-Observes only. Walks the spec dir (recursively; hidden, swap and backup files skipped; symlinks
-leaving the dir not followed). Each manifest is opened once (``security.open_manifest``): its
-owner, its parse-cache key ``(mtime_ns, size, inode, uid)`` and the text all come from that one
-descriptor, so an entry swapped between a look and a read can never pair one file's text with
-another file's owner. A file is re-read only when its key changes. Parsing uses the fast C safe
-loader; the round-trip loader runs only when a document is invalid, to find the line (see
-``admission``). Whatever the filesystem throws at one entry is that entry's problem (a Rejection,
-a Warning, or a look again next pass), never the whole pass's.
+Observes only. Walks the spec dir (recursively, folder by open folder; hidden, swap and backup
+files skipped; symlinks leaving the dir not followed). Each manifest is taken hold of once
+(``security.SpecTree``): its owner, its parse-cache key ``(mtime_ns, size, inode, uid)`` and the
+text all come from that one descriptor, so an entry swapped between a look and a read can never
+pair one file's text with another file's owner. A file is re-read only when its key changes.
+Parsing uses the fast C safe loader; the round-trip loader runs only when a document is invalid,
+to find the line (see ``admission``). Whatever the filesystem throws at one entry is that entry's
+problem (a Rejection, a Warning, or another look at the next refresh or scan), never the whole
+pass's.
 """
 
 from __future__ import annotations
