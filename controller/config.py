@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, StrictStr, WithJsonSchema, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, WithJsonSchema, field_validator
 
 from controller.api.job import Duration, Quantity, _Model
 
@@ -55,14 +55,56 @@ class Webhook(_Model):
         return selector
 
 
+def _parse_gpu_types(value: object) -> object:
+    """``H100=h100,A100=a100`` (the flag's form) or a mapping (config.yaml) -> {gpuType: GRES type}."""
+    if not isinstance(value, str):
+        return value
+    types: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        gpu_type, sep, gres = (p.strip() for p in item.partition("="))
+        if not sep or not gpu_type or not gres:
+            raise ValueError(f"expected GPUTYPE=GRESTYPE[,GPUTYPE=GRESTYPE...], got {item!r}")
+        types[gpu_type] = gres
+    return types
+
+
+def _check_gpu_types(types: dict[str, str]) -> dict[str, str]:
+    for gpu_type, gres in types.items():
+        if not gres or any(c in gres for c in ":,= \t"):
+            raise ValueError(f"{gpu_type}: {gres!r} is not a GRES type (one word as gres.conf names it, e.g. h100)")
+    return types
+
+
+GpuTypes = Annotated[
+    dict[StrictStr, StrictStr],
+    BeforeValidator(_parse_gpu_types),
+    AfterValidator(_check_gpu_types),
+    WithJsonSchema({"type": "object", "additionalProperties": {"type": "string"}}),
+]
+
+
 class SlurmConfig(_Model):
-    """Where and how the Slurm backend submits (``backend: slurm``); flags ``--slurm-partition`` etc."""
+    """Where and how the Slurm backend submits (``backend: slurm``); flags ``--slurm-partition`` etc.
+    ``gflowctl export slurm`` takes its defaults from here too."""
 
     partition: StrictStr | None = Field(default=None, description="Slurm partition (sbatch --partition)")
     account: StrictStr | None = Field(default=None, description="Slurm account (sbatch --account)")
     extra_args: list[StrictStr] = Field(
         default_factory=list, description="More sbatch options for every job; flag: --slurm-extra-args=--qos=high,--exclusive"
     )
+    gpu_types: GpuTypes = Field(
+        default_factory=dict,
+        description="The cluster's GRES type for each gpuType jobs use (--gres=gpu:TYPE:N), e.g. H100=h100,A100=a100; "
+        "a job whose gpuType is not here fails with a message naming this setting",
+    )
+
+
+class K8sConfig(_Model):
+    """Defaults of ``gflowctl export k8s`` (config.yaml only: gflowd does not use them)."""
+
+    image: StrictStr | None = Field(default=None, min_length=1, description="Container image of exported Jobs (--image)")
+    namespace: StrictStr | None = Field(default=None, description="metadata.namespace of exported Jobs (--namespace)")
+    queue: StrictStr | None = Field(default=None, description="Kueue LocalQueue of exported Jobs (--queue)")
 
 
 def _parse_quotas(value: object) -> object:
@@ -163,6 +205,10 @@ class ControllerConfig(_Model):
         description="Where jobs run: local (a supervisor per job on this machine) or slurm (sbatch to a Slurm cluster)",
     )
     slurm: SlurmConfig = Field(default_factory=SlurmConfig, description="Settings of the slurm backend")
+    k8s: K8sConfig = Field(
+        default_factory=K8sConfig, alias="k8s", description="Defaults of gflowctl export k8s",
+        json_schema_extra={"flag": False},
+    )
 
 
 def flag_fields() -> list[tuple[tuple[str, ...], object]]:
@@ -203,6 +249,25 @@ class ConfigError(Exception):
     pass
 
 
+def _by_alias(model: type, mapping: dict) -> dict:
+    """Keys spelt as config.yaml documents them (camelCase), whichever spelling was used, so a flag
+    (``metrics_port``) and the file's key (``metricsPort``) for one setting merge, the flag winning,
+    instead of reaching the model as two keys."""
+    from pydantic import BaseModel
+
+    fields = {**model.model_fields, **{f.alias: f for f in model.model_fields.values() if f.alias}}
+    out = {}
+    for key, value in mapping.items():
+        info = fields.get(key)
+        if info is None:
+            out[key] = value  # unknown: the model names it in its error
+            continue
+        if isinstance(value, dict) and isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            value = _by_alias(info.annotation, value)
+        out[info.alias or key] = value
+    return out
+
+
 def load_config(path: Path, overrides: dict) -> ControllerConfig:
     """Merge ``config.yaml`` (if present) with flag overrides; ConfigError has a one-line message."""
     from pydantic import ValidationError
@@ -217,8 +282,8 @@ def load_config(path: Path, overrides: dict) -> ControllerConfig:
             raise ConfigError(f"{path}: {exc}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of settings")
-        data = dict(loaded or {})
-    flags = {k: v for k, v in overrides.items() if v is not None}
+        data = _by_alias(ControllerConfig, dict(loaded or {}))
+    flags = _by_alias(ControllerConfig, {k: v for k, v in overrides.items() if v is not None})
     for key, value in flags.items():  # a nested section merges key by key: flags win
         if isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}
@@ -232,6 +297,6 @@ def load_config(path: Path, overrides: dict) -> ControllerConfig:
         msg = err.get("ctx", {}).get("error") or err["msg"]
         key = str(err["loc"][0]) if err["loc"] else ""
         name = next((n for n, f in ControllerConfig.model_fields.items() if key in (n, f.alias)), key)
-        if name in flags and not isinstance(flags[name], dict):
+        if key in flags and not isinstance(flags[key], dict):
             raise ConfigError(f"--{name.replace('_', '-')}: {msg}") from None
         raise ConfigError(f"{path.name}: {loc}: {msg}") from None

@@ -18,13 +18,18 @@ name                                           type       labels / meaning
 ``gflow_gpu_memory_total_bytes``               gauge      ``gpu``, ``uuid``, ``name``
 ``gflow_gpu_utilization_percent``              gauge      ``gpu``, ``uuid``, ``name`` (absent when unknown)
 ``gflow_gpu_allocated_jobs``                   gauge      ``gpu``: how many jobs hold it
-``gflow_gpu_job_info``                         gauge      ``gpu``, ``job``: 1 for each job on each GPU
+``gflow_gpu_job_info``                         gauge      ``gpu``, ``job_name``: 1 for each job on each GPU
 ``gflow_queue_wait_seconds``                   histogram  time from queueing to start, per started attempt
 ``gflow_reconcile_duration_seconds``           histogram  duration of each reconcile pass
 ``gflow_jobs_started_total``                   counter    attempts started
 ``gflow_jobs_finished_total``                  counter    ``phase``: jobs that reached Succeeded/Failed/Cancelled
 ``gflow_reconcile_last_pass_timestamp_seconds``  gauge    when the last pass ended (alert when stale)
 =============================================  =========  ==================================================
+
+No label is named ``job`` or ``instance``: Prometheus gives every scraped series those two (the
+scrape job and the target) and would store ours as ``exported_job``. Every phase and every known
+pending reason is served from the first scrape, at 0, so ``rate()`` and alerts see a series
+before its first job.
 """
 
 from __future__ import annotations
@@ -42,7 +47,11 @@ disable_created_metrics()  # the *_created series only add noise for a long-runn
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled", "Rejected")
 FINISHED = ("Succeeded", "Failed", "Cancelled")
 GPU_STATES = ("Free", "Allocated", "Shared", "Unmanaged", "Restricted", "Unhealthy")
-PENDING_REASONS = ("Resources", "Priority", "Dependency", "Suspended", "StartAfter", "Unschedulable", "GPUMemory", "BackOff")
+# every reason a Pending job can have: the scheduler's, reconcile's and a cluster's (runtime/slurm.py)
+PENDING_REASONS = (
+    "Resources", "Priority", "Dependency", "Suspended", "StartAfter", "Unschedulable", "GPUMemory", "BackOff",
+    "Quota", "Parallelism", "Preempted", "Queued", "Rerun", "Admitted", "Held",
+)
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))
 PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
 
@@ -86,7 +95,7 @@ class _SnapshotCollector:
         total = GaugeMetricFamily("gflow_gpu_memory_total_bytes", "GPU memory.", labels=gpu_labels)
         util = GaugeMetricFamily("gflow_gpu_utilization_percent", "GPU utilization as NVML reports it.", labels=gpu_labels)
         count = GaugeMetricFamily("gflow_gpu_allocated_jobs", "Jobs holding each GPU.", labels=["gpu"])
-        info = GaugeMetricFamily("gflow_gpu_job_info", "1 for each job on each GPU.", labels=["gpu", "job"])
+        info = GaugeMetricFamily("gflow_gpu_job_info", "1 for each job on each GPU.", labels=["gpu", "job_name"])
         for slot in slots:
             gpu = slot.gpu
             by_state[slot.state] = by_state.get(slot.state, 0) + 1

@@ -597,6 +597,8 @@ def _record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | No
     state.conditions = remove_condition(state.conditions, "SpecOutdated")
     state.exit_code = run.exit_code
     state.completion_time = run.finished_at
+    if state.start_time is None and stop_reason is None:  # a cluster ran it between two passes that saw it queued
+        state.start_time = run.started_at
     how = _exit_text(run)
     if stop_reason == "Suspended":
         state.phase, state.reason, state.message = "Pending", "Suspended", f"suspended; attempt {run.attempt} stopped ({how})"

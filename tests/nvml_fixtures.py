@@ -25,20 +25,25 @@ STUB_SOURCE = Path(__file__).parent / "nvml_stub" / "fake_nvml.c"
 GiB = 1 << 30
 
 
-@pytest.fixture(scope="session")
-def fake_nvml_lib(tmp_path_factory) -> Path:
-    """The directory holding the compiled stub ``libnvidia-ml.so.1``."""
+def build_stub(source: Path, library: str, folder: Path) -> Path:
+    """Compile a stand-in shared library (C, one file) as ``folder/library``; returns ``folder``.
+    Skips the test where there is no gcc."""
     gcc = shutil.which("gcc")
     if gcc is None:
-        pytest.skip("gcc is not installed: cannot build the stand-in libnvidia-ml.so.1")
-    out = tmp_path_factory.mktemp("fake-nvml")
+        pytest.skip(f"gcc is not installed: cannot build the stand-in {library}")
     result = subprocess.run(
-        [gcc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(out / "libnvidia-ml.so.1"), str(STUB_SOURCE)],
+        [gcc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(folder / library), str(source)],
         capture_output=True, text=True, timeout=60,
     )
     if result.returncode != 0:
-        pytest.fail(f"compiling {STUB_SOURCE} failed:\n{result.stderr}")
-    return out
+        pytest.fail(f"compiling {source} failed:\n{result.stderr}")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_lib(tmp_path_factory) -> Path:
+    """The directory holding the compiled stub ``libnvidia-ml.so.1``."""
+    return build_stub(STUB_SOURCE, "libnvidia-ml.so.1", tmp_path_factory.mktemp("fake-nvml"))
 
 
 def write_fake_nvml(path: Path, data: dict[str, Any]) -> Path:

@@ -78,6 +78,30 @@ def test_verbs_kinds_and_option_values(bash_script, homes):
     assert "--dry-run" in complete(bash_script, "gflowctl apply --")
 
 
+def test_aliases_of_the_kinds_complete_once_typed(bash_script, homes):
+    # an empty word shows the kinds themselves; a typed prefix reaches their aliases too
+    assert complete(bash_script, "gflowctl get n") == ["node", "nodes"]
+    assert complete(bash_script, "gflowctl get g") == ["gpus", "gpu"]
+    assert complete(bash_script, "gflowctl get ev") == ["events", "event"]
+    assert complete(bash_script, "gflowctl describe j") == ["job", "jobs"]
+    assert complete(bash_script, "gflowctl delete s") == ["sweep", "sweeps"]
+
+
+def test_every_alias_a_verb_accepts_is_offered_and_every_offered_kind_is_accepted(homes):
+    from controller.cli import get
+    from controller.cli.completion import KINDS, kinds_with_aliases
+
+    accepted = {k for k in get.JOB_KINDS + get.GPU_KINDS + get.SWEEP_KINDS + get.EVENT_KINDS if len(k) > 2}
+    assert set(kinds_with_aliases("get")) == accepted  # one- and two-letter shorthands are for typing
+    for verb in KINDS:
+        for kind in kinds_with_aliases(verb):
+            argv = {"get": ["get", kind], "describe": ["describe", kind, "x"], "delete": ["delete", kind, "x"],
+                    "patch": ["patch", kind, "x", "-p", "{}"]}[verb]
+            result = subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True,
+                                    timeout=30)
+            assert "unknown resource type" not in result.stderr, (argv, result.stderr)
+
+
 def test_job_names_from_the_index(bash_script, homes):
     assert complete(bash_script, "gflowctl describe job tr") == ["train", "trial"]
     assert complete(bash_script, "gflowctl logs ") == ["other", "train", "trial"]

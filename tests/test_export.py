@@ -8,6 +8,8 @@ quoting mistake in a sweep's lookup fails here, not on a cluster.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +52,6 @@ def validate(data: dict) -> None:
     [
         ({}, ["--job-name=train", "--chdir=/lab", "--output=out.log", "--export=ALL"], ["--gres", "--time", "--mem", "--nice"]),
         ({"resources": {"gpus": 2}}, ["--gres=gpu:2"], []),
-        ({"resources": {"gpus": 1, "gpuType": "a100"}}, ["--gres=gpu:a100:1"], []),
         ({"resources": {"gpus": 0, "gpuType": "a100"}}, [], ["--gres"]),
         ({"timeLimit": "4h30m"}, ["--time=04:30:00"], []),
         ({"timeLimit": "90s"}, ["--time=00:01:30"], []),
@@ -143,6 +144,74 @@ def test_slurm_sweep_of_indices_keeps_its_own_numbers(tmp_path: Path):
     assert out.stdout == "7\n"
 
 
+def test_a_gpu_type_goes_out_as_the_clusters_gres_type():
+    j = job(resources={"gpus": 2, "gpuType": "H100"})
+    # gpuType matches GPU names case-insensitively: so does the mapping's key
+    opts = slurm.sbatch_options(j.spec, "t", chdir="/", output="o", gpu_types={"h100": "nvidia_h100_80gb_hbm3"})
+    assert "--gres=gpu:nvidia_h100_80gb_hbm3:2" in opts
+
+
+@pytest.mark.parametrize("gpu_types", [{}, {"A100": "a100"}])
+def test_a_gpu_type_the_cluster_has_no_name_for_is_an_error_naming_the_setting(gpu_types):
+    j = job(resources={"gpus": 1, "gpuType": "H100"})
+    with pytest.raises(slurm.UnmappedGpuType) as err:
+        slurm.sbatch_options(j.spec, "t", chdir="/", output="o", gpu_types=gpu_types)
+    message = str(err.value)
+    assert "gpuType H100" in message and "slurm.gpuTypes" in message and "\n" not in message
+
+
+def _run_env(script: str, env: dict[str, str], path: str | None = None) -> dict[str, str]:
+    """Run an exported script with bash (no Slurm) and return the environment its job saw."""
+    base = {"PATH": path or os.environ["PATH"], **env}
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=base, check=True).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def test_the_slurm_script_gives_the_job_every_variable_gflowd_gives_it(tmp_path: Path):
+    from controller.runtime.command import GFLOW_VARIABLES
+
+    cpu = slurm.export_job(job(command=["env"]), "train", str(tmp_path)).text
+    seen = _run_env(cpu, {"CUDA_VISIBLE_DEVICES": "5"})  # the submitter's own value must not leak in
+    assert set(GFLOW_VARIABLES) <= set(seen), set(GFLOW_VARIABLES) - set(seen)
+    assert (seen["GFLOW_JOB_NAME"], seen["GFLOW_ATTEMPT"], seen["CUDA_VISIBLE_DEVICES"]) == ("train", "1", "")
+    assert (seen["MASTER_ADDR"], seen["CUDA_DEVICE_ORDER"]) == ("127.0.0.1", "PCI_BUS_ID")
+    port = int(seen["MASTER_PORT"])
+    assert 0 < port < 65536
+    with socket.socket() as probe:  # computed on the node when the job starts: free there
+        probe.bind(("", port))
+    # a requeued job (Slurm counts restarts) is the next attempt; a GPU job keeps the GPUs Slurm gave
+    gpu = slurm.export_job(job(command=["env"], resources={"gpus": 2}), "train", str(tmp_path)).text
+    seen = _run_env(gpu, {"SLURM_RESTART_COUNT": "2", "CUDA_VISIBLE_DEVICES": "1,3"})
+    assert (seen["GFLOW_ATTEMPT"], seen["CUDA_VISIBLE_DEVICES"]) == ("3", "1,3")
+
+
+def test_the_slurm_scripts_port_without_python_comes_from_the_job_id(tmp_path: Path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "env"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    script = slurm.export_job(job(command=["env"]), "train", str(tmp_path)).text
+    seen = _run_env(script, {"SLURM_JOB_ID": "4242"}, path=str(bin_dir))
+    assert seen["MASTER_PORT"] == str(20000 + 4242)
+
+
+def test_the_local_runtime_and_the_exports_share_one_list_of_variables(tmp_path: Path):
+    from controller.admission import validate_any
+    from controller.reconcile import Launch
+    from controller.runtime.command import GFLOW_VARIABLES, build_process, job_env
+
+    data = {"metadata": {"name": "train"}, "spec": {"command": ["true"], "resources": {"gpus": 1}}}
+    admitted = validate_any(data, source="t.yaml", path=str(tmp_path / "t.yaml"), stem="t", single=True, doc_index=0, text="")[0]
+    local = build_process(Launch("train", 2, 1, admitted, [3], ["GPU-x"]), {"PATH": os.environ["PATH"]}, tmp_path / "s", 29501).env
+    assert {k: local[k] for k in ("CUDA_VISIBLE_DEVICES", "GFLOW_ATTEMPT", "MASTER_PORT")} == {
+        "CUDA_VISIBLE_DEVICES": "3", "GFLOW_ATTEMPT": "2", "MASTER_PORT": "29501"}
+    container = k8s.export_job(admitted.job, "train", str(tmp_path), image="img").data["spec"]["template"]["spec"]["containers"][0]
+    in_k8s = {e["name"] for e in container["env"]}
+    assert set(GFLOW_VARIABLES) <= set(local) and set(GFLOW_VARIABLES) <= in_k8s
+    given = job_env("train", admitted.job.spec, devices="", attempt="1", generation="1", master_port="1")
+    assert tuple(given) == GFLOW_VARIABLES  # the list the tests check is the one the function sets
+
+
 # -- Kubernetes ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
@@ -182,6 +251,17 @@ def _split(path: str) -> list[str]:
     return [p.replace("\0", "nvidia.com/gpu") for p in parts]
 
 
+@pytest.mark.parametrize("gpus, visible", [(0, ""), (1, "0"), (4, "0,1,2,3")])
+def test_k8s_container_sees_the_gpus_the_device_plugin_gave_as_cuda_devices_from_0(gpus, visible):
+    # the NVIDIA device plugin exposes the allocated GPUs (NVIDIA_VISIBLE_DEVICES); CUDA numbers
+    # them from 0 and nothing sets CUDA_VISIBLE_DEVICES, which jobs read to count their GPUs
+    container = k8s.export_job(job(resources={"gpus": gpus}), "train", "/lab", image="i").data["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["CUDA_VISIBLE_DEVICES"] == visible
+    assert (env["MASTER_ADDR"], env["GFLOW_ATTEMPT"], env["GFLOW_JOB_NAME"]) == ("127.0.0.1", "1", "train")
+    assert env["MASTER_PORT"].isdigit()
+
+
 def test_k8s_labels_queue_namespace_and_priority():
     j = Job.model_validate({"metadata": {"name": "train", "labels": {"team": "vision"}}, "spec": {"command": ["x"], "priority": 7}})
     data = k8s.export_job(j, "train", "/lab", image="img", queue="team-a", namespace="ml").data
@@ -190,13 +270,12 @@ def test_k8s_labels_queue_namespace_and_priority():
     assert data["metadata"]["namespace"] == "ml"
     assert data["metadata"]["annotations"] == {"gflow.dev/priority": "7"}
     assert data["spec"]["template"]["metadata"]["labels"] == {"team": "vision"}
-    assert "kueue.x-k8s.io/queue-name" not in k8s.export_job(j, "train", "/lab").data["metadata"]["labels"]
+    assert "kueue.x-k8s.io/queue-name" not in k8s.export_job(j, "train", "/lab", image="img").data["metadata"]["labels"]
 
 
 @pytest.mark.parametrize(
     "spec, note",
     [
-        ({}, "--image"),
         ({"dependsOn": ["prep"]}, "no dependencies"),
         ({"startAfter": "+1h"}, "no start time"),
         ({"priority": 3}, "PriorityClass"),
@@ -205,7 +284,7 @@ def test_k8s_labels_queue_namespace_and_priority():
     ],
 )
 def test_k8s_notes_say_what_does_not_map(spec, note):
-    exported = k8s.export_job(job(**spec), "train", "/lab")
+    exported = k8s.export_job(job(**spec), "train", "/lab", image="img")
     assert any(note in n for n in exported.notes), exported.notes
 
 
@@ -287,12 +366,72 @@ def test_export_a_sweep_and_one_of_its_children(files):
     assert code == 0 and "--array" not in out and "exec echo 1" in out and "export GFLOW_SWEEP_INDEX=1" in out
 
 
+GPU_TYPED = "spec:\n  command: [python, t.py]\n  resources: {gpus: 1, gpuType: H100}\n"
+
+
+def test_export_slurm_of_an_unmapped_gpu_type_is_one_line_naming_the_setting_and_flag(files):
+    (files / "typed.yaml").write_text(GPU_TYPED)
+    code, out, err = run("export", "slurm", "-f", str(files / "typed.yaml"))
+    assert code == 1 and out == "" and err.count("\n") == 1, err
+    assert "typed: gpuType H100" in err and "slurm.gpuTypes" in err and "--gpu-types H100=TYPE" in err
+    code, out, err = run("export", "slurm", "-f", str(files / "typed.yaml"), "--gpu-types", "H100=h100,A100=a100")
+    assert code == 0 and "#SBATCH --gres=gpu:h100:1" in out, err
+
+
+def test_export_reads_the_cluster_settings_from_the_homes_config(files):
+    (files / "typed.yaml").write_text(GPU_TYPED)
+    (files / "home" / "config.yaml").write_text(
+        "slurm: {partition: gpu, gpuTypes: {H100: h100}}\nk8s: {image: 'reg.lab/train:1', namespace: ml}\n")
+    code, out, err = run("export", "slurm", "-f", str(files / "typed.yaml"))
+    assert code == 0, err
+    assert "#SBATCH --gres=gpu:h100:1" in out and "#SBATCH --partition=gpu" in out
+    code, out, err = run("export", "k8s", "-f", str(files / "typed.yaml"))
+    assert code == 0, err
+    data = load_one(out)
+    validate(data)
+    assert data["spec"]["template"]["spec"]["containers"][0]["image"] == "reg.lab/train:1"
+    assert data["metadata"]["namespace"] == "ml"
+    code, out, _ = run("export", "k8s", "-f", str(files / "typed.yaml"), "--image", "other:2")  # a flag wins
+    assert load_one(out)["spec"]["template"]["spec"]["containers"][0]["image"] == "other:2"
+
+
+def test_export_k8s_without_an_image_is_one_line_saying_where_to_give_one(files):
+    code, out, err = run("export", "k8s", "train")
+    assert code == 1 and out == "" and err.count("\n") == 1, err
+    assert "--image" in err and "k8s.image" in err
+
+
+def test_export_takes_folders_recursion_and_stdin_like_apply(files):
+    folder = files / "many"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "one.yaml").write_text("spec: {command: [x]}\n")
+    (folder / "sub" / "two.yaml").write_text("spec: {command: [y]}\n")
+    code, out, err = run("export", "k8s", "-f", str(folder), "--image", "i")
+    assert code == 0, err
+    assert [load_one(d)["metadata"]["name"] for d in out.split("---\n")] == ["one"]
+    code, out, err = run("export", "k8s", "-f", str(folder), "-R", "--image", "i")
+    assert code == 0, err
+    assert [load_one(d)["metadata"]["name"] for d in out.split("---\n")] == ["one", "two"]
+    code, out, err = run("export", "slurm", "two", "-f", str(folder), "-R")
+    assert code == 0 and "#SBATCH --job-name=two" in out, err
+    code, out, err = run("export", "k8s", "-f", "-", "--image", "i", stdin="metadata: {name: piped}\nspec: {command: [z]}\n")
+    assert code == 0 and load_one(out)["metadata"]["name"] == "piped", err
+    # every bad file is named at once, one line each
+    (folder / "bad1.yaml").write_text("spec: {command: [x], resources: {gpus: -1}}\n")
+    (folder / "bad2.yaml").write_text("spec: {comand: [x]}\n")
+    code, out, err = run("export", "k8s", "-f", str(folder), "--image", "i")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 2 and "bad1.yaml" in err and "bad2.yaml" in err, err
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["export", "slurm"], "name a job or a file"),
         (["export", "slurm", "nope"], "job/nope not found"),
         (["export", "slurm", "-f", "/nonexistent.yaml"], "no such file"),
+        (["export", "slurm", "train", "--gpu-types", "H100"], "--gpu-types: expected GPUTYPE=GRESTYPE"),
+        (["export", "slurm", "train", "--gpu-types", "H100=h100:2"], "--gpu-types: H100: 'h100:2' is not a GRES type"),
         (["export", "yaml", "train"], "invalid choice"),
     ],
 )
@@ -307,3 +446,4 @@ def test_export_of_an_invalid_manifest_names_the_field(files):
     bad.write_text("spec:\n  command: [x]\n  resources: {gpus: -1}\n")
     code, _, err = run("export", "k8s", "-f", str(bad))
     assert code == 1 and "spec.resources.gpus" in err
+    assert "needs a container image" in err and err.count("\n") == 2  # every error at once

@@ -3,10 +3,14 @@ passes (what started, waited, finished) that feeds metrics, webhooks and history
 
 from __future__ import annotations
 
+import ast
+import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -33,11 +37,15 @@ def metrics_url(daemon) -> str:
     return found.group(1)
 
 
-def scrape(url: str) -> dict[tuple[str, tuple], float]:
-    """sample name + sorted labels -> value"""
+def scrape_text(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as response:
         assert response.headers["Content-Type"].startswith("text/plain")
-        text = response.read().decode()
+        return response.read().decode()
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """sample name + sorted labels -> value"""
+    text = scrape_text(url)
     samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -49,12 +57,17 @@ def value(samples, metric: str, **labels) -> float | None:
     return samples.get((metric, tuple(sorted(labels.items()))))
 
 
-def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tmp_path):
+def two_gpu_daemon(gflowd, tmp_path):
+    """A gflowd on two fake GPUs serving metrics, and the folder whose files release held jobs."""
     fake = tmp_path / "gpus.yaml"
     fake.write_text(TWO_GPUS)
     release = tmp_path / "release"
     release.mkdir()
-    daemon = gflowd("--fake-gpus", fake, "--metrics-port", "0")
+    return gflowd("--fake-gpus", fake, "--metrics-port", "0"), release
+
+
+def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tmp_path):
+    daemon, release = two_gpu_daemon(gflowd, tmp_path)
     url = metrics_url(daemon)
     assert url.startswith("http://127.0.0.1:"), "loopback by default"
     write_manifest(home / "jobs", "big.yaml", held_job("big", 1, release))
@@ -71,7 +84,7 @@ def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tm
     assert value(s, "gflow_jobs", phase="Pending") == 1
     assert value(s, "gflow_gpus", state="Allocated") == 1
     assert value(s, "gflow_gpus", state="Free") == 1
-    assert value(s, "gflow_gpu_job_info", gpu="0", job="big") == 1
+    assert value(s, "gflow_gpu_job_info", gpu="0", job_name="big") == 1
     assert value(s, "gflow_gpu_allocated_jobs", gpu="1") == 0
     gpu0 = {"gpu": "0", "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-fake-0000-0000-0000-000000000000"}
     assert value(s, "gflow_gpu_memory_total_bytes", **gpu0) == 80 * 2**30
@@ -104,6 +117,127 @@ def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tm
     assert documented == served, documented ^ served
 
 
+@pytest.fixture
+def busy(home, gflowd, tmp_path):
+    """A gflowd serving metrics with a job on a GPU and one pending: every kind of series present."""
+    daemon, release = two_gpu_daemon(gflowd, tmp_path)
+    write_manifest(home / "jobs", "big.yaml", held_job("big", 1, release))
+    write_manifest(home / "jobs", "huge.yaml", held_job("huge", 2, release))
+    wait_phase(home, "huge", "Pending", reason="Resources", daemon=daemon)
+    url = metrics_url(daemon)
+    wait_for(lambda: value(scrape(url), "gflow_gpu_allocated_jobs", gpu="0") == 1, message="a job on GPU 0 in a scrape")
+    yield url
+    (release / "big").touch()
+    (release / "huge").touch()
+
+
+def test_no_label_is_named_job_or_instance(busy):
+    """Prometheus gives every scraped series ``job`` and ``instance`` (the target's); a label of
+    ours with either name would be stored as ``exported_job``/``exported_instance``."""
+    labels = {name for family in text_string_to_metric_families(scrape_text(busy)) for sample in family.samples
+              for name in sample.labels}
+    assert not labels & {"job", "instance"}, labels
+    assert "gpu" in labels and "job_name" in labels  # the scrape has the per-job series
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian: apt-get install prometheus)")
+def test_promtool_accepts_a_real_scrape(busy, tmp_path):
+    text = scrape_text(busy)
+    result = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), result.stdout + result.stderr
+
+
+def test_every_phase_and_pending_reason_is_served_at_0_from_the_first_scrape(home, gflowd):
+    from controller.metrics import PENDING_REASONS, PHASES
+
+    daemon = gflowd("--metrics-port", "0")
+    s = scrape(metrics_url(daemon))
+    assert {p: value(s, "gflow_jobs", phase=p) for p in PHASES} == dict.fromkeys(PHASES, 0)
+    assert {r: value(s, "gflow_jobs_pending", reason=r) for r in PENDING_REASONS} == dict.fromkeys(PENDING_REASONS, 0)
+    assert {value(s, "gflow_jobs_finished_total", phase=p) for p in ("Succeeded", "Failed", "Cancelled")} == {0}
+
+
+def test_the_pending_reasons_served_are_every_one_the_code_gives():
+    """A new reason for Pending must be added to ``metrics.PENDING_REASONS``: read from the code
+    that sets them (reconcile's pending paths, the scheduler's waits, a cluster's reasons)."""
+    import controller.reconcile as reconcile
+    import controller.scheduler as scheduler
+    from controller.metrics import PENDING_REASONS
+    from controller.runtime.slurm import PENDING_REASONS as SLURM_REASONS
+
+    given = set(SLURM_REASONS.values())
+    for node in ast.walk(ast.parse(Path(scheduler.__file__).read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Wait" and isinstance(node.args[0], ast.Constant):
+            given.add(node.args[0].value)
+    tree = ast.parse(Path(reconcile.__file__).read_text())
+    pending_functions = {"_schedule_pending", "_dependency_block"}  # they only ever see Pending jobs
+    for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Assign):
+                continue
+            target, source = node.targets[0], node.value
+            if isinstance(target, ast.Tuple) and isinstance(source, ast.Tuple):  # state.phase, state.reason = "Pending", "X"
+                pairs = dict(zip((ast.unparse(t) for t in target.elts), source.elts))
+                phase, reason = pairs.get("state.phase"), pairs.get("state.reason")
+                if isinstance(phase, ast.Constant) and phase.value == "Pending" and isinstance(reason, ast.Constant):
+                    given.add(reason.value)
+            elif function.name in pending_functions and ast.unparse(target) == "state.reason" and isinstance(source, ast.Constant):
+                given.add(source.value)
+    assert {"Resources", "Dependency", "BackOff", "Parallelism", "Held"} <= given  # the scan still finds them
+    assert given <= set(PENDING_REASONS), given - set(PENDING_REASONS)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="Prometheus is not installed (Debian: apt-get install prometheus)")
+def test_a_real_prometheus_stores_our_labels_as_served_and_runs_the_dashboards_queries(busy, tmp_path):
+    """Prometheus scrapes gflowd: ``gflow_gpu_job_info`` keeps ``job_name`` (no ``exported_job``)
+    beside the scrape's own ``job``; every query of the shipped Grafana dashboard evaluates."""
+    target = busy.split("//")[1].split("/")[0]
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs:\n  - job_name: gflow\n    static_configs: [{{targets: ['{target}']}}]\n"
+    )
+    port = _free_port()
+    log = open(tmp_path / "prometheus.log", "w")
+    server = subprocess.Popen(
+        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log,
+    )
+    api = f"http://127.0.0.1:{port}/api/v1/query?query="
+
+    def query(expr: str) -> list[dict] | None:
+        try:
+            with urllib.request.urlopen(api + urllib.parse.quote(expr), timeout=5) as response:
+                answer = json.load(response)
+        except OSError:
+            return None
+        assert answer["status"] == "success", (expr, answer)
+        return answer["data"]["result"]
+
+    try:
+        [series] = wait_for(lambda: query("gflow_gpu_job_info"), timeout=60, interval=0.2,
+                            message=lambda: "Prometheus to scrape gflowd: " + (tmp_path / "prometheus.log").read_text()[-2000:])
+        labels = series["metric"]
+        assert (labels["job"], labels["instance"], labels["job_name"], labels["gpu"]) == ("gflow", target, "big", "0"), labels
+        assert not any(name.startswith("exported_") for name in labels), labels
+        assert query('gflow_gpu_job_info{job_name="big"}')  # the query docs/operations.md shows
+        dashboard = json.loads((Path(__file__).parent.parent / "manifests" / "deploy" / "grafana-dashboard.json").read_text())
+        for panel in dashboard["panels"]:
+            for t in panel["targets"]:
+                expr = t["expr"].replace("$__rate_interval", "1m")
+                assert query(expr) is not None, expr
+    finally:
+        server.terminate()
+        server.wait(30)
+        log.close()
+
+
 def test_a_taken_metrics_port_is_a_one_line_error(home, tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -132,7 +266,8 @@ def test_bad_metrics_flags(home, flag, value_, message):
 
 
 def test_the_grafana_dashboard_only_queries_metrics_gflowd_serves():
-    """Every gflow_* series the sample dashboard queries is one the metrics module defines."""
+    """Every gflow_* series the sample dashboard queries is one the metrics module defines, and
+    no panel reads a per-job label by the name Prometheus keeps for the target (``job``)."""
     import json
 
     import controller.metrics as metrics
@@ -142,6 +277,8 @@ def test_the_grafana_dashboard_only_queries_metrics_gflowd_serves():
     queried = {re.sub(r"_(bucket|sum|count)$", "", name) for e in exprs for name in re.findall(r"gflow_\w+", e)}
     served = set(re.findall(r"``(gflow_\w+)``", metrics.__doc__))
     assert queried and queried <= served, queried - served
+    assert not [e for e in exprs if re.search(r"\b(exported_)?job\b", e)], "a query reads the scrape's job label"
+    assert "job_name" in json.dumps(dashboard)  # the table shows our per-job label
 
 
 def test_a_stuck_scraper_does_not_hold_up_the_loop_or_other_scrapes(home, gflowd):

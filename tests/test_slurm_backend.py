@@ -205,6 +205,20 @@ def test_an_attempt_that_ended_unseen_still_records_where_it_ran():
     assert st.to_status()["status"]["slurmJobId"] == "9"
 
 
+def test_an_attempt_that_ran_between_two_passes_while_queued_keeps_its_start_time():
+    """Slurm started and finished it between two looks: last seen Pending (no startTime), next
+    seen ended. Its start is Slurm's, as for one seen running."""
+    world = ClusterWorld(job("a"))
+    world.tick(T0)
+    world.runs["a"] = RunObservation("a", 1, None, T0, True, queued="Resources", external_id="9")
+    world.tick(T0 + 1)
+    assert world.state().start_time is None
+    world.runs["a"] = RunObservation("a", 1, None, T0 + 2, False, 0, None, T0 + 3, node="vm", external_id="9")
+    world.tick(T0 + 4)
+    st = world.state()
+    assert (st.phase, st.start_time, st.completion_time) == ("Succeeded", T0 + 2, T0 + 3)
+
+
 def test_sweep_parallelism_counts_children_queued_in_the_cluster():
     from controller.api.sweep import Sweep
     from controller.sweeps import expand
@@ -234,12 +248,36 @@ def test_config_selects_the_slurm_backend_and_flags_override_keys(tmp_path: Path
     assert load_config(tmp_path / "none.yaml", {}).backend == "local"
 
 
+def test_a_flag_overrides_the_same_key_spelt_camelcase_in_config_yaml(tmp_path: Path):
+    from controller.config import flag_overrides
+
+    path = tmp_path / "config.yaml"
+    path.write_text("metricsPort: 5\nslurm: {extraArgs: [--qos=low], gpuTypes: {H100: h100}}\n")
+    config = load_config(path, flag_overrides({("metrics_port",): 7, ("slurm", "extra_args"): ["--qos=high"]}))
+    assert (config.metrics_port, config.slurm.extra_args, config.slurm.gpu_types) == (7, ["--qos=high"], {"H100": "h100"})
+
+
+def test_gpu_types_from_config_yaml_or_the_flag(tmp_path: Path):
+    from controller.config import flag_overrides
+    from controller.daemon import build_parser
+
+    path = tmp_path / "config.yaml"
+    path.write_text("slurm: {gpuTypes: {H100: h100, A100: a100}}\n")
+    assert load_config(path, {}).slurm.gpu_types == {"H100": "h100", "A100": "a100"}
+    args = build_parser().parse_args(["--slurm-gpu-types", "H100=nvidia_h100, L4=l4"])
+    config = load_config(tmp_path / "none.yaml", flag_overrides({("slurm", "gpu_types"): getattr(args, "slurm.gpu_types")}))
+    assert config.slurm.gpu_types == {"H100": "nvidia_h100", "L4": "l4"}
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
         ("backend: k8s\n", "backend"),
         ("slurm: {partitio: gpu}\n", "config.yaml: slurm.partitio: Extra inputs are not permitted"),
         ("slurm: {extraArgs: --qos}\n", "slurm.extraArgs"),
+        ("slurm: {gpuTypes: {H100: 'h100:2'}}\n", "slurm.gpuTypes: H100: 'h100:2' is not a GRES type"),
+        ("slurm: {gpuTypes: H100}\n", "slurm.gpuTypes: expected GPUTYPE=GRESTYPE"),
+        ("k8s: {image: ''}\n", "k8s.image"),
     ],
 )
 def test_bad_slurm_config_is_one_line_naming_the_key(tmp_path: Path, text, message):

@@ -3,7 +3,8 @@
 Verbs, their options and the choices of their arguments come from ``controller.cli.main``'s
 parser, so a new verb or flag completes without touching this file. What a positional argument
 names is read from its ``dest``: ``name``/``names`` are jobs (``sweep`` names after ``delete
-sweep``), ``kind`` gets the resource types of that verb, ``target`` is ``job/NAME``. Job names come
+sweep``), ``kind`` gets the resource types of that verb (their aliases, such as ``node`` for
+``gpus``, once a prefix is typed: an empty word lists only the types), ``target`` is ``job/NAME``. Job names come
 from ``gflowctl __complete jobs`` (``run/index.json``: one small JSON read), honouring ``--home``
 and ``--spec-dir`` on the command line being completed. zsh reuses the bash function through
 ``bashcompinit``; fish gets its own ``complete`` lines.
@@ -23,8 +24,20 @@ KINDS = {
     "delete": ["job", "sweep"],
     "patch": ["job"],
 }
+# the other spellings each verb accepts (README: `get node`); one- and two-letter shorthands
+# (`get j`, `get ev`) are for typing, not for a completion menu
+ALIASES = {
+    "get": ["job", "sweep", "gpu", "node", "nodes", "event"],
+    "describe": ["jobs"],
+    "delete": ["jobs", "sweeps"],
+    "patch": ["jobs"],
+}
 SHELLS = ("bash", "zsh", "fish")
 PHASES = ["Pending", "Running", "Succeeded", "Failed", "Cancelled", "Rejected"]
+
+
+def kinds_with_aliases(verb: str) -> list[str]:
+    return KINDS.get(verb, ["job"]) + ALIASES.get(verb, [])
 
 
 def _subparsers_action(parser: argparse.ArgumentParser):
@@ -153,8 +166,9 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
             repeat = positional.endswith("*")
             positional = positional.rstrip("*")
             test = f"$pos -ge {index}" if repeat else f"$pos -eq {index}"
-            if positional == "kind":
-                action = f'COMPREPLY=($(compgen -W "{" ".join(KINDS.get(verb, ["job"]))}" -- "$cur"))'
+            if positional == "kind":  # ${cur:+...}: the aliases only once something is typed
+                kinds, aliases = " ".join(KINDS.get(verb, ["job"])), " ".join(ALIASES.get(verb, []))
+                action = f'COMPREPLY=($(compgen -W "{kinds}${{cur:+ {aliases}}}" -- "$cur"))'
             elif positional == "names":
                 what = "jobs"
                 if verb == "delete":
@@ -225,6 +239,8 @@ def fish_script(parser: argparse.ArgumentParser) -> str:
         kinds = [p.rstrip("*") for p in spec["positionals"]]
         if "kind" in kinds:
             out.append(f"complete -c gflowctl -n {shlex.quote(cond)} -a {shlex.quote(' '.join(KINDS.get(verb, ['job'])))}")
+            if ALIASES.get(verb):
+                out.append(f"complete -c gflowctl -n {shlex.quote(cond)} -a {shlex.quote(' '.join(ALIASES[verb]))} -d alias")
         if "names" in kinds:
             out.append(f"complete -c gflowctl -n {shlex.quote(cond)} -a '(gflowctl __complete jobs 2>/dev/null)'")
         if "target" in kinds:

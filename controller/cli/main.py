@@ -106,13 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", parents=[common], help="print a job as an sbatch script or a Kubernetes Job")
     p.add_argument("target", choices=["slurm", "k8s"])
-    p.add_argument("name", nargs="?", help="a job or sweep (else every document of -f FILE)")
-    p.add_argument("-f", "--filename", help="a manifest file, instead of a job the controller knows")
-    p.add_argument("--image", help="k8s: the container image")
+    p.add_argument("name", nargs="?", help="a job or sweep (else every document of -f)")
+    p.add_argument("-f", "--filename", action="append", default=[],
+                   help="file, folder or - for stdin, instead of a job the controller knows")
+    p.add_argument("-R", "--recursive", action="store_true", help="walk folders recursively")
+    p.add_argument("--image", help="k8s: the container image (default: config k8s.image)")
     p.add_argument("--queue", help="k8s: the Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
     p.add_argument("--namespace", help="k8s: metadata.namespace")
     p.add_argument("--partition", help="slurm: --partition")
     p.add_argument("--account", help="slurm: --account")
+    p.add_argument("--gpu-types", metavar="GPUTYPE=GRESTYPE,...",
+                   help="slurm: the cluster's GRES type for each gpuType (default: config slurm.gpuTypes)")
     p.add_argument("--output", help="slurm: --output (default %%x-%%j.log, arrays %%x-%%A_%%a.log)")
 
     p = sub.add_parser("simulate", help="replay a job trace through the real scheduler on a virtual clock")
@@ -205,8 +209,8 @@ def run(argv: list[str]) -> int:
     if verb == "export":
         from controller.cli.export import export
 
-        options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "output")}
-        return export(home, args.target, args.name, args.filename, options)
+        options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "gpu_types", "output")}
+        return export(home, args.target, args.name, args.filename, options, args.recursive)
     if verb == "explain":
         from controller.cli.explain import explain
 

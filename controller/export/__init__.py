@@ -6,7 +6,9 @@ map is never dropped silently: each translation returns ``notes``, one sentence 
 could not carry over, which the CLI prints as warnings.
 
 ``workdir`` resolves a ``workingDir`` the way the local runtime does, against the manifest's folder,
-so an exported job runs where it would have run on the box.
+so an exported job runs where it would have run on the box. The job's variables come from the
+local runtime's own definition (``controller.runtime.command.job_env``), with the values each
+engine knows (docs/cluster.md): an export never has a list of names of its own.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ def workdir(working_dir: str | None, manifest_dir: str) -> str:
     return os.path.normpath(path)
 
 
-def gflow_env(name: str) -> dict[str, str]:
-    """Variables a job sees under gflowd that mean the same elsewhere (GPUs are the engine's business)."""
-    return {"GFLOW_JOB_NAME": name}
+class Shell(str):
+    """A variable's value as shell text the job's script expands when it starts (a port free on
+    the node, Slurm's restart count): written into a script unquoted, where a plain value is quoted."""
+
+
+def split_common(envs: list[dict[str, str]]) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """Sweep children's environments -> (what all share, what each adds): a script or a pod sets
+    the shared variables once and looks up only the rest by index."""
+    common = {k: v for k, v in envs[0].items() if all(k in e and e[k] == v for e in envs[1:])}
+    return common, [{k: v for k, v in env.items() if k not in common} for env in envs]

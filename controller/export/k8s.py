@@ -15,7 +15,15 @@ workflow engine or create the Job later), ``priority`` (Kubernetes orders by Pri
 Kueue's WorkloadPriorityClass, named, not numbered), ``gpuType`` (GPU nodes are chosen by node
 labels such as ``nvidia.com/gpu.product``, whose values are cluster-specific), ``sharing: Shared``
 and ``gpuMemory`` (time-slicing or MIG are cluster settings), ``condaEnv`` only if the image has
-conda, and the container image itself, which a gflow manifest never names (``--image``).
+conda. The container image is required (``--image`` or config ``k8s.image``): a gflow manifest
+never names one, and an API server refuses a Job without it.
+
+The container gets the variables gflowd gives a job (``k8s_env``): ``CUDA_VISIBLE_DEVICES`` is
+``0..N-1`` for N GPUs, because the NVIDIA device plugin exposes the allocated GPUs to the container
+(through ``NVIDIA_VISIBLE_DEVICES``), where CUDA numbers them from 0, and nothing sets
+``CUDA_VISIBLE_DEVICES``, which jobs read to count their GPUs; it is empty for a CPU job, as
+locally. ``MASTER_ADDR=127.0.0.1`` and a fixed ``MASTER_PORT`` (the pod has its own network
+namespace, so the port is free); ``GFLOW_ATTEMPT`` is 1 (a pod is not told which retry it is).
 """
 
 from __future__ import annotations
@@ -24,13 +32,14 @@ import math
 import shlex
 from typing import Any
 
-from controller.export import Exported, gflow_env, workdir
+from controller.export import Exported, split_common, workdir
 from controller.export.slurm import command_argv
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
 MIB = 2**20
 GIB = 2**30
+MASTER_PORT = "29500"  # torch's default: free in the pod's own network namespace
 
 
 def k8s_quantity(n_bytes: int) -> str:
@@ -40,13 +49,18 @@ def k8s_quantity(n_bytes: int) -> str:
     return f"{max(1, math.ceil(n_bytes / MIB))}Mi"
 
 
-def _container(
-    spec: Any, command: list[str], env: dict[str, str], image: str | None, manifest_dir: str
-) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main"}
-    if image:
-        container["image"] = image
-    container["command"] = command
+def k8s_env(name: str, spec: Any) -> dict[str, str]:
+    """The job's variables in the container: what gflowd gives it, with the values a pod has."""
+    from controller.runtime.command import job_env
+
+    devices = ",".join(str(i) for i in range(spec.resources.gpus))
+    return job_env(name, spec, devices=devices, attempt="1", generation="1", master_port=MASTER_PORT)
+
+
+def _container(spec: Any, command: list[str], env: dict[str, str], image: str, manifest_dir: str) -> dict[str, Any]:
+    if not image:
+        raise ValueError("a Kubernetes Job needs a container image")
+    container: dict[str, Any] = {"name": "main", "image": image, "command": command}
     if spec.working_dir:
         container["workingDir"] = workdir(spec.working_dir, manifest_dir)  # as on the box: absolute
     if env:
@@ -62,10 +76,8 @@ def _container(
     return container
 
 
-def _unmapped(spec: Any, name: str, image: str | None) -> list[str]:
+def _unmapped(spec: Any, name: str) -> list[str]:
     notes = []
-    if not image:
-        notes.append(f"{name}: no container image: a gflow manifest runs on the host; pass --image")
     for dep in spec.depends_on:
         notes.append(f"{name}: dependsOn {dep.job} ({dep.condition}): a Kubernetes Job has no dependencies; not exported")
     if spec.start_after:
@@ -88,6 +100,8 @@ def _unmapped(spec: Any, name: str, image: str | None) -> list[str]:
         notes.append(f"{name}: workingDir {spec.working_dir} must exist inside the container (mount it there)")
     if spec.time_limit is not None and spec.backoff_limit:
         notes.append(f"{name}: activeDeadlineSeconds bounds all attempts together; gflow's timeLimit is per attempt")
+    if spec.backoff_limit:
+        notes.append(f"{name}: GFLOW_ATTEMPT is 1 in every pod: Kubernetes does not tell a pod which retry it is")
     if spec.cancelled:
         notes.append(f"{name}: spec.cancelled is true: exported suspended")
     return notes
@@ -124,39 +138,39 @@ def _job_object(
 
 
 def export_job(
-    job: Any, name: str, manifest_dir: str = ".", *, image: str | None = None, queue: str | None = None,
+    job: Any, name: str, manifest_dir: str = ".", *, image: str, queue: str | None = None,
     namespace: str | None = None,
 ) -> Exported:
     from controller.yamlio import dump
 
     spec = job.spec
-    env = {**spec.env, **gflow_env(name)}
-    container = _container(spec, command_argv(spec), env, image, manifest_dir)
+    container = _container(spec, command_argv(spec), k8s_env(name, spec), image, manifest_dir)
     data = _job_object(name, spec, dict(job.metadata.labels), container, queue, namespace)
-    return Exported(dump(data), _unmapped(spec, name, image), data)
+    return Exported(dump(data), _unmapped(spec, name), data)
 
 
-def sweep_lookup(children: list[Any]) -> str:
-    """The bash run by every pod of the Indexed Job: index -> that child's variables and command."""
+def sweep_lookup(children: list[Any], envs: list[dict[str, str]]) -> str:
+    """The bash run by every pod of the Indexed Job: index -> that child's own variables (``envs``,
+    in order; the shared ones are the container's env) and command."""
     lines = ['case "$JOB_COMPLETION_INDEX" in']
-    for index, child in enumerate(children):
-        env = {**child.spec.env, **gflow_env(child.name)}
+    for index, (child, env) in enumerate(zip(children, envs)):
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        lines.append(f"  {index}) export {exports}; exec {shlex.join(command_argv(child.spec))} ;;")
+        lines.append(f"  {index}) {f'export {exports}; ' if exports else ''}exec {shlex.join(command_argv(child.spec))} ;;")
     lines.append('  *) echo "no sweep child for index $JOB_COMPLETION_INDEX" >&2; exit 2 ;;')
     lines.append("esac")
     return "\n".join(lines) + "\n"
 
 
 def export_sweep(
-    sweep: Any, name: str, children: list[Any], manifest_dir: str = ".", *, image: str | None = None, queue: str | None = None,
+    sweep: Any, name: str, children: list[Any], manifest_dir: str = ".", *, image: str, queue: str | None = None,
     namespace: str | None = None,
 ) -> Exported:
     """A Sweep as an Indexed Job: index i is child i (``children``: the expanded child Jobs, in order)."""
     from controller.yamlio import dump
 
     template = sweep.spec.template
-    container = _container(template, ["bash", "-c", sweep_lookup(children), "gflow-sweep"], {}, image, manifest_dir)
+    common, own = split_common([k8s_env(child.name, child.spec) for child in children])
+    container = _container(template, ["bash", "-c", sweep_lookup(children, own), "gflow-sweep"], common, image, manifest_dir)
     data = _job_object(name, template, dict(sweep.metadata.labels), container, queue, namespace)
     spec = data["spec"]
     spec["completionMode"] = "Indexed"
@@ -167,6 +181,6 @@ def export_sweep(
     data["spec"] = {k: spec[k] for k in ("completionMode", "completions", "parallelism", "backoffLimitPerIndex")} | {
         k: v for k, v in spec.items() if k not in ("completionMode", "completions", "parallelism", "backoffLimitPerIndex")
     }
-    notes = _unmapped(template, name, image)
+    notes = _unmapped(template, name)
     notes.append(f"{name}: children run as indices 0..{len(children) - 1} of one Job, not as Jobs named {children[0].name}...")
     return Exported(dump(data), notes, data)

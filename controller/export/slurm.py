@@ -1,13 +1,22 @@
 """A gflow Job or Sweep as a Slurm batch script (``gflowctl export slurm``), and the sbatch options
 the Slurm backend submits with (``controller.runtime.slurm``): one translation, two users.
 
-What maps: ``resources.gpus``/``gpuType`` -> ``--gres=gpu[:TYPE]:N``; ``timeLimit`` -> ``--time``
-(Slurm counts whole minutes and rounds up); ``resources.memory`` -> ``--mem`` (MiB, Slurm's units
-are powers of 1024); ``workingDir`` -> ``--chdir``; ``priority`` -> ``--nice`` (negated: higher
-priority is a lower nice; a negative nice needs Slurm operator rights); ``suspend`` -> ``--hold``;
-``startAfter`` -> ``--begin``; ``env`` -> ``export`` lines in the script (values may hold commas,
-which ``--export=K=V`` cannot carry); a Sweep -> ``--array`` with a ``case`` on
-``SLURM_ARRAY_TASK_ID`` that sets each child's variables and command.
+What maps: ``resources.gpus`` -> ``--gres=gpu[:TYPE]:N``, where TYPE is ``gpuType`` in the
+cluster's words (``gpu_types``: config ``slurm.gpuTypes``, e.g. ``{H100: h100}``). gpuType is a
+substring of a GPU's model name and a GRES type is whatever the cluster's gres.conf calls it: one
+cannot be derived from the other, so a gpuType without a name there is an error
+(``UnmappedGpuType``), never a job Slurm refuses nor a constraint silently dropped.
+``timeLimit`` -> ``--time`` (Slurm counts whole minutes and rounds up); ``resources.memory`` ->
+``--mem`` (MiB, Slurm's units are powers of 1024); ``workingDir`` -> ``--chdir``; ``priority`` ->
+``--nice`` (negated: higher priority is a lower nice; a negative nice needs Slurm operator rights);
+``suspend`` -> ``--hold``; ``startAfter`` -> ``--begin``; ``env`` -> ``export`` lines in the
+script (values may hold commas, which ``--export=K=V`` cannot carry); a Sweep -> ``--array`` with a
+``case`` on ``SLURM_ARRAY_TASK_ID`` that sets each child's variables and command.
+
+The script gives the job the variables gflowd gives it (``slurm_env``): ``GFLOW_ATTEMPT`` counts
+Slurm's requeues (``SLURM_RESTART_COUNT`` + 1), ``MASTER_PORT`` is a port free on the node when the
+job starts, ``CUDA_VISIBLE_DEVICES`` the GPUs Slurm gave (empty for a CPU job, whatever the
+submitting shell had).
 
 What does not map (returned as notes): ``dependsOn`` (Slurm needs the parents' job ids:
 ``--dependency=afterok:ID``), ``backoffLimit`` (Slurm has no retry count), ``sharing: Shared`` and
@@ -19,12 +28,34 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
-from controller.export import Exported, gflow_env, workdir
+from controller.export import Exported, Shell, split_common, workdir
 
 MIB = 2**20
 GIB = 2**30
+
+# values only the node knows when the job starts, as the script computes them
+ATTEMPT = Shell('"$(( ${SLURM_RESTART_COUNT:-0} + 1 ))"')
+GIVEN_GPUS = Shell('"${CUDA_VISIBLE_DEVICES-}"')  # Slurm sets it from the GRES it allocated
+# a port free on the node (bound as port 0, then released for the job); without python3, one
+# derived from the job id
+FREE_PORT = Shell(
+    "\"$(python3 -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])' 2>/dev/null"
+    " || echo $(( 20000 + ${SLURM_JOB_ID:-$$} % 20000 )))\""
+)
+
+
+class UnmappedGpuType(ValueError):
+    """A ``gpuType`` for which ``slurm.gpuTypes`` names no GRES type of the cluster."""
+
+    def __init__(self, gpu_type: str):
+        self.gpu_type = gpu_type
+        super().__init__(
+            f"gpuType {gpu_type} has no Slurm GRES type in slurm.gpuTypes: map it in config.yaml "
+            f"(slurm: {{gpuTypes: {{{gpu_type}: TYPE}}}}, TYPE as the cluster's gres.conf names it)"
+        )
 
 
 def slurm_time(seconds: float) -> str:
@@ -44,10 +75,18 @@ def slurm_mem(n_bytes: int) -> str:
     return f"{max(1, math.ceil(n_bytes / MIB))}M"
 
 
-def gres(gpus: int, gpu_type: str | None) -> str | None:
+def gres_type(gpu_type: str, gpu_types: Mapping[str, str]) -> str:
+    """The cluster's GRES type for a ``gpuType``; keys match case-insensitively, as gpuType does."""
+    for key, value in gpu_types.items():
+        if key.lower() == gpu_type.lower():
+            return value
+    raise UnmappedGpuType(gpu_type)
+
+
+def gres(gpus: int, gpu_type: str | None, gpu_types: Mapping[str, str] | None = None) -> str | None:
     if gpus <= 0:
         return None
-    return f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}"
+    return f"gpu:{gres_type(gpu_type, gpu_types or {})}:{gpus}" if gpu_type else f"gpu:{gpus}"
 
 
 def nice(priority: int) -> int:
@@ -81,8 +120,10 @@ def sbatch_options(
     account: str | None = None,
     allow_negative_nice: bool = True,
     gates: bool = True,
+    gpu_types: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """The ``--flag=value`` options for one job spec (a ``JobSpec``), in a stable order.
+    """The ``--flag=value`` options for one job spec (a ``JobSpec``), in a stable order. Raises
+    ``UnmappedGpuType`` for a ``gpuType`` that ``gpu_types`` has no GRES type for.
 
     ``gates=False`` (the Slurm backend) leaves out ``--begin`` and ``--hold``: gflowd itself holds
     a suspended job and waits for ``startAfter`` before it submits, so Slurm must not wait again."""
@@ -92,7 +133,7 @@ def sbatch_options(
     if account:
         opts.append(f"--account={account}")
     res = spec.resources
-    if (g := gres(res.gpus, res.gpu_type)) is not None:
+    if (g := gres(res.gpus, res.gpu_type, gpu_types)) is not None:
         opts.append(f"--gres={g}")
     if spec.time_limit is not None:
         opts.append(f"--time={slurm_time(spec.time_limit)}")
@@ -144,8 +185,18 @@ def command_argv(spec: Any) -> list[str]:
     return argv
 
 
+def slurm_env(name: str, spec: Any, attempt: str = ATTEMPT, generation: str = "1") -> dict[str, str]:
+    """The job's variables in a Slurm script: what gflowd gives it, with the values Slurm knows.
+    The backend passes its own attempt and generation; an export has neither (generation 1:
+    Slurm only ever sees this spec)."""
+    from controller.runtime.command import job_env
+
+    devices = GIVEN_GPUS if spec.resources.gpus > 0 else ""
+    return job_env(name, spec, devices=devices, attempt=attempt, generation=generation, master_port=FREE_PORT)
+
+
 def _exports(env: dict[str, str]) -> list[str]:
-    return [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
+    return [f"export {key}={value if isinstance(value, Shell) else shlex.quote(value)}" for key, value in env.items()]
 
 
 def job_body(spec: Any, env: dict[str, str]) -> list[str]:
@@ -166,13 +217,15 @@ def export_job(
     output: str = "%x-%j.log",
     partition: str | None = None,
     account: str | None = None,
+    gpu_types: Mapping[str, str] | None = None,
 ) -> Exported:
+    """Raises ``UnmappedGpuType`` (see ``sbatch_options``)."""
     spec = job.spec
     opts = sbatch_options(
-        spec, name, chdir=workdir(spec.working_dir, manifest_dir), output=output, partition=partition, account=account
+        spec, name, chdir=workdir(spec.working_dir, manifest_dir), output=output, partition=partition, account=account,
+        gpu_types=gpu_types,
     )
-    env = {**spec.env, **gflow_env(name)}
-    lines = ["#!/bin/bash", *(f"#SBATCH {o}" for o in opts), ""] + job_body(spec, env)
+    lines = ["#!/bin/bash", *(f"#SBATCH {o}" for o in opts), ""] + job_body(spec, slurm_env(name, spec))
     return Exported("\n".join(lines) + "\n", unmapped(spec, name))
 
 
@@ -185,21 +238,23 @@ def export_sweep(
     output: str = "%x-%A_%a.log",
     partition: str | None = None,
     account: str | None = None,
+    gpu_types: Mapping[str, str] | None = None,
 ) -> Exported:
-    """A Sweep as one array job: task i is child i (``children``: the expanded child Jobs, in order)."""
+    """A Sweep as one array job: task i is child i (``children``: the expanded child Jobs, in order).
+    Variables all children share are set once, before the ``case``."""
     template = sweep.spec.template
     opts = sbatch_options(
         template, name, chdir=workdir(template.working_dir, manifest_dir), output=output,
-        partition=partition, account=account,
+        partition=partition, account=account, gpu_types=gpu_types,
     )
     last = len(children) - 1
     array = f"0-{last}" if last > 0 else "0"
     if sweep.spec.parallelism is not None:
         array += f"%{sweep.spec.parallelism}"
     opts.insert(1, f"--array={array}")
-    lines = ["#!/bin/bash", *(f"#SBATCH {o}" for o in opts), "", 'case "$SLURM_ARRAY_TASK_ID" in']
-    for task, child in enumerate(children):
-        env = {**child.spec.env, **gflow_env(child.name)}
+    common, own = split_common([slurm_env(child.name, child.spec) for child in children])
+    lines = ["#!/bin/bash", *(f"#SBATCH {o}" for o in opts), "", *_exports(common), 'case "$SLURM_ARRAY_TASK_ID" in']
+    for task, (child, env) in enumerate(zip(children, own)):
         lines.append(f"  {task})  # {child.name}")
         lines += [f"    {line}" for line in _exports(env)]
         lines.append("    exec " + shlex.join(command_argv(child.spec)) + " ;;")

@@ -286,6 +286,7 @@ class SlurmRuntime:
         self.partition = getattr(settings, "partition", None)
         self.account = getattr(settings, "account", None)
         self.extra_args = list(getattr(settings, "extra_args", None) or [])
+        self.gpu_types = dict(getattr(settings, "gpu_types", None) or {})
         self.env = dict(base_env if base_env is not None else os.environ)
         self.poll_interval = poll_interval
         self.dir = home.run_dir / "slurm"
@@ -430,7 +431,7 @@ class SlurmRuntime:
     def _translate(self, launch: Launch) -> tuple[list[str], str]:
         """The sbatch options and script for one attempt (LaunchError: a user error, e.g. workingDir)."""
         from controller.export import workdir
-        from controller.export.slurm import job_body, sbatch_options
+        from controller.export.slurm import UnmappedGpuType, job_body, sbatch_options, slurm_env
         from controller.runtime.command import LaunchError
 
         spec = launch.job.spec
@@ -438,10 +439,14 @@ class SlurmRuntime:
         if not os.path.isdir(cwd):
             raise LaunchError(f"workingDir {cwd} does not exist or is not a folder")
         root = os.geteuid() == 0
-        options = sbatch_options(
-            spec, launch.name, chdir=cwd, output=str(self.home.log_file(launch.name).absolute()),
-            partition=self.partition, account=self.account, allow_negative_nice=root, gates=False,
-        )
+        try:
+            options = sbatch_options(
+                spec, launch.name, chdir=cwd, output=str(self.home.log_file(launch.name).absolute()),
+                partition=self.partition, account=self.account, allow_negative_nice=root, gates=False,
+                gpu_types=self.gpu_types,
+            )
+        except UnmappedGpuType as exc:
+            raise LaunchError(f"{exc}, or run gflowd with --slurm-gpu-types {exc.gpu_type}=TYPE") from None
         if root and launch.job.owner_uid > 0:  # as the local runtime drops to the manifest's owner
             import pwd
 
@@ -455,13 +460,7 @@ class SlurmRuntime:
             os.fchown(fd, launch.job.owner_uid, gid)
             os.close(fd)
         options += self.extra_args
-        env = {
-            **spec.env,
-            "GFLOW_JOB_NAME": launch.name,
-            "GFLOW_ATTEMPT": str(launch.attempt),
-            "GFLOW_GENERATION": str(launch.generation),
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        }
+        env = slurm_env(launch.name, spec, attempt=str(launch.attempt), generation=str(launch.generation))
         devices_file = self._devices_file(launch.name)
         atomic_write(devices_file, "", mode=0o644, durable=False)
         if root and launch.job.owner_uid > 0:
