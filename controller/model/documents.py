@@ -3,6 +3,7 @@ the message users see; and the result of judging every document of the spec dir 
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,10 +24,17 @@ class AdmittedJob:
     owner_uid: int = -1
     mtime_ns: int = 0
     owner: str | None = None  # the Sweep that created this job, if any
+    real_dir: str | None = None  # the folder the manifest really lives in, when a symlink led to it
 
     @property
     def spec(self):
         return self.job.spec
+
+    @property
+    def folder(self) -> str:
+        """Where relative paths and the default working directory resolve: the folder the manifest
+        file really lives in, never a symlink's folder (docs/multi-user.md)."""
+        return self.real_dir or posixpath.dirname(self.path)
 
 
 @dataclass(frozen=True)

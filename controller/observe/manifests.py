@@ -1,13 +1,19 @@
 """The manifest store: what the spec directory says, parsed once per file change.
 
-Observes only. Walks the spec dir (recursively; hidden, swap and backup files skipped; symlinks
-leaving the dir not followed), keys every file by ``(mtime_ns, size, inode)`` and re-reads a file
-only when that key changes. Parsing uses the fast C safe loader; the round-trip loader runs only
-when a document is invalid, to find the line (see ``admission``).
+Observes only. Walks the spec dir (recursively, folder by open folder; hidden, swap and backup
+files skipped; symlinks leaving the dir not followed). Each manifest is taken hold of once
+(``security.SpecTree``): its owner, its parse-cache key ``(mtime_ns, size, inode, uid)`` and the
+text all come from that one descriptor, so an entry swapped between a look and a read can never
+pair one file's text with another file's owner. A file is re-read only when its key changes.
+Parsing uses the fast C safe loader; the round-trip loader runs only when a document is invalid,
+to find the line (see ``admission``). Whatever the filesystem throws at one entry is that entry's
+problem (a Rejection, a Warning, or another look at the next refresh or scan), never the whole
+pass's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat as stat_mod
@@ -20,27 +26,40 @@ from controller.decide.admission import MAX_MANIFEST_BYTES, validate_any
 from controller.model.documents import AdmittedJob, Rejection
 from controller.paths import is_manifest_name  # noqa: F401  (re-exported: the store's rule)
 from controller.util.fsutil import atomic_write
+from controller.util.security import NOT_REGULAR, EntryChanged, Folder, NotRead, OpenedManifest, SpecTree
 from controller.util.yamlio import YAMLSyntaxError, load_all
 
-CACHE_VERSION = 2  # bump when parsing, validation or the spec hashes change
+CACHE_VERSION = 3  # bump when parsing, validation, the spec hashes or the key change
+LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
+
+Key = tuple[int, int, int, int]
+
+
+def file_key(st: os.stat_result) -> Key:
+    """What says a file is unchanged: from the fstat of the descriptor it was read through."""
+    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_uid)
 
 
 @dataclass
 class ManifestFile:
     path: str
-    key: tuple[int, int, int]
+    key: Key
     documents: list[AdmittedJob | Rejection] = field(default_factory=list)
     parsed_json: str | None = None  # the parsed documents as JSON, for the parse cache
+    via_symlink: bool = False  # read through a symlink: looked at again on every scan
 
 
 class ManifestStore:
     def __init__(self, spec_dir: Path, display: Callable[[Path], str], cache_path: Path | None = None):
         self.spec_dir = spec_dir
         self._display = display
+        self._spec = os.path.abspath(spec_dir)
         self._root_real = os.path.realpath(spec_dir)
+        self._tree = SpecTree(self._spec, self._root_real, lambda path: display(Path(path)))
         self.files: dict[str, ManifestFile] = {}
         self._gone: list[AdmittedJob | Rejection] = []  # see take_changes
         self._came: list[AdmittedJob | Rejection] = []
+        self._in_flux: set[str] = set()  # entries that kept changing while read: looked at again by the next refresh or scan
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
         self.cache_path = cache_path
@@ -77,12 +96,13 @@ class ManifestStore:
     # -- observing ---------------------------------------------------------------------------
 
     def scan(self) -> set[str]:
-        """Full resync: stat every manifest, re-read changed ones. Returns the paths that changed."""
+        """Full resync: look at every manifest, re-read changed ones. Returns the paths that changed."""
+        self._in_flux.clear()  # every entry is looked at again below
         seen: set[str] = set()
         changed: set[str] = set()
-        for path, st in self._walk(str(self.spec_dir)):
+        for path, entry, folder in self._walk(self._spec):
             seen.add(path)
-            if self._update_or_ignore(path, st):
+            if self._look(path, entry, folder):
                 changed.add(path)
         for gone in set(self.files) - seen:
             self._drop(gone)
@@ -90,37 +110,16 @@ class ManifestStore:
         return changed
 
     def refresh(self, paths: Iterable[str]) -> set[str]:
-        """Incremental: re-check only these paths (files or folders). Returns the paths that changed."""
+        """Incremental: re-check only these paths (files or folders), and the entries that were
+        changing last time. Returns the paths that changed."""
         changed: set[str] = set()
-        for raw in paths:
+        again, self._in_flux = self._in_flux, set()
+        for raw in {*paths, *again}:
             path = os.path.abspath(raw)
             try:
-                st = os.stat(path)
-            except OSError:
-                st = None
-            if st is not None and stat_mod.S_ISDIR(st.st_mode):
-                if self._accept_dir(path):
-                    changed |= self._refresh_dir(path)
-                continue
-            if st is None and not os.path.islink(path):
-                # a vanished file, or a vanished folder holding manifests
-                prefix = path + os.sep
-                for known in [p for p in self.files if p == path or p.startswith(prefix)]:
-                    self._drop(known)
-                    changed.add(known)
-                continue
-            why = self._ignored_reason(path, st)
-            if why is not None:
-                if self._ignore(path, why):
-                    changed.add(path)
-                continue
-            if st is None or not self._accept(path, st):
-                if path in self.files:
-                    self._drop(path)
-                    changed.add(path)
-                continue
-            if self._update(path, st):
-                changed.add(path)
+                changed |= self._refresh_path(path)
+            except OSError:  # it changed while we looked (e.g. a folder became a symlink): next pass
+                self._in_flux.add(path)
         return changed
 
     def documents(self) -> list[AdmittedJob | Rejection]:
@@ -143,14 +142,38 @@ class ManifestStore:
     def _drop(self, path: str) -> None:
         self._gone.extend(self.files.pop(path).documents)
 
-    # -- internals ---------------------------------------------------------------------------
+    def _forget(self, path: str) -> bool:
+        if path not in self.files:
+            return False
+        self._drop(path)
+        return True
+
+    # -- finding entries ---------------------------------------------------------------------
+
+    def _refresh_path(self, path: str) -> set[str]:
+        try:
+            st = os.stat(path)  # follows: a folder, or a symlink to one inside, is walked
+        except OSError:
+            st = None
+        if st is not None and stat_mod.S_ISDIR(st.st_mode):
+            return self._refresh_dir(path) if self._accept_dir(path) else set()
+        if st is None and not os.path.lexists(path):
+            # a vanished file, or a vanished folder holding manifests
+            prefix = path + os.sep
+            gone = {known for known in self.files if known == path or known.startswith(prefix)}
+            for known in gone:
+                self._drop(known)
+            return gone
+        if not self._is_candidate(path):
+            return {path} if self._forget(path) else set()
+        return {path} if self._look(path) else set()
 
     def _refresh_dir(self, directory: str) -> set[str]:
         changed: set[str] = set()
         seen: set[str] = set()
-        for path, st in self._walk(directory):
+        for path, entry, folder in self._walk(directory):
             seen.add(path)
-            if self._update_or_ignore(path, st):
+            if self._look(path, entry, folder):
                 changed.add(path)
         prefix = directory.rstrip(os.sep) + os.sep
         for known in [p for p in self.files if p.startswith(prefix) and p not in seen]:
@@ -164,104 +187,162 @@ class ManifestStore:
 
     def _accept_dir(self, path: str) -> bool:
         """Folders get the same rules as the walk: no hidden ones, no symlinks leaving the spec dir."""
-        rel = os.path.relpath(path, self.spec_dir)
+        rel = os.path.relpath(path, self._spec)
         if rel == ".":
             return True
         if rel.startswith("..") or any(p.startswith(".") for p in rel.split(os.sep)):
             return False
         return self._inside(path)
 
-    def _ignored_reason(self, path: str, st: os.stat_result | None) -> str | None:
-        """Why an entry that looks like a manifest is not read (reported once, as a Warning), or None."""
-        rel = os.path.relpath(path, self.spec_dir)
+    def _is_candidate(self, path: str) -> bool:
+        """Named like a manifest, under the spec dir, in no hidden folder nor one leaving the spec dir."""
+        rel = os.path.relpath(path, self._spec)
         parts = rel.split(os.sep)
         if rel.startswith("..") or any(p.startswith(".") for p in parts[:-1]) or not is_manifest_name(parts[-1]):
-            return None
-        if not self._inside(os.path.dirname(path)):
-            return None  # inside a folder symlink that leaves the spec dir: not looked at at all
-        if os.path.islink(path) and not self._inside(path):
-            return "a symlink leading outside the spec directory: not followed"
-        if st is None:
-            return "a symlink that cannot be resolved (dangling, or a loop): not read" if os.path.islink(path) else None
-        if not stat_mod.S_ISREG(st.st_mode) and not stat_mod.S_ISDIR(st.st_mode):
-            return "not a regular file (a FIFO, socket or device): not read"
-        return None
+            return False
+        return self._inside(os.path.dirname(path))
+
+    def _walk(self, directory: str) -> Iterable[tuple[str, os.DirEntry, Folder]]:
+        """Every entry named like a manifest under ``directory``: (path, directory entry, the open
+        folder it is in). Real folders come first, symlinked ones after: a folder is read once
+        (``ln -s . jobs/loop``), and always under its own path when it has one, never under
+        someone's link to it."""
+        visited: set[tuple[int, int]] = set()
+        pending = [directory]  # then the symlinked folders found on the way
+        while pending:
+            try:
+                folder = self._tree.open_folder(pending.pop(0))
+            except (OSError, EntryChanged, NotRead):
+                continue  # gone, changing, or leading out of the spec dir
+            yield from self._walk_folder(folder, visited, pending)
+
+    def _walk_folder(self, folder: Folder, visited: set[tuple[int, int]], linked: list[str]) -> Iterable[tuple[str, os.DirEntry, Folder]]:
+        try:
+            if (folder.stat.st_dev, folder.stat.st_ino) in visited:
+                return
+            visited.add((folder.stat.st_dev, folder.stat.st_ino))
+            try:
+                entries = list(os.scandir(folder.fd))
+            except OSError:
+                return
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                path = folder.path + os.sep + entry.name
+                try:
+                    if entry.is_symlink():
+                        if entry.is_dir() and self._inside(path):
+                            linked.append(path)
+                        elif is_manifest_name(entry.name):
+                            yield path, entry, folder  # a file symlink: where it leads is checked when opened
+                    elif entry.is_dir(follow_symlinks=False):
+                        sub = self._tree.open_subfolder(folder, entry.name)
+                        if sub is None:
+                            linked.append(path)  # it became a symlink meanwhile
+                        else:
+                            yield from self._walk_folder(sub, visited, linked)
+                    elif is_manifest_name(entry.name):
+                        yield path, entry, folder
+                except OSError:
+                    continue  # gone, or changing, while we looked: the next event or scan sees it
+        finally:
+            folder.close()
+
+    # -- reading one entry -------------------------------------------------------------------
+
+    def _look(self, path: str, entry: os.DirEntry | None = None, folder: Folder | None = None) -> bool:
+        """Re-read one entry named like a manifest if it changed. True when its documents changed.
+        Anything the filesystem throws here is this entry's problem alone."""
+        try:
+            if entry is None:
+                st = os.lstat(path)
+                is_link, regular = stat_mod.S_ISLNK(st.st_mode), stat_mod.S_ISREG(st.st_mode)
+            else:
+                is_link, regular = entry.is_symlink(), entry.is_file(follow_symlinks=False)
+            if not is_link and not regular:
+                return self._ignore(path, NOT_REGULAR)  # a FIFO or a device is never opened
+            known = self.files.get(path)
+            if known is not None and not is_link and not known.via_symlink:
+                quick = entry.stat(follow_symlinks=False) if entry is not None else st
+                if file_key(quick) == known.key:
+                    return False  # the same file as last read: its key came from that read's fstat
+        except FileNotFoundError:
+            return self._forget(path)
+        except OSError:
+            self._in_flux.add(path)
+            return False
+        for _ in range(LOOKS):
+            try:
+                return self._read(path, entry.name if folder is not None and entry is not None else None, folder)
+            except EntryChanged:
+                folder = None  # look again by path
+        self._in_flux.add(path)
+        return False
+
+    def _read(self, path: str, name: str | None, folder: Folder | None) -> bool:
+        try:
+            opened = self._tree.open_entry(folder, name, path) if folder is not None and name else self._tree.open_manifest(path)
+        except NotRead as why:
+            if why.reason is None:
+                return self._forget(path)
+            if why.reason == "Ignored":
+                return self._ignore(path, why.message)
+            return self._refuse(path, why.reason, why.message)
+        except (FileNotFoundError, NotADirectoryError):
+            return self._forget(path)  # gone: removed, or a folder on the way replaced
+        except OSError as exc:
+            return self._unreadable(path, exc)
+        with opened:
+            return self._update(path, opened)
 
     def _ignore(self, path: str, why: str) -> bool:
         """Record an unreadable entry as a nameless rejection: admission turns it into a Warning."""
-        known = self.files.get(path)
         source = self._display(Path(path))
         message = f"{source}: {why}"
-        if known is not None and known.documents and getattr(known.documents[0], "message", None) == message:
+        return self._set_rejection(path, (0, 0, 0, 0), Rejection(None, "Ignored", message, source, path), True)
+
+    def _refuse(self, path: str, reason: str, message: str) -> bool:
+        """A manifest that is not run (e.g. a symlink to another user's file): Rejected under its stem."""
+        source = self._display(Path(path))
+        stem = os.path.basename(path).rsplit(".", 1)[0]
+        name = stem if is_valid_name(stem) else None
+        try:
+            mtime_ns = os.lstat(path).st_mtime_ns  # the entry's own age, for a duplicate-name contest
+        except OSError:
+            mtime_ns = 0
+        return self._set_rejection(path, (0, 0, 0, 0), Rejection(name, reason, message, source, path, 0, mtime_ns), True)
+
+    def _unreadable(self, path: str, exc: OSError) -> bool:
+        try:
+            key: Key = file_key(os.stat(path))
+        except OSError:
+            key = (0, 0, 0, 0)  # looked at again on every scan
+        rejection = self._file_error(path, key[0], "Invalid", f"cannot read the file: {exc.strerror or exc}")[0]
+        return self._set_rejection(path, key, rejection)
+
+    def _set_rejection(self, path: str, key: Key, rejection: Rejection, via_symlink: bool = False) -> bool:
+        known = self.files.get(path)
+        if known is not None and known.key == key and known.documents == [rejection]:
             return False
-        self.files[path] = ManifestFile(path, (0, 0, 0), [Rejection(None, "Ignored", message, source, path)])
+        self._set(path, ManifestFile(path, key, [rejection], via_symlink=via_symlink))
         return True
 
-    def _accept(self, path: str, st: os.stat_result) -> bool:
-        rel = os.path.relpath(path, self.spec_dir)
-        if rel.startswith(".."):
-            return False
-        parts = rel.split(os.sep)
-        if any(p.startswith(".") for p in parts[:-1]) or not is_manifest_name(parts[-1]):
-            return False
-        if not stat_mod.S_ISREG(st.st_mode):
-            return False
-        return self._inside(path)  # the file, or a symlinked folder on its way, must stay inside
-
-    def _walk(self, directory: str, visited: set[tuple[int, int]] | None = None) -> Iterable[tuple[str, os.stat_result]]:
-        if visited is None:
-            visited = set()
-        try:
-            st = os.stat(directory)
-        except OSError:
-            return
-        if (st.st_dev, st.st_ino) in visited:
-            return  # a symlink loop (ln -s . jobs/loop): each folder is read once
-        visited.add((st.st_dev, st.st_ino))
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            return
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            try:
-                if entry.is_symlink() and not self._inside(entry.path):
-                    if is_manifest_name(entry.name):
-                        yield entry.path, None  # not followed, but reported
-                    continue  # symlinks that leave the spec dir are not followed
-                if entry.is_dir():
-                    yield from self._walk(entry.path, visited)
-                elif is_manifest_name(entry.name):
-                    # a FIFO or a looping symlink is reported, never opened (a FIFO would block)
-                    yield entry.path, entry.stat() if entry.is_file() else None
-            except OSError:
-                continue
-
-    def _update_or_ignore(self, path: str, st: os.stat_result | None) -> bool:
-        if st is None:
-            try:
-                st = os.stat(path)
-            except OSError:
-                pass
-            why = self._ignored_reason(path, st) or "not a regular file: not read"
-            return self._ignore(path, why)
-        return self._update(path, st)
-
-    def _update(self, path: str, st: os.stat_result) -> bool:
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    def _update(self, path: str, opened: OpenedManifest) -> bool:
+        st = opened.stat
+        key = file_key(st)
+        via_symlink = opened.folder is not None
         known = self.files.get(path)
-        if known is not None and known.key == key:
+        if known is not None and known.key == key and known.via_symlink == via_symlink and _folder_of(known) == opened.folder:
             return False
         warm = self._warm.pop(path, None)
         if warm is not None and tuple(warm[0]) == key:
             documents = self._from_cache(path, st, warm[1], warm[2])
             if documents is not None:
-                self._set(path, ManifestFile(path, key, documents, warm[1]))
+                self._set(path, ManifestFile(path, key, _placed(documents, opened.folder), warm[1], via_symlink))
                 self.cache_hits += 1
                 return True
-        manifest = ManifestFile(path, key)
-        manifest.documents = self._parse(path, st, manifest)
+        manifest = ManifestFile(path, key, via_symlink=via_symlink)
+        manifest.documents = _placed(self._parse(path, opened, manifest), opened.folder)
         self._set(path, manifest)
         self.parses += 1
         self._unsaved += 1
@@ -278,32 +359,34 @@ class ManifestStore:
         results = self._validate(path, st, docs, None, hashes if isinstance(hashes, dict) else {})
         return None if any(isinstance(r, Rejection) for r in results) else results
 
-    def _parse(self, path: str, st: os.stat_result, manifest: ManifestFile | None = None) -> list[AdmittedJob | Rejection]:
+    def _file_error(
+        self, path: str, mtime_ns: int, reason: str, message: str, line: int | None = None
+    ) -> list[AdmittedJob | Rejection]:
+        """The whole file is bad: one Rejection under the file stem, naming the file (and line)."""
         source = self._display(Path(path))
         stem = os.path.basename(path).rsplit(".", 1)[0]
         stem_name = stem if is_valid_name(stem) else None
+        where = f"{source} line {line}" if line else source
+        return [Rejection(stem_name, reason, f"{message} ({where})", source, path, 0, mtime_ns)]
 
-        def file_error(reason: str, message: str) -> list[AdmittedJob | Rejection]:
-            return [Rejection(stem_name, reason, f"{message} ({source})", source, path, 0, st.st_mtime_ns)]
-
+    def _parse(self, path: str, opened: OpenedManifest, manifest: ManifestFile | None = None) -> list[AdmittedJob | Rejection]:
+        st = opened.stat
         if st.st_size > MAX_MANIFEST_BYTES:
-            return file_error("Invalid", f"file is {st.st_size} bytes, over the 1 MiB limit for a manifest")
+            return self._file_error(path, st.st_mtime_ns, "Invalid", f"file is {st.st_size} bytes, over the 1 MiB limit for a manifest")
         try:
-            with open(path, "rb") as handle:
-                raw = handle.read(MAX_MANIFEST_BYTES + 1)
+            raw = opened.read(MAX_MANIFEST_BYTES + 1)
         except OSError as exc:
-            return file_error("Invalid", f"cannot read the file: {exc.strerror or exc}")
+            return self._file_error(path, st.st_mtime_ns, "Invalid", f"cannot read the file: {exc.strerror or exc}")
         if b"\0" in raw:
-            return file_error("Invalid", "file is binary, not YAML text")
+            return self._file_error(path, st.st_mtime_ns, "Invalid", "file is binary, not YAML text")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return file_error("Invalid", f"file is not UTF-8 text (bad byte at offset {exc.start})")
+            return self._file_error(path, st.st_mtime_ns, "Invalid", f"file is not UTF-8 text (bad byte at offset {exc.start})")
         try:
             docs = load_all(text)
         except YAMLSyntaxError as exc:
-            where = f"{source} line {exc.line}" if exc.line else source
-            return [Rejection(stem_name, "YAMLError", f"YAML syntax error: {exc} ({where})", source, path, 0, st.st_mtime_ns)]
+            return self._file_error(path, st.st_mtime_ns, "YAMLError", f"YAML syntax error: {exc}", exc.line)
         try:
             if manifest is not None:
                 try:
@@ -314,7 +397,7 @@ class ManifestStore:
         except RecursionError:  # deep block nesting the parser took but later walks cannot
             if manifest is not None:
                 manifest.parsed_json = None
-            return file_error("Invalid", "document is nested too deeply")
+            return self._file_error(path, st.st_mtime_ns, "Invalid", "document is nested too deeply")
 
     def _validate(
         self, path: str, st: os.stat_result, docs: list, text: str | None, hashes: dict | None = None
@@ -341,6 +424,17 @@ class ManifestStore:
                 )
             )
         return results
+
+
+def _placed(documents: list, folder: str | None) -> list:
+    """Jobs of a manifest reached through a symlink run where the file really lives (``folder``)."""
+    if folder is None:
+        return documents
+    return [dataclasses.replace(d, real_dir=folder) if isinstance(d, AdmittedJob) else d for d in documents]
+
+
+def _folder_of(manifest: ManifestFile) -> str | None:
+    return next((d.real_dir for d in manifest.documents if isinstance(d, AdmittedJob)), None)
 
 
 def _hashes_of(manifest: ManifestFile) -> dict[str, list[str]]:

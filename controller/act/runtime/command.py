@@ -36,7 +36,7 @@ class ProcessSpec:
 
 def build_process(launch: Launch, base_env: dict[str, str], script_path: Path, master_port: int) -> ProcessSpec:
     spec = launch.job.spec
-    manifest_dir = os.path.dirname(launch.job.path) or "."
+    manifest_dir = launch.job.folder or "."  # where the manifest file really lives, never a symlink's folder
     if spec.working_dir:
         cwd = os.path.expanduser(spec.working_dir)
         if not os.path.isabs(cwd):

@@ -433,7 +433,7 @@ class SlurmRuntime:
     def _translate(self, launch: Launch) -> tuple[list[str], str]:
         """The sbatch options and script for one attempt (LaunchError: a user error, e.g. workingDir)."""
         spec = launch.job.spec
-        cwd = workdir(spec.working_dir, os.path.dirname(launch.job.path) or ".")
+        cwd = workdir(spec.working_dir, launch.job.folder or ".")
         if not os.path.isdir(cwd):
             raise LaunchError(f"workingDir {cwd} does not exist or is not a folder")
         root = os.geteuid() == 0
