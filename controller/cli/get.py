@@ -19,7 +19,6 @@ from controller.cli.common import (
 )
 from controller.client.state import job_rows, read_index, read_status
 from controller.paths import Home
-from controller.util.yamlio import YAMLSyntaxError, dump, load_one
 
 JOB_KINDS = ("jobs", "job", "j")
 GPU_KINDS = ("gpus", "gpu", "node", "nodes")
@@ -60,6 +59,8 @@ def _get_sweeps(home: Home, args) -> int:
         if args.output == "json":
             print(json.dumps(docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}, indent=2))
         else:
+            from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
+
             print("---\n".join(dump(d) for d in docs), end="")
     elif chosen:
         now = time.time()
@@ -108,6 +109,8 @@ def _get_jobs(home: Home, args, selector) -> int:
             payload: Any = docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
             print(json.dumps(payload, indent=2, default=str))
         else:
+            from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
+
             print("---\n".join(dump(d) for d in docs), end="")
     else:
         if not chosen and not missing:
@@ -221,6 +224,8 @@ def _redraw(path, table, interval: float = 0.2) -> int:
 
 
 def _read_node(home: Home) -> dict | None:
+    from controller.util.yamlio import YAMLSyntaxError, load_one  # lazy: only get gpus reads YAML
+
     try:
         return load_one(home.node_file.read_text()) or {}
     except FileNotFoundError:

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from controller.paths import Home
-from controller.util.fsutil import lock_held
-from controller.util.yamlio import YAMLSyntaxError, load_one
 
 
 def is_running(home: Home) -> bool:
     """True when some gflowd holds this home's lock (gflowctl warns about stale state otherwise)."""
+    from controller.util.fsutil import lock_held  # lazy: get jobs reads the JSON index only (tempfile costs ~3 ms)
+
     return lock_held(home.lock_file)
 
 
@@ -39,6 +39,8 @@ def read_index(home: Home) -> dict[str, Any] | None:
 
 
 def read_status(home: Home, name: str) -> dict[str, Any] | None:
+    from controller.util.yamlio import YAMLSyntaxError, load_one  # lazy: get jobs reads the JSON index only
+
     try:
         data = load_one(home.status_file(name).read_text())
     except (OSError, YAMLSyntaxError):
