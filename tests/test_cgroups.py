@@ -127,6 +127,7 @@ def spawn(attempt: AttemptCgroup | None, code: str, *args: str) -> subprocess.Po
     """A Python child that joins ``attempt`` itself before it execs, as the supervisor's job will."""
     return subprocess.Popen(
         [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,  # "hold" reads it until closed: never pytest's own stdin, which may be at EOF
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -145,7 +146,7 @@ def finish(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.kill()
     process.wait(timeout=30)
-    for stream in (process.stdout, process.stderr):
+    for stream in (process.stdin, process.stdout, process.stderr):
         stream.close()
 
 
