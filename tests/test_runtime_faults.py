@@ -502,3 +502,33 @@ def test_a_working_dir_the_user_may_not_enter_is_named_in_the_error(home, gflowd
     status = wait_phase(home, "tool", "Failed", daemon=daemon)
     assert status["message"] == f"command {str(tool)!r}: Permission denied (as uid {nobody})", status["message"]
     assert status["exitCode"] == 126
+
+
+def test_the_slurm_backend_holds_a_submission_the_disk_refuses_and_retries_it(tmp_path):
+    """The Runtime Protocol's promise, on its other implementation: a start never raises on a full
+    disk; it is held (Pending, DiskFull) and tried again once there is room."""
+    from test_reconcile import job
+
+    from controller.paths import Home
+    from controller.reconcile import Launch
+    from controller.runtime.slurm import SlurmRuntime
+
+    home = Home.resolve(str(tmp_path / "home"), None)
+    home.ensure()
+    slurm_dir = home.run_dir / "slurm"
+    slurm_dir.mkdir()
+    mount_tmpfs(slurm_dir, "64k")
+    try:
+        runtime = SlurmRuntime(home, base_env={"PATH": "/nonexistent"})  # no sbatch: a refusal, once submitted
+        fill_filesystem(slurm_dir)
+        runtime.start(Launch("s", 1, 1, job("s", command=["true"], workingDir=str(tmp_path)), [], []))
+        held = runtime.observe()["s"]
+        assert (held.running, held.held, held.queued) == (True, True, "DiskFull")
+        assert "No space left on device" in held.message and "run/slurm/s.json" in held.message
+        assert runtime.tick(time.time()) is not None and runtime.needs_polling()
+        free_space(slurm_dir)
+        wait_for(lambda: runtime.tick(time.time()) is None, message="the held submission to be tried again")
+        ended = runtime.observe()["s"]
+        assert not ended.running and not ended.held and "sbatch could not run" in ended.error
+    finally:
+        unmount(slurm_dir)
