@@ -526,18 +526,18 @@ class Supervisor:
         try:
             if os.pwrite(fd, data, 0) != len(data):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.paths["exit"])
-            try:
-                os.ftruncate(fd, len(data))  # frees blocks, never needs one; the blanks are valid JSON anyway
-            except OSError:
-                pass
             os.fsync(fd)
             os.rename(self.paths["reserve"], self.paths["exit"])
         except FileNotFoundError:  # the reserved file is gone: write the record anew from now on
             self._drop_reserve()
             raise
+        _fsync_dir(self.dir)
+        try:  # the trailing blanks are valid JSON; dropping them frees blocks and needs none
+            os.ftruncate(fd, len(data))
+        except OSError:
+            pass
         os.close(fd)
         self.reserve_fd = None
-        _fsync_dir(self.dir)
 
     def _drop_reserve(self) -> None:
         if self.reserve_fd is not None:
