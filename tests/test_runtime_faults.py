@@ -134,6 +134,7 @@ def test_a_full_disk_loses_no_exit_code_and_no_launch(tiny_home, gflowd, tmp_pat
     for name in codes:
         wait_phase(home, name, "Running", daemon=first)
         runs[name] = wait_for(lambda n=name: read_json(home / "run" / "jobs" / n / "run-1.json"), message=f"{name}'s run record")
+        wait_for((home / "run" / "jobs" / name / "exit-1.reserved").exists, message=f"{name}'s room for its exit record")
     write_manifest(spec, "hog.yaml", script_job(
         "hog", f"head -c 5000000 /dev/zero | tr '\\0' x || true\nwhile [ ! -e {release}/hog ]; do sleep 0.05; done",
     ))
@@ -213,8 +214,9 @@ def test_an_exit_the_disk_refuses_reaches_gflowd_at_once_and_the_supervisor_goes
     write_manifest(home / "jobs", "three.yaml", script_job("three", f"while [ ! -e {release} ]; do sleep 0.05; done\nexit 3"))
     daemon = gflowd()
     run = wait_for(lambda: read_json(small_run_dir / "jobs" / "three" / "run-1.json"), message="the job to begin")
-    # as if an overwrite needed new blocks: the reserved room is there, just not for this record
-    (small_run_dir / "jobs" / "three" / "exit-1.reserved").rename(small_run_dir / "taken")
+    reserved = small_run_dir / "jobs" / "three" / "exit-1.reserved"
+    wait_for(reserved.exists, message="the room for the exit record to be taken")
+    reserved.rename(small_run_dir / "taken")  # as if an overwrite needed new blocks: the room stays taken
     fill_filesystem(small_run_dir)
     release.touch()
     status = wait_phase(home, "three", "Failed", daemon=daemon)  # known from the datagram alone
@@ -321,7 +323,9 @@ def test_an_exit_the_disk_refuses_is_kept_sent_to_gflowd_and_written_once_there_
         wait_for(lambda: any(m.startswith("start solo 1") for m in _datagrams(sock, got)), message="the job to start")
         # the room reserved for the exit record is gone too (as on a copy-on-write filesystem, where
         # even an overwrite needs new blocks): only retrying can record the exit now
-        (launch.parent / "exit-1.reserved").rename(tiny_dir / "taken")  # its blocks stay taken
+        reserved = launch.parent / "exit-1.reserved"
+        wait_for(reserved.exists, message="the room for the exit record to be taken")
+        reserved.rename(tiny_dir / "taken")  # its blocks stay taken
         fill_filesystem(tiny_dir)
         release.touch()
 

@@ -11,11 +11,11 @@ One attempt, in files under ``run/jobs/<name>/`` (gflowd writes the first two, w
     stop-<N>.json     a stop request: {"reason", "grace"}; gflowd then sends us SIGTERM
     limits-<N>.json   edited limits ({"timeLimit"}); gflowd then sends us SIGHUP
     attempt-<N>.lock  flock held for our whole life: "a supervisor for this attempt is alive"
-    exit-<N>.reserved room for the exit record, taken before the job may exec (see below)
+    exit-<N>.reserved room for the exit record, taken as the job starts (see below)
     run-<N>.json      supervisor and job pid + kernel start time; written before the job execs
     exit-<N>.json     exit code or signal, reason, times; fsync'd before we exit
 
-Sequence: lock -> reserve -> fork the job (it waits on a pipe) -> run record -> let it exec -> watch
+Sequence: lock -> fork the job (it waits on a pipe) -> run record -> let it exec -> reserve -> watch
 it: SIGCHLD, stop requests, the time limit (monotonic clock) and the memory limit (RSS of the whole
 tree, polled every 100 ms). We are a child subreaper, so a grandchild that calls ``setsid`` still
 ends up ours and dies with the job: the attempt ends when the whole tree is gone.
@@ -23,9 +23,11 @@ ends up ours and dies with the job: the attempt ends when the whole tree is gone
 A full disk. A job may fill the disk, and every job that ends meanwhile must still have its exit
 recorded: the exit record is the only place its exit code lives. So the room for it is taken at
 the start, while there is room: ``exit-<N>.reserved`` is written with RESERVE_BYTES of blanks
-before the job may exec. At the end the record is written over those bytes in place (blocks the
-filesystem already gave us, so no new ones are needed), fsync'd, and renamed to ``exit-<N>.json``
-(a rename needs no data blocks): a reader sees the whole record or none. Of the ways to keep an
+once the job is under way (RESERVE_AFTER later, so that it never delays the start: creating a
+file costs up to a millisecond on a busy ext4; a job that ends sooner writes its record as
+before). At the end the record is written over those bytes in place (blocks the filesystem
+already gave us, so no new ones are needed), fsync'd, and renamed to ``exit-<N>.json`` (a rename
+needs no data blocks): a reader sees the whole record or none. Of the ways to keep an
 exit across ENOSPC this is the one that needs nothing from the disk at the moment it is full;
 holding the code in memory and retrying alone would leave gflowd blind and the GPU held for as
 long as the disk stays full. Where even an overwrite needs new blocks (copy-on-write filesystems:
@@ -34,9 +36,10 @@ gflowd in the notify datagram (so gflowd knows the exit at once), and retry the 
 backoff, alive and holding the attempt lock meanwhile, until it is written or gflowd, having
 recorded the exit in its own status file, removes the attempt's launch file.
 
-If the reserve or the run record cannot be written at the start, the job never execs: nothing ran,
-so nothing is recorded. We remove what we wrote, release the lock, and tell gflowd
-(``unlaunched NAME N WHY``), which holds the launch back and hands it over again later.
+If the run record (or the log file) cannot be created at the start, the job never execs: nothing
+ran, so nothing is recorded. We remove what we wrote, release the lock, and tell gflowd
+(``unlaunched NAME N WHY``), which holds the launch back and hands it over again later. A reserve
+the disk refuses leaves only the fallback above.
 
 ``--launcher`` mode is a zygote: started once by gflowd, it reads launch-file paths on stdin and
 forks a supervisor for each (about 2 ms instead of a 35 ms interpreter start). It exits when gflowd
@@ -61,6 +64,7 @@ PR_SET_CHILD_SUBREAPER = 36
 MEMORY_POLL = 0.1
 LEFTOVER_GRACE = 2.0  # after the job's main process ends, how long its stray children get
 RESERVE_BYTES = 8192  # room for the exit record, taken at the start (see the module docstring)
+RESERVE_AFTER = 0.05  # ...once the job is under way, so that creating it never delays the job's start
 ERROR_CHARS = 3000  # a start error is cut to this, so the record fits in its reserved room
 RETRY_FIRST, RETRY_MAX = 0.2, 5.0  # seconds between tries to write an exit record the disk refused
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -295,11 +299,6 @@ class Supervisor:
             return 0  # another supervisor owns this attempt
         if os.path.exists(self.paths["exit"]) or os.path.exists(self.paths["run"]):
             return 0  # this attempt already began: never run it twice
-        try:
-            self.reserve_fd = self._reserve()
-        except OSError as exc:
-            self._not_launched(describe_error(exc), lock_fd)
-            return 0
         _set_subreaper()
         wake_r, wake_w = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(wake_w, False)
@@ -414,9 +413,16 @@ class Supervisor:
         time_limit = spec.get("timeLimit")
         memory_limit = spec.get("memoryLimit")
         grace = float(spec.get("grace", 10.0))
+        reserve_at: float | None = started_mono + RESERVE_AFTER
         while True:
             self._reap()
             now = time.monotonic()
+            if reserve_at is not None and now >= reserve_at:
+                reserve_at = None
+                try:
+                    self.reserve_fd = self._reserve()
+                except OSError:
+                    pass  # the disk is full already: the exit record is kept, sent and retried instead
             tree = descendants(os.getpid())
             if self.job_status is not None and not tree:
                 return  # the job and every process it left behind are gone
@@ -443,6 +449,8 @@ class Supervisor:
                 timeout = min(timeout, max(0.0, self.kill_at - now))
             if self.job_status is not None:
                 timeout = min(timeout, 0.05)  # strays: re-check the tree soon
+            if reserve_at is not None:
+                timeout = min(timeout, max(0.0, reserve_at - now))
             try:
                 ready, _, _ = select.select([wake_r], [], [], timeout)
             except InterruptedError:
