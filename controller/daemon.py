@@ -184,7 +184,10 @@ class Controller:
                     if again:
                         continue
                 if self._index_due is not None and time.monotonic() >= self._index_due:
-                    self._write_index()
+                    try:
+                        self._write_index()
+                    except OSError:  # a full disk: the next pass's writes report it and retry
+                        self._index_due = time.monotonic() + INDEX_MAX_GAP
                 # wait for the next reason to pass
                 for fd in set(self.runtime.wait_fds()) - registered:
                     selector.register(fd, selectors.EVENT_READ)
@@ -204,9 +207,12 @@ class Controller:
                 observer.stop()
             selector.close()
             self.runtime.close()
-            self.store.save_cache()
-            if self._index_due is not None:
-                self._write_index(force=True)
+            try:
+                self.store.save_cache()
+                if self._index_due is not None:
+                    self._write_index(force=True)
+            except OSError as exc:  # a full disk must not turn a clean stop into a traceback
+                log.warning("could not save the manifest cache or the index while stopping: %s", exc)
         log.info("stopped; running jobs keep running and will be re-adopted")
 
     _exit_seen = False
@@ -260,7 +266,7 @@ class Controller:
     def reconcile_once(self, full: bool = False) -> tuple[float | None, bool]:
         """One level-triggered pass. Returns (next timer, pass again now?)."""
         from controller.admission import admit, admit_changes
-        from controller.reconcile import Event, Snapshot, reconcile
+        from controller.reconcile import Event, Snapshot, hold_start, reconcile
 
         pass_began = time.perf_counter()
         with self._lock:
@@ -335,7 +341,9 @@ class Controller:
             started = self.runtime.observe()
             for launch in plan.starts:
                 run = started.get(launch.name)
-                if run is not None:
+                if run is not None and run.held:  # its launch could not be recorded: not a launch
+                    hold_start(plan, run)
+                elif run is not None:
                     plan.states[launch.name].pid = run.pid
                     plan.states[launch.name].backend_id = run.external_id or None
                     if not run.running:
@@ -364,7 +372,10 @@ class Controller:
         if self.passes == 1:
             gc.freeze()
         if full:  # at most once per resync: the cache only spares a restart from re-parsing
-            self.store.save_cache()
+            try:
+                self.store.save_cache()
+            except OSError:  # a full disk: only a cache; the next resync tries again
+                pass
         return plan.wake_at, again
 
     def _max_starts(self) -> int:
@@ -659,7 +670,10 @@ def main(argv: list[str] | None = None) -> int:
     from controller.gpus.inventory import FakeInventory
     from controller.gpus.nvml import NvmlInventory
 
-    atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
+    try:
+        atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
+    except OSError as exc:  # a full disk: gflowd must run all the same, its jobs need it most then
+        log.warning("could not write %s (%s); gflowctl finds a custom spec dir once it can be written", home.spec_dir_file, exc)
     from controller.gpus.guard import GuardedInventory
 
     # NVML calls are bounded in time (a hung driver must not stall the loop); the fake file needs no guard

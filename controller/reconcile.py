@@ -29,6 +29,8 @@ BACKOFF_MAX = 300.0
 GIB = 2**30
 # the reasons a stop request carries (the Terminating condition and stop-N.json)
 STOP_REASONS = frozenset({"UserCancelled", "Suspended", "Deleted", "DeadlineExceeded", "GPUMemoryExceeded"})
+# reasons reported as Warning events (besides any Failed or Rejected phase)
+WARNING_REASONS = frozenset({"DependencyFailed", "Unschedulable", "Lost", "DiskFull", "DiskError"})
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class RunObservation:
     node: str = ""
     external_id: str = ""  # the cluster's id of the attempt (a Slurm job id)
     stop_reason: str = ""  # the stop request the supervisor acted on (UserCancelled, Suspended, ...)
+    # The local runtime could not record the launch (a full disk: ``queued`` says DiskFull) and
+    # retries it: nothing runs yet. Shown Pending, like a cluster's queue, keeping its GPUs.
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -458,7 +463,8 @@ def sweep_outcome(plan_states: dict[str, JobState], children: tuple[str, ...] | 
 
 def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str) -> None:
     spec = job.spec
-    was_queued = state.phase == "Pending" and bool(run.external_id)  # a cluster's queue held it until now
+    # a cluster's queue, or a disk that refused the launch record, held it until now
+    was_queued = state.phase == "Pending" and (bool(run.external_id) or run.attempt == state.attempt)
     state.phase = "Running"
     state.pid = run.pid
     plan.time_limits[state.name] = spec.time_limit
@@ -499,7 +505,7 @@ def _running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation,
         if run.queued:
             state.phase, state.reason, state.message = "Pending", run.queued, run.message
         elif was_queued:
-            state.reason, state.message = "Started", run.message or "started by the cluster"
+            state.reason, state.message = "Started", run.message or ("started by the cluster" if run.external_id else "started")
     if state.run_hash and state.run_hash != job.run_hash:
         if find_condition(state.conditions, "SpecOutdated") is None:
             plan.events.append(Event(
@@ -558,6 +564,17 @@ def _request_stop(plan: Plan, state: JobState, run: RunObservation, reason: str,
     target = f"pid {run.pid}" if run.pid else "the job"
     state.message = f"stopping: {why}; TERM sent to {target}, KILL after {format_duration(grace)}"
     plan.stops.append(Stop(state.name, reason, grace))
+
+
+def hold_start(plan: Plan, run: RunObservation) -> None:
+    """A start this plan decided was held back by the runtime (``run.held``: its launch could not be
+    recorded): the job was never launched, so it shows Pending with the runtime's reason, never
+    Running, and the event says why instead of "Started". Called by the controller after acting."""
+    state = plan.states[run.name]
+    state.phase, state.reason, state.message = "Pending", run.queued, run.message
+    state.start_time = state.pid = None
+    plan.events = [e for e in plan.events if not (e.object == run.name and e.reason == "Started")]
+    plan.events.append(Event("Warning", run.queued, run.name, run.message))
 
 
 def _finished_and_current(old: JobState | None, job: AdmittedJob) -> bool:
@@ -679,7 +696,8 @@ def _schedule_pending(
     holders = []
     for name in sorted(looked_at):  # records carried over unseen are settled: none holds a GPU
         st = plan.states.get(name)
-        if st is not None and st.phase == "Running" and st.devices:
+        alive = st is not None and (st.phase == "Running" or (name in snap.runs and snap.runs[name].running))
+        if alive and st.devices:  # a held launch (Pending) keeps the GPUs it was bound to
             job = snap.admission.jobs.get(name)
             shared = job is not None and job.spec.sharing == "Shared"
             mem = (job.spec.resources.gpu_memory or 0) if job is not None else 0
@@ -895,5 +913,5 @@ def _dependency_block(
 def _finish(plan: Plan, old: JobState | None, state: JobState) -> None:
     plan.states[state.name] = state
     if old is None or (old.phase, old.reason) != (state.phase, state.reason):
-        warning = state.phase in ("Failed", "Rejected") or state.reason in ("DependencyFailed", "Unschedulable", "Lost")
+        warning = state.phase in ("Failed", "Rejected") or state.reason in WARNING_REASONS
         plan.events.append(Event("Warning" if warning else "Normal", state.reason or state.phase, state.name, state.message))
