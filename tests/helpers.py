@@ -129,6 +129,22 @@ def line_number(text: str, needle: str, start: int = 1) -> int:
     raise ValueError(f"{needle!r} not in text")
 
 
+# -- filesystems ----------------------------------------------------------------------------------
+
+def fill_filesystem(directory: Path) -> None:
+    """Write until the filesystem under ``directory`` says ENOSPC, in big then small pieces (to the
+    last block). The files are ``filler`` and ``filler2``: delete them to give the space back."""
+    for name, piece in (("filler", 65536), ("filler2", 512)):
+        fd = os.open(Path(directory) / name, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * piece)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 # -- processes ------------------------------------------------------------------------------------
 
 def pid_alive(pid: int | None) -> bool:

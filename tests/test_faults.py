@@ -9,14 +9,8 @@ import shutil
 import subprocess
 
 import pytest
-from helpers import (
-    job_status,
-    pid_alive,
-    read_index,
-    wait_for,
-    wait_phase,
-    write_manifest,
-)
+
+from helpers import fill_filesystem, job_status, pid_alive, read_index, wait_for, wait_phase, write_manifest
 from nvml_fixtures import fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
 
 from controller.record.writeguard import WriteFailures
@@ -70,24 +64,11 @@ def small_status_fs(home):
     subprocess.run(["umount", "-l", str(status)], check=False)
 
 
-def _fill(directory) -> None:
-    """Write until the filesystem says ENOSPC, in big then small pieces (to the last block)."""
-    for name, piece in (("filler", 65536), ("filler2", 512)):
-        fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            while True:
-                os.write(fd, b"\0" * piece)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
-
 def test_full_status_dir_backs_off_warns_keeps_jobs_and_catches_up(home, gflowd, small_status_fs):
     write_manifest(home / "jobs", "runner.yaml", SLEEPER.format(name="runner"))
     daemon = gflowd()
     runner = wait_for(lambda: (job_status(home, "runner") or {}).get("pid"), message="runner running")
-    _fill(small_status_fs)
+    fill_filesystem(small_status_fs)
 
     write_manifest(home / "jobs", "late.yaml", QUICK.format(name="late"))  # its status cannot be written
     warning = wait_for(lambda: event(home, "StateWriteFailed"), message=lambda: daemon.stderr()[-2000:])

@@ -14,7 +14,8 @@ from typing import Callable, Iterable
 from controller.act.prune import prune_manifests
 from controller.act.runtime import Runtime
 from controller.model.documents import AdmittedJob
-from controller.model.plan import Plan, RunObservation
+from controller.model.plan import Event, Plan, RunObservation
+from controller.model.reasons import EventType, Phase, Reason
 
 
 @dataclass
@@ -54,9 +55,22 @@ def _note_started(plan: Plan, runs: dict[str, RunObservation]) -> bool:
     failed = False
     for launch in plan.starts:
         run = runs.get(launch.name)
-        if run is not None:
+        if run is not None and run.held:  # its launch could not be recorded: not a launch
+            hold_start(plan, run)
+        elif run is not None:
             plan.states[launch.name].pid = run.pid
             plan.states[launch.name].backend_id = run.external_id or None
             if not run.running:
                 failed = True
     return failed
+
+
+def hold_start(plan: Plan, run: RunObservation) -> None:
+    """A start this plan decided was held back by the runtime (``run.held``: its launch could not be
+    recorded): the job was never launched, so it shows Pending with the runtime's reason, never
+    Running, and the event says why instead of "Started"."""
+    state = plan.states[run.name]
+    state.phase, state.reason, state.message = Phase.Pending, run.queued, run.message
+    state.start_time = state.pid = None
+    plan.events = [e for e in plan.events if not (e.object == run.name and e.reason == Reason.Started)]
+    plan.events.append(Event(EventType.Warning, run.queued, run.name, run.message))

@@ -30,7 +30,7 @@ from controller.observe.snapshot import GPU_REFRESH, SnapshotBuilder
 from controller.observe.watch import start_watching
 from controller.paths import Home
 from controller.record.recorder import Recorder
-from controller.record.writer import PassWriter
+from controller.record.writer import INDEX_MAX_GAP, PassWriter
 
 log = logging.getLogger("gflowd")
 MAX_DEBOUNCE = 0.2
@@ -136,7 +136,10 @@ class Controller:
                     if again:
                         continue
                 if self.writer.index_due is not None and time.monotonic() >= self.writer.index_due:
-                    self.writer.write_index()
+                    try:
+                        self.writer.write_index()
+                    except OSError:  # a full disk: the next pass's writes report it and retry
+                        self.writer.index_due = time.monotonic() + INDEX_MAX_GAP
                 # wait for the next reason to pass
                 for fd in set(self.runtime.wait_fds()) - registered:
                     selector.register(fd, selectors.EVENT_READ)
@@ -156,9 +159,12 @@ class Controller:
                 watcher.stop()
             selector.close()
             self.runtime.close()
-            self.store.save_cache()
-            if self.writer.index_due is not None:
-                self.writer.write_index(force=True)
+            try:
+                self.store.save_cache()
+                if self.writer.index_due is not None:
+                    self.writer.write_index(force=True)
+            except OSError as exc:  # a full disk must not turn a clean stop into a traceback
+                log.warning("could not save the manifest cache or the index while stopping: %s", exc)
         log.info("stopped; running jobs keep running and will be re-adopted")
 
     _exit_seen = False
@@ -242,7 +248,10 @@ class Controller:
         if self.passes == 1:
             gc.freeze()
         if full:  # at most once per resync: the cache only spares a restart from re-parsing
-            self.store.save_cache()
+            try:
+                self.store.save_cache()
+            except OSError:  # a full disk: only a cache; the next resync tries again
+                pass
         return plan.wake_at
 
     def _max_starts(self) -> int:

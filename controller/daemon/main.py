@@ -172,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
             lock.release()
             sys.stderr.write(f"gflowd: {exc}\n")
             return 1
-    atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
+    try:
+        atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
+    except OSError as exc:  # a full disk: gflowd must run all the same, its jobs need it most then
+        log.warning("could not write %s (%s); gflowctl finds a custom spec dir once it can be written", home.spec_dir_file, exc)
     # NVML calls are bounded in time (a hung driver must not stall the loop); the fake file needs no guard
     inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else GuardedInventory(NvmlInventory)
     try:

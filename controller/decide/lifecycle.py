@@ -76,7 +76,7 @@ def finish(plan: Plan, old: JobState | None, state: JobState) -> None:
     plan.states[state.name] = state
     if old is None or (old.phase, old.reason) != (state.phase, state.reason):
         warning = state.phase in (Phase.Failed, Phase.Rejected) or state.reason in (
-            Reason.DependencyFailed, Reason.Unschedulable, Reason.Lost,
+            Reason.DependencyFailed, Reason.Unschedulable, Reason.Lost, Reason.DiskFull, Reason.DiskError,
         )
         plan.events.append(Event(EventType.Warning if warning else EventType.Normal, state.reason or state.phase, state.name, state.message))
 

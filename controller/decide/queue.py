@@ -63,7 +63,8 @@ def _slots(plan: Plan, snap: Snapshot, looked_at: set[str], quotas: dict[str, Qu
     holders = []
     for name in sorted(looked_at):  # records carried over unseen are settled: none holds a GPU
         st = plan.states.get(name)
-        if st is not None and st.phase == Phase.Running and st.devices:
+        alive = st is not None and (st.phase == Phase.Running or (name in snap.runs and snap.runs[name].running))
+        if alive and st.devices:  # a held launch (Pending) keeps the GPUs it was bound to
             job = snap.admission.jobs.get(name)
             shared = job is not None and job.spec.sharing == "Shared"
             mem = (job.spec.resources.gpu_memory or 0) if job is not None else 0

@@ -17,7 +17,8 @@ from controller.model.records import JobState
 
 def running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str) -> None:
     spec = job.spec
-    was_queued = state.phase == Phase.Pending and bool(run.external_id)  # a cluster's queue held it until now
+    # a cluster's queue, or a disk that refused the launch record, held it until now
+    was_queued = state.phase == Phase.Pending and (bool(run.external_id) or run.attempt == state.attempt)
     state.phase = Phase.Running
     state.pid = run.pid
     plan.time_limits[state.name] = spec.time_limit
@@ -34,7 +35,7 @@ def running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, 
         if run.queued:
             state.phase, state.reason, state.message = Phase.Pending, run.queued, run.message
         elif was_queued:
-            state.reason, state.message = Reason.Started, run.message or "started by the cluster"
+            state.reason, state.message = Reason.Started, run.message or ("started by the cluster" if run.external_id else "started")
     _spec_outdated(plan, state, job, now_text)
 
 

@@ -45,6 +45,9 @@ class RunObservation:
     node: str = ""
     external_id: str = ""  # the cluster's id of the attempt (a Slurm job id)
     stop_reason: str = ""  # the stop request the supervisor acted on (a StopReason)
+    # The local runtime could not record the launch (a full disk: ``queued`` says DiskFull) and
+    # retries it: nothing runs yet. Shown Pending, like a cluster's queue, keeping its GPUs.
+    held: bool = False
 
 
 @dataclass(frozen=True)

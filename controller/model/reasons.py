@@ -70,6 +70,8 @@ class Reason(StrEnum):
     Unschedulable = "Unschedulable"
     GPUMemory = "GPUMemory"
     Quota = "Quota"
+    DiskFull = "DiskFull"  # the launch could not be recorded: held, retried
+    DiskError = "DiskError"
     # a manifest gflowd cannot run
     Invalid = "Invalid"
     YAMLError = "YAMLError"

@@ -9,8 +9,7 @@ what it last wrote. Nothing here sleeps: the loop must go on serving job exits m
 
 from __future__ import annotations
 
-import errno
-import os
+from controller.util.fsutil import describe
 
 BASE_DELAY = 0.5
 MAX_DELAY = 30.0
@@ -40,11 +39,3 @@ class WriteFailures:
         """Record a success; returns how many failed tries it ends (0 when all was well)."""
         ended, self.failures, self.first_error = self.failures, 0, ""
         return ended
-
-
-def describe(exc: OSError) -> str:
-    """``No space left on device (ENOSPC) writing /home/u/.local/share/gflow/status/a.yaml``."""
-    name = errno.errorcode.get(exc.errno or 0, "")
-    text = exc.strerror or str(exc)
-    where = f" writing {os.fsdecode(exc.filename)}" if exc.filename else ""
-    return f"{text}{f' ({name})' if name else ''}{where}"

@@ -20,7 +20,8 @@ from controller.model.plan import Event, Plan
 from controller.model.reasons import EventType
 from controller.paths import Home
 from controller.record.recorder import Recorder
-from controller.record.writeguard import WriteFailures, describe
+from controller.record.writeguard import WriteFailures
+from controller.util.fsutil import describe
 
 log = logging.getLogger("gflowd")
 INDEX_MIN_GAP = 0.02  # seconds between index rewrites under a flood of passes: at least...

@@ -270,3 +270,11 @@ def _rename_noreplace(source: str, target: Path) -> None:
         os.unlink(source)
         return
     raise OSError(err, os.strerror(err), str(target))
+
+
+def describe(exc: OSError) -> str:
+    """An OSError in words: ``No space left on device (ENOSPC) writing /home/u/.local/share/gflow/status/a.yaml``."""
+    name = errno.errorcode.get(exc.errno or 0, "")
+    text = exc.strerror or str(exc)
+    where = f" writing {os.fsdecode(exc.filename)}" if exc.filename else ""
+    return f"{text}{f' ({name})' if name else ''}{where}"

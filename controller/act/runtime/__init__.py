@@ -14,7 +14,10 @@ from controller.model.plan import Launch, RunObservation
 
 class Runtime(Protocol):
     def start(self, launch: Launch) -> None:
-        """Start the attempt; never raises for user errors (they become an exited observation)."""
+        """Start the attempt. Never raises: a user error becomes an exited observation; a launch
+        whose records cannot be written (a full disk) is *held*: nothing runs, ``observe`` reports
+        it running with ``held`` set and ``queued`` saying why (DiskFull, DiskError), and ``tick``
+        launches it once the records can be written."""
 
     def stop(self, name: str, grace: float, reason: str) -> None:
         """TERM the job's whole process tree now, KILL it after ``grace`` seconds. Idempotent."""
@@ -29,7 +32,9 @@ class Runtime(Protocol):
         """The controller is stopping; jobs keep running."""
 
     def observe(self) -> dict[str, RunObservation]:
-        """Every attempt the runtime knows: running, or ended and not yet forgotten."""
+        """Every attempt the runtime knows: running, or ended and not yet forgotten. An attempt
+        stays running until every process of it is gone (a dead supervisor's job is stopped
+        first), so its GPUs are never given away while any of it runs."""
 
     def forget(self, name: str) -> None:
         """The controller decided this attempt's end: drop it (a new attempt may start now). Its
@@ -40,7 +45,7 @@ class Runtime(Protocol):
         """The ends of forgotten attempts are now recorded in status files: remove their records."""
 
     def tick(self, now: float) -> float | None:
-        """Do timed work (KILL after grace); return when it is next due."""
+        """Do timed work (held launches, KILL after grace); return when it is next due."""
 
     def job_pids(self) -> dict[str, set[int]]:
         """Each running job's process tree: tells our GPU processes from foreign ones, and what each

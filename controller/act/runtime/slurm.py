@@ -24,6 +24,10 @@ Slurm states map onto our observations (``observation``, pure): PENDING/REQUEUED
 the reason; CONFIGURING/RUNNING/COMPLETING/SUSPENDED -> running; COMPLETED -> exit 0; FAILED ->
 its exit code; TIMEOUT -> DeadlineExceeded; OUT_OF_MEMORY -> OOMKilled; CANCELLED (not by us) and
 PREEMPTED -> failed with that said; NODE_FAIL/BOOT_FAIL and a job Slurm no longer knows -> Lost.
+
+A full disk. An attempt whose record (or log file, or script) cannot be written is not submitted:
+it is held, reported queued as DiskFull (or DiskError) with ``held`` set, so the job shows Pending,
+and ``tick`` tries again with a growing delay, as the local runtime does.
 """
 
 from __future__ import annotations
@@ -47,11 +51,13 @@ from controller.export import workdir
 from controller.export.slurm import UnmappedGpuType, job_body, sbatch_options, slurm_env, slurm_time
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
-from controller.util.fsutil import atomic_write
+from controller.act.runtime.supervisor import DISK_FULL, UnsafeLogFile, open_job_log
+from controller.util.fsutil import atomic_write, describe
 
 log = logging.getLogger("gflowd.slurm")
 
 POLL_INTERVAL = 1.0  # seconds between squeue calls while some attempt is live
+HOLD_FIRST, HOLD_MAX = 0.5, 10.0  # delays between tries to submit an attempt the disk refused
 COMMAND_TIMEOUT = 30.0
 
 RUNNING_STATES = {"CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
@@ -83,6 +89,18 @@ class SlurmJob:
     submit_time: float = 0.0
     start_time: float = 0.0
     end_time: float = 0.0
+
+
+@dataclass
+class _Held:
+    """An attempt not submitted because the disk refused one of its files; retried by ``tick``."""
+
+    launch: Launch
+    why: str
+    reason: str  # DiskFull | DiskError
+    retry_at: float  # monotonic
+    delay: float
+    rotated: bool  # the previous attempt's log was moved aside already
 
 
 @dataclass
@@ -302,6 +320,7 @@ class SlurmRuntime:
         self._listed_at = -1e9
         self._results: dict[str, RunObservation] = {}
         self._accounting: bool | None = None  # does sacct answer? (no slurmdbd: it does not)
+        self._held: dict[str, _Held] = {}
 
     # -- the Protocol --------------------------------------------------------------------------
 
@@ -309,10 +328,36 @@ class SlurmRuntime:
         current = self.records.get(launch.name)
         if current is not None and current.attempt == launch.attempt:
             return  # idempotent
+        held = self._held.get(launch.name)
+        if held is not None and held.launch.attempt == launch.attempt:
+            return  # held: tick() tries it again
         if current is not None:
             self._remove(current)
+        self._try_start(launch)
 
-        self._rotate_log(launch.name, launch.attempt)  # before the new attempt's log may be created
+    def _try_start(self, launch: Launch) -> None:
+        held = self._held.get(launch.name)
+        if held is not None and held.launch.attempt != launch.attempt:
+            held = None
+        rotated = held is not None and held.rotated
+        try:
+            if not rotated:
+                self._rotate_log(launch.name, launch.attempt)  # before the new attempt's log may be created
+                rotated = True
+            self._start(launch, fresh=held is not None)  # a retry looks in Slurm first: sbatch may have run
+        except OSError as exc:  # not submitted: held, and tried again by tick()
+            self.records.pop(launch.name, None)
+            delay = HOLD_FIRST if held is None else min(held.delay * 2, HOLD_MAX)
+            why = f"cannot record its submission: {describe(exc)}"
+            if held is None:
+                log.warning("job/%s attempt %d: %s; it is submitted once that can be written", launch.name, launch.attempt, why)
+            reason = "DiskFull" if exc.errno in DISK_FULL else "DiskError"
+            self._held[launch.name] = _Held(launch, why, reason, time.monotonic() + delay, delay, rotated)
+            return
+        self._held.pop(launch.name, None)
+
+    def _start(self, launch: Launch, fresh: bool) -> None:
+
         try:
             options, script = self._translate(launch)
         except LaunchError as exc:
@@ -329,12 +374,18 @@ class SlurmRuntime:
         )
         self.records[launch.name] = record
         self._save(record)  # the decision, durable, before sbatch: a restart finds it
-        self._submit(record)
+        self._submit(record, fresh)
 
     def stop(self, name: str, grace: float, reason: str = "Stopped") -> None:
         """scancel: Slurm sends TERM, then KILL after its KillWait (cluster-wide; ``grace`` cannot
         change it). Suspend, cancel, delete and deadlines all cancel the Slurm job; a resumed job is
         submitted again as its next attempt, as it is restarted on one box."""
+        held = self._held.get(name)
+        if held is not None and name not in self._results:  # never submitted: it ends here
+            now = time.time()
+            self._results[name] = RunObservation(name, held.launch.attempt, None, now, False, None, None, now,
+                                                 f"never started: {held.why}", stop_reason=reason)
+            return
         record = self.records.get(name)
         if record is None or record.stop_sent or record.error or record.job_id is None:
             return
@@ -359,6 +410,10 @@ class SlurmRuntime:
             self._refresh()
         now = time.time()
         out = {}
+        for name, held in self._held.items():
+            out[name] = self._results.get(name) or RunObservation(
+                name, held.launch.attempt, None, now, True, queued=held.reason, message=held.why, held=True,
+            )
         for name, record in self.records.items():
             if name in self._results:
                 out[name] = self._results[name]
@@ -383,6 +438,9 @@ class SlurmRuntime:
         return out
 
     def forget(self, name: str) -> None:
+        if name in self._held and name in self._results:
+            del self._held[name], self._results[name]
+            return
         record = self.records.get(name)
         if record is None or name not in self._results:
             return
@@ -397,7 +455,13 @@ class SlurmRuntime:
                 self._remove(record)
 
     def tick(self, now: float) -> float | None:
-        return None
+        """Submits held attempts when due; returns when the next try is."""
+        mono = time.monotonic()
+        for name, held in list(self._held.items()):
+            if mono >= held.retry_at and name not in self._results:
+                self._try_start(held.launch)
+        due = [now + max(0.0, h.retry_at - mono) for n, h in self._held.items() if n not in self._results]
+        return min(due) if due else None
 
     def job_pids(self) -> dict[str, set[int]]:
         return {}  # the jobs' processes are on the cluster's nodes
@@ -406,7 +470,7 @@ class SlurmRuntime:
         return []
 
     def needs_polling(self) -> bool:
-        return any(name not in self._results for name in self.records)
+        return any(name not in self._results for name in self.records) or bool(self._held)
 
     def close(self) -> None:
         pass
@@ -453,9 +517,10 @@ class SlurmRuntime:
                 raise LaunchError(f"the manifest's owner uid {launch.job.owner_uid} is not a user here") from None
             options += [f"--uid={launch.job.owner_uid}", f"--gid={gid}"]
             log_path = self.home.log_file(launch.name)  # slurmstepd opens it as the job's user
-            fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-            os.fchown(fd, launch.job.owner_uid, gid)
-            os.close(fd)
+            try:
+                os.close(open_job_log(str(log_path), launch.job.owner_uid, gid))
+            except UnsafeLogFile as exc:
+                raise LaunchError(str(exc)) from None
         options += self.extra_args
         env = slurm_env(launch.name, spec, attempt=str(launch.attempt), generation=str(launch.generation))
         devices_file = self._devices_file(launch.name)
@@ -556,8 +621,9 @@ class SlurmRuntime:
 
     def _memory_exceeded(self, name: str) -> bool:
         """slurmstepd's own words at the end of the job's output (see ``observation``)."""
-        try:
-            with open(self.home.log_file(name), "rb") as handle:
+        try:  # never through a symlink, never a FIFO: the job's user owns the log's name
+            fd = os.open(self.home.log_file(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as handle:
                 handle.seek(0, os.SEEK_END)
                 handle.seek(max(0, handle.tell() - 8192))
                 return b"Exceeded job memory limit" in handle.read()
@@ -578,7 +644,7 @@ class SlurmRuntime:
 
     def _rotate_log(self, name: str, attempt: int) -> None:
         current = self.home.log_file(name)
-        if attempt > 1 and current.exists():
+        if attempt > 1 and os.path.lexists(current):  # a symlink is moved, never followed
             os.replace(current, self.home.log_file(name, attempt - 1))
 
 

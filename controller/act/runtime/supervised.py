@@ -7,15 +7,26 @@ happened while it was away:
 
     exit record                        -> the attempt ended (code, signal, reason)
     run record, supervisor alive       -> running (re-adopted; identity = pid AND start time)
-    run record, supervisor gone        -> Lost: it began, and nobody saw it end
+    run record, supervisor gone        -> its job's processes are found and stopped (TERM, KILL
+                                          after the grace period; ``orphans.py``), the attempt
+                                          still holding its GPUs; then Lost: exit code unknown
     launch file only, no supervisor    -> it never began: started now (same attempt)
 
 Supervisors notify a datagram socket (``run/notify.sock``) on start and exit, and each one's
 pidfd is watched as well, so an exit reaches the loop at once without polling.
+
+A full disk. A launch whose records cannot be written (the launch file, the script, or the
+supervisor's run record) is not a launch: nothing runs, and the attempt is *held*: ``observe``
+reports it queued (reason DiskFull, or DiskError for another write error, the message naming the
+file), so the job shows Pending, keeping the GPUs it was bound to; ``tick`` tries again with a
+growing delay (0.5 s to 10 s) and launches it as soon as the write succeeds. A supervisor that
+cannot write its exit record sends the record in its exit datagram (see ``supervisor.py``): the
+exit is known at once, and its files are removed, as always, once the status file records it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -30,15 +41,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.act.runtime.command import LaunchError, build_process
-from controller.act.runtime.supervisor import descendants, start_ticks
+from controller.act.runtime.orphans import MARKER_VARIABLE, attempt_processes, signal_processes
+from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
-from controller.util.fsutil import atomic_write, lock_held
+from controller.util.fsutil import atomic_write, describe, lock_held
 
 log = logging.getLogger("gflowd.runtime")
 SUPERVISOR_FILE = str(Path(__file__).with_name("supervisor.py"))
 MASTER_PORT_BASE = 29500
 NEVER_BEGAN_AFTER = 5.0  # a launch handed to a live launcher gets this long to take its lock
+HOLD_FIRST, HOLD_MAX = 0.5, 10.0  # delays between tries to launch an attempt the disk refused
+ORPHAN_CHECK = 0.2  # while stopping a dead supervisor's job: how often to look for its processes
+
+
+@dataclass
+class _Orphaned:
+    """A job whose supervisor died without an exit record, being stopped by gflowd itself."""
+
+    supervisor_pid: int
+    kill_at: float  # monotonic
+    processes: dict[int, int]  # pid -> start ticks, as last found
+    stopped: int = 0  # how many processes were signalled in all
 
 
 @dataclass
@@ -59,10 +83,32 @@ class _Attempt:
     devices: tuple[int, ...] = ()
     device_uuids: tuple[str, ...] = ()
     run_hash: str = ""
+    spec: dict | None = None  # the launch file's content, kept to write it again
+    script: str | None = None  # the script file's text (a ``script:`` job), until it is written
+    log_rotated: bool = False
+    held: str = ""  # why the launch could not be recorded (it is retried); "" when it was
+    held_reason: str = ""  # DiskFull | DiskError
+    was_held: bool = False
+    retry_at: float = 0.0  # monotonic
+    retry_delay: float = 0.0
+    handover_warned: bool = False
+    job_ticks: int | None = None
+    exit_note: dict | None = None  # the exit record, as sent by a supervisor the disk refused it to
+    orphaned: _Orphaned | None = None
 
     def path(self, kind: str) -> Path:
+        if kind == "reserve":
+            return self.dir / f"exit-{self.attempt}.reserved"
         suffix = "lock" if kind == "attempt" else "json"
         return self.dir / f"{kind}-{self.attempt}.{suffix}"
+
+    @property
+    def marker(self) -> str | None:
+        return ((self.spec or {}).get("env") or {}).get(MARKER_VARIABLE)
+
+    @property
+    def grace(self) -> float:
+        return float((self.spec or {}).get("grace") or 10.0)
 
 
 class SupervisorRuntime:
@@ -77,6 +123,7 @@ class SupervisorRuntime:
         self._epoll = select.epoll()
         self.notify_path = str(home.run_dir / "notify.sock")
         self._sock = self._bind_notify()
+        self._news_r, self._news_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # readable: observe() has news
         self._launcher: subprocess.Popen | None = None
         self._ensure_launcher()  # now, not at the first start: an interpreter start costs ~50 ms
 
@@ -86,9 +133,7 @@ class SupervisorRuntime:
         current = self.attempts.get(launch.name)
         if current is not None and current.attempt == launch.attempt and current.result is None:
             return  # idempotent
-        job_dir = self.jobs_dir / launch.name
-        job_dir.mkdir(exist_ok=True)
-        attempt = _Attempt(launch.name, launch.attempt, job_dir, time.monotonic())
+        attempt = _Attempt(launch.name, launch.attempt, self.jobs_dir / launch.name, time.monotonic())
         attempt.master_port = self._free_port()
         attempt.time_limit = launch.job.spec.time_limit
         attempt.devices, attempt.device_uuids = tuple(launch.devices), tuple(launch.device_uuids)
@@ -97,23 +142,30 @@ class SupervisorRuntime:
         if current is not None and current.result is not None:
             self._remove_files(current)
         try:
-            spec = self._launch_spec(launch, attempt)
+            attempt.spec, attempt.script = self._launch_spec(launch, attempt)
         except LaunchError as exc:
             now = time.time()
             attempt.result = RunObservation(launch.name, launch.attempt, None, now, False, 127, None, now, str(exc))
             return
-        self._rotate_log(launch.name, launch.attempt)
-        # The decision, on disk (atomically) before anything runs. Not fsync'd: it must survive
-        # gflowd crashing, which the page cache does; a machine crash takes the job with it, and
-        # the status (fsync'd, written as Running in this same pass) then says Lost.
-        atomic_write(attempt.path("launch"), json.dumps(spec), mode=0o600, durable=False)
-        self._submit(attempt)
+        self._launch(attempt)
 
     def stop(self, name: str, grace: float, reason: str = "Stopped") -> None:
         attempt = self.attempts.get(name)
         if attempt is None or attempt.result is not None or attempt.stop_sent:
             return
-        atomic_write(attempt.path("stop"), json.dumps({"reason": reason, "grace": grace}), durable=False)
+        if attempt.held:  # it never began: it ends here
+            now = time.time()
+            attempt.result = self._held_observation(attempt, running=False, finished_at=now, stop_reason=reason)
+            self._poke()
+            return
+        if attempt.orphaned is not None:  # already being stopped; never more slowly than asked now
+            attempt.orphaned.kill_at = min(attempt.orphaned.kill_at, time.monotonic() + grace)
+            attempt.stop_sent = True
+            return
+        try:
+            atomic_write(attempt.path("stop"), json.dumps({"reason": reason, "grace": grace}), durable=False)
+        except OSError as exc:  # the supervisor then stops it as "Stopped" with the job's own grace
+            log.warning("job/%s: cannot write its stop request (%s); stopping it anyway", name, describe(exc))
         if self._signal_supervisor(attempt, signal.SIGTERM):
             attempt.stop_sent = True
 
@@ -122,7 +174,12 @@ class SupervisorRuntime:
         attempt = self.attempts.get(name)
         if attempt is None or attempt.result is not None or attempt.time_limit == seconds:
             return
-        atomic_write(attempt.path("limits"), json.dumps({"timeLimit": seconds}), durable=False)
+        if attempt.held or attempt.orphaned is not None:
+            return
+        try:
+            atomic_write(attempt.path("limits"), json.dumps({"timeLimit": seconds}), durable=False)
+        except OSError:
+            return  # asked again next pass
         if self._signal_supervisor(attempt, signal.SIGHUP):
             attempt.time_limit = seconds
 
@@ -132,10 +189,16 @@ class SupervisorRuntime:
         for name, attempt in self.attempts.items():
             if attempt.result is None:
                 self._refresh(attempt)
-            out[name] = attempt.result or RunObservation(
-                name, attempt.attempt, attempt.job_pid, attempt.started_at or time.time(), True,
-                devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
-            )
+            if attempt.result is not None:
+                out[name] = attempt.result
+            elif attempt.held:
+                out[name] = self._held_observation(attempt)
+            else:
+                out[name] = RunObservation(
+                    name, attempt.attempt, attempt.job_pid, attempt.started_at or time.time(), True,
+                    devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
+                    message="started once its launch could be recorded" if attempt.was_held else "",
+                )
         return out
 
     def forget(self, name: str) -> None:
@@ -158,25 +221,43 @@ class SupervisorRuntime:
                 pass
 
     def tick(self, now: float) -> float | None:
-        # KILL after grace is the supervisor's job; only launches that never took hold need us
+        """Timed work: launches held back by the disk, dead supervisors' jobs being stopped, and
+        launches no supervisor took. (KILL after grace for live supervisors is theirs to do.)"""
         due = None
         mono = time.monotonic()
-        for attempt in self.attempts.values():
-            if attempt.result is None and attempt.supervisor_pid is None and attempt.submitted:
+        for attempt in list(self.attempts.values()):
+            if attempt.result is not None:
+                continue
+            when = None
+            if attempt.held:
+                if mono >= attempt.retry_at:
+                    self._launch(attempt)
+                when = attempt.retry_at if attempt.held else attempt.submitted + NEVER_BEGAN_AFTER
+            elif attempt.orphaned is not None:
+                self._stop_orphaned(attempt, mono)
+                if attempt.orphaned is not None:
+                    when = min(mono + ORPHAN_CHECK, attempt.orphaned.kill_at)
+            elif attempt.supervisor_pid is None and attempt.submitted:
                 when = attempt.submitted + NEVER_BEGAN_AFTER
-                due = now + max(0.0, when - mono) if due is None else min(due, now + max(0.0, when - mono))
+            if when is not None:
+                at = now + max(0.0, when - mono)
+                due = at if due is None else min(due, at)
         return due
 
     def job_pids(self) -> dict[str, set[int]]:
         """Each running job's process tree (its supervisor included)."""
         out: dict[str, set[int]] = {}
         for name, attempt in self.attempts.items():
-            if attempt.result is None and attempt.supervisor_pid:
+            if attempt.result is not None:
+                continue
+            if attempt.orphaned is not None:
+                out[name] = set(attempt.orphaned.processes)
+            elif attempt.supervisor_pid:
                 out[name] = {attempt.supervisor_pid, *descendants(attempt.supervisor_pid)}
         return out
 
     def wait_fds(self) -> list[int]:
-        return [self._epoll.fileno(), self._sock.fileno()]
+        return [self._epoll.fileno(), self._sock.fileno(), self._news_r]
 
     def needs_polling(self) -> bool:
         return False
@@ -193,6 +274,8 @@ class SupervisorRuntime:
             except subprocess.TimeoutExpired:
                 self._launcher.kill()
         self._sock.close()
+        os.close(self._news_r)
+        os.close(self._news_w)
 
     # -- adoption ------------------------------------------------------------------------------------
 
@@ -214,18 +297,19 @@ class SupervisorRuntime:
             attempt.devices = tuple(spec.get("devices") or ())
             attempt.device_uuids = tuple(spec.get("deviceUUIDs") or ())
             attempt.run_hash = str(spec.get("runHash") or "")
+            attempt.spec, attempt.log_rotated = spec, True  # its log was rotated before the launch was written
             self.attempts[attempt.name] = attempt
             self._refresh(attempt, adopting=True)
             if attempt.result is None and attempt.supervisor_pid is None and not self._alive(attempt):
                 log.info("job/%s attempt %d was decided but never began: starting it now", attempt.name, number)
-                attempt.submitted = time.monotonic()
-                self._submit(attempt)
+                self._launch(attempt)
             adopted.append(attempt.name)
         return adopted
 
     # -- internals ---------------------------------------------------------------------------------------
 
-    def _launch_spec(self, launch: Launch, attempt: _Attempt) -> dict:
+    def _launch_spec(self, launch: Launch, attempt: _Attempt) -> tuple[dict, str | None]:
+        """The launch file's content and the script's text. Writes nothing: see ``_write_launch``."""
         env = dict(self.base_env)
         uid = gid = None
         groups: list[int] = []
@@ -240,10 +324,8 @@ class SupervisorRuntime:
             env.update({"HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name})
         script_path = attempt.dir / f"script-{attempt.attempt}.sh"
         process = build_process(launch, env, script_path, attempt.master_port)
-        if process.script is not None:
-            atomic_write(script_path, process.script, mode=0o755, durable=False)
-            if uid is not None:
-                os.chown(script_path, uid, gid)
+        # every process of the attempt inherits this: how its tree is found should its supervisor die
+        process.env[MARKER_VARIABLE] = f"{launch.name}.{launch.attempt}.{os.urandom(8).hex()}"
         spec = launch.job.spec
         return {
             "name": launch.name,
@@ -264,7 +346,70 @@ class SupervisorRuntime:
             "runHash": launch.job.run_hash,
             "devices": list(launch.devices),
             "deviceUUIDs": list(launch.device_uuids),
-        }
+            "condaEnv": spec.conda_env or None,
+        }, process.script
+
+    def _launch(self, attempt: _Attempt) -> None:
+        """Record the attempt and hand it to the launcher; if the disk refuses a record, hold it."""
+        try:
+            self._write_launch(attempt)
+        except OSError as exc:
+            self._hold(attempt, f"cannot record its launch: {describe(exc)}", exc.errno)
+            return
+        if attempt.held:
+            log.info("job/%s attempt %d: its launch is recorded now; starting it", attempt.name, attempt.attempt)
+        attempt.held = ""
+        attempt.submitted = time.monotonic()
+        self._submit(attempt)
+
+    def _write_launch(self, attempt: _Attempt) -> None:
+        """The script, the rotated log, then the launch file (the decision, atomically, before
+        anything runs). Not fsync'd: it must survive gflowd crashing, which the page cache does; a
+        machine crash takes the job with it, and the status (fsync'd, written as Running in this same
+        pass) then says Lost. Each step is skipped once done, so a retry redoes only what failed."""
+        spec = attempt.spec or {}
+        attempt.dir.mkdir(exist_ok=True)
+        if attempt.script is not None:
+            script_path = attempt.dir / f"script-{attempt.attempt}.sh"
+            atomic_write(script_path, attempt.script, mode=0o755, durable=False)
+            if spec.get("uid") is not None:
+                os.chown(script_path, spec["uid"], spec["gid"])
+            attempt.script = None
+        if not attempt.log_rotated:
+            self._rotate_log(attempt.name, attempt.attempt)
+            attempt.log_rotated = True
+        if not attempt.path("launch").exists():
+            atomic_write(attempt.path("launch"), json.dumps(spec), mode=0o600, durable=False)
+
+    def _hold(self, attempt: _Attempt, why: str, error: int | None) -> None:
+        """The launch cannot be recorded now: nothing runs; the job shows Pending; retried later."""
+        if not attempt.held:
+            log.warning("job/%s attempt %d: %s; it starts once that can be written", attempt.name, attempt.attempt, why)
+            attempt.retry_delay = HOLD_FIRST
+        else:
+            attempt.retry_delay = min(attempt.retry_delay * 2, HOLD_MAX)
+        attempt.held, attempt.was_held = why, True
+        attempt.held_reason = "DiskFull" if error in DISK_FULL else "DiskError"
+        attempt.retry_at = time.monotonic() + attempt.retry_delay
+        attempt.submitted = 0.0
+        self._poke()
+
+    def _held_observation(self, attempt: _Attempt, running: bool = True, finished_at: float | None = None,
+                          stop_reason: str = "") -> RunObservation:
+        return RunObservation(
+            attempt.name, attempt.attempt, None, time.time(), running,
+            finished_at=finished_at, error="" if running else f"never started: {attempt.held}",
+            queued=attempt.held_reason if running else "", message=attempt.held if running else "",
+            held=running, stop_reason=stop_reason,
+            devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
+        )
+
+    def _poke(self) -> None:
+        """Wake gflowd's loop: observe() has something new to say."""
+        try:
+            os.write(self._news_w, b"x")
+        except BlockingIOError:
+            pass
 
     def _submit(self, attempt: _Attempt) -> None:
         launcher = self._ensure_launcher()
@@ -294,10 +439,16 @@ class SupervisorRuntime:
 
     def _refresh(self, attempt: _Attempt, adopting: bool = False) -> None:
         """Re-read this attempt's records and decide what they mean."""
+        if attempt.held:
+            return  # nothing was handed over: tick() retries it
         exit_record = _read_json(attempt.path("exit"))
         if exit_record is not None:
             attempt.result = _observation(attempt, exit_record)
+            attempt.orphaned = None
             self._unwatch(attempt)
+            return
+        if attempt.orphaned is not None:
+            self._stop_orphaned(attempt, time.monotonic())
             return
         if attempt.supervisor_pid is None:
             run_record = _read_json(attempt.path("run"))
@@ -305,27 +456,69 @@ class SupervisorRuntime:
                 attempt.supervisor_pid = run_record.get("supervisorPid")
                 attempt.supervisor_ticks = run_record.get("supervisorStartTicks")
                 attempt.job_pid = run_record.get("jobPid")
+                attempt.job_ticks = run_record.get("jobStartTicks")
                 attempt.started_at = float(run_record.get("startedAt") or time.time())
                 if self._identity_ok(attempt):
                     self._watch(attempt)
         if attempt.supervisor_pid is not None:
             if not self._identity_ok(attempt) or not self._alive(attempt):
+                self._unwatch(attempt)
                 # gone; look once more for an exit record written just before it went
-                exit_record = _read_json(attempt.path("exit"))
-                attempt.result = (
-                    _observation(attempt, exit_record) if exit_record is not None else RunObservation(
-                        attempt.name, attempt.attempt, attempt.job_pid, attempt.started_at, False, None, None,
-                        time.time(), "its supervisor vanished without an exit record; exit code unknown", lost=True,
-                        devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
-                    )
-                )
+                exit_record = _read_json(attempt.path("exit")) or attempt.exit_note
+                if exit_record is not None:
+                    attempt.result = _observation(attempt, exit_record)
+                else:
+                    self._orphan(attempt)
+            elif attempt.exit_note is not None:  # it lives on only to write the record the disk refused
+                attempt.result = _observation(attempt, attempt.exit_note)
                 self._unwatch(attempt)
             return
         # launch file only
         if attempt.submitted and time.monotonic() - attempt.submitted > NEVER_BEGAN_AFTER and not self._alive(attempt):
-            log.warning("job/%s attempt %d: no supervisor took the launch; handing it over again", attempt.name, attempt.attempt)
-            attempt.submitted = time.monotonic()
-            self._submit(attempt)
+            level = logging.DEBUG if attempt.handover_warned else logging.WARNING
+            log.log(level, "job/%s attempt %d: no supervisor took the launch; handing it over again", attempt.name, attempt.attempt)
+            attempt.handover_warned = True
+            self._launch(attempt)
+
+    def _orphan(self, attempt: _Attempt) -> None:
+        """Its supervisor died without an exit record: stop what is left of the job, then it is Lost.
+        Until its processes are gone it is reported running, so its GPUs stay held."""
+        supervisor = attempt.supervisor_pid or 0
+        processes = attempt_processes(attempt.job_pid, attempt.job_ticks, attempt.marker)
+        if not processes:
+            attempt.result = self._lost(attempt, f"its supervisor (pid {supervisor}) died without recording the exit "
+                                                 "and the job's processes were gone; exit code unknown")
+            return
+        log.warning("job/%s attempt %d: its supervisor (pid %d) died; stopping the job's %d process(es): TERM now, "
+                    "KILL after %gs", attempt.name, attempt.attempt, supervisor, len(processes), attempt.grace)
+        attempt.orphaned = _Orphaned(supervisor, time.monotonic() + attempt.grace, processes, len(processes))
+        signal_processes(processes, signal.SIGTERM)
+
+    def _stop_orphaned(self, attempt: _Attempt, mono: float) -> None:
+        orphaned = attempt.orphaned
+        assert orphaned is not None
+        found = attempt_processes(attempt.job_pid, attempt.job_ticks, attempt.marker)
+        if not found:
+            attempt.orphaned = None
+            attempt.result = self._lost(attempt, f"its supervisor (pid {orphaned.supervisor_pid}) died without recording "
+                                                 f"the exit; the job's {orphaned.stopped} process(es) were stopped; exit code unknown")
+            log.warning("job/%s attempt %d: the job's processes are gone", attempt.name, attempt.attempt)
+            self._poke()
+            return
+        new = {pid: ticks for pid, ticks in found.items() if orphaned.processes.get(pid) != ticks}
+        orphaned.processes = found
+        orphaned.stopped += len(new)
+        if mono >= orphaned.kill_at:
+            signal_processes(found, signal.SIGKILL)
+            orphaned.kill_at = mono + 1.0  # and again, for anything forked meanwhile
+        elif new:
+            signal_processes(new, signal.SIGTERM)
+
+    def _lost(self, attempt: _Attempt, why: str) -> RunObservation:
+        return RunObservation(
+            attempt.name, attempt.attempt, attempt.job_pid, attempt.started_at, False, None, None, time.time(), why,
+            lost=True, devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
+        )
 
     def _identity_ok(self, attempt: _Attempt) -> bool:
         pid = attempt.supervisor_pid
@@ -371,11 +564,36 @@ class SupervisorRuntime:
     def _drain(self) -> None:
         while True:
             try:
-                self._sock.recv(512)
+                self._note(self._sock.recv(65536))
             except (BlockingIOError, OSError):
                 break
+        try:
+            while os.read(self._news_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
         # pidfd readiness is consumed by unwatching in _refresh; nothing to read from epoll itself
         self._epoll.poll(0)
+
+    def _note(self, datagram: bytes) -> None:
+        """A supervisor's notice: ``start|exit|unlaunched NAME N [detail]``. Only root (or gflowd's
+        own user) can write to the socket (mode 0600)."""
+        what, _, rest = datagram.decode(errors="replace").partition(" ")
+        name, _, rest = rest.partition(" ")
+        number, _, detail = rest.partition(" ")
+        attempt = self.attempts.get(name)
+        if attempt is None or str(attempt.attempt) != number or attempt.result is not None or not detail:
+            return
+        if what == "unlaunched" and attempt.supervisor_pid is None and not attempt.held:
+            full = any(f"({errno.errorcode[code]})" in detail for code in DISK_FULL)
+            self._hold(attempt, f"cannot record its start: {detail}", DISK_FULL[0] if full else None)
+        elif what == "exit":
+            try:
+                record = json.loads(detail)
+            except ValueError:
+                return
+            if isinstance(record, dict) and record.get("name") == name and record.get("attempt") == attempt.attempt:
+                attempt.exit_note = record
 
     def _bind_notify(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -389,7 +607,7 @@ class SupervisorRuntime:
         return sock
 
     def _remove_files(self, attempt: _Attempt) -> None:
-        for kind in ("launch", "run", "exit", "stop", "limits", "attempt"):
+        for kind in ("launch", "run", "exit", "reserve", "stop", "limits", "attempt"):
             try:
                 attempt.path(kind).unlink()
             except FileNotFoundError:
@@ -398,10 +616,21 @@ class SupervisorRuntime:
             (attempt.dir / f"script-{attempt.attempt}.sh").unlink()
         except FileNotFoundError:
             pass
+        # a write the disk refused removes its own temp file; one killed mid-write cannot
+        infix = f"-{attempt.attempt}."
+        try:
+            leftovers = [n for n in os.listdir(attempt.dir) if n.endswith(".tmp") and infix in n]
+        except OSError:
+            leftovers = []
+        for name in leftovers:
+            try:
+                (attempt.dir / name).unlink()
+            except FileNotFoundError:
+                pass
 
     def _rotate_log(self, name: str, attempt: int) -> None:
         current = self.home.log_file(name)
-        if attempt > 1 and current.exists():
+        if attempt > 1 and os.path.lexists(current):  # a symlink is moved, never followed
             os.replace(current, self.home.log_file(name, attempt - 1))
 
     def _free_port(self) -> int:

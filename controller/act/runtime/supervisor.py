@@ -11,13 +11,35 @@ One attempt, in files under ``run/jobs/<name>/`` (gflowd writes the first two, w
     stop-<N>.json     a stop request: {"reason", "grace"}; gflowd then sends us SIGTERM
     limits-<N>.json   edited limits ({"timeLimit"}); gflowd then sends us SIGHUP
     attempt-<N>.lock  flock held for our whole life: "a supervisor for this attempt is alive"
+    exit-<N>.reserved room for the exit record, taken as the job starts (see below)
     run-<N>.json      supervisor and job pid + kernel start time; written before the job execs
     exit-<N>.json     exit code or signal, reason, times; fsync'd before we exit
 
-Sequence: lock -> fork the job (it waits on a pipe) -> run record -> let it exec -> watch it:
-SIGCHLD, stop requests, the time limit (monotonic clock) and the memory limit (RSS of the whole
+Sequence: lock -> fork the job (it waits on a pipe) -> run record -> let it exec -> reserve -> watch
+it: SIGCHLD, stop requests, the time limit (monotonic clock) and the memory limit (RSS of the whole
 tree, polled every 100 ms). We are a child subreaper, so a grandchild that calls ``setsid`` still
 ends up ours and dies with the job: the attempt ends when the whole tree is gone.
+
+A full disk. A job may fill the disk, and every job that ends meanwhile must still have its exit
+recorded: the exit record is the only place its exit code lives. So the room for it is taken at
+the start, while there is room: ``exit-<N>.reserved`` is written with RESERVE_BYTES of blanks
+once the job is under way (RESERVE_AFTER later, so that it never delays the start: creating a
+file costs up to a millisecond on a busy ext4; a job that ends sooner writes its record as
+before). At the end the record is written over those bytes in place (blocks the filesystem
+already gave us, so no new ones are needed), fsync'd, and renamed to ``exit-<N>.json`` (a rename
+needs no data blocks): a reader sees the whole record or none. Of the ways to keep an
+exit across ENOSPC this is the one that needs nothing from the disk at the moment it is full;
+holding the code in memory and retrying alone would leave gflowd blind and the GPU held for as
+long as the disk stays full. Where even an overwrite needs new blocks (copy-on-write filesystems:
+btrfs, ZFS) or the reserved file is gone, we fall back: keep the record in memory, send it to
+gflowd in the notify datagram (so gflowd knows the exit at once), and retry the write with
+backoff, alive and holding the attempt lock meanwhile, until it is written or gflowd, having
+recorded the exit in its own status file, removes the attempt's launch file.
+
+If the run record (or the log file) cannot be created at the start, the job never execs: nothing
+ran, so nothing is recorded. We remove what we wrote, release the lock, and tell gflowd
+(``unlaunched NAME N WHY``), which holds the launch back and hands it over again later. A reserve
+the disk refuses leaves only the fallback above.
 
 ``--launcher`` mode is a zygote: started once by gflowd, it reads launch-file paths on stdin and
 forks a supervisor for each (about 2 ms instead of a 35 ms interpreter start). It exits when gflowd
@@ -33,6 +55,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import sys
 import time
 import warnings  # noqa: F401  os.execvpe imports it lazily; after setuid the stdlib may be unreadable
@@ -40,24 +63,68 @@ import warnings  # noqa: F401  os.execvpe imports it lazily; after setuid the st
 PR_SET_CHILD_SUBREAPER = 36
 MEMORY_POLL = 0.1
 LEFTOVER_GRACE = 2.0  # after the job's main process ends, how long its stray children get
+RESERVE_BYTES = 8192  # room for the exit record, taken at the start (see the module docstring)
+RESERVE_AFTER = 0.05  # ...once the job is under way, so that creating it never delays the job's start
+ERROR_CHARS = 3000  # a start error is cut to this, so the record fits in its reserved room
+RETRY_FIRST, RETRY_MAX = 0.2, 5.0  # seconds between tries to write an exit record the disk refused
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-def _write_atomic(path: str, data: dict, durable: bool = True) -> None:
-    """Temp file, (fsync), rename, (fsync the folder). A reader never sees half a record."""
+class NotLaunched(Exception):
+    """The attempt could not be recorded (e.g. the disk is full): the job must not run."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
+class UnsafeLogFile(Exception):
+    """The job's log path is something we must not write through (a symlink, a FIFO, a hard link)."""
+
+
+def describe_error(exc: OSError) -> str:
+    """``No space left on device (ENOSPC) writing /h/run/jobs/a/run-1.json``."""
+    name = errno.errorcode.get(exc.errno or 0, "")
+    where = f" writing {os.fsdecode(exc.filename)}" if exc.filename else ""
+    return f"{exc.strerror or exc}{f' ({name})' if name else ''}{where}"
+
+
+def _write_atomic(path: str, data: dict | bytes, durable: bool = True) -> None:
+    """Temp file, (fsync), rename, (fsync the folder). A reader never sees half a record, and a
+    failed write leaves no temp file behind."""
+    payload = data if isinstance(data, bytes) else json.dumps(data).encode()
     tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, json.dumps(data).encode())
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if not durable:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            if os.write(fd, payload) != len(payload):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, path) from exc  # name the file (ENOSPC on write)
+        raise
+    if durable:
+        _fsync_dir(os.path.dirname(path))
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        dir_fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
         return
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
         os.fsync(dir_fd)
+    except OSError:
+        pass
     finally:
         os.close(dir_fd)
 
@@ -68,6 +135,35 @@ def _read_json(path: str) -> dict | None:
             return json.loads(handle.read())
     except (OSError, ValueError):
         return None
+
+
+def open_job_log(path: str, uid: int | None = None, gid: int | None = None, append: bool = False) -> int:
+    """Open a job's output file for writing, safely even as root: never through a symlink
+    (``O_NOFOLLOW``), never a FIFO or a device (``O_NONBLOCK``, then ``fstat``), never a file with
+    other hard links; truncated unless ``append``; handed to the job's user by descriptor
+    (``fchown``), never by path. Raises UnsafeLogFile, or OSError."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_APPEND if append else 0)
+    try:
+        fd = os.open(path, flags, 0o640)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeLogFile(f"log file {path} is a symbolic link; refused (remove it)") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeLogFile(f"log file {path} is not a regular file; refused (remove it)")
+        if info.st_nlink > 1:
+            raise UnsafeLogFile(f"log file {path} has other hard links; refused (remove it)")
+        if not append:
+            os.ftruncate(fd, 0)
+        if uid is not None and os.geteuid() == 0:
+            os.fchown(fd, uid, gid if gid is not None else -1)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def start_ticks(pid: int) -> int | None:
@@ -178,6 +274,8 @@ class Supervisor:
             kind: os.path.join(self.dir, f"{kind}-{attempt}.{'lock' if kind == 'attempt' else 'json'}")
             for kind in ("attempt", "run", "exit", "stop", "limits")
         }
+        self.paths["reserve"] = os.path.join(self.dir, f"exit-{attempt}.reserved")
+        self.reserve_fd: int | None = None
         self.job_pid = 0
         self.job_status: int | None = None
         self.stop_reason = ""
@@ -190,7 +288,11 @@ class Supervisor:
     def run(self) -> int:
         if not self.spec:
             return 2
-        lock_fd = os.open(self.paths["attempt"], os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            lock_fd = os.open(self.paths["attempt"], os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            self._not_launched(describe_error(exc), None)
+            return 0
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -198,7 +300,7 @@ class Supervisor:
         if os.path.exists(self.paths["exit"]) or os.path.exists(self.paths["run"]):
             return 0  # this attempt already began: never run it twice
         _set_subreaper()
-        wake_r, wake_w = os.pipe()
+        wake_r, wake_w = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(wake_w, False)
         os.set_blocking(wake_r, False)
         signal.set_wakeup_fd(wake_w)
@@ -206,9 +308,13 @@ class Supervisor:
             signal.signal(sig, lambda *_: None)
         started_wall = time.time()
         started_mono = time.monotonic()
-        error = self._spawn()
+        try:
+            code, error = self._spawn()
+        except NotLaunched as exc:
+            self._not_launched(exc.why, lock_fd)
+            return 0
         if error:
-            self._finish(started_wall, exit_code=127 if "No such file" in error or "not found" in error else 126, error=error)
+            self._finish(started_wall, exit_code=code, error=error)
             return 0
         self._notify("start")
         self._watch(wake_r, started_mono)
@@ -218,69 +324,72 @@ class Supervisor:
         self._finish(started_wall, exit_code=exit_code, sig=sig)
         return 0
 
-    def _spawn(self) -> str:
-        """Fork the job, record it, then let it exec. Returns an error text if exec failed."""
+    def _reserve(self) -> int:
+        """Take the room for the exit record now, while the disk has it (module docstring)."""
+        fd = os.open(self.paths["reserve"], os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            if os.write(fd, b" " * RESERVE_BYTES) != RESERVE_BYTES:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as exc:
+            os.close(fd)
+            _unlink(self.paths["reserve"])
+            raise OSError(exc.errno, exc.strerror, self.paths["reserve"]) from exc
+        return fd
+
+    def _not_launched(self, why: str, lock_fd: int | None) -> None:
+        """Nothing ran and nothing is recorded: leave no file of ours, free the attempt, say why."""
+        if self.reserve_fd is not None:
+            os.close(self.reserve_fd)
+            self.reserve_fd = None
+        _unlink(self.paths["reserve"])
+        if lock_fd is not None:
+            os.close(lock_fd)  # releases the lock first: gflowd may hand the launch over again at once
+        self._notify("unlaunched", why)
+
+    def _spawn(self) -> tuple[int, str]:
+        """Fork the job, record it, then let it exec. Returns (exit code, error) if it could not
+        start; raises NotLaunched if it must not (the run record could not be written)."""
         spec = self.spec
-        log_flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if spec.get("logAppend") else os.O_TRUNC)
-        log_fd = os.open(spec["log"], log_flags, 0o640)
         uid, gid = spec.get("uid"), spec.get("gid")
-        if uid is not None and os.geteuid() == 0:
-            os.fchown(log_fd, uid, gid if gid is not None else -1)
+        try:
+            log_fd = open_job_log(spec["log"], uid, gid, append=bool(spec.get("logAppend")))
+        except UnsafeLogFile as exc:
+            return 126, str(exc)
+        except OSError as exc:
+            if exc.errno in DISK_FULL:
+                raise NotLaunched(describe_error(OSError(exc.errno, exc.strerror, spec["log"]))) from None
+            return 126, f"log file {spec['log']}: {exc.strerror or exc}"
         go_r, go_w = os.pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:  # the job
-            try:
-                os.close(go_w)
-                os.close(err_r)
-                os.setpgid(0, 0)
-                for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
-                    signal.signal(sig, signal.SIG_DFL)
-                signal.set_wakeup_fd(-1)
-                devnull = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(devnull, 0)
-                os.dup2(log_fd, 1)
-                os.dup2(log_fd, 2)
-                if os.read(go_r, 1) != b"x":  # wait until the run record is on disk
-                    os._exit(125)  # the supervisor died first: never run unrecorded
-                if uid is not None and os.geteuid() == 0:
-                    os.setgroups(spec.get("groups") or [])
-                    os.setgid(gid)
-                    os.setuid(uid)
-                os.chdir(spec["cwd"])
-                os.execvpe(spec["argv"][0], spec["argv"], spec["env"])
-            except BaseException as exc:  # report why the job could not start, then die
-                text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                what = spec["argv"][0] if spec.get("argv") else "?"
-                if isinstance(exc, FileNotFoundError) and not os.path.isdir(spec.get("cwd", "/")):
-                    message = f"workingDir {spec.get('cwd')} does not exist"
-                elif isinstance(exc, FileNotFoundError):
-                    message = f"command not found: {what!r}"
-                else:
-                    message = f"cannot start {what!r}: {text}"
-                try:
-                    os.write(err_w, message.encode()[:4000])
-                finally:
-                    os._exit(127)
+            _become_job(spec, log_fd, go_r, go_w, err_r, err_w)
         os.close(go_r)
         os.close(err_w)
         os.close(log_fd)
         self.job_pid = pid
-        _write_atomic(
-            self.paths["run"],
-            {
-                "name": spec.get("name"),
-                "attempt": spec.get("attempt"),
-                "supervisorPid": os.getpid(),
-                "supervisorStartTicks": start_ticks(os.getpid()),
-                "jobPid": pid,
-                "jobStartTicks": start_ticks(pid),
-                "startedAt": time.time(),
-            },
-            # atomic but not fsync'd: it must survive gflowd crashing (the page cache does), not the
-            # machine crashing (which kills the job too); this keeps ~1 ms off every start
-            durable=False,
-        )
+        try:
+            _write_atomic(
+                self.paths["run"],
+                {
+                    "name": spec.get("name"),
+                    "attempt": spec.get("attempt"),
+                    "supervisorPid": os.getpid(),
+                    "supervisorStartTicks": start_ticks(os.getpid()),
+                    "jobPid": pid,
+                    "jobStartTicks": start_ticks(pid),
+                    "startedAt": time.time(),
+                },
+                # atomic but not fsync'd: it must survive gflowd crashing (the page cache does), not the
+                # machine crashing (which kills the job too); this keeps ~1 ms off every start
+                durable=False,
+            )
+        except OSError as exc:
+            os.close(go_w)  # the job reads EOF and exits (125) without ever exec'ing
+            os.close(err_r)
+            _waitpid(pid)
+            self.job_pid = 0
+            raise NotLaunched(describe_error(exc)) from None
         os.write(go_w, b"x")
         os.close(go_w)
         chunks = []
@@ -294,19 +403,26 @@ class Supervisor:
             chunks.append(chunk)
         os.close(err_r)
         if chunks:
-            _, status = os.waitpid(pid, 0)
-            self.job_status = status
-            return b"".join(chunks).decode(errors="replace")
-        return ""
+            self.job_status = _waitpid(pid)
+            code, _, message = b"".join(chunks).decode(errors="replace").partition(" ")
+            return (int(code) if code.isdigit() else 126), message
+        return 0, ""
 
     def _watch(self, wake_r: int, started_mono: float) -> None:
         spec = self.spec
         time_limit = spec.get("timeLimit")
         memory_limit = spec.get("memoryLimit")
         grace = float(spec.get("grace", 10.0))
+        reserve_at: float | None = started_mono + RESERVE_AFTER
         while True:
             self._reap()
             now = time.monotonic()
+            if reserve_at is not None and now >= reserve_at:
+                reserve_at = None
+                try:
+                    self.reserve_fd = self._reserve()
+                except OSError:
+                    pass  # the disk is full already: the exit record is kept, sent and retried instead
             tree = descendants(os.getpid())
             if self.job_status is not None and not tree:
                 return  # the job and every process it left behind are gone
@@ -333,6 +449,8 @@ class Supervisor:
                 timeout = min(timeout, max(0.0, self.kill_at - now))
             if self.job_status is not None:
                 timeout = min(timeout, 0.05)  # strays: re-check the tree soon
+            if reserve_at is not None:
+                timeout = min(timeout, max(0.0, reserve_at - now))
             try:
                 ready, _, _ = select.select([wake_r], [], [], timeout)
             except InterruptedError:
@@ -391,26 +509,152 @@ class Supervisor:
             "reason": self.stop_reason if self.stop_reason in ("OOMKilled", "DeadlineExceeded") else "",
             "stopped": bool(self.stop_reason),
             "stopReason": self.stop_reason,  # why gflowd asked it to stop, should its own record be lost
-            "error": error,
+            "error": error[:ERROR_CHARS],
             "startedAt": started_wall,
             "finishedAt": time.time(),
             "maxRssBytes": self.max_rss,
             "jobPid": self.job_pid or None,
         }
-        _write_atomic(self.paths["exit"], record)
+        data = json.dumps(record).encode()
+        try:
+            self._write_exit(data)
+        except OSError:
+            self._keep_exit(data)
+            return
         self._notify("exit")
 
-    def _notify(self, what: str) -> None:
+    def _write_exit(self, data: bytes) -> None:
+        """Over the reserved bytes, in place (no new blocks), then renamed into place; without a
+        usable reserve, the ordinary atomic write."""
+        fd = self.reserve_fd
+        if fd is None or len(data) > RESERVE_BYTES:
+            _write_atomic(self.paths["exit"], data)
+            self._drop_reserve()
+            return
+        try:
+            if os.pwrite(fd, data, 0) != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.paths["exit"])
+            os.fsync(fd)
+            os.rename(self.paths["reserve"], self.paths["exit"])
+        except FileNotFoundError:  # the reserved file is gone: write the record anew from now on
+            self._drop_reserve()
+            raise
+        _fsync_dir(self.dir)
+        try:  # the trailing blanks are valid JSON; dropping them frees blocks and needs none
+            os.ftruncate(fd, len(data))
+        except OSError:
+            pass
+        os.close(fd)
+        self.reserve_fd = None
+
+    def _drop_reserve(self) -> None:
+        if self.reserve_fd is not None:
+            os.close(self.reserve_fd)
+            self.reserve_fd = None
+        _unlink(self.paths["reserve"])
+
+    def _keep_exit(self, data: bytes) -> None:
+        """The disk refused the exit record: hold it, tell gflowd, retry until it is written or
+        gflowd has recorded the exit itself (it then removes the launch file). We stay alive,
+        holding the attempt lock, meanwhile."""
+        delay = RETRY_FIRST
+        while True:
+            self._notify("exit", data.decode())
+            time.sleep(delay)
+            if not os.path.exists(self.launch_path):
+                self._drop_reserve()
+                return
+            try:
+                self._write_exit(data)
+            except OSError:
+                delay = min(delay * 2, RETRY_MAX)
+                continue
+            self._notify("exit")
+            return
+
+    def _notify(self, what: str, detail: str = "") -> None:
         """Tell gflowd at once (a datagram); if it is down it reads the records when it returns."""
         address = self.spec.get("notify")
         if not address:
             return
+        message = f"{what} {self.spec.get('name')} {self.spec.get('attempt')}" + (f" {detail}" if detail else "")
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
                 sock.setblocking(False)
-                sock.sendto(f"{what} {self.spec.get('name')} {self.spec.get('attempt')}".encode(), address)
+                sock.sendto(message.encode(), address)
         except OSError:
             pass
+
+
+def _become_job(spec: dict, log_fd: int, go_r: int, go_w: int, err_r: int, err_w: int) -> None:
+    """In the forked child: wait for the run record, drop privileges, enter the working directory,
+    exec. Never returns; a failure is reported on ``err_w`` as "CODE message", naming the step."""
+    uid, gid = spec.get("uid"), spec.get("gid")
+    step = "setup"
+    try:
+        os.close(go_w)
+        os.close(err_r)
+        os.setpgid(0, 0)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        if os.read(go_r, 1) != b"x":  # wait until the run record is on disk
+            os._exit(125)  # the supervisor died first, or could not record us: never run unrecorded
+        if uid is not None and os.geteuid() == 0:
+            step = "user"
+            os.setgroups(spec.get("groups") or [])
+            os.setgid(gid)
+            os.setuid(uid)
+        step = "workingDir"  # after dropping privileges: the job's user must be able to enter it
+        os.chdir(spec["cwd"])
+        step = "command"
+        os.execvpe(spec["argv"][0], spec["argv"], spec["env"])
+    except BaseException as exc:  # report why the job could not start, then die
+        code, message = start_failure(step, spec, exc)
+        try:
+            os.write(err_w, f"{code} {message}".encode()[:4000])
+        finally:
+            os._exit(code)
+
+
+def start_failure(step: str, spec: dict, exc: BaseException) -> tuple[int, str]:
+    """(exit code, message) for a job that could not start: the message names the step that failed
+    (workingDir, the condaEnv's conda, the command) and the user it ran as."""
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    missing = isinstance(exc, (FileNotFoundError, NotADirectoryError))
+    who = f" (as uid {os.getuid()})"
+    argv = spec.get("argv") or ["?"]
+    if step == "workingDir":
+        return (127, f"workingDir {spec.get('cwd')} does not exist") if missing else (126, f"workingDir {spec.get('cwd')}: {text}{who}")
+    if step == "command" and spec.get("condaEnv"):
+        what = f"condaEnv {spec['condaEnv']}: conda ({argv[0]})"
+        return (127, f"{what} not found") if missing else (126, f"{what}: {text}{who}")
+    if step == "command":
+        return (127, f"command not found: {argv[0]!r}") if missing else (126, f"command {argv[0]!r}: {text}{who}")
+    if step == "user":
+        return 126, f"cannot switch to uid {spec.get('uid')}: {text}"
+    return 126, f"cannot start the job: {text}"
+
+
+def _waitpid(pid: int) -> int | None:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return None
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def launcher() -> int:
@@ -446,8 +690,11 @@ def launcher() -> int:
 
 
 def _redirect_output(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    devnull = os.open(os.devnull, os.O_RDONLY)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:  # e.g. a full disk: a trace for humans is not worth not supervising the job
+        fd = os.dup(devnull)
     os.dup2(devnull, 0)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
