@@ -22,7 +22,7 @@ from helpers import fill_filesystem, job_status, pid_alive, read_log, wait_for, 
 
 from controller.act.runtime.supervisor import start_ticks
 
-SUPERVISOR = Path(__file__).resolve().parents[1] / "controller" / "runtime" / "supervisor.py"
+SUPERVISOR = Path(__file__).resolve().parents[1] / "controller" / "act" / "runtime" / "supervisor.py"
 
 
 def manifest(name: str, body: str) -> str:
