@@ -429,3 +429,16 @@ def test_fake_gpus_bind_devices_and_refuse_what_never_fits(home, gflowd, tmp_pat
     wait_phase(home, "one-gpu", "Succeeded", daemon=daemon)
     daemon.wait_pass()
     assert job_status(home, "eight-gpus")["reason"] == "Unschedulable", "never silently started"
+
+
+def test_a_home_deeper_than_a_socket_path_may_be_runs_jobs(tmp_path, gflowd):
+    """run/notify.sock under a home past sun_path's 108 bytes: gflowd binds it through its folder's
+    descriptor (it used to exit with "AF_UNIX path too long"), and supervisors send to it the same way."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "home"
+    (deep / "jobs").mkdir(parents=True)
+    assert len(str(deep / "run" / "notify.sock")) > 108
+    write_manifest(deep / "jobs", "quick.yaml", manifest("quick", "command: ['true']"))
+    daemon = gflowd(home=deep)
+    status = wait_phase(deep, "quick", "Succeeded", daemon=daemon)
+    assert status["exitCode"] == 0
+    assert "Traceback" not in daemon.stderr()

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from controller.act.runtime.command import LaunchError, build_process
 from controller.act.runtime.orphans import MARKER_VARIABLE, attempt_processes, signal_processes
-from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks
+from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks, unix_address
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
 from controller.util.fsutil import atomic_write, describe, lock_held
@@ -601,7 +601,8 @@ class SupervisorRuntime:
             os.unlink(self.notify_path)
         except FileNotFoundError:
             pass
-        sock.bind(self.notify_path)
+        with unix_address(self.notify_path) as address:
+            sock.bind(address)
         os.chmod(self.notify_path, 0o600)
         sock.setblocking(False)
         return sock

@@ -48,6 +48,7 @@ closes the pipe; the supervisors it forked live on.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -579,11 +580,25 @@ class Supervisor:
             return
         message = f"{what} {self.spec.get('name')} {self.spec.get('attempt')}" + (f" {detail}" if detail else "")
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock, unix_address(address) as short:
                 sock.setblocking(False)
-                sock.sendto(message.encode(), address)
+                sock.sendto(message.encode(), short)
         except OSError:
             pass
+
+
+@contextlib.contextmanager
+def unix_address(path: str):
+    """``path`` as a socket address the kernel takes: a path longer than sun_path's 108 bytes (a deep
+    GFLOW_HOME) is reached through its folder's descriptor, ``/proc/self/fd/N/NAME``."""
+    if len(os.fsencode(path)) < 100:
+        yield path
+        return
+    fd = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
+    finally:
+        os.close(fd)
 
 
 def _become_job(spec: dict, log_fd: int, go_r: int, go_w: int, err_r: int, err_w: int) -> None:
