@@ -271,6 +271,7 @@ spec:
     assert gpus[device]["jobs"] == ["train"]
     assert gpus[5 - device]["state"] == "Free"
     assert [gpus[i]["uuid"] for i in (0, 2, 3)] == [gpu(i)["uuid"] for i in (0, 2, 3)]
+    assert [gpus[i]["memoryBytes"] for i in (0, 2, 3)] == [gpu(i)["memoryTotal"] for i in (0, 2, 3)]  # exact
 
     go.touch()
     wait_phase(home, "train", "Succeeded", daemon=daemon)

@@ -153,6 +153,7 @@ class Recorder:
                 "uuid": gpu.uuid,
                 "name": gpu.name,
                 "memory": format_quantity(gpu.memory_total),
+                "memoryBytes": gpu.memory_total,  # exact, for tools comparing with nvidia-smi
                 "memoryUsed": format_quantity(gpu.memory_used) or "0",
                 "utilization": gpu.utilization,
                 "state": slot.state,
