@@ -9,8 +9,9 @@ writer's change never overwritten), and a new file is created only if no one cre
 
 from __future__ import annotations
 
+import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from controller.cli.common import CliError, document_position, print_error
@@ -99,13 +100,38 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
                 errors.append(f"job/{doc.name} is defined twice: in {seen[doc.name]} and {doc.origin}")
                 continue
             seen[doc.name] = doc.origin
-            verb = _store(home, doc, dry_run)
+            verb = _store(home, _run_where_applied(home, doc), dry_run)
             progress.clear()
             print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled)
     progress.done()
     for error in errors:
         print_error(error)
     return 1 if errors else 0
+
+
+def _run_where_applied(home: Home, doc: _Doc) -> _Doc:
+    """A manifest applied from ``~/proj/job.yaml`` runs in ``~/proj`` (from stdin: the current
+    folder), as sbatch would, not in the spec dir its copy lands in: when its ``workingDir`` is
+    absent or relative, the copy gets that folder as an absolute ``workingDir`` (one line; the rest
+    of the user's text is kept). A file already under the spec dir keeps its own folder's rule."""
+    source = Path.cwd() if doc.origin == "<stdin>" else Path(os.path.abspath(doc.origin)).parent
+    spec_dir = home.spec_dir.resolve()
+    if spec_dir == source.resolve() or spec_dir in source.resolve().parents:
+        return doc
+    spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
+    path = ("spec", "workingDir")
+    if doc.kind == "sweep" and isinstance(spec, dict):
+        spec, path = spec.get("template"), ("spec", "template", "workingDir")
+    if not isinstance(spec, dict):
+        return doc
+    current = spec.get("workingDir")
+    if isinstance(current, str) and (current.startswith("~") or os.path.isabs(current)):
+        return doc
+    folder = os.path.normpath(os.path.join(source, current or "."))
+    from controller.util.manifest_edit import set_field  # lazy: ruamel only when a copy needs the line
+
+    text = set_field(doc.text, 0, path, folder)
+    return replace(doc, text=text, data=load_one(text))
 
 
 def _store(home: Home, doc: _Doc, dry_run: bool) -> str:
