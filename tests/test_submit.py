@@ -108,6 +108,7 @@ def test_generated_names_say_what_runs(command, stem):
         (["--array", "0-9", "--param", "a=1", "--", "x"], "not both"),
         (["--shared", "--"], "nothing to run"),
         (["--memory", "lots", "--", "x"], "--memory"),
+        (["--max-concurrent", "2", "--", "x"], "--max-concurrent is for sweeps"),
     ],
 )
 def test_bad_input_gets_one_line_naming_the_fix(argv, message):
@@ -133,6 +134,8 @@ def test_sweeps_from_params_and_arrays():
     assert sweep.manifest["spec"]["template"]["resources"] == {"gpus": 1}
     array = manifest_of(["--array", "0-9%2", "--", "x"])
     assert array.manifest["spec"]["indices"] == "0-9" and array.manifest["spec"]["parallelism"] == 2
+    limited = manifest_of(["--param", "a=1,2,3", "--max-concurrent", "1", "--", "x"])
+    assert limited.manifest["spec"]["parallelism"] == 1
 
 
 SBATCH = """\

@@ -57,6 +57,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--workdir", "--chdir", "-D"), "workdir", help="working directory (default: the current one)"),
     Flag(("--param",), "param", repeatable=True, help="KEY=V1,V2,...: a sweep over the cartesian product"),
     Flag(("--array",), "array", help="0-9 or 0-9%2: a job array (a Sweep over indices, %N = parallelism)"),
+    Flag(("--max-concurrent", "--parallelism"), "parallelism", help="a sweep: at most N children at once"),
     Flag(("--dry-run",), "dry_run", takes_value=False, cli_only=True, help="print what would be written; write nothing"),
     Flag(("--output", "-o"), "output", cli_only=True, help="with --dry-run: yaml prints the manifest"),
     Flag(("--quiet", "-q"), "quiet", takes_value=False, cli_only=True, help="print only the name"),
@@ -460,15 +461,20 @@ def build(
     if matrix is not None and array is not None:
         raise SubmitError("use --param or --array, not both")
     if matrix is None and array is None:
+        if "parallelism" in options:
+            raise SubmitError("--max-concurrent is for sweeps: add --param or --array")
         manifest = {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
         return Submission(manifest, "job", name, [], exact)
     sweep: dict[str, Any] = {}
+    parallelism = None
     if matrix is not None:
         sweep["matrix"] = matrix
     else:
         sweep["indices"], parallelism = array
-        if parallelism is not None:
-            sweep["parallelism"] = parallelism
+    if "parallelism" in options:
+        parallelism = _integer("--max-concurrent", options["parallelism"], 1)
+    if parallelism is not None:
+        sweep["parallelism"] = parallelism
     sweep["template"] = spec
     manifest = {"apiVersion": API_VERSION, "kind": "Sweep", "metadata": metadata, "spec": sweep}
     return Submission(manifest, "sweep", name, [], exact)
