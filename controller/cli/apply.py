@@ -21,7 +21,7 @@ from controller.client.state import find_manifest, owner_of
 from controller.paths import Home, is_manifest_name
 from controller.util.fsutil import RewriteError, create_new, lock_held, rewrite_locked
 from controller.util.manifest_edit import join_documents
-from controller.util.yamlio import iter_documents_text, load_one
+from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
 
 @dataclass
@@ -211,6 +211,8 @@ def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job"
         def cut(text: str, name: str = name, path: Path = path) -> str | None:
             parts = list(iter_documents_text(text))
             position = document_position(parts, name, path)
+            if position is None and len(parts) == 1 and path.stem == name and not _parses(parts[0]):
+                return None  # a file named for the job that does not parse (Rejected/YAMLError): it goes
             if position is None:
                 raise _NotIn
             if len(parts) == 1:
@@ -230,6 +232,14 @@ def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job"
             continue
         print(f"{kind}/{name} deleted")
     return 1 if failed else 0
+
+
+def _parses(text: str) -> bool:
+    try:
+        load_one(text)
+    except YAMLSyntaxError:
+        return False
+    return True
 
 
 class _NotIn(Exception):
