@@ -150,7 +150,8 @@ def test_a_param_sweep_substitutes_each_value(home, gflowd, proj):
 def test_an_array_with_a_parallelism_limit(home, gflowd, proj):
     daemon = gflowd()
     marker = proj / "go"
-    submitted = ctl(home, "run", "--array", "0-3%2", "--", "sh", "-c", f"while [ ! -e {marker} ]; do sleep 0.05; done", cwd=proj)
+    submitted = ctl(home, "run", "--array", "0-3%2", "--", "sh", "-c",
+                    f"while [ ! -e {marker} ]; do sleep 0.05; done; echo $SLURM_ARRAY_TASK_ID $GFLOW_ARRAY_TASK_ID", cwd=proj)
     name = created_name(submitted, "sweep")
     wait_phase(home, f"{name}-0", "Running", daemon=daemon)
     wait_phase(home, f"{name}-1", "Running", daemon=daemon)
@@ -158,6 +159,7 @@ def test_an_array_with_a_parallelism_limit(home, gflowd, proj):
     marker.write_text("")
     for i in range(4):
         wait_phase(home, f"{name}-{i}", "Succeeded", daemon=daemon)
+        assert read_log(home, f"{name}-{i}") == f"{i} {i}\n"
 
 
 def test_after_the_last_job_and_bad_input(home, gflowd, proj):

@@ -134,6 +134,7 @@ def test_sweeps_from_params_and_arrays():
     assert sweep.manifest["spec"]["template"]["resources"] == {"gpus": 1}
     array = manifest_of(["--array", "0-9%2", "--", "x"])
     assert array.manifest["spec"]["indices"] == "0-9" and array.manifest["spec"]["parallelism"] == 2
+    assert array.manifest["spec"]["template"]["env"] == {"SLURM_ARRAY_TASK_ID": "{index}", "GFLOW_ARRAY_TASK_ID": "{index}"}
     limited = manifest_of(["--param", "a=1,2,3", "--max-concurrent", "1", "--", "x"])
     assert limited.manifest["spec"]["parallelism"] == 1
 

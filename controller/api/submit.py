@@ -471,6 +471,8 @@ def build(
         sweep["matrix"] = matrix
     else:
         sweep["indices"], parallelism = array
+        # scripts written for Slurm or gbatch read their index from these; {index} is each child's
+        spec["env"] = {"SLURM_ARRAY_TASK_ID": "{index}", "GFLOW_ARRAY_TASK_ID": "{index}", **spec.get("env", {})}
     if "parallelism" in options:
         parallelism = _integer("--max-concurrent", options["parallelism"], 1)
     if parallelism is not None:
