@@ -85,6 +85,9 @@ def test_labels_and_names():
         (["/usr/bin/nvidia-smi"], "nvidia-smi"),
         (["sleep", "30"], "sleep"),
         (["python3"], "python3"),
+        (["sh", "-c", "echo lr={lr}"], "echo"),
+        (["bash", "-c", "python3 train.py --lr 1 && echo done"], "train"),
+        (["python3", "-c", "print(1)"], "python3"),
     ],
 )
 def test_generated_names_say_what_runs(command, stem):

@@ -372,6 +372,9 @@ def default_stem(command: list[str] | None, script_path: str | None) -> str:
         for i, arg in enumerate(args):
             if arg == "-m" and i + 1 < len(args):
                 return sanitize(args[i + 1].rsplit(".", 1)[-1])
+            if arg == "-c" and i + 1 < len(args):  # sh -c 'python3 x.py ...': what the snippet runs
+                words = args[i + 1].split()
+                return default_stem(words, None) if words and program.startswith(("sh", "bash", "zsh")) else sanitize(program)
             if arg in ("run", "launch") and program in ("uv", "accelerate"):
                 continue
             if not arg.startswith("-"):
