@@ -112,6 +112,8 @@ def test_generated_names_say_what_runs(command, stem):
         (["--shared", "--"], "nothing to run"),
         (["--memory", "lots", "--", "x"], "--memory"),
         (["--max-concurrent", "2", "--", "x"], "--max-concurrent is for sweeps"),
+        (["--shared", "--gpus", "1", "--", "x"], "--shared needs --gpu-memory"),
+        (["--shared", "--gpu-memory", "2Gi", "--", "x"], "--shared needs --gpus 1 or more"),
     ],
 )
 def test_bad_input_gets_one_line_naming_the_fix(argv, message):

@@ -432,6 +432,10 @@ def build(
     if resources:
         spec["resources"] = resources
     if options.get("shared"):
+        if "gpu_memory" not in options:
+            raise SubmitError("--shared needs --gpu-memory: the GPU memory the job may use per GPU, e.g. 20Gi")
+        if not resources.get("gpus"):
+            raise SubmitError("--shared needs --gpus 1 or more")
         spec["sharing"] = "Shared"
     if "priority" in options:
         spec["priority"] = _integer("--priority", options["priority"], low=-(2**31))

@@ -110,7 +110,7 @@ def _directives(text: str, origin: str):
 
 
 def _submit(home: Home, kind: str, name: str, text: str, cli: dict) -> int:
-    origin = f"gflowctl run ({name})"
+    origin = "run's manifest (--dry-run -o yaml shows it)"  # its line numbers are that text's
     [(docs, errors)] = _check_inputs(home, [(origin, text)])
     if errors:
         for error in errors:
