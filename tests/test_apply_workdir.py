@@ -75,3 +75,15 @@ def test_a_manifest_put_into_the_spec_dir_keeps_its_own_folder(home, gflowd):
     wait_phase(home, "byhand", "Succeeded", daemon=daemon)
     assert read_log(home, "byhand") == f"in {folder}\nteam input\n"
     assert "workingDir" not in (folder / "byhand.yaml").read_text()
+
+
+def test_a_sweep_applied_from_a_folder_gets_it_in_its_template(home, tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "sweep.yaml").write_text(
+        "kind: Sweep\nmetadata: {name: lr}\nspec:\n  matrix: {lr: ['0.1']}\n  template:\n    command: [python3, t.py]\n    workingDir: out\n"
+    )
+    applied = ctl(home, "apply", "-f", "proj/sweep.yaml", cwd=tmp_path)
+    assert applied.stdout == "sweep/lr created\n", applied.stderr
+    stored = load_one((home / "jobs" / "lr.yaml").read_text())
+    assert stored["spec"]["template"]["workingDir"] == str(proj / "out")
