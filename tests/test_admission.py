@@ -351,9 +351,14 @@ def test_documents_that_are_not_jobs(text, message):
     assert (result.name, result.reason, result.message) == ("a", "Invalid", message)
 
 
-def test_several_errors_are_counted():
-    result = rejected("spec:\n  command: [x]\n  resources: {gpus: -1, memory: lots}\n  priority: x\n")
-    assert result.message == "spec.resources.gpus: must be >= 0 (jobs/a.yaml line 3) and 2 more errors"
+def test_every_error_is_shown_at_once():
+    result = rejected("spec:\n  command: [x]\n  resources: {gpus: -1, memory: lots}\n  priority: x\n  gpu: 1\n")
+    assert result.message == (
+        "4 errors: spec.resources.gpus: must be >= 0 (jobs/a.yaml line 3); "
+        "spec.resources.memory: 'lots' is not a quantity; use a number with a unit like 16Gi, 500M or 512Mi (jobs/a.yaml line 3); "
+        "spec.priority: must be an integer (jobs/a.yaml line 4); "
+        "spec.gpu: unknown field (jobs/a.yaml line 5)"
+    )
 
 
 def test_rejection_without_text_has_no_line():

@@ -66,7 +66,8 @@ def test_apply_creates_then_unchanged_then_configured_keeping_text(home, tmp_pat
     src.write_text(JOB.format(name="train"))
     assert run("apply", "-f", str(src)) == (0, "job/train created\n", "")
     stored = home.spec_dir / "train.yaml"
-    assert stored.read_text() == JOB.format(name="train")  # comments and order kept verbatim
+    # comments and order kept verbatim; one line says where it runs: the folder it was applied from
+    assert stored.read_text() == JOB.format(name="train").replace("spec:\n", f'spec:\n  workingDir: "{tmp_path}"\n')
 
     assert run("apply", "-f", str(src))[1] == "job/train unchanged\n"
     src.write_text(JOB.format(name="train").replace("priority: 3", "priority: 7"))

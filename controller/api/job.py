@@ -195,7 +195,8 @@ class JobSpec(_Model):
     )
     working_dir: StrictStr | None = Field(
         default=None,
-        description="Working directory; `~` expands, relative paths resolve against the manifest's folder.",
+        description="Working directory; `~` expands, relative paths resolve against the manifest's folder. "
+        "`gflowctl apply` and `run` write the folder you submitted from (absent or relative only).",
     )
     env: Annotated[dict[StrictStr, Text], AfterValidator(_check_env_names)] = Field(
         default_factory=dict, description="Extra environment variables. Integers and booleans become text; quote floats."

@@ -9,8 +9,9 @@ writer's change never overwritten), and a new file is created only if no one cre
 
 from __future__ import annotations
 
+import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from controller.cli.common import CliError, document_position, print_error
@@ -20,7 +21,7 @@ from controller.client.state import find_manifest, owner_of
 from controller.paths import Home, is_manifest_name
 from controller.util.fsutil import RewriteError, create_new, lock_held, rewrite_locked
 from controller.util.manifest_edit import join_documents
-from controller.util.yamlio import iter_documents_text, load_one
+from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
 
 @dataclass
@@ -99,13 +100,38 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
                 errors.append(f"job/{doc.name} is defined twice: in {seen[doc.name]} and {doc.origin}")
                 continue
             seen[doc.name] = doc.origin
-            verb = _store(home, doc, dry_run)
+            verb = _store(home, _run_where_applied(home, doc), dry_run)
             progress.clear()
             print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled)
     progress.done()
     for error in errors:
         print_error(error)
     return 1 if errors else 0
+
+
+def _run_where_applied(home: Home, doc: _Doc) -> _Doc:
+    """A manifest applied from ``~/proj/job.yaml`` runs in ``~/proj`` (from stdin: the current
+    folder), as sbatch would, not in the spec dir its copy lands in: when its ``workingDir`` is
+    absent or relative, the copy gets that folder as an absolute ``workingDir`` (one line; the rest
+    of the user's text is kept). A file already under the spec dir keeps its own folder's rule."""
+    source = Path.cwd() if doc.origin == "<stdin>" else Path(os.path.abspath(doc.origin)).parent
+    spec_dir = home.spec_dir.resolve()
+    if spec_dir == source.resolve() or spec_dir in source.resolve().parents:
+        return doc
+    spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
+    path = ("spec", "workingDir")
+    if doc.kind == "sweep" and isinstance(spec, dict):
+        spec, path = spec.get("template"), ("spec", "template", "workingDir")
+    if not isinstance(spec, dict):
+        return doc
+    current = spec.get("workingDir")
+    if isinstance(current, str) and (current.startswith("~") or os.path.isabs(current)):
+        return doc
+    folder = os.path.normpath(os.path.join(source, current or "."))
+    from controller.util.manifest_edit import set_field  # lazy: ruamel only when a copy needs the line
+
+    text = set_field(doc.text, 0, path, folder)
+    return replace(doc, text=text, data=load_one(text))
 
 
 def _store(home: Home, doc: _Doc, dry_run: bool) -> str:
@@ -185,6 +211,8 @@ def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job"
         def cut(text: str, name: str = name, path: Path = path) -> str | None:
             parts = list(iter_documents_text(text))
             position = document_position(parts, name, path)
+            if position is None and len(parts) == 1 and path.stem == name and not _parses(parts[0]):
+                return None  # a file named for the job that does not parse (Rejected/YAMLError): it goes
             if position is None:
                 raise _NotIn
             if len(parts) == 1:
@@ -204,6 +232,14 @@ def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job"
             continue
         print(f"{kind}/{name} deleted")
     return 1 if failed else 0
+
+
+def _parses(text: str) -> bool:
+    try:
+        load_one(text)
+    except YAMLSyntaxError:
+        return False
+    return True
 
 
 class _NotIn(Exception):

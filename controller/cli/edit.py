@@ -12,7 +12,7 @@ import json
 import time
 
 from controller.cli.common import CliError, document_position, print_error
-from controller.client.state import find_manifest, owner_of
+from controller.client.state import find_manifest, job_rows, owner_of
 from controller.model.documents import Rejection
 from controller.paths import Home
 from controller.util.fsutil import RewriteError, rewrite_locked
@@ -91,6 +91,12 @@ def _check_still_valid(text: str, position: int, name: str, manifest) -> None:
 def control(home: Home, verb: str, names: list[str]) -> int:
     ok = True
     for name in names:
+        row = job_rows(home).get(name) or {}
+        if verb == "cancel" and row.get("phase") == "Rejected":
+            # nothing runs, and a manifest that does not parse cannot be edited: say so, and how to end it
+            print(f"job/{name} is Rejected ({row.get('reason')}) and never runs: nothing to cancel; "
+                  f"fix {row.get('manifest') or 'its manifest'}, or gflowctl delete job {name}")
+            continue
         if verb == "rerun":
             done = _edit(home, name, ("metadata", "annotations", "gflow.dev/rerun"), str(time.time_ns()))
             what = "rerun requested"

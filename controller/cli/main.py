@@ -9,6 +9,7 @@ import sys
 from controller.cli.common import CliError, print_error
 
 EPILOG = """examples:
+  gflowctl run --gpus 1 -- python3 train.py   submit a command in one line (or: run train.sh)
   gflowctl apply -f train.yaml          create or update jobs from a file, folder (-R) or - (stdin)
   gflowctl get jobs -o wide             list jobs; -l team=vision, --phase Pending, -w to watch
   gflowctl describe job train           status, conditions and recent events of one job
@@ -48,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--filename", action="append", required=True, help="file, folder or - for stdin")
     p.add_argument("-R", "--recursive", action="store_true", help="walk folders recursively")
     p.add_argument("--dry-run", action="store_true", help="validate and report, write nothing")
+
+    p = sub.add_parser("run", add_help=False, help="submit a command or script in one line: run [flags] -- CMD (run -h)")
+    p.add_argument("argv", nargs=argparse.REMAINDER)
 
     p = sub.add_parser("get", parents=[common], help="list jobs, GPUs or events")
     p.add_argument("kind", help="jobs | sweeps | gpus (alias: node) | events")
@@ -136,6 +140,12 @@ def run(argv: list[str]) -> int:
         from controller.cli.completion import complete_names  # lazy: gflowctl loads only the verb it runs
 
         return complete_names(argv[1:])
+    position = _verb_position(argv)
+    if position is not None and argv[position] == "run":  # its own flag parser: directives use it too
+        from controller.cli.run import run_verb  # lazy: gflowctl loads only the verb it runs
+
+        instance = build_parser().parse_args(argv[:position])
+        return run_verb(argv[position + 1 :], instance.home, instance.spec_dir)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verb is None:
@@ -216,6 +226,19 @@ def run(argv: list[str]) -> int:
 
         return explain(args.path)
     raise CliError(f"unknown verb {verb!r}")
+
+
+def _verb_position(argv: list[str]) -> int | None:
+    """Where the verb is, after the instance options (--home X, --spec-dir=X) that may precede it."""
+    i = 0
+    while i < len(argv):
+        if argv[i] in ("--home", "--spec-dir"):
+            i += 2
+        elif argv[i].startswith(("--home=", "--spec-dir=")):
+            i += 1
+        else:
+            return i
+    return None
 
 
 def _expect_job(kind: str) -> None:

@@ -415,13 +415,25 @@ def _where(source: str, line: int | None) -> str:
 
 def _line(text: str | None, doc_index: int, loc: tuple[Any, ...]) -> int | None:
     """Line of ``loc``: re-parses in round-trip mode, only on the (rare) error path."""
+    return _line_in(_roundtrip(text, doc_index), loc)
+
+
+def _roundtrip(text: str | None, doc_index: int) -> Any:
     if text is None:
         return None
-
     try:
         docs = roundtrip_documents(text)
-        return line_of(docs[doc_index], loc) if doc_index < len(docs) else None
+        return docs[doc_index] if doc_index < len(docs) else None
     except Exception:  # the fast loader accepted it; never let line-finding hide the real error
+        return None
+
+
+def _line_in(document: Any, loc: tuple[Any, ...]) -> int | None:
+    if document is None:
+        return None
+    try:
+        return line_of(document, loc)
+    except Exception:  # never let line-finding hide the real error
         return None
 
 
@@ -508,10 +520,12 @@ def _explain(err: dict[str, Any], loc: tuple[Any, ...], root: Any = None) -> str
 
 
 def _describe_errors(errors: list[dict[str, Any]], text: str | None, doc_index: int, source: str, root: Any = None) -> str:
-    first = errors[0]
-    loc = _clean_loc(tuple(first.get("loc", ())))
-    line = _line(text, doc_index, loc)
-    message = f"{_path(loc)}: {_explain(first, loc, root)} ({_where(source, line)})"
-    if len(errors) > 1:
-        message += f" and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''}"
-    return message
+    """Every error at once, each with its line: one fix-and-retry round, not one per error."""
+    document = _roundtrip(text, doc_index)
+    found: dict[str, int] = {}  # message -> line; a union reports one mistake once per alternative
+    for error in errors:
+        loc = _clean_loc(tuple(error.get("loc", ())))
+        line = _line_in(document, loc)
+        found.setdefault(f"{_path(loc)}: {_explain(error, loc, root)} ({_where(source, line)})", line or 0)
+    parts = sorted(found, key=found.__getitem__)  # in the order of the file (stable: pydantic's within a line)
+    return parts[0] if len(parts) == 1 else f"{len(parts)} errors: " + "; ".join(parts)

@@ -1,0 +1,551 @@
+"""``gflowctl run``'s pure part: flags and script directives in, a manifest (dict and text) out.
+
+No I/O: the CLI verb (``controller.cli.run``) reads the script, the current directory, the last job
+submitted and the clock's random suffix, and passes them in. The same flag table serves the command
+line and ``# GFLOW`` directive lines; ``#SBATCH`` lines are translated into the same options (the
+common subset, see docs/cheatsheet.md), and anything else in them gets a warning naming it.
+
+A script is pinned: its text is copied into ``spec.script`` (written to a temporary file and run
+there, by its own ``#!`` interpreter), so editing the file after submission does not change a
+queued job, as with sbatch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller import API_VERSION
+from controller.api.names import is_valid_name
+from controller.api.sweep import parse_indices
+from controller.api.units import format_duration, parse_duration, parse_quantity
+from controller.util.yamlio import dump
+
+
+class SubmitError(ValueError):
+    """Bad input to ``run``: one line naming what to fix."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    names: tuple[str, ...]
+    dest: str
+    takes_value: bool = True
+    repeatable: bool = False
+    cli_only: bool = False  # not allowed in a ``# GFLOW`` directive (it says how to submit, not what)
+    help: str = ""
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag(("--name",), "name", help="job name (default: the script or program name plus a short suffix)"),
+    Flag(("--gpus", "-G"), "gpus", help="whole GPUs (resources.gpus)"),
+    Flag(("--gpu-type",), "gpu_type", help="only GPUs whose name contains this (resources.gpuType)"),
+    Flag(("--shared",), "shared", takes_value=False, help="share GPUs with other Shared jobs (needs --gpu-memory)"),
+    Flag(("--gpu-memory",), "gpu_memory", help="GPU memory per GPU, e.g. 20Gi (resources.gpuMemory)"),
+    Flag(("--memory", "--mem"), "memory", help="host RAM limit, e.g. 16Gi; a bare number is MiB as in sbatch"),
+    Flag(("--time", "-t"), "time", help="time limit: 4h30m, or Slurm's MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]"),
+    Flag(("--priority",), "priority", help="integer, higher runs first"),
+    Flag(("--after",), "after", repeatable=True, help="JOB[:Succeeded|Failed|Finished]; @ = your last job"),
+    Flag(("--start-after",), "start_after", help="not before: 2026-12-01T22:00:00 or +2h"),
+    Flag(("--env", "-e"), "env", repeatable=True, help="K=V environment variable"),
+    Flag(("--conda-env",), "conda_env", help="run inside this conda environment"),
+    Flag(("--retries",), "retries", help="retries after a failed attempt (spec.backoffLimit)"),
+    Flag(("--label", "-l"), "label", repeatable=True, help="k=v[,k2=v2] labels"),
+    Flag(("--workdir", "--chdir", "-D"), "workdir", help="working directory (default: the current one)"),
+    Flag(("--param",), "param", repeatable=True, help="KEY=V1,V2,...: a sweep over the cartesian product"),
+    Flag(("--array",), "array", help="0-9 or 0-9%2: a job array (a Sweep over indices, %N = parallelism)"),
+    Flag(("--max-concurrent", "--parallelism"), "parallelism", help="a sweep: at most N children at once"),
+    Flag(("--dry-run",), "dry_run", takes_value=False, cli_only=True, help="print what would be written; write nothing"),
+    Flag(("--output", "-o"), "output", cli_only=True, help="with --dry-run: yaml prints the manifest"),
+    Flag(("--quiet", "-q"), "quiet", takes_value=False, cli_only=True, help="print only the name"),
+    Flag(("--wait",), "wait", takes_value=False, cli_only=True, help="wait for the end; exit with the job's code"),
+    Flag(("--follow", "-f"), "follow", takes_value=False, cli_only=True, help="stream the log; exit with the job's code"),
+    Flag(("--home",), "home", cli_only=True, help="gflow home"),
+    Flag(("--spec-dir",), "spec_dir", cli_only=True, help="spec directory"),
+)
+_BY_NAME = {name: flag for flag in FLAGS for name in flag.names}
+
+
+def parse_flags(tokens: list[str], *, where: str = "", directive: bool = False) -> tuple[dict[str, Any], list[str], bool]:
+    """(options, the rest, whether ``--`` ended the flags). Flags stop at ``--`` or at the first
+    word that is not a flag (the script or program). ``where`` prefixes errors (a directive's line)."""
+    options: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token == "--":
+            return options, tokens[i + 1 :], True
+        if not token.startswith("-") or token == "-":
+            return options, tokens[i:], False
+        name, eq, value = token.partition("=")
+        flag = _BY_NAME.get(name)
+        if flag is None and not eq and len(name) > 2 and name[1] != "-" and name[:2] in _BY_NAME:
+            flag, value, eq = _BY_NAME[name[:2]], name[2:], "="  # -G2, -lteam=x
+        if flag is None:
+            raise SubmitError(f"{where}unknown flag {name}; see gflowctl run --help")
+        if directive and flag.cli_only:
+            raise SubmitError(f"{where}{name} is not allowed in a # GFLOW directive; give it on the command line")
+        if flag.takes_value:
+            if not eq:
+                i += 1
+                if i >= len(tokens):
+                    raise SubmitError(f"{where}{name} needs a value")
+                value = tokens[i]
+        elif eq:
+            raise SubmitError(f"{where}{name} takes no value")
+        else:
+            value = True
+        if flag.repeatable:
+            options.setdefault(flag.dest, []).append(value)
+        else:
+            options[flag.dest] = value
+        i += 1
+    return options, [], False
+
+
+def merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
+    """``high`` (the command line) overrides ``low`` (directives); repeated flags add up."""
+    out = dict(low)
+    for key, value in high.items():
+        out[key] = out.get(key, []) + value if isinstance(value, list) else value
+    return out
+
+
+# -- directives ------------------------------------------------------------------------------------
+
+_GFLOW_RE = re.compile(r"^#\s*GFLOW\b\s?(.*)$")
+_SBATCH_RE = re.compile(r"^#SBATCH\b\s?(.*)$")
+
+
+@dataclass
+class Directives:
+    options: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    name_from_sbatch: bool = False
+
+
+def read_directives(text: str, origin: str) -> Directives:
+    """``# GFLOW`` and ``#SBATCH`` lines of the leading comment block (after ``#!``, up to the first
+    line that is neither blank nor a comment), as sbatch reads them. ``# GFLOW`` lines win over
+    ``#SBATCH`` lines; an unknown ``#SBATCH`` option is a warning, an unknown ``# GFLOW`` flag an
+    error (it is gflow's own language, a typo there should stop the submission)."""
+    gflow: dict[str, Any] = {}
+    sbatch: dict[str, Any] = {}
+    warnings: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if number == 1 and stripped.startswith("#!"):
+            continue
+        if stripped and not stripped.startswith("#"):
+            break
+        where = f"{origin} line {number}: "
+        try:
+            words = None
+            if match := _GFLOW_RE.match(stripped):
+                words = shlex.split(match.group(1), comments=True)
+                options, rest, _ = parse_flags(words, where=where, directive=True)
+                if rest:
+                    raise SubmitError(f"{where}unexpected {rest[0]!r} in a # GFLOW directive")
+                gflow = merge(gflow, options)
+            elif match := _SBATCH_RE.match(stripped):
+                words = shlex.split(match.group(1), comments=True)
+                sbatch = merge(sbatch, _sbatch_options(words, where, warnings))
+        except ValueError as exc:  # shlex: an unbalanced quote
+            if isinstance(exc, SubmitError):
+                raise
+            raise SubmitError(f"{where}{exc}") from None
+    return Directives(merge(sbatch, gflow), warnings, "name" in sbatch and "name" not in gflow)
+
+
+_SBATCH_IGNORED = {  # accepted, but meaningless on one machine: a warning says so
+    "--output", "-o", "--error", "-e", "--partition", "-p", "--account", "-A", "--nodes", "-N",
+    "--ntasks", "-n", "--ntasks-per-node", "--mail-type", "--mail-user", "--qos", "-q",
+    "--cpus-per-task", "-c", "--export", "--constraint", "-C", "--exclusive", "--requeue",
+}
+
+
+def _sbatch_options(words: list[str], where: str, warnings: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(words):
+        name, eq, value = words[i].partition("=")
+        if not eq and len(name) > 2 and name[0] == "-" and name[1] != "-":
+            name, value, eq = name[:2], name[2:], "="  # -J name written -Jname
+        takes_value = name not in ("--exclusive", "--requeue")
+        if takes_value and not eq:
+            i += 1
+            value = words[i] if i < len(words) else ""
+        i += 1
+        if takes_value and not value:
+            raise SubmitError(f"{where}#SBATCH {name} needs a value")
+        if name in ("-J", "--job-name"):
+            out["name"] = value
+        elif name in ("--gres",):
+            _sbatch_gres(value, out, where, warnings)
+        elif name in ("--gpus", "-G"):
+            kind, _, count = value.rpartition(":")
+            if kind:
+                out["gpu_type"] = kind
+            out["gpus"] = count
+        elif name in ("--time", "-t"):
+            out["time"] = value
+        elif name == "--mem":
+            out["memory"] = value
+        elif name in ("--dependency", "-d"):
+            out["after"] = _sbatch_dependency(value, where, warnings)
+        elif name in ("--array", "-a"):
+            out["array"] = value
+        elif name in ("--chdir", "-D"):
+            out["workdir"] = value
+        elif name in ("--begin", "-b"):
+            out["start_after"] = value
+        elif name in _SBATCH_IGNORED:
+            warnings.append(f"{where}#SBATCH {name} is ignored on one machine")
+        else:
+            warnings.append(f"{where}#SBATCH {name} is not supported; ignored")
+    return out
+
+
+def _sbatch_gres(value: str, out: dict[str, Any], where: str, warnings: list[str]) -> None:
+    for item in value.split(","):
+        parts = item.split(":")
+        if parts[0] != "gpu":
+            warnings.append(f"{where}#SBATCH --gres={item} is not supported; ignored")
+            continue
+        if len(parts) == 1:
+            out["gpus"] = "1"
+        elif len(parts) == 2:
+            out["gpus"] = parts[1]
+        else:
+            out["gpu_type"], out["gpus"] = parts[1], parts[2]
+
+
+_SLURM_CONDITIONS = {"afterok": "Succeeded", "afternotok": "Failed", "afterany": "Finished"}
+
+
+def _sbatch_dependency(value: str, where: str, warnings: list[str]) -> list[str]:
+    after = []
+    for item in re.split(r"[,?]", value):
+        kind, _, names = item.partition(":")
+        condition = _SLURM_CONDITIONS.get(kind)
+        if condition is None or not names:
+            warnings.append(f"{where}#SBATCH --dependency={item} is not supported (use afterok, afternotok or afterany:NAME); ignored")
+            continue
+        after.extend(f"{job}:{condition}" for job in names.split(":"))
+    return after
+
+
+# -- values ----------------------------------------------------------------------------------------
+
+_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_time(text: str) -> float:
+    """Seconds from a Go-style duration (``4h30m``) or Slurm's formats: ``MM``, ``MM:SS``,
+    ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``. A bare number is minutes, as in sbatch."""
+    text = text.strip()
+    match = _SLURM_TIME.match(text)
+    if match:
+        days, first, second, third = match.groups()
+        numbers = [int(x) for x in (first, second, third) if x is not None]
+        if days is not None:  # D-HH, D-HH:MM, D-HH:MM:SS
+            hours, minutes, seconds = (numbers + [0, 0])[:3]
+            return int(days) * 86400 + hours * 3600 + minutes * 60 + seconds
+        if len(numbers) == 1:
+            return numbers[0] * 60.0
+        if len(numbers) == 2:
+            return numbers[0] * 60.0 + numbers[1]
+        return numbers[0] * 3600.0 + numbers[1] * 60 + numbers[2]
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise SubmitError(
+            f"--time {text!r} does not parse; use e.g. 4h, 90m, 1h30m, or Slurm's 30, 1:30:00, 2-12"
+        ) from None
+
+
+_SLURM_MEM = re.compile(r"^(\d+)([KMGT])?$", re.IGNORECASE)
+
+
+def parse_memory(text: str) -> str:
+    """``16Gi``, ``500M`` as in manifests; a bare number or Slurm's ``16G`` (powers of 1024, MiB by
+    default) as sbatch means it."""
+    match = _SLURM_MEM.match(text.strip())
+    if match:
+        return f"{match.group(1)}{(match.group(2) or 'M').upper()}i"
+    try:
+        parse_quantity(text)
+    except ValueError as exc:
+        raise SubmitError(f"--memory: {exc}") from None
+    return text
+
+
+def _integer(flag: str, text: Any, low: int = 0) -> int:
+    try:
+        number = int(str(text))
+    except ValueError:
+        raise SubmitError(f"{flag} {text!r} is not a whole number") from None
+    if number < low:
+        raise SubmitError(f"{flag} must be >= {low}")
+    return number
+
+
+def _pairs(flag: str, items: list[str], split_commas: bool) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        for pair in item.split(",") if split_commas else [item]:
+            key, eq, value = pair.partition("=")
+            if not eq or not key:
+                raise SubmitError(f"{flag} {pair!r}: use KEY=VALUE")
+            out[key] = value
+    return out
+
+
+_CONDITIONS = {"succeeded": "Succeeded", "failed": "Failed", "finished": "Finished"}
+
+
+def parse_after(items: list[str], last_job: str | None) -> list[dict[str, str]]:
+    """``--after JOB[:COND]`` -> dependsOn entries; ``@`` is the last job this user submitted."""
+    out = []
+    for item in items:
+        job, _, condition = item.partition(":")
+        if job == "@":
+            if last_job is None:
+                raise SubmitError("--after @: you have not submitted a job with gflowctl run on this home yet")
+            job = last_job
+        if not is_valid_name(job):
+            raise SubmitError(f"--after {item!r}: {job!r} is not a job name")
+        entry = {"job": job}
+        if condition:
+            if condition.lower() not in _CONDITIONS:
+                raise SubmitError(f"--after {item!r}: the condition must be Succeeded, Failed or Finished")
+            entry["condition"] = _CONDITIONS[condition.lower()]
+        out.append(entry)
+    return out
+
+
+def parse_params(items: list[str]) -> dict[str, list[str]]:
+    matrix: dict[str, list[str]] = {}
+    for item in items:
+        key, eq, values = item.partition("=")
+        if not eq or not key:
+            raise SubmitError(f"--param {item!r}: use KEY=V1,V2,...")
+        parts = [v for v in values.split(",") if v != ""]
+        if not parts:
+            raise SubmitError(f"--param {key}: give at least one value, e.g. --param {key}=0.1,0.01")
+        matrix[key] = parts
+    return matrix
+
+
+def parse_array(text: str) -> tuple[str, int | None]:
+    """``0-9%2`` -> (``"0-9"``, 2)."""
+    indices, percent, limit = text.partition("%")
+    try:
+        parse_indices(indices)
+    except ValueError as exc:
+        raise SubmitError(f"--array {text!r}: {exc}") from None
+    return indices, (_integer("--array ...%N", limit, 1) if percent else None)
+
+
+# -- names -----------------------------------------------------------------------------------------
+
+_INTERPRETERS = {"python", "python3", "bash", "sh", "zsh", "torchrun", "accelerate", "deepspeed", "uv", "julia", "Rscript", "node", "perl"}
+
+
+def sanitize(text: str) -> str:
+    """Any text -> the start of a valid job name (lowercase, digits, '-')."""
+    name = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return name[:50].strip("-") or "job"
+
+
+def default_stem(command: list[str] | None, script_path: str | None) -> str:
+    """``train`` for ``train.sh``, ``python3 train.py``, ``python -m pkg.train``; else the program's name."""
+    if script_path is not None:
+        return sanitize(os.path.splitext(os.path.basename(script_path))[0])
+    assert command
+    program = os.path.basename(command[0])
+    if re.sub(r"[\d.]+$", "", program) in _INTERPRETERS:
+        args = command[1:]
+        for i, arg in enumerate(args):
+            if arg == "-m" and i + 1 < len(args):
+                return sanitize(args[i + 1].rsplit(".", 1)[-1])
+            if arg == "-c" and i + 1 < len(args):  # sh -c 'python3 x.py ...': what the snippet runs
+                words = args[i + 1].split()
+                return default_stem(words, None) if words and program.startswith(("sh", "bash", "zsh")) else sanitize(program)
+            if arg in ("run", "launch") and program in ("uv", "accelerate"):
+                continue
+            if not arg.startswith("-"):
+                return sanitize(os.path.splitext(os.path.basename(arg))[0])
+    return sanitize(program)
+
+
+# -- the manifest ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Submission:
+    manifest: dict[str, Any]
+    kind: str  # job | sweep
+    name: str
+    warnings: list[str]
+    exact_name: bool  # the user chose it (--name, # GFLOW --name): it must not exist yet
+
+
+def build(
+    options: dict[str, Any],
+    *,
+    command: list[str] | None = None,
+    script_text: str | None = None,
+    script_path: str | None = None,
+    script_args: list[str] | None = None,
+    cwd: str,
+    suffix: str,
+    last_job: str | None = None,
+    name_from_sbatch: bool = False,
+) -> Submission:
+    """The manifest for one ``run``. Exactly one of ``command`` and ``script_text``."""
+    spec: dict[str, Any] = {}
+    if script_text is not None:
+        spec["script"] = pinned_script(script_text, script_path or "script", script_args or [])
+    else:
+        if not command:
+            raise SubmitError("nothing to run: give a command after -- (gflowctl run -- python3 train.py) or a script")
+        spec["command"] = list(command)
+    workdir = options.get("workdir")
+    spec["workingDir"] = cwd if workdir is None else _absolute(workdir, cwd)
+    if "env" in options:
+        spec["env"] = _pairs("--env", options["env"], split_commas=False)
+    if "conda_env" in options:
+        spec["condaEnv"] = options["conda_env"]
+    resources: dict[str, Any] = {}
+    if "gpus" in options:
+        resources["gpus"] = _integer("--gpus", options["gpus"])
+    if "gpu_type" in options:
+        resources["gpuType"] = options["gpu_type"]
+    if "gpu_memory" in options:
+        resources["gpuMemory"] = parse_memory(options["gpu_memory"])
+    if "memory" in options:
+        resources["memory"] = parse_memory(options["memory"])
+    if resources:
+        spec["resources"] = resources
+    if options.get("shared"):
+        if "gpu_memory" not in options:
+            raise SubmitError("--shared needs --gpu-memory: the GPU memory the job may use per GPU, e.g. 20Gi")
+        if not resources.get("gpus"):
+            raise SubmitError("--shared needs --gpus 1 or more")
+        spec["sharing"] = "Shared"
+    if "priority" in options:
+        spec["priority"] = _integer("--priority", options["priority"], low=-(2**31))
+    if "time" in options:
+        spec["timeLimit"] = format_duration(parse_time(options["time"]))
+    if "retries" in options:
+        spec["backoffLimit"] = _integer("--retries", options["retries"])
+    if "after" in options:
+        spec["dependsOn"] = parse_after(options["after"], last_job)
+    if "start_after" in options:
+        spec["startAfter"] = options["start_after"]
+
+    exact = "name" in options and not name_from_sbatch
+    if exact:
+        name = options["name"]
+        if not is_valid_name(name):
+            raise SubmitError(
+                f"--name {name!r} is not a valid name: at most 63 lowercase letters, digits and '-', "
+                "starting and ending with a letter or digit"
+            )
+    else:
+        stem = sanitize(options["name"]) if "name" in options else default_stem(command, script_path)
+        name = f"{stem}-{suffix}"
+    metadata: dict[str, Any] = {"name": name}
+    if "label" in options:
+        metadata["labels"] = _pairs("-l", options["label"], split_commas=True)
+
+    matrix = parse_params(options["param"]) if "param" in options else None
+    array = parse_array(options["array"]) if "array" in options else None
+    if matrix is not None and array is not None:
+        raise SubmitError("use --param or --array, not both")
+    if matrix is None and array is None:
+        if "parallelism" in options:
+            raise SubmitError("--max-concurrent is for sweeps: add --param or --array")
+        manifest = {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
+        return Submission(manifest, "job", name, [], exact)
+    sweep: dict[str, Any] = {}
+    parallelism = None
+    if matrix is not None:
+        sweep["matrix"] = matrix
+    else:
+        sweep["indices"], parallelism = array
+        # scripts written for Slurm or gbatch read their index from these; {index} is each child's
+        spec["env"] = {"SLURM_ARRAY_TASK_ID": "{index}", "GFLOW_ARRAY_TASK_ID": "{index}", **spec.get("env", {})}
+    if "parallelism" in options:
+        parallelism = _integer("--max-concurrent", options["parallelism"], 1)
+    if parallelism is not None:
+        sweep["parallelism"] = parallelism
+    sweep["template"] = spec
+    manifest = {"apiVersion": API_VERSION, "kind": "Sweep", "metadata": metadata, "spec": sweep}
+    return Submission(manifest, "sweep", name, [], exact)
+
+
+def _absolute(path: str, cwd: str) -> str:
+    if path.startswith("~") or os.path.isabs(path):
+        return path
+    return os.path.normpath(os.path.join(cwd, path))
+
+
+_DELIMITER = "GFLOW_PINNED_SCRIPT"
+
+
+def pinned_script(text: str, path: str, args: list[str]) -> str:
+    """A bash script that writes ``text`` (the user's script as it was at submission) to a private
+    temporary file and runs it with ``args``, by its own ``#!`` line (bash without one), with
+    sbatch's semantics: no ``-e`` unless the script sets it."""
+    delimiter = _DELIMITER
+    lines = text.splitlines()
+    while delimiter in lines:
+        delimiter += "_"
+    body = text if text.endswith("\n") else text + "\n"
+    runner = '"$pinned"' if text.startswith("#!") else 'bash "$pinned"'
+    quoted = "".join(" " + shlex.quote(a) for a in args)
+    return (
+        f"# {path} as it was when submitted (gflowctl run pins it: editing the file changes no queued job)\n"
+        "set +e\n"
+        'pinned=$(mktemp "${TMPDIR:-/tmp}/gflow-script.XXXXXX") || exit 1\n'
+        "trap 'rm -f \"$pinned\"' EXIT\n"
+        f"cat > \"$pinned\" <<'{delimiter}'\n"
+        f"{body}"
+        f"{delimiter}\n"
+        'chmod +x "$pinned"\n'
+        f"{runner}{quoted}\n"
+    )
+
+
+_PLACEHOLDER = "gflow-script-placeholder-3f9c1d"
+
+
+def render(manifest: dict[str, Any]) -> str:
+    """The manifest as YAML, a script as a literal block (readable, and what an editor shows)."""
+    spec = manifest["spec"].get("template", manifest["spec"])
+    script = spec.get("script")
+    if script is None or not script.isprintable() and not all(c.isprintable() or c in "\n\t" for c in script):
+        return dump(manifest)
+    spec["script"] = _PLACEHOLDER
+    try:
+        text = dump(manifest)
+    finally:
+        spec["script"] = script
+    out = []
+    for line in text.splitlines(keepends=True):
+        key, _, value = line.partition(": ")
+        if value.strip() != _PLACEHOLDER:
+            out.append(line)
+            continue
+        indent = " " * (len(key) - len(key.lstrip()) + 2)
+        chomp = "-" if not script.endswith("\n") else "+" if script.endswith("\n\n") else ""
+        indicator = "2" if script[:1] in (" ", "\n") else ""  # a leading space or blank line needs it
+        out.append(f"{key}: |{indicator}{chomp}\n")
+        body = script[:-1] if script.endswith("\n") else script
+        out.extend(f"{indent}{s}\n" if s else "\n" for s in body.split("\n"))
+    return "".join(out)
