@@ -15,7 +15,7 @@ import time
 from typing import Any, Iterable, Iterator
 
 from controller.api.units import format_age
-from controller.cli.common import CliError, printable
+from controller.cli.common import CliError, parse_refs, printable
 from controller.model.records import from_rfc3339
 from controller.paths import Home
 from controller.util.jsonlog import parse_lines, previous_of
@@ -27,12 +27,10 @@ def parse_target(text: str | None) -> str | None:
     """``job/NAME``, ``sweep/NAME`` or a bare ``NAME`` (a job) -> the ``object`` events carry."""
     if not text:
         return None
-    kind, sep, name = text.partition("/")
-    if not sep:
-        return f"job/{text}"
-    kind = {"jobs": "job", "j": "job", "sweeps": "sweep"}.get(kind, kind)
-    if kind not in ("job", "sweep") or not name:
-        raise CliError(f"--for {text!r}: use job/NAME or sweep/NAME")
+    try:
+        kind, name = parse_refs([text])[0]
+    except CliError:
+        raise CliError(f"--for {text!r}: use job/NAME or sweep/NAME") from None
     return f"{kind}/{name}"
 
 

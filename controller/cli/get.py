@@ -12,9 +12,11 @@ from controller.api.units import format_age
 from controller.cli.common import (
     CliError,
     is_tty,
+    parse_refs,
     parse_selector_args,
     print_error,
     printable,
+    resource_type,
     warn_if_not_running,
 )
 from controller.client.state import job_rows, read_index, read_status
@@ -27,6 +29,8 @@ EVENT_KINDS = ("events", "event", "ev")
 
 
 def get(home: Home, args) -> int:
+    if args.kind in JOB_KINDS + SWEEP_KINDS or "/" in args.kind:
+        args.kind, args.names = _typed_names(args.kind, args.names)
     if args.kind in JOB_KINDS:
         selector = parse_selector_args(args.selector)
         if args.watch:
@@ -47,6 +51,32 @@ def get(home: Home, args) -> int:
     raise CliError(f"unknown resource type {args.kind!r}; use jobs, sweeps, gpus or events")
 
 
+def _typed_names(kind: str, names: list[str]) -> tuple[str, list[str]]:
+    """``get jobs a job/b`` and ``get job/a job/b`` (what ``-o name`` prints): the kind and bare names."""
+    refs = parse_refs([kind, *names], type_first=True)
+    kinds = {k for k, _ in refs} or {resource_type(kind)}
+    if len(kinds) > 1:
+        raise CliError("get lists one type at a time: " + " ".join(f"{k}/{n}" for k, n in refs if k == "sweep")
+                       + " are sweeps; use get sweeps")
+    listed = kinds.pop()
+    if resource_type(kind) not in (None, listed):
+        others = " ".join(f"{k}/{n}" for k, n in refs)
+        raise CliError(f"get {kind} lists {resource_type(kind)}s, not {others}; use get {listed}s")
+    return ("jobs" if listed == "job" else "sweeps"), [n for _, n in refs]
+
+
+def _print_documents(docs: list[dict], single: bool, output: str) -> None:
+    """``-o json`` and ``-o yaml`` print the same thing, as kubectl does: one object when one was
+    asked for by name, else one ``kind: List`` document holding them all."""
+    payload: Any = docs[0] if single and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
+    if output == "json":
+        print(json.dumps(payload, indent=2, default=str))
+    else:
+        from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
+
+        print(dump(payload), end="")
+
+
 def _get_sweeps(home: Home, args) -> int:
     sweeps = (read_index(home) or {}).get("sweeps", {})
     missing = [n for n in args.names if n not in sweeps]
@@ -56,12 +86,7 @@ def _get_sweeps(home: Home, args) -> int:
             print(f"sweep/{name}")
     elif args.output in ("yaml", "json"):
         docs = [d for d in (read_status(home, name) for name, _ in chosen) if d is not None]
-        if args.output == "json":
-            print(json.dumps(docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}, indent=2))
-        else:
-            from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
-
-            print("---\n".join(dump(d) for d in docs), end="")
+        _print_documents(docs, len(args.names) == 1, args.output)
     elif chosen:
         now = time.time()
         table = [["NAME", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE"]]
@@ -105,13 +130,7 @@ def _get_jobs(home: Home, args, selector) -> int:
             print(f"job/{name}")
     elif out in ("yaml", "json"):
         docs = [d for d in (read_status(home, name) for name, _ in chosen) if d is not None]
-        if out == "json":
-            payload: Any = docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
-            print(json.dumps(payload, indent=2, default=str))
-        else:
-            from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
-
-            print("---\n".join(dump(d) for d in docs), end="")
+        _print_documents(docs, len(args.names) == 1, out)
     else:
         if not chosen and not missing:
             print("No jobs found.", file=sys.stderr)
