@@ -154,3 +154,41 @@ def test_describe_of_several_names_those_not_found_and_shows_the_rest(home, fini
     assert result.returncode == 1
     assert result.stderr == "error: job/nope not found\n"
     assert [b.splitlines()[0].split() for b in result.stdout.split("\n\n")] == [["Name:", "alpha"], ["Name:", "beta"]]
+
+
+def _status_documents(home: Path, names: list[str]) -> list[dict]:
+    from controller.util.yamlio import load_one
+
+    return [load_one((home / "status" / f"{name}.yaml").read_text()) for name in names]
+
+
+def test_o_json_is_the_status_files_and_comes_from_gflowds_json_copies(home, finished):
+    names = ["alpha", "beta", "grid-0", "grid-1"]
+    out = ctl(home, "get", "jobs", "-o", "json").stdout
+    expected = {"apiVersion": "v1", "kind": "List", "items": _status_documents(home, names)}
+    assert out == json.dumps(expected, indent=2) + "\n"  # the same text the encoder would print
+    assert ctl(home, "get", "job/beta", "-o", "json").stdout == json.dumps(expected["items"][1], indent=2) + "\n"
+    sweeps = json.loads(ctl(home, "get", "sweeps", "-o", "json").stdout)
+    assert sweeps["items"] == _status_documents(home, ["grid"])
+    # served from run/status-json/: no status file parsed (the YAML reader is not even imported)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, io; from controller.cli.main import main; sys.stdout = io.StringIO(); "
+                               "code = main(['get', 'jobs', '-o', 'json']); sys.stdout = sys.__stdout__; "
+                               "print(code, 'controller.util.yamlio' in sys.modules)"],
+        capture_output=True, text=True, env={**os.environ, "GFLOW_HOME": str(home)}, timeout=60)
+    assert probe.stdout.split() == ["0", "False"], probe.stderr
+
+
+def test_o_json_shows_the_status_file_when_its_json_copy_is_stale(home, finished):
+    """gflowd killed between writing a status file and its JSON copy: the file is the truth."""
+    finished.terminate()
+    status = home / "status" / "alpha.yaml"
+    changed = status.read_text().replace("attempt 1 exited with code 0", "edited behind the copy")
+    staged = status.with_name(".alpha.tmp")
+    staged.write_text(changed)
+    os.replace(staged, status)  # as gflowd's atomic write does: a new inode
+    items = json.loads(ctl(home, "get", "jobs", "-o", "json").stdout)["items"]
+    assert items[0]["status"]["message"] == "edited behind the copy"
+    assert items == _status_documents(home, ["alpha", "beta", "grid-0", "grid-1"])
+    (home / "run" / "status-json" / "beta.json").write_text("not json\n")  # a damaged copy: ignored too
+    assert json.loads(ctl(home, "get", "job/beta", "-o", "json").stdout)["status"]["exitCode"] == 3

@@ -19,7 +19,7 @@ from controller.cli.common import (
     resource_type,
     warn_if_not_running,
 )
-from controller.client.state import job_rows, read_index, read_status
+from controller.client.state import job_rows, read_index, read_status, status_json_text
 from controller.paths import Home
 
 JOB_KINDS = ("jobs", "job", "j")
@@ -65,16 +65,33 @@ def _typed_names(kind: str, names: list[str]) -> tuple[str, list[str]]:
     return ("jobs" if listed == "job" else "sweeps"), [n for _, n in refs]
 
 
-def _print_documents(docs: list[dict], single: bool, output: str) -> None:
+def _print_documents(home: Home, names: list[str], single: bool, output: str) -> None:
     """``-o json`` and ``-o yaml`` print the same thing, as kubectl does: one object when one was
-    asked for by name, else one ``kind: List`` document holding them all."""
-    payload: Any = docs[0] if single and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
-    if output == "json":
-        print(json.dumps(payload, indent=2, default=str))
-    else:
+    asked for by name, else one ``kind: List`` document holding them all. JSON comes from gflowd's
+    JSON copy of each status file where that is current (no YAML parsed, no JSON encoded: 2k jobs
+    in ~0.1 s), else from the status file itself; both give the same text."""
+    if output == "yaml":
         from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
 
-        print(dump(payload), end="")
+        docs = [d for d in (read_status(home, name) for name in names) if d is not None]
+        print(dump(docs[0] if single and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}), end="")
+        return
+    texts = []
+    for name in names:
+        text = status_json_text(home, name)
+        if text is None:
+            doc = read_status(home, name)
+            text = None if doc is None else json.dumps(doc, indent=2, default=str)
+        if text is not None:
+            texts.append(text)
+    if single and len(texts) == 1:
+        print(texts[0])
+    elif not texts:
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": []}, indent=2))
+    else:
+        # json.dumps(List, indent=2) exactly: each item indented one level deeper, comma-separated
+        items = ",\n".join("    " + text.replace("\n", "\n    ") for text in texts)
+        print(f'{{\n  "apiVersion": "v1",\n  "kind": "List",\n  "items": [\n{items}\n  ]\n}}')
 
 
 def _get_sweeps(home: Home, args) -> int:
@@ -85,8 +102,7 @@ def _get_sweeps(home: Home, args) -> int:
         for name, _ in chosen:
             print(f"sweep/{name}")
     elif args.output in ("yaml", "json"):
-        docs = [d for d in (read_status(home, name) for name, _ in chosen) if d is not None]
-        _print_documents(docs, len(args.names) == 1, args.output)
+        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, args.output)
     elif chosen:
         now = time.time()
         table = [["NAME", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE"]]
@@ -129,8 +145,7 @@ def _get_jobs(home: Home, args, selector) -> int:
         for name, _ in chosen:
             print(f"job/{name}")
     elif out in ("yaml", "json"):
-        docs = [d for d in (read_status(home, name) for name, _ in chosen) if d is not None]
-        _print_documents(docs, len(args.names) == 1, out)
+        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, out)
     else:
         if not chosen and not missing:
             print("No jobs found.", file=sys.stderr)

@@ -48,6 +48,25 @@ def read_status(home: Home, name: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def status_json_text(home: Home, name: str) -> str | None:
+    """Job ``name``'s status as indented JSON text, from gflowd's JSON copy (run/status-json/) when
+    that copies the status file as it is now; else None (the caller parses the YAML)."""
+    try:
+        source = os.stat(home.status_file(name))
+        with open(home.status_json_file(name), encoding="utf-8") as handle:
+            head = handle.readline()
+            body = handle.read()
+    except (OSError, ValueError):
+        return None
+    try:
+        copied = json.loads(head)["source"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if copied != [source.st_ino, source.st_mtime_ns, source.st_size] or not body.endswith("}\n"):
+        return None
+    return body[:-1]
+
+
 def job_rows(home: Home) -> dict[str, dict[str, Any]]:
     """name -> summary row; from the index when present, else from the status files."""
     index = read_index(home)
