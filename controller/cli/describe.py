@@ -7,7 +7,8 @@ import time
 
 from controller.api.units import format_age, format_duration
 from controller.cli.common import document_position, print_error, printable
-from controller.cli.events import age_text, aggregate, read_events
+from controller.cli.events import age_text, read_events
+from controller.client.events import aggregate
 from controller.client.state import find_manifest, job_rows, read_status
 from controller.model.records import from_rfc3339
 from controller.paths import Home

@@ -173,23 +173,6 @@ class _Follower:
         return list(parse_lines(lines))
 
 
-def aggregate(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Repeats of one (type, reason, message) folded into one row with a count and first/last
-    time, ordered by last occurrence (``describe`` shows them as ``5m (x3 over 20m)``)."""
-    groups: dict[tuple, dict[str, Any]] = {}
-    for event in events:
-        key = (event.get("type"), event.get("reason"), event.get("message"))
-        when = from_rfc3339(event.get("time")) or 0.0
-        group = groups.pop(key, None)  # popped and re-inserted: dict order = last occurrence
-        if group is None:
-            group = {**event, "count": 0, "first": when, "last": when}
-        group["count"] += 1
-        group["first"] = min(group["first"], when)
-        group["last"] = max(group["last"], when)
-        groups[key] = group
-    return list(groups.values())
-
-
 def age_text(group: dict[str, Any], now: float) -> str:
     """``3m`` for one event, ``3m (x4 over 20m)`` for repeats."""
     age = format_age(now - group["last"])

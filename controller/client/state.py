@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from controller.paths import Home
 
@@ -92,6 +93,31 @@ def owner_of(home: Home, name: str) -> str | None:
     """The Sweep that owns job ``name``, if any."""
     row = job_rows(home).get(name) or {}
     return row.get("owner")
+
+
+def manifest_owners(home: Home) -> Callable[[str | None], str]:
+    """A lookup: a job's ``manifest`` (as its status records it) -> the user name of the file's
+    owner, the user the job runs as (``?`` when the file is gone). Uids are named once."""
+    names: dict[int, str] = {}
+
+    def owner(manifest: str | None) -> str:
+        if not manifest:
+            return "?"
+        candidates = [manifest] if os.path.isabs(manifest) else [str(home.root / manifest), str(home.spec_dir.parent / manifest)]
+        for candidate in candidates:
+            try:
+                uid = os.stat(candidate).st_uid
+            except OSError:
+                continue
+            if uid not in names:
+                try:
+                    names[uid] = pwd.getpwuid(uid).pw_name
+                except KeyError:
+                    names[uid] = str(uid)
+            return names[uid]
+        return "?"
+
+    return owner
 
 
 def find_manifest(home: Home, name: str, kind: str = "job") -> Path | None:
