@@ -152,7 +152,7 @@ def test_a_fitted_timeline_starts_just_before_the_earliest_job_there_is():
     assert {s["job"] for r in view["timeline"]["rows"] for s in r["spans"]} == {"running", "recent"}
     assert build_view(None, {}, [], NOW, None)["timeline"]["start"] == NOW - HOUR  # nothing: the last hour
     just_begun = {"a": job("Running", devices=[0], startTime=NOW - 10)}
-    assert build_view(None, just_begun, [], NOW, None)["timeline"]["start"] == NOW - 15 * 60  # at least 15 minutes
+    assert build_view(None, just_begun, [], NOW, None)["timeline"]["start"] == NOW - 5 * 60  # at least 5 minutes
     ancient = {"a": job("Running", devices=[0], startTime=NOW - 30 * 86400)}
     assert build_view(None, ancient, [], NOW, None)["timeline"]["start"] == NOW - 7 * 86400  # at most 7 days
     assert build_view(None, jobs, [], NOW, 6)["timeline"]["start"] == NOW - 6 * HOUR  # a chosen window stays

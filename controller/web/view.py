@@ -22,7 +22,7 @@ ATTENTION_LIMIT = 50
 EVENTS_LIMIT = 40  # rows of events, each a group of identical ones (x1500)
 SPANS_LIMIT = 5000  # timeline bars; the most recent are kept
 FINISHED = ("Succeeded", "Failed", "Cancelled")
-FIT_MIN = 15 * 60.0  # a fitted timeline spans at least 15 minutes...
+FIT_MIN = 5 * 60.0  # a fitted timeline spans at least 5 minutes...
 FIT_MAX = 7 * 86400.0  # ...and at most 7 days
 FIT_RECENT = 86400.0  # the finished jobs it fits: those that ended in the last day
 
@@ -77,7 +77,7 @@ def build_view(
 def fit_window(jobs: dict[str, dict[str, Any]], now: float) -> float:
     """Where a timeline that fits what is there starts: a little before the earliest start among
     the running jobs and the jobs that ended in the last day, so recent jobs are not slivers in a
-    fixed 6 hours; at least 15 minutes, at most 7 days; the last hour when there is nothing."""
+    fixed 6 hours; at least 5 minutes, at most 7 days; the last hour when there is nothing."""
     starts = []
     for row in jobs.values():
         start = _number(row.get("startTime"))
