@@ -76,12 +76,18 @@ def text_of(driver, selector: str) -> str | None:
     return js(driver, "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;", selector)
 
 
-def test_dashboard_renders_gpus_queue_reasons_timeline_live_and_escaped(browser, home, gflowd, tmp_path):
+def start_with_dashboard(gflowd, tmp_path: Path):
+    """A gflowd on the fake GPUs with its dashboard on a free port, and a folder whose files
+    release the ``held_job``s."""
     fake = tmp_path / "gpus.yaml"
     fake.write_text(GPUS)
     release = tmp_path / "release"
     release.mkdir()
-    daemon = gflowd("--fake-gpus", fake, "--web-port", "0")
+    return gflowd("--fake-gpus", fake, "--web-port", "0"), release
+
+
+def test_dashboard_renders_gpus_queue_reasons_timeline_live_and_escaped(browser, home, gflowd, tmp_path):
+    daemon, release = start_with_dashboard(gflowd, tmp_path)
     write_manifest(home / "jobs", "train.yaml", held_job("train", 1, release))
     wait_phase(home, "train", "Running", daemon=daemon)
     write_manifest(home / "jobs", "big.yaml", held_job("big", 2, release))
@@ -174,11 +180,7 @@ def test_dashboard_shows_control_characters_escaped_and_the_api_keeps_them(brows
 def test_owner_devices_filter_folded_events_and_the_job_page(browser, home, gflowd, tmp_path):
     import pwd
 
-    fake = tmp_path / "gpus.yaml"
-    fake.write_text(GPUS)
-    release = tmp_path / "release"
-    release.mkdir()
-    daemon = gflowd("--fake-gpus", fake, "--web-port", "0")
+    daemon, release = start_with_dashboard(gflowd, tmp_path)
     write_manifest(home / "jobs", "chatty.yaml", "metadata: {name: chatty}\nspec:\n  resources: {gpus: 1}\n"
                    "  script: printf 'hello <b>world</b>\\n\\033[31mred\\n'\n")
     wait_phase(home, "chatty", "Succeeded", daemon=daemon)
