@@ -98,6 +98,10 @@ def parse_refs(words: list[str], *, type_first: bool = False, kinds: tuple[str, 
         default = None  # kubectl: once names come as TYPE/NAME, every one does
     for word in rest:
         head, slash, name = word.partition("/")
+        if slash and not head.isalpha():
+            # `../x` names no type: a (bad) name, refused as one where it is used ("not a job name")
+            refs.append((default or "job", word))
+            continue
         kind = resource_type(head) if slash else default
         if not slash:
             name = word

@@ -40,12 +40,20 @@ def read_index(home: Home) -> dict[str, Any] | None:
 
 
 def read_status(home: Home, name: str) -> dict[str, Any] | None:
-    from controller.util.yamlio import YAMLSyntaxError, load_one  # lazy: get jobs reads the JSON index only
+    """Job or sweep ``name``'s status document, None when there is none (or it is unreadable)."""
+    from controller.util.yamlio import YAMLSyntaxError, load_one, load_own  # lazy: get jobs reads the JSON index only
 
     try:
-        data = load_one(home.status_file(name).read_text())
-    except (OSError, YAMLSyntaxError):
+        text = home.status_file(name).read_text()
+    except OSError:
         return None
+    try:
+        data = load_own(text)  # gflowd's own YAML subset: ~10x faster than the real loader
+    except ValueError:
+        try:
+            data = load_one(text)
+        except YAMLSyntaxError:
+            return None
     return data if isinstance(data, dict) else None
 
 
