@@ -103,6 +103,15 @@ class Home:
     def status_file(self, name: str) -> Path:
         return self.status_dir / f"{_plain(name)}.yaml"
 
+    @property
+    def status_json_dir(self) -> Path:
+        """Written by gflowd: each status file again as indented JSON, for ``get -o json``."""
+        return self.run_dir / "status-json"
+
+    def status_json_file(self, name: str) -> Path:
+        """``status/NAME.yaml`` as JSON, headed by the identity of the file it copies (a cache)."""
+        return self.status_json_dir / f"{_plain(name)}.json"
+
     def log_file(self, name: str, attempt: int | None = None) -> Path:
         name = _plain(name)
         return self.logs_dir / (f"{name}.log" if attempt is None else f"{name}.{attempt}.log")

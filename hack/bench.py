@@ -67,10 +67,11 @@ TARGETS = {
     "cli_apply_to_running_ms_p50": ("<=", 250), "exit_to_status_ms_p50": ("<=", 50),
     "drain_jobs_per_s": (">=", 100), "cold_start_s": ("<=", 5), "idle_cpu_pct": ("<=", 2),
     "incremental_pass_ms": ("<=", 50), "get_jobs_ms_1k": ("<=", 150), "get_jobs_ms": ("<=", 1000),
-    "sched_pass_ms": ("<=", 20), "gflowd_rss_mb": ("<=", 150),
+    "sched_pass_ms": ("<=", 20), "gflowd_rss_mb": ("<=", 150), "get_jobs_json_ms_2k": ("<=", 300),
 }
 KEYS = {"apply_to_running_ms", "cli_apply_to_running_ms", "exit_to_status_ms", "drain_jobs_per_s", "cold_start_s",
-        "idle_cpu_pct", "incremental_pass_ms", "get_jobs_ms", "sched_pass_ms", "gflowd_rss_mb", "scaling"}
+        "idle_cpu_pct", "incremental_pass_ms", "get_jobs_ms", "sched_pass_ms", "gflowd_rss_mb", "scaling",
+        "get_jobs_json_ms"}
 
 
 class BenchError(Exception):
@@ -401,6 +402,7 @@ class Bench:
             (self.idle_home, [("apply_to_running_ms_p50", "ms"), ("apply_to_running_ms_p99", "ms"),
                               ("cli_apply_to_running_ms_p50", "ms"), ("exit_to_status_ms_p50", "ms")]),
             (self.drain, [("drain_jobs_per_s", "jobs/s")]),
+            (self.get_json, [("get_jobs_json_ms_2k", "ms")]),
             (self.big_homes, [(f"cold_start_{main}_s", "s"), (f"idle_cpu_pct_{main}", "%"),
                               (f"incremental_pass_ms_{main}", "ms"), ("get_jobs_ms_1k", "ms"),
                               (f"get_jobs_ms_{main}", "ms"), (f"gflowd_rss_mb_{main}", "MiB")]),
@@ -737,6 +739,30 @@ class Bench:
                              TARGETS[key] if (is_main or size == 1000) else None)
         daemon.check()
         daemon.stop()
+
+    # -- gflowctl get jobs -o json on 2,000 finished jobs --------------------------------------------------
+
+    def get_json(self) -> None:
+        """The median of ``gflowctl get jobs -o json`` on a home of 2,000 finished jobs (gflowd
+        running), every run checked to list them all."""
+        size = 2000
+        home = self.new_home("json")
+        self._grow(home, 0, size)
+        daemon = Gflowd(self, home)
+        daemon.wait_ready(120)
+        self._check_statuses(home, size)
+        times = []
+        for _ in range(self.cfg["get_runs"]):
+            t0 = time.perf_counter()
+            out = subprocess.run([*GFLOWCTL, "get", "jobs", "-o", "json"], env=self.env(home), capture_output=True, timeout=120)
+            times.append((time.perf_counter() - t0) * 1000)
+            items = len(json.loads(out.stdout)["items"]) if out.returncode == 0 else 0
+            if items != size:
+                raise BenchError(f"gflowctl get jobs -o json exited {out.returncode} with {items} items (expected {size}): "
+                                 f"{out.stderr.decode(errors='replace').strip()[-300:]!r}")
+        daemon.check()
+        daemon.stop()
+        self.figures.add("get_jobs_json_ms_2k", statistics.median(times), "ms", TARGETS["get_jobs_json_ms_2k"])
 
     # -- the end ------------------------------------------------------------------------------------------
 

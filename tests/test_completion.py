@@ -114,6 +114,18 @@ def test_job_names_from_the_index(bash_script, homes):
     assert complete(bash_script, f"gflowctl logs --home {homes[1].root} ") == ["zeta"]
 
 
+def test_describe_completes_sweep_names_after_the_sweep_type(bash_script, homes):
+    from controller.model.records import SweepState
+
+    recorder = Recorder(homes[0])
+    recorder.write_states({n: JobState(name=n) for n in ("train", "trial", "other")}, [])
+    recorder.write_sweeps({"grid": SweepState(name="grid"), "gamma": SweepState(name="gamma")}, [])
+    recorder.write_index({})
+    assert complete(bash_script, "gflowctl describe s") == ["sweep", "sweeps"]
+    assert complete(bash_script, "gflowctl describe sweep g") == ["gamma", "grid"]
+    assert complete(bash_script, "gflowctl describe job t") == ["train", "trial"]
+
+
 def test_names_of_a_home_without_an_index_complete_to_nothing(bash_script, tmp_path, monkeypatch):
     monkeypatch.setenv("GFLOW_HOME", str(tmp_path / "nowhere"))
     assert complete(bash_script, "gflowctl logs ") == []

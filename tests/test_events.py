@@ -15,7 +15,8 @@ import pytest
 from helpers import wait_for
 from test_cli import run
 
-from controller.cli.events import age_text, aggregate, read_events
+from controller.cli.events import age_text, read_events
+from controller.client.events import aggregate
 from controller.model.plan import Event
 from controller.paths import Home
 from controller.record.recorder import Recorder

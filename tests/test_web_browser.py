@@ -76,12 +76,18 @@ def text_of(driver, selector: str) -> str | None:
     return js(driver, "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;", selector)
 
 
-def test_dashboard_renders_gpus_queue_reasons_timeline_live_and_escaped(browser, home, gflowd, tmp_path):
+def start_with_dashboard(gflowd, tmp_path: Path):
+    """A gflowd on the fake GPUs with its dashboard on a free port, and a folder whose files
+    release the ``held_job``s."""
     fake = tmp_path / "gpus.yaml"
     fake.write_text(GPUS)
     release = tmp_path / "release"
     release.mkdir()
-    daemon = gflowd("--fake-gpus", fake, "--web-port", "0")
+    return gflowd("--fake-gpus", fake, "--web-port", "0"), release
+
+
+def test_dashboard_renders_gpus_queue_reasons_timeline_live_and_escaped(browser, home, gflowd, tmp_path):
+    daemon, release = start_with_dashboard(gflowd, tmp_path)
     write_manifest(home / "jobs", "train.yaml", held_job("train", 1, release))
     wait_phase(home, "train", "Running", daemon=daemon)
     write_manifest(home / "jobs", "big.yaml", held_job("big", 2, release))
@@ -169,3 +175,74 @@ def test_dashboard_shows_control_characters_escaped_and_the_api_keeps_them(brows
     assert not [c for c in message if not c.isprintable()], repr(message)
     events = text_of(browser, "#events")
     assert r"\x1b[2J" in events and "\x1b" not in events
+
+
+def test_owner_devices_filter_folded_events_and_the_job_page(browser, home, gflowd, tmp_path):
+    import pwd
+
+    daemon, release = start_with_dashboard(gflowd, tmp_path)
+    write_manifest(home / "jobs", "chatty.yaml", "metadata: {name: chatty}\nspec:\n  resources: {gpus: 1}\n"
+                   "  script: printf 'hello <b>world</b>\\n\\033[31mred\\n'\n")
+    wait_phase(home, "chatty", "Succeeded", daemon=daemon)
+    write_manifest(home / "jobs", "hold.yaml", held_job("hold", 1, release))
+    wait_phase(home, "hold", "Running", daemon=daemon)
+    write_manifest(home / "jobs", "waiter.yaml", held_job("waiter", 3, release))
+    wait_phase(home, "waiter", "Pending", reason="Resources", daemon=daemon)
+    # a flood of one identical event, as events.jsonl holds them (one JSON object a line)
+    flood = json.dumps({"time": "2027-01-15T08:00:00.000Z", "type": "Normal", "reason": "Resources",
+                        "object": "job/waiter", "message": "needs 3 GPUs, 2 free"}) + "\n"
+    with open(home / "events.jsonl", "a") as events:
+        events.write(flood * 1500)
+    me = pwd.getpwuid(os.getuid()).pw_name
+    browser.get(json.loads((home / "run" / "web.json").read_text())["url"])
+    until(browser, lambda d: js(d, "return document.body.dataset.ready === '1' && "
+                                   "document.querySelector('#events tr[data-count=\"1500\"]') !== null"),
+          "the dashboard with the folded flood of events")
+
+    # honest headers and an owner column
+    assert js(browser, "return [...document.querySelectorAll('#running th')].map(t => t.textContent)") == [
+        "Job", "Owner", "Devices", "Priority", "Attempt", "For", "Message"]
+    assert text_of(browser, '#running tr[data-job="hold"]').startswith(f"hold{me}")
+    assert me in text_of(browser, '#queue tr[data-job="waiter"]')
+    # 1,500 identical events are one row that says so
+    flood_rows = js(browser, "return [...document.querySelectorAll('#events tbody tr')].filter(r => r.textContent.includes('needs 3 GPUs, 2 free')).map(r => r.textContent)")
+    assert len(flood_rows) == 1 and "×1500" in flood_rows[0], flood_rows
+    # the timeline fits the jobs: no fixed 6 hours
+    assert js(browser, "return document.getElementById('hours').value") == "fit"
+
+    # the filter box narrows every list
+    box = browser.find_element("id", "filter")
+    box.send_keys("waiter")
+    until(browser, lambda d: js(d, "return document.querySelectorAll('#running tr[data-job]').length") == 0,
+          "the filter to hide the running job")
+    assert text_of(browser, "#running tbody") == "No running job matches the filter."
+    assert js(browser, "return [...document.querySelectorAll('#queue tr[data-job]')].map(r => r.dataset.job)") == ["waiter"]
+    assert js(browser, "return document.querySelector('.tl-bar[data-job=\"hold\"]').classList.contains('dim')") is True
+    box.clear()
+    box.send_keys(me + " running")
+    until(browser, lambda d: js(d, "return [...document.querySelectorAll('#running tr[data-job]')].map(r => r.dataset.job).join()") == "hold"
+          and js(d, "return document.querySelectorAll('#queue tr[data-job]').length") == 0, "owner + phase filter")
+    js(browser, "const f = document.getElementById('filter'); f.value = ''; f.dispatchEvent(new Event('input'));")
+
+    # every row links to the job's page: describe + log tail
+    js(browser, "document.querySelector('#queue tr[data-job=\"waiter\"] a.job-link').click()")
+    until(browser, lambda d: js(d, "return document.body.dataset.job") == "waiter", "the job page of waiter")
+    assert js(browser, "return document.getElementById('overview').hidden") is True
+    assert text_of(browser, '#job-fields dd[data-field="Reason"]') == "Resources"
+    assert text_of(browser, "#job-owner") == f"owner {me}"
+    assert "×1500" in text_of(browser, "#job-events") and text_of(browser, "#job-log") == "(no log yet)"
+    js(browser, "location.hash = '#job/chatty'")
+    until(browser, lambda d: js(d, "return document.body.dataset.job") == "chatty", "the job page of chatty")
+    log = text_of(browser, "#job-log")
+    assert log == "hello <b>world</b>\n\\x1b[31mred\n", repr(log)  # markup as text, the escape shown, lines kept
+    assert js(browser, "return document.querySelectorAll('#job-log *').length") == 0
+    assert text_of(browser, '#job-fields dd[data-field="Exit code"]') == "0"
+    assert "Succeeded" in text_of(browser, '#job-fields dd[data-field="Phase"]')
+    js(browser, "location.hash = '#job/nope'")
+    until(browser, lambda d: js(d, "return !document.getElementById('job-missing').hidden"), "no job of that name")
+    js(browser, "document.getElementById('job-back').click()")
+    until(browser, lambda d: js(d, "return !document.getElementById('overview').hidden"), "back to the overview")
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert [m for m in errors if "api/job?name=nope - " not in m] == [], errors  # that 404 is the answer asked for
+    (release / "hold").touch()
+    (release / "waiter").touch()

@@ -6,6 +6,8 @@ import base64
 import hashlib
 import http.client
 import json
+import os
+import pwd
 import re
 import socket
 from pathlib import Path
@@ -108,6 +110,18 @@ def test_state_shows_gpus_queue_with_reasons_running_jobs_and_the_timeline(home,
     assert (bar["job"], bar["phase"], bar["end"]) == ("hold", "Running", None)
     assert view["timeline"]["start"] < bar["start"] <= view["now"]
     assert any(e["object"] == "job/hold" and e["reason"] == "Started" for e in view["events"])
+    me = pwd.getpwuid(os.getuid()).pw_name  # the owner of the manifests this test wrote
+    assert {q["owner"] for q in view["queue"]} == {me} and view["running"][0]["owner"] == me
+    # the job view: its status, events and log tail, with job text as JSON data (`<` escaped)
+    status, headers, body = request(address, "/api/job?name=xss")
+    assert status == 200 and headers["content-type"] == "application/json" and b"<" not in body
+    detail = json.loads(body)
+    assert detail["owner"] == me and detail["status"]["status"]["reason"] == "Unschedulable"
+    assert XSS in detail["status"]["status"]["message"] and detail["log"]["text"] is None
+    hold = json.loads(request(address, "/api/job?name=hold")[2])
+    assert hold["status"]["status"]["phase"] == "Running" and any(e["reason"] == "Started" for e in hold["events"])
+    for bad in ("nope", "..%2Fconfig", "", "a%00b"):
+        assert request(address, f"/api/job?name={bad}")[0] == 404, bad
 
     (release / "hold").touch()  # hold ends; big takes both GPUs
     wait_phase(home, "hold", "Succeeded", daemon=daemon)

@@ -77,3 +77,32 @@ def test_events_tail_skips_a_cut_first_line_and_garbage(tmp_path):
     assert all(isinstance(e, dict) and e["reason"] == "Started" for e in tail)
     assert len(tail) < 100 and tail[0]["object"] == f"job/j{100 - len(tail)}"
     assert read_events_tail(tmp_path / "missing.jsonl") == []
+
+
+def test_job_detail_is_the_status_the_folded_events_and_the_end_of_the_log(state_home):
+    from controller.paths import UnsafeName
+    from controller.web.server import job_detail
+
+    recorder = Recorder(state_home)
+    recorder.write_states({"a": JobState("a", phase="Running", reason="Started", devices=[0], start_time=T0 - 5)}, [])
+    recorder.write_index({"pid": 1})
+    lines = [json.dumps({"time": "2027-01-15T08:00:00.000Z", "type": "Normal", "reason": "Resources", "object": "job/a",
+                         "message": "needs 1 GPU, 0 free"})] * 30
+    lines.append(json.dumps({"time": "2027-01-15T08:01:00.000Z", "type": "Normal", "reason": "Started", "object": "job/a",
+                             "message": "on GPU 0"}))
+    lines.append(json.dumps({"time": "2027-01-15T08:02:00.000Z", "type": "Normal", "reason": "Started", "object": "job/b",
+                             "message": "other job"}))
+    state_home.events_file.write_text("\n".join(lines) + "\n")
+    state_home.log_file("a").write_bytes(b"".join(b"line %d <b>\n" % i for i in range(5000)) + b"\x1b[31mlast\n")
+
+    detail = job_detail(state_home, "a")
+    assert detail["status"]["kind"] == "JobStatus" and detail["status"]["status"]["phase"] == "Running"
+    assert [(e["reason"], e["count"]) for e in detail["events"]] == [("Started", 1), ("Resources", 30)]
+    assert detail["log"]["cut"] is True and detail["log"]["path"] == "logs/a.log"
+    text = detail["log"]["text"]
+    assert text.endswith("line 4999 <b>\n\x1blast\n".replace("\x1blast", "\x1b[31mlast"))
+    assert text.startswith("line ") and len(text.encode()) <= 16 * 1024  # whole lines, the last 16 KiB
+    assert detail["owner"] == "?"  # the status names no manifest file that exists
+    assert job_detail(state_home, "nope") is None
+    with pytest.raises(UnsafeName):
+        job_detail(state_home, "../etc")

@@ -60,7 +60,7 @@ def test_queue_is_in_scheduler_order_then_held_jobs_by_age_with_reason_and_messa
     assert (second["message"], second["gpus"], second["priority"], second["created"]) == ("needs 4 GPUs, 1 free", 4, 1, NOW - 5)
     assert view["queueTotal"] == 4
     assert view["counts"] == {"Pending": 4, "Running": 1, "Rejected": 1}
-    assert view["attention"] == [{"name": "broken", "reason": "Invalid", "message": "spec.resources.gpus: must be >= 0 (jobs/b.yaml line 9)"}]
+    assert view["attention"] == [{"name": "broken", "reason": "Invalid", "message": "spec.resources.gpus: must be >= 0 (jobs/b.yaml line 9)", "owner": ""}]
     assert [r["name"] for r in view["running"]] == ["running"]
 
 
@@ -126,6 +126,45 @@ def test_an_open_span_holds_its_lane():
     spans = [{"start": 0.0, "end": None}, {"start": 5.0, "end": 6.0}, {"start": 10.0, "end": 11.0}]
     assert assign_lanes(spans) == 2
     assert [s["lane"] for s in spans] == [0, 1, 1]
+
+
+def test_identical_events_fold_into_one_row_with_their_count():
+    flood = [{"time": f"2027-01-15T08:{i // 60:02d}:{i % 60:02d}.000Z", "type": "Normal", "reason": "Resources",
+              "object": "job/big", "message": "needs 8 GPUs, 2 free"} for i in range(1500)]
+    other = {"time": "2027-01-15T09:00:00.000Z", "type": "Normal", "reason": "Started", "object": "job/small", "message": "m"}
+    same_text_other_job = {**flood[0], "object": "job/big2", "time": "2027-01-15T07:00:00.000Z"}
+    shown = build_view(None, {}, [same_text_other_job, *flood, other], NOW, 6)["events"]
+    assert [(e["object"], e["reason"], e["count"]) for e in shown] == [
+        ("job/small", "Started", 1), ("job/big", "Resources", 1500), ("job/big2", "Resources", 1)]
+    assert shown[1]["time"] == flood[-1]["time"]  # the row says when it last happened
+
+
+def test_a_fitted_timeline_starts_just_before_the_earliest_job_there_is():
+    jobs = {
+        "running": job("Running", devices=[0], startTime=NOW - 20 * 60),
+        "recent": job("Succeeded", devices=[1], startTime=NOW - 40 * 60, completionTime=NOW - 30 * 60),
+        "last-week": job("Succeeded", devices=[1], startTime=NOW - 5 * 86400, completionTime=NOW - 5 * 86400 + 60),
+        "cpu": job("Running", devices=[], startTime=NOW - 86400),  # no GPU: no bar, no say
+    }
+    view = build_view(None, jobs, [], NOW, None)
+    assert view["timeline"]["fitted"] is True
+    assert view["timeline"]["start"] == pytest.approx(NOW - 40 * 60 * 1.05)
+    assert {s["job"] for r in view["timeline"]["rows"] for s in r["spans"]} == {"running", "recent"}
+    assert build_view(None, {}, [], NOW, None)["timeline"]["start"] == NOW - HOUR  # nothing: the last hour
+    just_begun = {"a": job("Running", devices=[0], startTime=NOW - 10)}
+    assert build_view(None, just_begun, [], NOW, None)["timeline"]["start"] == NOW - 5 * 60  # at least 5 minutes
+    ancient = {"a": job("Running", devices=[0], startTime=NOW - 30 * 86400)}
+    assert build_view(None, ancient, [], NOW, None)["timeline"]["start"] == NOW - 7 * 86400  # at most 7 days
+    assert build_view(None, jobs, [], NOW, 6)["timeline"]["start"] == NOW - 6 * HOUR  # a chosen window stays
+
+
+def test_rows_carry_the_owner_of_their_manifest():
+    jobs = {"p": job("Pending", queuePosition=1), "r": job("Running", devices=[0], startTime=NOW - 5),
+            "x": job("Rejected", reason="Invalid")}
+    view = build_view(None, jobs, [], NOW, 6, owners={"p": "alice", "r": "bob"})
+    assert [(q["name"], q["owner"]) for q in view["queue"]] == [("p", "alice")]
+    assert [(q["name"], q["owner"]) for q in view["running"]] == [("r", "bob")]
+    assert [(q["name"], q["owner"]) for q in view["attention"]] == [("x", "")]
 
 
 def test_events_newest_first_and_limited():

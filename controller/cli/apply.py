@@ -186,17 +186,19 @@ def _same(old, new, name: str, target: Path, count: int) -> bool:
     return normal(old) == normal(new)
 
 
-def delete(home: Home, names: list[str], filenames: list[str], kind: str = "job") -> int:
-    targets = list(names)
+def delete(home: Home, refs: list[tuple[str, str]], filenames: list[str]) -> int:
+    """Delete each ``(kind, name)`` and every document of ``filenames`` (their manifests, or the
+    document in a multi-document file); each failure is one line, the others go on."""
+    targets = list(refs)
     for docs, errors in _check_inputs(home, _read_inputs(filenames, False)) if filenames else []:
         if errors:
             raise CliError(errors[0])
-        targets.extend(d.name for d in docs)
+        targets.extend((d.kind, d.name) for d in docs)
     if not targets:
-        raise CliError("name the jobs to delete: gflowctl delete job NAME... or -f FILE")
+        raise CliError("name the jobs to delete: gflowctl delete job NAME... (or job/NAME sweep/NAME ...) or -f FILE")
 
     failed = False
-    for name in targets:
+    for kind, name in targets:
         owner = owner_of(home, name) if kind == "job" else None
         if owner is not None:
             print_error(f"job/{name} belongs to sweep/{owner}; delete the sweep or change its matrix")

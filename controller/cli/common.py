@@ -67,6 +67,59 @@ def document_position(parts: list[str], name: str, path: Path) -> int | None:
     return None
 
 
+JOB_WORDS = ("job", "jobs", "j")
+SWEEP_WORDS = ("sweep", "sweeps")
+
+
+def resource_type(word: str) -> str | None:
+    """``job`` or ``sweep`` for any spelling of the type (``jobs``, ``j``, ``sweeps``), else None."""
+    if word in JOB_WORDS:
+        return "job"
+    if word in SWEEP_WORDS:
+        return "sweep"
+    return None
+
+
+def parse_refs(words: list[str], *, type_first: bool = False, kinds: tuple[str, ...] = ("job", "sweep")) -> list[tuple[str, str]]:
+    """The objects a verb was given, as ``(kind, name)``, the ways kubectl names them: ``TYPE/NAME``
+    (what ``get -o name`` prints, so ``get jobs -o name | xargs gflowctl describe`` works) and, for
+    verbs whose first word is a type (``type_first``: describe, delete, get, patch), ``TYPE NAME...``;
+    elsewhere a bare word is a job's name. Every bad word is named in one CliError."""
+    refs: list[tuple[str, str]] = []
+    errors: list[str] = []
+    default: str | None = "job"
+    rest = words
+    if type_first and words and "/" not in words[0]:
+        default = resource_type(words[0])
+        if default is None:
+            raise CliError(f"unknown resource type {words[0]!r}; use {' or '.join(kinds)} (or TYPE/NAME)")
+        rest = words[1:]
+    elif type_first:
+        default = None  # kubectl: once names come as TYPE/NAME, every one does
+    for word in rest:
+        head, slash, name = word.partition("/")
+        if slash and not head.isalpha():
+            # `../x` names no type: a (bad) name, refused as one where it is used ("not a job name")
+            refs.append((default or "job", word))
+            continue
+        kind = resource_type(head) if slash else default
+        if not slash:
+            name = word
+        if slash and kind is None:
+            errors.append(f"{word!r}: unknown resource type {head!r}; use {' or '.join(f'{k}/NAME' for k in kinds)}")
+        elif kind is None:
+            errors.append(f"{word!r}: give a type, as the other names do ({words[0]})")
+        elif not name or "/" in name:
+            errors.append(f"{word!r}: use {kind}/NAME")
+        elif kind not in kinds:
+            errors.append(f"{word!r}: this verb takes {' or '.join(kinds)}s, not {kind}s")
+        else:
+            refs.append((kind, name))
+    if errors:
+        raise CliError("; ".join(errors))
+    return refs
+
+
 def parse_selector_args(items: list[str]) -> list[tuple[str, str, bool]]:
     """``-l`` options as one label selector; a bad one is a CliError."""
     from controller.api.labels import parse_selector  # lazy: every verb loads this module, few select

@@ -3,7 +3,7 @@
 Verbs, their options and the choices of their arguments come from ``controller.cli.main``'s
 parser, so a new verb or flag completes without touching this file. What a positional argument
 names is read from its ``dest``: ``name``/``names`` are jobs (``sweep`` names after ``delete
-sweep``), ``kind`` gets the resource types of that verb (their aliases, such as ``node`` for
+sweep`` and ``describe sweep``), ``kind`` gets the resource types of that verb (their aliases, such as ``node`` for
 ``gpus``, once a prefix is typed: an empty word lists only the types), ``target`` is ``job/NAME``. Job names come
 from ``gflowctl __complete jobs`` (``run/index.json``: one small JSON read), honouring ``--home``
 and ``--spec-dir`` on the command line being completed. zsh reuses the bash function through
@@ -21,7 +21,7 @@ from controller.client.state import read_index
 
 KINDS = {
     "get": ["jobs", "sweeps", "gpus", "events"],
-    "describe": ["job"],
+    "describe": ["job", "sweep"],
     "delete": ["job", "sweep"],
     "patch": ["job"],
 }
@@ -29,7 +29,7 @@ KINDS = {
 # (`get j`, `get ev`) are for typing, not for a completion menu
 ALIASES = {
     "get": ["job", "sweep", "gpu", "node", "nodes", "event"],
-    "describe": ["jobs"],
+    "describe": ["jobs", "sweeps"],
     "delete": ["jobs", "sweeps"],
     "patch": ["jobs"],
 }
@@ -172,7 +172,7 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
                 action = f'COMPREPLY=($(compgen -W "{kinds}${{cur:+ {aliases}}}" -- "$cur"))'
             elif positional == "names":
                 what = "jobs"
-                if verb == "delete":
+                if verb in ("delete", "describe"):
                     what = '$([[ "$kind" == sweep* ]] && echo sweeps || echo jobs)'
                 if verb == "get":
                     action = ('[[ "$kind" == job* || "$kind" == sweep* ]] && COMPREPLY=($(compgen -W '

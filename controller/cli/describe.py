@@ -1,23 +1,42 @@
-"""``gflowctl describe job NAME``: spec summary, status, conditions and recent events."""
+"""``gflowctl describe job NAME...`` (or ``job/NAME sweep/NAME ...``): spec summary, status,
+conditions and recent events of each; several are separated by a blank line, as kubectl does."""
 
 from __future__ import annotations
 
 import time
 
 from controller.api.units import format_age, format_duration
-from controller.cli.common import CliError, document_position, printable
-from controller.cli.events import age_text, aggregate, read_events
-from controller.client.state import find_manifest, read_status
+from controller.cli.common import document_position, print_error, printable
+from controller.cli.events import age_text, read_events
+from controller.client.events import aggregate
+from controller.client.state import find_manifest, job_rows, read_status
 from controller.model.records import from_rfc3339
 from controller.paths import Home
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
 
-def describe(home: Home, name: str) -> int:
+def describe(home: Home, refs: list[tuple[str, str]]) -> int:
+    """Print each ``(kind, name)``; the ones not found are named on stderr (exit 1), the rest printed."""
+    missing = False
+    shown = 0
+    for kind, name in refs:
+        lines = _describe_sweep(home, name) if kind == "sweep" else _describe_job(home, name)
+        if lines is None:
+            print_error(f"{kind}/{name} not found")
+            missing = True
+            continue
+        print(("\n" if shown else "") + "\n".join(lines))
+        shown += 1
+    return 1 if missing else 0
+
+
+def _describe_job(home: Home, name: str) -> list[str] | None:
     status_doc = read_status(home, name)
+    if status_doc is not None and status_doc.get("kind") == "SweepStatus":
+        status_doc = None
     manifest = find_manifest(home, name)
     if status_doc is None and manifest is None:
-        raise CliError(f"job/{name} not found")
+        return None
     status = (status_doc or {}).get("status") or {}
     meta = (status_doc or {}).get("metadata") or {}
     now = time.time()
@@ -58,8 +77,49 @@ def describe(home: Home, name: str) -> int:
         for c in conditions:
             kind, state, reason, message = (printable(c.get(k, "")) for k in ("type", "status", "reason", "message"))
             out.append(f"  {kind:<14}{state:<8}{reason:<26}{message}")
-    events = _recent_events(home, name)
-    out.append("Events:" + ("" if events else " <none>"))
+    out.extend(_event_lines(_recent_events(home, name), now))
+    log = home.log_file(name)
+    out.append(f"Log:{' ' * (width - 4)}{printable(log)}" + ("" if log.exists() else " (none yet)"))
+    return out
+
+
+def _describe_sweep(home: Home, name: str) -> list[str] | None:
+    doc = read_status(home, name)
+    if doc is None or doc.get("kind") != "SweepStatus":
+        return None
+    status = doc.get("status") or {}
+    meta = doc.get("metadata") or {}
+    now = time.time()
+    lines: list[tuple[str, str]] = [("Name", name)]
+    if meta.get("labels"):
+        lines.append(("Labels", ", ".join(f"{k}={v}" for k, v in meta["labels"].items())))
+    lines.append(("Manifest", str(status.get("manifest") or "-")))
+    created = from_rfc3339(meta.get("creationTimestamp"))
+    if created:
+        lines.append(("Created", f"{meta['creationTimestamp']} ({format_age(now - created)} ago)"))
+    for key, label in (("phase", "Phase"), ("reason", "Reason"), ("message", "Message"),
+                       ("children", "Jobs"), ("parallelism", "Parallelism")):
+        if status.get(key) not in (None, ""):
+            lines.append((label, str(status[key])))
+    counts = status.get("counts") or {}
+    if counts:
+        lines.append(("Counts", ", ".join(f"{phase}={n}" for phase, n in counts.items())))
+    width = max(len(k) for k, _ in lines) + 2
+    out = [f"{k + ':':<{width}}{printable(v)}" for k, v in lines]
+    children = [str(c) for c in status.get("childNames") or []]
+    if children:
+        rows = job_rows(home)
+        out.append("Children:")
+        out.append(f"  {'NAME':<{max(len(c) for c in children) + 2}}PHASE")
+        for child in children:
+            phase = (rows.get(child) or {}).get("phase", "Unknown")
+            out.append(f"  {printable(child):<{max(len(c) for c in children) + 2}}{printable(phase)}")
+    out.extend(_event_lines(aggregate(read_events(home, f"sweep/{name}"))[-10:], now))
+    return out
+
+
+def _event_lines(events: list[dict], now: float) -> list[str]:
+    out = ["Events:" + ("" if events else " <none>")]
     if events:
         ages = [age_text(ev, now) for ev in events]
         width_age = max(len(a) for a in ages + ["AGE"]) + 2
@@ -67,10 +127,7 @@ def describe(home: Home, name: str) -> int:
         for ev, age in zip(events, ages):
             kind, reason, message = (printable(ev.get(k, "")) for k in ("type", "reason", "message"))
             out.append(f"  {kind:<8}{reason:<20}{age:<{width_age}}{message}")
-    log = home.log_file(name)
-    out.append(f"Log:{' ' * (width - 4)}{printable(log)}" + ("" if log.exists() else " (none yet)"))
-    print("\n".join(out))
-    return 0
+    return out
 
 
 def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:

@@ -30,23 +30,26 @@ class _Gone(Exception):
     """The file no longer defines the job (edited or replaced meanwhile)."""
 
 
-def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -> bool:
-    """Set ``path`` in job ``name``'s manifest (``path == ()``: ``value`` is a merge patch).
-    False (and a message) when the job is unknown; CliError when the result would be invalid or
-    the file could not be rewritten."""
-    owner = owner_of(home, name)
+def _edit(home: Home, ref: tuple[str, str], path: tuple[str, ...], value, verb: str = "") -> str | None:
+    """Set ``path`` in the manifest of ``ref`` (``(kind, name)``; ``path == ()``: ``value`` is a
+    merge patch). Returns the ``kind/name`` edited; None (and a message) when it is unknown;
+    CliError when the result would be invalid or the file could not be rewritten."""
+    kind, name = ref
+    owner = owner_of(home, name) if kind == "job" else None
     if owner is not None:
         print_error(f"job/{name} belongs to sweep/{owner}; edit the sweep's template instead")
-        return False
-    manifest = find_manifest(home, name)
-    if manifest is None and path[:1] == ("spec",):
-        # a Sweep: cancel/suspend/resume/priority act on its template, so on every child
+        return None
+    manifest = find_manifest(home, name) if kind == "job" else None
+    if manifest is None and (kind == "sweep" or path[:1] == ("spec",)):
+        # a Sweep (named as one, or by a bare name no job has): cancel/suspend/resume/priority act
+        # on its template, so on every child; rerun's annotation is copied to every child
         manifest = find_manifest(home, name, "sweep")
         if manifest is not None:
-            path = ("spec", "template", *path[1:])
+            kind = "sweep"
+            path = ("spec", "template", *path[1:]) if path[:1] == ("spec",) else path
     if manifest is None:
-        print_error(f"job/{name} not found")
-        return False
+        print_error(f"{kind}/{name} not found")
+        return None
 
     def change(text: str) -> str:
         parts = list(iter_documents_text(text))
@@ -56,8 +59,8 @@ def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -
         try:
             new_text = merge_patch(text, position, value) if not path else set_field(text, position, path, value)
         except EditError as exc:
-            raise CliError(f"job/{name}: cannot edit {manifest}: {exc}") from None
-        _check_still_valid(new_text, position, name, manifest)
+            raise CliError(f"{kind}/{name}: cannot edit {manifest}: {exc}") from None
+        _check_still_valid(new_text, position, f"{kind}/{name}", manifest)
         return new_text
 
     # lazy: pydantic (~100 ms), loaded before the lock: the lock is held for the edit alone
@@ -65,58 +68,62 @@ def _edit(home: Home, name: str, path: tuple[str, ...], value, verb: str = "") -
     try:
         rewrite_locked(manifest, change, within=home.spec_dir)
     except (_Gone, FileNotFoundError):
-        print_error(f"job/{name} not found in {manifest}")
-        return False
+        print_error(f"{kind}/{name} not found in {manifest}")
+        return None
     except RewriteError as exc:
-        raise CliError(f"job/{name}: not changed: {exc}") from None
+        raise CliError(f"{kind}/{name}: not changed: {exc}") from None
     if verb:
-        print(f"job/{name} {verb}")
-    return True
+        print(f"{kind}/{name} {verb}")
+    return f"{kind}/{name}"
 
 
-def _check_still_valid(text: str, position: int, name: str, manifest) -> None:
+def _check_still_valid(text: str, position: int, what: str, manifest) -> None:
     from controller.decide.admission import validate_any  # lazy: pydantic (~100 ms) only to check an edited manifest
 
     parts = list(iter_documents_text(text))
     try:
         data = load_one(parts[position])
     except YAMLSyntaxError as exc:
-        raise CliError(f"job/{name}: the edit would break the YAML: {exc}") from None
+        raise CliError(f"{what}: the edit would break the YAML: {exc}") from None
     result = validate_any(data, source=str(manifest), path=str(manifest), stem=manifest.stem,
                           single=len(parts) == 1, text=parts[position])[0]
     if isinstance(result, Rejection):
-        raise CliError(f"job/{name}: not changed, the result would be invalid: {result.message}")
+        raise CliError(f"{what}: not changed, the result would be invalid: {result.message}")
 
 
-def control(home: Home, verb: str, names: list[str]) -> int:
+def control(home: Home, verb: str, refs: list[tuple[str, str]]) -> int:
+    """cancel, suspend, resume or rerun each ``(kind, name)``; one that fails does not stop the rest."""
     ok = True
-    for name in names:
-        row = job_rows(home).get(name) or {}
-        if verb == "cancel" and row.get("phase") == "Rejected":
+    rows = job_rows(home) if verb == "cancel" else {}
+    for ref in refs:
+        kind, name = ref
+        row = (rows.get(name) or {}) if kind == "job" else {}
+        if row.get("phase") == "Rejected":
             # nothing runs, and a manifest that does not parse cannot be edited: say so, and how to end it
             print(f"job/{name} is Rejected ({row.get('reason')}) and never runs: nothing to cancel; "
                   f"fix {row.get('manifest') or 'its manifest'}, or gflowctl delete job {name}")
             continue
         if verb == "rerun":
-            done = _edit(home, name, ("metadata", "annotations", "gflow.dev/rerun"), str(time.time_ns()))
+            done = _edit(home, ref, ("metadata", "annotations", "gflow.dev/rerun"), str(time.time_ns()))
             what = "rerun requested"
         else:
             path, value, what = _FIELDS[verb]
-            done = _edit(home, name, path, value)
+            done = _edit(home, ref, path, value)
         if done:
-            print(f"job/{name} {what}")
-        ok = ok and done
+            print(f"{done} {what}")
+        ok = ok and done is not None
     return 0 if ok else 1
 
 
-def set_priority(home: Home, name: str, value: str) -> int:
+def set_priority(home: Home, ref: tuple[str, str], value: str) -> int:
     try:
         priority = int(value)
     except ValueError:
         raise CliError(f"priority must be an integer, not {value!r}") from None
-    if not _edit(home, name, ("spec", "priority"), priority):
+    done = _edit(home, ref, ("spec", "priority"), priority)
+    if done is None:
         return 1
-    print(f"job/{name} priority set to {priority}")
+    print(f"{done} priority set to {priority}")
     return 0
 
 
@@ -133,4 +140,4 @@ def patch(home: Home, name: str, patch_text: str) -> int:
     unknown = set(data) - {"spec", "metadata"}
     if unknown:
         raise CliError(f"only spec and metadata can be patched, not {sorted(unknown)[0]}")
-    return 0 if _edit(home, name, (), data, verb="patched") else 1
+    return 0 if _edit(home, ("job", name), (), data, verb="patched") else 1

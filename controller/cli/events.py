@@ -15,7 +15,7 @@ import time
 from typing import Any, Iterable, Iterator
 
 from controller.api.units import format_age
-from controller.cli.common import CliError, printable
+from controller.cli.common import CliError, parse_refs, printable
 from controller.model.records import from_rfc3339
 from controller.paths import Home
 from controller.util.jsonlog import parse_lines, previous_of
@@ -27,12 +27,10 @@ def parse_target(text: str | None) -> str | None:
     """``job/NAME``, ``sweep/NAME`` or a bare ``NAME`` (a job) -> the ``object`` events carry."""
     if not text:
         return None
-    kind, sep, name = text.partition("/")
-    if not sep:
-        return f"job/{text}"
-    kind = {"jobs": "job", "j": "job", "sweeps": "sweep"}.get(kind, kind)
-    if kind not in ("job", "sweep") or not name:
-        raise CliError(f"--for {text!r}: use job/NAME or sweep/NAME")
+    try:
+        kind, name = parse_refs([text])[0]
+    except CliError:
+        raise CliError(f"--for {text!r}: use job/NAME or sweep/NAME") from None
     return f"{kind}/{name}"
 
 
@@ -173,23 +171,6 @@ class _Follower:
         lines = text.splitlines(keepends=True)
         self.partial = lines.pop() if lines and not lines[-1].endswith("\n") else ""
         return list(parse_lines(lines))
-
-
-def aggregate(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Repeats of one (type, reason, message) folded into one row with a count and first/last
-    time, ordered by last occurrence (``describe`` shows them as ``5m (x3 over 20m)``)."""
-    groups: dict[tuple, dict[str, Any]] = {}
-    for event in events:
-        key = (event.get("type"), event.get("reason"), event.get("message"))
-        when = from_rfc3339(event.get("time")) or 0.0
-        group = groups.pop(key, None)  # popped and re-inserted: dict order = last occurrence
-        if group is None:
-            group = {**event, "count": 0, "first": when, "last": when}
-        group["count"] += 1
-        group["first"] = min(group["first"], when)
-        group["last"] = max(group["last"], when)
-        groups[key] = group
-    return list(groups.values())
 
 
 def age_text(group: dict[str, Any], now: float) -> str:

@@ -12,12 +12,14 @@ from controller.api.units import format_age
 from controller.cli.common import (
     CliError,
     is_tty,
+    parse_refs,
     parse_selector_args,
     print_error,
     printable,
+    resource_type,
     warn_if_not_running,
 )
-from controller.client.state import job_rows, read_index, read_status
+from controller.client.state import job_rows, read_index, read_status, status_json_text
 from controller.paths import Home
 
 JOB_KINDS = ("jobs", "job", "j")
@@ -27,6 +29,8 @@ EVENT_KINDS = ("events", "event", "ev")
 
 
 def get(home: Home, args) -> int:
+    if args.kind in JOB_KINDS + SWEEP_KINDS or "/" in args.kind:
+        args.kind, args.names = _typed_names(args.kind, args.names)
     if args.kind in JOB_KINDS:
         selector = parse_selector_args(args.selector)
         if args.watch:
@@ -47,6 +51,49 @@ def get(home: Home, args) -> int:
     raise CliError(f"unknown resource type {args.kind!r}; use jobs, sweeps, gpus or events")
 
 
+def _typed_names(kind: str, names: list[str]) -> tuple[str, list[str]]:
+    """``get jobs a job/b`` and ``get job/a job/b`` (what ``-o name`` prints): the kind and bare names."""
+    refs = parse_refs([kind, *names], type_first=True)
+    kinds = {k for k, _ in refs} or {resource_type(kind)}
+    if len(kinds) > 1:
+        raise CliError("get lists one type at a time: " + " ".join(f"{k}/{n}" for k, n in refs if k == "sweep")
+                       + " are sweeps; use get sweeps")
+    listed = kinds.pop()
+    if resource_type(kind) not in (None, listed):
+        others = " ".join(f"{k}/{n}" for k, n in refs)
+        raise CliError(f"get {kind} lists {resource_type(kind)}s, not {others}; use get {listed}s")
+    return ("jobs" if listed == "job" else "sweeps"), [n for _, n in refs]
+
+
+def _print_documents(home: Home, names: list[str], single: bool, output: str) -> None:
+    """``-o json`` and ``-o yaml`` print the same thing, as kubectl does: one object when one was
+    asked for by name, else one ``kind: List`` document holding them all. JSON comes from gflowd's
+    JSON copy of each status file where that is current (no YAML parsed, no JSON encoded: 2k jobs
+    in ~0.1 s), else from the status file itself; both give the same text."""
+    if output == "yaml":
+        from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
+
+        docs = [d for d in (read_status(home, name) for name in names) if d is not None]
+        print(dump(docs[0] if single and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}), end="")
+        return
+    texts = []
+    for name in names:
+        text = status_json_text(home, name)
+        if text is None:
+            doc = read_status(home, name)
+            text = None if doc is None else json.dumps(doc, indent=2, default=str)
+        if text is not None:
+            texts.append(text)
+    if single and len(texts) == 1:
+        print(texts[0])
+    elif not texts:
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": []}, indent=2))
+    else:
+        # json.dumps(List, indent=2) exactly: each item indented one level deeper, comma-separated
+        items = ",\n".join("    " + text.replace("\n", "\n    ") for text in texts)
+        print(f'{{\n  "apiVersion": "v1",\n  "kind": "List",\n  "items": [\n{items}\n  ]\n}}')
+
+
 def _get_sweeps(home: Home, args) -> int:
     sweeps = (read_index(home) or {}).get("sweeps", {})
     missing = [n for n in args.names if n not in sweeps]
@@ -55,13 +102,7 @@ def _get_sweeps(home: Home, args) -> int:
         for name, _ in chosen:
             print(f"sweep/{name}")
     elif args.output in ("yaml", "json"):
-        docs = [d for d in (read_status(home, name) for name, _ in chosen) if d is not None]
-        if args.output == "json":
-            print(json.dumps(docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}, indent=2))
-        else:
-            from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
-
-            print("---\n".join(dump(d) for d in docs), end="")
+        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, args.output)
     elif chosen:
         now = time.time()
         table = [["NAME", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE"]]
@@ -104,14 +145,7 @@ def _get_jobs(home: Home, args, selector) -> int:
         for name, _ in chosen:
             print(f"job/{name}")
     elif out in ("yaml", "json"):
-        docs = [d for d in (read_status(home, name) for name, _ in chosen) if d is not None]
-        if out == "json":
-            payload: Any = docs[0] if len(args.names) == 1 and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
-            print(json.dumps(payload, indent=2, default=str))
-        else:
-            from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
-
-            print("---\n".join(dump(d) for d in docs), end="")
+        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, out)
     else:
         if not chosen and not missing:
             print("No jobs found.", file=sys.stderr)

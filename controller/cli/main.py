@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.cli.common import CliError, print_error
+from controller.cli.common import CliError, parse_refs, print_error, resource_type
 
 EPILOG = """examples:
   gflowctl run --gpus 1 -- python3 train.py   submit a command in one line (or: run train.sh)
   gflowctl apply -f train.yaml          create or update jobs from a file, folder (-R) or - (stdin)
   gflowctl get jobs -o wide             list jobs; -l team=vision, --phase Pending, -w to watch
   gflowctl describe job train           status, conditions and recent events of one job
+  gflowctl get jobs -o name | xargs gflowctl describe    every job in detail (TYPE/NAME works anywhere)
   gflowctl logs train -f                follow a job's output
   gflowctl cancel train                 edit the manifest: spec.cancelled: true
   gflowctl wait job/train --for=phase=Succeeded --timeout 10m
@@ -62,17 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--phase", action="append", default=[], help="only jobs in this phase")
     p.add_argument("--for", dest="for_object", metavar="job/NAME", help="get events: only those of this job or sweep")
 
-    p = sub.add_parser("describe", parents=[common], help="show one job in detail")
-    p.add_argument("kind", help="job")
-    p.add_argument("name")
+    p = sub.add_parser("describe", parents=[common], help="show jobs or sweeps in detail")
+    p.add_argument("kind", help="job | sweep, or TYPE/NAME")
+    p.add_argument("names", nargs="*", help="NAME... (or TYPE/NAME...)")
 
     p = sub.add_parser("delete", parents=[common], help="delete jobs or sweeps (their manifests)")
-    p.add_argument("kind", nargs="?", help="job | sweep")
+    p.add_argument("kind", nargs="?", help="job | sweep, or TYPE/NAME")
     p.add_argument("names", nargs="*")
     p.add_argument("-f", "--filename", action="append", default=[], help="delete the jobs this file defines")
 
     p = sub.add_parser("logs", parents=[common], help="print a job's output")
-    p.add_argument("name")
+    p.add_argument("name", nargs="+", metavar="NAME", help="one job: NAME or job/NAME")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new output, across attempts")
     p.add_argument("--tail", type=int, default=None, help="only the last N lines")
     p.add_argument("--attempt", type=int, default=None, help="an earlier attempt's log")
@@ -80,20 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
     for verb, what in (("cancel", "stop jobs for good"), ("suspend", "hold jobs (stop if running)"),
                        ("resume", "release suspended jobs"), ("rerun", "run finished jobs again")):
         p = sub.add_parser(verb, parents=[common], help=what)
-        p.add_argument("names", nargs="+", metavar="NAME")
+        p.add_argument("names", nargs="+", metavar="NAME", help="NAME, job/NAME or sweep/NAME, several at once")
 
     p = sub.add_parser("set", parents=[common], help="set a field: set priority NAME N")
     p.add_argument("field", choices=["priority"])
-    p.add_argument("name")
+    p.add_argument("name", help="NAME, job/NAME or sweep/NAME")
     p.add_argument("value")
 
     p = sub.add_parser("patch", parents=[common], help="edit a job's manifest with a JSON merge patch")
-    p.add_argument("kind", help="job")
-    p.add_argument("name")
+    p.add_argument("kind", help="job, or job/NAME")
+    p.add_argument("name", nargs="?")
     p.add_argument("-p", "--patch", required=True, help='JSON, e.g. \'{"spec": {"priority": 5}}\'')
 
     p = sub.add_parser("wait", parents=[common], help="wait until a job reaches a phase or condition")
-    p.add_argument("target", help="job/NAME")
+    p.add_argument("target", nargs="+", help="job/NAME or sweep/NAME (a bare NAME is a job); several: wait for all")
     p.add_argument("--for", dest="for_", required=True, help="phase=P or condition=C")
     p.add_argument("--timeout", default="30s", help="give up after this long (default 30s); exit 1")
 
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", parents=[common], help="print a job as an sbatch script or a Kubernetes Job")
     p.add_argument("target", choices=["slurm", "k8s"])
-    p.add_argument("name", nargs="?", help="a job or sweep (else every document of -f)")
+    p.add_argument("name", nargs="?", help="a job or sweep: NAME or TYPE/NAME (else every document of -f)")
     p.add_argument("-f", "--filename", action="append", default=[],
                    help="file, folder or - for stdin, instead of a job the controller knows")
     p.add_argument("-R", "--recursive", action="store_true", help="walk folders recursively")
@@ -171,42 +172,40 @@ def run(argv: list[str]) -> int:
 
         return get(home, args)
     if verb == "describe":
-        _expect_job(args.kind)
+        refs = parse_refs([args.kind, *args.names], type_first=True)
+        if not refs:
+            raise CliError(f"name what to describe: gflowctl describe {args.kind} NAME...")
         from controller.cli.describe import describe  # lazy: gflowctl loads only the verb it runs
 
-        return describe(home, args.name)
+        return describe(home, refs)
     if verb == "delete":
         from controller.cli.apply import delete  # lazy: gflowctl loads only the verb it runs
 
-        kind = "job"
-        if args.kind in ("sweep", "sweeps"):
-            kind = "sweep"
-        elif args.kind is not None and not args.filename:
-            _expect_job(args.kind)
-        elif args.kind is not None:
-            args.names = [args.kind, *args.names]
-        return delete(home, args.names, args.filename, kind)
+        words = [args.kind, *args.names] if args.kind is not None else []
+        # `delete -f FILE NAME...`: bare names beside -f are jobs, no type word needed
+        type_first = not (args.filename and words and "/" not in words[0] and resource_type(words[0]) is None)
+        return delete(home, parse_refs(words, type_first=type_first), args.filename)
     if verb == "logs":
         from controller.cli.logs import logs  # lazy: gflowctl loads only the verb it runs
 
-        return logs(home, args.name, args.follow, args.tail, args.attempt)
+        return logs(home, _one_job(parse_refs(args.name), "logs prints one job's output"), args.follow, args.tail, args.attempt)
     if verb in ("cancel", "suspend", "resume", "rerun"):
         from controller.cli.edit import control  # lazy: gflowctl loads only the verb it runs
 
-        return control(home, verb, args.names)
+        return control(home, verb, parse_refs(args.names))
     if verb == "set":
         from controller.cli.edit import set_priority  # lazy: gflowctl loads only the verb it runs
 
-        return set_priority(home, args.name, args.value)
+        return set_priority(home, parse_refs([args.name])[0], args.value)
     if verb == "patch":
-        _expect_job(args.kind)
+        refs = parse_refs([args.kind, *([args.name] if args.name else [])], type_first=True, kinds=("job",))
         from controller.cli.edit import patch  # lazy: gflowctl loads only the verb it runs
 
-        return patch(home, args.name, args.patch)
+        return patch(home, _one_job(refs, "patch edits one job"), args.patch)
     if verb == "wait":
         from controller.cli.wait import wait  # lazy: gflowctl loads only the verb it runs
 
-        return wait(home, args.target, args.for_, args.timeout)
+        return wait(home, parse_refs(args.target), args.for_, args.timeout)
     if verb == "completion":
         from controller.cli.completion import completion  # lazy: gflowctl loads only the verb it runs
 
@@ -220,7 +219,8 @@ def run(argv: list[str]) -> int:
         from controller.cli.export import export  # lazy: gflowctl loads only the verb it runs
 
         options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "gpu_types", "output")}
-        return export(home, args.target, args.name, args.filename, options, args.recursive)
+        name = parse_refs([args.name])[0][1] if args.name else None
+        return export(home, args.target, name, args.filename, options, args.recursive)
     if verb == "explain":
         from controller.cli.explain import explain  # lazy: gflowctl loads only the verb it runs
 
@@ -241,9 +241,17 @@ def _verb_position(argv: list[str]) -> int | None:
     return None
 
 
-def _expect_job(kind: str) -> None:
-    if kind not in ("job", "jobs"):
-        raise CliError(f"unknown resource type {kind!r}; use job")
+def _one_job(refs: list[tuple[str, str]], what: str) -> str:
+    """The single job a verb acts on; a sweep or several names is a clear error."""
+    if not refs:
+        raise CliError(f"{what}: name it, NAME or job/NAME")
+    if len(refs) > 1:
+        named = " ".join(f"{kind}/{name}" for kind, name in refs)
+        raise CliError(f"{what}, not {len(refs)} ({named}); run it once per job, e.g. xargs -n1")
+    kind, name = refs[0]
+    if kind != "job":
+        raise CliError(f"{what}; {kind}/{name} is a sweep: its jobs are listed by gflowctl describe {kind}/{name}")
+    return name
 
 
 def main(argv: list[str] | None = None) -> int:

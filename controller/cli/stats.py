@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import pwd
 import sys
 import time
 from typing import Any
@@ -27,7 +25,7 @@ from typing import Any
 from controller.api.labels import selector_matches
 from controller.api.units import format_duration, parse_duration
 from controller.cli.common import CliError, parse_selector_args, printable
-from controller.client.state import read_index
+from controller.client.state import manifest_owners, read_index
 from controller.model.records import rfc3339
 from controller.paths import Home
 from controller.util.jsonlog import read_records
@@ -128,31 +126,6 @@ def _rounded(entry: dict[str, float]) -> dict[str, float]:
     return {**entry, "gpuHours": round(entry["gpuHours"], 3)}
 
 
-def _user_lookup(home: Home):
-    cache: dict[str, str] = {}
-
-    def user(manifest: str | None) -> str:
-        if not manifest:
-            return "?"
-        if manifest not in cache:
-            path = manifest if os.path.isabs(manifest) else None
-            candidates = [path] if path else [str(home.root / manifest), str(home.spec_dir.parent / manifest)]
-            cache[manifest] = "?"
-            for candidate in candidates:
-                try:
-                    uid = os.stat(candidate).st_uid
-                except OSError:
-                    continue
-                try:
-                    cache[manifest] = pwd.getpwuid(uid).pw_name
-                except KeyError:
-                    cache[manifest] = str(uid)
-                break
-        return cache[manifest]
-
-    return user
-
-
 def stats(home: Home, since_text: str, selector_items: list[str], output: str | None) -> int:
     if output not in (None, "json"):
         raise CliError(f"stats prints a summary or -o json, not -o {output}")
@@ -167,7 +140,7 @@ def stats(home: Home, since_text: str, selector_items: list[str], output: str | 
     selector = parse_selector_args(selector_items)
     history = list(read_records(home.history_file))
     rows = (read_index(home) or {}).get("jobs") or {}
-    result = compute(history, rows, since, now, selector, _user_lookup(home))
+    result = compute(history, rows, since, now, selector, manifest_owners(home))
     if output == "json":
         print(json.dumps({"apiVersion": "v1", "kind": "Stats", "now": now, **result}, indent=2))
         return 0

@@ -1,5 +1,6 @@
-"""``gflowctl wait job/NAME --for=phase=P|condition=C [--timeout 60s]``: exit 0 when reached,
-1 on timeout or when it can no longer happen (waiting for Succeeded on a Failed job)."""
+"""``gflowctl wait job/NAME... --for=phase=P|condition=C [--timeout 60s]``: exit 0 when every one
+reached it, 1 on timeout or when one can no longer get there (waiting for Succeeded on a Failed
+job). Each is printed as it gets there, as ``kubectl wait`` does."""
 
 from __future__ import annotations
 
@@ -13,13 +14,7 @@ from controller.paths import Home
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}
 
 
-def wait(home: Home, target: str, condition: str, timeout_text: str) -> int:
-    kind, _, name = target.partition("/")
-    if not name:
-        kind, name = "job", kind
-    if kind not in ("job", "jobs", "sweep", "sweeps"):
-        raise CliError(f"unknown resource type {kind!r}; use job/NAME or sweep/NAME")
-    kind = "sweep" if kind.startswith("sweep") else "job"
+def wait(home: Home, refs: list[tuple[str, str]], condition: str, timeout_text: str) -> int:
     what, _, value = condition.partition("=")
     if what not in ("phase", "condition") or not value:
         raise CliError(f"--for must be phase=PHASE or condition=TYPE, not {condition!r}")
@@ -28,24 +23,40 @@ def wait(home: Home, target: str, condition: str, timeout_text: str) -> int:
     except ValueError as exc:
         raise CliError(f"--timeout: {exc}") from None
     deadline = time.monotonic() + timeout
+    waiting = list(refs)
+    failed = False
     while True:
-        doc = read_status(home, name)
-        status = (doc or {}).get("status") or {}
-        phase = status.get("phase")
-        if what == "phase":
-            if phase is not None and phase.lower() == value.lower():
-                print(f"{kind}/{name} {phase}")
-                return 0
-            if phase in TERMINAL:
-                print_error(f"{kind}/{name} is {phase} ({status.get('reason')}); it will not become {value}")
-                return 1
-        else:
-            for cond in status.get("conditions") or []:
-                if cond.get("type", "").lower() == value.lower() and cond.get("status") == "True":
-                    print(f"{kind}/{name} condition met: {cond['type']}")
-                    return 0
+        for kind, name in list(waiting):
+            met, never = _check(home, kind, name, what, value)
+            if met or never:
+                waiting.remove((kind, name))
+                failed = failed or never
+        if not waiting:
+            return 1 if failed else 0
         if time.monotonic() >= deadline:
-            state = f"{phase} ({status.get('reason')})" if phase else "not found"
-            print_error(f"timed out after {timeout_text} waiting for {kind}/{name} {condition}; it is {state}")
+            for kind, name in waiting:
+                status = (read_status(home, name) or {}).get("status") or {}
+                phase = status.get("phase")
+                state = f"{phase} ({status.get('reason')})" if phase else "not found"
+                print_error(f"timed out after {timeout_text} waiting for {kind}/{name} {condition}; it is {state}")
             return 1
         time.sleep(0.05)
+
+
+def _check(home: Home, kind: str, name: str, what: str, value: str) -> tuple[bool, bool]:
+    """(reached, can no longer be reached), printing which."""
+    status = (read_status(home, name) or {}).get("status") or {}
+    phase = status.get("phase")
+    if what == "phase":
+        if phase is not None and phase.lower() == value.lower():
+            print(f"{kind}/{name} {phase}", flush=True)
+            return True, False
+        if phase in TERMINAL:
+            print_error(f"{kind}/{name} is {phase} ({status.get('reason')}); it will not become {value}")
+            return False, True
+        return False, False
+    for cond in status.get("conditions") or []:
+        if cond.get("type", "").lower() == value.lower() and cond.get("status") == "True":
+            print(f"{kind}/{name} condition met: {cond['type']}", flush=True)
+            return True, False
+    return False, False

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from typing import Callable, Iterable
 
@@ -28,6 +29,14 @@ EVENTS_MAX_BYTES = 10 * 1024 * 1024
 
 def _index_row(name: str, state: JobState) -> bytes:
     return f"{json.dumps(name)}:{json.dumps(state.summary(), separators=(',', ':'))}".encode()
+
+
+def status_json(source: os.stat_result, document: dict) -> bytes:
+    """A status document as ``gflowctl get -o json`` prints it, after a first line naming the status
+    file it copies by inode, mtime and size: a copy that no longer matches its file (gflowd died
+    between the two writes) is not used."""
+    head = json.dumps({"source": [source.st_ino, source.st_mtime_ns, source.st_size]})
+    return f"{head}\n{json.dumps(document, indent=2)}\n".encode()
 
 
 class Recorder:
@@ -77,11 +86,14 @@ class Recorder:
                     self.home.status_file(name).unlink()
                 except FileNotFoundError:
                     pass
+                self._remove_json(name)
             changed = True
         for name, sweep in sweeps.items():
             if self.written_sweeps.get(name) == sweep:
                 continue
-            atomic_write(self.home.status_file(name), dump(sweep.to_status()))
+            document = sweep.to_status()
+            atomic_write(self.home.status_file(name), dump(document))
+            self._write_json(name, document)
             self.written_sweeps[name] = sweep
             changed = True
         return changed
@@ -101,6 +113,7 @@ class Recorder:
                 self.home.status_file(name).unlink()
             except FileNotFoundError:
                 pass
+            self._remove_json(name)
             changed = True
         pairs = states.items() if only is None else [(n, states[n]) for n in only if n in states]
         for name, state in pairs:
@@ -113,7 +126,9 @@ class Recorder:
             # A job that never started has nothing to lose: its manifest recreates it. Every other
             # record (a start decided, an exit recorded) must reach the disk before it is relied on.
             durable = state.attempt > 0 or state.phase != "Pending"
-            atomic_write(self.home.status_file(name), dump(state.to_status()), durable=durable, sync_dir=False)
+            document = state.to_status()
+            atomic_write(self.home.status_file(name), dump(document), durable=durable, sync_dir=False)
+            self._write_json(name, document)
             if known is None:
                 self._order = None
             self.written[name] = state  # the controller never mutates a recorded state again
@@ -123,6 +138,28 @@ class Recorder:
         if changed:
             fsync_dir(self.home.status_dir)  # one folder fsync for every rename of this pass
         return changed
+
+    def _write_json(self, name: str, document: dict) -> None:
+        """The JSON copy of a status file just written (run/status-json/): ``get jobs -o json``
+        prints these instead of parsing every status file (2k jobs: ~0.1 s instead of ~1.5 s). A
+        cache: failing to write it costs a slower ``-o json``, never the pass."""
+        target = self.home.status_json_file(name)
+        try:
+            source = os.stat(self.home.status_file(name))
+            try:
+                atomic_write(target, status_json(source, document), durable=False)
+            except FileNotFoundError:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(target, status_json(source, document), durable=False)
+        except OSError as exc:
+            log.debug("no JSON copy of status/%s.yaml: %s", name, exc)
+            self._remove_json(name)
+
+    def _remove_json(self, name: str) -> None:
+        try:
+            self.home.status_json_file(name).unlink()
+        except OSError:
+            pass
 
     def write_index(self, controller_info: dict) -> None:
         """``run/index.json``: every job's summary row, for ``gflowctl get jobs``. A cache of the

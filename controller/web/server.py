@@ -1,9 +1,10 @@
 """The read-only web dashboard: a small HTTP server on a thread of gflowd.
 
-It serves two things: the page (``dashboard.html``, one static file with inline CSS and vanilla
-JS, read from the package) and ``/api/state``, the JSON the page polls, built by
+It serves the page (``dashboard.html``, one static file with inline CSS and vanilla JS, read from
+the package), ``/api/state``, the JSON the page polls, built by
 :func:`controller.web.view.build_view` from the files gflowd already writes (``node.yaml``,
-``run/index.json`` or ``status/*.yaml``, ``events.jsonl``). It never writes anything and never
+``run/index.json`` or ``status/*.yaml``, ``events.jsonl``), and ``/api/job?name=NAME``, one job's
+status, events and log tail for the page's job view. It never writes anything and never
 calls into the controller, so it cannot slow or break a reconcile pass beyond the CPU it uses.
 
 Safety, in short:
@@ -37,16 +38,18 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
-from controller.client.state import job_rows, read_index
-from controller.paths import Home
+from controller.client.events import aggregate
+from controller.client.state import job_rows, manifest_owners, read_index, read_status
+from controller.paths import Home, UnsafeName
 from controller.util.fsutil import atomic_write
 from controller.util.yamlio import load_one, load_own
 from controller.web.view import build_view
 
 log = logging.getLogger("gflowd.web")
-DEFAULT_HOURS = 6.0
 MAX_HOURS = 24.0 * 7
-EVENTS_TAIL_BYTES = 64 * 1024
+EVENTS_TAIL_BYTES = 1024 * 1024  # ~5,000 events: enough to fold a flood of identical ones (x1500)
+LOG_TAIL_BYTES = 16 * 1024  # the job view's log tail
+JOB_EVENTS_LIMIT = 50
 MIN_REBUILD_INTERVAL = 1.0  # seconds: at most one rebuild per second, however many browsers poll
 REBUILD_SHARE = 0.1  # and, for a large home, at most this share of one core's time
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -110,6 +113,43 @@ def read_jobs(home: Home) -> tuple[dict[str, dict[str, Any]], float | None]:
     return job_rows(home), None
 
 
+def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> tuple[str | None, bool]:
+    """The end of a log (text, whether earlier output was cut); None when there is no log."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read(max_bytes)
+    except OSError:
+        return None, False
+    cut = size > max_bytes
+    if cut and b"\n" in data:
+        data = data[data.index(b"\n") + 1:]  # from the first whole line
+    return data.decode("utf-8", errors="replace"), cut
+
+
+def job_detail(home: Home, name: str) -> dict[str, Any] | None:
+    """``/api/job``: what ``gflowctl describe`` and ``logs --tail`` show of job ``name``: its status
+    document, its owner, its latest events (repeats folded) and the end of its log. None when no
+    job has that name; UnsafeName for a name that is no job name."""
+    status = read_status(home, name)
+    row = job_rows(home).get(name)
+    if status is not None and status.get("kind") != "JobStatus":
+        status = None  # a sweep's status: the view is for jobs
+    if status is None and row is None:
+        return None
+    manifest = (row or {}).get("manifest") or ((status or {}).get("status") or {}).get("manifest")
+    events = [e for e in read_events_tail(home.events_file) if e.get("object") == f"job/{name}"]
+    log_text, cut = read_log_tail(home.log_file(name))
+    return {
+        "name": name,
+        "owner": manifest_owners(home)(manifest),
+        "status": status or {"status": {k: v for k, v in (row or {}).items() if k in ("phase", "reason", "message")}},
+        "events": aggregate(events)[-JOB_EVENTS_LIMIT:][::-1],
+        "log": {"path": home.display(home.log_file(name)), "text": log_text, "cut": cut},
+    }
+
+
 class StateView:
     """The JSON of ``/api/state``, rebuilt only when a state file changed (or every 30 s, so the
     window of the timeline moves), and at most once per second, or less often when a rebuild is slow
@@ -137,8 +177,8 @@ class StateView:
         status = stat(self.home.status_dir) if index is None else None
         return (index, status, stat(self.home.node_file), stat(self.home.events_file))
 
-    def render(self, hours: float) -> tuple[str, bytes]:
-        """(ETag, JSON body) for a timeline of the last ``hours``."""
+    def render(self, hours: float | None) -> tuple[str, bytes]:
+        """(ETag, JSON body) for a timeline of the last ``hours`` (None: fitted to the jobs)."""
         with self._lock:
             now = self.clock()
             cached = self._cache.get(hours)
@@ -149,9 +189,12 @@ class StateView:
                 return cached[2], cached[3]
             began = time.monotonic()
             jobs, updated = read_jobs(self.home)
+            owner = manifest_owners(self.home)
+            owners = {name: owner(row.get("manifest")) for name, row in jobs.items()
+                      if row.get("phase") in ("Pending", "Running", "Rejected")}
             view = build_view(
                 read_node(self.home.node_file), jobs, read_events_tail(self.home.events_file),
-                now=now, hours=hours, updated=updated, host=self.host,
+                now=now, hours=hours, updated=updated, host=self.host, owners=owners,
             )
             # "<" only occurs inside JSON strings: escaping it keeps the body inert even if some
             # client ever took it for HTML
@@ -221,21 +264,41 @@ class _Handler(BaseHTTPRequestHandler):
             except Exception:  # a bug, or a state file like none gflowd writes: say so, keep serving
                 log.exception("dashboard: building /api/state failed")
                 self._send(500, b'{"error": "internal error; see gflowd\'s log"}', "application/json", head=head)
+        elif url.path == "/api/job":
+            try:
+                self._job(url.query, head)
+            except Exception:
+                log.exception("dashboard: building /api/job failed")
+                self._send(500, b'{"error": "internal error; see gflowd\'s log"}', "application/json", head=head)
         elif url.path == "/healthz":
             self._send(200, b"ok\n", "text/plain; charset=utf-8", head=head)
         else:
             self._send(404, b"not found\n", "text/plain; charset=utf-8", head=head)
 
+    def _job(self, query: str, head: bool) -> None:
+        names = parse_qs(query).get("name", [])
+        try:
+            detail = job_detail(self.server.state.home, names[-1]) if names else None
+        except UnsafeName:
+            detail = None
+        if detail is None:
+            self._send(404, json.dumps({"error": "no such job"}).encode(), "application/json", head=head)
+            return
+        body = json.dumps(detail, separators=(",", ":"), default=str).replace("<", "\\u003c").encode()
+        self._send(200, body, "application/json", {"Cache-Control": "no-cache"}, head=head)
+
     def _state(self, query: str, head: bool) -> None:
         values = parse_qs(query).get("hours", [])
-        try:
-            hours = float(values[-1]) if values else DEFAULT_HOURS
-        except ValueError:
-            hours = math.nan
-        if not (0 < hours <= MAX_HOURS):  # also false for nan
-            body = json.dumps({"error": f"hours must be a number above 0 and at most {MAX_HOURS:g}"}).encode()
-            self._send(400, body, "application/json", head=head)
-            return
+        hours: float | None = None  # absent or "fit": the window that fits the jobs there are
+        if values and values[-1] != "fit":
+            try:
+                hours = float(values[-1])
+            except ValueError:
+                hours = math.nan
+            if not (0 < hours <= MAX_HOURS):  # also false for nan
+                body = json.dumps({"error": f"hours must be fit or a number above 0 and at most {MAX_HOURS:g}"}).encode()
+                self._send(400, body, "application/json", head=head)
+                return
         etag, body = self.server.state.render(hours)
         headers = {"ETag": etag, "Cache-Control": "no-cache"}
         if etag in (t.strip() for t in self.headers.get("If-None-Match", "").split(",")):

@@ -13,14 +13,18 @@ import heapq
 from typing import Any
 
 from controller.api.units import parse_quantity
+from controller.client.events import aggregate
 from controller.model.records import from_rfc3339
 
 QUEUE_LIMIT = 200  # rows sent for the queue; the total is sent too
 RUNNING_LIMIT = 500
 ATTENTION_LIMIT = 50
-EVENTS_LIMIT = 40
+EVENTS_LIMIT = 40  # rows of events, each a group of identical ones (x1500)
 SPANS_LIMIT = 5000  # timeline bars; the most recent are kept
 FINISHED = ("Succeeded", "Failed", "Cancelled")
+FIT_MIN = 5 * 60.0  # a fitted timeline spans at least 5 minutes...
+FIT_MAX = 7 * 86400.0  # ...and at most 7 days
+FIT_RECENT = 86400.0  # the finished jobs it fits: those that ended in the last day
 
 
 def build_view(
@@ -28,12 +32,16 @@ def build_view(
     jobs: dict[str, dict[str, Any]],
     events: list[dict[str, Any]],
     now: float,
-    hours: float,
+    hours: float | None,
     updated: float | None = None,
     host: str = "",
+    owners: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Everything the page renders, for a timeline window of the last ``hours`` before ``now``."""
-    window_start = now - hours * 3600.0
+    """Everything the page renders, for a timeline window of the last ``hours`` before ``now``
+    (None: the window that fits the jobs there are, :func:`fit_window`). ``owners``: job name ->
+    the user its manifest belongs to."""
+    window_start = fit_window(jobs, now) if hours is None else now - hours * 3600.0
+    owners = owners or {}
     gpus = [_gpu(g) for g in (node or {}).get("gpus") or [] if isinstance(g, dict)]
     counts: dict[str, int] = {}
     for row in jobs.values():
@@ -46,6 +54,8 @@ def build_view(
          for n, r in jobs.items() if r.get("phase") == "Rejected"),
         key=lambda r: r["name"],
     )
+    for row in (*queue, *running, *attention):
+        row["owner"] = owners.get(row["name"], "")
     return {
         "host": host,
         "now": now,
@@ -59,9 +69,27 @@ def build_view(
         "runningTotal": len(running),
         "attention": attention[:ATTENTION_LIMIT],
         "attentionTotal": len(attention),
-        "timeline": timeline(jobs, [g["index"] for g in gpus], window_start, now),
-        "events": [_event(e) for e in events[-EVENTS_LIMIT:]][::-1],
+        "timeline": {**timeline(jobs, [g["index"] for g in gpus], window_start, now), "fitted": hours is None},
+        "events": [_event(e) for e in aggregate(events)[-EVENTS_LIMIT:]][::-1],
     }
+
+
+def fit_window(jobs: dict[str, dict[str, Any]], now: float) -> float:
+    """Where a timeline that fits what is there starts: a little before the earliest start among
+    the running jobs and the jobs that ended in the last day, so recent jobs are not slivers in a
+    fixed 6 hours; at least 5 minutes, at most 7 days; the last hour when there is nothing."""
+    starts = []
+    for row in jobs.values():
+        start = _number(row.get("startTime"))
+        if start is None or not row.get("devices"):
+            continue
+        end = _number(row.get("completionTime"))
+        if row.get("phase") == "Running" or (row.get("phase") in FINISHED and end is not None and end >= now - FIT_RECENT):
+            starts.append(start)
+    if not starts:
+        return now - 3600.0
+    span = (now - min(starts)) * 1.05  # a margin, so the first bar does not touch the edge
+    return now - min(FIT_MAX, max(FIT_MIN, span))
 
 
 def _text(value: Any) -> str:
@@ -139,8 +167,10 @@ def _running(jobs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _event(record: dict[str, Any]) -> dict[str, str]:
-    return {key: _text(record.get(key)) for key in ("time", "type", "reason", "object", "message")}
+def _event(group: dict[str, Any]) -> dict[str, Any]:
+    """One row of the events list: the latest of a group of identical events, and how many."""
+    return {**{key: _text(group.get(key)) for key in ("time", "type", "reason", "object", "message")},
+            "count": group["count"]}
 
 
 def timeline(
