@@ -6,6 +6,8 @@ imports), so a phase reaching into another shows up as a failing test, not in re
   ``record``, ``act`` never ``decide``, ``cli`` and ``web`` never ``daemon`` or each other;
 - ``decide`` does no I/O: no I/O module, no ``open``/``print``, no clock of its own;
 - an import inside a function says why it is lazy (``# lazy: reason``);
+- a private name (``_x``) is imported only within its own package, and never from one gflowctl
+  verb into another (shared helpers live in ``cli/common.py`` or ``cli/manifests.py``);
 - functions in ``decide`` stay short enough to read: 60 lines, the reconcile driver 40.
 """
 
@@ -152,6 +154,21 @@ def unexplained_lazy_imports(paths: list[Path]) -> list[str]:
     return problems
 
 
+def private_imports(paths: list[Path]) -> list[str]:
+    """``from controller.x import _name`` across packages, or between two CLI verbs."""
+    problems = []
+    for path in paths:
+        package = package_of(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level or not (node.module or "").startswith("controller."):
+                continue
+            target = node.module.split(".")[1]
+            private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            if private and (target != package or package == "cli"):
+                problems.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: imports {', '.join(private)} from {node.module}")
+    return problems
+
+
 def long_functions(paths: list[Path], limit: int) -> list[str]:
     problems = []
     for path in paths:
@@ -188,6 +205,10 @@ def test_decide_does_no_io():
 
 def test_imports_inside_functions_say_why():
     assert unexplained_lazy_imports(sources()) == []
+
+
+def test_private_names_stay_in_their_package_and_verb():
+    assert private_imports(sources()) == []
 
 
 def test_decide_functions_are_short_and_the_driver_shorter():
@@ -240,3 +261,22 @@ def test_an_unexplained_lazy_import_is_reported(tmp_path, monkeypatch):
     path.parent.mkdir()
     path.write_text("def f():\n    import json\n\n\ndef g():\n    import json  # lazy: only g needs it\n")
     assert [p.split(": ", 1)[1] for p in unexplained_lazy_imports([path])] == ["import json inside a function, no '# lazy: reason'"]
+
+
+@pytest.mark.parametrize(
+    ("package", "source", "complaint"),
+    [
+        ("cli", "from controller.cli.apply import _store\n", "imports _store from controller.cli.apply"),
+        ("daemon", "from controller.decide.queue import _preempt\n", "imports _preempt from controller.decide.queue"),
+    ],
+)
+def test_a_private_import_is_reported(tmp_path, monkeypatch, package, source, complaint):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    path = tmp_path / package / "bad.py"
+    path.parent.mkdir()
+    path.write_text(source)
+    assert [p.split(": ", 1)[1] for p in private_imports([path])] == [complaint]
+    (tmp_path / "api").mkdir()
+    inside = tmp_path / "api" / "fine.py"
+    inside.write_text("from controller.api.job import _Model\n")  # a package's own base class
+    assert private_imports([inside]) == []

@@ -10,79 +10,17 @@ writer's change never overwritten), and a new file is created only if no one cre
 from __future__ import annotations
 
 import os
-import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from controller.cli.common import CliError, document_position, print_error
 from controller.cli.live import Progress
-from controller.client.review import ask, check_documents
+from controller.cli.manifests import Doc, check_inputs, read_inputs, store_document
 from controller.client.state import find_manifest, owner_of
-from controller.paths import Home, is_manifest_name
-from controller.util.fsutil import RewriteError, create_new, lock_held, rewrite_locked
+from controller.paths import Home
+from controller.util.fsutil import RewriteError, rewrite_locked
 from controller.util.manifest_edit import join_documents
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
-
-
-@dataclass
-class _Doc:
-    name: str
-    text: str
-    data: dict
-    origin: str
-    kind: str = "job"
-
-
-def _read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
-    """(origin, text) for every input file; ``-`` is stdin."""
-    inputs: list[tuple[str, str]] = []
-    for name in filenames:
-        if name == "-":
-            inputs.append(("<stdin>", sys.stdin.read()))
-            continue
-        path = Path(name)
-        if path.is_dir():
-            pattern = "**/*" if recursive else "*"
-            files = sorted(p for p in path.glob(pattern) if p.is_file() and is_manifest_name(p.name))
-            if not files:
-                raise CliError(f"{name}: no .yaml or .yml files" + ("" if recursive else " (use -R for sub-folders)"))
-            for file in files:
-                inputs.append((str(file), _read_text(file)))
-        elif path.exists():
-            inputs.append((str(path), _read_text(path)))
-        else:
-            raise CliError(f"{name}: no such file or folder")
-    return inputs
-
-
-def _read_text(path: Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise CliError(f"{path}: {exc.strerror}") from None
-    if len(raw) > 1024 * 1024:
-        raise CliError(f"{path}: over the 1 MiB limit for a manifest")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise CliError(f"{path}: not UTF-8 text") from None
-
-
-def _check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[_Doc], list[str]]]:
-    """Each input's documents and errors: judged by the running gflowd when there is one (see
-    controller/review.py), else checked here with the same function."""
-    answers = ask(home.review_dir, inputs) if inputs and lock_held(home.lock_file) else None
-    if answers is None:
-        answers = [check_documents(origin, text) for origin, text in inputs]
-    checked = []
-    for (origin, text), answer in zip(inputs, answers):
-        parts = list(iter_documents_text(text))
-        docs = [
-            _Doc(d["name"], parts[d["index"]], load_one(parts[d["index"]]), origin, d["kind"])
-            for d in answer["docs"]
-        ]
-        checked.append((docs, list(answer["errors"])))
-    return checked
 
 
 def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> int:
@@ -90,9 +28,9 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
     seen: dict[str, str] = {}
     home.spec_dir.mkdir(parents=True, exist_ok=True)
 
-    inputs = _read_inputs(filenames, recursive)
+    inputs = read_inputs(filenames, recursive)
     progress = Progress(len(inputs), "applying")  # on stderr, only on a terminal, only for many files
-    for done, (docs, doc_errors) in enumerate(_check_inputs(home, inputs)):
+    for done, (docs, doc_errors) in enumerate(check_inputs(home, inputs)):
         progress.step(done)
         errors.extend(doc_errors)
         for doc in docs:
@@ -100,7 +38,7 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
                 errors.append(f"job/{doc.name} is defined twice: in {seen[doc.name]} and {doc.origin}")
                 continue
             seen[doc.name] = doc.origin
-            verb = _store(home, _run_where_applied(home, doc), dry_run)
+            verb = store_document(home, _run_where_applied(home, doc), dry_run)
             progress.clear()
             print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled)
     progress.done()
@@ -109,7 +47,7 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
     return 1 if errors else 0
 
 
-def _run_where_applied(home: Home, doc: _Doc) -> _Doc:
+def _run_where_applied(home: Home, doc: Doc) -> Doc:
     """A manifest applied from ``~/proj/job.yaml`` runs in ``~/proj`` (from stdin: the current
     folder), as sbatch would, not in the spec dir its copy lands in: when its ``workingDir`` is
     absent or relative, the copy gets that folder as an absolute ``workingDir`` (one line; the rest
@@ -134,63 +72,11 @@ def _run_where_applied(home: Home, doc: _Doc) -> _Doc:
     return replace(doc, text=text, data=load_one(text))
 
 
-def _store(home: Home, doc: _Doc, dry_run: bool) -> str:
-    """Write one document: a new file, or in place of its old text. Returns the verb to print."""
-    body = doc.text if doc.text.endswith("\n") else doc.text + "\n"
-    target = find_manifest(home, doc.name, doc.kind)
-    if target is None:
-        if dry_run:
-            return "created"
-        target = home.spec_dir / f"{doc.name}.yaml"
-        try:
-            create_new(target, body)
-            return "created"
-        except FileExistsError:
-            pass  # created meanwhile (another apply): update it like any existing file
-    verb = "configured"
-
-    def change(current: str) -> str:
-        nonlocal verb
-        parts = list(iter_documents_text(current))
-        position = document_position(parts, doc.name, target)
-        if position is None:
-            raise CliError(f"job/{doc.name}: its manifest {target} no longer defines it; try again")
-        old = load_one(parts[position])
-        verb = "unchanged" if _same(old, doc.data, doc.name, target, len(parts)) else "configured"
-        if parts[position] == body or dry_run:
-            return current
-        parts[position] = body
-        return parts[0] if len(parts) == 1 else join_documents(parts)
-
-    try:
-        if dry_run:
-            change(target.read_text())
-        else:
-            rewrite_locked(target, change, within=home.spec_dir)
-    except FileNotFoundError:
-        raise CliError(f"{doc.kind}/{doc.name}: its manifest {target} was removed meanwhile; try again") from None
-    except RewriteError as exc:
-        raise CliError(f"{doc.kind}/{doc.name}: not changed: {exc}") from None
-    return verb
-
-
-def _same(old, new, name: str, target: Path, count: int) -> bool:
-    def normal(data):
-        if not isinstance(data, dict):
-            return data
-        meta = dict(data.get("metadata") or {})
-        if count == 1 and target.stem == name:
-            meta.setdefault("name", name)
-        return {**data, "metadata": meta}
-
-    return normal(old) == normal(new)
-
-
 def delete(home: Home, refs: list[tuple[str, str]], filenames: list[str]) -> int:
     """Delete each ``(kind, name)`` and every document of ``filenames`` (their manifests, or the
     document in a multi-document file); each failure is one line, the others go on."""
     targets = list(refs)
-    for docs, errors in _check_inputs(home, _read_inputs(filenames, False)) if filenames else []:
+    for docs, errors in check_inputs(home, read_inputs(filenames, False)) if filenames else []:
         if errors:
             raise CliError(errors[0])
         targets.extend((d.kind, d.name) for d in docs)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from controller.api.config import ConfigError, SlurmConfig, load_config
-from controller.cli.apply import _read_inputs
 from controller.cli.common import CliError
+from controller.cli.manifests import read_inputs
 from controller.client.state import find_manifest
 from controller.decide.admission import validate_any
 from controller.export import k8s, slurm
@@ -60,7 +60,7 @@ def _inputs(home: Home, name: str | None, filenames: list[str], recursive: bool)
     """(origin, text) of every manifest to look in: the ``-f`` inputs, else the one defining NAME."""
     if filenames:
 
-        return _read_inputs(filenames, recursive)
+        return read_inputs(filenames, recursive)
     assert name is not None
     found = find_manifest(home, name) or find_manifest(home, name, "sweep")
     if found is None:

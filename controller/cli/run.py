@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from controller.api.submit import FLAGS, SubmitError, build, merge, parse_flags, read_directives, render
-from controller.cli.apply import _check_inputs, _read_text, _store
 from controller.cli.common import CliError, print_error, resolve_home
+from controller.cli.manifests import check_inputs, read_manifest_text, store_document
 from controller.client.state import find_manifest, is_running, job_rows, read_status
 from controller.paths import Home
 
@@ -99,7 +99,7 @@ def _read_script(path: Path) -> str:
         raise CliError(f"{path}: is a folder, not a script")
     if not os.access(path, os.R_OK):
         raise CliError(f"{path}: not readable")
-    return _read_text(path)
+    return read_manifest_text(path)
 
 
 def _directives(text: str, origin: str):
@@ -111,7 +111,7 @@ def _directives(text: str, origin: str):
 
 def _submit(home: Home, kind: str, name: str, text: str, cli: dict) -> int:
     origin = "run's manifest (--dry-run -o yaml shows it)"  # its line numbers are that text's
-    [(docs, errors)] = _check_inputs(home, [(origin, text)])
+    [(docs, errors)] = check_inputs(home, [(origin, text)])
     if errors:
         for error in errors:
             print_error(error)
@@ -121,7 +121,7 @@ def _submit(home: Home, kind: str, name: str, text: str, cli: dict) -> int:
         sys.stdout.write(text)
         return 0
     home.spec_dir.mkdir(parents=True, exist_ok=True)
-    verb = _store(home, docs[0], dry_run)
+    verb = store_document(home, docs[0], dry_run)
     if cli.get("quiet") or cli.get("output") == "name":
         print(name if cli.get("quiet") else f"{kind}/{name}", flush=True)
     else:
