@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from controller.cli.common import CliError, document_position, print_error
+from controller.cli.common import CliError, document_position, print_error, printable
 from controller.cli.live import Progress
 from controller.client.review import ask, check_documents
 from controller.client.state import find_manifest, owner_of
@@ -31,6 +31,7 @@ class _Doc:
     data: dict
     origin: str
     kind: str = "job"
+    warning: str | None = None  # gflowd's review: e.g. the job can never start on this machine
 
 
 def _read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
@@ -78,7 +79,7 @@ def _check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[
     for (origin, text), answer in zip(inputs, answers):
         parts = list(iter_documents_text(text))
         docs = [
-            _Doc(d["name"], parts[d["index"]], load_one(parts[d["index"]]), origin, d["kind"])
+            _Doc(d["name"], parts[d["index"]], load_one(parts[d["index"]]), origin, d["kind"], d.get("warning"))
             for d in answer["docs"]
         ]
         checked.append((docs, list(answer["errors"])))
@@ -92,6 +93,7 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
 
     inputs = _read_inputs(filenames, recursive)
     progress = Progress(len(inputs), "applying")  # on stderr, only on a terminal, only for many files
+    stored = 0
     for done, (docs, doc_errors) in enumerate(_check_inputs(home, inputs)):
         progress.step(done)
         errors.extend(doc_errors)
@@ -101,9 +103,14 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
                 continue
             seen[doc.name] = doc.origin
             verb = _store(home, _run_where_applied(home, doc), dry_run)
+            stored += verb != "unchanged"
             progress.clear()
             print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled)
+            if doc.warning:
+                sys.stderr.write(f"warning: {printable(doc.warning)}\n")
     progress.done()
+    if stored and not dry_run and not lock_held(home.lock_file):
+        sys.stderr.write(f"warning: gflowd is not running for {home.root}; the jobs start when it runs (gflowd up)\n")
     for error in errors:
         print_error(error)
     return 1 if errors else 0
