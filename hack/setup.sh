@@ -18,8 +18,8 @@ EXTRAS="${GFLOW_EXTRAS-test,plot}"
 say() { printf 'setup: %s\n' "$*" >&2; }
 
 # The stamp: line 1 the venv's path, line 2 the extras installed (comma-separated).
-stamp_venv() { sed -n 1p "$STAMP" 2>/dev/null; }
-stamp_extras() { sed -n 2p "$STAMP" 2>/dev/null; }
+stamp_venv() { sed -n 1p "$STAMP" 2>/dev/null || true; }
+stamp_extras() { sed -n 2p "$STAMP" 2>/dev/null || true; }
 
 # Every extra asked for is among those installed.
 has_extras() {
