@@ -3,6 +3,11 @@
 #
 #   bash hack/run-example.sh                  # Ctrl-C stops gflowd (running jobs keep running)
 #   GFLOW_HOME=/tmp/demo bash hack/run-example.sh --resync 2s
+#   DEMO_PACE=1 bash hack/run-example.sh      # the jobs at test speed (a few seconds in all)
+#
+# The example jobs' simulated work is stretched by DEMO_PACE (default here 16, so the whole demo
+# takes ~30-60 s: a queue forms on the 4 GPUs and you can watch Pending -> Running -> Succeeded
+# from a second terminal). Only what running needs is installed (no test or plot extras).
 #
 # GFLOW_HOME defaults to ./.gflow-demo in the repo. The example manifests are copied into
 # $GFLOW_HOME/jobs, so the demo never edits the repo: edit the copies to play with the jobs.
@@ -11,7 +16,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$ROOT/hack/setup.sh"
+GFLOW_EXTRAS="" bash "$ROOT/hack/setup.sh"
+export DEMO_PACE="${DEMO_PACE:-16}"  # the jobs inherit gflowd's environment
 
 GFLOW_HOME="${GFLOW_HOME:-$ROOT/.gflow-demo}"
 case "$GFLOW_HOME" in
@@ -38,5 +44,13 @@ else
     gpus="fake GPUs from ${FAKE_GPUS#"$ROOT"/}"
 fi
 
-echo "gflowd on $gpus, jobs in $SPEC_DIR; to look: GFLOW_HOME=$GFLOW_HOME $ROOT/.venv/bin/gflowctl get jobs"
+CTL="GFLOW_HOME=$GFLOW_HOME $ROOT/.venv/bin/gflowctl"
+cat <<EOF
+gflowd on $gpus, jobs in $SPEC_DIR (Ctrl-C stops gflowd; running jobs keep running).
+In a second terminal, watch the queue drain (~30-60 s):
+  $CTL get jobs -w               # Pending -> Running -> Succeeded, live
+  $CTL get gpus                  # which job holds which GPU
+  $CTL describe job train-1gpu   # why a job waits, its events
+  $CTL logs -f train-1gpu        # follow a job's output
+EOF
 exec "$ROOT/.venv/bin/gflowd" "${args[@]}" "$@"

@@ -64,7 +64,9 @@ def record(home: Home, *states: JobState) -> None:
 def test_apply_creates_then_unchanged_then_configured_keeping_text(home, tmp_path):
     src = tmp_path / "train.yaml"
     src.write_text(JOB.format(name="train"))
-    assert run("apply", "-f", str(src)) == (0, "job/train created\n", "")
+    assert run("apply", "-f", str(src)) == (
+        0, "job/train created\n", f"warning: gflowd is not running for {home.root}; the jobs start when it runs (gflowd up)\n",
+    )
     stored = home.spec_dir / "train.yaml"
     # comments and order kept verbatim; one line says where it runs: the folder it was applied from
     assert stored.read_text() == JOB.format(name="train").replace("spec:\n", f'spec:\n  workingDir: "{tmp_path}"\n')

@@ -155,7 +155,10 @@ def test_apply_of_many_files_shows_progress_on_a_terminal_only(tmp_path):
     os.close(master)
     assert out[0].count(" created") == 25 and "\x1b" not in out[0]
     assert "\rapplying 0/25" in out[1].replace("\x1b[K", "")
-    assert out[1].endswith("\r\x1b[K")  # the progress line is gone at the end
+    # the progress line is gone at the end, before the one warning line (no gflowd runs here)
+    progress, warning = out[1].split("warning: ")
+    assert progress.endswith("\r\x1b[K")
+    assert warning.startswith("gflowd is not running") and warning.endswith("(gflowd up)\r\n")
     plain = subprocess.run([sys.executable, "-m", "controller.cli.main", "apply", "-f", str(folder)],
                            env={**os.environ, "GFLOW_HOME": str(home)}, capture_output=True, text=True, timeout=60)
     assert plain.returncode == 0 and plain.stderr == "" and plain.stdout.count(" unchanged") == 25

@@ -10,15 +10,16 @@ writer's change never overwritten), and a new file is created only if no one cre
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
-from controller.cli.common import CliError, document_position, print_error
+from controller.cli.common import CliError, document_position, print_error, printable
 from controller.cli.live import Progress
 from controller.cli.manifests import Doc, check_inputs, read_inputs, store_document
 from controller.client.state import find_manifest, owner_of
 from controller.paths import Home
-from controller.util.fsutil import RewriteError, rewrite_locked
+from controller.util.fsutil import RewriteError, lock_held, rewrite_locked
 from controller.util.manifest_edit import join_documents
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
@@ -30,6 +31,7 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
 
     inputs = read_inputs(filenames, recursive)
     progress = Progress(len(inputs), "applying")  # on stderr, only on a terminal, only for many files
+    stored = 0
     for done, (docs, doc_errors) in enumerate(check_inputs(home, inputs)):
         progress.step(done)
         errors.extend(doc_errors)
@@ -39,9 +41,14 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
                 continue
             seen[doc.name] = doc.origin
             verb = store_document(home, _run_where_applied(home, doc), dry_run)
+            stored += verb != "unchanged"
             progress.clear()
             print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled)
+            if doc.warning:
+                sys.stderr.write(f"warning: {printable(doc.warning)}\n")
     progress.done()
+    if stored and not dry_run and not lock_held(home.lock_file):
+        sys.stderr.write(f"warning: gflowd is not running for {home.root}; the jobs start when it runs (gflowd up)\n")
     for error in errors:
         print_error(error)
     return 1 if errors else 0

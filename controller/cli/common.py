@@ -44,7 +44,7 @@ def resolve_home(home: str | None, spec_dir: str | None) -> Home:
 
 
 def warn_if_not_running(home: Home) -> None:
-    from controller.client.state import is_running  # lazy: every verb loads this module, only get warns
+    from controller.client.state import is_running  # lazy: every verb loads this module, few warn
 
     if not is_running(home):
         sys.stderr.write(f"warning: gflowd is not running for {home.root}; what you see may be stale\n")

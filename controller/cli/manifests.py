@@ -24,6 +24,7 @@ class Doc:
     data: dict
     origin: str
     kind: str = "job"
+    warning: str | None = None  # gflowd's review: e.g. the job can never start on this machine
 
 
 def read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
@@ -71,7 +72,7 @@ def check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[D
     for (origin, text), answer in zip(inputs, answers):
         parts = list(iter_documents_text(text))
         docs = [
-            Doc(d["name"], parts[d["index"]], load_one(parts[d["index"]]), origin, d["kind"])
+            Doc(d["name"], parts[d["index"]], load_one(parts[d["index"]]), origin, d["kind"], d.get("warning"))
             for d in answer["docs"]
         ]
         checked.append((docs, list(answer["errors"])))

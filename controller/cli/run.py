@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from controller.api.submit import FLAGS, SubmitError, build, merge, parse_flags, read_directives, render
-from controller.cli.common import CliError, print_error, resolve_home
+from controller.cli.common import CliError, print_error, printable, resolve_home
 from controller.cli.manifests import check_inputs, read_manifest_text, store_document
 from controller.client.state import find_manifest, is_running, job_rows, read_status
 from controller.paths import Home
@@ -126,6 +126,8 @@ def _submit(home: Home, kind: str, name: str, text: str, cli: dict) -> int:
         print(name if cli.get("quiet") else f"{kind}/{name}", flush=True)
     else:
         print(f"{kind}/{name} {verb}" + (" (dry run)" if dry_run else ""), flush=True)
+    if docs[0].warning:  # gflowd's review: it can never start here (still created: see apply)
+        sys.stderr.write(f"warning: {printable(docs[0].warning)}\n")
     if dry_run:
         return 0
     _remember(home, name)

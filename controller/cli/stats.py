@@ -24,7 +24,7 @@ from typing import Any
 
 from controller.api.labels import selector_matches
 from controller.api.units import format_duration, parse_duration
-from controller.cli.common import CliError, parse_selector_args, printable
+from controller.cli.common import CliError, parse_selector_args, printable, warn_if_not_running
 from controller.client.state import manifest_owners, read_index
 from controller.model.records import rfc3339
 from controller.paths import Home
@@ -138,6 +138,7 @@ def stats(home: Home, since_text: str, selector_items: list[str], output: str | 
         except ValueError as exc:
             raise CliError(f"--since: {exc}") from None
     selector = parse_selector_args(selector_items)
+    warn_if_not_running(home)  # the counts of jobs still running are as of the last pass
     history = list(read_records(home.history_file))
     rows = (read_index(home) or {}).get("jobs") or {}
     result = compute(history, rows, since, now, selector, manifest_owners(home))

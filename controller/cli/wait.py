@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from controller.api.units import parse_duration
-from controller.cli.common import CliError, print_error
+from controller.cli.common import CliError, print_error, warn_if_not_running
 from controller.client.state import read_status
 from controller.paths import Home
 
@@ -22,6 +22,7 @@ def wait(home: Home, refs: list[tuple[str, str]], condition: str, timeout_text: 
         timeout = parse_duration(timeout_text)
     except ValueError as exc:
         raise CliError(f"--timeout: {exc}") from None
+    warn_if_not_running(home)  # no gflowd: the status will not change while we wait
     deadline = time.monotonic() + timeout
     waiting = list(refs)
     failed = False

@@ -19,7 +19,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from controller.model.documents import AdmittedJob, Rejection
 from controller.util.fsutil import atomic_write
@@ -38,10 +38,13 @@ def check_documents(
     owner_uid: int | None = None,
     controller_uid: int | None = None,
     conda_available: bool | None = None,
+    never_fits: Callable[[AdmittedJob], str | None] | None = None,
 ) -> dict[str, Any]:
-    """Check every document of one input. ``{"docs": [{"name", "kind", "index"}], "errors": [...]}``;
-    ``index`` is the document's position among ``iter_documents_text(text)``. With ``controller_uid``
-    and ``conda_available`` (gflowd's view), the controller's own environment checks apply too."""
+    """Check every document of one input. ``{"docs": [{"name", "kind", "index"[, "warning"]}],
+    "errors": [...]}``; ``index`` is the document's position among ``iter_documents_text(text)``.
+    With ``controller_uid`` and ``conda_available`` (gflowd's view), the controller's own
+    environment checks apply too; with ``never_fits`` (gflowd's GPUs), a job that can never start
+    there gets a ``warning`` (it is still valid: a GitOps repo may target a bigger machine)."""
     from controller.decide.admission import (  # lazy: pydantic (~100 ms) only when gflowd does not answer
         check_environment,
         validate_any,
@@ -67,7 +70,11 @@ def check_documents(
         if isinstance(result, AdmittedJob) and conda_available is not None:
             result = check_environment(result, controller_uid, conda_available)
         if isinstance(result, AdmittedJob):
-            docs.append({"name": result.name, "kind": "job", "index": index})
+            doc: dict[str, Any] = {"name": result.name, "kind": "job", "index": index}
+            why = never_fits(result) if never_fits is not None else None
+            if why:
+                doc["warning"] = f"job/{result.name} can never start: {why}"
+            docs.append(doc)
         elif not isinstance(result, Rejection):  # a Sweep
             docs.append({"name": result.name, "kind": "sweep", "index": index})
         else:
@@ -79,7 +86,10 @@ def check_documents(
 # -- the controller's side --------------------------------------------------------------------------
 
 
-def answer_request(path: Path, *, controller_uid: int, conda_available: bool) -> None:
+def answer_request(
+    path: Path, *, controller_uid: int, conda_available: bool,
+    never_fits: Callable[[AdmittedJob], str | None] | None = None,
+) -> None:
     """Answer one request file (gflowd, from its watcher thread), then remove the request."""
     if not path.name.endswith(REQUEST_SUFFIX) or path.name.startswith("."):
         return
@@ -95,6 +105,7 @@ def answer_request(path: Path, *, controller_uid: int, conda_available: bool) ->
                     check_documents(
                         str(item["origin"]), str(item["text"]),
                         owner_uid=st.st_uid, controller_uid=controller_uid, conda_available=conda_available,
+                        never_fits=never_fits,
                     )
                     for item in request["inputs"]
                 ]

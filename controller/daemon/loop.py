@@ -23,8 +23,12 @@ from controller.act.prune import prune_manifests
 from controller.act.runtime import make_runtime
 from controller.client.review import answer_request, clear
 from controller.decide.policy import policy_from_config
+from controller.decide.queue import request_of
 from controller.decide.reconcile import decide
+from controller.decide.scheduler import never_fits
+from controller.model.documents import AdmittedJob
 from controller.model.plan import Memory, Plan, Snapshot
+from controller.model.scheduling import GpuSlot
 from controller.observe.gpus.inventory import Inventory
 from controller.observe.snapshot import GPU_REFRESH, SnapshotBuilder
 from controller.observe.watch import start_watching
@@ -54,6 +58,9 @@ class Controller:
         self.writer = PassWriter(home, self.recorder, inventory.describe)
         self.sinks = sinks  # controller.sinks.hooks.Sinks: history, metrics, webhooks
         self.memory = Memory()
+        # the GPUs as the last pass saw them, for the review's never-fits verdict (None: not yet
+        # known, or a cluster backend places jobs); replaced whole each pass, read by the watcher thread
+        self._review_slots: list[GpuSlot] | None = None
         self.passes = 0
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
@@ -236,6 +243,7 @@ class Controller:
         # what was decided and done holds in memory even if the disk refuses it (see writeguard)
         previous_states = self.memory.states
         self.memory = Memory.after(plan)
+        self._review_slots = list(plan.slots) if snapshot.bind_gpus else None
         try:
             self.writer.write(plan, now, full, first=self.passes == 0, after_statuses=self.runtime.purge)
         except OSError as exc:
@@ -264,6 +272,11 @@ class Controller:
         budget = max(START_BUDGET, self._decide_cost)
         return max(MIN_STARTS, min(MAX_STARTS, int(budget / max(self._start_cost, 1e-5))))
 
+    def _never_fits(self, job: AdmittedJob) -> str | None:
+        """The review's verdict: why ``job`` can never start on this machine's GPUs, if so."""
+        slots = self._review_slots
+        return None if slots is None else never_fits(request_of(job), slots)
+
     def _watch(self) -> Any:
         """watchdog thread: file events mark paths dirty; the loop decides when to pass."""
         review_dir: Path | None = self.home.review_dir
@@ -280,6 +293,7 @@ class Controller:
             on_gpus=self.mark_gpus_dirty,
             review_dir=review_dir,
             on_review=lambda path: answer_request(
-                path, controller_uid=host.controller_uid, conda_available=host.conda_available()
+                path, controller_uid=host.controller_uid, conda_available=host.conda_available(),
+                never_fits=self._never_fits,
             ),
         )

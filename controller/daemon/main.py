@@ -24,6 +24,8 @@ from controller.api.config import (
     flag_overrides,
     load_config,
 )
+from controller.daemon.service import VERBS
+from controller.daemon.service import main as service_main
 from controller.observe.gpus.guard import GuardedInventory
 from controller.observe.gpus.inventory import FakeInventory
 from controller.observe.gpus.nvml import NvmlInventory
@@ -82,7 +84,12 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """Every config.yaml key is also a flag (``allocationStrategy`` -> ``--allocation-strategy``),
     generated from the config model so the two never drift."""
-    parser = _Parser(prog="gflowd", description="Run the gflow controller in the foreground.")
+    parser = _Parser(
+        prog="gflowd",
+        description="Run the gflow controller in the foreground. "
+        "`gflowd up` starts it in the background (logs in $GFLOW_HOME/gflowd.log), "
+        "`gflowd status` shows it, `gflowd down` stops it (never the jobs).",
+    )
     parser.add_argument("--home", help="state directory (default $GFLOW_HOME or ~/.local/share/gflow)")
     for path, info in flag_fields():  # structured settings (webhooks) live in config.yaml only
         name, flag = ".".join(path), flag_name(path)
@@ -113,6 +120,9 @@ def _is_list(annotation: Any) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in VERBS:
+        return service_main(argv)
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),

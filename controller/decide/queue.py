@@ -93,10 +93,15 @@ def _order(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -> No
 
 
 def _request(job: AdmittedJob, snap: Snapshot, quotas: dict[str, QuotaUse]) -> Request:
+    return request_of(job, _quota_keys(job, snap) if quotas else ())
+
+
+def request_of(job: AdmittedJob, quota_keys: tuple[str, ...] = ()) -> Request:
+    """What the scheduler needs to know of a job: its shape and time limit."""
     resources = job.spec.resources
     return Request(
         job.name, resources.gpus, resources.gpu_type, resources.gpu_memory, job.spec.sharing == "Shared",
-        job.spec.time_limit, _quota_keys(job, snap) if quotas else (),
+        job.spec.time_limit, quota_keys,
     )
 
 

@@ -175,10 +175,7 @@ class _Pass:
         shape = (req.gpu_type, req.gpu_memory)
         if shape not in self.candidates:
             typed = [s for s in self.slots if _matches(s, req)]
-            usable = [s for s in typed if s.state not in ("Unhealthy", "Restricted")]
-            if req.gpu_memory is not None:
-                usable = [s for s in usable if s.gpu.memory_total >= req.gpu_memory]
-            self.candidates[shape] = (typed, usable)
+            self.candidates[shape] = (typed, _usable_ever(typed, req))
         return self.candidates[shape]
 
     def _bind(self, req: Request, open_room: list[GpuSlot], ends_in_time: bool) -> None:
@@ -375,6 +372,21 @@ def describe_busy(slots: list[GpuSlot], held: dict[int, str] | None = None) -> s
     if kept:
         parts.append(f"{_gpus_text([s.index for s in kept])} held for higher-priority job {held[kept[0].index]}")
     return "; ".join(parts)
+
+
+def _usable_ever(typed: list[GpuSlot], req: Request) -> list[GpuSlot]:
+    """The GPUs of the request's type it could ever use: healthy, allowed, big enough."""
+    usable = [s for s in typed if s.state not in ("Unhealthy", "Restricted")]
+    if req.gpu_memory is not None:
+        usable = [s for s in usable if s.gpu.memory_total >= req.gpu_memory]
+    return usable
+
+
+def never_fits(req: Request, slots: list[GpuSlot]) -> str | None:
+    """Why ``req`` can never start on these GPUs (the Unschedulable message, with its numbers),
+    or None when some day it could. What ``gflowctl apply`` is warned of by gflowd's review."""
+    typed = [s for s in slots if _matches(s, req)]
+    return _never_fits(req, slots, typed) if len(_usable_ever(typed, req)) < req.gpus else None
 
 
 def _never_fits(req: Request, slots: list[GpuSlot], typed: list[GpuSlot]) -> str:

@@ -16,6 +16,7 @@ import os
 import time
 from typing import Callable
 
+from controller import __version__
 from controller.model.plan import Event, Plan
 from controller.model.reasons import EventType
 from controller.paths import Home
@@ -37,6 +38,8 @@ class PassWriter:
         self.index_due: float | None = None  # a coalesced index write is due then (monotonic)
         self._index_at = -1e9  # monotonic time of the last index write
         self._index_cost = 0.0  # seconds it took
+        # who writes the index: gflowd status reads the running gflowd's version and uptime here
+        self._info = {"pid": os.getpid(), "specDir": str(home.spec_dir), "version": __version__, "started": time.time()}
 
     def write(self, plan: Plan, now: float, full: bool, first: bool, after_statuses: Callable[[], None]) -> None:
         """One pass's records. ``after_statuses``: what may happen only once the statuses are on
@@ -79,7 +82,7 @@ class PassWriter:
             self.index_due = self._index_at + gap
             return
         started = time.perf_counter()
-        self.recorder.write_index({"pid": os.getpid(), "specDir": str(self.home.spec_dir)})
+        self.recorder.write_index(self._info)
         self._index_cost = time.perf_counter() - started
         self._index_at = time.monotonic()
         self.index_due = None
