@@ -47,6 +47,9 @@ class JobStatusFields(_Model):
     manifest: str | None = Field(default=None, description="The manifest file, relative to GFLOW_HOME")
     priority: int = 0
     gpus: int = 0
+    depends_on: list[str] = Field(
+        default_factory=list, alias="dependsOn", description="The jobs this one waits for (spec.dependsOn), for get jobs --tree"
+    )
     attempt: int = Field(default=0, description="1 for the first run, +1 per retry or rerun")
     failed: int = Field(default=0, description="Failed attempts of this generation")
     ended_attempt: int = Field(

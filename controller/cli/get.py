@@ -137,6 +137,8 @@ def _select(rows: dict[str, dict[str, Any]], names: list[str], selector, phases:
 
 
 def _get_jobs(home: Home, args, selector) -> int:
+    if getattr(args, "tree", False) and args.output not in (None, "wide"):
+        raise CliError(f"--tree draws the table; use it without -o {args.output} (or with -o wide)")
     rows = job_rows(home)
     missing = [n for n in args.names if n not in rows]
     chosen = _select(rows, args.names, selector, args.phase)
@@ -149,6 +151,9 @@ def _get_jobs(home: Home, args, selector) -> int:
     else:
         if not chosen and not missing:
             print("No jobs found.", file=sys.stderr)
+        elif getattr(args, "tree", False):
+            sweeps = (read_index(home) or {}).get("sweeps") or {}
+            _print_table(_tree_table(chosen, sweeps, wide=out == "wide"))
         else:
             _print_table(_job_table(chosen, wide=out == "wide"))
     if not rows:
@@ -156,6 +161,75 @@ def _get_jobs(home: Home, args, selector) -> int:
     for name in missing:
         print_error(f"job/{name} not found")
     return 1 if missing else 0
+
+
+def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: bool) -> list[list[str]]:
+    """``get jobs --tree`` (gqueue -t): each job under the first parent it waits for, a Sweep's
+    children under the Sweep; a job after several parents names the others ("also after b")."""
+    rows = dict(chosen)
+    nodes: dict[tuple[str, str], dict] = {("job", n): r for n, r in chosen if not (r.get("owner") in sweeps)}
+    for name, row in chosen:
+        owner = row.get("owner")
+        if owner in sweeps:
+            nodes.setdefault(("sweep", owner), sweeps[owner])
+
+    def exists(name: str) -> tuple[str, str] | None:
+        return next((key for key in (("job", name), ("sweep", name)) if key in nodes), None)
+
+    parent_of: dict[tuple[str, str], tuple[str, str]] = {}
+    also: dict[tuple[str, str], list[str]] = {}
+    children: dict[tuple[str, str] | None, list[tuple[str, str]]] = {}
+    for key in nodes:
+        if key[0] == "job":
+            deps = rows[key[1]].get("dependsOn") or []
+        else:  # a Sweep waits for what its children wait for
+            deps = next((rows[n].get("dependsOn") or [] for n, r in chosen if r.get("owner") == key[1]), [])
+        found = [k for k in (exists(d) for d in deps) if k is not None and k != key]
+        if found:
+            parent_of[key] = found[0]
+            also[key] = [k[1] for k in found[1:]]
+    members: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for name, row in chosen:  # sweep children hang under their Sweep, before what waits for it
+        if row.get("owner") in sweeps:
+            members.setdefault(("sweep", row["owner"]), []).append(("job", name))
+    for key, parent in parent_of.items():
+        children.setdefault(parent, []).append(key)
+    roots = [key for key in nodes if key not in parent_of]
+    created = {**{("job", n): r.get("created") or 0 for n, r in chosen}, **{("sweep", n): s.get("created") or 0 for n, s in sweeps.items()}}
+
+    def order(keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return sorted(keys, key=lambda k: (created.get(k, 0), k[1]))
+
+    table = _job_table([], wide)
+    seen: set[tuple[str, str]] = set()
+
+    def walk(key: tuple[str, str], lead: str, last: bool, top: bool) -> None:
+        if key in seen:  # a cycle (admission rejects them; old records may still show one)
+            return
+        seen.add(key)
+        branch = "" if top else lead + ("└─ " if last else "├─ ")
+        if key[0] == "job":
+            line = _job_table([(key[1], rows[key[1]])], wide)[1]
+        else:
+            line = _sweep_line(key[1], nodes[key], wide)
+        line[0] = branch + line[0] + (f" (also after {', '.join(also[key])})" if also.get(key) else "")
+        table.append(line)
+        kids = order(members.get(key, [])) + order(children.get(key, []))
+        for i, kid in enumerate(kids):
+            walk(kid, "" if top else lead + ("   " if last else "│  "), i == len(kids) - 1, False)
+
+    for root in order(roots):
+        walk(root, "", True, True)
+    return table
+
+
+def _sweep_line(name: str, row: dict, wide: bool) -> list[str]:
+    counts = row.get("counts") or {}
+    told = ", ".join(f"{n} {phase}" for phase, n in sorted(counts.items()) if n)
+    line = [f"sweep/{name}", str(row.get("phase", "")), "-", "-", "-",
+            format_age(time.time() - float(row.get("created") or time.time())),
+            f"{row.get('children', 0)} children" + (f": {told}" if told else "")]
+    return line + (["-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
 
 
 def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:

@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-w", "--watch", action="store_true", help="keep watching for changes")
     p.add_argument("-l", "--selector", action="append", default=[], help="label selector key=value[,k2=v2]")
     p.add_argument("--phase", action="append", default=[], help="only jobs in this phase")
+    p.add_argument("--tree", action="store_true", help="get jobs: dependencies and sweeps as a tree")
     p.add_argument("--for", dest="for_object", metavar="job/NAME", help="get events: only those of this job or sweep")
 
     p = sub.add_parser("describe", parents=[common], help="show jobs or sweeps in detail")

@@ -182,6 +182,7 @@ def _admitted(state: JobState, old: JobState | None, job: AdmittedJob, duplicate
     state.labels = dict(job.job.metadata.labels)
     state.priority = spec.priority
     state.gpus = spec.resources.gpus
+    state.depends_on = [d.job for d in spec.depends_on]
     state.conditions = set_condition(state.conditions, Condition.Admitted, "True", "Valid", "manifest is valid", now_text)
     if old is not None and old.phase == Phase.Rejected:
         state.phase, state.reason, state.message = Phase.Pending, Reason.Admitted, "manifest fixed and admitted"

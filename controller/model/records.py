@@ -50,6 +50,7 @@ class JobState:
     labels: dict[str, str] = field(default_factory=dict)
     priority: int = 0
     gpus: int = 0
+    depends_on: list[str] = field(default_factory=list)  # the parents named in spec.dependsOn
     generation: int = 0
     spec_hash: str = ""
     run_hash: str = ""  # run hash of the spec the latest attempt ran with ("" = never ran)
@@ -93,6 +94,7 @@ class JobState:
             "manifest": self.manifest,
             "priority": self.priority,
             "gpus": self.gpus,
+            "dependsOn": list(self.depends_on),
             "attempt": self.attempt,
             "failed": self.failed,
             "endedAttempt": self.ended_attempt or None,
@@ -131,6 +133,7 @@ class JobState:
             labels=dict(meta.get("labels") or {}),
             priority=int(status.get("priority", 0)),
             gpus=int(status.get("gpus", 0)),
+            depends_on=[str(d) for d in status.get("dependsOn") or []],
             generation=int(status.get("observedGeneration", 0)),
             spec_hash=str(annotations.get(SPEC_HASH, "")),
             run_hash=str(annotations.get(RUN_HASH, "")),
@@ -172,6 +175,7 @@ class JobState:
             "queuePosition": self.queue_position,
             "effectivePriority": self.effective_priority if self.phase == "Pending" else None,
             "owner": self.owner,
+            "dependsOn": self.depends_on or None,
         }
 
 
