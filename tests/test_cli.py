@@ -259,9 +259,11 @@ def test_get_unknown_job_exits_1(home):
 def test_describe_shows_status_and_spec(home):
     (home.spec_dir / "alpha.yaml").write_text(JOB.format(name="alpha"))
     record(home, *_states())
-    code, out, _ = run("describe", "job", "alpha")
+    code, out, err = run("describe", "job", "alpha")
     assert code == 0
     assert "Phase:" in out and "Running" in out and "python3 -c" in out and "Devices:" in out
+    # no gflowd runs on this home: said once, on stderr, after what was shown
+    assert err.count("warning: gflowd is not running for") == 1 and "may be stale" in err
 
 
 def test_logs_tail(home):

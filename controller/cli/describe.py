@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from controller.api.units import format_age, format_duration
-from controller.cli.common import document_position, print_error, printable
+from controller.cli.common import document_position, print_error, printable, warn_if_not_running
 from controller.cli.events import age_text, read_events
 from controller.client.events import aggregate
 from controller.client.state import find_manifest, job_rows, read_status
@@ -27,6 +27,8 @@ def describe(home: Home, refs: list[tuple[str, str]]) -> int:
             continue
         print(("\n" if shown else "") + "\n".join(lines))
         shown += 1
+    if shown:
+        warn_if_not_running(home)  # once, after the output: the statuses shown may be stale
     return 1 if missing else 0
 
 

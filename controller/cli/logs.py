@@ -7,7 +7,7 @@ import sys
 import time
 from collections import deque
 
-from controller.cli.common import CliError
+from controller.cli.common import CliError, warn_if_not_running
 from controller.client.state import job_rows
 from controller.paths import Home
 
@@ -18,6 +18,8 @@ def logs(home: Home, name: str, follow: bool, tail: int | None, attempt: int | N
     path = home.log_file(name, attempt)
     if tail is not None and tail < 0:
         raise CliError("--tail must be >= 0")
+    if follow:
+        warn_if_not_running(home)  # -f follows the next attempts, which only a running gflowd starts
     if not path.exists() and not follow:
         rows = job_rows(home)
         if name not in rows:
