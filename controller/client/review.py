@@ -78,8 +78,7 @@ def check_documents(
         elif not isinstance(result, Rejection):  # a Sweep
             docs.append({"name": result.name, "kind": "sweep", "index": index})
         else:
-            hint = " (metadata.name is required when applying from stdin)" if stem is None and result.name is None else ""
-            errors.append(f"{result.message}{hint}")
+            errors.append(result.message)
     return {"docs": docs, "errors": errors}
 
 

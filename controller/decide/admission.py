@@ -61,11 +61,12 @@ def validate_document(
             raise
         return Rejection(name, Reason.Invalid, _describe_errors(errors(), text, doc_index, source), source, path, doc_index, mtime_ns)
     if job.metadata.name is None:
-        message = (
-            "metadata.name: required when a file holds several documents"
-            if not single
-            else f"metadata.name: required, the file name {stem!r} is not a valid job name"
-        )
+        if not single:
+            message = "metadata.name: required when a file holds several documents"
+        elif stem is None:  # stdin: no file name to take it from
+            message = "metadata.name: required when applying from stdin"
+        else:
+            message = f"metadata.name: required, the file name {stem!r} is not a valid job name"
         return Rejection(None, Reason.Invalid, f"{message} ({_where(source, _line(text, doc_index, ('metadata',)))})", source, path, doc_index, mtime_ns)
     spec_hash, run_hash = known_hashes if known_hashes else spec_hashes(job)
     return AdmittedJob(job.metadata.name, job, source, path, doc_index, spec_hash, run_hash, owner_uid, mtime_ns)
