@@ -82,11 +82,7 @@ class Recorder:
         for name in removed:
             self.written_sweeps.pop(name, None)
             if name not in self.written:  # the name may have passed to a job meanwhile
-                try:
-                    self.home.status_file(name).unlink()
-                except FileNotFoundError:
-                    pass
-                self._remove_json(name)
+                self._remove_status(name)
             changed = True
         for name, sweep in sweeps.items():
             if self.written_sweeps.get(name) == sweep:
@@ -109,11 +105,7 @@ class Recorder:
             self.written.pop(name, None)
             self._rows.pop(name, None)
             self._order = None
-            try:
-                self.home.status_file(name).unlink()
-            except FileNotFoundError:
-                pass
-            self._remove_json(name)
+            self._remove_status(name)
             changed = True
         pairs = states.items() if only is None else [(n, states[n]) for n in only if n in states]
         for name, state in pairs:
@@ -154,6 +146,14 @@ class Recorder:
         except OSError as exc:
             log.debug("no JSON copy of status/%s.yaml: %s", name, exc)
             self._remove_json(name)
+
+    def _remove_status(self, name: str) -> None:
+        """The status file and its JSON copy (``get -o json`` reads the copy)."""
+        try:
+            self.home.status_file(name).unlink()
+        except FileNotFoundError:
+            pass
+        self._remove_json(name)
 
     def _remove_json(self, name: str) -> None:
         try:
