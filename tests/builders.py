@@ -107,6 +107,7 @@ class FakeRuntime:
         self.runs: dict[str, RunObservation] = {}
         self.stops: dict[str, str] = {}  # job -> the reason of the stop it was sent
         self.time_limits: dict[str, float | None] = {}
+        self.notices: list[tuple[str, str]] = []  # (job, line) shown on its terminal
         self.started: list[Launch] = []
         self.purged = 0
         self.now = T0
@@ -128,6 +129,9 @@ class FakeRuntime:
 
     def set_time_limit(self, name: str, seconds: float | None) -> None:
         self.time_limits[name] = seconds
+
+    def notify(self, name: str, text: str) -> None:
+        self.notices.append((name, text))
 
     def observe(self) -> dict[str, RunObservation]:
         return dict(self.runs)

@@ -35,6 +35,8 @@ def act(
         runtime.stop(stop.name, stop.grace, stop.reason)
     for name, limit in plan.time_limits.items():
         runtime.set_time_limit(name, limit)
+    for notice in plan.notices:
+        runtime.notify(notice.name, notice.text)
     for name in plan.consumed:  # before starts (a pass may record an exit and start anew); the
         runtime.forget(name)  # records on disk stay until purge(), after the status is written
     if plan.expired:

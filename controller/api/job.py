@@ -167,6 +167,15 @@ class Resources(_Model):
     memory: Quantity | None = Field(
         default=None, description="Host RAM limit of the job's whole process tree; enforced."
     )
+    cpus: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        description="Whole CPU cores, scheduled like GPUs and pinned with a cpuset near the GPUs' NUMA node; "
+        "OMP_NUM_THREADS defaults to it. Absent: no cores are booked or pinned.",
+    )
+    pids: StrictInt | None = Field(
+        default=None, ge=1, description="At most this many processes and threads in the job (a fork bomb is contained)."
+    )
 
 
 class Dependency(_Model):
@@ -243,6 +252,17 @@ class JobSpec(_Model):
         default=False, description="true: hold the job; a running job is stopped and returns to Pending."
     )
     cancelled: StrictBool = Field(default=False, description="true: stop the job for good (phase Cancelled).")
+    tty: StrictBool = Field(
+        default=False,
+        description="true: the job runs on a pseudo-terminal; `gflowctl attach NAME` connects to it "
+        "(`gflowctl run -it` sets it).",
+    )
+    idle_timeout: Duration | None = Field(
+        default=None,
+        description="Stop the job (reason IdleTimeout) after this long with no GPU activity on its GPUs and, "
+        "for a tty job, no terminal input either; warned first. Default: the controller's idleTimeout "
+        "for tty jobs, else off.",
+    )
 
     @model_validator(mode="after")
     def _check_rules(self) -> "JobSpec":

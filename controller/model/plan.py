@@ -48,6 +48,7 @@ class RunObservation:
     # The local runtime could not record the launch (a full disk: ``queued`` says DiskFull) and
     # retries it: nothing runs yet. Shown Pending, like a cluster's queue, keeping its GPUs.
     held: bool = False
+    last_input: float | None = None  # a tty job: wall time of its terminal's last input (idleTimeout)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,14 @@ class Event:
     object: str
     message: str
     kind: str = "job"
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A line for the people at a job's terminal (a tty job's attached viewers), e.g. an idle warning."""
+
+    name: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,7 @@ class Plan:
     time_limits: dict[str, float | None] = field(default_factory=dict)  # running job -> current timeLimit
     removed: list[str] = field(default_factory=list)  # jobs whose manifest is gone: drop their status
     events: list[Event] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)  # shown on tty jobs' terminals (Runtime.notify)
     slots: list[GpuSlot] = field(default_factory=list)  # GPUs as this pass leaves them (node.yaml)
     sweeps: dict[str, SweepState] = field(default_factory=dict)  # every sweep that still exists
     removed_sweeps: list[str] = field(default_factory=list)

@@ -33,6 +33,7 @@ class StopReason(StrEnum):
     DeadlineExceeded = "DeadlineExceeded"
     GPUMemoryExceeded = "GPUMemoryExceeded"
     Preempted = "Preempted"
+    IdleTimeout = "IdleTimeout"
 
 
 STOP_REASONS = frozenset(StopReason)
@@ -59,6 +60,7 @@ class Reason(StrEnum):
     DeadlineExceeded = "DeadlineExceeded"
     GPUMemoryExceeded = "GPUMemoryExceeded"
     Preempted = "Preempted"
+    IdleTimeout = "IdleTimeout"
     # waiting: the queue's gates, then the scheduler's answers
     Queued = "Queued"
     StartAfter = "StartAfter"
@@ -70,6 +72,7 @@ class Reason(StrEnum):
     Unschedulable = "Unschedulable"
     GPUMemory = "GPUMemory"
     Quota = "Quota"
+    Reserved = "Reserved"  # the free GPUs are held by a Reservation for other users
     DiskFull = "DiskFull"  # the launch could not be recorded: held, retried
     DiskError = "DiskError"
     # a manifest gflowd cannot run
@@ -104,6 +107,9 @@ class Condition(StrEnum):
     DuplicateName = "DuplicateName"
     Preempted = "Preempted"
     GPUUnhealthy = "GPUUnhealthy"
+    GPUsUnused = "GPUsUnused"  # some bound GPUs have no process of the job
+    GPUIdle = "GPUIdle"  # no GPU activity on the job's GPUs for the idle window
+    GPUMemoryNearLimit = "GPUMemoryNearLimit"  # a Shared job past 90 % of its gpuMemory
 
 
 class EventType(StrEnum):

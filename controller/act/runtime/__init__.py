@@ -25,6 +25,10 @@ class Runtime(Protocol):
     def set_time_limit(self, name: str, seconds: float | None) -> None:
         """The running attempt's time limit was edited. Idempotent."""
 
+    def notify(self, name: str, text: str) -> None:
+        """Show a line on a tty job's attached terminals (not its input). Best effort; a runtime
+        without terminals ignores it."""
+
     def adopt(self) -> list[str]:
         """At start-up: re-attach to attempts that outlived the previous controller."""
 

@@ -394,6 +394,9 @@ class SlurmRuntime:
             self._save(record, durable=False)
             self._listed_at = -1e9
 
+    def notify(self, name: str, text: str) -> None:
+        """A cluster job has no terminal of ours: nothing to show it on."""
+
     def set_time_limit(self, name: str, seconds: float | None) -> None:
         record = self.records.get(name)
         if record is None or record.job_id is None or record.time_limit == seconds:

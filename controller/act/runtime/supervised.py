@@ -169,6 +169,9 @@ class SupervisorRuntime:
         if self._signal_supervisor(attempt, signal.SIGTERM):
             attempt.stop_sent = True
 
+    def notify(self, name: str, text: str) -> None:
+        """No terminals yet (tty jobs come with the interactive runtime): nothing to show it on."""
+
     def set_time_limit(self, name: str, seconds: float | None) -> None:
         """An edited ``timeLimit`` reaches the running attempt's supervisor."""
         attempt = self.attempts.get(name)
