@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
@@ -35,10 +34,28 @@ def _plain(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
 class Home:
-    root: Path
-    spec_dir: Path
+    """One gflow instance: its home folder and the spec dir it watches. Immutable; a plain class,
+    not a dataclass, since every gflowctl verb imports this module and ``dataclasses`` costs ~5 ms
+    of start-up (it loads ``inspect``)."""
+
+    __slots__ = ("root", "spec_dir")
+
+    def __init__(self, root: Path, spec_dir: Path) -> None:
+        object.__setattr__(self, "root", root)
+        object.__setattr__(self, "spec_dir", spec_dir)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Home is immutable: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Home) and (self.root, self.spec_dir) == (other.root, other.spec_dir)
+
+    def __hash__(self) -> int:
+        return hash((self.root, self.spec_dir))
+
+    def __repr__(self) -> str:
+        return f"Home(root={self.root!r}, spec_dir={self.spec_dir!r})"
 
     @classmethod
     def resolve(cls, home: str | os.PathLike[str] | None = None, spec_dir: str | os.PathLike[str] | None = None) -> "Home":

@@ -1,13 +1,15 @@
-"""gflowctl entry point: argument parsing and dispatch. Verbs live in their own modules and are
-imported only when used."""
+"""gflowctl entry point: a table of verbs, argument parsing and dispatch. Start-up is most of what
+a quick verb costs, so ``gflowctl``, ``--help``, ``version`` and ``--version`` answer from static
+data (no argparse, no pathlib), and any other verb builds only its own parser and imports only its
+own module. A new verb is one line in ``VERBS`` plus its arguments and its call below."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from controller.cli.common import CliError, parse_refs, print_error, resource_type
+import controller
 
+DESCRIPTION = "Look at and act on gflow jobs. Files are the API: manifests in, status files out."
 EPILOG = """examples:
   gflowctl run --gpus 1 -- python3 train.py   submit a command in one line (or: run train.sh)
   gflowctl apply -f train.yaml          create or update jobs from a file, folder (-R) or - (stdin)
@@ -18,43 +20,36 @@ EPILOG = """examples:
   gflowctl cancel train                 edit the manifest: spec.cancelled: true
   gflowctl wait job/train --for=phase=Succeeded --timeout 10m
 """
+INSTANCE_OPTIONS = (
+    ("--home HOME", "gflow home (default $GFLOW_HOME or ~/.local/share/gflow)"),
+    ("--spec-dir SPEC_DIR", "spec directory (default: the one gflowd watches, else HOME/jobs)"),
+)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 1, like every other user error
-        raise CliError(message)
+def _version(home, args) -> int:
+    print(f"gflowctl {controller.__version__}")
+    return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    def instance_options(default):
-        # accepted before and after the verb; SUPPRESS keeps a verb's default from hiding a value
-        # given before it (gflowctl --home X get jobs)
-        group = argparse.ArgumentParser(add_help=False)
-        group.add_argument("--home", default=default, help="gflow home (default $GFLOW_HOME or ~/.local/share/gflow)")
-        group.add_argument("--spec-dir", default=default, help="spec directory (default: the one gflowd watches, else HOME/jobs)")
-        return group
-
-    common = instance_options(argparse.SUPPRESS)
-
-    parser = _Parser(
-        prog="gflowctl",
-        description="Look at and act on gflow jobs. Files are the API: manifests in, status files out.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[instance_options(None)],
-    )
-    parser.add_argument("--version", action="version", version=f"gflowctl {__import__('controller').__version__}")
-    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
-
-    p = sub.add_parser("apply", parents=[common], help="create or update jobs from manifests")
+def _apply_args(p) -> None:
     p.add_argument("-f", "--filename", action="append", required=True, help="file, folder or - for stdin")
     p.add_argument("-R", "--recursive", action="store_true", help="walk folders recursively")
     p.add_argument("--dry-run", action="store_true", help="validate and report, write nothing")
 
-    p = sub.add_parser("run", add_help=False, help="submit a command or script in one line: run [flags] -- CMD (run -h)")
+
+def _apply(home, args) -> int:
+    from controller.cli.apply import apply  # lazy: gflowctl loads only the verb it runs
+
+    return apply(home, args.filename, args.recursive, args.dry_run)
+
+
+def _run_args(p) -> None:
+    import argparse  # lazy: only when the parser is built (never for version and --help)
+
     p.add_argument("argv", nargs=argparse.REMAINDER)
 
-    p = sub.add_parser("get", parents=[common], help="list jobs, GPUs or events")
+
+def _get_args(p) -> None:
     p.add_argument("kind", help="jobs | sweeps | gpus (alias: node) | events")
     p.add_argument("names", nargs="*")
     p.add_argument("-o", "--output", choices=["wide", "yaml", "json", "name"])
@@ -64,53 +59,143 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tree", action="store_true", help="get jobs: dependencies and sweeps as a tree")
     p.add_argument("--for", dest="for_object", metavar="job/NAME", help="get events: only those of this job or sweep")
 
-    p = sub.add_parser("describe", parents=[common], help="show jobs or sweeps in detail")
+
+def _get(home, args) -> int:
+    from controller.cli.get import get  # lazy: gflowctl loads only the verb it runs
+
+    return get(home, args)
+
+
+def _describe_args(p) -> None:
     p.add_argument("kind", help="job | sweep, or TYPE/NAME")
     p.add_argument("names", nargs="*", help="NAME... (or TYPE/NAME...)")
 
-    p = sub.add_parser("delete", parents=[common], help="delete jobs or sweeps (their manifests)")
+
+def _describe(home, args) -> int:
+    from controller.cli.common import CliError, parse_refs  # lazy: version and --help need neither
+
+    refs = parse_refs([args.kind, *args.names], type_first=True)
+    if not refs:
+        raise CliError(f"name what to describe: gflowctl describe {args.kind} NAME...")
+    from controller.cli.describe import describe  # lazy: gflowctl loads only the verb it runs
+
+    return describe(home, refs)
+
+
+def _delete_args(p) -> None:
     p.add_argument("kind", nargs="?", help="job | sweep, or TYPE/NAME")
     p.add_argument("names", nargs="*")
     p.add_argument("-f", "--filename", action="append", default=[], help="delete the jobs this file defines")
 
-    p = sub.add_parser("logs", parents=[common], help="print a job's output")
+
+def _delete(home, args) -> int:
+    from controller.cli.apply import delete  # lazy: gflowctl loads only the verb it runs
+    from controller.cli.common import parse_refs, resource_type  # lazy: version and --help need neither
+
+    words = [args.kind, *args.names] if args.kind is not None else []
+    # `delete -f FILE NAME...`: bare names beside -f are jobs, no type word needed
+    type_first = not (args.filename and words and "/" not in words[0] and resource_type(words[0]) is None)
+    return delete(home, parse_refs(words, type_first=type_first), args.filename)
+
+
+def _logs_args(p) -> None:
     p.add_argument("name", nargs="+", metavar="NAME", help="one job: NAME or job/NAME")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new output, across attempts")
     p.add_argument("--tail", type=int, default=None, help="only the last N lines")
     p.add_argument("--attempt", type=int, default=None, help="an earlier attempt's log")
 
-    for verb, what in (("cancel", "stop jobs for good"), ("suspend", "hold jobs (stop if running)"),
-                       ("resume", "release suspended jobs"), ("rerun", "run finished jobs again")):
-        p = sub.add_parser(verb, parents=[common], help=what)
-        p.add_argument("names", nargs="+", metavar="NAME", help="NAME, job/NAME or sweep/NAME, several at once")
 
-    p = sub.add_parser("set", parents=[common], help="set a field: set priority NAME N")
+def _logs(home, args) -> int:
+    from controller.cli.common import parse_refs  # lazy: version and --help need it not
+    from controller.cli.logs import logs  # lazy: gflowctl loads only the verb it runs
+
+    return logs(home, _one_job(parse_refs(args.name), "logs prints one job's output"), args.follow, args.tail, args.attempt)
+
+
+def _names_args(p) -> None:
+    p.add_argument("names", nargs="+", metavar="NAME", help="NAME, job/NAME or sweep/NAME, several at once")
+
+
+def _control(home, args) -> int:
+    from controller.cli.common import parse_refs  # lazy: version and --help need it not
+    from controller.cli.edit import control  # lazy: gflowctl loads only the verb it runs
+
+    return control(home, args.verb, parse_refs(args.names))
+
+
+def _set_args(p) -> None:
     p.add_argument("field", choices=["priority"])
     p.add_argument("name", help="NAME, job/NAME or sweep/NAME")
     p.add_argument("value")
 
-    p = sub.add_parser("patch", parents=[common], help="edit a job's manifest with a JSON merge patch")
+
+def _set(home, args) -> int:
+    from controller.cli.common import parse_refs  # lazy: version and --help need it not
+    from controller.cli.edit import set_priority  # lazy: gflowctl loads only the verb it runs
+
+    return set_priority(home, parse_refs([args.name])[0], args.value)
+
+
+def _patch_args(p) -> None:
     p.add_argument("kind", help="job, or job/NAME")
     p.add_argument("name", nargs="?")
     p.add_argument("-p", "--patch", required=True, help='JSON, e.g. \'{"spec": {"priority": 5}}\'')
 
-    p = sub.add_parser("wait", parents=[common], help="wait until a job reaches a phase or condition")
+
+def _patch(home, args) -> int:
+    from controller.cli.common import parse_refs  # lazy: version and --help need it not
+    from controller.cli.edit import patch  # lazy: gflowctl loads only the verb it runs
+
+    refs = parse_refs([args.kind, *([args.name] if args.name else [])], type_first=True, kinds=("job",))
+    return patch(home, _one_job(refs, "patch edits one job"), args.patch)
+
+
+def _wait_args(p) -> None:
     p.add_argument("target", nargs="+", help="job/NAME or sweep/NAME (a bare NAME is a job); several: wait for all")
     p.add_argument("--for", dest="for_", required=True, help="phase=P or condition=C")
     p.add_argument("--timeout", default="30s", help="give up after this long (default 30s); exit 1")
 
-    p = sub.add_parser("explain", parents=[common], help="document a manifest field")
+
+def _wait(home, args) -> int:
+    from controller.cli.common import parse_refs  # lazy: version and --help need it not
+    from controller.cli.wait import wait  # lazy: gflowctl loads only the verb it runs
+
+    return wait(home, parse_refs(args.target), args.for_, args.timeout)
+
+
+def _explain_args(p) -> None:
     p.add_argument("path", help="job, job.spec, job.spec.resources.gpus, ...")
 
-    p = sub.add_parser("stats", parents=[common], help="jobs, success rate, waits, runtimes and GPU-hours by user and label")
+
+def _explain(home, args) -> int:
+    from controller.cli.explain import explain  # lazy: gflowctl loads only the verb it runs
+
+    return explain(args.path)
+
+
+def _stats_args(p) -> None:
     p.add_argument("--since", default="7d", help="window: a duration like 24h or 7d, or all (default 7d)")
     p.add_argument("-l", "--selector", action="append", default=[], help="only jobs with these labels: k=v[,k2!=v2]")
     p.add_argument("-o", "--output", choices=["json"])
 
-    p = sub.add_parser("completion", parents=[common], help="print a shell completion script: bash, zsh or fish")
+
+def _stats(home, args) -> int:
+    from controller.cli.stats import stats  # lazy: gflowctl loads only the verb it runs
+
+    return stats(home, args.since, args.selector, args.output)
+
+
+def _completion_args(p) -> None:
     p.add_argument("shell", choices=["bash", "zsh", "fish"])
 
-    p = sub.add_parser("export", parents=[common], help="print a job as an sbatch script or a Kubernetes Job")
+
+def _completion(home, args) -> int:
+    from controller.cli.completion import completion  # lazy: gflowctl loads only the verb it runs
+
+    return completion(build_parser(), args.shell)
+
+
+def _export_args(p) -> None:
     p.add_argument("target", choices=["slurm", "k8s"])
     p.add_argument("name", nargs="?", help="a job or sweep: NAME or TYPE/NAME (else every document of -f)")
     p.add_argument("-f", "--filename", action="append", default=[],
@@ -125,7 +210,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="slurm: the cluster's GRES type for each gpuType (default: config slurm.gpuTypes)")
     p.add_argument("--output", help="slurm: --output (default %%x-%%j.log, arrays %%x-%%A_%%a.log)")
 
-    p = sub.add_parser("simulate", help="replay a job trace through the real scheduler on a virtual clock")
+
+def _export(home, args) -> int:
+    from controller.cli.common import parse_refs  # lazy: version and --help need it not
+    from controller.cli.export import export  # lazy: gflowctl loads only the verb it runs
+
+    options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "gpu_types", "output")}
+    name = parse_refs([args.name])[0][1] if args.name else None
+    return export(home, args.target, name, args.filename, options, args.recursive)
+
+
+def _simulate_args(p) -> None:
     p.add_argument("--trace", required=True, help="CSV: submit_s,gpus,duration_s,time_limit_s,priority,user")
     p.add_argument("--gpus", type=int, required=True, help="GPUs of the simulated machine")
     p.add_argument("--policy", default="default", help="fifo|priority|firstfit|backfill|default, or several comma-separated")
@@ -133,7 +228,84 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.add_argument("--plot", metavar="DIR", help="write a Gantt chart and a wait-time CDF (PNG) here; needs matplotlib")
 
-    sub.add_parser("version", parents=[common], help="print the version")
+
+def _simulate(home, args) -> int:
+    from controller.cli.simulate import simulate  # lazy: gflowctl loads only the verb it runs
+
+    return simulate(args)
+
+
+# verb -> (help line, declare its arguments, run it as call(home, args)); in --help order.
+# `run` is None here: it parses its own flags (directives use the same parser), see run() below.
+# home=False: the verb needs no gflow home (nothing is resolved).
+VERBS: dict[str, tuple] = {
+    "apply": ("create or update jobs from manifests", _apply_args, _apply),
+    "run": ("submit a command or script in one line: run [flags] -- CMD (run -h)", _run_args, None),
+    "get": ("list jobs, GPUs or events", _get_args, _get),
+    "describe": ("show jobs or sweeps in detail", _describe_args, _describe),
+    "delete": ("delete jobs or sweeps (their manifests)", _delete_args, _delete),
+    "logs": ("print a job's output", _logs_args, _logs),
+    "cancel": ("stop jobs for good", _names_args, _control),
+    "suspend": ("hold jobs (stop if running)", _names_args, _control),
+    "resume": ("release suspended jobs", _names_args, _control),
+    "rerun": ("run finished jobs again", _names_args, _control),
+    "set": ("set a field: set priority NAME N", _set_args, _set),
+    "patch": ("edit a job's manifest with a JSON merge patch", _patch_args, _patch),
+    "wait": ("wait until a job reaches a phase or condition", _wait_args, _wait),
+    "explain": ("document a manifest field", _explain_args, _explain),
+    "stats": ("jobs, success rate, waits, runtimes and GPU-hours by user and label", _stats_args, _stats),
+    "completion": ("print a shell completion script: bash, zsh or fish", _completion_args, _completion),
+    "export": ("print a job as an sbatch script or a Kubernetes Job", _export_args, _export),
+    "simulate": ("replay a job trace through the real scheduler on a virtual clock", _simulate_args, _simulate),
+    "version": ("print the version", None, _version),
+}
+NO_HOME = {"simulate"}  # verbs that need no gflow home: nothing is resolved for them
+NO_INSTANCE_OPTIONS = {"run", "simulate"}  # run: its own parser; simulate: reads only its flags
+
+
+def help_text() -> str:
+    """``gflowctl --help``, from the table above: no parser is built for it."""
+    width = max(len(verb) for verb in VERBS) + 2
+    verbs = "".join(f"    {verb.ljust(width)}{what}\n" for verb, (what, _, _) in VERBS.items())
+    options = "".join(f"  {flag.ljust(22)}{what}\n" for flag, what in INSTANCE_OPTIONS)
+    return (
+        "usage: gflowctl [-h] [--home HOME] [--spec-dir SPEC_DIR] [--version] VERB ...\n\n"
+        f"{DESCRIPTION}\n\npositional arguments:\n  VERB\n{verbs}\n"
+        f"options:\n  {'-h, --help'.ljust(22)}show this help message and exit\n{options}"
+        f"  {'--version'.ljust(22)}show program's version number and exit\n\n{EPILOG}"
+    )
+
+
+def build_parser(only: str | None = None):
+    """gflowctl's argparse parser: every verb (completion scripts use it), or just ``only``."""
+    import argparse  # lazy: never for version and --help
+
+    from controller.cli.common import CliError  # lazy: version and --help need it not
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # one line, exit 1, like every other user error
+            raise CliError(message)
+
+    def instance_options(default):
+        # accepted before and after the verb; SUPPRESS keeps a verb's default from hiding a value
+        # given before it (gflowctl --home X get jobs)
+        group = argparse.ArgumentParser(add_help=False)
+        for flag, what in INSTANCE_OPTIONS:
+            group.add_argument(flag.split()[0], default=default, help=what)
+        return group
+
+    common = instance_options(argparse.SUPPRESS)
+    parser = _Parser(prog="gflowctl", description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter, parents=[instance_options(None)])
+    parser.add_argument("--version", action="version", version=f"gflowctl {controller.__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    for verb, (what, arguments, _) in VERBS.items():
+        if only is not None and verb != only:
+            continue
+        parents = [] if verb in NO_INSTANCE_OPTIONS else [common]
+        p = sub.add_parser(verb, parents=parents, help=what, add_help=verb != "run")
+        if arguments is not None:
+            arguments(p)
     return parser
 
 
@@ -143,90 +315,34 @@ def run(argv: list[str]) -> int:
 
         return complete_names(argv[1:])
     position = _verb_position(argv)
-    if position is not None and argv[position] == "run":  # its own flag parser: directives use it too
+    verb = argv[position] if position is not None else None
+    if verb == "run":  # its own flag parser: directives use it too
         from controller.cli.run import run_verb  # lazy: gflowctl loads only the verb it runs
 
-        instance = build_parser().parse_args(argv[:position])
+        instance = build_parser("run").parse_args(argv[:position])
         return run_verb(argv[position + 1 :], instance.home, instance.spec_dir)
-    parser = build_parser()
+    parser = build_parser(verb if verb in VERBS else None)
     args = parser.parse_args(argv)
     if args.verb is None:
-        parser.print_help()
+        sys.stdout.write(help_text())
         return 0
-    if args.verb == "simulate":  # needs no gflow home
-        from controller.cli.simulate import simulate  # lazy: gflowctl loads only the verb it runs
+    home = None
+    if args.verb not in NO_HOME:
+        from controller.cli.common import resolve_home  # lazy: only verbs that use a home resolve it
 
-        return simulate(args)
-    from controller.cli.common import resolve_home  # lazy: only verbs that use a home resolve it
+        home = resolve_home(args.home, args.spec_dir)
+    return VERBS[args.verb][2](home, args)
 
-    home = resolve_home(args.home, args.spec_dir)
-    verb = args.verb
-    if verb == "version":
-        print(f"gflowctl {__import__('controller').__version__}")
-        return 0
-    if verb == "apply":
-        from controller.cli.apply import apply  # lazy: gflowctl loads only the verb it runs
 
-        return apply(home, args.filename, args.recursive, args.dry_run)
-    if verb == "get":
-        from controller.cli.get import get  # lazy: gflowctl loads only the verb it runs
-
-        return get(home, args)
-    if verb == "describe":
-        refs = parse_refs([args.kind, *args.names], type_first=True)
-        if not refs:
-            raise CliError(f"name what to describe: gflowctl describe {args.kind} NAME...")
-        from controller.cli.describe import describe  # lazy: gflowctl loads only the verb it runs
-
-        return describe(home, refs)
-    if verb == "delete":
-        from controller.cli.apply import delete  # lazy: gflowctl loads only the verb it runs
-
-        words = [args.kind, *args.names] if args.kind is not None else []
-        # `delete -f FILE NAME...`: bare names beside -f are jobs, no type word needed
-        type_first = not (args.filename and words and "/" not in words[0] and resource_type(words[0]) is None)
-        return delete(home, parse_refs(words, type_first=type_first), args.filename)
-    if verb == "logs":
-        from controller.cli.logs import logs  # lazy: gflowctl loads only the verb it runs
-
-        return logs(home, _one_job(parse_refs(args.name), "logs prints one job's output"), args.follow, args.tail, args.attempt)
-    if verb in ("cancel", "suspend", "resume", "rerun"):
-        from controller.cli.edit import control  # lazy: gflowctl loads only the verb it runs
-
-        return control(home, verb, parse_refs(args.names))
-    if verb == "set":
-        from controller.cli.edit import set_priority  # lazy: gflowctl loads only the verb it runs
-
-        return set_priority(home, parse_refs([args.name])[0], args.value)
-    if verb == "patch":
-        refs = parse_refs([args.kind, *([args.name] if args.name else [])], type_first=True, kinds=("job",))
-        from controller.cli.edit import patch  # lazy: gflowctl loads only the verb it runs
-
-        return patch(home, _one_job(refs, "patch edits one job"), args.patch)
-    if verb == "wait":
-        from controller.cli.wait import wait  # lazy: gflowctl loads only the verb it runs
-
-        return wait(home, parse_refs(args.target), args.for_, args.timeout)
-    if verb == "completion":
-        from controller.cli.completion import completion  # lazy: gflowctl loads only the verb it runs
-
-        return completion(parser, args.shell)
-    if verb == "stats":
-        from controller.cli.stats import stats  # lazy: gflowctl loads only the verb it runs
-
-        return stats(home, args.since, args.selector, args.output)
-
-    if verb == "export":
-        from controller.cli.export import export  # lazy: gflowctl loads only the verb it runs
-
-        options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "gpu_types", "output")}
-        name = parse_refs([args.name])[0][1] if args.name else None
-        return export(home, args.target, name, args.filename, options, args.recursive)
-    if verb == "explain":
-        from controller.cli.explain import explain  # lazy: gflowctl loads only the verb it runs
-
-        return explain(args.path)
-    raise CliError(f"unknown verb {verb!r}")
+def _answer_at_once(argv: list[str]) -> bool:
+    """``gflowctl``, ``--help``, ``version``, ``--version``: printed from static data."""
+    if argv in ([], ["-h"], ["--help"]):
+        sys.stdout.write(help_text())
+    elif argv in (["--version"], ["version"]):
+        _version(None, None)
+    else:
+        return False
+    return True
 
 
 def _verb_position(argv: list[str]) -> int | None:
@@ -244,6 +360,8 @@ def _verb_position(argv: list[str]) -> int | None:
 
 def _one_job(refs: list[tuple[str, str]], what: str) -> str:
     """The single job a verb acts on; a sweep or several names is a clear error."""
+    from controller.cli.common import CliError  # lazy: version and --help need it not
+
     if not refs:
         raise CliError(f"{what}: name it, NAME or job/NAME")
     if len(refs) > 1:
@@ -256,8 +374,16 @@ def _one_job(refs: list[tuple[str, str]], what: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        return run(sys.argv[1:] if argv is None else argv)
+        if _answer_at_once(argv):
+            return 0
+    except BrokenPipeError:  # `gflowctl --help | head`
+        return 0
+    from controller.cli.common import CliError, print_error  # lazy: version and --help need neither
+
+    try:
+        return run(argv)
     except CliError as exc:
         print_error(exc)
         return 1

@@ -1,0 +1,66 @@
+"""gflowctl's start-up: each verb imports only what it needs (measured in a fresh interpreter, as
+users run it), and the static ``--help`` lists every verb the parser accepts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from controller.cli.main import VERBS, build_parser, help_text
+
+# modules the interpreter already had (an editable install's import hook loads pathlib) don't count
+PROBE = (
+    "import io, sys\n"
+    "before = set(sys.modules)\n"
+    "from controller.cli.main import main\n"
+    "sys.stdout = io.StringIO()\n"
+    "code = main(sys.argv[1:])\n"
+    "sys.stdout = sys.__stdout__\n"
+    "heavy = ('argparse', 'pathlib', 'dataclasses', 'typing', 'pydantic', 'ruamel.yaml', 'controller.cli.common')\n"
+    "print(code, *sorted(m for m in heavy if m in sys.modules and m not in before))\n"
+)
+
+
+def _loaded(tmp_path, *argv: str) -> list[str]:
+    """Exit code, then which of the heavy modules the verb imported."""
+    env = {**os.environ, "GFLOW_HOME": str(tmp_path / "home")}
+    probe = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    return probe.stdout.split()
+
+
+@pytest.mark.parametrize("argv", [[], ["--help"], ["-h"], ["version"], ["--version"]])
+def test_version_and_help_import_nothing_heavy(tmp_path, argv):
+    assert _loaded(tmp_path, *argv) == ["0"]
+
+
+def test_get_jobs_imports_no_parser_of_yaml_or_models(tmp_path):
+    loaded = _loaded(tmp_path, "get", "jobs")
+    assert loaded[0] == "0"
+    assert not {"pydantic", "ruamel.yaml", "dataclasses"} & set(loaded[1:]), loaded
+
+
+def test_static_help_lists_every_verb_the_parser_accepts():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "verb")  # argparse has no public accessor
+    assert list(sub.choices) == list(VERBS)
+    listed = [line.split()[0] for line in help_text().split("positional arguments:")[1].split("options:")[0].splitlines()[2:] if line.strip()]
+    assert listed == list(VERBS)
+    for verb, (what, _, _) in VERBS.items():
+        assert f"{verb}" in help_text() and what in help_text()
+
+
+def test_one_verb_builds_only_its_own_parser():
+    sub = next(a for a in build_parser("get")._actions if a.dest == "verb")
+    assert list(sub.choices) == ["get"]
+
+
+def test_help_is_the_same_through_the_script(tmp_path):
+    env = {**os.environ, "GFLOW_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-m", "controller.cli.main", "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0 and out.stdout == help_text()
+    assert "gflowctl" in subprocess.run([sys.executable, "-m", "controller.cli.main", "version"], capture_output=True,
+                                        text=True, env=env, timeout=60).stdout
