@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from datetime import datetime, timezone
 
 import pytest
 from builders import T0, FakeRuntime, gpus, invalid, job
@@ -37,6 +38,8 @@ class Twin:
         self.inc_states: dict[str, JobState] = {}
         self.previous: AdmissionResult | None = None
         self.unsettled: set[str] | None = None
+        self.queue_memo = None  # the last plan's: waiting jobs carried over while nothing moved them
+        self.carried = 0  # passes whose waiting jobs the memo carried over
         self.gone: list = []
         self.came: list = []
         self.serial = 0  # the pass number, as gflowd's snapshot builder counts
@@ -73,7 +76,7 @@ class Twin:
         self.serial += 1
         snap = Snapshot(
             admission=None, states=self.inc_states, runs=self.inc_runtime.observe(), gpus=self.gpus,
-            previous=self.previous, unsettled=self.unsettled, serial=self.serial,
+            previous=self.previous, unsettled=self.unsettled, serial=self.serial, queue_memo=self.queue_memo,
             manifests=Manifests(list(self.docs.values()), self.gone, self.came, full=False),
         )
         admission = admit_observed(snap)
@@ -81,7 +84,8 @@ class Twin:
             self.patched += 1
         self.gone, self.came = [], []
         inc = reconcile(replace(snap, admission=admission), now)
-        self.previous, self.unsettled = admission, inc.unsettled
+        self.carried += inc.queue_memo is not None and inc.queue_memo is self.queue_memo
+        self.previous, self.unsettled, self.queue_memo = admission, inc.unsettled, inc.queue_memo
         self._check_same(full, inc)
         for runtime, plan in ((self.full_runtime, full), (self.inc_runtime, inc)):
             runtime.now = now
@@ -204,6 +208,10 @@ def test_random_walks_decide_the_same_incrementally_and_from_scratch(seed):
                 spec["cancelled"] = True
             if rng.random() < 0.1:
                 spec["backoffLimit"] = 1
+            if rng.random() < 0.1:  # a running job's limit: backfill hints count down
+                spec["timeLimit"] = rng.choice([3, 30])
+            if rng.random() < 0.1:  # a time gate that opens during the walk
+                spec["startAfter"] = datetime.fromtimestamp(now + rng.choice([1, 5]), timezone.utc).isoformat()
             twin.put(key, job(name, **spec))
         elif action < 0.45:
             twin.put(key, invalid(name, bogus=rng.randint(0, 9)))
@@ -213,5 +221,52 @@ def test_random_walks_decide_the_same_incrementally_and_from_scratch(seed):
             live = [n for n, r in twin.runs.items() if r.running]
             if live:
                 twin.exit(rng.choice(live), rng.choice([0, 0, 1]), now)
+        elif action < 0.9:  # a GPU fails or comes back: the queue's memo must not hold
+            index = rng.randrange(len(twin.gpus))
+            twin.gpus[index] = replace(twin.gpus[index], healthy=not twin.gpus[index].healthy)
         twin.tick(now)
     assert twin.patched > 0  # the walk did exercise the patching path
+
+
+def test_waiting_jobs_are_carried_over_until_something_the_queue_reads_moves():
+    """The queue's memo: a pass where nothing moved keeps every waiting job's record (the very
+    object); a priority edit, a GPU failing, a job ending or a time gate decide the queue again,
+    and every pass still decides what a full pass decides (Twin checks that each tick)."""
+    twin = Twin(n_gpus=1)
+    twin.put("run", job("run", resources={"gpus": 1}))
+    now = T0
+    twin.tick(now)
+    for i in range(5):
+        twin.put(f"w{i}", job(f"w{i}", resources={"gpus": 1}))
+    twin.tick(now := now + 1)
+    waiting = {n: twin.inc_states[n] for n in ("w0", "w1", "w2", "w3", "w4")}
+    assert {st.phase for st in waiting.values()} == {"Pending"}
+
+    def carried_once(at: float) -> bool:
+        before = twin.carried
+        twin.tick(at)
+        return twin.carried == before + 1
+
+    assert carried_once(now := now + 1)  # nothing moved: the same records
+    assert all(twin.inc_states[n] is st for n, st in waiting.items())
+    twin.put("w3", job("w3", resources={"gpus": 1}, priority=9))  # a priority edit
+    assert not carried_once(now := now + 1)
+    assert twin.inc_states["w3"].queue_position == 1 and twin.inc_states["w0"].queue_position == 2
+    assert carried_once(now := now + 1)
+    twin.gpus[0] = replace(twin.gpus[0], healthy=False)  # the GPU fails: the queue reads it
+    assert not carried_once(now := now + 1)
+    assert twin.inc_states["w3"].reason == "Unschedulable"
+    twin.gpus[0] = replace(twin.gpus[0], healthy=True)
+    assert not carried_once(now := now + 1)
+    assert carried_once(now := now + 1)
+    twin.put("gate", job("gate", backoffLimit=1, command=["false"]))  # fails once, then backs off 1 s
+    twin.tick(now := now + 1)
+    twin.exit("gate", 1, now)
+    twin.tick(now := now + 0.1)
+    assert twin.inc_states["gate"].reason == "BackOff"
+    assert carried_once(now := now + 0.1)  # the backoff has not run out
+    full, inc = twin.tick(now := now + 1.5)  # it has: decided again, and it starts
+    assert [x.name for x in inc.starts] == ["gate"]
+    twin.exit("run", 0, now)  # the GPU holder ends: the first waiting job starts
+    full, inc = twin.tick(now := now + 1)
+    assert [x.name for x in inc.starts] == ["w3"]

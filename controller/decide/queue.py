@@ -9,6 +9,7 @@ start or queue.
 from __future__ import annotations
 
 import math
+import operator
 import re
 
 from controller.decide.gates import admissible
@@ -26,7 +27,7 @@ from controller.decide.running import request_stop
 from controller.decide.scheduler import build_slots, preemption_victims, schedule
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob
-from controller.model.plan import Event, Launch, Plan, Snapshot
+from controller.model.plan import Event, Launch, Plan, QueueMemo, Snapshot
 from controller.model.reasons import Condition, EventType, Phase, Reason, StopReason
 from controller.model.records import JobState
 from controller.model.scheduling import (
@@ -57,6 +58,75 @@ def schedule_pending(plan: Plan, snap: Snapshot, pending: list[Pending], now: fl
     # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"
     if started and any(st.reason == Reason.Dependency for st, _ in pending):
         plan.again = True
+
+
+# -- the queue's memo: waiting jobs whose inputs did not change are not decided again -------------------
+
+
+def queue_inputs(snap: Snapshot) -> tuple:
+    """The snapshot's settings the queue reads besides records and documents."""
+    return (snap.policy, tuple(snap.gpus), snap.allowed_gpus, snap.strategy, snap.topology, snap.unmanaged_threshold,
+            snap.ignore_processes, snap.bind_gpus, snap.host)
+
+
+def carried_waiting(snap: Snapshot, names: set[str], now: float) -> set[str]:
+    """The waiting jobs the last pass's queue decided, when none of them can have moved by itself:
+    each still has that very record, the very manifest document, no process; no time gate has
+    opened; the settings are the same. Empty when any of that fails (the whole queue is decided
+    again). What other jobs did is checked by :func:`queue_memo_holds` once they are decided.
+    Set operations and identity tests only: 10,000 waiting jobs cost ~2 ms here."""
+    memo, prev, adm = snap.queue_memo, snap.previous, snap.admission
+    if memo is None or prev is None or (memo.wake_at is not None and now >= memo.wake_at):
+        return set()
+    records = memo.records
+    if memo.inputs != queue_inputs(snap) or not names.issuperset(records):
+        return set()
+    if not snap.runs.keys().isdisjoint(records):
+        return set()
+    if not adm.duplicates.keys().isdisjoint(records) or not prev.duplicates.keys().isdisjoint(records):
+        return set()  # a second file names it, or no longer does: its DuplicateName condition moves
+    if not all(map(operator.is_, map(snap.states.get, records), records.values())):
+        return set()
+    if adm is not prev:  # the manifest documents: the very objects the last pass saw
+        if adm.base == prev.serial:
+            if not adm.touched.isdisjoint(records):
+                return set()
+        elif not all(adm.jobs.get(name) is prev.jobs.get(name) for name in records):
+            return set()
+    return set(records)
+
+
+def queue_memo_holds(plan: Plan, snap: Snapshot, pending: list[Pending], decided: set[str]) -> bool:
+    """After the other jobs were decided: no new job waits, none of them changed its phase, reason
+    or GPUs (a dependency's parent, a sweep's child, a holder), and the GPUs are as they were."""
+    if pending:
+        return False
+    new, old = plan.states, snap.states
+    for name in decided:
+        now_, before = new.get(name), old.get(name)
+        if (now_ is None) != (before is None):
+            return False
+        if now_ is not before and (now_.phase, now_.reason, now_.devices) != (before.phase, before.reason, before.devices):
+            return False
+    quotas = quota_table(snap.policy) if snap.policy.user_quotas or snap.policy.label_quotas else {}
+    return _slots(plan, snap, decided, quotas) == snap.queue_memo.slots
+
+
+def remember_queue(plan: Plan, snap: Snapshot, pending: list[Pending], wake_at: float | None) -> QueueMemo | None:
+    """The memo the next pass may carry the waiting jobs over with; None when their records depend
+    on more than the inputs it checks: something started or is about to, messages that count down
+    (startAfter, a backfill hint against a running job's timeLimit), fair share that decays."""
+    if not pending or plan.starts or plan.again or snap.policy.fair_share_half_life:
+        return None
+    records = {}
+    for state, _ in pending:
+        record = plan.states.get(state.name)
+        if record is None or record.phase != Phase.Pending or record.reason == Reason.StartAfter:
+            return None
+        records[record.name] = record
+    if any(slot.jobs and slot.free_at != math.inf for slot in plan.slots):
+        return None  # a backfill hint's "timeLimit of at most X" counts down
+    return QueueMemo(records, plan.slots, queue_inputs(snap), wake_at)
 
 
 def _slots(plan: Plan, snap: Snapshot, looked_at: set[str], quotas: dict[str, QuotaUse]) -> list[GpuSlot]:

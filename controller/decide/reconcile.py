@@ -15,7 +15,7 @@ from dataclasses import replace
 from controller.decide.admission import admit_observed
 from controller.decide.expiry import expire
 from controller.decide.lifecycle import finish, step
-from controller.decide.queue import schedule_pending
+from controller.decide.queue import carried_waiting, queue_memo_holds, remember_queue, schedule_pending
 from controller.decide.sweep_status import sweep_statuses
 from controller.model.documents import AdmissionResult
 from controller.model.plan import Event, Plan, Snapshot
@@ -37,23 +37,50 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
     adm = snap.admission
     plan = Plan()
     names = changed_names(snap)
+    carried: set[str] = set()
     if names is None:
         names = set(adm.jobs) | set(adm.rejected) | set(snap.states) | set(snap.runs)
     else:  # carry every other record over as is (see changed_names)
+        carried = carried_waiting(snap, names, now)  # and the waiting jobs, if nothing moved them
         plan.states = dict(snap.states)
-        for name in names:
+        for name in names.difference(carried) if carried else names:
             plan.states.pop(name, None)
     now_text = rfc3339(now) or ""
-    pending = [waiting for name in sorted(names) if (waiting := step(plan, snap, name, now, now_text)) is not None]
-    schedule_pending(plan, snap, pending, now, now_text, names)
-    for state, _job in pending:
-        finish(plan, snap.states.get(state.name), state)
+    carried = _queue(plan, snap, names, carried, now, now_text)
     sweep_statuses(plan, snap, now)
     expire(plan, snap, now)
     states = plan.states
-    plan.unsettled = {n for n in names if n in states and states[n].phase not in SETTLED_PHASES}
+    decided = names.difference(carried) if carried else names
+    plan.unsettled = {n for n in decided if n in states and states[n].phase not in SETTLED_PHASES}
+    plan.unsettled.update(carried)
     plan.looked_at = names
     return plan
+
+
+def _queue(plan: Plan, snap: Snapshot, names: set[str], carried: set[str], now: float, now_text: str) -> set[str]:
+    """Each job of ``names`` not ``carried`` through its life cycle, the waiting ones through the
+    queue; the carried ones keep their records when the queue's memo still holds, else they are
+    decided too. Returns the names carried over."""
+    decided = names.difference(carried) if carried else names
+    pending = [waiting for name in sorted(decided) if (waiting := step(plan, snap, name, now, now_text)) is not None]
+    if carried and not queue_memo_holds(plan, snap, pending, decided):
+        for name in carried:
+            plan.states.pop(name, None)
+        pending += [waiting for name in sorted(carried) if (waiting := step(plan, snap, name, now, now_text)) is not None]
+        carried, decided = set(), names
+    woken, plan.wake_at = plan.wake_at, None
+    schedule_pending(plan, snap, pending, now, now_text, decided)
+    queue_wake, plan.wake_at = plan.wake_at, woken  # the queue's own wake-up (time gates, aging)
+    for state, _job in pending:
+        finish(plan, snap.states.get(state.name), state)
+    if carried:  # nothing the queue reads moved: the same records (left in plan.states), the same wake-up
+        plan.queue_memo = snap.queue_memo
+        queue_wake = snap.queue_memo.wake_at
+    else:
+        plan.queue_memo = remember_queue(plan, snap, pending, queue_wake)
+    if queue_wake is not None:
+        plan.wake(queue_wake)
+    return carried
 
 
 def changed_names(snap: Snapshot) -> set[str] | None:

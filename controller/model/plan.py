@@ -106,6 +106,18 @@ class Host:
     local_tz: tzinfo = timezone.utc  # how a ``startAfter`` without an offset is read
 
 
+@dataclass(frozen=True)
+class QueueMemo:
+    """What the last pass's queue decided and from what (``decide/queue.py``): while nothing the
+    queue reads has moved, the next pass carries these waiting jobs' records over instead of
+    deciding 10,000 of them again."""
+
+    records: dict[str, JobState]  # each waiting job's record, as that pass left it
+    slots: list[GpuSlot]  # the GPUs and their holders the queue saw
+    inputs: tuple  # the snapshot's settings the queue reads (policy, GPUs, host, ...)
+    wake_at: float | None  # a time gate (startAfter, backoff, aging) opens: decide again
+
+
 @dataclass
 class Snapshot:
     """Everything one pass decides from. ``admission`` is None when gflowd builds it: decide then
@@ -133,6 +145,7 @@ class Snapshot:
     manifests: Manifests = field(default_factory=Manifests)
     host: Host = field(default_factory=Host)
     serial: int = 0  # the pass's number: names its admission, so the next pass knows what it patched
+    queue_memo: QueueMemo | None = None  # the last plan's: waiting jobs nothing has moved are carried over
 
 
 @dataclass
@@ -154,6 +167,7 @@ class Plan:
     unsettled: set[str] = field(default_factory=set)  # jobs not finished or rejected: the next Snapshot's
     looked_at: set[str] = field(default_factory=set)  # every other record is carried over unchanged
     admission: AdmissionResult | None = None  # what this pass admitted: the next Snapshot's ``previous``
+    queue_memo: QueueMemo | None = None  # the waiting jobs this pass decided: the next Snapshot's
 
     def wake(self, when: float) -> None:
         self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
@@ -168,7 +182,8 @@ class Memory:
     sweep_states: dict[str, SweepState] = field(default_factory=dict)
     admission: AdmissionResult | None = None
     unsettled: set[str] | None = None
+    queue_memo: QueueMemo | None = None
 
     @classmethod
     def after(cls, plan: Plan) -> "Memory":
-        return cls(plan.states, plan.sweeps, plan.admission, plan.unsettled)
+        return cls(plan.states, plan.sweeps, plan.admission, plan.unsettled, plan.queue_memo)

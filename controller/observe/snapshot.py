@@ -83,6 +83,7 @@ class SnapshotBuilder:
             sweep_states=memory.sweep_states,
             previous=memory.admission,
             unsettled=memory.unsettled,
+            queue_memo=memory.queue_memo,
             max_starts=max_starts,
             default_ttl=config.ttl_seconds_after_finished,
             finished_history=config.finished_jobs_history,
