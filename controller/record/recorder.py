@@ -16,6 +16,7 @@ from typing import Callable, Iterable
 from controller import API_VERSION
 from controller.api.units import format_quantity
 from controller.model.plan import Event
+from controller.model.reasons import SETTLED_PHASES, Reason
 from controller.model.records import JobState, SweepState, rfc3339
 from controller.model.scheduling import GpuSlot
 from controller.paths import Home
@@ -25,6 +26,7 @@ from controller.util.yamlio import YAMLSyntaxError, dump, load_one, load_own
 
 log = logging.getLogger("gflowd.recorder")
 EVENTS_MAX_BYTES = 10 * 1024 * 1024
+QUEUED_UNWRITTEN_MAX = 10.0  # seconds a new job of a flood, bound and about to start, may go without a status file
 
 
 def _index_row(name: str, state: JobState) -> bytes:
@@ -44,6 +46,7 @@ class Recorder:
         self.home = home
         self.clock = clock  # the index's "updated": gflowd's injected clock, as every timestamp
         self.written: dict[str, JobState] = {}
+        self.unwritten: dict[str, JobState] = {}  # new jobs of a flood, about to start: in the index only
         self.written_sweeps: dict[str, SweepState] = {}
         self._rows: dict[str, bytes] = {}  # name -> the job's index entry as JSON, b'"name":{...}'
         self._order: list[str] | None = None  # names sorted, kept until the set of names changes
@@ -103,11 +106,13 @@ class Recorder:
         changed = False
         for name in removed:
             self.written.pop(name, None)
+            self.unwritten.pop(name, None)
             self._rows.pop(name, None)
             self._order = None
             self._remove_status(name)
             changed = True
         pairs = states.items() if only is None else [(n, states[n]) for n in only if n in states]
+        now = self.clock()
         for name, state in pairs:
             known = self.written.get(name)
             if known is state:  # identity first: unchanged records are shared between passes
@@ -115,14 +120,19 @@ class Recorder:
             if known == state:
                 self.written[name] = state  # same content: keep this object, so next time `is` holds
                 continue
+            if known is None and self._may_wait(state, now):
+                changed = self._index_only(name, state) or changed
+                continue
             # A job that never started has nothing to lose: its manifest recreates it. Every other
             # record (a start decided, an exit recorded) must reach the disk before it is relied on.
             durable = state.attempt > 0 or state.phase != "Pending"
             document = state.to_status()
             atomic_write(self.home.status_file(name), dump(document), durable=durable, sync_dir=False)
-            self._write_json(name, document)
+            if state.phase in SETTLED_PHASES:
+                self._write_json(name, document)
             if known is None:
                 self._order = None
+                self.unwritten.pop(name, None)
             self.written[name] = state  # the controller never mutates a recorded state again
             self._rows[name] = _index_row(name, state)
             self.status_writes += 1
@@ -131,10 +141,31 @@ class Recorder:
             fsync_dir(self.home.status_dir)  # one folder fsync for every rename of this pass
         return changed
 
+    @staticmethod
+    def _may_wait(state: JobState, now: float) -> bool:
+        """A new job of a flood that is bound and starts within a pass or two (reason Queued, never
+        started) gets its first status file when it starts: one write instead of two. It shows in
+        the index meanwhile, and a crash loses nothing (its manifest recreates it). Not for long:
+        after QUEUED_UNWRITTEN_MAX seconds its Pending status is written."""
+        return state.reason == Reason.Queued and state.attempt == 0 and now - state.created < QUEUED_UNWRITTEN_MAX
+
+    def _index_only(self, name: str, state: JobState) -> bool:
+        """Record ``state`` in the index rows only (see ``_may_wait``); True when the row changed."""
+        if self.unwritten.get(name) == state:
+            return False
+        if name not in self.unwritten:
+            self._order = None
+        self.unwritten[name] = state
+        self._rows[name] = _index_row(name, state)
+        return True
+
     def _write_json(self, name: str, document: dict) -> None:
-        """The JSON copy of a status file just written (run/status-json/): ``get jobs -o json``
-        prints these instead of parsing every status file (2k jobs: ~0.1 s instead of ~1.5 s). A
-        cache: failing to write it costs a slower ``-o json``, never the pass."""
+        """The JSON copy of a finished job's status file just written (run/status-json/): ``get jobs
+        -o json`` prints these instead of parsing every status file (2k jobs: ~0.1 s instead of
+        ~1.5 s). Only settled records get one: the few pending and running jobs are parsed, and a
+        job that starts and ends costs two file writes fewer. A cache: failing to write it costs a
+        slower ``-o json``, never the pass; a copy left from an earlier outcome names the file it
+        copied, so a reader skips it once the status file changed."""
         target = self.home.status_json_file(name)
         try:
             source = os.stat(self.home.status_file(name))
@@ -165,12 +196,13 @@ class Recorder:
         """``run/index.json``: every job's summary row, for ``gflowctl get jobs``. A cache of the
         status files (written without fsync: losing it in a crash costs nothing). Rows are kept as
         JSON text per job, so a rewrite costs a join, not a serialisation of every job."""
-        if len(self._rows) != len(self.written):  # after load(): rows of the states read back
+        listed = len(self.written) + len(self.unwritten)
+        if len(self._rows) != listed:  # after load(): rows of the states read back
             for name, state in self.written.items():
                 if name not in self._rows:
                     self._rows[name] = _index_row(name, state)
-        if self._order is None or len(self._order) != len(self.written):
-            self._order = sorted(self.written)
+        if self._order is None or len(self._order) != listed:
+            self._order = sorted(self.written.keys() | self.unwritten.keys())
         head = json.dumps(
             {"apiVersion": API_VERSION, "kind": "JobIndex", "updated": self.clock(), "controller": controller_info},
             separators=(",", ":"),
