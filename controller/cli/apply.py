@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from controller.cli.common import CliError, document_position, print_error, printable
@@ -76,7 +75,7 @@ def _run_where_applied(home: Home, doc: Doc) -> Doc:
     from controller.util.manifest_edit import set_field  # lazy: ruamel only when a copy needs the line
 
     text = set_field(doc.text, 0, path, folder)
-    return replace(doc, text=text, data=load_one(text))
+    return doc.with_text(text, load_one(text))
 
 
 def delete(home: Home, refs: list[tuple[str, str]], filenames: list[str]) -> int:

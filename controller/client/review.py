@@ -18,11 +18,13 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from controller.model.documents import AdmittedJob, Rejection
 from controller.util.fsutil import atomic_write
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+
+if TYPE_CHECKING:  # the CLI's side (ask) runs without the models: they load with check_documents
+    from controller.model.documents import AdmittedJob
 
 REQUEST_SUFFIX = ".request.json"
 ANSWER_SUFFIX = ".answer.json"
@@ -48,6 +50,7 @@ def check_documents(
         check_environment,
         validate_any,
     )
+    from controller.model.documents import AdmittedJob, Rejection  # lazy: with the models above
 
     docs: list[dict[str, Any]] = []
     errors: list[str] = []
