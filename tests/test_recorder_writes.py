@@ -71,3 +71,35 @@ def test_json_copies_are_written_for_finished_jobs_only(tmp_path):
     recorder.write_states({"a": done}, [])
     copy = home.status_json_file("a").read_text()
     assert json.loads(copy.split("\n", 1)[1])["status"]["phase"] == "Succeeded"
+
+
+def _finished(name: str, message: str = "attempt 1 exited with code 0") -> JobState:
+    return JobState(name=name, phase="Succeeded", reason="Completed", message=message, created=T0, attempt=1,
+                    start_time=T0, completion_time=T0 + 1, exit_code=0)
+
+
+def test_a_restart_reads_finished_jobs_from_their_json_copies_and_never_a_stale_copy(tmp_path):
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    recorder.write_states({"a": _finished("a"), "b": _finished("b")}, [])
+    # the copy is what load reads: make it say something the YAML does not (same identity line)
+    copy = home.status_json_file("a")
+    copy.write_text(copy.read_text().replace("attempt 1 exited with code 0", "read from the copy"))
+    # b's status file changed behind its copy (gflowd died between the two writes): the file wins
+    status = home.status_file("b")
+    staged = status.with_name(".b.tmp")
+    staged.write_text(status.read_text().replace("attempt 1 exited with code 0", "read from the file"))
+    staged.replace(status)
+    states, _ = Recorder(home).load()
+    assert states["a"].message == "read from the copy"
+    assert states["b"].message == "read from the file"
+
+
+def test_a_restart_writes_the_missing_json_copy_of_a_finished_job_once(tmp_path):
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    recorder.write_states({"a": _finished("a")}, [])
+    home.status_json_file("a").unlink()  # e.g. status files written by an older gflowd
+    assert Recorder(home).load()[0]["a"].phase == "Succeeded"
+    assert home.status_json_file("a").exists()
+    assert Recorder(home).load()[0]["a"] == _finished("a")
