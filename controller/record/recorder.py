@@ -120,10 +120,12 @@ class Recorder:
             if self.written_sweeps.get(name) == sweep:
                 continue
             document = sweep.to_status()
-            atomic_write(self.home.status_file(name), dump(document))
+            atomic_write(self.home.status_file(name), dump(document), sync_dir=False)
             self._write_json(name, document)
             self.written_sweeps[name] = sweep
             changed = True
+        if changed:
+            fsync_dir(self.home.status_dir)  # one folder fsync for every Sweep status of this pass
         return changed
 
     def write_states(
@@ -265,7 +267,8 @@ class Recorder:
         data = {"apiVersion": API_VERSION, "kind": "Node", "inventory": source, "gpus": gpus}
         text = dump(data)
         if text != self._node_text:
-            atomic_write(self.home.node_file, text)
+            # no fsync: gflowd never reads it back; every pass after a crash writes it anew
+            atomic_write(self.home.node_file, text, durable=False)
             self._node_text = text
 
     def events(self, events: Iterable[Event], now: float) -> None:
