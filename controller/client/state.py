@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from controller.paths import Home
+from controller.util.locks import lock_held
 
 
 def is_running(home: Home) -> bool:
     """True when some gflowd holds this home's lock (gflowctl warns about stale state otherwise)."""
-    from controller.util.fsutil import lock_held  # lazy: get jobs reads the JSON index only (tempfile costs ~3 ms)
-
     return lock_held(home.lock_file)
 
 

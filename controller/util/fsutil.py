@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from controller.util.locks import lock_held  # noqa: F401  (here too: callers import it from fsutil)
+
 
 def atomic_write(path: Path, data: str | bytes, mode: int = 0o644, durable: bool = True, sync_dir: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically. ``durable=False`` skips fsync (caches only);
@@ -56,23 +58,6 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-def lock_held(path: Path) -> bool:
-    """True when some process holds an flock on ``path`` (gflowd's instance lock, a supervisor's
-    attempt lock). The kernel drops such a lock when its holder dies, so it is never stale."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    else:
-        return False
-    finally:
-        os.close(fd)  # closing drops our shared lock, if we got it
 
 
 class RewriteError(Exception):
