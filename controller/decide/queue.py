@@ -88,6 +88,8 @@ def carried_waiting(snap: Snapshot, names: set[str], now: float) -> set[str]:
     if not all(map(operator.is_, map(snap.states.get, records), records.values())):
         return set()
     if adm is not prev:  # the manifest documents: the very objects the last pass saw
+        if adm.sweeps.keys() != prev.sweeps.keys() or any(s is not prev.sweeps[n] for n, s in adm.sweeps.items()):
+            return set()  # a Sweep's parallelism gates its children
         if adm.base == prev.serial:
             if not adm.touched.isdisjoint(records):
                 return set()
