@@ -100,6 +100,11 @@ class Home:
         """Written by gflowd while its web dashboard serves: the URL (a ``--web-port 0`` port)."""
         return self.run_dir / "web.json"
 
+    @property
+    def functions_dir(self) -> Path:
+        """Written by the Python client: ``<job>/`` per function job (pickled call, its result)."""
+        return self.root / "functions"
+
     def status_file(self, name: str) -> Path:
         return self.status_dir / f"{_plain(name)}.yaml"
 

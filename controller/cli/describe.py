@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 from controller.api.units import format_age, format_duration
-from controller.cli.common import document_position, print_error, printable, warn_if_not_running
+from controller.cli.common import print_error, printable, warn_if_not_running
 from controller.cli.events import age_text, read_events
 from controller.client.events import aggregate
-from controller.client.state import find_manifest, job_rows, read_status
+from controller.client.state import document_position, find_manifest, job_rows, read_status
 from controller.model.records import from_rfc3339
 from controller.paths import Home
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one

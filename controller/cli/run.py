@@ -19,7 +19,7 @@ from pathlib import Path
 
 from controller.api.submit import FLAGS, SubmitError, build, merge, parse_flags, read_directives, render
 from controller.cli.common import CliError, print_error, printable, resolve_home
-from controller.cli.manifests import check_inputs, read_manifest_text, store_document
+from controller.client.manifests import check_inputs, read_manifest_text, store_document
 from controller.client.state import find_manifest, is_running, job_rows, read_status
 from controller.paths import Home
 

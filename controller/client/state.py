@@ -144,3 +144,20 @@ def find_manifest(home: Home, name: str, kind: str = "job") -> Path | None:
         if path.exists():
             return path
     return None
+
+
+def document_position(parts: list[str], name: str, path: Path) -> int | None:
+    """Which of a manifest file's documents (``parts``, their texts) defines ``name``."""
+    # lazy: get jobs loads this module and reads no manifest file
+    from controller.api.names import document_name
+    from controller.util.yamlio import YAMLSyntaxError, load_one
+
+    for index, part in enumerate(parts):
+        try:
+            data = load_one(part)
+        except YAMLSyntaxError:
+            continue
+        found, _ = document_name(data, path.stem, len(parts) == 1)
+        if found == name:
+            return index
+    return None

@@ -1,16 +1,26 @@
-"""The manifests gflowctl writes: reading ``-f`` inputs (files, folders, stdin), checking them
-(the running gflowd's verdict, else the same check here), storing one document in the spec dir
-under the file's lock. Shared by ``apply``, ``delete``, ``export`` and ``run``."""
+"""The manifests gflowctl and the Python client write: reading ``-f`` inputs (files, folders,
+stdin), checking them (the running gflowd's verdict, else the same check here), storing one
+document in the spec dir under the file's lock. Shared by ``apply``, ``delete``, ``export`` and
+``run``, and by ``Client.apply``/``submit``. Errors are ``GflowError`` with gflowctl's line.
+
+The stored manifest keeps the user's text: apply writes each document's own text (comments and
+order included) and never re-serialises. A job defined inside a multi-document file is updated in
+place, leaving the other documents byte-for-byte alone. Every such rewrite goes through
+``fsutil.rewrite_locked`` (under the file's lock, re-read there, owner and mode kept, a concurrent
+writer's change never overwritten), and a new file is created only if no one created it meanwhile.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from controller.cli.common import CliError, document_position
+from controller.client.errors import GflowError as CliError
 from controller.client.review import ask, check_documents
-from controller.client.state import find_manifest
+from controller.client.state import document_position, find_manifest
 from controller.paths import Home, is_manifest_name
 from controller.util.fsutil import RewriteError, create_new, lock_held, rewrite_locked
 from controller.util.manifest_edit import join_documents
@@ -129,3 +139,59 @@ def _same(old, new, name: str, target: Path, count: int) -> bool:
         return {**data, "metadata": meta}
 
     return normal(old) == normal(new)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One document ``apply`` wrote (or would write): ``verb`` is created, configured or unchanged."""
+
+    kind: str
+    name: str
+    verb: str
+    warning: str | None = None
+
+
+def apply_inputs(
+    home: Home, inputs: list[tuple[str, str]], dry_run: bool, on_input: Callable[[int], None] | None = None,
+) -> Iterator[Applied | str]:
+    """``gflowctl apply``'s work: every valid document stored (each yielded as it is), every error
+    yielded as its one-line text, all of them (a bad document does not stop the good ones). A name
+    defined twice is an error for the second. ``on_input(i)`` runs before input ``i`` is handled."""
+    seen: dict[str, str] = {}
+    home.spec_dir.mkdir(parents=True, exist_ok=True)
+    for done, (docs, doc_errors) in enumerate(check_inputs(home, inputs)):
+        if on_input is not None:
+            on_input(done)
+        yield from doc_errors
+        for doc in docs:
+            if doc.name in seen:
+                yield f"job/{doc.name} is defined twice: in {seen[doc.name]} and {doc.origin}"
+                continue
+            seen[doc.name] = doc.origin
+            verb = store_document(home, run_where_applied(home, doc), dry_run)
+            yield Applied(doc.kind, doc.name, verb, doc.warning)
+
+
+def run_where_applied(home: Home, doc: Doc) -> Doc:
+    """A manifest applied from ``~/proj/job.yaml`` runs in ``~/proj`` (from stdin: the current
+    folder), as sbatch would, not in the spec dir its copy lands in: when its ``workingDir`` is
+    absent or relative, the copy gets that folder as an absolute ``workingDir`` (one line; the rest
+    of the user's text is kept). A file already under the spec dir keeps its own folder's rule."""
+    source = Path.cwd() if doc.origin.startswith("<") else Path(os.path.abspath(doc.origin)).parent
+    spec_dir = home.spec_dir.resolve()
+    if spec_dir == source.resolve() or spec_dir in source.resolve().parents:
+        return doc
+    spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
+    path = ("spec", "workingDir")
+    if doc.kind == "sweep" and isinstance(spec, dict):
+        spec, path = spec.get("template"), ("spec", "template", "workingDir")
+    if not isinstance(spec, dict):
+        return doc
+    current = spec.get("workingDir")
+    if isinstance(current, str) and (current.startswith("~") or os.path.isabs(current)):
+        return doc
+    folder = os.path.normpath(os.path.join(source, current or "."))
+    from controller.util.manifest_edit import set_field  # lazy: ruamel only when a copy needs the line
+
+    text = set_field(doc.text, 0, path, folder)
+    return replace(doc, text=text, data=load_one(text))
