@@ -161,3 +161,21 @@ def document_position(parts: list[str], name: str, path: Path) -> int | None:
         if found == name:
             return index
     return None
+
+
+FINISHED = ("Succeeded", "Failed", "Cancelled")
+
+
+def reached(status: dict[str, Any], what: str, value: str) -> tuple[str | None, bool]:
+    """For ``gflowctl wait --for=what=value`` on a job's ``status`` mapping (``what`` is ``phase``
+    or ``condition``): the phase or condition type reached, as the status spells it, or None; and
+    whether it can no longer be reached (a finished job will not change phase)."""
+    phase = status.get("phase")
+    if what == "phase":
+        if phase is not None and phase.lower() == value.lower():
+            return phase, False
+        return None, phase in FINISHED
+    for cond in status.get("conditions") or []:
+        if cond.get("type", "").lower() == value.lower() and cond.get("status") == "True":
+            return cond["type"], False
+    return None, False
