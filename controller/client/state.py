@@ -10,6 +10,7 @@ import pwd
 from pathlib import Path
 from typing import Any, Callable
 
+from controller.client.errors import GflowError
 from controller.paths import Home
 
 
@@ -179,3 +180,35 @@ def reached(status: dict[str, Any], what: str, value: str) -> tuple[str | None, 
         if cond.get("type", "").lower() == value.lower() and cond.get("status") == "True":
             return cond["type"], False
     return None, False
+
+
+def select_rows(rows: dict[str, dict[str, Any]], names: list[str], selector: list[tuple[str, str, bool]],
+                phases: list[str]) -> list[tuple[str, dict]]:
+    """The rows named (all when none), in name order, whose labels match ``selector`` and whose
+    phase is one of ``phases`` (any when empty)."""
+    from controller.api.labels import selector_matches  # lazy: only listing selects
+
+    chosen = []
+    wanted_phases = {p.lower() for p in phases}
+    for name in names or sorted(rows):
+        row = rows.get(name)
+        if row is None:
+            continue
+        if not selector_matches(selector, row.get("labels") or {}):
+            continue
+        if wanted_phases and str(row.get("phase", "")).lower() not in wanted_phases:
+            continue
+        chosen.append((name, row))
+    return chosen
+
+
+def read_node(home: Home) -> dict | None:
+    """``node.yaml``, the GPU inventory gflowd writes; None before it has written one."""
+    from controller.util.yamlio import YAMLSyntaxError, load_one  # lazy: only get gpus reads YAML
+
+    try:
+        return load_one(home.node_file.read_text()) or {}
+    except FileNotFoundError:
+        return None
+    except (OSError, YAMLSyntaxError) as exc:
+        raise GflowError(f"cannot read {home.node_file}: {exc}") from None
