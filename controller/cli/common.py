@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from controller.client.errors import GflowError
 from controller.paths import Home
@@ -33,16 +32,7 @@ def print_error(message: object) -> None:
 
 
 def resolve_home(home: str | None, spec_dir: str | None) -> Home:
-    resolved = Home.resolve(home, spec_dir)
-    if spec_dir is None:
-        # follow the spec dir a running (or the last) gflowd watches, e.g. a git checkout
-        try:
-            recorded = resolved.spec_dir_file.read_text().strip()
-        except OSError:
-            recorded = ""
-        if recorded:
-            resolved = Home(resolved.root, Path(recorded))
-    return resolved
+    return Home.locate(home, spec_dir)
 
 
 def warn_if_not_running(home: Home) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from controller.client.errors import GflowError as CliError
+from controller.client.objects import Submitted
 from controller.client.review import ask, check_documents
 from controller.client.state import document_position, find_manifest
 from controller.paths import Home, is_manifest_name
@@ -141,19 +142,9 @@ def _same(old, new, name: str, target: Path, count: int) -> bool:
     return normal(old) == normal(new)
 
 
-@dataclass(frozen=True)
-class Applied:
-    """One document ``apply`` wrote (or would write): ``verb`` is created, configured or unchanged."""
-
-    kind: str
-    name: str
-    verb: str
-    warning: str | None = None
-
-
 def apply_inputs(
     home: Home, inputs: list[tuple[str, str]], dry_run: bool, on_input: Callable[[int], None] | None = None,
-) -> Iterator[Applied | str]:
+) -> Iterator[Submitted | str]:
     """``gflowctl apply``'s work: every valid document stored (each yielded as it is), every error
     yielded as its one-line text, all of them (a bad document does not stop the good ones). A name
     defined twice is an error for the second. ``on_input(i)`` runs before input ``i`` is handled."""
@@ -169,7 +160,7 @@ def apply_inputs(
                 continue
             seen[doc.name] = doc.origin
             verb = store_document(home, run_where_applied(home, doc), dry_run)
-            yield Applied(doc.kind, doc.name, verb, doc.warning)
+            yield Submitted(doc.kind, doc.name, verb, doc.warning)
 
 
 def run_where_applied(home: Home, doc: Doc) -> Doc:

@@ -70,7 +70,7 @@ def build_submission(
             script_path=os.path.abspath(script.path) if script is not None else None,
             script_args=script_args or [],
             cwd=cwd,
-            suffix=_suffix(home),
+            suffix=free_suffix(home),
             last_job=_last_job(home),
             name_from_sbatch=name_from_sbatch,
         )
@@ -106,7 +106,7 @@ def exists(home: Home, name: str) -> bool:
     return name in job_rows(home) or find_manifest(home, name) is not None or find_manifest(home, name, "sweep") is not None
 
 
-def _suffix(home: Home) -> str:
+def free_suffix(home: Home) -> str:
     """Five random letters and digits: short to read, and checked to be free."""
     for _ in range(20):
         suffix = "".join(secrets.choice(_ALPHABET) for _ in range(5))
