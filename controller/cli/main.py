@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.add_argument("--plot", metavar="DIR", help="write a Gantt chart and a wait-time CDF (PNG) here; needs matplotlib")
 
+    p = sub.add_parser("mcp", parents=[common], help="serve gflow to AI agents: an MCP server on stdio (needs gflow-controller[mcp])")
+    p.add_argument("--read-only", action="store_true", help="offer only the reading tools (no submit, cancel, ...)")
+
     sub.add_parser("version", parents=[common], help="print the version")
     return parser
 
@@ -222,6 +225,10 @@ def run(argv: list[str]) -> int:
         options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "gpu_types", "output")}
         name = parse_refs([args.name])[0][1] if args.name else None
         return export(home, args.target, name, args.filename, options, args.recursive)
+    if verb == "mcp":
+        from controller.cli.mcp import serve  # lazy: gflowctl loads only the verb it runs
+
+        return serve(home, args.read_only)
     if verb == "explain":
         from controller.cli.explain import explain  # lazy: gflowctl loads only the verb it runs
 

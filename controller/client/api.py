@@ -272,8 +272,11 @@ class Client:
             import shlex  # lazy: only a command given as one string is split
 
             command = shlex.split(command)
-        flags = _options(options)
-        submission = build_submission(self.home, flags, command=list(command or []) or None, cwd=os.getcwd())
+        try:
+            submission = build_submission(self.home, _options(options), command=list(command or []) or None, cwd=os.getcwd())
+        except GflowError as exc:  # the flags themselves: no manifest to show
+            return {"name": options.get("name"), "kind": None, "manifest": None, "valid": False, "errors": [str(exc)],
+                    "warning": None, "gflowdRunning": self.is_running(), "fitsNow": False, "why": "invalid"}
         text = render(submission.manifest)
         try:
             check_names(self.home, submission)
