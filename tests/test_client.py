@@ -250,3 +250,25 @@ class _Trap:
 
     def __reduce__(self):
         return (_refuse, ())
+
+
+def test_the_worked_example_runs(home, gflowd, fake_gpus, tmp_path):
+    gflowd("--fake-gpus", fake_gpus)
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "python_client.py"
+    env = {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "state")}
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("job/train-") and lines[0].endswith(" submitted")
+    assert lines[1] in ("one run: {'lr': 0.1, 'loss': 0.5905, 'gpu': '0'}", "one run: {'lr': 0.1, 'loss': 0.5905, 'gpu': '1'}")
+    assert lines[2].startswith("sweep/train-") and lines[2].endswith(": 4 jobs")
+    assert lines[3] == "best lr 0.3: loss 0.343"
+    assert lines[4].startswith("job/sqrt-") and lines[4].endswith(" raised ValueError: math domain error")
+    assert len(lines) == 5
+
+
+def test_importing_the_client_loads_no_heavy_library():
+    code = ("import sys; from controller.client import Client, GflowError; "
+            "print(sorted(m for m in ('pydantic', 'ruamel.yaml', 'cloudpickle', 'mcp', 'controller.decide') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "[]\n", done.stderr
