@@ -212,6 +212,17 @@ def test_functions_that_cannot_travel_or_die_say_which_job_and_why(home, gflowd,
         late.result(timeout=60)
     assert caught.value.reason == "DeadlineExceeded"
 
+    def hogs_memory():
+        x = bytearray(600 * 1024 * 1024)
+        for i in range(0, len(x), 4096):
+            x[i] = 1
+        return len(x)
+
+    hog = client.submit_function(hogs_memory, gpus=0, job_options={"memory": "200Mi"})
+    with pytest.raises(JobError, match=f"job/{hog.job} ended without a result \\(Failed: OOMKilled") as caught:
+        hog.result(timeout=60)
+    assert caught.value.reason == "OOMKilled"
+
     def dies():
         os._exit(3)
 
