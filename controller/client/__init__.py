@@ -11,8 +11,7 @@ for (gflowctl imports ``controller.client.errors`` at start-up).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing is not imported: gflowctl's start-up loads this package (errors)
 if TYPE_CHECKING:
     from controller.client.api import Client
     from controller.client.errors import GflowError, JobError, NotFound
@@ -34,7 +33,7 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'controller.client' has no attribute {name!r}")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from controller.client.errors import GflowError as CliError
+from controller.client.errors import GflowError
 from controller.client.objects import Submitted
 from controller.client.review import ask, check_documents
 from controller.client.state import document_position, find_manifest
@@ -50,13 +50,13 @@ def read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
             pattern = "**/*" if recursive else "*"
             files = sorted(p for p in path.glob(pattern) if p.is_file() and is_manifest_name(p.name))
             if not files:
-                raise CliError(f"{name}: no .yaml or .yml files" + ("" if recursive else " (use -R for sub-folders)"))
+                raise GflowError(f"{name}: no .yaml or .yml files" + ("" if recursive else " (use -R for sub-folders)"))
             for file in files:
                 inputs.append((str(file), read_manifest_text(file)))
         elif path.exists():
             inputs.append((str(path), read_manifest_text(path)))
         else:
-            raise CliError(f"{name}: no such file or folder")
+            raise GflowError(f"{name}: no such file or folder")
     return inputs
 
 
@@ -64,13 +64,13 @@ def read_manifest_text(path: Path) -> str:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise CliError(f"{path}: {exc.strerror}") from None
+        raise GflowError(f"{path}: {exc.strerror}") from None
     if len(raw) > 1024 * 1024:
-        raise CliError(f"{path}: over the 1 MiB limit for a manifest")
+        raise GflowError(f"{path}: over the 1 MiB limit for a manifest")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise CliError(f"{path}: not UTF-8 text") from None
+        raise GflowError(f"{path}: not UTF-8 text") from None
 
 
 def check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[Doc], list[str]]]:
@@ -110,7 +110,7 @@ def store_document(home: Home, doc: Doc, dry_run: bool) -> str:
         parts = list(iter_documents_text(current))
         position = document_position(parts, doc.name, target)
         if position is None:
-            raise CliError(f"job/{doc.name}: its manifest {target} no longer defines it; try again")
+            raise GflowError(f"job/{doc.name}: its manifest {target} no longer defines it; try again")
         old = load_one(parts[position])
         verb = "unchanged" if _same(old, doc.data, doc.name, target, len(parts)) else "configured"
         if parts[position] == body or dry_run:
@@ -124,9 +124,9 @@ def store_document(home: Home, doc: Doc, dry_run: bool) -> str:
         else:
             rewrite_locked(target, change, within=home.spec_dir)
     except FileNotFoundError:
-        raise CliError(f"{doc.kind}/{doc.name}: its manifest {target} was removed meanwhile; try again") from None
+        raise GflowError(f"{doc.kind}/{doc.name}: its manifest {target} was removed meanwhile; try again") from None
     except RewriteError as exc:
-        raise CliError(f"{doc.kind}/{doc.name}: not changed: {exc}") from None
+        raise GflowError(f"{doc.kind}/{doc.name}: not changed: {exc}") from None
     return verb
 
 
