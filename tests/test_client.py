@@ -82,6 +82,8 @@ def test_edits_act_on_a_running_and_a_waiting_job(home, gflowd, proj, fake_gpus)
     assert client.cancel("holder") == ["job/holder cancelled"]
     assert client.wait("holder", "Cancelled", timeout=30).reason == "UserCancelled"
     assert client.get("waiter").phase == "Pending"  # still held
+    with pytest.raises(GflowError, match="job/holder is Cancelled \\(UserCancelled\\); it will not become Succeeded"):
+        client.wait("holder", "Succeeded", timeout=30)
     client.resume("waiter")
     assert client.wait(waiter.name, timeout=30).phase == "Succeeded"
 
@@ -126,6 +128,21 @@ def test_apply_takes_text_a_dict_and_a_path(home, gflowd, proj, fake_gpus):
     assert client.apply(text)[0].name == "from-text"
     assert client.wait("from-file", timeout=30).phase == "Succeeded"
     assert client.logs("from-file") == f"{proj}\n"  # runs where it was applied from, as gflowctl apply
+
+
+def test_a_sweep_with_params_and_a_followed_log(home, gflowd, proj, fake_gpus):
+    gflowd("--fake-gpus", fake_gpus)
+    client = Client(home)
+    sweep = client.sweep(["sh", "-c", "echo lr=$LR"], params={"lr": [0.1, 0.2]}, parallelism=1, name="grid")
+    assert sweep == Submitted("sweep", "grid", "created")
+    children = wait_for(lambda: [j for j in client.list(labels={"gflow.dev/sweep": "grid"}) if j.finished] or None, timeout=30)
+    wait_for(lambda: len([j for j in client.list(phase="Succeeded") if j.sweep == "grid"]) == 2, timeout=30)
+    assert sorted(client.logs(j.name) for j in client.list() if j.sweep == "grid") == ["lr=0.1\n", "lr=0.2\n"]
+    assert children[0].sweep == "grid" and client.get("grid").counts == {"Succeeded": 2}
+
+    slow = client.submit(["sh", "-c", "echo first; sleep 1; echo second"], name="slow")
+    assert "".join(client.logs(slow.name, follow=True)) == "first\nsecond\n"  # until the job ends
+    assert client.get("slow").phase == "Succeeded"
 
 
 # -- functions as jobs ------------------------------------------------------------------------------
