@@ -55,7 +55,7 @@ class Controller:
         self.policy = policy_from_config(config)  # backfill, aging, fair share, quotas: fixed for this run
         self.observer = SnapshotBuilder(home, config, inventory, self.runtime, self.policy)
         self.recorder = Recorder(home, clock)
-        self.writer = PassWriter(home, self.recorder, inventory.describe)
+        self.writer = PassWriter(home, self.recorder, inventory.describe, getattr(self.runtime, "limits_summary", lambda: None))
         self.sinks = sinks  # controller.sinks.hooks.Sinks: history, metrics, webhooks
         self.memory = Memory()
         # the GPUs as the last pass saw them, for the review's never-fits verdict (None: not yet

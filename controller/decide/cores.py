@@ -15,23 +15,13 @@ from __future__ import annotations
 
 import math
 
+from controller.api.units import format_cpu_list as format_cores
 from controller.model.reasons import Reason
 from controller.model.scheduling import Binding, CorePool, Request, Wait
 
 
 def _count(n: int) -> str:
     return f"{n} CPU{'s' if n != 1 else ''}"
-
-
-def format_cores(cores: list[int] | tuple[int, ...]) -> str:
-    """[0, 1, 2, 5] -> ``0-2,5``."""
-    ranges: list[str] = []
-    for core in sorted(cores):
-        if ranges and core == int(ranges[-1].split("-")[-1]) + 1:
-            ranges[-1] = f"{ranges[-1].split('-')[0]}-{core}"
-        else:
-            ranges.append(str(core))
-    return ",".join(ranges)
 
 
 class CoreBooking:

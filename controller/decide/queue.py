@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 
-from controller.decide.cores import format_cores
+from controller.api.units import format_cpu_list as format_cores
 from controller.decide.gates import admissible
 from controller.decide.lifecycle import Pending
 from controller.decide.policy import (

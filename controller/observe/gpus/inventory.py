@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from controller.api.units import parse_quantity
+from controller.api.units import parse_cpu_list, parse_quantity
 from controller.model.gpus import Gpu, GpuProcess
 from controller.util.yamlio import YAMLSyntaxError, load_one
 
@@ -134,12 +134,3 @@ def _numa_nodes(declared: object) -> Callable[[int], frozenset[int]]:
 
     return cpus_of
 
-
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """``0-2,5`` -> {0, 1, 2, 5} (the kernel's CPU list format); ValueError when malformed."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if part:
-            low, _, high = part.partition("-")
-            cpus.update(range(int(low), int(high or low) + 1))
-    return frozenset(cpus)
