@@ -397,9 +397,14 @@ def _usable_ever(typed: list[GpuSlot], req: Request) -> list[GpuSlot]:
     return usable
 
 
-def never_fits(req: Request, slots: list[GpuSlot]) -> str | None:
-    """Why ``req`` can never start on these GPUs (the Unschedulable message, with its numbers),
-    or None when some day it could. What ``gflowctl apply`` is warned of by gflowd's review."""
+def never_fits(req: Request, slots: list[GpuSlot], cores: frozenset[int] | None = None) -> str | None:
+    """Why ``req`` can never start on these GPUs (and ``cores``, when booked): the Unschedulable
+    message, with its numbers, or None when some day it could. What ``gflowctl apply`` is warned
+    of by gflowd's review."""
+    if cores is not None and req.cpus:
+        too_many = CoreBooking(CorePool(cores), "backfill", 0.0).never(req)
+        if too_many is not None:
+            return too_many
     typed = [s for s in slots if _matches(s, req)]
     return _never_fits(req, slots, typed) if len(_usable_ever(typed, req)) < req.gpus else None
 
