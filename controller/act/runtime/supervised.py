@@ -41,7 +41,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.act.runtime.cgroups import AttemptCgroup, CgroupError, Cgroups, Limits, Probe, gpu_device_rules, setup
+from controller.act.runtime.cgroups import (
+    AttemptCgroup,
+    CgroupError,
+    Cgroupfs,
+    Cgroups,
+    Limits,
+    Probe,
+    gpu_device_rules,
+    setup,
+)
 from controller.act.runtime.command import LaunchError, build_process
 from controller.act.runtime.orphans import MARKER_VARIABLE, attempt_processes, signal_processes
 from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks, unix_address
@@ -118,10 +127,11 @@ def cgroup_group(root: Path) -> str:
     return "gflow-" + hashlib.sha256(str(Path(root).absolute()).encode()).hexdigest()[:10]
 
 
-def start_cgroups(request: str, home: Home) -> tuple[Cgroups | None, Probe]:
+def start_cgroups(request: str, home: Home, found: Probe | None = None, fs: Cgroupfs | None = None) -> tuple[Cgroups | None, Probe]:
     """``--cgroups auto|required|off`` -> the prepared cgroups (None: polling) and what to say about
-    them, said once in the log. Raises CgroupError for ``required`` where they cannot be used."""
-    cgroups, found = setup(request, cgroup_group(home.root))
+    them, said once in the log. Raises CgroupError for ``required`` where they cannot be used.
+    ``found`` and ``fs``: a probe and a cgroupfs other than this machine's (tests)."""
+    cgroups, found = setup(request, cgroup_group(home.root), found, fs)
     if cgroups is None:
         if request != "off":
             log.warning("%s; memory limits are enforced by polling each job's RSS every 100 ms instead", found.summary())
@@ -132,10 +142,11 @@ def start_cgroups(request: str, home: Home) -> tuple[Cgroups | None, Probe]:
 
 class SupervisorRuntime:
     def __init__(self, home: Home, base_env: dict[str, str] | None = None, python: str | None = None,
-                 cgroups: str = "auto", device_dir: str = "/dev"):
+                 cgroups: str = "auto", device_dir: str = "/dev", cgroup_probe: Probe | None = None,
+                 cgroupfs: Cgroupfs | None = None):
         self.home = home
         self.device_dir = device_dir
-        self.cgroups, self.cgroup_probe = start_cgroups(cgroups, home)
+        self.cgroups, self.cgroup_probe = start_cgroups(cgroups, home, cgroup_probe, cgroupfs)
         self.cgroup_request = cgroups
         self.base_env = dict(base_env if base_env is not None else os.environ)
         self.python = python or sys.executable
