@@ -207,3 +207,18 @@ def test_a_job_whose_supervisor_died_is_found_by_its_cgroup_and_stopped(home, gf
     status = wait_phase(home, "gone", "Failed", reason="Lost", timeout=30, daemon=again)
     assert "3 process(es)" in status["message"] or "process(es) were stopped" in status["message"], status
     wait_for(lambda: not attempt_dirs(home, "gone"), timeout=10, message="the orphan's cgroup to be removed")
+
+
+def test_the_left_behind_check_finds_an_attempt_cgroup_of_a_home_and_removes_it(home):
+    from helpers import scrub_cgroups
+
+    from controller.act.runtime.cgroups import Cgroups, Limits
+    from controller.act.runtime.supervised import cgroup_group
+
+    cgroups = Cgroups(FOUND, cgroup_group(home))
+    cgroups.prepare()
+    cgroups.create("forgotten-1", Limits(memory=64 * MI))
+    found = home_cgroups(home)
+    assert found and all(os.path.isdir(os.path.join(group, "forgotten-1")) for group in found)
+    assert sorted(scrub_cgroups(found)) == sorted(os.path.join(group, "forgotten-1") for group in found)
+    assert home_cgroups(home) == []
