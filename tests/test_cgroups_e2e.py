@@ -10,8 +10,12 @@ session check fails the run if an attempt cgroup survived.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -222,3 +226,60 @@ def test_the_left_behind_check_finds_an_attempt_cgroup_of_a_home_and_removes_it(
     assert found and all(os.path.isdir(os.path.join(group, "forgotten-1")) for group in found)
     assert sorted(scrub_cgroups(found)) == sorted(os.path.join(group, "forgotten-1") for group in found)
     assert home_cgroups(home) == []
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _as_nobody(argv: list[str], **kwargs) -> subprocess.Popen:
+    """As uid 65534, a user to whom no cgroup is delegated. The test's interpreter may live where
+    nobody cannot read (/root/.pyenv): the system's of the same version runs with the venv's packages."""
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{site}"}
+    return subprocess.Popen([python, *argv], cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, user=65534, group=65534, extra_groups=[], env=env, **kwargs)
+
+
+def _gflowd_as_nobody(home: Path, *args: str) -> subprocess.Popen:
+    return _as_nobody(["-m", "controller.daemon", "--home", str(home), "--resync", "1s", *args])
+
+
+@pytest.fixture
+def nobodys_home():
+    """A home nobody owns, outside pytest's temp folder (root's, mode 0700)."""
+    top = Path(tempfile.mkdtemp(prefix=f"gflow-cgroups2-nobody-{os.getpid()}-"))
+    try:
+        home = top / "home"
+        (home / "jobs").mkdir(parents=True)
+        for path in (top, home, home / "jobs"):
+            path.chmod(0o755)
+            os.chown(path, 65534, 65534)
+        try:
+            check = _as_nobody(["-c", "import controller.daemon.main"])
+            _, err = check.communicate(timeout=60)
+        except (OSError, subprocess.SubprocessError) as exc:
+            pytest.skip(f"no interpreter usable by uid 65534: {exc}")
+        if check.returncode != 0:
+            pytest.skip(f"the project is not importable by uid 65534: {err[-300:]}")
+        yield home
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_without_cgroups_required_refuses_in_one_line_and_auto_falls_back_saying_so_once(nobodys_home):
+    refused = _gflowd_as_nobody(nobodys_home, "--cgroups", "required")
+    _, err = refused.communicate(timeout=60)
+    assert refused.returncode == 1
+    assert len(err.strip().splitlines()) == 1 and err.startswith("gflowd: --cgroups required, but "), err
+    assert "not writable by uid 65534" in err or "not delegated" in err, err
+    daemon = _gflowd_as_nobody(nobodys_home)  # auto
+    try:
+        wait_for(lambda: (nobodys_home / "node.yaml").exists(), timeout=30, message="gflowd as nobody to write node.yaml")
+        node = (nobodys_home / "node.yaml").read_text()
+        assert "limits: " in node and "cgroups unavailable" in node and "memory polled" in node, node
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=30)
+    fallback = [line for line in err.splitlines() if "cgroups unavailable" in line]
+    assert len(fallback) == 1 and "polling each job's RSS every 100 ms" in fallback[0], err
