@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import pytest
+
+from controller.api.units import parse_cpu_list
 from controller.decide.scheduler import Binding, Wait, build_slots, schedule
 from controller.model.gpus import Gpu
 from controller.model.scheduling import CorePool, Request
@@ -102,3 +106,71 @@ def test_the_apply_review_warns_of_more_cores_than_the_machine_has():
     assert never_fits(req("big", 8), [], frozenset({0, 1})) == "needs 8 CPUs, this machine has 2"
     assert never_fits(req("ok", 2), [], frozenset({0, 1})) is None
     assert never_fits(req("unbooked", 8), [], None) is None
+
+
+# -- through reconcile: the launch carries the cores and the GPUs' device minors ---------------------
+
+
+def _job(name: str, **spec):
+    from controller.decide.admission import validate_document
+
+    spec.setdefault("command", ["true"])
+    return validate_document({"metadata": {"name": name}, "spec": spec}, source=f"jobs/{name}.yaml",
+                             path=f"/h/jobs/{name}.yaml", stem=name, single=True)
+
+
+def test_reconcile_binds_cores_near_the_gpu_and_launches_with_its_minor_and_the_running_job_keeps_them():
+    from controller.decide.admission import admit
+    from controller.decide.reconcile import reconcile
+    from controller.model.plan import Host, RunObservation, Snapshot
+
+    listed = [Gpu(0, "GPU-0", "H100", 80 * GIB, minor=7, cpus=frozenset({2, 3})), Gpu(1, "GPU-1", "H100", 80 * GIB, minor=3)]
+    host = Host(cores=frozenset(range(4)))
+    admitted = admit([_job("a", resources={"gpus": 1, "cpus": 2}), _job("b", resources={"cpus": 3})])
+    first = reconcile(Snapshot(admitted, {}, {}, listed, host=host), 1000.0)
+    launch = next(s for s in first.starts if s.name == "a")
+    assert (launch.devices, launch.device_minors, launch.cpus) == ([0], (7,), (2, 3))
+    assert first.states["a"].cores == [2, 3] and first.states["a"].message == "bound to GPU 0, cores 2-3"
+    assert first.states["b"].reason == "Resources"
+    assert first.states["b"].message == "needs 3 CPUs, 2 free (cores 2-3 bound to a)"
+    # the next pass: a runs and still holds its cores (from its record), b still waits
+    runs = {"a": RunObservation("a", 1, 5, 1000.0, True)}
+    second = reconcile(Snapshot(admitted, first.states, runs, listed, host=host), 1001.0)
+    assert second.cores.taken == {2: "a", 3: "a"} and second.states["b"].reason == "Resources"
+
+
+# -- the fake-GPU file: numaNode, numaNodes, minor ----------------------------------------------------
+
+
+def test_the_fake_gpu_file_places_gpus_on_declared_numa_nodes_and_gives_minors():
+    from controller.observe.gpus.inventory import parse_fake_gpus
+
+    listed = parse_fake_gpus(
+        "numaNodes: {0: '0-3', 1: '4-7,12'}\n"
+        "gpus:\n  - {name: A, numaNode: 1, minor: 9}\n  - {name: B, numaNode: 0}\n  - {name: C}\n"
+    )
+    assert [(g.cpus, g.device_minor) for g in listed] == [
+        (frozenset({4, 5, 6, 7, 12}), 9), (frozenset({0, 1, 2, 3}), 1), (frozenset(), 2),
+    ]
+
+
+def test_a_node_the_file_does_not_declare_is_this_machines_own():
+    from controller.observe.gpus.inventory import parse_fake_gpus
+
+    own = Path("/sys/devices/system/node/node0/cpulist")
+    expected = parse_cpu_list(own.read_text()) if own.exists() else frozenset()
+    assert parse_fake_gpus("gpus:\n  - {name: A, numaNode: 0}\n")[0].cpus == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("gpus:\n  - {name: A, numaNode: -1}\n", "gpus[0].numaNode: must be an integer >= 0"),
+    ("gpus:\n  - {name: A, minor: x}\n", "gpus[0].minor: must be an integer >= 0"),
+    ("numaNodes: {0: 'a-b'}\ngpus: []\n", "numaNodes.0: expected a CPU list like 0-7,16, not 'a-b'"),
+    ("numaNodes: [0]\ngpus: []\n", "numaNodes: expected a mapping of node number to a CPU list like 0-7,16"),
+])
+def test_bad_placement_in_the_fake_gpu_file_is_one_line_naming_the_field(text, message):
+    from controller.observe.gpus.inventory import parse_fake_gpus
+
+    with pytest.raises(ValueError) as raised:
+        parse_fake_gpus(text)
+    assert str(raised.value) == message
