@@ -23,6 +23,7 @@ import pytest
 from helpers import home_cgroups, job_status, read_log, wait_for, wait_phase, write_manifest
 
 from controller.act.runtime.cgroups import probe
+from controller.api.units import format_cpu_list
 
 FOUND = probe()
 MI = 1 << 20
@@ -131,7 +132,12 @@ def test_cpus_pin_each_job_to_a_core_on_its_gpus_numa_node_and_a_third_waits(hom
     first, second = sorted(os.sched_getaffinity(0))[:2]
     fake = tmp_path / "gpus.yaml"  # two NUMA nodes of one core each, GPU 0 on the second one
     fake.write_text(f"numaNodes: {{0: '{second}', 1: '{first}'}}\ngpus:\n  - {{name: A, numaNode: 0}}\n  - {{name: B, numaNode: 1}}\n")
-    daemon = gflowd("--fake-gpus", fake)
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {first, second})  # gflowd inherits it: its machine has exactly these 2 cores
+    try:
+        daemon = gflowd("--fake-gpus", fake)
+    finally:
+        os.sched_setaffinity(0, mine)
     extra = "  workingDir: .\n  resources: {gpus: 1, cpus: 1}\n"
     write_manifest(home / "jobs", "a.yaml", python_job("a", AFFINITY, extra))
     assert wait_phase(home, "a", "Running", daemon=daemon)["devices"] == [0]
@@ -144,6 +150,15 @@ def test_cpus_pin_each_job_to_a_core_on_its_gpus_numa_node_and_a_third_waits(hom
     write_manifest(home / "jobs", "c.yaml", python_job("c", AFFINITY, "  workingDir: .\n  resources: {cpus: 1}\n"))
     waiting = wait_phase(home, "c", "Pending", reason="Resources", daemon=daemon)
     assert waiting["message"].startswith("needs 1 CPU, 0 free"), waiting
+    node = subprocess.run([str(Path(sys.executable).parent / "gflowctl"), "--home", str(home), "get", "node"],
+                          capture_output=True, text=True, timeout=30)
+    footer = node.stderr.splitlines()
+    assert f"CPU cores: 0 free of 2 ({format_cpu_list({first, second})})" in footer[0] and "bound:" in footer[0], node.stderr
+    assert footer[1].startswith("Limits: cgroup v1: memory, cpuset, pids, devices") or FOUND.mode != "v1", node.stderr
+    wide = subprocess.run([str(Path(sys.executable).parent / "gflowctl"), "--home", str(home), "get", "jobs", "-o", "wide"],
+                          capture_output=True, text=True, timeout=30).stdout.splitlines()
+    column = wide[0].split().index("CPUS")
+    assert [line.split()[column] for line in wide[1:]] == ["1", "1", "1"]
     (home / "jobs" / "release").touch()
     wait_phase(home, "c", "Succeeded", timeout=30, daemon=daemon)
     for name in "abc":
