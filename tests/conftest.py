@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # `import helpers` from any test module
 
-from helpers import Daemon, home_cgroups, kill_jobs_of_home, scrub_cgroups  # noqa: E402
+from helpers import Daemon, home_cgroups, kill_jobs_of_home, scrub_cgroups  # noqa: E402  (kill_jobs_of_home scrubs cgroups too)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -64,4 +64,3 @@ def gflowd(home: Path, tmp_path: Path):
         left = kill_jobs_of_home(root)
         if left:
             warnings.warn(f"job processes of {root} survived SIGKILL: {sorted(left)}")
-        scrub_cgroups(home_cgroups(root))  # a daemon killed mid-job leaves its cgroups: not the next test's

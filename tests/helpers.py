@@ -224,8 +224,9 @@ def kill_jobs_of_home(home: Path, timeout: float = 5) -> set[int]:
     while time.monotonic() < deadline:
         left = {pid for pid in targets if pid_alive(pid)} | processes_of_home(home)
         if not left:
-            return set()
+            break
         time.sleep(0.02)
+    scrub_cgroups(home_cgroups(home))  # their supervisors died too: nobody else removes them
     return left
 
 

@@ -18,7 +18,7 @@ GIB = 2**30
 
 def gpus(*near: frozenset[int]) -> list:
     """GPUs whose NUMA node holds these cores, one GPU per argument."""
-    listed = [Gpu(i, f"GPU-{i}", "H100", 80 * GIB, cpus=frozenset(cores)) for i, cores in enumerate(near)]
+    listed = [Gpu(i, f"GPU-{i}", "H100", 80 * GIB, cpus=tuple(sorted(cores))) for i, cores in enumerate(near)]
     return build_slots(listed, [], None, set(), GIB)
 
 
@@ -124,7 +124,7 @@ def test_reconcile_binds_cores_near_the_gpu_and_launches_with_its_minor_and_the_
     from controller.decide.reconcile import reconcile
     from controller.model.plan import Host, RunObservation, Snapshot
 
-    listed = [Gpu(0, "GPU-0", "H100", 80 * GIB, minor=7, cpus=frozenset({2, 3})), Gpu(1, "GPU-1", "H100", 80 * GIB, minor=3)]
+    listed = [Gpu(0, "GPU-0", "H100", 80 * GIB, minor=7, cpus=(2, 3)), Gpu(1, "GPU-1", "H100", 80 * GIB, minor=3)]
     host = Host(cores=frozenset(range(4)))
     admitted = admit([_job("a", resources={"gpus": 1, "cpus": 2}), _job("b", resources={"cpus": 3})])
     first = reconcile(Snapshot(admitted, {}, {}, listed, host=host), 1000.0)
@@ -150,7 +150,7 @@ def test_the_fake_gpu_file_places_gpus_on_declared_numa_nodes_and_gives_minors()
         "gpus:\n  - {name: A, numaNode: 1, minor: 9}\n  - {name: B, numaNode: 0}\n  - {name: C}\n"
     )
     assert [(g.cpus, g.device_minor) for g in listed] == [
-        (frozenset({4, 5, 6, 7, 12}), 9), (frozenset({0, 1, 2, 3}), 1), (frozenset(), 2),
+        ((4, 5, 6, 7, 12), 9), ((0, 1, 2, 3), 1), ((), 2),
     ]
 
 
@@ -158,7 +158,7 @@ def test_a_node_the_file_does_not_declare_is_this_machines_own():
     from controller.observe.gpus.inventory import parse_fake_gpus
 
     own = Path("/sys/devices/system/node/node0/cpulist")
-    expected = parse_cpu_list(own.read_text()) if own.exists() else frozenset()
+    expected = tuple(sorted(parse_cpu_list(own.read_text()))) if own.exists() else ()
     assert parse_fake_gpus("gpus:\n  - {name: A, numaNode: 0}\n")[0].cpus == expected
 
 

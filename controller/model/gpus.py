@@ -25,7 +25,7 @@ class Gpu:
     error: str = ""
     minor: int | None = None  # the device node's minor number (/dev/nvidiaN); None: same as index
     numa_node: int | None = None  # the NUMA node the GPU is attached to, when known
-    cpus: frozenset[int] = frozenset()  # the cores near it (NVML's CPU affinity); empty: unknown
+    cpus: tuple[int, ...] = ()  # the cores near it, ascending (NVML's CPU affinity); empty: unknown
 
     @property
     def device_minor(self) -> int:

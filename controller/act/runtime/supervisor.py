@@ -289,7 +289,11 @@ class Supervisor:
         self.kill_at: float | None = None
         self.max_rss = 0
         self.killed_hard = False
-        self.cgroup = attempt_cgroup(self.spec.get("cgroup"))
+        try:
+            self.cgroup = attempt_cgroup(self.spec.get("cgroup"))
+        except Exception as exc:  # the job still joins (limits hold); only its counters are lost
+            sys.stderr.write(f"supervisor: cannot read the attempt's cgroup: {exc!r}\n")
+            self.cgroup = None
 
     # -- life ---------------------------------------------------------------------------------------
 

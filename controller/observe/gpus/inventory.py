@@ -104,7 +104,7 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
                 error="" if health == "Ok" else "GPU is lost (fake-GPU file says health: Lost)",
                 minor=minor,
                 numa_node=numa,
-                cpus=node_cpus(numa) if numa is not None else frozenset(),
+                cpus=tuple(sorted(node_cpus(numa))) if numa is not None else (),
             )
         )
     return gpus

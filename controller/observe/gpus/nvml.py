@@ -251,7 +251,7 @@ class NvmlInventory:
         self._known[index] = gpu
         return gpu
 
-    def _placement(self, handle: Any) -> tuple[int | None, frozenset[int]]:
+    def _placement(self, handle: Any) -> tuple[int | None, tuple[int, ...]]:
         """The device node's minor number and the cores near the GPU (its CPU affinity), for the
         devices cgroup and the cpuset; (None, empty) where NVML does not say."""
         nv = self._nv
@@ -267,7 +267,7 @@ class NvmlInventory:
                 cpus.update(word * 64 + bit for bit in range(64) if int(mask) >> bit & 1)
         except Exception:
             cpus = set()
-        return minor, frozenset(cpus)
+        return minor, tuple(sorted(cpus))
 
     def _memory(self, handle: Any) -> tuple[int, int]:
         nv = self._nv
