@@ -212,14 +212,14 @@ def _sweep_line(name: str, row: dict, wide: bool) -> list[str]:
     line = [f"sweep/{name}", str(row.get("phase", "")), "-", "-", "-",
             format_age(time.time() - float(row.get("created") or time.time())),
             f"{row.get('children', 0)} children" + (f": {told}" if told else "")]
-    return line + (["-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
+    return line + (["-", "-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
 
 
 def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
     now = time.time()
     header = ["NAME", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
     if wide:
-        header += ["EFFECTIVE", "ATTEMPT", "EXIT", "MANIFEST", "MESSAGE"]
+        header += ["CPUS", "EFFECTIVE", "ATTEMPT", "EXIT", "MANIFEST", "MESSAGE"]
     table = [header]
     for name, row in chosen:
         devices = row.get("devices") or []
@@ -236,6 +236,7 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
             exit_code = row.get("exitCode")
             effective = row.get("effectivePriority")
             line += [
+                str(row.get("cpus") or "-"),
                 "-" if effective is None else str(effective),
                 str(row.get("attempt", 0)),
                 "-" if exit_code is None else str(exit_code),
@@ -375,6 +376,21 @@ def _get_gpus(home: Home, args) -> int:
         return 0
     if not gpus:
         print(f"No GPUs ({printable(node.get('inventory', 'unknown inventory'))}).", file=sys.stderr)
-        return 0
-    _print_table(_gpu_table(gpus))
+    else:
+        _print_table(_gpu_table(gpus))
+    for line in _node_footer(node):  # on stderr: stdout stays the table that scripts parse
+        print(printable(line), file=sys.stderr)
     return 0
+
+
+def _node_footer(node: dict) -> list[str]:
+    """The CPU cores jobs book with resources.cpus, and what the kernel enforces (cgroups)."""
+    lines = []
+    cpus = node.get("cpus")
+    if isinstance(cpus, dict):
+        jobs = cpus.get("jobs") or {}
+        held = "; ".join(f"{cores} {name}" for name, cores in jobs.items())
+        lines.append(f"CPU cores: {cpus.get('free')} free of {cpus.get('total')} ({cpus.get('cores')})" + (f"; bound: {held}" if held else ""))
+    if node.get("limits"):
+        lines.append(f"Limits: {node['limits']}")
+    return lines

@@ -128,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="replay a job trace through the real scheduler on a virtual clock")
     p.add_argument("--trace", required=True, help="CSV: submit_s,gpus,duration_s,time_limit_s,priority,user")
     p.add_argument("--gpus", type=int, required=True, help="GPUs of the simulated machine")
+    p.add_argument("--cpus", type=int, help="CPU cores of the simulated machine, booked by the trace's cpus column (default: not booked)")
     p.add_argument("--policy", default="default", help="fifo|priority|firstfit|backfill|default, or several comma-separated")
     p.add_argument("--config", help="simulate the policy of this config.yaml (as policy 'config')")
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
