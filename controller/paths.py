@@ -64,6 +64,20 @@ class Home:
         spec = Path(spec_dir).expanduser().absolute() if spec_dir else root / "jobs"
         return cls(root=root, spec_dir=spec)
 
+    @classmethod
+    def locate(cls, home: str | os.PathLike[str] | None = None, spec_dir: str | os.PathLike[str] | None = None) -> "Home":
+        """The instance gflowctl and the Python client act on: as ``resolve``, and without a
+        ``spec_dir`` the one a running (or the last) gflowd watches, e.g. a git checkout."""
+        resolved = cls.resolve(home, spec_dir)
+        if spec_dir is None:
+            try:
+                recorded = resolved.spec_dir_file.read_text().strip()
+            except OSError:
+                recorded = ""
+            if recorded:
+                resolved = cls(resolved.root, Path(recorded))
+        return resolved
+
     @property
     def status_dir(self) -> Path:
         return self.root / "status"
@@ -116,6 +130,11 @@ class Home:
     def web_file(self) -> Path:
         """Written by gflowd while its web dashboard serves: the URL (a ``--web-port 0`` port)."""
         return self.run_dir / "web.json"
+
+    @property
+    def functions_dir(self) -> Path:
+        """Written by the Python client: ``<job>/`` per function job (pickled call, its result)."""
+        return self.root / "functions"
 
     def status_file(self, name: str) -> Path:
         return self.status_dir / f"{_plain(name)}.yaml"

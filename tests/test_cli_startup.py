@@ -67,11 +67,11 @@ def test_help_is_the_same_through_the_script(tmp_path):
                                         text=True, env=env, timeout=60).stdout
 
 
-def test_apply_answered_by_gflowd_needs_no_dataclasses_or_models(tmp_path):
-    """The review's client side (ask) and the apply verb load neither ``dataclasses`` nor the model
+def test_apply_answered_by_gflowd_needs_no_models(tmp_path):
+    """The review's client side (ask) and the apply verb load neither pydantic nor the model
     documents: gflowd judges the manifest."""
     code = ("import sys\nbefore = set(sys.modules)\nimport controller.cli.apply, controller.client.review\n"
-            "print(sorted(m for m in ('dataclasses', 'controller.model.documents', 'pydantic') "
+            "print(sorted(m for m in ('controller.model.documents', 'pydantic') "
             "if m in sys.modules and m not in before))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

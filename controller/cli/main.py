@@ -227,12 +227,23 @@ def _simulate_args(p) -> None:
     p.add_argument("--config", help="simulate the policy of this config.yaml (as policy 'config')")
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.add_argument("--plot", metavar="DIR", help="write a Gantt chart and a wait-time CDF (PNG) here; needs matplotlib")
+    p.add_argument("--cpus", type=int, help="CPU cores of the simulated machine, booked by the trace's cpus column (default: not booked)")
 
 
 def _simulate(home, args) -> int:
     from controller.cli.simulate import simulate  # lazy: gflowctl loads only the verb it runs
 
     return simulate(args)
+
+
+def _mcp_args(p) -> None:
+    p.add_argument("--read-only", action="store_true", help="offer only the reading tools (no submit, cancel, ...)")
+
+
+def _mcp(home, args) -> int:
+    from controller.cli.mcp import serve  # lazy: gflowctl loads only the verb it runs
+
+    return serve(home, args.read_only)
 
 
 # verb -> (help line, declare its arguments, run it as call(home, args)); in --help order.
@@ -257,6 +268,7 @@ VERBS: dict[str, tuple] = {
     "completion": ("print a shell completion script: bash, zsh or fish", _completion_args, _completion),
     "export": ("print a job as an sbatch script or a Kubernetes Job", _export_args, _export),
     "simulate": ("replay a job trace through the real scheduler on a virtual clock", _simulate_args, _simulate),
+    "mcp": ("serve gflow to AI agents: an MCP server on stdio (needs gflow-controller[mcp])", _mcp_args, _mcp),
     "version": ("print the version", None, _version),
 }
 NO_HOME = {"simulate"}  # verbs that need no gflow home: nothing is resolved for them
