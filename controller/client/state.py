@@ -8,11 +8,14 @@ import json
 import os
 import pwd
 from pathlib import Path
-from typing import Any, Callable
 
 from controller.client.errors import GflowError
 from controller.paths import Home
 from controller.util.locks import lock_held
+
+TYPE_CHECKING = False  # typing is not imported: every gflowctl verb loads this module (~2 ms)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 def is_running(home: Home) -> bool:
