@@ -53,7 +53,7 @@ class Controller:
         self.clock = clock
         self.runtime = runtime or make_runtime(home, config)
         self.policy = policy_from_config(config)  # backfill, aging, fair share, quotas: fixed for this run
-        self.observer = SnapshotBuilder(home, config, inventory, self.runtime, self.policy)
+        self.observer = SnapshotBuilder(home, config, inventory, self.runtime, self.policy, clock)
         self.recorder = Recorder(home, clock)
         self.writer = PassWriter(home, self.recorder, inventory.describe)
         self.sinks = sinks  # controller.sinks.hooks.Sinks: history, metrics, webhooks
@@ -142,6 +142,8 @@ class Controller:
                         next_resync = time.monotonic() + 1.0
                     if again:
                         continue
+                if self.observer.usage_dirty:
+                    self._write_gpu_usage()
                 if self.writer.index_due is not None and time.monotonic() >= self.writer.index_due:
                     try:
                         self.writer.write_index()
@@ -219,6 +221,13 @@ class Controller:
         acted = self._act(plan, began)
         wake_at = self._record(snapshot, plan, now, full, began)
         return wake_at, plan.again or acted.again
+
+    def _write_gpu_usage(self) -> None:
+        self.observer.usage_dirty = False
+        try:
+            self.recorder.write_gpu_usage(self.observer.sampler.dump())
+        except OSError as exc:  # a full disk: statistics only; the next sample tries again
+            log.debug("could not write %s: %s", self.home.gpu_usage_file, exc)
 
     def _prune(self, expired) -> list[str]:
         return prune_manifests(expired, within=self.home.spec_dir)

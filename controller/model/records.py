@@ -70,6 +70,10 @@ class JobState:
     owner: str | None = None  # the Sweep this job belongs to
     backend_id: str | None = None  # the cluster's id of the latest attempt (slurmJobId)
     node: str | None = None  # where the latest attempt runs or ran, on a cluster backend
+    # the latest attempt's GPU usage as the status shows it (decide/gpu_usage.py: usage_summary);
+    # replaced whole, never mutated, so copies may share it
+    gpu_usage: dict[str, Any] | None = None
+    idle_warning: float | None = None  # when the idleTimeout warning was given (once per idle spell)
 
     def copy(self) -> "JobState":
         # runs per job per pass: a dict copy is ~15x cheaper than dataclasses.replace or deepcopy
@@ -108,6 +112,8 @@ class JobState:
             "queuePosition": self.queue_position,
             "effectivePriority": self.effective_priority if self.phase == "Pending" else None,
             "conditions": [dict(c) for c in self.conditions],
+            "gpuUsage": self.gpu_usage,
+            "idleWarningTime": rfc3339(self.idle_warning),
         }
         status = {k: v for k, v in status.items() if v is not None and v != [] or k in ("devices", "conditions")}
         meta: dict[str, Any] = {"name": self.name, "creationTimestamp": rfc3339(self.created)}
@@ -153,11 +159,13 @@ class JobState:
             effective_priority=status.get("effectivePriority"),
             conditions=[dict(c) for c in status.get("conditions") or []],
             owner=next((o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Sweep"), None),
+            gpu_usage=dict(status["gpuUsage"]) if isinstance(status.get("gpuUsage"), dict) else None,
+            idle_warning=from_rfc3339(status.get("idleWarningTime")),
         )
 
     def summary(self) -> dict[str, Any]:
         """The row ``gflowctl get jobs`` shows, kept in the index file."""
-        return {
+        row = {
             "phase": self.phase,
             "reason": self.reason,
             "message": self.message,
@@ -177,6 +185,10 @@ class JobState:
             "owner": self.owner,
             "dependsOn": self.depends_on or None,
         }
+        if self.gpu_usage:  # get jobs -o wide's UTIL, stats' GPU-hours used
+            row["gpuUtil"] = self.gpu_usage.get("utilMean")
+            row["gpuHoursUsed"] = self.gpu_usage.get("gpuHoursUsed")
+        return row
 
 
 @dataclass
