@@ -11,7 +11,10 @@ A line (keys kept short, ~250 bytes)::
 
     {"job": "train", "attempt": 1, "generation": 1, "phase": "Succeeded", "reason": "Completed",
      "final": true, "exitCode": 0, "created": 1.7e9, "start": 1.7e9, "end": 1.7e9, "wait": 3.2,
-     "gpus": 2, "devices": [0, 1], "user": "alice", "labels": {"team": "vision"}}
+     "gpus": 2, "devices": [0, 1], "user": "alice", "labels": {"team": "vision"}, "gpuUsed": 0.8}
+
+``gpuUsed``: utilization-weighted GPU-hours of the attempt (``status.gpuUsage.gpuHoursUsed``), when
+its GPUs were sampled (NVML); absent otherwise.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ def history_line(end) -> str:
     }
     if end.owner:
         record["sweep"] = end.owner
+    if end.gpu_hours_used is not None:
+        record["gpuUsed"] = end.gpu_hours_used
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 

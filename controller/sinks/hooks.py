@@ -76,6 +76,7 @@ class AttemptEnd:
     created: float
     wait: float | None
     owner: str | None = None
+    gpu_hours_used: float | None = None  # utilization-weighted, when its GPUs were sampled (gpuUsage)
 
     @property
     def final(self) -> bool:
@@ -88,6 +89,11 @@ class PassFacts:
     started: list[Started] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
     ended: list[AttemptEnd] = field(default_factory=list)
+
+
+def _gpu_hours_used(state, attempt: int) -> float | None:
+    usage = state.gpu_usage if state is not None else None
+    return usage.get("gpuHoursUsed") if usage and usage.get("attempt") == attempt else None
 
 
 class Digest:
@@ -151,7 +157,7 @@ class Digest:
                 devices=tuple(run.devices), labels=dict(ref.labels) if ref else {},
                 uid=job.owner_uid if job is not None else -1, generation=ref.generation if ref else 0,
                 created=ref.created if ref else 0.0, wait=self.waits.pop(name, None),
-                owner=ref.owner if ref else None,
+                owner=ref.owner if ref else None, gpu_hours_used=_gpu_hours_used(ref, run.attempt),
             ))
         for tr in facts.transitions:  # ended without an attempt of its own: cancelled, dependency failed
             state = tr.state
