@@ -229,14 +229,14 @@ def _sweep_line(name: str, row: dict, wide: bool) -> list[str]:
     line = [f"sweep/{name}", str(row.get("phase", "")), "-", "-", "-",
             format_age(time.time() - float(row.get("created") or time.time())),
             f"{row.get('children', 0)} children" + (f": {told}" if told else "")]
-    return line + (["-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
+    return line + (["-", "-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
 
 
 def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
     now = time.time()
     header = ["NAME", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
     if wide:
-        header += ["EFFECTIVE", "ATTEMPT", "EXIT", "MANIFEST", "MESSAGE"]
+        header += ["EFFECTIVE", "ATTEMPT", "EXIT", "UTIL", "MANIFEST", "MESSAGE"]
     table = [header]
     for name, row in chosen:
         devices = row.get("devices") or []
@@ -252,10 +252,12 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
         if wide:
             exit_code = row.get("exitCode")
             effective = row.get("effectivePriority")
+            util = row.get("gpuUtil")  # the latest attempt's mean GPU utilization (status gpuUsage)
             line += [
                 "-" if effective is None else str(effective),
                 str(row.get("attempt", 0)),
                 "-" if exit_code is None else str(exit_code),
+                "-" if util is None else f"{round(util)}%",
                 str(row.get("manifest") or "-"),
                 str(row.get("message", "")),
             ]
