@@ -196,7 +196,7 @@ class ControllerConfig(_Model):
     )
     unused_gpu_window: Duration = Field(
         default=600.0, gt=0,
-        description="A bound GPU with no process of its job and 0% utilization this long: condition GPUsUnused",
+        description="A bound GPU with no process of its job and no utilization this long: condition GPUsUnused",
     )
     idle_gpu_window: Duration = Field(
         default=1800.0, gt=0, description="No activity on any of a job's GPUs this long: condition GPUIdle"

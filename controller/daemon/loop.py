@@ -260,7 +260,8 @@ class Controller:
             self.passes += 1
             return now + delay if plan.wake_at is None else min(plan.wake_at, now + delay)
         if self.sinks is not None:  # cheap, never raises: see controller/sinks/hooks.py
-            self.sinks.after_pass(previous_states, plan, snapshot.runs, plan.admission, now, time.perf_counter() - began)
+            self.sinks.after_pass(previous_states, plan, snapshot.runs, plan.admission, now, time.perf_counter() - began,
+                                  snapshot.gpu_usage)
         self.passes += 1
         if self.passes == 1:
             gc.freeze()

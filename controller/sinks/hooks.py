@@ -37,6 +37,7 @@ class PassRecord:
     admission: Any
     now: float
     duration: float
+    gpu_usage: dict[str, Any] = field(default_factory=dict)  # running attempts' sampled GPU usage (model.usage)
 
 
 # slots, not frozen: a pass that admits 10,000 new jobs makes 10,000 of these, and a frozen
@@ -190,9 +191,11 @@ class Sinks:
         self.digest = Digest()
         self._failed: set[str] = set()
 
-    def after_pass(self, previous: dict, plan, runs: dict, admission, now: float, duration: float) -> None:
+    def after_pass(
+        self, previous: dict, plan, runs: dict, admission, now: float, duration: float, gpu_usage: dict | None = None,
+    ) -> None:
         try:
-            facts = self.digest.digest(PassRecord(previous, plan, runs, admission, now, duration))
+            facts = self.digest.digest(PassRecord(previous, plan, runs, admission, now, duration, gpu_usage or {}))
         except Exception:  # a bug here must not stop scheduling
             self._complain("digest")
             return
