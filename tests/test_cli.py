@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.client.usage import series_json
 from controller.cli.main import main
 from controller.model.records import JobState
 from controller.paths import Home
@@ -406,8 +407,8 @@ def test_describe_shows_gpu_usage_per_gpu_with_a_sparkline_of_recent_samples(hom
     (home.spec_dir / "ddp.yaml").write_text(JOB.format(name="ddp"))
     record(home, JobState(name="ddp", phase="Running", reason="Started", gpus=2, devices=[2, 3], created=time.time(),
                           attempt=1, gpu_usage=USAGE))
-    series = [[1.0 + k, [[k * 10, 1024], [0, 0]]] for k in range(11)]
-    home.gpu_usage_file.write_text(json.dumps({"jobs": {"ddp": {"attempt": 1, "devices": [2, 3], "series": series}}}))
+    series = [(1.0 + k, [(k * 10, 1024), (0, 0)]) for k in range(11)]
+    home.gpu_usage_file.write_text(json.dumps({"jobs": {"ddp": series_json(series, [2, 3], since=1.0)}}))
     out = run("describe", "job", "ddp")[1].splitlines()
     start = next(i for i, line in enumerate(out) if line.startswith("GPU Usage:"))
     assert "0.50 of 2.00 GPU-hours used (25%)" in out[start]

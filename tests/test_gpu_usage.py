@@ -4,11 +4,13 @@ GPUMemoryNearLimit, the idleTimeout warning and stop, and the status's ``gpuUsag
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 from builders import GIB, T0, World, condition, job
 
+from controller.client.usage import job_series
 from controller.model.gpus import GpuProcess
 from controller.model.records import JobState
 from controller.model.usage import UsageSettings
@@ -230,10 +232,17 @@ def test_the_sampler_keeps_a_bounded_series_and_survives_a_restart_through_its_f
     world.place(0, "t", util=60, gib=2)
     world.run_until(T0 + 5, T0 + 5 * (SERIES_LEN + 30))
     track = world.sampler.tracks["t"]
-    assert len(track.series) == SERIES_LEN and track.samples == SERIES_LEN + 30
+    assert len(track.times) == len(track.gpus[0].util_series) == SERIES_LEN and track.samples == SERIES_LEN + 30
+    assert track.times[-1] == 5 * (SERIES_LEN + 30 - 1) * 10  # tenths of a second after the first sample
+    text = world.sampler.dump()
     restored = UsageSampler(STEP)
-    restored.load(world.sampler.dump())
+    restored.load(text)
     assert restored.usage() == world.sampler.usage()
-    assert list(restored.tracks["t"].series) == list(track.series)
+    assert list(restored.tracks["t"].times) == list(track.times)
+    assert list(restored.tracks["t"].gpus[0].mem_series) == [2048] * SERIES_LEN
+    # what gflowctl top, describe and the dashboard read back from the file
+    points = job_series(json.loads(text), "t", attempt=1)
+    assert len(points) == SERIES_LEN and points[-1] == (T0 + 5 * (SERIES_LEN + 30), [(60, 2048)])
+    assert job_series(json.loads(text), "t", attempt=2) == []  # another attempt's samples are not this one's
     restored.load("{not json")  # a torn or foreign file is dropped, never fatal
     assert restored.tracks == {}

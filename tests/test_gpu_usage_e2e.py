@@ -9,6 +9,8 @@ from pathlib import Path
 
 from helpers import job_status, wait_for, wait_phase, write_manifest
 
+from controller.client.usage import job_series
+
 GPU = "{name: NVIDIA H100 80GB HBM3, memory: 80Gi}"
 
 
@@ -69,8 +71,9 @@ def test_a_two_gpu_job_using_one_gpu_gets_gpus_unused_and_loses_it_when_both_are
     assert found["message"].startswith("job ddp uses 1 of its 2 GPUs (GPU 1: no process, 0% for 3s)")
     assert [e["type"] for e in events(home, "GPUsUnused")] == ["Warning"]
     # what gflowctl top reads: the ring buffer of samples, per bound GPU (util %, MiB)
-    usage = json.loads((home / "run" / "gpu-usage.json").read_text())["jobs"]["ddp"]
-    assert usage["devices"] == [0, 1] and [60, 10240] in [point[0] for _, point in usage["series"]]
+    usage = json.loads((home / "run" / "gpu-usage.json").read_text())
+    assert usage["jobs"]["ddp"]["devices"] == [0, 1]
+    assert [(60, 10240), (0, 0)] in [point for _, point in job_series(usage, "ddp", attempt=1)]
     write_gpus(fake, [{"pid": pid, "usedMemory": "10Gi", "utilization": 60}],
                [{"pid": pid, "usedMemory": "9Gi", "utilization": 55}])
     wait_for(lambda: condition(home, "ddp", "GPUsUnused") is None, timeout=20, message="GPUsUnused to clear")

@@ -14,13 +14,15 @@ import pytest
 from helpers import job_status, wait_for, write_manifest
 from test_gpu_usage_e2e import running_with_pid, waiting_job, write_gpus
 
+from controller.client.usage import job_series
+
 
 def latest_sample(home, name):
     try:
-        job = json.loads((home / "run" / "gpu-usage.json").read_text())["jobs"][name]
-    except (OSError, ValueError, KeyError):
+        series = job_series(json.loads((home / "run" / "gpu-usage.json").read_text()), name)
+    except (OSError, ValueError):
         return None
-    return job["series"][-1][1] if job["series"] else None
+    return series[-1][1] if series else None
 
 
 @pytest.fixture
@@ -33,7 +35,7 @@ def busy_job(home, gflowd, tmp_path):
     write_manifest(home / "jobs", "ddp.yaml", waiting_job("ddp", 2, release, extra="  timeLimit: 1h\n"))
     pid = running_with_pid(home, "ddp")["pid"]
     write_gpus(fake, [{"pid": pid, "usedMemory": "10Gi", "utilization": 60}], [], [])
-    wait_for(lambda: latest_sample(home, "ddp") == [[60, 10240], [0, 0]], timeout=20,
+    wait_for(lambda: latest_sample(home, "ddp") == [(60, 10240), (0, 0)], timeout=20,
              message=lambda: f"a sample of ddp; status {job_status(home, 'ddp')}\n{daemon.stderr()[-2000:]}")
     yield fake, pid
     release.touch()

@@ -22,7 +22,7 @@ from controller.api.units import format_duration, format_quantity, parse_duratio
 from controller.cli.common import CliError, document_position, parse_selector_args, printable
 from controller.cli.live import LiveTable, clock_footer
 from controller.client.state import find_manifest, read_index, read_status
-from controller.client.usage import read_usage
+from controller.client.usage import job_series, read_usage
 from controller.paths import Home
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -79,7 +79,7 @@ class TopView:
             (name, row) for name, row in rows.items()
             if row.get("phase") == "Running" and selector_matches(self.selector, row.get("labels") or {})
         )
-        usage = (read_usage(self.home).get("jobs") or {})
+        usage = read_usage(self.home)
         processes = read_processes()
         now, mono = time.time(), time.monotonic()
         table = [["JOB", "GPU", "UTIL", "GPU-MEM", "CPU", "RSS", "ELAPSED", "LIMIT"]]
@@ -92,8 +92,8 @@ class TopView:
             limit = self._time_limit(name)
             first = [name, "-", "-", "-", "-" if cpu is None else f"{cpu:.0f}%", format_quantity(rss) or "0" if pid else "-",
                      format_duration(now - start) if start else "-", format_duration(limit) if limit else "-"]
-            job = usage.get(name) or {}
-            latest = job["series"][-1][1] if job.get("attempt") == row.get("attempt") and job.get("series") else []
+            series = job_series(usage, name, row.get("attempt"))
+            latest = series[-1][1] if series else []
             devices = row.get("devices") or []
             for position, device in enumerate(devices):
                 util, mib = latest[position] if position < len(latest) else (None, None)

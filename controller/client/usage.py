@@ -10,6 +10,7 @@ from typing import Any
 
 from controller.api.units import format_quantity
 from controller.paths import Home
+from controller.util.packed import pack, unpack
 
 BARS = "▁▂▃▄▅▆▇█"
 MIB = 1 << 20
@@ -25,14 +26,34 @@ def read_usage(home: Home) -> dict[str, Any]:
 
 
 def job_series(usage: dict[str, Any], name: str, attempt: int | None = None) -> list[tuple[float, list[tuple[int, int]]]]:
-    """One attempt's recent samples: [(time, [(util %, memory MiB) per bound GPU])]; [] if none."""
+    """One attempt's recent samples: [(time, [(util %, memory MiB) per bound GPU])]; [] if none
+    (or the file holds another attempt's, or something unreadable)."""
     job = (usage.get("jobs") or {}).get(name)
     if not isinstance(job, dict) or (attempt is not None and job.get("attempt") != attempt):
         return []
     try:
-        return [(float(when), [(int(u), int(m)) for u, m in point]) for when, point in job.get("series") or []]
-    except (TypeError, ValueError):
+        series, since = job["series"], float(job["since"])
+        times = unpack(series["t"], "I")
+        utils = [unpack(u, "B") for u in series["util"]]
+        mems = [unpack(m, "I") for m in series["mem"]]
+    except (KeyError, TypeError, ValueError, AttributeError):
         return []
+    if any(len(u) != len(times) for u in utils) or any(len(m) != len(times) for m in mems):
+        return []
+    return [(since + tenth / 10, [(u[k], m[k]) for u, m in zip(utils, mems)]) for k, tenth in enumerate(times)]
+
+
+def series_json(points: list[tuple[float, list[tuple[int, int]]]], devices: list[int], since: float, attempt: int = 1) -> dict:
+    """The ``run/gpu-usage.json`` entry of one attempt with these samples, as gflowd packs it
+    (for tests and tools that write one)."""
+    return {
+        "attempt": attempt, "devices": list(devices), "since": since, "samples": len(points),
+        "series": {
+            "t": pack((round((when - since) * 10) for when, _ in points), "I"),
+            "util": [pack((point[i][0] for _, point in points), "B") for i in range(len(devices))],
+            "mem": [pack((point[i][1] for _, point in points), "I") for i in range(len(devices))],
+        },
+    }
 
 
 def sparkline(values: list[float], width: int = 20, top: float = 100.0) -> str:

@@ -6,8 +6,13 @@ utilization and memory per GPU.
 Observes only: :class:`UsageSampler` keeps, per attempt, running totals (``model.usage``, what
 decide judges) and a bounded time series (a ring buffer of the last ``SERIES_LEN`` samples, for
 ``gflowctl top``, ``describe`` and the dashboard). ``dump``/``load`` carry both across a gflowd
-restart through ``run/gpu-usage.json`` (the recorder writes it); what it cannot carry (samples
-while gflowd was down) is simply missing: totals count observed time only.
+restart through ``run/gpu-usage.json`` (the recorder writes it after each sample); what it cannot
+carry (samples while gflowd was down) is simply missing: totals count observed time only.
+
+The file, per running attempt: its totals per GPU, and the ring buffer packed
+(``util/packed.py``): ``series.t`` the sample times in tenths of a second after ``since``,
+``series.util[i]`` and ``series.mem[i]`` the utilization (%) and memory (MiB) on the i-th bound
+GPU. Packed, 50 jobs on 8 GPUs with full buffers write in ~1 ms instead of ~16 ms as JSON lists.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Mapping
 from controller.model.gpus import Gpu
 from controller.model.plan import RunObservation
 from controller.model.usage import AttemptUsage, GpuUse
+from controller.util.packed import pack, unpack
 
 SERIES_LEN = 120  # samples kept per attempt: 10 minutes at the default 5 s
 MIB = 1 << 20
@@ -38,6 +44,8 @@ class _GpuTrack:
     last_process: float | None = None
     last_busy: float | None = None
     busy_seconds: float = 0.0
+    util_series: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))  # %, one per sample
+    mem_series: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))  # MiB, one per sample
 
     def add(self, now: float, util: int, memory: int, has_process: bool, interval: float) -> None:
         self.util_sum += util
@@ -52,6 +60,8 @@ class _GpuTrack:
         if util > 0:
             self.last_busy = now
         self.busy_seconds += util / 100 * interval
+        self.util_series.append(util)
+        self.mem_series.append(memory // MIB)
 
     def use(self, samples: int) -> GpuUse:
         n = max(samples, 1)
@@ -71,8 +81,7 @@ class _Track:
     sampled_at: float = 0.0
     samples: int = 0
     gpus: list[_GpuTrack] = field(default_factory=list)
-    # the ring buffer: (time, ((util %, memory MiB) per bound GPU, in ``devices`` order))
-    series: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))
+    times: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))  # tenths of a second after ``since``
 
     def usage(self) -> AttemptUsage:
         return AttemptUsage(
@@ -134,15 +143,13 @@ class UsageSampler:
             # a gap (gflowd was down, NVML hung) counts as one interval, not as busy or idle time
             interval = min(now - track.sampled_at, 2 * self.interval) if track.samples else 0.0
             pids = job_pids.get(name, set())
-            point = []
             for gpu_track in track.gpus:
                 gpu = by_index.get(gpu_track.index)
                 util, memory, has = job_share(gpu, pids) if gpu is not None else (0, 0, False)
                 gpu_track.add(now, util, memory, has, interval)
-                point.append((util, memory // MIB))
             track.samples += 1
             track.sampled_at = now
-            track.series.append((round(now, 1), tuple(point)))
+            track.times.append(max(0, round((now - track.since) * 10)))
             flags = tuple((g.has_process, g.util_last > 0) for g in track.gpus)
             flipped |= self._flags.get(name) != flags
             self._flags[name] = flags
@@ -161,7 +168,7 @@ class UsageSampler:
     # -- across a restart: run/gpu-usage.json ------------------------------------------------------
 
     def dump(self) -> str:
-        """The whole state as compact JSON (~20 bytes per GPU and sample)."""
+        """The whole state as compact JSON (the ring buffers packed: see the module docstring)."""
         jobs = {}
         for name, t in self.tracks.items():
             jobs[name] = {
@@ -169,7 +176,8 @@ class UsageSampler:
                 "sampledAt": round(t.sampled_at, 3), "samples": t.samples,
                 "gpus": [[g.index, g.util_sum, g.util_peak, g.util_last, g.memory_sum, g.memory_peak, g.memory_last,
                           g.has_process, g.last_process, g.last_busy, round(g.busy_seconds, 2)] for g in t.gpus],
-                "series": [[when, [list(p) for p in point]] for when, point in t.series],
+                "series": {"t": pack(t.times, "I"), "util": [pack(g.util_series, "B") for g in t.gpus],
+                           "mem": [pack(g.mem_series, "I") for g in t.gpus]},
             }
         return json.dumps({"interval": self.interval, "jobs": jobs}, separators=(",", ":"))
 
@@ -183,7 +191,11 @@ class UsageSampler:
                 track.gpus = [_GpuTrack(*row) for row in data["gpus"]]
                 if [g.index for g in track.gpus] != list(track.devices):
                     continue
-                track.series.extend((when, tuple(tuple(p) for p in point)) for when, point in data["series"])
+                series = data["series"]
+                track.times.extend(unpack(series["t"], "I"))
+                for gpu, util, mem in zip(track.gpus, series["util"], series["mem"], strict=True):
+                    gpu.util_series = deque(unpack(util, "B"), maxlen=SERIES_LEN)
+                    gpu.mem_series = deque(unpack(mem, "I"), maxlen=SERIES_LEN)
                 self.tracks[track.name] = track
         except (ValueError, KeyError, TypeError, AttributeError):
             self.tracks = {}

@@ -14,6 +14,7 @@ from typing import Any
 
 from controller.api.units import parse_quantity
 from controller.client.events import aggregate
+from controller.client.usage import job_series
 from controller.model.records import from_rfc3339
 
 QUEUE_LIMIT = 200  # rows sent for the queue; the total is sent too
@@ -177,15 +178,8 @@ def _event(group: dict[str, Any]) -> dict[str, Any]:
 
 def _series(usage: dict[str, Any] | None, name: str, row: dict[str, Any], position: int) -> list[list[float]]:
     """A running job's recent utilization on its ``position``-th GPU: [[time, util %]], at most SERIES_POINTS."""
-    job = ((usage or {}).get("jobs") or {}).get(name)
-    if not isinstance(job, dict) or job.get("attempt") != row.get("attempt"):
-        return []
-    points = []
-    for sample in job.get("series") or []:
-        try:
-            points.append([float(sample[0]), float(sample[1][position][0])])
-        except (TypeError, ValueError, IndexError):
-            continue
+    points = [[when, float(point[position][0])] for when, point in job_series(usage or {}, name, row.get("attempt"))
+              if position < len(point)]
     step = max(1, -(-len(points) // SERIES_POINTS))
     return points[len(points) - 1::-step][::-1]  # thinned from the newest, which is always drawn
 
