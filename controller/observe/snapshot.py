@@ -23,7 +23,11 @@ log = logging.getLogger("gflowd")
 
 
 def _gpu_facts(gpus: list[Gpu]) -> tuple:
-    return tuple((g.index, g.uuid, g.healthy, g.memory_total, g.processes) for g in gpus)
+    # a process's utilization moves all the time; it decides something only through a usage sample
+    return tuple(
+        (g.index, g.uuid, g.healthy, g.memory_total, tuple((p.pid, p.used_memory, p.name) for p in g.processes))
+        for g in gpus
+    )
 
 
 class _AllDocuments:
