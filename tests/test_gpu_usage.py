@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from builders import GIB, T0, World, condition, job
+from builders import running as running_run
 
 from controller.client.usage import job_series
 from controller.model.gpus import GpuProcess
@@ -266,3 +267,32 @@ def test_a_process_without_per_process_utilization_counts_the_devices_and_a_fore
     assert job_share(gpu, {5}) == (70, GIB, True)  # NVML cannot say per process: the device's
     assert job_share(gpu, {6}) == (20, 3 * GIB, True)
     assert job_share(gpu, {9}) == (0, 0, False)  # no process of the job: 0 %, whatever the device does
+
+
+def test_the_jobs_process_trees_are_walked_again_only_when_something_new_shows():
+    from controller.model.gpus import Gpu
+    from controller.observe.gpu_usage import PIDS_REFRESH, JobPids
+
+    walks = []
+    trees = {"a": {10, 11}}
+
+    def walk():
+        walks.append(1)
+        return {name: set(pids) for name, pids in trees.items()}
+
+    cache = JobPids(walk)
+    runs = {"a": running_run("a")}
+
+    def on_gpu(*pids: int) -> list[Gpu]:
+        return [Gpu(0, "GPU-0", "H100", GIB, processes=tuple(GpuProcess(p) for p in pids))]
+
+    assert cache.get(on_gpu(), runs, T0) == {} and walks == []  # nothing on the GPUs: nothing to attribute
+    assert cache.get(on_gpu(11, 99), runs, T0) == {"a": {10, 11}} and len(walks) == 1
+    assert cache.get(on_gpu(11, 99), runs, T0 + 5) == {"a": {10, 11}} and len(walks) == 1  # 99 is foreign: known
+    trees["a"].add(12)
+    assert cache.get(on_gpu(11, 12), runs, T0 + 10)["a"] == {10, 11, 12} and len(walks) == 2  # a new process: walked
+    cache.get(on_gpu(11, 12), {**runs, "b": runs["a"]}, T0 + 11)
+    assert len(walks) == 3  # the running jobs changed
+    cache.get(on_gpu(11, 12), {**runs, "b": runs["a"]}, T0 + 11 + PIDS_REFRESH)
+    assert len(walks) == 4  # and at least every PIDS_REFRESH seconds
+    assert cache.get(on_gpu(11), runs, T0 + 50, fresh={"a": {10, 11}}) == {"a": {10, 11}} and len(walks) == 4  # a pass's walk

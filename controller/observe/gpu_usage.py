@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from controller.model.gpus import Gpu
 from controller.model.plan import RunObservation
@@ -28,6 +28,7 @@ from controller.model.usage import AttemptUsage, GpuUse
 from controller.util.packed import pack, unpack
 
 SERIES_LEN = 120  # samples kept per attempt: 10 minutes at the default 5 s
+PIDS_REFRESH = 30.0  # seconds a walk of the jobs' process trees is trusted when nothing new shows
 MIB = 1 << 20
 
 
@@ -201,3 +202,31 @@ class UsageSampler:
             self.tracks = {}
         self._usage = None
 
+
+
+class JobPids:
+    """The running jobs' process trees for sampling. Walking them (``Runtime.job_pids``: /proc, a
+    few reads per process) costs more than the sample itself, so a walk is reused until a GPU shows
+    a process that no walk has seen (a job started one, or a new job runs), the running jobs change,
+    or PIDS_REFRESH seconds pass. A pass's own walk is handed in (``fresh``) and reused too."""
+
+    def __init__(self, walk: Callable[[], dict[str, set[int]]]) -> None:
+        self.walk = walk
+        self.trees: dict[str, set[int]] | None = None
+        self.names: frozenset[str] = frozenset()
+        self.known: set[int] = set()  # every pid seen on a GPU or in a tree at the last walk
+        self.at = 0.0
+
+    def get(self, gpus: list[Gpu], runs: Mapping[str, RunObservation], now: float,
+            fresh: dict[str, set[int]] | None = None) -> dict[str, set[int]]:
+        on_gpus = {p.pid for g in gpus for p in g.processes}
+        if not on_gpus:
+            return {}
+        names = frozenset(n for n, r in runs.items() if r.running)
+        if fresh is None and self.trees is not None and names == self.names and now - self.at < PIDS_REFRESH \
+                and on_gpus <= self.known:
+            return self.trees
+        trees = fresh if fresh is not None else self.walk()
+        self.trees, self.names, self.at = trees, names, now
+        self.known = on_gpus.union(*trees.values())  # a foreign process stays foreign until the next walk
+        return trees

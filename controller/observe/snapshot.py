@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 from controller.model.gpus import Gpu
 from controller.model.plan import Manifests, Memory, RunObservation, Snapshot
 from controller.model.usage import UsageSettings
-from controller.observe.gpu_usage import UsageSampler
+from controller.observe.gpu_usage import JobPids, UsageSampler
 from controller.observe.host import HostFacts
 from controller.observe.manifests import ManifestStore
 from controller.paths import Home
@@ -59,6 +59,7 @@ class SnapshotBuilder:
         self.serial = 0  # the passes observed so far: the next snapshot's number
         self.clock = clock
         self.sampler = UsageSampler(config.gpu_sample_interval)
+        self.job_pids = JobPids(runtime.job_pids)
         self.usage_dirty = False  # a sample was taken since the recorder last wrote run/gpu-usage.json
         self.usage_settings = UsageSettings(config.unused_gpu_window, config.idle_gpu_window, config.idle_timeout)
         self.runs: dict[str, RunObservation] = {}  # as the last pass saw them: what the next sample splits by job
@@ -86,7 +87,7 @@ class SnapshotBuilder:
         host = self.host.read(full, documents if full else came)
         runs = self.runs = self.runtime.observe()
         job_pids = self.runtime.job_pids() if any(g.processes for g in self.gpus) else {}
-        self._sample(job_pids)
+        self._sample(lambda: self.job_pids.get(self.gpus, runs, self.clock(), fresh=job_pids))
         self.serial += 1
         config = self.config
         return Snapshot(
@@ -127,19 +128,20 @@ class SnapshotBuilder:
         self.gpus = gpus
         # utilization and memory used move all the time; they decide something only through the
         # usage sample, when a job's GPU starts or stops being used
-        flipped = self._sample(self.runtime.job_pids() if any(g.processes for g in gpus) else {})
+        flipped = self._sample(lambda: self.job_pids.get(gpus, self.runs, self.clock()))
         if same and not flipped:
             return False
         self.gpus_dirty = not same
         return True
 
-    def _sample(self, job_pids: dict[str, set[int]]) -> bool:
-        """A GPU usage sample of the running jobs, when one is due; True if a finding may flip."""
+    def _sample(self, job_pids: Callable[[], dict[str, set[int]]]) -> bool:
+        """A GPU usage sample of the running jobs, when one is due; True if a finding may flip.
+        ``job_pids``: the jobs' process trees, asked for only when a sample is taken (a /proc walk)."""
         now = self.clock()
         if not self.sampler.due(now) or not (self.sampler.tracks or any(r.devices for r in self.runs.values())):
             return False
         try:
-            flipped = self.sampler.sample(self.gpus, job_pids, self.runs, now)
+            flipped = self.sampler.sample(self.gpus, job_pids(), self.runs, now)
         except Exception:  # statistics: a bug here must not stop the loop
             log.exception("GPU usage sample failed")
             return False
