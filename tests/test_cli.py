@@ -408,10 +408,11 @@ def test_describe_shows_gpu_usage_per_gpu_with_a_sparkline_of_recent_samples(hom
     record(home, JobState(name="ddp", phase="Running", reason="Started", gpus=2, devices=[2, 3], created=time.time(),
                           attempt=1, gpu_usage=USAGE))
     series = [(1.0 + k, [(k * 10, 1024), (0, 0)]) for k in range(11)]
-    home.gpu_usage_file.write_text(json.dumps({"jobs": {"ddp": series_json(series, [2, 3], since=1.0)}}))
+    live = {**USAGE, "samples": 20, "gpuHoursAllocated": 2.5, "gpuHoursUsed": 0.75}  # gflowd's latest sample
+    home.gpu_usage_file.write_text(json.dumps({"jobs": {"ddp": {**series_json(series, [2, 3], since=1.0), "summary": live}}}))
     out = run("describe", "job", "ddp")[1].splitlines()
     start = next(i for i, line in enumerate(out) if line.startswith("GPU Usage:"))
-    assert "0.50 of 2.00 GPU-hours used (25%)" in out[start]
+    assert "20 samples, 0.75 of 2.50 GPU-hours used (30%)" in out[start]  # live, not the status's minute-old copy
     assert out[start + 2].split() == ["2", "83%", "100%", "10Gi", "12Gi", "▁▂▂▃▄▅▅▆▇▇█"]  # 0..100% in steps of 10
     assert out[start + 3].split() == ["3", "0%", "0%", "0", "0", "▁" * 11]
 

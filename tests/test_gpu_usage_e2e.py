@@ -90,6 +90,8 @@ def test_a_two_gpu_job_using_one_gpu_gets_gpus_unused_and_loses_it_when_both_are
 
     after = wait_for(resumed, timeout=20, message="samples to go on after a restart")
     assert after["since"] == before["since"]
+    live = after["summary"]  # what describe shows while it runs
+    assert [g["utilPeak"] for g in live["gpus"]] == [60, 55] and live["samples"] == after["samples"]
     release.touch()
     status = wait_phase(home, "ddp", "Succeeded", timeout=20, daemon=daemon)
     assert status["gpuUsage"]["gpus"][0]["utilPeak"] == 60 and status["gpuUsage"]["gpus"][1]["utilPeak"] == 55

@@ -10,7 +10,7 @@ from controller.cli.common import document_position, print_error, printable, war
 from controller.cli.events import age_text, read_events
 from controller.client.events import aggregate
 from controller.client.state import find_manifest, job_rows, read_status
-from controller.client.usage import job_series, read_usage, summary_lines
+from controller.client.usage import job_series, live_summary, read_usage, summary_lines
 from controller.model.records import from_rfc3339
 from controller.paths import Home
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
@@ -74,8 +74,12 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
     # every value escaped for the terminal: file names, messages, commands and labels are users' text
     out = [f"{k + ':':<{width}}{printable(v)}" for k, v in lines]
     if status.get("gpuUsage"):
-        series = job_series(read_usage(home), name, status.get("attempt")) if status.get("phase") == "Running" else []
-        out.extend(printable(line) for line in summary_lines(status["gpuUsage"], series))
+        summary, series = status["gpuUsage"], []
+        if status.get("phase") == "Running":  # gflowd's latest sample, fresher than the status's copy
+            usage = read_usage(home)
+            summary = live_summary(usage, name, status.get("attempt")) or summary
+            series = job_series(usage, name, status.get("attempt"))
+        out.extend(printable(line) for line in summary_lines(summary, series))
     conditions = status.get("conditions") or []
     if conditions:
         out.append("Conditions:")

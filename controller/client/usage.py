@@ -56,6 +56,15 @@ def series_json(points: list[tuple[float, list[tuple[int, int]]]], devices: list
     }
 
 
+def live_summary(usage: dict[str, Any], name: str, attempt: int | None) -> dict[str, Any] | None:
+    """A running attempt's ``gpuUsage`` as of gflowd's latest sample (the status's copy is refreshed
+    about once a minute); None when the file has none for that attempt."""
+    job = (usage.get("jobs") or {}).get(name)
+    if not isinstance(job, dict) or job.get("attempt") != attempt or not isinstance(job.get("summary"), dict):
+        return None
+    return job["summary"]
+
+
 def sparkline(values: list[float], width: int = 20, top: float = 100.0) -> str:
     """The last ``width`` values as bars from 0 to ``top``."""
     shown = values[-width:]

@@ -16,8 +16,8 @@ from controller.model.conditions import find_condition, remove_condition, set_co
 from controller.model.documents import AdmittedJob
 from controller.model.plan import Event, Notice, Plan, RunObservation, Snapshot
 from controller.model.reasons import Condition, EventType, StopReason
-from controller.model.records import JobState, from_rfc3339, rfc3339
-from controller.model.usage import AttemptUsage, GpuUse
+from controller.model.records import JobState, from_rfc3339
+from controller.model.usage import AttemptUsage, GpuUse, summary
 
 IDLE_WARN_AT = 0.9  # the idleTimeout warning comes at 90 % of the timeout (a 1h timeout: 6 minutes ahead)
 STATUS_REFRESH = 60.0  # seconds between gpuUsage summaries in a running job's status (each one is a status write)
@@ -186,22 +186,8 @@ def usage_summary(state: JobState, usage: AttemptUsage, now: float, final: bool)
     if not final and previous and previous.get("attempt") == usage.attempt:
         if usage.sampled_at - (from_rfc3339(previous.get("sampledAt")) or 0.0) < STATUS_REFRESH:
             return previous
-    start = state.start_time or usage.since
     end = (state.completion_time or now) if final else now
-    allocated = len(usage.gpus) * max(0.0, end - start) / 3600
-    return {
-        "attempt": usage.attempt,
-        "sampledAt": rfc3339(usage.sampled_at),
-        "samples": usage.samples,
-        "utilMean": round(sum(g.util_mean for g in usage.gpus) / max(len(usage.gpus), 1), 1),
-        "gpuHoursAllocated": round(allocated, 4),
-        "gpuHoursUsed": round(sum(g.busy_seconds for g in usage.gpus) / 3600, 4),
-        "gpus": [
-            {"index": g.index, "utilMean": g.util_mean, "utilPeak": g.util_peak,
-             "memoryMean": int(g.memory_mean), "memoryPeak": g.memory_peak}
-            for g in usage.gpus
-        ],
-    }
+    return summary(usage, state.start_time or usage.since, end)
 
 
 def final_usage(state: JobState, snap: Snapshot, run: RunObservation, now: float) -> None:

@@ -6,6 +6,9 @@ and memory, summed up since the attempt's first sample. Plain data.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from controller.model.records import rfc3339
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,25 @@ class AttemptUsage:
         """The newest sample with activity on any of the attempt's GPUs."""
         times = [g.last_busy for g in self.gpus if g.last_busy is not None]
         return max(times) if times else None
+
+
+def summary(usage: AttemptUsage, start: float, end: float) -> dict[str, Any]:
+    """The status's ``gpuUsage`` (and ``run/gpu-usage.json``'s live copy): per bound GPU mean/peak
+    utilization and memory; GPU-hours allocated (GPUs x ``start``..``end``) and used
+    (utilization-weighted)."""
+    return {
+        "attempt": usage.attempt,
+        "sampledAt": rfc3339(usage.sampled_at),
+        "samples": usage.samples,
+        "utilMean": round(sum(g.util_mean for g in usage.gpus) / max(len(usage.gpus), 1), 1),
+        "gpuHoursAllocated": round(len(usage.gpus) * max(0.0, end - start) / 3600, 4),
+        "gpuHoursUsed": round(sum(g.busy_seconds for g in usage.gpus) / 3600, 4),
+        "gpus": [
+            {"index": g.index, "utilMean": g.util_mean, "utilPeak": g.util_peak,
+             "memoryMean": int(g.memory_mean), "memoryPeak": g.memory_peak}
+            for g in usage.gpus
+        ],
+    }
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 
 from controller.model.gpus import Gpu
 from controller.model.plan import RunObservation
-from controller.model.usage import AttemptUsage, GpuUse
+from controller.model.usage import AttemptUsage, GpuUse, summary
 from controller.util.packed import pack, unpack
 
 SERIES_LEN = 120  # samples kept per attempt: 10 minutes at the default 5 s
@@ -83,6 +83,7 @@ class _Track:
     samples: int = 0
     gpus: list[_GpuTrack] = field(default_factory=list)
     times: deque = field(default_factory=lambda: deque(maxlen=SERIES_LEN))  # tenths of a second after ``since``
+    started: float | None = None  # the attempt's start (the runtime's), for GPU-hours allocated
 
     def usage(self) -> AttemptUsage:
         return AttemptUsage(
@@ -139,7 +140,7 @@ class UsageSampler:
             live.add(name)
             track = self.tracks.get(name)
             if track is None or track.attempt != run.attempt or track.devices != tuple(run.devices):
-                track = self.tracks[name] = _Track(name, run.attempt, tuple(run.devices), since=now)
+                track = self.tracks[name] = _Track(name, run.attempt, tuple(run.devices), since=now, started=run.started_at)
                 track.gpus = [_GpuTrack(index) for index in run.devices]
             # a gap (gflowd was down, NVML hung) counts as one interval, not as busy or idle time
             interval = min(now - track.sampled_at, 2 * self.interval) if track.samples else 0.0
@@ -177,6 +178,8 @@ class UsageSampler:
                 "sampledAt": round(t.sampled_at, 3), "samples": t.samples,
                 "gpus": [[g.index, g.util_sum, g.util_peak, g.util_last, g.memory_sum, g.memory_peak, g.memory_last,
                           g.has_process, g.last_process, g.last_busy, round(g.busy_seconds, 2)] for g in t.gpus],
+                "started": t.started,
+                "summary": summary(self.usage()[name], t.started or t.since, t.sampled_at),  # what describe shows live
                 "series": {"t": pack(t.times, "I"), "util": [pack(g.util_series, "B") for g in t.gpus],
                            "mem": [pack(g.mem_series, "I") for g in t.gpus]},
             }
@@ -188,7 +191,7 @@ class UsageSampler:
             jobs = json.loads(text).get("jobs") or {}
             for name, data in jobs.items():
                 track = _Track(str(name), int(data["attempt"]), tuple(int(d) for d in data["devices"]), float(data["since"]),
-                               float(data["sampledAt"]), int(data["samples"]))
+                               float(data["sampledAt"]), int(data["samples"]), started=data.get("started"))
                 track.gpus = [_GpuTrack(*row) for row in data["gpus"]]
                 if [g.index for g in track.gpus] != list(track.devices):
                     continue
