@@ -10,6 +10,7 @@ from controller.cli.common import print_error, printable, warn_if_not_running
 from controller.cli.events import age_text, read_events
 from controller.client.events import aggregate
 from controller.client.state import document_position, find_manifest, job_rows, read_status
+from controller.client.usage import job_series, live_summary, read_usage, summary_lines
 from controller.model.records import from_rfc3339
 from controller.paths import Home
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
@@ -82,6 +83,13 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
     width = max(len(k) for k, _ in lines) + 2
     # every value escaped for the terminal: file names, messages, commands and labels are users' text
     out = [f"{k + ':':<{width}}{printable(v)}" for k, v in lines]
+    if status.get("gpuUsage"):
+        summary, series = status["gpuUsage"], []
+        if status.get("phase") == "Running":  # gflowd's latest sample, fresher than the status's copy
+            usage = read_usage(home)
+            summary = live_summary(usage, name, status.get("attempt")) or summary
+            series = job_series(usage, name, status.get("attempt"))
+        out.extend(printable(line) for line in summary_lines(summary, series))
     conditions = status.get("conditions") or []
     if conditions:
         out.append("Conditions:")
@@ -165,7 +173,7 @@ def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:
         parts = [f"{k}={v}" for k, v in res.items()]
         lines.append(("Resources", ", ".join(parts)))
     for key, label in (("sharing", "Sharing"), ("priority", "Priority"), ("timeLimit", "Time Limit"),
-                       ("backoffLimit", "Backoff Limit"), ("startAfter", "Start After"),
+                       ("backoffLimit", "Backoff Limit"), ("startAfter", "Start After"), ("idleTimeout", "Idle Timeout"),
                        ("suspend", "Suspend"), ("cancelled", "Cancelled")):
         if key in spec:
             lines.append((label, str(spec[key])))

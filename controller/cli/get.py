@@ -219,7 +219,7 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
     now = time.time()
     header = ["NAME", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
     if wide:
-        header += ["CPUS", "EFFECTIVE", "ATTEMPT", "EXIT", "MANIFEST", "MESSAGE"]
+        header += ["CPUS", "EFFECTIVE", "ATTEMPT", "EXIT", "UTIL", "MANIFEST", "MESSAGE"]
     table = [header]
     for name, row in chosen:
         devices = row.get("devices") or []
@@ -235,11 +235,13 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
         if wide:
             exit_code = row.get("exitCode")
             effective = row.get("effectivePriority")
+            util = row.get("gpuUtil")  # the latest attempt's mean GPU utilization (status gpuUsage)
             line += [
                 str(row.get("cpus") or "-"),
                 "-" if effective is None else str(effective),
                 str(row.get("attempt", 0)),
                 "-" if exit_code is None else str(exit_code),
+                "-" if util is None else f"{round(util)}%",
                 str(row.get("manifest") or "-"),
                 str(row.get("message", "")),
             ]

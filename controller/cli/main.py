@@ -107,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-l", "--selector", action="append", default=[], help="only jobs with these labels: k=v[,k2!=v2]")
     p.add_argument("-o", "--output", choices=["json"])
 
+    p = sub.add_parser("top", parents=[common], help="running jobs live: GPUs with util and memory, CPU, RSS, elapsed")
+    p.add_argument("--once", action="store_true", help="print once and exit (also when stdout is not a terminal)")
+    p.add_argument("--interval", default="2s", help="seconds between redraws (default 2s)")
+    p.add_argument("-l", "--selector", action="append", default=[], help="only jobs with these labels: k=v[,k2!=v2]")
+
     p = sub.add_parser("completion", parents=[common], help="print a shell completion script: bash, zsh or fish")
     p.add_argument("shell", choices=["bash", "zsh", "fish"])
 
@@ -219,6 +224,11 @@ def run(argv: list[str]) -> int:
         from controller.cli.stats import stats  # lazy: gflowctl loads only the verb it runs
 
         return stats(home, args.since, args.selector, args.output)
+
+    if verb == "top":
+        from controller.cli.top import top  # lazy: gflowctl loads only the verb it runs
+
+        return top(home, args.once, args.interval, args.selector)
 
     if verb == "export":
         from controller.cli.export import export  # lazy: gflowctl loads only the verb it runs

@@ -15,6 +15,7 @@ from controller.model.gpus import Gpu
 from controller.model.policy import Policy
 from controller.model.records import JobState, SweepState
 from controller.model.scheduling import CorePool, GpuSlot
+from controller.model.usage import AttemptUsage, UsageSettings
 
 DEFAULT_GRACE = 10.0
 GIB = 2**30
@@ -138,6 +139,8 @@ class Snapshot:
     manifests: Manifests = field(default_factory=Manifests)
     host: Host = field(default_factory=Host)
     serial: int = 0  # the pass's number: names its admission, so the next pass knows what it patched
+    gpu_usage: dict[str, AttemptUsage] = field(default_factory=dict)  # running attempts' sampled GPU usage
+    usage_settings: UsageSettings = field(default_factory=UsageSettings)  # windows of GPUsUnused, GPUIdle, idleTimeout
 
 
 @dataclass

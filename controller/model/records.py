@@ -73,6 +73,10 @@ class JobState:
     cpus: int = 0  # resources.cpus: whole cores asked for (0: none booked)
     cores: list[int] = field(default_factory=list)  # the cores bound to the latest attempt (its cpuset)
     usage: dict[str, Any] = field(default_factory=dict)  # the latest ended attempt's cgroup counters
+    # the latest attempt's GPU usage as the status shows it (decide/gpu_usage.py: usage_summary);
+    # replaced whole, never mutated, so copies may share it
+    gpu_usage: dict[str, Any] | None = None
+    idle_warning: float | None = None  # when the idleTimeout warning was given (once per idle spell)
 
     def copy(self) -> "JobState":
         # runs per job per pass: a dict copy is ~15x cheaper than dataclasses.replace or deepcopy
@@ -116,6 +120,8 @@ class JobState:
             "queuePosition": self.queue_position,
             "effectivePriority": self.effective_priority if self.phase == "Pending" else None,
             "conditions": [dict(c) for c in self.conditions],
+            "gpuUsage": self.gpu_usage,
+            "idleWarningTime": rfc3339(self.idle_warning),
         }
         status = {k: v for k, v in status.items() if v is not None and v != [] or k in ("devices", "conditions")}
         meta: dict[str, Any] = {"name": self.name, "creationTimestamp": rfc3339(self.created)}
@@ -164,11 +170,13 @@ class JobState:
             effective_priority=status.get("effectivePriority"),
             conditions=[dict(c) for c in status.get("conditions") or []],
             owner=next((o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Sweep"), None),
+            gpu_usage=dict(status["gpuUsage"]) if isinstance(status.get("gpuUsage"), dict) else None,
+            idle_warning=from_rfc3339(status.get("idleWarningTime")),
         )
 
     def summary(self) -> dict[str, Any]:
         """The row ``gflowctl get jobs`` shows, kept in the index file."""
-        return {
+        row = {
             "phase": self.phase,
             "reason": self.reason,
             "message": self.message,
@@ -189,6 +197,10 @@ class JobState:
             "owner": self.owner,
             "dependsOn": self.depends_on or None,
         }
+        if self.gpu_usage:  # get jobs -o wide's UTIL, stats' GPU-hours used
+            row["gpuUtil"] = self.gpu_usage.get("utilMean")
+            row["gpuHoursUsed"] = self.gpu_usage.get("gpuHoursUsed")
+        return row
 
 
 @dataclass

@@ -28,6 +28,13 @@ log = logging.getLogger("gflowd.recorder")
 EVENTS_MAX_BYTES = 10 * 1024 * 1024
 
 
+def _process_entry(process) -> dict:
+    entry = {"pid": process.pid, "usedMemory": format_quantity(process.used_memory) or "0"}
+    if process.utilization is not None:
+        entry["utilization"] = process.utilization
+    return entry
+
+
 def _index_row(name: str, state: JobState) -> bytes:
     return f"{json.dumps(name)}:{json.dumps(state.summary(), separators=(',', ':'))}".encode()
 
@@ -198,7 +205,7 @@ class Recorder:
                 "jobs": list(slot.jobs),
             }
             if gpu.processes:
-                entry["processes"] = [{"pid": p.pid, "usedMemory": format_quantity(p.used_memory) or "0"} for p in gpu.processes]
+                entry["processes"] = [_process_entry(p) for p in gpu.processes]
             if gpu.error:
                 entry["error"] = gpu.error
             gpus.append({k: v for k, v in entry.items() if v is not None})
@@ -214,6 +221,11 @@ class Recorder:
         if text != self._node_text:
             atomic_write(self.home.node_file, text)
             self._node_text = text
+
+    def write_gpu_usage(self, text: str) -> None:
+        """Running attempts' GPU usage samples (``observe.gpu_usage``): statistics, so no fsync; the
+        atomic rename still means a reader (gflowctl top) never sees half of it."""
+        atomic_write(self.home.gpu_usage_file, text, durable=False)
 
     def events(self, events: Iterable[Event], now: float) -> None:
         lines = []

@@ -40,6 +40,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from controller.client.events import aggregate
 from controller.client.state import job_rows, manifest_owners, read_index, read_status
+from controller.client.usage import read_usage
 from controller.paths import Home, UnsafeName
 from controller.util.fsutil import atomic_write
 from controller.util.yamlio import load_one, load_own
@@ -175,7 +176,7 @@ class StateView:
         index = stat(self.home.index_file)
         # without an index, the status files are the source: their folder changes when one is replaced
         status = stat(self.home.status_dir) if index is None else None
-        return (index, status, stat(self.home.node_file), stat(self.home.events_file))
+        return (index, status, stat(self.home.node_file), stat(self.home.events_file), stat(self.home.gpu_usage_file))
 
     def render(self, hours: float | None) -> tuple[str, bytes]:
         """(ETag, JSON body) for a timeline of the last ``hours`` (None: fitted to the jobs)."""
@@ -194,7 +195,7 @@ class StateView:
                       if row.get("phase") in ("Pending", "Running", "Rejected")}
             view = build_view(
                 read_node(self.home.node_file), jobs, read_events_tail(self.home.events_file),
-                now=now, hours=hours, updated=updated, host=self.host, owners=owners,
+                now=now, hours=hours, updated=updated, host=self.host, owners=owners, usage=read_usage(self.home),
             )
             # "<" only occurs inside JSON strings: escaping it keeps the body inert even if some
             # client ever took it for HTML

@@ -14,6 +14,7 @@ from typing import Any
 
 from controller.api.units import parse_quantity
 from controller.client.events import aggregate
+from controller.client.usage import job_series
 from controller.model.records import from_rfc3339
 
 QUEUE_LIMIT = 200  # rows sent for the queue; the total is sent too
@@ -21,6 +22,7 @@ RUNNING_LIMIT = 500
 ATTENTION_LIMIT = 50
 EVENTS_LIMIT = 40  # rows of events, each a group of identical ones (x1500)
 SPANS_LIMIT = 5000  # timeline bars; the most recent are kept
+SERIES_POINTS = 60  # utilization samples drawn in a running bar
 FINISHED = ("Succeeded", "Failed", "Cancelled")
 FIT_MIN = 5 * 60.0  # a fitted timeline spans at least 5 minutes...
 FIT_MAX = 7 * 86400.0  # ...and at most 7 days
@@ -36,10 +38,11 @@ def build_view(
     updated: float | None = None,
     host: str = "",
     owners: dict[str, str] | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything the page renders, for a timeline window of the last ``hours`` before ``now``
     (None: the window that fits the jobs there are, :func:`fit_window`). ``owners``: job name ->
-    the user its manifest belongs to."""
+    the user its manifest belongs to; ``usage``: ``run/gpu-usage.json`` parsed (running jobs' samples)."""
     window_start = fit_window(jobs, now) if hours is None else now - hours * 3600.0
     owners = owners or {}
     gpus = [_gpu(g) for g in (node or {}).get("gpus") or [] if isinstance(g, dict)]
@@ -69,7 +72,7 @@ def build_view(
         "runningTotal": len(running),
         "attention": attention[:ATTENTION_LIMIT],
         "attentionTotal": len(attention),
-        "timeline": {**timeline(jobs, [g["index"] for g in gpus], window_start, now), "fitted": hours is None},
+        "timeline": {**timeline(jobs, [g["index"] for g in gpus], window_start, now, usage), "fitted": hours is None},
         "events": [_event(e) for e in aggregate(events)[-EVENTS_LIMIT:]][::-1],
     }
 
@@ -173,14 +176,25 @@ def _event(group: dict[str, Any]) -> dict[str, Any]:
             "count": group["count"]}
 
 
+def _series(usage: dict[str, Any] | None, name: str, row: dict[str, Any], position: int) -> list[list[float]]:
+    """A running job's recent utilization on its ``position``-th GPU: [[time, util %]], at most SERIES_POINTS."""
+    points = [[when, float(point[position][0])] for when, point in job_series(usage or {}, name, row.get("attempt"))
+              if position < len(point)]
+    step = max(1, -(-len(points) // SERIES_POINTS))
+    return points[len(points) - 1::-step][::-1]  # thinned from the newest, which is always drawn
+
+
 def timeline(
-    jobs: dict[str, dict[str, Any]], gpu_indices: list[Any], window_start: float, now: float
+    jobs: dict[str, dict[str, Any]], gpu_indices: list[Any], window_start: float, now: float,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Per GPU, the bars of the jobs that held it during ``[window_start, now]``.
 
     A bar is a job's latest attempt: ``startTime`` to ``completionTime`` on each of its
     ``devices``; a running job's bar has no end (the page draws it to its own clock). Bars that
-    overlap on one GPU (Shared jobs) go to separate lanes of that GPU's row.
+    overlap on one GPU (Shared jobs) go to separate lanes of that GPU's row. A bar carries the
+    attempt's mean GPU utilization (``util``, from its status) and, while it runs, its recent
+    samples on that GPU (``series``, from ``usage``), drawn inside the bar.
     """
     spans: list[dict[str, Any]] = []
     for name, row in jobs.items():
@@ -194,8 +208,12 @@ def timeline(
             continue  # finished without a recorded end: nothing honest to draw
         if (end is not None and end < window_start) or start > now:
             continue
-        for device in devices:
-            spans.append({"job": name, "gpu": device, "start": start, "end": end, "phase": phase})
+        util = _number(row.get("gpuUtil"))
+        for position, device in enumerate(devices):
+            span = {"job": name, "gpu": device, "start": start, "end": end, "phase": phase, "util": util}
+            if phase == "Running":
+                span["series"] = _series(usage, name, row, position)
+            spans.append(span)
     spans.sort(key=lambda s: (s["end"] is None, s["end"] or 0.0), reverse=True)
     truncated = len(spans) > SPANS_LIMIT
     spans = spans[:SPANS_LIMIT]
