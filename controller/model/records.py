@@ -250,3 +250,84 @@ class SweepState:
             "manifest": self.manifest,
             "parallelism": self.parallelism,
         }
+
+
+@dataclass
+class ReservationState:
+    """The record of one Reservation (``status/<name>.yaml``, kind ReservationStatus): its window as
+    resolved (``+1h`` counts from ``created``), the GPUs it holds, and where it stands."""
+
+    name: str
+    phase: str = "Pending"  # Pending | Active | Expired | Rejected
+    reason: str = ""
+    message: str = ""
+    manifest: str | None = None
+    created: float = 0.0
+    labels: dict[str, str] = field(default_factory=dict)
+    users: list[str] = field(default_factory=list)
+    devices: list[int] = field(default_factory=list)
+    start: float | None = None
+    end: float | None = None
+    generation: int = 0
+    spec_hash: str = ""
+    completion_time: float | None = None  # when it expired: its TTL counts from here
+
+    def to_status(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": self.name, "creationTimestamp": rfc3339(self.created)}
+        if self.labels:
+            meta["labels"] = dict(self.labels)
+        meta["annotations"] = {SPEC_HASH: self.spec_hash}
+        status = {
+            "phase": self.phase,
+            "reason": self.reason,
+            "message": self.message,
+            "observedGeneration": self.generation,
+            "manifest": self.manifest,
+            "users": list(self.users),
+            "devices": list(self.devices),
+            "start": rfc3339(self.start),
+            "end": rfc3339(self.end),
+            "completionTime": rfc3339(self.completion_time),
+        }
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "ReservationStatus",
+            "metadata": meta,
+            "status": {k: v for k, v in status.items() if v is not None},
+        }
+
+    @classmethod
+    def from_status(cls, data: dict[str, Any]) -> "ReservationState":
+        meta = data.get("metadata") or {}
+        status = data.get("status") or {}
+        return cls(
+            name=str(meta["name"]),
+            phase=status.get("phase", "Pending"),
+            reason=status.get("reason", ""),
+            message=status.get("message", ""),
+            manifest=status.get("manifest"),
+            created=from_rfc3339(meta.get("creationTimestamp")) or 0.0,
+            labels=dict(meta.get("labels") or {}),
+            users=[str(u) for u in status.get("users") or []],
+            devices=[int(d) for d in status.get("devices") or []],
+            start=from_rfc3339(status.get("start")),
+            end=from_rfc3339(status.get("end")),
+            generation=int(status.get("observedGeneration", 0)),
+            spec_hash=str((meta.get("annotations") or {}).get(SPEC_HASH, "")),
+            completion_time=from_rfc3339(status.get("completionTime")),
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """The row ``gflowctl get reservations`` shows, kept in the index file."""
+        return {
+            "phase": self.phase,
+            "reason": self.reason,
+            "message": self.message,
+            "users": list(self.users),
+            "devices": list(self.devices),
+            "start": self.start,
+            "end": self.end,
+            "created": self.created,
+            "labels": self.labels,
+            "manifest": self.manifest,
+        }

@@ -18,6 +18,8 @@ class Request:
     shared: bool = False
     time_limit: float | None = None  # seconds; None: unknown, so never backfilled into a reservation
     quota_keys: tuple[str, ...] = ()  # quota groups it counts against, e.g. ``user alice``
+    fenced: frozenset[int] = frozenset()  # GPUs a Reservation keeps from it now (decide/reservations.py)...
+    fenced_why: str = ""  # ...and the message naming them, their users and window
 
 
 @dataclass
