@@ -69,14 +69,18 @@ def document_position(parts: list[str], name: str, path: Path) -> int | None:
 
 JOB_WORDS = ("job", "jobs", "j")
 SWEEP_WORDS = ("sweep", "sweeps")
+RESERVATION_WORDS = ("reservation", "reservations")
+EVERY_KIND = ("job", "sweep", "reservation")  # what get, describe and delete take
 
 
 def resource_type(word: str) -> str | None:
-    """``job`` or ``sweep`` for any spelling of the type (``jobs``, ``j``, ``sweeps``), else None."""
+    """``job``, ``sweep`` or ``reservation`` for any spelling of the type (``jobs``, ``j``, ``res``), else None."""
     if word in JOB_WORDS:
         return "job"
     if word in SWEEP_WORDS:
         return "sweep"
+    if word in RESERVATION_WORDS:
+        return "reservation"
     return None
 
 
