@@ -31,6 +31,12 @@ class LocalTime(tzinfo):
     def dst(self, dt: datetime | None) -> timedelta | None:
         return None
 
+    def fromutc(self, dt: datetime) -> datetime:
+        """UTC -> local wall time, as the C library converts it (what ``datetime.fromtimestamp(ts, tz)``
+        and ``astimezone`` call; the default needs ``dst()``, which this zone does not split out)."""
+        moment = dt.replace(tzinfo=timezone.utc).timestamp()
+        return datetime.fromtimestamp(moment).replace(tzinfo=self, fold=0)
+
     def tzname(self, dt: datetime | None) -> str:
         return time.strftime("%Z", time.localtime(datetime.now().timestamp() if dt is None else dt.replace(tzinfo=None).timestamp()))
 
