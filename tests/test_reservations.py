@@ -225,7 +225,7 @@ def test_back_to_back_windows_do_not_overlap_and_an_accepted_one_keeps_its_gpus_
     [
         ("users: [alice]\n  gpus: 1\n  devices: [0]\n  start: '+1h'\n  duration: 1h",
          "spec: exactly one of gpus and devices is required"),
-        ("users: [alice]\n  gpus: 1\n  start: '+1h'\n  duration: 0s", "spec: duration must be longer than 0s"),
+        ("users: [alice]\n  gpus: 1\n  start: '+1h'\n  duration: 0s", "spec.duration: must be > 0.0 (jobs/r.yaml line 7)"),
         ("users: []\n  gpus: 1\n  start: '+1h'\n  duration: 1h", "spec.users: needs at least one user"),
         ("users: [alice]\n  gpus: 1\n  start: tomorrow\n  duration: 1h", "spec.start: 'tomorrow' is not a time"),
         ("users: [alice]\n  gpus: 1\n  start: '+1h'\n  duration: 1h\n  gpu: 2", "spec.gpu: unknown field; did you mean gpus?"),

@@ -59,14 +59,12 @@ class ReservationSpec(_Model):
         description="When the window opens: RFC 3339 (2026-12-01T14:00:00; no offset means local time) "
         "or +DURATION from when the controller first saw the manifest."
     )
-    duration: Duration = Field(description="How long the window lasts, e.g. 2h.")
+    duration: Duration = Field(gt=0, description="How long the window lasts, e.g. 2h.")
 
     @model_validator(mode="after")
     def _one_form(self) -> "ReservationSpec":
         if (self.gpus is None) == (self.devices is None):
             raise ValueError("exactly one of gpus and devices is required")
-        if self.duration <= 0:
-            raise ValueError("duration must be longer than 0s")
         return self
 
 
