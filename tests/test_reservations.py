@@ -142,8 +142,10 @@ def test_phases_follow_the_window_and_the_status_round_trips():
     world.tick(T0)
     record = world.memory.reservation_states["r"]
     assert (record.phase, record.reason, record.devices) == ("Pending", "Upcoming", [0, 1])
-    assert record.message == f"GPUs 0,1 reserved for alice {WINDOW} (opens in 1h)"
+    assert record.message == f"GPUs 0,1 reserved for alice {WINDOW}"
     assert ReservationState.from_status(record.to_status()) == record
+    world.tick(T0 + 60)
+    assert world.memory.reservation_states["r"] == record  # nothing moved: the status file is not rewritten
     world.tick(T0 + HOUR)
     assert world.memory.reservation_states["r"].phase == "Active"
     world.tick(T0 + 3 * HOUR)

@@ -20,7 +20,7 @@ from controller.cli.main import main
 
 NOBODY = 65534
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run gflowd as root and jobs as nobody")
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run gflowd as root and jobs as nobody")
 
 
 @pytest.fixture
@@ -50,6 +50,7 @@ def gflowctl(home: Path, *argv: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+@as_root
 def test_another_users_job_waits_reserved_while_the_listed_users_job_runs(shared, gflowd, tmp_path):
     fake = tmp_path / "gpus.yaml"
     fake.write_text("gpus:\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n")
@@ -92,3 +93,30 @@ def test_another_users_job_waits_reserved_while_the_listed_users_job_runs(shared
     assert (code, out.strip()) == (0, "reservation/hold deleted")
     assert wait_phase(shared, "theirs", "Succeeded", daemon=daemon)["devices"] == [1]
     wait_for(lambda: read_status(shared, "hold") is None, message="the reservation's status to go")
+
+
+def test_apply_asks_gflowd_and_a_restart_keeps_the_window_of_a_relative_start(home, gflowd, tmp_path):
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text("gpus:\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n")
+    daemon = gflowd("--fake-gpus", fake)
+    good, bad = tmp_path / "soon.yaml", tmp_path / "bad.yaml"
+    good.write_text("kind: Reservation\nmetadata: {name: soon}\nspec:\n  users: [root]\n  gpus: 1\n  start: '+2h'\n  duration: 1h\n")
+    bad.write_text("kind: Reservation\nmetadata: {name: bad}\nspec:\n  users: [root]\n  gpus: 1\n  start: '+2h'\n  duration: 0s\n  gpu: 1\n")
+    assert gflowctl(home, "apply", "-f", str(good)) == (0, "reservation/soon created\n")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert gflowctl(home, "apply", "-f", str(bad))[0] == 1
+    assert "spec.duration: must be > 0.0" in err.getvalue() and "spec.gpu: unknown field; did you mean gpus?" in err.getvalue()
+    assert not (home / "jobs" / "bad.yaml").exists()
+
+    def recorded():
+        status = (read_status(home, "soon") or {}).get("status") or {}
+        return status if status.get("phase") == "Pending" else None
+
+    first = wait_for(recorded, message=lambda: f"soon to be recorded: {read_status(home, 'soon')}\n{daemon.stderr()[-2000:]}")
+    assert first["devices"] == [0] and first["reason"] == "Upcoming"
+    assert daemon.terminate() == 0
+    again = gflowd("--fake-gpus", fake)
+    again.wait_pass()
+    after = recorded()
+    assert (after["start"], after["end"], after["devices"]) == (first["start"], first["end"], first["devices"])

@@ -132,13 +132,12 @@ def _resolve(
     if devices is None:
         return _reject(state, ReservationReason.Overlap, f"{clash} ({reservation.source})")
     state.devices = devices
-    users = ", ".join(spec.users)
+    # no countdown in the message: the record (and its status file) changes only when something does
+    state.message = f"{gpus_text(devices)} reserved for {', '.join(spec.users)} {when}"
     if now < state.start:
         state.phase, state.reason = ReservationPhase.Pending, ReservationReason.Upcoming
-        state.message = f"{gpus_text(devices)} reserved for {users} {when} (opens in {format_duration(state.start - now)})"
     else:
         state.phase, state.reason = ReservationPhase.Active, ReservationReason.WindowOpen
-        state.message = f"{gpus_text(devices)} reserved for {users} {when} (ends in {format_duration(state.end - now)})"
     return state
 
 
