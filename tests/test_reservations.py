@@ -241,3 +241,19 @@ def test_a_malformed_reservation_is_rejected_invalid(body, message):
 def test_window_text_adds_the_date_when_not_today():
     assert window_text(T0 + HOUR, T0 + 3 * HOUR, HOST.local_tz, T0) == "09:00-11:00"
     assert window_text(T0 + 30 * HOUR, T0 + 50 * HOUR, HOST.local_tz, T0) == "2027-01-16 14:00-2027-01-17 10:00"
+
+
+@pytest.mark.parametrize(
+    "now, owner, time_limit",
+    [
+        (T0 + HOUR, ALICE, None),  # inside her window: her job takes her reserved GPU...
+        (T0, BOB, "30m"),  # before it: a job that ends in time backfills onto the reserved GPU
+    ],
+)
+def test_a_job_allowed_on_reserved_gpus_takes_them_first_and_leaves_the_others_open(now, owner, time_limit):
+    spec = {"resources": {"gpus": 1}, **({"timeLimit": time_limit} if time_limit else {})}
+    world = World(reservation(devices=[1]), owned(job("first", **spec), owner), owned(job("other", resources={"gpus": 1}), BOB),
+                  n_gpus=2, host=HOST)
+    world.tick(now)
+    assert world.state("first").devices == [1]
+    assert world.phase("other") == ("Running", "Started") and world.state("other").devices == [0]  # ...so bob's runs too

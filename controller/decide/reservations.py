@@ -226,20 +226,24 @@ def fence(req: Request, user: str | None, uid: int, live: list[Window], host: Ho
     """``req`` with the GPUs it may not use now (``fenced``) and why (``fenced_why``), see the module
     docstring. ``user``: the job owner's name, ``uid`` its uid (either may identify a listed user)."""
     fenced: set[int] = set()
+    preferred: set[int] = set()
     why: list[str] = []
     for window in live:
-        if now >= window.end or _listed(window, user, uid, host):
+        if now >= window.end:
             continue
-        if now < window.start and req.time_limit is not None and now + req.time_limit <= window.start:
-            continue  # it ends before the window opens: backfill into the gap
+        if _listed(window, user, uid, host) or (
+            now < window.start and req.time_limit is not None and now + req.time_limit <= window.start
+        ):  # its users' job, or one that ends before the window opens (backfill into the gap)
+            preferred.update(window.devices)
+            continue
         fenced.update(window.devices)
         text = f"{gpus_text(window.devices)} reserved for {', '.join(window.users)} {window_text(window.start, window.end, host.local_tz, now)}"
         if now < window.start:
             text += f" (with a timeLimit of at most {format_duration(window.start - now)} it could use them now)"
         why.append(text)
-    if not fenced:
+    if not fenced and not preferred:
         return req
-    return replace(req, fenced=frozenset(fenced), fenced_why="; ".join(why))
+    return replace(req, fenced=frozenset(fenced), fenced_why="; ".join(why), preferred=frozenset(preferred - fenced))
 
 
 def _listed(window: Window, user: str | None, uid: int, host: Host) -> bool:

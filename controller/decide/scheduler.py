@@ -122,8 +122,8 @@ def schedule(
         reserved_at = run.reserved_at
         ends_in_time = reserved_at < math.inf and req.time_limit is not None and now + req.time_limit <= reserved_at
         key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, run.version, ends_in_time)
-        if req.fenced:  # kept off reserved GPUs: its own shape (decide/reservations.py)
-            key += (req.fenced, req.fenced_why)
+        if req.fenced or req.preferred:  # reserved GPUs kept from it or for it: its own shape
+            key += (req.fenced, req.fenced_why, req.preferred)
         if key in waits and not (quota_checks and req.quota_keys):
             result[req.name] = waits[key]
         else:
@@ -197,6 +197,10 @@ class _Pass:
             in_held = [s for s in open_room if s.index in self.held]
             if len(in_held) >= req.gpus:
                 open_room = in_held
+        if req.preferred:  # reserved GPUs it may use first: the others stay open for everyone
+            in_reserved = [s for s in open_room if s.index in req.preferred]
+            if len(in_reserved) >= req.gpus:
+                open_room = in_reserved
         chosen = _choose(open_room, req, self.strategy, self.topology)
         ends = self.now + req.time_limit if req.time_limit is not None else math.inf
         for slot in chosen:

@@ -20,6 +20,7 @@ class Request:
     quota_keys: tuple[str, ...] = ()  # quota groups it counts against, e.g. ``user alice``
     fenced: frozenset[int] = frozenset()  # GPUs a Reservation keeps from it now (decide/reservations.py)...
     fenced_why: str = ""  # ...and the message naming them, their users and window
+    preferred: frozenset[int] = frozenset()  # reserved GPUs it may use: taken first, the others stay open
 
 
 @dataclass
