@@ -257,3 +257,13 @@ def test_a_job_allowed_on_reserved_gpus_takes_them_first_and_leaves_the_others_o
     world.tick(now)
     assert world.state("first").devices == [1]
     assert world.phase("other") == ("Running", "Started") and world.state("other").devices == [0]  # ...so bob's runs too
+
+
+def test_explain_reservation_reads_the_model(capsys):
+    from controller.cli.main import main
+
+    assert main(["explain", "reservation.spec"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("KIND:     Reservation\n") and "users\t<[]string> -required-" in out and "devices\t<" in out
+    assert main(["explain", "reservation.spec.gpu"]) == 1
+    assert "field Reservation.spec.gpu does not exist" in capsys.readouterr().err

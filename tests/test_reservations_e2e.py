@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shutil
@@ -60,9 +61,9 @@ def test_another_users_job_waits_reserved_while_the_listed_users_job_runs(shared
                            "  start: '+0s'\n  duration: 1h\n")
     wait_for(lambda: (read_status(shared, "hold") or {}).get("status", {}).get("phase") == "Active",
              message=lambda: f"the reservation to be Active: {read_status(shared, 'hold')}\n{daemon.stderr()[-2000:]}")
-    # GPU 0 is busy with root's long job, so nobody's job could only go on the reserved GPU 1
-    put(spec, "busy.yaml", "metadata: {name: busy}\nspec:\n  command: [sleep, '300']\n  resources: {gpus: 1}\n")
-    wait_phase(shared, "busy", "Running", daemon=daemon)
+    # nobody's long job goes on GPU 0 (kept off the reserved GPU 1), so nobody's next job could only go on GPU 1
+    put(spec, "busy.yaml", "metadata: {name: busy}\nspec:\n  command: [sleep, '300']\n  resources: {gpus: 1}\n", uid=NOBODY)
+    assert wait_phase(shared, "busy", "Running", daemon=daemon)["devices"] == [0]
     put(spec, "theirs.yaml", "metadata: {name: theirs}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n", uid=NOBODY)
     status = wait_phase(shared, "theirs", "Pending", reason="Reserved", daemon=daemon)
     assert re.search(r"^needs 1 GPU, none free for it: GPU 1 reserved for root \S+-\S+", status["message"]), status["message"]
@@ -120,3 +121,9 @@ def test_apply_asks_gflowd_and_a_restart_keeps_the_window_of_a_relative_start(ho
     again.wait_pass()
     after = recorded()
     assert (after["start"], after["end"], after["devices"]) == (first["start"], first["end"], first["devices"])
+    assert gflowctl(home, "get", "reservations", "-o", "name") == (0, "reservation/soon\n")
+    code, text = gflowctl(home, "get", "reservation/soon", "-o", "json")
+    document = json.loads(text)
+    assert (code, document["kind"], document["status"]["users"]) == (0, "ReservationStatus", ["root"])
+    code, text = gflowctl(home, "get", "events", "--for", "reservation/soon", "-o", "json")
+    assert [(e["reason"], e["object"]) for e in json.loads(text)["items"]] == [("Upcoming", "reservation/soon")]
