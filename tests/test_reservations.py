@@ -267,3 +267,11 @@ def test_explain_reservation_reads_the_model(capsys):
     assert out.startswith("KIND:     Reservation\n") and "users\t<[]string> -required-" in out and "devices\t<" in out
     assert main(["explain", "reservation.spec.gpu"]) == 1
     assert "field Reservation.spec.gpu does not exist" in capsys.readouterr().err
+
+
+def test_a_gflowd_that_is_not_root_refuses_another_users_reservation():
+    from controller.decide.admission import admit
+
+    result = admit([owned(reservation("theirs"), BOB), owned(reservation("mine", devices=[2], start=T0), ALICE)], controller_uid=ALICE)
+    assert list(result.reservations) == ["mine"]
+    assert result.rejected["theirs"].reason == "Forbidden" and "owned by uid 1001" in result.rejected["theirs"].message

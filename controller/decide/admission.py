@@ -333,7 +333,7 @@ def _patchable(
 
 
 def check_environment(doc: Any, controller_uid: int | None, conda: bool) -> Any:
-    if not isinstance(doc, AdmittedJob):
+    if not isinstance(doc, (AdmittedJob, AdmittedReservation)):
         return doc
     if controller_uid not in (None, 0) and doc.owner_uid not in (-1, controller_uid):
         return Rejection(
@@ -342,7 +342,7 @@ def check_environment(doc: Any, controller_uid: int | None, conda: bool) -> Any:
             f"its own user's jobs; run gflowd as root to serve several users ({doc.source})",
             doc.source, doc.path, doc.doc_index, doc.mtime_ns,
         )
-    if doc.spec.conda_env and not conda:
+    if isinstance(doc, AdmittedJob) and doc.spec.conda_env and not conda:
         return Rejection(
             doc.name, Reason.Invalid,
             f"spec.condaEnv: conda is not installed here (not on gflowd's PATH); install it or remove condaEnv ({doc.source})",
