@@ -57,7 +57,7 @@ GPU_STATES = ("Free", "Allocated", "Shared", "Unmanaged", "Restricted", "Unhealt
 # every reason a Pending job can have: the scheduler's, reconcile's and a cluster's (runtime/slurm.py)
 PENDING_REASONS = (
     "Resources", "Priority", "Dependency", "Suspended", "StartAfter", "Unschedulable", "GPUMemory", "BackOff",
-    "Quota", "Parallelism", "Preempted", "Queued", "Rerun", "Admitted", "Held",
+    "Quota", "Parallelism", "Preempted", "Queued", "Rerun", "Admitted", "Held", "Reserved",
 )
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))
 PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
