@@ -52,7 +52,8 @@ def schedule_pending(plan: Plan, snap: Snapshot, pending: list[Pending], now: fl
     plan.slots = _slots(plan, snap, looked_at, quotas)  # 1. the GPUs, and who holds them
     _order(plan, snap, pending, now)  # 2. queue order: priority, aging, fair share
     ready = admissible(plan, snap, pending, now)  # 3. the gates
-    requests = fence_queue([_request(job, snap, quotas) for _, job in ready], [job.owner_uid for _, job in ready], plan, snap, now)
+    requests = [_request(job, snap, quotas) for _, job in ready]
+    requests = fence_queue(requests, [job.owner_uid for _, job in ready], plan, snap, now)  # reservations
     decisions = _bind(plan, snap, ready, requests, quotas, now, now_text)  # 4. bind (and preempt)
     started = _start_or_queue(plan, snap, ready, decisions, now, now_text)  # 5. start or queue
     # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"
