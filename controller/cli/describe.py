@@ -93,15 +93,8 @@ def _describe_sweep(home: Home, name: str) -> list[str] | None:
     if doc is None or doc.get("kind") != "SweepStatus":
         return None
     status = doc.get("status") or {}
-    meta = doc.get("metadata") or {}
     now = time.time()
-    lines: list[tuple[str, str]] = [("Name", name)]
-    if meta.get("labels"):
-        lines.append(("Labels", ", ".join(f"{k}={v}" for k, v in meta["labels"].items())))
-    lines.append(("Manifest", str(status.get("manifest") or "-")))
-    created = from_rfc3339(meta.get("creationTimestamp"))
-    if created:
-        lines.append(("Created", f"{meta['creationTimestamp']} ({format_age(now - created)} ago)"))
+    lines = _record_head(name, doc, now)
     for key, label in (("phase", "Phase"), ("reason", "Reason"), ("message", "Message"),
                        ("children", "Jobs"), ("parallelism", "Parallelism")):
         if status.get(key) not in (None, ""):
@@ -127,15 +120,9 @@ def _describe_reservation(home: Home, name: str) -> list[str] | None:
     doc = read_status(home, name)
     if doc is None or doc.get("kind") != "ReservationStatus":
         return None
-    status, meta = doc.get("status") or {}, doc.get("metadata") or {}
+    status = doc.get("status") or {}
     now = time.time()
-    lines: list[tuple[str, str]] = [("Name", name)]
-    if meta.get("labels"):
-        lines.append(("Labels", ", ".join(f"{k}={v}" for k, v in meta["labels"].items())))
-    lines.append(("Manifest", str(status.get("manifest") or "-")))
-    created = from_rfc3339(meta.get("creationTimestamp"))
-    if created:
-        lines.append(("Created", f"{meta['creationTimestamp']} ({format_age(now - created)} ago)"))
+    lines = _record_head(name, doc, now)
     for key, label in (("phase", "Phase"), ("reason", "Reason"), ("message", "Message")):
         if status.get(key) not in (None, ""):
             lines.append((label, str(status[key])))
@@ -149,6 +136,19 @@ def _describe_reservation(home: Home, name: str) -> list[str] | None:
     out = [f"{k + ':':<{width}}{printable(v)}" for k, v in lines]
     out.extend(_event_lines(aggregate(read_events(home, f"reservation/{name}"))[-10:], now))
     return out
+
+
+def _record_head(name: str, doc: dict, now: float) -> list[tuple[str, str]]:
+    """Name, labels, manifest and age of a Sweep's or a Reservation's status document."""
+    status, meta = doc.get("status") or {}, doc.get("metadata") or {}
+    lines: list[tuple[str, str]] = [("Name", name)]
+    if meta.get("labels"):
+        lines.append(("Labels", ", ".join(f"{k}={v}" for k, v in meta["labels"].items())))
+    lines.append(("Manifest", str(status.get("manifest") or "-")))
+    created = from_rfc3339(meta.get("creationTimestamp"))
+    if created:
+        lines.append(("Created", f"{meta['creationTimestamp']} ({format_age(now - created)} ago)"))
+    return lines
 
 
 def _live_reservations(home: Home) -> list[str]:

@@ -101,59 +101,45 @@ def _print_documents(home: Home, names: list[str], single: bool, output: str) ->
 
 
 def _get_sweeps(home: Home, args) -> int:
-    sweeps = (read_index(home) or {}).get("sweeps", {})
-    missing = [n for n in args.names if n not in sweeps]
-    chosen = _select(sweeps, args.names, parse_selector_args(args.selector), args.phase)
-    if args.output == "name":
-        for name, _ in chosen:
-            print(f"sweep/{name}")
-    elif args.output in ("yaml", "json"):
-        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, args.output)
-    elif chosen:
-        now = time.time()
-        table = [["NAME", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE"]]
-        for name, row in chosen:
-            counts = row.get("counts") or {}
-            table.append([
-                name, str(row.get("phase", "")), str(row.get("children", 0)), str(counts.get("Running", 0)),
-                str(counts.get("Succeeded", 0)), str(counts.get("Failed", 0)),
-                format_age(now - float(row.get("created") or now)),
-            ])
-        _print_table(table)
-    elif not missing:
-        print("No sweeps found.", file=sys.stderr)
-    for name in missing:
-        print_error(f"sweep/{name} not found")
-    return 1 if missing else 0
+    def row_of(name: str, row: dict, now: float) -> list[str]:
+        counts = row.get("counts") or {}
+        return [
+            name, str(row.get("phase", "")), str(row.get("children", 0)), str(counts.get("Running", 0)),
+            str(counts.get("Succeeded", 0)), str(counts.get("Failed", 0)), format_age(now - float(row.get("created") or now)),
+        ]
+
+    return _get_records(home, args, "sweep", ["NAME", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE"], row_of)
 
 
 def _get_reservations(home: Home, args) -> int:
-    reservations = (read_index(home) or {}).get("reservations", {})
-    missing = [n for n in args.names if n not in reservations]
-    chosen = _select(reservations, args.names, parse_selector_args(args.selector), args.phase)
+    def row_of(name: str, row: dict, now: float) -> list[str]:
+        return [
+            name, ",".join(row.get("users") or []) or "-", ",".join(map(str, row.get("devices") or [])) or "-",
+            _local_time(row.get("start")), _local_time(row.get("end")), str(row.get("phase", "")),
+            format_age(now - float(row.get("created") or now)),
+        ] + ([str(row.get("message", ""))] if args.output == "wide" else [])
+
+    header = ["NAME", "USERS", "GPUS", "START", "END", "PHASE", "AGE"] + (["MESSAGE"] if args.output == "wide" else [])
+    return _get_records(home, args, "reservation", header, row_of)
+
+
+def _get_records(home: Home, args, kind: str, header: list[str], row_of) -> int:
+    """``get sweeps|reservations``: the index's rows of that kind as a table, names, or documents."""
+    rows = (read_index(home) or {}).get(f"{kind}s", {})
+    missing = [n for n in args.names if n not in rows]
+    chosen = _select(rows, args.names, parse_selector_args(args.selector), args.phase)
     if args.output == "name":
         for name, _ in chosen:
-            print(f"reservation/{name}")
+            print(f"{kind}/{name}")
     elif args.output in ("yaml", "json"):
         _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, args.output)
     elif chosen:
         now = time.time()
-        table = [["NAME", "USERS", "GPUS", "START", "END", "PHASE", "AGE"]]
-        for name, row in chosen:
-            table.append([
-                name, ",".join(row.get("users") or []) or "-", ",".join(map(str, row.get("devices") or [])) or "-",
-                _local_time(row.get("start")), _local_time(row.get("end")), str(row.get("phase", "")),
-                format_age(now - float(row.get("created") or now)),
-            ])
-            if args.output == "wide":
-                table[-1].append(str(row.get("message", "")))
-        if args.output == "wide":
-            table[0].append("MESSAGE")
-        _print_table(table)
+        _print_table([header] + [row_of(name, row, now) for name, row in chosen])
     elif not missing:
-        print("No reservations found.", file=sys.stderr)
+        print(f"No {kind}s found.", file=sys.stderr)
     for name in missing:
-        print_error(f"reservation/{name} not found")
+        print_error(f"{kind}/{name} not found")
     return 1 if missing else 0
 
 

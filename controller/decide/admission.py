@@ -91,18 +91,28 @@ def _validate_reservation(
     """A Reservation's schema; whether it fits the machine is decided each pass (decide/reservations.py)."""
     from controller.api.reservation import Reservation  # lazy: only a Reservation document needs its model
     name, _ = document_name(data, stem, single)
+    reservation = _validated(Reservation, data, name, source=source, path=path, doc_index=doc_index, text=text, mtime_ns=mtime_ns)
+    if isinstance(reservation, Rejection):
+        return reservation
+    return AdmittedReservation(name, reservation, source, path, doc_index, document_hash(reservation.spec), owner_uid, mtime_ns)
+
+
+def _validated(model: Any, data: dict, name: str | None, *, source: str, path: str, doc_index: int, text: str | None, mtime_ns: int) -> Any:
+    """``data`` as ``model`` (a Sweep or a Reservation), or a Rejection naming every error, or the
+    name a document in a file of several must have."""
     try:
-        reservation = Reservation.model_validate(data)
-    except Exception as exc:
+        document = model.model_validate(data)
+    except Exception as exc:  # pydantic.ValidationError; imported lazily with the models
         errors = getattr(exc, "errors", None)
         if errors is None:
             raise
-        message = _describe_errors(errors(), text, doc_index, source, root=Reservation)
+        message = _describe_errors(errors(), text, doc_index, source, root=model)
         return Rejection(name, Reason.Invalid, message, source, path, doc_index, mtime_ns)
     if name is None:
         where = _where(source, _line(text, doc_index, ("metadata",)))
-        return Rejection(None, Reason.Invalid, f"metadata.name: required for a Reservation in a file with several documents ({where})", source, path, doc_index, mtime_ns)
-    return AdmittedReservation(name, reservation, source, path, doc_index, document_hash(reservation.spec), owner_uid, mtime_ns)
+        message = f"metadata.name: required for a {model.__name__} in a file with several documents ({where})"
+        return Rejection(None, Reason.Invalid, message, source, path, doc_index, mtime_ns)
+    return document
 
 
 def _validate_sweep(
@@ -119,17 +129,9 @@ def _validate_sweep(
 ) -> list[Any]:
     from controller.api.sweep import Sweep  # lazy: only a Sweep document needs its model
     name, _ = document_name(data, stem, single)
-    try:
-        sweep = Sweep.model_validate(data)
-    except Exception as exc:
-        errors = getattr(exc, "errors", None)
-        if errors is None:
-            raise
-        message = _describe_errors(errors(), text, doc_index, source, root=Sweep)
-        return [Rejection(name, Reason.Invalid, message, source, path, doc_index, mtime_ns)]
-    if name is None:
-        where = _where(source, _line(text, doc_index, ("metadata",)))
-        return [Rejection(None, Reason.Invalid, f"metadata.name: required for a Sweep in a file with several documents ({where})", source, path, doc_index, mtime_ns)]
+    sweep = _validated(Sweep, data, name, source=source, path=path, doc_index=doc_index, text=text, mtime_ns=mtime_ns)
+    if isinstance(sweep, Rejection):
+        return [sweep]
     try:
         expanded = expand(sweep, name, source=source, path=path, doc_index=doc_index, owner_uid=owner_uid, mtime_ns=mtime_ns)
     except ValueError as exc:  # a child's spec is invalid after substitution

@@ -89,12 +89,15 @@ def named_policy(name: str) -> Policy:
 REQUIRED = ("submit_s", "gpus", "duration_s", "time_limit_s", "priority", "user")
 
 
-def read_trace(path: Path) -> list[SimJob]:
+def _open_csv(path: Path):
     try:
-        handle = path.open(newline="")
+        return path.open(newline="")
     except OSError as exc:
         raise TraceError(f"{path}: {exc.strerror or exc}") from None
-    with handle:
+
+
+def read_trace(path: Path) -> list[SimJob]:
+    with _open_csv(path) as handle:
         reader = csv.reader(handle)
         header = [h.strip() for h in next(reader, [])]
         missing = [c for c in REQUIRED if c not in header]
@@ -220,11 +223,7 @@ _HOST = Host()  # the simulator's users are names only
 
 def read_reservations(path: Path) -> list[Window]:
     """``--reservations FILE``: CSV ``start_s,duration_s,devices,users`` (lists separated by spaces)."""
-    try:
-        handle = path.open(newline="")
-    except OSError as exc:
-        raise TraceError(f"{path}: {exc.strerror or exc}") from None
-    with handle:
+    with _open_csv(path) as handle:
         rows = list(csv.DictReader(handle))
     windows = []
     for line, row in enumerate(rows, start=2):
