@@ -269,3 +269,29 @@ def test_a_running_bar_shows_its_gpu_utilization_and_recent_samples(browser, hom
     assert points.split(" ")[-1].endswith(",30.0"), points
     assert "mean GPU utilization" in js(browser, "return document.querySelector('.tl-bar[data-job=\"train\"]').title")
     (release / "train").touch()
+
+
+def test_the_timeline_draws_a_reservation_window_behind_the_bars(browser, home, gflowd, tmp_path):
+    import pwd
+
+    daemon, _ = start_with_dashboard(gflowd, tmp_path)
+    me = pwd.getpwuid(os.getuid()).pw_name
+    write_manifest(home / "jobs", "hold.yaml", f"kind: Reservation\nmetadata: {{name: hold}}\nspec:\n  users: [{me}]\n"
+                   "  devices: [2]\n  start: '+0s'\n  duration: 1h\n")
+    write_manifest(home / "jobs", "soon.yaml", f"kind: Reservation\nmetadata: {{name: soon}}\nspec:\n  users: [{me}]\n"
+                   "  devices: [0]\n  start: '+2h'\n  duration: 1h\n")
+    browser.get(json.loads((home / "run" / "web.json").read_text())["url"])
+    browser.get_log("browser")  # drained: what the previous test's page logged as its gflowd went away is not ours
+    until(browser, lambda d: js(d, "return document.querySelector('.tl-row[data-gpu=\"2\"] .tl-reserved[data-reservation=\"hold\"]') !== null"),
+          "the reservation's band on GPU 2")
+    band, track = js(browser, "const b = document.querySelector('.tl-reserved[data-reservation=\"hold\"]');"
+                              "return [b.getBoundingClientRect().toJSON(), b.parentElement.getBoundingClientRect().toJSON()]")
+    assert track["left"] <= band["left"] and band["right"] <= track["right"] + 0.5, (band, track)
+    assert band["right"] >= track["right"] - 2  # it began moments ago and runs on past the window's end
+    title = js(browser, "return document.querySelector('.tl-reserved[data-reservation=\"hold\"]').title")
+    assert title.startswith(f"reserved for {me} · ") and "(hold, Active)" in title
+    assert js(browser, "return document.querySelector('.tl-row[data-gpu=\"0\"] .tl-reserved.upcoming[data-reservation=\"soon\"]') !== null")
+    assert js(browser, "return document.querySelectorAll('.tl-row[data-gpu=\"1\"] .tl-reserved').length") == 0
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == [], errors
+    assert daemon.proc.poll() is None

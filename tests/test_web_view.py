@@ -212,3 +212,16 @@ def test_every_file_the_dashboard_serves_is_package_data():
     served = [p.name for p in (root / "controller" / "web").iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")]
     assert "dashboard.html" in served
     assert [name for name in served if not any(fnmatch.fnmatch(name, pat) for pat in patterns)] == []
+
+
+def test_the_timeline_carries_reservation_windows_per_gpu():
+    reservations = {
+        "now": {"phase": "Active", "users": ["alice"], "devices": [0, 1], "start": NOW - HOUR, "end": NOW + HOUR},
+        "later": {"phase": "Pending", "users": ["bob"], "devices": [1], "start": NOW + 5 * HOUR, "end": NOW + 6 * HOUR},
+        "old": {"phase": "Expired", "users": ["carol"], "devices": [0], "start": NOW - 30 * HOUR, "end": NOW - 20 * HOUR},
+        "refused": {"phase": "Rejected", "users": ["dan"], "devices": [0], "start": NOW, "end": NOW + HOUR},
+    }
+    view = build_view(node({"index": 0, "state": "Free"}, {"index": 1, "state": "Free"}), {}, [], NOW, 6, reservations=reservations)
+    rows = {r["gpu"]: r["reserved"] for r in view["timeline"]["rows"]}
+    assert [(w["name"], w["users"], w["start"], w["end"]) for w in rows[0]] == [("now", ["alice"], NOW - HOUR, NOW + HOUR)]
+    assert [w["name"] for w in rows[1]] == ["later", "now"]  # an upcoming window too: the page marks its edge

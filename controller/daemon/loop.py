@@ -110,7 +110,7 @@ class Controller:
     # -- the loop ----------------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.memory = Memory(*self.recorder.load())
+        self.memory = Memory.loaded(*self.recorder.load())
         # The controller holds many long-lived objects (parsed manifests, states); the default GC
         # rescans them all every few thousand allocations. Collect young objects less often; after
         # the first pass, move what start-up loaded out of the collector's way (gc.freeze).

@@ -103,6 +103,7 @@ class SnapshotBuilder:
             ignore_processes=frozenset(config.ignore_processes),
             default_grace=config.termination_grace_period,
             sweep_states=memory.sweep_states,
+            reservation_states=memory.reservation_states,
             previous=memory.admission,
             unsettled=memory.unsettled,
             max_starts=max_starts,

@@ -63,7 +63,7 @@ GPU_STATES = ("Free", "Allocated", "Shared", "Unmanaged", "Restricted", "Unhealt
 # every reason a Pending job can have: the scheduler's, reconcile's and a cluster's (runtime/slurm.py)
 PENDING_REASONS = (
     "Resources", "Priority", "Dependency", "Suspended", "StartAfter", "Unschedulable", "GPUMemory", "BackOff",
-    "Quota", "Parallelism", "Preempted", "Queued", "Rerun", "Admitted", "Held",
+    "Quota", "Parallelism", "Preempted", "Queued", "Rerun", "Admitted", "Held", "Reserved",
 )
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))
 MEMORY_BUCKETS = tuple(float(2**n) for n in range(24, 42, 2)) + (float("inf"),)  # 16 MiB .. 2 TiB

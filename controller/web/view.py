@@ -39,10 +39,12 @@ def build_view(
     host: str = "",
     owners: dict[str, str] | None = None,
     usage: dict[str, Any] | None = None,
+    reservations: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Everything the page renders, for a timeline window of the last ``hours`` before ``now``
     (None: the window that fits the jobs there are, :func:`fit_window`). ``owners``: job name ->
-    the user its manifest belongs to; ``usage``: ``run/gpu-usage.json`` parsed (running jobs' samples)."""
+    the user its manifest belongs to; ``usage``: ``run/gpu-usage.json`` parsed (running jobs' samples);
+    ``reservations``: the index's reservation rows."""
     window_start = fit_window(jobs, now) if hours is None else now - hours * 3600.0
     owners = owners or {}
     gpus = [_gpu(g) for g in (node or {}).get("gpus") or [] if isinstance(g, dict)]
@@ -72,7 +74,10 @@ def build_view(
         "runningTotal": len(running),
         "attention": attention[:ATTENTION_LIMIT],
         "attentionTotal": len(attention),
-        "timeline": {**timeline(jobs, [g["index"] for g in gpus], window_start, now, usage), "fitted": hours is None},
+        "timeline": {
+            **timeline(jobs, [g["index"] for g in gpus], window_start, now, usage, reservations or {}),
+            "fitted": hours is None,
+        },
         "events": [_event(e) for e in aggregate(events)[-EVENTS_LIMIT:]][::-1],
     }
 
@@ -187,8 +192,11 @@ def _series(usage: dict[str, Any] | None, name: str, row: dict[str, Any], positi
 def timeline(
     jobs: dict[str, dict[str, Any]], gpu_indices: list[Any], window_start: float, now: float,
     usage: dict[str, Any] | None = None,
+    reservations: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Per GPU, the bars of the jobs that held it during ``[window_start, now]``.
+    """Per GPU, the bars of the jobs that held it during ``[window_start, now]``, and the windows
+    of the reservations that hold it (``reserved``: those not over before ``window_start``, upcoming
+    ones included, so the page can mark them at its right edge).
 
     A bar is a job's latest attempt: ``startTime`` to ``completionTime`` on each of its
     ``devices``; a running job's bar has no end (the page draws it to its own clock). Bars that
@@ -218,14 +226,30 @@ def timeline(
     truncated = len(spans) > SPANS_LIMIT
     spans = spans[:SPANS_LIMIT]
     by_gpu: dict[Any, list[dict[str, Any]]] = {index: [] for index in gpu_indices}
+    windows = reserved_windows(reservations or {}, window_start)
     for span in spans:
         by_gpu.setdefault(span["gpu"], []).append(span)
     rows = []
     for index in sorted(by_gpu, key=lambda i: (not isinstance(i, int), i if isinstance(i, int) else 0, str(i))):
         row_spans = sorted(by_gpu[index], key=lambda s: (s["start"], s["job"]))
         lanes = assign_lanes(row_spans)
-        rows.append({"gpu": index, "lanes": lanes, "spans": row_spans})
+        rows.append({"gpu": index, "lanes": lanes, "spans": row_spans, "reserved": windows.get(index, [])})
     return {"start": window_start, "end": now, "rows": rows, "truncated": truncated}
+
+
+def reserved_windows(reservations: dict[str, dict[str, Any]], window_start: float) -> dict[Any, list[dict[str, Any]]]:
+    """GPU index -> the windows of the accepted reservations holding it that end after ``window_start``."""
+    out: dict[Any, list[dict[str, Any]]] = {}
+    for name, row in sorted(reservations.items()):
+        start, end = _number(row.get("start")), _number(row.get("end"))
+        if row.get("phase") not in ("Pending", "Active", "Expired") or start is None or end is None or end < window_start:
+            continue
+        for device in row.get("devices") or []:
+            out.setdefault(device, []).append({
+                "name": name, "users": [_text(u) for u in row.get("users") or []], "start": start, "end": end,
+                "phase": _text(row.get("phase")),
+            })
+    return out
 
 
 def assign_lanes(spans: list[dict[str, Any]]) -> int:
