@@ -90,7 +90,7 @@ def test_a_restart_reads_finished_jobs_from_their_json_copies_and_never_a_stale_
     staged = status.with_name(".b.tmp")
     staged.write_text(status.read_text().replace("attempt 1 exited with code 0", "read from the file"))
     staged.replace(status)
-    states, _ = Recorder(home).load()
+    states = Recorder(home).load()[0]
     assert states["a"].message == "read from the copy"
     assert states["b"].message == "read from the file"
 

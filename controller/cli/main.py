@@ -50,7 +50,7 @@ def _run_args(p) -> None:
 
 
 def _get_args(p) -> None:
-    p.add_argument("kind", help="jobs | sweeps | gpus (alias: node) | events")
+    p.add_argument("kind", help="jobs | sweeps | reservations | gpus (alias: node) | events")
     p.add_argument("names", nargs="*")
     p.add_argument("-o", "--output", choices=["wide", "yaml", "json", "name"])
     p.add_argument("-w", "--watch", action="store_true", help="keep watching for changes")
@@ -67,14 +67,14 @@ def _get(home, args) -> int:
 
 
 def _describe_args(p) -> None:
-    p.add_argument("kind", help="job | sweep, or TYPE/NAME")
+    p.add_argument("kind", help="job | sweep | reservation, or TYPE/NAME")
     p.add_argument("names", nargs="*", help="NAME... (or TYPE/NAME...)")
 
 
 def _describe(home, args) -> int:
-    from controller.cli.common import CliError, parse_refs  # lazy: version and --help need neither
+    from controller.cli.common import EVERY_KIND, CliError, parse_refs  # lazy: version and --help need none
 
-    refs = parse_refs([args.kind, *args.names], type_first=True)
+    refs = parse_refs([args.kind, *args.names], type_first=True, kinds=EVERY_KIND)
     if not refs:
         raise CliError(f"name what to describe: gflowctl describe {args.kind} NAME...")
     from controller.cli.describe import describe  # lazy: gflowctl loads only the verb it runs
@@ -83,19 +83,19 @@ def _describe(home, args) -> int:
 
 
 def _delete_args(p) -> None:
-    p.add_argument("kind", nargs="?", help="job | sweep, or TYPE/NAME")
+    p.add_argument("kind", nargs="?", help="job | sweep | reservation, or TYPE/NAME")
     p.add_argument("names", nargs="*")
     p.add_argument("-f", "--filename", action="append", default=[], help="delete the jobs this file defines")
 
 
 def _delete(home, args) -> int:
     from controller.cli.apply import delete  # lazy: gflowctl loads only the verb it runs
-    from controller.cli.common import parse_refs, resource_type  # lazy: version and --help need neither
+    from controller.cli.common import EVERY_KIND, parse_refs, resource_type  # lazy: version and --help need none
 
     words = [args.kind, *args.names] if args.kind is not None else []
     # `delete -f FILE NAME...`: bare names beside -f are jobs, no type word needed
     type_first = not (args.filename and words and "/" not in words[0] and resource_type(words[0]) is None)
-    return delete(home, parse_refs(words, type_first=type_first), args.filename)
+    return delete(home, parse_refs(words, type_first=type_first, kinds=EVERY_KIND), args.filename)
 
 
 def _logs_args(p) -> None:
@@ -185,6 +185,18 @@ def _stats(home, args) -> int:
     return stats(home, args.since, args.selector, args.output)
 
 
+def _top_args(p) -> None:
+    p.add_argument("--once", action="store_true", help="print once and exit (also when stdout is not a terminal)")
+    p.add_argument("--interval", default="2s", help="seconds between redraws (default 2s)")
+    p.add_argument("-l", "--selector", action="append", default=[], help="only jobs with these labels: k=v[,k2!=v2]")
+
+
+def _top(home, args) -> int:
+    from controller.cli.top import top  # lazy: gflowctl loads only the verb it runs
+
+    return top(home, args.once, args.interval, args.selector)
+
+
 def _completion_args(p) -> None:
     p.add_argument("shell", choices=["bash", "zsh", "fish"])
 
@@ -228,6 +240,7 @@ def _simulate_args(p) -> None:
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.add_argument("--plot", metavar="DIR", help="write a Gantt chart and a wait-time CDF (PNG) here; needs matplotlib")
     p.add_argument("--cpus", type=int, help="CPU cores of the simulated machine, booked by the trace's cpus column (default: not booked)")
+    p.add_argument("--reservations", metavar="FILE", help="CSV: start_s,duration_s,devices,users (GPUs held for users)")
 
 
 def _simulate(home, args) -> int:
@@ -253,8 +266,8 @@ VERBS: dict[str, tuple] = {
     "apply": ("create or update jobs from manifests", _apply_args, _apply),
     "run": ("submit a command or script in one line: run [flags] -- CMD (run -h)", _run_args, None),
     "get": ("list jobs, GPUs or events", _get_args, _get),
-    "describe": ("show jobs or sweeps in detail", _describe_args, _describe),
-    "delete": ("delete jobs or sweeps (their manifests)", _delete_args, _delete),
+    "describe": ("show jobs, sweeps or reservations in detail", _describe_args, _describe),
+    "delete": ("delete jobs, sweeps or reservations (their manifests)", _delete_args, _delete),
     "logs": ("print a job's output", _logs_args, _logs),
     "cancel": ("stop jobs for good", _names_args, _control),
     "suspend": ("hold jobs (stop if running)", _names_args, _control),
@@ -265,6 +278,7 @@ VERBS: dict[str, tuple] = {
     "wait": ("wait until a job reaches a phase or condition", _wait_args, _wait),
     "explain": ("document a manifest field", _explain_args, _explain),
     "stats": ("jobs, success rate, waits, runtimes and GPU-hours by user and label", _stats_args, _stats),
+    "top": ("running jobs live: GPUs with util and memory, CPU, RSS, elapsed", _top_args, _top),
     "completion": ("print a shell completion script: bash, zsh or fish", _completion_args, _completion),
     "export": ("print a job as an sbatch script or a Kubernetes Job", _export_args, _export),
     "simulate": ("replay a job trace through the real scheduler on a virtual clock", _simulate_args, _simulate),

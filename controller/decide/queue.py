@@ -24,6 +24,7 @@ from controller.decide.policy import (
     quota_table,
     user_of,
 )
+from controller.decide.reservations import fence_queue
 from controller.decide.running import request_stop
 from controller.decide.scheduler import build_slots, preemption_victims, schedule
 from controller.model.conditions import find_condition, remove_condition, set_condition
@@ -56,6 +57,7 @@ def schedule_pending(plan: Plan, snap: Snapshot, pending: list[Pending], now: fl
     _order(plan, snap, pending, now)  # 2. queue order: priority, aging, fair share
     ready = admissible(plan, snap, pending, now)  # 3. the gates
     requests = [_request(job, snap, quotas) for _, job in ready]
+    requests = fence_queue(requests, [job.owner_uid for _, job in ready], plan, snap, now)  # reservations
     decisions = _bind(plan, snap, ready, requests, quotas, now, now_text)  # 4. bind (and preempt)
     started = _start_or_queue(plan, snap, ready, decisions, now, now_text)  # 5. start or queue
     # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"
@@ -81,6 +83,8 @@ def carried_waiting(snap: Snapshot, names: set[str], now: float) -> set[str]:
     memo, prev, adm = snap.queue_memo, snap.previous, snap.admission
     if memo is None or prev is None or (memo.wake_at is not None and now >= memo.wake_at):
         return set()
+    if adm.reservations or prev.reservations:
+        return set()  # reservation windows open and close with the clock: decide the queue each pass
     records = memo.records
     if memo.inputs != queue_inputs(snap) or not names.issuperset(records):
         return set()
@@ -121,8 +125,9 @@ def queue_memo_holds(plan: Plan, snap: Snapshot, pending: list[Pending], decided
 def remember_queue(plan: Plan, snap: Snapshot, pending: list[Pending], wake_at: float | None) -> QueueMemo | None:
     """The memo the next pass may carry the waiting jobs over with; None when their records depend
     on more than the inputs it checks: something started or is about to, messages that count down
-    (startAfter, a backfill hint against a running job's timeLimit), fair share that decays."""
-    if not pending or plan.starts or plan.again or snap.policy.fair_share_half_life:
+    (startAfter, a backfill hint against a running job's timeLimit), fair share that decays,
+    reservations (their windows move with the clock)."""
+    if not pending or plan.starts or plan.again or snap.policy.fair_share_half_life or plan.reservations:
         return None
     records = {}
     for state, _ in pending:

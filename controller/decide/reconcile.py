@@ -16,6 +16,7 @@ from controller.decide.admission import admit_observed
 from controller.decide.expiry import expire
 from controller.decide.lifecycle import finish, step
 from controller.decide.queue import carried_waiting, queue_memo_holds, remember_queue, schedule_pending
+from controller.decide.reservations import reservation_statuses
 from controller.decide.sweep_status import sweep_statuses
 from controller.model.documents import AdmissionResult
 from controller.model.plan import Event, Plan, Snapshot
@@ -68,6 +69,7 @@ def _queue(plan: Plan, snap: Snapshot, names: set[str], carried: set[str], now: 
             plan.states.pop(name, None)
         pending += [waiting for name in sorted(carried) if (waiting := step(plan, snap, name, now, now_text)) is not None]
         carried, decided = set(), names
+    reservation_statuses(plan, snap, now)  # before the queue: it fences jobs off reserved GPUs
     woken, plan.wake_at = plan.wake_at, None
     schedule_pending(plan, snap, pending, now, now_text, decided)
     queue_wake, plan.wake_at = plan.wake_at, woken  # the queue's own wake-up (time gates, aging)
