@@ -100,6 +100,13 @@ class Home:
         """Written by gflowd while its web dashboard serves: the URL (a ``--web-port 0`` port)."""
         return self.run_dir / "web.json"
 
+    def control_dir(self, uid: int) -> Path:
+        """The job supervisors' control sockets (attach, exec) for jobs running as ``uid``: 0700, its."""
+        return self.run_dir / "control" / str(uid)
+
+    def control_socket(self, uid: int, name: str) -> Path:
+        return self.control_dir(uid) / f"{_plain(name)}.sock"
+
     def status_file(self, name: str) -> Path:
         return self.status_dir / f"{_plain(name)}.yaml"
 

@@ -15,6 +15,8 @@ EPILOG = """examples:
   gflowctl describe job train           status, conditions and recent events of one job
   gflowctl get jobs -o name | xargs gflowctl describe    every job in detail (TYPE/NAME works anywhere)
   gflowctl logs train -f                follow a job's output
+  gflowctl run -it --gpus 1             a shell on a GPU, once one is free (Ctrl-] detaches)
+  gflowctl attach dbg / exec train -- nvidia-smi    a terminal on a running job / a command beside it
   gflowctl cancel train                 edit the manifest: spec.cancelled: true
   gflowctl wait job/train --for=phase=Succeeded --timeout 10m
 """
@@ -53,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", add_help=False, help="submit a command or script in one line: run [flags] -- CMD (run -h)")
     p.add_argument("argv", nargs=argparse.REMAINDER)
+
+    p = sub.add_parser("attach", parents=[common], help="connect this terminal to a running tty job (Ctrl-] detaches)")
+    p.add_argument("name", metavar="NAME", help="a running job with spec.tty (gflowctl run -it makes one)")
+    p.add_argument("--read-only", action="store_true", help="watch only; never type into the job")
+
+    p = sub.add_parser("exec", parents=[common], help="run a command in a running job's allocation: exec NAME -- CMD")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
     p = sub.add_parser("get", parents=[common], help="list jobs, GPUs or events")
     p.add_argument("kind", help="jobs | sweeps | gpus (alias: node) | events")
@@ -207,6 +217,13 @@ def run(argv: list[str]) -> int:
         from controller.cli.wait import wait  # lazy: gflowctl loads only the verb it runs
 
         return wait(home, parse_refs(args.target), args.for_, args.timeout)
+    if verb in ("attach", "exec"):
+        from controller.cli.attach import attach_verb, exec_verb  # lazy: gflowctl loads only the verb it runs
+
+        name = _one_job(parse_refs([args.name]), f"{verb} takes one job")
+        if verb == "attach":
+            return attach_verb(home, name, args.read_only)
+        return exec_verb(home, name, args.argv[1:] if args.argv[:1] == ["--"] else args.argv)
     if verb == "completion":
         from controller.cli.completion import completion  # lazy: gflowctl loads only the verb it runs
 
