@@ -59,6 +59,8 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
         raise CliError("-it attaches to the job already: drop --wait/--follow")
     if cli["interactive"] and not rest:
         rest, after_dashes = [login_shell()], True
+    if cli["interactive"] and os.environ.get("TERM") and not any(e.startswith("TERM=") for e in options.get("env", [])):
+        options["env"] = [*options.get("env", []), f"TERM={os.environ['TERM']}"]  # the job draws for this terminal
     if cli.get("output") not in (None, "yaml", "name"):
         raise CliError(f"-o {cli['output']}: use -o yaml (with --dry-run) or -o name")
     cwd = os.getcwd()

@@ -646,6 +646,7 @@ FRAME_HEAD = struct.Struct("!cI")
 MAX_FRAME = 1 << 20
 HISTORY_BYTES = 16384  # the terminal's recent output, replayed to a viewer that attaches
 VIEWER_BACKLOG = 1 << 20  # a viewer this far behind is dropped: a stuck viewer never blocks the job
+MAX_CLIENTS = 64  # connections at once; more are closed unanswered
 INPUT_STAMP_EVERY = 2.0  # seconds: how stale the last-input stamp (gflowd's idleTimeout) may be
 DEFAULT_SIZE = (24, 80)
 
@@ -783,6 +784,7 @@ class Control:
         self.history = bytearray()
         self.pending_input = bytearray()
         self.stamped_at = 0.0
+        self.typed_at: float | None = None  # an input not yet in the stamp file
 
     @classmethod
     def open(cls, spec: dict, stamp_path: str) -> "Control":
@@ -804,14 +806,21 @@ class Control:
         self._stamp(force=True)  # a session nobody typed in is idle since its start
 
     def _stamp(self, force: bool = False) -> None:
+        """The stamp's mtime := the last input's time; written at most every INPUT_STAMP_EVERY (an
+        input inside that window is written when it is up: ``handle`` comes by at least every second)."""
         now = time.time()
+        if self.typed_at is None and not force:
+            return
         if not force and now - self.stamped_at < INPUT_STAMP_EVERY:
             return
-        self.stamped_at = now
+        when = self.typed_at if self.typed_at is not None else now
+        self.stamped_at, self.typed_at = now, None
         try:
             fd = os.open(self.stamp_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-            os.utime(fd, (now, now))
-            os.close(fd)
+            try:
+                os.utime(fd, (when, when))
+            finally:
+                os.close(fd)
         except OSError:
             pass  # a full disk costs only the idle clock's accuracy
 
@@ -886,7 +895,7 @@ class Control:
     # -- the loop's part ------------------------------------------------------------------------
 
     def wanted(self) -> tuple[list, list]:
-        readers: list = [c for c in self.clients.values() if not c.closing]
+        readers: list = list(self.clients.values())
         if self.listener is not None:
             readers.append(self.listener)
         if self.master is not None:
@@ -908,6 +917,7 @@ class Control:
                 self._send(client)
             if client in ready and client.fileno() in self.clients:
                 self._receive(client, job_running)
+        self._stamp()  # an input the rate limit held back, once its time is up
 
     def _accept(self) -> None:
         assert self.listener is not None
@@ -916,6 +926,9 @@ class Control:
         except OSError:
             return
         sock.setblocking(False)
+        if len(self.clients) >= MAX_CLIENTS:
+            sock.close()
+            return
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _, uid, _ = struct.unpack("3i", creds)
         client = _Client(sock, uid)
@@ -938,7 +951,10 @@ class Control:
             return
         del client.outbox[:sent]
         if client.closing and not client.outbox:
-            self._drop(client)
+            # our last word is out: say EOF and drop it at its EOF (closing first, with its input
+            # unread, would reset the connection before it reads the answer)
+            with contextlib.suppress(OSError):
+                client.sock.shutdown(socket.SHUT_WR)
 
     def _receive(self, client: _Client, job_running: bool) -> None:
         try:
@@ -985,6 +1001,7 @@ class Control:
                 return
             self.pending_input += payload
             self._write_input()
+            self.typed_at = time.time()
             self._stamp()
         elif kind == b"W" and client.mode == "attach":
             try:

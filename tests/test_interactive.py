@@ -1,0 +1,297 @@
+"""Interactive jobs end to end: ``gflowctl run -it``, ``attach`` and ``exec`` on real pseudo-terminals
+(pexpect drives gflowctl the way a person at a terminal would), a real gflowd on fake GPUs, real
+supervisors holding the jobs' ptys. Every wait polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pexpect
+import pytest
+from helpers import job_status, pid_alive, read_log, wait_for, wait_phase, write_manifest
+
+PROMPT = r"gflow\$ "
+SHELL = ["--", "bash", "--norc", "--noprofile"]  # no rc file: the prompt is the test's own
+
+
+def env_for(home: Path) -> dict[str, str]:
+    return {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(Path(home).parent / "state"), "TERM": "xterm"}
+
+
+def ctl(home: Path, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True,
+                          env=env_for(home), timeout=timeout, cwd=Path(home).parent)
+
+
+def spawn(home: Path, *argv: str, size: tuple[int, int] = (24, 80)) -> pexpect.spawn:
+    """gflowctl on a pseudo-terminal of its own, as if typed at one."""
+    child = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", *argv], env=env_for(home),
+                          cwd=str(Path(home).parent), encoding="utf-8", timeout=30, dimensions=size)
+    child.logfile_read = _Transcript()
+    return child
+
+
+class _Transcript:
+    """What the terminal showed, kept for failure messages."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, data: str) -> None:
+        self.text += data
+
+    def flush(self) -> None:
+        pass
+
+
+def ended(child: pexpect.spawn) -> int:
+    child.expect(pexpect.EOF, timeout=30)
+    child.close()
+    return child.exitstatus if child.exitstatus is not None else 128 + (child.signalstatus or 0)
+
+
+@pytest.fixture
+def gpus(tmp_path: Path) -> Path:
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text("gpus:\n" + "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" * 2)
+    return fake
+
+
+def start_session(home: Path, name: str, *flags: str) -> pexpect.spawn:
+    child = spawn(home, "run", "-it", "--name", name, "-e", "PS1=gflow$ ", *flags, *SHELL)
+    child.expect(PROMPT)
+    return child
+
+
+def test_run_it_waits_in_the_queue_then_gives_a_shell_on_the_bound_gpu(home, gflowd, gpus):
+    daemon = gflowd("--fake-gpus", gpus)
+    assert ctl(home, "run", "--name", "tty-blocker", "--gpus", "2", "--", "sleep", "600").returncode == 0
+    wait_phase(home, "tty-blocker", "Running", daemon=daemon)
+
+    child = spawn(home, "run", "-it", "--name", "tty-one", "--gpus", "1", "-e", "PS1=gflow$ ", *SHELL)
+    child.expect("job/tty-one created")
+    # it queues like any job: the terminal says why it waits and where it stands
+    child.expect(r"job/tty-one is Pending: Resources: needs 1 GPU.*\(queue position 1\)")
+    assert job_status(home, "tty-one")["phase"] == "Pending"
+    assert ctl(home, "cancel", "tty-blocker").returncode == 0
+
+    child.expect(r"job/tty-one is running \(GPUs (\d)\); Ctrl-\] detaches")
+    shown_gpu = child.match.group(1)
+    child.expect(PROMPT)
+    status = job_status(home, "tty-one")
+    assert status["phase"] == "Running" and status["devices"] == [int(shown_gpu)]
+    child.sendline("echo gpu=$CUDA_VISIBLE_DEVICES tty=$(tty)")
+    child.expect(r"gpu=(\d) tty=/dev/pts/\d+")
+    assert child.match.group(1) == shown_gpu
+    child.expect(PROMPT)
+
+    # a resize of the local terminal reaches the job's pty (SIGWINCH; stty asks the kernel)
+    child.setwinsize(37, 111)
+    child.sendline("stty size")
+    child.expect("37 111")
+    child.expect(PROMPT)
+
+    # Ctrl-C goes to the job (it interrupts the job's sleep; the session lives on)
+    child.sendline("sleep 60; echo not-interrupted")
+    child.sendintr()
+    child.expect(PROMPT)
+    child.sendline("echo after-interrupt")
+    child.expect("after-interrupt")
+    child.expect(PROMPT)
+    assert "not-interrupted" not in child.before
+
+    child.sendline("exit 3")
+    assert ended(child) == 3, child.logfile_read.text
+    status = wait_phase(home, "tty-one", "Failed", daemon=daemon)
+    assert status["exitCode"] == 3
+    assert "gpu=" in read_log(home, "tty-one") and "37 111" in read_log(home, "tty-one")  # the session is in its log
+
+
+def test_detach_attach_exec_and_exit_code(home, gflowd, gpus):
+    daemon = gflowd("--fake-gpus", gpus)
+    child = start_session(home, "tty-two", "--gpus", "1")
+    child.sendline("export MARK=first-terminal; echo $MARK")
+    child.expect("first-terminal")
+    child.expect(PROMPT)
+    child.send("\x1d")  # Ctrl-]
+    assert ended(child) == 0
+    assert "detached from job/tty-two" in child.logfile_read.text
+    status = job_status(home, "tty-two")
+    assert status["phase"] == "Running" and pid_alive(status["pid"])
+
+    # exec runs beside the job, in its allocation: its GPU, its working directory, its user
+    shown = ctl(home, "exec", "tty-two", "--", "sh", "-c", "echo cvd=$CUDA_VISIBLE_DEVICES job=$GFLOW_JOB_NAME; exit 7")
+    assert shown.returncode == 7, shown.stderr
+    assert shown.stdout == f"cvd={status['devices'][0]} job=tty-two\n"
+    missing = ctl(home, "exec", "tty-two", "--", "no-such-command-xyz")
+    assert missing.returncode == 127 and "no-such-command-xyz: command not found" in missing.stderr
+
+    # attach from another terminal: the same session (the shell's variable is still set)
+    again = spawn(home, "attach", "tty-two")
+    again.expect("attached to job/tty-two")
+    again.sendline("echo mark=$MARK")
+    again.expect("mark=first-terminal")
+    again.expect(PROMPT)
+
+    # a second viewer watches; the most recent attacher types
+    viewer = spawn(home, "attach", "tty-two", "--read-only")
+    viewer.expect(r"attached to job/tty-two \(read-only\)")
+    viewer.send("echo from-the-viewer\r")
+    viewer.expect("read-only: another terminal types")
+    again.sendline("echo seen-by-both")
+    viewer.expect("seen-by-both")
+    again.expect("seen-by-both")
+    again.expect(PROMPT)
+    assert "from-the-viewer" not in read_log(home, "tty-two")
+
+    again.sendline("exit 5")
+    assert ended(again) == 5
+    assert ended(viewer) == 5  # every viewer learns the end
+    assert wait_phase(home, "tty-two", "Failed", daemon=daemon)["exitCode"] == 5
+
+
+def test_attach_needs_a_running_tty_job_of_ones_own(home, gflowd):
+    daemon = gflowd()
+    assert ctl(home, "run", "--name", "tty-batch", "--", "sleep", "600").returncode == 0
+    wait_phase(home, "tty-batch", "Running", daemon=daemon)
+    batch = ctl(home, "attach", "tty-batch")
+    assert batch.returncode == 1
+    assert batch.stderr.strip() == ("error: job/tty-batch has no terminal (spec.tty is false): gflowctl logs -f tty-batch "
+                                    "follows its output; gflowctl exec tty-batch -- CMD runs a command beside it")
+    # exec works on batch jobs too
+    beside = ctl(home, "exec", "tty-batch", "--", "sh", "-c", "echo in=$GFLOW_JOB_NAME")
+    assert (beside.returncode, beside.stdout) == (0, "in=tty-batch\n"), beside.stderr
+    gone = ctl(home, "attach", "no-such-job")
+    assert (gone.returncode, gone.stderr.strip()) == (1, f"error: job/no-such-job not found on {home}")
+    assert ctl(home, "cancel", "tty-batch").returncode == 0
+    wait_phase(home, "tty-batch", "Cancelled", daemon=daemon)
+    over = ctl(home, "attach", "tty-batch")
+    assert over.returncode == 1 and over.stderr.strip().startswith("error: job/tty-batch is Cancelled"), over.stderr
+
+
+def test_gflowd_killed_during_a_session_leaves_it_usable_and_a_restart_readopts(home, gflowd, gpus):
+    daemon = gflowd("--fake-gpus", gpus)
+    child = start_session(home, "tty-crash", "--gpus", "1")
+    before = job_status(home, "tty-crash")
+    os.kill(daemon.pid, signal.SIGKILL)
+    daemon.proc.wait(10)
+    # the supervisor holds the pty: typing still works with no gflowd at all
+    child.sendline("echo still-here")
+    child.expect("still-here")
+    child.expect(PROMPT)
+
+    restarted = gflowd("--fake-gpus", gpus)
+    restarted.wait_pass()
+    after = job_status(home, "tty-crash")
+    assert after["phase"] == "Running" and after["pid"] == before["pid"] and after["attempt"] == before["attempt"]
+    child.send("\x1d")
+    assert ended(child) == 0
+    again = spawn(home, "attach", "tty-crash")
+    again.expect("attached to job/tty-crash")
+    again.sendline("echo readopted")
+    again.expect("readopted")
+    again.sendline("exit 0")
+    assert ended(again) == 0
+    status = wait_phase(home, "tty-crash", "Succeeded", daemon=restarted)
+    assert status["attempt"] == before["attempt"]  # nothing ran twice
+
+
+# -- another user ------------------------------------------------------------------------------------
+
+NOBODY = 65534
+
+
+def as_nobody(work) -> tuple[int, str]:
+    """Run ``work()`` (returns an exit code) in a forked child that dropped to nobody: (code, stderr)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # never return into pytest
+        code = 99
+        try:
+            os.close(read_fd)
+            os.dup2(write_fd, 2)
+            sys.stderr = open(2, "w", closefd=False)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            code = work()
+        except BaseException:
+            import traceback  # lazy: only a failing child
+
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code if isinstance(code, int) else 97)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        err = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), err
+
+
+@pytest.fixture
+def open_home():
+    """A home another user can reach (pytest's tmp folders are root's alone)."""
+    root = Path(tempfile.mkdtemp(prefix="gflow-tty-"))
+    os.chmod(root, 0o755)
+    (root / "jobs").mkdir()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
+    import controller.cli.attach  # noqa: F401  loaded before the fork: nobody may not read this interpreter's files
+    from controller.cli.main import main
+    from controller.client.terminal import connect, frame
+    from controller.paths import Home
+
+    home = open_home
+    daemon = gflowd(home=home)
+    manifest = "metadata: {name: tty-root}\nspec:\n  tty: true\n  command: [sleep, '600']\n"
+    write_manifest(home / "jobs", "tty-root.yaml", manifest)  # root's: the job runs as root
+    wait_phase(home, "tty-root", "Running", daemon=daemon)
+    sock_path = Home.resolve(home).control_socket(0, "tty-root")
+    wait_for(sock_path.exists, message="the job's control socket")
+    assert oct(sock_path.parent.stat().st_mode & 0o777) == "0o700"
+    for verb in (["attach", "tty-root"], ["exec", "tty-root", "--", "id"]):
+        code, err = as_nobody(lambda: main(["--home", str(home), *verb]))
+        assert code == 1, err
+        assert err.strip() == f"error: job/tty-root runs as root: only its owner or root may {verb[0]} it", err
+
+    def knock() -> int:
+        """Straight to the socket, past gflowctl: the folder is the kernel's gate, SO_PEERCRED the supervisor's."""
+        try:
+            connect(sock_path)
+        except Exception as exc:
+            sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
+            return 3
+        return 0
+
+    code, err = as_nobody(knock)
+    assert code == 3 and "NoSession: Permission denied" in err, err
+
+    os.chmod(sock_path.parent, 0o755)  # a folder someone opened up: the supervisor still refuses
+    try:
+        def sneak() -> int:
+            sock = connect(sock_path)
+            sock.sendall(frame(b"H", {"mode": "attach"}))
+            data = b""
+            while chunk := sock.recv(4096):
+                data += chunk
+            sys.stderr.write(data[5:].decode())
+            return 4 if data[:1] == b"E" else 0
+
+        code, err = as_nobody(sneak)
+        assert code == 4, err
+        assert err == "permission denied: job/tty-root runs as uid 0; only its owner or root may attach or exec"
+    finally:
+        os.chmod(sock_path.parent, 0o700)
+    assert job_status(home, "tty-root")["phase"] == "Running"
