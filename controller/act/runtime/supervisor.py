@@ -1099,6 +1099,9 @@ class Control:
         """The attempt is over: every client learns the exit code (best effort), the socket goes."""
         if self.master is not None:
             self.drain()
+        if self.typed_at is not None:
+            self.stamped_at = 0.0
+            self._stamp()
         for client in list(self.clients.values()):
             if client.mode == "attach":
                 client.outbox += frame(b"X", {"code": exit_code})
