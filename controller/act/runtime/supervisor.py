@@ -313,7 +313,7 @@ class Supervisor:
             signal.signal(sig, lambda *_: None)
         started_wall = time.time()
         started_mono = time.monotonic()
-        self.control = Control.open(self.spec, self.paths["input"])
+        self.control = Control(self.spec, self.paths["input"])
         try:
             code, error = self._spawn()
         except NotLaunched as exc:
@@ -323,6 +323,7 @@ class Supervisor:
             self._finish(started_wall, exit_code=code, error=error)
             return 0
         self._notify("start")
+        self.control.listen()
         self._watch(wake_r, started_mono)
         code = os.waitstatus_to_exitcode(self.job_status) if self.job_status is not None else None
         sig = -code if code is not None and code < 0 else None
@@ -771,7 +772,7 @@ class _Client:
 class Control:
     """The attempt's control socket and, for a tty job, the pty master behind it (module notes)."""
 
-    def __init__(self, spec: dict, stamp_path: str, listener: socket.socket | None):
+    def __init__(self, spec: dict, stamp_path: str, listener: socket.socket | None = None):
         self.spec = spec
         self.name = str(spec.get("name"))
         self.owner = spec.get("uid") if spec.get("uid") is not None else os.geteuid()
@@ -786,18 +787,16 @@ class Control:
         self.stamped_at = 0.0
         self.typed_at: float | None = None  # an input not yet in the stamp file
 
-    @classmethod
-    def open(cls, spec: dict, stamp_path: str) -> "Control":
-        """Bind the socket; without one (no path, an unusable folder) attach and exec are off, and a
-        tty job's output still reaches its log."""
-        listener = None
-        path = spec.get("control")
-        if path:
-            try:
-                listener = _listen(path, spec.get("uid"), spec.get("gid"))
-            except OSError as exc:
-                sys.stderr.write(f"control socket {path}: {describe_error(exc)}; attach and exec are off\n")
-        return cls(spec, stamp_path, listener)
+    def listen(self) -> None:
+        """Bind the socket (once the job is under way: never a delay to its start). Without one (no
+        path, an unusable folder) attach and exec are off, and a tty job's output still reaches its log."""
+        path = self.spec.get("control")
+        if not path or self.listener is not None:
+            return
+        try:
+            self.listener = _listen(path, self.spec.get("uid"), self.spec.get("gid"))
+        except OSError as exc:
+            sys.stderr.write(f"control socket {path}: {describe_error(exc)}; attach and exec are off\n")
 
     # -- the terminal ---------------------------------------------------------------------------
 
