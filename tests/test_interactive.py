@@ -157,7 +157,7 @@ def test_detach_attach_exec_and_exit_code(home, gflowd, gpus):
     assert wait_phase(home, "tty-two", "Failed", daemon=daemon)["exitCode"] == 5
 
 
-def test_attach_needs_a_running_tty_job_of_ones_own(home, gflowd):
+def test_attach_needs_a_running_tty_job_and_exec_works_on_batch_jobs_too(home, gflowd):
     daemon = gflowd()
     assert ctl(home, "run", "--name", "tty-batch", "--", "sleep", "600").returncode == 0
     wait_phase(home, "tty-batch", "Running", daemon=daemon)
@@ -174,6 +174,19 @@ def test_attach_needs_a_running_tty_job_of_ones_own(home, gflowd):
     wait_phase(home, "tty-batch", "Cancelled", daemon=daemon)
     over = ctl(home, "attach", "tty-batch")
     assert over.returncode == 1 and over.stderr.strip().startswith("error: job/tty-batch is Cancelled"), over.stderr
+
+
+def test_cancel_hangs_up_a_session_without_waiting_for_the_grace_period(home, gflowd):
+    daemon = gflowd()
+    manifest = ("metadata: {name: tty-hup}\nspec:\n  tty: true\n  terminationGracePeriod: 5m\n"
+                "  command: [bash, --norc, --noprofile, -i]\n")
+    write_manifest(home / "jobs", "tty-hup.yaml", manifest)
+    wait_phase(home, "tty-hup", "Running", daemon=daemon)
+    wait_for(lambda: "$" in read_log(home, "tty-hup") or "#" in read_log(home, "tty-hup"), message="the shell's prompt")
+    assert ctl(home, "cancel", "tty-hup").returncode == 0
+    # an interactive bash ignores TERM; the hangup ends it long before the 5 minutes' KILL
+    status = wait_phase(home, "tty-hup", "Cancelled", timeout=30, daemon=daemon)
+    assert status["reason"] == "UserCancelled"
 
 
 def test_gflowd_killed_during_a_session_leaves_it_usable_and_a_restart_readopts(home, gflowd, gpus):

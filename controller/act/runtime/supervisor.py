@@ -492,6 +492,8 @@ class Supervisor:
         if self.kill_at is not None:
             return
         self.stop_reason = self.stop_reason or reason
+        if self.control is not None and self.control.master is not None:
+            self._signal_tree(signal.SIGHUP)  # a terminal session hangs up: interactive shells ignore TERM
         self._signal_tree(signal.SIGTERM)
         self.kill_at = time.monotonic() + grace
 
@@ -778,6 +780,7 @@ class Control:
         self.owner = spec.get("uid") if spec.get("uid") is not None else os.geteuid()
         self.stamp_path = stamp_path
         self.listener = listener
+        self.bound = 0  # the socket file's inode
         self.clients: dict[int, _Client] = {}
         self.viewers: list[_Client] = []  # attached, in attach order: the last writable one types
         self.master: int | None = None
@@ -795,6 +798,7 @@ class Control:
             return
         try:
             self.listener = _listen(path, self.spec.get("uid"), self.spec.get("gid"))
+            self.bound = os.lstat(path).st_ino
         except OSError as exc:
             sys.stderr.write(f"control socket {path}: {describe_error(exc)}; attach and exec are off\n")
 
@@ -1114,7 +1118,10 @@ class Control:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
-            _unlink(str(self.spec.get("control")))
+            path = str(self.spec.get("control"))
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_ino == self.bound:  # not a next attempt's socket, bound meanwhile
+                    os.unlink(path)
         if self.log_fd is not None:
             os.close(self.log_fd)
             self.log_fd = None
