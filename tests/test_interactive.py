@@ -114,6 +114,18 @@ def test_run_it_waits_in_the_queue_then_gives_a_shell_on_the_bound_gpu(home, gfl
     assert "gpu=" in read_log(home, "tty-one") and "37 111" in read_log(home, "tty-one")  # the session is in its log
 
 
+def test_ctrl_c_while_it_waits_cancels_the_request(home, gflowd, gpus):
+    daemon = gflowd("--fake-gpus", gpus)
+    assert ctl(home, "run", "--name", "tty-hog", "--gpus", "2", "--", "sleep", "600").returncode == 0
+    wait_phase(home, "tty-hog", "Running", daemon=daemon)
+    child = spawn(home, "run", "-it", "--name", "tty-impatient", "--gpus", "1", *SHELL)
+    child.expect(r"job/tty-impatient is Pending: Resources")
+    child.sendintr()
+    child.expect("job/tty-impatient cancelled")
+    assert ended(child) == 130
+    assert wait_phase(home, "tty-impatient", "Cancelled", daemon=daemon)["reason"] == "UserCancelled"
+
+
 def test_detach_attach_exec_and_exit_code(home, gflowd, gpus):
     daemon = gflowd("--fake-gpus", gpus)
     child = start_session(home, "tty-two", "--gpus", "1")
