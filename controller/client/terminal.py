@@ -1,7 +1,7 @@
 """The client end of a job supervisor's control socket: attach this terminal to a tty job, or run a
 command in a job's allocation. Standard library only; no gflowd involved (it may be down).
 
-The wire format is ``controller/act/runtime/supervisor.py``'s (see its "control socket" notes):
+The wire format is ``controller/act/runtime/control_socket.py``'s (see its docstring):
 frames of one kind byte, a 4-byte big-endian length, the payload. That file runs standalone and
 cannot import this one, so the few lines of framing live in both; the interactive end-to-end tests
 run the two against each other.
