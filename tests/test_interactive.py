@@ -327,3 +327,15 @@ def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
     finally:
         os.chmod(sock_path.parent, 0o700)
     assert job_status(home, "tty-root")["phase"] == "Running"
+
+    # the other way round: root may exec in nobody's job, and the command runs as nobody
+    hidden = home / "jobs" / ".tty-nobody.yaml.tmp"  # owned by nobody before gflowd can see it
+    hidden.write_text("metadata: {name: tty-nobody}\nspec:\n  tty: true\n  workingDir: /tmp\n  command: [sleep, '600']\n")
+    os.chown(hidden, NOBODY, NOBODY)
+    os.rename(hidden, home / "jobs" / "tty-nobody.yaml")
+    wait_phase(home, "tty-nobody", "Running", daemon=daemon)
+    wait_for(Home.resolve(home).control_socket(NOBODY, "tty-nobody").exists, message="nobody's job's control socket")
+    assert oct(Home.resolve(home).control_dir(NOBODY).stat().st_mode & 0o777) == "0o700"
+    assert Home.resolve(home).control_dir(NOBODY).stat().st_uid == NOBODY
+    whoami = ctl(home, "exec", "tty-nobody", "--", "sh", "-c", "id -u; pwd")
+    assert (whoami.returncode, whoami.stdout) == (0, f"{NOBODY}\n/tmp\n"), whoami.stderr

@@ -390,7 +390,11 @@ class Supervisor:
             if exc.errno in DISK_FULL:
                 raise NotLaunched(describe_error(OSError(exc.errno, exc.strerror, spec["log"]))) from None
             return 126, f"log file {spec['log']}: {exc.strerror or exc}"
-        terminal = open_terminal(spec) if spec.get("tty") else None  # (master, slave): a tty job's pty
+        try:
+            terminal = open_terminal(spec) if spec.get("tty") else None  # (master, slave): a tty job's pty
+        except OSError as exc:
+            os.close(log_fd)
+            return 126, f"cannot open a pseudo-terminal for the job: {exc.strerror or exc}"
         go_r, go_w = os.pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
