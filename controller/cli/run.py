@@ -211,6 +211,8 @@ def _interactive(home: Home, name: str) -> int:
                     return code if code is not None else _exit_code(home, name)
             elif phase:
                 line.show(_waiting(name, status))
+            else:
+                line.show(f"job/{name}: waiting for gflowd to take it in" + ("" if is_running(home) else " (no gflowd runs for this home)"))
             time.sleep(0.2)
     except KeyboardInterrupt:
         line.clear()
