@@ -14,6 +14,13 @@ One attempt, in files under ``run/jobs/<name>/`` (gflowd writes the first two, w
     exit-<N>.reserved room for the exit record, taken as the job starts (see below)
     run-<N>.json      supervisor and job pid + kernel start time; written before the job execs
     exit-<N>.json     exit code or signal, reason, times; fsync'd before we exit
+    input-<N>.stamp   a tty job: its mtime is the terminal's last input (idleTimeout)
+
+Terminals and exec. Every attempt serves a control socket (``control_socket.py``, loaded beside this
+file) once its job is under way: ``gflowctl exec`` runs commands in the job's allocation through it.
+A ``tty`` job runs on a pseudo-terminal whose master we hold (so it outlives gflowd like the job);
+we copy its output to the log and to ``gflowctl attach`` viewers. A stop hangs such a session up
+(SIGHUP) before the TERM.
 
 Sequence: lock -> fork the job (it waits on a pipe) -> run record -> let it exec -> reserve -> watch
 it: SIGCHLD, stop requests, the time limit (monotonic clock) and the memory limit (RSS of the whole
