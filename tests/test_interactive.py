@@ -339,3 +339,26 @@ def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
     assert Home.resolve(home).control_dir(NOBODY).stat().st_uid == NOBODY
     whoami = ctl(home, "exec", "tty-nobody", "--", "sh", "-c", "id -u; pwd")
     assert (whoami.returncode, whoami.stdout) == (0, f"{NOBODY}\n/tmp\n"), whoami.stderr
+
+
+def test_run_it_writes_a_tty_job_running_the_login_shell_and_refuses_what_does_not_combine(home):
+    import pwd
+
+    from controller.util.yamlio import load_one
+
+    shown = ctl(home, "run", "-it", "--gpus", "1", "--dry-run", "-o", "yaml")
+    assert shown.returncode == 0, shown.stderr
+    spec = load_one(shown.stdout)["spec"]
+    shell = pwd.getpwuid(os.getuid()).pw_shell
+    assert spec["tty"] is True and spec["command"] == [shell] and spec["env"] == {"TERM": "xterm"}
+    for spelling in ("-ti", "-i", "--interactive"):
+        same = ctl(home, "run", spelling, "--name", "same", "--dry-run", "-o", "yaml", "--", "python3")
+        assert load_one(same.stdout)["spec"]["tty"] is True, (spelling, same.stderr)
+    for flags, message in (
+        (["--wait"], "error: -it attaches to the job already: drop --wait/--follow"),
+        (["--array", "0-3"], "error: -it attaches to one job: drop --param/--array (or submit the sweep without -it)"),
+    ):
+        refused = ctl(home, "run", "-it", *flags, "--", "bash")
+        assert (refused.returncode, refused.stderr.strip()) == (1, message)
+    exec_nothing = ctl(home, "exec", "somejob")
+    assert (exec_nothing.returncode, exec_nothing.stderr.strip()) == (1, "error: exec needs a command: gflowctl exec somejob -- CMD [ARGS...]")
