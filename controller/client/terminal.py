@@ -125,7 +125,10 @@ def attach(sock: socket.socket, read_only: bool = False, stdin: int = 0, stdout:
         return _relay(sock, stdin, stdout, wake_r)
     finally:
         if saved is not None:
-            termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+            try:
+                termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+            except termios.error:
+                pass  # the terminal hung up (a closed ssh connection): nothing left to restore
         signal.set_wakeup_fd(previous_wakeup)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
