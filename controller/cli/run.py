@@ -183,7 +183,28 @@ def login_shell() -> str:
 def _interactive(home: Home, name: str) -> int:
     """``run -it``: while the job waits, why (updated in place); once it runs, this terminal is
     attached to it; the job's exit code. Ctrl-C while it waits cancels it, as with srun."""
-    from controller.cli.attach import job_owner, session  # lazy: only run -it attaches
+    from controller.cli.attach import session  # lazy: only run -it attaches
+
+    try:
+        sock, status = _wait_for_session(home, name)
+    except KeyboardInterrupt:
+        from controller.cli.edit import control  # lazy: only an interrupted wait cancels
+
+        control(home, "cancel", [("job", name)])
+        return 130
+    if sock is None:
+        return _exit_code(home, name)
+    devices = ",".join(str(d) for d in status.get("devices") or [])
+    sys.stderr.write(f"job/{name} is running ({f'GPUs {devices}' if devices else 'no GPU'}); Ctrl-] detaches\r\n")
+    ended, code = session(sock, name)
+    if not ended:
+        return 0
+    return code if code is not None else _exit_code(home, name)
+
+
+def _wait_for_session(home: Home, name: str):
+    """(a connection to the job's terminal, its status) once it runs; (None, status) if it ended first."""
+    from controller.cli.attach import job_owner  # lazy: only run -it attaches
     from controller.client.terminal import NoSession, connect
 
     line = _StatusLine(sys.stderr)
@@ -192,34 +213,20 @@ def _interactive(home: Home, name: str) -> int:
             status = (read_status(home, name) or {}).get("status") or {}
             phase = status.get("phase")
             if phase in TERMINAL:
-                line.clear()
-                return _exit_code(home, name)
+                return None, status
             uid = job_owner(home, name)
             if phase == "Running" and uid is not None:
                 try:
-                    sock = connect(home.control_socket(uid, name))
+                    return connect(home.control_socket(uid, name)), status
                 except NoSession:
-                    sock = None  # its supervisor is just starting
-                if sock is not None:
-                    line.clear()
-                    devices = ",".join(str(d) for d in status.get("devices") or []) or "no GPU"
-                    sys.stderr.write(f"job/{name} is running ({'GPUs ' if status.get('devices') else ''}{devices}); "
-                                     f"Ctrl-] detaches\r\n")
-                    ended, code = session(sock, name)
-                    if not ended:
-                        return 0
-                    return code if code is not None else _exit_code(home, name)
+                    pass  # its supervisor is just starting
             elif phase:
                 line.show(_waiting(name, status))
             else:
                 line.show(f"job/{name}: waiting for gflowd to take it in" + ("" if is_running(home) else " (no gflowd runs for this home)"))
             time.sleep(0.2)
-    except KeyboardInterrupt:
+    finally:
         line.clear()
-        from controller.cli.edit import control  # lazy: only an interrupted wait cancels
-
-        control(home, "cancel", [("job", name)])
-        return 130
 
 
 def _waiting(name: str, status: dict) -> str:
