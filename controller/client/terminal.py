@@ -1,10 +1,8 @@
 """The client end of a job supervisor's control socket: attach this terminal to a tty job, or run a
 command in a job's allocation. Standard library only; no gflowd involved (it may be down).
 
-The wire format is ``controller/act/runtime/control_socket.py``'s (see its docstring):
-frames of one kind byte, a 4-byte big-endian length, the payload. That file runs standalone and
-cannot import this one, so the few lines of framing live in both; the interactive end-to-end tests
-run the two against each other.
+The wire format is ``controller/util/frames.py``; the server is
+``controller/act/runtime/control_socket.py`` (see its docstring for the frames each side sends).
 
 Attach puts the local terminal in raw mode (every key, Ctrl-C included, goes to the job) and
 restores it on every way out: detach, the job's end, an error, a signal. ``DETACH_KEY`` (Ctrl-])
@@ -19,13 +17,12 @@ import os
 import select
 import signal
 import socket
-import struct
 import termios
 import tty
 from pathlib import Path
 
-FRAME_HEAD = struct.Struct("!cI")
-MAX_FRAME = 1 << 20
+from controller.util.frames import frame, split_frames
+
 DETACH_KEY = b"\x1d"  # Ctrl-]: telnet's and virsh console's escape; shells and editors leave it alone
 DETACH_NAME = "Ctrl-]"
 
@@ -42,14 +39,6 @@ class NoSession(Exception):
         self.denied = denied  # the kernel refused us the folder: another user's job
 
 
-def frame(kind: bytes, payload: bytes | str | dict | list | int = b"") -> bytes:
-    if isinstance(payload, str):
-        payload = payload.encode()
-    elif not isinstance(payload, bytes):
-        payload = json.dumps(payload).encode()
-    return FRAME_HEAD.pack(kind, len(payload)) + payload
-
-
 class _Frames:
     """Frames out of a byte stream."""
 
@@ -58,16 +47,10 @@ class _Frames:
 
     def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
         self.buffer += data
-        out = []
-        while len(self.buffer) >= FRAME_HEAD.size:
-            kind, size = FRAME_HEAD.unpack_from(self.buffer)
-            if size > MAX_FRAME:
-                raise Refused("the supervisor sent a frame too large to be ours")
-            if len(self.buffer) < FRAME_HEAD.size + size:
-                break
-            out.append((kind, bytes(self.buffer[FRAME_HEAD.size : FRAME_HEAD.size + size])))
-            del self.buffer[: FRAME_HEAD.size + size]
-        return out
+        try:
+            return split_frames(self.buffer)
+        except ValueError as exc:
+            raise Refused(f"the supervisor sent nonsense ({exc})") from None
 
 
 def connect(path: Path) -> socket.socket:

@@ -2,11 +2,13 @@
 ``gflowctl attach``, ``gflowctl exec`` in the job's allocation, gflowd's notices.
 
 Standard library only, like ``supervisor.py``, which loads this file beside it (also when it runs
-as a plain file, ``python -I -S supervisor.py``, where the package cannot be imported).
+as a plain file, ``python -I -S supervisor.py``, where the package cannot be imported: then by path,
+after ``util/frames.py``, the wire format).
 
 One Unix stream socket per attempt, ``spec["control"]`` (run/control/<uid>/<name>.sock, in a 0700
 folder of the job's user; nothing on the network). Frames both ways: one kind byte, a 4-byte
-big-endian length, the payload (``controller/client/terminal.py`` speaks the other end).
+big-endian length, the payload (``controller/util/frames.py``; ``controller/client/terminal.py``
+speaks the other end).
 
     client -> us:  H hello (JSON: {"mode": attach|exec|notice, ...}; exec passes its stdin, stdout
                    and stderr along as SCM_RIGHTS), I terminal input, W window size [rows, cols],
@@ -34,35 +36,16 @@ import sys
 import termios
 import time
 
-FRAME_HEAD = struct.Struct("!cI")
-MAX_FRAME = 1 << 20
+try:  # the wire format, shared with the client
+    from controller.util.frames import frame, split_frames
+except ImportError:  # loaded by path by a supervisor run as a plain file: it loaded frames.py first
+    from gflow_frames import frame, split_frames  # type: ignore[no-redef]
+
 HISTORY_BYTES = 16384  # the terminal's recent output, replayed to a viewer that attaches
 VIEWER_BACKLOG = 1 << 20  # a viewer this far behind is dropped: a stuck viewer never blocks the job
 MAX_CLIENTS = 64  # connections at once; more are closed unanswered
 INPUT_STAMP_EVERY = 2.0  # seconds: how stale the last-input stamp (gflowd's idleTimeout) may be
 DEFAULT_SIZE = (24, 80)
-
-
-def frame(kind: bytes, payload: bytes | str | dict | list | int = b"") -> bytes:
-    if isinstance(payload, str):
-        payload = payload.encode()
-    elif not isinstance(payload, bytes):
-        payload = json.dumps(payload).encode()
-    return FRAME_HEAD.pack(kind, len(payload)) + payload
-
-
-def split_frames(buffer: bytearray) -> list[tuple[bytes, bytes]]:
-    """The whole frames at the head of ``buffer`` (removed from it); raises ValueError on nonsense."""
-    frames = []
-    while len(buffer) >= FRAME_HEAD.size:
-        kind, size = FRAME_HEAD.unpack_from(buffer)
-        if size > MAX_FRAME:
-            raise ValueError("frame too large")
-        if len(buffer) < FRAME_HEAD.size + size:
-            break
-        frames.append((kind, bytes(buffer[FRAME_HEAD.size : FRAME_HEAD.size + size])))
-        del buffer[: FRAME_HEAD.size + size]
-    return frames
 
 
 def open_terminal(spec: dict) -> tuple[int, int]:

@@ -42,10 +42,11 @@ from pathlib import Path
 
 from controller.act.runtime.command import LaunchError, build_process
 from controller.act.runtime.orphans import MARKER_VARIABLE, attempt_processes, signal_processes
-from controller.act.runtime.control_socket import frame, unix_address
+from controller.act.runtime.control_socket import unix_address
 from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
+from controller.util.frames import frame
 from controller.util.fsutil import atomic_write, describe, lock_held
 
 log = logging.getLogger("gflowd.runtime")

@@ -68,13 +68,13 @@ import time
 import warnings  # noqa: F401  os.execvpe imports it lazily; after setuid the stdlib may be unreadable
 
 
-def _sibling(name: str):
-    """A module of this folder, loaded by path: run as a plain file (``python -I -S``) we cannot
-    import the package it belongs to."""
+def _sibling(relative: str):
+    """A module of the package, loaded by its path relative to this file's folder, as ``gflow_<stem>``:
+    run as a plain file (``python -I -S``) we cannot import the package it belongs to."""
     import importlib.util  # lazy: only when the package is not importable
 
-    location = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"gflow_{name}", location)
+    location = os.path.join(os.path.dirname(os.path.abspath(__file__)), relative)
+    spec = importlib.util.spec_from_file_location(f"gflow_{os.path.basename(relative)[:-3]}", location)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -85,7 +85,8 @@ def _sibling(name: str):
 try:  # the control socket (attach, exec, notices): standard library only, like this file
     from controller.act.runtime.control_socket import Control, enter_terminal, open_terminal, unix_address
 except ImportError:
-    _control_socket = _sibling("control_socket")
+    _sibling("../../util/frames.py")  # what control_socket.py imports, as gflow_frames
+    _control_socket = _sibling("control_socket.py")
     Control, enter_terminal, open_terminal = _control_socket.Control, _control_socket.enter_terminal, _control_socket.open_terminal
     unix_address = _control_socket.unix_address
 
