@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pexpect
 import pytest
-from helpers import job_status, kill_jobs_of_home, pid_alive, read_log, wait_for, wait_phase, write_manifest
+from helpers import job_status, kill_jobs_of_home, pid_alive, read_log, run_as, wait_for, wait_phase, write_manifest
 
 PROMPT = r"gflow\$ "
 SHELL = ["--", "bash", "--norc", "--noprofile"]  # no rc file: the prompt is the test's own
@@ -25,7 +25,7 @@ def env_for(home: Path) -> dict[str, str]:
     return {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(Path(home).parent / "state"), "TERM": "xterm"}
 
 
-def ctl(home: Path, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess:
+def ctl(home: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True,
                           env=env_for(home), timeout=timeout, cwd=Path(home).parent)
 
@@ -33,7 +33,7 @@ def ctl(home: Path, *argv: str, timeout: float = 30) -> subprocess.CompletedProc
 def spawn(home: Path, *argv: str, size: tuple[int, int] = (24, 80)) -> pexpect.spawn:
     """gflowctl on a pseudo-terminal of its own, as if typed at one."""
     child = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", *argv], env=env_for(home),
-                          cwd=str(Path(home).parent), encoding="utf-8", timeout=30, dimensions=size)
+                          cwd=str(Path(home).parent), encoding="utf-8", timeout=60, dimensions=size)
     child.logfile_read = _Transcript()
     return child
 
@@ -52,7 +52,7 @@ class _Transcript:
 
 
 def ended(child: pexpect.spawn) -> int:
-    child.expect(pexpect.EOF, timeout=30)
+    child.expect(pexpect.EOF, timeout=60)
     child.close()
     return child.exitstatus if child.exitstatus is not None else 128 + (child.signalstatus or 0)
 
@@ -234,31 +234,7 @@ NOBODY = 65534
 
 
 def as_nobody(work) -> tuple[int, str]:
-    """Run ``work()`` (returns an exit code) in a forked child that dropped to nobody: (code, stderr)."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # never return into pytest
-        code = 99
-        try:
-            os.close(read_fd)
-            os.dup2(write_fd, 2)
-            sys.stderr = open(2, "w", closefd=False)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            code = work()
-        except BaseException:
-            import traceback  # lazy: only a failing child
-
-            traceback.print_exc()
-        finally:
-            sys.stderr.flush()
-            os._exit(code if isinstance(code, int) else 97)
-    os.close(write_fd)
-    with os.fdopen(read_fd) as pipe:
-        err = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), err
+    return run_as(NOBODY, work)
 
 
 @pytest.fixture
