@@ -86,8 +86,8 @@ def _join_cgroups(spec: dict) -> None:
 
 def _become_exec(spec: dict, argv: list[str], fds: list[int]) -> None:
     """In the forked child: ``argv`` in the job's allocation (its user, environment, working dir,
-    cgroups) on the client's stdin, stdout and stderr. Never returns."""
-    code = 126
+    cgroups) on the client's stdin, stdout and stderr. Never returns; 127 when there is no such
+    command, 126 when it cannot run, as a shell says."""
     try:
         os.setsid()
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
@@ -106,7 +106,6 @@ def _become_exec(spec: dict, argv: list[str], fds: list[int]) -> None:
             os.chdir(spec["cwd"])
         except OSError:
             os.chdir("/")
-        code = 127
         os.execvpe(argv[0], argv, spec["env"])
     except BaseException as exc:
         text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -114,7 +113,7 @@ def _become_exec(spec: dict, argv: list[str], fds: list[int]) -> None:
         try:
             os.write(2, f"gflowctl exec: {argv[0] if argv else '?'}: {'command not found' if missing else text}\n".encode())
         finally:
-            os._exit(127 if missing else code)
+            os._exit(127 if missing else 126)
 
 
 class _Client:
