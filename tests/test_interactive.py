@@ -137,6 +137,7 @@ def test_detach_attach_exec_and_exit_code(home, gflowd, gpus):
     assert "detached from job/tty-two" in child.logfile_read.text
     status = job_status(home, "tty-two")
     assert status["phase"] == "Running" and pid_alive(status["pid"])
+    assert "TTY:" in ctl(home, "describe", "job", "tty-two").stdout
 
     # exec runs beside the job, in its allocation: its GPU, its working directory, its user
     shown = ctl(home, "exec", "tty-two", "--", "sh", "-c", "echo cvd=$CUDA_VISIBLE_DEVICES job=$GFLOW_JOB_NAME; exit 7")
