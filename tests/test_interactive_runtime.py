@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import socket
 import struct
 import time
@@ -94,5 +95,26 @@ def test_notify_reaches_the_viewers_not_the_job_and_last_input_follows_typing(tm
         assert not path.exists()  # the socket goes with the attempt
         runtime.stop("calm", 1.0)
         wait_for(lambda: not runtime.observe()["calm"].running, message="calm to stop")
+    finally:
+        runtime.close()
+
+
+def test_a_killed_supervisors_socket_goes_with_its_attempts_records(tmp_path: Path):
+    home = Home.resolve(str(tmp_path / "home"), None)
+    home.ensure()
+    runtime = SupervisorRuntime(home)
+    try:
+        runtime.start(Launch("gone", 1, 1, job("gone", tty=True, command=["sleep", "60"], workingDir=str(tmp_path),
+                                                 terminationGracePeriod="1s"), [], []))
+        path = home.control_socket(os.geteuid(), "gone")
+        wait_for(path.exists, message="the control socket")
+        record = json.loads((home.run_dir / "jobs" / "gone" / "run-1.json").read_text())
+        os.kill(record["supervisorPid"], signal.SIGKILL)  # no chance to remove its socket
+        run = wait_for(lambda: (r := runtime.observe().get("gone")) is not None and not r.running and r, timeout=20,
+                       message="the attempt to be found Lost")
+        assert run.lost and path.exists()
+        runtime.forget("gone")
+        runtime.purge()
+        assert not path.exists()
     finally:
         runtime.close()

@@ -246,6 +246,12 @@ class SupervisorRuntime:
             self._remove_files(attempt)
             if name in self.attempts:
                 continue  # a new attempt runs from the same folder
+            control = (attempt.spec or {}).get("control")
+            if control:  # left behind only by a supervisor that was killed
+                try:
+                    os.unlink(control)
+                except OSError:
+                    pass
             try:
                 (attempt.dir / "supervisor.log").unlink()
                 attempt.dir.rmdir()
