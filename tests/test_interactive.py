@@ -83,6 +83,7 @@ def test_run_it_waits_in_the_queue_then_gives_a_shell_on_the_bound_gpu(home, gfl
     assert ctl(home, "cancel", "tty-blocker").returncode == 0
 
     child.expect(r"job/tty-one is running \(GPUs (\d)\); Ctrl-\] detaches")
+    assert "\r\x1b[Kjob/tty-one is Pending" in child.logfile_read.text  # the waiting line is rewritten in place
     shown_gpu = child.match.group(1)
     child.expect(PROMPT)
     status = job_status(home, "tty-one")
@@ -307,7 +308,7 @@ def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
 
     # the other way round: root may exec in nobody's job, and the command runs as nobody
     hidden = home / "jobs" / ".tty-nobody.yaml.tmp"  # owned by nobody before gflowd can see it
-    hidden.write_text("metadata: {name: tty-nobody}\nspec:\n  tty: true\n  workingDir: /tmp\n  command: [sleep, '600']\n")
+    hidden.write_text("metadata: {name: tty-nobody}\nspec:\n  tty: true\n  workingDir: /tmp\n  command: [sh]\n")
     os.chown(hidden, NOBODY, NOBODY)
     os.rename(hidden, home / "jobs" / "tty-nobody.yaml")
     wait_phase(home, "tty-nobody", "Running", daemon=daemon)
@@ -316,6 +317,13 @@ def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
     assert Home.resolve(home).control_dir(NOBODY).stat().st_uid == NOBODY
     whoami = ctl(home, "exec", "tty-nobody", "--", "sh", "-c", "id -u; pwd")
     assert (whoami.returncode, whoami.stdout) == (0, f"{NOBODY}\n/tmp\n"), whoami.stderr
+    # and the session itself runs as nobody, on a terminal handed to nobody
+    session = spawn(home, "attach", "tty-nobody")
+    session.expect("attached to job/tty-nobody")
+    session.sendline("echo uid=$(id -u) owner=$(stat -c %u $(tty))")
+    session.expect(f"uid={NOBODY} owner={NOBODY}")
+    session.sendline("exit 4")
+    assert ended(session) == 4
 
 
 def test_run_it_writes_a_tty_job_running_the_login_shell_and_refuses_what_does_not_combine(home):
