@@ -46,6 +46,7 @@ VIEWER_BACKLOG = 1 << 20  # a viewer this far behind is dropped: a stuck viewer 
 MAX_CLIENTS = 64  # connections at once; more are closed unanswered
 INPUT_STAMP_EVERY = 2.0  # seconds: how stale the last-input stamp (gflowd's idleTimeout) may be
 DEFAULT_SIZE = (24, 80)
+CLOSE_WAIT = 1.0  # seconds, for all viewers together, to take the last output and the exit code
 
 
 def open_terminal(spec: dict) -> tuple[int, int]:
@@ -476,15 +477,15 @@ class Control:
         if self.typed_at is not None:
             self.stamped_at = 0.0
             self._stamp()
+        deadline = time.monotonic() + CLOSE_WAIT
         for client in list(self.clients.values()):
             if client.mode == "attach":
                 client.outbox += frame(b"X", {"code": exit_code})
             try:
-                client.sock.setblocking(True)
-                client.sock.settimeout(1.0)
+                client.sock.settimeout(max(0.01, deadline - time.monotonic()))
                 client.sock.sendall(client.outbox)
             except OSError:
-                pass
+                pass  # a viewer that reads nothing learns the end from the closed connection
             self._drop(client)
         if self.listener is not None:
             self.listener.close()
