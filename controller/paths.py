@@ -47,6 +47,20 @@ class Home:
         spec = Path(spec_dir).expanduser().absolute() if spec_dir else root / "jobs"
         return cls(root=root, spec_dir=spec)
 
+    @classmethod
+    def locate(cls, home: str | os.PathLike[str] | None = None, spec_dir: str | os.PathLike[str] | None = None) -> "Home":
+        """The instance gflowctl and the Python client act on: as ``resolve``, and without a
+        ``spec_dir`` the one a running (or the last) gflowd watches, e.g. a git checkout."""
+        resolved = cls.resolve(home, spec_dir)
+        if spec_dir is None:
+            try:
+                recorded = resolved.spec_dir_file.read_text().strip()
+            except OSError:
+                recorded = ""
+            if recorded:
+                resolved = cls(resolved.root, Path(recorded))
+        return resolved
+
     @property
     def status_dir(self) -> Path:
         return self.root / "status"
@@ -106,6 +120,11 @@ class Home:
 
     def control_socket(self, uid: int, name: str) -> Path:
         return self.control_dir(uid) / f"{_plain(name)}.sock"
+
+    @property
+    def functions_dir(self) -> Path:
+        """Written by the Python client: ``<job>/`` per function job (pickled call, its result)."""
+        return self.root / "functions"
 
     def status_file(self, name: str) -> Path:
         return self.status_dir / f"{_plain(name)}.yaml"

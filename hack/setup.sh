@@ -102,7 +102,8 @@ pip_quiet() { "$VENV/bin/python" -m pip --quiet --disable-pip-version-check "$@"
 if ! pip_quiet install --upgrade pip; then
     say "warning: could not upgrade pip; continuing with $("$VENV/bin/python" -m pip --version | cut -d' ' -f1-2)"
 fi
-# test: pytest and friends; plot: matplotlib, so the test of gflowctl simulate --plot runs
+# test: pytest and friends (with mcp and cloudpickle: gflowctl mcp, Client.submit_function); plot:
+# matplotlib, so the test of gflowctl simulate --plot runs
 if ! pip_quiet install -e "$TARGET"; then
     cat "$LOG" >&2
     say "pip install -e '.${EXTRAS:+[$EXTRAS]}' failed (output above)"

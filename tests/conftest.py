@@ -15,7 +15,21 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # `import helpers` from any test module
 
-from helpers import Daemon, kill_jobs_of_home  # noqa: E402
+from helpers import Daemon, home_cgroups, kill_jobs_of_home, scrub_cgroups  # noqa: E402  (kill_jobs_of_home scrubs cgroups too)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_gflowd_cgroup_left_behind(tmp_path_factory):
+    """Fail the run if any home of this session still has an attempt cgroup at the end (each test's
+    teardown removes what its daemons left, so one found here escaped that too)."""
+    yield
+    base = tmp_path_factory.getbasetemp()
+    left = []
+    for run_dir in base.glob("**/run"):
+        if run_dir.is_dir() and (run_dir.parent / "jobs").is_dir():
+            left += scrub_cgroups(home_cgroups(run_dir.parent))
+    if left:
+        pytest.fail(f"the suite left attempt cgroups behind: {left}")
 
 
 @pytest.fixture

@@ -224,8 +224,9 @@ def kill_jobs_of_home(home: Path, timeout: float = 5) -> set[int]:
     while time.monotonic() < deadline:
         left = {pid for pid in targets if pid_alive(pid)} | processes_of_home(home)
         if not left:
-            return set()
+            break
         time.sleep(0.02)
+    scrub_cgroups(home_cgroups(home))  # their supervisors died too: nobody else removes them
     return left
 
 
@@ -327,3 +328,47 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait(5)
         return self.proc.returncode
+
+
+# -- cgroups ----------------------------------------------------------------------------------------
+
+def home_cgroups(home: Path) -> list[str]:
+    """The cgroup directories gflowd made for ``home`` (its group, in every hierarchy), that exist."""
+    from controller.act.runtime.cgroups import probe  # lazy: only tests of cgroups need the probe
+    from controller.act.runtime.supervised import cgroup_group  # lazy: as above
+
+    found = probe()
+    group = cgroup_group(Path(home) / "")
+    return [os.path.join(base, group) for base in found.dirs.values() if os.path.isdir(os.path.join(base, group))]
+
+
+def scrub_cgroups(paths: list[str]) -> list[str]:
+    """Remove these cgroups without the code under test: SIGKILL their members, rmdir bottom-up.
+    Returns the attempt cgroups that were found inside (what a test left behind)."""
+    attempts = []
+    for path in paths:
+        for root, dirs, files in os.walk(path, topdown=False):
+            if root != path:
+                attempts.append(root)
+            if "cgroup.procs" in files:
+                try:
+                    members = [int(p) for p in Path(root, "cgroup.procs").read_text().split()]
+                except OSError:
+                    members = []
+                for pid in members:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    os.rmdir(root)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.02)
+    return attempts

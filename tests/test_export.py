@@ -57,6 +57,8 @@ def validate(data: dict) -> None:
         ({"timeLimit": "90s"}, ["--time=00:01:30"], []),
         ({"timeLimit": "2d1s"}, ["--time=2-00:00:01"], []),
         ({"resources": {"memory": "16Gi"}}, ["--mem=16G"], []),
+        ({"resources": {"cpus": 8}}, ["--cpus-per-task=8"], []),
+        ({}, [], ["--cpus-per-task"]),
         ({"resources": {"memory": "1G"}}, ["--mem=954M"], []),
         ({"priority": 10}, ["--nice=-10"], []),
         ({"priority": -3}, ["--nice=3"], []),
@@ -102,6 +104,7 @@ def test_sbatch_options_partition_account_and_unprivileged_nice():
         ({"resources": {"gpus": 1, "gpuMemory": "4Gi"}, "sharing": "Shared"}, "whole"),
         ({"timeLimit": "90s"}, "rounds it up"),
         ({"priority": 4}, "operator rights"),
+        ({"resources": {"pids": 100}}, "no process limit"),
     ],
 )
 def test_slurm_notes_say_what_does_not_map(spec, note):
@@ -233,6 +236,10 @@ def test_the_local_runtime_and_the_exports_share_one_list_of_variables(tmp_path:
         ({"command": None, "script": "echo hi\n"}, "spec.template.spec.containers.0.command", ["bash", "-e", "-c", "echo hi\n"]),
         ({"condaEnv": "torch"}, "spec.template.spec.containers.0.command.0", "conda"),
         ({}, "spec.template.spec.restartPolicy", "Never"),
+        ({"resources": {"cpus": 4}}, "spec.template.spec.containers.0.resources.limits.cpu", "4"),
+        ({"resources": {"cpus": 4}}, "spec.template.spec.containers.0.resources.requests.cpu", "4"),
+        ({"resources": {"cpus": 4}}, "spec.template.spec.containers.0.env.OMP_NUM_THREADS", "4"),
+        ({"resources": {"cpus": 4}, "env": {"OMP_NUM_THREADS": "1"}}, "spec.template.spec.containers.0.env.OMP_NUM_THREADS", "1"),
     ],
 )
 def test_k8s_job_fields(spec, path, value):
@@ -240,6 +247,8 @@ def test_k8s_job_fields(spec, path, value):
     validate(exported.data)
     node = exported.data
     for part in _split(path):
+        if part == "OMP_NUM_THREADS":  # the container's env is a list of {name, value}
+            node = {e["name"]: e["value"] for e in node}
         node = node[int(part)] if isinstance(node, list) else node[part]
     assert node == value
     assert load_one(exported.text) == exported.data  # the printed YAML is that object
@@ -281,6 +290,7 @@ def test_k8s_labels_queue_namespace_and_priority():
         ({"priority": 3}, "PriorityClass"),
         ({"resources": {"gpus": 1, "gpuType": "H100"}}, "nodeSelector"),
         ({"timeLimit": "1h", "backoffLimit": 1}, "all attempts together"),
+        ({"resources": {"pids": 64}}, "podPidsLimit"),
     ],
 )
 def test_k8s_notes_say_what_does_not_map(spec, note):

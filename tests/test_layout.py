@@ -7,7 +7,7 @@ imports), so a phase reaching into another shows up as a failing test, not in re
 - ``decide`` does no I/O: no I/O module, no ``open``/``print``, no clock of its own;
 - an import inside a function says why it is lazy (``# lazy: reason``);
 - a private name (``_x``) is imported only within its own package, and never from one gflowctl
-  verb into another (shared helpers live in ``cli/common.py`` or ``cli/manifests.py``);
+  verb into another (shared helpers live in ``cli/common.py`` or, shared with the Python client, in ``client/``);
 - functions in ``decide`` stay short enough to read: 60 lines, the reconcile driver 40.
 """
 

@@ -383,7 +383,8 @@ def _statuses() -> dict:
     runs = {
         "gpu": RunObservation("gpu", 1, 5, 1000.0, True),
         "cpu": RunObservation("cpu", 1, 6, 1000.0, True),
-        "retry": RunObservation("retry", 1, 7, 1000.0, False, 1, None, 1001.0),
+        "retry": RunObservation("retry", 1, 7, 1000.0, False, 1, None, 1001.0,
+                                usage={"cpuSeconds": 0.25, "peakMemoryBytes": 52428800}),
     }
     second = reconcile(Snapshot(admit(jobs), first.states, runs, gpus), 1001.0)
     phases = {name: (state.phase, state.reason) for name, state in second.states.items()}
@@ -394,6 +395,7 @@ def _statuses() -> dict:
         "huge": ("Pending", "Unschedulable"),
     }
     assert second.states["gpu"].device_uuids == ["GPU-0", "GPU-1"]
+    assert second.states["retry"].to_status()["status"]["usage"] == {"cpuSeconds": 0.25, "peakMemoryBytes": 52428800}
     return {name: state.to_status() for name, state in second.states.items()}
 
 

@@ -209,3 +209,21 @@ def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err
     assert err == "error: --plot needs matplotlib: pip install 'gflow-controller[plot]' (or pip install matplotlib)\n"
     assert not list(tmp_path.iterdir())
+
+
+def test_cores_are_booked_when_the_simulated_machine_has_them(tmp_path):
+    # 4 GPUs, 4 cores: a (1 GPU, 3 cores) runs 0..100; b (1 GPU, 2 cores) must wait for its cores
+    # although GPUs are free; c (1 GPU, 1 core) fits beside a. Without --cpus all three start at 0.
+    path = trace(tmp_path, "0,1,100,100,0,u,3\n1,1,10,10,0,u,2\n2,1,10,10,0,u,1\n", HEADER.strip() + ",cpus\n")
+    booked = read_trace(path)
+    simulate(booked, 4, named_policy("firstfit"), "firstfit", cpus=4)
+    assert [j.start for j in booked] == [0.0, 100.0, 2.0]
+    free = read_trace(path)
+    simulate(free, 4, named_policy("firstfit"), "firstfit")
+    assert [j.start for j in free] == [0.0, 1.0, 2.0]
+
+
+def test_a_job_with_more_cores_than_the_machine_is_a_trace_error(tmp_path):
+    path = trace(tmp_path, "0,1,100,100,0,u,8\n", HEADER.strip() + ",cpus\n")
+    with pytest.raises(TraceError, match="the job needs 8 CPUs; --cpus is 4"):
+        simulate(read_trace(path), 4, named_policy("backfill"), "backfill", cpus=4)

@@ -52,10 +52,22 @@ def test_compute_counts_outcomes_waits_runtimes_and_gpu_hours():
     assert r["runtime"]["count"] == 5 and r["runtime"]["mean"] == pytest.approx(11160 / 5) and r["runtime"]["p95"] == 3600
     # GPU-hours: a 2, b 1, c 0.5 + 0.5, r 4 x 0.5 so far = 6
     assert r["gpuHours"] == pytest.approx(6.0)
-    assert r["byUser"]["alice"] == {"jobs": 3, "succeeded": 1, "failed": 1, "gpuHours": 2.0}
-    assert r["byUser"]["bob"] == {"jobs": 2, "succeeded": 1, "failed": 1, "gpuHours": 2.0}
-    assert r["byUser"]["carol"] == {"jobs": 0, "succeeded": 0, "failed": 0, "gpuHours": 2.0}
-    assert r["byLabel"]["team=vision"] == {"jobs": 2, "succeeded": 1, "failed": 0, "gpuHours": 4.0}
+    assert r["byUser"]["alice"] == {"jobs": 3, "succeeded": 1, "failed": 1, "gpuHours": 2.0, "cpuHours": 0.0}
+    assert r["byUser"]["bob"] == {"jobs": 2, "succeeded": 1, "failed": 1, "gpuHours": 2.0, "cpuHours": 0.0}
+    assert r["byUser"]["carol"] == {"jobs": 0, "succeeded": 0, "failed": 0, "gpuHours": 2.0, "cpuHours": 0.0}
+    assert r["byLabel"]["team=vision"] == {"jobs": 2, "succeeded": 1, "failed": 0, "gpuHours": 4.0, "cpuHours": 0.0}
+
+
+def test_compute_sums_the_cgroups_cpu_time_and_peak_memory_of_ended_attempts():
+    history = [
+        {**rec("a", "Succeeded", 20_000.0, 23_600.0), "cpuSeconds": 5400.0, "peakMemoryBytes": 2 << 30},
+        {**rec("b", "Failed", 30_000.0, 33_600.0, user="bob"), "cpuSeconds": 1800.0, "peakMemoryBytes": 1 << 30},
+        rec("c", "Succeeded", 40_000.0, 41_000.0, user="bob"),  # no cgroup: no usage, counts nothing
+    ]
+    r = compute(history, {}, SINCE, NOW)
+    assert r["cpuHours"] == pytest.approx(2.0)
+    assert r["byUser"]["alice"]["cpuHours"] == pytest.approx(1.5) and r["byUser"]["bob"]["cpuHours"] == pytest.approx(0.5)
+    assert r["peakMemory"] == {"mean": 1.5 * (1 << 30), "max": 2 << 30, "count": 2}
 
 
 def test_compute_with_a_selector_and_a_window_that_cuts_an_attempt():

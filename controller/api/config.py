@@ -190,6 +190,16 @@ class ControllerConfig(_Model):
     ignore_processes: list[StrictStr] = Field(
         default_factory=list, description="Foreign GPU processes (by name or pid) that never make a GPU Unmanaged"
     )
+    # -- limits the kernel enforces (docs/cgroups.md) --
+    cgroups: Literal["auto", "required", "off"] = Field(
+        default="auto",
+        description="Each attempt in its own cgroup (memory, cpuset, pids, GPU device nodes): auto uses "
+        "cgroups where it can and else polls memory, saying so once; required refuses to start without "
+        "them; off polls",
+    )
+    device_dir: StrictStr = Field(
+        default="/dev", description="Folder of the GPU device nodes (nvidiaN, nvidiactl, ...) the devices cgroup allows"
+    )
     # -- operations (docs/operations.md) --
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="Serve Prometheus metrics on this port (0: any free port); unset: off"

@@ -37,6 +37,9 @@ def job_env(
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": master_port,
     })
+    cpus = getattr(spec.resources, "cpus", None)
+    if cpus and "OMP_NUM_THREADS" not in spec.env:  # one thread per booked core, unless the job says otherwise
+        env["OMP_NUM_THREADS"] = str(cpus)
     if spec.sharing == "Shared":
         for key, value in SHARED_DEFAULTS.items():
             env.setdefault(key, value)

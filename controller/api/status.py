@@ -34,6 +34,15 @@ class StatusMeta(_Model):
     )
 
 
+class Usage(_Model):
+    """What the latest ended attempt used, from its cgroup (docs/cgroups.md); ``gpuUsage`` is apart."""
+
+    cpu_seconds: float | None = Field(default=None, description="CPU time of all its processes (cgroup cpuacct / cpu.stat)")
+    peak_memory_bytes: int | None = Field(
+        default=None, description="Peak memory the kernel charged it (without cgroups: the largest RSS polled)"
+    )
+
+
 class JobStatusFields(_Model):
     phase: Phase
     reason: str = Field(description="CamelCase, one word: why the job is in this phase")
@@ -47,6 +56,9 @@ class JobStatusFields(_Model):
     manifest: str | None = Field(default=None, description="The manifest file, relative to GFLOW_HOME")
     priority: int = 0
     gpus: int = 0
+    cpus: int | None = Field(default=None, description="spec.resources.cpus: whole cores booked")
+    cores: list[int] = Field(default_factory=list, description="The cores the latest attempt is pinned to (its cpuset)")
+    usage: Usage | None = Field(default=None, description="CPU time and peak memory of the latest ended attempt")
     depends_on: list[str] = Field(
         default_factory=list, alias="dependsOn", description="The jobs this one waits for (spec.dependsOn), for get jobs --tree"
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]i?|[kmgtp]i?)?[Bb]?\s*$")
 _FACTORS = {
@@ -134,3 +135,24 @@ def format_age(seconds: float) -> str:
     if seconds < 2 * 86400:
         return f"{seconds // 3600}h"
     return f"{seconds // 86400}d{(seconds % 86400) // 3600}h" if seconds < 8 * 86400 else f"{seconds // 86400}d"
+
+
+def format_cpu_list(cores: Iterable[int]) -> str:
+    """[0, 1, 2, 5] -> ``0-2,5`` (the kernel's CPU list format, as in cpuset.cpus)."""
+    ranges: list[list[int]] = []
+    for core in sorted(set(cores)):
+        if ranges and core == ranges[-1][1] + 1:
+            ranges[-1][1] = core
+        else:
+            ranges.append([core, core])
+    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
+
+
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """``0-2,5`` -> {0, 1, 2, 5}; ValueError when malformed."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if part:
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+    return frozenset(cpus)

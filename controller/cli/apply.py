@@ -1,23 +1,20 @@
 """``gflowctl apply`` and ``delete``: write and remove manifests in the spec directory.
 
-The stored manifest keeps the user's text: apply writes each document's own text (comments and
-order included) and never re-serialises. A job defined inside a multi-document file is updated or
-removed in place, leaving the other documents byte-for-byte alone. Every such rewrite goes through
-``fsutil.rewrite_locked`` (under the file's lock, re-read there, owner and mode kept, a concurrent
-writer's change never overwritten), and a new file is created only if no one created it meanwhile.
+What apply writes, and how it keeps the user's text, is ``controller.client.manifests`` (the
+Python client's ``apply`` is the same function); this module prints it. ``delete`` removes a job
+defined inside a multi-document file in place, leaving the other documents byte-for-byte alone,
+through ``fsutil.rewrite_locked`` like every rewrite.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-from controller.cli.common import CliError, document_position, print_error, printable
+from controller.cli.common import CliError, print_error, printable
 from controller.cli.live import Progress
-from controller.cli.manifests import Doc, check_inputs, read_inputs, store_document
-from controller.client.state import find_manifest, owner_of
+from controller.client.manifests import apply_inputs, check_inputs, read_inputs
+from controller.client.state import document_position, find_manifest, owner_of
 from controller.paths import Home
 from controller.util.fsutil import RewriteError, lock_held, rewrite_locked
 from controller.util.manifest_edit import join_documents
@@ -26,57 +23,24 @@ from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_on
 
 def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> int:
     errors: list[str] = []
-    seen: dict[str, str] = {}
-    home.spec_dir.mkdir(parents=True, exist_ok=True)
-
     inputs = read_inputs(filenames, recursive)
     progress = Progress(len(inputs), "applying")  # on stderr, only on a terminal, only for many files
     stored = 0
-    for done, (docs, doc_errors) in enumerate(check_inputs(home, inputs)):
-        progress.step(done)
-        errors.extend(doc_errors)
-        for doc in docs:
-            if doc.name in seen:
-                errors.append(f"job/{doc.name} is defined twice: in {seen[doc.name]} and {doc.origin}")
-                continue
-            seen[doc.name] = doc.origin
-            verb = store_document(home, _run_where_applied(home, doc), dry_run)
-            stored += verb != "unchanged"
-            progress.clear()
-            print(f"{doc.kind}/{doc.name} {verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled)
-            if doc.warning:
-                sys.stderr.write(f"warning: {printable(doc.warning)}\n")
+    for outcome in apply_inputs(home, inputs, dry_run, on_input=progress.step):
+        if isinstance(outcome, str):
+            errors.append(outcome)
+            continue
+        stored += outcome.verb != "unchanged"
+        progress.clear()
+        print(f"{outcome.kind}/{outcome.name} {outcome.verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled)
+        if outcome.warning:
+            sys.stderr.write(f"warning: {printable(outcome.warning)}\n")
     progress.done()
     if stored and not dry_run and not lock_held(home.lock_file):
         sys.stderr.write(f"warning: gflowd is not running for {home.root}; the jobs start when it runs (gflowd up)\n")
     for error in errors:
         print_error(error)
     return 1 if errors else 0
-
-
-def _run_where_applied(home: Home, doc: Doc) -> Doc:
-    """A manifest applied from ``~/proj/job.yaml`` runs in ``~/proj`` (from stdin: the current
-    folder), as sbatch would, not in the spec dir its copy lands in: when its ``workingDir`` is
-    absent or relative, the copy gets that folder as an absolute ``workingDir`` (one line; the rest
-    of the user's text is kept). A file already under the spec dir keeps its own folder's rule."""
-    source = Path.cwd() if doc.origin == "<stdin>" else Path(os.path.abspath(doc.origin)).parent
-    spec_dir = home.spec_dir.resolve()
-    if spec_dir == source.resolve() or spec_dir in source.resolve().parents:
-        return doc
-    spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
-    path = ("spec", "workingDir")
-    if doc.kind == "sweep" and isinstance(spec, dict):
-        spec, path = spec.get("template"), ("spec", "template", "workingDir")
-    if not isinstance(spec, dict):
-        return doc
-    current = spec.get("workingDir")
-    if isinstance(current, str) and (current.startswith("~") or os.path.isabs(current)):
-        return doc
-    folder = os.path.normpath(os.path.join(source, current or "."))
-    from controller.util.manifest_edit import set_field  # lazy: ruamel only when a copy needs the line
-
-    text = set_field(doc.text, 0, path, folder)
-    return replace(doc, text=text, data=load_one(text))
 
 
 def delete(home: Home, refs: list[tuple[str, str]], filenames: list[str]) -> int:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
+from controller.client.errors import GflowError
 from controller.paths import Home
 
 
-class CliError(Exception):
-    """A user error: printed as one line on stderr, exit code 1."""
+# A user error: printed as one line on stderr, exit code 1. The Python client raises the same
+# type with the same text (controller.client.GflowError), so the functions both share raise it.
+CliError = GflowError
 
 
 def printable(text: object) -> str:
@@ -31,16 +32,7 @@ def print_error(message: object) -> None:
 
 
 def resolve_home(home: str | None, spec_dir: str | None) -> Home:
-    resolved = Home.resolve(home, spec_dir)
-    if spec_dir is None:
-        # follow the spec dir a running (or the last) gflowd watches, e.g. a git checkout
-        try:
-            recorded = resolved.spec_dir_file.read_text().strip()
-        except OSError:
-            recorded = ""
-        if recorded:
-            resolved = Home(resolved.root, Path(recorded))
-    return resolved
+    return Home.locate(home, spec_dir)
 
 
 def warn_if_not_running(home: Home) -> None:
@@ -48,23 +40,6 @@ def warn_if_not_running(home: Home) -> None:
 
     if not is_running(home):
         sys.stderr.write(f"warning: gflowd is not running for {home.root}; what you see may be stale\n")
-
-
-def document_position(parts: list[str], name: str, path: Path) -> int | None:
-    """Which of a manifest file's documents (``parts``, their texts) defines ``name``."""
-    # lazy: every verb loads this module (gflowctl's start-up); few read manifest files
-    from controller.api.names import document_name
-    from controller.util.yamlio import YAMLSyntaxError, load_one
-
-    for index, part in enumerate(parts):
-        try:
-            data = load_one(part)
-        except YAMLSyntaxError:
-            continue
-        found, _ = document_name(data, path.stem, len(parts) == 1)
-        if found == name:
-            return index
-    return None
 
 
 JOB_WORDS = ("job", "jobs", "j")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 
-from controller.api.units import format_age, format_duration
-from controller.cli.common import document_position, print_error, printable, warn_if_not_running
+from controller.api.units import format_age, format_cpu_list, format_duration, format_quantity
+from controller.cli.common import print_error, printable, warn_if_not_running
 from controller.cli.events import age_text, read_events
 from controller.client.events import aggregate
-from controller.client.state import find_manifest, job_rows, read_status
+from controller.client.state import document_position, find_manifest, job_rows, read_status
 from controller.model.records import from_rfc3339
 from controller.paths import Home
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
@@ -61,6 +61,16 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
             lines.append((label, str(status[key])))
     if status.get("devices"):
         lines.append(("Devices", ",".join(str(d) for d in status["devices"])))
+    if status.get("cores"):
+        lines.append(("CPU Cores", format_cpu_list(status["cores"])))
+    usage = status.get("usage") or {}
+    if usage:
+        parts = []
+        if usage.get("cpuSeconds") is not None:
+            parts.append(f"CPU time {format_duration(float(usage['cpuSeconds']))}")
+        if usage.get("peakMemoryBytes") is not None:
+            parts.append(f"peak memory {format_quantity(int(usage['peakMemoryBytes'])) or '0'}")
+        lines.append(("Usage", ", ".join(parts) + " (last attempt)"))
     start, end = from_rfc3339(status.get("startTime")), from_rfc3339(status.get("completionTime"))
     if start:
         lines.append(("Started", str(status["startTime"])))

@@ -18,7 +18,7 @@ from typing import Any
 
 from controller.api.config import ConfigError, SlurmConfig, load_config
 from controller.cli.common import CliError
-from controller.cli.manifests import read_inputs
+from controller.client.manifests import read_inputs
 from controller.client.state import find_manifest
 from controller.decide.admission import validate_any
 from controller.export import k8s, slurm

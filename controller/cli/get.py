@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
 
-from controller.api.labels import selector_matches
 from controller.api.units import format_age
 from controller.cli.common import (
     CliError,
@@ -19,7 +17,7 @@ from controller.cli.common import (
     resource_type,
     warn_if_not_running,
 )
-from controller.client.state import job_rows, read_index, read_status, status_json_text
+from controller.client.state import job_rows, read_index, read_node, read_status, select_rows, status_json_text
 from controller.paths import Home
 
 JOB_KINDS = ("jobs", "job", "j")
@@ -97,7 +95,7 @@ def _print_documents(home: Home, names: list[str], single: bool, output: str) ->
 def _get_sweeps(home: Home, args) -> int:
     sweeps = (read_index(home) or {}).get("sweeps", {})
     missing = [n for n in args.names if n not in sweeps]
-    chosen = _select(sweeps, args.names, parse_selector_args(args.selector), args.phase)
+    chosen = select_rows(sweeps, args.names, parse_selector_args(args.selector), args.phase)
     if args.output == "name":
         for name, _ in chosen:
             print(f"sweep/{name}")
@@ -121,27 +119,12 @@ def _get_sweeps(home: Home, args) -> int:
     return 1 if missing else 0
 
 
-def _select(rows: dict[str, dict[str, Any]], names: list[str], selector, phases: list[str]) -> list[tuple[str, dict]]:
-    chosen = []
-    wanted_phases = {p.lower() for p in phases}
-    for name in names or sorted(rows):
-        row = rows.get(name)
-        if row is None:
-            continue
-        if not selector_matches(selector, row.get("labels") or {}):
-            continue
-        if wanted_phases and str(row.get("phase", "")).lower() not in wanted_phases:
-            continue
-        chosen.append((name, row))
-    return chosen
-
-
 def _get_jobs(home: Home, args, selector) -> int:
     if getattr(args, "tree", False) and args.output not in (None, "wide"):
         raise CliError(f"--tree draws the table; use it without -o {args.output} (or with -o wide)")
     rows = job_rows(home)
     missing = [n for n in args.names if n not in rows]
-    chosen = _select(rows, args.names, selector, args.phase)
+    chosen = select_rows(rows, args.names, selector, args.phase)
     out = args.output
     if out == "name":
         for name, _ in chosen:
@@ -229,14 +212,14 @@ def _sweep_line(name: str, row: dict, wide: bool) -> list[str]:
     line = [f"sweep/{name}", str(row.get("phase", "")), "-", "-", "-",
             format_age(time.time() - float(row.get("created") or time.time())),
             f"{row.get('children', 0)} children" + (f": {told}" if told else "")]
-    return line + (["-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
+    return line + (["-", "-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
 
 
 def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
     now = time.time()
     header = ["NAME", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
     if wide:
-        header += ["EFFECTIVE", "ATTEMPT", "EXIT", "MANIFEST", "MESSAGE"]
+        header += ["CPUS", "EFFECTIVE", "ATTEMPT", "EXIT", "MANIFEST", "MESSAGE"]
     table = [header]
     for name, row in chosen:
         devices = row.get("devices") or []
@@ -253,6 +236,7 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
             exit_code = row.get("exitCode")
             effective = row.get("effectivePriority")
             line += [
+                str(row.get("cpus") or "-"),
                 "-" if effective is None else str(effective),
                 str(row.get("attempt", 0)),
                 "-" if exit_code is None else str(exit_code),
@@ -279,7 +263,7 @@ def _watch_jobs(home: Home, args, selector) -> int:
     then a row each time a job's phase or reason changes (kubectl -w)."""
     if is_tty():
         return _redraw(home.index_file, lambda: _job_table(
-            _select(job_rows(home), args.names, selector, args.phase), wide=args.output == "wide"))
+            select_rows(job_rows(home), args.names, selector, args.phase), wide=args.output == "wide"))
     seen: dict[str, tuple] = {}
     first = True
     mtime = None
@@ -292,7 +276,7 @@ def _watch_jobs(home: Home, args, selector) -> int:
             if first or current != mtime:
                 mtime = current
                 rows = job_rows(home)
-                chosen = _select(rows, args.names, selector, args.phase)
+                chosen = select_rows(rows, args.names, selector, args.phase)
                 changed = [(n, r) for n, r in chosen if seen.get(n) != (r.get("phase"), r.get("reason"), r.get("devices"))]
                 if first or changed:
                     lines = _format_table(_job_table(chosen if first else changed, wide=args.output == "wide"))
@@ -331,17 +315,6 @@ def _redraw(path, table, interval: float = 0.2) -> int:
         return 0
 
 
-def _read_node(home: Home) -> dict | None:
-    from controller.util.yamlio import YAMLSyntaxError, load_one  # lazy: only get gpus reads YAML
-
-    try:
-        return load_one(home.node_file.read_text()) or {}
-    except FileNotFoundError:
-        return None
-    except (OSError, YAMLSyntaxError) as exc:
-        raise CliError(f"cannot read {home.node_file}: {exc}") from None
-
-
 def _gpu_table(gpus: list[dict]) -> list[list[str]]:
     table = [["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS"]]
     for gpu in gpus:
@@ -363,7 +336,7 @@ def _watch_gpus(home: Home, args) -> int:
     if args.output is not None:
         raise CliError("get gpus -w prints a table; drop -o")
     if is_tty():
-        return _redraw(home.node_file, lambda: _gpu_table((_read_node(home) or {}).get("gpus") or []))
+        return _redraw(home.node_file, lambda: _gpu_table((read_node(home) or {}).get("gpus") or []))
     seen: dict[str, list[str]] = {}
     first = True
     mtime: object = ()
@@ -375,7 +348,7 @@ def _watch_gpus(home: Home, args) -> int:
                 current = None
             if current != mtime:
                 mtime = current
-                table = _gpu_table((_read_node(home) or {}).get("gpus") or [])
+                table = _gpu_table((read_node(home) or {}).get("gpus") or [])
                 changed = [row for row in table[1:] if seen.get(row[0]) != row]
                 if first or changed:
                     lines = _format_table([table[0], *(table[1:] if first else changed)])
@@ -389,7 +362,7 @@ def _watch_gpus(home: Home, args) -> int:
 
 
 def _get_gpus(home: Home, args) -> int:
-    node = _read_node(home)
+    node = read_node(home)
     if node is None:
         warn_if_not_running(home)
         print("No GPUs known yet (gflowd writes node.yaml when it runs).", file=sys.stderr)
@@ -403,6 +376,21 @@ def _get_gpus(home: Home, args) -> int:
         return 0
     if not gpus:
         print(f"No GPUs ({printable(node.get('inventory', 'unknown inventory'))}).", file=sys.stderr)
-        return 0
-    _print_table(_gpu_table(gpus))
+    else:
+        _print_table(_gpu_table(gpus))
+    for line in _node_footer(node):  # on stderr: stdout stays the table that scripts parse
+        print(printable(line), file=sys.stderr)
     return 0
+
+
+def _node_footer(node: dict) -> list[str]:
+    """The CPU cores jobs book with resources.cpus, and what the kernel enforces (cgroups)."""
+    lines = []
+    cpus = node.get("cpus")
+    if isinstance(cpus, dict):
+        jobs = cpus.get("jobs") or {}
+        held = "; ".join(f"{cores} {name}" for name, cores in jobs.items())
+        lines.append(f"CPU cores: {cpus.get('free')} free of {cpus.get('total')} ({cpus.get('cores')})" + (f"; bound: {held}" if held else ""))
+    if node.get("limits"):
+        lines.append(f"Limits: {node['limits']}")
+    return lines

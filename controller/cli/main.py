@@ -138,10 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="replay a job trace through the real scheduler on a virtual clock")
     p.add_argument("--trace", required=True, help="CSV: submit_s,gpus,duration_s,time_limit_s,priority,user")
     p.add_argument("--gpus", type=int, required=True, help="GPUs of the simulated machine")
+    p.add_argument("--cpus", type=int, help="CPU cores of the simulated machine, booked by the trace's cpus column (default: not booked)")
     p.add_argument("--policy", default="default", help="fifo|priority|firstfit|backfill|default, or several comma-separated")
     p.add_argument("--config", help="simulate the policy of this config.yaml (as policy 'config')")
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.add_argument("--plot", metavar="DIR", help="write a Gantt chart and a wait-time CDF (PNG) here; needs matplotlib")
+
+    p = sub.add_parser("mcp", parents=[common], help="serve gflow to AI agents: an MCP server on stdio (needs gflow-controller[mcp])")
+    p.add_argument("--read-only", action="store_true", help="offer only the reading tools (no submit, cancel, ...)")
 
     sub.add_parser("version", parents=[common], help="print the version")
     return parser
@@ -239,6 +243,10 @@ def run(argv: list[str]) -> int:
         options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "gpu_types", "output")}
         name = parse_refs([args.name])[0][1] if args.name else None
         return export(home, args.target, name, args.filename, options, args.recursive)
+    if verb == "mcp":
+        from controller.cli.mcp import serve  # lazy: gflowctl loads only the verb it runs
+
+        return serve(home, args.read_only)
     if verb == "explain":
         from controller.cli.explain import explain  # lazy: gflowctl loads only the verb it runs
 

@@ -9,19 +9,16 @@ with the job's exit code.
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
-import secrets
-import string
 import sys
 import time
 from pathlib import Path
 
-from controller.api.submit import FLAGS, SubmitError, build, merge, parse_flags, read_directives, render
+from controller.api.submit import FLAGS, SubmitError, parse_flags, render
 from controller.cli.common import CliError, print_error, printable, resolve_home
-from controller.cli.manifests import check_inputs, read_manifest_text, store_document
-from controller.client.state import find_manifest, is_running, job_rows, read_status
+from controller.client.state import is_running, read_status
+from controller.client.submit import build_submission, check_names, check_submission, read_script, remember, store_submission
 from controller.paths import Home
 
 USAGE = """usage: gflowctl run [flags] -- CMD [ARGS...]
@@ -36,7 +33,6 @@ flags:
 """
 
 TERMINAL = {"Succeeded", "Failed", "Cancelled", "Rejected"}
-_ALPHABET = string.ascii_lowercase + string.digits
 
 
 def usage() -> str:
@@ -63,64 +59,23 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
         options["env"] = [*options.get("env", []), f"TERM={os.environ['TERM']}"]  # the job draws for this terminal
     if cli.get("output") not in (None, "yaml", "name"):
         raise CliError(f"-o {cli['output']}: use -o yaml (with --dry-run) or -o name")
-    cwd = os.getcwd()
-    script_text = script_path = None
-    warnings: list[str] = []
-    name_from_sbatch = False
     if not rest:
         raise CliError("nothing to run: gflowctl run [flags] -- CMD [ARGS...] or gflowctl run SCRIPT")
-    if not after_dashes:
-        script_path = rest[0]
-        script_text = _read_script(Path(script_path))
-        directives = _directives(script_text, script_path)
-        warnings = directives.warnings
-        name_from_sbatch = directives.name_from_sbatch and "name" not in options
-        options = merge(directives.options, options)
-    try:
-        submission = build(
-            options,
-            command=rest if after_dashes else None,
-            script_text=script_text,
-            script_path=os.path.abspath(script_path) if script_path else None,
-            script_args=rest[1:],
-            cwd=cwd,
-            suffix=_suffix(home),
-            last_job=_last_job(home),
-            name_from_sbatch=name_from_sbatch,
-        )
-    except SubmitError as exc:
-        raise CliError(str(exc)) from None
-    for warning in warnings:
+    script = None if after_dashes else read_script(Path(rest[0]))
+    submission = build_submission(
+        home, options, command=rest if after_dashes else None, script=script,
+        script_args=rest[1:] if script is not None else None, cwd=os.getcwd(),
+    )
+    for warning in script.warnings if script is not None else []:
         sys.stderr.write(f"warning: {warning}\n")
-    _check_dependencies(home, submission.manifest)
-    if submission.exact_name and _exists(home, submission.name):
-        raise CliError(f"{submission.name} already exists; choose another --name (gflowctl apply changes an existing job)")
+    check_names(home, submission)
     text = render(submission.manifest)
     return _submit(home, submission.kind, submission.name, text, cli)
 
 
-def _read_script(path: Path) -> str:
-    if not path.exists():
-        hint = "; to run a command put it after --: gflowctl run -- CMD [ARGS...]" if os.sep not in str(path) else ""
-        raise CliError(f"{path}: no such script{hint}")
-    if path.is_dir():
-        raise CliError(f"{path}: is a folder, not a script")
-    if not os.access(path, os.R_OK):
-        raise CliError(f"{path}: not readable")
-    return read_manifest_text(path)
-
-
-def _directives(text: str, origin: str):
-    try:
-        return read_directives(text, origin)
-    except SubmitError as exc:
-        raise CliError(str(exc)) from None
-
-
 def _submit(home: Home, kind: str, name: str, text: str, cli: dict) -> int:
-    origin = "run's manifest (--dry-run -o yaml shows it)"  # its line numbers are that text's
-    [(docs, errors)] = check_inputs(home, [(origin, text)])
-    if errors:
+    doc, errors = check_submission(home, text)
+    if doc is None:
         for error in errors:
             print_error(error)
         return 1
@@ -128,17 +83,18 @@ def _submit(home: Home, kind: str, name: str, text: str, cli: dict) -> int:
     if dry_run and cli.get("output") == "yaml":
         sys.stdout.write(text)
         return 0
-    home.spec_dir.mkdir(parents=True, exist_ok=True)
-    verb = store_document(home, docs[0], dry_run)
+    verb = store_submission(home, doc, dry_run)
     if cli.get("quiet") or cli.get("output") == "name":
         print(name if cli.get("quiet") else f"{kind}/{name}", flush=True)
     else:
         print(f"{kind}/{name} {verb}" + (" (dry run)" if dry_run else ""), flush=True)
-    if docs[0].warning:  # gflowd's review: it can never start here (still created: see apply)
-        sys.stderr.write(f"warning: {printable(docs[0].warning)}\n")
+    if doc.warning:  # gflowd's review: it can never start here (still created: see apply)
+        sys.stderr.write(f"warning: {printable(doc.warning)}\n")
     if dry_run:
         return 0
-    _remember(home, name)
+    trouble = remember(home, name)
+    if trouble:
+        sys.stderr.write(f"warning: {trouble}\n")
     if not is_running(home):
         sys.stderr.write(f"warning: gflowd is not running for {home.root}; the job starts when it runs\n")
     if cli.get("interactive"):
@@ -260,56 +216,3 @@ class _StatusLine:
             self.stream.write("\r\033[K")
             self.stream.flush()
         self.shown = ""
-
-
-def _exists(home: Home, name: str) -> bool:
-    return name in job_rows(home) or find_manifest(home, name) is not None or find_manifest(home, name, "sweep") is not None
-
-
-def _suffix(home: Home) -> str:
-    """Five random letters and digits: short to read, and checked to be free."""
-    for _ in range(20):
-        suffix = "".join(secrets.choice(_ALPHABET) for _ in range(5))
-        if not any(p.name.endswith(f"-{suffix}.yaml") for p in home.spec_dir.glob(f"*-{suffix}.yaml")):
-            return suffix
-    raise CliError("could not find a free job name; give one with --name")
-
-
-def _check_dependencies(home: Home, manifest: dict) -> None:
-    spec = manifest["spec"].get("template", manifest["spec"])
-    for dependency in spec.get("dependsOn", []):
-        if not _exists(home, dependency["job"]):
-            raise CliError(f"--after {dependency['job']}: no job or sweep of that name on {home.root}")
-
-
-# -- the last job submitted, per user, for --after @ ----------------------------------------------
-
-
-def _memory_file() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state) / "gflow" / "last-run.json"
-
-
-def _last_job(home: Home) -> str | None:
-    try:
-        return json.loads(_memory_file().read_text()).get(str(home.root))
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _remember(home: Home, name: str) -> None:
-    """Best effort: a read-only home directory costs only ``--after @``."""
-    from controller.util.fsutil import atomic_write  # lazy: only a real submission writes
-
-    path = _memory_file()
-    try:
-        try:
-            known = json.loads(path.read_text())
-            known = known if isinstance(known, dict) else {}
-        except (OSError, ValueError):
-            known = {}
-        known[str(home.root)] = name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(known, indent=1) + "\n", durable=False)
-    except OSError as exc:
-        sys.stderr.write(f"warning: could not remember the last job in {path}: {exc.strerror}\n")

@@ -22,6 +22,9 @@ from controller.sim.simulator import simulate as run_simulation
 def simulate(args: argparse.Namespace) -> int:
     if args.gpus < 1:
         raise CliError(f"--gpus: must be >= 1, got {args.gpus}")
+    cpus = getattr(args, "cpus", None)
+    if cpus is not None and cpus < 1:
+        raise CliError(f"--cpus: must be >= 1, got {cpus}")
     names = [n.strip() for n in args.policy.split(",") if n.strip()]
     unknown = [n for n in names if n not in POLICIES]
     if unknown or not names:
@@ -42,7 +45,7 @@ def simulate(args: argparse.Namespace) -> int:
     for name, policy in policies.items():
         jobs = [_fresh(j) for j in trace]
         try:
-            results[name] = run_simulation(jobs, args.gpus, policy, name)
+            results[name] = run_simulation(jobs, args.gpus, policy, name, cpus)
         except TraceError as exc:
             raise CliError(str(exc)) from None
     if args.output == "json":

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from controller.api.labels import selector_matches
-from controller.api.units import format_duration, parse_duration
+from controller.api.units import format_duration, format_quantity, parse_duration
 from controller.cli.common import CliError, parse_selector_args, printable, warn_if_not_running
 from controller.client.state import manifest_owners, read_index
 from controller.model.records import rfc3339
@@ -81,7 +81,8 @@ def compute(history: list[dict], rows: dict[str, dict], since: float, now: float
     attempts = [r for r in history + extra if float(r.get("end") or 0) >= since and selector_matches(selector, r.get("labels") or {})]
     outcomes = {p: 0 for p in FINISHED}
     waits, runtimes = [], []
-    total_hours = 0.0
+    total_hours = total_cpu = 0.0
+    peaks = []
     by_user: dict[str, dict[str, float]] = {}
     by_label: dict[str, dict[str, float]] = {}
     for r in attempts:
@@ -97,11 +98,16 @@ def compute(history: list[dict], rows: dict[str, dict], since: float, now: float
         if final:
             outcomes[r["phase"]] += 1
         total_hours += hours
+        cpu_hours = float(r.get("cpuSeconds") or 0) / 3600  # from the attempt's cgroup, when it had one
+        total_cpu += cpu_hours
+        if r.get("peakMemoryBytes"):
+            peaks.append(float(r["peakMemoryBytes"]))
         groups = [(by_user, str(r.get("user") or "?"))]
         groups += [(by_label, f"{k}={v}") for k, v in sorted((r.get("labels") or {}).items())]
         for table, key in groups:
-            entry = table.setdefault(key, {"jobs": 0, "succeeded": 0, "failed": 0, "gpuHours": 0.0})
+            entry = table.setdefault(key, {"jobs": 0, "succeeded": 0, "failed": 0, "gpuHours": 0.0, "cpuHours": 0.0})
             entry["gpuHours"] += hours
+            entry["cpuHours"] += cpu_hours
             if final:
                 entry["jobs"] += 1
                 entry["succeeded"] += r["phase"] == "Succeeded"
@@ -117,13 +123,15 @@ def compute(history: list[dict], rows: dict[str, dict], since: float, now: float
         "wait": {"mean": _mean(waits), "p95": _p95(waits), "count": len(waits)},
         "runtime": {"mean": _mean(runtimes), "p95": _p95(runtimes), "count": len(runtimes)},
         "gpuHours": total_hours,
+        "cpuHours": round(total_cpu, 4),
+        "peakMemory": {"mean": _mean(peaks), "max": max(peaks) if peaks else None, "count": len(peaks)},
         "byUser": {k: _rounded(v) for k, v in sorted(by_user.items())},
         "byLabel": {k: _rounded(v) for k, v in sorted(by_label.items())},
     }
 
 
 def _rounded(entry: dict[str, float]) -> dict[str, float]:
-    return {**entry, "gpuHours": round(entry["gpuHours"], 3)}
+    return {**entry, "gpuHours": round(entry["gpuHours"], 3), "cpuHours": round(entry["cpuHours"], 4)}
 
 
 def stats(home: Home, since_text: str, selector_items: list[str], output: str | None) -> int:
@@ -164,14 +172,20 @@ def _print_summary(r: dict[str, Any], since_text: str) -> None:
         f"Queue wait:    mean {dur(r['wait']['mean'])}, p95 {dur(r['wait']['p95'])}  ({r['wait']['count']} starts)",
         f"Runtime:       mean {dur(r['runtime']['mean'])}, p95 {dur(r['runtime']['p95'])}  ({r['runtime']['count']} attempts)",
         f"GPU-hours:     {r['gpuHours']:.2f}",
+        f"CPU-hours:     {r['cpuHours']:.2f}  (CPU time measured by the attempts' cgroups)",
     ]
+    if r["peakMemory"]["count"]:
+        peak = r["peakMemory"]
+        lines.append(f"Peak memory:   mean {format_quantity(int(peak['mean']))}, max {format_quantity(int(peak['max']))}  "
+                     f"({peak['count']} attempts)")
     for title, table in (("USER", r["byUser"]), ("LABEL", r["byLabel"])):
         if not table:
             continue
-        rows = [[title, "JOBS", "SUCCEEDED", "FAILED", "GPU-HOURS"]]
+        rows = [[title, "JOBS", "SUCCEEDED", "FAILED", "GPU-HOURS", "CPU-HOURS"]]
         for key, e in sorted(table.items(), key=lambda kv: (-kv[1]["gpuHours"], kv[0])):
-            rows.append([printable(key), str(e["jobs"]), str(e["succeeded"]), str(e["failed"]), f"{e['gpuHours']:.2f}"])
-        widths = [max(len(row[i]) for row in rows) for i in range(5)]
+            rows.append([printable(key), str(e["jobs"]), str(e["succeeded"]), str(e["failed"]), f"{e['gpuHours']:.2f}",
+                         f"{e.get('cpuHours', 0.0):.2f}"])
+        widths = [max(len(row[i]) for row in rows) for i in range(6)]
         lines.append("")
         lines.extend("   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
     sys.stdout.write("\n".join(lines) + "\n")

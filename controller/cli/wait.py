@@ -8,10 +8,8 @@ import time
 
 from controller.api.units import parse_duration
 from controller.cli.common import CliError, print_error, warn_if_not_running
-from controller.client.state import read_status
+from controller.client.state import reached, read_status
 from controller.paths import Home
-
-TERMINAL = {"Succeeded", "Failed", "Cancelled"}
 
 
 def wait(home: Home, refs: list[tuple[str, str]], condition: str, timeout_text: str) -> int:
@@ -47,17 +45,9 @@ def wait(home: Home, refs: list[tuple[str, str]], condition: str, timeout_text: 
 def _check(home: Home, kind: str, name: str, what: str, value: str) -> tuple[bool, bool]:
     """(reached, can no longer be reached), printing which."""
     status = (read_status(home, name) or {}).get("status") or {}
-    phase = status.get("phase")
-    if what == "phase":
-        if phase is not None and phase.lower() == value.lower():
-            print(f"{kind}/{name} {phase}", flush=True)
-            return True, False
-        if phase in TERMINAL:
-            print_error(f"{kind}/{name} is {phase} ({status.get('reason')}); it will not become {value}")
-            return False, True
-        return False, False
-    for cond in status.get("conditions") or []:
-        if cond.get("type", "").lower() == value.lower() and cond.get("status") == "True":
-            print(f"{kind}/{name} condition met: {cond['type']}", flush=True)
-            return True, False
-    return False, False
+    met, never = reached(status, what, value)
+    if met is not None:
+        print(f"{kind}/{name} {met}" if what == "phase" else f"{kind}/{name} condition met: {met}", flush=True)
+    elif never:
+        print_error(f"{kind}/{name} is {status['phase']} ({status.get('reason')}); it will not become {value}")
+    return met is not None, never

@@ -53,7 +53,7 @@ def check_documents(
     docs: list[dict[str, Any]] = []
     errors: list[str] = []
     parts = list(iter_documents_text(text))
-    stem = None if origin == "<stdin>" else os.path.basename(origin).rsplit(".", 1)[0]
+    stem = None if origin.startswith("<") else os.path.basename(origin).rsplit(".", 1)[0]
     for index, part in enumerate(parts):
         try:
             data = load_one(part)

@@ -10,6 +10,7 @@ import pwd
 from pathlib import Path
 from typing import Any, Callable
 
+from controller.client.errors import GflowError
 from controller.paths import Home
 
 
@@ -144,3 +145,70 @@ def find_manifest(home: Home, name: str, kind: str = "job") -> Path | None:
         if path.exists():
             return path
     return None
+
+
+def document_position(parts: list[str], name: str, path: Path) -> int | None:
+    """Which of a manifest file's documents (``parts``, their texts) defines ``name``."""
+    # lazy: get jobs loads this module and reads no manifest file
+    from controller.api.names import document_name
+    from controller.util.yamlio import YAMLSyntaxError, load_one
+
+    for index, part in enumerate(parts):
+        try:
+            data = load_one(part)
+        except YAMLSyntaxError:
+            continue
+        found, _ = document_name(data, path.stem, len(parts) == 1)
+        if found == name:
+            return index
+    return None
+
+
+FINISHED = ("Succeeded", "Failed", "Cancelled")
+
+
+def reached(status: dict[str, Any], what: str, value: str) -> tuple[str | None, bool]:
+    """For ``gflowctl wait --for=what=value`` on a job's ``status`` mapping (``what`` is ``phase``
+    or ``condition``): the phase or condition type reached, as the status spells it, or None; and
+    whether it can no longer be reached (a finished job will not change phase)."""
+    phase = status.get("phase")
+    if what == "phase":
+        if phase is not None and phase.lower() == value.lower():
+            return phase, False
+        return None, phase in FINISHED
+    for cond in status.get("conditions") or []:
+        if cond.get("type", "").lower() == value.lower() and cond.get("status") == "True":
+            return cond["type"], False
+    return None, False
+
+
+def select_rows(rows: dict[str, dict[str, Any]], names: list[str], selector: list[tuple[str, str, bool]],
+                phases: list[str]) -> list[tuple[str, dict]]:
+    """The rows named (all when none), in name order, whose labels match ``selector`` and whose
+    phase is one of ``phases`` (any when empty)."""
+    from controller.api.labels import selector_matches  # lazy: only listing selects
+
+    chosen = []
+    wanted_phases = {p.lower() for p in phases}
+    for name in names or sorted(rows):
+        row = rows.get(name)
+        if row is None:
+            continue
+        if not selector_matches(selector, row.get("labels") or {}):
+            continue
+        if wanted_phases and str(row.get("phase", "")).lower() not in wanted_phases:
+            continue
+        chosen.append((name, row))
+    return chosen
+
+
+def read_node(home: Home) -> dict | None:
+    """``node.yaml``, the GPU inventory gflowd writes; None before it has written one."""
+    from controller.util.yamlio import YAMLSyntaxError, load_one  # lazy: only get gpus reads YAML
+
+    try:
+        return load_one(home.node_file.read_text()) or {}
+    except FileNotFoundError:
+        return None
+    except (OSError, YAMLSyntaxError) as exc:
+        raise GflowError(f"cannot read {home.node_file}: {exc}") from None

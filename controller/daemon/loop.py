@@ -55,12 +55,13 @@ class Controller:
         self.policy = policy_from_config(config)  # backfill, aging, fair share, quotas: fixed for this run
         self.observer = SnapshotBuilder(home, config, inventory, self.runtime, self.policy)
         self.recorder = Recorder(home, clock)
-        self.writer = PassWriter(home, self.recorder, inventory.describe)
+        self.writer = PassWriter(home, self.recorder, inventory.describe, getattr(self.runtime, "limits_summary", lambda: None))
         self.sinks = sinks  # controller.sinks.hooks.Sinks: history, metrics, webhooks
         self.memory = Memory()
         # the GPUs as the last pass saw them, for the review's never-fits verdict (None: not yet
         # known, or a cluster backend places jobs); replaced whole each pass, read by the watcher thread
         self._review_slots: list[GpuSlot] | None = None
+        self._review_cores: frozenset[int] | None = None
         self.passes = 0
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
@@ -244,6 +245,7 @@ class Controller:
         previous_states = self.memory.states
         self.memory = Memory.after(plan)
         self._review_slots = list(plan.slots) if snapshot.bind_gpus else None
+        self._review_cores = plan.cores.cores if plan.cores is not None else None
         try:
             self.writer.write(plan, now, full, first=self.passes == 0, after_statuses=self.runtime.purge)
         except OSError as exc:
@@ -275,7 +277,7 @@ class Controller:
     def _never_fits(self, job: AdmittedJob) -> str | None:
         """The review's verdict: why ``job`` can never start on this machine's GPUs, if so."""
         slots = self._review_slots
-        return None if slots is None else never_fits(request_of(job), slots)
+        return None if slots is None else never_fits(request_of(job), slots, self._review_cores)
 
     def _watch(self) -> Any:
         """watchdog thread: file events mark paths dirty; the loop decides when to pass."""

@@ -196,9 +196,18 @@ def main(argv: list[str] | None = None) -> int:
             web.stop()
         lock.release()
         return 1
+    from controller.act.runtime.cgroups import CgroupError  # lazy, as the controller
     from controller.daemon.loop import Controller  # lazy: gflowd --help and flag errors answer without the controller
 
-    controller = Controller(home, config, inventory, sinks=sinks)
+    try:
+        controller = Controller(home, config, inventory, sinks=sinks)
+    except CgroupError as exc:  # --cgroups required where they cannot be used: one line, why
+        sys.stderr.write(f"gflowd: {exc}\n")
+        sinks.close()
+        if web is not None:
+            web.stop()
+        lock.release()
+        return 1
     signal.signal(signal.SIGTERM, controller.request_stop)
     signal.signal(signal.SIGINT, controller.request_stop)
     log.info("gflowd %s: home %s, spec dir %s, GPUs: %s", __version__, home.root, home.spec_dir, inventory.describe())

@@ -52,6 +52,7 @@ def record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | Non
     state.conditions = remove_condition(state.conditions, Condition.SpecOutdated)
     state.exit_code = run.exit_code
     state.completion_time = run.finished_at
+    state.usage = dict(run.usage or {})
     how = exit_text(run)
     stop_reason = stop["reason"] if stop else None
     if state.start_time is None and stop_reason is None:  # a cluster ran it between two passes that saw it queued

@@ -182,6 +182,7 @@ def _admitted(state: JobState, old: JobState | None, job: AdmittedJob, duplicate
     state.labels = dict(job.job.metadata.labels)
     state.priority = spec.priority
     state.gpus = spec.resources.gpus
+    state.cpus = spec.resources.cpus or 0
     state.depends_on = [d.job for d in spec.depends_on]
     state.conditions = set_condition(state.conditions, Condition.Admitted, "True", "Valid", "manifest is valid", now_text)
     if old is not None and old.phase == Phase.Rejected:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 
+from controller.api.units import format_cpu_list as format_cores
 from controller.decide.gates import admissible
 from controller.decide.lifecycle import Pending
 from controller.decide.policy import (
@@ -31,6 +32,7 @@ from controller.model.reasons import Condition, EventType, Phase, Reason, StopRe
 from controller.model.records import JobState
 from controller.model.scheduling import (
     Binding,
+    CorePool,
     GpuSlot,
     Holder,
     QuotaUse,
@@ -49,6 +51,7 @@ def schedule_pending(plan: Plan, snap: Snapshot, pending: list[Pending], now: fl
     policy = snap.policy
     quotas = quota_table(policy) if policy.user_quotas or policy.label_quotas else {}
     plan.slots = _slots(plan, snap, looked_at, quotas)  # 1. the GPUs, and who holds them
+    plan.cores = _cores(plan, snap, looked_at)  # ... and the CPU cores
     _order(plan, snap, pending, now)  # 2. queue order: priority, aging, fair share
     ready = admissible(plan, snap, pending, now)  # 3. the gates
     requests = [_request(job, snap, quotas) for _, job in ready]
@@ -77,6 +80,25 @@ def _slots(plan: Plan, snap: Snapshot, looked_at: set[str], quotas: dict[str, Qu
     return build_slots(snap.gpus, holders, snap.allowed_gpus, managed, snap.unmanaged_threshold, snap.ignore_processes)
 
 
+def _cores(plan: Plan, snap: Snapshot, looked_at: set[str]) -> CorePool | None:
+    """The machine's cores and the running jobs pinned to them; None where cores are not booked
+    (unknown, or a cluster backend, whose own scheduler books them)."""
+    if not snap.host.cores or not snap.bind_gpus:
+        return None
+    pool = CorePool(snap.host.cores)
+    for name in sorted(looked_at):
+        st = plan.states.get(name)
+        if st is None or not st.cores or not (st.phase == Phase.Running or (name in snap.runs and snap.runs[name].running)):
+            continue
+        job = snap.admission.jobs.get(name)
+        limit = job.spec.time_limit if job is not None else None
+        ends_at = st.start_time + limit if limit is not None and st.start_time is not None else math.inf
+        for core in st.cores:
+            pool.taken[core] = name
+            pool.free_at[core] = ends_at
+    return pool
+
+
 def _order(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -> None:
     policy = snap.policy
     usage: dict[int, float] = {}
@@ -101,7 +123,7 @@ def request_of(job: AdmittedJob, quota_keys: tuple[str, ...] = ()) -> Request:
     resources = job.spec.resources
     return Request(
         job.name, resources.gpus, resources.gpu_type, resources.gpu_memory, job.spec.sharing == "Shared",
-        job.spec.time_limit, quota_keys,
+        job.spec.time_limit, quota_keys, resources.cpus or 0,
     )
 
 
@@ -111,7 +133,8 @@ def _bind(
 ) -> dict[str, Binding | Wait]:
     if not snap.bind_gpus:  # the cluster queues and places jobs; its reasons come back through the runtime
         return {r.name: Binding([], []) for r in requests}
-    decisions = schedule(requests, plan.slots, snap.strategy, snap.topology, mode=snap.policy.mode, now=now, quotas=quotas)
+    decisions = schedule(requests, plan.slots, snap.strategy, snap.topology, mode=snap.policy.mode, now=now, quotas=quotas,
+                         cores=plan.cores)
     if snap.policy.preemption_threshold is not None:
         _preempt(plan, snap, ready, requests, decisions, now_text)
     return decisions
@@ -149,6 +172,9 @@ def _start(plan: Plan, snap: Snapshot, state: JobState, job: AdmittedJob, decisi
         if decision.devices else "started (CPU job)" if snap.bind_gpus else "submitted to the cluster"
     )
     state.devices, state.device_uuids = list(decision.devices), list(decision.uuids)
+    state.cores = list(decision.cpus)
+    if decision.cpus:
+        state.message += f", cores {format_cores(decision.cpus)}"
     state.run_hash = job.run_hash
     state.start_time = now
     state.completion_time = state.next_attempt_time = None
@@ -156,7 +182,11 @@ def _start(plan: Plan, snap: Snapshot, state: JobState, job: AdmittedJob, decisi
     state.pid = state.backend_id = state.node = None
     state.conditions = set_condition(state.conditions, Condition.Scheduled, "True", "Bound", state.message, now_text)
     state.conditions = remove_condition(state.conditions, Condition.Preempted)
-    plan.starts.append(Launch(job.name, state.attempt, state.generation, job, list(decision.devices), list(decision.uuids)))
+    minors = {slot.index: slot.gpu.device_minor for slot in plan.slots}
+    plan.starts.append(Launch(
+        job.name, state.attempt, state.generation, job, list(decision.devices), list(decision.uuids),
+        tuple(decision.cpus), tuple(minors.get(d, d) for d in decision.devices),
+    ))
 
 
 def _preempt(

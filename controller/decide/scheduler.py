@@ -32,10 +32,12 @@ import math
 import random
 
 from controller.api.units import format_duration, format_quantity
+from controller.decide.cores import CoreBooking, cpu_only
 from controller.model.gpus import Gpu
 from controller.model.reasons import Reason
 from controller.model.scheduling import (
     Binding,
+    CorePool,
     GpuSlot,
     Holder,
     QuotaUse,
@@ -100,17 +102,20 @@ def schedule(
     now: float = 0.0,
     quotas: dict[str, QuotaUse] | None = None,
     reasons: bool = True,
+    cores: CorePool | None = None,
 ) -> dict[str, Binding | Wait]:
     """Bind requests in the given (queue) order. ``slots`` are updated with this pass's bindings,
-    so the caller sees the GPUs as the pass leaves them; so are ``quotas``' ``used``.
+    so the caller sees the GPUs as the pass leaves them; so are ``quotas``' ``used`` and ``cores``
+    (None: CPU cores are not booked, ``resources.cpus`` is ignored).
 
     ``reasons=False`` (the simulator) stops once no GPU is left that anyone could take, and
     gives waiting jobs no message: the bindings are the same, the pass is cheaper."""
     run = _Pass(slots, strategy, topology, mode, now, quotas if quotas is not None else {}, reasons)
+    run.cores = CoreBooking(cores, mode, now) if cores is not None else None
     result, waits, quota_checks = run.result, run.waits, bool(run.quotas)
     for req in requests:
         if req.gpus == 0:
-            result[req.name] = Binding([], [])
+            result[req.name] = cpu_only(run.cores, req) if req.cpus and run.cores else Binding([], [])
             continue
         if not reasons and run.exhausted_at == run.version:
             break
@@ -118,7 +123,7 @@ def schedule(
         # GPUs as they were then (a quota is checked first, in offer)
         reserved_at = run.reserved_at
         ends_in_time = reserved_at < math.inf and req.time_limit is not None and now + req.time_limit <= reserved_at
-        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, run.version, ends_in_time)
+        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, run.version, ends_in_time, req.cpus)
         if key in waits and not (quota_checks and req.quota_keys):
             result[req.name] = waits[key]
         else:
@@ -147,6 +152,7 @@ class _Pass:
         self.waits: dict[tuple, Wait] = {}
         self.version = 0
         self.exhausted_at = -1  # the version at which no GPU was left for anyone (reasons=False only)
+        self.cores: CoreBooking | None = None  # CPU cores, when they are booked (decide/cores.py)
 
     def offer(self, req: Request, key: tuple, ends_in_time: bool) -> None:
         """Bind ``req`` or say why it waits. ``key``: its shape and the GPUs' ``version``, with
@@ -160,12 +166,19 @@ class _Pass:
         if len(usable_ever) < req.gpus:
             self.result[req.name] = Wait(Reason.Unschedulable, _never_fits(req, self.slots, typed)) if self.reasons else _NO_REASON
             return
+        never_cores = self.cores.never(req) if self.cores is not None and req.cpus else None
+        if never_cores is not None:
+            self.result[req.name] = Wait(Reason.Unschedulable, never_cores)
+            return
         if key in self.waits:
             self.result[req.name] = self.waits[key]
             return
         room = [s for s in usable_ever if _has_room(s, req)]
         open_room = room if ends_in_time else [s for s in room if s.index not in self.held]
-        if len(open_room) >= req.gpus:
+        if len(open_room) >= req.gpus and self.cores is not None and not self.cores.allows(req):
+            self.version += 1  # a core reservation may be placed: later shapes see it
+            self.result[req.name] = self.waits[key] = self.cores.wait(req)
+        elif len(open_room) >= req.gpus:
             self._bind(req, open_room, ends_in_time)
         else:
             self._wait(req, key, typed, usable_ever, room)
@@ -198,7 +211,9 @@ class _Pass:
         for quota_key in req.quota_keys:
             if quota_key in self.quotas:
                 self.quotas[quota_key].used += req.gpus
-        self.result[req.name] = Binding([s.index for s in chosen], [s.gpu.uuid for s in chosen])
+        near = frozenset().union(*(s.gpu.cpus for s in chosen))  # the GPUs' NUMA node
+        cores = self.cores.take(req, near) if self.cores is not None else ()
+        self.result[req.name] = Binding([s.index for s in chosen], [s.gpu.uuid for s in chosen], cores)
         self._note_exhausted()
 
     def _wait(self, req: Request, key: tuple, typed: list[GpuSlot], usable_ever: list[GpuSlot], room: list[GpuSlot]) -> None:
@@ -382,9 +397,14 @@ def _usable_ever(typed: list[GpuSlot], req: Request) -> list[GpuSlot]:
     return usable
 
 
-def never_fits(req: Request, slots: list[GpuSlot]) -> str | None:
-    """Why ``req`` can never start on these GPUs (the Unschedulable message, with its numbers),
-    or None when some day it could. What ``gflowctl apply`` is warned of by gflowd's review."""
+def never_fits(req: Request, slots: list[GpuSlot], cores: frozenset[int] | None = None) -> str | None:
+    """Why ``req`` can never start on these GPUs (and ``cores``, when booked): the Unschedulable
+    message, with its numbers, or None when some day it could. What ``gflowctl apply`` is warned
+    of by gflowd's review."""
+    if cores is not None and req.cpus:
+        too_many = CoreBooking(CorePool(cores), "backfill", 0.0).never(req)
+        if too_many is not None:
+            return too_many
     typed = [s for s in slots if _matches(s, req)]
     return _never_fits(req, slots, typed) if len(_usable_ever(typed, req)) < req.gpus else None
 

@@ -3,7 +3,8 @@
 What maps: ``command``/``script`` -> the container's ``command`` (a script runs under
 ``bash -e -c``); ``env``, ``workingDir``, ``labels``; ``resources.gpus`` -> the limit
 ``nvidia.com/gpu`` (a string, as the API serves quantities); ``resources.memory`` -> memory request
-and limit; ``timeLimit`` -> ``activeDeadlineSeconds``; ``backoffLimit``, ``suspend``,
+and limit; ``resources.cpus`` -> cpu request and limit (equal, whole cores: pinned by the static CPU
+manager); ``timeLimit`` -> ``activeDeadlineSeconds``; ``backoffLimit``, ``suspend``,
 ``ttlSecondsAfterFinished``, ``terminationGracePeriod``; ``--queue`` -> the Kueue label
 ``kueue.x-k8s.io/queue-name``. A Sweep -> an Indexed Job (``completionMode: Indexed``, one index
 per child, ``parallelism``, ``backoffLimitPerIndex``): the container runs a small ``bash`` lookup
@@ -71,6 +72,8 @@ def _container(spec: Any, command: list[str], env: dict[str, str], image: str, m
         limits[GPU_RESOURCE] = str(spec.resources.gpus)
     if spec.resources.memory is not None:
         limits["memory"] = requests["memory"] = k8s_quantity(spec.resources.memory)
+    if spec.resources.cpus:  # whole cores, requests = limits: the static CPU manager pins them
+        limits["cpu"] = requests["cpu"] = str(spec.resources.cpus)
     if limits:
         container["resources"] = {"limits": limits, **({"requests": requests} if requests else {})}
     return container
@@ -94,6 +97,9 @@ def _unmapped(spec: Any, name: str) -> list[str]:
         )
     if spec.sharing == "Shared" or spec.resources.gpu_memory is not None:
         notes.append(f"{name}: sharing/gpuMemory: GPU sharing (time-slicing, MIG) is a cluster setting; whole GPUs requested")
+    if spec.resources.pids is not None:
+        notes.append(f"{name}: resources.pids {spec.resources.pids}: Kubernetes limits processes per pod only "
+                     "node-wide (the kubelet's podPidsLimit); not exported")
     if spec.conda_env:
         notes.append(f"{name}: condaEnv {spec.conda_env}: runs 'conda run' inside the container; the image needs that env")
     if spec.working_dir:

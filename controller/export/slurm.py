@@ -6,7 +6,8 @@ cluster's words (``gpu_types``: config ``slurm.gpuTypes``, e.g. ``{H100: h100}``
 substring of a GPU's model name and a GRES type is whatever the cluster's gres.conf calls it: one
 cannot be derived from the other, so a gpuType without a name there is an error
 (``UnmappedGpuType``), never a job Slurm refuses nor a constraint silently dropped.
-``timeLimit`` -> ``--time`` (Slurm counts whole minutes and rounds up); ``resources.memory`` ->
+``resources.cpus`` -> ``--cpus-per-task`` (Slurm's task/cgroup pins them; ``OMP_NUM_THREADS`` is set as
+gflowd sets it); ``timeLimit`` -> ``--time`` (Slurm counts whole minutes and rounds up); ``resources.memory`` ->
 ``--mem`` (MiB, Slurm's units are powers of 1024); ``workingDir`` -> ``--chdir``; ``priority`` ->
 ``--nice`` (negated: higher priority is a lower nice; a negative nice needs Slurm operator rights);
 ``suspend`` -> ``--hold``; ``startAfter`` -> ``--begin``; ``env`` -> ``export`` lines in the
@@ -21,7 +22,7 @@ submitting shell had).
 What does not map (returned as notes): ``dependsOn`` (Slurm needs the parents' job ids:
 ``--dependency=afterok:ID``), ``backoffLimit`` (Slurm has no retry count), ``sharing: Shared`` and
 ``gpuMemory`` (a GRES GPU is whole), ``terminationGracePeriod`` (Slurm's ``KillWait`` is
-cluster-wide).
+cluster-wide), ``resources.pids`` (no sbatch option: the cluster's cgroup.conf decides).
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ def sbatch_options(
     res = spec.resources
     if (g := gres(res.gpus, res.gpu_type, gpu_types)) is not None:
         opts.append(f"--gres={g}")
+    if res.cpus:
+        opts.append(f"--cpus-per-task={res.cpus}")
     if spec.time_limit is not None:
         opts.append(f"--time={slurm_time(spec.time_limit)}")
     if res.memory is not None:
@@ -166,6 +169,8 @@ def unmapped(spec: Any, name: str) -> list[str]:
         notes.append(f"{name}: sharing/gpuMemory: a Slurm GRES GPU is whole; the job gets whole GPUs")
     if spec.termination_grace_period is not None:
         notes.append(f"{name}: terminationGracePeriod: Slurm's KillWait (cluster-wide) decides the grace")
+    if spec.resources.pids is not None:
+        notes.append(f"{name}: resources.pids {spec.resources.pids}: sbatch has no process limit (the cluster's cgroup.conf decides); not exported")
     if spec.time_limit is not None and spec.time_limit % 60:
         notes.append(f"{name}: timeLimit {spec.time_limit:g}s: Slurm counts whole minutes and rounds it up")
     if spec.priority > 0:

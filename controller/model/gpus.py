@@ -23,3 +23,10 @@ class Gpu:
     processes: tuple[GpuProcess, ...] = ()
     healthy: bool = True
     error: str = ""
+    minor: int | None = None  # the device node's minor number (/dev/nvidiaN); None: same as index
+    numa_node: int | None = None  # the NUMA node the GPU is attached to, when known
+    cpus: tuple[int, ...] = ()  # the cores near it, ascending (NVML's CPU affinity); empty: unknown
+
+    @property
+    def device_minor(self) -> int:
+        return self.index if self.minor is None else self.minor

@@ -14,7 +14,7 @@ from controller.model.documents import AdmissionResult, AdmittedJob, Rejection
 from controller.model.gpus import Gpu
 from controller.model.policy import Policy
 from controller.model.records import JobState, SweepState
-from controller.model.scheduling import GpuSlot
+from controller.model.scheduling import CorePool, GpuSlot
 
 DEFAULT_GRACE = 10.0
 GIB = 2**30
@@ -49,6 +49,8 @@ class RunObservation:
     # retries it: nothing runs yet. Shown Pending, like a cluster's queue, keeping its GPUs.
     held: bool = False
     last_input: float | None = None  # a tty job: wall time of its terminal's last input (idleTimeout)
+    # an ended attempt's cgroup counters: {cpuSeconds, peakMemoryBytes} (peak polled without cgroups)
+    usage: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class Launch:
     job: AdmittedJob
     devices: list[int]
     device_uuids: list[str]
+    cpus: tuple[int, ...] = ()  # the cores bound to it (resources.cpus): its cpuset
+    device_minors: tuple[int, ...] = ()  # the bound GPUs' /dev/nvidiaN minor numbers (devices cgroup)
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class Host:
     conda_available: bool = True  # whether ``condaEnv`` can work here
     user_names: dict[int, str] = field(default_factory=dict)  # manifest owner uid -> name (quotas)
     local_tz: tzinfo = timezone.utc  # how a ``startAfter`` without an offset is read
+    cores: frozenset[int] = frozenset()  # the CPU cores jobs may be pinned to (gflowd's affinity); empty: not booked
 
 
 @dataclass
@@ -146,6 +151,7 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)  # shown on tty jobs' terminals (Runtime.notify)
     slots: list[GpuSlot] = field(default_factory=list)  # GPUs as this pass leaves them (node.yaml)
+    cores: CorePool | None = None  # CPU cores as this pass leaves them (node.yaml); None: not booked
     sweeps: dict[str, SweepState] = field(default_factory=dict)  # every sweep that still exists
     removed_sweeps: list[str] = field(default_factory=list)
     expired: list[AdmittedJob] = field(default_factory=list)  # finished jobs whose manifests to delete

@@ -70,6 +70,9 @@ class JobState:
     owner: str | None = None  # the Sweep this job belongs to
     backend_id: str | None = None  # the cluster's id of the latest attempt (slurmJobId)
     node: str | None = None  # where the latest attempt runs or ran, on a cluster backend
+    cpus: int = 0  # resources.cpus: whole cores asked for (0: none booked)
+    cores: list[int] = field(default_factory=list)  # the cores bound to the latest attempt (its cpuset)
+    usage: dict[str, Any] = field(default_factory=dict)  # the latest ended attempt's cgroup counters
 
     def copy(self) -> "JobState":
         # runs per job per pass: a dict copy is ~15x cheaper than dataclasses.replace or deepcopy
@@ -78,6 +81,8 @@ class JobState:
         new.labels = dict(self.labels)
         new.devices = list(self.devices)
         new.device_uuids = list(self.device_uuids)
+        new.cores = list(self.cores)
+        new.usage = dict(self.usage)
         new.conditions = [dict(c) for c in self.conditions]
         return new
 
@@ -94,6 +99,9 @@ class JobState:
             "manifest": self.manifest,
             "priority": self.priority,
             "gpus": self.gpus,
+            "cpus": self.cpus or None,
+            "cores": list(self.cores),
+            "usage": dict(self.usage) or None,
             "dependsOn": list(self.depends_on),
             "attempt": self.attempt,
             "failed": self.failed,
@@ -133,6 +141,9 @@ class JobState:
             labels=dict(meta.get("labels") or {}),
             priority=int(status.get("priority", 0)),
             gpus=int(status.get("gpus", 0)),
+            cpus=int(status.get("cpus") or 0),
+            cores=[int(c) for c in status.get("cores") or []],
+            usage=dict(status.get("usage") or {}),
             depends_on=[str(d) for d in status.get("dependsOn") or []],
             generation=int(status.get("observedGeneration", 0)),
             spec_hash=str(annotations.get(SPEC_HASH, "")),
@@ -162,6 +173,7 @@ class JobState:
             "reason": self.reason,
             "message": self.message,
             "gpus": self.gpus,
+            "cpus": self.cpus or None,
             "devices": self.devices,
             "priority": self.priority,
             "created": self.created,

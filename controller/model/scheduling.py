@@ -18,6 +18,7 @@ class Request:
     shared: bool = False
     time_limit: float | None = None  # seconds; None: unknown, so never backfilled into a reservation
     quota_keys: tuple[str, ...] = ()  # quota groups it counts against, e.g. ``user alice``
+    cpus: int = 0  # whole cores (resources.cpus); 0: none booked
 
 
 @dataclass
@@ -48,10 +49,24 @@ class GpuSlot:
         return self.gpu.memory_total - self.shared_reserved - self.foreign_memory
 
 
+@dataclass
+class CorePool:
+    """The machine's CPU cores as the scheduler sees them (``resources.cpus``): every core jobs
+    may use, and who holds which until when. Updated by a pass as it binds, like the GPU slots."""
+
+    cores: frozenset[int]
+    taken: dict[int, str] = field(default_factory=dict)  # core -> the job bound to it
+    free_at: dict[int, float] = field(default_factory=dict)  # core -> when its job's timeLimit ends
+
+    def free(self) -> list[int]:
+        return sorted(c for c in self.cores if c not in self.taken)
+
+
 @dataclass(frozen=True)
 class Binding:
     devices: list[int]
     uuids: list[str]
+    cpus: tuple[int, ...] = ()  # the cores it is pinned to (its cpuset)
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,7 @@ class Holder:
     shared: bool
     gpu_memory: int = 0
     ends_at: float = math.inf  # start + timeLimit; inf: no timeLimit, its end is unknown
+    cpus: tuple[int, ...] = ()  # the cores it is pinned to
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Facts about the machine that decide needs and must not ask for itself: gflowd's uid, whether
-conda is on its PATH, the user names of manifest owners (for quotas), the local time zone.
+conda is on its PATH, the user names of manifest owners (for quotas), the local time zone, the CPU
+cores jobs may be pinned to.
 
 Observes only. Each fact is read here, at the edge, and handed to decide in the snapshot
 (``model.plan.Host``), so the same snapshot always decides the same thing.
@@ -52,6 +53,8 @@ class HostFacts:
 
     def __init__(self, want_user_names: bool = False) -> None:
         self.controller_uid = os.geteuid()
+        # the cores gflowd may run on (a taskset or cpuset around it narrows them): what jobs are pinned to
+        self.cores = frozenset(os.sched_getaffinity(0))
         self.local_tz = LocalTime()
         self._conda: bool | None = None
         self._want_names = want_user_names
@@ -79,4 +82,5 @@ class HostFacts:
             conda_available=self.conda_available(refresh=full),
             user_names=self._names,
             local_tz=self.local_tz,
+            cores=self.cores,
         )

@@ -14,10 +14,11 @@ import time
 from typing import Callable, Iterable
 
 from controller import API_VERSION
+from controller.api.units import format_cpu_list as format_cores
 from controller.api.units import format_quantity
 from controller.model.plan import Event
 from controller.model.records import JobState, SweepState, rfc3339
-from controller.model.scheduling import GpuSlot
+from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
 from controller.util.fsutil import atomic_write, fsync_dir
 from controller.util.jsonlog import append_lines
@@ -181,7 +182,7 @@ class Recorder:
         payload = b"".join([head.encode(), b',"jobs":{', jobs, b'},"sweeps":', sweeps.encode(), b"}"])
         atomic_write(self.home.index_file, payload, durable=False)
 
-    def write_node(self, slots: list[GpuSlot], source: str) -> None:
+    def write_node(self, slots: list[GpuSlot], source: str, cores: CorePool | None = None, limits: str | None = None) -> None:
         gpus = []
         for slot in slots:
             gpu = slot.gpu
@@ -201,7 +202,14 @@ class Recorder:
             if gpu.error:
                 entry["error"] = gpu.error
             gpus.append({k: v for k, v in entry.items() if v is not None})
-        data = {"apiVersion": API_VERSION, "kind": "Node", "inventory": source, "gpus": gpus}
+        data: dict = {"apiVersion": API_VERSION, "kind": "Node", "inventory": source, "gpus": gpus}
+        if cores is not None:  # the CPU cores booked by resources.cpus
+            data["cpus"] = {
+                "total": len(cores.cores), "free": len(cores.cores) - len(cores.taken), "cores": format_cores(sorted(cores.cores)),
+                "jobs": {name: format_cores(sorted(c for c, n in cores.taken.items() if n == name)) for name in sorted(set(cores.taken.values()))},
+            }
+        if limits:
+            data["limits"] = limits  # what the kernel enforces (cgroups), or why nothing is
         text = dump(data)
         if text != self._node_text:
             atomic_write(self.home.node_file, text)

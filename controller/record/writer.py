@@ -30,10 +30,12 @@ INDEX_MAX_GAP = 1.0  # ...and at most (see PassWriter.write_index)
 
 
 class PassWriter:
-    def __init__(self, home: Home, recorder: Recorder, describe_inventory: Callable[[], str]) -> None:
+    def __init__(self, home: Home, recorder: Recorder, describe_inventory: Callable[[], str],
+                 describe_limits: Callable[[], str | None] = lambda: None) -> None:
         self.home = home
         self.recorder = recorder
         self.describe_inventory = describe_inventory
+        self.describe_limits = describe_limits  # the runtime's cgroups line, for get node
         self.failures = WriteFailures()
         self.index_due: float | None = None  # a coalesced index write is due then (monotonic)
         self._index_at = -1e9  # monotonic time of the last index write
@@ -56,7 +58,7 @@ class PassWriter:
         after_statuses()
         if changed or full or first or failing:
             self.write_index(force=full or first or failing)
-        self.recorder.write_node(plan.slots, self.describe_inventory())
+        self.recorder.write_node(plan.slots, self.describe_inventory(), plan.cores, self.describe_limits())
         ended = self.failures.succeeded()
         if ended:
             self.event_best_effort(EventType.Normal, "StateWritable", f"state directory writable again after {ended} "

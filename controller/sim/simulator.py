@@ -9,7 +9,8 @@ What it leaves out, on purpose: processes (a job runs exactly ``duration_s``, or
 incremental :class:`UsageLedger` (same figures as the controller's per-run sum).
 
 Trace: CSV with a header, columns ``submit_s,gpus,duration_s,time_limit_s,priority,user`` and
-optionally ``shared,gpu_memory_gib``. An empty ``time_limit_s`` means none.
+optionally ``shared,gpu_memory_gib,cpus``. An empty ``time_limit_s`` means none. ``cpus`` (whole
+cores) are booked when the simulated machine has cores (``simulate --cpus N``), as gflowd books them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from controller.decide.policy import UsageLedger, queue_key, quota_keys
 from controller.decide.scheduler import Binding, GpuSlot, QuotaUse, Request, schedule
+from controller.model.scheduling import CorePool
 from controller.model.gpus import Gpu
 from controller.model.policy import Policy
 
@@ -44,6 +46,7 @@ class SimJob:
     user: str
     shared: bool = False
     gpu_memory: int | None = None
+    cpus: int = 0
     start: float | None = None
     end: float | None = None
     devices: tuple[int, ...] = ()
@@ -137,6 +140,7 @@ def _parse_row(row: list[str], col: dict[str, int], index: int, line: int) -> Si
         user=cell("user") or "unknown",
         shared=shared,
         gpu_memory=int(float(memory) * GIB) if memory else None,
+        cpus=int(number("cpus", 0, integer=True)) if cell("cpus") else 0,
         line=line,
     )
 
@@ -144,14 +148,18 @@ def _parse_row(row: list[str], col: dict[str, int], index: int, line: int) -> Si
 # -- the simulation ----------------------------------------------------------------------------------
 
 
-def simulate(jobs: list[SimJob], gpus: int, policy: Policy, policy_name: str = "") -> Result:
-    """Run the trace to the end; fills each job's start/end/devices and returns the metrics."""
-    too_big = next((j for j in jobs if j.gpus > gpus), None)
+def simulate(jobs: list[SimJob], gpus: int, policy: Policy, policy_name: str = "", cpus: int | None = None) -> Result:
+    """Run the trace to the end; fills each job's start/end/devices and returns the metrics.
+    ``cpus``: the machine's cores, booked by the jobs' ``cpus`` (None: not booked)."""
+    too_big = next((j for j in jobs if j.gpus > gpus or (cpus is not None and j.cpus > cpus)), None)
     if too_big is not None:
-        raise TraceError(f"trace line {too_big.line}: the job needs {too_big.gpus} GPUs; --gpus is {gpus}")
+        what = f"{too_big.gpus} GPUs; --gpus is {gpus}" if too_big.gpus > gpus else f"{too_big.cpus} CPUs; --cpus is {cpus}"
+        raise TraceError(f"trace line {too_big.line}: the job needs {what}")
     slots = [GpuSlot(Gpu(i, f"GPU-sim-{i}", "simulated GPU", 80 * GIB), "Free") for i in range(gpus)]
+    cores = CorePool(frozenset(range(cpus))) if cpus is not None else None
     requests = {
-        str(j.index): Request(str(j.index), j.gpus, None, j.gpu_memory, j.shared, j.time_limit, quota_keys(j.user, {}, policy))
+        str(j.index): Request(str(j.index), j.gpus, None, j.gpu_memory, j.shared, j.time_limit, quota_keys(j.user, {}, policy),
+                              j.cpus if cores is not None else 0)
         for j in jobs
     }
     ledger = UsageLedger(policy.fair_share_half_life) if policy.fair_share_half_life else None
@@ -170,6 +178,8 @@ def simulate(jobs: list[SimJob], gpus: int, policy: Policy, policy_name: str = "
         while completions and completions[0][0] <= now:
             _, index = heapq.heappop(completions)
             _release(jobs[index], slots, running_on, ledger, quota_used, now)
+            if cores is not None:
+                _release_cores(jobs[index], cores)
         while next_arrival < len(jobs) and jobs[next_arrival].submit <= now:
             queue.add(jobs[next_arrival])
             next_arrival += 1
@@ -177,7 +187,7 @@ def simulate(jobs: list[SimJob], gpus: int, policy: Policy, policy_name: str = "
             continue
         quotas = {key: QuotaUse(policy.user_quotas[key[5:]], used) for key, used in quota_used.items()}
         free = sum(1 for s in slots if s.state in ("Free", "Shared"))
-        decisions = schedule(queue.ordered(now, free), slots, mode=policy.mode, now=now, quotas=quotas, reasons=False)
+        decisions = schedule(queue.ordered(now, free), slots, mode=policy.mode, now=now, quotas=quotas, reasons=False, cores=cores)
         for name, decision in decisions.items():
             if not isinstance(decision, Binding):
                 continue
@@ -276,6 +286,12 @@ def _release(job: SimJob, slots: list[GpuSlot], running_on: dict[int, list[SimJo
     key = f"user {job.user}"
     if key in quota_used:
         quota_used[key] -= job.gpus
+
+
+def _release_cores(job: SimJob, cores: CorePool) -> None:
+    for core in [c for c, name in cores.taken.items() if name == str(job.index)]:
+        del cores.taken[core]
+        cores.free_at.pop(core, None)
 
 
 def _ends_at(job: SimJob) -> float:

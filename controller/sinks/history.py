@@ -61,6 +61,8 @@ def history_line(end) -> str:
     }
     if end.owner:
         record["sweep"] = end.owner
+    if end.usage:  # CPU time and peak memory from the attempt's cgroup
+        record.update({k: end.usage[k] for k in ("cpuSeconds", "peakMemoryBytes") if end.usage.get(k) is not None})
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 

@@ -76,6 +76,7 @@ class AttemptEnd:
     created: float
     wait: float | None
     owner: str | None = None
+    usage: dict | None = None  # {cpuSeconds, peakMemoryBytes} from the attempt's cgroup
 
     @property
     def final(self) -> bool:
@@ -151,7 +152,7 @@ class Digest:
                 devices=tuple(run.devices), labels=dict(ref.labels) if ref else {},
                 uid=job.owner_uid if job is not None else -1, generation=ref.generation if ref else 0,
                 created=ref.created if ref else 0.0, wait=self.waits.pop(name, None),
-                owner=ref.owner if ref else None,
+                owner=ref.owner if ref else None, usage=run.usage,
             ))
         for tr in facts.transitions:  # ended without an attempt of its own: cancelled, dependency failed
             state = tr.state

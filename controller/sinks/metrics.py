@@ -24,6 +24,9 @@ name                                           type       labels / meaning
 ``gflow_jobs_started_total``                   counter    attempts started
 ``gflow_jobs_finished_total``                  counter    ``phase``: jobs that reached Succeeded/Failed/Cancelled
 ``gflow_reconcile_last_pass_timestamp_seconds``  gauge    when the last pass ended (alert when stale)
+``gflow_cpu_cores``                            gauge      ``state``: free or bound CPU cores (``resources.cpus``)
+``gflow_attempt_cpu_seconds_total``            counter    CPU time of ended attempts, from their cgroups
+``gflow_attempt_peak_memory_bytes``            histogram  peak memory of each ended attempt, from its cgroup
 =============================================  =========  ==================================================
 
 No label is named ``job`` or ``instance``: Prometheus gives every scraped series those two (the
@@ -60,6 +63,7 @@ PENDING_REASONS = (
     "Quota", "Parallelism", "Preempted", "Queued", "Rerun", "Admitted", "Held",
 )
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))
+MEMORY_BUCKETS = tuple(float(2**n) for n in range(24, 42, 2)) + (float("inf"),)  # 16 MiB .. 2 TiB
 PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
 
 
@@ -69,6 +73,7 @@ class _SnapshotCollector:
     def __init__(self) -> None:
         # (job states, GPU slots, time) of the last pass: replaced whole, so a scrape reads one pass
         self.current: tuple[dict, list, float] = ({}, [], 0.0)
+        self.cores = None  # the last pass's CorePool (None: cores are not booked)
 
     def collect(self):
         states, slots, last_pass = self.current
@@ -119,6 +124,13 @@ class _SnapshotCollector:
             gpus.add_metric([state], n)
         yield gpus
         yield from (used, total, util, count, info)
+        cores = self.cores
+        if cores is not None:
+            bound = len(cores.taken)
+            family = GaugeMetricFamily("gflow_cpu_cores", "CPU cores jobs may book, free or bound.", labels=["state"])
+            family.add_metric(["free"], len(cores.cores) - bound)
+            family.add_metric(["bound"], bound)
+            yield family
         last = GaugeMetricFamily("gflow_reconcile_last_pass_timestamp_seconds", "Unix time the last reconcile pass ended.")
         last.add_metric([], last_pass)
         yield last
@@ -142,6 +154,11 @@ class MetricsServer:
         self.finished = Counter("gflow_jobs_finished", "Jobs that finished, by phase.", ["phase"], registry=self.registry)
         for phase in FINISHED:
             self.finished.labels(phase)  # present at 0 from the start: rate() needs a first sample
+        self.cpu_seconds = Counter("gflow_attempt_cpu_seconds", "CPU time of ended attempts, from their cgroups.", registry=self.registry)
+        self.peak_memory = Histogram(
+            "gflow_attempt_peak_memory_bytes", "Peak memory of each ended attempt, from its cgroup.",
+            buckets=MEMORY_BUCKETS, registry=self.registry,
+        )
         try:
             self.server, self.thread = start_http_server(port, address, registry=self.registry)
         except OSError as exc:
@@ -155,6 +172,13 @@ class MetricsServer:
     def consume(self, facts) -> None:
         record = facts.record
         self.snapshot.current = (record.plan.states, record.plan.slots, time.time())
+        self.snapshot.cores = record.plan.cores
+        for end in facts.ended:
+            usage = end.usage or {}
+            if usage.get("cpuSeconds") is not None:
+                self.cpu_seconds.inc(usage["cpuSeconds"])
+            if usage.get("peakMemoryBytes") is not None:
+                self.peak_memory.observe(usage["peakMemoryBytes"])
         self.pass_duration.observe(record.duration)
         for started in facts.started:
             self.started.inc()

@@ -73,7 +73,7 @@ def make_runtime(home: Any, config: Any) -> Runtime:
         return SlurmRuntime(home, config.slurm)
     from controller.act.runtime.supervised import SupervisorRuntime  # lazy: only the configured backend is loaded
 
-    return SupervisorRuntime(home)
+    return SupervisorRuntime(home, cgroups=getattr(config, "cgroups", "auto"), device_dir=getattr(config, "device_dir", "/dev"))
 
 
 def backend_switch_problem(home: Any, backend: str) -> str | None:

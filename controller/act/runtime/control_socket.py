@@ -35,6 +35,7 @@ import struct
 import sys
 import termios
 import time
+from typing import Callable
 
 try:  # the wire format, shared with the client
     from controller.util.frames import frame, split_frames
@@ -77,15 +78,7 @@ def enter_terminal(tty_fd: int, uid: int | None, gid: int | None) -> None:
         os.close(tty_fd)
 
 
-def _join_cgroups(spec: dict) -> None:
-    """The hook where an exec'd command joins the job's cgroups: each ``cgroup.procs`` file the
-    launch record lists under ``cgroupProcs`` (the files the job child joined), before it execs."""
-    for procs in spec.get("cgroupProcs") or []:
-        with open(procs, "w") as handle:
-            handle.write("0\n")
-
-
-def _become_exec(spec: dict, argv: list[str], fds: list[int]) -> None:
+def _become_exec(spec: dict, argv: list[str], fds: list[int], join_cgroup: Callable[[list[str]], None] | None) -> None:
     """In the forked child: ``argv`` in the job's allocation (its user, environment, working dir,
     cgroups) on the client's stdin, stdout and stderr. Never returns; 127 when there is no such
     command, 126 when it cannot run, as a shell says."""
@@ -97,7 +90,8 @@ def _become_exec(spec: dict, argv: list[str], fds: list[int]) -> None:
         high = [os.dup(fd) for fd in fds]  # out of 0-2 first, so no dup2 clobbers another
         for target, fd in enumerate(high):
             os.dup2(fd, target)
-        _join_cgroups(spec)
+        if join_cgroup is not None:  # the attempt's cgroup, as the job child joined it (supervisor.py)
+            join_cgroup((spec.get("cgroup") or {}).get("procs") or [])
         uid, gid = spec.get("uid"), spec.get("gid")
         if uid is not None and os.geteuid() == 0:
             os.setgroups(spec.get("groups") or [])
@@ -146,8 +140,10 @@ class _Client:
 class Control:
     """The attempt's control socket and, for a tty job, the pty master behind it (module notes)."""
 
-    def __init__(self, spec: dict, stamp_path: str, listener: socket.socket | None = None):
+    def __init__(self, spec: dict, stamp_path: str, listener: socket.socket | None = None,
+                 join_cgroup: Callable[[list[str]], None] | None = None):
         self.spec = spec
+        self.join_cgroup = join_cgroup  # how an exec'd command enters the job's cgroup
         self.name = str(spec.get("name"))
         self.owner = spec.get("uid") if spec.get("uid") is not None else os.geteuid()
         self.stamp_path = stamp_path
@@ -425,7 +421,7 @@ class Control:
             client.mode = "exec"
             pid = os.fork()
             if pid == 0:
-                _become_exec(self.spec, argv, client.fds)
+                _become_exec(self.spec, argv, client.fds, self.join_cgroup)
             client.pid = pid
             for fd in client.fds:
                 os.close(fd)

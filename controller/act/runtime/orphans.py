@@ -14,8 +14,8 @@ the job (kernel start times: a pid reused later by a stranger never matches an o
     the whole group.) This finds a process that exec'd with a cleared environment but stayed put.
 
 What this cannot find: a process that both cleared its environment and left the job's process
-group (``setsid env -i ...``). A cgroup per attempt makes the answer exact (``cgroup.procs``) and is
-the next step; it replaces :func:`attempt_processes` and nothing else.
+group (``setsid env -i ...``). An attempt with a cgroup (docs/cgroups.md) is answered exactly from
+its ``cgroup.procs`` instead (``SupervisorRuntime._processes``); this is the fallback without one.
 """
 
 from __future__ import annotations

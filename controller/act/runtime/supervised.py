@@ -27,6 +27,7 @@ exit is known at once, and its files are removed, as always, once the status fil
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -40,6 +41,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.act.runtime.cgroups import (
+    AttemptCgroup,
+    CgroupError,
+    Cgroupfs,
+    Cgroups,
+    Limits,
+    Probe,
+    gpu_device_rules,
+    setup,
+)
 from controller.act.runtime.command import LaunchError, build_process
 from controller.act.runtime.orphans import MARKER_VARIABLE, attempt_processes, signal_processes
 from controller.act.runtime.control_socket import unix_address
@@ -116,9 +127,32 @@ class _Attempt:
         return float((self.spec or {}).get("grace") or 10.0)
 
 
+def cgroup_group(root: Path) -> str:
+    """The cgroup holding one gflowd's attempt cgroups: per home, so two controllers never meet."""
+    return "gflow-" + hashlib.sha256(str(Path(root).absolute()).encode()).hexdigest()[:10]
+
+
+def start_cgroups(request: str, home: Home, found: Probe | None = None, fs: Cgroupfs | None = None) -> tuple[Cgroups | None, Probe]:
+    """``--cgroups auto|required|off`` -> the prepared cgroups (None: polling) and what to say about
+    them, said once in the log. Raises CgroupError for ``required`` where they cannot be used.
+    ``found`` and ``fs``: a probe and a cgroupfs other than this machine's (tests)."""
+    cgroups, found = setup(request, cgroup_group(home.root), found, fs)
+    if cgroups is None:
+        if request != "off":
+            log.warning("%s; memory limits are enforced by polling each job's RSS every 100 ms instead", found.summary())
+        return None, found
+    log.info("limits the kernel enforces: %s", found.summary())
+    return cgroups, found
+
+
 class SupervisorRuntime:
-    def __init__(self, home: Home, base_env: dict[str, str] | None = None, python: str | None = None):
+    def __init__(self, home: Home, base_env: dict[str, str] | None = None, python: str | None = None,
+                 cgroups: str = "auto", device_dir: str = "/dev", cgroup_probe: Probe | None = None,
+                 cgroupfs: Cgroupfs | None = None):
         self.home = home
+        self.device_dir = device_dir
+        self.cgroups, self.cgroup_probe = start_cgroups(cgroups, home, cgroup_probe, cgroupfs)
+        self.cgroup_request = cgroups
         self.base_env = dict(base_env if base_env is not None else os.environ)
         self.python = python or sys.executable
         self.jobs_dir = home.run_dir / "jobs"
@@ -243,6 +277,7 @@ class SupervisorRuntime:
     def purge(self) -> None:
         forgotten, self._forgotten = self._forgotten, []
         for name, attempt in forgotten:
+            self._remove_cgroup(attempt)
             self._remove_files(attempt)
             if name in self.attempts:
                 continue  # a new attempt runs from the same folder
@@ -314,6 +349,11 @@ class SupervisorRuntime:
         self._sock.close()
         os.close(self._news_r)
         os.close(self._news_w)
+        if self.cgroups is not None and not self.cgroups.names():  # jobs still running keep it
+            try:
+                self.cgroups.remove_group()
+            except CgroupError:
+                pass
 
     # -- adoption ------------------------------------------------------------------------------------
 
@@ -342,7 +382,23 @@ class SupervisorRuntime:
                 log.info("job/%s attempt %d was decided but never began: starting it now", attempt.name, number)
                 self._launch(attempt)
             adopted.append(attempt.name)
+        self._remove_stray_cgroups()
         return adopted
+
+    def _remove_stray_cgroups(self) -> None:
+        """Cgroups no launch file names: made by a gflowd that died before writing the launch."""
+        if self.cgroups is None:
+            return
+        known = {((a.spec or {}).get("cgroup") or {}).get("name") for a in self.attempts.values()}
+        for name in self.cgroups.names():
+            if name in known:
+                continue
+            cgroup = self.cgroups.adopt(name)
+            try:
+                if cgroup is not None and not cgroup.pids():
+                    cgroup.remove(timeout=2.0)
+            except CgroupError as exc:
+                log.warning("cannot remove the stray cgroup %s: %s", name, exc)
 
     # -- internals ---------------------------------------------------------------------------------------
 
@@ -385,6 +441,9 @@ class SupervisorRuntime:
             "devices": list(launch.devices),
             "deviceUUIDs": list(launch.device_uuids),
             "condaEnv": spec.conda_env or None,
+            "cpus": list(launch.cpus),
+            "deviceMinors": list(launch.device_minors),
+            "pidsLimit": spec.resources.pids,
             "tty": spec.tty,
             # attach and exec: in a 0700 folder of the job's user (supervisor.py makes and serves it)
             "control": str(self.home.control_socket(uid if uid is not None else os.geteuid(), launch.name)),
@@ -392,6 +451,17 @@ class SupervisorRuntime:
 
     def _launch(self, attempt: _Attempt) -> None:
         """Record the attempt and hand it to the launcher; if the disk refuses a record, hold it."""
+        if self.cgroups is not None and attempt.spec is not None and "cgroup" not in attempt.spec:
+            try:
+                attempt.spec["cgroup"] = self._make_cgroup(attempt.name, attempt.attempt, attempt.spec)
+            except CgroupError as exc:
+                if self.cgroup_request == "required":
+                    now = time.time()
+                    attempt.result = RunObservation(attempt.name, attempt.attempt, None, now, False, 126, None, now, str(exc))
+                    self._poke()
+                    return
+                log.warning("job/%s: %s; it runs without a cgroup (memory polled)", attempt.name, exc)
+                attempt.spec["cgroup"] = None
         try:
             self._write_launch(attempt)
         except OSError as exc:
@@ -421,6 +491,53 @@ class SupervisorRuntime:
             attempt.log_rotated = True
         if not attempt.path("launch").exists():
             atomic_write(attempt.path("launch"), json.dumps(spec), mode=0o600, durable=False)
+
+    def _make_cgroup(self, name: str, number: int, spec: dict) -> dict:
+        """The attempt's cgroup with its limits written, before anything can join it; the launch
+        file carries what the supervisor (and ``gflowctl exec``) needs to join and read it."""
+        assert self.cgroups is not None
+        features = self.cgroup_probe.features
+        memory = spec.get("memoryLimit") if features["memory"].available else None
+        cpus = frozenset(spec.get("cpus") or ()) if features["cpuset"].available and spec.get("cpus") else None
+        pids = spec.get("pidsLimit") if features["pids"].available else None
+        devices = None
+        if features["devices"].available:
+            devices = gpu_device_rules(spec.get("deviceMinors") or (), self.device_dir)
+        attempt = self.cgroups.create(f"{name}-{number}", Limits(memory=memory, cpus=cpus, pids=pids, devices=devices))
+        return {
+            "name": attempt.name,
+            "group": self.cgroups.group,
+            "probe": self.cgroup_probe.to_dict(),
+            "procs": [os.path.join(directory, "cgroup.procs") for directory in attempt.dirs.values()],
+            "memory": memory is not None,
+        }
+
+    def _cgroup_of(self, attempt: _Attempt) -> AttemptCgroup | None:
+        record = (attempt.spec or {}).get("cgroup")
+        if not record or self.cgroups is None:
+            return None
+        try:
+            return self.cgroups.adopt(record["name"])
+        except CgroupError:
+            return None
+
+    def _remove_cgroup(self, attempt: _Attempt) -> None:
+        """After the attempt's end is recorded: its cgroup, if its supervisor could not remove it."""
+        cgroup = self._cgroup_of(attempt)
+        if cgroup is None:
+            return
+        try:
+            if cgroup.pids():
+                cgroup.kill_all(timeout=5.0)
+            cgroup.remove(timeout=5.0)
+        except CgroupError as exc:
+            log.warning("job/%s: cannot remove its cgroup: %s", attempt.name, exc)
+
+    def limits_summary(self) -> str:
+        """One line for ``gflowctl get node``: what the kernel enforces, or why nothing is."""
+        if self.cgroups is None and self.cgroup_request != "off":
+            return f"{self.cgroup_probe.summary()}; memory polled"
+        return self.cgroup_probe.summary()
 
     def _hold(self, attempt: _Attempt, why: str, error: int | None) -> None:
         """The launch cannot be recorded now: nothing runs; the job shows Pending; retried later."""
@@ -525,7 +642,7 @@ class SupervisorRuntime:
         """Its supervisor died without an exit record: stop what is left of the job, then it is Lost.
         Until its processes are gone it is reported running, so its GPUs stay held."""
         supervisor = attempt.supervisor_pid or 0
-        processes = attempt_processes(attempt.job_pid, attempt.job_ticks, attempt.marker)
+        processes = self._processes(attempt)
         if not processes:
             attempt.result = self._lost(attempt, f"its supervisor (pid {supervisor}) died without recording the exit "
                                                  "and the job's processes were gone; exit code unknown")
@@ -538,7 +655,7 @@ class SupervisorRuntime:
     def _stop_orphaned(self, attempt: _Attempt, mono: float) -> None:
         orphaned = attempt.orphaned
         assert orphaned is not None
-        found = attempt_processes(attempt.job_pid, attempt.job_ticks, attempt.marker)
+        found = self._processes(attempt)
         if not found:
             attempt.orphaned = None
             attempt.result = self._lost(attempt, f"its supervisor (pid {orphaned.supervisor_pid}) died without recording "
@@ -554,6 +671,20 @@ class SupervisorRuntime:
             orphaned.kill_at = mono + 1.0  # and again, for anything forked meanwhile
         elif new:
             signal_processes(new, signal.SIGTERM)
+
+    def _processes(self, attempt: _Attempt) -> dict[int, int]:
+        """The attempt's live processes (pid -> start ticks): its cgroup's members where it has one
+        (exact), else found by marker and process group (``orphans.py``)."""
+        cgroup = self._cgroup_of(attempt)
+        if cgroup is not None:
+            try:
+                members = cgroup.pids()
+            except CgroupError:
+                members = None
+            if members is not None:
+                ticks = {pid: start_ticks(pid) for pid in members}
+                return {pid: tick for pid, tick in ticks.items() if tick is not None}
+        return attempt_processes(attempt.job_pid, attempt.job_ticks, attempt.marker)
 
     def _lost(self, attempt: _Attempt, why: str) -> RunObservation:
         return RunObservation(
@@ -697,6 +828,7 @@ def _observation(attempt: _Attempt, record: dict) -> RunObservation:
         record.get("error") or "",
         reason=record.get("reason") or "",
         stop_reason=record.get("stopReason") or "",
+        usage=record.get("usage") or None,
         devices=attempt.devices,
         device_uuids=attempt.device_uuids,
         run_hash=attempt.run_hash,

@@ -27,6 +27,12 @@ it: SIGCHLD, stop requests, the time limit (monotonic clock) and the memory limi
 tree, polled every 100 ms). We are a child subreaper, so a grandchild that calls ``setsid`` still
 ends up ours and dies with the job: the attempt ends when the whole tree is gone.
 
+Cgroups (docs/cgroups.md). When gflowd made the attempt a cgroup (the launch file's ``cgroup``: its
+``cgroup.procs`` paths, limits already written), the forked job joins it before anything else
+(``join_cgroup``), so nothing it starts is outside. The kernel then enforces memory, and we only
+read its OOM counter (no RSS polling): an OOM kill anywhere in the job ends the attempt as OOMKilled.
+When the tree is gone we read CPU time and peak memory for the exit record and remove the cgroup.
+
 A full disk. A job may fill the disk, and every job that ends meanwhile must still have its exit
 recorded: the exit record is the only place its exit code lives. So the room for it is taken at
 the start, while there is room: ``exit-<N>.reserved`` is written with RESERVE_BYTES of blanks
@@ -314,6 +320,11 @@ class Supervisor:
         self.max_rss = 0
         self.killed_hard = False
         self.control: Control | None = None  # the control socket: attach, exec, notices
+        try:
+            self.cgroup = attempt_cgroup(self.spec.get("cgroup"))
+        except Exception as exc:  # the job still joins (limits hold); only its counters are lost
+            sys.stderr.write(f"supervisor: cannot read the attempt's cgroup: {exc!r}\n")
+            self.cgroup = None
 
     # -- life ---------------------------------------------------------------------------------------
 
@@ -340,7 +351,7 @@ class Supervisor:
             signal.signal(sig, lambda *_: None)
         started_wall = time.time()
         started_mono = time.monotonic()
-        self.control = Control(self.spec, self.paths["input"])
+        self.control = Control(self.spec, self.paths["input"], join_cgroup=join_cgroup)
         try:
             code, error = self._spawn()
         except NotLaunched as exc:
@@ -474,7 +485,12 @@ class Supervisor:
             tree = descendants(os.getpid())
             if self.job_status is not None and not tree:
                 return  # the job and every process it left behind are gone
-            if memory_limit and tree and not self.killed_hard:
+            if self.cgroup is not None and self.spec["cgroup"].get("memory"):
+                if tree and not self.killed_hard and self._oom_killed():
+                    self.stop_reason = "OOMKilled"  # the kernel killed one: the whole job goes, as v2's oom.group
+                    self._signal_tree(signal.SIGKILL)
+                    self.killed_hard = True
+            elif memory_limit and tree and not self.killed_hard:
                 rss = tree_rss(tree)
                 self.max_rss = max(self.max_rss, rss)
                 if rss > memory_limit:
@@ -555,7 +571,35 @@ class Supervisor:
             elif self.control is not None:
                 self.control.reaped(pid, status)  # an exec'd command ended
 
+    def _oom_killed(self) -> bool:
+        try:
+            return bool(self.cgroup.oom_kills())
+        except Exception:  # a counter we cannot read is not an OOM kill
+            return False
+
+    def _cgroup_usage(self) -> dict:
+        """The tree is gone: the cgroup's counters for the exit record, then the cgroup is removed
+        (gflowd removes it later should this fail)."""
+        if self.cgroup is None:
+            return {}
+        usage: dict = {}
+        try:
+            stats = self.cgroup.stats()
+            if stats.oom_kills and not self.stop_reason:
+                self.stop_reason = "OOMKilled"
+            if stats.cpu_usec is not None:
+                usage["cpuSeconds"] = round(stats.cpu_usec / 1e6, 3)
+            if stats.memory_peak is not None:
+                usage["peakMemoryBytes"] = stats.memory_peak
+            self.cgroup.remove(timeout=5.0)
+        except Exception as exc:
+            sys.stderr.write(f"supervisor: cgroup {self.cgroup.name}: {exc}\n")
+        return usage
+
     def _finish(self, started_wall: float, exit_code: int | None, sig: int | None = None, error: str = "") -> None:
+        usage = self._cgroup_usage()
+        if not usage.get("peakMemoryBytes") and self.max_rss:
+            usage["peakMemoryBytes"] = self.max_rss  # polled: the largest tree RSS seen
         record = {
             "name": self.spec.get("name"),
             "attempt": self.spec.get("attempt"),
@@ -568,6 +612,7 @@ class Supervisor:
             "startedAt": started_wall,
             "finishedAt": time.time(),
             "maxRssBytes": self.max_rss,
+            "usage": usage,
             "jobPid": self.job_pid or None,
         }
         data = json.dumps(record).encode()
@@ -658,6 +703,9 @@ def _become_job(spec: dict, log_fd: int, go_r: int, go_w: int, err_r: int, err_w
     try:
         os.close(go_w)
         os.close(err_r)
+        step = "cgroup"  # first: everything this process does or starts is inside
+        join_cgroup((spec.get("cgroup") or {}).get("procs") or [])
+        step = "setup"
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
@@ -704,7 +752,46 @@ def start_failure(step: str, spec: dict, exc: BaseException) -> tuple[int, str]:
         return (127, f"command not found: {argv[0]!r}") if missing else (126, f"command {argv[0]!r}: {text}{who}")
     if step == "user":
         return 126, f"cannot switch to uid {spec.get('uid')}: {text}"
+    if step == "cgroup":
+        where = exc.filename if isinstance(exc, OSError) and exc.filename else "its cgroup"
+        return 126, f"cannot join the attempt's cgroup ({where}): {text}"
     return 126, f"cannot start the job: {text}"
+
+
+def join_cgroup(procs: list[str]) -> None:
+    """In the job's forked child, before exec: move this process into the attempt's cgroup, one
+    ``cgroup.procs`` per hierarchy (gflowd made them and wrote the limits first). Also what
+    ``gflowctl exec`` does to run a command inside a job's limits."""
+    for path in procs:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, b"0")
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
+        finally:
+            os.close(fd)
+
+
+def cgroups_package():
+    """``controller.act.runtime.cgroups`` (standard library only). Run as a plain file
+    (``python -I -S supervisor.py``) the project is not importable: the package beside us is."""
+    try:
+        from controller.act.runtime import cgroups  # lazy: only jobs with a cgroup need it
+    except ImportError:
+        here = os.path.dirname(os.path.abspath(__file__))
+        if here not in sys.path:
+            sys.path.insert(0, here)
+        import cgroups  # type: ignore[no-redef]  # lazy: the package beside this file, stdlib only
+    return cgroups
+
+
+def attempt_cgroup(record: dict | None):
+    """The attempt's cgroup as the launch file describes it (``AttemptCgroup``), or None."""
+    if not record:
+        return None
+    package = cgroups_package()
+    found = package.Probe.from_dict(record["probe"])
+    return package.AttemptCgroup(package.Cgroups(found, record["group"]), record["name"])
 
 
 def _waitpid(pid: int) -> int | None:
@@ -730,6 +817,10 @@ def launcher() -> int:
     try:
         _load_libc()  # warm: every supervisor forked from here inherits it
     except OSError:
+        pass
+    try:
+        cgroups_package()  # warm too: supervisors of jobs with a cgroup need it
+    except ImportError:
         pass
     stdin = sys.stdin.buffer
     while True:

@@ -11,9 +11,9 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
-from controller.api.units import parse_quantity
+from controller.api.units import parse_cpu_list, parse_quantity
 from controller.model.gpus import Gpu, GpuProcess
 from controller.util.yamlio import YAMLSyntaxError, load_one
 
@@ -67,11 +67,12 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
         raise ValueError(f"YAML syntax error: {exc} (line {exc.line})") from None
     if not isinstance(data, dict) or not isinstance(data.get("gpus", []), list):
         raise ValueError("expected a mapping with a 'gpus' list")
+    node_cpus = _numa_nodes(data.get("numaNodes"))
     gpus = []
     for index, item in enumerate(data.get("gpus") or []):
         if not isinstance(item, dict):
             raise ValueError(f"gpus[{index}]: expected a mapping")
-        unknown = set(item) - {"name", "memory", "memoryUsed", "utilization", "processes", "health", "uuid"}
+        unknown = set(item) - {"name", "memory", "memoryUsed", "utilization", "processes", "health", "uuid", "numaNode", "minor"}
         if unknown:
             raise ValueError(f"gpus[{index}]: unknown field {sorted(unknown)[0]}")
         processes = []
@@ -84,6 +85,10 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
         health = item.get("health", "Ok")
         if health not in ("Ok", "Lost"):
             raise ValueError(f"gpus[{index}].health: must be Ok or Lost")
+        numa, minor = item.get("numaNode"), item.get("minor")
+        for key, value in (("numaNode", numa), ("minor", minor)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"gpus[{index}].{key}: must be an integer >= 0")
         memory = parse_quantity(item.get("memory", "16Gi"))
         used = sum(p.used_memory for p in processes) + parse_quantity(item.get("memoryUsed", 0))
         gpus.append(
@@ -97,6 +102,35 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
                 processes=tuple(processes),
                 healthy=health == "Ok",
                 error="" if health == "Ok" else "GPU is lost (fake-GPU file says health: Lost)",
+                minor=minor,
+                numa_node=numa,
+                cpus=tuple(sorted(node_cpus(numa))) if numa is not None else (),
             )
         )
     return gpus
+
+
+def _numa_nodes(declared: object) -> Callable[[int], frozenset[int]]:
+    """The cores of a NUMA node: as the fake-GPU file's ``numaNodes: {1: "8-15"}`` declares them
+    (so a test can place GPUs on nodes this machine lacks), else this machine's own
+    ``/sys/devices/system/node/nodeN/cpulist``."""
+    if declared is not None and not isinstance(declared, dict):
+        raise ValueError("numaNodes: expected a mapping of node number to a CPU list like 0-7,16")
+    table: dict[int, frozenset[int]] = {}
+    for node, text in (declared or {}).items():
+        try:
+            table[int(node)] = parse_cpu_list(str(text))
+        except ValueError:
+            raise ValueError(f"numaNodes.{node}: expected a CPU list like 0-7,16, not {text!r}") from None
+
+    def cpus_of(node: int) -> frozenset[int]:
+        if node in table:
+            return table[node]
+        try:
+            with open(f"/sys/devices/system/node/node{node}/cpulist") as handle:
+                return parse_cpu_list(handle.read())
+        except (OSError, ValueError):
+            return frozenset()
+
+    return cpus_of
+

@@ -8,6 +8,7 @@ error text; transient errors (Unknown, Timeout, ...) are retried a few times, qu
 
 from __future__ import annotations
 
+import os
 import logging
 import threading
 from typing import Any, Callable, TypeVar
@@ -245,9 +246,28 @@ class NvmlInventory:
                 error=message,
             )
         self._note(index, "")
-        gpu = Gpu(index, uuid, name, total, used, utilization, processes)
+        minor, cpus = self._placement(handle)
+        gpu = Gpu(index, uuid, name, total, used, utilization, processes, minor=minor, cpus=cpus)
         self._known[index] = gpu
         return gpu
+
+    def _placement(self, handle: Any) -> tuple[int | None, tuple[int, ...]]:
+        """The device node's minor number and the cores near the GPU (its CPU affinity), for the
+        devices cgroup and the cpuset; (None, empty) where NVML does not say."""
+        nv = self._nv
+        minor: int | None = None
+        cpus: set[int] = set()
+        try:  # neither changes while the driver is loaded, but a call is cheap; no retries
+            minor = int(nv.nvmlDeviceGetMinorNumber(handle))
+        except Exception:  # not supported (e.g. on some platforms): the index stands in
+            minor = None
+        try:
+            masks = nv.nvmlDeviceGetCpuAffinity(handle, max(1, (os.cpu_count() or 64) // 64 + 1))
+            for word, mask in enumerate(masks):
+                cpus.update(word * 64 + bit for bit in range(64) if int(mask) >> bit & 1)
+        except Exception:
+            cpus = set()
+        return minor, tuple(sorted(cpus))
 
     def _memory(self, handle: Any) -> tuple[int, int]:
         nv = self._nv

@@ -419,6 +419,15 @@ class AttemptCgroup:
 
     # -- counters ---------------------------------------------------------------------------------
 
+    def oom_kills(self) -> int | None:
+        """Just the OOM kill count (v2 ``memory.events``, v1 ``memory.oom_control``): one small read,
+        cheap enough to poll where ``stats`` would read six files."""
+        if not self._has("memory"):
+            return None
+        name = "memory.events" if self.cgroups.mode == "v2" else "memory.oom_control"
+        text = self.fs.read_optional(os.path.join(self._dir("memory"), name))
+        return parse_keyed(text).get("oom_kill") if text is not None else None
+
     def stats(self) -> Stats:
         """Peak and current memory, OOM kills, CPU time and pids counters, as far as kept here."""
         join, read = os.path.join, self.fs.read_optional

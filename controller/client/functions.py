@@ -1,0 +1,239 @@
+"""Python functions as gflow jobs, in the submitit pattern: ``Client.submit_function`` pickles the
+function and its arguments (cloudpickle) into ``<home>/functions/<job>/`` (the submitter's own
+folder, mode 0700), with the submitter's environment and ``sys.path``, and submits an ordinary Job
+that runs ``controller/client/runner.py`` there with the submitter's Python, in its working
+directory. ``Client.map`` does the same for many items as one Sweep over indices. A
+:class:`Future` waits for the job through its status file and reads the result the runner left.
+
+Errors say which job and why: a function or argument that cannot be pickled (GflowError, before
+anything is written), a result that could not be pickled there or unpickled here, and a job that
+ended without a result (OOMKilled, DeadlineExceeded, cancelled...) raise :class:`JobError`; an
+exception the function raised is raised again here, its remote traceback attached as a note.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from controller.api.jobenv import GFLOW_VARIABLES, SHARED_DEFAULTS
+from controller.client.errors import GflowError, JobError
+from controller.client.state import read_status
+
+if TYPE_CHECKING:
+    from controller.client.api import Client
+    from controller.client.objects import Job
+
+RUNNER = str(Path(__file__).with_name("runner.py"))
+# kept from the attempt's own environment when the runner restores the submitter's
+KEEP = sorted({*GFLOW_VARIABLES, *SHARED_DEFAULTS, "GFLOW_GPU_MEMORY", "SLURM_ARRAY_TASK_ID"})
+_INSTALL = "pip install 'gflow-controller[client]'"
+
+
+class RemoteError(Exception):
+    """An exception the function raised that could not be rebuilt here (its class is not
+    importable, or it would not pickle): its type and message as text."""
+
+
+class Future:
+    """The result of one function job. ``job`` names it (``gflowctl get jobs`` shows it)."""
+
+    def __init__(self, client: "Client", job: str, folder: Path, suffix: str = "", sweep: str | None = None):
+        self.client = client
+        self.job = job
+        self.folder = folder
+        self.sweep = sweep
+        self._suffix = suffix
+
+    def __repr__(self) -> str:
+        return f"<Future job/{self.job}>"
+
+    def status(self) -> "Job":
+        return self.client.get(self.job)  # type: ignore[return-value]
+
+    def done(self) -> bool:
+        """Whether the job has finished (Succeeded, Failed, Cancelled)."""
+        return _phase(self.client, self.job) in _OVER
+
+    def cancel(self) -> bool:
+        """Cancel the job (a ``map`` future: the whole Sweep cannot be cancelled from one of its
+        jobs; cancel ``future.sweep`` with ``Client.cancel``). False when it had already finished."""
+        if self.done():
+            return False
+        self.client.cancel(self.job)
+        return True
+
+    def result(self, timeout: float | None = None, interval: float = 0.1) -> Any:
+        """The function's return value, once the job has finished. Raises what the function raised
+        (its remote traceback in a note), JobError when the job ended without a result, and
+        TimeoutError when ``timeout`` seconds pass first."""
+        status = self._wait(timeout, interval)
+        outcome = self._outcome()
+        if outcome is None:
+            raise JobError(_no_result(self.job, status), self.job, status.get("reason"))
+        if outcome.get("ok"):
+            try:
+                return self._load_result()
+            except Exception as exc:  # noqa: BLE001 - whatever unpickling raised, named with the job
+                raise JobError(f"job/{self.job}: its result cannot be unpickled here: {type(exc).__name__}: {exc}",
+                               self.job, "UnpicklableResult") from exc
+        raise self._remote_exception(outcome)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """What ``result`` would raise, or None when it would return."""
+        try:
+            self.result(timeout)
+        except TimeoutError:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            return exc
+        return None
+
+    # -- reading what the runner left -------------------------------------------------------------
+
+    def _wait(self, timeout: float | None, interval: float) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = ((read_status(self.client.home, self.job) or {}).get("status") or {})
+            if status.get("phase") in _OVER or status.get("phase") == "Rejected":
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job/{self.job} has not finished after {timeout:g}s; it is "
+                                   f"{status.get('phase', 'not yet seen by gflowd')} ({status.get('reason')})")
+            time.sleep(interval)
+
+    def _outcome(self) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.folder / f"outcome{self._suffix}.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _load_result(self) -> Any:
+        cloudpickle = _cloudpickle()
+        with open(self.folder / f"result{self._suffix}.pkl", "rb") as handle:
+            return cloudpickle.load(handle)
+
+    def _remote_exception(self, outcome: dict[str, Any]) -> BaseException:
+        note = f"remote traceback (job/{self.job}):\n{outcome.get('traceback', '')}".rstrip()
+        if outcome.get("type") == "UnpicklableResult":
+            return JobError(f"job/{self.job}: {outcome.get('message')}", self.job, "UnpicklableResult")
+        try:
+            exc = self._load_result()
+        except Exception:  # noqa: BLE001 - cannot be rebuilt here: its text travels instead
+            exc = None
+        if not isinstance(exc, BaseException):
+            exc = RemoteError(f"job/{self.job} raised {outcome.get('type')}: {outcome.get('message')}")
+        exc.add_note(note)
+        exc.remote_traceback = outcome.get("traceback")  # type: ignore[attr-defined]
+        return exc
+
+
+_OVER = ("Succeeded", "Failed", "Cancelled")
+
+
+def _phase(client: "Client", job: str) -> str | None:
+    return ((read_status(client.home, job) or {}).get("status") or {}).get("phase")
+
+
+def _no_result(job: str, status: dict[str, Any]) -> str:
+    phase, reason, message = status.get("phase"), status.get("reason"), status.get("message")
+    detail = f"{phase}: {reason}" + (f": {message}" if message else "")
+    if phase == "Cancelled":
+        return f"job/{job} was cancelled before it returned a result ({detail})"
+    return f"job/{job} ended without a result ({detail})"
+
+
+def _cloudpickle():
+    try:
+        import cloudpickle  # lazy: an optional dependency, only for functions as jobs
+    except ImportError:
+        raise GflowError(f"functions as jobs need cloudpickle: {_INSTALL}") from None
+    return cloudpickle
+
+
+def _dumps(cloudpickle, value: Any, what: str) -> bytes:
+    try:
+        return cloudpickle.dumps(value)
+    except Exception as exc:  # noqa: BLE001 - pickling raises many types; each is the user's to fix
+        raise GflowError(f"cannot pickle {what} for a job: {type(exc).__name__}: {exc}") from None
+
+
+def _function_name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _prepare(client: "Client", fn: Callable[..., Any], job_options: dict[str, Any]) -> tuple[str, Path, bytes]:
+    """A free job name (the function's, plus a suffix), its folder, the pickled function."""
+    from controller.api.submit import sanitize
+    from controller.client.submit import exists, free_suffix  # lazy: loads the manifest builder
+
+    cloudpickle = _cloudpickle()
+    if not callable(fn):
+        raise GflowError(f"submit_function takes a function, not {type(fn).__name__}")
+    payload = _dumps(cloudpickle, fn, f"the function {_function_name(fn)}")
+    name = job_options.pop("name", None)
+    if name is None:
+        short = getattr(fn, "__name__", None) or type(fn).__name__
+        name = f"{sanitize(short.replace('<lambda>', 'lambda'))[:40].strip('-') or 'fn'}-{free_suffix(client.home)}"
+    elif exists(client.home, name):
+        raise GflowError(f"{name} already exists; choose another name")
+    return name, client.home.functions_dir / name, payload
+
+
+def _write_folder(folder: Path, files: dict[str, bytes]) -> None:
+    from controller.util.fsutil import atomic_write  # lazy: only a submission writes
+
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        raise GflowError(f"{folder} already exists: a function job of that name ran before; choose another name") from None
+    except OSError as exc:
+        raise GflowError(f"{folder}: cannot create the function's folder: {exc.strerror}") from None
+    try:
+        context = {"env": dict(os.environ), "path": list(sys.path), "keep": KEEP}
+        atomic_write(folder / "context.json", json.dumps(context), mode=0o600, sync_dir=False)
+        for filename, data in files.items():
+            atomic_write(folder / filename, data, mode=0o600, sync_dir=False)
+    except OSError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise GflowError(f"{exc.filename or folder}: cannot write the function's files: {exc.strerror}") from None
+
+
+def submit_function(client: "Client", fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], *,
+                    gpus: int, job_options: dict[str, Any] | None = None) -> Future:
+    options = dict(job_options or {})
+    name, folder, payload = _prepare(client, fn, options)
+    arguments = _dumps(_cloudpickle(), (args, kwargs), f"the arguments of {_function_name(fn)}")
+    _write_folder(folder, {"fn.pkl": payload, "args.pkl": arguments})
+    try:
+        client.submit([sys.executable, RUNNER, str(folder)], name=name, gpus=gpus, **options)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return Future(client, name, folder)
+
+
+def map_function(client: "Client", fn: Callable[[Any], Any], items: list[Any], *, gpus: int, parallelism: int,
+                 job_options: dict[str, Any]) -> list[Future]:
+    if not items:
+        return []
+    options = dict(job_options)
+    name, folder, payload = _prepare(client, fn, options)
+    cloudpickle = _cloudpickle()
+    files = {"fn.pkl": payload}
+    for index, item in enumerate(items):
+        files[f"args-{index}.pkl"] = _dumps(cloudpickle, ((item,), {}), f"item {index} ({type(item).__name__})")
+    _write_folder(folder, files)
+    try:
+        client.sweep([sys.executable, RUNNER, str(folder), "--sweep"], indices=range(len(items)),
+                     parallelism=parallelism, name=name, gpus=gpus, **options)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return [Future(client, f"{name}-{index}", folder, f"-{index}", sweep=name) for index in range(len(items))]

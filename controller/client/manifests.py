@@ -1,0 +1,188 @@
+"""The manifests gflowctl and the Python client write: reading ``-f`` inputs (files, folders,
+stdin), checking them (the running gflowd's verdict, else the same check here), storing one
+document in the spec dir under the file's lock. Shared by ``apply``, ``delete``, ``export`` and
+``run``, and by ``Client.apply``/``submit``. Errors are ``GflowError`` with gflowctl's line.
+
+The stored manifest keeps the user's text: apply writes each document's own text (comments and
+order included) and never re-serialises. A job defined inside a multi-document file is updated in
+place, leaving the other documents byte-for-byte alone. Every such rewrite goes through
+``fsutil.rewrite_locked`` (under the file's lock, re-read there, owner and mode kept, a concurrent
+writer's change never overwritten), and a new file is created only if no one created it meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from controller.client.errors import GflowError
+from controller.client.objects import Submitted
+from controller.client.review import ask, check_documents
+from controller.client.state import document_position, find_manifest
+from controller.paths import Home, is_manifest_name
+from controller.util.fsutil import RewriteError, create_new, lock_held, rewrite_locked
+from controller.util.manifest_edit import join_documents
+from controller.util.yamlio import iter_documents_text, load_one
+
+
+@dataclass
+class Doc:
+    name: str
+    text: str
+    data: dict
+    origin: str
+    kind: str = "job"
+    warning: str | None = None  # gflowd's review: e.g. the job can never start on this machine
+
+
+def read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
+    """``-f`` of apply, delete, export: (origin, text) for every input file; ``-`` is stdin."""
+    inputs: list[tuple[str, str]] = []
+    for name in filenames:
+        if name == "-":
+            inputs.append(("<stdin>", sys.stdin.read()))
+            continue
+        path = Path(name)
+        if path.is_dir():
+            pattern = "**/*" if recursive else "*"
+            files = sorted(p for p in path.glob(pattern) if p.is_file() and is_manifest_name(p.name))
+            if not files:
+                raise GflowError(f"{name}: no .yaml or .yml files" + ("" if recursive else " (use -R for sub-folders)"))
+            for file in files:
+                inputs.append((str(file), read_manifest_text(file)))
+        elif path.exists():
+            inputs.append((str(path), read_manifest_text(path)))
+        else:
+            raise GflowError(f"{name}: no such file or folder")
+    return inputs
+
+
+def read_manifest_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise GflowError(f"{path}: {exc.strerror}") from None
+    if len(raw) > 1024 * 1024:
+        raise GflowError(f"{path}: over the 1 MiB limit for a manifest")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise GflowError(f"{path}: not UTF-8 text") from None
+
+
+def check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[Doc], list[str]]]:
+    """Each input's documents and errors: judged by the running gflowd when there is one (see
+    controller/client/review.py), else checked here with the same function."""
+    answers = ask(home.review_dir, inputs) if inputs and lock_held(home.lock_file) else None
+    if answers is None:
+        answers = [check_documents(origin, text) for origin, text in inputs]
+    checked = []
+    for (origin, text), answer in zip(inputs, answers):
+        parts = list(iter_documents_text(text))
+        docs = [
+            Doc(d["name"], parts[d["index"]], load_one(parts[d["index"]]), origin, d["kind"], d.get("warning"))
+            for d in answer["docs"]
+        ]
+        checked.append((docs, list(answer["errors"])))
+    return checked
+
+
+def store_document(home: Home, doc: Doc, dry_run: bool) -> str:
+    """Write one document: a new file, or in place of its old text. Returns the verb to print."""
+    body = doc.text if doc.text.endswith("\n") else doc.text + "\n"
+    target = find_manifest(home, doc.name, doc.kind)
+    if target is None:
+        if dry_run:
+            return "created"
+        target = home.spec_dir / f"{doc.name}.yaml"
+        try:
+            create_new(target, body)
+            return "created"
+        except FileExistsError:
+            pass  # created meanwhile (another apply): update it like any existing file
+    verb = "configured"
+
+    def change(current: str) -> str:
+        nonlocal verb
+        parts = list(iter_documents_text(current))
+        position = document_position(parts, doc.name, target)
+        if position is None:
+            raise GflowError(f"job/{doc.name}: its manifest {target} no longer defines it; try again")
+        old = load_one(parts[position])
+        verb = "unchanged" if _same(old, doc.data, doc.name, target, len(parts)) else "configured"
+        if parts[position] == body or dry_run:
+            return current
+        parts[position] = body
+        return parts[0] if len(parts) == 1 else join_documents(parts)
+
+    try:
+        if dry_run:
+            change(target.read_text())
+        else:
+            rewrite_locked(target, change, within=home.spec_dir)
+    except FileNotFoundError:
+        raise GflowError(f"{doc.kind}/{doc.name}: its manifest {target} was removed meanwhile; try again") from None
+    except RewriteError as exc:
+        raise GflowError(f"{doc.kind}/{doc.name}: not changed: {exc}") from None
+    return verb
+
+
+def _same(old, new, name: str, target: Path, count: int) -> bool:
+    def normal(data):
+        if not isinstance(data, dict):
+            return data
+        meta = dict(data.get("metadata") or {})
+        if count == 1 and target.stem == name:
+            meta.setdefault("name", name)
+        return {**data, "metadata": meta}
+
+    return normal(old) == normal(new)
+
+
+def apply_inputs(
+    home: Home, inputs: list[tuple[str, str]], dry_run: bool, on_input: Callable[[int], None] | None = None,
+) -> Iterator[Submitted | str]:
+    """``gflowctl apply``'s work: every valid document stored (each yielded as it is), every error
+    yielded as its one-line text, all of them (a bad document does not stop the good ones). A name
+    defined twice is an error for the second. ``on_input(i)`` runs before input ``i`` is handled."""
+    seen: dict[str, str] = {}
+    home.spec_dir.mkdir(parents=True, exist_ok=True)
+    for done, (docs, doc_errors) in enumerate(check_inputs(home, inputs)):
+        if on_input is not None:
+            on_input(done)
+        yield from doc_errors
+        for doc in docs:
+            if doc.name in seen:
+                yield f"job/{doc.name} is defined twice: in {seen[doc.name]} and {doc.origin}"
+                continue
+            seen[doc.name] = doc.origin
+            verb = store_document(home, run_where_applied(home, doc), dry_run)
+            yield Submitted(doc.kind, doc.name, verb, doc.warning)
+
+
+def run_where_applied(home: Home, doc: Doc) -> Doc:
+    """A manifest applied from ``~/proj/job.yaml`` runs in ``~/proj`` (from stdin: the current
+    folder), as sbatch would, not in the spec dir its copy lands in: when its ``workingDir`` is
+    absent or relative, the copy gets that folder as an absolute ``workingDir`` (one line; the rest
+    of the user's text is kept). A file already under the spec dir keeps its own folder's rule."""
+    source = Path.cwd() if doc.origin.startswith("<") else Path(os.path.abspath(doc.origin)).parent
+    spec_dir = home.spec_dir.resolve()
+    if spec_dir == source.resolve() or spec_dir in source.resolve().parents:
+        return doc
+    spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
+    path = ("spec", "workingDir")
+    if doc.kind == "sweep" and isinstance(spec, dict):
+        spec, path = spec.get("template"), ("spec", "template", "workingDir")
+    if not isinstance(spec, dict):
+        return doc
+    current = spec.get("workingDir")
+    if isinstance(current, str) and (current.startswith("~") or os.path.isabs(current)):
+        return doc
+    folder = os.path.normpath(os.path.join(source, current or "."))
+    from controller.util.manifest_edit import set_field  # lazy: ruamel only when a copy needs the line
+
+    text = set_field(doc.text, 0, path, folder)
+    return replace(doc, text=text, data=load_one(text))

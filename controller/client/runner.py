@@ -1,0 +1,80 @@
+"""Runs one pickled Python call as a gflow job: the far side of ``Client.submit_function`` and
+``Client.map``. gflowd starts it as ``<the submitter's python> runner.py FOLDER [--sweep]``, a file
+run by path, so it needs nothing of gflow on the job's ``sys.path``: standard library only until
+the submitter's environment and ``sys.path`` are restored, then cloudpickle.
+
+``FOLDER`` (``<home>/functions/<job>/``, the submitter's, mode 0700) holds ``context.json`` (the
+submitter's environment and ``sys.path``; gflow's own variables of this attempt are kept),
+``fn.pkl`` and ``args.pkl`` (``args-<i>.pkl`` for the children of a ``map`` Sweep, ``i`` from
+``GFLOW_SWEEP_INDEX``). It writes ``result[-i].pkl`` (the value, or the exception), then
+``outcome[-i].json`` (ok, the exception's type, message and traceback as text), each atomically;
+the JSON, written last, says the call finished. Exit 0 when the call returned, 1 when it raised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+
+def _write(path: str, data: bytes) -> None:
+    """Atomically: a temporary file in the same folder, fsync'd, renamed over ``path``."""
+    temp = f"{path}.{os.getpid()}.tmp"
+    with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+
+
+def _restore(folder: str) -> None:
+    with open(os.path.join(folder, "context.json"), encoding="utf-8") as handle:
+        context = json.load(handle)
+    ours = {k: v for k, v in os.environ.items() if k in context["keep"] or k.startswith("GFLOW_")}
+    os.environ.clear()
+    os.environ.update(context["env"])
+    os.environ.update(ours)
+    sys.path[:] = context["path"]
+
+
+def main(argv: list[str]) -> int:
+    folder = argv[1]
+    suffix = f"-{os.environ['GFLOW_SWEEP_INDEX']}" if argv[2:3] == ["--sweep"] else ""
+    _restore(folder)
+    import cloudpickle  # lazy: the submitter's, importable once its sys.path is back
+
+    outcome: dict = {"ok": True}
+    try:
+        with open(os.path.join(folder, "fn.pkl"), "rb") as handle:
+            fn = cloudpickle.load(handle)
+        with open(os.path.join(folder, f"args{suffix}.pkl"), "rb") as handle:
+            args, kwargs = cloudpickle.load(handle)
+        value = fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - whatever the call raised goes back to the caller
+        text = traceback.format_exc()
+        sys.stderr.write(text)
+        outcome = {"ok": False, "type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
+                   "traceback": text}
+        try:
+            payload = cloudpickle.dumps(exc)
+        except Exception:  # noqa: BLE001 - an exception that cannot travel: its text still does
+            payload = cloudpickle.dumps(None)
+    else:
+        try:
+            payload = cloudpickle.dumps(value)
+        except Exception as exc:  # noqa: BLE001
+            text = traceback.format_exc()
+            sys.stderr.write(text)
+            outcome = {"ok": False, "type": "UnpicklableResult",
+                       "message": f"the result ({type(value).__qualname__}) cannot be pickled: {type(exc).__name__}: {exc}",
+                       "traceback": text}
+            payload = cloudpickle.dumps(None)
+    _write(os.path.join(folder, f"result{suffix}.pkl"), payload)
+    _write(os.path.join(folder, f"outcome{suffix}.json"), json.dumps(outcome).encode())
+    return 0 if outcome["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,149 @@
+"""The I/O around ``controller.api.submit`` (``gflowctl run``'s pure part), shared by ``gflowctl
+run`` and ``Client.submit``/``sweep``: the script file and its directives, the free random suffix,
+the last job this user submitted (``--after @``), checks against the jobs that exist, and writing
+the manifest through apply's own writer (checked by gflowd's admission when it runs, created only
+if no one created it meanwhile). Errors are ``GflowError`` with gflowctl's line."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.api.submit import Submission, SubmitError, build, merge, read_directives
+from controller.client.errors import GflowError
+from controller.client.manifests import Doc, check_inputs, read_manifest_text, store_document
+from controller.client.state import find_manifest, job_rows
+from controller.paths import Home
+
+ORIGIN = "run's manifest (--dry-run -o yaml shows it)"  # its line numbers are that text's
+_ALPHABET = string.ascii_lowercase + string.digits
+
+
+@dataclass
+class Script:
+    """A script file to run, pinned, with the options and warnings of its directive lines."""
+
+    path: str
+    text: str
+    options: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    name_from_sbatch: bool = False
+
+
+def read_script(path: Path) -> Script:
+    """``gflowctl run SCRIPT``: the script's text and its ``# GFLOW``/``#SBATCH`` directives."""
+    if not path.exists():
+        hint = "; to run a command put it after --: gflowctl run -- CMD [ARGS...]" if os.sep not in str(path) else ""
+        raise GflowError(f"{path}: no such script{hint}")
+    if path.is_dir():
+        raise GflowError(f"{path}: is a folder, not a script")
+    if not os.access(path, os.R_OK):
+        raise GflowError(f"{path}: not readable")
+    text = read_manifest_text(path)
+    try:
+        directives = read_directives(text, str(path))
+    except SubmitError as exc:
+        raise GflowError(str(exc)) from None
+    return Script(str(path), text, directives.options, directives.warnings, directives.name_from_sbatch)
+
+
+def build_submission(
+    home: Home, options: dict[str, Any], *, command: list[str] | None = None, script: Script | None = None,
+    script_args: list[str] | None = None, cwd: str,
+) -> Submission:
+    """The manifest one ``run`` writes (flags override a script's directives); then
+    ``check_names`` before writing it."""
+    name_from_sbatch = False
+    if script is not None:
+        name_from_sbatch = script.name_from_sbatch and "name" not in options
+        options = merge(script.options, options)
+    try:
+        submission = build(
+            options,
+            command=command,
+            script_text=script.text if script is not None else None,
+            script_path=os.path.abspath(script.path) if script is not None else None,
+            script_args=script_args or [],
+            cwd=cwd,
+            suffix=free_suffix(home),
+            last_job=_last_job(home),
+            name_from_sbatch=name_from_sbatch,
+        )
+    except SubmitError as exc:
+        raise GflowError(str(exc)) from None
+    return submission
+
+
+def check_names(home: Home, submission: Submission) -> None:
+    """Every job it depends on exists and, when the user chose its name, that name is free."""
+    spec = submission.manifest["spec"].get("template", submission.manifest["spec"])
+    for dependency in spec.get("dependsOn", []):
+        if not exists(home, dependency["job"]):
+            raise GflowError(f"--after {dependency['job']}: no job or sweep of that name on {home.root}")
+    if submission.exact_name and exists(home, submission.name):
+        raise GflowError(f"{submission.name} already exists; choose another --name (gflowctl apply changes an existing job)")
+
+
+def check_submission(home: Home, text: str) -> tuple[Doc | None, list[str]]:
+    """The running gflowd's verdict on a submission's manifest text (else the same check here):
+    its document, or every error."""
+    [(docs, errors)] = check_inputs(home, [(ORIGIN, text)])
+    return (docs[0] if docs and not errors else None), errors
+
+
+def store_submission(home: Home, doc: Doc, dry_run: bool) -> str:
+    """Write the checked manifest into the spec dir; the verb (created)."""
+    home.spec_dir.mkdir(parents=True, exist_ok=True)
+    return store_document(home, doc, dry_run)
+
+
+def exists(home: Home, name: str) -> bool:
+    return name in job_rows(home) or find_manifest(home, name) is not None or find_manifest(home, name, "sweep") is not None
+
+
+def free_suffix(home: Home) -> str:
+    """Five random letters and digits: short to read, and checked to be free."""
+    for _ in range(20):
+        suffix = "".join(secrets.choice(_ALPHABET) for _ in range(5))
+        if not any(p.name.endswith(f"-{suffix}.yaml") for p in home.spec_dir.glob(f"*-{suffix}.yaml")):
+            return suffix
+    raise GflowError("could not find a free job name; give one with --name")
+
+
+# -- the last job submitted, per user, for --after @ ----------------------------------------------
+
+
+def _memory_file() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "gflow" / "last-run.json"
+
+
+def _last_job(home: Home) -> str | None:
+    try:
+        return json.loads(_memory_file().read_text()).get(str(home.root))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def remember(home: Home, name: str) -> str | None:
+    """Best effort: a read-only home directory costs only ``--after @``. A warning when it failed."""
+    from controller.util.fsutil import atomic_write  # lazy: only a real submission writes
+
+    path = _memory_file()
+    try:
+        try:
+            known = json.loads(path.read_text())
+            known = known if isinstance(known, dict) else {}
+        except (OSError, ValueError):
+            known = {}
+        known[str(home.root)] = name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(known, indent=1) + "\n", durable=False)
+    except OSError as exc:
+        return f"could not remember the last job in {path}: {exc.strerror}"
+    return None

@@ -1,0 +1,300 @@
+"""Limits the kernel enforces, end to end: a real gflowd, real jobs, the real cgroup hierarchy.
+
+Each test starts gflowd on a temp home (its cgroups are ``gflow-<hash of the home>``, unique per
+test) and checks what the job itself sees: the OOM killer, EPERM from the devices controller on
+nodes made with mknod, its CPU affinity, EAGAIN from pids.max. Skipped with a reason where we are
+not root or no cgroup mode is usable. The conftest removes whatever a failed test leaves, and its
+session check fails the run if an attempt cgroup survived.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from helpers import home_cgroups, job_status, read_log, wait_for, wait_phase, write_manifest
+
+from controller.act.runtime.cgroups import probe
+from controller.api.units import format_cpu_list
+
+FOUND = probe()
+MI = 1 << 20
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="cgroup tests need root (or a delegated cgroup)"),
+    pytest.mark.skipif(FOUND.mode == "none", reason=f"no usable cgroups here: {FOUND.reason}"),
+]
+
+
+def need(*features: str) -> None:
+    for name in features:
+        if not FOUND.features[name].available:
+            pytest.skip(f"no {name} here: {FOUND.features[name].reason}")
+
+
+def job(name: str, body: str) -> str:
+    return f"apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {{name: {name}}}\nspec:\n{body}"
+
+
+def python_job(name: str, code: str, extra: str = "") -> str:
+    return job(name, f"  command: [python3, -c, {code!r}]\n{extra}")
+
+
+def attempt_dirs(home: Path, name: str) -> list[str]:
+    return [os.path.join(group, f"{name}-1") for group in home_cgroups(home) if os.path.isdir(os.path.join(group, f"{name}-1"))]
+
+
+def test_a_job_over_its_memory_limit_is_oom_killed_from_the_counter_and_its_sibling_is_untouched(home, gflowd):
+    need("memory")
+    daemon = gflowd()
+    hog = "import time; print(time.time(), flush=True); b = bytearray(200 << 20); print('survived', flush=True)"
+    sibling = "import os, time\nb = bytearray(20 << 20)\nwhile not os.path.exists('release'): time.sleep(0.02)\nprint('sibling done')"
+    write_manifest(home / "jobs", "sibling.yaml", python_job("sibling", sibling, "  workingDir: .\n  resources: {memory: 50Mi}\n"))
+    wait_phase(home, "sibling", "Running", daemon=daemon)
+    write_manifest(home / "jobs", "hog.yaml", python_job("hog", hog, "  resources: {memory: 50Mi}\n"))
+    status = wait_phase(home, "hog", "Failed", timeout=30, daemon=daemon)
+    assert status["reason"] == "OOMKilled", status
+    assert "survived" not in read_log(home, "hog")
+    # the peak is the cgroup's: at the limit, not the 200 Mi asked for
+    assert 0 < status["usage"]["peakMemoryBytes"] <= 50 * MI
+    allocated_at = float(read_log(home, "hog").split()[0])
+    latency = (read_exit_record_time(home, "hog") or time.time()) - allocated_at
+    print(f"OOM: allocation to exit record {latency * 1000:.0f} ms")
+    assert latency < 10  # generous: the figure is printed; the issue's "within a second" is measured there
+    assert job_status(home, "sibling")["phase"] == "Running"
+    (home / "jobs" / "release").touch()
+    done = wait_phase(home, "sibling", "Succeeded", timeout=30, daemon=daemon)
+    assert "sibling done" in read_log(home, "sibling")
+    assert done["usage"]["peakMemoryBytes"] >= 20 * MI  # it did hold its 20 Mi
+    wait_for(lambda: not attempt_dirs(home, "hog") and not attempt_dirs(home, "sibling"), timeout=10,
+             message="the jobs' cgroups to be removed")
+
+
+def read_exit_record_time(home: Path, name: str) -> float | None:
+    from helpers import read_status  # the status's completionTime is the exit record's finishedAt
+    from controller.model.records import from_rfc3339
+
+    data = read_status(home, name)
+    return from_rfc3339(data["status"].get("completionTime")) if data else None
+
+
+@pytest.fixture
+def gpu_nodes(tmp_path):
+    """A device folder with nvidia0 (c 195:0), nvidia1 (c 195:1) and nvidiactl, made with mknod:
+    no driver behind them, so an allowed open fails with ENXIO and a denied one with EPERM."""
+    folder = tmp_path / f"dev-cgroups2-{os.getpid()}"
+    folder.mkdir()
+    for name, minor in (("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", 255)):
+        os.mknod(folder / name, 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+    return folder
+
+
+OPENS = (
+    "import errno, os, sys\n"
+    "for path in sys.argv[1:]:\n"
+    "    try:\n"
+    "        os.close(os.open(path, os.O_RDWR))\n"
+    "        print(os.path.basename(path), 'OK')\n"
+    "    except OSError as exc:\n"
+    "        print(os.path.basename(path), errno.errorcode[exc.errno])\n"
+)
+
+
+def test_a_job_bound_to_gpu_1_cannot_open_gpu_0_and_a_cpu_job_opens_none(home, gflowd, gpu_nodes, tmp_path):
+    need("devices")
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text("gpus:\n  - {name: Fake A}\n  - {name: Fake B}\n")
+    daemon = gflowd("--fake-gpus", fake, "--gpus", "1", "--device-dir", gpu_nodes)
+    nodes = [str(gpu_nodes / n) for n in ("nvidia0", "nvidia1", "nvidiactl")]
+    command = lambda name: f"  command: [python3, -c, {OPENS!r}, {', '.join(nodes)}]\n"  # noqa: E731
+    write_manifest(home / "jobs", "gpu.yaml", job("gpu", command("gpu") + "  resources: {gpus: 1}\n"))
+    write_manifest(home / "jobs", "cpu.yaml", job("cpu", command("cpu")))
+    assert wait_phase(home, "gpu", "Succeeded", timeout=30, daemon=daemon)["devices"] == [1]
+    wait_phase(home, "cpu", "Succeeded", timeout=30, daemon=daemon)
+    assert read_log(home, "gpu").split() == ["nvidia0", "EPERM", "nvidia1", "ENXIO", "nvidiactl", "ENXIO"]
+    assert read_log(home, "cpu").split() == ["nvidia0", "EPERM", "nvidia1", "EPERM", "nvidiactl", "EPERM"]
+
+
+AFFINITY = "import os, time\nprint(sorted(os.sched_getaffinity(0)), os.environ.get('OMP_NUM_THREADS'), flush=True)\nwhile not os.path.exists('release'): time.sleep(0.02)\n"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to tell them apart")
+def test_cpus_pin_each_job_to_a_core_on_its_gpus_numa_node_and_a_third_waits(home, gflowd, tmp_path):
+    need("cpuset")
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    fake = tmp_path / "gpus.yaml"  # two NUMA nodes of one core each, GPU 0 on the second one
+    fake.write_text(f"numaNodes: {{0: '{second}', 1: '{first}'}}\ngpus:\n  - {{name: A, numaNode: 0}}\n  - {{name: B, numaNode: 1}}\n")
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {first, second})  # gflowd inherits it: its machine has exactly these 2 cores
+    try:
+        daemon = gflowd("--fake-gpus", fake)
+    finally:
+        os.sched_setaffinity(0, mine)
+    extra = "  workingDir: .\n  resources: {gpus: 1, cpus: 1}\n"
+    write_manifest(home / "jobs", "a.yaml", python_job("a", AFFINITY, extra))
+    assert wait_phase(home, "a", "Running", daemon=daemon)["devices"] == [0]
+    write_manifest(home / "jobs", "b.yaml", python_job("b", AFFINITY, extra))
+    assert wait_phase(home, "b", "Running", daemon=daemon)["devices"] == [1]
+    wait_for(lambda: read_log(home, "a") and read_log(home, "b"), timeout=15, message="both jobs to print")
+    assert read_log(home, "a").split("\n")[0] == f"[{second}] 1"  # GPU 0's node, OMP_NUM_THREADS=1
+    assert read_log(home, "b").split("\n")[0] == f"[{first}] 1"
+    assert job_status(home, "a")["cores"] == [second]
+    write_manifest(home / "jobs", "c.yaml", python_job("c", AFFINITY, "  workingDir: .\n  resources: {cpus: 1}\n"))
+    waiting = wait_phase(home, "c", "Pending", reason="Resources", daemon=daemon)
+    assert waiting["message"].startswith("needs 1 CPU, 0 free"), waiting
+    node = subprocess.run([str(Path(sys.executable).parent / "gflowctl"), "--home", str(home), "get", "node"],
+                          capture_output=True, text=True, timeout=30)
+    footer = node.stderr.splitlines()
+    assert f"CPU cores: 0 free of 2 ({format_cpu_list({first, second})})" in footer[0] and "bound:" in footer[0], node.stderr
+    assert footer[1].startswith("Limits: cgroup v1: memory, cpuset, pids, devices") or FOUND.mode != "v1", node.stderr
+    wide = subprocess.run([str(Path(sys.executable).parent / "gflowctl"), "--home", str(home), "get", "jobs", "-o", "wide"],
+                          capture_output=True, text=True, timeout=30).stdout.splitlines()
+    column = wide[0].split().index("CPUS")
+    assert [line.split()[column] for line in wide[1:]] == ["1", "1", "1"]
+    (home / "jobs" / "release").touch()
+    wait_phase(home, "c", "Succeeded", timeout=30, daemon=daemon)
+    for name in "abc":
+        assert job_status(home, name)["phase"] == "Succeeded"
+
+
+FORK_BOMB = (
+    "import errno, os, time\n"
+    "made = 0\n"
+    "while True:\n"
+    "    try:\n"
+    "        pid = os.fork()\n"
+    "    except OSError as exc:\n"
+    "        print('stopped after', made, 'forks:', errno.errorcode[exc.errno], flush=True)\n"
+    "        break\n"
+    "    if pid == 0:\n"
+    "        time.sleep(120)\n"
+    "        os._exit(0)\n"
+    "    made += 1\n"
+)
+
+
+def test_a_fork_bomb_under_pids_50_is_contained_and_the_job_ends(home, gflowd):
+    need("pids")
+    daemon = gflowd()
+    write_manifest(home / "jobs", "bomb.yaml", python_job("bomb", FORK_BOMB, "  resources: {pids: 50}\n"))
+    wait_phase(home, "bomb", "Succeeded", timeout=60, daemon=daemon)
+    words = read_log(home, "bomb").split()
+    assert words[:2] == ["stopped", "after"] and words[-1] == "EAGAIN", words
+    assert int(words[2]) < 50
+    wait_for(lambda: not attempt_dirs(home, "bomb"), timeout=10, message="the bomb's cgroup to be removed")
+
+
+def test_a_restarted_gflowd_adopts_the_cgroup_its_limits_still_hold_and_it_is_removed_after(home, gflowd):
+    need("memory")
+    daemon = gflowd()
+    code = "import os, time\nwhile not os.path.exists('go'): time.sleep(0.02)\nb = bytearray(200 << 20)\nprint('survived')"
+    write_manifest(home / "jobs", "late.yaml", python_job("late", code, "  workingDir: .\n  resources: {memory: 50Mi}\n"))
+    wait_phase(home, "late", "Running", daemon=daemon)
+    assert attempt_dirs(home, "late")
+    os.kill(daemon.pid, signal.SIGKILL)
+    daemon.proc.wait(10)
+    again = gflowd()
+    assert attempt_dirs(home, "late")  # the restart kept it: the job runs on in it
+    (home / "jobs" / "go").touch()
+    status = wait_phase(home, "late", "Failed", timeout=30, daemon=again)
+    assert status["reason"] == "OOMKilled"
+    wait_for(lambda: not attempt_dirs(home, "late"), timeout=10, message="the adopted cgroup to be removed")
+
+
+def test_a_job_whose_supervisor_died_is_found_by_its_cgroup_and_stopped(home, gflowd):
+    need("memory")
+    daemon = gflowd()
+    # setsid and a cleared environment: only the cgroup still knows this process is the job's
+    code = "import os, subprocess, time\nsubprocess.Popen(['setsid', 'env', '-i', 'sleep', '300'])\ntime.sleep(300)"
+    write_manifest(home / "jobs", "gone.yaml", python_job("gone", code, "  resources: {memory: 100Mi}\n  terminationGracePeriod: 1\n"))
+    wait_phase(home, "gone", "Running", daemon=daemon)
+    procs = [os.path.join(d, "cgroup.procs") for d in attempt_dirs(home, "gone")]
+    wait_for(lambda: len(Path(procs[0]).read_text().split()) >= 3, timeout=10, message="the job and its sleeps")
+    os.kill(daemon.pid, signal.SIGKILL)
+    daemon.proc.wait(10)
+    supervisor = int(__import__("json").loads((home / "run" / "jobs" / "gone" / "run-1.json").read_text())["supervisorPid"])
+    os.kill(supervisor, signal.SIGKILL)
+    again = gflowd()
+    status = wait_phase(home, "gone", "Failed", reason="Lost", timeout=30, daemon=again)
+    assert "3 process(es)" in status["message"] or "process(es) were stopped" in status["message"], status
+    wait_for(lambda: not attempt_dirs(home, "gone"), timeout=10, message="the orphan's cgroup to be removed")
+
+
+def test_the_left_behind_check_finds_an_attempt_cgroup_of_a_home_and_removes_it(home):
+    from helpers import scrub_cgroups
+
+    from controller.act.runtime.cgroups import Cgroups, Limits
+    from controller.act.runtime.supervised import cgroup_group
+
+    cgroups = Cgroups(FOUND, cgroup_group(home))
+    cgroups.prepare()
+    cgroups.create("forgotten-1", Limits(memory=64 * MI))
+    found = home_cgroups(home)
+    assert found and all(os.path.isdir(os.path.join(group, "forgotten-1")) for group in found)
+    assert sorted(scrub_cgroups(found)) == sorted(os.path.join(group, "forgotten-1") for group in found)
+    assert home_cgroups(home) == []
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _as_nobody(argv: list[str], **kwargs) -> subprocess.Popen:
+    """As uid 65534, a user to whom no cgroup is delegated. The test's interpreter may live where
+    nobody cannot read (/root/.pyenv): the system's of the same version runs with the venv's packages."""
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{site}"}
+    return subprocess.Popen([python, *argv], cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, user=65534, group=65534, extra_groups=[], env=env, **kwargs)
+
+
+def _gflowd_as_nobody(home: Path, *args: str) -> subprocess.Popen:
+    return _as_nobody(["-m", "controller.daemon", "--home", str(home), "--resync", "1s", *args])
+
+
+@pytest.fixture
+def nobodys_home():
+    """A home nobody owns, outside pytest's temp folder (root's, mode 0700)."""
+    top = Path(tempfile.mkdtemp(prefix=f"gflow-cgroups2-nobody-{os.getpid()}-"))
+    try:
+        home = top / "home"
+        (home / "jobs").mkdir(parents=True)
+        for path in (top, home, home / "jobs"):
+            path.chmod(0o755)
+            os.chown(path, 65534, 65534)
+        try:
+            check = _as_nobody(["-c", "import controller.daemon.main"])
+            _, err = check.communicate(timeout=60)
+        except (OSError, subprocess.SubprocessError) as exc:
+            pytest.skip(f"no interpreter usable by uid 65534: {exc}")
+        if check.returncode != 0:
+            pytest.skip(f"the project is not importable by uid 65534: {err[-300:]}")
+        yield home
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_without_cgroups_required_refuses_in_one_line_and_auto_falls_back_saying_so_once(nobodys_home):
+    refused = _gflowd_as_nobody(nobodys_home, "--cgroups", "required")
+    _, err = refused.communicate(timeout=60)
+    assert refused.returncode == 1
+    assert len(err.strip().splitlines()) == 1 and err.startswith("gflowd: --cgroups required, but "), err
+    assert "not writable by uid 65534" in err or "not delegated" in err, err
+    daemon = _gflowd_as_nobody(nobodys_home)  # auto
+    try:
+        wait_for(lambda: (nobodys_home / "node.yaml").exists(), timeout=30, message="gflowd as nobody to write node.yaml")
+        node = (nobodys_home / "node.yaml").read_text()
+        assert "limits: " in node and "cgroups unavailable" in node and "memory polled" in node, node
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=30)
+    fallback = [line for line in err.splitlines() if "cgroups unavailable" in line]
+    assert len(fallback) == 1 and "polling each job's RSS every 100 ms" in fallback[0], err

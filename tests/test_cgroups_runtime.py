@@ -1,0 +1,110 @@
+"""The runtime's side of the cgroups, on a fake cgroup2 kernel (this machine's cgroup v2 has no
+controllers): what gflowd says once about them, the cgroup it makes for a launch and the record
+the supervisor joins it by, the v2 OOM counter, the line ``gflowctl get node`` shows."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+from cgroupfs_fake import FakeCgroup2
+
+from controller.act.runtime.cgroups import CgroupError, Probe, probe_v2
+from controller.act.runtime.supervised import SupervisorRuntime, cgroup_group, start_cgroups
+from controller.act.runtime.supervisor import attempt_cgroup, join_cgroup
+from controller.paths import Home
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    return FakeCgroup2(tmp_path / "cgroup")
+
+
+@pytest.fixture
+def home(tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    home.ensure()
+    return home
+
+
+def test_v2_says_once_that_device_isolation_is_unavailable_and_why(kernel, home, caplog):
+    caplog.set_level(logging.INFO, "gflowd.runtime")
+    cgroups, found = start_cgroups("auto", home, probe_v2(str(kernel.root), kernel), kernel)
+    assert cgroups is not None and found.mode == "v2"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert "no devices: device isolation is unavailable on cgroup v2" in lines[0]
+    assert (kernel.root / cgroup_group(home.root)).is_dir()  # prepared: the group with controllers handed down
+
+
+def test_auto_without_cgroups_falls_back_to_polling_and_says_so_once(home, caplog):
+    caplog.set_level(logging.INFO, "gflowd.runtime")
+    cgroups, found = start_cgroups("auto", home, Probe.none("/sys/fs/cgroup is on a read-only mount"))
+    assert cgroups is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "cgroups unavailable: /sys/fs/cgroup is on a read-only mount; memory limits are enforced by polling "
+        "each job's RSS every 100 ms instead"
+    ]
+
+
+def test_required_without_cgroups_refuses_in_one_line(home):
+    with pytest.raises(CgroupError) as raised:
+        start_cgroups("required", home, Probe.none("cgroup v2 at /sys/fs/cgroup offers no memory controller"))
+    assert str(raised.value) == "--cgroups required, but cgroup v2 at /sys/fs/cgroup offers no memory controller"
+
+
+def test_off_says_nothing_and_get_node_shows_it_off(home, caplog):
+    caplog.set_level(logging.INFO, "gflowd.runtime")
+    runtime = SupervisorRuntime(home, cgroups="off")
+    try:
+        assert runtime.cgroups is None and caplog.records == []
+        assert runtime.limits_summary() == "cgroups unavailable: cgroups are off (--cgroups off)"
+    finally:
+        runtime.close()
+
+
+def test_a_launchs_cgroup_on_v2_carries_its_limits_and_the_paths_to_join(kernel, home):
+    runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)
+    try:
+        spec = {"memoryLimit": 50 << 20, "cpus": [1, 2], "pidsLimit": 64, "deviceMinors": [1]}
+        record = runtime._make_cgroup("train", 3, spec)
+        group = cgroup_group(home.root)
+        assert kernel.text(f"{group}/train-3/memory.max") == f"{50 << 20}\n"
+        assert kernel.text(f"{group}/train-3/cpuset.cpus") == "1-2\n"
+        assert kernel.text(f"{group}/train-3/pids.max") == "64\n"
+        assert record["procs"] == [str(kernel.root / group / "train-3" / "cgroup.procs")]
+        assert (record["name"], record["group"], record["memory"]) == ("train-3", group, True)
+        assert runtime.limits_summary().startswith("cgroup v2: memory, cpuset, pids")
+        # the supervisor rebuilds the attempt from the record alone: no probing, no project import
+        attempt = attempt_cgroup(record)
+        assert attempt.dirs == {"unified": str(kernel.root / group / "train-3")}
+        kernel.set(f"{group}/train-3/memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\noom_group_kill 1\n")
+        assert attempt.oom_kills() == 2
+    finally:
+        runtime.close()
+
+
+def test_join_cgroup_writes_the_callers_pid_to_each_file_and_names_the_one_that_fails(tmp_path):
+    first, second = tmp_path / "memory.procs", tmp_path / "pids.procs"
+    first.write_text("")
+    second.write_text("")
+    join_cgroup([str(first), str(second)])
+    assert first.read_text() == "0" and second.read_text() == "0"  # "0": the writing process itself
+    with pytest.raises(FileNotFoundError) as raised:
+        join_cgroup([str(first), str(tmp_path / "gone" / "cgroup.procs")])
+    assert raised.value.filename == str(tmp_path / "gone" / "cgroup.procs")
+
+
+def test_the_supervisor_loads_the_cgroups_package_when_run_as_a_plain_file():
+    # gflowd runs it as `python -I -S supervisor.py`: the project is not importable then
+    from controller.act.runtime import supervisor
+
+    code = (
+        f"import sys; sys.argv = ['x']; sys.path.insert(0, {os.path.dirname(supervisor.__file__)!r}); "
+        "import supervisor; package = supervisor.cgroups_package(); print(package.__name__, package.Limits.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.stdout.split() == ["cgroups", "Limits"], out.stderr
