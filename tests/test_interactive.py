@@ -144,6 +144,10 @@ def test_detach_attach_exec_and_exit_code(home, gflowd, gpus):
     shown = ctl(home, "exec", "tty-two", "--", "sh", "-c", "echo cvd=$CUDA_VISIBLE_DEVICES job=$GFLOW_JOB_NAME; exit 7")
     assert shown.returncode == 7, shown.stderr
     assert shown.stdout == f"cvd={status['devices'][0]} job=tty-two\n"
+    # ...and its cgroups: the exec'd command is where the job's process is, in every hierarchy
+    groups = ctl(home, "exec", "tty-two", "--", "cat", "/proc/self/cgroup")
+    assert groups.returncode == 0, groups.stderr
+    assert sorted(groups.stdout.splitlines()) == sorted(Path(f"/proc/{status['pid']}/cgroup").read_text().splitlines())
     missing = ctl(home, "exec", "tty-two", "--", "no-such-command-xyz")
     assert missing.returncode == 127 and "no-such-command-xyz: command not found" in missing.stderr
 
