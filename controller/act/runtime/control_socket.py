@@ -1,9 +1,9 @@
 """The control socket of one attempt, served by its supervisor: a tty job's pseudo-terminal for
 ``gflowctl attach``, ``gflowctl exec`` in the job's allocation, gflowd's notices.
 
-Standard library only, like ``supervisor.py``, which loads this file beside it (also when it runs
-as a plain file, ``python -I -S supervisor.py``, where the package cannot be imported: then by path,
-after ``util/frames.py``, the wire format).
+Standard library only, like ``supervisor.py``, which imports it (also when it runs as a plain
+file, ``python -I -S supervisor.py``, where the package cannot be imported: then as the module beside
+it, and this one finds ``util/frames.py``, the wire format, the same way).
 
 One Unix stream socket per attempt, ``spec["control"]`` (run/control/<uid>/<name>.sock, in a 0700
 folder of the job's user; nothing on the network). Frames both ways: one kind byte, a 4-byte
@@ -39,8 +39,9 @@ from typing import Callable
 
 try:  # the wire format, shared with the client
     from controller.util.frames import frame, split_frames
-except ImportError:  # loaded by path by a supervisor run as a plain file: it loaded frames.py first
-    from gflow_frames import frame, split_frames  # type: ignore[no-redef]
+except ImportError:  # imported by a supervisor run as a plain file: util/ is two folders up
+    sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "util"))
+    from frames import frame, split_frames  # type: ignore[no-redef]
 
 HISTORY_BYTES = 16384  # the terminal's recent output, replayed to a viewer that attaches
 VIEWER_BACKLOG = 1 << 20  # a viewer this far behind is dropped: a stuck viewer never blocks the job

@@ -74,27 +74,11 @@ import time
 import warnings  # noqa: F401  os.execvpe imports it lazily; after setuid the stdlib may be unreadable
 
 
-def _sibling(relative: str):
-    """A module of the package, loaded by its path relative to this file's folder, as ``gflow_<stem>``:
-    run as a plain file (``python -I -S``) we cannot import the package it belongs to."""
-    import importlib.util  # lazy: only when the package is not importable
-
-    location = os.path.join(os.path.dirname(os.path.abspath(__file__)), relative)
-    spec = importlib.util.spec_from_file_location(f"gflow_{os.path.basename(relative)[:-3]}", location)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 try:  # the control socket (attach, exec, notices): standard library only, like this file
     from controller.act.runtime.control_socket import Control, enter_terminal, open_terminal, unix_address
-except ImportError:
-    _sibling("../../util/frames.py")  # what control_socket.py imports, as gflow_frames
-    _control_socket = _sibling("control_socket.py")
-    Control, enter_terminal, open_terminal = _control_socket.Control, _control_socket.enter_terminal, _control_socket.open_terminal
-    unix_address = _control_socket.unix_address
+except ImportError:  # run as a plain file (python -I -S): the module beside us, as cgroups_package() finds its package
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from control_socket import Control, enter_terminal, open_terminal, unix_address  # type: ignore[no-redef]
 
 PR_SET_CHILD_SUBREAPER = 36
 MEMORY_POLL = 0.1
