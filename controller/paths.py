@@ -101,6 +101,11 @@ class Home:
         return self.run_dir / "history.jsonl"
 
     @property
+    def gpu_usage_file(self) -> Path:
+        """Running attempts' GPU usage samples (written by gflowd, read by ``gflowctl top``)."""
+        return self.run_dir / "gpu-usage.json"
+
+    @property
     def lock_file(self) -> Path:
         return self.run_dir / "gflowd.lock"
 

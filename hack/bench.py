@@ -68,10 +68,11 @@ TARGETS = {
     "drain_jobs_per_s": (">=", 100), "cold_start_s": ("<=", 5), "idle_cpu_pct": ("<=", 2),
     "incremental_pass_ms": ("<=", 50), "get_jobs_ms_1k": ("<=", 150), "get_jobs_ms": ("<=", 1000),
     "sched_pass_ms": ("<=", 20), "gflowd_rss_mb": ("<=", 150), "get_jobs_json_ms_2k": ("<=", 300),
+    "gpu_sample_ms": ("<=", 5),
 }
 KEYS = {"apply_to_running_ms", "cli_apply_to_running_ms", "exit_to_status_ms", "drain_jobs_per_s", "cold_start_s",
         "idle_cpu_pct", "incremental_pass_ms", "get_jobs_ms", "sched_pass_ms", "gflowd_rss_mb", "scaling",
-        "get_jobs_json_ms"}
+        "get_jobs_json_ms", "gpu_sample_ms"}
 
 
 class BenchError(Exception):
@@ -79,8 +80,9 @@ class BenchError(Exception):
 
 
 def key_of(name: str) -> str:
-    """``cold_start_10k_s`` -> ``cold_start_s``; ``apply_to_running_ms_p99`` -> ``apply_to_running_ms``."""
-    return re.sub(r"_p\d+$", "", re.sub(r"_\d+k(?=_|$)", "", name))
+    """``cold_start_10k_s`` -> ``cold_start_s``; ``apply_to_running_ms_p99`` -> ``apply_to_running_ms``;
+    ``gpu_sample_ms_50x8`` -> ``gpu_sample_ms``."""
+    return re.sub(r"_p\d+$", "", re.sub(r"_\d+(k|x\d+)(?=_|$)", "", name))
 
 
 def size_name(n: int) -> str:
@@ -399,6 +401,7 @@ class Bench:
         main = size_name(self.cfg["main"])
         groups = [
             (self.sched_pass, [("sched_pass_ms_10k", "ms")]),
+            (self.gpu_sample, [("gpu_sample_ms_50x8", "ms")]),
             (self.idle_home, [("apply_to_running_ms_p50", "ms"), ("apply_to_running_ms_p99", "ms"),
                               ("cli_apply_to_running_ms_p50", "ms"), ("exit_to_status_ms_p50", "ms")]),
             (self.drain, [("drain_jobs_per_s", "jobs/s")]),
@@ -447,6 +450,20 @@ class Bench:
             return
         for name, value in values:
             self.figures.add(name, float(value), "ms", TARGETS["sched_pass_ms"] if name == name_ else None, digits=2)
+
+    # -- gpu_sample.py ---------------------------------------------------------------------------------
+
+    def gpu_sample(self) -> None:
+        """hack/bench/gpu_sample.py as a subprocess: one GPU usage sample at 8 GPUs and 50 running
+        jobs (gpu_sample_ms_50x8, target 5 ms); its parts are passed on without a target."""
+        name_ = "gpu_sample_ms_50x8"
+        argv = [PY, str(ROOT / "hack" / "bench" / "gpu_sample.py"), "--jobs", "50", "--gpus", "8"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=str(ROOT))
+        values = dict(re.findall(r"^(\w+): ([0-9.]+) ms", out.stdout, re.M))
+        if out.returncode != 0 or name_ not in values:
+            raise BenchError(f"gpu_sample.py exited {out.returncode}: {(out.stderr or out.stdout).strip()[-500:]!r}")
+        for name, value in values.items():
+            self.figures.add(name, float(value), "ms", TARGETS["gpu_sample_ms"] if name == name_ else None, digits=3)
 
     # -- one idle controller: apply -> Running, gflowctl apply -> Running, exit -> Succeeded -----------------
 

@@ -215,6 +215,7 @@ class World:
             runs=self.runtime.observe(),
             gpus=self.gpus,
             sweep_states=dict(self.sweep_states),
+            reservation_states=dict(self.memory.reservation_states),
             **self.snapshot_fields,
         )
 
@@ -222,7 +223,7 @@ class World:
         plan = reconcile(self.snapshot(), now)
         self.runtime.now = now
         act(plan, self.runtime, prune=self._prune)
-        self.memory = Memory(dict(plan.states), dict(plan.sweeps))
+        self.memory = Memory(dict(plan.states), dict(plan.sweeps), reservation_states=dict(plan.reservations))
         self.runtime.purge()  # what record does once the statuses are written
         self.last = plan
         return plan

@@ -335,7 +335,7 @@ def test_time_limit_must_be_finite(value):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("kind: Deployment\nspec: {}\n", "kind: 'Deployment' is not supported; use Job or Sweep (jobs/a.yaml line 1)"),
+        ("kind: Deployment\nspec: {}\n", "kind: 'Deployment' is not supported; use Job, Sweep or Reservation (jobs/a.yaml line 1)"),
         ("- a\n- b\n", "document is a list, not a Job mapping (jobs/a.yaml)"),
         ("just text\n", "document is a str, not a Job mapping (jobs/a.yaml)"),
         ("metadata: {name: a}\n", "spec: required field is missing (jobs/a.yaml line 1)"),

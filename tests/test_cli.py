@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.client.usage import series_json
 from controller.cli.main import main
 from controller.model.records import JobState
 from controller.paths import Home
@@ -382,6 +383,38 @@ def test_get_jobs_wide_shows_the_effective_priority_of_pending_jobs(home):
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["old"][column] == "6" and rows["old"][header.index("PRIORITY")] == "1"
     assert rows["busy"][column] == "-"  # only while Pending
+
+
+USAGE = {
+    "attempt": 1, "sampledAt": "2026-11-23T10:00:00.000Z", "samples": 12, "utilMean": 41.5,
+    "gpuHoursAllocated": 2.0, "gpuHoursUsed": 0.5,
+    "gpus": [{"index": 2, "utilMean": 83.0, "utilPeak": 100, "memoryMean": 10 * 2**30, "memoryPeak": 12 * 2**30},
+             {"index": 3, "utilMean": 0.0, "utilPeak": 0, "memoryMean": 0, "memoryPeak": 0}],
+}
+
+
+def test_get_jobs_wide_shows_the_mean_gpu_utilization(home):
+    record(home, JobState(name="ddp", phase="Running", reason="Started", gpus=2, devices=[2, 3], created=time.time(),
+                          attempt=1, gpu_usage=USAGE),
+           JobState(name="cpu", phase="Running", reason="Started", created=time.time()))
+    lines = run("get", "jobs", "-o", "wide")[1].splitlines()
+    column = lines[0].split().index("UTIL")
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["ddp"][column] == "42%" and rows["cpu"][column] == "-"
+
+
+def test_describe_shows_gpu_usage_per_gpu_with_a_sparkline_of_recent_samples(home):
+    (home.spec_dir / "ddp.yaml").write_text(JOB.format(name="ddp"))
+    record(home, JobState(name="ddp", phase="Running", reason="Started", gpus=2, devices=[2, 3], created=time.time(),
+                          attempt=1, gpu_usage=USAGE))
+    series = [(1.0 + k, [(k * 10, 1024), (0, 0)]) for k in range(11)]
+    live = {**USAGE, "samples": 20, "gpuHoursAllocated": 2.5, "gpuHoursUsed": 0.75}  # gflowd's latest sample
+    home.gpu_usage_file.write_text(json.dumps({"jobs": {"ddp": {**series_json(series, [2, 3], since=1.0), "summary": live}}}))
+    out = run("describe", "job", "ddp")[1].splitlines()
+    start = next(i for i, line in enumerate(out) if line.startswith("GPU Usage:"))
+    assert "20 samples, 0.75 of 2.50 GPU-hours used (30%)" in out[start]  # live, not the status's minute-old copy
+    assert out[start + 2].split() == ["2", "83%", "100%", "10Gi", "12Gi", "▁▂▂▃▄▅▅▆▇▇█"]  # 0..100% in steps of 10
+    assert out[start + 3].split() == ["3", "0%", "0%", "0", "0", "▁" * 11]
 
 
 def test_describe_shows_the_effective_priority_while_pending(home):

@@ -136,10 +136,10 @@ def test_acting_verbs_take_several_type_slash_names(home, finished):
 @pytest.mark.parametrize(("argv", "message"), [
     (["logs", "job/a", "b"], "error: logs prints one job's output, not 2 (job/a job/b); run it once per job, e.g. xargs -n1\n"),
     (["logs", "sweep/s"], "error: logs prints one job's output; sweep/s is a sweep: its jobs are listed by gflowctl describe sweep/s\n"),
-    (["describe", "pod/x", "job/"], "error: 'pod/x': unknown resource type 'pod'; use job/NAME or sweep/NAME; 'job/': use job/NAME\n"),
+    (["describe", "pod/x", "job/"], "error: 'pod/x': unknown resource type 'pod'; use job/NAME, sweep/NAME or reservation/NAME; 'job/': use job/NAME\n"),
     (["describe", "job/a", "b"], "error: 'b': give a type, as the other names do (job/a)\n"),
     (["describe", "job"], "error: name what to describe: gflowctl describe job NAME...\n"),
-    (["describe", "pods", "x"], "error: unknown resource type 'pods'; use job or sweep (or TYPE/NAME)\n"),
+    (["describe", "pods", "x"], "error: unknown resource type 'pods'; use job, sweep or reservation (or TYPE/NAME)\n"),
     (["get", "jobs", "sweep/grid"], "error: get jobs lists jobs, not sweep/grid; use get sweeps\n"),
     (["get", "job/a", "sweep/grid"], "error: get lists one type at a time: sweep/grid are sweeps; use get sweeps\n"),
     (["patch", "sweep/grid", "-p", "{}"], "error: 'sweep/grid': this verb takes jobs, not sweeps\n"),

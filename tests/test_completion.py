@@ -71,7 +71,7 @@ def test_the_bash_script_is_valid(bash_script):
 
 def test_verbs_kinds_and_option_values(bash_script, homes):
     assert complete(bash_script, "gflowctl de") == ["delete", "describe"]
-    assert complete(bash_script, "gflowctl get ") == ["jobs", "sweeps", "gpus", "events"]
+    assert complete(bash_script, "gflowctl get ") == ["jobs", "sweeps", "reservations", "gpus", "events"]
     assert complete(bash_script, "gflowctl get jobs -o ") == ["wide", "yaml", "json", "name"]
     assert complete(bash_script, "gflowctl get jobs --phase Ru") == ["Running"]
     assert complete(bash_script, "gflowctl completion ") == ["bash", "zsh", "fish"]
@@ -91,7 +91,7 @@ def test_every_alias_a_verb_accepts_is_offered_and_every_offered_kind_is_accepte
     from controller.cli import get
     from controller.cli.completion import KINDS, kinds_with_aliases
 
-    accepted = {k for k in get.JOB_KINDS + get.GPU_KINDS + get.SWEEP_KINDS + get.EVENT_KINDS if len(k) > 2}
+    accepted = {k for k in get.JOB_KINDS + get.GPU_KINDS + get.SWEEP_KINDS + get.RESERVATION_KINDS + get.EVENT_KINDS if len(k) > 2}
     assert set(kinds_with_aliases("get")) == accepted  # one- and two-letter shorthands are for typing
     for verb in KINDS:
         for kind in kinds_with_aliases(verb):
@@ -124,6 +124,18 @@ def test_describe_completes_sweep_names_after_the_sweep_type(bash_script, homes)
     assert complete(bash_script, "gflowctl describe s") == ["sweep", "sweeps"]
     assert complete(bash_script, "gflowctl describe sweep g") == ["gamma", "grid"]
     assert complete(bash_script, "gflowctl describe job t") == ["train", "trial"]
+
+
+def test_reservation_names_complete_after_the_reservation_type(bash_script, homes):
+    from controller.model.records import ReservationState
+
+    recorder = Recorder(homes[0])
+    recorder.write_states({n: JobState(name=n) for n in ("train", "rerun")}, [])
+    recorder.write_reservations({"rack": ReservationState(name="rack"), "night": ReservationState(name="night")}, [])
+    recorder.write_index({})
+    assert complete(bash_script, "gflowctl delete reservation ") == ["night", "rack"]
+    assert complete(bash_script, "gflowctl get reservations r") == ["rack"]
+    assert complete(bash_script, "gflowctl describe job r") == ["rerun"]
 
 
 def test_names_of_a_home_without_an_index_complete_to_nothing(bash_script, tmp_path, monkeypatch):

@@ -47,7 +47,7 @@ def test_get_events_lists_filters_and_prints_json(home):
     assert [(e["object"], e["reason"], e["message"]) for e in items] == [("job/b", "Error", "exited with code 3")]
     assert run("get", "events", "--for", "a")[1].count("job/a") == 1  # a bare name is a job
     code, _, err = run("get", "events", "--for", "pod/a")
-    assert code == 1 and "use job/NAME or sweep/NAME" in err
+    assert code == 1 and "use job/NAME, sweep/NAME or reservation/NAME" in err
     code, _, err = run("get", "events", "-o", "yaml")
     assert code == 1 and "-o json" in err
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime
 
 import pytest
-from builders import job
+from builders import documents, job
 
 from controller.observe.host import HostFacts, LocalTime
 from controller.paths import Home
@@ -46,6 +46,23 @@ def zone(monkeypatch):
 def test_local_time_reads_a_wall_clock_as_the_machine_does(zone, name, wall):
     zone(name)
     assert wall.replace(tzinfo=LocalTime()).timestamp() == pytest.approx(wall.astimezone().timestamp(), abs=1e-6)
+
+
+@pytest.mark.parametrize("name", ["Europe/Berlin", "America/New_York", "UTC"])
+@pytest.mark.parametrize("moment", [1_900_000_000.0, 1_911_000_000.0, 1_919_900_000.0])  # winter, summer, a DST night
+def test_local_time_converts_a_moment_to_the_wall_clock_as_the_machine_does(zone, name, moment):
+    zone(name)
+    local = datetime.fromtimestamp(moment, LocalTime())  # what a Reservation's window text needs
+    assert local.replace(tzinfo=None) == datetime.fromtimestamp(moment)
+    assert local.timestamp() == pytest.approx(moment, abs=1e-6)
+
+
+def test_reservation_users_are_looked_up_and_unknown_ones_again_on_a_resync():
+    (doc,) = documents("kind: Reservation\nmetadata: {name: r}\nspec:\n  users: [root, no-such-user-res]\n  gpus: 1\n"
+                       "  start: '+1h'\n  duration: 1h\n", stem="r")
+    host = HostFacts()
+    assert host.read(False, [doc]).user_ids == {"root": 0, "no-such-user-res": None}
+    assert host.read(True, []).user_ids == {"root": 0}  # a resync forgets the misses: the user may exist now
 
 
 def test_user_names_are_looked_up_once_and_only_when_quotas_name_users(monkeypatch):

@@ -76,7 +76,8 @@ def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tm
 
     def running_view():
         s = scrape(url)
-        return s if value(s, "gflow_jobs_pending", reason="Resources") == 1 else None
+        sampled = value(s, "gflow_job_gpu_utilization_percent", gpu="0", job_name="big") is not None
+        return s if value(s, "gflow_jobs_pending", reason="Resources") == 1 and sampled else None
 
     s = first = wait_for(running_view, message="a scrape that shows the pending job")
     assert value(s, "gflow_jobs", phase="Running") == 1
@@ -92,6 +93,10 @@ def test_a_real_gflowd_serves_jobs_gpus_counters_and_histograms(home, gflowd, tm
     assert value(s, "gflow_queue_wait_seconds_count") == 1
     assert value(s, "gflow_reconcile_duration_seconds_count") >= 2
     assert value(s, "gflow_jobs_finished_total", phase="Succeeded") == 0
+    # the job's own share: no process of it on GPU 0 in the fake file, so 0 (the GPU's 37 % is someone else's)
+    assert value(s, "gflow_job_gpu_utilization_percent", gpu="0", job_name="big") == 0
+    assert value(s, "gflow_job_gpu_memory_used_bytes", gpu="0", job_name="big") == 0
+    assert value(s, "gflow_job_gpu_busy_seconds", job_name="big") == 0
 
     (release / "big").touch()
     wait_phase(home, "huge", "Running", daemon=daemon)  # the big job ended; the 2-GPU job took both GPUs

@@ -135,6 +135,20 @@ def test_process_names_come_from_proc_for_ignore_processes(nvml_env, nvml_probe)
     assert names[probe.proc.pid]
 
 
+def test_per_process_utilization_comes_from_nvmlDeviceGetProcessUtilization(nvml_env, nvml_probe):
+    path = Path(nvml_env["FAKE_NVML_FILE"])
+    write_fake_nvml(path, machine(
+        gpu(0, utilization=70, processes=[{"pid": 11, "usedMemory": GiB, "utilization": 55}, {"pid": 12, "usedMemory": GiB}]),
+        gpu(1, processes=[{"pid": 13, "usedMemory": 2 * GiB}]),  # no samples at all: NOT_FOUND, i.e. idle
+    ))
+    probe = nvml_probe(nvml_env)
+    gpus = by_index(probe.call("read"))
+    assert [(p["pid"], p["utilization"]) for p in gpus[0]["processes"]] == [(11, 55), (12, 0)]
+    assert [(p["pid"], p["utilization"]) for p in gpus[1]["processes"]] == [(13, 0)]
+    write_fake_nvml(path, machine(gpu(0, processes=[{"pid": 11, "usedMemory": GiB, "utilization": 5}]), gpu(1)))
+    assert [(p["pid"], p["utilization"]) for p in by_index(probe.call("read"))[0]["processes"]] == [(11, 5)]
+
+
 def test_a_changed_file_is_seen_on_the_next_read(nvml_env, nvml_probe):
     path = Path(nvml_env["FAKE_NVML_FILE"])
     write_fake_nvml(path, machine(gpu(0), gpu(1)))

@@ -45,6 +45,8 @@ def test_generator_produces_the_schemas_and_the_manifest_reference(generated):
         "crd-schemas/job.crd.yaml",
         "crd-schemas/job.schema.json",
         "crd-schemas/jobstatus.schema.json",
+        "crd-schemas/reservation.crd.yaml",
+        "crd-schemas/reservation.schema.json",
         "crd-schemas/sweep.crd.yaml",
         "crd-schemas/sweep.schema.json",
         "docs/manifest.md",
@@ -61,6 +63,8 @@ def test_generator_produces_the_schemas_and_the_manifest_reference(generated):
         "crd-schemas/job.crd.yaml",
         "crd-schemas/sweep.schema.json",
         "crd-schemas/sweep.crd.yaml",
+        "crd-schemas/reservation.schema.json",
+        "crd-schemas/reservation.crd.yaml",
         "docs/manifest.md",
     ],
 )
@@ -106,7 +110,7 @@ def test_check_mode_names_a_missing_file(tmp_path, capsys):
     assert gen.stale(tmp_path) == list(gen.generate())  # nothing there: all stale
     assert gen.main(["--check", "--root", str(tmp_path)]) == 1
     assert capsys.readouterr().err == (
-        "crd-schemas/job.schema.json (and 5 more) is missing; run: python hack/gen_schemas.py\n"
+        "crd-schemas/job.schema.json (and 7 more) is missing; run: python hack/gen_schemas.py\n"
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from controller.cli.main import main
 from controller.model.policy import Policy
-from controller.sim.simulator import TraceError, named_policy, read_trace, simulate
+from controller.sim.simulator import TraceError, named_policy, read_reservations, read_trace, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "hack" / "traces" / "small.csv"
@@ -227,3 +227,36 @@ def test_a_job_with_more_cores_than_the_machine_is_a_trace_error(tmp_path):
     path = trace(tmp_path, "0,1,100,100,0,u,8\n", HEADER.strip() + ",cpus\n")
     with pytest.raises(TraceError, match="the job needs 8 CPUs; --cpus is 4"):
         simulate(read_trace(path), 4, named_policy("backfill"), "backfill", cpus=4)
+
+
+# -- reservations ------------------------------------------------------------------------------------
+
+# 2 GPUs held for alice over [100, 300). bob's job without a timeLimit may not start before the window
+# (nothing would end it in time) nor inside it: it starts at 300. bob's short job with a timeLimit
+# that ends by 100 backfills at 0; alice's job arriving at 150 runs at once, inside her window.
+RESERVED = "0,1,200,,0,bob\n0,1,50,100,0,bob\n150,2,60,,0,alice\n"
+WINDOW = "start_s,duration_s,devices,users\n100,200,0 1,alice\n"
+
+
+def test_the_simulator_honours_a_reservation(tmp_path):
+    window = tmp_path / "reservations.csv"
+    window.write_text(WINDOW)
+    jobs = read_trace(trace(tmp_path, RESERVED))
+    simulate(jobs, 2, named_policy("backfill"), "backfill", reservations=read_reservations(window))
+    assert {j.index: j.start for j in jobs} == {0: 300.0, 1: 0.0, 2: 150.0}
+    free = read_trace(trace(tmp_path, RESERVED))
+    simulate(free, 2, named_policy("backfill"), "backfill")
+    assert {j.index: j.start for j in free} == {0: 0.0, 1: 0.0, 2: 200.0}  # without it: bob first
+
+
+def test_simulate_cli_takes_reservations_and_refuses_a_gpu_it_lacks(tmp_path, capsys):
+    window = tmp_path / "reservations.csv"
+    window.write_text(WINDOW)
+    path = trace(tmp_path, RESERVED)
+    assert main(["simulate", "--trace", str(path), "--gpus", "2", "--policy", "backfill", "-o", "json",
+                 "--reservations", str(window)]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["max_wait_s"] == 300.0
+    window.write_text("start_s,duration_s,devices,users\n100,200,0 3,alice\n")
+    assert main(["simulate", "--trace", str(path), "--gpus", "2", "--reservations", str(window)]) == 1
+    assert "reservation line 2: GPU 3 does not exist; --gpus is 2" in capsys.readouterr().err

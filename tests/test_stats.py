@@ -52,10 +52,12 @@ def test_compute_counts_outcomes_waits_runtimes_and_gpu_hours():
     assert r["runtime"]["count"] == 5 and r["runtime"]["mean"] == pytest.approx(11160 / 5) and r["runtime"]["p95"] == 3600
     # GPU-hours: a 2, b 1, c 0.5 + 0.5, r 4 x 0.5 so far = 6
     assert r["gpuHours"] == pytest.approx(6.0)
-    assert r["byUser"]["alice"] == {"jobs": 3, "succeeded": 1, "failed": 1, "gpuHours": 2.0, "cpuHours": 0.0}
-    assert r["byUser"]["bob"] == {"jobs": 2, "succeeded": 1, "failed": 1, "gpuHours": 2.0, "cpuHours": 0.0}
-    assert r["byUser"]["carol"] == {"jobs": 0, "succeeded": 0, "failed": 0, "gpuHours": 2.0, "cpuHours": 0.0}
-    assert r["byLabel"]["team=vision"] == {"jobs": 2, "succeeded": 1, "failed": 0, "gpuHours": 4.0, "cpuHours": 0.0}
+    unmeasured = {"gpuHoursUsed": 0.0, "gpuHoursMeasured": 0.0, "cpuHours": 0.0}  # no usage samples, no cgroups
+    assert r["byUser"]["alice"] == {"jobs": 3, "succeeded": 1, "failed": 1, "gpuHours": 2.0, **unmeasured}
+    assert r["byUser"]["bob"] == {"jobs": 2, "succeeded": 1, "failed": 1, "gpuHours": 2.0, **unmeasured}
+    assert r["byUser"]["carol"] == {"jobs": 0, "succeeded": 0, "failed": 0, "gpuHours": 2.0, **unmeasured}
+    assert r["byLabel"]["team=vision"] == {"jobs": 2, "succeeded": 1, "failed": 0, "gpuHours": 4.0, **unmeasured}
+    assert (r["gpuHoursUsed"], r["gpuHoursMeasured"]) == (0.0, 0.0)
 
 
 def test_compute_sums_the_cgroups_cpu_time_and_peak_memory_of_ended_attempts():
@@ -75,6 +77,45 @@ def test_compute_with_a_selector_and_a_window_that_cuts_an_attempt():
     assert r["outcomes"] == {"Succeeded": 1, "Failed": 0, "Cancelled": 1}
     assert r["gpuHours"] == pytest.approx(2 * 0.5 + 2.0)  # a's last half hour in the window, r so far
     assert r["wait"]["count"] == 1  # a started before the window: only r's start counts
+
+
+def test_gpu_hours_used_against_allocated_on_a_scripted_history(home):
+    # alice: "ddp" held 4 GPUs for 2 h and used 2 GPU-hours (one GPU busy); "ok" 1 GPU for 1 h, 0.9 used;
+    # bob: "nb" 2 GPUs for 1 h, 0.1 used; "cpu" no GPUs; "old" had no samples (no NVML): unmeasured;
+    # "run" is running: 2 GPUs for 30 min so far, 0.75 used (from the index)
+    now = 1_800_000_000.0
+    lines = [
+        {**rec("ddp", "Succeeded", now - 10_000, now - 2800, gpus=4, labels={"team": "vision"}), "gpuUsed": 2.0},
+        {**rec("ok", "Succeeded", now - 5000, now - 1400, gpus=1, labels={"team": "vision"}), "gpuUsed": 0.9},
+        {**rec("nb", "Failed", now - 4000, now - 400, gpus=2, user="bob", labels={"team": "nlp"}), "gpuUsed": 0.1},
+        rec("cpu", "Succeeded", now - 3000, now - 100, gpus=0, user="bob"),
+        rec("old", "Succeeded", now - 9000, now - 5400, gpus=1, user="bob"),
+    ]
+    (home / "run").mkdir()
+    (home / "run" / "history.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    index = {"jobs": {"run": {"phase": "Running", "attempt": 1, "startTime": now - 1800, "gpus": 2,
+                              "labels": {"team": "nlp"}, "gpuHoursUsed": 0.75}}}
+    (home / "run" / "index.json").write_text(json.dumps(index))
+    r = compute([*lines], index["jobs"], 0.0, now, users=lambda m: "carol")
+    assert r["gpuHours"] == pytest.approx(8 + 1 + 2 + 1 + 1)
+    assert r["gpuHoursUsed"] == pytest.approx(2.0 + 0.9 + 0.1 + 0.75)
+    assert r["gpuHoursMeasured"] == pytest.approx(8 + 1 + 2 + 1)  # "old" was never sampled
+    assert r["byUser"]["alice"]["gpuHoursUsed"] == pytest.approx(2.9) and r["byUser"]["alice"]["gpuHours"] == 9.0
+    assert r["byUser"]["bob"]["gpuHoursUsed"] == pytest.approx(0.1) and r["byUser"]["bob"]["gpuHoursMeasured"] == 2.0
+    assert r["byLabel"]["team=nlp"]["gpuHoursUsed"] == pytest.approx(0.85) and r["byLabel"]["team=nlp"]["gpuHours"] == 3.0
+    # a window that cuts ddp's 2 h in half counts half of its used hours
+    cut = compute([lines[0]], {}, now - 10_000 + 3600, now, users=lambda m: "alice")
+    assert (cut["gpuHours"], cut["gpuHoursUsed"]) == (pytest.approx(4.0), pytest.approx(1.0))
+    # the same through the real CLI on these files (the running job at its real age is left out)
+    (home / "run" / "index.json").write_text(json.dumps({"jobs": {}}))
+    result = gflowctl(home, "stats", "--since", "all", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert (out["gpuHours"], out["gpuHoursUsed"], out["gpuHoursMeasured"]) == (pytest.approx(12.0), 3.0, 11.0)
+    text = gflowctl(home, "stats", "--since", "all").stdout
+    assert "GPU-hours:     12.00 allocated, 3.00 used (27% of the 11.00 measured; utilization-weighted)" in text
+    alice = next(line for line in text.splitlines() if line.startswith("alice"))
+    assert alice.split()[-3:] == ["9.00", "2.90", "(32%)"]
 
 
 def gflowctl(home, *args):

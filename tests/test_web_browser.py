@@ -246,3 +246,52 @@ def test_owner_devices_filter_folded_events_and_the_job_page(browser, home, gflo
     assert [m for m in errors if "api/job?name=nope - " not in m] == [], errors  # that 404 is the answer asked for
     (release / "hold").touch()
     (release / "waiter").touch()
+
+
+def test_a_running_bar_shows_its_gpu_utilization_and_recent_samples(browser, home, gflowd, tmp_path):
+    from helpers import job_status, wait_for
+    from test_gpu_usage_e2e import write_gpus
+
+    fake = tmp_path / "gpus.yaml"
+    write_gpus(fake, [])
+    release = tmp_path / "release"
+    release.mkdir()
+    daemon = gflowd("--fake-gpus", fake, "--web-port", "0", "--gpu-sample-interval", "0.5s")
+    write_manifest(home / "jobs", "train.yaml", held_job("train", 1, release))
+    pid = wait_for(lambda: (s := job_status(home, "train")) and s.get("pid"), message="train's pid")
+    write_gpus(fake, [{"pid": pid, "usedMemory": "8Gi", "utilization": 70}])
+    wait_for(lambda: (job_status(home, "train") or {}).get("gpuUsage"), timeout=20, message=lambda: daemon.stderr()[-2000:])
+    browser.get(json.loads((home / "run" / "web.json").read_text())["url"])
+    # the line of samples inside the bar: two or more points, the newest at 70 % (y = 100 - 70)
+    points = until(browser, lambda d: js(d, "const p = document.querySelector('.tl-bar[data-job=\"train\"] svg.tl-util polyline');"
+                                            "return p && p.getAttribute('points').split(' ').length >= 2 && p.getAttribute('points')"),
+                   "the bar to draw its utilization samples")
+    assert points.split(" ")[-1].endswith(",30.0"), points
+    assert "mean GPU utilization" in js(browser, "return document.querySelector('.tl-bar[data-job=\"train\"]').title")
+    (release / "train").touch()
+
+
+def test_the_timeline_draws_a_reservation_window_behind_the_bars(browser, home, gflowd, tmp_path):
+    import pwd
+
+    daemon, _ = start_with_dashboard(gflowd, tmp_path)
+    me = pwd.getpwuid(os.getuid()).pw_name
+    write_manifest(home / "jobs", "hold.yaml", f"kind: Reservation\nmetadata: {{name: hold}}\nspec:\n  users: [{me}]\n"
+                   "  devices: [2]\n  start: '+0s'\n  duration: 1h\n")
+    write_manifest(home / "jobs", "soon.yaml", f"kind: Reservation\nmetadata: {{name: soon}}\nspec:\n  users: [{me}]\n"
+                   "  devices: [0]\n  start: '+2h'\n  duration: 1h\n")
+    browser.get(json.loads((home / "run" / "web.json").read_text())["url"])
+    browser.get_log("browser")  # drained: what the previous test's page logged as its gflowd went away is not ours
+    until(browser, lambda d: js(d, "return document.querySelector('.tl-row[data-gpu=\"2\"] .tl-reserved[data-reservation=\"hold\"]') !== null"),
+          "the reservation's band on GPU 2")
+    band, track = js(browser, "const b = document.querySelector('.tl-reserved[data-reservation=\"hold\"]');"
+                              "return [b.getBoundingClientRect().toJSON(), b.parentElement.getBoundingClientRect().toJSON()]")
+    assert track["left"] <= band["left"] and band["right"] <= track["right"] + 0.5, (band, track)
+    assert band["right"] >= track["right"] - 2  # it began moments ago and runs on past the window's end
+    title = js(browser, "return document.querySelector('.tl-reserved[data-reservation=\"hold\"]').title")
+    assert title.startswith(f"reserved for {me} · ") and "(hold, Active)" in title
+    assert js(browser, "return document.querySelector('.tl-row[data-gpu=\"0\"] .tl-reserved.upcoming[data-reservation=\"soon\"]') !== null")
+    assert js(browser, "return document.querySelectorAll('.tl-row[data-gpu=\"1\"] .tl-reserved').length") == 0
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == [], errors
+    assert daemon.proc.poll() is None

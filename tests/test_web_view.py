@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.web.view import EVENTS_LIMIT, assign_lanes, build_view, timeline
+from controller.client.usage import series_json
+from controller.web.view import EVENTS_LIMIT, SERIES_POINTS, assign_lanes, build_view, timeline
 
 NOW = 1_800_000_000.0
 HOUR = 3600.0
@@ -122,6 +123,26 @@ def test_shared_jobs_overlapping_on_a_gpu_get_separate_lanes_sequential_ones_sha
     assert rows[0]["lanes"] == 2 and rows[1]["lanes"] == 1
 
 
+def test_bars_carry_mean_gpu_utilization_and_a_running_bar_its_recent_samples_per_gpu():
+    jobs = {
+        "ddp": {**job("Running", startTime=NOW - 600, devices=[0, 1]), "attempt": 2, "gpuUtil": 40.0},
+        "old": {**job("Succeeded", startTime=NOW - 900, completionTime=NOW - 700, devices=[1]), "gpuUtil": 90.0},
+        "cpu_less": job("Running", startTime=NOW - 60, devices=[2]),  # never sampled: no util, no series
+    }
+    series = [(NOW - 300 + 5 * k, [(k % 100, 1024), (0, 0)]) for k in range(150)]
+    usage = {"jobs": {"ddp": series_json(series, [0, 1], since=NOW - 300, attempt=2)}}
+    spans = {(s["job"], s["gpu"]): s for r in timeline(jobs, [0, 1, 2], NOW - HOUR, NOW, usage)["rows"] for s in r["spans"]}
+    ddp0, ddp1 = spans[("ddp", 0)], spans[("ddp", 1)]
+    assert ddp0["util"] == ddp1["util"] == 40.0 and spans[("old", 1)]["util"] == 90.0
+    # 150 samples thinned to every 3rd, counted back from the newest (which is always drawn)
+    assert len(ddp0["series"]) == 50 <= SERIES_POINTS and ddp0["series"][-1] == [NOW - 300 + 5 * 149, 49.0]
+    assert ddp0["series"][:2] == [[NOW - 290, 2.0], [NOW - 275, 5.0]]
+    assert {u for _, u in ddp1["series"]} == {0.0}  # the second GPU's own samples, not the first's
+    assert "series" not in spans[("old", 1)] and spans[("cpu_less", 2)]["util"] is None and spans[("cpu_less", 2)]["series"] == []
+    stale = {"jobs": {"ddp": series_json(series, [0, 1], since=NOW - 300, attempt=1)}}  # the previous attempt's samples
+    assert timeline(jobs, [0], NOW - HOUR, NOW, stale)["rows"][0]["spans"][0]["series"] == []
+
+
 def test_an_open_span_holds_its_lane():
     spans = [{"start": 0.0, "end": None}, {"start": 5.0, "end": 6.0}, {"start": 10.0, "end": 11.0}]
     assert assign_lanes(spans) == 2
@@ -191,3 +212,16 @@ def test_every_file_the_dashboard_serves_is_package_data():
     served = [p.name for p in (root / "controller" / "web").iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")]
     assert "dashboard.html" in served
     assert [name for name in served if not any(fnmatch.fnmatch(name, pat) for pat in patterns)] == []
+
+
+def test_the_timeline_carries_reservation_windows_per_gpu():
+    reservations = {
+        "now": {"phase": "Active", "users": ["alice"], "devices": [0, 1], "start": NOW - HOUR, "end": NOW + HOUR},
+        "later": {"phase": "Pending", "users": ["bob"], "devices": [1], "start": NOW + 5 * HOUR, "end": NOW + 6 * HOUR},
+        "old": {"phase": "Expired", "users": ["carol"], "devices": [0], "start": NOW - 30 * HOUR, "end": NOW - 20 * HOUR},
+        "refused": {"phase": "Rejected", "users": ["dan"], "devices": [0], "start": NOW, "end": NOW + HOUR},
+    }
+    view = build_view(node({"index": 0, "state": "Free"}, {"index": 1, "state": "Free"}), {}, [], NOW, 6, reservations=reservations)
+    rows = {r["gpu"]: r["reserved"] for r in view["timeline"]["rows"]}
+    assert [(w["name"], w["users"], w["start"], w["end"]) for w in rows[0]] == [("now", ["alice"], NOW - HOUR, NOW + HOUR)]
+    assert [w["name"] for w in rows[1]] == ["later", "now"]  # an upcoming window too: the page marks its edge

@@ -200,6 +200,21 @@ class ControllerConfig(_Model):
     device_dir: StrictStr = Field(
         default="/dev", description="Folder of the GPU device nodes (nvidiaN, nvidiactl, ...) the devices cgroup allows"
     )
+    # -- GPU usage (docs/gpu-usage.md) --
+    gpu_sample_interval: Duration = Field(
+        default=5.0, gt=0, description="Seconds between GPU usage samples of running jobs (one NVML sweep each)"
+    )
+    unused_gpu_window: Duration = Field(
+        default=600.0, gt=0,
+        description="A bound GPU with no process of its job and no utilization this long: condition GPUsUnused",
+    )
+    idle_gpu_window: Duration = Field(
+        default=1800.0, gt=0, description="No activity on any of a job's GPUs this long: condition GPUIdle"
+    )
+    idle_timeout: Duration | None = Field(
+        default=None, gt=0,
+        description="Default spec.idleTimeout of tty jobs that set none: stop them after this long idle; unset: off",
+    )
     # -- operations (docs/operations.md) --
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="Serve Prometheus metrics on this port (0: any free port); unset: off"

@@ -43,6 +43,26 @@ class Usage(_Model):
     )
 
 
+class GpuUsageOfGpu(_Model):
+    index: int = Field(description="NVML index of a bound GPU")
+    util_mean: float = Field(description="Mean utilization by the job's processes over the samples, percent")
+    util_peak: int = Field(description="Highest sampled utilization, percent")
+    memory_mean: int = Field(description="Mean GPU memory of the job's processes, bytes")
+    memory_peak: int = Field(description="Highest sampled GPU memory of the job's processes, bytes")
+
+
+class GpuUsage(_Model):
+    """The latest attempt's GPU usage, sampled from NVML (docs/gpu-usage.md)."""
+
+    attempt: int = Field(description="The attempt these numbers are about")
+    sampled_at: str = Field(description="RFC 3339 time of the newest sample counted (refreshed about every minute)")
+    samples: int = Field(description="How many samples were taken")
+    util_mean: float = Field(description="Mean utilization over the bound GPUs, percent (get jobs -o wide: UTIL)")
+    gpu_hours_allocated: float = Field(description="Bound GPUs x hours from the attempt's start")
+    gpu_hours_used: float = Field(description="Utilization-weighted GPU-hours: the sum of utilization x sampled time")
+    gpus: list[GpuUsageOfGpu] = Field(default_factory=list)
+
+
 class JobStatusFields(_Model):
     phase: Phase
     reason: str = Field(description="CamelCase, one word: why the job is in this phase")
@@ -79,6 +99,10 @@ class JobStatusFields(_Model):
         default=None, description="While Pending: priority plus what aging added (docs/scheduling.md)"
     )
     conditions: list[Condition] = Field(default_factory=list)
+    gpu_usage: GpuUsage | None = Field(default=None, description="The latest attempt's GPU usage (jobs with GPUs)")
+    idle_warning_time: str | None = Field(
+        default=None, description="When the idleTimeout warning of the current idle spell was given"
+    )
 
 
 class JobStatus(_Model):

@@ -44,14 +44,18 @@ def warn_if_not_running(home: Home) -> None:
 
 JOB_WORDS = ("job", "jobs", "j")
 SWEEP_WORDS = ("sweep", "sweeps")
+RESERVATION_WORDS = ("reservation", "reservations")
+EVERY_KIND = ("job", "sweep", "reservation")  # what get, describe and delete take
 
 
 def resource_type(word: str) -> str | None:
-    """``job`` or ``sweep`` for any spelling of the type (``jobs``, ``j``, ``sweeps``), else None."""
+    """``job``, ``sweep`` or ``reservation`` for any spelling of the type (``jobs``, ``j``, ``res``), else None."""
     if word in JOB_WORDS:
         return "job"
     if word in SWEEP_WORDS:
         return "sweep"
+    if word in RESERVATION_WORDS:
+        return "reservation"
     return None
 
 
@@ -67,7 +71,7 @@ def parse_refs(words: list[str], *, type_first: bool = False, kinds: tuple[str, 
     if type_first and words and "/" not in words[0]:
         default = resource_type(words[0])
         if default is None:
-            raise CliError(f"unknown resource type {words[0]!r}; use {' or '.join(kinds)} (or TYPE/NAME)")
+            raise CliError(f"unknown resource type {words[0]!r}; use {_either(kinds)} (or TYPE/NAME)")
         rest = words[1:]
     elif type_first:
         default = None  # kubectl: once names come as TYPE/NAME, every one does
@@ -81,18 +85,23 @@ def parse_refs(words: list[str], *, type_first: bool = False, kinds: tuple[str, 
         if not slash:
             name = word
         if slash and kind is None:
-            errors.append(f"{word!r}: unknown resource type {head!r}; use {' or '.join(f'{k}/NAME' for k in kinds)}")
+            errors.append(f"{word!r}: unknown resource type {head!r}; use {_either([f'{k}/NAME' for k in kinds])}")
         elif kind is None:
             errors.append(f"{word!r}: give a type, as the other names do ({words[0]})")
         elif not name or "/" in name:
             errors.append(f"{word!r}: use {kind}/NAME")
         elif kind not in kinds:
-            errors.append(f"{word!r}: this verb takes {' or '.join(kinds)}s, not {kind}s")
+            errors.append(f"{word!r}: this verb takes {_either([f'{k}s' for k in kinds])}, not {kind}s")
         else:
             refs.append((kind, name))
     if errors:
         raise CliError("; ".join(errors))
     return refs
+
+
+def _either(words: list[str] | tuple[str, ...]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 def parse_selector_args(items: list[str]) -> list[tuple[str, str, bool]]:

@@ -2,8 +2,8 @@
 
 Verbs, their options and the choices of their arguments come from ``controller.cli.main``'s
 parser, so a new verb or flag completes without touching this file. What a positional argument
-names is read from its ``dest``: ``name``/``names`` are jobs (``sweep`` names after ``delete
-sweep`` and ``describe sweep``), ``kind`` gets the resource types of that verb (their aliases, such as ``node`` for
+names is read from its ``dest``: ``name``/``names`` are jobs (``sweep`` or ``reservation`` names after
+``delete sweep`` and ``describe reservation``), ``kind`` gets the resource types of that verb (their aliases, such as ``node`` for
 ``gpus``, once a prefix is typed: an empty word lists only the types), ``target`` is ``job/NAME``. Job names come
 from ``gflowctl __complete jobs`` (``run/index.json``: one small JSON read), honouring ``--home``
 and ``--spec-dir`` on the command line being completed. zsh reuses the bash function through
@@ -20,17 +20,17 @@ from controller.cli.common import CliError, resolve_home
 from controller.client.state import read_index
 
 KINDS = {
-    "get": ["jobs", "sweeps", "gpus", "events"],
-    "describe": ["job", "sweep"],
-    "delete": ["job", "sweep"],
+    "get": ["jobs", "sweeps", "reservations", "gpus", "events"],
+    "describe": ["job", "sweep", "reservation"],
+    "delete": ["job", "sweep", "reservation"],
     "patch": ["job"],
 }
 # the other spellings each verb accepts (README: `get node`); one- and two-letter shorthands
 # (`get j`, `get ev`) are for typing, not for a completion menu
 ALIASES = {
-    "get": ["job", "sweep", "gpu", "node", "nodes", "event"],
-    "describe": ["jobs", "sweeps"],
-    "delete": ["jobs", "sweeps"],
+    "get": ["job", "sweep", "reservation", "gpu", "node", "nodes", "event"],
+    "describe": ["jobs", "sweeps", "reservations"],
+    "delete": ["jobs", "sweeps", "reservations"],
     "patch": ["jobs"],
 }
 SHELLS = ("bash", "zsh", "fish")
@@ -99,6 +99,8 @@ def _global_options(parser: argparse.ArgumentParser) -> list[str]:
     return [s for a in parser._actions if a.option_strings for s in a.option_strings]
 
 
+# which names a `get|describe|delete KIND NAME` completes: the kind typed before them
+NAMES_OF_KIND = '$(case "$kind" in sweep*) echo sweeps;; res*) echo reservations;; *) echo jobs;; esac)'
 TARGET = 'COMPREPLY=($(compgen -W "$(_gflowctl_names jobs "${instance[@]}" | sed "s|^|job/|")" -- "$cur"))'
 
 
@@ -173,10 +175,10 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
             elif positional == "names":
                 what = "jobs"
                 if verb in ("delete", "describe"):
-                    what = '$([[ "$kind" == sweep* ]] && echo sweeps || echo jobs)'
+                    what = NAMES_OF_KIND
                 if verb == "get":
-                    action = ('[[ "$kind" == job* || "$kind" == sweep* ]] && COMPREPLY=($(compgen -W '
-                              '"$(_gflowctl_names $([[ "$kind" == sweep* ]] && echo sweeps || echo jobs) "${instance[@]}")" -- "$cur"))')
+                    action = ('[[ "$kind" == job* || "$kind" == sweep* || "$kind" == res* ]] && COMPREPLY=($(compgen -W '
+                              f'"$(_gflowctl_names {NAMES_OF_KIND} "${{instance[@]}}")" -- "$cur"))')
                 else:
                     action = f'COMPREPLY=($(compgen -W "$(_gflowctl_names {what} "${{instance[@]}}")" -- "$cur"))'
             elif positional == "target":
@@ -272,7 +274,8 @@ def complete_names(argv: list[str]) -> int:
         index = read_index(resolve_home(args.home, args.spec_dir)) or {}
     except Exception:
         return 0
-    names = index.get("sweeps" if args.what.startswith("sweep") else "jobs") or {}
+    what = "sweeps" if args.what.startswith("sweep") else "reservations" if args.what.startswith("res") else "jobs"
+    names = index.get(what) or {}
     if names:
         sys.stdout.write("\n".join(sorted(names)) + "\n")
     return 0

@@ -1,4 +1,4 @@
-"""``gflowctl describe job NAME...`` (or ``job/NAME sweep/NAME ...``): spec summary, status,
+"""``gflowctl describe job NAME...`` (or ``job/NAME sweep/NAME reservation/NAME ...``): spec summary, status,
 conditions and recent events of each; several are separated by a blank line, as kubectl does."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from controller.api.units import format_age, format_cpu_list, format_duration, f
 from controller.cli.common import print_error, printable, warn_if_not_running
 from controller.cli.events import age_text, read_events
 from controller.client.events import aggregate
-from controller.client.state import document_position, find_manifest, job_rows, read_status
+from controller.client.state import document_position, find_manifest, job_rows, read_index, read_status
+from controller.client.usage import job_series, live_summary, read_usage, summary_lines
 from controller.model.records import from_rfc3339
 from controller.paths import Home
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
@@ -20,7 +21,8 @@ def describe(home: Home, refs: list[tuple[str, str]]) -> int:
     missing = False
     shown = 0
     for kind, name in refs:
-        lines = _describe_sweep(home, name) if kind == "sweep" else _describe_job(home, name)
+        describer = {"sweep": _describe_sweep, "reservation": _describe_reservation}.get(kind, _describe_job)
+        lines = describer(home, name)
         if lines is None:
             print_error(f"{kind}/{name} not found")
             missing = True
@@ -34,7 +36,7 @@ def describe(home: Home, refs: list[tuple[str, str]]) -> int:
 
 def _describe_job(home: Home, name: str) -> list[str] | None:
     status_doc = read_status(home, name)
-    if status_doc is not None and status_doc.get("kind") == "SweepStatus":
+    if status_doc is not None and status_doc.get("kind") in ("SweepStatus", "ReservationStatus"):
         status_doc = None
     manifest = find_manifest(home, name)
     if status_doc is None and manifest is None:
@@ -79,9 +81,18 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
     if start:
         lines.append(("Duration", format_duration((end or now) - start)))
     lines.extend(_spec_lines(home, name, manifest))
+    if status.get("reason") == "Reserved":
+        lines.extend(("Reserved By", text) for text in _live_reservations(home))
     width = max(len(k) for k, _ in lines) + 2
     # every value escaped for the terminal: file names, messages, commands and labels are users' text
     out = [f"{k + ':':<{width}}{printable(v)}" for k, v in lines]
+    if status.get("gpuUsage"):
+        summary, series = status["gpuUsage"], []
+        if status.get("phase") == "Running":  # gflowd's latest sample, fresher than the status's copy
+            usage = read_usage(home)
+            summary = live_summary(usage, name, status.get("attempt")) or summary
+            series = job_series(usage, name, status.get("attempt"))
+        out.extend(printable(line) for line in summary_lines(summary, series))
     conditions = status.get("conditions") or []
     if conditions:
         out.append("Conditions:")
@@ -100,15 +111,8 @@ def _describe_sweep(home: Home, name: str) -> list[str] | None:
     if doc is None or doc.get("kind") != "SweepStatus":
         return None
     status = doc.get("status") or {}
-    meta = doc.get("metadata") or {}
     now = time.time()
-    lines: list[tuple[str, str]] = [("Name", name)]
-    if meta.get("labels"):
-        lines.append(("Labels", ", ".join(f"{k}={v}" for k, v in meta["labels"].items())))
-    lines.append(("Manifest", str(status.get("manifest") or "-")))
-    created = from_rfc3339(meta.get("creationTimestamp"))
-    if created:
-        lines.append(("Created", f"{meta['creationTimestamp']} ({format_age(now - created)} ago)"))
+    lines = _record_head(name, doc, now)
     for key, label in (("phase", "Phase"), ("reason", "Reason"), ("message", "Message"),
                        ("children", "Jobs"), ("parallelism", "Parallelism")):
         if status.get(key) not in (None, ""):
@@ -128,6 +132,47 @@ def _describe_sweep(home: Home, name: str) -> list[str] | None:
             out.append(f"  {printable(child):<{max(len(c) for c in children) + 2}}{printable(phase)}")
     out.extend(_event_lines(aggregate(read_events(home, f"sweep/{name}"))[-10:], now))
     return out
+
+
+def _describe_reservation(home: Home, name: str) -> list[str] | None:
+    doc = read_status(home, name)
+    if doc is None or doc.get("kind") != "ReservationStatus":
+        return None
+    status = doc.get("status") or {}
+    now = time.time()
+    lines = _record_head(name, doc, now)
+    for key, label in (("phase", "Phase"), ("reason", "Reason"), ("message", "Message")):
+        if status.get(key) not in (None, ""):
+            lines.append((label, str(status[key])))
+    lines.append(("Users", ", ".join(status.get("users") or []) or "-"))
+    lines.append(("GPUs", ",".join(str(d) for d in status.get("devices") or []) or "-"))
+    for key, label in (("start", "Start"), ("end", "End")):
+        moment = from_rfc3339(status.get(key))
+        if moment is not None:
+            lines.append((label, time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(moment))))
+    width = max(len(k) for k, _ in lines) + 2
+    out = [f"{k + ':':<{width}}{printable(v)}" for k, v in lines]
+    out.extend(_event_lines(aggregate(read_events(home, f"reservation/{name}"))[-10:], now))
+    return out
+
+
+def _record_head(name: str, doc: dict, now: float) -> list[tuple[str, str]]:
+    """Name, labels, manifest and age of a Sweep's or a Reservation's status document."""
+    status, meta = doc.get("status") or {}, doc.get("metadata") or {}
+    lines: list[tuple[str, str]] = [("Name", name)]
+    if meta.get("labels"):
+        lines.append(("Labels", ", ".join(f"{k}={v}" for k, v in meta["labels"].items())))
+    lines.append(("Manifest", str(status.get("manifest") or "-")))
+    created = from_rfc3339(meta.get("creationTimestamp"))
+    if created:
+        lines.append(("Created", f"{meta['creationTimestamp']} ({format_age(now - created)} ago)"))
+    return lines
+
+
+def _live_reservations(home: Home) -> list[str]:
+    """The reservations that hold GPUs now or later: ``r1: GPUs 0,2 reserved for alice ...``."""
+    rows = (read_index(home) or {}).get("reservations") or {}
+    return [f"{name}: {row.get('message', '')}" for name, row in sorted(rows.items()) if row.get("phase") in ("Pending", "Active")]
 
 
 def _event_lines(events: list[dict], now: float) -> list[str]:
@@ -165,7 +210,7 @@ def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:
         parts = [f"{k}={v}" for k, v in res.items()]
         lines.append(("Resources", ", ".join(parts)))
     for key, label in (("sharing", "Sharing"), ("priority", "Priority"), ("timeLimit", "Time Limit"),
-                       ("backoffLimit", "Backoff Limit"), ("startAfter", "Start After"),
+                       ("backoffLimit", "Backoff Limit"), ("startAfter", "Start After"), ("idleTimeout", "Idle Timeout"),
                        ("suspend", "Suspend"), ("cancelled", "Cancelled")):
         if key in spec:
             lines.append((label, str(spec[key])))

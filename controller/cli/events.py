@@ -15,7 +15,7 @@ import time
 from typing import Any, Iterable, Iterator
 
 from controller.api.units import format_age
-from controller.cli.common import CliError, parse_refs, printable
+from controller.cli.common import EVERY_KIND, CliError, parse_refs, printable
 from controller.model.records import from_rfc3339
 from controller.paths import Home
 from controller.util.jsonlog import parse_lines, previous_of
@@ -24,13 +24,14 @@ POLL = 0.2
 
 
 def parse_target(text: str | None) -> str | None:
-    """``job/NAME``, ``sweep/NAME`` or a bare ``NAME`` (a job) -> the ``object`` events carry."""
+    """``job/NAME``, ``sweep/NAME``, ``reservation/NAME`` or a bare ``NAME`` (a job) -> the ``object``
+    events carry."""
     if not text:
         return None
     try:
-        kind, name = parse_refs([text])[0]
+        kind, name = parse_refs([text], kinds=EVERY_KIND)[0]
     except CliError:
-        raise CliError(f"--for {text!r}: use job/NAME or sweep/NAME") from None
+        raise CliError(f"--for {text!r}: use job/NAME, sweep/NAME or reservation/NAME") from None
     return f"{kind}/{name}"
 
 

@@ -1,4 +1,4 @@
-"""``gflowctl explain job[.spec.FIELD...]``: field docs generated from the Job JSON schema."""
+"""``gflowctl explain job|reservation[.spec.FIELD...]``: field docs generated from the models' JSON schemas."""
 
 from __future__ import annotations
 
@@ -11,12 +11,17 @@ from controller.cli.common import CliError
 
 def explain(path: str) -> int:
     parts = path.split(".")
-    if parts[0].lower() not in ("job", "jobs"):
-        raise CliError(f"unknown resource type {parts[0]!r}; use job")
-    schema = Job.model_json_schema(by_alias=True)
+    if parts[0].lower() in ("reservation", "reservations"):
+        from controller.api.reservation import Reservation as model  # lazy: only explain reservation needs it
+    elif parts[0].lower() in ("job", "jobs"):
+        model = Job
+    else:
+        raise CliError(f"unknown resource type {parts[0]!r}; use job or reservation")
+    schema = model.model_json_schema(by_alias=True)
     defs = schema.get("$defs", {})
     node: dict[str, Any] = schema
-    trail = ["Job"]
+    kind = model.__name__
+    trail = [kind]
     for part in parts[1:]:
         node = _resolve(node, defs)
         props = node.get("properties", {})
@@ -28,7 +33,7 @@ def explain(path: str) -> int:
     description = node.get("description", "")
     resolved = _resolve(node, defs)
     description = description or resolved.get("description", "")
-    out = ["KIND:     Job", "VERSION:  gflow.dev/v1alpha1", ""]
+    out = [f"KIND:     {kind}", "VERSION:  gflow.dev/v1alpha1", ""]
     if len(trail) > 1:
         out += [f"FIELD:    {'.'.join(trail[1:])} <{_type(node, defs)}>", ""]
     out += ["DESCRIPTION:"]

@@ -1,4 +1,5 @@
-"""``gflowctl get jobs|gpus``: tables from the index (one JSON read), details from status files."""
+"""``gflowctl get jobs|sweeps|reservations|gpus``: tables from the index (one JSON read), details
+from status files."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 from controller.api.units import format_age
 from controller.cli.common import (
+    EVERY_KIND,
     CliError,
     is_tty,
     parse_refs,
@@ -23,11 +25,12 @@ from controller.paths import Home
 JOB_KINDS = ("jobs", "job", "j")
 GPU_KINDS = ("gpus", "gpu", "node", "nodes")
 SWEEP_KINDS = ("sweeps", "sweep")
+RESERVATION_KINDS = ("reservations", "reservation")
 EVENT_KINDS = ("events", "event", "ev")
 
 
 def get(home: Home, args) -> int:
-    if args.kind in JOB_KINDS + SWEEP_KINDS or "/" in args.kind:
+    if args.kind in JOB_KINDS + SWEEP_KINDS + RESERVATION_KINDS or "/" in args.kind:
         args.kind, args.names = _typed_names(args.kind, args.names)
     if args.kind in JOB_KINDS:
         selector = parse_selector_args(args.selector)
@@ -40,27 +43,30 @@ def get(home: Home, args) -> int:
         return _get_gpus(home, args)
     if args.kind in SWEEP_KINDS:
         return _get_sweeps(home, args)
+    if args.kind in RESERVATION_KINDS:
+        return _get_reservations(home, args)
     if args.kind in EVENT_KINDS:
         from controller.cli.events import get_events  # lazy: the events reader only for get events
 
         if args.names:
             raise CliError("get events takes no names; use --for job/NAME")
         return get_events(home, args.for_object, args.output, args.watch)
-    raise CliError(f"unknown resource type {args.kind!r}; use jobs, sweeps, gpus or events")
+    raise CliError(f"unknown resource type {args.kind!r}; use jobs, sweeps, reservations, gpus or events")
 
 
 def _typed_names(kind: str, names: list[str]) -> tuple[str, list[str]]:
     """``get jobs a job/b`` and ``get job/a job/b`` (what ``-o name`` prints): the kind and bare names."""
-    refs = parse_refs([kind, *names], type_first=True)
+    refs = parse_refs([kind, *names], type_first=True, kinds=EVERY_KIND)
     kinds = {k for k, _ in refs} or {resource_type(kind)}
     if len(kinds) > 1:
-        raise CliError("get lists one type at a time: " + " ".join(f"{k}/{n}" for k, n in refs if k == "sweep")
-                       + " are sweeps; use get sweeps")
+        other = sorted(kinds - {"job"})[0]
+        raise CliError("get lists one type at a time: " + " ".join(f"{k}/{n}" for k, n in refs if k == other)
+                       + f" are {other}s; use get {other}s")
     listed = kinds.pop()
     if resource_type(kind) not in (None, listed):
         others = " ".join(f"{k}/{n}" for k, n in refs)
         raise CliError(f"get {kind} lists {resource_type(kind)}s, not {others}; use get {listed}s")
-    return ("jobs" if listed == "job" else "sweeps"), [n for _, n in refs]
+    return f"{listed}s", [n for _, n in refs]
 
 
 def _print_documents(home: Home, names: list[str], single: bool, output: str) -> None:
@@ -93,30 +99,53 @@ def _print_documents(home: Home, names: list[str], single: bool, output: str) ->
 
 
 def _get_sweeps(home: Home, args) -> int:
-    sweeps = (read_index(home) or {}).get("sweeps", {})
-    missing = [n for n in args.names if n not in sweeps]
-    chosen = select_rows(sweeps, args.names, parse_selector_args(args.selector), args.phase)
+    def row_of(name: str, row: dict, now: float) -> list[str]:
+        counts = row.get("counts") or {}
+        return [
+            name, str(row.get("phase", "")), str(row.get("children", 0)), str(counts.get("Running", 0)),
+            str(counts.get("Succeeded", 0)), str(counts.get("Failed", 0)), format_age(now - float(row.get("created") or now)),
+        ]
+
+    return _get_records(home, args, "sweep", ["NAME", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE"], row_of)
+
+
+def _get_reservations(home: Home, args) -> int:
+    def row_of(name: str, row: dict, now: float) -> list[str]:
+        return [
+            name, ",".join(row.get("users") or []) or "-", ",".join(map(str, row.get("devices") or [])) or "-",
+            _local_time(row.get("start")), _local_time(row.get("end")), str(row.get("phase", "")),
+            format_age(now - float(row.get("created") or now)),
+        ] + ([str(row.get("message", ""))] if args.output == "wide" else [])
+
+    header = ["NAME", "USERS", "GPUS", "START", "END", "PHASE", "AGE"] + (["MESSAGE"] if args.output == "wide" else [])
+    return _get_records(home, args, "reservation", header, row_of)
+
+
+def _get_records(home: Home, args, kind: str, header: list[str], row_of) -> int:
+    """``get sweeps|reservations``: the index's rows of that kind as a table, names, or documents."""
+    rows = (read_index(home) or {}).get(f"{kind}s", {})
+    missing = [n for n in args.names if n not in rows]
+    chosen = select_rows(rows, args.names, parse_selector_args(args.selector), args.phase)
     if args.output == "name":
         for name, _ in chosen:
-            print(f"sweep/{name}")
+            print(f"{kind}/{name}")
     elif args.output in ("yaml", "json"):
         _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, args.output)
     elif chosen:
         now = time.time()
-        table = [["NAME", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE"]]
-        for name, row in chosen:
-            counts = row.get("counts") or {}
-            table.append([
-                name, str(row.get("phase", "")), str(row.get("children", 0)), str(counts.get("Running", 0)),
-                str(counts.get("Succeeded", 0)), str(counts.get("Failed", 0)),
-                format_age(now - float(row.get("created") or now)),
-            ])
-        _print_table(table)
+        _print_table([header] + [row_of(name, row, now) for name, row in chosen])
     elif not missing:
-        print("No sweeps found.", file=sys.stderr)
+        print(f"No {kind}s found.", file=sys.stderr)
     for name in missing:
-        print_error(f"sweep/{name} not found")
+        print_error(f"{kind}/{name} not found")
     return 1 if missing else 0
+
+
+def _local_time(ts: object) -> str:
+    """A window's edge as users write it: local time, to the minute."""
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(float(ts)))
 
 
 def _get_jobs(home: Home, args, selector) -> int:
@@ -219,7 +248,7 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
     now = time.time()
     header = ["NAME", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
     if wide:
-        header += ["CPUS", "EFFECTIVE", "ATTEMPT", "EXIT", "MANIFEST", "MESSAGE"]
+        header += ["CPUS", "EFFECTIVE", "ATTEMPT", "EXIT", "UTIL", "MANIFEST", "MESSAGE"]
     table = [header]
     for name, row in chosen:
         devices = row.get("devices") or []
@@ -235,11 +264,13 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
         if wide:
             exit_code = row.get("exitCode")
             effective = row.get("effectivePriority")
+            util = row.get("gpuUtil")  # the latest attempt's mean GPU utilization (status gpuUsage)
             line += [
                 str(row.get("cpus") or "-"),
                 "-" if effective is None else str(effective),
                 str(row.get("attempt", 0)),
                 "-" if exit_code is None else str(exit_code),
+                "-" if util is None else f"{round(util)}%",
                 str(row.get("manifest") or "-"),
                 str(row.get("message", "")),
             ]
@@ -315,8 +346,8 @@ def _redraw(path, table, interval: float = 0.2) -> int:
         return 0
 
 
-def _gpu_table(gpus: list[dict]) -> list[list[str]]:
-    table = [["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS"]]
+def _gpu_table(gpus: list[dict], reserved: dict[int, str] | None = None) -> list[list[str]]:
+    table = [["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS"] + (["RESERVED"] if reserved else [])]
     for gpu in gpus:
         util = gpu.get("utilization")
         table.append([
@@ -326,8 +357,27 @@ def _gpu_table(gpus: list[dict]) -> list[list[str]]:
             "-" if util is None else f"{util}%",
             str(gpu.get("state")),
             ",".join(gpu.get("jobs") or []) or "-",
-        ])
+        ] + ([reserved.get(gpu.get("index"), "-")] if reserved else []))
     return table
+
+
+def _reserved(home: Home) -> dict[int, str]:
+    """GPU index -> the reservations that hold it, ``alice 14:00-16:00 (r1)``, from the index."""
+    rows = (read_index(home) or {}).get("reservations") or {}
+    live = {n: r for n, r in rows.items() if r.get("phase") in ("Pending", "Active") and r.get("start") and r.get("end")}
+    if not live:
+        return {}
+    from datetime import datetime  # lazy: only when a reservation is there to show
+
+    from controller.decide.reservations import window_text  # lazy: as above
+
+    now, zone = time.time(), datetime.now().astimezone().tzinfo
+    out: dict[int, list[str]] = {}
+    for name, row in sorted(live.items(), key=lambda item: item[1]["start"]):
+        text = f"{','.join(row.get('users') or [])} {window_text(row['start'], row['end'], zone, now)} ({name})"
+        for device in row.get("devices") or []:
+            out.setdefault(int(device), []).append(text)
+    return {index: "; ".join(texts) for index, texts in out.items()}
 
 
 def _watch_gpus(home: Home, args) -> int:
@@ -336,7 +386,7 @@ def _watch_gpus(home: Home, args) -> int:
     if args.output is not None:
         raise CliError("get gpus -w prints a table; drop -o")
     if is_tty():
-        return _redraw(home.node_file, lambda: _gpu_table((read_node(home) or {}).get("gpus") or []))
+        return _redraw(home.node_file, lambda: _gpu_table((read_node(home) or {}).get("gpus") or [], _reserved(home)))
     seen: dict[str, list[str]] = {}
     first = True
     mtime: object = ()
@@ -348,7 +398,7 @@ def _watch_gpus(home: Home, args) -> int:
                 current = None
             if current != mtime:
                 mtime = current
-                table = _gpu_table((read_node(home) or {}).get("gpus") or [])
+                table = _gpu_table((read_node(home) or {}).get("gpus") or [], _reserved(home))
                 changed = [row for row in table[1:] if seen.get(row[0]) != row]
                 if first or changed:
                     lines = _format_table([table[0], *(table[1:] if first else changed)])
@@ -377,7 +427,7 @@ def _get_gpus(home: Home, args) -> int:
     if not gpus:
         print(f"No GPUs ({printable(node.get('inventory', 'unknown inventory'))}).", file=sys.stderr)
     else:
-        _print_table(_gpu_table(gpus))
+        _print_table(_gpu_table(gpus, _reserved(home)))
     for line in _node_footer(node):  # on stderr: stdout stays the table that scripts parse
         print(printable(line), file=sys.stderr)
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.cli.common import CliError, parse_refs, print_error, resource_type
+from controller.cli.common import EVERY_KIND, CliError, parse_refs, print_error, resource_type
 
 EPILOG = """examples:
   gflowctl run --gpus 1 -- python3 train.py   submit a command in one line (or: run train.sh)
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
     p = sub.add_parser("get", parents=[common], help="list jobs, GPUs or events")
-    p.add_argument("kind", help="jobs | sweeps | gpus (alias: node) | events")
+    p.add_argument("kind", help="jobs | sweeps | reservations | gpus (alias: node) | events")
     p.add_argument("names", nargs="*")
     p.add_argument("-o", "--output", choices=["wide", "yaml", "json", "name"])
     p.add_argument("-w", "--watch", action="store_true", help="keep watching for changes")
@@ -74,12 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tree", action="store_true", help="get jobs: dependencies and sweeps as a tree")
     p.add_argument("--for", dest="for_object", metavar="job/NAME", help="get events: only those of this job or sweep")
 
-    p = sub.add_parser("describe", parents=[common], help="show jobs or sweeps in detail")
-    p.add_argument("kind", help="job | sweep, or TYPE/NAME")
+    p = sub.add_parser("describe", parents=[common], help="show jobs, sweeps or reservations in detail")
+    p.add_argument("kind", help="job | sweep | reservation, or TYPE/NAME")
     p.add_argument("names", nargs="*", help="NAME... (or TYPE/NAME...)")
 
-    p = sub.add_parser("delete", parents=[common], help="delete jobs or sweeps (their manifests)")
-    p.add_argument("kind", nargs="?", help="job | sweep, or TYPE/NAME")
+    p = sub.add_parser("delete", parents=[common], help="delete jobs, sweeps or reservations (their manifests)")
+    p.add_argument("kind", nargs="?", help="job | sweep | reservation, or TYPE/NAME")
     p.add_argument("names", nargs="*")
     p.add_argument("-f", "--filename", action="append", default=[], help="delete the jobs this file defines")
 
@@ -117,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-l", "--selector", action="append", default=[], help="only jobs with these labels: k=v[,k2!=v2]")
     p.add_argument("-o", "--output", choices=["json"])
 
+    p = sub.add_parser("top", parents=[common], help="running jobs live: GPUs with util and memory, CPU, RSS, elapsed")
+    p.add_argument("--once", action="store_true", help="print once and exit (also when stdout is not a terminal)")
+    p.add_argument("--interval", default="2s", help="seconds between redraws (default 2s)")
+    p.add_argument("-l", "--selector", action="append", default=[], help="only jobs with these labels: k=v[,k2!=v2]")
+
     p = sub.add_parser("completion", parents=[common], help="print a shell completion script: bash, zsh or fish")
     p.add_argument("shell", choices=["bash", "zsh", "fish"])
 
@@ -143,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="simulate the policy of this config.yaml (as policy 'config')")
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.add_argument("--plot", metavar="DIR", help="write a Gantt chart and a wait-time CDF (PNG) here; needs matplotlib")
+    p.add_argument("--reservations", metavar="FILE", help="CSV: start_s,duration_s,devices,users (GPUs held for users)")
 
     p = sub.add_parser("mcp", parents=[common], help="serve gflow to AI agents: an MCP server on stdio (needs gflow-controller[mcp])")
     p.add_argument("--read-only", action="store_true", help="offer only the reading tools (no submit, cancel, ...)")
@@ -187,7 +193,7 @@ def run(argv: list[str]) -> int:
 
         return get(home, args)
     if verb == "describe":
-        refs = parse_refs([args.kind, *args.names], type_first=True)
+        refs = parse_refs([args.kind, *args.names], type_first=True, kinds=EVERY_KIND)
         if not refs:
             raise CliError(f"name what to describe: gflowctl describe {args.kind} NAME...")
         from controller.cli.describe import describe  # lazy: gflowctl loads only the verb it runs
@@ -199,7 +205,7 @@ def run(argv: list[str]) -> int:
         words = [args.kind, *args.names] if args.kind is not None else []
         # `delete -f FILE NAME...`: bare names beside -f are jobs, no type word needed
         type_first = not (args.filename and words and "/" not in words[0] and resource_type(words[0]) is None)
-        return delete(home, parse_refs(words, type_first=type_first), args.filename)
+        return delete(home, parse_refs(words, type_first=type_first, kinds=EVERY_KIND), args.filename)
     if verb == "logs":
         from controller.cli.logs import logs  # lazy: gflowctl loads only the verb it runs
 
@@ -236,6 +242,11 @@ def run(argv: list[str]) -> int:
         from controller.cli.stats import stats  # lazy: gflowctl loads only the verb it runs
 
         return stats(home, args.since, args.selector, args.output)
+
+    if verb == "top":
+        from controller.cli.top import top  # lazy: gflowctl loads only the verb it runs
+
+        return top(home, args.once, args.interval, args.selector)
 
     if verb == "export":
         from controller.cli.export import export  # lazy: gflowctl loads only the verb it runs

@@ -14,6 +14,7 @@ from controller.sim.simulator import (
     TraceError,
     named_policy,
     plot,
+    read_reservations,
     read_trace,
 )
 from controller.sim.simulator import simulate as run_simulation
@@ -39,13 +40,14 @@ def simulate(args: argparse.Namespace) -> int:
             raise CliError("--plot needs matplotlib: pip install 'gflow-controller[plot]' (or pip install matplotlib)") from None
     try:
         trace = read_trace(Path(args.trace))
+        reservations = read_reservations(Path(args.reservations)) if args.reservations else []
     except TraceError as exc:
         raise CliError(str(exc)) from None
     results = {}
     for name, policy in policies.items():
         jobs = [_fresh(j) for j in trace]
         try:
-            results[name] = run_simulation(jobs, args.gpus, policy, name, cpus)
+            results[name] = run_simulation(jobs, args.gpus, policy, name, cpus, reservations)
         except TraceError as exc:
             raise CliError(str(exc)) from None
     if args.output == "json":

@@ -10,8 +10,11 @@ Sources, read-only:
 Definitions (docs/operations.md): a *job* is an outcome -- a job reaching Succeeded, Failed or
 Cancelled (a rerun is another outcome); *success rate* = Succeeded / (Succeeded + Failed);
 *wait* = queueing (or becoming eligible again after a back-off) to start, per attempt;
-*runtime* = start to end, per finished attempt; *GPU-hours* = GPUs x hours of every attempt,
-running ones up to now, counted inside the window. Pure computation in :func:`compute`.
+*runtime* = start to end, per finished attempt; *GPU-hours* (allocated) = GPUs x hours of every
+attempt, running ones up to now, counted inside the window; *GPU-hours used* = the attempts'
+utilization-weighted GPU-hours (``gpuUsage``, sampled from NVML), the part inside the window in
+proportion; attempts whose GPUs were never sampled count as *unmeasured*, so ``used`` is compared
+with the allocated hours of measured attempts only. Pure computation in :func:`compute`.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def _from_index(rows: dict[str, dict], known: dict[tuple, list[float]], users, n
             "final": final, "start": start, "end": end, "created": row.get("created"),
             "wait": (start - row["created"]) if start and row.get("created") and (row.get("attempt") or 0) <= 1 else None,
             "gpus": row.get("gpus") or 0, "labels": row.get("labels") or {},
-            "user": users(row.get("manifest")), "running": not final,
+            "user": users(row.get("manifest")), "running": not final, "gpuUsed": row.get("gpuHoursUsed"),
         })
     return records, live
 
@@ -85,11 +88,13 @@ def compute(history: list[dict], rows: dict[str, dict], since: float, now: float
     peaks = []
     by_user: dict[str, dict[str, float]] = {}
     by_label: dict[str, dict[str, float]] = {}
+    total_used = total_measured = 0.0
     for r in attempts:
         start = r.get("start")
-        hours = 0.0
+        hours = used = measured = 0.0
         if start is not None:
             hours = (r.get("gpus") or 0) * max(0.0, float(r["end"]) - max(float(start), since)) / 3600
+            used, measured = _used_in_window(r, hours)
             if not r.get("running"):
                 runtimes.append(float(r["end"]) - float(start))
             if r.get("wait") is not None and float(start) >= since:
@@ -102,11 +107,19 @@ def compute(history: list[dict], rows: dict[str, dict], since: float, now: float
         total_cpu += cpu_hours
         if r.get("peakMemoryBytes"):
             peaks.append(float(r["peakMemoryBytes"]))
+        total_used += used
+        total_measured += measured
         groups = [(by_user, str(r.get("user") or "?"))]
         groups += [(by_label, f"{k}={v}") for k, v in sorted((r.get("labels") or {}).items())]
         for table, key in groups:
-            entry = table.setdefault(key, {"jobs": 0, "succeeded": 0, "failed": 0, "gpuHours": 0.0, "cpuHours": 0.0})
+            entry = table.setdefault(
+                key,
+                {"jobs": 0, "succeeded": 0, "failed": 0, "gpuHours": 0.0, "gpuHoursUsed": 0.0, "gpuHoursMeasured": 0.0,
+                 "cpuHours": 0.0},
+            )
             entry["gpuHours"] += hours
+            entry["gpuHoursUsed"] += used
+            entry["gpuHoursMeasured"] += measured
             entry["cpuHours"] += cpu_hours
             if final:
                 entry["jobs"] += 1
@@ -123,6 +136,8 @@ def compute(history: list[dict], rows: dict[str, dict], since: float, now: float
         "wait": {"mean": _mean(waits), "p95": _p95(waits), "count": len(waits)},
         "runtime": {"mean": _mean(runtimes), "p95": _p95(runtimes), "count": len(runtimes)},
         "gpuHours": total_hours,
+        "gpuHoursUsed": round(total_used, 3),
+        "gpuHoursMeasured": round(total_measured, 3),
         "cpuHours": round(total_cpu, 4),
         "peakMemory": {"mean": _mean(peaks), "max": max(peaks) if peaks else None, "count": len(peaks)},
         "byUser": {k: _rounded(v) for k, v in sorted(by_user.items())},
@@ -130,8 +145,23 @@ def compute(history: list[dict], rows: dict[str, dict], since: float, now: float
     }
 
 
+def _used_in_window(record: dict, hours: float) -> tuple[float, float]:
+    """(GPU-hours used, GPU-hours allocated that were measured) of one attempt inside the window:
+    its used hours in proportion to the share of its allocation that falls inside."""
+    used = record.get("gpuUsed")
+    if used is None or not hours:
+        return 0.0, 0.0
+    whole = (record.get("gpus") or 0) * max(0.0, float(record["end"]) - float(record["start"])) / 3600
+    return float(used) * (hours / whole if whole else 1.0), hours
+
+
 def _rounded(entry: dict[str, float]) -> dict[str, float]:
-    return {**entry, "gpuHours": round(entry["gpuHours"], 3), "cpuHours": round(entry["cpuHours"], 4)}
+    rounded = {k: round(entry[k], 3) for k in ("gpuHours", "gpuHoursUsed", "gpuHoursMeasured")}
+    return {**entry, **rounded, "cpuHours": round(entry["cpuHours"], 4)}
+
+
+def _used_text(used: float, measured: float) -> str:
+    return f"{used:.2f} ({100 * used / measured:.0f}%)" if measured else "-"
 
 
 def stats(home: Home, since_text: str, selector_items: list[str], output: str | None) -> int:
@@ -157,6 +187,13 @@ def stats(home: Home, since_text: str, selector_items: list[str], output: str | 
     return 0
 
 
+def _gpu_used_line(r: dict[str, Any]) -> str:
+    if not r["gpuHoursMeasured"]:
+        return "used: not measured (no GPU usage samples)"
+    return (f"{r['gpuHoursUsed']:.2f} used ({100 * r['gpuHoursUsed'] / r['gpuHoursMeasured']:.0f}% of the "
+            f"{r['gpuHoursMeasured']:.2f} measured; utilization-weighted)")
+
+
 def _print_summary(r: dict[str, Any], since_text: str) -> None:
     def dur(value):
         return "-" if value is None else format_duration(value)
@@ -171,7 +208,7 @@ def _print_summary(r: dict[str, Any], since_text: str) -> None:
         f"Success rate:  {rate}  (succeeded / (succeeded + failed))",
         f"Queue wait:    mean {dur(r['wait']['mean'])}, p95 {dur(r['wait']['p95'])}  ({r['wait']['count']} starts)",
         f"Runtime:       mean {dur(r['runtime']['mean'])}, p95 {dur(r['runtime']['p95'])}  ({r['runtime']['count']} attempts)",
-        f"GPU-hours:     {r['gpuHours']:.2f}",
+        f"GPU-hours:     {r['gpuHours']:.2f} allocated, {_gpu_used_line(r)}",
         f"CPU-hours:     {r['cpuHours']:.2f}  (CPU time measured by the attempts' cgroups)",
     ]
     if r["peakMemory"]["count"]:
@@ -181,11 +218,11 @@ def _print_summary(r: dict[str, Any], since_text: str) -> None:
     for title, table in (("USER", r["byUser"]), ("LABEL", r["byLabel"])):
         if not table:
             continue
-        rows = [[title, "JOBS", "SUCCEEDED", "FAILED", "GPU-HOURS", "CPU-HOURS"]]
+        rows = [[title, "JOBS", "SUCCEEDED", "FAILED", "CPU-HOURS", "GPU-HOURS", "USED"]]
         for key, e in sorted(table.items(), key=lambda kv: (-kv[1]["gpuHours"], kv[0])):
-            rows.append([printable(key), str(e["jobs"]), str(e["succeeded"]), str(e["failed"]), f"{e['gpuHours']:.2f}",
-                         f"{e.get('cpuHours', 0.0):.2f}"])
-        widths = [max(len(row[i]) for row in rows) for i in range(6)]
+            rows.append([printable(key), str(e["jobs"]), str(e["succeeded"]), str(e["failed"]), f"{e.get('cpuHours', 0.0):.2f}",
+                         f"{e['gpuHours']:.2f}", _used_text(e["gpuHoursUsed"], e["gpuHoursMeasured"])])
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines.append("")
         lines.extend("   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
     sys.stdout.write("\n".join(lines) + "\n")

@@ -168,6 +168,8 @@ def run_where_applied(home: Home, doc: Doc) -> Doc:
     folder), as sbatch would, not in the spec dir its copy lands in: when its ``workingDir`` is
     absent or relative, the copy gets that folder as an absolute ``workingDir`` (one line; the rest
     of the user's text is kept). A file already under the spec dir keeps its own folder's rule."""
+    if doc.kind == "reservation":
+        return doc  # nothing runs: no working directory
     source = Path.cwd() if doc.origin.startswith("<") else Path(os.path.abspath(doc.origin)).parent
     spec_dir = home.spec_dir.resolve()
     if spec_dir == source.resolve() or spec_dir in source.resolve().parents:

@@ -75,8 +75,9 @@ def check_documents(
             if why:
                 doc["warning"] = f"job/{result.name} can never start: {why}"
             docs.append(doc)
-        elif not isinstance(result, Rejection):  # a Sweep
-            docs.append({"name": result.name, "kind": "sweep", "index": index})
+        elif not isinstance(result, Rejection):  # a Sweep or a Reservation
+            kind = "reservation" if hasattr(result, "reservation") else "sweep"
+            docs.append({"name": result.name, "kind": kind, "index": index})
         else:
             errors.append(result.message)
     return {"docs": docs, "errors": errors}

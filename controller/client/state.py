@@ -131,7 +131,7 @@ def manifest_owners(home: Home) -> Callable[[str | None], str]:
 
 def find_manifest(home: Home, name: str, kind: str = "job") -> Path | None:
     """The manifest file that defines ``name``: from its status, else ``<spec-dir>/<name>.yaml``."""
-    rows = job_rows(home) if kind == "job" else ((read_index(home) or {}).get("sweeps") or {})
+    rows = job_rows(home) if kind == "job" else ((read_index(home) or {}).get(f"{kind}s") or {})
     row = rows.get(name)
     if row and row.get("manifest"):
         candidate = Path(row["manifest"])

@@ -53,7 +53,7 @@ class Controller:
         self.clock = clock
         self.runtime = runtime or make_runtime(home, config)
         self.policy = policy_from_config(config)  # backfill, aging, fair share, quotas: fixed for this run
-        self.observer = SnapshotBuilder(home, config, inventory, self.runtime, self.policy)
+        self.observer = SnapshotBuilder(home, config, inventory, self.runtime, self.policy, clock)
         self.recorder = Recorder(home, clock)
         self.writer = PassWriter(home, self.recorder, inventory.describe, getattr(self.runtime, "limits_summary", lambda: None))
         self.sinks = sinks  # controller.sinks.hooks.Sinks: history, metrics, webhooks
@@ -110,7 +110,7 @@ class Controller:
     # -- the loop ----------------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.memory = Memory(*self.recorder.load())
+        self.memory = Memory.loaded(*self.recorder.load())
         # The controller holds many long-lived objects (parsed manifests, states); the default GC
         # rescans them all every few thousand allocations. Collect young objects less often; after
         # the first pass, move what start-up loaded out of the collector's way (gc.freeze).
@@ -143,6 +143,8 @@ class Controller:
                         next_resync = time.monotonic() + 1.0
                     if again:
                         continue
+                if self.observer.usage_dirty:
+                    self._write_gpu_usage()
                 if self.writer.index_due is not None and time.monotonic() >= self.writer.index_due:
                     try:
                         self.writer.write_index()
@@ -221,6 +223,13 @@ class Controller:
         wake_at = self._record(snapshot, plan, now, full, began)
         return wake_at, plan.again or acted.again
 
+    def _write_gpu_usage(self) -> None:
+        self.observer.usage_dirty = False
+        try:
+            self.recorder.write_gpu_usage(self.observer.sampler.dump())
+        except OSError as exc:  # a full disk: statistics only; the next sample tries again
+            log.debug("could not write %s: %s", self.home.gpu_usage_file, exc)
+
     def _prune(self, expired) -> list[str]:
         return prune_manifests(expired, within=self.home.spec_dir)
 
@@ -253,7 +262,8 @@ class Controller:
             self.passes += 1
             return now + delay if plan.wake_at is None else min(plan.wake_at, now + delay)
         if self.sinks is not None:  # cheap, never raises: see controller/sinks/hooks.py
-            self.sinks.after_pass(previous_states, plan, snapshot.runs, plan.admission, now, time.perf_counter() - began)
+            self.sinks.after_pass(previous_states, plan, snapshot.runs, plan.admission, now, time.perf_counter() - began,
+                                  snapshot.gpu_usage)
         self.passes += 1
         if self.passes == 1:
             gc.freeze()

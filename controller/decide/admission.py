@@ -15,9 +15,9 @@ from pydantic import BaseModel
 
 from controller.api.job import Job
 from controller.api.names import document_name, is_valid_name
-from controller.decide.hashes import spec_hashes
+from controller.decide.hashes import document_hash, spec_hashes
 from controller.decide.sweeps import expand
-from controller.model.documents import AdmissionResult, AdmittedJob, Rejection
+from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedReservation, AdmittedSweep, Rejection
 from controller.model.plan import Snapshot
 from controller.model.reasons import Reason
 from controller.util.yamlio import line_of, roundtrip_documents
@@ -48,7 +48,7 @@ def validate_document(
     if kind != "Job":
         line = _line(text, doc_index, ("kind",))
         return Rejection(
-            name, Reason.Invalid, f"kind: {kind!r} is not supported; use Job or Sweep ({_where(source, line)})", source, path, doc_index, mtime_ns
+            name, Reason.Invalid, f"kind: {kind!r} is not supported; use Job, Sweep or Reservation ({_where(source, line)})", source, path, doc_index, mtime_ns
         )
     meta = data.get("metadata")
     if single and stem is not None and name == stem and not (isinstance(meta, dict) and "name" in meta):
@@ -73,11 +73,46 @@ def validate_document(
 
 
 def validate_any(data: Any, **kwargs: Any) -> list[Any]:
-    """One document of any kind -> [AdmittedJob] | [AdmittedSweep, *children] | [Rejection]."""
+    """One document of any kind -> [AdmittedJob] | [AdmittedSweep, *children] | [AdmittedReservation]
+    | [Rejection]."""
     if isinstance(data, dict) and data.get("kind") == "Sweep":
         kwargs.pop("known_hashes", None)  # children's hashes are computed as they expand
         return _validate_sweep(data, **kwargs)
+    if isinstance(data, dict) and data.get("kind") == "Reservation":
+        kwargs.pop("known_hashes", None)
+        return [_validate_reservation(data, **kwargs)]
     return [validate_document(data, **kwargs)]
+
+
+def _validate_reservation(
+    data: dict, *, source: str, path: str, stem: str | None, single: bool, doc_index: int = 0,
+    text: str | None = None, owner_uid: int = -1, mtime_ns: int = 0,
+) -> AdmittedReservation | Rejection:
+    """A Reservation's schema; whether it fits the machine is decided each pass (decide/reservations.py)."""
+    from controller.api.reservation import Reservation  # lazy: only a Reservation document needs its model
+    name, _ = document_name(data, stem, single)
+    reservation = _validated(Reservation, data, name, source=source, path=path, doc_index=doc_index, text=text, mtime_ns=mtime_ns)
+    if isinstance(reservation, Rejection):
+        return reservation
+    return AdmittedReservation(name, reservation, source, path, doc_index, document_hash(reservation.spec), owner_uid, mtime_ns)
+
+
+def _validated(model: Any, data: dict, name: str | None, *, source: str, path: str, doc_index: int, text: str | None, mtime_ns: int) -> Any:
+    """``data`` as ``model`` (a Sweep or a Reservation), or a Rejection naming every error, or the
+    name a document in a file of several must have."""
+    try:
+        document = model.model_validate(data)
+    except Exception as exc:  # pydantic.ValidationError; imported lazily with the models
+        errors = getattr(exc, "errors", None)
+        if errors is None:
+            raise
+        message = _describe_errors(errors(), text, doc_index, source, root=model)
+        return Rejection(name, Reason.Invalid, message, source, path, doc_index, mtime_ns)
+    if name is None:
+        where = _where(source, _line(text, doc_index, ("metadata",)))
+        message = f"metadata.name: required for a {model.__name__} in a file with several documents ({where})"
+        return Rejection(None, Reason.Invalid, message, source, path, doc_index, mtime_ns)
+    return document
 
 
 def _validate_sweep(
@@ -94,17 +129,9 @@ def _validate_sweep(
 ) -> list[Any]:
     from controller.api.sweep import Sweep  # lazy: only a Sweep document needs its model
     name, _ = document_name(data, stem, single)
-    try:
-        sweep = Sweep.model_validate(data)
-    except Exception as exc:
-        errors = getattr(exc, "errors", None)
-        if errors is None:
-            raise
-        message = _describe_errors(errors(), text, doc_index, source, root=Sweep)
-        return [Rejection(name, Reason.Invalid, message, source, path, doc_index, mtime_ns)]
-    if name is None:
-        where = _where(source, _line(text, doc_index, ("metadata",)))
-        return [Rejection(None, Reason.Invalid, f"metadata.name: required for a Sweep in a file with several documents ({where})", source, path, doc_index, mtime_ns)]
+    sweep = _validated(Sweep, data, name, source=source, path=path, doc_index=doc_index, text=text, mtime_ns=mtime_ns)
+    if isinstance(sweep, Rejection):
+        return [sweep]
     try:
         expanded = expand(sweep, name, source=source, path=path, doc_index=doc_index, owner_uid=owner_uid, mtime_ns=mtime_ns)
     except ValueError as exc:  # a child's spec is invalid after substitution
@@ -131,6 +158,7 @@ def admit_observed(snap: Snapshot) -> AdmissionResult:
     # a resync, or a change that needs every document (duplicates, sweeps, cycles)
     current = {name: st.manifest for name, st in snap.states.items() if st.manifest and not st.owner}
     current.update({name: sw.manifest for name, sw in snap.sweep_states.items() if sw.manifest})
+    current.update({name: r.manifest for name, r in snap.reservation_states.items() if r.manifest})
     return admit(manifests.documents, current, **facts)
 
 
@@ -184,8 +212,10 @@ def _contest(result: AdmissionResult, by_name: dict[str, list[Any]], current_sou
             result.jobs[name] = winner
         elif isinstance(winner, Rejection):
             result.rejected[name] = winner
-        else:
+        elif isinstance(winner, AdmittedSweep):
             result.sweeps[name] = winner
+        else:
+            result.reservations[name] = winner
     return losers
 
 
@@ -196,7 +226,10 @@ def _admit_children(result: AdmissionResult, children: list[AdmittedJob]) -> lis
         sweep = result.sweeps.get(child.owner or "")
         if sweep is None or sweep.path != child.path or sweep.doc_index != child.doc_index:
             continue  # its sweep lost a duplicate-name contest or is being rejected
-        clash = result.jobs.get(child.name) or result.rejected.get(child.name) or result.sweeps.get(child.name)
+        clash = (
+            result.jobs.get(child.name) or result.rejected.get(child.name) or result.sweeps.get(child.name)
+            or result.reservations.get(child.name)
+        )
         if clash is not None:
             losers.append((child, clash))
             result.duplicates.setdefault(child.name, []).append(child.source)
@@ -247,6 +280,7 @@ def admit_changes(
         warnings=list(previous.warnings),
         duplicates=dict(previous.duplicates),
         sweeps=previous.sweeps,
+        reservations=previous.reservations,
         ttl_jobs=previous.ttl_jobs,
         serial=serial,
         base=previous.serial,
@@ -292,14 +326,16 @@ def _patchable(
     if len(set(came_names)) != len(came_names):
         return None
     for name in came_names:  # nothing that stays may already define the name
-        for holder in (previous.jobs.get(name), previous.rejected.get(name), previous.sweeps.get(name)):
+        for holder in (
+            previous.jobs.get(name), previous.rejected.get(name), previous.sweeps.get(name), previous.reservations.get(name)
+        ):
             if holder is not None and id(holder) not in gone_ids:
                 return None
     return involved
 
 
 def check_environment(doc: Any, controller_uid: int | None, conda: bool) -> Any:
-    if not isinstance(doc, AdmittedJob):
+    if not isinstance(doc, (AdmittedJob, AdmittedReservation)):
         return doc
     if controller_uid not in (None, 0) and doc.owner_uid not in (-1, controller_uid):
         return Rejection(
@@ -308,7 +344,7 @@ def check_environment(doc: Any, controller_uid: int | None, conda: bool) -> Any:
             f"its own user's jobs; run gflowd as root to serve several users ({doc.source})",
             doc.source, doc.path, doc.doc_index, doc.mtime_ns,
         )
-    if doc.spec.conda_env and not conda:
+    if isinstance(doc, AdmittedJob) and doc.spec.conda_env and not conda:
         return Rejection(
             doc.name, Reason.Invalid,
             f"spec.condaEnv: conda is not installed here (not on gflowd's PATH); install it or remove condaEnv ({doc.source})",

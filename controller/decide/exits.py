@@ -3,7 +3,7 @@ turn into Succeeded, Failed, a retry after back-off, or back to Pending.
 
 Pure. A stop gflowd asked for is never the job's failure: it does not count against
 ``backoffLimit`` (Suspended, Preempted and UserCancelled return the job or cancel it; a time limit
-or GPU-memory overuse fails it with that reason, once).
+GPU-memory overuse or an idleTimeout fails it with that reason, once).
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ def record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | Non
     state.ended_attempt = max(state.ended_attempt, run.attempt)
     state.conditions = remove_condition(state.conditions, Condition.Terminating)
     state.conditions = remove_condition(state.conditions, Condition.SpecOutdated)
+    for finding in (Condition.GPUsUnused, Condition.GPUIdle, Condition.GPUMemoryNearLimit):  # about a running attempt
+        state.conditions = remove_condition(state.conditions, finding)
     state.exit_code = run.exit_code
     state.completion_time = run.finished_at
     state.usage = dict(run.usage or {})
@@ -97,6 +99,11 @@ def _gpu_memory(state: JobState, run: RunObservation, stop: dict | None, how: st
     state.message = f"attempt {run.attempt} stopped: {stop['message'] if stop else 'over its gpuMemory'} ({how})"
 
 
+def _idle(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+    state.phase, state.reason = Phase.Failed, Reason.IdleTimeout
+    state.message = f"attempt {run.attempt} stopped: {stop['message'] if stop else 'idle for its idleTimeout'} ({how})"
+
+
 def _deleted(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
     state.phase, state.reason, state.message = Phase.Cancelled, Reason.Deleted, f"manifest deleted; stopped ({how})"
 
@@ -108,6 +115,7 @@ STOPPED = {
     StopReason.Preempted: _preempted,
     StopReason.DeadlineExceeded: _deadline,
     StopReason.GPUMemoryExceeded: _gpu_memory,
+    StopReason.IdleTimeout: _idle,
     StopReason.Deleted: _deleted,
 }
 

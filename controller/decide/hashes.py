@@ -23,3 +23,8 @@ def spec_hashes(job: Job) -> tuple[str, str]:
     rerun = job.metadata.annotations.get(RERUN_ANNOTATION, "")
     run_part = {k: v for k, v in spec.items() if k not in CONTROL_FIELDS}
     return _hash([spec, rerun]), _hash([run_part, rerun])
+
+
+def document_hash(spec: Any) -> str:
+    """The spec hash of a document of another kind (a Reservation): any semantic change bumps it."""
+    return _hash(spec.model_dump(mode="json", by_alias=True))

@@ -8,6 +8,7 @@ unchanged job can be carried over as the very same object (see ``reconcile.chang
 from __future__ import annotations
 
 from controller.decide.exits import already_recorded, record_exit
+from controller.decide.gpu_usage import final_usage
 from controller.decide.running import request_stop, running
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob, Rejection
@@ -58,6 +59,7 @@ def step(plan: Plan, snap: Snapshot, name: str, now: float, now_text: str) -> Pe
         return None
     if run is not None:
         _ended(plan, state, job, run)
+        final_usage(state, snap, run, now)
     elif state.phase == Phase.Running:
         _lost(state, now)
     if state.phase in TERMINAL_PHASES and not _rerun(plan, state, job):

@@ -23,6 +23,7 @@ from controller.decide.policy import (
     quota_table,
     user_of,
 )
+from controller.decide.reservations import fence_queue
 from controller.decide.running import request_stop
 from controller.decide.scheduler import build_slots, preemption_victims, schedule
 from controller.model.conditions import find_condition, remove_condition, set_condition
@@ -55,6 +56,7 @@ def schedule_pending(plan: Plan, snap: Snapshot, pending: list[Pending], now: fl
     _order(plan, snap, pending, now)  # 2. queue order: priority, aging, fair share
     ready = admissible(plan, snap, pending, now)  # 3. the gates
     requests = [_request(job, snap, quotas) for _, job in ready]
+    requests = fence_queue(requests, [job.owner_uid for _, job in ready], plan, snap, now)  # reservations
     decisions = _bind(plan, snap, ready, requests, quotas, now, now_text)  # 4. bind (and preempt)
     started = _start_or_queue(plan, snap, ready, decisions, now, now_text)  # 5. start or queue
     # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"

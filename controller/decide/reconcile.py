@@ -16,6 +16,7 @@ from controller.decide.admission import admit_observed
 from controller.decide.expiry import expire
 from controller.decide.lifecycle import finish, step
 from controller.decide.queue import schedule_pending
+from controller.decide.reservations import reservation_statuses
 from controller.decide.sweep_status import sweep_statuses
 from controller.model.documents import AdmissionResult
 from controller.model.plan import Event, Plan, Snapshot
@@ -45,6 +46,7 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
             plan.states.pop(name, None)
     now_text = rfc3339(now) or ""
     pending = [waiting for name in sorted(names) if (waiting := step(plan, snap, name, now, now_text)) is not None]
+    reservation_statuses(plan, snap, now)  # before the queue: it fences jobs off reserved GPUs
     schedule_pending(plan, snap, pending, now, now_text, names)
     for state, _job in pending:
         finish(plan, snap.states.get(state.name), state)

@@ -1,5 +1,5 @@
 """A running attempt, each pass: take in what the runtime knows of it, and decide whether it must
-stop (cancelled, suspended, deleted, over its time limit or its GPU memory, preempted).
+stop (cancelled, suspended, deleted, over its time limit or its GPU memory, idle, preempted).
 
 Pure. A stop is a request (``Plan.stops``) plus a ``Terminating`` condition that says why; the
 request is repeated every pass until the attempt has ended (level-triggered).
@@ -8,6 +8,7 @@ request is repeated every pass until the attempt has ended (level-triggered).
 from __future__ import annotations
 
 from controller.api.units import format_duration, format_quantity
+from controller.decide.gpu_usage import gpu_findings, idle_stop
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob
 from controller.model.plan import Event, Plan, RunObservation, Snapshot, Stop
@@ -25,12 +26,13 @@ def running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, 
     _adopt(state, run)
     grace = spec.termination_grace_period if spec.termination_grace_period is not None else snap.default_grace
     deadline = (state.start_time or run.started_at) + spec.time_limit if spec.time_limit is not None and not run.queued else None
-    stop = _stop_wanted(state, job, snap, deadline, now)
+    stop = _stop_wanted(state, job, run, snap, deadline, now)
     if stop is not None:
         request_stop(plan, state, run, stop[0], stop[1], grace, now_text)
     elif deadline is not None:
         plan.wake(deadline)
     _gpu_health(plan, state, snap, now_text)
+    gpu_findings(plan, state, job, run, snap, now, now_text)
     if find_condition(state.conditions, Condition.Terminating) is None:
         if run.queued:
             state.phase, state.reason, state.message = Phase.Pending, run.queued, run.message
@@ -57,7 +59,7 @@ def _adopt(state: JobState, run: RunObservation) -> None:
 
 
 def _stop_wanted(
-    state: JobState, job: AdmittedJob, snap: Snapshot, deadline: float | None, now: float
+    state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, deadline: float | None, now: float
 ) -> tuple[str, str] | None:
     """(reason, why) when the attempt must stop; a stop under way goes on with its own reason."""
     spec = job.spec
@@ -73,7 +75,7 @@ def _stop_wanted(
     over = _gpu_memory_overuse(state, job, snap)
     if over is not None:
         return StopReason.GPUMemoryExceeded, over
-    return None
+    return idle_stop(state, job, run, snap, now)
 
 
 def _spec_outdated(plan: Plan, state: JobState, job: AdmittedJob, now_text: str) -> None:

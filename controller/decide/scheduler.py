@@ -22,6 +22,9 @@ Rules, in order:
   - ``firstfit``: nothing is held; any job that fits starts (what greedy schedulers do; starves
     big jobs).
 - A job that can never fit on this machine is ``Unschedulable``, with the numbers.
+- Reservations (``kind: Reservation``): a request's ``fenced`` GPUs are not for it this pass
+  (``controller.decide.reservations`` says which); when they are all that keeps it from fitting,
+  it waits with reason ``Reserved`` and holds nothing.
 
 The queue order (priority, aging, fair share) is the caller's: see ``controller.decide.policy``.
 """
@@ -124,6 +127,8 @@ def schedule(
         reserved_at = run.reserved_at
         ends_in_time = reserved_at < math.inf and req.time_limit is not None and now + req.time_limit <= reserved_at
         key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, run.version, ends_in_time, req.cpus)
+        if req.fenced or req.preferred:  # reserved GPUs kept from it or for it: its own shape
+            key += (req.fenced, req.fenced_why, req.preferred)
         if key in waits and not (quota_checks and req.quota_keys):
             result[req.name] = waits[key]
         else:
@@ -174,12 +179,20 @@ class _Pass:
             self.result[req.name] = self.waits[key]
             return
         room = [s for s in usable_ever if _has_room(s, req)]
+        if req.fenced:
+            room, unfenced_room = [s for s in room if s.index not in req.fenced], room
+            usable_ever = [s for s in usable_ever if s.index not in req.fenced]  # what it may hold
         open_room = room if ends_in_time else [s for s in room if s.index not in self.held]
         if len(open_room) >= req.gpus and self.cores is not None and not self.cores.allows(req):
             self.version += 1  # a core reservation may be placed: later shapes see it
             self.result[req.name] = self.waits[key] = self.cores.wait(req)
         elif len(open_room) >= req.gpus:
             self._bind(req, open_room, ends_in_time)
+        elif req.fenced and len(unfenced_room) >= req.gpus:
+            # it would fit but for a Reservation: say so, and hold nothing for it
+            free = f"{len(room)} free for it" if room else "none free for it"
+            wait = Wait(Reason.Reserved, f"needs {_count(req.gpus)}, {free}: {req.fenced_why}") if self.reasons else _NO_REASON
+            self.result[req.name] = self.waits[key] = wait
         else:
             self._wait(req, key, typed, usable_ever, room)
 
@@ -197,6 +210,10 @@ class _Pass:
             in_held = [s for s in open_room if s.index in self.held]
             if len(in_held) >= req.gpus:
                 open_room = in_held
+        if req.preferred:  # reserved GPUs it may use first: the others stay open for everyone
+            in_reserved = [s for s in open_room if s.index in req.preferred]
+            if len(in_reserved) >= req.gpus:
+                open_room = in_reserved
         chosen = _choose(open_room, req, self.strategy, self.topology)
         ends = self.now + req.time_limit if req.time_limit is not None else math.inf
         for slot in chosen:

@@ -1,4 +1,4 @@
-"""Manifest documents as admission judged them: an admitted Job or Sweep, or a Rejection with
+"""Manifest documents as admission judged them: an admitted Job, Sweep or Reservation, or a Rejection with
 the message users see; and the result of judging every document of the spec dir at once."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the schema, for annotations only: model imports nothing of ours at run time
     from controller.api.job import Job
+    from controller.api.reservation import Reservation
     from controller.api.sweep import Sweep
 
 
@@ -65,6 +66,25 @@ class AdmittedSweep:
         return self.sweep.spec.parallelism
 
 
+@dataclass(frozen=True)
+class AdmittedReservation:
+    """A schema-valid Reservation; whether it fits the machine and the other reservations is decided
+    each pass (``controller.decide.reservations``)."""
+
+    name: str
+    reservation: "Reservation"
+    source: str
+    path: str
+    doc_index: int
+    spec_hash: str
+    owner_uid: int = -1
+    mtime_ns: int = 0
+
+    @property
+    def spec(self):
+        return self.reservation.spec
+
+
 @dataclass
 class AdmissionResult:
     jobs: dict[str, AdmittedJob] = field(default_factory=dict)
@@ -74,6 +94,7 @@ class AdmissionResult:
     # name -> sources of documents that lost a duplicate-name contest, for a condition on the winner
     duplicates: dict[str, list[str]] = field(default_factory=dict)
     sweeps: dict[str, AdmittedSweep] = field(default_factory=dict)
+    reservations: dict[str, AdmittedReservation] = field(default_factory=dict)
     ttl_jobs: int = 0  # admitted jobs with their own ttlSecondsAfterFinished: expiry has work to do
     serial: int = 0  # which pass admitted it: the caller numbers them, nothing global counts here
     base: int | None = None  # set by admit_changes: the serial of the result this one patches...

@@ -10,6 +10,7 @@ class GpuProcess:
     pid: int
     used_memory: int = 0
     name: str = ""
+    utilization: int | None = None  # percent of the GPU's SMs this process used lately; None: NVML cannot say
 
 
 @dataclass(frozen=True)

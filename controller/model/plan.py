@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from datetime import timezone, tzinfo
 from typing import Iterable
 
-from controller.model.documents import AdmissionResult, AdmittedJob, Rejection
+from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedReservation, Rejection
 from controller.model.gpus import Gpu
 from controller.model.policy import Policy
-from controller.model.records import JobState, SweepState
+from controller.model.records import JobState, ReservationState, SweepState
 from controller.model.scheduling import CorePool, GpuSlot
+from controller.model.usage import AttemptUsage, UsageSettings
 
 DEFAULT_GRACE = 10.0
 GIB = 2**30
@@ -109,6 +110,8 @@ class Host:
     user_names: dict[int, str] = field(default_factory=dict)  # manifest owner uid -> name (quotas)
     local_tz: tzinfo = timezone.utc  # how a ``startAfter`` without an offset is read
     cores: frozenset[int] = frozenset()  # the CPU cores jobs may be pinned to (gflowd's affinity); empty: not booked
+    # user names a Reservation lists -> uid; None: no such user (Rejected). A name not looked up is absent.
+    user_ids: dict[str, int | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -138,6 +141,9 @@ class Snapshot:
     manifests: Manifests = field(default_factory=Manifests)
     host: Host = field(default_factory=Host)
     serial: int = 0  # the pass's number: names its admission, so the next pass knows what it patched
+    gpu_usage: dict[str, AttemptUsage] = field(default_factory=dict)  # running attempts' sampled GPU usage
+    usage_settings: UsageSettings = field(default_factory=UsageSettings)  # windows of GPUsUnused, GPUIdle, idleTimeout
+    reservation_states: dict[str, ReservationState] = field(default_factory=dict)
 
 
 @dataclass
@@ -154,12 +160,15 @@ class Plan:
     cores: CorePool | None = None  # CPU cores as this pass leaves them (node.yaml); None: not booked
     sweeps: dict[str, SweepState] = field(default_factory=dict)  # every sweep that still exists
     removed_sweeps: list[str] = field(default_factory=list)
-    expired: list[AdmittedJob] = field(default_factory=list)  # finished jobs whose manifests to delete
+    expired: list[AdmittedJob | AdmittedReservation] = field(default_factory=list)  # finished jobs (and expired
+    # reservations) whose manifests to delete
     wake_at: float | None = None  # the next time a pass is due even if nothing changes
     again: bool = False  # a decision here unblocks others (e.g. a dependency ended): pass again now
     unsettled: set[str] = field(default_factory=set)  # jobs not finished or rejected: the next Snapshot's
     looked_at: set[str] = field(default_factory=set)  # every other record is carried over unchanged
     admission: AdmissionResult | None = None  # what this pass admitted: the next Snapshot's ``previous``
+    reservations: dict[str, ReservationState] = field(default_factory=dict)  # every reservation that still exists
+    removed_reservations: list[str] = field(default_factory=list)
 
     def wake(self, when: float) -> None:
         self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
@@ -174,7 +183,13 @@ class Memory:
     sweep_states: dict[str, SweepState] = field(default_factory=dict)
     admission: AdmissionResult | None = None
     unsettled: set[str] | None = None
+    reservation_states: dict[str, ReservationState] = field(default_factory=dict)
+
+    @classmethod
+    def loaded(cls, states: dict[str, JobState], sweeps: dict[str, SweepState], reservations: dict[str, ReservationState]) -> "Memory":
+        """What a starting gflowd knows: the records its status files hold."""
+        return cls(states, sweeps, reservation_states=reservations)
 
     @classmethod
     def after(cls, plan: Plan) -> "Memory":
-        return cls(plan.states, plan.sweeps, plan.admission, plan.unsettled)
+        return cls(plan.states, plan.sweeps, plan.admission, plan.unsettled, plan.reservations)

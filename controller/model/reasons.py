@@ -97,6 +97,21 @@ class SweepReason(StrEnum):
     ChildrenPending = "ChildrenPending"
 
 
+class ReservationPhase(StrEnum):
+    Pending = "Pending"  # the window has not opened yet
+    Active = "Active"
+    Expired = "Expired"  # the window has closed: kept like a finished job, never blocks anything
+    Rejected = "Rejected"
+
+
+class ReservationReason(StrEnum):
+    Upcoming = "Upcoming"
+    WindowOpen = "WindowOpen"
+    WindowClosed = "WindowClosed"
+    Overlap = "Overlap"  # a GPU it needs is reserved for others in an overlapping window
+    Unsatisfiable = "Unsatisfiable"  # more GPUs than the machine has, a GPU it lacks, an unknown user
+
+
 class Condition(StrEnum):
     """Condition types of a job's status (``status.conditions[].type``)."""
 

@@ -73,6 +73,10 @@ class JobState:
     cpus: int = 0  # resources.cpus: whole cores asked for (0: none booked)
     cores: list[int] = field(default_factory=list)  # the cores bound to the latest attempt (its cpuset)
     usage: dict[str, Any] = field(default_factory=dict)  # the latest ended attempt's cgroup counters
+    # the latest attempt's GPU usage as the status shows it (decide/gpu_usage.py: usage_summary);
+    # replaced whole, never mutated, so copies may share it
+    gpu_usage: dict[str, Any] | None = None
+    idle_warning: float | None = None  # when the idleTimeout warning was given (once per idle spell)
 
     def copy(self) -> "JobState":
         # runs per job per pass: a dict copy is ~15x cheaper than dataclasses.replace or deepcopy
@@ -116,6 +120,8 @@ class JobState:
             "queuePosition": self.queue_position,
             "effectivePriority": self.effective_priority if self.phase == "Pending" else None,
             "conditions": [dict(c) for c in self.conditions],
+            "gpuUsage": self.gpu_usage,
+            "idleWarningTime": rfc3339(self.idle_warning),
         }
         status = {k: v for k, v in status.items() if v is not None and v != [] or k in ("devices", "conditions")}
         meta: dict[str, Any] = {"name": self.name, "creationTimestamp": rfc3339(self.created)}
@@ -164,11 +170,13 @@ class JobState:
             effective_priority=status.get("effectivePriority"),
             conditions=[dict(c) for c in status.get("conditions") or []],
             owner=next((o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Sweep"), None),
+            gpu_usage=dict(status["gpuUsage"]) if isinstance(status.get("gpuUsage"), dict) else None,
+            idle_warning=from_rfc3339(status.get("idleWarningTime")),
         )
 
     def summary(self) -> dict[str, Any]:
         """The row ``gflowctl get jobs`` shows, kept in the index file."""
-        return {
+        row = {
             "phase": self.phase,
             "reason": self.reason,
             "message": self.message,
@@ -189,6 +197,62 @@ class JobState:
             "owner": self.owner,
             "dependsOn": self.depends_on or None,
         }
+        if self.gpu_usage:  # get jobs -o wide's UTIL, stats' GPU-hours used
+            row["gpuUtil"] = self.gpu_usage.get("utilMean")
+            row["gpuHoursUsed"] = self.gpu_usage.get("gpuHoursUsed")
+        return row
+
+
+def _record_document(kind: str, record: Any, own: dict[str, Any]) -> dict[str, Any]:
+    """The status document of a Sweep's or a Reservation's record: what every such record has, then ``own``."""
+    meta: dict[str, Any] = {"name": record.name, "creationTimestamp": rfc3339(record.created)}
+    if record.labels:
+        meta["labels"] = dict(record.labels)
+    meta["annotations"] = {SPEC_HASH: record.spec_hash}
+    status = {
+        "phase": record.phase,
+        "reason": record.reason,
+        "message": record.message,
+        "observedGeneration": record.generation,
+        "manifest": record.manifest,
+        **own,
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": meta,
+        "status": {k: v for k, v in status.items() if v is not None},
+    }
+
+
+def _record_fields(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields every Sweep or Reservation record has, read back from its status document, and the
+    document's ``status`` for the rest."""
+    meta = data.get("metadata") or {}
+    status = data.get("status") or {}
+    common = {
+        "name": str(meta["name"]),
+        "phase": status.get("phase", "Pending"),
+        "reason": status.get("reason", ""),
+        "message": status.get("message", ""),
+        "manifest": status.get("manifest"),
+        "created": from_rfc3339(meta.get("creationTimestamp")) or 0.0,
+        "labels": dict(meta.get("labels") or {}),
+        "generation": int(status.get("observedGeneration", 0)),
+        "spec_hash": str((meta.get("annotations") or {}).get(SPEC_HASH, "")),
+    }
+    return common, status
+
+
+def _record_summary(record: Any) -> dict[str, Any]:
+    return {
+        "phase": record.phase,
+        "reason": record.reason,
+        "message": record.message,
+        "created": record.created,
+        "labels": record.labels,
+        "manifest": record.manifest,
+    }
 
 
 @dataclass
@@ -209,56 +273,79 @@ class SweepState:
     spec_hash: str = ""
 
     def to_status(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {"name": self.name, "creationTimestamp": rfc3339(self.created)}
-        if self.labels:
-            meta["labels"] = dict(self.labels)
-        meta["annotations"] = {SPEC_HASH: self.spec_hash}
-        status = {
-            "phase": self.phase,
-            "reason": self.reason,
-            "message": self.message,
-            "observedGeneration": self.generation,
-            "manifest": self.manifest,
+        return _record_document("SweepStatus", self, {
             "children": len(self.children),
             "counts": dict(self.counts),
             "parallelism": self.parallelism,
             "childNames": list(self.children),
-        }
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "SweepStatus",
-            "metadata": meta,
-            "status": {k: v for k, v in status.items() if v is not None},
-        }
+        })
 
     @classmethod
     def from_status(cls, data: dict[str, Any]) -> "SweepState":
-        meta = data.get("metadata") or {}
-        status = data.get("status") or {}
+        common, status = _record_fields(data)
         return cls(
-            name=str(meta["name"]),
-            phase=status.get("phase", "Pending"),
-            reason=status.get("reason", ""),
-            message=status.get("message", ""),
-            manifest=status.get("manifest"),
-            created=from_rfc3339(meta.get("creationTimestamp")) or 0.0,
-            labels=dict(meta.get("labels") or {}),
+            **common,
             children=[str(c) for c in status.get("childNames") or []],
             counts={str(k): int(v) for k, v in (status.get("counts") or {}).items()},
             parallelism=status.get("parallelism"),
-            generation=int(status.get("observedGeneration", 0)),
-            spec_hash=str((meta.get("annotations") or {}).get(SPEC_HASH, "")),
         )
 
     def summary(self) -> dict[str, Any]:
         return {
-            "phase": self.phase,
-            "reason": self.reason,
-            "message": self.message,
+            **_record_summary(self),
             "children": len(self.children),
             "counts": dict(self.counts),
-            "created": self.created,
-            "labels": self.labels,
-            "manifest": self.manifest,
             "parallelism": self.parallelism,
+        }
+
+
+@dataclass
+class ReservationState:
+    """The record of one Reservation (``status/<name>.yaml``, kind ReservationStatus): its window as
+    resolved (``+1h`` counts from ``created``), the GPUs it holds, and where it stands."""
+
+    name: str
+    phase: str = "Pending"  # Pending | Active | Expired | Rejected
+    reason: str = ""
+    message: str = ""
+    manifest: str | None = None
+    created: float = 0.0
+    labels: dict[str, str] = field(default_factory=dict)
+    users: list[str] = field(default_factory=list)
+    devices: list[int] = field(default_factory=list)
+    start: float | None = None
+    end: float | None = None
+    generation: int = 0
+    spec_hash: str = ""
+    completion_time: float | None = None  # when it expired: its TTL counts from here
+
+    def to_status(self) -> dict[str, Any]:
+        return _record_document("ReservationStatus", self, {
+            "users": list(self.users),
+            "devices": list(self.devices),
+            "start": rfc3339(self.start),
+            "end": rfc3339(self.end),
+            "completionTime": rfc3339(self.completion_time),
+        })
+
+    @classmethod
+    def from_status(cls, data: dict[str, Any]) -> "ReservationState":
+        common, status = _record_fields(data)
+        return cls(
+            **common,
+            users=[str(u) for u in status.get("users") or []],
+            devices=[int(d) for d in status.get("devices") or []],
+            start=from_rfc3339(status.get("start")),
+            end=from_rfc3339(status.get("end")),
+            completion_time=from_rfc3339(status.get("completionTime")),
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """The row ``gflowctl get reservations`` shows, kept in the index file."""
+        return {
+            **_record_summary(self),
+            "users": list(self.users),
+            "devices": list(self.devices),
+            "start": self.start,
+            "end": self.end,
         }

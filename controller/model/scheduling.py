@@ -19,6 +19,9 @@ class Request:
     time_limit: float | None = None  # seconds; None: unknown, so never backfilled into a reservation
     quota_keys: tuple[str, ...] = ()  # quota groups it counts against, e.g. ``user alice``
     cpus: int = 0  # whole cores (resources.cpus); 0: none booked
+    fenced: frozenset[int] = frozenset()  # GPUs a Reservation keeps from it now (decide/reservations.py)...
+    fenced_why: str = ""  # ...and the message naming them, their users and window
+    preferred: frozenset[int] = frozenset()  # reserved GPUs it may use: taken first, the others stay open
 
 
 @dataclass

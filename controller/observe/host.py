@@ -32,11 +32,25 @@ class LocalTime(tzinfo):
     def dst(self, dt: datetime | None) -> timedelta | None:
         return None
 
+    def fromutc(self, dt: datetime) -> datetime:
+        """UTC -> local wall time, as the C library converts it (what ``datetime.fromtimestamp(ts, tz)``
+        and ``astimezone`` call; the default needs ``dst()``, which this zone does not split out)."""
+        moment = dt.replace(tzinfo=timezone.utc).timestamp()
+        return datetime.fromtimestamp(moment).replace(tzinfo=self, fold=0)
+
     def tzname(self, dt: datetime | None) -> str:
         return time.strftime("%Z", time.localtime(datetime.now().timestamp() if dt is None else dt.replace(tzinfo=None).timestamp()))
 
     def __repr__(self) -> str:
         return "LocalTime()"
+
+
+def user_id(name: str) -> int | None:
+    """The uid of a user name, or None when the system has no such user."""
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
 
 
 def user_name(uid: int) -> str | None:
@@ -60,6 +74,7 @@ class HostFacts:
         self._want_names = want_user_names
         self._names: dict[int, str] = {}
         self._looked_up: set[int] = set()
+        self._ids: dict[str, int | None] = {}  # the users Reservations list
 
     def conda_available(self, refresh: bool = False) -> bool:
         if refresh or self._conda is None:
@@ -77,10 +92,23 @@ class HostFacts:
                     name = user_name(uid)
                     if name is not None:
                         self._names[uid] = name
+        self._reservation_users(full, owners)
         return Host(
             controller_uid=self.controller_uid,
             conda_available=self.conda_available(refresh=full),
             user_names=self._names,
             local_tz=self.local_tz,
             cores=self.cores,
+            user_ids=self._ids,
         )
+
+    def _reservation_users(self, full: bool, documents: Iterable[object]) -> None:
+        """The uids of the users Reservations list (jobs are matched by uid); unknown ones are
+        looked up again on a resync, so a user created later is found."""
+        if full:
+            self._ids = {name: uid for name, uid in self._ids.items() if uid is not None}
+        for doc in documents:
+            reservation = getattr(doc, "reservation", None)
+            for name in reservation.spec.users if reservation is not None else ():
+                if name not in self._ids:
+                    self._ids = {**self._ids, name: user_id(name)}

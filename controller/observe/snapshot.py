@@ -6,20 +6,28 @@ Observes only: nothing here decides what a document, a GPU or a process means.
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from controller.model.gpus import Gpu
-from controller.model.plan import Manifests, Memory, Snapshot
+from controller.model.plan import Manifests, Memory, RunObservation, Snapshot
+from controller.model.usage import UsageSettings
+from controller.observe.gpu_usage import JobPids, UsageSampler
 from controller.observe.host import HostFacts
 from controller.observe.manifests import ManifestStore
 from controller.paths import Home
 
 GPU_REFRESH = 2.0  # seconds between inventory reads when nothing else asks for one
+log = logging.getLogger("gflowd")
 
 
 def _gpu_facts(gpus: list[Gpu]) -> tuple:
-    return tuple((g.index, g.uuid, g.healthy, g.memory_total, g.processes) for g in gpus)
+    # a process's utilization moves all the time; it decides something only through a usage sample
+    return tuple(
+        (g.index, g.uuid, g.healthy, g.memory_total, tuple((p.pid, p.used_memory, p.name) for p in g.processes))
+        for g in gpus
+    )
 
 
 class _AllDocuments:
@@ -36,7 +44,9 @@ class SnapshotBuilder:
     """Holds what observing keeps between passes (the parse cache, the last GPU read) and builds
     each pass's snapshot. ``config``: gflowd's settings (``controller.api.config``)."""
 
-    def __init__(self, home: Home, config: Any, inventory: Any, runtime: Any, policy: Any) -> None:
+    def __init__(
+        self, home: Home, config: Any, inventory: Any, runtime: Any, policy: Any, clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = ManifestStore(home.spec_dir, home.display, home.run_dir / "manifest-cache.json")
         self.config = config
         self.inventory = inventory
@@ -47,6 +57,16 @@ class SnapshotBuilder:
         self.gpus_read_at = -1e9  # monotonic time of the last inventory read
         self.gpus_dirty = True
         self.serial = 0  # the passes observed so far: the next snapshot's number
+        self.clock = clock
+        self.sampler = UsageSampler(config.gpu_sample_interval)
+        self.job_pids = JobPids(runtime.job_pids)
+        self.usage_dirty = False  # a sample was taken since the recorder last wrote run/gpu-usage.json
+        self.usage_settings = UsageSettings(config.unused_gpu_window, config.idle_gpu_window, config.idle_timeout)
+        self.runs: dict[str, RunObservation] = {}  # as the last pass saw them: what the next sample splits by job
+        try:
+            self.sampler.load(home.gpu_usage_file.read_text())
+        except OSError:
+            pass  # first start, or nothing was running: no samples to carry over
 
     def take(self, full: bool, dirty: set[str], memory: Memory, max_starts: int) -> Snapshot:
         """The snapshot of one pass: ``full`` re-checks every file, else only the ``dirty`` paths."""
@@ -65,7 +85,9 @@ class SnapshotBuilder:
         gone, came = self.store.take_changes()
         documents = _AllDocuments(self.store)
         host = self.host.read(full, documents if full else came)
-        runs = self.runtime.observe()
+        runs = self.runs = self.runtime.observe()
+        job_pids = self.runtime.job_pids() if any(g.processes for g in self.gpus) else {}
+        self._sample(lambda: self.job_pids.get(self.gpus, runs, self.clock(), fresh=job_pids))
         self.serial += 1
         config = self.config
         return Snapshot(
@@ -74,13 +96,14 @@ class SnapshotBuilder:
             runs=runs,
             gpus=self.gpus,
             allowed_gpus=set(config.gpus) if config.gpus is not None else None,
-            job_pids=self.runtime.job_pids() if any(g.processes for g in self.gpus) else {},
+            job_pids=job_pids,
             strategy=config.allocation_strategy,
             topology=topology,
             unmanaged_threshold=config.unmanaged_memory_threshold,
             ignore_processes=frozenset(config.ignore_processes),
             default_grace=config.termination_grace_period,
             sweep_states=memory.sweep_states,
+            reservation_states=memory.reservation_states,
             previous=memory.admission,
             unsettled=memory.unsettled,
             max_starts=max_starts,
@@ -91,6 +114,8 @@ class SnapshotBuilder:
             manifests=Manifests(documents, gone, came, full),
             host=host,
             serial=self.serial,
+            gpu_usage=self.sampler.usage(),
+            usage_settings=self.usage_settings,
         )
 
     def poll_gpus(self, mono: float) -> bool:
@@ -100,10 +125,29 @@ class SnapshotBuilder:
             return False
         gpus = self.inventory.read()
         self.gpus_read_at = mono
-        if _gpu_facts(gpus) == _gpu_facts(self.gpus):
-            return False  # utilization and memory used move all the time; they decide nothing
-        self.gpus_dirty = True
+        same = _gpu_facts(gpus) == _gpu_facts(self.gpus)
+        self.gpus = gpus
+        # utilization and memory used move all the time; they decide something only through the
+        # usage sample, when a job's GPU starts or stops being used
+        flipped = self._sample(lambda: self.job_pids.get(gpus, self.runs, self.clock()))
+        if same and not flipped:
+            return False
+        self.gpus_dirty = not same
         return True
+
+    def _sample(self, job_pids: Callable[[], dict[str, set[int]]]) -> bool:
+        """A GPU usage sample of the running jobs, when one is due; True if a finding may flip.
+        ``job_pids``: the jobs' process trees, asked for only when a sample is taken (a /proc walk)."""
+        now = self.clock()
+        if not self.sampler.due(now) or not (self.sampler.tracks or any(r.devices for r in self.runs.values())):
+            return False
+        try:
+            flipped = self.sampler.sample(self.gpus, job_pids(), self.runs, now)
+        except Exception:  # statistics: a bug here must not stop the loop
+            log.exception("GPU usage sample failed")
+            return False
+        self.usage_dirty = True
+        return flipped
 
     def gpus_are_dynamic(self) -> bool:
         return bool(self.gpus)

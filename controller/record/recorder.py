@@ -17,7 +17,7 @@ from controller import API_VERSION
 from controller.api.units import format_cpu_list as format_cores
 from controller.api.units import format_quantity
 from controller.model.plan import Event
-from controller.model.records import JobState, SweepState, rfc3339
+from controller.model.records import JobState, ReservationState, SweepState, rfc3339
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
 from controller.util.fsutil import atomic_write, fsync_dir
@@ -26,6 +26,13 @@ from controller.util.yamlio import YAMLSyntaxError, dump, load_one, load_own
 
 log = logging.getLogger("gflowd.recorder")
 EVENTS_MAX_BYTES = 10 * 1024 * 1024
+
+
+def _process_entry(process) -> dict:
+    entry = {"pid": process.pid, "usedMemory": format_quantity(process.used_memory) or "0"}
+    if process.utilization is not None:
+        entry["utilization"] = process.utilization
+    return entry
 
 
 def _index_row(name: str, state: JobState) -> bytes:
@@ -46,15 +53,17 @@ class Recorder:
         self.clock = clock  # the index's "updated": gflowd's injected clock, as every timestamp
         self.written: dict[str, JobState] = {}
         self.written_sweeps: dict[str, SweepState] = {}
+        self.written_reservations: dict[str, ReservationState] = {}
         self._rows: dict[str, bytes] = {}  # name -> the job's index entry as JSON, b'"name":{...}'
         self._order: list[str] | None = None  # names sorted, kept until the set of names changes
         self._node_text = ""
         self.status_writes = 0
 
-    def load(self) -> tuple[dict[str, JobState], dict[str, SweepState]]:
+    def load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
         """Rebuild the controller's memory from status files (at start-up)."""
         states: dict[str, JobState] = {}
         sweeps: dict[str, SweepState] = {}
+        reservations: dict[str, ReservationState] = {}
         for path in self.home.status_dir.glob("*.yaml"):
             try:
                 text = path.read_text()
@@ -68,6 +77,11 @@ class Recorder:
                         sweeps[sweep.name] = sweep
                         self.written_sweeps[sweep.name] = sweep
                     continue
+                if isinstance(data, dict) and data.get("kind") == "ReservationStatus":
+                    reservation = ReservationState.from_status(data)
+                    if reservation.name == path.stem:
+                        reservations[reservation.name] = self.written_reservations[reservation.name] = reservation
+                    continue
                 state = JobState.from_status(data)
             except (OSError, YAMLSyntaxError, KeyError, TypeError, ValueError, AttributeError) as exc:
                 log.warning("ignoring unreadable status file %s: %s", path, exc)
@@ -76,22 +90,29 @@ class Recorder:
                 continue
             states[state.name] = state
             self.written[state.name] = state
-        return states, sweeps
+        return states, sweeps, reservations
 
     def write_sweeps(self, sweeps: dict[str, SweepState], removed: Iterable[str]) -> bool:
+        return self._write_records(self.written_sweeps, sweeps, removed)
+
+    def write_reservations(self, reservations: dict[str, ReservationState], removed: Iterable[str]) -> bool:
+        return self._write_records(self.written_reservations, reservations, removed)
+
+    def _write_records(self, written: dict, records: dict, removed: Iterable[str]) -> bool:
+        """Status files of Sweeps or Reservations (``written``: as on disk) that changed; removed ones go."""
         changed = False
         for name in removed:
-            self.written_sweeps.pop(name, None)
+            written.pop(name, None)
             if name not in self.written:  # the name may have passed to a job meanwhile
                 self._remove_status(name)
             changed = True
-        for name, sweep in sweeps.items():
-            if self.written_sweeps.get(name) == sweep:
+        for name, record in records.items():
+            if written.get(name) == record:
                 continue
-            document = sweep.to_status()
+            document = record.to_status()
             atomic_write(self.home.status_file(name), dump(document))
             self._write_json(name, document)
-            self.written_sweeps[name] = sweep
+            written[name] = record
             changed = True
         return changed
 
@@ -179,7 +200,10 @@ class Recorder:
         rows = self._rows
         jobs = b",".join([rows[name] for name in self._order])
         sweeps = json.dumps({n: s.summary() for n, s in sorted(self.written_sweeps.items())}, separators=(",", ":"))
-        payload = b"".join([head.encode(), b',"jobs":{', jobs, b'},"sweeps":', sweeps.encode(), b"}"])
+        reservations = json.dumps({n: r.summary() for n, r in sorted(self.written_reservations.items())}, separators=(",", ":"))
+        payload = b"".join([
+            head.encode(), b',"jobs":{', jobs, b'},"sweeps":', sweeps.encode(), b',"reservations":', reservations.encode(), b"}",
+        ])
         atomic_write(self.home.index_file, payload, durable=False)
 
     def write_node(self, slots: list[GpuSlot], source: str, cores: CorePool | None = None, limits: str | None = None) -> None:
@@ -198,7 +222,7 @@ class Recorder:
                 "jobs": list(slot.jobs),
             }
             if gpu.processes:
-                entry["processes"] = [{"pid": p.pid, "usedMemory": format_quantity(p.used_memory) or "0"} for p in gpu.processes]
+                entry["processes"] = [_process_entry(p) for p in gpu.processes]
             if gpu.error:
                 entry["error"] = gpu.error
             gpus.append({k: v for k, v in entry.items() if v is not None})
@@ -214,6 +238,11 @@ class Recorder:
         if text != self._node_text:
             atomic_write(self.home.node_file, text)
             self._node_text = text
+
+    def write_gpu_usage(self, text: str) -> None:
+        """Running attempts' GPU usage samples (``observe.gpu_usage``): statistics, so no fsync; the
+        atomic rename still means a reader (gflowctl top) never sees half of it."""
+        atomic_write(self.home.gpu_usage_file, text, durable=False)
 
     def events(self, events: Iterable[Event], now: float) -> None:
         lines = []

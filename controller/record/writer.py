@@ -55,6 +55,7 @@ class PassWriter:
         only = None if full or failing else plan.looked_at
         changed = self.recorder.write_states(plan.states, plan.removed, only)
         changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
+        changed = self.recorder.write_reservations(plan.reservations, plan.removed_reservations) or changed
         after_statuses()
         if changed or full or first or failing:
             self.write_index(force=full or first or failing)

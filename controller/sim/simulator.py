@@ -11,6 +11,10 @@ incremental :class:`UsageLedger` (same figures as the controller's per-run sum).
 Trace: CSV with a header, columns ``submit_s,gpus,duration_s,time_limit_s,priority,user`` and
 optionally ``shared,gpu_memory_gib,cpus``. An empty ``time_limit_s`` means none. ``cpus`` (whole
 cores) are booked when the simulated machine has cores (``simulate --cpus N``), as gflowd books them.
+
+Reservations (optional): CSV with a header ``start_s,duration_s,devices,users`` (devices and users
+separated by spaces), fenced exactly as the controller fences them (``controller.decide.reservations``);
+window starts and ends are events too.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.decide.policy import UsageLedger, queue_key, quota_keys
+from controller.decide.reservations import Window, fence, next_boundary
 from controller.decide.scheduler import Binding, GpuSlot, QuotaUse, Request, schedule
 from controller.model.scheduling import CorePool
 from controller.model.gpus import Gpu
+from controller.model.plan import Host
 from controller.model.policy import Policy
 
 GIB = 2**30
@@ -86,12 +92,15 @@ def named_policy(name: str) -> Policy:
 REQUIRED = ("submit_s", "gpus", "duration_s", "time_limit_s", "priority", "user")
 
 
-def read_trace(path: Path) -> list[SimJob]:
+def _open_csv(path: Path):
     try:
-        handle = path.open(newline="")
+        return path.open(newline="")
     except OSError as exc:
         raise TraceError(f"{path}: {exc.strerror or exc}") from None
-    with handle:
+
+
+def read_trace(path: Path) -> list[SimJob]:
+    with _open_csv(path) as handle:
         reader = csv.reader(handle)
         header = [h.strip() for h in next(reader, [])]
         missing = [c for c in REQUIRED if c not in header]
@@ -148,13 +157,20 @@ def _parse_row(row: list[str], col: dict[str, int], index: int, line: int) -> Si
 # -- the simulation ----------------------------------------------------------------------------------
 
 
-def simulate(jobs: list[SimJob], gpus: int, policy: Policy, policy_name: str = "", cpus: int | None = None) -> Result:
+def simulate(
+    jobs: list[SimJob], gpus: int, policy: Policy, policy_name: str = "", cpus: int | None = None,
+    reservations: list[Window] | None = None,
+) -> Result:
     """Run the trace to the end; fills each job's start/end/devices and returns the metrics.
     ``cpus``: the machine's cores, booked by the jobs' ``cpus`` (None: not booked)."""
     too_big = next((j for j in jobs if j.gpus > gpus or (cpus is not None and j.cpus > cpus)), None)
     if too_big is not None:
         what = f"{too_big.gpus} GPUs; --gpus is {gpus}" if too_big.gpus > gpus else f"{too_big.cpus} CPUs; --cpus is {cpus}"
         raise TraceError(f"trace line {too_big.line}: the job needs {what}")
+    reservations = reservations or []
+    outside = next((w for w in reservations if max(w.devices) >= gpus), None)
+    if outside is not None:
+        raise TraceError(f"reservation {outside.name}: GPU {max(outside.devices)} does not exist; --gpus is {gpus}")
     slots = [GpuSlot(Gpu(i, f"GPU-sim-{i}", "simulated GPU", 80 * GIB), "Free") for i in range(gpus)]
     cores = CorePool(frozenset(range(cpus))) if cpus is not None else None
     requests = {
@@ -169,11 +185,12 @@ def simulate(jobs: list[SimJob], gpus: int, policy: Policy, policy_name: str = "
     running_on: dict[int, list[SimJob]] = {}  # GPU -> jobs on it
     next_arrival = 0
     now = 0.0
-    while next_arrival < len(jobs) or completions:
+    while next_arrival < len(jobs) or completions or (queue.waiting and next_boundary(reservations, now) < math.inf):
         # advance to the next event; everything at that instant is applied before one pass
         now = max(now, min(
             jobs[next_arrival].submit if next_arrival < len(jobs) else math.inf,
             completions[0][0] if completions else math.inf,
+            next_boundary(reservations, now) if queue.waiting and reservations else math.inf,
         ))
         while completions and completions[0][0] <= now:
             _, index = heapq.heappop(completions)
@@ -187,7 +204,11 @@ def simulate(jobs: list[SimJob], gpus: int, policy: Policy, policy_name: str = "
             continue
         quotas = {key: QuotaUse(policy.user_quotas[key[5:]], used) for key, used in quota_used.items()}
         free = sum(1 for s in slots if s.state in ("Free", "Shared"))
-        decisions = schedule(queue.ordered(now, free), slots, mode=policy.mode, now=now, quotas=quotas, reasons=False, cores=cores)
+        offered = queue.ordered(now, free)
+        live = [w for w in reservations if now < w.end]
+        if live:  # the same fence as the controller's queue: by the job's user
+            offered = (fence(r, jobs[int(r.name)].user, -1, live, _HOST, now) for r in offered)
+        decisions = schedule(offered, slots, mode=policy.mode, now=now, quotas=quotas, reasons=False, cores=cores)
         for name, decision in decisions.items():
             if not isinstance(decision, Binding):
                 continue
@@ -206,6 +227,27 @@ def simulate(jobs: list[SimJob], gpus: int, policy: Policy, policy_name: str = "
     if queue.waiting:  # nothing running, nothing arriving: they can never start
         raise TraceError(f"{queue.waiting} jobs can never start; check the quotas")
     return Result(jobs, gpus, policy_name, metrics(jobs, gpus))
+
+
+_HOST = Host()  # the simulator's users are names only
+
+
+def read_reservations(path: Path) -> list[Window]:
+    """``--reservations FILE``: CSV ``start_s,duration_s,devices,users`` (lists separated by spaces)."""
+    with _open_csv(path) as handle:
+        rows = list(csv.DictReader(handle))
+    windows = []
+    for line, row in enumerate(rows, start=2):
+        try:
+            start, duration = float(row["start_s"]), float(row["duration_s"])
+            devices = tuple(int(d) for d in (row["devices"] or "").split())
+            users = tuple((row["users"] or "").split())
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TraceError(f"{path} line {line}: needs start_s,duration_s,devices,users as numbers and lists ({exc})") from None
+        if duration <= 0 or not devices or not users:
+            raise TraceError(f"{path} line {line}: needs a duration_s > 0, at least one device and one user")
+        windows.append(Window(f"line {line}", users, devices, start, start + duration))
+    return windows
 
 
 class _Queue:

@@ -11,7 +11,10 @@ A line (keys kept short, ~250 bytes)::
 
     {"job": "train", "attempt": 1, "generation": 1, "phase": "Succeeded", "reason": "Completed",
      "final": true, "exitCode": 0, "created": 1.7e9, "start": 1.7e9, "end": 1.7e9, "wait": 3.2,
-     "gpus": 2, "devices": [0, 1], "user": "alice", "labels": {"team": "vision"}}
+     "gpus": 2, "devices": [0, 1], "user": "alice", "labels": {"team": "vision"}, "gpuUsed": 0.8}
+
+``gpuUsed``: utilization-weighted GPU-hours of the attempt (``status.gpuUsage.gpuHoursUsed``), when
+its GPUs were sampled (NVML); absent otherwise.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ def history_line(end) -> str:
         record["sweep"] = end.owner
     if end.usage:  # CPU time and peak memory from the attempt's cgroup
         record.update({k: end.usage[k] for k in ("cpuSeconds", "peakMemoryBytes") if end.usage.get(k) is not None})
+    if end.gpu_hours_used is not None:
+        record["gpuUsed"] = end.gpu_hours_used
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 

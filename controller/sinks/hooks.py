@@ -37,6 +37,7 @@ class PassRecord:
     admission: Any
     now: float
     duration: float
+    gpu_usage: dict[str, Any] = field(default_factory=dict)  # running attempts' sampled GPU usage (model.usage)
 
 
 # slots, not frozen: a pass that admits 10,000 new jobs makes 10,000 of these, and a frozen
@@ -77,6 +78,7 @@ class AttemptEnd:
     wait: float | None
     owner: str | None = None
     usage: dict | None = None  # {cpuSeconds, peakMemoryBytes} from the attempt's cgroup
+    gpu_hours_used: float | None = None  # utilization-weighted, when its GPUs were sampled (gpuUsage)
 
     @property
     def final(self) -> bool:
@@ -89,6 +91,11 @@ class PassFacts:
     started: list[Started] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
     ended: list[AttemptEnd] = field(default_factory=list)
+
+
+def _gpu_hours_used(state, attempt: int) -> float | None:
+    usage = state.gpu_usage if state is not None else None
+    return usage.get("gpuHoursUsed") if usage and usage.get("attempt") == attempt else None
 
 
 class Digest:
@@ -153,6 +160,7 @@ class Digest:
                 uid=job.owner_uid if job is not None else -1, generation=ref.generation if ref else 0,
                 created=ref.created if ref else 0.0, wait=self.waits.pop(name, None),
                 owner=ref.owner if ref else None, usage=run.usage,
+                gpu_hours_used=_gpu_hours_used(ref, run.attempt),
             ))
         for tr in facts.transitions:  # ended without an attempt of its own: cancelled, dependency failed
             state = tr.state
@@ -185,9 +193,11 @@ class Sinks:
         self.digest = Digest()
         self._failed: set[str] = set()
 
-    def after_pass(self, previous: dict, plan, runs: dict, admission, now: float, duration: float) -> None:
+    def after_pass(
+        self, previous: dict, plan, runs: dict, admission, now: float, duration: float, gpu_usage: dict | None = None,
+    ) -> None:
         try:
-            facts = self.digest.digest(PassRecord(previous, plan, runs, admission, now, duration))
+            facts = self.digest.digest(PassRecord(previous, plan, runs, admission, now, duration, gpu_usage or {}))
         except Exception:  # a bug here must not stop scheduling
             self._complain("digest")
             return

@@ -19,6 +19,9 @@ name                                           type       labels / meaning
 ``gflow_gpu_utilization_percent``              gauge      ``gpu``, ``uuid``, ``name`` (absent when unknown)
 ``gflow_gpu_allocated_jobs``                   gauge      ``gpu``: how many jobs hold it
 ``gflow_gpu_job_info``                         gauge      ``gpu``, ``job_name``: 1 for each job on each GPU
+``gflow_job_gpu_utilization_percent``         gauge      ``gpu``, ``job_name``: the job's processes' share, latest sample
+``gflow_job_gpu_memory_used_bytes``           gauge      ``gpu``, ``job_name``: the job's processes' GPU memory, latest sample
+``gflow_job_gpu_busy_seconds``                gauge      ``job_name``: utilization-weighted GPU-seconds of the running attempt
 ``gflow_queue_wait_seconds``                   histogram  time from queueing to start, per started attempt
 ``gflow_reconcile_duration_seconds``           histogram  duration of each reconcile pass
 ``gflow_jobs_started_total``                   counter    attempts started
@@ -60,7 +63,7 @@ GPU_STATES = ("Free", "Allocated", "Shared", "Unmanaged", "Restricted", "Unhealt
 # every reason a Pending job can have: the scheduler's, reconcile's and a cluster's (runtime/slurm.py)
 PENDING_REASONS = (
     "Resources", "Priority", "Dependency", "Suspended", "StartAfter", "Unschedulable", "GPUMemory", "BackOff",
-    "Quota", "Parallelism", "Preempted", "Queued", "Rerun", "Admitted", "Held",
+    "Quota", "Parallelism", "Preempted", "Queued", "Rerun", "Admitted", "Held", "Reserved",
 )
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))
 MEMORY_BUCKETS = tuple(float(2**n) for n in range(24, 42, 2)) + (float("inf"),)  # 16 MiB .. 2 TiB
@@ -71,12 +74,12 @@ class _SnapshotCollector:
     """Gauges computed at scrape time from the last snapshot the loop published."""
 
     def __init__(self) -> None:
-        # (job states, GPU slots, time) of the last pass: replaced whole, so a scrape reads one pass
-        self.current: tuple[dict, list, float] = ({}, [], 0.0)
+        # (job states, GPU slots, time, GPU usage) of the last pass: replaced whole, so a scrape reads one pass
+        self.current: tuple[dict, list, float, dict] = ({}, [], 0.0, {})
         self.cores = None  # the last pass's CorePool (None: cores are not booked)
 
     def collect(self):
-        states, slots, last_pass = self.current
+        states, slots, last_pass, usage = self.current
         for _ in range(3):
             try:
                 values = list(states.values())
@@ -131,9 +134,26 @@ class _SnapshotCollector:
             family.add_metric(["free"], len(cores.cores) - bound)
             family.add_metric(["bound"], bound)
             yield family
+        yield from _job_usage(usage)
         last = GaugeMetricFamily("gflow_reconcile_last_pass_timestamp_seconds", "Unix time the last reconcile pass ended.")
         last.add_metric([], last_pass)
         yield last
+
+
+def _job_usage(usage: dict):
+    """Per running job and bound GPU, the latest sample (``controller.model.usage.AttemptUsage``)."""
+    util = GaugeMetricFamily("gflow_job_gpu_utilization_percent", "GPU utilization by the job's processes (latest sample).",
+                             labels=["gpu", "job_name"])
+    memory = GaugeMetricFamily("gflow_job_gpu_memory_used_bytes", "GPU memory of the job's processes (latest sample).",
+                               labels=["gpu", "job_name"])
+    busy = GaugeMetricFamily("gflow_job_gpu_busy_seconds", "Utilization-weighted GPU-seconds of the running attempt.",
+                              labels=["job_name"])
+    for name, attempt in usage.items():
+        for gpu in attempt.gpus:
+            util.add_metric([str(gpu.index), name], gpu.util_last)
+            memory.add_metric([str(gpu.index), name], gpu.memory_last)
+        busy.add_metric([name], sum(g.busy_seconds for g in attempt.gpus))
+    yield from (util, memory, busy)
 
 
 class MetricsServer:
@@ -171,7 +191,7 @@ class MetricsServer:
 
     def consume(self, facts) -> None:
         record = facts.record
-        self.snapshot.current = (record.plan.states, record.plan.slots, time.time())
+        self.snapshot.current = (record.plan.states, record.plan.slots, time.time(), record.gpu_usage)
         self.snapshot.cores = record.plan.cores
         for end in facts.ended:
             usage = end.usage or {}

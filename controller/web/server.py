@@ -40,6 +40,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from controller.client.events import aggregate
 from controller.client.state import job_rows, manifest_owners, read_index, read_status
+from controller.client.usage import read_usage
 from controller.paths import Home, UnsafeName
 from controller.util.fsutil import atomic_write
 from controller.util.yamlio import load_one, load_own
@@ -102,15 +103,18 @@ def read_node(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def read_jobs(home: Home) -> tuple[dict[str, dict[str, Any]], float | None]:
-    """Every job's summary row and when gflowd last wrote the index. The index is a cache of the
-    status files; without it (gflowd never ran a pass, or it was removed) the status files are read."""
+def read_jobs(home: Home) -> tuple[dict[str, dict[str, Any]], float | None, dict[str, dict[str, Any]]]:
+    """Every job's summary row, when gflowd last wrote the index, and the reservations' rows. The
+    index is a cache of the status files; without it (gflowd never ran a pass, or it was removed)
+    the status files are read (and no reservation is drawn)."""
     index = read_index(home)
     if index is not None:
-        jobs = index.get("jobs")
-        updated = index.get("updated")
-        return (jobs if isinstance(jobs, dict) else {}), (updated if isinstance(updated, (int, float)) else None)
-    return job_rows(home), None
+        jobs, updated, reservations = index.get("jobs"), index.get("updated"), index.get("reservations")
+        return (
+            jobs if isinstance(jobs, dict) else {}, updated if isinstance(updated, (int, float)) else None,
+            reservations if isinstance(reservations, dict) else {},
+        )
+    return job_rows(home), None, {}
 
 
 def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> tuple[str | None, bool]:
@@ -175,7 +179,7 @@ class StateView:
         index = stat(self.home.index_file)
         # without an index, the status files are the source: their folder changes when one is replaced
         status = stat(self.home.status_dir) if index is None else None
-        return (index, status, stat(self.home.node_file), stat(self.home.events_file))
+        return (index, status, stat(self.home.node_file), stat(self.home.events_file), stat(self.home.gpu_usage_file))
 
     def render(self, hours: float | None) -> tuple[str, bytes]:
         """(ETag, JSON body) for a timeline of the last ``hours`` (None: fitted to the jobs)."""
@@ -188,13 +192,14 @@ class StateView:
             if cached is not None and cached[0] == key:
                 return cached[2], cached[3]
             began = time.monotonic()
-            jobs, updated = read_jobs(self.home)
+            jobs, updated, reservations = read_jobs(self.home)
             owner = manifest_owners(self.home)
             owners = {name: owner(row.get("manifest")) for name, row in jobs.items()
                       if row.get("phase") in ("Pending", "Running", "Rejected")}
             view = build_view(
                 read_node(self.home.node_file), jobs, read_events_tail(self.home.events_file),
-                now=now, hours=hours, updated=updated, host=self.host, owners=owners,
+                now=now, hours=hours, updated=updated, host=self.host, owners=owners, usage=read_usage(self.home),
+                reservations=reservations,
             )
             # "<" only occurs inside JSON strings: escaping it keeps the body inert even if some
             # client ever took it for HTML

@@ -14,6 +14,7 @@ from typing import Any
 
 from controller.api.units import parse_quantity
 from controller.client.events import aggregate
+from controller.client.usage import job_series
 from controller.model.records import from_rfc3339
 
 QUEUE_LIMIT = 200  # rows sent for the queue; the total is sent too
@@ -21,6 +22,7 @@ RUNNING_LIMIT = 500
 ATTENTION_LIMIT = 50
 EVENTS_LIMIT = 40  # rows of events, each a group of identical ones (x1500)
 SPANS_LIMIT = 5000  # timeline bars; the most recent are kept
+SERIES_POINTS = 60  # utilization samples drawn in a running bar
 FINISHED = ("Succeeded", "Failed", "Cancelled")
 FIT_MIN = 5 * 60.0  # a fitted timeline spans at least 5 minutes...
 FIT_MAX = 7 * 86400.0  # ...and at most 7 days
@@ -36,10 +38,13 @@ def build_view(
     updated: float | None = None,
     host: str = "",
     owners: dict[str, str] | None = None,
+    usage: dict[str, Any] | None = None,
+    reservations: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Everything the page renders, for a timeline window of the last ``hours`` before ``now``
     (None: the window that fits the jobs there are, :func:`fit_window`). ``owners``: job name ->
-    the user its manifest belongs to."""
+    the user its manifest belongs to; ``usage``: ``run/gpu-usage.json`` parsed (running jobs' samples);
+    ``reservations``: the index's reservation rows."""
     window_start = fit_window(jobs, now) if hours is None else now - hours * 3600.0
     owners = owners or {}
     gpus = [_gpu(g) for g in (node or {}).get("gpus") or [] if isinstance(g, dict)]
@@ -69,7 +74,10 @@ def build_view(
         "runningTotal": len(running),
         "attention": attention[:ATTENTION_LIMIT],
         "attentionTotal": len(attention),
-        "timeline": {**timeline(jobs, [g["index"] for g in gpus], window_start, now), "fitted": hours is None},
+        "timeline": {
+            **timeline(jobs, [g["index"] for g in gpus], window_start, now, usage, reservations or {}),
+            "fitted": hours is None,
+        },
         "events": [_event(e) for e in aggregate(events)[-EVENTS_LIMIT:]][::-1],
     }
 
@@ -173,14 +181,28 @@ def _event(group: dict[str, Any]) -> dict[str, Any]:
             "count": group["count"]}
 
 
+def _series(usage: dict[str, Any] | None, name: str, row: dict[str, Any], position: int) -> list[list[float]]:
+    """A running job's recent utilization on its ``position``-th GPU: [[time, util %]], at most SERIES_POINTS."""
+    points = [[when, float(point[position][0])] for when, point in job_series(usage or {}, name, row.get("attempt"))
+              if position < len(point)]
+    step = max(1, -(-len(points) // SERIES_POINTS))
+    return points[len(points) - 1::-step][::-1]  # thinned from the newest, which is always drawn
+
+
 def timeline(
-    jobs: dict[str, dict[str, Any]], gpu_indices: list[Any], window_start: float, now: float
+    jobs: dict[str, dict[str, Any]], gpu_indices: list[Any], window_start: float, now: float,
+    usage: dict[str, Any] | None = None,
+    reservations: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Per GPU, the bars of the jobs that held it during ``[window_start, now]``.
+    """Per GPU, the bars of the jobs that held it during ``[window_start, now]``, and the windows
+    of the reservations that hold it (``reserved``: those not over before ``window_start``, upcoming
+    ones included, so the page can mark them at its right edge).
 
     A bar is a job's latest attempt: ``startTime`` to ``completionTime`` on each of its
     ``devices``; a running job's bar has no end (the page draws it to its own clock). Bars that
-    overlap on one GPU (Shared jobs) go to separate lanes of that GPU's row.
+    overlap on one GPU (Shared jobs) go to separate lanes of that GPU's row. A bar carries the
+    attempt's mean GPU utilization (``util``, from its status) and, while it runs, its recent
+    samples on that GPU (``series``, from ``usage``), drawn inside the bar.
     """
     spans: list[dict[str, Any]] = []
     for name, row in jobs.items():
@@ -194,20 +216,40 @@ def timeline(
             continue  # finished without a recorded end: nothing honest to draw
         if (end is not None and end < window_start) or start > now:
             continue
-        for device in devices:
-            spans.append({"job": name, "gpu": device, "start": start, "end": end, "phase": phase})
+        util = _number(row.get("gpuUtil"))
+        for position, device in enumerate(devices):
+            span = {"job": name, "gpu": device, "start": start, "end": end, "phase": phase, "util": util}
+            if phase == "Running":
+                span["series"] = _series(usage, name, row, position)
+            spans.append(span)
     spans.sort(key=lambda s: (s["end"] is None, s["end"] or 0.0), reverse=True)
     truncated = len(spans) > SPANS_LIMIT
     spans = spans[:SPANS_LIMIT]
     by_gpu: dict[Any, list[dict[str, Any]]] = {index: [] for index in gpu_indices}
+    windows = reserved_windows(reservations or {}, window_start)
     for span in spans:
         by_gpu.setdefault(span["gpu"], []).append(span)
     rows = []
     for index in sorted(by_gpu, key=lambda i: (not isinstance(i, int), i if isinstance(i, int) else 0, str(i))):
         row_spans = sorted(by_gpu[index], key=lambda s: (s["start"], s["job"]))
         lanes = assign_lanes(row_spans)
-        rows.append({"gpu": index, "lanes": lanes, "spans": row_spans})
+        rows.append({"gpu": index, "lanes": lanes, "spans": row_spans, "reserved": windows.get(index, [])})
     return {"start": window_start, "end": now, "rows": rows, "truncated": truncated}
+
+
+def reserved_windows(reservations: dict[str, dict[str, Any]], window_start: float) -> dict[Any, list[dict[str, Any]]]:
+    """GPU index -> the windows of the accepted reservations holding it that end after ``window_start``."""
+    out: dict[Any, list[dict[str, Any]]] = {}
+    for name, row in sorted(reservations.items()):
+        start, end = _number(row.get("start")), _number(row.get("end"))
+        if row.get("phase") not in ("Pending", "Active", "Expired") or start is None or end is None or end < window_start:
+            continue
+        for device in row.get("devices") or []:
+            out.setdefault(device, []).append({
+                "name": name, "users": [_text(u) for u in row.get("users") or []], "start": start, "end": end,
+                "phase": _text(row.get("phase")),
+            })
+    return out
 
 
 def assign_lanes(spans: list[dict[str, Any]]) -> int:

@@ -43,7 +43,7 @@ def main() -> int:
     inventory = FakeInventory(Path(args.fake_gpus).absolute()) if args.fake_gpus else FakeInventory(Path("/nonexistent"))
     ctl = Controller(home, config, inventory)
     t = time.perf_counter()
-    ctl.memory = Memory(*ctl.recorder.load())
+    ctl.memory = Memory.loaded(*ctl.recorder.load())
     ctl.runtime.adopt()
     ctl.reconcile_once(full=True)
     print(f"# start-up (load + first full pass): {(time.perf_counter() - t) * 1000:.0f} ms, {len(ctl.states)} jobs", file=sys.stderr)

@@ -9,7 +9,8 @@
  *    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-...",
  *              "memoryTotal": 85899345920, "memoryUsed": 0,   // default: sum of processes
  *              "utilization": 12,                             // null/absent: NOT_SUPPORTED
- *              "processes": [{"pid": 4242, "usedMemory": 2147483648}],
+ *              "processes": [{"pid": 4242, "usedMemory": 2147483648,
+ *                             "utilization": 40}],            // per-process SM %: nvmlDeviceGetProcessUtilization
  *              "lost": false,                                 // true: GPU_IS_LOST everywhere
  *              "error": 0,                                    // code every call on a handle fails with
  *              "transientErrors": 0, "transientCode": 999,    // the next N per-device calls fail
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -32,7 +34,7 @@
 typedef int nvmlReturn_t;
 enum {
     NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
-    NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_TIMEOUT = 10, NVML_ERROR_GPU_IS_LOST = 15, NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
 };
@@ -45,6 +47,11 @@ typedef struct {
     unsigned long long usedGpuMemory;
     unsigned int gpuInstanceId, computeInstanceId;
 } nvmlProcessInfo_t; /* _v2 and _v3 share this layout (24 bytes) */
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp; /* microseconds since the epoch */
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
 #define NVML_MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
 
 /* ---------------------------------------------------------------- a tiny JSON reader */
@@ -206,7 +213,7 @@ static void jcopy(char *dst, size_t size, const jval *obj, const char *key, cons
 
 /* ---------------------------------------------------------------- the fake machine */
 
-typedef struct { unsigned pid; unsigned long long used; } fproc;
+typedef struct { unsigned pid; unsigned long long used; long long util; /* < 0: no sample */ } fproc;
 
 typedef struct {
     char name[96], uuid[96];
@@ -286,6 +293,7 @@ static int load(const char *path) {
             for (int m = 0; m < procs->n; m++) {
                 t->procs[m].pid = (unsigned)jint(&procs->items[m], "pid", 0);
                 t->procs[m].used = (unsigned long long)jint(&procs->items[m], "usedMemory", 0);
+                t->procs[m].util = jint(&procs->items[m], "utilization", -1);
                 sum += t->procs[m].used;
             }
             t->nproc = procs->n;
@@ -388,6 +396,7 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_TIMEOUT: return "Timeout";
@@ -516,6 +525,35 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsign
 }
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(void *device, unsigned int *infoCount, nvmlProcessInfo_t *infos) {
     return nvmlDeviceGetComputeRunningProcesses_v3(device, infoCount, infos);
+}
+
+/* Per-process utilization samples newer than lastSeenTimeStamp (us): one per process that has a
+ * "utilization", stamped now. None: NOT_FOUND, as the real driver answers. Same size protocol. */
+EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(void *device, nvmlProcessUtilizationSample_t *utilization,
+                                                    unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!processSamplesCount) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    unsigned long long stamp = (unsigned long long)now.tv_sec * 1000000ULL + (unsigned long long)now.tv_nsec / 1000ULL;
+    unsigned n = 0;
+    for (int k = 0; k < g->nproc; k++) n += g->procs[k].util >= 0;
+    if (n == 0 || stamp <= lastSeenTimeStamp) return leave(NVML_ERROR_NOT_FOUND);
+    unsigned have = *processSamplesCount;
+    *processSamplesCount = n;
+    if (!utilization || have < n) return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    unsigned m = 0;
+    for (int k = 0; k < g->nproc; k++) {
+        if (g->procs[k].util < 0) continue;
+        utilization[m].pid = g->procs[k].pid;
+        utilization[m].timeStamp = stamp;
+        utilization[m].smUtil = (unsigned)g->procs[k].util;
+        utilization[m].memUtil = utilization[m].encUtil = utilization[m].decUtil = 0;
+        m++;
+    }
+    return leave(NVML_SUCCESS);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(void *device1, void *device2, int *pathInfo) {

@@ -79,9 +79,12 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
         for proc in item.get("processes") or []:
             if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
                 raise ValueError(f"gpus[{index}].processes: each needs an integer pid")
-            processes.append(
-                GpuProcess(int(proc["pid"]), parse_quantity(proc.get("usedMemory", 0)), str(proc.get("name", "")))
-            )
+            utilization = proc.get("utilization")
+            if utilization is not None and (not isinstance(utilization, int) or not 0 <= utilization <= 100):
+                raise ValueError(f"gpus[{index}].processes: utilization must be an integer percent (0-100)")
+            processes.append(GpuProcess(
+                int(proc["pid"]), parse_quantity(proc.get("usedMemory", 0)), str(proc.get("name", "")), utilization,
+            ))
         health = item.get("health", "Ok")
         if health not in ("Ok", "Lost"):
             raise ValueError(f"gpus[{index}].health: must be Ok or Lost")

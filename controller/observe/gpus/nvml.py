@@ -23,6 +23,7 @@ T = TypeVar("T")
 # NVML return codes (nvml.h); numbers, so this module does not need pynvml to import.
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4
+NOT_FOUND = 6  # nvmlDeviceGetProcessUtilization: no sample since the timestamp (the processes were idle)
 INSUFFICIENT_SIZE = 7  # the process list grew between the size query and the fetch
 DRIVER_NOT_LOADED = 9
 TIMEOUT = 10
@@ -59,6 +60,7 @@ class NvmlInventory:
         self._known: dict[int, Gpu] = {}  # last good record per index: a lost GPU keeps its identity
         self._errors: dict[int | str, str] = {}  # last error logged per index (log changes, not every pass)
         self._topology: tuple[tuple[str, ...], dict[tuple[int, int], int]] | None = None
+        self._util_seen: dict[int, int] = {}  # per GPU: the newest process-utilization sample read (us)
         self._retrying = Retrying(
             stop=stop_after_attempt(ATTEMPTS),
             wait=wait_exponential(multiplier=0.01, max=0.05),
@@ -233,6 +235,9 @@ class NvmlInventory:
             utilization = self._utilization(handle)
             step = "nvmlDeviceGetComputeRunningProcesses"
             processes = self._processes(handle)
+            if processes:
+                step = "nvmlDeviceGetProcessUtilization"
+                processes = self._with_utilization(index, handle, processes)
         except Exception as exc:  # NVMLError, or a library that does not behave: this GPU only
             message = f"NVML error on GPU {index} ({step}): {self._explain(exc)}"
             self._note(index, message)
@@ -299,6 +304,29 @@ class NvmlInventory:
                 raise
             found = self._call(nv.nvmlDeviceGetComputeRunningProcesses_v2, handle)  # drivers < 510
         return tuple(GpuProcess(int(p.pid), int(p.usedGpuMemory or 0), _process_name(int(p.pid))) for p in found)
+
+
+    def _with_utilization(self, index: int, handle: Any, processes: tuple[GpuProcess, ...]) -> tuple[GpuProcess, ...]:
+        """Each process's SM utilization: the mean of the driver's samples since the last read (a
+        process with none was idle: 0). Unsupported (older GPUs, vGPU): left None."""
+        nv = self._nv
+        try:
+            samples = self._call(nv.nvmlDeviceGetProcessUtilization, handle, self._util_seen.get(index, 0))
+        except nv.NVMLError as exc:
+            if _code(exc) in (NOT_FOUND, 0):  # 0: pynvml raises NVMLError(SUCCESS) for an empty answer
+                samples = []
+            elif _code(exc) in (NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND):
+                return processes
+            else:
+                raise
+        sums: dict[int, list[int]] = {}
+        for sample in samples:
+            sums.setdefault(int(sample.pid), []).append(int(sample.smUtil))
+            self._util_seen[index] = max(self._util_seen.get(index, 0), int(sample.timeStamp))
+        return tuple(
+            GpuProcess(p.pid, p.used_memory, p.name, round(sum(sums[p.pid]) / len(sums[p.pid])) if p.pid in sums else 0)
+            for p in processes
+        )
 
 
 def _process_name(pid: int) -> str:
