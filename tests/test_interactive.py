@@ -207,6 +207,35 @@ def test_cancel_hangs_up_a_session_without_waiting_for_the_grace_period(home, gf
     assert status["reason"] == "UserCancelled"
 
 
+def test_an_idle_session_is_warned_on_its_terminal_then_stopped_and_typing_defers_it(home, gflowd):
+    import time
+
+    daemon = gflowd()
+    manifest = ("metadata: {name: tty-idle}\nspec:\n  tty: true\n  idleTimeout: 8s\n"
+                "  command: [bash, --norc, --noprofile]\n  env: {PS1: 'gflow$ '}\n")
+    write_manifest(home / "jobs", "tty-idle.yaml", manifest)
+    wait_phase(home, "tty-idle", "Running", daemon=daemon)
+    child = spawn(home, "attach", "tty-idle")
+    child.expect("attached to job/tty-idle")
+    # someone types about once a second for 1.5 idleTimeouts: every key is input (last_input), so it runs on
+    typing_until = time.monotonic() + 12
+    typed = 0
+    while time.monotonic() < typing_until:
+        child.sendline(f"echo busy-{typed}")
+        child.expect(f"busy-{typed}")
+        child.expect(PROMPT)
+        child.expect(pexpect.TIMEOUT, timeout=1)  # the typist's pause
+        typed += 1
+    assert job_status(home, "tty-idle")["phase"] == "Running"
+    assert "has been idle" not in child.logfile_read.text
+    # then nobody types: the warning reaches this terminal, then the stop
+    child.expect(r"gflow: job tty-idle has been idle for .* \(no terminal input\)", timeout=30)
+    code = ended(child)
+    status = wait_phase(home, "tty-idle", "Failed", daemon=daemon)
+    assert status["reason"] == "IdleTimeout" and code == status["exitCode"], (code, status)
+    assert "has been idle" in read_log(home, "tty-idle")
+
+
 def test_gflowd_killed_during_a_session_leaves_it_usable_and_a_restart_readopts(home, gflowd, gpus):
     daemon = gflowd("--fake-gpus", gpus)
     child = start_session(home, "tty-crash", "--gpus", "1")

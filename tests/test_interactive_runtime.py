@@ -75,9 +75,9 @@ def test_notify_reaches_the_viewers_not_the_job_and_last_input_follows_typing(tm
 
         viewer = Viewer(connect(path))
         viewer.sock.sendall(frame(b"H", {"mode": "attach", "size": [30, 90]}))
-        runtime.notify("talk", "second notice")
+        runtime.notify("talk", "gflow: second notice")
         wait_for(lambda: viewer.of_kind(b"N"), message="the notice on the viewer's terminal")
-        assert viewer.of_kind(b"N") == [b"[gflow] second notice"]
+        assert viewer.of_kind(b"N") == [b"gflow: second notice"]
         assert runtime.observe()["talk"].last_input == started  # a notice and an attach are not input
 
         viewer.sock.sendall(frame(b"I", b"hello\n"))
@@ -89,7 +89,7 @@ def test_notify_reaches_the_viewers_not_the_job_and_last_input_follows_typing(tm
         wait_for(lambda: viewer.of_kind(b"X"), message="the job's end on the viewer")
         assert json.loads(viewer.of_kind(b"X")[0]) == {"code": 0}
         log = home.log_file("talk").read_text()
-        assert "got:hello" in log and "got:[gflow]" not in log and "second notice" in log
+        assert "got:hello" in log and "got:gflow" not in log and "gflow: second notice" in log
         wait_for(lambda: not runtime.observe()["talk"].running, message="the attempt to end")
         assert runtime.observe()["talk"].exit_code == 0
         assert not path.exists()  # the socket goes with the attempt

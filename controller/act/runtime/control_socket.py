@@ -260,7 +260,9 @@ class Control:
                 pass
 
     def notice(self, text: str) -> None:
-        line = f"[gflow] {text}".replace("\n", " ")
+        """A line of gflowd's (it says it is gflow's: ``gflow: job x has been idle ...``) on every
+        viewer's terminal and in the log, on a line of its own; never the job's input."""
+        line = text.replace("\n", " ").replace("\r", " ")
         self._to_log(f"\r\n{line}\r\n".encode())
         self._broadcast(frame(b"N", line))
 
