@@ -64,6 +64,13 @@ def gpus(tmp_path: Path) -> Path:
     return fake
 
 
+def tty_job(home: Path, daemon, name: str, command: str, extra: str = "") -> None:
+    """A ``tty: true`` manifest in the spec dir (``extra``: more spec lines), once it runs."""
+    write_manifest(home / "jobs", f"{name}.yaml",
+                   f"metadata: {{name: {name}}}\nspec:\n  tty: true\n  command: {command}\n{extra}")
+    wait_phase(home, name, "Running", daemon=daemon)
+
+
 def start_session(home: Path, name: str, *flags: str) -> pexpect.spawn:
     child = spawn(home, "run", "-it", "--name", name, "-e", "PS1=gflow$ ", *flags, *SHELL)
     child.expect(PROMPT)
@@ -196,10 +203,7 @@ def test_attach_needs_a_running_tty_job_and_exec_works_on_batch_jobs_too(home, g
 
 def test_cancel_hangs_up_a_session_without_waiting_for_the_grace_period(home, gflowd):
     daemon = gflowd()
-    manifest = ("metadata: {name: tty-hup}\nspec:\n  tty: true\n  terminationGracePeriod: 5m\n"
-                "  command: [bash, --norc, --noprofile, -i]\n")
-    write_manifest(home / "jobs", "tty-hup.yaml", manifest)
-    wait_phase(home, "tty-hup", "Running", daemon=daemon)
+    tty_job(home, daemon, "tty-hup", "[bash, --norc, --noprofile, -i]", "  terminationGracePeriod: 5m\n")
     wait_for(lambda: "$" in read_log(home, "tty-hup") or "#" in read_log(home, "tty-hup"), message="the shell's prompt")
     assert ctl(home, "cancel", "tty-hup").returncode == 0
     # an interactive bash ignores TERM; the hangup ends it long before the 5 minutes' KILL
@@ -211,10 +215,7 @@ def test_an_idle_session_is_warned_on_its_terminal_then_stopped_and_typing_defer
     import time
 
     daemon = gflowd()
-    manifest = ("metadata: {name: tty-idle}\nspec:\n  tty: true\n  idleTimeout: 8s\n"
-                "  command: [bash, --norc, --noprofile]\n  env: {PS1: 'gflow$ '}\n")
-    write_manifest(home / "jobs", "tty-idle.yaml", manifest)
-    wait_phase(home, "tty-idle", "Running", daemon=daemon)
+    tty_job(home, daemon, "tty-idle", "[bash, --norc, --noprofile]", "  idleTimeout: 8s\n  env: {PS1: 'gflow$ '}\n")
     child = spawn(home, "attach", "tty-idle")
     child.expect("attached to job/tty-idle")
     # someone types about once a second for 1.5 idleTimeouts: every key is input (last_input), so it runs on
@@ -297,9 +298,7 @@ def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
 
     home = open_home
     daemon = gflowd(home=home)
-    manifest = "metadata: {name: tty-root}\nspec:\n  tty: true\n  command: [sleep, '600']\n"
-    write_manifest(home / "jobs", "tty-root.yaml", manifest)  # root's: the job runs as root
-    wait_phase(home, "tty-root", "Running", daemon=daemon)
+    tty_job(home, daemon, "tty-root", "[sleep, '600']")  # root's manifest: the job runs as root
     sock_path = Home.resolve(home).control_socket(0, "tty-root")
     wait_for(sock_path.exists, message="the job's control socket")
     assert oct(sock_path.parent.stat().st_mode & 0o777) == "0o700"
