@@ -136,6 +136,13 @@ class Home:
         """Written by gflowd while its web dashboard serves: the URL (a ``--web-port 0`` port)."""
         return self.run_dir / "web.json"
 
+    def control_dir(self, uid: int) -> Path:
+        """The job supervisors' control sockets (attach, exec) for jobs running as ``uid``: 0700, its."""
+        return self.run_dir / "control" / str(uid)
+
+    def control_socket(self, uid: int, name: str) -> Path:
+        return self.control_dir(uid) / f"{_plain(name)}.sock"
+
     @property
     def functions_dir(self) -> Path:
         """Written by the Python client: ``<job>/`` per function job (pickled call, its result)."""

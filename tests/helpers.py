@@ -230,6 +230,39 @@ def kill_jobs_of_home(home: Path, timeout: float = 5) -> set[int]:
     return left
 
 
+# -- other users ----------------------------------------------------------------------------------
+
+def run_as(uid: int, work: Callable[[], int]) -> tuple[int, str]:
+    """Run ``work()`` in a forked child that dropped to ``uid`` (its group: the same number):
+    (its return value as the exit code, what it wrote to stderr). Needs root. Load what ``work``
+    imports before calling: the child may not be able to read this interpreter's files."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # never return into pytest
+        code = 99
+        try:
+            os.close(read_fd)
+            os.dup2(write_fd, 2)
+            sys.stderr = open(2, "w", closefd=False)  # pytest has replaced sys.stderr: write to the pipe
+            sys.stdout = open(os.devnull, "w")
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            code = work()
+        except BaseException:
+            import traceback  # lazy: only a failing child
+
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code if isinstance(code, int) else 97)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        err = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), err
+
+
 # -- the daemon -----------------------------------------------------------------------------------
 
 class Daemon:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import run_as
 
 from controller.cli.main import main
 
@@ -20,30 +20,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as 
 
 def as_user(uid: int, argv: list[str]) -> tuple[int, str]:
     """Run gflowctl in a forked child that dropped to ``uid``: (exit code, stderr)."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        code = 99
-        try:
-            os.close(read_fd)
-            sys.stderr = open(write_fd, "w")  # pytest has replaced sys.stderr: write to the pipe
-            sys.stdout = open(os.devnull, "w")
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            code = main(argv)
-        except BaseException:
-            import traceback
-
-            traceback.print_exc()
-        finally:
-            sys.stderr.flush()
-            os._exit(code if isinstance(code, int) else 97)  # never raise here: the child would run pytest on
-    os.close(write_fd)
-    with os.fdopen(read_fd) as pipe:
-        err = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), err
+    return run_as(uid, lambda: main(argv))
 
 
 @pytest.fixture

@@ -61,6 +61,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--dry-run",), "dry_run", takes_value=False, cli_only=True, help="print what would be written; write nothing"),
     Flag(("--output", "-o"), "output", cli_only=True, help="with --dry-run: yaml prints the manifest"),
     Flag(("--quiet", "-q"), "quiet", takes_value=False, cli_only=True, help="print only the name"),
+    Flag(("-it", "-ti", "--interactive", "-i"), "interactive", takes_value=False, cli_only=True,
+         help="a terminal session (spec.tty): wait for the job, then attach; default CMD your login shell"),
     Flag(("--wait",), "wait", takes_value=False, cli_only=True, help="wait for the end; exit with the job's code"),
     Flag(("--follow", "-f"), "follow", takes_value=False, cli_only=True, help="stream the log; exit with the job's code"),
     Flag(("--home",), "home", cli_only=True, help="gflow home"),
@@ -447,6 +449,8 @@ def build(
         spec["dependsOn"] = parse_after(options["after"], last_job)
     if "start_after" in options:
         spec["startAfter"] = options["start_after"]
+    if options.get("interactive"):
+        spec["tty"] = True
 
     exact = "name" in options and not name_from_sbatch
     if exact:
@@ -467,6 +471,8 @@ def build(
     array = parse_array(options["array"]) if "array" in options else None
     if matrix is not None and array is not None:
         raise SubmitError("use --param or --array, not both")
+    if options.get("interactive") and (matrix is not None or array is not None):
+        raise SubmitError("-it attaches to one job: drop --param/--array (or submit the sweep without -it)")
     if matrix is None and array is None:
         if "parallelism" in options:
             raise SubmitError("--max-concurrent is for sweeps: add --param or --array")

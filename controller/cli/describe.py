@@ -214,6 +214,8 @@ def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:
                        ("suspend", "Suspend"), ("cancelled", "Cancelled")):
         if key in spec:
             lines.append((label, str(spec[key])))
+    if spec.get("tty") is True:
+        lines.append(("TTY", "true (a terminal: gflowctl attach connects to it while it runs)"))
     if spec.get("dependsOn"):
         deps = [d if isinstance(d, str) else f"{d.get('job')} ({d.get('condition', 'Succeeded')})" for d in spec["dependsOn"]]
         lines.append(("Depends On", ", ".join(deps)))

@@ -17,6 +17,8 @@ EPILOG = """examples:
   gflowctl describe job train           status, conditions and recent events of one job
   gflowctl get jobs -o name | xargs gflowctl describe    every job in detail (TYPE/NAME works anywhere)
   gflowctl logs train -f                follow a job's output
+  gflowctl run -it --gpus 1             a shell on a GPU, once one is free (Ctrl-] detaches)
+  gflowctl attach dbg / exec train -- nvidia-smi    a terminal on a running job / a command beside it
   gflowctl cancel train                 edit the manifest: spec.cancelled: true
   gflowctl wait job/train --for=phase=Succeeded --timeout 10m
 """
@@ -197,6 +199,33 @@ def _top(home, args) -> int:
     return top(home, args.once, args.interval, args.selector)
 
 
+def _attach_args(p) -> None:
+    p.add_argument("name", metavar="NAME", help="a running job with spec.tty (gflowctl run -it makes one)")
+    p.add_argument("--read-only", action="store_true", help="watch only; never type into the job")
+
+
+def _attach(home, args) -> int:
+    from controller.cli.attach import attach_verb  # lazy: gflowctl loads only the verb it runs
+    from controller.cli.common import parse_refs  # lazy: version and --help need it not
+
+    return attach_verb(home, _one_job(parse_refs([args.name]), "attach takes one job"), args.read_only)
+
+
+def _exec_args(p) -> None:
+    import argparse  # lazy: only when the parser is built (never for version and --help)
+
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
+
+def _exec(home, args) -> int:
+    from controller.cli.attach import exec_verb  # lazy: gflowctl loads only the verb it runs
+    from controller.cli.common import parse_refs  # lazy: version and --help need it not
+
+    name = _one_job(parse_refs([args.name]), "exec takes one job")
+    return exec_verb(home, name, args.argv[1:] if args.argv[:1] == ["--"] else args.argv)
+
+
 def _completion_args(p) -> None:
     p.add_argument("shell", choices=["bash", "zsh", "fish"])
 
@@ -269,6 +298,8 @@ VERBS: dict[str, tuple] = {
     "describe": ("show jobs, sweeps or reservations in detail", _describe_args, _describe),
     "delete": ("delete jobs, sweeps or reservations (their manifests)", _delete_args, _delete),
     "logs": ("print a job's output", _logs_args, _logs),
+    "attach": ("connect this terminal to a running tty job (Ctrl-] detaches)", _attach_args, _attach),
+    "exec": ("run a command in a running job's allocation: exec NAME -- CMD", _exec_args, _exec),
     "cancel": ("stop jobs for good", _names_args, _control),
     "suspend": ("hold jobs (stop if running)", _names_args, _control),
     "resume": ("release suspended jobs", _names_args, _control),

@@ -10,6 +10,7 @@ with the job's exit code.
 from __future__ import annotations
 
 import os
+import pwd
 import sys
 import time
 from pathlib import Path
@@ -49,6 +50,13 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
         raise CliError(str(exc)) from None
     home = resolve_home(options.pop("home", home_arg), options.pop("spec_dir", spec_dir_arg))
     cli = {k: options.pop(k) for k in ("dry_run", "output", "quiet", "wait", "follow") if k in options}
+    cli["interactive"] = bool(options.get("interactive"))  # kept in options too: build sets spec.tty
+    if cli["interactive"] and (cli.get("wait") or cli.get("follow")):
+        raise CliError("-it attaches to the job already: drop --wait/--follow")
+    if cli["interactive"] and not rest:
+        rest, after_dashes = [login_shell()], True
+    if cli["interactive"] and os.environ.get("TERM") and not any(e.startswith("TERM=") for e in options.get("env", [])):
+        options["env"] = [*options.get("env", []), f"TERM={os.environ['TERM']}"]  # the job draws for this terminal
     if cli.get("output") not in (None, "yaml", "name"):
         raise CliError(f"-o {cli['output']}: use -o yaml (with --dry-run) or -o name")
     if not rest:
@@ -89,6 +97,8 @@ def _submit(home: Home, kind: str, name: str, text: str, cli: dict) -> int:
         sys.stderr.write(f"warning: {trouble}\n")
     if not is_running(home):
         sys.stderr.write(f"warning: gflowd is not running for {home.root}; the job starts when it runs\n")
+    if cli.get("interactive"):
+        return _interactive(home, name)
     if not (cli.get("wait") or cli.get("follow")):
         return 0
     if kind != "job":
@@ -113,3 +123,96 @@ def _exit_code(home: Home, name: str) -> int:
                 return code
             return 0 if phase == "Succeeded" else 1
         time.sleep(0.1)
+
+
+def login_shell() -> str:
+    """``run -it``'s default command: the user's login shell (passwd), else $SHELL, else sh."""
+    try:
+        shell = pwd.getpwuid(os.getuid()).pw_shell
+    except KeyError:
+        shell = ""
+    if not shell or shell.endswith(("/nologin", "/false")):
+        shell = os.environ.get("SHELL") or "/bin/sh"
+    return shell
+
+
+def _interactive(home: Home, name: str) -> int:
+    """``run -it``: while the job waits, why (updated in place); once it runs, this terminal is
+    attached to it; the job's exit code. Ctrl-C while it waits cancels it, as with srun."""
+    from controller.cli.attach import session  # lazy: only run -it attaches
+
+    try:
+        sock, status = _wait_for_session(home, name)
+    except KeyboardInterrupt:
+        from controller.cli.edit import control  # lazy: only an interrupted wait cancels
+
+        control(home, "cancel", [("job", name)])
+        return 130
+    if sock is None:
+        return _exit_code(home, name)
+    devices = ",".join(str(d) for d in status.get("devices") or [])
+    sys.stderr.write(f"job/{name} is running ({f'GPUs {devices}' if devices else 'no GPU'}); Ctrl-] detaches\r\n")
+    ended, code = session(sock, name)
+    if not ended:
+        return 0
+    return code if code is not None else _exit_code(home, name)
+
+
+def _wait_for_session(home: Home, name: str):
+    """(a connection to the job's terminal, its status) once it runs; (None, status) if it ended first."""
+    from controller.cli.attach import job_owner  # lazy: only run -it attaches
+    from controller.client.terminal import NoSession, connect
+
+    line = _StatusLine(sys.stderr)
+    try:
+        while True:
+            status = (read_status(home, name) or {}).get("status") or {}
+            phase = status.get("phase")
+            if phase in TERMINAL:
+                return None, status
+            uid = job_owner(home, name)
+            if phase == "Running" and uid is not None:
+                try:
+                    return connect(home.control_socket(uid, name)), status
+                except NoSession:
+                    pass  # its supervisor is just starting
+            elif phase:
+                line.show(_waiting(name, status))
+            else:
+                line.show(f"job/{name}: waiting for gflowd to take it in" + ("" if is_running(home) else " (no gflowd runs for this home)"))
+            time.sleep(0.2)
+    finally:
+        line.clear()
+
+
+def _waiting(name: str, status: dict) -> str:
+    text = f"job/{name} is {status.get('phase')}"
+    if status.get("reason"):
+        text += f": {status['reason']}"
+    if status.get("message"):
+        text += f": {status['message']}"
+    if status.get("queuePosition"):
+        text += f" (queue position {status['queuePosition']})"
+    return printable(text)
+
+
+class _StatusLine:
+    """One line of progress, rewritten in place on a terminal; elsewhere printed when it changes."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.shown = ""
+        self.tty = stream.isatty()
+
+    def show(self, text: str) -> None:
+        if text == self.shown:
+            return
+        self.shown = text
+        self.stream.write(f"\r\033[K{text}" if self.tty else f"{text}\n")
+        self.stream.flush()
+
+    def clear(self) -> None:
+        if self.shown and self.tty:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+        self.shown = ""

@@ -53,9 +53,11 @@ from controller.act.runtime.cgroups import (
 )
 from controller.act.runtime.command import LaunchError, build_process
 from controller.act.runtime.orphans import MARKER_VARIABLE, attempt_processes, signal_processes
-from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks, unix_address
+from controller.act.runtime.control_socket import unix_address
+from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
+from controller.util.frames import frame
 from controller.util.fsutil import atomic_write, describe, lock_held
 
 log = logging.getLogger("gflowd.runtime")
@@ -63,6 +65,7 @@ SUPERVISOR_FILE = str(Path(__file__).with_name("supervisor.py"))
 MASTER_PORT_BASE = 29500
 NEVER_BEGAN_AFTER = 5.0  # a launch handed to a live launcher gets this long to take its lock
 HOLD_FIRST, HOLD_MAX = 0.5, 10.0  # delays between tries to launch an attempt the disk refused
+NOTIFY_TIMEOUT = 0.2  # seconds a notice may wait for a supervisor's control socket
 ORPHAN_CHECK = 0.2  # while stopping a dead supervisor's job: how often to look for its processes
 
 
@@ -110,6 +113,8 @@ class _Attempt:
     def path(self, kind: str) -> Path:
         if kind == "reserve":
             return self.dir / f"exit-{self.attempt}.reserved"
+        if kind == "input":  # a tty job: its mtime is the terminal's last input
+            return self.dir / f"input-{self.attempt}.stamp"
         suffix = "lock" if kind == "attempt" else "json"
         return self.dir / f"{kind}-{self.attempt}.{suffix}"
 
@@ -204,7 +209,20 @@ class SupervisorRuntime:
             attempt.stop_sent = True
 
     def notify(self, name: str, text: str) -> None:
-        """No terminals yet (tty jobs come with the interactive runtime): nothing to show it on."""
+        """Show ``text`` on the terminals attached to tty job ``name`` (and in its log), through its
+        supervisor's control socket. Best effort, and quick: a busy or gone supervisor costs at most
+        NOTIFY_TIMEOUT."""
+        attempt = self.attempts.get(name)
+        spec = (attempt.spec or {}) if attempt is not None else {}
+        if attempt is None or attempt.result is not None or not spec.get("tty") or not spec.get("control"):
+            return
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock, unix_address(spec["control"]) as address:
+                sock.settimeout(NOTIFY_TIMEOUT)
+                sock.connect(address)
+                sock.sendall(frame(b"H", {"mode": "notice", "text": text}))
+        except OSError as exc:
+            log.debug("job/%s: notice not shown (%s)", name, describe(exc))
 
     def set_time_limit(self, name: str, seconds: float | None) -> None:
         """An edited ``timeLimit`` reaches the running attempt's supervisor."""
@@ -235,8 +253,19 @@ class SupervisorRuntime:
                     name, attempt.attempt, attempt.job_pid, attempt.started_at or time.time(), True,
                     devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
                     message="started once its launch could be recorded" if attempt.was_held else "",
+                    last_input=self._last_input(attempt),
                 )
         return out
+
+    def _last_input(self, attempt: _Attempt) -> float | None:
+        """A tty job's last terminal input (wall time): the supervisor touches a stamp file, at most
+        every few seconds (``INPUT_STAMP_EVERY``); its start time until someone types."""
+        if not (attempt.spec or {}).get("tty"):
+            return None
+        try:
+            return attempt.path("input").stat().st_mtime
+        except OSError:
+            return None
 
     def forget(self, name: str) -> None:
         attempt = self.attempts.get(name)
@@ -252,6 +281,12 @@ class SupervisorRuntime:
             self._remove_files(attempt)
             if name in self.attempts:
                 continue  # a new attempt runs from the same folder
+            control = (attempt.spec or {}).get("control")
+            if control:  # left behind only by a supervisor that was killed
+                try:
+                    os.unlink(control)
+                except OSError:
+                    pass
             try:
                 (attempt.dir / "supervisor.log").unlink()
                 attempt.dir.rmdir()
@@ -409,6 +444,9 @@ class SupervisorRuntime:
             "cpus": list(launch.cpus),
             "deviceMinors": list(launch.device_minors),
             "pidsLimit": spec.resources.pids,
+            "tty": spec.tty,
+            # attach and exec: in a 0700 folder of the job's user (supervisor.py makes and serves it)
+            "control": str(self.home.control_socket(uid if uid is not None else os.geteuid(), launch.name)),
         }, process.script
 
     def _launch(self, attempt: _Attempt) -> None:
@@ -742,7 +780,7 @@ class SupervisorRuntime:
         return sock
 
     def _remove_files(self, attempt: _Attempt) -> None:
-        for kind in ("launch", "run", "exit", "reserve", "stop", "limits", "attempt"):
+        for kind in ("launch", "run", "exit", "reserve", "stop", "limits", "input", "attempt"):
             try:
                 attempt.path(kind).unlink()
             except FileNotFoundError:

@@ -14,6 +14,13 @@ One attempt, in files under ``run/jobs/<name>/`` (gflowd writes the first two, w
     exit-<N>.reserved room for the exit record, taken as the job starts (see below)
     run-<N>.json      supervisor and job pid + kernel start time; written before the job execs
     exit-<N>.json     exit code or signal, reason, times; fsync'd before we exit
+    input-<N>.stamp   a tty job: its mtime is the terminal's last input (idleTimeout)
+
+Terminals and exec. Every attempt serves a control socket (``control_socket.py``, loaded beside this
+file) once its job is under way: ``gflowctl exec`` runs commands in the job's allocation through it.
+A ``tty`` job runs on a pseudo-terminal whose master we hold (so it outlives gflowd like the job);
+we copy its output to the log and to ``gflowctl attach`` viewers. A stop hangs such a session up
+(SIGHUP) before the TERM.
 
 Sequence: lock -> fork the job (it waits on a pipe) -> run record -> let it exec -> reserve -> watch
 it: SIGCHLD, stop requests, the time limit (monotonic clock) and the memory limit (RSS of the whole
@@ -54,7 +61,6 @@ closes the pipe; the supervisors it forked live on.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import json
@@ -66,6 +72,13 @@ import stat
 import sys
 import time
 import warnings  # noqa: F401  os.execvpe imports it lazily; after setuid the stdlib may be unreadable
+
+
+try:  # the control socket (attach, exec, notices): standard library only, like this file
+    from controller.act.runtime.control_socket import Control, enter_terminal, open_terminal, unix_address
+except ImportError:  # run as a plain file (python -I -S): the module beside us, as cgroups_package() finds its package
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from control_socket import Control, enter_terminal, open_terminal, unix_address  # type: ignore[no-redef]
 
 PR_SET_CHILD_SUBREAPER = 36
 MEMORY_POLL = 0.1
@@ -282,6 +295,7 @@ class Supervisor:
             for kind in ("attempt", "run", "exit", "stop", "limits")
         }
         self.paths["reserve"] = os.path.join(self.dir, f"exit-{attempt}.reserved")
+        self.paths["input"] = os.path.join(self.dir, f"input-{attempt}.stamp")
         self.reserve_fd: int | None = None
         self.job_pid = 0
         self.job_status: int | None = None
@@ -289,6 +303,7 @@ class Supervisor:
         self.kill_at: float | None = None
         self.max_rss = 0
         self.killed_hard = False
+        self.control: Control | None = None  # the control socket: attach, exec, notices
         try:
             self.cgroup = attempt_cgroup(self.spec.get("cgroup"))
         except Exception as exc:  # the job still joins (limits hold); only its counters are lost
@@ -320,6 +335,7 @@ class Supervisor:
             signal.signal(sig, lambda *_: None)
         started_wall = time.time()
         started_mono = time.monotonic()
+        self.control = Control(self.spec, self.paths["input"], join_cgroup=join_cgroup)
         try:
             code, error = self._spawn()
         except NotLaunched as exc:
@@ -329,10 +345,13 @@ class Supervisor:
             self._finish(started_wall, exit_code=code, error=error)
             return 0
         self._notify("start")
+        self.control.listen()
         self._watch(wake_r, started_mono)
         code = os.waitstatus_to_exitcode(self.job_status) if self.job_status is not None else None
         sig = -code if code is not None and code < 0 else None
         exit_code = 128 + sig if sig else code
+        if self.control is not None:
+            self.control.drain()  # the terminal's last output reaches the log and the viewers
         self._finish(started_wall, exit_code=exit_code, sig=sig)
         return 0
 
@@ -354,6 +373,9 @@ class Supervisor:
             os.close(self.reserve_fd)
             self.reserve_fd = None
         _unlink(self.paths["reserve"])
+        if self.control is not None:
+            self.control.close(None)
+            self.control = None
         if lock_fd is not None:
             os.close(lock_fd)  # releases the lock first: gflowd may hand the launch over again at once
         self._notify("unlaunched", why)
@@ -371,14 +393,23 @@ class Supervisor:
             if exc.errno in DISK_FULL:
                 raise NotLaunched(describe_error(OSError(exc.errno, exc.strerror, spec["log"]))) from None
             return 126, f"log file {spec['log']}: {exc.strerror or exc}"
+        try:
+            terminal = open_terminal(spec) if spec.get("tty") else None  # (master, slave): a tty job's pty
+        except OSError as exc:
+            os.close(log_fd)
+            return 126, f"cannot open a pseudo-terminal for the job: {exc.strerror or exc}"
         go_r, go_w = os.pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:  # the job
-            _become_job(spec, log_fd, go_r, go_w, err_r, err_w)
+            _become_job(spec, log_fd, go_r, go_w, err_r, err_w, terminal[1] if terminal else None)
         os.close(go_r)
         os.close(err_w)
-        os.close(log_fd)
+        if terminal is not None and self.control is not None:
+            os.close(terminal[1])  # the job holds the slave: its last close gives us EIO on the master
+            self.control.serve_terminal(terminal[0], log_fd)  # copies the pty's output to the log
+        else:
+            os.close(log_fd)
         self.job_pid = pid
         try:
             _write_atomic(
@@ -468,11 +499,14 @@ class Supervisor:
                 timeout = min(timeout, 0.05)  # strays: re-check the tree soon
             if reserve_at is not None:
                 timeout = min(timeout, max(0.0, reserve_at - now))
+            readers, writers = self.control.wanted() if self.control else ([], [])
             try:
-                ready, _, _ = select.select([wake_r], [], [], timeout)
+                ready, writable, _ = select.select([wake_r, *readers], writers, [], timeout)
             except InterruptedError:
-                ready = [wake_r]
-            if ready:
+                ready, writable = [wake_r], []
+            if self.control is not None:
+                self.control.handle(ready, writable, job_running=self.job_status is None)
+            if wake_r in ready:
                 try:
                     signals = os.read(wake_r, 4096)
                 except BlockingIOError:
@@ -489,6 +523,8 @@ class Supervisor:
         if self.kill_at is not None:
             return
         self.stop_reason = self.stop_reason or reason
+        if self.control is not None and self.control.master is not None:
+            self._signal_tree(signal.SIGHUP)  # a terminal session hangs up: interactive shells ignore TERM
         self._signal_tree(signal.SIGTERM)
         self.kill_at = time.monotonic() + grace
 
@@ -516,6 +552,8 @@ class Supervisor:
                 return
             if pid == self.job_pid:
                 self.job_status = status
+            elif self.control is not None:
+                self.control.reaped(pid, status)  # an exec'd command ended
 
     def _oom_killed(self) -> bool:
         try:
@@ -565,9 +603,17 @@ class Supervisor:
         try:
             self._write_exit(data)
         except OSError:
+            self._close_control(exit_code)
             self._keep_exit(data)
             return
+        self._close_control(exit_code)
         self._notify("exit")
+
+    def _close_control(self, exit_code: int | None) -> None:
+        """Viewers and exec clients learn the exit code; the control socket goes."""
+        if self.control is not None:
+            self.control.close(exit_code)
+            self.control = None
 
     def _write_exit(self, data: bytes) -> None:
         """Over the reserved bytes, in place (no new blocks), then renamed into place; without a
@@ -632,23 +678,10 @@ class Supervisor:
             pass
 
 
-@contextlib.contextmanager
-def unix_address(path: str):
-    """``path`` as a socket address the kernel takes: a path longer than sun_path's 108 bytes (a deep
-    GFLOW_HOME) is reached through its folder's descriptor, ``/proc/self/fd/N/NAME``."""
-    if len(os.fsencode(path)) < 100:
-        yield path
-        return
-    fd = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
-    finally:
-        os.close(fd)
-
-
-def _become_job(spec: dict, log_fd: int, go_r: int, go_w: int, err_r: int, err_w: int) -> None:
+def _become_job(spec: dict, log_fd: int, go_r: int, go_w: int, err_r: int, err_w: int, tty_fd: int | None = None) -> None:
     """In the forked child: wait for the run record, drop privileges, enter the working directory,
-    exec. Never returns; a failure is reported on ``err_w`` as "CODE message", naming the step."""
+    exec. Never returns; a failure is reported on ``err_w`` as "CODE message", naming the step.
+    A tty job (``tty_fd``, the pty's slave) gets the pty as stdin, stdout and stderr."""
     uid, gid = spec.get("uid"), spec.get("gid")
     step = "setup"
     try:
@@ -657,14 +690,17 @@ def _become_job(spec: dict, log_fd: int, go_r: int, go_w: int, err_r: int, err_w
         step = "cgroup"  # first: everything this process does or starts is inside
         join_cgroup((spec.get("cgroup") or {}).get("procs") or [])
         step = "setup"
-        os.setpgid(0, 0)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
+        if tty_fd is not None:
+            enter_terminal(tty_fd, uid, gid)
+        else:
+            os.setpgid(0, 0)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
         if os.read(go_r, 1) != b"x":  # wait until the run record is on disk
             os._exit(125)  # the supervisor died first, or could not record us: never run unrecorded
         if uid is not None and os.geteuid() == 0:
