@@ -88,12 +88,13 @@ def read_exit_record_time(home: Path, name: str) -> float | None:
 
 @pytest.fixture
 def gpu_nodes(tmp_path):
-    """A device folder with nvidia0 (c 195:0), nvidia1 (c 195:1) and nvidiactl, made with mknod:
-    no driver behind them, so an allowed open fails with ENXIO and a denied one with EPERM."""
+    """A device folder with nvidia0 (c 195:0), nvidia1 (c 195:1), nvidiactl and ``other`` (c 240:0,
+    no GPU), made with mknod: no driver behind them, so an allowed open fails with ENXIO and a
+    denied one with EPERM."""
     folder = tmp_path / f"dev-cgroups2-{os.getpid()}"
     folder.mkdir()
-    for name, minor in (("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", 255)):
-        os.mknod(folder / name, 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+    for name, major, minor in (("nvidia0", 195, 0), ("nvidia1", 195, 1), ("nvidiactl", 195, 255), ("other", 240, 0)):
+        os.mknod(folder / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
     return folder
 
 
@@ -108,19 +109,25 @@ OPENS = (
 )
 
 
-def test_a_job_bound_to_gpu_1_cannot_open_gpu_0_and_a_cpu_job_opens_none(home, gflowd, gpu_nodes, tmp_path):
+def test_a_job_bound_to_gpu_1_cannot_open_gpu_0_a_cpu_job_no_gpu_and_both_any_other_device(home, gflowd, gpu_nodes, tmp_path):
     need("devices")
     fake = tmp_path / "gpus.yaml"
-    fake.write_text("gpus:\n  - {name: Fake A}\n  - {name: Fake B}\n")
+    # GPU C (minor 7) has no node in the device folder: denied all the same, from the inventory
+    fake.write_text("gpus:\n  - {name: Fake A}\n  - {name: Fake B}\n  - {name: Fake C, minor: 7}\n")
+    elsewhere = tmp_path / f"elsewhere-{os.getpid()}"
+    elsewhere.mkdir()
+    os.mknod(elsewhere / "nvidia7", 0o666 | stat.S_IFCHR, os.makedev(195, 7))
     daemon = gflowd("--fake-gpus", fake, "--gpus", "1", "--device-dir", gpu_nodes)
-    nodes = [str(gpu_nodes / n) for n in ("nvidia0", "nvidia1", "nvidiactl")]
+    nodes = [str(gpu_nodes / n) for n in ("nvidia0", "nvidia1", "nvidiactl", "other")] + [str(elsewhere / "nvidia7")]
     command = lambda name: f"  command: [python3, -c, {OPENS!r}, {', '.join(nodes)}]\n"  # noqa: E731
     write_manifest(home / "jobs", "gpu.yaml", job("gpu", command("gpu") + "  resources: {gpus: 1}\n"))
     write_manifest(home / "jobs", "cpu.yaml", job("cpu", command("cpu")))
     assert wait_phase(home, "gpu", "Succeeded", timeout=30, daemon=daemon)["devices"] == [1]
     wait_phase(home, "cpu", "Succeeded", timeout=30, daemon=daemon)
-    assert read_log(home, "gpu").split() == ["nvidia0", "EPERM", "nvidia1", "ENXIO", "nvidiactl", "ENXIO"]
-    assert read_log(home, "cpu").split() == ["nvidia0", "EPERM", "nvidia1", "EPERM", "nvidiactl", "EPERM"]
+    assert read_log(home, "gpu").split() == ["nvidia0", "EPERM", "nvidia1", "ENXIO", "nvidiactl", "ENXIO", "other", "ENXIO", "nvidia7", "EPERM"]
+    # only GPUs are constrained (Slurm's ConstrainDevices): the control node and any other device
+    # get through to their (missing) driver
+    assert read_log(home, "cpu").split() == ["nvidia0", "EPERM", "nvidia1", "EPERM", "nvidiactl", "ENXIO", "other", "ENXIO", "nvidia7", "EPERM"]
 
 
 AFFINITY = "import os, time\nprint(sorted(os.sched_getaffinity(0)), os.environ.get('OMP_NUM_THREADS'), flush=True)\nwhile not os.path.exists('release'): time.sleep(0.02)\n"

@@ -265,7 +265,7 @@ def _start(plan: Plan, snap: Snapshot, state: JobState, job: AdmittedJob, decisi
     minors = {slot.index: slot.gpu.device_minor for slot in plan.slots}
     plan.starts.append(Launch(
         job.name, state.attempt, state.generation, job, list(decision.devices), list(decision.uuids),
-        tuple(decision.cpus), tuple(minors.get(d, d) for d in decision.devices),
+        tuple(decision.cpus), tuple(minors.get(d, d) for d in decision.devices), tuple(sorted(minors.values())),
     ))
 
 

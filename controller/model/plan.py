@@ -64,6 +64,7 @@ class Launch:
     device_uuids: list[str]
     cpus: tuple[int, ...] = ()  # the cores bound to it (resources.cpus): its cpuset
     device_minors: tuple[int, ...] = ()  # the bound GPUs' /dev/nvidiaN minor numbers (devices cgroup)
+    gpu_minors: tuple[int, ...] = ()  # every GPU's minor in the inventory: the others are denied
 
 
 @dataclass(frozen=True)

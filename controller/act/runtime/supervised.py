@@ -48,7 +48,7 @@ from controller.act.runtime.cgroups import (
     Cgroups,
     Limits,
     Probe,
-    gpu_device_rules,
+    gpu_deny_rules,
     setup,
 )
 from controller.act.runtime.command import LaunchError, build_process
@@ -443,6 +443,7 @@ class SupervisorRuntime:
             "condaEnv": spec.conda_env or None,
             "cpus": list(launch.cpus),
             "deviceMinors": list(launch.device_minors),
+            "gpuMinors": list(launch.gpu_minors),
             "pidsLimit": spec.resources.pids,
             "tty": spec.tty,
             # attach and exec: in a 0700 folder of the job's user (supervisor.py makes and serves it)
@@ -500,10 +501,10 @@ class SupervisorRuntime:
         memory = spec.get("memoryLimit") if features["memory"].available else None
         cpus = frozenset(spec.get("cpus") or ()) if features["cpuset"].available and spec.get("cpus") else None
         pids = spec.get("pidsLimit") if features["pids"].available else None
-        devices = None
-        if features["devices"].available:
-            devices = gpu_device_rules(spec.get("deviceMinors") or (), self.device_dir)
-        attempt = self.cgroups.create(f"{name}-{number}", Limits(memory=memory, cpus=cpus, pids=pids, devices=devices))
+        deny = None
+        if features["devices"].available:  # every GPU but the bound ones; other devices as gflowd's
+            deny = gpu_deny_rules(spec.get("deviceMinors") or (), spec.get("gpuMinors") or (), self.device_dir)
+        attempt = self.cgroups.create(f"{name}-{number}", Limits(memory=memory, cpus=cpus, pids=pids, deny_devices=deny))
         return {
             "name": attempt.name,
             "group": self.cgroups.group,

@@ -6,14 +6,14 @@ decide limits (the scheduler does) nor watch jobs (the supervisor does).
     found = resolve("auto")                 # probe(): v2, v1 or none, each feature with a reason
     cgroups = Cgroups(found); cgroups.prepare()
     attempt = cgroups.create("train-3", Limits(memory=8 << 30, cpus={0, 1}, pids=512,
-                                               devices=gpu_device_rules([1])))
+                                               deny_devices=gpu_deny_rules([1])))
     # in the forked child, before exec:   attempt.join(0)
     attempt.stats().oom_kills; attempt.kill_all(); attempt.remove()
     # after a restart:                   cgroups.adopt("train-3")
 
 ``setup()`` does the first two lines with the operator's ``--cgroups auto|required|off``.
 Modules: ``discover`` (where our cgroups are, from /proc), ``probe`` (what is usable, and why not),
-``devices`` (allow-lists), ``attempt`` (the per-attempt cgroup), ``fs`` (the I/O edge).
+``devices`` (the GPU deny-list), ``attempt`` (the per-attempt cgroup), ``fs`` (the I/O edge).
 Standard library only, no import from the rest of the project: the supervisor stays cheap to start
 (plain classes with ``__slots__``, not dataclasses, which cost ~15 ms to import).
 """
@@ -21,14 +21,13 @@ Standard library only, no import from the rest of the project: the supervisor st
 from __future__ import annotations
 
 from .attempt import AttemptCgroup, Cgroups, Limits, Stats, check_name, format_cpus, parse_cpus
-from .devices import STANDARD_DEVICES, DeviceRule, gpu_device_rules
+from .devices import DeviceRule, gpu_deny_rules, gpu_minors_in
 from .fs import CgroupError, Cgroupfs
 from .probe import FEATURES, MODES, Feature, Probe, probe, probe_v1, probe_v2, resolve
 
 __all__ = [
     "FEATURES",
     "MODES",
-    "STANDARD_DEVICES",
     "AttemptCgroup",
     "CgroupError",
     "Cgroupfs",
@@ -40,7 +39,8 @@ __all__ = [
     "Stats",
     "check_name",
     "format_cpus",
-    "gpu_device_rules",
+    "gpu_deny_rules",
+    "gpu_minors_in",
     "parse_cpus",
     "probe",
     "probe_v1",

@@ -23,7 +23,7 @@ import os
 import signal
 import time
 
-from .devices import STANDARD_DEVICES, DeviceRule
+from .devices import DeviceRule
 from .discover import UNIFIED
 from .fs import CgroupError, Cgroupfs, parse_keyed, parse_pids
 from .probe import V2_CONTROLLERS, Probe
@@ -67,18 +67,18 @@ class Limits:
     """What the kernel should enforce for one attempt; None: not limited (left as it is when
     ``create`` completes an existing cgroup).
 
-    ``devices`` None leaves device access alone; a list (even empty) allows only
-    ``STANDARD_DEVICES`` plus those rules.
+    ``deny_devices`` None leaves device access alone; a list (even empty) is what to deny on top
+    of what the parent cgroup allows (the devices controller is wanted either way).
     """
 
-    __slots__ = ("memory", "cpus", "pids", "devices")
+    __slots__ = ("memory", "cpus", "pids", "deny_devices")
 
     def __init__(
         self,
         memory: int | None = None,
         cpus: frozenset[int] | set[int] | None = None,
         pids: int | None = None,
-        devices: list[DeviceRule] | None = None,
+        deny_devices: list[DeviceRule] | None = None,
     ):
         problems = []
         if memory is not None and (not isinstance(memory, int) or memory < 4096):
@@ -87,23 +87,23 @@ class Limits:
             problems.append(f"cpus must be a non-empty set of CPU numbers, not {cpus!r}")
         if pids is not None and (not isinstance(pids, int) or pids < 1):
             problems.append(f"pids must be a number >= 1, not {pids!r}")
-        if devices is not None and not all(isinstance(d, DeviceRule) for d in devices):
-            problems.append("devices must be a list of DeviceRule")
+        if deny_devices is not None and not all(isinstance(d, DeviceRule) for d in deny_devices):
+            problems.append("deny_devices must be a list of DeviceRule")
         if problems:
             raise ValueError("; ".join(problems))
         self.memory = memory
         self.cpus = frozenset(cpus) if cpus is not None else None
         self.pids = pids
-        self.devices = list(devices) if devices is not None else None
+        self.deny_devices = list(deny_devices) if deny_devices is not None else None
 
     def wanted(self) -> list[str]:
         """The features these limits need."""
-        pairs = (("memory", self.memory), ("cpuset", self.cpus), ("pids", self.pids), ("devices", self.devices))
+        pairs = (("memory", self.memory), ("cpuset", self.cpus), ("pids", self.pids), ("devices", self.deny_devices))
         return [name for name, value in pairs if value is not None]
 
     def __repr__(self) -> str:
         cpus = format_cpus(self.cpus) if self.cpus else None
-        return f"Limits(memory={self.memory}, cpus={cpus}, pids={self.pids}, devices={self.devices})"
+        return f"Limits(memory={self.memory}, cpus={cpus}, pids={self.pids}, deny_devices={self.deny_devices})"
 
 
 class Stats:
@@ -240,7 +240,7 @@ class Cgroups:
             for directory in attempt.dirs.values():
                 if self.fs.mkdir(directory):
                     made.append(directory)
-            attempt.apply(limits, fresh=len(made) == len(attempt.dirs))
+            attempt.apply(limits)
         except CgroupError:
             for directory in reversed(made):
                 try:
@@ -284,7 +284,7 @@ class AttemptCgroup:
 
     # -- limits -----------------------------------------------------------------------------------
 
-    def apply(self, limits: Limits, fresh: bool = False) -> None:
+    def apply(self, limits: Limits) -> None:
         """Write ``limits``; ``create`` calls this before anything joins."""
         join = os.path.join
         if self.cgroups.mode == "v2":
@@ -305,8 +305,8 @@ class AttemptCgroup:
             self.cgroups._inherit_cpuset(self._dir("cpuset"), self.cgroups.group_dirs["cpuset"], limits.cpus)
         if limits.pids is not None:
             self.fs.write(join(self._dir("pids"), "pids.max"), str(limits.pids))
-        if limits.devices is not None:
-            self._v1_devices(self._dir("devices"), [*STANDARD_DEVICES, *limits.devices], fresh)
+        if limits.deny_devices is not None:
+            self._v1_deny_devices(self._dir("devices"), limits.deny_devices)
 
     def _v1_memory(self, directory: str, limit: int) -> None:
         """memory.limit_in_bytes, and memory.memsw (memory + swap) the same, so swap is no way out.
@@ -327,14 +327,11 @@ class AttemptCgroup:
         if has_memsw:
             self.fs.write(memsw, str(limit))
 
-    def _v1_devices(self, directory: str, rules: list[DeviceRule], fresh: bool) -> None:
-        if not fresh:  # adopted: rewriting would briefly deny /dev/null to a running job
-            current = {line.strip() for line in self.fs.read(os.path.join(directory, "devices.list")).splitlines() if line.strip()}
-            if current == {str(rule) for rule in rules}:
-                return
-        self.fs.write(os.path.join(directory, "devices.deny"), "a")
+    def _v1_deny_devices(self, directory: str, rules: list[DeviceRule]) -> None:
+        """A new cgroup starts as a copy of its parent's device list; only the rules are denied.
+        Denying again is a no-op, so an adopted cgroup is redone without ever widening access."""
         for rule in rules:
-            self.fs.write(os.path.join(directory, "devices.allow"), str(rule))
+            self.fs.write(os.path.join(directory, "devices.deny"), str(rule))
 
     # -- members ----------------------------------------------------------------------------------
 

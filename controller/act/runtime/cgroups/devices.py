@@ -1,25 +1,31 @@
-"""Device allow-lists: the nodes every process needs, and the GPU nodes of a binding.
+"""Device deny-lists: the GPU nodes a job was not bound to, and nothing else (Slurm's way).
 
-A rule is the cgroup v1 ``devices.allow`` syntax, ``c 195:1 rwm``. An attempt with an allow-list
-gets ``STANDARD_DEVICES`` (what runc allows every container: null, zero, full, random, urandom,
-tty, ptmx, the pseudo-terminals) plus what it is given; a GPU job's list comes from
-``gpu_device_rules`` and a CPU job's is empty, so it opens no GPU node at all.
+A rule is the cgroup v1 ``devices.deny`` syntax, ``c 195:0 rwm``. An attempt's devices cgroup
+starts as a copy of its parent's (the kernel's rule for a new cgroup), so a job may open every
+device gflowd may: /dev/fuse, /dev/kvm, /dev/net/tun, /dev/infiniband/* (RDMA for NCCL) stay
+usable. Only GPUs are constrained, as Slurm's ConstrainDevices constrains only the GRES devices:
+``gpu_deny_rules`` denies every ``/dev/nvidiaN`` the job was not bound to (a CPU job: all of them).
 
 NVIDIA's GPU nodes are ``/dev/nvidiaN`` = ``c 195:N`` where N is NVML's *minor number* (not the
-index), ``nvidiactl`` = 195:255 and ``nvidia-modeset`` = 195:254; ``nvidia-uvm`` and
-``nvidia-uvm-tools`` get a major number at module load time. So the control nodes are read from
-the device folder (``stat``), with the fixed numbers and /proc/devices as fall-backs; tests point the
-folder at nodes they made with mknod.
+index). The GPUs to deny are the union of those gflowd knows (its inventory, including GPUs it
+does not manage, say excluded by ``--gpus``) and the ``nvidiaN`` nodes in the device folder, so a
+GPU missing from one of them is still denied. The control nodes (``nvidiactl`` 195:255,
+``nvidia-modeset`` 195:254, ``nvidia-uvm``, ``nvidia-uvm-tools``) stay open: CUDA's
+initialisation opens them, and without a GPU node they reach no GPU. Tests point the folder at
+nodes they made with mknod.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterable
 
 NVIDIA_MAJOR = 195
+NVIDIA_CONTROL_MINORS = frozenset({254, 255})  # nvidia-modeset, nvidiactl: never a GPU
 ANY = None  # ``*`` in a rule's major or minor
+_GPU_NODE = re.compile(r"nvidia(\d+)")
 
 
 class DeviceRule:
@@ -60,71 +66,27 @@ class DeviceRule:
             raise ValueError(f"not a device rule (want like 'c 195:1 rwm'): {text!r}") from None
 
 
-STANDARD_DEVICES: tuple[DeviceRule, ...] = (
-    DeviceRule("c", 1, 3),  # /dev/null
-    DeviceRule("c", 1, 5),  # /dev/zero
-    DeviceRule("c", 1, 7),  # /dev/full
-    DeviceRule("c", 1, 8),  # /dev/random
-    DeviceRule("c", 1, 9),  # /dev/urandom
-    DeviceRule("c", 5, 0),  # /dev/tty
-    DeviceRule("c", 5, 2),  # /dev/ptmx
-    DeviceRule("c", 136, ANY),  # /dev/pts/*
-)
-
-# Control nodes: (name, major, minor) with None where the number is dynamic.
-_CONTROL_NODES = (
-    ("nvidiactl", NVIDIA_MAJOR, 255),
-    ("nvidia-modeset", NVIDIA_MAJOR, 254),
-    ("nvidia-uvm", None, 0),
-    ("nvidia-uvm-tools", None, 1),
-)
-
-
-def char_majors(proc_devices: str) -> dict[str, int]:
-    """The ``Character devices:`` section of /proc/devices: driver name -> major."""
-    majors: dict[str, int] = {}
-    in_char = False
-    for line in proc_devices.splitlines():
-        if line.endswith(":"):
-            in_char = line.startswith("Character")
-            continue
-        parts = line.split()
-        if in_char and len(parts) == 2 and parts[0].isdigit():
-            majors.setdefault(parts[1], int(parts[0]))
-    return majors
-
-
-def _node_numbers(path: str) -> tuple[int, int] | None:
+def gpu_minors_in(dev_dir: str) -> set[int]:
+    """The minor numbers of the ``nvidiaN`` char nodes (major 195) in ``dev_dir``; empty if none."""
     try:
-        st = os.stat(path)
+        names = os.listdir(dev_dir)
     except OSError:
-        return None
-    if not stat.S_ISCHR(st.st_mode):
-        return None
-    return os.major(st.st_rdev), os.minor(st.st_rdev)
+        return set()
+    minors = set()
+    for name in names:
+        if not _GPU_NODE.fullmatch(name):
+            continue
+        try:
+            st = os.stat(os.path.join(dev_dir, name))
+        except OSError:
+            continue
+        if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == NVIDIA_MAJOR:
+            minors.add(os.minor(st.st_rdev))
+    return minors - NVIDIA_CONTROL_MINORS
 
 
-def gpu_device_rules(minors: Iterable[int], dev_dir: str = "/dev", proc_devices: str = "/proc/devices") -> list[DeviceRule]:
-    """Rules for the GPUs with these NVML minor numbers and the control nodes; [] for no GPUs."""
-    minors = sorted(set(minors))
-    if not minors:
-        return []  # a CPU job: not even nvidiactl
-    rules = [DeviceRule("c", NVIDIA_MAJOR, minor) for minor in minors]
-    majors: dict[str, int] | None = None
-    for name, major, minor in _CONTROL_NODES:
-        numbers = _node_numbers(os.path.join(dev_dir, name))
-        if numbers is None and major is None:
-            if majors is None:
-                try:
-                    with open(proc_devices) as handle:
-                        majors = char_majors(handle.read())
-                except OSError:
-                    majors = {}
-            # the uvm driver registers one major for both nodes under the name "nvidia-uvm"
-            if "nvidia-uvm" in majors:
-                numbers = (majors["nvidia-uvm"], minor)
-        elif numbers is None:
-            numbers = (major, minor)
-        if numbers is not None:
-            rules.append(DeviceRule("c", numbers[0], numbers[1]))
-    return rules
+def gpu_deny_rules(bound: Iterable[int], known: Iterable[int] = (), dev_dir: str = "/dev") -> list[DeviceRule]:
+    """Rules denying every GPU but the ``bound`` ones (NVML minor numbers): the GPUs in ``known``
+    (gflowd's inventory) and those with a node in ``dev_dir``, minus ``bound``; sorted."""
+    denied = (set(known) | gpu_minors_in(dev_dir)) - set(bound) - NVIDIA_CONTROL_MINORS
+    return [DeviceRule("c", NVIDIA_MAJOR, minor) for minor in sorted(denied)]

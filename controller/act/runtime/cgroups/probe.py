@@ -12,7 +12,7 @@ Modes, tried in this order:
 
 ``probe()`` only reads; creating directories and enabling controllers is ``Cgroups.prepare()``.
 ``resolve()`` applies the operator's ``auto|required|off``. Features: ``memory`` (limit, OOM kill
-count, peak), ``cpuset`` (cores), ``pids`` (process cap), ``devices`` (allow-list), ``cputime``
+count, peak), ``cpuset`` (cores), ``pids`` (process cap), ``devices`` (GPU deny-list), ``cputime``
 (accounting), ``freezer`` and ``kill`` (``cgroup.kill``: kill every member at once).
 """
 
