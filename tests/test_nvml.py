@@ -68,6 +68,19 @@ def test_four_gpus_read_through_the_real_pynvml_path(nvml_env, nvml_probe, fake_
     assert probe.call("stats")["shutdowns"] == 1
 
 
+def test_minor_numbers_and_cpu_affinity_come_from_nvml(nvml_env, nvml_probe):
+    # the devices cgroup needs the node's minor (not the index); the cpuset the GPU's near cores
+    write_fake_nvml(Path(nvml_env["FAKE_NVML_FILE"]), machine(
+        gpu(0, numaNode=0), gpu(1, minor=5, numaNode=1), gpu(2, numaNode=3),
+        numaNodes={"0": "0-3", "1": "4-5,7"},
+    ))
+    gpus = by_index(nvml_probe(nvml_env).call("read"))
+    assert [gpus[i]["minor"] for i in range(3)] == [0, 5, 2]  # the stub's default minor is the index
+    assert gpus[0]["cpus"] == [0, 1, 2, 3]
+    assert gpus[1]["cpus"] == [4, 5, 7]
+    assert gpus[2]["cpus"] == []  # node 3 is not declared: NOT_SUPPORTED, no cores
+
+
 def test_a_lost_gpu_is_unhealthy_and_the_others_are_fine(nvml_env, nvml_probe):
     path = Path(nvml_env["FAKE_NVML_FILE"])
     write_fake_nvml(path, machine(*(gpu(i) for i in range(4))))

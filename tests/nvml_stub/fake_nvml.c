@@ -14,7 +14,10 @@
  *              "lost": false,                                 // true: GPU_IS_LOST everywhere
  *              "error": 0,                                    // code every call on a handle fails with
  *              "transientErrors": 0, "transientCode": 999,    // the next N per-device calls fail
- *              "topology": [0, 10, 20, 50]}]}                 // common-ancestor level to each GPU
+ *              "topology": [0, 10, 20, 50],                   // common-ancestor level to each GPU
+ *              "minor": 3,                                    // nvmlDeviceGetMinorNumber; default: the index
+ *              "numaNode": 1}],                               // its CPU affinity: that node's cores below
+ *    "numaNodes": {"0": "0-15", "1": "16-31"}}                // cpulists; a GPU without both: NOT_SUPPORTED
  * No $FAKE_NVML_FILE, or a file that cannot be read/parsed before the first success:
  * nvmlInit returns NVML_ERROR_DRIVER_NOT_LOADED. A later bad file keeps the last good state.
  *
@@ -215,6 +218,30 @@ static void jcopy(char *dst, size_t size, const jval *obj, const char *key, cons
 
 typedef struct { unsigned pid; unsigned long long used; long long util; /* < 0: no sample */ } fproc;
 
+#define AFFINITY_WORDS 64 /* 4096 CPUs on 64-bit */
+#define WORD_BITS (8 * (int)sizeof(unsigned long))
+
+/* A cpulist like "0-3,8,10-11" into a bitmask; 0 if malformed. */
+static int parse_cpulist(const char *text, unsigned long *mask) {
+    const char *p = text;
+    while (*p) {
+        char *end;
+        long low = strtol(p, &end, 10), high = low;
+        if (end == p || low < 0) return 0;
+        p = end;
+        if (*p == '-') {
+            high = strtol(p + 1, &end, 10);
+            if (end == p + 1 || high < low) return 0;
+            p = end;
+        }
+        for (long cpu = low; cpu <= high && cpu < AFFINITY_WORDS * WORD_BITS; cpu++)
+            mask[cpu / WORD_BITS] |= 1UL << (cpu % WORD_BITS);
+        if (*p == ',') p++;
+        else if (*p) return 0;
+    }
+    return 1;
+}
+
 typedef struct {
     char name[96], uuid[96];
     unsigned long long mem_total, mem_used;
@@ -227,6 +254,9 @@ typedef struct {
     int transient_code;
     int ntopo;
     int *topo;
+    unsigned minor;
+    int has_affinity;
+    unsigned long affinity[AFFINITY_WORDS]; /* CPU bitmask, 64 (or 32) CPUs per word as NVML gives it */
 } fgpu;
 
 #define MAX_HANDLES 256
@@ -304,6 +334,14 @@ static int load(const char *path) {
             t->topo = calloc((size_t)topo->n + 1, sizeof *t->topo);
             for (int m = 0; m < topo->n; m++) t->topo[m] = (int)topo->items[m].i;
             t->ntopo = topo->n;
+        }
+        t->minor = (unsigned)jint(g, "minor", k);
+        long long numa = jint(g, "numaNode", -1);
+        if (numa >= 0) {
+            char name[24];
+            snprintf(name, sizeof name, "%lld", numa);
+            const jval *cpus = jget(jget(&root, "numaNodes"), name);
+            t->has_affinity = cpus && cpus->t == J_STR && parse_cpulist(cpus->s, t->affinity);
         }
     }
     free_gpus(gpus, ngpus);
@@ -569,6 +607,25 @@ EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(void *device1, void *dev
     int j = (int)(b - gpus);
     if (!a->topo || j >= a->ntopo) return leave(NVML_ERROR_NOT_SUPPORTED);
     *pathInfo = a->topo[j];
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(void *device, unsigned int *minorNumber) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!minorNumber) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *minorNumber = g->minor;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(void *device, unsigned int cpuSetSize, unsigned long *cpuSet) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!cpuSet || cpuSetSize == 0) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!g->has_affinity) return leave(NVML_ERROR_NOT_SUPPORTED);
+    for (unsigned k = 0; k < cpuSetSize; k++) cpuSet[k] = k < AFFINITY_WORDS ? g->affinity[k] : 0;
     return leave(NVML_SUCCESS);
 }
 
