@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -333,6 +334,23 @@ def test_gflowd_bad_flags_and_config_are_one_line_errors(tmp_path, argv, config,
     )
     assert proc.returncode == 1
     assert expected in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
+def test_gflowd_as_a_user_who_cannot_see_the_homes_config_says_so_in_one_line(tmp_path):
+    # e.g. `sudo -u nobody gflowd` with HOME still /root: the default home is under a 0700 folder
+    from helpers import run_as
+
+    from controller.daemon.main import main as gflowd_main
+
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    home = locked / "home"
+    code, err = run_as(65534, lambda: gflowd_main(["--home", str(home)]))
+    assert code == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines() == [
+        f"gflowd: cannot read {home / 'config.yaml'}: Permission denied; choose a home this user can read (--home or $GFLOW_HOME)"
+    ], err
 
 
 def test_get_jobs_watch_prints_a_row_when_a_job_changes_and_stops_on_ctrl_c(home):

@@ -298,13 +298,23 @@ def _by_alias(model: type, mapping: dict) -> dict:
 
 
 def load_config(path: Path, overrides: dict) -> ControllerConfig:
-    """Merge ``config.yaml`` (if present) with flag overrides; ConfigError has a one-line message."""
+    """Merge ``config.yaml`` (if present) with flag overrides; ConfigError has a one-line message.
+
+    A config that may exist but cannot be read (say a home under another user's 0700 folder) is
+    an error, not an absent file: running on defaults would silently drop its settings."""
 
     data: dict = {}
-    if path.exists():
+    try:
+        text: str | None = path.read_text()
+    except FileNotFoundError:
+        text = None
+    except OSError as exc:
+        hint = "; choose a home this user can read (--home or $GFLOW_HOME)" if isinstance(exc, PermissionError) else ""
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}{hint}") from None
+    if text is not None:
         try:
-            loaded = load_one(path.read_text())
-        except (OSError, YAMLSyntaxError) as exc:
+            loaded = load_one(text)
+        except YAMLSyntaxError as exc:
             raise ConfigError(f"{path}: {exc}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of settings")
