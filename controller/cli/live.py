@@ -9,7 +9,6 @@ file gets plain text without escape codes.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 
@@ -22,6 +21,8 @@ class LiveTable:
         self.drawn = 0  # lines on screen from the last draw
 
     def draw(self, lines: list[str], footer: str = "") -> None:
+        import shutil  # lazy: only a live view measures the terminal; apply's progress would pay ~2 ms
+
         size = shutil.get_terminal_size((120, 40))
         room = max(3, size.lines - 2)
         if len(lines) > room:  # taller than the terminal: cursor-up cannot reach above it

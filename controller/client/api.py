@@ -62,7 +62,7 @@ class Client:
         errors = [o for o in outcomes if isinstance(o, str)]
         if errors:
             raise GflowError("; ".join(errors))
-        done = [o for o in outcomes if not isinstance(o, str)]
+        done = [Submitted(o.kind, o.name, o.verb, o.warning) for o in outcomes if not isinstance(o, str)]
         for item in done:
             if item.warning:
                 warnings.warn(item.warning, stacklevel=2)

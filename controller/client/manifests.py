@@ -15,11 +15,9 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from controller.client.errors import GflowError
-from controller.client.objects import Submitted
 from controller.client.review import ask, check_documents
 from controller.client.state import document_position, find_manifest
 from controller.paths import Home, is_manifest_name
@@ -28,14 +26,25 @@ from controller.util.manifest_edit import join_documents
 from controller.util.yamlio import iter_documents_text, load_one
 
 
-@dataclass
 class Doc:
-    name: str
-    text: str
-    data: dict
-    origin: str
-    kind: str = "job"
-    warning: str | None = None  # gflowd's review: e.g. the job can never start on this machine
+    """One checked document of an input. A plain class, not a dataclass: gflowctl apply would pay
+    ~10 ms importing dataclasses (and inspect) for it."""
+
+    __slots__ = ("name", "text", "data", "origin", "kind", "warning")
+
+    def __init__(self, name: str, text: str, data: dict, origin: str, kind: str = "job", warning: str | None = None):
+        self.name, self.text, self.data, self.origin, self.kind = name, text, data, origin, kind
+        self.warning = warning  # gflowd's review: e.g. the job can never start on this machine
+
+
+class Stored:
+    """One document apply wrote: ``verb`` is created, configured or unchanged. ``Client.apply``
+    returns it as the public ``Submitted``; gflowctl only prints it (no dataclasses to import)."""
+
+    __slots__ = ("kind", "name", "verb", "warning")
+
+    def __init__(self, kind: str, name: str, verb: str, warning: str | None):
+        self.kind, self.name, self.verb, self.warning = kind, name, verb, warning
 
 
 def read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
@@ -144,7 +153,7 @@ def _same(old, new, name: str, target: Path, count: int) -> bool:
 
 def apply_inputs(
     home: Home, inputs: list[tuple[str, str]], dry_run: bool, on_input: Callable[[int], None] | None = None,
-) -> Iterator[Submitted | str]:
+) -> Iterator[Stored | str]:
     """``gflowctl apply``'s work: every valid document stored (each yielded as it is), every error
     yielded as its one-line text, all of them (a bad document does not stop the good ones). A name
     defined twice is an error for the second. ``on_input(i)`` runs before input ``i`` is handled."""
@@ -160,7 +169,7 @@ def apply_inputs(
                 continue
             seen[doc.name] = doc.origin
             verb = store_document(home, run_where_applied(home, doc), dry_run)
-            yield Submitted(doc.kind, doc.name, verb, doc.warning)
+            yield Stored(doc.kind, doc.name, verb, doc.warning)
 
 
 def run_where_applied(home: Home, doc: Doc) -> Doc:
@@ -187,4 +196,4 @@ def run_where_applied(home: Home, doc: Doc) -> Doc:
     from controller.util.manifest_edit import set_field  # lazy: ruamel only when a copy needs the line
 
     text = set_field(doc.text, 0, path, folder)
-    return replace(doc, text=text, data=load_one(text))
+    return Doc(doc.name, text, load_one(text), doc.origin, doc.kind, doc.warning)
