@@ -90,3 +90,22 @@ def test_apply_imports_no_dataclasses_or_tempfile(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_apply_from_a_project_folder_with_gflowd_loads_no_yaml_parser(home, gflowd, tmp_path):
+    """gflowd checks the manifest and places its workingDir (it has ruamel loaded): a new job
+    applied from outside the spec dir is stored without gflowctl importing ruamel at all."""
+    gflowd()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    manifest = proj / "job.yaml"
+    manifest.write_text("apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: lean  # mine\n"
+                        "spec:\n  command: [sleep, '30']\n")
+    env = {**os.environ, "GFLOW_HOME": str(home)}
+    probe = subprocess.run([sys.executable, "-c", PROBE, "apply", "-f", str(manifest)], capture_output=True, text=True,
+                           env=env, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    loaded = probe.stdout.split()
+    assert loaded[0] == "0" and "ruamel.yaml" not in loaded[1:] and "dataclasses" not in loaded[1:], loaded
+    stored = (home / "jobs" / "lean.yaml").read_text()
+    assert "name: lean  # mine\n" in stored and f'workingDir: "{proj}"' in stored, stored

@@ -96,3 +96,17 @@ def test_apply_answered_by_gflowd_does_not_import_pydantic(home, gflowd, tmp_pat
                              env={**os.environ, "GFLOW_HOME": str(home)}, timeout=60)
         assert out.stdout.splitlines()[-1] == "False 0", out.stdout + out.stderr
     wait_for(lambda: (home / "status" / "plain.yaml").exists(), timeout=30, message="the job's status")
+
+
+def test_an_answer_that_did_not_place_the_working_dir_is_placed_by_gflowctl(home, tmp_path):
+    """A gflowd of an earlier version answers without ``placed``: the CLI adds the line itself."""
+    from controller.client.manifests import Doc, run_where_applied
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    text = "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: old\nspec:\n  command: [\"true\"]\n"
+    placed = run_where_applied(Home(home, home / "jobs"), Doc("old", text, None, str(proj / "old.yaml")))
+    assert placed.placed and placed.data["spec"]["workingDir"] == str(proj)
+    assert placed.text.startswith(text[: text.index("spec:")])
+    inside = run_where_applied(Home(home, home / "jobs"), Doc("old", text, None, str(home / "jobs" / "old.yaml")))
+    assert inside.text == text and not inside.placed

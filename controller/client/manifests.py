@@ -28,13 +28,22 @@ from controller.util.yamlio import iter_documents_text, load_one
 
 class Doc:
     """One checked document of an input. A plain class, not a dataclass: gflowctl apply would pay
-    ~10 ms importing dataclasses (and inspect) for it."""
+    ~10 ms importing dataclasses (and inspect) for it. ``data`` is parsed on first use: a new
+    document that gflowd has checked and placed is stored without gflowctl loading a YAML parser."""
 
-    __slots__ = ("name", "text", "data", "origin", "kind", "warning")
+    __slots__ = ("name", "text", "_data", "origin", "kind", "warning", "placed")
 
-    def __init__(self, name: str, text: str, data: dict, origin: str, kind: str = "job", warning: str | None = None):
-        self.name, self.text, self.data, self.origin, self.kind = name, text, data, origin, kind
+    def __init__(self, name: str, text: str, data: dict | None, origin: str, kind: str = "job",
+                 warning: str | None = None, placed: bool = False):
+        self.name, self.text, self._data, self.origin, self.kind = name, text, data, origin, kind
         self.warning = warning  # gflowd's review: e.g. the job can never start on this machine
+        self.placed = placed  # its workingDir already says where it was applied from
+
+    @property
+    def data(self) -> dict:
+        if self._data is None:  # checked already, so it parses
+            self._data = load_one(self.text)
+        return self._data
 
 
 class Stored:
@@ -82,17 +91,21 @@ def read_manifest_text(path: Path) -> str:
         raise GflowError(f"{path}: not UTF-8 text") from None
 
 
-def check_inputs(home: Home, inputs: list[tuple[str, str]]) -> list[tuple[list[Doc], list[str]]]:
+def check_inputs(home: Home, inputs: list[tuple[str, str]], place: bool = False) -> list[tuple[list[Doc], list[str]]]:
     """Each input's documents and errors: judged by the running gflowd when there is one (see
-    controller/client/review.py), else checked here with the same function."""
-    answers = ask(home.review_dir, inputs) if inputs and lock_held(home.lock_file) else None
+    controller/client/review.py), else checked here with the same function. ``place``: apply's
+    inputs, whose ``workingDir`` the check also places (:func:`run_where_applied`)."""
+    folders = [source_folder(home, origin) for origin, _ in inputs] if place else None
+    answers = ask(home.review_dir, inputs, folders=folders) if inputs and lock_held(home.lock_file) else None
     if answers is None:
-        answers = [check_documents(origin, text) for origin, text in inputs]
+        answers = [check_documents(origin, text, folder=folders[i] if folders else None)
+                   for i, (origin, text) in enumerate(inputs)]
     checked = []
     for (origin, text), answer in zip(inputs, answers):
         parts = list(iter_documents_text(text))
         docs = [
-            Doc(d["name"], parts[d["index"]], load_one(parts[d["index"]]), origin, d["kind"], d.get("warning"))
+            Doc(d["name"], str(d.get("text", parts[d["index"]])), None, origin, d["kind"], d.get("warning"),
+                placed=bool(d.get("placed")))
             for d in answer["docs"]
         ]
         checked.append((docs, list(answer["errors"])))
@@ -159,7 +172,7 @@ def apply_inputs(
     defined twice is an error for the second. ``on_input(i)`` runs before input ``i`` is handled."""
     seen: dict[str, str] = {}
     home.spec_dir.mkdir(parents=True, exist_ok=True)
-    for done, (docs, doc_errors) in enumerate(check_inputs(home, inputs)):
+    for done, (docs, doc_errors) in enumerate(check_inputs(home, inputs, place=True)):
         if on_input is not None:
             on_input(done)
         yield from doc_errors
@@ -168,32 +181,30 @@ def apply_inputs(
                 yield f"job/{doc.name} is defined twice: in {seen[doc.name]} and {doc.origin}"
                 continue
             seen[doc.name] = doc.origin
-            verb = store_document(home, run_where_applied(home, doc), dry_run)
+            verb = store_document(home, doc if doc.placed else run_where_applied(home, doc), dry_run)
             yield Stored(doc.kind, doc.name, verb, doc.warning)
+
+
+def source_folder(home: Home, origin: str) -> str | None:
+    """The folder an input was applied from (stdin: the current folder), or None when it is under
+    the spec dir, where a manifest keeps its own folder's rule."""
+    source = Path.cwd() if origin.startswith("<") else Path(os.path.abspath(origin)).parent
+    spec_dir = home.spec_dir.resolve()
+    if spec_dir == source.resolve() or spec_dir in source.resolve().parents:
+        return None
+    return str(source)
 
 
 def run_where_applied(home: Home, doc: Doc) -> Doc:
     """A manifest applied from ``~/proj/job.yaml`` runs in ``~/proj`` (from stdin: the current
     folder), as sbatch would, not in the spec dir its copy lands in: when its ``workingDir`` is
     absent or relative, the copy gets that folder as an absolute ``workingDir`` (one line; the rest
-    of the user's text is kept). A file already under the spec dir keeps its own folder's rule."""
-    if doc.kind == "reservation":
-        return doc  # nothing runs: no working directory
-    source = Path.cwd() if doc.origin.startswith("<") else Path(os.path.abspath(doc.origin)).parent
-    spec_dir = home.spec_dir.resolve()
-    if spec_dir == source.resolve() or spec_dir in source.resolve().parents:
+    of the user's text is kept). A file already under the spec dir keeps its own folder's rule.
+    The check usually did this already (``placed``); here for an answer that did not."""
+    folder = source_folder(home, doc.origin)
+    if folder is None:
         return doc
-    spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
-    path = ("spec", "workingDir")
-    if doc.kind == "sweep" and isinstance(spec, dict):
-        spec, path = spec.get("template"), ("spec", "template", "workingDir")
-    if not isinstance(spec, dict):
-        return doc
-    current = spec.get("workingDir")
-    if isinstance(current, str) and (current.startswith("~") or os.path.isabs(current)):
-        return doc
-    folder = os.path.normpath(os.path.join(source, current or "."))
-    from controller.util.manifest_edit import set_field  # lazy: ruamel only when a copy needs the line
+    from controller.util.manifest_edit import place_working_dir  # lazy: ruamel only when a copy needs the line
 
-    text = set_field(doc.text, 0, path, folder)
-    return Doc(doc.name, text, load_one(text), doc.origin, doc.kind, doc.warning)
+    text = place_working_dir(doc.kind, doc.data, doc.text, folder)
+    return doc if text is None else Doc(doc.name, text, None, doc.origin, doc.kind, doc.warning, placed=True)

@@ -40,12 +40,16 @@ def check_documents(
     controller_uid: int | None = None,
     conda_available: bool | None = None,
     never_fits: Callable[[AdmittedJob], str | None] | None = None,
+    folder: str | None = None,
 ) -> dict[str, Any]:
     """Check every document of one input. ``{"docs": [{"name", "kind", "index"[, "warning"]}],
     "errors": [...]}``; ``index`` is the document's position among ``iter_documents_text(text)``.
     With ``controller_uid`` and ``conda_available`` (gflowd's view), the controller's own
     environment checks apply too; with ``never_fits`` (gflowd's GPUs), a job that can never start
-    there gets a ``warning`` (it is still valid: a GitOps repo may target a bigger machine)."""
+    there gets a ``warning`` (it is still valid: a GitOps repo may target a bigger machine).
+    With ``folder`` (the input was applied from there, outside the spec dir), each document also
+    gets ``"placed": true`` and, when its ``workingDir`` needs the folder, the ``"text"`` to store
+    (``manifest_edit.place_working_dir``): gflowd has the YAML library loaded, gflowctl need not."""
     from controller.decide.admission import (  # lazy: pydantic (~100 ms) only when gflowd does not answer
         check_environment,
         validate_any,
@@ -76,13 +80,28 @@ def check_documents(
             why = never_fits(result) if never_fits is not None else None
             if why:
                 doc["warning"] = f"job/{result.name} can never start: {why}"
-            docs.append(doc)
+            docs.append(_placed(doc, data, part, folder))
         elif not isinstance(result, Rejection):  # a Sweep or a Reservation
             kind = "reservation" if hasattr(result, "reservation") else "sweep"
-            docs.append({"name": result.name, "kind": kind, "index": index})
+            docs.append(_placed({"name": result.name, "kind": kind, "index": index}, data, part, folder))
         else:
             errors.append(result.message)
     return {"docs": docs, "errors": errors}
+
+
+def _placed(doc: dict[str, Any], data: Any, text: str, folder: str | None) -> dict[str, Any]:
+    if folder is None:
+        return doc
+    from controller.util.manifest_edit import EditError, place_working_dir  # lazy: ruamel's round trip
+
+    try:
+        placed = place_working_dir(doc["kind"], data, text, folder)
+    except EditError:
+        return doc  # not placed: gflowctl places it itself and says what is wrong
+    doc["placed"] = True
+    if placed is not None:
+        doc["text"] = placed
+    return doc
 
 
 # -- the controller's side --------------------------------------------------------------------------
@@ -107,7 +126,7 @@ def answer_request(
                     check_documents(
                         str(item["origin"]), str(item["text"]),
                         owner_uid=st.st_uid, controller_uid=controller_uid, conda_available=conda_available,
-                        never_fits=never_fits,
+                        never_fits=never_fits, folder=None if item.get("folder") is None else str(item["folder"]),
                     )
                     for item in request["inputs"]
                 ]
@@ -140,14 +159,21 @@ def clear(directory: Path) -> None:
 # -- the CLI's side -------------------------------------------------------------------------------------
 
 
-def ask(directory: Path, inputs: list[tuple[str, str]], timeout: float = ANSWER_TIMEOUT) -> list[dict[str, Any]] | None:
-    """The running gflowd's verdict on each input, or None (no answer: check locally)."""
+def ask(
+    directory: Path, inputs: list[tuple[str, str]], timeout: float = ANSWER_TIMEOUT, folders: list[str | None] | None = None,
+) -> list[dict[str, Any]] | None:
+    """The running gflowd's verdict on each input, or None (no answer: check locally). ``folders``:
+    where each input was applied from, to place its ``workingDir`` (see :func:`check_documents`)."""
     token = os.urandom(16).hex()  # not uuid: importing it costs ~1.5 ms (platform)
     request = directory / f"{token}{REQUEST_SUFFIX}"
     answer = directory / f"{token}{ANSWER_SUFFIX}"
     staging = directory / f".{token}.tmp"
     try:
-        staging.write_text(json.dumps({"inputs": [{"origin": o, "text": t} for o, t in inputs]}))
+        items = [{"origin": o, "text": t} for o, t in inputs]
+        for item, folder in zip(items, folders or []):
+            if folder is not None:
+                item["folder"] = folder
+        staging.write_text(json.dumps({"inputs": items}))
         os.rename(staging, request)
     except OSError:
         try:

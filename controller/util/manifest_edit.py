@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from typing import Any
 
 from controller.util.yamlio import iter_documents_text
@@ -47,6 +48,24 @@ def _leaves(patch: dict[str, Any], prefix: tuple[str, ...]):
 
 
 _DELETE = object()
+
+
+def place_working_dir(kind: str, data: Any, text: str, folder: str) -> str | None:
+    """One document's text as applied from ``folder`` (see ``manifests.run_where_applied``): with an
+    absent or relative ``workingDir`` made absolute against ``folder`` (the rest of the text kept),
+    or None when it needs no change (a reservation, an absolute or ``~`` folder, no spec mapping)."""
+    if kind == "reservation":
+        return None  # nothing runs: no working directory
+    spec = data.get("spec") if isinstance(data, dict) else None
+    path = ("spec", "workingDir")
+    if kind == "sweep" and isinstance(spec, dict):
+        spec, path = spec.get("template"), ("spec", "template", "workingDir")
+    if not isinstance(spec, dict):
+        return None
+    current = spec.get("workingDir")
+    if isinstance(current, str) and (current.startswith("~") or os.path.isabs(current)):
+        return None
+    return set_field(text, 0, path, os.path.normpath(os.path.join(folder, current or ".")))
 
 
 def set_field(text: str, doc_index: int, path: tuple[str, ...], value: Any) -> str:
