@@ -25,35 +25,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
+
+from runtime_overhead import status_of, wait_for  # the same polling and status read as the sibling bench
 
 OOM_JOB = (
     "import time\nprint(time.time(), flush=True)\nchunks = []\n"
     "for _ in range(200):\n    chunk = bytearray(1 << 20)\n    chunk[::4096] = b'x' * 256\n    chunks.append(chunk)\n"
     "print('survived', flush=True)\n"
 )
-
-
-def wait_for(predicate, timeout=60.0, interval=0.005):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise SystemExit(f"timed out waiting for {predicate}")
-
-
-def status_of(home: Path, name: str) -> dict | None:
-    from ruamel.yaml import YAML
-
-    try:
-        data = YAML(typ="safe").load((home / "status" / f"{name}.yaml").read_text())
-        return data.get("status") if isinstance(data, dict) else None
-    except Exception:
-        return None
 
 
 def stamp(text: str) -> float:
@@ -64,7 +45,7 @@ def submit(home: Path, name: str, body: str) -> dict:
     tmp = home / "jobs" / f".{name}.tmp"
     tmp.write_text(f"metadata: {{name: {name}}}\nspec:\n{body}")
     os.rename(tmp, home / "jobs" / f"{name}.yaml")
-    return wait_for(lambda: (s := status_of(home, name)) and s.get("phase") in ("Succeeded", "Failed") and s)
+    return wait_for(lambda: (s := status_of(home, name)) and s.get("phase") in ("Succeeded", "Failed") and s, timeout=60.0)
 
 
 def measure(mode: str, jobs: int, oom_runs: int) -> dict:
@@ -76,7 +57,7 @@ def measure(mode: str, jobs: int, oom_runs: int) -> dict:
             env={**os.environ, "GFLOW_HOME": str(home)}, stdin=subprocess.DEVNULL,
         )
         try:
-            wait_for(lambda: (home / "run" / "index.json").exists())
+            wait_for(lambda: (home / "run" / "index.json").exists(), timeout=60.0)
             starts, ends = [], []
             for i in range(jobs):
                 status = submit(home, f"job-{i}", "  command: [date, '+%s.%N']\n  resources: {memory: 1Gi}\n")
