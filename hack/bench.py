@@ -235,6 +235,24 @@ def _die_with_parent() -> None:  # in the child, before exec: SIGTERM it if the 
     _libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def file_create_us(folder: Path, n: int = 300) -> float:
+    """Kernel + user CPU to create one empty file in ``folder`` (median of batches), in us. Context
+    for the drain and cold-start figures: on ext4 without a journal, creating files costs 15-20 us in
+    a quiet folder and up to ~1 ms where many files were recently deleted (docs/performance.md)."""
+    probe = folder / ".create-probe"
+    probe.mkdir()
+    try:
+        costs = []
+        for batch in range(3):
+            t0 = time.process_time()
+            for i in range(n // 3):
+                os.close(os.open(probe / f"{batch}-{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            costs.append((time.process_time() - t0) / (n // 3) * 1e6)
+        return statistics.median(costs)
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
 def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -375,7 +393,7 @@ class Bench:
         unknown = (self.only or set()) - KEYS
         if unknown:
             raise SystemExit(f"bench: --only: unknown figure(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KEYS))}")
-        self.root = Path(tempfile.mkdtemp(prefix="gflow-bench-"))
+        self.root = Path(tempfile.mkdtemp(prefix="gflow-bench-", dir=args.dir))
         self.gpus_file = self.root / "fake-gpus.yaml"
         self.gpus_file.write_text("gpus:\n" + GPU_LINE * 8)
         self.figures = Figures()
@@ -899,6 +917,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--only", help="comma-separated figure names (with or without size/percentile) or 'scaling'")
     parser.add_argument("--keep", action="store_true", help="keep the temp homes (their path is printed)")
+    parser.add_argument("--dir", help="where the temp homes go (default: $TMPDIR or /tmp); a gflow home usually "
+                        "lives on the same filesystem as the users' projects")
     parser.add_argument("--vs", choices=["slurm"], help="also drain the same burst through sbatch on a local Slurm "
                         "(hack/slurm-dev.sh) and print the ratio")
     args = parser.parse_args()
@@ -912,6 +932,8 @@ def main() -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: `cmd &` starts with it ignored
         signal.signal(sig, on_signal)
     log(f"{bench.mode} run; homes under {bench.root}; {os.cpu_count()} CPUs; gflowctl: {' '.join(GFLOWCTL)}")
+    log(f"creating a file under {bench.root} costs {file_create_us(bench.root):.0f} us of CPU here "
+        "(15-20 us is a quiet ext4 folder; see docs/performance.md, 'The filesystem')")
     interrupted = False
     try:
         bench.run()
