@@ -16,6 +16,7 @@ from pathlib import Path
 from builders import job
 from helpers import wait_for
 
+from controller.act.runtime import record
 from controller.act.runtime.supervised import SupervisorRuntime
 from controller.client.terminal import connect, frame
 from controller.model.plan import Launch
@@ -108,8 +109,8 @@ def test_a_killed_supervisors_socket_goes_with_its_attempts_records(tmp_path: Pa
                                                  terminationGracePeriod="1s"), [], []))
         path = home.control_socket(os.geteuid(), "gone")
         wait_for(path.exists, message="the control socket")
-        record = json.loads((home.run_dir / "jobs" / "gone" / "run-1.json").read_text())
-        os.kill(record["supervisorPid"], signal.SIGKILL)  # no chance to remove its socket
+        run_record = record.read(str(home.run_dir / "attempts" / "gone.1"), ("run",))["run"]
+        os.kill(run_record["supervisorPid"], signal.SIGKILL)  # no chance to remove its socket
         run = wait_for(lambda: (r := runtime.observe().get("gone")) is not None and not r.running and r, timeout=20,
                        message="the attempt to be found Lost")
         assert run.lost and path.exists()
