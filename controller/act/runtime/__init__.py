@@ -18,7 +18,8 @@ class Runtime(Protocol):
         """Start the attempt. Never raises: a user error becomes an exited observation; a launch
         whose records cannot be written (a full disk) is *held*: nothing runs, ``observe`` reports
         it running with ``held`` set and ``queued`` saying why (DiskFull, DiskError), and ``tick``
-        launches it once the records can be written."""
+        launches it once the records can be written. The process may begin only at the next
+        ``observe`` or ``tick`` (the local runtime hands a pass's starts over together)."""
 
     def stop(self, name: str, grace: float, reason: str) -> None:
         """TERM the job's whole process tree now, KILL it after ``grace`` seconds. Idempotent."""

@@ -119,12 +119,19 @@ class _Attempt:
     handover_warned: bool = False
     job_ticks: int | None = None
     exit_note: dict | None = None  # the exit record, as sent by a supervisor the disk refused it to
+    extras: set[str] | None = None  # which of record.SUFFIXES it may have; None: any (adopted)
     orphaned: _Orphaned | None = None
 
     def path(self, kind: str) -> Path:
         """One of the attempt's other files (``record.SUFFIXES``): stop, limits, sh (a ``script:``
         job's script), input (a tty job: its mtime is the terminal's last input), log (the supervisor's)."""
         return self.record.with_name(f"{self.record.name}.{kind}")
+
+    def written(self, kind: str) -> Path:
+        """``path(kind)``, about to be written: it is removed with the record."""
+        if self.extras is not None:
+            self.extras.add(kind)
+        return self.path(kind)
 
     @property
     def marker(self) -> str | None:
@@ -172,6 +179,7 @@ class SupervisorRuntime:
         self._sock = self._bind_notify()
         self._news_r, self._news_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # readable: observe() has news
         self._launcher: subprocess.Popen | None = None
+        self._handing: list[Path] = []  # records to hand to the launcher (``_hand_over``)
         self._ensure_launcher()  # now, not at the first start: an interpreter start costs ~50 ms
 
     # -- the Protocol --------------------------------------------------------------------------
@@ -180,7 +188,8 @@ class SupervisorRuntime:
         current = self.attempts.get(launch.name)
         if current is not None and current.attempt == launch.attempt and current.result is None:
             return  # idempotent
-        attempt = _Attempt(launch.name, launch.attempt, self._record_path(launch.name, launch.attempt), time.monotonic())
+        attempt = _Attempt(launch.name, launch.attempt, self._record_path(launch.name, launch.attempt), time.monotonic(),
+                           extras={"log", "input"} if launch.job.spec.tty else {"log"})  # the supervisor's
         attempt.master_port = self._free_port()
         attempt.time_limit = launch.job.spec.time_limit
         attempt.devices, attempt.device_uuids = tuple(launch.devices), tuple(launch.device_uuids)
@@ -210,7 +219,7 @@ class SupervisorRuntime:
             attempt.stop_sent = True
             return
         try:
-            _write_request(attempt.path("stop"), {"reason": reason, "grace": grace})
+            _write_request(attempt.written("stop"), {"reason": reason, "grace": grace})
         except OSError as exc:  # the supervisor then stops it as "Stopped" with the job's own grace
             log.warning("job/%s: cannot write its stop request (%s); stopping it anyway", name, describe(exc))
         if self._signal_supervisor(attempt, signal.SIGTERM):
@@ -240,13 +249,14 @@ class SupervisorRuntime:
         if attempt.held or attempt.orphaned is not None:
             return
         try:
-            _write_request(attempt.path("limits"), {"timeLimit": seconds})
+            _write_request(attempt.written("limits"), {"timeLimit": seconds})
         except OSError:
             return  # asked again next pass
         if self._signal_supervisor(attempt, signal.SIGHUP):
             attempt.time_limit = seconds
 
     def observe(self) -> dict[str, RunObservation]:
+        self._hand_over()  # the starts of the pass that just acted
         self._drain()
         out = {}
         for name, attempt in self.attempts.items():
@@ -263,6 +273,7 @@ class SupervisorRuntime:
                     message="started once its launch could be recorded" if attempt.was_held else "",
                     last_input=self._last_input(attempt),
                 )
+        self._hand_over()  # relaunches decided just now
         return out
 
     def _last_input(self, attempt: _Attempt) -> float | None:
@@ -316,6 +327,7 @@ class SupervisorRuntime:
             if when is not None:
                 at = now + max(0.0, when - mono)
                 due = at if due is None else min(due, at)
+        self._hand_over()
         return due
 
     def job_pids(self) -> dict[str, set[int]]:
@@ -338,6 +350,7 @@ class SupervisorRuntime:
 
     def close(self) -> None:
         """gflowd is stopping: the launcher exits, supervisors and jobs keep running."""
+        self._hand_over()
         if self._launcher is not None and self._launcher.stdin is not None:
             try:
                 self._launcher.stdin.close()
@@ -393,6 +406,7 @@ class SupervisorRuntime:
                 self._launch(attempt)
             adopted.append(attempt.name)
         self._remove_stray_cgroups()
+        self._hand_over()
         return adopted
 
     def _remove_stray_cgroups(self) -> None:
@@ -482,7 +496,7 @@ class SupervisorRuntime:
             log.info("job/%s attempt %d: its launch is recorded now; starting it", attempt.name, attempt.attempt)
         attempt.held = ""
         attempt.submitted = time.monotonic()
-        self._submit(attempt)
+        self._handing.append(attempt.record)
 
     def _write_launch(self, attempt: _Attempt) -> None:
         """The script, the rotated log, then the record (the decision, created whole before
@@ -492,7 +506,7 @@ class SupervisorRuntime:
         only what failed."""
         spec = attempt.spec or {}
         if attempt.script is not None:  # written before the record that names it: no temp file needed
-            _write_file(attempt.path("sh"), attempt.script.encode(), 0o755, spec.get("uid"), spec.get("gid"))
+            _write_file(attempt.written("sh"), attempt.script.encode(), 0o755, spec.get("uid"), spec.get("gid"))
             attempt.script = None
         if not attempt.log_rotated:
             self._rotate_log(attempt.name, attempt.attempt)
@@ -581,18 +595,24 @@ class SupervisorRuntime:
         except BlockingIOError:
             pass
 
-    def _submit(self, attempt: _Attempt) -> None:
+    def _hand_over(self) -> None:
+        """The recorded launches, to the launcher: all of a pass in one write, so a burst wakes it
+        once, not once per job (each wake-up preempted gflowd)."""
+        if not self._handing:
+            return
+        data = "".join(f"{path}\n" for path in self._handing).encode()
+        self._handing = []
         launcher = self._ensure_launcher()
         try:
             assert launcher.stdin is not None
-            launcher.stdin.write(f"{attempt.record}\n".encode())
+            launcher.stdin.write(data)
             launcher.stdin.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # a line it read before dying is refused by its lock or its records
             log.warning("supervisor launcher died; starting a new one")
             self._launcher = None
             launcher = self._ensure_launcher()
             assert launcher.stdin is not None
-            launcher.stdin.write(f"{attempt.record}\n".encode())
+            launcher.stdin.write(data)
             launcher.stdin.flush()
 
     def _ensure_launcher(self) -> subprocess.Popen:
@@ -798,7 +818,8 @@ class SupervisorRuntime:
 
     def _remove_files(self, attempt: _Attempt) -> None:
         """The record (one unlink), then whichever other files the attempt may have had."""
-        for path in (attempt.record, *(attempt.path(kind) for kind in record.SUFFIXES)):
+        kinds = record.SUFFIXES if attempt.extras is None else [k for k in record.SUFFIXES if k in attempt.extras]
+        for path in (attempt.record, *(attempt.path(kind) for kind in kinds)):
             try:
                 os.unlink(path)
             except FileNotFoundError:
