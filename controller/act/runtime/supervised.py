@@ -299,7 +299,8 @@ class SupervisorRuntime:
             self._remove_cgroup(attempt)
             self._remove_files(attempt)
             control = (attempt.spec or {}).get("control")
-            if control and name not in self.attempts:  # left behind only by a supervisor that was killed
+            lost = attempt.result is not None and attempt.result.lost
+            if control and lost and name not in self.attempts:  # left behind by a supervisor that was killed
                 try:
                     os.unlink(control)
                 except OSError:

@@ -83,7 +83,7 @@ except ImportError:  # run as a plain file (python -I -S): the modules beside us
 PR_SET_CHILD_SUBREAPER = 36
 MEMORY_POLL = 0.1
 LEFTOVER_GRACE = 2.0  # after the job's main process ends, how long its stray children get
-CONTROL_AFTER = 0.05  # the control socket is bound this long after the start (module docstring)
+CONTROL_AFTER = 0.2  # the control socket is bound this long after the start (module docstring)
 ERROR_CHARS = 3000  # a start error is cut to this, so the record fits in its room
 RETRY_FIRST, RETRY_MAX = 0.2, 5.0  # seconds between tries to write an exit record the disk refused
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
