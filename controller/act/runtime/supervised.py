@@ -108,7 +108,7 @@ class _Attempt:
     devices: tuple[int, ...] = ()
     device_uuids: tuple[str, ...] = ()
     run_hash: str = ""
-    spec: dict | None = None  # the launch file's content, kept to write it again
+    spec: dict | None = None  # the launch record, kept to write it again
     script: str | None = None  # the script file's text (a ``script:`` job), until it is written
     log_rotated: bool = False
     held: str = ""  # why the launch could not be recorded (it is retried); "" when it was
@@ -188,8 +188,9 @@ class SupervisorRuntime:
         current = self.attempts.get(launch.name)
         if current is not None and current.attempt == launch.attempt and current.result is None:
             return  # idempotent
+        supervisors_files = {"log", "input"} if launch.job.spec.tty else {"log"}  # what it may write beside the record
         attempt = _Attempt(launch.name, launch.attempt, self._record_path(launch.name, launch.attempt), time.monotonic(),
-                           extras={"log", "input"} if launch.job.spec.tty else {"log"})  # the supervisor's
+                           extras=supervisors_files)
         attempt.master_port = self._free_port()
         attempt.time_limit = launch.job.spec.time_limit
         attempt.devices, attempt.device_uuids = tuple(launch.devices), tuple(launch.device_uuids)
@@ -411,7 +412,7 @@ class SupervisorRuntime:
         return adopted
 
     def _remove_stray_cgroups(self) -> None:
-        """Cgroups no launch file names: made by a gflowd that died before writing the launch."""
+        """Cgroups no launch record names: made by a gflowd that died before writing the record."""
         if self.cgroups is None:
             return
         known = {((a.spec or {}).get("cgroup") or {}).get("name") for a in self.attempts.values()}
@@ -428,7 +429,7 @@ class SupervisorRuntime:
     # -- internals ---------------------------------------------------------------------------------------
 
     def _launch_spec(self, launch: Launch, attempt: _Attempt) -> tuple[dict, str | None]:
-        """The launch file's content and the script's text. Writes nothing: see ``_write_launch``."""
+        """The launch record and the script's text. Writes nothing: see ``_write_launch``."""
         env = dict(self.base_env)
         uid = gid = None
         groups: list[int] = []

@@ -20,16 +20,17 @@ launch record in it, room left for our two records, which we write in place:
 
 Terminals and exec. Every attempt serves a control socket (``control_socket.py``, loaded beside this
 file) once its job is under way (CONTROL_AFTER later, so a job that ends in a few milliseconds never
-creates one; ``gflowctl exec`` waits for it; a tty job's is bound at once): ``gflowctl exec`` runs commands in the job's allocation through it.
-A ``tty`` job runs on a pseudo-terminal whose master we hold (so it outlives gflowd like the job);
-we copy its output to the log and to ``gflowctl attach`` viewers. A stop hangs such a session up
-(SIGHUP) before the TERM.
+creates one; ``gflowctl exec`` waits for it; a tty job's is bound at once): ``gflowctl exec`` runs
+commands in the job's allocation through it. A ``tty`` job runs on a pseudo-terminal whose master we
+hold (so it outlives gflowd like the job); we copy its output to the log and to ``gflowctl attach``
+viewers. A stop hangs such a session up (SIGHUP) before the TERM.
 
-Sequence: lock -> fork the job (it waits on a pipe) -> run record -> let it exec -> watch it: SIGCHLD, stop requests, the time limit (monotonic clock) and the memory limit (RSS of the whole
+Sequence: lock -> fork the job (it waits on a pipe) -> run record -> let it exec -> watch it:
+SIGCHLD, stop requests, the time limit (monotonic clock) and the memory limit (RSS of the whole
 tree, polled every 100 ms). We are a child subreaper, so a grandchild that calls ``setsid`` still
 ends up ours and dies with the job: the attempt ends when the whole tree is gone.
 
-Cgroups (docs/cgroups.md). When gflowd made the attempt a cgroup (the launch file's ``cgroup``: its
+Cgroups (docs/cgroups.md). When gflowd made the attempt a cgroup (the launch record's ``cgroup``: its
 ``cgroup.procs`` paths, limits already written), the forked job joins it before anything else
 (``join_cgroup``), so nothing it starts is outside. The kernel then enforces memory, and we only
 read its OOM counter (no RSS polling): an OOM kill anywhere in the job ends the attempt as OOMKilled.
@@ -703,7 +704,7 @@ def cgroups_package():
 
 
 def attempt_cgroup(record: dict | None):
-    """The attempt's cgroup as the launch file describes it (``AttemptCgroup``), or None."""
+    """The attempt's cgroup as the launch record describes it (``AttemptCgroup``), or None."""
     if not record:
         return None
     package = cgroups_package()
