@@ -685,7 +685,7 @@ class Bench:
                             stall: float = 120.0, progress: bool = False) -> None:
         """Until run/index.json counts ``n`` Succeeded jobs. Fails when a job ends badly, when gflowd
         dies, or when nothing moves for ``stall`` seconds: neither the index nor the number of
-        attempt folders (run/jobs/) and logs (one pass may start thousands of jobs before it
+        attempt records (run/attempts/) and logs (one pass may start thousands of jobs before it
         records anything)."""
         last, last_at, started, said = None, time.monotonic(), time.monotonic(), time.monotonic()
         checked = 0.0
@@ -703,12 +703,12 @@ class Bench:
                 time.sleep(interval)
                 continue
             checked = now
-            state = (tuple(sorted(counts.items())), _entries(home / "run" / "jobs"), _entries(home / "logs"))
+            state = (tuple(sorted(counts.items())), _entries(home / "run" / "attempts"), _entries(home / "logs"))
             if state != last:
                 last, last_at = state, now
             elif now - last_at > stall:
                 raise BenchError(f"{what}: nothing moved for {stall:g}s (a hung pass?); index says {dict(counts)}, "
-                                 f"{state[1]} attempt folders, {state[2]} logs")
+                                 f"{state[1]} attempt records, {state[2]} logs")
             if progress and now - said >= 10:
                 log(f"  {done}/{n} Succeeded in the index, {state[2]} logs, after {now - started:.0f} s")
                 said = now

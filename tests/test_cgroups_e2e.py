@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from helpers import home_cgroups, job_status, read_log, wait_for, wait_phase, write_manifest
 
+from controller.act.runtime import record
 from controller.act.runtime.cgroups import probe
 from controller.api.units import format_cpu_list
 
@@ -227,7 +228,7 @@ def test_a_job_whose_supervisor_died_is_found_by_its_cgroup_and_stopped(home, gf
     wait_for(lambda: len(Path(procs[0]).read_text().split()) >= 3, timeout=10, message="the job and its sleeps")
     os.kill(daemon.pid, signal.SIGKILL)
     daemon.proc.wait(10)
-    supervisor = int(__import__("json").loads((home / "run" / "jobs" / "gone" / "run-1.json").read_text())["supervisorPid"])
+    supervisor = int(record.read(str(home / "run" / "attempts" / "gone.1"), ("run",))["run"]["supervisorPid"])
     os.kill(supervisor, signal.SIGKILL)
     again = gflowd()
     status = wait_phase(home, "gone", "Failed", reason="Lost", timeout=30, daemon=again)

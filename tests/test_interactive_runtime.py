@@ -16,6 +16,7 @@ from pathlib import Path
 from builders import job
 from helpers import wait_for
 
+from controller.act.runtime import record
 from controller.act.runtime.supervised import SupervisorRuntime
 from controller.client.terminal import connect, frame
 from controller.model.plan import Launch
@@ -61,6 +62,7 @@ def test_notify_reaches_the_viewers_not_the_job_and_last_input_follows_typing(tm
         calm = job("calm", command=["sleep", "30"], workingDir=str(tmp_path))
         runtime.start(Launch("talk", 1, 1, talk, [], []))
         runtime.start(Launch("calm", 1, 1, calm, [], []))
+        runtime.observe()  # hands the pass's starts to the launcher
         path = home.control_socket(os.geteuid(), "talk")
         wait_for(path.exists, message="the control socket")
         run = wait_for(lambda: (r := runtime.observe().get("talk")) is not None and r.running and r.last_input and r,
@@ -106,10 +108,11 @@ def test_a_killed_supervisors_socket_goes_with_its_attempts_records(tmp_path: Pa
     try:
         runtime.start(Launch("gone", 1, 1, job("gone", tty=True, command=["sleep", "60"], workingDir=str(tmp_path),
                                                  terminationGracePeriod="1s"), [], []))
+        runtime.observe()  # hands the start to the launcher
         path = home.control_socket(os.geteuid(), "gone")
         wait_for(path.exists, message="the control socket")
-        record = json.loads((home.run_dir / "jobs" / "gone" / "run-1.json").read_text())
-        os.kill(record["supervisorPid"], signal.SIGKILL)  # no chance to remove its socket
+        run_record = record.read(str(home.run_dir / "attempts" / "gone.1"), ("run",))["run"]
+        os.kill(run_record["supervisorPid"], signal.SIGKILL)  # no chance to remove its socket
         run = wait_for(lambda: (r := runtime.observe().get("gone")) is not None and not r.running and r, timeout=20,
                        message="the attempt to be found Lost")
         assert run.lost and path.exists()

@@ -7,7 +7,6 @@ exit codes included, with nothing run twice.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -23,6 +22,7 @@ from helpers import (
     write_manifest,
 )
 
+from controller.act.runtime import record
 from controller.decide.admission import validate_document
 from controller.util.yamlio import load_one
 
@@ -128,7 +128,7 @@ def test_exit_code_of_a_job_that_ends_while_gflowd_is_down_survives(home, gflowd
     wait_phase(home, "seven", "Running", daemon=first)
     assert first.terminate() == 0
     release.touch()  # the job ends now, while no gflowd runs
-    wait_for(lambda: list((home / "run" / "jobs" / "seven").glob("exit-*.json")), message="the supervisor's exit record")
+    wait_for(lambda: _region(home, "seven.1", "exit"), message="the supervisor's exit record")
     second = gflowd()
     status = wait_phase(home, "seven", "Failed", daemon=second)
     assert (status["reason"], status["exitCode"]) == ("Error", 7)
@@ -152,8 +152,7 @@ def test_backoff_limit_2_means_exactly_three_attempts(home, gflowd, tmp_path):
 def test_a_start_decided_but_never_begun_is_started_after_a_crash(home, gflowd, tmp_path):
     """A launch record without a run record and without a live supervisor: the job never ran."""
     marker = tmp_path / "ran.txt"
-    job_dir = home / "run" / "jobs" / "late"
-    job_dir.mkdir(parents=True)
+    (home / "run" / "attempts").mkdir(parents=True)
     (home / "logs").mkdir(exist_ok=True)
     launch = {
         "name": "late", "attempt": 1, "generation": 1,
@@ -164,7 +163,7 @@ def test_a_start_decided_but_never_begun_is_started_after_a_crash(home, gflowd, 
     }
     text = manifest("late", f"  command: [sh, -c, 'echo ran >> {marker}']\n")
     launch["runHash"] = validate_document(load_one(text), source="jobs/late.yaml", path="", stem="late", single=True).run_hash
-    (job_dir / "launch-1.json").write_text(json.dumps(launch))
+    record.create(str(home / "run" / "attempts" / "late.1"), launch)
     write_manifest(home / "jobs", "late.yaml", text)
     daemon = gflowd()
     status = wait_phase(home, "late", "Succeeded", daemon=daemon)
@@ -172,11 +171,50 @@ def test_a_start_decided_but_never_begun_is_started_after_a_crash(home, gflowd, 
     assert status["attempt"] == 1
 
 
+def test_a_record_gflowd_died_writing_was_never_handed_over(home, gflowd, tmp_path):
+    """A record whose launch region is torn (gflowd killed mid-write) is absent: removed at adoption,
+    and the job is decided and started as if it were not there, once."""
+    marker = tmp_path / "ran.txt"
+    attempts = home / "run" / "attempts"
+    attempts.mkdir(parents=True)
+    torn = attempts / "torn.1"
+    record.create(str(torn), {"name": "torn", "attempt": 1, "argv": ["sh", "-c", f"echo torn >> {marker}"]})
+    os.truncate(torn, torn.stat().st_size - 5)
+    write_manifest(home / "jobs", "torn.yaml", manifest("torn", f"  command: [sh, -c, 'echo ran >> {marker}']\n"))
+    daemon = gflowd()
+    status = wait_phase(home, "torn", "Succeeded", daemon=daemon)
+    assert marker.read_text() == "ran\n"
+    assert status["attempt"] == 1
+
+
+def test_attempts_of_an_older_gflowd_are_not_lost_it_refuses_to_start_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    home = tmp_path / "h"
+    old = home / "run" / "jobs" / "train"
+    old.mkdir(parents=True)
+    (old / "launch-1.json").write_text("{}")
+    result = subprocess.run([sys.executable, "-m", "controller.daemon", "--home", str(home)],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"gflowd: {home / 'run' / 'jobs'} holds 1 attempt(s) of an older gflowd (train); ")
+    assert result.stderr.count("\n") == 1 and (old / "launch-1.json").exists()
+
+
+def test_an_older_gflowds_leftovers_without_attempts_are_removed(home, gflowd):
+    leftover = home / "run" / "jobs" / "done"
+    leftover.mkdir(parents=True)
+    (leftover / "supervisor.log").write_text("")
+    gflowd()
+    assert not (home / "run" / "jobs").exists()
+
+
 def test_supervisor_killed_without_exit_record_is_lost(home, gflowd):
     daemon = gflowd()
     write_manifest(home / "jobs", "victim.yaml", script_job("victim", "sleep 300"))
     wait_phase(home, "victim", "Running", daemon=daemon)
-    run = wait_for(lambda: _json(home / "run" / "jobs" / "victim" / "run-1.json"), message="the run record")
+    run = wait_for(lambda: _region(home, "victim.1", "run"), message="the run record")
     os.kill(run["supervisorPid"], signal.SIGKILL)
     status = wait_phase(home, "victim", "Failed", timeout=20, daemon=daemon)
     assert status["reason"] == "Lost"
@@ -207,11 +245,9 @@ def test_job_environment(home, gflowd):
     assert (env["SEED"], env["MODE"]) == ("42", "fast")
 
 
-def _json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+def _region(home: Path, attempt: str, region: str) -> dict | None:
+    """One region (launch, run, exit) of the attempt record run/attempts/NAME.N, if written."""
+    return (record.read(str(home / "run" / "attempts" / attempt), (region,)) or {}).get(region)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
@@ -252,12 +288,13 @@ def test_exit_record_stays_until_the_status_showing_it_is_written(tmp_path):
         wait_for(lambda: (run := runtime.observe().get("r")) is not None and not run.running, timeout=20,
                  message="the attempt to end")
         assert runtime.observe()["r"].exit_code == 3
-        exit_record = home.run_dir / "jobs" / "r" / "exit-1.json"
-        assert exit_record.exists()
+        attempts = home.run_dir / "attempts"
+        assert record.read(str(attempts / "r.1"), ("exit",))["exit"]["exitCode"] == 3
+        assert os.listdir(attempts) == ["r.1"]  # one file: no folder, lock, run or exit file, no empty trace
         runtime.forget("r")
         assert "r" not in runtime.observe()
-        assert exit_record.exists()  # not yet recorded in a status file
+        assert (attempts / "r.1").exists()  # not yet recorded in a status file
         runtime.purge()
-        assert not exit_record.exists() and not exit_record.parent.exists()
+        assert os.listdir(attempts) == []
     finally:
         runtime.close()

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import fill_filesystem, job_status, pid_alive, read_log, wait_for, wait_phase, write_manifest
 
+from controller.act.runtime import record
 from controller.act.runtime.supervisor import start_ticks
 
 SUPERVISOR = Path(__file__).resolve().parents[1] / "controller" / "act" / "runtime" / "supervisor.py"
@@ -41,11 +42,24 @@ def events(home: Path) -> list[dict]:
         return []
 
 
-def read_json(path: Path) -> dict | None:
+def region(path: Path, which: str) -> dict | None:
+    """One region (launch, run, exit) of an attempt record, if written."""
+    return (record.read(str(path), (which,)) or {}).get(which)
+
+
+def punch_hole(path: Path, offset: int, length: int) -> None:
+    """Give back the blocks under a region of a file (FALLOC_FL_PUNCH_HOLE): writing there needs
+    new ones again, as an overwrite does on a copy-on-write filesystem (btrfs, ZFS)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fd = os.open(path, os.O_RDWR)
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+        if libc.fallocate(fd, 0x02 | 0x01, offset, length) != 0:  # PUNCH_HOLE | KEEP_SIZE
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(path))
+    finally:
+        os.close(fd)
 
 
 def uptime_ticks() -> float:
@@ -133,8 +147,9 @@ def test_a_full_disk_loses_no_exit_code_and_no_launch(tiny_home, gflowd, tmp_pat
     runs = {}
     for name in codes:
         wait_phase(home, name, "Running", daemon=first)
-        runs[name] = wait_for(lambda n=name: read_json(home / "run" / "jobs" / n / "run-1.json"), message=f"{name}'s run record")
-        wait_for((home / "run" / "jobs" / name / "exit-1.reserved").exists, message=f"{name}'s room for its exit record")
+        runs[name] = wait_for(lambda n=name: region(home / "run" / "attempts" / f"{n}.1", "run"), message=f"{name}'s run record")
+        # the room for its exit record was taken with the record, before the job started: real blocks
+        assert os.stat(home / "run" / "attempts" / f"{name}.1").st_blocks * 512 >= record.LAUNCH_AT
     write_manifest(spec, "hog.yaml", script_job(
         "hog", f"head -c 5000000 /dev/zero | tr '\\0' x || true\nwhile [ ! -e {release}/hog ]; do sleep 0.05; done",
     ))
@@ -158,7 +173,7 @@ def test_a_full_disk_loses_no_exit_code_and_no_launch(tiny_home, gflowd, tmp_pat
     assert not (ran / "late").exists() and second.proc.poll() is None
 
     (release / "hog").touch()
-    hog = read_json(home / "run" / "jobs" / "hog" / "run-1.json")
+    hog = region(home / "run" / "attempts" / "hog.1", "run")
     wait_for(lambda: not pid_alive(hog["jobPid"]), message="the hog to end")
     free_space(home)
     os.truncate(home / "logs" / "hog.log", 0)
@@ -180,7 +195,7 @@ def test_a_launch_the_disk_refuses_stays_pending_and_starts_once_space_returns(h
     marker, release = tmp_path / "late-ran", tmp_path / "release"
     write_manifest(home / "jobs", "runner.yaml", script_job("runner", f"while [ ! -e {release} ]; do sleep 0.05; done"))
     daemon = gflowd()
-    wait_for(lambda: read_json(small_run_dir / "jobs" / "runner" / "run-1.json"), message="the runner to begin")
+    wait_for(lambda: region(small_run_dir / "attempts" / "runner.1", "run"), message="the runner to begin")
     fill_filesystem(small_run_dir)
 
     write_manifest(home / "jobs", "late.yaml", script_job("late", f"echo ran $GFLOW_ATTEMPT >> {marker}"))
@@ -192,7 +207,7 @@ def test_a_launch_the_disk_refuses_stays_pending_and_starts_once_space_returns(h
         return status if status.get("phase") == phase and reason in (None, status.get("reason")) else None
 
     status = wait_for(lambda: late_is("Pending", "DiskFull"), message=lambda: f"late held back: {job_status(home, 'late')}")
-    assert "No space left on device" in status["message"] and "/run/jobs/late/" in status["message"], status
+    assert "No space left on device" in status["message"] and "/run/attempts/late.1" in status["message"], status
     release.touch()  # the runner ends while the disk is full: its exit code is recorded all the same
     wait_for(lambda: (job_status(home, "runner") or {}).get("phase") == "Succeeded" and late_is("Pending", "DiskFull"),
              message=lambda: f"runner Succeeded: {job_status(home, 'runner')}")
@@ -213,17 +228,16 @@ def test_an_exit_the_disk_refuses_reaches_gflowd_at_once_and_the_supervisor_goes
     release = tmp_path / "release"
     write_manifest(home / "jobs", "three.yaml", script_job("three", f"while [ ! -e {release} ]; do sleep 0.05; done\nexit 3"))
     daemon = gflowd()
-    run = wait_for(lambda: read_json(small_run_dir / "jobs" / "three" / "run-1.json"), message="the job to begin")
-    reserved = small_run_dir / "jobs" / "three" / "exit-1.reserved"
-    wait_for(reserved.exists, message="the room for the exit record to be taken")
-    reserved.rename(small_run_dir / "taken")  # as if an overwrite needed new blocks: the room stays taken
+    attempt = small_run_dir / "attempts" / "three.1"
+    run = wait_for(lambda: region(attempt, "run"), message="the job to begin")
+    punch_hole(attempt, record.EXIT_AT, record.LAUNCH_AT - record.EXIT_AT)  # as if an overwrite needed new blocks
     fill_filesystem(small_run_dir)
     release.touch()
     status = wait_phase(home, "three", "Failed", daemon=daemon)  # known from the datagram alone
     assert (status["reason"], status["exitCode"]) == ("Error", 3), status
     # recorded in its status file, the attempt's files are removed: the supervisor stops retrying
     wait_for(lambda: not pid_alive(run["supervisorPid"]), timeout=20, message="the supervisor to end")
-    assert not (small_run_dir / "jobs" / "three" / "exit-1.json").exists()
+    assert not attempt.exists()
     assert temp_files(small_run_dir) == []
 
 
@@ -239,7 +253,7 @@ def test_a_held_launch_is_pending_keeps_its_gpu_and_runs_once_recorded():
     world = World(job("a", resources={"gpus": 1}), n_gpus=1)
     plan = reconcile(world.snapshot(), T0)
     (launch,) = plan.starts
-    why = "cannot record its launch: No space left on device (ENOSPC) writing /h/run/jobs/a/launch-1.json"
+    why = "cannot record its launch: No space left on device (ENOSPC) writing /h/run/attempts/a.1"
     held = RunObservation("a", launch.attempt, None, T0, True, queued="DiskFull", message=why, held=True,
                           devices=tuple(launch.devices))
     hold_start(plan, held)  # what gflowd does when the runtime held the start it was asked for
@@ -270,15 +284,15 @@ def tiny_dir():
 
 
 def _launch(folder: Path, notify: str, argv: list[str], cwd: str) -> Path:
-    job_dir = folder / "run" / "jobs" / "solo"
-    job_dir.mkdir(parents=True)
+    attempts = folder / "run" / "attempts"
+    attempts.mkdir(parents=True)
     (folder / "logs").mkdir()
-    path = job_dir / "launch-1.json"
-    path.write_text(json.dumps({
+    path = attempts / "solo.1"
+    record.create(str(path), {
         "name": "solo", "attempt": 1, "generation": 1, "argv": argv, "env": {"PATH": os.environ["PATH"]},
         "cwd": cwd, "log": str(folder / "logs" / "solo.log"), "uid": None, "gid": None, "groups": [],
         "timeLimit": None, "memoryLimit": None, "grace": 1.0, "notify": notify,
-    }))
+    })
     return path
 
 
@@ -301,16 +315,18 @@ def test_a_supervisor_that_cannot_record_its_start_never_runs_the_job_and_says_s
     marker = tmp_path / "ran"
     sock = _listen(tmp_path / "notify.sock")
     launch = _launch(tiny_dir, str(tmp_path / "notify.sock"), ["touch", str(marker)], str(tmp_path))
+    punch_hole(launch, record.RUN_AT, record.EXIT_AT - record.RUN_AT)  # writing the run record needs a block
     fill_filesystem(tiny_dir)
     result = subprocess.run([sys.executable, "-I", "-S", str(SUPERVISOR), str(launch)], capture_output=True, timeout=30)
     assert result.returncode == 0, result.stderr
     got = wait_for(lambda: _datagrams(sock, []), timeout=5, message="the supervisor's notice")
     assert got[0].startswith("unlaunched solo 1 ") and "No space left on device" in got[0], got
     assert not marker.exists()
-    assert sorted(p.name for p in launch.parent.iterdir()) == ["attempt-1.lock", "launch-1.json"]
+    assert sorted(p.name for p in launch.parent.iterdir()) == ["solo.1"]
+    assert region(launch, "run") is None and region(launch, "exit") is None
     free_space(tiny_dir)  # the same launch handed over again now runs
     subprocess.run([sys.executable, "-I", "-S", str(SUPERVISOR), str(launch)], check=True, timeout=30)
-    wait_for(lambda: read_json(launch.parent / "exit-1.json"), message="the exit record")
+    wait_for(lambda: region(launch, "exit"), message="the exit record")
     assert marker.exists()
 
 
@@ -325,9 +341,7 @@ def test_an_exit_the_disk_refuses_is_kept_sent_to_gflowd_and_written_once_there_
         wait_for(lambda: any(m.startswith("start solo 1") for m in _datagrams(sock, got)), message="the job to start")
         # the room reserved for the exit record is gone too (as on a copy-on-write filesystem, where
         # even an overwrite needs new blocks): only retrying can record the exit now
-        reserved = launch.parent / "exit-1.reserved"
-        wait_for(reserved.exists, message="the room for the exit record to be taken")
-        reserved.rename(tiny_dir / "taken")  # its blocks stay taken
+        punch_hole(launch, record.EXIT_AT, record.LAUNCH_AT - record.EXIT_AT)
         fill_filesystem(tiny_dir)
         release.touch()
 
@@ -337,13 +351,13 @@ def test_an_exit_the_disk_refuses_is_kept_sent_to_gflowd_and_written_once_there_
                     return json.loads(message.split(" ", 3)[3])
             return None
 
-        record = wait_for(exit_notice, timeout=10, message=lambda: f"the exit sent to gflowd; got {got}")
-        assert record["exitCode"] == 3
+        sent = wait_for(exit_notice, timeout=10, message=lambda: f"the exit sent to gflowd; got {got}")
+        assert sent["exitCode"] == 3
         assert supervisor.poll() is None  # alive, holding its attempt lock, retrying
-        assert not (launch.parent / "exit-1.json").exists()
+        assert region(launch, "exit") is None
         free_space(tiny_dir)
         assert supervisor.wait(30) == 0
-        assert read_json(launch.parent / "exit-1.json")["exitCode"] == 3
+        assert region(launch, "exit")["exitCode"] == 3
         assert temp_files(tiny_dir) == []
     finally:
         if supervisor.poll() is None:
@@ -394,7 +408,7 @@ def test_a_killed_supervisor_never_leaves_the_job_running_on_a_gpu_given_to_anot
         "done\necho checked\n"
     ), "  resources: {gpus: 1}\n"))
     wait_phase(home, "second", "Pending", reason="Resources", daemon=daemon)
-    supervisor = read_json(home / "run" / "jobs" / "first" / "run-1.json")["supervisorPid"]
+    supervisor = region(home / "run" / "attempts" / "first.1", "run")["supervisorPid"]
     os.kill(supervisor, signal.SIGKILL)
 
     alive_when_second_ran: list[int] = []

@@ -312,7 +312,7 @@ def test_gflowd_with_the_slurm_backend_and_no_slurm_exits_with_one_line(tmp_path
 @pytest.mark.parametrize(
     "backend, leftover, message",
     [
-        ("slurm", "run/jobs/train/launch-1.json", "1 job(s) of the local backend are not finished (train)"),
+        ("slurm", "run/attempts/train.1", "1 job(s) of the local backend are not finished (train)"),
         ("local", "run/slurm/train.json", "1 job(s) of the slurm backend are not finished (train)"),
     ],
 )

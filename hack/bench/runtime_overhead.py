@@ -81,9 +81,11 @@ def main() -> int:
                 latencies.append((ran - decided) * 1000)
             # a long job, to weigh its supervisor
             (home / "jobs" / "weigh.yaml").write_text("spec:\n  command: [sleep, '30']\n")
-            wait_for(lambda: list((home / "run" / "jobs" / "weigh").glob("run-*.json")))
-            record = json.loads(next((home / "run" / "jobs" / "weigh").glob("run-*.json")).read_text())
-            supervisor_rss = rss_kib(record["supervisorPid"]) / 1024
+            sys.path.insert(0, str(ROOT))
+            from controller.act.runtime.record import read  # the attempt record's format (standard library only)
+
+            run_record = wait_for(lambda: (read(str(home / "run" / "attempts" / "weigh.1"), ("run",)) or {}).get("run"))
+            supervisor_rss = rss_kib(run_record["supervisorPid"]) / 1024
             (home / "jobs" / "weigh.yaml").unlink()
         finally:
             daemon.send_signal(signal.SIGTERM)

@@ -7,6 +7,7 @@ Slurm cluster (``backend: slurm``). ``make_runtime`` picks one from the configur
 
 from __future__ import annotations
 
+import os
 from typing import Any, Protocol
 
 from controller.model.plan import Launch, RunObservation
@@ -17,7 +18,8 @@ class Runtime(Protocol):
         """Start the attempt. Never raises: a user error becomes an exited observation; a launch
         whose records cannot be written (a full disk) is *held*: nothing runs, ``observe`` reports
         it running with ``held`` set and ``queued`` saying why (DiskFull, DiskError), and ``tick``
-        launches it once the records can be written."""
+        launches it once the records can be written. The process may begin only at the next
+        ``observe`` or ``tick`` (the local runtime hands a pass's starts over together)."""
 
     def stop(self, name: str, grace: float, reason: str) -> None:
         """TERM the job's whole process tree now, KILL it after ``grace`` seconds. Idempotent."""
@@ -79,8 +81,11 @@ def make_runtime(home: Any, config: Any) -> Runtime:
 def backend_switch_problem(home: Any, backend: str) -> str | None:
     """Jobs the other backend still tracks would be orphaned (and reported Lost) by a switch: say so."""
     if backend == "slurm":
-        jobs_dir = home.run_dir / "jobs"
-        live = sorted(d.name for d in jobs_dir.iterdir() if any(d.glob("launch-*.json"))) if jobs_dir.is_dir() else []
+        from controller.act.runtime.record import attempt_of  # lazy: standard library only, small
+
+        attempts_dir = home.run_dir / "attempts"
+        found = (attempt_of(name) for name in os.listdir(attempts_dir)) if attempts_dir.is_dir() else ()
+        live = sorted({attempt[0] for attempt in found if attempt is not None})
         other = "local"
     else:
         slurm_dir = home.run_dir / "slurm"
@@ -90,3 +95,20 @@ def backend_switch_problem(home: Any, backend: str) -> str | None:
         return None
     names = ", ".join(live[:5]) + (" ..." if len(live) > 5 else "")
     return f"{len(live)} job(s) of the {other} backend are not finished ({names}); run with --backend {other} until they are"
+
+
+def old_layout_problem(home: Any) -> str | None:
+    """Attempts recorded by a gflowd older than the attempt record (``run/jobs/<name>/launch-<N>.json``)
+    are not adopted: say what to do rather than lose them. A folder with none left is removed."""
+    jobs_dir = home.run_dir / "jobs"
+    if not jobs_dir.is_dir():
+        return None
+    live = sorted(folder.name for folder in jobs_dir.iterdir() if folder.is_dir() and any(folder.glob("launch-*.json")))
+    if not live:
+        import shutil  # lazy: only a home an older gflowd used has the folder
+
+        shutil.rmtree(jobs_dir, ignore_errors=True)  # ended attempts' leftovers (supervisor.log)
+        return None
+    names = ", ".join(live[:5]) + (" ..." if len(live) > 5 else "")
+    return (f"{jobs_dir} holds {len(live)} attempt(s) of an older gflowd ({names}); run that version until they "
+            f"end (gflowctl get jobs), or stop them and remove {jobs_dir}, then start this one")

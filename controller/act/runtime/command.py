@@ -61,8 +61,25 @@ def build_process(launch: Launch, base_env: dict[str, str], script_path: Path, m
         launch.name, spec, devices=",".join(str(d) for d in launch.devices), attempt=str(launch.attempt),
         generation=str(launch.generation), master_port=str(master_port), inherited=base_env,
     )
-    if spec.command is not None and argv and os.sep not in argv[0]:
-        if shutil.which(argv[0], path=env.get("PATH")) is None:
-            raise LaunchError(f"command not found: {argv[0]!r} is not on the job's PATH")
+    if spec.command is not None and argv and os.sep not in argv[0] and not _on_path(argv[0], env.get("PATH")):
+        raise LaunchError(f"command not found: {argv[0]!r} is not on the job's PATH")
     return ProcessSpec(argv, env, cwd, spec.script)
+
+
+_FOUND: set[tuple[str, str | None]] = set()  # (command, PATH) found before
+_FOUND_MAX = 4096
+
+
+def _on_path(command: str, path: str | None) -> bool:
+    """Whether ``command`` is on ``path``; a command found once is not searched for again (a
+    search costs ~0.1 ms a folder, for every start of a burst of thousands). Should it vanish
+    later, the exec fails instead, with the same exit code (127) and a message saying so."""
+    if (command, path) in _FOUND:
+        return True
+    if shutil.which(command, path=path) is None:
+        return False  # not remembered: it may be installed before the next try
+    if len(_FOUND) >= _FOUND_MAX:
+        _FOUND.clear()
+    _FOUND.add((command, path))
+    return True
 

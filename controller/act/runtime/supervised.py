@@ -1,32 +1,40 @@
 """The crash-safe runtime: one supervisor process per attempt (``supervisor.py``), outliving gflowd.
 
-gflowd's side of the protocol. Starting an attempt writes its launch file (atomically: the decision
-to start is on disk before anything runs), then hands the path to the launcher zygote. Everything
-after that is read back from the attempt's records, so a restarted gflowd knows exactly what
-happened while it was away:
+gflowd's side of the protocol. Starting an attempt creates its record, ``run/attempts/<name>.<N>``
+(``record.py``), with the launch record in it (the decision to start is on disk before anything
+runs; a record whose launch region does not read was never handed over, and is removed), then
+hands the path to the launcher zygote. Everything after that is read back from the record, so a
+restarted gflowd knows exactly what happened while it was away:
 
     exit record                        -> the attempt ended (code, signal, reason)
     run record, supervisor alive       -> running (re-adopted; identity = pid AND start time)
     run record, supervisor gone        -> its job's processes are found and stopped (TERM, KILL
                                           after the grace period; ``orphans.py``), the attempt
                                           still holding its GPUs; then Lost: exit code unknown
-    launch file only, no supervisor    -> it never began: started now (same attempt)
+    launch record only, no supervisor  -> it never began: started now (same attempt)
+
+(A supervisor is alive while the record's flock is held.) Once the status file records the end,
+the attempt's files go: the record, and whichever of ``<name>.<N>.stop|limits|sh|input|log`` it had.
 
 Supervisors notify a datagram socket (``run/notify.sock``) on start and exit, and each one's
 pidfd is watched as well, so an exit reaches the loop at once without polling.
 
-A full disk. A launch whose records cannot be written (the launch file, the script, or the
+A full disk. A launch whose records cannot be written (the record, the script, or the
 supervisor's run record) is not a launch: nothing runs, and the attempt is *held*: ``observe``
 reports it queued (reason DiskFull, or DiskError for another write error, the message naming the
 file), so the job shows Pending, keeping the GPUs it was bound to; ``tick`` tries again with a
 growing delay (0.5 s to 10 s) and launches it as soon as the write succeeds. A supervisor that
 cannot write its exit record sends the record in its exit datagram (see ``supervisor.py``): the
 exit is known at once, and its files are removed, as always, once the status file records it.
+
+Attempts of a gflowd older than the record (``run/jobs/<name>/launch-<N>.json`` ...) are not
+adopted: ``old_layout_problem`` makes gflowd refuse to start while any is left (docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import logging
@@ -41,6 +49,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.act.runtime import record
 from controller.act.runtime.cgroups import (
     AttemptCgroup,
     CgroupError,
@@ -58,7 +67,7 @@ from controller.act.runtime.supervisor import DISK_FULL, descendants, start_tick
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
 from controller.util.frames import frame
-from controller.util.fsutil import atomic_write, describe, lock_held
+from controller.util.fsutil import describe, lock_held
 
 log = logging.getLogger("gflowd.runtime")
 SUPERVISOR_FILE = str(Path(__file__).with_name("supervisor.py"))
@@ -66,6 +75,8 @@ MASTER_PORT_BASE = 29500
 NEVER_BEGAN_AFTER = 5.0  # a launch handed to a live launcher gets this long to take its lock
 HOLD_FIRST, HOLD_MAX = 0.5, 10.0  # delays between tries to launch an attempt the disk refused
 NOTIFY_TIMEOUT = 0.2  # seconds a notice may wait for a supervisor's control socket
+LAUNCH_PIPE_BYTES = 1 << 20  # the launcher's stdin: room for ~15,000 record paths
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 ORPHAN_CHECK = 0.2  # while stopping a dead supervisor's job: how often to look for its processes
 
 
@@ -83,7 +94,7 @@ class _Orphaned:
 class _Attempt:
     name: str
     attempt: int
-    dir: Path
+    record: Path  # run/attempts/<name>.<N>
     submitted: float  # monotonic time the launch was handed to a launcher (0: found on disk)
     master_port: int = 0
     supervisor_pid: int | None = None
@@ -97,7 +108,7 @@ class _Attempt:
     devices: tuple[int, ...] = ()
     device_uuids: tuple[str, ...] = ()
     run_hash: str = ""
-    spec: dict | None = None  # the launch file's content, kept to write it again
+    spec: dict | None = None  # the launch record, kept to write it again
     script: str | None = None  # the script file's text (a ``script:`` job), until it is written
     log_rotated: bool = False
     held: str = ""  # why the launch could not be recorded (it is retried); "" when it was
@@ -108,15 +119,19 @@ class _Attempt:
     handover_warned: bool = False
     job_ticks: int | None = None
     exit_note: dict | None = None  # the exit record, as sent by a supervisor the disk refused it to
+    extras: set[str] | None = None  # which of record.SUFFIXES it may have; None: any (adopted)
     orphaned: _Orphaned | None = None
 
     def path(self, kind: str) -> Path:
-        if kind == "reserve":
-            return self.dir / f"exit-{self.attempt}.reserved"
-        if kind == "input":  # a tty job: its mtime is the terminal's last input
-            return self.dir / f"input-{self.attempt}.stamp"
-        suffix = "lock" if kind == "attempt" else "json"
-        return self.dir / f"{kind}-{self.attempt}.{suffix}"
+        """One of the attempt's other files (``record.SUFFIXES``): stop, limits, sh (a ``script:``
+        job's script), input (a tty job: its mtime is the terminal's last input), log (the supervisor's)."""
+        return self.record.with_name(f"{self.record.name}.{kind}")
+
+    def written(self, kind: str) -> Path:
+        """``path(kind)``, about to be written: it is removed with the record."""
+        if self.extras is not None:
+            self.extras.add(kind)
+        return self.path(kind)
 
     @property
     def marker(self) -> str | None:
@@ -155,8 +170,8 @@ class SupervisorRuntime:
         self.cgroup_request = cgroups
         self.base_env = dict(base_env if base_env is not None else os.environ)
         self.python = python or sys.executable
-        self.jobs_dir = home.run_dir / "jobs"
-        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.attempts_dir = home.run_dir / "attempts"
+        self.attempts_dir.mkdir(parents=True, exist_ok=True)
         self.attempts: dict[str, _Attempt] = {}
         self._forgotten: list[tuple[str, _Attempt]] = []  # ended, recorded by the next status write
         self._epoll = select.epoll()
@@ -164,6 +179,7 @@ class SupervisorRuntime:
         self._sock = self._bind_notify()
         self._news_r, self._news_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # readable: observe() has news
         self._launcher: subprocess.Popen | None = None
+        self._handing: list[Path] = []  # records to hand to the launcher (``_hand_over``)
         self._ensure_launcher()  # now, not at the first start: an interpreter start costs ~50 ms
 
     # -- the Protocol --------------------------------------------------------------------------
@@ -172,7 +188,9 @@ class SupervisorRuntime:
         current = self.attempts.get(launch.name)
         if current is not None and current.attempt == launch.attempt and current.result is None:
             return  # idempotent
-        attempt = _Attempt(launch.name, launch.attempt, self.jobs_dir / launch.name, time.monotonic())
+        supervisors_files = {"log", "input"} if launch.job.spec.tty else {"log"}  # what it may write beside the record
+        attempt = _Attempt(launch.name, launch.attempt, self._record_path(launch.name, launch.attempt), time.monotonic(),
+                           extras=supervisors_files)
         attempt.master_port = self._free_port()
         attempt.time_limit = launch.job.spec.time_limit
         attempt.devices, attempt.device_uuids = tuple(launch.devices), tuple(launch.device_uuids)
@@ -202,7 +220,7 @@ class SupervisorRuntime:
             attempt.stop_sent = True
             return
         try:
-            atomic_write(attempt.path("stop"), json.dumps({"reason": reason, "grace": grace}), durable=False)
+            _write_request(attempt.written("stop"), {"reason": reason, "grace": grace})
         except OSError as exc:  # the supervisor then stops it as "Stopped" with the job's own grace
             log.warning("job/%s: cannot write its stop request (%s); stopping it anyway", name, describe(exc))
         if self._signal_supervisor(attempt, signal.SIGTERM):
@@ -232,13 +250,14 @@ class SupervisorRuntime:
         if attempt.held or attempt.orphaned is not None:
             return
         try:
-            atomic_write(attempt.path("limits"), json.dumps({"timeLimit": seconds}), durable=False)
+            _write_request(attempt.written("limits"), {"timeLimit": seconds})
         except OSError:
             return  # asked again next pass
         if self._signal_supervisor(attempt, signal.SIGHUP):
             attempt.time_limit = seconds
 
     def observe(self) -> dict[str, RunObservation]:
+        self._hand_over()  # the starts of the pass that just acted
         self._drain()
         out = {}
         for name, attempt in self.attempts.items():
@@ -255,6 +274,7 @@ class SupervisorRuntime:
                     message="started once its launch could be recorded" if attempt.was_held else "",
                     last_input=self._last_input(attempt),
                 )
+        self._hand_over()  # relaunches decided just now
         return out
 
     def _last_input(self, attempt: _Attempt) -> float | None:
@@ -279,19 +299,13 @@ class SupervisorRuntime:
         for name, attempt in forgotten:
             self._remove_cgroup(attempt)
             self._remove_files(attempt)
-            if name in self.attempts:
-                continue  # a new attempt runs from the same folder
             control = (attempt.spec or {}).get("control")
-            if control:  # left behind only by a supervisor that was killed
+            lost = attempt.result is not None and attempt.result.lost
+            if control and lost and name not in self.attempts:  # left behind by a supervisor that was killed
                 try:
                     os.unlink(control)
                 except OSError:
                     pass
-            try:
-                (attempt.dir / "supervisor.log").unlink()
-                attempt.dir.rmdir()
-            except OSError:
-                pass
 
     def tick(self, now: float) -> float | None:
         """Timed work: launches held back by the disk, dead supervisors' jobs being stopped, and
@@ -315,6 +329,7 @@ class SupervisorRuntime:
             if when is not None:
                 at = now + max(0.0, when - mono)
                 due = at if due is None else min(due, at)
+        self._hand_over()
         return due
 
     def job_pids(self) -> dict[str, set[int]]:
@@ -337,6 +352,7 @@ class SupervisorRuntime:
 
     def close(self) -> None:
         """gflowd is stopping: the launcher exits, supervisors and jobs keep running."""
+        self._hand_over()
         if self._launcher is not None and self._launcher.stdin is not None:
             try:
                 self._launcher.stdin.close()
@@ -358,24 +374,33 @@ class SupervisorRuntime:
     # -- adoption ------------------------------------------------------------------------------------
 
     def adopt(self) -> list[str]:
-        """Rebuild what is known from ``run/jobs``; restart attempts that never began."""
-        adopted = []
-        for job_dir in sorted(self.jobs_dir.iterdir() if self.jobs_dir.is_dir() else []):
-            launches = sorted(job_dir.glob("launch-*.json"), key=lambda p: int(p.stem.split("-")[1]))
-            if not launches:
+        """Rebuild what is known from ``run/attempts``; restart attempts that never began."""
+        latest: dict[str, int] = {}
+        stale: list[Path] = []
+        for entry in sorted(os.listdir(self.attempts_dir)):
+            found = record.attempt_of(entry)
+            if found is None:
                 continue
-            latest = launches[-1]
-            for stale in launches[:-1]:
-                self._remove_files(_Attempt(job_dir.name, int(stale.stem.split("-")[1]), job_dir, 0.0))
-            number = int(latest.stem.split("-")[1])
-            attempt = _Attempt(job_dir.name, number, job_dir, 0.0)
-            spec = _read_json(latest) or {}
+            name, number = found
+            if name in latest:
+                stale.append(self._record_path(name, min(number, latest[name])))
+            latest[name] = max(number, latest.get(name, 0))
+        for path in stale:
+            name, number = record.attempt_of(path.name) or ("", 0)
+            self._remove_files(_Attempt(name, number, path, 0.0))
+        adopted = []
+        for name, number in sorted(latest.items()):
+            attempt = _Attempt(name, number, self._record_path(name, number), 0.0)
+            spec = (record.read(str(attempt.record), ("launch",)) or {}).get("launch")
+            if spec is None:  # gflowd died writing it: never handed over, so never begun
+                self._remove_files(attempt)
+                continue
             attempt.master_port = int(spec.get("env", {}).get("MASTER_PORT", 0) or 0)
             attempt.time_limit = spec.get("timeLimit")
             attempt.devices = tuple(spec.get("devices") or ())
             attempt.device_uuids = tuple(spec.get("deviceUUIDs") or ())
             attempt.run_hash = str(spec.get("runHash") or "")
-            attempt.spec, attempt.log_rotated = spec, True  # its log was rotated before the launch was written
+            attempt.spec, attempt.log_rotated = spec, True  # its log was rotated before the record was written
             self.attempts[attempt.name] = attempt
             self._refresh(attempt, adopting=True)
             if attempt.result is None and attempt.supervisor_pid is None and not self._alive(attempt):
@@ -383,10 +408,11 @@ class SupervisorRuntime:
                 self._launch(attempt)
             adopted.append(attempt.name)
         self._remove_stray_cgroups()
+        self._hand_over()
         return adopted
 
     def _remove_stray_cgroups(self) -> None:
-        """Cgroups no launch file names: made by a gflowd that died before writing the launch."""
+        """Cgroups no launch record names: made by a gflowd that died before writing the record."""
         if self.cgroups is None:
             return
         known = {((a.spec or {}).get("cgroup") or {}).get("name") for a in self.attempts.values()}
@@ -403,7 +429,7 @@ class SupervisorRuntime:
     # -- internals ---------------------------------------------------------------------------------------
 
     def _launch_spec(self, launch: Launch, attempt: _Attempt) -> tuple[dict, str | None]:
-        """The launch file's content and the script's text. Writes nothing: see ``_write_launch``."""
+        """The launch record and the script's text. Writes nothing: see ``_write_launch``."""
         env = dict(self.base_env)
         uid = gid = None
         groups: list[int] = []
@@ -416,7 +442,7 @@ class SupervisorRuntime:
             uid, gid = entry.pw_uid, entry.pw_gid
             groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
             env.update({"HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name})
-        script_path = attempt.dir / f"script-{attempt.attempt}.sh"
+        script_path = attempt.path("sh")
         process = build_process(launch, env, script_path, attempt.master_port)
         # every process of the attempt inherits this: how its tree is found should its supervisor die
         process.env[MARKER_VARIABLE] = f"{launch.name}.{launch.attempt}.{os.urandom(8).hex()}"
@@ -472,26 +498,27 @@ class SupervisorRuntime:
             log.info("job/%s attempt %d: its launch is recorded now; starting it", attempt.name, attempt.attempt)
         attempt.held = ""
         attempt.submitted = time.monotonic()
-        self._submit(attempt)
+        self._handing.append(attempt.record)
 
     def _write_launch(self, attempt: _Attempt) -> None:
-        """The script, the rotated log, then the launch file (the decision, atomically, before
-        anything runs). Not fsync'd: it must survive gflowd crashing, which the page cache does; a
-        machine crash takes the job with it, and the status (fsync'd, written as Running in this same
-        pass) then says Lost. Each step is skipped once done, so a retry redoes only what failed."""
+        """The script, the rotated log, then the record (the decision, created whole before
+        anything runs: ``record.py``). Not fsync'd: it must survive gflowd crashing, which the page
+        cache does; a machine crash takes the job with it, and the status (fsync'd, written as
+        Running in this same pass) then says Lost. Each step is skipped once done, so a retry redoes
+        only what failed."""
         spec = attempt.spec or {}
-        attempt.dir.mkdir(exist_ok=True)
-        if attempt.script is not None:
-            script_path = attempt.dir / f"script-{attempt.attempt}.sh"
-            atomic_write(script_path, attempt.script, mode=0o755, durable=False)
-            if spec.get("uid") is not None:
-                os.chown(script_path, spec["uid"], spec["gid"])
+        if attempt.script is not None:  # written before the record that names it: no temp file needed
+            _write_file(attempt.written("sh"), attempt.script.encode(), 0o755, spec.get("uid"), spec.get("gid"))
             attempt.script = None
         if not attempt.log_rotated:
             self._rotate_log(attempt.name, attempt.attempt)
             attempt.log_rotated = True
-        if not attempt.path("launch").exists():
-            atomic_write(attempt.path("launch"), json.dumps(spec), mode=0o600, durable=False)
+        try:
+            record.create(str(attempt.record), spec)
+        except FileExistsError:  # handed over before (a retry); one that does not read was never finished
+            if (record.read(str(attempt.record), ("launch",)) or {}).get("launch") is None:
+                os.unlink(attempt.record)
+                record.create(str(attempt.record), spec)
 
     def _make_cgroup(self, name: str, number: int, spec: dict) -> dict:
         """The attempt's cgroup with its limits written, before anything can join it; the launch
@@ -570,18 +597,24 @@ class SupervisorRuntime:
         except BlockingIOError:
             pass
 
-    def _submit(self, attempt: _Attempt) -> None:
+    def _hand_over(self) -> None:
+        """The recorded launches, to the launcher: all of a pass in one write, so a burst wakes it
+        once, not once per job (each wake-up preempted gflowd)."""
+        if not self._handing:
+            return
+        data = "".join(f"{path}\n" for path in self._handing).encode()
+        self._handing = []
         launcher = self._ensure_launcher()
         try:
             assert launcher.stdin is not None
-            launcher.stdin.write(f"{attempt.path('launch')}\n".encode())
+            launcher.stdin.write(data)
             launcher.stdin.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # a line it read before dying is refused by its lock or its records
             log.warning("supervisor launcher died; starting a new one")
             self._launcher = None
             launcher = self._ensure_launcher()
             assert launcher.stdin is not None
-            launcher.stdin.write(f"{attempt.path('launch')}\n".encode())
+            launcher.stdin.write(data)
             launcher.stdin.flush()
 
     def _ensure_launcher(self) -> subprocess.Popen:
@@ -594,13 +627,18 @@ class SupervisorRuntime:
                 close_fds=True,
                 start_new_session=True,
             )
+            assert self._launcher.stdin is not None
+            try:  # a burst of starts is written at once; the launcher forks at its own pace
+                fcntl.fcntl(self._launcher.stdin.fileno(), F_SETPIPE_SZ, LAUNCH_PIPE_BYTES)
+            except OSError:
+                pass  # the default 64 KiB: ~600 starts before gflowd waits for the launcher
         return self._launcher
 
     def _refresh(self, attempt: _Attempt, adopting: bool = False) -> None:
         """Re-read this attempt's records and decide what they mean."""
         if attempt.held:
             return  # nothing was handed over: tick() retries it
-        exit_record = _read_json(attempt.path("exit"))
+        exit_record = self._read(attempt, "exit")
         if exit_record is not None:
             attempt.result = _observation(attempt, exit_record)
             attempt.orphaned = None
@@ -610,7 +648,7 @@ class SupervisorRuntime:
             self._stop_orphaned(attempt, time.monotonic())
             return
         if attempt.supervisor_pid is None:
-            run_record = _read_json(attempt.path("run"))
+            run_record = self._read(attempt, "run")
             if run_record is not None:
                 attempt.supervisor_pid = run_record.get("supervisorPid")
                 attempt.supervisor_ticks = run_record.get("supervisorStartTicks")
@@ -623,7 +661,7 @@ class SupervisorRuntime:
             if not self._identity_ok(attempt) or not self._alive(attempt):
                 self._unwatch(attempt)
                 # gone; look once more for an exit record written just before it went
-                exit_record = _read_json(attempt.path("exit")) or attempt.exit_note
+                exit_record = self._read(attempt, "exit") or attempt.exit_note
                 if exit_record is not None:
                     attempt.result = _observation(attempt, exit_record)
                 else:
@@ -632,7 +670,7 @@ class SupervisorRuntime:
                 attempt.result = _observation(attempt, attempt.exit_note)
                 self._unwatch(attempt)
             return
-        # launch file only
+        # launch record only
         if attempt.submitted and time.monotonic() - attempt.submitted > NEVER_BEGAN_AFTER and not self._alive(attempt):
             level = logging.DEBUG if attempt.handover_warned else logging.WARNING
             log.log(level, "job/%s attempt %d: no supervisor took the launch; handing it over again", attempt.name, attempt.attempt)
@@ -699,7 +737,7 @@ class SupervisorRuntime:
 
     def _alive(self, attempt: _Attempt) -> bool:
         """A supervisor holds the attempt's lock for its whole life: a free lock means none is alive."""
-        return lock_held(attempt.path("attempt"))
+        return lock_held(attempt.record)
 
     def _signal_supervisor(self, attempt: _Attempt, sig: int) -> bool:
         if attempt.supervisor_pid is None:
@@ -762,11 +800,11 @@ class SupervisorRuntime:
             self._hold(attempt, f"cannot record its start: {detail}", DISK_FULL[0] if full else None)
         elif what == "exit":
             try:
-                record = json.loads(detail)
+                exit_record = json.loads(detail)
             except ValueError:
                 return
-            if isinstance(record, dict) and record.get("name") == name and record.get("attempt") == attempt.attempt:
-                attempt.exit_note = record
+            if isinstance(exit_record, dict) and exit_record.get("name") == name and exit_record.get("attempt") == attempt.attempt:
+                attempt.exit_note = exit_record
 
     def _bind_notify(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -781,26 +819,20 @@ class SupervisorRuntime:
         return sock
 
     def _remove_files(self, attempt: _Attempt) -> None:
-        for kind in ("launch", "run", "exit", "reserve", "stop", "limits", "input", "attempt"):
+        """The record (one unlink), then whichever other files the attempt may have had."""
+        kinds = record.SUFFIXES if attempt.extras is None else [k for k in record.SUFFIXES if k in attempt.extras]
+        for path in (attempt.record, *(attempt.path(kind) for kind in kinds)):
             try:
-                attempt.path(kind).unlink()
+                os.unlink(path)
             except FileNotFoundError:
                 pass
-        try:
-            (attempt.dir / f"script-{attempt.attempt}.sh").unlink()
-        except FileNotFoundError:
-            pass
-        # a write the disk refused removes its own temp file; one killed mid-write cannot
-        infix = f"-{attempt.attempt}."
-        try:
-            leftovers = [n for n in os.listdir(attempt.dir) if n.endswith(".tmp") and infix in n]
-        except OSError:
-            leftovers = []
-        for name in leftovers:
-            try:
-                (attempt.dir / name).unlink()
-            except FileNotFoundError:
-                pass
+
+    def _record_path(self, name: str, number: int) -> Path:
+        return self.attempts_dir / record.record_name(name, number)
+
+    @staticmethod
+    def _read(attempt: _Attempt, region: str) -> dict | None:
+        return (record.read(str(attempt.record), (region,)) or {}).get(region)
 
     def _rotate_log(self, name: str, attempt: int) -> None:
         current = self.home.log_file(name)
@@ -836,12 +868,29 @@ def _observation(attempt: _Attempt, record: dict) -> RunObservation:
     )
 
 
-def _read_json(path: Path) -> dict | None:
+def _write_request(path: Path, request: dict) -> None:
+    """A stop or limits request, read by the supervisor only after the signal that follows it:
+    written in place, no temp file (whose leftovers would need a listing of the folder to find)."""
+    _write_file(path, json.dumps(request).encode(), 0o644)
+
+
+def _write_file(path: Path, data: bytes, mode: int, uid: int | None = None, gid: int | None = None) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
-        with open(path, "rb") as handle:
-            return json.loads(handle.read())
-    except (OSError, ValueError):
-        return None
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        if uid is not None:
+            os.fchown(fd, uid, gid if gid is not None else -1)
+    except OSError as exc:
+        os.close(fd)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
+    os.close(fd)
 
 
 def _port_free(port: int) -> bool:

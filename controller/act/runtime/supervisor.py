@@ -5,56 +5,55 @@ Standard library only, and runnable as a plain file (``python -I -S supervisor.p
 without the project's dependencies. It outlives gflowd: gflowd may stop, crash or restart while
 jobs run, and the supervisor still enforces limits and writes the exit record.
 
-One attempt, in files under ``run/jobs/<name>/`` (gflowd writes the first two, we write the rest):
+One attempt is one file, ``run/attempts/<name>.<N>`` (``record.py``): gflowd creates it with the
+launch record in it, room left for our two records, which we write in place:
 
-    launch-<N>.json   what to run; written (atomically) before the start: the decision record
-    stop-<N>.json     a stop request: {"reason", "grace"}; gflowd then sends us SIGTERM
-    limits-<N>.json   edited limits ({"timeLimit"}); gflowd then sends us SIGHUP
-    attempt-<N>.lock  flock held for our whole life: "a supervisor for this attempt is alive"
-    exit-<N>.reserved room for the exit record, taken as the job starts (see below)
-    run-<N>.json      supervisor and job pid + kernel start time; written before the job execs
-    exit-<N>.json     exit code or signal, reason, times; fsync'd before we exit
-    input-<N>.stamp   a tty job: its mtime is the terminal's last input (idleTimeout)
+    <name>.<N>         the launch record (gflowd's: what to run; the decision, before the start),
+                       our run record (supervisor and job pid + kernel start time; written
+                       before the job execs) and our exit record (exit code or signal, reason,
+                       times; fsync'd before we exit). We hold an flock on it for our whole life:
+                       "a supervisor for this attempt is alive".
+    <name>.<N>.stop    a stop request: {"reason", "grace"}; gflowd then sends us SIGTERM
+    <name>.<N>.limits  edited limits ({"timeLimit"}); gflowd then sends us SIGHUP
+    <name>.<N>.input   a tty job: its mtime is the terminal's last input (idleTimeout)
+    <name>.<N>.log     our own trace for humans; created only if we have something to say
 
 Terminals and exec. Every attempt serves a control socket (``control_socket.py``, loaded beside this
-file) once its job is under way: ``gflowctl exec`` runs commands in the job's allocation through it.
-A ``tty`` job runs on a pseudo-terminal whose master we hold (so it outlives gflowd like the job);
-we copy its output to the log and to ``gflowctl attach`` viewers. A stop hangs such a session up
-(SIGHUP) before the TERM.
+file) once its job is under way (CONTROL_AFTER later, so a job that ends in a few milliseconds never
+creates one; ``gflowctl exec`` waits for it; a tty job's is bound at once): ``gflowctl exec`` runs
+commands in the job's allocation through it. A ``tty`` job runs on a pseudo-terminal whose master we
+hold (so it outlives gflowd like the job); we copy its output to the log and to ``gflowctl attach``
+viewers. A stop hangs such a session up (SIGHUP) before the TERM.
 
-Sequence: lock -> fork the job (it waits on a pipe) -> run record -> let it exec -> reserve -> watch
-it: SIGCHLD, stop requests, the time limit (monotonic clock) and the memory limit (RSS of the whole
+Sequence: lock -> fork the job (it waits on a pipe) -> run record -> let it exec -> watch it:
+SIGCHLD, stop requests, the time limit (monotonic clock) and the memory limit (RSS of the whole
 tree, polled every 100 ms). We are a child subreaper, so a grandchild that calls ``setsid`` still
 ends up ours and dies with the job: the attempt ends when the whole tree is gone.
 
-Cgroups (docs/cgroups.md). When gflowd made the attempt a cgroup (the launch file's ``cgroup``: its
+Cgroups (docs/cgroups.md). When gflowd made the attempt a cgroup (the launch record's ``cgroup``: its
 ``cgroup.procs`` paths, limits already written), the forked job joins it before anything else
 (``join_cgroup``), so nothing it starts is outside. The kernel then enforces memory, and we only
 read its OOM counter (no RSS polling): an OOM kill anywhere in the job ends the attempt as OOMKilled.
 When the tree is gone we read CPU time and peak memory for the exit record and remove the cgroup.
 
 A full disk. A job may fill the disk, and every job that ends meanwhile must still have its exit
-recorded: the exit record is the only place its exit code lives. So the room for it is taken at
-the start, while there is room: ``exit-<N>.reserved`` is written with RESERVE_BYTES of blanks
-once the job is under way (RESERVE_AFTER later, so that it never delays the start: creating a
-file costs up to a millisecond on a busy ext4; a job that ends sooner writes its record as
-before). At the end the record is written over those bytes in place (blocks the filesystem
-already gave us, so no new ones are needed), fsync'd, and renamed to ``exit-<N>.json`` (a rename
-needs no data blocks): a reader sees the whole record or none. Of the ways to keep an
-exit across ENOSPC this is the one that needs nothing from the disk at the moment it is full;
-holding the code in memory and retrying alone would leave gflowd blind and the GPU held for as
-long as the disk stays full. Where even an overwrite needs new blocks (copy-on-write filesystems:
-btrfs, ZFS) or the reserved file is gone, we fall back: keep the record in memory, send it to
-gflowd in the notify datagram (so gflowd knows the exit at once), and retry the write with
-backoff, alive and holding the attempt lock meanwhile, until it is written or gflowd, having
-recorded the exit in its own status file, removes the attempt's launch file.
+recorded: the exit record is the only place its exit code lives. So its room is taken before the
+job starts, while there is room: gflowd writes the record file whole, the exit region included
+(zeros), and at the end we write the exit record over those bytes in place (blocks the filesystem
+already gave the file, so none are needed), with a length and checksum, then fsync: a reader sees
+the whole record or none. Of the ways to keep an exit across ENOSPC this is the one that needs
+nothing from the disk at the moment it is full; holding the code in memory and retrying alone would
+leave gflowd blind and the GPU held for as long as the disk stays full. Where even an overwrite
+needs new blocks (copy-on-write filesystems: btrfs, ZFS) we fall back: keep the record in memory,
+send it to gflowd in the notify datagram (so gflowd knows the exit at once), and retry the write
+with backoff, alive and holding the attempt lock meanwhile, until it is written or gflowd, having
+recorded the exit in its own status file, removes the record file.
 
-If the run record (or the log file) cannot be created at the start, the job never execs: nothing
-ran, so nothing is recorded. We remove what we wrote, release the lock, and tell gflowd
-(``unlaunched NAME N WHY``), which holds the launch back and hands it over again later. A reserve
-the disk refuses leaves only the fallback above.
+If the run record (or the log file) cannot be written at the start, the job never execs: nothing
+ran, so nothing is recorded. We clear what we wrote, release the lock, and tell gflowd
+(``unlaunched NAME N WHY``), which holds the launch back and hands it over again later.
 
-``--launcher`` mode is a zygote: started once by gflowd, it reads launch-file paths on stdin and
+``--launcher`` mode is a zygote: started once by gflowd, it reads record paths on stdin and
 forks a supervisor for each (about 2 ms instead of a 35 ms interpreter start). It exits when gflowd
 closes the pipe; the supervisors it forked live on.
 """
@@ -74,18 +73,19 @@ import time
 import warnings  # noqa: F401  os.execvpe imports it lazily; after setuid the stdlib may be unreadable
 
 
-try:  # the control socket (attach, exec, notices): standard library only, like this file
+try:  # the control socket (attach, exec, notices) and the record's format: standard library only, like this file
+    from controller.act.runtime import record
     from controller.act.runtime.control_socket import Control, enter_terminal, open_terminal, unix_address
-except ImportError:  # run as a plain file (python -I -S): the module beside us, as cgroups_package() finds its package
+except ImportError:  # run as a plain file (python -I -S): the modules beside us, as cgroups_package() finds its package
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import record  # type: ignore[no-redef]
     from control_socket import Control, enter_terminal, open_terminal, unix_address  # type: ignore[no-redef]
 
 PR_SET_CHILD_SUBREAPER = 36
 MEMORY_POLL = 0.1
 LEFTOVER_GRACE = 2.0  # after the job's main process ends, how long its stray children get
-RESERVE_BYTES = 8192  # room for the exit record, taken at the start (see the module docstring)
-RESERVE_AFTER = 0.05  # ...once the job is under way, so that creating it never delays the job's start
-ERROR_CHARS = 3000  # a start error is cut to this, so the record fits in its reserved room
+CONTROL_AFTER = 0.2  # the control socket is bound this long after the start (module docstring)
+ERROR_CHARS = 3000  # a start error is cut to this, so the record fits in its room
 RETRY_FIRST, RETRY_MAX = 0.2, 5.0  # seconds between tries to write an exit record the disk refused
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -107,33 +107,6 @@ def describe_error(exc: OSError) -> str:
     name = errno.errorcode.get(exc.errno or 0, "")
     where = f" writing {os.fsdecode(exc.filename)}" if exc.filename else ""
     return f"{exc.strerror or exc}{f' ({name})' if name else ''}{where}"
-
-
-def _write_atomic(path: str, data: dict | bytes, durable: bool = True) -> None:
-    """Temp file, (fsync), rename, (fsync the folder). A reader never sees half a record, and a
-    failed write leaves no temp file behind."""
-    payload = data if isinstance(data, bytes) else json.dumps(data).encode()
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-        try:
-            if os.write(fd, payload) != len(payload):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if exc.filename is None:
-            raise OSError(exc.errno, exc.strerror, path) from exc  # name the file (ENOSPC on write)
-        raise
-    if durable:
-        _fsync_dir(os.path.dirname(path))
 
 
 def _fsync_dir(directory: str) -> None:
@@ -285,18 +258,14 @@ def _set_subreaper() -> bool:
 
 
 class Supervisor:
-    def __init__(self, launch_path: str):
-        self.launch_path = launch_path
-        self.spec = _read_json(launch_path) or {}
-        self.dir = os.path.dirname(launch_path)
-        attempt = self.spec.get("attempt", 1)
-        self.paths = {
-            kind: os.path.join(self.dir, f"{kind}-{attempt}.{'lock' if kind == 'attempt' else 'json'}")
-            for kind in ("attempt", "run", "exit", "stop", "limits")
-        }
-        self.paths["reserve"] = os.path.join(self.dir, f"exit-{attempt}.reserved")
-        self.paths["input"] = os.path.join(self.dir, f"input-{attempt}.stamp")
-        self.reserve_fd: int | None = None
+    def __init__(self, record_path: str):
+        self.record_path = record_path
+        try:  # held for our whole life: the record is also the attempt's lock
+            self.fd: int | None = os.open(record_path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            self.spec = record.read_launch(self.fd) or {}
+        except OSError:
+            self.fd, self.spec = None, {}
+        self.paths = {kind: f"{record_path}.{kind}" for kind in ("stop", "limits", "input")}
         self.job_pid = 0
         self.job_status: int | None = None
         self.stop_reason = ""
@@ -313,18 +282,13 @@ class Supervisor:
     # -- life ---------------------------------------------------------------------------------------
 
     def run(self) -> int:
-        if not self.spec:
-            return 2
+        if not self.spec or self.fd is None:
+            return 2  # no such record, or one gflowd never finished writing: never handed over
         try:
-            lock_fd = os.open(self.paths["attempt"], os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-        except OSError as exc:
-            self._not_launched(describe_error(exc), None)
-            return 0
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return 0  # another supervisor owns this attempt
-        if os.path.exists(self.paths["exit"]) or os.path.exists(self.paths["run"]):
+        if record.read_exit(self.fd) is not None or record.read_run(self.fd) is not None:
             return 0  # this attempt already began: never run it twice
         _set_subreaper()
         wake_r, wake_w = os.pipe2(os.O_CLOEXEC)
@@ -339,13 +303,14 @@ class Supervisor:
         try:
             code, error = self._spawn()
         except NotLaunched as exc:
-            self._not_launched(exc.why, lock_fd)
+            self._not_launched(exc.why)
             return 0
         if error:
             self._finish(started_wall, exit_code=code, error=error)
             return 0
         self._notify("start")
-        self.control.listen()
+        if self.spec.get("tty"):
+            self.control.listen()  # a terminal session is what it is for: at once
         self._watch(wake_r, started_mono)
         code = os.waitstatus_to_exitcode(self.job_status) if self.job_status is not None else None
         sig = -code if code is not None and code < 0 else None
@@ -355,29 +320,15 @@ class Supervisor:
         self._finish(started_wall, exit_code=exit_code, sig=sig)
         return 0
 
-    def _reserve(self) -> int:
-        """Take the room for the exit record now, while the disk has it (module docstring)."""
-        fd = os.open(self.paths["reserve"], os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-        try:
-            if os.write(fd, b" " * RESERVE_BYTES) != RESERVE_BYTES:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        except OSError as exc:
-            os.close(fd)
-            _unlink(self.paths["reserve"])
-            raise OSError(exc.errno, exc.strerror, self.paths["reserve"]) from exc
-        return fd
-
-    def _not_launched(self, why: str, lock_fd: int | None) -> None:
-        """Nothing ran and nothing is recorded: leave no file of ours, free the attempt, say why."""
-        if self.reserve_fd is not None:
-            os.close(self.reserve_fd)
-            self.reserve_fd = None
-        _unlink(self.paths["reserve"])
+    def _not_launched(self, why: str) -> None:
+        """Nothing ran and nothing is recorded: clear what we wrote, free the attempt, say why."""
         if self.control is not None:
             self.control.close(None)
             self.control = None
-        if lock_fd is not None:
-            os.close(lock_fd)  # releases the lock first: gflowd may hand the launch over again at once
+        if self.fd is not None:
+            record.clear_run(self.fd)
+            os.close(self.fd)  # releases the lock first: gflowd may hand the launch over again at once
+            self.fd = None
         self._notify("unlaunched", why)
 
     def _spawn(self) -> tuple[int, str]:
@@ -412,26 +363,25 @@ class Supervisor:
             os.close(log_fd)
         self.job_pid = pid
         try:
-            _write_atomic(
-                self.paths["run"],
-                {
-                    "name": spec.get("name"),
-                    "attempt": spec.get("attempt"),
-                    "supervisorPid": os.getpid(),
-                    "supervisorStartTicks": start_ticks(os.getpid()),
-                    "jobPid": pid,
-                    "jobStartTicks": start_ticks(pid),
-                    "startedAt": time.time(),
-                },
-                # atomic but not fsync'd: it must survive gflowd crashing (the page cache does), not the
-                # machine crashing (which kills the job too); this keeps ~1 ms off every start
-                durable=False,
-            )
+            assert self.fd is not None
+            # in place, not fsync'd: it must survive gflowd crashing (the page cache does), not the
+            # machine crashing (which kills the job too); this keeps ~1 ms off every start
+            record.write_run(self.fd, {
+                "name": spec.get("name"),
+                "attempt": spec.get("attempt"),
+                "supervisorPid": os.getpid(),
+                "supervisorStartTicks": start_ticks(os.getpid()),
+                "jobPid": pid,
+                "jobStartTicks": start_ticks(pid),
+                "startedAt": time.time(),
+            })
         except OSError as exc:
             os.close(go_w)  # the job reads EOF and exits (125) without ever exec'ing
             os.close(err_r)
             _waitpid(pid)
             self.job_pid = 0
+            if exc.filename is None:
+                exc = OSError(exc.errno, exc.strerror, self.record_path)
             raise NotLaunched(describe_error(exc)) from None
         os.write(go_w, b"x")
         os.close(go_w)
@@ -456,16 +406,14 @@ class Supervisor:
         time_limit = spec.get("timeLimit")
         memory_limit = spec.get("memoryLimit")
         grace = float(spec.get("grace", 10.0))
-        reserve_at: float | None = started_mono + RESERVE_AFTER
+        listen_at: float | None = None if self.spec.get("tty") else started_mono + CONTROL_AFTER
         while True:
             self._reap()
             now = time.monotonic()
-            if reserve_at is not None and now >= reserve_at:
-                reserve_at = None
-                try:
-                    self.reserve_fd = self._reserve()
-                except OSError:
-                    pass  # the disk is full already: the exit record is kept, sent and retried instead
+            if listen_at is not None and now >= listen_at and self.job_status is None:
+                listen_at = None
+                if self.control is not None:
+                    self.control.listen()
             tree = descendants(os.getpid())
             if self.job_status is not None and not tree:
                 return  # the job and every process it left behind are gone
@@ -497,8 +445,8 @@ class Supervisor:
                 timeout = min(timeout, max(0.0, self.kill_at - now))
             if self.job_status is not None:
                 timeout = min(timeout, 0.05)  # strays: re-check the tree soon
-            if reserve_at is not None:
-                timeout = min(timeout, max(0.0, reserve_at - now))
+            if listen_at is not None and self.job_status is None:
+                timeout = min(timeout, max(0.0, listen_at - now))
             readers, writers = self.control.wanted() if self.control else ([], [])
             try:
                 ready, writable, _ = select.select([wake_r, *readers], writers, [], timeout)
@@ -584,7 +532,7 @@ class Supervisor:
         usage = self._cgroup_usage()
         if not usage.get("peakMemoryBytes") and self.max_rss:
             usage["peakMemoryBytes"] = self.max_rss  # polled: the largest tree RSS seen
-        record = {
+        exit_record = {
             "name": self.spec.get("name"),
             "attempt": self.spec.get("attempt"),
             "exitCode": exit_code,
@@ -599,7 +547,10 @@ class Supervisor:
             "usage": usage,
             "jobPid": self.job_pid or None,
         }
-        data = json.dumps(record).encode()
+        data = record.encode(exit_record)
+        while not record.exit_fits(data):  # an error text of escaped characters: cut it further
+            exit_record["error"] = exit_record["error"][: len(exit_record["error"]) // 2]
+            data = record.encode(exit_record)
         try:
             self._write_exit(data)
         except OSError:
@@ -616,45 +567,28 @@ class Supervisor:
             self.control = None
 
     def _write_exit(self, data: bytes) -> None:
-        """Over the reserved bytes, in place (no new blocks), then renamed into place; without a
-        usable reserve, the ordinary atomic write."""
-        fd = self.reserve_fd
-        if fd is None or len(data) > RESERVE_BYTES:
-            _write_atomic(self.paths["exit"], data)
-            self._drop_reserve()
-            return
+        """Over the exit region, in place (no new blocks), fsync'd, and the folder too: the record
+        file's own name may not be on disk yet."""
+        if self.fd is None:
+            raise OSError(errno.EBADF, "the attempt's record is not open", self.record_path)
         try:
-            if os.pwrite(fd, data, 0) != len(data):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.paths["exit"])
-            os.fsync(fd)
-            os.rename(self.paths["reserve"], self.paths["exit"])
-        except FileNotFoundError:  # the reserved file is gone: write the record anew from now on
-            self._drop_reserve()
-            raise
-        _fsync_dir(self.dir)
-        try:  # the trailing blanks are valid JSON; dropping them frees blocks and needs none
-            os.ftruncate(fd, len(data))
-        except OSError:
-            pass
-        os.close(fd)
-        self.reserve_fd = None
-
-    def _drop_reserve(self) -> None:
-        if self.reserve_fd is not None:
-            os.close(self.reserve_fd)
-            self.reserve_fd = None
-        _unlink(self.paths["reserve"])
+            record.write_exit(self.fd, data)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, self.record_path) from None
+        _fsync_dir(os.path.dirname(self.record_path))
 
     def _keep_exit(self, data: bytes) -> None:
         """The disk refused the exit record: hold it, tell gflowd, retry until it is written or
-        gflowd has recorded the exit itself (it then removes the launch file). We stay alive,
+        gflowd has recorded the exit itself (it then removes the record file). We stay alive,
         holding the attempt lock, meanwhile."""
         delay = RETRY_FIRST
         while True:
-            self._notify("exit", data.decode())
+            self._notify("exit", data[record.HEADER :].decode())  # the JSON, without its length and checksum
             time.sleep(delay)
-            if not os.path.exists(self.launch_path):
-                self._drop_reserve()
+            try:
+                if self.fd is None or os.fstat(self.fd).st_nlink == 0:
+                    return
+            except OSError:
                 return
             try:
                 self._write_exit(data)
@@ -770,7 +704,7 @@ def cgroups_package():
 
 
 def attempt_cgroup(record: dict | None):
-    """The attempt's cgroup as the launch file describes it (``AttemptCgroup``), or None."""
+    """The attempt's cgroup as the launch record describes it (``AttemptCgroup``), or None."""
     if not record:
         return None
     package = cgroups_package()
@@ -788,15 +722,8 @@ def _waitpid(pid: int) -> int | None:
             return None
 
 
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 def launcher() -> int:
-    """Zygote: fork one supervisor per launch-file path read from stdin."""
+    """Zygote: fork one supervisor per record path read from stdin."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped automatically
     try:
         _load_libc()  # warm: every supervisor forked from here inherits it
@@ -820,35 +747,53 @@ def launcher() -> int:
             try:
                 os.setsid()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                _redirect_output(os.path.join(os.path.dirname(path), "supervisor.log"))
+                _trace_to(f"{path}.log")
                 code = Supervisor(path).run()
             except BaseException as exc:  # keep the zygote's view clean; leave a trace for humans
                 try:
-                    os.write(2, f"supervisor {path}: {exc!r}\n".encode())
+                    sys.stderr.write(f"supervisor {path}: {exc!r}\n")
+                    sys.stderr.flush()
                 except OSError:
                     pass
             finally:
                 os._exit(code)
 
 
-def _redirect_output(path: str) -> None:
+class _LazyTrace:
+    """A supervisor's stderr: its trace file is created at the first write, so an attempt with
+    nothing to say creates none (creating a file costs up to a millisecond on a busy ext4)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd: int | None = None
+
+    def write(self, text: str) -> int:
+        if self.fd is None:
+            try:
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except OSError:  # e.g. a full disk: a trace for humans is not worth not supervising the job
+                return len(text)
+            os.dup2(self.fd, 2)  # what the interpreter itself writes there lands beside it
+        os.write(self.fd, text.encode(errors="replace"))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _trace_to(path: str) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError:  # e.g. a full disk: a trace for humans is not worth not supervising the job
-        fd = os.dup(devnull)
-    os.dup2(devnull, 0)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    for target in (0, 1, 2):
+        os.dup2(devnull, target)
     os.close(devnull)
+    sys.stdout = sys.stderr = _LazyTrace(path)  # type: ignore[assignment]
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--launcher"]:
         return launcher()
     if len(argv) != 1:
-        sys.stderr.write("usage: supervisor.py LAUNCH_FILE | --launcher\n")
+        sys.stderr.write("usage: supervisor.py RECORD_FILE | --launcher\n")
         return 2
     os.setsid() if os.getpid() != os.getsid(0) else None
     return Supervisor(argv[0]).run()
