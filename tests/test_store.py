@@ -473,3 +473,68 @@ def test_a_corrupt_parse_cache_is_ignored(tmp_path):
     store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
     store.scan()
     assert store.parses == 1 and [d.name for d in store.documents()] == ["a"]
+
+
+def test_a_restart_admits_cached_jobs_from_their_facts_and_builds_each_model_only_when_read(tmp_path):
+    """The parse cache keeps what admission reads of each plain Job; a restart admits them without
+    pydantic, and a job's model, when something reads it, is the one a parse builds."""
+    from controller.observe.manifests import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "plain.yaml").write_text("spec:\n  command: [echo, hi]\n")  # named after its file
+    (spec / "rich.yaml").write_text(
+        "metadata: {name: rich, labels: {team: a}}\n"
+        "spec:\n  command: [echo]\n  priority: 7\n  resources: {gpus: 2}\n  ttlSecondsAfterFinished: 90\n"
+        "  dependsOn: [plain]\n  cancelled: true\n"
+    )
+    (spec / "two.yaml").write_text(
+        "metadata: {name: first}\nspec: {command: [echo, '1']}\n---\n---\nmetadata: {name: second}\nspec: {script: 'echo 2'}\n"
+    )
+    (spec / "sweep.yaml").write_text(
+"kind: Sweep\nmetadata: {name: sw}\nspec:\n  template: {command: [echo, '{x}']}\n  matrix: {x: ['1', '2']}\n"
+    )
+    cache = tmp_path / "cache.json"
+    first = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    first.scan()
+    first.save_cache(force=True)
+
+    second = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    second.scan()
+    assert (second.cache_hits, second.parses) == (4, 0)
+    jobs = {d.name: d for d in second.documents() if isinstance(d, AdmittedJob)}
+    before = {d.name: d for d in first.documents() if isinstance(d, AdmittedJob)}
+    assert sorted(jobs) == sorted(before) == ["first", "plain", "rich", "second", "sw-0", "sw-1"]
+    plain_files = {"plain", "rich", "first", "second"}
+    assert all(jobs[n]._job is None for n in plain_files)  # admitted from the cached facts alone
+    assert jobs["rich"].facts == (7, 2, {"team": "a"}, 90.0, True, False, True)
+    for name, job in jobs.items():
+        assert job.facts == before[name].facts
+        assert (job.spec_hash, job.run_hash, job.doc_index, job.source) == (
+            before[name].spec_hash, before[name].run_hash, before[name].doc_index, before[name].source)
+        assert job.job == before[name].job  # built on first read, as a parse builds it
+    assert jobs["plain"].job.metadata.name == "plain" and jobs["rich"]._job is not None
+
+
+def test_a_cache_entry_with_bad_facts_is_validated_again(tmp_path):
+    import json as _json
+
+    from controller.observe.manifests import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "a.yaml").write_text("metadata: {labels: {k: v}}\nspec:\n  command: [echo]\n  priority: 3\n")
+    cache = tmp_path / "cache.json"
+    first = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    first.scan()
+    first.save_cache(force=True)
+    data = _json.loads(cache.read_text())
+    (entry,) = data["files"].values()
+    entry[3][0][4] = "high"  # a priority that is not a number
+    cache.write_text(_json.dumps(data))
+
+    store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    store.scan()
+    (job,) = store.documents()
+    assert store.parses == 0 and store.cache_hits == 1  # validated from the cached parse instead
+    assert job._job is not None and job.priority == 3 and job.labels == {"k": "v"}

@@ -192,7 +192,7 @@ def admit(
     losers = _contest(result, by_name, current_sources or {})
     losers += _admit_children(result, children)
     _reject_cycles(result)
-    result.ttl_jobs = sum(1 for job in result.jobs.values() if job.job.spec.ttl_seconds_after_finished is not None)
+    result.ttl_jobs = sum(1 for job in result.jobs.values() if job.ttl is not None)
     for loser, winner in losers:
         _report_duplicate(result, loser, winner, by_name)
     return result
@@ -290,14 +290,14 @@ def admit_changes(
     )
     for doc in gone:
         job = result.jobs.pop(doc.name, None)
-        if job is not None and job.job.spec.ttl_seconds_after_finished is not None:
+        if job is not None and job.ttl is not None:
             result.ttl_jobs -= 1
         result.rejected.pop(doc.name, None)
     for doc in came:
         doc = check_environment(doc, controller_uid, conda_available)
         if isinstance(doc, AdmittedJob):
             result.jobs[doc.name] = doc
-            if doc.job.spec.ttl_seconds_after_finished is not None:
+            if doc.ttl is not None:
                 result.ttl_jobs += 1
         else:
             result.rejected[doc.name] = doc
@@ -313,7 +313,7 @@ def _patchable(
         if doc.name is None or doc.name in previous.duplicates:
             return None
         if isinstance(doc, AdmittedJob):
-            if doc.owner is not None or doc.job.spec.depends_on:
+            if doc.owner is not None or doc.depends:
                 return None
         elif not isinstance(doc, Rejection):
             return None  # a Sweep
@@ -344,7 +344,7 @@ def check_environment(doc: Any, controller_uid: int | None, conda: bool) -> Any:
             f"its own user's jobs; run gflowd as root to serve several users ({doc.source})",
             doc.source, doc.path, doc.doc_index, doc.mtime_ns,
         )
-    if isinstance(doc, AdmittedJob) and doc.spec.conda_env and not conda:
+    if isinstance(doc, AdmittedJob) and doc.conda_env and not conda:
         return Rejection(
             doc.name, Reason.Invalid,
             f"spec.condaEnv: conda is not installed here (not on gflowd's PATH); install it or remove condaEnv ({doc.source})",
@@ -359,7 +359,7 @@ def _reject_cycles(result: AdmissionResult) -> None:
     graph = {
         name: [d.job for d in job.spec.depends_on if d.job in result.jobs]
         for name, job in result.jobs.items()
-        if job.spec.depends_on
+        if job.depends
     }
     graph = {name: [d for d in deps if d in graph] for name, deps in graph.items()}
     for component in _cycles(graph):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # the schema, for annotations only: model imports nothing of ours at run time
     from controller.api.job import Job
@@ -13,29 +13,112 @@ if TYPE_CHECKING:  # the schema, for annotations only: model imports nothing of 
     from controller.api.sweep import Sweep
 
 
-@dataclass(frozen=True)
 class AdmittedJob:
-    name: str
-    job: "Job"
-    source: str  # the manifest as users see it: jobs/a.yaml
-    path: str  # absolute path of the manifest file
-    doc_index: int
-    spec_hash: str  # changes with any semantic spec change: bumps the generation
-    run_hash: str  # changes with what a run depends on: a finished job runs again
-    owner_uid: int = -1
-    mtime_ns: int = 0
-    owner: str | None = None  # the Sweep that created this job, if any
-    real_dir: str | None = None  # the folder the manifest really lives in, when a symlink led to it
+    """A valid Job document. What admission, the index and a settled job's pass read (names,
+    hashes, owner, priority, GPUs, labels and a few flags) is kept as plain fields; the pydantic
+    ``Job`` itself is built on first use from the cached parse (``document``) when the store
+    started from its parse cache, so 50,000 settled jobs cost no model each (docs/design.md)."""
+
+    __slots__ = (
+        "name", "_job", "_document", "source", "path", "doc_index", "spec_hash", "run_hash", "owner_uid",
+        "mtime_ns", "owner", "real_dir", "priority", "gpus", "labels", "ttl", "cancelled", "conda_env",
+        "depends",
+    )
+
+    def __init__(
+        self, name: str, job: "Job | None", source: str, path: str, doc_index: int, spec_hash: str, run_hash: str,
+        owner_uid: int = -1, mtime_ns: int = 0, owner: str | None = None, real_dir: str | None = None,
+        *, facts: "JobFacts | None" = None, document: str | None = None,
+    ) -> None:
+        if job is None and (facts is None or document is None):
+            raise ValueError("an AdmittedJob without its Job needs its facts and its cached document")
+        s = object.__setattr__
+        s(self, "name", name)
+        s(self, "_job", job)
+        s(self, "_document", document)  # the file's parsed documents as JSON (shared by its jobs)
+        s(self, "source", source)  # the manifest as users see it: jobs/a.yaml
+        s(self, "path", path)  # absolute path of the manifest file
+        s(self, "doc_index", doc_index)
+        s(self, "spec_hash", spec_hash)  # changes with any semantic spec change: bumps the generation
+        s(self, "run_hash", run_hash)  # changes with what a run depends on: a finished job runs again
+        s(self, "owner_uid", owner_uid)
+        s(self, "mtime_ns", mtime_ns)
+        s(self, "owner", owner)  # the Sweep that created this job, if any
+        s(self, "real_dir", real_dir)  # the folder the manifest really lives in, when a symlink led to it
+        for field_name, value in zip(JobFacts._fields, facts if facts is not None else facts_of(job)):
+            s(self, field_name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"AdmittedJob is immutable (cannot set {name})")
+
+    def __repr__(self) -> str:
+        return f"AdmittedJob(name={self.name!r}, source={self.source!r}, doc_index={self.doc_index}, spec_hash={self.spec_hash!r})"
+
+    @property
+    def job(self) -> "Job":
+        job = self._job
+        if job is None:
+            job = _job_from(self._document, self.doc_index, self.name)
+            object.__setattr__(self, "_job", job)
+        return job
 
     @property
     def spec(self):
         return self.job.spec
 
     @property
+    def facts(self) -> "JobFacts":
+        return JobFacts(*(getattr(self, f) for f in JobFacts._fields))
+
+    def placed(self, real_dir: str) -> "AdmittedJob":
+        """The same job, running in ``real_dir`` (its manifest was reached through a symlink)."""
+        return AdmittedJob(
+            self.name, self._job, self.source, self.path, self.doc_index, self.spec_hash, self.run_hash, self.owner_uid,
+            self.mtime_ns, self.owner, real_dir, facts=self.facts, document=self._document,
+        )
+
+    @property
     def folder(self) -> str:
         """Where relative paths and the default working directory resolve: the folder the manifest
         file really lives in, never a symlink's folder (docs/multi-user.md)."""
         return self.real_dir or posixpath.dirname(self.path)
+
+
+class JobFacts(NamedTuple):
+    """What is read of every admitted job each pass, settled or not (see :class:`AdmittedJob`)."""
+
+    priority: int
+    gpus: int
+    labels: dict[str, str]
+    ttl: float | None  # spec.ttlSecondsAfterFinished
+    cancelled: bool
+    conda_env: bool  # spec.condaEnv is set
+    depends: bool  # spec.dependsOn is not empty
+
+
+_NO_LABELS: dict[str, str] = {}  # shared by the many jobs without labels; never modified
+
+
+def facts_of(job: "Job") -> JobFacts:
+    spec = job.spec
+    return JobFacts(
+        spec.priority, spec.resources.gpus, dict(job.metadata.labels) or _NO_LABELS, spec.ttl_seconds_after_finished,
+        spec.cancelled, spec.conda_env is not None, bool(spec.depends_on),
+    )
+
+
+def _job_from(document: str | None, doc_index: int, name: str) -> "Job":
+    """The Job of a cached document, validated as admission did (the name it took from the file
+    stem, when the document has none)."""
+    import json
+
+    from controller.api.job import Job  # lazy: a settled job never needs its model
+
+    data = json.loads(document or "null")[doc_index]
+    meta = data.get("metadata")
+    if not (isinstance(meta, dict) and "name" in meta):
+        data = {**data, "metadata": {**(meta if isinstance(meta, dict) else {}), "name": name}}
+    return Job.model_validate(data)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ pass's.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import stat as stat_mod
@@ -23,13 +22,13 @@ from typing import Callable, Iterable
 
 from controller.api.names import is_valid_name
 from controller.decide.admission import MAX_MANIFEST_BYTES, validate_any
-from controller.model.documents import AdmittedJob, Rejection
+from controller.model.documents import AdmittedJob, JobFacts, Rejection
 from controller.paths import is_manifest_name  # noqa: F401  (re-exported: the store's rule)
 from controller.util.fsutil import atomic_write
 from controller.util.security import NOT_REGULAR, EntryChanged, Folder, NotRead, OpenedManifest, SpecTree
 from controller.util.yamlio import YAMLSyntaxError, load_all
 
-CACHE_VERSION = 3  # bump when parsing, validation, the spec hashes or the key change
+CACHE_VERSION = 4  # bump when parsing, validation, the spec hashes or the key change
 LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
 
 Key = tuple[int, int, int, int]
@@ -40,7 +39,7 @@ def file_key(st: os.stat_result) -> Key:
     return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_uid)
 
 
-@dataclass
+@dataclass(slots=True)
 class ManifestFile:
     path: str
     key: Key
@@ -63,18 +62,22 @@ class ManifestStore:
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
         self.cache_path = cache_path
-        self._warm: dict[str, tuple[list[int], str, dict]] = self._load_cache()
+        self._warm: dict[str, list] = self._load_cache()  # path -> [key, parsed JSON, hashes, jobs]
         self._unsaved = 0
 
     # -- the parse cache: a restart need not re-parse 10,000 unchanged manifests ------------------
 
-    def _load_cache(self) -> dict[str, tuple[list[int], str, dict]]:
+    def _load_cache(self) -> dict[str, list]:
+        """path -> [key, parsed JSON, spec hashes, jobs]; entries are checked as they are used
+        (:meth:`_update`): a malformed one costs a parse, never a wrong document."""
         if self.cache_path is None:
             return {}
         try:
-            data = json.loads(self.cache_path.read_text())
+            data = json.loads(self.cache_path.read_bytes())
             if data.get("version") == CACHE_VERSION and data.get("specDir") == str(self.spec_dir):
-                return {path: (entry[0], entry[1], entry[2]) for path, entry in data["files"].items()}
+                files = data["files"]
+                if isinstance(files, dict):
+                    return files
         except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
             pass
         return {}
@@ -85,7 +88,8 @@ class ManifestStore:
             return
 
         entries = ",".join(
-            f"{json.dumps(path)}:[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)},{json.dumps(_hashes_of(f))}]"
+            f"{json.dumps(path)}:[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)},{json.dumps(_hashes_of(f))},"
+            f"{json.dumps(_jobs_of(f))}]"
             for path, f in self.files.items()
             if f.parsed_json is not None
         )
@@ -335,8 +339,8 @@ class ManifestStore:
         if known is not None and known.key == key and known.via_symlink == via_symlink and _folder_of(known) == opened.folder:
             return False
         warm = self._warm.pop(path, None)
-        if warm is not None and tuple(warm[0]) == key:
-            documents = self._from_cache(path, st, warm[1], warm[2])
+        if warm is not None and _warm_key(warm) == key:
+            documents = self._from_facts(path, st, warm) or self._from_cache(path, st, warm)
             if documents is not None:
                 self._set(path, ManifestFile(path, key, _placed(documents, opened.folder), warm[1], via_symlink))
                 self.cache_hits += 1
@@ -348,13 +352,39 @@ class ManifestStore:
         self._unsaved += 1
         return True
 
-    def _from_cache(self, path: str, st: os.stat_result, parsed_json: str, hashes: dict) -> list | None:
+    def _from_facts(self, path: str, st: os.stat_result, warm: list) -> list | None:
+        """A file of plain valid Jobs, as its cache entry describes them: no parse, no validation;
+        each job's pydantic model is built from the cached document only if it is ever needed.
+        None (validate the cached parse instead) when the entry has no such description."""
+        try:
+            parsed_json, jobs = warm[1], warm[3]
+            if not isinstance(parsed_json, str) or not isinstance(jobs, list) or not jobs:
+                return None
+            source = self._display(Path(path))
+            documents = []
+            for doc_index, name, spec_hash, run_hash, *facts in jobs:
+                fact = JobFacts(*facts)
+                if not (isinstance(doc_index, int) and isinstance(name, str) and isinstance(spec_hash, str)
+                        and isinstance(run_hash, str) and isinstance(fact.priority, int) and isinstance(fact.gpus, int)
+                        and isinstance(fact.labels, dict) and isinstance(fact.ttl, (int, float, type(None)))
+                        and all(isinstance(flag, bool) for flag in (fact.cancelled, fact.conda_env, fact.depends))):
+                    return None
+                documents.append(AdmittedJob(
+                    name, None, source, path, doc_index, spec_hash, run_hash, st.st_uid, st.st_mtime_ns,
+                    facts=fact, document=parsed_json,
+                ))
+            return documents
+        except (ValueError, TypeError, IndexError):
+            return None
+
+    def _from_cache(self, path: str, st: os.stat_result, warm: list) -> list | None:
         """Validate cached parse results; None (parse the file) if anything is not simply valid,
         since error messages need the text for their line numbers. The spec hashes of the same
         parse are taken from the cache too (computing them is a third of validating)."""
         try:
+            parsed_json, hashes = warm[1], warm[2]
             docs = json.loads(parsed_json)
-        except ValueError:
+        except (ValueError, TypeError, IndexError):
             return None
         results = self._validate(path, st, docs, None, hashes if isinstance(hashes, dict) else {})
         return None if any(isinstance(r, Rejection) for r in results) else results
@@ -430,11 +460,27 @@ def _placed(documents: list, folder: str | None) -> list:
     """Jobs of a manifest reached through a symlink run where the file really lives (``folder``)."""
     if folder is None:
         return documents
-    return [dataclasses.replace(d, real_dir=folder) if isinstance(d, AdmittedJob) else d for d in documents]
+    return [d.placed(folder) if isinstance(d, AdmittedJob) else d for d in documents]
 
 
 def _folder_of(manifest: ManifestFile) -> str | None:
     return next((d.real_dir for d in manifest.documents if isinstance(d, AdmittedJob)), None)
+
+
+def _warm_key(warm: object) -> Key | None:
+    try:
+        return tuple(warm[0])  # type: ignore[index]
+    except (TypeError, IndexError, KeyError):
+        return None
+
+
+def _jobs_of(manifest: ManifestFile) -> list | None:
+    """What admission reads of each Job of a file of plain valid Jobs, for a restart to admit them
+    without validating (see ``_from_facts``); None for any other file (it is validated again)."""
+    documents = manifest.documents
+    if not documents or not all(isinstance(d, AdmittedJob) and d.owner is None for d in documents):
+        return None
+    return [[d.doc_index, d.name, d.spec_hash, d.run_hash, *d.facts] for d in documents]
 
 
 def _hashes_of(manifest: ManifestFile) -> dict[str, list[str]]:
