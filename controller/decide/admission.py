@@ -8,6 +8,7 @@ each name. Neither touches the file system; the store hands in text and parsed d
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from typing import Any, Iterable, Mapping, get_args
 
@@ -70,6 +71,16 @@ def validate_document(
         return Rejection(None, Reason.Invalid, f"{message} ({_where(source, _line(text, doc_index, ('metadata',)))})", source, path, doc_index, mtime_ns)
     spec_hash, run_hash = known_hashes if known_hashes else spec_hashes(job)
     return AdmittedJob(job.metadata.name, job, source, path, doc_index, spec_hash, run_hash, owner_uid, mtime_ns)
+
+
+def cached_job(document: str, doc_index: int, name: str) -> Job:
+    """The Job of a document of a file's cached parse (JSON), validated as :func:`validate_document`
+    did when it admitted it as ``name`` (the file stem, when the document names none)."""
+    data = json.loads(document)[doc_index]
+    meta = data.get("metadata")
+    if not (isinstance(meta, dict) and "name" in meta):
+        data = {**data, "metadata": {**(meta if isinstance(meta, dict) else {}), "name": name}}
+    return Job.model_validate(data)
 
 
 def validate_any(data: Any, **kwargs: Any) -> list[Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 if TYPE_CHECKING:  # the schema, for annotations only: model imports nothing of ours at run time
     from controller.api.job import Job
@@ -20,7 +20,7 @@ class AdmittedJob:
     started from its parse cache, so 50,000 settled jobs cost no model each (docs/design.md)."""
 
     __slots__ = (
-        "name", "_job", "_document", "source", "path", "doc_index", "spec_hash", "run_hash", "owner_uid",
+        "name", "_job", "_document", "_build", "source", "path", "doc_index", "spec_hash", "run_hash", "owner_uid",
         "mtime_ns", "owner", "real_dir", "priority", "gpus", "labels", "ttl", "cancelled", "conda_env",
         "depends",
     )
@@ -29,13 +29,15 @@ class AdmittedJob:
         self, name: str, job: "Job | None", source: str, path: str, doc_index: int, spec_hash: str, run_hash: str,
         owner_uid: int = -1, mtime_ns: int = 0, owner: str | None = None, real_dir: str | None = None,
         *, facts: "JobFacts | None" = None, document: str | None = None,
+        build: "Callable[[str, int, str], Job] | None" = None,
     ) -> None:
-        if job is None and (facts is None or document is None):
-            raise ValueError("an AdmittedJob without its Job needs its facts and its cached document")
+        if job is None and (facts is None or document is None or build is None):
+            raise ValueError("an AdmittedJob without its Job needs its facts, its cached document and a builder")
         s = object.__setattr__
         s(self, "name", name)
         s(self, "_job", job)
         s(self, "_document", document)  # the file's parsed documents as JSON (shared by its jobs)
+        s(self, "_build", build)  # (document, doc_index, name) -> the Job admission validated
         s(self, "source", source)  # the manifest as users see it: jobs/a.yaml
         s(self, "path", path)  # absolute path of the manifest file
         s(self, "doc_index", doc_index)
@@ -58,7 +60,7 @@ class AdmittedJob:
     def job(self) -> "Job":
         job = self._job
         if job is None:
-            job = _job_from(self._document, self.doc_index, self.name)
+            job = self._build(self._document or "", self.doc_index, self.name)
             object.__setattr__(self, "_job", job)
         return job
 
@@ -74,7 +76,7 @@ class AdmittedJob:
         """The same job, running in ``real_dir`` (its manifest was reached through a symlink)."""
         return AdmittedJob(
             self.name, self._job, self.source, self.path, self.doc_index, self.spec_hash, self.run_hash, self.owner_uid,
-            self.mtime_ns, self.owner, real_dir, facts=self.facts, document=self._document,
+            self.mtime_ns, self.owner, real_dir, facts=self.facts, document=self._document, build=self._build,
         )
 
     @property
@@ -105,20 +107,6 @@ def facts_of(job: "Job") -> JobFacts:
         spec.priority, spec.resources.gpus, dict(job.metadata.labels) or _NO_LABELS, spec.ttl_seconds_after_finished,
         spec.cancelled, spec.conda_env is not None, bool(spec.depends_on),
     )
-
-
-def _job_from(document: str | None, doc_index: int, name: str) -> "Job":
-    """The Job of a cached document, validated as admission did (the name it took from the file
-    stem, when the document has none)."""
-    import json
-
-    from controller.api.job import Job  # lazy: a settled job never needs its model
-
-    data = json.loads(document or "null")[doc_index]
-    meta = data.get("metadata")
-    if not (isinstance(meta, dict) and "name" in meta):
-        data = {**data, "metadata": {**(meta if isinstance(meta, dict) else {}), "name": name}}
-    return Job.model_validate(data)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from controller.api.names import is_valid_name
-from controller.decide.admission import MAX_MANIFEST_BYTES, validate_any
+from controller.decide.admission import MAX_MANIFEST_BYTES, cached_job, validate_any
 from controller.model.documents import AdmittedJob, JobFacts, Rejection
 from controller.paths import is_manifest_name  # noqa: F401  (re-exported: the store's rule)
 from controller.util.fsutil import atomic_write
@@ -270,6 +270,13 @@ class ManifestStore:
                 quick = entry.stat(follow_symlinks=False) if entry is not None else st
                 if file_key(quick) == known.key:
                     return False  # the same file as last read: its key came from that read's fstat
+            if known is None and not is_link and entry is not None and folder is not None and folder.real is None \
+                    and not folder.links and path in self._warm:
+                # a start: a file in a real folder of the spec dir, as the parse cache last saw it
+                # (key from the same walk's stat, as above) needs no opening, reading or parsing
+                quick = entry.stat(follow_symlinks=False)
+                if self._from_warm(path, quick, file_key(quick), None):
+                    return True
         except FileNotFoundError:
             return self._forget(path)
         except OSError:
@@ -338,18 +345,25 @@ class ManifestStore:
         known = self.files.get(path)
         if known is not None and known.key == key and known.via_symlink == via_symlink and _folder_of(known) == opened.folder:
             return False
-        warm = self._warm.pop(path, None)
-        if warm is not None and _warm_key(warm) == key:
-            documents = self._from_facts(path, st, warm) or self._from_cache(path, st, warm)
-            if documents is not None:
-                self._set(path, ManifestFile(path, key, _placed(documents, opened.folder), warm[1], via_symlink))
-                self.cache_hits += 1
-                return True
+        if self._from_warm(path, st, key, opened.folder):
+            return True
         manifest = ManifestFile(path, key, via_symlink=via_symlink)
         manifest.documents = _placed(self._parse(path, opened, manifest), opened.folder)
         self._set(path, manifest)
         self.parses += 1
         self._unsaved += 1
+        return True
+
+    def _from_warm(self, path: str, st: os.stat_result, key: Key, folder: str | None) -> bool:
+        """The file's documents from the parse cache, when its entry has this very key."""
+        warm = self._warm.pop(path, None)
+        if warm is None or _warm_key(warm) != key:
+            return False
+        documents = self._from_facts(path, st, warm) or self._from_cache(path, st, warm)
+        if documents is None:
+            return False
+        self._set(path, ManifestFile(path, key, _placed(documents, folder), warm[1], folder is not None))
+        self.cache_hits += 1
         return True
 
     def _from_facts(self, path: str, st: os.stat_result, warm: list) -> list | None:
@@ -371,7 +385,7 @@ class ManifestStore:
                     return None
                 documents.append(AdmittedJob(
                     name, None, source, path, doc_index, spec_hash, run_hash, st.st_uid, st.st_mtime_ns,
-                    facts=fact, document=parsed_json,
+                    facts=fact, document=parsed_json, build=cached_job,
                 ))
             return documents
         except (ValueError, TypeError, IndexError):
