@@ -17,7 +17,8 @@ class AdmittedJob:
     """A valid Job document. What admission, the index and a settled job's pass read (names,
     hashes, owner, priority, GPUs, labels and a few flags) is kept as plain fields; the pydantic
     ``Job`` itself is built on first use from the cached parse (``document``) when the store
-    started from its parse cache, so 50,000 settled jobs cost no model each (docs/design.md)."""
+    started from its parse cache, so 50,000 settled jobs cost no model each (docs/design.md).
+    Never modified once made (a pass tells an unchanged document by identity)."""
 
     __slots__ = (
         "name", "_job", "_document", "_build", "source", "path", "doc_index", "spec_hash", "run_hash", "owner_uid",
@@ -33,25 +34,22 @@ class AdmittedJob:
     ) -> None:
         if job is None and (facts is None or document is None or build is None):
             raise ValueError("an AdmittedJob without its Job needs its facts, its cached document and a builder")
-        s = object.__setattr__
-        s(self, "name", name)
-        s(self, "_job", job)
-        s(self, "_document", document)  # the file's parsed documents as JSON (shared by its jobs)
-        s(self, "_build", build)  # (document, doc_index, name) -> the Job admission validated
-        s(self, "source", source)  # the manifest as users see it: jobs/a.yaml
-        s(self, "path", path)  # absolute path of the manifest file
-        s(self, "doc_index", doc_index)
-        s(self, "spec_hash", spec_hash)  # changes with any semantic spec change: bumps the generation
-        s(self, "run_hash", run_hash)  # changes with what a run depends on: a finished job runs again
-        s(self, "owner_uid", owner_uid)
-        s(self, "mtime_ns", mtime_ns)
-        s(self, "owner", owner)  # the Sweep that created this job, if any
-        s(self, "real_dir", real_dir)  # the folder the manifest really lives in, when a symlink led to it
-        for field_name, value in zip(JobFacts._fields, facts if facts is not None else facts_of(job)):
-            s(self, field_name, value)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"AdmittedJob is immutable (cannot set {name})")
+        self.name = name
+        self._job = job
+        self._document = document  # the file's parsed documents as JSON (shared by its jobs)
+        self._build = build  # (document, doc_index, name) -> the Job admission validated
+        self.source = source  # the manifest as users see it: jobs/a.yaml
+        self.path = path  # absolute path of the manifest file
+        self.doc_index = doc_index
+        self.spec_hash = spec_hash  # changes with any semantic spec change: bumps the generation
+        self.run_hash = run_hash  # changes with what a run depends on: a finished job runs again
+        self.owner_uid = owner_uid
+        self.mtime_ns = mtime_ns
+        self.owner = owner  # the Sweep that created this job, if any
+        self.real_dir = real_dir  # the folder the manifest really lives in, when a symlink led to it
+        (self.priority, self.gpus, self.labels, self.ttl, self.cancelled, self.conda_env, self.depends) = (
+            facts if facts is not None else facts_of(job)  # type: ignore[arg-type]
+        )
 
     def __repr__(self) -> str:
         return f"AdmittedJob(name={self.name!r}, source={self.source!r}, doc_index={self.doc_index}, spec_hash={self.spec_hash!r})"
@@ -61,7 +59,7 @@ class AdmittedJob:
         job = self._job
         if job is None:
             job = self._build(self._document or "", self.doc_index, self.name)
-            object.__setattr__(self, "_job", job)
+            self._job = job
         return job
 
     @property
@@ -98,13 +96,13 @@ class JobFacts(NamedTuple):
     depends: bool  # spec.dependsOn is not empty
 
 
-_NO_LABELS: dict[str, str] = {}  # shared by the many jobs without labels; never modified
+NO_LABELS: dict[str, str] = {}  # shared by the many jobs without labels; never modified
 
 
 def facts_of(job: "Job") -> JobFacts:
     spec = job.spec
     return JobFacts(
-        spec.priority, spec.resources.gpus, dict(job.metadata.labels) or _NO_LABELS, spec.ttl_seconds_after_finished,
+        spec.priority, spec.resources.gpus, dict(job.metadata.labels) or NO_LABELS, spec.ttl_seconds_after_finished,
         spec.cancelled, spec.conda_env is not None, bool(spec.depends_on),
     )
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import os
 import stat as stat_mod
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
 from controller.api.names import is_valid_name
 from controller.decide.admission import MAX_MANIFEST_BYTES, cached_job, validate_any
-from controller.model.documents import AdmittedJob, JobFacts, Rejection
+from controller.model.documents import NO_LABELS, AdmittedJob, JobFacts, Rejection
 from controller.paths import is_manifest_name  # noqa: F401  (re-exported: the store's rule)
 from controller.util.fsutil import atomic_write
 from controller.util.security import NOT_REGULAR, EntryChanged, Folder, NotRead, OpenedManifest, SpecTree
@@ -111,6 +112,7 @@ class ManifestStore:
         for gone in set(self.files) - seen:
             self._drop(gone)
             changed.add(gone)
+        self._warm = {}  # every file was looked at: what is left are files gone since the cache was written
         return changed
 
     def refresh(self, paths: Iterable[str]) -> set[str]:
@@ -383,9 +385,11 @@ class ManifestStore:
                         and isinstance(fact.labels, dict) and isinstance(fact.ttl, (int, float, type(None)))
                         and all(isinstance(flag, bool) for flag in (fact.cancelled, fact.conda_env, fact.depends))):
                     return None
-                documents.append(AdmittedJob(
-                    name, None, source, path, doc_index, spec_hash, run_hash, st.st_uid, st.st_mtime_ns,
-                    facts=fact, document=parsed_json, build=cached_job,
+                if not fact.labels:
+                    fact = fact._replace(labels=NO_LABELS)  # one shared empty mapping, not 50,000
+                documents.append(AdmittedJob(  # equal hashes (jobs of one spec) are one string
+                    name, None, source, path, doc_index, sys.intern(spec_hash), sys.intern(run_hash), st.st_uid,
+                    st.st_mtime_ns, facts=fact, document=parsed_json, build=cached_job,
                 ))
             return documents
         except (ValueError, TypeError, IndexError):
