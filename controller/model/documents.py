@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, MutableMapping, NamedTuple
 
 if TYPE_CHECKING:  # the schema, for annotations only: model imports nothing of ours at run time
     from controller.api.job import Job
@@ -156,8 +156,9 @@ class AdmittedReservation:
 
 @dataclass
 class AdmissionResult:
-    jobs: dict[str, AdmittedJob] = field(default_factory=dict)
-    rejected: dict[str, Rejection] = field(default_factory=dict)
+    # a dict, or an Overlay of the previous result's when admit_changes patched it (model/overlay.py)
+    jobs: MutableMapping[str, AdmittedJob] = field(default_factory=dict)
+    rejected: MutableMapping[str, Rejection] = field(default_factory=dict)
     # duplicates and documents without any valid name: reported as Warning events only
     warnings: list[Rejection] = field(default_factory=list)
     # name -> sources of documents that lost a duplicate-name contest, for a condition on the winner
