@@ -169,7 +169,7 @@ class Home:
         else relative to the spec dir's parent."""
         text = str(path)  # the common case without pathlib (a start shows 50,000 manifests' paths)
         for base in (str(self.root), str(self.spec_dir.parent)):
-            if text.startswith(base + "/") and base != "/" and os.path.isabs(text) and os.path.normpath(text) == text:
+            if text.startswith(base + "/") and base != "/" and "/." not in text and "//" not in text and text[-1] != "/":
                 return text[len(base) + 1:]
         for base in (self.root, self.spec_dir.parent):
             try:
