@@ -89,8 +89,7 @@ class ManifestStore:
             return
 
         entries = ",".join(
-            f"{json.dumps(path)}:[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)},{json.dumps(_hashes_of(f))},"
-            f"{json.dumps(_jobs_of(f))}]"
+            f"{json.dumps(path)}:[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)},{_cached_documents(f)}]"
             for path, f in self.files.items()
             if f.parsed_json is not None
         )
@@ -490,6 +489,13 @@ def _warm_key(warm: object) -> Key | None:
         return tuple(warm[0])  # type: ignore[index]
     except (TypeError, IndexError, KeyError):
         return None
+
+
+def _cached_documents(manifest: ManifestFile) -> str:
+    """The cache entry's last two items as JSON: the spec hashes by document, and each Job's facts
+    when the file holds plain valid Jobs only (the hashes are then among the facts: ``{}``)."""
+    jobs = _jobs_of(manifest)
+    return f"{{}},{json.dumps(jobs)}" if jobs is not None else f"{json.dumps(_hashes_of(manifest))},null"
 
 
 def _jobs_of(manifest: ManifestFile) -> list | None:
