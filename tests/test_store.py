@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from controller.decide.admission import MAX_MANIFEST_BYTES
-from controller.model.documents import AdmittedJob, Rejection
+from controller.model.documents import AdmittedJob, Rejection, model_built
 from controller.observe.manifests import ManifestStore, is_manifest_name
 from controller.paths import Home
 
@@ -506,14 +506,14 @@ def test_a_restart_admits_cached_jobs_from_their_facts_and_builds_each_model_onl
     before = {d.name: d for d in first.documents() if isinstance(d, AdmittedJob)}
     assert sorted(jobs) == sorted(before) == ["first", "plain", "rich", "second", "sw-0", "sw-1"]
     plain_files = {"plain", "rich", "first", "second"}
-    assert all(jobs[n]._job is None for n in plain_files)  # admitted from the cached facts alone
+    assert all(not model_built(jobs[n]) for n in plain_files)  # admitted from the cached facts alone
     assert jobs["rich"].facts == (7, 2, {"team": "a"}, 90.0, True, False, True)
     for name, job in jobs.items():
         assert job.facts == before[name].facts
         assert (job.spec_hash, job.run_hash, job.doc_index, job.source) == (
             before[name].spec_hash, before[name].run_hash, before[name].doc_index, before[name].source)
         assert job.job == before[name].job  # built on first read, as a parse builds it
-    assert jobs["plain"].job.metadata.name == "plain" and jobs["rich"]._job is not None
+    assert jobs["plain"].job.metadata.name == "plain" and model_built(jobs["rich"])
 
 
 def test_a_cache_entry_with_bad_facts_is_validated_again(tmp_path):
@@ -537,4 +537,4 @@ def test_a_cache_entry_with_bad_facts_is_validated_again(tmp_path):
     store.scan()
     (job,) = store.documents()
     assert store.parses == 0 and store.cache_hits == 1  # validated from the cached parse instead
-    assert job._job is not None and job.priority == 3 and job.labels == {"k": "v"}
+    assert model_built(job) and job.priority == 3 and job.labels == {"k": "v"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, MutableMapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, MutableMapping, NamedTuple
 
 if TYPE_CHECKING:  # the schema, for annotations only: model imports nothing of ours at run time
     from controller.api.job import Job
@@ -13,54 +13,45 @@ if TYPE_CHECKING:  # the schema, for annotations only: model imports nothing of 
     from controller.api.sweep import Sweep
 
 
+@dataclass(slots=True)
 class AdmittedJob:
     """A valid Job document. What admission, the index and a settled job's pass read (names,
     hashes, owner, priority, GPUs, labels and a few flags) is kept as plain fields; the pydantic
-    ``Job`` itself is built on first use from the cached parse (``document``) when the store
-    started from its parse cache, so 50,000 settled jobs cost no model each (docs/design.md).
-    Never modified once made (a pass tells an unchanged document by identity)."""
+    ``job`` is built on first read from the cached parse (``document``, by ``build``) when the
+    store started from its parse cache, so 50,000 settled jobs cost no model each
+    (docs/design.md). Never modified once made (a pass tells an unchanged document by identity)."""
 
-    __slots__ = (
-        "name", "_job", "_document", "_build", "source", "path", "doc_index", "spec_hash", "run_hash", "owner_uid",
-        "mtime_ns", "owner", "real_dir", "priority", "gpus", "labels", "ttl", "cancelled", "conda_env",
-        "depends",
-    )
+    name: str
+    job: "Job"  # see _LazyJob below: None until first read when made from the cache
+    source: str  # the manifest as users see it: jobs/a.yaml
+    path: str  # absolute path of the manifest file
+    doc_index: int
+    spec_hash: str  # changes with any semantic spec change: bumps the generation
+    run_hash: str  # changes with what a run depends on: a finished job runs again
+    owner_uid: int = -1
+    mtime_ns: int = 0
+    owner: str | None = None  # the Sweep that created this job, if any
+    real_dir: str | None = None  # the folder the manifest really lives in, when a symlink led to it
+    # the facts (JobFacts): taken from ``job`` when not given
+    priority: int = field(default=None, kw_only=True)  # type: ignore[assignment]
+    gpus: int = field(default=0, kw_only=True)
+    labels: dict[str, str] = field(default_factory=dict, kw_only=True)
+    ttl: float | None = field(default=None, kw_only=True)  # spec.ttlSecondsAfterFinished
+    cancelled: bool = field(default=False, kw_only=True)
+    conda_env: bool = field(default=False, kw_only=True)  # spec.condaEnv is set
+    depends: bool = field(default=False, kw_only=True)  # spec.dependsOn is not empty
+    # the file's parsed documents as JSON (shared by its jobs), and what builds ``job`` from it
+    document: str | None = field(default=None, kw_only=True, compare=False, repr=False)
+    build: "Callable[[str, int, str], Job] | None" = field(default=None, kw_only=True, compare=False, repr=False)
 
-    def __init__(
-        self, name: str, job: "Job | None", source: str, path: str, doc_index: int, spec_hash: str, run_hash: str,
-        owner_uid: int = -1, mtime_ns: int = 0, owner: str | None = None, real_dir: str | None = None,
-        *, facts: "JobFacts | None" = None, document: str | None = None,
-        build: "Callable[[str, int, str], Job] | None" = None,
-    ) -> None:
-        if job is None and (facts is None or document is None or build is None):
-            raise ValueError("an AdmittedJob without its Job needs its facts, its cached document and a builder")
-        self.name = name
-        self._job = job
-        self._document = document  # the file's parsed documents as JSON (shared by its jobs)
-        self._build = build  # (document, doc_index, name) -> the Job admission validated
-        self.source = source  # the manifest as users see it: jobs/a.yaml
-        self.path = path  # absolute path of the manifest file
-        self.doc_index = doc_index
-        self.spec_hash = spec_hash  # changes with any semantic spec change: bumps the generation
-        self.run_hash = run_hash  # changes with what a run depends on: a finished job runs again
-        self.owner_uid = owner_uid
-        self.mtime_ns = mtime_ns
-        self.owner = owner  # the Sweep that created this job, if any
-        self.real_dir = real_dir  # the folder the manifest really lives in, when a symlink led to it
-        (self.priority, self.gpus, self.labels, self.ttl, self.cancelled, self.conda_env, self.depends) = (
-            facts if facts is not None else facts_of(job)  # type: ignore[arg-type]
-        )
-
-    def __repr__(self) -> str:
-        return f"AdmittedJob(name={self.name!r}, source={self.source!r}, doc_index={self.doc_index}, spec_hash={self.spec_hash!r})"
-
-    @property
-    def job(self) -> "Job":
-        job = self._job
-        if job is None:
-            job = self._build(self._document or "", self.doc_index, self.name)
-            self._job = job
-        return job
+    def __post_init__(self) -> None:
+        if self.priority is None:  # no facts given: the model is at hand
+            job = _JOB_SLOT.__get__(self, AdmittedJob)
+            if job is None:
+                raise ValueError("an AdmittedJob without its Job needs its facts")
+            (self.priority, self.gpus, self.labels, self.ttl, self.cancelled, self.conda_env, self.depends) = facts_of(job)
+        elif _JOB_SLOT.__get__(self, AdmittedJob) is None and (self.document is None or self.build is None):
+            raise ValueError("an AdmittedJob without its Job needs its cached document and a builder")
 
     @property
     def spec(self):
@@ -68,13 +59,15 @@ class AdmittedJob:
 
     @property
     def facts(self) -> "JobFacts":
-        return JobFacts(*(getattr(self, f) for f in JobFacts._fields))
+        return JobFacts(self.priority, self.gpus, self.labels, self.ttl, self.cancelled, self.conda_env, self.depends)
 
     def placed(self, real_dir: str) -> "AdmittedJob":
-        """The same job, running in ``real_dir`` (its manifest was reached through a symlink)."""
+        """The same job, running in ``real_dir`` (its manifest was reached through a symlink); its
+        model is not built for that."""
         return AdmittedJob(
-            self.name, self._job, self.source, self.path, self.doc_index, self.spec_hash, self.run_hash, self.owner_uid,
-            self.mtime_ns, self.owner, real_dir, facts=self.facts, document=self._document, build=self._build,
+            self.name, _JOB_SLOT.__get__(self, AdmittedJob), self.source, self.path, self.doc_index, self.spec_hash,
+            self.run_hash, self.owner_uid, self.mtime_ns, self.owner, real_dir, **self.facts._asdict(),
+            document=self.document, build=self.build,
         )
 
     @property
@@ -82,6 +75,33 @@ class AdmittedJob:
         """Where relative paths and the default working directory resolve: the folder the manifest
         file really lives in, never a symlink's folder (docs/multi-user.md)."""
         return self.real_dir or posixpath.dirname(self.path)
+
+
+_JOB_SLOT = AdmittedJob.job  # the slot itself; AdmittedJob.job becomes the lazy read of it
+
+
+class _LazyJob:
+    """``AdmittedJob.job``: the slot's value, built from the cached document on first read."""
+
+    def __get__(self, obj: "AdmittedJob | None", owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        job = _JOB_SLOT.__get__(obj, owner)
+        if job is None:
+            job = obj.build(obj.document or "", obj.doc_index, obj.name)  # type: ignore[misc]
+            _JOB_SLOT.__set__(obj, job)
+        return job
+
+    def __set__(self, obj: "AdmittedJob", value: Any) -> None:
+        _JOB_SLOT.__set__(obj, value)
+
+
+AdmittedJob.job = _LazyJob()  # type: ignore[assignment,misc]
+
+
+def model_built(job: AdmittedJob) -> bool:
+    """Whether ``job``'s pydantic model exists yet (for tests and benchmarks)."""
+    return _JOB_SLOT.__get__(job, AdmittedJob) is not None
 
 
 class JobFacts(NamedTuple):

@@ -387,8 +387,8 @@ class ManifestStore:
                 if not fact.labels:
                     fact = fact._replace(labels=NO_LABELS)  # one shared empty mapping, not 50,000
                 documents.append(AdmittedJob(  # equal hashes (jobs of one spec) are one string
-                    name, None, source, path, doc_index, sys.intern(spec_hash), sys.intern(run_hash), st.st_uid,
-                    st.st_mtime_ns, facts=fact, document=parsed_json, build=cached_job,
+                    name, None, source, path, doc_index, sys.intern(spec_hash), sys.intern(run_hash),  # type: ignore[arg-type]
+                    st.st_uid, st.st_mtime_ns, **fact._asdict(), document=parsed_json, build=cached_job,
                 ))
             return documents
         except (ValueError, TypeError, IndexError):
