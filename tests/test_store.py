@@ -528,13 +528,31 @@ def test_a_cache_entry_with_bad_facts_is_validated_again(tmp_path):
     first = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
     first.scan()
     first.save_cache(force=True)
-    data = _json.loads(cache.read_text())
-    (entry,) = data["files"].values()
+    head, line, _ = cache.read_text().split("\n")
+    path, entry = line.split("\t")
+    entry = _json.loads(entry)
     entry[3][0][4] = "high"  # a priority that is not a number
-    cache.write_text(_json.dumps(data))
+    cache.write_text(f"{head}\n{path}\t{_json.dumps(entry)}\n")
 
     store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
     store.scan()
     (job,) = store.documents()
     assert store.parses == 0 and store.cache_hits == 1  # validated from the cached parse instead
     assert model_built(job) and job.priority == 3 and job.labels == {"k": "v"}
+
+
+def test_a_cache_line_that_is_not_an_entry_costs_a_parse(tmp_path):
+    import json as _json
+
+    from controller.observe.manifests import CACHE_VERSION, ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "a.yaml").write_text("spec:\n  command: [echo]\n")
+    (spec / "b.yaml").write_text("spec:\n  command: [echo]\n")
+    cache = tmp_path / "cache.json"
+    head = _json.dumps({"version": CACHE_VERSION, "specDir": str(spec)})
+    cache.write_text(f"{head}\nno tab here\n{_json.dumps(str(spec / 'a.yaml'))}\t[[1, 2\n{_json.dumps(str(spec / 'b.yaml'))}\t5\n")
+    store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    store.scan()
+    assert (store.parses, store.cache_hits) == (2, 0) and sorted(d.name for d in store.documents()) == ["a", "b"]

@@ -29,7 +29,7 @@ from controller.util.fsutil import atomic_write
 from controller.util.security import NOT_REGULAR, EntryChanged, Folder, NotRead, OpenedManifest, SpecTree
 from controller.util.yamlio import YAMLSyntaxError, load_all
 
-CACHE_VERSION = 4  # bump when parsing, validation, the spec hashes or the key change
+CACHE_VERSION = 5  # bump when parsing, validation, the spec hashes or the key change
 LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
 
 Key = tuple[int, int, int, int]
@@ -63,38 +63,44 @@ class ManifestStore:
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
         self.cache_path = cache_path
-        self._warm: dict[str, list] = self._load_cache()  # path -> [key, parsed JSON, hashes, jobs]
+        self._warm: dict[str, str] = self._load_cache()  # path -> its entry, JSON: [key, parsed JSON, hashes, jobs]
         self._unsaved = 0
 
     # -- the parse cache: a restart need not re-parse 10,000 unchanged manifests ------------------
 
-    def _load_cache(self) -> dict[str, list]:
-        """path -> [key, parsed JSON, spec hashes, jobs]; entries are checked as they are used
-        (:meth:`_update`): a malformed one costs a parse, never a wrong document."""
+    def _load_cache(self) -> dict[str, str]:
+        """path -> its entry's JSON text, parsed only when the file is looked at (:meth:`_from_warm`):
+        the whole cache parsed at once would leave ~60 MiB of freed fragments at 50,000 files.
+        The file is a header line, then a line per manifest: its path (JSON), a tab, its entry.
+        Entries are checked as they are used: a malformed one costs a parse, never a wrong document."""
         if self.cache_path is None:
             return {}
         try:
-            data = json.loads(self.cache_path.read_bytes())
-            if data.get("version") == CACHE_VERSION and data.get("specDir") == str(self.spec_dir):
-                files = data["files"]
-                if isinstance(files, dict):
-                    return files
+            head, _, body = self.cache_path.read_bytes().decode().partition("\n")
+            data = json.loads(head)
+            if data.get("version") != CACHE_VERSION or data.get("specDir") != str(self.spec_dir):
+                return {}
+            warm = {}
+            for line in body.split("\n"):
+                path, tab, entry = line.partition("\t")
+                if tab:
+                    warm[json.loads(path)] = entry
+            return warm
         except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
-            pass
-        return {}
+            return {}
 
     def save_cache(self, force: bool = False) -> None:
         """Write the parse cache (no fsync: it is only a cache) when enough changed, or when asked."""
         if self.cache_path is None or (not force and self._unsaved == 0):
             return
 
-        entries = ",".join(
-            f"{json.dumps(path)}:[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)},{_cached_documents(f)}]"
+        entries = "".join(  # json.dumps escapes tabs and newlines inside strings: one entry a line
+            f"\n{json.dumps(path)}\t[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)},{_cached_documents(f)}]"
             for path, f in self.files.items()
             if f.parsed_json is not None
         )
-        head = json.dumps({"version": CACHE_VERSION, "specDir": str(self.spec_dir)})[:-1]
-        atomic_write(self.cache_path, f'{head},"files":{{{entries}}}}}', durable=False)
+        head = json.dumps({"version": CACHE_VERSION, "specDir": str(self.spec_dir)})
+        atomic_write(self.cache_path, head + entries + "\n", durable=False)
         self._unsaved = 0
 
     # -- observing ---------------------------------------------------------------------------
@@ -357,8 +363,14 @@ class ManifestStore:
 
     def _from_warm(self, path: str, st: os.stat_result, key: Key, folder: str | None) -> bool:
         """The file's documents from the parse cache, when its entry has this very key."""
-        warm = self._warm.pop(path, None)
-        if warm is None or _warm_key(warm) != key:
+        text = self._warm.pop(path, None)
+        if text is None:
+            return False
+        try:
+            warm = json.loads(text)
+        except ValueError:
+            return False
+        if _warm_key(warm) != key:
             return False
         documents = self._from_facts(path, st, warm) or self._from_cache(path, st, warm)
         if documents is None:
