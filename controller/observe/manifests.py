@@ -368,7 +368,7 @@ class ManifestStore:
             return False
         try:
             warm = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # a corrupt entry: parse the file
             return False
         if _warm_key(warm) != key:
             return False
