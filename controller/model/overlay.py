@@ -28,7 +28,13 @@ class Overlay(MutableMapping[K, V]):
     def __init__(self, base: Mapping[K, V]) -> None:
         if isinstance(base, Overlay):
             if len(base._delta) > max(MIN_FLATTEN, len(base._base) * FLATTEN_AT):
-                self._base: Mapping[K, V] = dict(base.items())
+                flat = dict(base._base)
+                for key, value in base._delta.items():
+                    if value is _GONE:
+                        flat.pop(key, None)
+                    else:
+                        flat[key] = value
+                self._base: Mapping[K, V] = flat
                 self._delta: dict[K, Any] = {}
             else:
                 self._base, self._delta = base._base, dict(base._delta)
