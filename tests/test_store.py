@@ -556,3 +556,37 @@ def test_a_cache_line_that_is_not_an_entry_costs_a_parse(tmp_path):
     store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
     store.scan()
     assert (store.parses, store.cache_hits) == (2, 0) and sorted(d.name for d in store.documents()) == ["a", "b"]
+
+
+def test_the_parse_cache_is_rewritten_for_one_file_in_a_hundred_or_at_a_clean_stop(tmp_path):
+    """Rewriting the cache costs O(files): a resync after one edit among many does not pay it."""
+    import os as _os
+
+    from controller.observe.manifests import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    for i in range(200):
+        (spec / f"j{i}.yaml").write_text("spec:\n  command: [echo]\n")
+    cache = tmp_path / "cache.json"
+    store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    store.scan()
+    store.save_cache()  # 200 parsed: written
+    written = cache.read_text()
+    assert written.count("\n") == 201
+
+    (spec / "j0.yaml").write_text("spec:\n  command: [echo, changed]\n")
+    _os.utime(spec / "j0.yaml", ns=(1, 1))
+    assert store.scan() == {str(spec / "j0.yaml")}
+    store.save_cache()  # 1 of 200: not yet
+    assert cache.read_text() == written
+    store.save_cache(any_change=True)  # a clean stop
+    assert cache.read_text() != written and "changed" in cache.read_text()
+
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "a.yaml").write_text("spec:\n  command: [echo]\n")
+    few = ManifestStore(small, lambda p: f"small/{p.name}", tmp_path / "small.json")
+    few.scan()
+    few.save_cache()  # a home of a few files: every change is written at once, as before
+    assert (tmp_path / "small.json").exists()
