@@ -270,3 +270,15 @@ def test_waiting_jobs_are_carried_over_until_something_the_queue_reads_moves():
     twin.exit("run", 0, now)  # the GPU holder ends: the first waiting job starts
     full, inc = twin.tick(now := now + 1)
     assert [x.name for x in inc.starts] == ["w3"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_walks_decide_the_same_when_the_overlays_flatten_often(seed, monkeypatch):
+    """Records and admitted jobs are layered over the previous pass's (controller/model/overlay.py)
+    and flattened once the layer grows: here after a change or two, so the walk crosses many
+    flattenings as well as layers over layers."""
+    import controller.model.overlay as overlay
+
+    monkeypatch.setattr(overlay, "MIN_FLATTEN", 1)
+    monkeypatch.setattr(overlay, "FLATTEN_AT", 0.05)
+    test_random_walks_decide_the_same_incrementally_and_from_scratch(seed)

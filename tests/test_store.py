@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from controller.decide.admission import MAX_MANIFEST_BYTES
-from controller.model.documents import AdmittedJob, Rejection
+from controller.model.documents import AdmittedJob, Rejection, model_built
 from controller.observe.manifests import ManifestStore, is_manifest_name
 from controller.paths import Home
 
@@ -473,3 +473,120 @@ def test_a_corrupt_parse_cache_is_ignored(tmp_path):
     store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
     store.scan()
     assert store.parses == 1 and [d.name for d in store.documents()] == ["a"]
+
+
+def test_a_restart_admits_cached_jobs_from_their_facts_and_builds_each_model_only_when_read(tmp_path):
+    """The parse cache keeps what admission reads of each plain Job; a restart admits them without
+    pydantic, and a job's model, when something reads it, is the one a parse builds."""
+    from controller.observe.manifests import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "plain.yaml").write_text("spec:\n  command: [echo, hi]\n")  # named after its file
+    (spec / "rich.yaml").write_text(
+        "metadata: {name: rich, labels: {team: a}}\n"
+        "spec:\n  command: [echo]\n  priority: 7\n  resources: {gpus: 2}\n  ttlSecondsAfterFinished: 90\n"
+        "  dependsOn: [plain]\n  cancelled: true\n"
+    )
+    (spec / "two.yaml").write_text(
+        "metadata: {name: first}\nspec: {command: [echo, '1']}\n---\n---\nmetadata: {name: second}\nspec: {script: 'echo 2'}\n"
+    )
+    (spec / "sweep.yaml").write_text(
+"kind: Sweep\nmetadata: {name: sw}\nspec:\n  template: {command: [echo, '{x}']}\n  matrix: {x: ['1', '2']}\n"
+    )
+    cache = tmp_path / "cache.json"
+    first = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    first.scan()
+    first.save_cache(force=True)
+
+    second = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    second.scan()
+    assert (second.cache_hits, second.parses) == (4, 0)
+    jobs = {d.name: d for d in second.documents() if isinstance(d, AdmittedJob)}
+    before = {d.name: d for d in first.documents() if isinstance(d, AdmittedJob)}
+    assert sorted(jobs) == sorted(before) == ["first", "plain", "rich", "second", "sw-0", "sw-1"]
+    plain_files = {"plain", "rich", "first", "second"}
+    assert all(not model_built(jobs[n]) for n in plain_files)  # admitted from the cached facts alone
+    assert jobs["rich"].facts == (7, 2, {"team": "a"}, 90.0, True, False, True)
+    for name, job in jobs.items():
+        assert job.facts == before[name].facts
+        assert (job.spec_hash, job.run_hash, job.doc_index, job.source) == (
+            before[name].spec_hash, before[name].run_hash, before[name].doc_index, before[name].source)
+        assert job.job == before[name].job  # built on first read, as a parse builds it
+    assert jobs["plain"].job.metadata.name == "plain" and model_built(jobs["rich"])
+
+
+def test_a_cache_entry_with_bad_facts_is_validated_again(tmp_path):
+    import json as _json
+
+    from controller.observe.manifests import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "a.yaml").write_text("metadata: {labels: {k: v}}\nspec:\n  command: [echo]\n  priority: 3\n")
+    cache = tmp_path / "cache.json"
+    first = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    first.scan()
+    first.save_cache(force=True)
+    head, line, _ = cache.read_text().split("\n")
+    path, entry = line.split("\t")
+    entry = _json.loads(entry)
+    entry[3][0][4] = "high"  # a priority that is not a number
+    cache.write_text(f"{head}\n{path}\t{_json.dumps(entry)}\n")
+
+    store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    store.scan()
+    (job,) = store.documents()
+    assert store.parses == 0 and store.cache_hits == 1  # validated from the cached parse instead
+    assert model_built(job) and job.priority == 3 and job.labels == {"k": "v"}
+
+
+def test_a_cache_line_that_is_not_an_entry_costs_a_parse(tmp_path):
+    import json as _json
+
+    from controller.observe.manifests import CACHE_VERSION, ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "a.yaml").write_text("spec:\n  command: [echo]\n")
+    (spec / "b.yaml").write_text("spec:\n  command: [echo]\n")
+    cache = tmp_path / "cache.json"
+    head = _json.dumps({"version": CACHE_VERSION, "specDir": str(spec)})
+    cache.write_text(f"{head}\nno tab here\n{_json.dumps(str(spec / 'a.yaml'))}\t[[1, 2\n{_json.dumps(str(spec / 'b.yaml'))}\t5\n")
+    store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    store.scan()
+    assert (store.parses, store.cache_hits) == (2, 0) and sorted(d.name for d in store.documents()) == ["a", "b"]
+
+
+def test_the_parse_cache_is_rewritten_for_one_file_in_a_hundred_or_at_a_clean_stop(tmp_path):
+    """Rewriting the cache costs O(files): a resync after one edit among many does not pay it."""
+    import os as _os
+
+    from controller.observe.manifests import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    for i in range(200):
+        (spec / f"j{i}.yaml").write_text("spec:\n  command: [echo]\n")
+    cache = tmp_path / "cache.json"
+    store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    store.scan()
+    store.save_cache()  # 200 parsed: written
+    written = cache.read_text()
+    assert written.count("\n") == 201
+
+    (spec / "j0.yaml").write_text("spec:\n  command: [echo, changed]\n")
+    _os.utime(spec / "j0.yaml", ns=(1, 1))
+    assert store.scan() == {str(spec / "j0.yaml")}
+    store.save_cache()  # 1 of 200: not yet
+    assert cache.read_text() == written
+    store.save_cache(any_change=True)  # a clean stop
+    assert cache.read_text() != written and "changed" in cache.read_text()
+
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "a.yaml").write_text("spec:\n  command: [echo]\n")
+    few = ManifestStore(small, lambda p: f"small/{p.name}", tmp_path / "small.json")
+    few.scan()
+    few.save_cache()  # a home of a few files: every change is written at once, as before
+    assert (tmp_path / "small.json").exists()

@@ -170,7 +170,7 @@ class Controller:
             selector.close()
             self.runtime.close()
             try:
-                self.store.save_cache()
+                self.store.save_cache(any_change=True)
                 if self.writer.index_due is not None:
                     self.writer.write_index(force=True)
             except OSError as exc:  # a full disk must not turn a clean stop into a traceback

@@ -8,6 +8,7 @@ each name. Neither touches the file system; the store hands in text and parsed d
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from typing import Any, Iterable, Mapping, get_args
 
@@ -18,6 +19,7 @@ from controller.api.names import document_name, is_valid_name
 from controller.decide.hashes import document_hash, spec_hashes
 from controller.decide.sweeps import expand
 from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedReservation, AdmittedSweep, Rejection
+from controller.model.overlay import Overlay
 from controller.model.plan import Snapshot
 from controller.model.reasons import Reason
 from controller.util.yamlio import line_of, roundtrip_documents
@@ -70,6 +72,16 @@ def validate_document(
         return Rejection(None, Reason.Invalid, f"{message} ({_where(source, _line(text, doc_index, ('metadata',)))})", source, path, doc_index, mtime_ns)
     spec_hash, run_hash = known_hashes if known_hashes else spec_hashes(job)
     return AdmittedJob(job.metadata.name, job, source, path, doc_index, spec_hash, run_hash, owner_uid, mtime_ns)
+
+
+def cached_job(document: str, doc_index: int, name: str) -> Job:
+    """The Job of a document of a file's cached parse (JSON), validated as :func:`validate_document`
+    did when it admitted it as ``name`` (the file stem, when the document names none)."""
+    data = json.loads(document)[doc_index]
+    meta = data.get("metadata")
+    if not (isinstance(meta, dict) and "name" in meta):
+        data = {**data, "metadata": {**(meta if isinstance(meta, dict) else {}), "name": name}}
+    return Job.model_validate(data)
 
 
 def validate_any(data: Any, **kwargs: Any) -> list[Any]:
@@ -192,7 +204,7 @@ def admit(
     losers = _contest(result, by_name, current_sources or {})
     losers += _admit_children(result, children)
     _reject_cycles(result)
-    result.ttl_jobs = sum(1 for job in result.jobs.values() if job.job.spec.ttl_seconds_after_finished is not None)
+    result.ttl_jobs = sum(1 for job in result.jobs.values() if job.ttl is not None)
     for loser, winner in losers:
         _report_duplicate(result, loser, winner, by_name)
     return result
@@ -275,8 +287,8 @@ def admit_changes(
     if involved is None:
         return None
     result = AdmissionResult(
-        jobs=dict(previous.jobs),
-        rejected=dict(previous.rejected),
+        jobs=Overlay(previous.jobs),  # the previous result's, patched without copying 50,000 entries
+        rejected=Overlay(previous.rejected),
         warnings=list(previous.warnings),
         duplicates=dict(previous.duplicates),
         sweeps=previous.sweeps,
@@ -290,14 +302,14 @@ def admit_changes(
     )
     for doc in gone:
         job = result.jobs.pop(doc.name, None)
-        if job is not None and job.job.spec.ttl_seconds_after_finished is not None:
+        if job is not None and job.ttl is not None:
             result.ttl_jobs -= 1
         result.rejected.pop(doc.name, None)
     for doc in came:
         doc = check_environment(doc, controller_uid, conda_available)
         if isinstance(doc, AdmittedJob):
             result.jobs[doc.name] = doc
-            if doc.job.spec.ttl_seconds_after_finished is not None:
+            if doc.ttl is not None:
                 result.ttl_jobs += 1
         else:
             result.rejected[doc.name] = doc
@@ -313,7 +325,7 @@ def _patchable(
         if doc.name is None or doc.name in previous.duplicates:
             return None
         if isinstance(doc, AdmittedJob):
-            if doc.owner is not None or doc.job.spec.depends_on:
+            if doc.owner is not None or doc.depends:
                 return None
         elif not isinstance(doc, Rejection):
             return None  # a Sweep
@@ -344,7 +356,7 @@ def check_environment(doc: Any, controller_uid: int | None, conda: bool) -> Any:
             f"its own user's jobs; run gflowd as root to serve several users ({doc.source})",
             doc.source, doc.path, doc.doc_index, doc.mtime_ns,
         )
-    if isinstance(doc, AdmittedJob) and doc.spec.conda_env and not conda:
+    if isinstance(doc, AdmittedJob) and doc.conda_env and not conda:
         return Rejection(
             doc.name, Reason.Invalid,
             f"spec.condaEnv: conda is not installed here (not on gflowd's PATH); install it or remove condaEnv ({doc.source})",
@@ -359,7 +371,7 @@ def _reject_cycles(result: AdmissionResult) -> None:
     graph = {
         name: [d.job for d in job.spec.depends_on if d.job in result.jobs]
         for name, job in result.jobs.items()
-        if job.spec.depends_on
+        if job.depends
     }
     graph = {name: [d for d in deps if d in graph] for name, deps in graph.items()}
     for component in _cycles(graph):

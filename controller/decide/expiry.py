@@ -18,7 +18,7 @@ def expire(plan: Plan, snap: Snapshot, now: float) -> None:
             continue
         done_at = state.completion_time or now
         finished.append((done_at, name, job))
-        ttl = job.spec.ttl_seconds_after_finished
+        ttl = job.ttl  # not job.spec: that builds a settled job's model
         ttl = snap.default_ttl if ttl is None else ttl
         if ttl is not None:
             if now >= done_at + ttl:

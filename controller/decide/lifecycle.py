@@ -114,16 +114,15 @@ def _finished_and_current(old: JobState | None, job: AdmittedJob) -> bool:
     spares a restart from copying 10,000 finished records when it has no previous pass."""
     if old is None or old.phase not in TERMINAL_PHASES:
         return False
-    spec = job.spec
-    if (
+    if (  # the job's facts only: its pydantic model is not built for a settled job
         old.spec_hash != job.spec_hash
         or old.run_hash != job.run_hash
         or old.manifest != job.source
         or old.owner != job.owner
-        or old.priority != spec.priority
-        or old.gpus != spec.resources.gpus
-        or old.labels != job.job.metadata.labels
-        or (old.phase == Phase.Cancelled and old.reason == Reason.UserCancelled and not spec.cancelled)
+        or old.priority != job.priority
+        or old.gpus != job.gpus
+        or old.labels != job.labels
+        or (old.phase == Phase.Cancelled and old.reason == Reason.UserCancelled and not job.cancelled)
     ):
         return False
     admitted = [c for c in old.conditions if c["type"] in (Condition.Admitted, Condition.DuplicateName)]

@@ -144,10 +144,9 @@ def remember_queue(plan: Plan, snap: Snapshot, pending: list[Pending], wake_at: 
 
 def _slots(plan: Plan, snap: Snapshot, looked_at: set[str], quotas: dict[str, QuotaUse]) -> list[GpuSlot]:
     holders = []
-    for name in sorted(looked_at):  # records carried over unseen are settled: none holds a GPU
-        st = plan.states.get(name)
-        alive = st is not None and (st.phase == Phase.Running or (name in snap.runs and snap.runs[name].running))
-        if alive and st.devices:  # a held launch (Pending) keeps the GPUs it was bound to
+    for name in _holding(plan, snap, looked_at):  # records carried over unseen are settled: none holds a GPU
+        st = plan.states[name]
+        if st.devices:  # a held launch (Pending) keeps the GPUs it was bound to
             job = snap.admission.jobs.get(name)
             shared = job is not None and job.spec.sharing == "Shared"
             mem = (job.spec.resources.gpu_memory or 0) if job is not None else 0
@@ -160,15 +159,25 @@ def _slots(plan: Plan, snap: Snapshot, looked_at: set[str], quotas: dict[str, Qu
     return build_slots(snap.gpus, holders, snap.allowed_gpus, managed, snap.unmanaged_threshold, snap.ignore_processes)
 
 
+def _holding(plan: Plan, snap: Snapshot, looked_at: set[str]) -> list[str]:
+    """The jobs of ``looked_at`` that may hold GPUs or cores (running, or with a live process),
+    sorted; found without sorting the 50,000 finished ones a start looks at."""
+    states, runs = plan.states, snap.runs
+    return sorted(
+        name for name in looked_at
+        if (st := states.get(name)) is not None and (st.phase == Phase.Running or (name in runs and runs[name].running))
+    )
+
+
 def _cores(plan: Plan, snap: Snapshot, looked_at: set[str]) -> CorePool | None:
     """The machine's cores and the running jobs pinned to them; None where cores are not booked
     (unknown, or a cluster backend, whose own scheduler books them)."""
     if not snap.host.cores or not snap.bind_gpus:
         return None
     pool = CorePool(snap.host.cores)
-    for name in sorted(looked_at):
-        st = plan.states.get(name)
-        if st is None or not st.cores or not (st.phase == Phase.Running or (name in snap.runs and snap.runs[name].running)):
+    for name in _holding(plan, snap, looked_at):
+        st = plan.states[name]
+        if not st.cores:
             continue
         job = snap.admission.jobs.get(name)
         limit = job.spec.time_limit if job is not None else None

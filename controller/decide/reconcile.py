@@ -19,6 +19,7 @@ from controller.decide.queue import carried_waiting, queue_memo_holds, remember_
 from controller.decide.reservations import reservation_statuses
 from controller.decide.sweep_status import sweep_statuses
 from controller.model.documents import AdmissionResult
+from controller.model.overlay import Overlay
 from controller.model.plan import Event, Plan, Snapshot
 from controller.model.reasons import SETTLED_PHASES, EventType
 from controller.model.records import rfc3339
@@ -43,7 +44,7 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
         names = set(adm.jobs) | set(adm.rejected) | set(snap.states) | set(snap.runs)
     else:  # carry every other record over as is (see changed_names)
         carried = carried_waiting(snap, names, now)  # and the waiting jobs, if nothing moved them
-        plan.states = dict(snap.states)
+        plan.states = Overlay(snap.states)  # the previous records, unchanged and uncopied
         for name in names.difference(carried) if carried else names:
             plan.states.pop(name, None)
     now_text = rfc3339(now) or ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, MutableMapping, NamedTuple
 
 if TYPE_CHECKING:  # the schema, for annotations only: model imports nothing of ours at run time
     from controller.api.job import Job
@@ -13,10 +13,16 @@ if TYPE_CHECKING:  # the schema, for annotations only: model imports nothing of 
     from controller.api.sweep import Sweep
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class AdmittedJob:
+    """A valid Job document. What admission, the index and a settled job's pass read (names,
+    hashes, owner, priority, GPUs, labels and a few flags) is kept as plain fields; the pydantic
+    ``job`` is built on first read from the cached parse (``document``, by ``build``) when the
+    store started from its parse cache, so 50,000 settled jobs cost no model each
+    (docs/design.md). Never modified once made (a pass tells an unchanged document by identity)."""
+
     name: str
-    job: "Job"
+    job: "Job"  # see _LazyJob below: None until first read when made from the cache
     source: str  # the manifest as users see it: jobs/a.yaml
     path: str  # absolute path of the manifest file
     doc_index: int
@@ -26,16 +32,99 @@ class AdmittedJob:
     mtime_ns: int = 0
     owner: str | None = None  # the Sweep that created this job, if any
     real_dir: str | None = None  # the folder the manifest really lives in, when a symlink led to it
+    # the facts (JobFacts): taken from ``job`` when not given
+    priority: int = field(default=None, kw_only=True)  # type: ignore[assignment]
+    gpus: int = field(default=0, kw_only=True)
+    labels: dict[str, str] = field(default_factory=dict, kw_only=True)
+    ttl: float | None = field(default=None, kw_only=True)  # spec.ttlSecondsAfterFinished
+    cancelled: bool = field(default=False, kw_only=True)
+    conda_env: bool = field(default=False, kw_only=True)  # spec.condaEnv is set
+    depends: bool = field(default=False, kw_only=True)  # spec.dependsOn is not empty
+    # the file's parsed documents as JSON (shared by its jobs), and what builds ``job`` from it
+    document: str | None = field(default=None, kw_only=True, compare=False, repr=False)
+    build: "Callable[[str, int, str], Job] | None" = field(default=None, kw_only=True, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.priority is None:  # no facts given: the model is at hand
+            job = _JOB_SLOT.__get__(self, AdmittedJob)
+            if job is None:
+                raise ValueError("an AdmittedJob without its Job needs its facts")
+            (self.priority, self.gpus, self.labels, self.ttl, self.cancelled, self.conda_env, self.depends) = facts_of(job)
+        elif _JOB_SLOT.__get__(self, AdmittedJob) is None and (self.document is None or self.build is None):
+            raise ValueError("an AdmittedJob without its Job needs its cached document and a builder")
 
     @property
     def spec(self):
         return self.job.spec
 
     @property
+    def facts(self) -> "JobFacts":
+        return JobFacts(self.priority, self.gpus, self.labels, self.ttl, self.cancelled, self.conda_env, self.depends)
+
+    def placed(self, real_dir: str) -> "AdmittedJob":
+        """The same job, running in ``real_dir`` (its manifest was reached through a symlink); its
+        model is not built for that."""
+        return AdmittedJob(
+            self.name, _JOB_SLOT.__get__(self, AdmittedJob), self.source, self.path, self.doc_index, self.spec_hash,
+            self.run_hash, self.owner_uid, self.mtime_ns, self.owner, real_dir, **self.facts._asdict(),
+            document=self.document, build=self.build,
+        )
+
+    @property
     def folder(self) -> str:
         """Where relative paths and the default working directory resolve: the folder the manifest
         file really lives in, never a symlink's folder (docs/multi-user.md)."""
         return self.real_dir or posixpath.dirname(self.path)
+
+
+_JOB_SLOT = AdmittedJob.job  # the slot itself; AdmittedJob.job becomes the lazy read of it
+
+
+class _LazyJob:
+    """``AdmittedJob.job``: the slot's value, built from the cached document on first read."""
+
+    def __get__(self, obj: "AdmittedJob | None", owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        job = _JOB_SLOT.__get__(obj, owner)
+        if job is None:
+            job = obj.build(obj.document or "", obj.doc_index, obj.name)  # type: ignore[misc]
+            _JOB_SLOT.__set__(obj, job)
+        return job
+
+    def __set__(self, obj: "AdmittedJob", value: Any) -> None:
+        _JOB_SLOT.__set__(obj, value)
+
+
+AdmittedJob.job = _LazyJob()  # type: ignore[assignment,misc]
+
+
+def model_built(job: AdmittedJob) -> bool:
+    """Whether ``job``'s pydantic model exists yet (for tests and benchmarks)."""
+    return _JOB_SLOT.__get__(job, AdmittedJob) is not None
+
+
+class JobFacts(NamedTuple):
+    """What is read of every admitted job each pass, settled or not (see :class:`AdmittedJob`)."""
+
+    priority: int
+    gpus: int
+    labels: dict[str, str]
+    ttl: float | None  # spec.ttlSecondsAfterFinished
+    cancelled: bool
+    conda_env: bool  # spec.condaEnv is set
+    depends: bool  # spec.dependsOn is not empty
+
+
+NO_LABELS: dict[str, str] = {}  # shared by the many jobs without labels; never modified
+
+
+def facts_of(job: "Job") -> JobFacts:
+    spec = job.spec
+    return JobFacts(
+        spec.priority, spec.resources.gpus, dict(job.metadata.labels) or NO_LABELS, spec.ttl_seconds_after_finished,
+        spec.cancelled, spec.conda_env is not None, bool(spec.depends_on),
+    )
 
 
 @dataclass(frozen=True)
@@ -87,8 +176,9 @@ class AdmittedReservation:
 
 @dataclass
 class AdmissionResult:
-    jobs: dict[str, AdmittedJob] = field(default_factory=dict)
-    rejected: dict[str, Rejection] = field(default_factory=dict)
+    # a dict, or an Overlay of the previous result's when admit_changes patched it (model/overlay.py)
+    jobs: MutableMapping[str, AdmittedJob] = field(default_factory=dict)
+    rejected: MutableMapping[str, Rejection] = field(default_factory=dict)
     # duplicates and documents without any valid name: reported as Warning events only
     warnings: list[Rejection] = field(default_factory=list)
     # name -> sources of documents that lost a duplicate-name contest, for a condition on the winner

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timezone, tzinfo
-from typing import Iterable
+from typing import Iterable, MutableMapping
 
 from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedReservation, Rejection
 from controller.model.gpus import Gpu
@@ -133,7 +133,7 @@ class Snapshot:
     admits ``manifests`` first; tests and benchmarks of the later steps may hand one in."""
 
     admission: AdmissionResult | None
-    states: dict[str, JobState]
+    states: MutableMapping[str, JobState]  # a dict, or an Overlay of the previous pass's (model/overlay.py)
     runs: dict[str, RunObservation]
     gpus: list[Gpu] = field(default_factory=list)
     allowed_gpus: set[int] | None = None
@@ -162,7 +162,7 @@ class Snapshot:
 
 @dataclass
 class Plan:
-    states: dict[str, JobState] = field(default_factory=dict)  # every job that still exists
+    states: MutableMapping[str, JobState] = field(default_factory=dict)  # every job that still exists (a dict or an Overlay)
     starts: list[Launch] = field(default_factory=list)
     stops: list[Stop] = field(default_factory=list)
     consumed: list[str] = field(default_factory=list)  # exited runs now recorded: runtime may forget them
@@ -194,7 +194,7 @@ class Memory:
     """What the loop keeps from one pass for the next: the records as decided, and what they were
     decided from (the next pass patches that admission and looks only at what may have moved)."""
 
-    states: dict[str, JobState] = field(default_factory=dict)
+    states: MutableMapping[str, JobState] = field(default_factory=dict)
     sweep_states: dict[str, SweepState] = field(default_factory=dict)
     admission: AdmissionResult | None = None
     unsettled: set[str] | None = None

@@ -13,23 +13,25 @@ pass's.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import stat as stat_mod
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
 from controller.api.names import is_valid_name
-from controller.decide.admission import MAX_MANIFEST_BYTES, validate_any
-from controller.model.documents import AdmittedJob, Rejection
+from controller.decide.admission import MAX_MANIFEST_BYTES, cached_job, validate_any
+from controller.model.documents import NO_LABELS, AdmittedJob, JobFacts, Rejection
 from controller.paths import is_manifest_name  # noqa: F401  (re-exported: the store's rule)
 from controller.util.fsutil import atomic_write
 from controller.util.security import NOT_REGULAR, EntryChanged, Folder, NotRead, OpenedManifest, SpecTree
 from controller.util.yamlio import YAMLSyntaxError, load_all
 
-CACHE_VERSION = 3  # bump when parsing, validation, the spec hashes or the key change
+CACHE_VERSION = 5  # bump when parsing, validation, the spec hashes or the key change
+SAVE_AT_LEAST_EVERY = 300.0  # seconds: see ManifestStore.save_cache
 LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
 
 Key = tuple[int, int, int, int]
@@ -40,7 +42,7 @@ def file_key(st: os.stat_result) -> Key:
     return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_uid)
 
 
-@dataclass
+@dataclass(slots=True)
 class ManifestFile:
     path: str
     key: Key
@@ -63,35 +65,54 @@ class ManifestStore:
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
         self.cache_path = cache_path
-        self._warm: dict[str, tuple[list[int], str, dict]] = self._load_cache()
+        self._warm: dict[str, str] = self._load_cache()  # path -> its entry, JSON: [key, parsed JSON, hashes, jobs]
         self._unsaved = 0
+        self._saved_at = time.monotonic()  # see save_cache
 
     # -- the parse cache: a restart need not re-parse 10,000 unchanged manifests ------------------
 
-    def _load_cache(self) -> dict[str, tuple[list[int], str, dict]]:
+    def _load_cache(self) -> dict[str, str]:
+        """path -> its entry's JSON text, parsed only when the file is looked at (:meth:`_from_warm`):
+        the whole cache parsed at once would leave ~60 MiB of freed fragments at 50,000 files.
+        The file is a header line, then a line per manifest: its path (JSON), a tab, its entry.
+        Entries are checked as they are used: a malformed one costs a parse, never a wrong document."""
         if self.cache_path is None:
             return {}
         try:
-            data = json.loads(self.cache_path.read_text())
-            if data.get("version") == CACHE_VERSION and data.get("specDir") == str(self.spec_dir):
-                return {path: (entry[0], entry[1], entry[2]) for path, entry in data["files"].items()}
+            head, _, body = self.cache_path.read_bytes().decode().partition("\n")
+            data = json.loads(head)
+            if data.get("version") != CACHE_VERSION or data.get("specDir") != str(self.spec_dir):
+                return {}
+            warm = {}
+            for line in body.split("\n"):
+                path, tab, entry = line.partition("\t")
+                if tab:
+                    warm[json.loads(path)] = entry
+            return warm
         except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
-            pass
-        return {}
+            return {}
 
-    def save_cache(self, force: bool = False) -> None:
-        """Write the parse cache (no fsync: it is only a cache) when enough changed, or when asked."""
+    def save_cache(self, force: bool = False, any_change: bool = False) -> None:
+        """Write the parse cache (no fsync: it is only a cache) when enough changed, or when asked.
+        Enough: a file in a hundred, or any file once SAVE_AT_LEAST_EVERY seconds passed since the
+        last write. Rewriting it costs ~0.7 s at 50,000 files, which a resync after each edit would
+        pay; what is not written yet costs a restart only the parse of those few files.
+        ``any_change``: write if anything changed (a clean stop); ``force``: write in any case."""
         if self.cache_path is None or (not force and self._unsaved == 0):
             return
+        if not (force or any_change) and self._unsaved < len(self.files) // 100 \
+                and time.monotonic() - self._saved_at < SAVE_AT_LEAST_EVERY:
+            return
 
-        entries = ",".join(
-            f"{json.dumps(path)}:[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)},{json.dumps(_hashes_of(f))}]"
+        entries = "".join(  # json.dumps escapes tabs and newlines inside strings: one entry a line
+            f"\n{json.dumps(path)}\t[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)},{_cached_documents(f)}]"
             for path, f in self.files.items()
             if f.parsed_json is not None
         )
-        head = json.dumps({"version": CACHE_VERSION, "specDir": str(self.spec_dir)})[:-1]
-        atomic_write(self.cache_path, f'{head},"files":{{{entries}}}}}', durable=False)
+        head = json.dumps({"version": CACHE_VERSION, "specDir": str(self.spec_dir)})
+        atomic_write(self.cache_path, head + entries + "\n", durable=False)
         self._unsaved = 0
+        self._saved_at = time.monotonic()
 
     # -- observing ---------------------------------------------------------------------------
 
@@ -107,6 +128,7 @@ class ManifestStore:
         for gone in set(self.files) - seen:
             self._drop(gone)
             changed.add(gone)
+        self._warm = {}  # every file was looked at: what is left are files gone since the cache was written
         return changed
 
     def refresh(self, paths: Iterable[str]) -> set[str]:
@@ -266,6 +288,13 @@ class ManifestStore:
                 quick = entry.stat(follow_symlinks=False) if entry is not None else st
                 if file_key(quick) == known.key:
                     return False  # the same file as last read: its key came from that read's fstat
+            if known is None and not is_link and entry is not None and folder is not None and folder.real is None \
+                    and not folder.links and path in self._warm:
+                # a start: a file in a real folder of the spec dir, as the parse cache last saw it
+                # (key from the same walk's stat, as above) needs no opening, reading or parsing
+                quick = entry.stat(follow_symlinks=False)
+                if self._from_warm(path, quick, file_key(quick), None):
+                    return True
         except FileNotFoundError:
             return self._forget(path)
         except OSError:
@@ -334,13 +363,8 @@ class ManifestStore:
         known = self.files.get(path)
         if known is not None and known.key == key and known.via_symlink == via_symlink and _folder_of(known) == opened.folder:
             return False
-        warm = self._warm.pop(path, None)
-        if warm is not None and tuple(warm[0]) == key:
-            documents = self._from_cache(path, st, warm[1], warm[2])
-            if documents is not None:
-                self._set(path, ManifestFile(path, key, _placed(documents, opened.folder), warm[1], via_symlink))
-                self.cache_hits += 1
-                return True
+        if self._from_warm(path, st, key, opened.folder):
+            return True
         manifest = ManifestFile(path, key, via_symlink=via_symlink)
         manifest.documents = _placed(self._parse(path, opened, manifest), opened.folder)
         self._set(path, manifest)
@@ -348,13 +372,59 @@ class ManifestStore:
         self._unsaved += 1
         return True
 
-    def _from_cache(self, path: str, st: os.stat_result, parsed_json: str, hashes: dict) -> list | None:
+    def _from_warm(self, path: str, st: os.stat_result, key: Key, folder: str | None) -> bool:
+        """The file's documents from the parse cache, when its entry has this very key."""
+        text = self._warm.pop(path, None)
+        if text is None:
+            return False
+        try:
+            warm = json.loads(text)
+        except (ValueError, RecursionError):  # a corrupt entry: parse the file
+            return False
+        if _warm_key(warm) != key:
+            return False
+        documents = self._from_facts(path, st, warm) or self._from_cache(path, st, warm)
+        if documents is None:
+            return False
+        self._set(path, ManifestFile(path, key, _placed(documents, folder), warm[1], folder is not None))
+        self.cache_hits += 1
+        return True
+
+    def _from_facts(self, path: str, st: os.stat_result, warm: list) -> list | None:
+        """A file of plain valid Jobs, as its cache entry describes them: no parse, no validation;
+        each job's pydantic model is built from the cached document only if it is ever needed.
+        None (validate the cached parse instead) when the entry has no such description."""
+        try:
+            parsed_json, jobs = warm[1], warm[3]
+            if not isinstance(parsed_json, str) or not isinstance(jobs, list) or not jobs:
+                return None
+            source = self._display(Path(path))
+            documents = []
+            for doc_index, name, spec_hash, run_hash, *facts in jobs:
+                fact = JobFacts(*facts)
+                if not (isinstance(doc_index, int) and isinstance(name, str) and isinstance(spec_hash, str)
+                        and isinstance(run_hash, str) and isinstance(fact.priority, int) and isinstance(fact.gpus, int)
+                        and isinstance(fact.labels, dict) and isinstance(fact.ttl, (int, float, type(None)))
+                        and all(isinstance(flag, bool) for flag in (fact.cancelled, fact.conda_env, fact.depends))):
+                    return None
+                if not fact.labels:
+                    fact = fact._replace(labels=NO_LABELS)  # one shared empty mapping, not 50,000
+                documents.append(AdmittedJob(  # equal hashes (jobs of one spec) are one string
+                    name, None, source, path, doc_index, sys.intern(spec_hash), sys.intern(run_hash),  # type: ignore[arg-type]
+                    st.st_uid, st.st_mtime_ns, **fact._asdict(), document=parsed_json, build=cached_job,
+                ))
+            return documents
+        except (ValueError, TypeError, IndexError):
+            return None
+
+    def _from_cache(self, path: str, st: os.stat_result, warm: list) -> list | None:
         """Validate cached parse results; None (parse the file) if anything is not simply valid,
         since error messages need the text for their line numbers. The spec hashes of the same
         parse are taken from the cache too (computing them is a third of validating)."""
         try:
+            parsed_json, hashes = warm[1], warm[2]
             docs = json.loads(parsed_json)
-        except ValueError:
+        except (ValueError, TypeError, IndexError):
             return None
         results = self._validate(path, st, docs, None, hashes if isinstance(hashes, dict) else {})
         return None if any(isinstance(r, Rejection) for r in results) else results
@@ -430,11 +500,34 @@ def _placed(documents: list, folder: str | None) -> list:
     """Jobs of a manifest reached through a symlink run where the file really lives (``folder``)."""
     if folder is None:
         return documents
-    return [dataclasses.replace(d, real_dir=folder) if isinstance(d, AdmittedJob) else d for d in documents]
+    return [d.placed(folder) if isinstance(d, AdmittedJob) else d for d in documents]
 
 
 def _folder_of(manifest: ManifestFile) -> str | None:
     return next((d.real_dir for d in manifest.documents if isinstance(d, AdmittedJob)), None)
+
+
+def _warm_key(warm: object) -> Key | None:
+    try:
+        return tuple(warm[0])  # type: ignore[index]
+    except (TypeError, IndexError, KeyError):
+        return None
+
+
+def _cached_documents(manifest: ManifestFile) -> str:
+    """The cache entry's last two items as JSON: the spec hashes by document, and each Job's facts
+    when the file holds plain valid Jobs only (the hashes are then among the facts: ``{}``)."""
+    jobs = _jobs_of(manifest)
+    return f"{{}},{json.dumps(jobs)}" if jobs is not None else f"{json.dumps(_hashes_of(manifest))},null"
+
+
+def _jobs_of(manifest: ManifestFile) -> list | None:
+    """What admission reads of each Job of a file of plain valid Jobs, for a restart to admit them
+    without validating (see ``_from_facts``); None for any other file (it is validated again)."""
+    documents = manifest.documents
+    if not documents or not all(isinstance(d, AdmittedJob) and d.owner is None for d in documents):
+        return None
+    return [[d.doc_index, d.name, d.spec_hash, d.run_hash, *d.facts] for d in documents]
 
 
 def _hashes_of(manifest: ManifestFile) -> dict[str, list[str]]:

@@ -5,7 +5,8 @@
 
 Loads the home the way gflowd does (status files, adoption, a first full pass), then rewrites one
 manifest at a time with a new priority and times ``reconcile_once`` for that change alone. Prints
-``incremental_pass_inproc_ms: p50`` and, with --cprofile, the top functions of the last pass.
+``incremental_pass_inproc_ms: p50`` and, with --cprofile, the top functions of the last pass; on
+stderr, the start-up's time and how many pydantic Job models it built (settled jobs need none).
 The end-to-end figure (file rename → status written, through inotify) is hack/bench.py's
 ``incremental_pass_ms``; this one isolates the pass itself.
 """
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from controller.api.config import ControllerConfig  # noqa: E402
 from controller.daemon.loop import Controller  # noqa: E402
+from controller.model.documents import AdmittedJob, model_built  # noqa: E402
 from controller.model.plan import Memory  # noqa: E402
 from controller.observe.gpus.inventory import FakeInventory  # noqa: E402
 from controller.paths import Home  # noqa: E402
@@ -47,6 +49,8 @@ def main() -> int:
     ctl.runtime.adopt()
     ctl.reconcile_once(full=True)
     print(f"# start-up (load + first full pass): {(time.perf_counter() - t) * 1000:.0f} ms, {len(ctl.states)} jobs", file=sys.stderr)
+    admitted = [d for d in ctl.store.documents() if isinstance(d, AdmittedJob)]
+    print(f"# pydantic Job models built by then: {sum(map(model_built, admitted))} of {len(admitted)}", file=sys.stderr)
     manifests = sorted(p for p in home.spec_dir.rglob("*.yaml"))[: args.edits]
     times = []
     profiler = cProfile.Profile() if args.cprofile else None
