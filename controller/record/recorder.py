@@ -23,6 +23,8 @@ from controller.model.records import JOB_FIELDS, JobState, ReservationState, Swe
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
 from controller.record import journal
+from controller.record.spares import PREFIX as SPARE_PREFIX
+from controller.record.spares import Spares
 from controller.util.fsutil import atomic_write, fsync_dir
 from controller.util.jsonlog import append_lines
 from controller.util.yamlio import YAMLSyntaxError, dump, load_one, load_own
@@ -60,6 +62,7 @@ class Recorder:
         self._journal_count = 0  # entries in the journal, dead ones too: it is rewritten when they outgrow the jobs
         self._journal_pending: list[tuple] = []  # entries of this pass's finished records, appended in one write
         self._journal_rewrite = False  # the file is missing, torn or of another format: rewrite, never append
+        self.spares = Spares(home.status_dir)  # replaced status files, rewritten in place later (record/spares.py)
 
     def load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
         """Rebuild the controller's memory from status files (at start-up). A finished job's record
@@ -81,9 +84,12 @@ class Recorder:
         entries = journal.read(self._journal, JOB_FIELDS)
         known = entries.rows
         try:
-            found = [(e.name[:-5], e.path) for e in os.scandir(self.home.status_dir) if e.name.endswith(".yaml")]
+            names = [e.name for e in os.scandir(self.home.status_dir)]
         except FileNotFoundError:
-            found = []
+            names = []
+        status_dir = str(self.home.status_dir)
+        found = [(n[:-5], os.path.join(status_dir, n)) for n in names if n.endswith(".yaml") and n[0] != "."]
+        self.spares.adopt(n for n in names if n.startswith(SPARE_PREFIX))
         parse: list[tuple[str, str]] = []  # (name, path) of files read from their YAML
         cached: list[tuple[str, str, tuple[int, int, int]]] = []  # (name, path, key) of journal rows to use
         for stem, path in found:
@@ -195,11 +201,12 @@ class Recorder:
             if written.get(name) == record:
                 continue
             document = record.to_status()
-            atomic_write(self.home.status_file(name), dump(document), sync_dir=False)
+            self.spares.replace(self.home.status_file(name), dump(document).encode(), durable=True)
             written[name] = record
             changed = True
         if changed:
             fsync_dir(self.home.status_dir)  # one folder fsync for every such status file of this pass
+            self.spares.synced()
         return changed
 
     def write_states(
@@ -232,7 +239,7 @@ class Recorder:
             # record (a start decided, an exit recorded) must reach the disk before it is relied on.
             durable = state.attempt > 0 or state.phase != "Pending"
             document = state.to_status()
-            atomic_write(self.home.status_file(name), dump(document), durable=durable, sync_dir=False)
+            self.spares.replace(self.home.status_file(name), dump(document).encode(), durable=durable)
             if state.phase in SETTLED_PHASES:
                 self._journal_line(name, document)
             if known is None:
@@ -244,6 +251,7 @@ class Recorder:
             changed = True
         if changed:
             fsync_dir(self.home.status_dir)  # one folder fsync for every rename of this pass
+            self.spares.synced()
         self._flush_journal()
         return changed
 
@@ -302,11 +310,9 @@ class Recorder:
         self._rewrite_journal(kept + pending)
 
     def _remove_status(self, name: str) -> None:
-        """The status file (its journal line, if any, is dead from now on: it names a file that is gone)."""
-        try:
-            self.home.status_file(name).unlink()
-        except FileNotFoundError:
-            pass
+        """The status file, kept as a spare (its journal entry, if any, is dead from now on: it
+        names a file that is gone)."""
+        self.spares.retire(self.home.status_file(name))
 
     def write_index(self, controller_info: dict) -> None:
         """``run/index.json``: every job's summary row, for ``gflowctl get jobs``. A cache of the
