@@ -154,7 +154,7 @@ class Home:
     @property
     def records_journal(self) -> Path:
         """Written by gflowd: finished jobs' records in one file, for a fast restart and
-        ``get -o json`` (controller/record/journal.py; a cache of the status files)."""
+        ``get -o json`` (controller/util/records_journal.py; a cache of the status files)."""
         return self.run_dir / "records.journal"
 
     def log_file(self, name: str, attempt: int | None = None) -> Path:

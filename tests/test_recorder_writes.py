@@ -10,7 +10,7 @@ import os
 from controller.model.reasons import Condition, Phase, Reason
 from controller.model.records import JOB_FIELDS, JobState
 from controller.paths import Home
-from controller.record import journal
+from controller.util import records_journal as journal
 from controller.record.recorder import QUEUED_UNWRITTEN_MAX, Recorder
 from controller.util.yamlio import load_own
 

@@ -66,7 +66,7 @@ def status_json_texts(home: Home, names: list[str]) -> dict[str, str]:
     name whose journal line names its status file as it is now. Names not there are missing (the
     caller parses their YAML): running and pending jobs, or all of them when there is no journal."""
     from controller.model.records import JOB_FIELDS, JobState  # lazy: get jobs prints from the JSON index
-    from controller.record import journal
+    from controller.util import records_journal as journal
 
     entries = journal.read(str(home.records_journal), JOB_FIELDS)
     texts: dict[str, str] = {}

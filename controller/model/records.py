@@ -119,7 +119,7 @@ class JobState:
         new.conditions = [dict(c) for c in self.conditions]
         return new
 
-    # -- records journal round trip (record/journal.py) --------------------------------------
+    # -- records journal round trip (util/records_journal.py) --------------------------------------
 
     def to_row(self) -> list[Any]:
         """Every field, in ``JOB_FIELDS`` order, as plain data (a StrEnum member as its text): the

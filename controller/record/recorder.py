@@ -22,7 +22,7 @@ from controller.model.reasons import SETTLED_PHASES, Reason
 from controller.model.records import JOB_FIELDS, JobState, ReservationState, SweepState, rfc3339
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
-from controller.record import journal
+from controller.util import records_journal as journal
 from controller.record.spares import PREFIX as SPARE_PREFIX
 from controller.record.spares import Spares
 from controller.util.fsutil import atomic_write, fsync_dir
@@ -66,7 +66,7 @@ class Recorder:
 
     def load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
         """Rebuild the controller's memory from status files (at start-up). A finished job's record
-        comes from the records journal (record/journal.py) when its line names the status file as it
+        comes from the records journal (util/records_journal.py) when its entry names the status file as it
         is now (one ``stat``), else from the file's YAML, and the journal is then rewritten once.
         Plain strings, not pathlib, in this loop: at 50,000 jobs path objects alone cost seconds."""
         collecting = gc.isenabled()
