@@ -55,6 +55,15 @@ def test_replaces_reuse_spares_once_they_were_out_of_sight_for_the_quiet_time(tm
     assert not [n for n in _names(tmp_path) if n.startswith(PREFIX) and n.endswith(".yaml")]
 
 
+def test_a_new_file_keeps_nothing_and_a_file_left_unknown_is_still_replaced(tmp_path):
+    spares = Spares(tmp_path, clock=lambda: 0.0)
+    spares.replace(tmp_path / "a.yaml", b"a\n", durable=True, new=True)
+    (tmp_path / "b.yaml").write_text("left by someone\n")
+    spares.replace(tmp_path / "b.yaml", b"b\n", durable=True, new=True)  # the caller did not know it
+    assert _names(tmp_path) == ["a.yaml", "b.yaml"] and len(spares) == 0
+    assert (tmp_path / "b.yaml").read_text() == "b\n"
+
+
 def test_a_spare_counts_only_after_the_folder_fsync_that_hid_it(tmp_path):
     now = [0.0]
     spares = Spares(tmp_path, clock=lambda: now[0])

@@ -201,7 +201,7 @@ class Recorder:
             if written.get(name) == record:
                 continue
             document = record.to_status()
-            self.spares.replace(self.home.status_file(name), dump(document).encode(), durable=True)
+            self.spares.replace(self.home.status_file(name), dump(document).encode(), durable=True, new=name not in written)
             written[name] = record
             changed = True
         if changed:
@@ -239,7 +239,7 @@ class Recorder:
             # record (a start decided, an exit recorded) must reach the disk before it is relied on.
             durable = state.attempt > 0 or state.phase != "Pending"
             document = state.to_status()
-            self.spares.replace(self.home.status_file(name), dump(document).encode(), durable=durable)
+            self.spares.replace(self.home.status_file(name), dump(document).encode(), durable=durable, new=known is None)
             if state.phase in SETTLED_PHASES:
                 self._journal_line(name, document)
             if known is None:

@@ -71,9 +71,11 @@ class Spares:
                 continue
             self._ready.append((now, path))
 
-    def replace(self, path: Path, payload: bytes, durable: bool, mode: int = 0o644) -> None:
+    def replace(self, path: Path, payload: bytes, durable: bool, mode: int = 0o644, new: bool = False) -> None:
         """``path`` replaced by ``payload`` atomically (fsync'd when ``durable``; the folder fsync is
-        the caller's, then ``synced``). Raises OSError naming ``path`` when the disk refuses."""
+        the caller's, then ``synced``). ``new``: the caller wrote no ``path`` before, so none is
+        looked for to keep (should one exist, the rename frees it, as a plain replace does).
+        Raises OSError naming ``path`` when the disk refuses."""
         fd, staged, spare = self._staging(path)
         try:
             try:
@@ -89,7 +91,7 @@ class Spares:
         except OSError as exc:
             self._unstage(staged, spare)
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        keep = self._hide(str(path))
+        keep = None if new else self._hide(str(path))
         try:
             os.replace(staged, path)
         except BaseException:
