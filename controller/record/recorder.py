@@ -166,7 +166,7 @@ class Recorder:
         self._journal_rewrite = False
 
     def _drop_json_copies(self) -> None:
-        """``run/status-json/``, where gflowd before 0.x kept a JSON copy per finished job: the
+        """``run/status-json/``, where an older gflowd kept a JSON copy per finished job: the
         journal replaces it (once; then the folder is gone)."""
         folder = str(self.home.run_dir / "status-json")
         try:
