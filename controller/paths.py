@@ -152,13 +152,10 @@ class Home:
         return self.status_dir / f"{_plain(name)}.yaml"
 
     @property
-    def status_json_dir(self) -> Path:
-        """Written by gflowd: each status file again as indented JSON, for ``get -o json``."""
-        return self.run_dir / "status-json"
-
-    def status_json_file(self, name: str) -> Path:
-        """``status/NAME.yaml`` as JSON, headed by the identity of the file it copies (a cache)."""
-        return self.status_json_dir / f"{_plain(name)}.json"
+    def records_journal(self) -> Path:
+        """Written by gflowd: finished jobs' records in one file, for a fast restart and
+        ``get -o json`` (controller/util/records_journal.py; a cache of the status files)."""
+        return self.run_dir / "records.journal"
 
     def log_file(self, name: str, attempt: int | None = None) -> Path:
         name = _plain(name)

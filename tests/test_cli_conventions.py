@@ -162,7 +162,7 @@ def _status_documents(home: Path, names: list[str]) -> list[dict]:
     return [load_one((home / "status" / f"{name}.yaml").read_text()) for name in names]
 
 
-def test_o_json_is_the_status_files_and_comes_from_gflowds_json_copies(home, finished):
+def test_o_json_is_the_status_files_and_comes_from_gflowds_records_journal(home, finished):
     names = ["alpha", "beta", "grid-0", "grid-1"]
     out = ctl(home, "get", "jobs", "-o", "json").stdout
     expected = {"apiVersion": "v1", "kind": "List", "items": _status_documents(home, names)}
@@ -170,7 +170,7 @@ def test_o_json_is_the_status_files_and_comes_from_gflowds_json_copies(home, fin
     assert ctl(home, "get", "job/beta", "-o", "json").stdout == json.dumps(expected["items"][1], indent=2) + "\n"
     sweeps = json.loads(ctl(home, "get", "sweeps", "-o", "json").stdout)
     assert sweeps["items"] == _status_documents(home, ["grid"])
-    # served from run/status-json/: no status file parsed (the YAML reader is not even imported)
+    # served from run/records.journal: no status file parsed (the YAML reader is not even imported)
     probe = subprocess.run(
         [sys.executable, "-c", "import sys, io; from controller.cli.main import main; sys.stdout = io.StringIO(); "
                                "code = main(['get', 'jobs', '-o', 'json']); sys.stdout = sys.__stdout__; "
@@ -179,8 +179,8 @@ def test_o_json_is_the_status_files_and_comes_from_gflowds_json_copies(home, fin
     assert probe.stdout.split() == ["0", "False"], probe.stderr
 
 
-def test_o_json_shows_the_status_file_when_its_json_copy_is_stale(home, finished):
-    """gflowd killed between writing a status file and its JSON copy: the file is the truth."""
+def test_o_json_shows_the_status_file_when_its_journal_entry_is_stale(home, finished):
+    """gflowd killed between writing a status file and its journal entry: the file is the truth."""
     finished.terminate()
     status = home / "status" / "alpha.yaml"
     changed = status.read_text().replace("attempt 1 exited with code 0", "edited behind the copy")
@@ -190,5 +190,8 @@ def test_o_json_shows_the_status_file_when_its_json_copy_is_stale(home, finished
     items = json.loads(ctl(home, "get", "jobs", "-o", "json").stdout)["items"]
     assert items[0]["status"]["message"] == "edited behind the copy"
     assert items == _status_documents(home, ["alpha", "beta", "grid-0", "grid-1"])
-    (home / "run" / "status-json" / "beta.json").write_text("not json\n")  # a damaged copy: ignored too
-    assert json.loads(ctl(home, "get", "job/beta", "-o", "json").stdout)["status"]["exitCode"] == 3
+    journal = home / "run" / "records.journal"
+    journal.write_bytes(journal.read_bytes()[:-5])  # cut short: ignored too
+    assert json.loads(ctl(home, "get", "jobs", "-o", "json").stdout)["items"] == items
+    journal.write_bytes(b"")
+    assert json.loads(ctl(home, "get", "jobs", "-o", "json").stdout)["items"] == items

@@ -1,14 +1,18 @@
 """What the recorder writes per pass: a new job of a flood that is about to start gets its first
-status file when it starts (the index shows it meanwhile), and JSON copies are kept for finished
-jobs only. Real files in a temp home."""
+status file when it starts (the index shows it meanwhile), and finished jobs' records go to the
+records journal, which a restart reads and never trusts over a status file. Real files in a temp home."""
 
 from __future__ import annotations
 
 import json
+import os
 
-from controller.model.records import JobState
+from controller.model.reasons import Condition, Phase, Reason
+from controller.model.records import JOB_FIELDS, JobState
 from controller.paths import Home
+from controller.util import records_journal as journal
 from controller.record.recorder import QUEUED_UNWRITTEN_MAX, Recorder
+from controller.util.yamlio import load_own
 
 T0 = 1_800_000_000.0
 
@@ -60,17 +64,27 @@ def test_a_queued_job_deleted_before_it_started_leaves_no_trace(tmp_path):
     assert not home.status_file("a").exists()
 
 
-def test_json_copies_are_written_for_finished_jobs_only(tmp_path):
+def _journal(home: Home) -> dict:
+    return journal.read(str(home.records_journal), JOB_FIELDS).rows
+
+
+def test_journal_entries_are_written_for_finished_jobs_only(tmp_path):
     clock = [T0]
     recorder, home = _recorder(tmp_path, clock)
+    recorder.load()  # starts the journal
     running = JobState(name="a", phase="Running", reason="Started", created=T0, attempt=1, start_time=T0)
     recorder.write_states({"a": running}, [])
-    assert home.status_file("a").exists() and not home.status_json_file("a").exists()
-    done = JobState(name="a", phase="Succeeded", reason="Completed", created=T0, attempt=1, start_time=T0,
-                    completion_time=T0 + 1, exit_code=0)
+    assert home.status_file("a").exists() and "a" not in _journal(home)
+    # as the controller makes them: StrEnum members, which the journal stores as their text
+    done = JobState(name="a", phase=Phase.Succeeded, reason=Reason.Completed, created=T0, attempt=1, start_time=T0,
+                    completion_time=T0 + 1, exit_code=0,
+                    conditions=[{"type": Condition.Admitted, "status": "True", "reason": "Valid", "message": "ok",
+                                 "lastTransitionTime": "2027-01-15T08:00:00.000Z"}])
     recorder.write_states({"a": done}, [])
-    copy = home.status_json_file("a").read_text()
-    assert json.loads(copy.split("\n", 1)[1])["status"]["phase"] == "Succeeded"
+    key, row = _journal(home)["a"]
+    assert key == journal.key_of(os.stat(home.status_file("a")))
+    assert JobState.from_row(row) == done
+    assert not (home.run_dir / "status-json").exists()
 
 
 def _finished(name: str, message: str = "attempt 1 exited with code 0") -> JobState:
@@ -78,28 +92,90 @@ def _finished(name: str, message: str = "attempt 1 exited with code 0") -> JobSt
                     start_time=T0, completion_time=T0 + 1, exit_code=0)
 
 
-def test_a_restart_reads_finished_jobs_from_their_json_copies_and_never_a_stale_copy(tmp_path):
+def _replace_status(home: Home, name: str, old: str, new: str) -> None:
+    """As gflowd's atomic write does (a new inode), behind the journal's back."""
+    status = home.status_file(name)
+    staged = status.with_name(f".{name}.tmp")
+    staged.write_text(status.read_text().replace(old, new))
+    staged.replace(status)
+
+
+def _journal_saying(home: Home, name: str, message: str) -> None:
+    """Append an entry for ``name`` that names its status file as it is but says ``message``: what
+    load then reports shows which of the two it read."""
+    state = JobState.from_status(load_own(home.status_file(name).read_text()))
+    state.message = message
+    journal.append(str(home.records_journal),
+                   journal.frame([(name, *journal.key_of(os.stat(home.status_file(name))), state.to_row())]))
+
+
+def test_a_restart_reads_finished_jobs_from_the_journal_and_never_a_stale_entry(tmp_path):
     clock = [T0]
     recorder, home = _recorder(tmp_path, clock)
+    recorder.load()
     recorder.write_states({"a": _finished("a"), "b": _finished("b")}, [])
-    # the copy is what load reads: make it say something the YAML does not (same identity line)
-    copy = home.status_json_file("a")
-    copy.write_text(copy.read_text().replace("attempt 1 exited with code 0", "read from the copy"))
-    # b's status file changed behind its copy (gflowd died between the two writes): the file wins
-    status = home.status_file("b")
-    staged = status.with_name(".b.tmp")
-    staged.write_text(status.read_text().replace("attempt 1 exited with code 0", "read from the file"))
-    staged.replace(status)
+    _journal_saying(home, "a", "read from the journal")
+    _journal_saying(home, "b", "read from the journal")
+    # b's status file changed behind its entry (gflowd died between the two writes): the file wins
+    _replace_status(home, "b", "attempt 1 exited with code 0", "read from the file")
     states = Recorder(home).load()[0]
-    assert states["a"].message == "read from the copy"
+    assert states["a"].message == "read from the journal"
     assert states["b"].message == "read from the file"
 
 
-def test_a_restart_writes_the_missing_json_copy_of_a_finished_job_once(tmp_path):
+def test_a_restart_without_a_journal_reads_the_yaml_and_writes_the_journal_once(tmp_path):
     clock = [T0]
     recorder, home = _recorder(tmp_path, clock)
-    recorder.write_states({"a": _finished("a")}, [])
-    home.status_json_file("a").unlink()  # e.g. status files written by an older gflowd
+    recorder.write_states({"a": _finished("a"), "b": _finished("b")}, [])
+    home.records_journal.unlink(missing_ok=True)  # e.g. status files written by an older gflowd
+    (home.run_dir / "status-json").mkdir()
+    (home.run_dir / "status-json" / "a.json").write_text("{}\n")  # that gflowd's JSON copies: dropped
     assert Recorder(home).load()[0]["a"].phase == "Succeeded"
-    assert home.status_json_file("a").exists()
-    assert Recorder(home).load()[0]["a"] == _finished("a")
+    assert set(_journal(home)) == {"a", "b"}
+    assert not (home.run_dir / "status-json").exists()
+    _journal_saying(home, "a", "read from the journal")
+    assert Recorder(home).load()[0]["a"].message == "read from the journal"
+    assert Recorder(home).load()[0]["b"] == _finished("b")
+
+
+def test_a_journal_cut_short_is_read_up_to_the_cut_and_then_rewritten(tmp_path):
+    """gflowd killed in the middle of an append: the entries before the cut count, the cut frame
+    does not (its job is read from its YAML), and the next start rewrites the file whole."""
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    recorder.load()
+    recorder.write_states({"a": _finished("a")}, [])
+    recorder.write_states({"b": _finished("b"), "a": _finished("a")}, [])
+    _journal_saying(home, "a", "a from the journal")
+    whole = home.records_journal.read_bytes()
+    _journal_saying(home, "b", "b from the journal")
+    torn = home.records_journal.read_bytes()[:-7]
+    for cut in (torn, whole[: len(whole) - 3], whole[:-40]):
+        home.records_journal.write_bytes(cut)
+        states = Recorder(home).load()[0]
+        assert states["b"] == _finished("b")  # from its YAML
+        assert states["a"].message in ("a from the journal", "attempt 1 exited with code 0")
+        entries = journal.read(str(home.records_journal), JOB_FIELDS)
+        assert not entries.torn and set(entries.rows) == {"a", "b"}  # rewritten whole
+    home.records_journal.write_bytes(b"something else entirely\n")  # another format: not read at all
+    assert Recorder(home).load()[0] == {"a": _finished("a"), "b": _finished("b")}
+
+
+def test_the_journal_is_appended_per_pass_and_rewritten_when_dead_entries_pile_up(tmp_path, monkeypatch):
+    import controller.record.recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "JOURNAL_SLACK", 5)
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    recorder.load()
+    inode = os.stat(home.records_journal).st_ino
+    recorder.write_states({"a": _finished("a"), "b": _finished("b")}, [])
+    recorder.write_states({"a": _finished("a", "again"), "b": _finished("b")}, [])
+    assert os.stat(home.records_journal).st_ino == inode  # appended to, not replaced
+    assert journal.read(str(home.records_journal), JOB_FIELDS).count == 3
+    for k in range(8):  # a rerun job's entries: every one but the last is dead
+        recorder.write_states({"a": _finished("a", f"run {k}"), "b": _finished("b")}, [])
+    entries = journal.read(str(home.records_journal), JOB_FIELDS)
+    assert entries.count <= 2 * 2 + 5 and JobState.from_row(entries.rows["a"][1]).message == "run 7"
+    recorder.write_states({"b": _finished("b")}, ["a"])
+    assert Recorder(home).load()[0] == {"b": _finished("b")}  # a's entry names a file that is gone

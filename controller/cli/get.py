@@ -19,7 +19,7 @@ from controller.cli.common import (
     resource_type,
     warn_if_not_running,
 )
-from controller.client.state import job_rows, read_index, read_node, read_status, select_rows, status_json_text
+from controller.client.state import job_rows, read_index, read_node, read_status, select_rows, status_json_texts
 from controller.paths import Home
 
 JOB_KINDS = ("jobs", "job", "j")
@@ -69,11 +69,12 @@ def _typed_names(kind: str, names: list[str]) -> tuple[str, list[str]]:
     return f"{listed}s", [n for _, n in refs]
 
 
-def _print_documents(home: Home, names: list[str], single: bool, output: str) -> None:
+def _print_documents(home: Home, names: list[str], single: bool, output: str, few: bool = False) -> None:
     """``-o json`` and ``-o yaml`` print the same thing, as kubectl does: one object when one was
-    asked for by name, else one ``kind: List`` document holding them all. JSON comes from gflowd's
-    JSON copy of each status file where that is current (no YAML parsed, no JSON encoded: 2k jobs
-    in ~0.1 s), else from the status file itself; both give the same text."""
+    asked for by name, else one ``kind: List`` document holding them all. JSON of finished jobs comes
+    from gflowd's records journal where its line is current (no YAML parsed: 2k jobs in ~0.1 s),
+    else from the status file itself; both give the same text. A few jobs asked for by name are
+    read from their files: cheaper than reading the journal of every job."""
     if output == "yaml":
         from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
 
@@ -81,8 +82,9 @@ def _print_documents(home: Home, names: list[str], single: bool, output: str) ->
         print(dump(docs[0] if single and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}), end="")
         return
     texts = []
+    journaled = {} if few else status_json_texts(home, names)
     for name in names:
-        text = status_json_text(home, name)
+        text = journaled.get(name)
         if text is None:
             doc = read_status(home, name)
             text = None if doc is None else json.dumps(doc, indent=2, default=str)
@@ -130,7 +132,7 @@ def _get_records(home: Home, args, kind: str, header: list[str], row_of) -> int:
         for name, _ in chosen:
             print(f"{kind}/{name}")
     elif args.output in ("yaml", "json"):
-        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, args.output)
+        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, args.output, few=True)
     elif chosen:
         now = time.time()
         _print_table([header] + [row_of(name, row, now) for name, row in chosen])
@@ -159,7 +161,8 @@ def _get_jobs(home: Home, args, selector) -> int:
         for name, _ in chosen:
             print(f"job/{name}")
     elif out in ("yaml", "json"):
-        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, out)
+        # a few jobs by name: their files; else the journal, read once for them all
+        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, out, few=0 < len(chosen) <= 8 and bool(args.names))
     else:
         if not chosen and not missing:
             print("No jobs found.", file=sys.stderr)

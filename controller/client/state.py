@@ -60,23 +60,29 @@ def read_status(home: Home, name: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def status_json_text(home: Home, name: str) -> str | None:
-    """Job ``name``'s status as indented JSON text, from gflowd's JSON copy (run/status-json/) when
-    that copies the status file as it is now; else None (the caller parses the YAML)."""
-    try:
-        source = os.stat(home.status_file(name))
-        with open(home.status_json_file(name), encoding="utf-8") as handle:
-            head = handle.readline()
-            body = handle.read()
-    except (OSError, ValueError):
-        return None
-    try:
-        copied = json.loads(head)["source"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    if copied != [source.st_ino, source.st_mtime_ns, source.st_size] or not body.endswith("}\n"):
-        return None
-    return body[:-1]
+def status_json_texts(home: Home, names: list[str]) -> dict[str, str]:
+    """Finished jobs' statuses as indented JSON text (what ``json.dumps(document, indent=2)`` gives
+    for the parsed status file), built from gflowd's records journal (run/records.journal) for each
+    name whose journal line names its status file as it is now. Names not there are missing (the
+    caller parses their YAML): running and pending jobs, or all of them when there is no journal."""
+    from controller.model.records import JOB_FIELDS, JobState  # lazy: get jobs prints from the JSON index
+    from controller.util import records_journal as journal
+
+    entries = journal.read(str(home.records_journal), JOB_FIELDS)
+    texts: dict[str, str] = {}
+    for name in names:
+        entry = entries.rows.get(name)
+        if entry is None:
+            continue
+        try:
+            if journal.key_of(os.stat(home.status_file(name))) != entry[0]:
+                continue
+            state = JobState.from_row(entry[1])
+        except (OSError, TypeError, ValueError):
+            continue
+        if state.name == name:
+            texts[name] = json.dumps(state.to_status(), indent=2)
+    return texts
 
 
 def job_rows(home: Home) -> dict[str, dict[str, Any]]:

@@ -7,6 +7,7 @@ Nothing here decides anything.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -18,9 +19,12 @@ from controller.api.units import format_cpu_list as format_cores
 from controller.api.units import format_quantity
 from controller.model.plan import Event
 from controller.model.reasons import SETTLED_PHASES, Reason
-from controller.model.records import JobState, ReservationState, SweepState, rfc3339
+from controller.model.records import JOB_FIELDS, JobState, ReservationState, SweepState, rfc3339
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
+from controller.util import records_journal as journal
+from controller.record.spares import PREFIX as SPARE_PREFIX
+from controller.record.spares import Spares
 from controller.util.fsutil import atomic_write, fsync_dir
 from controller.util.jsonlog import append_lines
 from controller.util.yamlio import YAMLSyntaxError, dump, load_one, load_own
@@ -28,6 +32,7 @@ from controller.util.yamlio import YAMLSyntaxError, dump, load_one, load_own
 log = logging.getLogger("gflowd.recorder")
 EVENTS_MAX_BYTES = 10 * 1024 * 1024
 QUEUED_UNWRITTEN_MAX = 10.0  # seconds a new job of a flood, bound and about to start, may go without a status file
+JOURNAL_SLACK = 1000  # dead entries the records journal may hold beyond one per finished job before it is rewritten
 
 
 def _process_entry(process) -> dict:
@@ -39,31 +44,6 @@ def _process_entry(process) -> dict:
 
 def _index_row(name: str, state: JobState) -> bytes:
     return f"{json.dumps(name)}:{json.dumps(state.summary(), separators=(',', ':'))}".encode()
-
-
-def status_json(source: os.stat_result, document: dict) -> bytes:
-    """A status document as ``gflowctl get -o json`` prints it, after a first line naming the status
-    file it copies by inode, mtime and size: a copy that no longer matches its file (gflowd died
-    between the two writes) is not used."""
-    head = json.dumps({"source": [source.st_ino, source.st_mtime_ns, source.st_size]})
-    return f"{head}\n{json.dumps(document, indent=2)}\n".encode()
-
-
-def _json_copy(path: str, copy: str) -> dict | None:
-    """The status document at ``path`` from its JSON copy ``copy`` (run/status-json/), when that
-    copies the file as it is now (same inode, mtime and size; else gflowd died in between, or never
-    wrote one, and the file itself is parsed). The copy is a cache; the status file stays the truth."""
-    try:
-        source = os.stat(path)
-        with open(copy, "rb") as handle:
-            head = handle.readline()
-            body = handle.read()
-        if json.loads(head)["source"] != [source.st_ino, source.st_mtime_ns, source.st_size]:
-            return None
-        data = json.loads(body)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 class Recorder:
@@ -78,29 +58,72 @@ class Recorder:
         self._order: list[str] | None = None  # names sorted, kept until the set of names changes
         self._node_text = ""
         self.status_writes = 0
+        self._journal = str(home.records_journal)
+        self._journal_count = 0  # entries in the journal, dead ones too: it is rewritten when they outgrow the jobs
+        self._journal_pending: list[tuple] = []  # entries of this pass's finished records, appended in one write
+        self._journal_rewrite = False  # the file is missing, torn or of another format: rewrite, never append
+        self.spares = Spares(home.status_dir)  # replaced status files, rewritten in place later (record/spares.py)
 
     def load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
-        """Rebuild the controller's memory from status files (at start-up). Plain strings, not
-        pathlib, in this loop: at 50,000 jobs path objects alone cost seconds."""
+        """Rebuild the controller's memory from status files (at start-up). A finished job's record
+        comes from the records journal (util/records_journal.py) when its entry names the status file as it
+        is now (one ``stat``), else from the file's YAML, and the journal is then rewritten once.
+        Plain strings, not pathlib, in this loop: at 50,000 jobs path objects alone cost seconds."""
+        collecting = gc.isenabled()
+        gc.disable()  # ~1M objects are built here, none of them garbage: collections would halve the speed
+        try:
+            return self._load()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
         states: dict[str, JobState] = {}
         sweeps: dict[str, SweepState] = {}
         reservations: dict[str, ReservationState] = {}
-        json_dir = str(self.home.status_json_dir)
+        entries = journal.read(self._journal, JOB_FIELDS)
+        known = entries.rows
         try:
-            entries = [(e.name[:-5], e.path) for e in os.scandir(self.home.status_dir) if e.name.endswith(".yaml")]
+            names = [e.name for e in os.scandir(self.home.status_dir)]
         except FileNotFoundError:
-            entries = []
-        for stem, path in entries:
+            names = []
+        status_dir = str(self.home.status_dir)
+        found = [(n[:-5], os.path.join(status_dir, n)) for n in names if n.endswith(".yaml") and n[0] != "."]
+        self.spares.adopt(n for n in names if n.startswith(SPARE_PREFIX))
+        parse: list[tuple[str, str]] = []  # (name, path) of files read from their YAML
+        cached: list[tuple[str, str, tuple[int, int, int]]] = []  # (name, path, key) of journal rows to use
+        for stem, path in found:
+            entry = known.get(stem)
+            if entry is not None:
+                try:
+                    if journal.key_of(os.stat(path)) == entry[0]:
+                        cached.append((stem, path, entry[0]))
+                        continue
+                except OSError:
+                    continue  # gone since the scan
+            parse.append((stem, path))
+        kept: list[tuple] = []  # the journal as it should be: one current entry per finished job
+        for stem, path, key in cached:
+            row = known[stem][1]
             try:
-                data = _json_copy(path, os.path.join(json_dir, f"{stem}.json"))  # ~20x faster than the YAML
-                copied = data is not None
-                if data is None:
-                    with open(path, encoding="utf-8") as handle:
-                        text = handle.read()
-                    try:
-                        data = load_own(text)  # our own subset of YAML: ~6x faster than the real loader
-                    except ValueError:
-                        data = load_one(text)
+                state = JobState.from_row(row)  # ~10x faster than from_status of the YAML
+            except (TypeError, ValueError):
+                state = None
+            if state is None or state.name != stem or state.phase not in SETTLED_PHASES:
+                parse.append((stem, path))
+                continue
+            states[stem] = self.written[stem] = state
+            kept.append((stem, *key, row))
+        stale = entries.torn or not entries.current or entries.count - len(kept) > JOURNAL_SLACK
+        for stem, path in parse:
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    text = handle.read()
+                    source = os.fstat(handle.fileno())
+                try:
+                    data = load_own(text)  # our own subset of YAML: ~6x faster than the real loader
+                except ValueError:
+                    data = load_one(text)
                 if isinstance(data, dict) and data.get("kind") == "SweepStatus":
                     sweep = SweepState.from_status(data)
                     if sweep.name == stem:
@@ -118,11 +141,47 @@ class Recorder:
                 continue
             if state.name != stem:
                 continue
-            if not copied and state.phase in SETTLED_PHASES:
-                self._write_json(state.name, data)  # once: the next start reads the copy
+            if state.phase in SETTLED_PHASES:
+                kept.append((stem, *journal.key_of(source), state.to_row()))  # the next start reads the journal
+                stale = True
             states[state.name] = state
             self.written[state.name] = state
+        if stale:
+            self._rewrite_journal(kept)
+        else:
+            self._journal_count = entries.count
+        self._drop_json_copies()
         return states, sweeps, reservations
+
+    def _rewrite_journal(self, entries: list[tuple]) -> None:
+        """The journal replaced by one frame of ``entries`` (a cache: no fsync; a failure leaves the
+        next start to read more YAML)."""
+        try:
+            atomic_write(self.home.records_journal, journal.header(JOB_FIELDS) + journal.frame(entries), durable=False)
+        except (OSError, ValueError) as exc:
+            log.debug("records journal not rewritten: %s", exc)
+            self._journal_rewrite = True
+            return
+        self._journal_count = len(entries)
+        self._journal_rewrite = False
+
+    def _drop_json_copies(self) -> None:
+        """``run/status-json/``, where an older gflowd kept a JSON copy per finished job: the
+        journal replaces it (once; then the folder is gone)."""
+        folder = str(self.home.run_dir / "status-json")
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return
+        for name in names:
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
 
     def write_sweeps(self, sweeps: dict[str, SweepState], removed: Iterable[str]) -> bool:
         return self._write_records(self.written_sweeps, sweeps, removed)
@@ -142,12 +201,12 @@ class Recorder:
             if written.get(name) == record:
                 continue
             document = record.to_status()
-            atomic_write(self.home.status_file(name), dump(document), sync_dir=False)
-            self._write_json(name, document)
+            self.spares.replace(self.home.status_file(name), dump(document).encode(), durable=True, new=name not in written)
             written[name] = record
             changed = True
         if changed:
             fsync_dir(self.home.status_dir)  # one folder fsync for every such status file of this pass
+            self.spares.synced()
         return changed
 
     def write_states(
@@ -180,9 +239,9 @@ class Recorder:
             # record (a start decided, an exit recorded) must reach the disk before it is relied on.
             durable = state.attempt > 0 or state.phase != "Pending"
             document = state.to_status()
-            atomic_write(self.home.status_file(name), dump(document), durable=durable, sync_dir=False)
+            self.spares.replace(self.home.status_file(name), dump(document).encode(), durable=durable, new=known is None)
             if state.phase in SETTLED_PHASES:
-                self._write_json(name, document)
+                self._journal_line(name, document)
             if known is None:
                 self._order = None
                 self.unwritten.pop(name, None)
@@ -192,6 +251,8 @@ class Recorder:
             changed = True
         if changed:
             fsync_dir(self.home.status_dir)  # one folder fsync for every rename of this pass
+            self.spares.synced()
+        self._flush_journal()
         return changed
 
     @staticmethod
@@ -212,38 +273,46 @@ class Recorder:
         self._rows[name] = _index_row(name, state)
         return True
 
-    def _write_json(self, name: str, document: dict) -> None:
-        """The JSON copy of a finished job's status file just written (run/status-json/): ``get jobs
-        -o json`` prints these instead of parsing every status file (2k jobs: ~0.1 s instead of
-        ~1.5 s). Only settled records get one: the few pending and running jobs are parsed, and a
-        job that starts and ends costs two file writes fewer. A cache: failing to write it costs a
-        slower ``-o json``, never the pass; a copy left from an earlier outcome names the file it
-        copied, so a reader skips it once the status file changed."""
-        target = self.home.status_json_file(name)
+    def _journal_line(self, name: str, document: dict) -> None:
+        """The journal line of a finished job's status file just written, appended with the pass's
+        others (``_flush_journal``). The row is the record read back from ``document``, exactly what
+        a restart would build from the file. A cache: a failure costs a slower start, never the pass."""
         try:
             source = os.stat(self.home.status_file(name))
-            try:
-                atomic_write(target, status_json(source, document), durable=False)
-            except FileNotFoundError:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(target, status_json(source, document), durable=False)
         except OSError as exc:
-            log.debug("no JSON copy of status/%s.yaml: %s", name, exc)
-            self._remove_json(name)
+            log.debug("no journal line for status/%s.yaml: %s", name, exc)
+            return
+        self._journal_pending.append((name, *journal.key_of(source), JobState.from_status(document).to_row()))
+
+    def _flush_journal(self) -> None:
+        """This pass's journal entries in one frame, appended; the journal rewritten instead when it
+        is missing or torn, or holds more dead entries than ``JOURNAL_SLACK`` beyond one per job."""
+        pending, self._journal_pending = self._journal_pending, []
+        if not pending and not self._journal_rewrite:
+            return
+        if self._journal_rewrite or self._journal_count + len(pending) > 2 * len(self.written) + JOURNAL_SLACK:
+            self._compact_journal(pending)
+            return
+        try:
+            journal.append(self._journal, journal.frame(pending))
+        except (OSError, ValueError) as exc:  # missing, cut short (disk full), a value marshal refuses
+            log.debug("records journal not appended: %s", exc)
+            self._journal_rewrite = True
+            return
+        self._journal_count += len(pending)
+
+    def _compact_journal(self, pending: list[tuple]) -> None:
+        """The journal rewritten with the last entry of each finished job it holds, then ``pending``."""
+        entries = journal.read(self._journal, JOB_FIELDS)
+        fresh = {entry[0] for entry in pending}
+        kept = [(name, *key, row) for name, (key, row) in entries.rows.items() if name not in fresh
+                and (state := self.written.get(name)) is not None and state.phase in SETTLED_PHASES]
+        self._rewrite_journal(kept + pending)
 
     def _remove_status(self, name: str) -> None:
-        """The status file and its JSON copy (``get -o json`` reads the copy)."""
-        try:
-            self.home.status_file(name).unlink()
-        except FileNotFoundError:
-            pass
-        self._remove_json(name)
-
-    def _remove_json(self, name: str) -> None:
-        try:
-            self.home.status_json_file(name).unlink()
-        except OSError:
-            pass
+        """The status file, kept as a spare (its journal entry, if any, is dead from now on: it
+        names a file that is gone)."""
+        self.spares.retire(self.home.status_file(name))
 
     def write_index(self, controller_info: dict) -> None:
         """``run/index.json``: every job's summary row, for ``gflowctl get jobs``. A cache of the
