@@ -2,8 +2,8 @@
 
 Running 50,000 jobs through a gflowd takes most of an hour on a small machine. This runs a few
 real jobs through a real gflowd (the checkout's), then clones what that gflowd wrote for them:
-manifests, status files, their JSON copies (re-pointed at the clones' inode, mtime and size) and
-logs. A last real gflowd start then reads the clones and rewrites the index and the parse cache,
+manifests, status files and logs. A last real gflowd start then reads the clones and writes the
+index, the records journal and the parse cache,
 so the home ends as one a gflowd left behind, and is checked: N jobs, all Succeeded, none rerun.
 
     python hack/bench/make_home.py HOME --jobs 50000 [--fake-gpus FILE]
@@ -65,12 +65,6 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(60)
 
 
-def status_json(path: str, document_text: bytes) -> bytes:
-    st = os.stat(path)
-    head = json.dumps({"source": [st.st_ino, st.st_mtime_ns, st.st_size]})
-    return f"{head}\n".encode() + document_text
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("home", type=Path)
@@ -93,15 +87,11 @@ def main() -> int:
 
     t0 = time.perf_counter()
     status_text = (home / "status" / f"{TEMPLATE}.yaml").read_text()
-    json_path = home / "run" / "status-json" / f"{TEMPLATE}.json"
-    json_body = json_path.read_bytes().split(b"\n", 1)[1].decode() if json_path.exists() else None
     log_text = (home / "logs" / f"{TEMPLATE}.log").read_bytes() if (home / "logs" / f"{TEMPLATE}.log").exists() else b""
     for name in (f"seedjob-{i}" for i in range(SEED)):  # the clones replace the seeds
-        for path in (home / "jobs" / f"{name}.yaml", home / "status" / f"{name}.yaml",
-                     home / "run" / "status-json" / f"{name}.json", home / "logs" / f"{name}.log"):
+        for path in (home / "jobs" / f"{name}.yaml", home / "status" / f"{name}.yaml", home / "logs" / f"{name}.log"):
             path.unlink(missing_ok=True)
-    jobs, status, copies, logs = (str(home / "jobs"), str(home / "status"), str(home / "run" / "status-json"),
-                                  str(home / "logs"))
+    jobs, status, logs = str(home / "jobs"), str(home / "status"), str(home / "logs")
     for i in range(args.jobs):
         name = f"j-{i:06d}"
         with open(os.path.join(jobs, f"{name}.yaml"), "w") as handle:
@@ -109,12 +99,9 @@ def main() -> int:
         target = os.path.join(status, f"{name}.yaml")
         with open(target, "w") as handle:
             handle.write(status_text.replace(TEMPLATE, name))
-        if json_body is not None:
-            with open(os.path.join(copies, f"{name}.json"), "wb") as handle:
-                handle.write(status_json(target, json_body.replace(TEMPLATE, name).encode()))
         with open(os.path.join(logs, f"{name}.log"), "wb") as handle:
             handle.write(log_text)
-    for stale in ("index.json", "manifest-cache.json"):
+    for stale in ("index.json", "manifest-cache.json", "records.journal"):
         (home / "run" / stale).unlink(missing_ok=True)
     print(f"clone: {args.jobs} jobs in {time.perf_counter() - t0:.1f}s", flush=True)
 
