@@ -161,19 +161,20 @@ class Home:
         name = _plain(name)
         return self.logs_dir / (f"{name}.log" if attempt is None else f"{name}.{attempt}.log")
 
-    def display(self, path: Path) -> str:
+    def display(self, path: Path | str) -> str:
         """A path as users see it in messages: relative to the home (``jobs/a.yaml``) when inside it,
-        else relative to the spec dir's parent."""
-        text = str(path)  # the common case without pathlib (a start shows 50,000 manifests' paths)
+        else relative to the spec dir's parent. Takes a plain string too: a start shows 50,000
+        manifests' paths, and building a Path for each costs more than the answer."""
+        text = path if isinstance(path, str) else str(path)
         for base in (str(self.root), str(self.spec_dir.parent)):
             if text.startswith(base + "/") and base != "/" and "/." not in text and "//" not in text and text[-1] != "/":
                 return text[len(base) + 1:]
         for base in (self.root, self.spec_dir.parent):
             try:
-                return str(path.relative_to(base))
+                return str(Path(path).relative_to(base))
             except ValueError:
                 continue
-        return str(path)
+        return text
 
     def ensure(self) -> None:
         for directory in (self.root, self.spec_dir, self.status_dir, self.logs_dir, self.run_dir):

@@ -140,7 +140,7 @@ def test_any_yaml_document_through_the_store_never_raises(tmp_path_factory, data
     except Exception:  # e.g. a float the emitter refuses: not a document we can write
         return
     (spec / "p.yaml").write_text(buffer.getvalue())
-    store = ManifestStore(spec, lambda p: f"jobs/{p.name}")
+    store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}")
     store.scan()
     docs = store.documents()
     if data is None:
@@ -161,7 +161,7 @@ def test_any_text_through_the_store_never_raises(tmp_path_factory, text):
     spec = tmp_path_factory.mktemp("props")
     path = spec / "p.yaml"
     path.write_bytes(text.encode("utf-8", "surrogatepass"))
-    store = ManifestStore(spec, lambda p: f"jobs/{p.name}")
+    store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}")
     store.scan()
     try:
         parsed = _yaml.load(text)

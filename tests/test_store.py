@@ -437,12 +437,12 @@ def test_parse_cache_spares_a_restart_from_reparsing_unchanged_files(tmp_path):
         (spec / f"j{i}.yaml").write_text(f"spec:\n  command: [echo, '{i}']\n")
     (spec / "bad.yaml").write_text("spec:\n  command: [echo]\n  resources: {gpus: -1}\n")
     cache = tmp_path / "cache.json"
-    first = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     first.scan()
     first.save_cache(force=True)
     assert first.parses == 6
 
-    second = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    second = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     second.scan()
     assert (second.cache_hits, second.parses) == (5, 1)  # the invalid one is parsed again for its line
     bad = [d for f in second.files.values() for d in f.documents if d.name == "bad"][0]
@@ -454,7 +454,7 @@ def test_parse_cache_spares_a_restart_from_reparsing_unchanged_files(tmp_path):
 
     (spec / "j0.yaml").write_text("spec:\n  command: [echo, changed]\n")
     _os.utime(spec / "j0.yaml", ns=(1, 1))
-    third = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    third = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     third.scan()
     assert third.parses == 2  # j0 changed, bad as before
     assert [d.spec.command for d in third.documents() if d.name == "j0"] == [["echo", "changed"]]
@@ -470,7 +470,7 @@ def test_a_corrupt_parse_cache_is_ignored(tmp_path):
     from controller.observe.manifests import CACHE_VERSION
 
     cache.write_text('{"version": %d, "specDir": "%s", "files": {"x": 5}}' % (CACHE_VERSION, spec))
-    store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     store.scan()
     assert store.parses == 1 and [d.name for d in store.documents()] == ["a"]
 
@@ -495,11 +495,11 @@ def test_a_restart_admits_cached_jobs_from_their_facts_and_builds_each_model_onl
 "kind: Sweep\nmetadata: {name: sw}\nspec:\n  template: {command: [echo, '{x}']}\n  matrix: {x: ['1', '2']}\n"
     )
     cache = tmp_path / "cache.json"
-    first = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     first.scan()
     first.save_cache(force=True)
 
-    second = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    second = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     second.scan()
     assert (second.cache_hits, second.parses) == (4, 0)
     jobs = {d.name: d for d in second.documents() if isinstance(d, AdmittedJob)}
@@ -525,7 +525,7 @@ def test_a_cache_entry_with_bad_facts_is_validated_again(tmp_path):
     spec.mkdir()
     (spec / "a.yaml").write_text("metadata: {labels: {k: v}}\nspec:\n  command: [echo]\n  priority: 3\n")
     cache = tmp_path / "cache.json"
-    first = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     first.scan()
     first.save_cache(force=True)
     head, line, _ = cache.read_text().split("\n")
@@ -534,7 +534,7 @@ def test_a_cache_entry_with_bad_facts_is_validated_again(tmp_path):
     entry[3][0][4] = "high"  # a priority that is not a number
     cache.write_text(f"{head}\n{path}\t{_json.dumps(entry)}\n")
 
-    store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     store.scan()
     (job,) = store.documents()
     assert store.parses == 0 and store.cache_hits == 1  # validated from the cached parse instead
@@ -553,7 +553,7 @@ def test_a_cache_line_that_is_not_an_entry_costs_a_parse(tmp_path):
     cache = tmp_path / "cache.json"
     head = _json.dumps({"version": CACHE_VERSION, "specDir": str(spec)})
     cache.write_text(f"{head}\nno tab here\n{_json.dumps(str(spec / 'a.yaml'))}\t[[1, 2\n{_json.dumps(str(spec / 'b.yaml'))}\t5\n")
-    store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     store.scan()
     assert (store.parses, store.cache_hits) == (2, 0) and sorted(d.name for d in store.documents()) == ["a", "b"]
 
@@ -569,7 +569,7 @@ def test_the_parse_cache_is_rewritten_for_one_file_in_a_hundred_or_at_a_clean_st
     for i in range(200):
         (spec / f"j{i}.yaml").write_text("spec:\n  command: [echo]\n")
     cache = tmp_path / "cache.json"
-    store = ManifestStore(spec, lambda p: f"jobs/{p.name}", cache)
+    store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     store.scan()
     store.save_cache()  # 200 parsed: written
     written = cache.read_text()
@@ -586,7 +586,7 @@ def test_the_parse_cache_is_rewritten_for_one_file_in_a_hundred_or_at_a_clean_st
     small = tmp_path / "small"
     small.mkdir()
     (small / "a.yaml").write_text("spec:\n  command: [echo]\n")
-    few = ManifestStore(small, lambda p: f"small/{p.name}", tmp_path / "small.json")
+    few = ManifestStore(small, lambda p: f"small/{os.path.basename(p)}", tmp_path / "small.json")
     few.scan()
     few.save_cache()  # a home of a few files: every change is written at once, as before
     assert (tmp_path / "small.json").exists()

@@ -52,12 +52,12 @@ class ManifestFile:
 
 
 class ManifestStore:
-    def __init__(self, spec_dir: Path, display: Callable[[Path], str], cache_path: Path | None = None):
+    def __init__(self, spec_dir: Path, display: Callable[[str], str], cache_path: Path | None = None):
         self.spec_dir = spec_dir
         self._display = display
         self._spec = os.path.abspath(spec_dir)
         self._root_real = os.path.realpath(spec_dir)
-        self._tree = SpecTree(self._spec, self._root_real, lambda path: display(Path(path)))
+        self._tree = SpecTree(self._spec, self._root_real, display)  # display: a path string as users see it
         self.files: dict[str, ManifestFile] = {}
         self._gone: list[AdmittedJob | Rejection] = []  # see take_changes
         self._came: list[AdmittedJob | Rejection] = []
@@ -326,13 +326,13 @@ class ManifestStore:
 
     def _ignore(self, path: str, why: str) -> bool:
         """Record an unreadable entry as a nameless rejection: admission turns it into a Warning."""
-        source = self._display(Path(path))
+        source = self._display(path)
         message = f"{source}: {why}"
         return self._set_rejection(path, (0, 0, 0, 0), Rejection(None, "Ignored", message, source, path), True)
 
     def _refuse(self, path: str, reason: str, message: str) -> bool:
         """A manifest that is not run (e.g. a symlink to another user's file): Rejected under its stem."""
-        source = self._display(Path(path))
+        source = self._display(path)
         stem = os.path.basename(path).rsplit(".", 1)[0]
         name = stem if is_valid_name(stem) else None
         try:
@@ -398,7 +398,7 @@ class ManifestStore:
             parsed_json, jobs = warm[1], warm[3]
             if not isinstance(parsed_json, str) or not isinstance(jobs, list) or not jobs:
                 return None
-            source = self._display(Path(path))
+            source = self._display(path)
             documents = []
             for doc_index, name, spec_hash, run_hash, *facts in jobs:
                 fact = JobFacts(*facts)
@@ -433,7 +433,7 @@ class ManifestStore:
         self, path: str, mtime_ns: int, reason: str, message: str, line: int | None = None
     ) -> list[AdmittedJob | Rejection]:
         """The whole file is bad: one Rejection under the file stem, naming the file (and line)."""
-        source = self._display(Path(path))
+        source = self._display(path)
         stem = os.path.basename(path).rsplit(".", 1)[0]
         stem_name = stem if is_valid_name(stem) else None
         where = f"{source} line {line}" if line else source
@@ -472,7 +472,7 @@ class ManifestStore:
     def _validate(
         self, path: str, st: os.stat_result, docs: list, text: str | None, hashes: dict | None = None
     ) -> list[AdmittedJob | Rejection]:
-        source = self._display(Path(path))
+        source = self._display(path)
         stem = os.path.basename(path).rsplit(".", 1)[0]
         single = sum(d is not None for d in docs) == 1
         results: list[AdmittedJob | Rejection] = []

@@ -42,8 +42,11 @@ def _process_entry(process) -> dict:
     return entry
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps with arguments builds one per call
+
+
 def _index_row(name: str, state: JobState) -> bytes:
-    return f"{json.dumps(name)}:{json.dumps(state.summary(), separators=(',', ':'))}".encode()
+    return f"{json.dumps(name)}:{_COMPACT.encode(state.summary())}".encode()
 
 
 class Recorder:
