@@ -726,6 +726,15 @@ class Bench:
         main = self.cfg["main"]
         if not self.want("scaling"):
             sizes = [s for s in sizes if s == main or (s == 1000 and self.want("get_jobs_ms"))]
+        if self.args.home:  # a home made by hack/bench/make_home.py: measured at its own size, not grown
+            home = Path(self.args.home).resolve()
+            size = sum(1 for name in os.listdir(home / "jobs") if name.endswith(".yaml"))
+            try:
+                self._measure_size(home, size, size)
+            except BenchError as exc:
+                log(f"big home {home}: {exc}")
+                self._fail_big([size], size, str(exc))
+            return
         home = self.new_home("big")
         have, size = 0, sizes[0] if sizes else 0
         try:
@@ -919,6 +928,9 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temp homes (their path is printed)")
     parser.add_argument("--dir", help="where the temp homes go (default: $TMPDIR or /tmp); a gflow home usually "
                         "lives on the same filesystem as the users' projects")
+    parser.add_argument("--home", help="measure the big-home figures (cold start, idle CPU, RSS, incremental pass, "
+                        "get jobs) on this home of finished jobs instead of growing one; make it with "
+                        "hack/bench/make_home.py (its manifests' priorities are edited)")
     parser.add_argument("--vs", choices=["slurm"], help="also drain the same burst through sbatch on a local Slurm "
                         "(hack/slurm-dev.sh) and print the ratio")
     args = parser.parse_args()

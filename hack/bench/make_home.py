@@ -6,7 +6,8 @@ manifests, status files and logs. A last real gflowd start then reads the clones
 index, the records journal and the parse cache,
 so the home ends as one a gflowd left behind, and is checked: N jobs, all Succeeded, none rerun.
 
-    python hack/bench/make_home.py HOME --jobs 50000 [--fake-gpus FILE]
+    python hack/bench/make_home.py HOME --jobs 50000
+    python hack/bench.py --home HOME --only cold_start_s,gflowd_rss_mb,incremental_pass_ms,idle_cpu_pct
 
 Uses the interpreter running it (the checkout's .venv). Prints the seconds each step took.
 """
@@ -93,7 +94,7 @@ def main() -> int:
             path.unlink(missing_ok=True)
     jobs, status, logs = str(home / "jobs"), str(home / "status"), str(home / "logs")
     for i in range(args.jobs):
-        name = f"j-{i:06d}"
+        name = f"p-{i:05d}"  # the names hack/bench.py edits (``--home``)
         with open(os.path.join(jobs, f"{name}.yaml"), "w") as handle:
             handle.write(manifest(name))
         target = os.path.join(status, f"{name}.yaml")
