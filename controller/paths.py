@@ -39,11 +39,14 @@ class Home:
     not a dataclass, since every gflowctl verb imports this module and ``dataclasses`` costs ~5 ms
     of start-up (it loads ``inspect``)."""
 
-    __slots__ = ("root", "spec_dir")
+    __slots__ = ("root", "spec_dir", "_display_bases")
 
     def __init__(self, root: Path, spec_dir: Path) -> None:
         object.__setattr__(self, "root", root)
         object.__setattr__(self, "spec_dir", spec_dir)
+        # what ``display`` strips, as "folder/" strings, once: it runs for every manifest at a start
+        bases = tuple(f"{base}/" for base in (str(root), str(spec_dir.parent)) if base != "/")
+        object.__setattr__(self, "_display_bases", bases)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Home is immutable: cannot set {name}")
@@ -166,9 +169,9 @@ class Home:
         else relative to the spec dir's parent. Takes a plain string too: a start shows 50,000
         manifests' paths, and building a Path for each costs more than the answer."""
         text = path if isinstance(path, str) else str(path)
-        for base in (str(self.root), str(self.spec_dir.parent)):
-            if text.startswith(base + "/") and base != "/" and "/." not in text and "//" not in text and text[-1] != "/":
-                return text[len(base) + 1:]
+        for base in self._display_bases:
+            if text.startswith(base) and "/." not in text and "//" not in text and text[-1] != "/":
+                return text[len(base):]
         for base in (self.root, self.spec_dir.parent):
             try:
                 return str(Path(path).relative_to(base))

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 FORMAT = f"gflow-records 1 python{sys.version_info[0]}.{sys.version_info[1]} marshal{marshal.version}"
 
+
 def header(fields: Iterable[str]) -> bytes:
     return f"{FORMAT} {','.join(fields)}\n".encode()
 
