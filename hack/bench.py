@@ -215,8 +215,15 @@ def index_phases(home: Path) -> Counter | None:
     except (OSError, ValueError):
         return None
     counts = Counter(row.get("phase") for row in data.get("jobs", {}).values())
-    _index_cache[path] = (key, counts)
+    _index_cache[path] = (key, counts, data.get("updated"))
     return counts
+
+
+def index_updated(home: Path) -> float | None:
+    """When gflowd wrote the run/index.json that ``index_phases`` last parsed (its ``updated``, wall
+    clock): a drain ends when the index first counts every job done, not when a poll noticed."""
+    cached = _index_cache.get(home / "run" / "index.json")
+    return cached[2] if cached else None
 
 
 def _entries(directory: Path) -> int:
@@ -239,18 +246,15 @@ def file_create_us(folder: Path, n: int = 300) -> float:
     """Kernel + user CPU to create one empty file in ``folder`` (median of batches), in us. Context
     for the drain and cold-start figures: on ext4 without a journal, creating files costs 15-20 us in
     a quiet folder and up to ~1 ms where many files were recently deleted (docs/performance.md)."""
-    probe = folder / ".create-probe"
+    probe = folder / ".create-probe"  # left for the bench's own clean-up: deleting files is what slows creating
     probe.mkdir()
-    try:
-        costs = []
-        for batch in range(3):
-            t0 = time.process_time()
-            for i in range(n // 3):
-                os.close(os.open(probe / f"{batch}-{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            costs.append((time.process_time() - t0) / (n // 3) * 1e6)
-        return statistics.median(costs)
-    finally:
-        shutil.rmtree(probe, ignore_errors=True)
+    costs = []
+    for batch in range(3):
+        t0 = time.process_time()
+        for i in range(n // 3):
+            os.close(os.open(probe / f"{batch}-{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        costs.append((time.process_time() - t0) / (n // 3) * 1e6)
+    return statistics.median(costs)
 
 
 def pid_alive(pid: int) -> bool:
@@ -606,16 +610,19 @@ class Bench:
                 for name in names:
                     (stage / f"{name}.yaml").write_text(job_text(name, "  command: ['true']\n"))
                 time.sleep(0.3)
-                t0 = time.perf_counter()
+                t0 = time.time()
                 for name in names:
                     os.rename(stage / f"{name}.yaml", home / "jobs" / f"{name}.yaml")
-                self._wait_all_succeeded(home, n, daemon, interval=0.02, what=f"{n} dropped jobs", stall=60.0)
-                elapsed = time.perf_counter() - t0
+                # polled slowly (parsing a 1,000-job index 50 times a second would take CPU from
+                # gflowd); the end is the time the index that first counted them all was written
+                self._wait_all_succeeded(home, n, daemon, interval=0.25, what=f"{n} dropped jobs", stall=60.0)
+                elapsed = (index_updated(home) or time.time()) - t0
                 daemon.stop()
                 self._check_statuses(home, n)
                 rates.append(n / elapsed)
                 log(f"drain run {run + 1}: {n} jobs in {elapsed:.2f} s ({n / elapsed:.1f}/s)")
-                shutil.rmtree(home, ignore_errors=True)
+                # the home stays until the bench ends: deleting its ~3,000 files here would slow the
+                # next run's every file creation on ext4 without a journal (docs/performance.md)
             self.figures.add(name_, statistics.median(rates), "jobs/s", TARGETS[name_])
         except BenchError as exc:
             self.figures.fail([name_], ["jobs/s"], [TARGETS[name_]], str(exc))
