@@ -295,6 +295,52 @@ def test_exit_record_stays_until_the_status_showing_it_is_written(tmp_path):
         assert "r" not in runtime.observe()
         assert (attempts / "r.1").exists()  # not yet recorded in a status file
         runtime.purge()
-        assert os.listdir(attempts) == []
+        left = os.listdir(attempts)  # the record is kept as a spare for a later attempt's (spares.py)
+        assert len(left) == 1 and left[0].startswith(".spare."), left
+    finally:
+        runtime.close()
+
+
+def test_a_later_attempt_is_recorded_over_a_purged_record_never_reading_its_old_regions(tmp_path):
+    """A purged record is a spare (no inode freed); once quiet and unlocked it becomes the next
+    attempt's record, its run and exit regions emptied: the new attempt runs and reports its own exit."""
+    import sys
+
+    from test_reconcile import job
+
+    from controller.act.runtime.supervised import SupervisorRuntime
+    from controller.model.plan import Launch
+    from controller.paths import Home
+    from controller.util.spares import QUIET
+
+    home = Home.resolve(str(tmp_path / "home"), None)
+    home.ensure()
+    runtime = SupervisorRuntime(home)
+    now = [0.0]
+    runtime.spares.clock = lambda: now[0]
+    attempts = home.run_dir / "attempts"
+    try:
+        first = job("first", command=[sys.executable, "-c", "raise SystemExit(3)"], workingDir=str(tmp_path))
+        runtime.start(Launch("first", 1, 1, first, [], []))
+        wait_for(lambda: (run := runtime.observe().get("first")) is not None and not run.running, timeout=20,
+                 message="the first attempt to end")
+        inode = os.stat(attempts / "first.1").st_ino
+        runtime.forget("first")
+        fd = os.open(attempts / "first.1", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            wait_for(lambda: record.unlocked(fd), timeout=20, message="the first supervisor to go")
+        finally:
+            os.close(fd)
+        runtime.purge()
+        now[0] += QUIET
+        second = job("second", command=[sys.executable, "-c", "raise SystemExit(5)"], workingDir=str(tmp_path))
+        runtime.start(Launch("second", 1, 1, second, [], []))
+        runtime.observe()  # hands it over
+        assert os.stat(attempts / "second.1").st_ino == inode  # the recycled inode
+        wait_for(lambda: (run := runtime.observe().get("second")) is not None and not run.running, timeout=20,
+                 message="the second attempt to end")
+        assert runtime.observe()["second"].exit_code == 5
+        assert record.read(str(attempts / "second.1"), ("launch",))["launch"]["name"] == "second"
+        assert [n for n in os.listdir(attempts) if n.startswith(".spare.")] == []
     finally:
         runtime.close()

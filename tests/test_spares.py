@@ -1,4 +1,4 @@
-"""Status files replaced by rewriting hidden spare inodes (controller/record/spares.py): no inode
+"""Status files replaced by rewriting hidden spare inodes (controller/util/spares.py): no inode
 created once spares are ready, readers never see half a file, a spare is never visible under a
 status name, and a writer killed at any instant leaves every status file whole. Real files, real
 processes, a fake clock only for the spares' quiet time."""
@@ -16,7 +16,7 @@ import time
 from controller.model.records import JobState
 from controller.paths import Home
 from controller.record.recorder import Recorder
-from controller.record.spares import PREFIX, QUIET, Spares
+from controller.util.spares import PREFIX, QUIET, Spares
 from controller.util.fsutil import fsync_dir
 
 T0 = 1_800_000_000.0
@@ -136,7 +136,7 @@ def test_a_removed_status_file_becomes_a_spare(tmp_path):
 WRITER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from controller.record.spares import PREFIX, Spares
+    from controller.util.spares import PREFIX, Spares
     from controller.util.fsutil import fsync_dir
     folder = Path(sys.argv[1])
     clock = [0.0]
@@ -185,3 +185,87 @@ def test_a_writer_killed_at_any_instant_leaves_every_status_file_whole(tmp_path)
     assert all(n.endswith(".yaml") or n.startswith(PREFIX) or n.endswith(".tmp") for n in os.listdir(folder))
     Spares(folder).adopt(n for n in os.listdir(folder) if n.startswith(PREFIX))  # what the next start does
     assert all(os.stat(folder / f"{name}.yaml").st_nlink == 1 for name in ("a", "b", "c"))
+
+
+def test_create_gives_a_ready_spare_the_new_name_and_refuses_a_name_that_exists(tmp_path):
+    """Attempt records (run/attempts): ``create`` is O_EXCL's contract on a recycled inode."""
+    now = [0.0]
+    spares = Spares(tmp_path, clock=lambda: now[0])
+    spares.create(tmp_path / "a.1", b"x" * 100, 0o600)
+    assert spares.created == 1 and (tmp_path / "a.1").read_bytes() == b"x" * 100
+    inode = os.stat(tmp_path / "a.1").st_ino
+    spares.retire(tmp_path / "a.1")
+    fsync_dir(tmp_path)
+    spares.synced()
+    spares.create(tmp_path / "b.1", b"y" * 10, 0o600)  # the spare is not ready yet: a new file
+    assert spares.created == 2 and os.stat(tmp_path / "b.1").st_ino != inode
+    now[0] += QUIET
+    try:
+        spares.create(tmp_path / "b.1", b"z", 0o600, pad=True)
+    except FileExistsError:
+        pass
+    else:
+        raise AssertionError("create over an existing name must fail")
+    assert (tmp_path / "b.1").read_bytes() == b"y" * 10 and len(spares) == 1  # the spare went back
+    spares.create(tmp_path / "c.1", b"c" * 10, 0o640, pad=True)
+    assert spares.created == 2 and spares.reused >= 1 and os.stat(tmp_path / "c.1").st_ino == inode
+    # padded, not cut: the old length stays, the old bytes do not
+    assert (tmp_path / "c.1").read_bytes() == b"c" * 10 + bytes(90)
+    assert os.stat(tmp_path / "c.1").st_nlink == 1 and oct(os.stat(tmp_path / "c.1").st_mode & 0o777) == "0o640"
+    assert [n for n in _names(tmp_path) if n.startswith(PREFIX)] == []
+
+
+def test_a_spare_that_fails_the_usable_test_is_freed_never_rewritten(tmp_path):
+    import fcntl
+
+    now = [0.0]
+    spares = Spares(tmp_path, clock=lambda: now[0], usable=lambda fd: os.fstat(fd).st_size != 3)
+    for name, text in (("held", b"abc"), ("free", b"abcd")):
+        spares.create(tmp_path / name, text)
+        spares.retire(tmp_path / name)
+    spares.synced()
+    now[0] += QUIET
+    spares.create(tmp_path / "next", b"n")
+    assert (tmp_path / "next").read_bytes() == b"n" and spares.reused == 1
+    assert [n for n in _names(tmp_path) if n.startswith(PREFIX)] == []  # "held" freed, "free" reused
+
+    from controller.act.runtime import record  # the attempt records' test: a supervisor holds the lock
+
+    path = tmp_path / "locked"
+    path.write_bytes(b"r")
+    holder = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        probe = os.open(path, os.O_RDONLY)
+        assert not record.unlocked(probe)
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        assert record.unlocked(probe)
+        os.close(probe)
+    finally:
+        os.close(holder)
+
+
+def test_a_batch_puts_files_in_place_in_order_after_fsyncing_the_durable_ones_together(tmp_path, monkeypatch):
+    spares = Spares(tmp_path, clock=lambda: 0.0)
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    done: list[str] = []
+    with spares.batch() as batch:
+        for k in range(5):
+            batch.add(tmp_path / f"f{k}.yaml", f"text {k}\n".encode(), durable=k != 2, new=True,
+                      then=lambda k=k: done.append(f"f{k}") or None)
+            assert not (tmp_path / f"f{k}.yaml").exists()  # staged only
+    assert done == [f"f{k}" for k in range(5)] and len(synced) == 4
+    assert [(tmp_path / f"f{k}.yaml").read_text() for k in range(5)] == [f"text {k}\n" for k in range(5)]
+    assert [n for n in _names(tmp_path) if n.endswith(".tmp")] == []
+
+    # an error inside the block: what was staged is dropped, nothing is put in place
+    try:
+        with spares.batch() as batch:
+            batch.add(tmp_path / "f0.yaml", b"never\n", durable=True)
+            raise RuntimeError("the caller failed")
+    except RuntimeError:
+        pass
+    assert (tmp_path / "f0.yaml").read_text() == "text 0\n"
+    assert [n for n in _names(tmp_path) if n.endswith(".tmp")] == []

@@ -23,8 +23,8 @@ from controller.model.records import JOB_FIELDS, JobState, ReservationState, Swe
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
 from controller.util import records_journal as journal
-from controller.record.spares import PREFIX as SPARE_PREFIX
-from controller.record.spares import Spares
+from controller.util.spares import PREFIX as SPARE_PREFIX
+from controller.util.spares import Spares
 from controller.util.fsutil import atomic_write, fsync_dir
 from controller.util.jsonlog import append_lines
 from controller.util.yamlio import YAMLSyntaxError, dump, load_one, load_own
@@ -65,7 +65,7 @@ class Recorder:
         self._journal_count = 0  # entries in the journal, dead ones too: it is rewritten when they outgrow the jobs
         self._journal_pending: list[tuple] = []  # entries of this pass's finished records, appended in one write
         self._journal_rewrite = False  # the file is missing, torn or of another format: rewrite, never append
-        self.spares = Spares(home.status_dir)  # replaced status files, rewritten in place later (record/spares.py)
+        self.spares = Spares(home.status_dir)  # replaced status files, rewritten in place later (util/spares.py)
 
     def load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
         """Rebuild the controller's memory from status files (at start-up). A finished job's record
@@ -228,35 +228,41 @@ class Recorder:
             changed = True
         pairs = states.items() if only is None else [(n, states[n]) for n in only if n in states]
         now = self.clock()
-        for name, state in pairs:
-            known = self.written.get(name)
-            if known is state:  # identity first: unchanged records are shared between passes
-                continue
-            if known == state:
-                self.written[name] = state  # same content: keep this object, so next time `is` holds
-                continue
-            if known is None and self._may_wait(state, now):
-                changed = self._index_only(name, state) or changed
-                continue
-            # A job that never started has nothing to lose: its manifest recreates it. Every other
-            # record (a start decided, an exit recorded) must reach the disk before it is relied on.
-            durable = state.attempt > 0 or state.phase != "Pending"
-            document = state.to_status()
-            self.spares.replace(self.home.status_file(name), dump(document).encode(), durable=durable, new=known is None)
-            if state.phase in SETTLED_PHASES:
-                self._journal_line(name, document)
-            if known is None:
-                self._order = None
-                self.unwritten.pop(name, None)
-            self.written[name] = state  # the controller never mutates a recorded state again
-            self._rows[name] = _index_row(name, state)
-            self.status_writes += 1
-            changed = True
-        if changed:
+        written = 0
+        with self.spares.batch() as batch:  # the durable files of the pass fsync'd together (spares.py)
+            for name, state in pairs:
+                known = self.written.get(name)
+                if known is state:  # identity first: unchanged records are shared between passes
+                    continue
+                if known == state:
+                    self.written[name] = state  # same content: keep this object, so next time `is` holds
+                    continue
+                if known is None and self._may_wait(state, now):
+                    changed = self._index_only(name, state) or changed
+                    continue
+                # A job that never started has nothing to lose: its manifest recreates it. Every other
+                # record (a start decided, an exit recorded) must reach the disk before it is relied on.
+                durable = state.attempt > 0 or state.phase != "Pending"
+                document = state.to_status()
+                batch.add(self.home.status_file(name), dump(document).encode(), durable=durable, new=known is None,
+                          then=lambda n=name, s=state, d=document, k=known: self._written(n, s, d, k))
+                written += 1
+        if written:
             fsync_dir(self.home.status_dir)  # one folder fsync for every rename of this pass
             self.spares.synced()
         self._flush_journal()
-        return changed
+        return changed or written > 0
+
+    def _written(self, name: str, state: JobState, document: dict, known: JobState | None) -> None:
+        """``state`` is on disk as ``status/<name>.yaml``: remember it (``write_states``)."""
+        if state.phase in SETTLED_PHASES:
+            self._journal_line(name, document)
+        if known is None:
+            self._order = None
+            self.unwritten.pop(name, None)
+        self.written[name] = state  # the controller never mutates a recorded state again
+        self._rows[name] = _index_row(name, state)
+        self.status_writes += 1
 
     @staticmethod
     def _may_wait(state: JobState, now: float) -> bool:

@@ -19,12 +19,15 @@ for the other two, before it tells the launcher. A region whose length or checks
 (zeros, or a write torn by a crash) is absent; so a record whose launch region does not read was
 never handed over. The supervisor writes its two records in place, into blocks the file already
 has: an exit record needs nothing from a full disk (``supervisor.py``). It holds an flock on the
-file for its whole life: a free lock means no supervisor is alive. Purging an attempt is one unlink.
+file for its whole life: a free lock means no supervisor is alive. Purging an attempt is one rename:
+gflowd keeps the file as a spare (``util/spares.py``), and a later attempt's record is written
+over it once no supervisor holds its lock, so a flood of attempts creates and frees no inodes.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import zlib
@@ -69,11 +72,26 @@ def decode(block: bytes) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
+def contents(launch: dict) -> bytes:
+    """A new record's whole text: empty run and exit regions (their room), then the launch record."""
+    return bytes(LAUNCH_AT) + encode(launch)
+
+
+def unlocked(fd: int) -> bool:
+    """No supervisor holds this record (its lifetime lock is free)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
+
+
 def create(path: str, launch: dict, mode: int = 0o600) -> None:
     """The attempt's record, with its launch region, created once; raises FileExistsError if it
     exists. A write the disk refuses removes the file (so the attempt stays unrecorded) and raises
     OSError naming it."""
-    data = bytes(LAUNCH_AT) + encode(launch)
+    data = contents(launch)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
         try:

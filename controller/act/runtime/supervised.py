@@ -66,8 +66,10 @@ from controller.act.runtime.control_socket import unix_address
 from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
+from controller.util.spares import PREFIX as SPARE_PREFIX
+from controller.util.spares import Spares
 from controller.util.frames import frame
-from controller.util.fsutil import describe, lock_held
+from controller.util.fsutil import describe, fsync_dir, lock_held
 
 log = logging.getLogger("gflowd.runtime")
 SUPERVISOR_FILE = str(Path(__file__).with_name("supervisor.py"))
@@ -172,6 +174,7 @@ class SupervisorRuntime:
         self.python = python or sys.executable
         self.attempts_dir = home.run_dir / "attempts"
         self.attempts_dir.mkdir(parents=True, exist_ok=True)
+        self.spares = Spares(self.attempts_dir, usable=record.unlocked)  # purged records, rewritten for later attempts
         self.attempts: dict[str, _Attempt] = {}
         self._forgotten: list[tuple[str, _Attempt]] = []  # ended, recorded by the next status write
         self._epoll = select.epoll()
@@ -197,7 +200,7 @@ class SupervisorRuntime:
         attempt.run_hash = launch.job.run_hash
         self.attempts[launch.name] = attempt
         if current is not None and current.result is not None:
-            self._remove_files(current)
+            self._remove_files(current, keep_record=True)
         try:
             attempt.spec, attempt.script = self._launch_spec(launch, attempt)
         except LaunchError as exc:
@@ -298,7 +301,7 @@ class SupervisorRuntime:
         forgotten, self._forgotten = self._forgotten, []
         for name, attempt in forgotten:
             self._remove_cgroup(attempt)
-            self._remove_files(attempt)
+            self._remove_files(attempt, keep_record=True)
             control = (attempt.spec or {}).get("control")
             lost = attempt.result is not None and attempt.result.lost
             if control and lost and name not in self.attempts:  # left behind by a supervisor that was killed
@@ -306,6 +309,11 @@ class SupervisorRuntime:
                     os.unlink(control)
                 except OSError:
                     pass
+        if self.spares.fresh:
+            # the renames on disk before a spare is rewritten: a machine crash must not bring back
+            # an attempt's name on a file since rewritten as another attempt's record
+            fsync_dir(self.attempts_dir)
+            self.spares.synced()
 
     def tick(self, now: float) -> float | None:
         """Timed work: launches held back by the disk, dead supervisors' jobs being stopped, and
@@ -377,7 +385,9 @@ class SupervisorRuntime:
         """Rebuild what is known from ``run/attempts``; restart attempts that never began."""
         latest: dict[str, int] = {}
         stale: list[Path] = []
-        for entry in sorted(os.listdir(self.attempts_dir)):
+        entries = sorted(os.listdir(self.attempts_dir))
+        self.spares.adopt(entry for entry in entries if entry.startswith(SPARE_PREFIX))
+        for entry in entries:
             found = record.attempt_of(entry)
             if found is None:
                 continue
@@ -513,12 +523,13 @@ class SupervisorRuntime:
         if not attempt.log_rotated:
             self._rotate_log(attempt.name, attempt.attempt)
             attempt.log_rotated = True
+        data = record.contents(spec)
         try:
-            record.create(str(attempt.record), spec)
+            self.spares.create(attempt.record, data, 0o600, pad=True)
         except FileExistsError:  # handed over before (a retry); one that does not read was never finished
             if (record.read(str(attempt.record), ("launch",)) or {}).get("launch") is None:
                 os.unlink(attempt.record)
-                record.create(str(attempt.record), spec)
+                self.spares.create(attempt.record, data, 0o600, pad=True)
 
     def _make_cgroup(self, name: str, number: int, spec: dict) -> dict:
         """The attempt's cgroup with its limits written, before anything can join it; the launch
@@ -818,12 +829,18 @@ class SupervisorRuntime:
         sock.setblocking(False)
         return sock
 
-    def _remove_files(self, attempt: _Attempt) -> None:
-        """The record (one unlink), then whichever other files the attempt may have had."""
+    def _remove_files(self, attempt: _Attempt, keep_record: bool = False) -> None:
+        """The record, then whichever other files the attempt may have had. ``keep_record``: an
+        attempt that ended, whose record was read: kept as a spare for a later attempt's (one
+        rename; freeing inodes slows every later file creation on some filesystems, spares.py)."""
         kinds = record.SUFFIXES if attempt.extras is None else [k for k in record.SUFFIXES if k in attempt.extras]
-        for path in (attempt.record, *(attempt.path(kind) for kind in kinds)):
+        if keep_record:
+            self.spares.retire(attempt.record)
+        else:
+            kinds = [None, *kinds]
+        for kind in kinds:
             try:
-                os.unlink(path)
+                os.unlink(attempt.record if kind is None else attempt.path(kind))
             except FileNotFoundError:
                 pass
 

@@ -47,7 +47,7 @@ leave gflowd blind and the GPU held for as long as the disk stays full. Where ev
 needs new blocks (copy-on-write filesystems: btrfs, ZFS) we fall back: keep the record in memory,
 send it to gflowd in the notify datagram (so gflowd knows the exit at once), and retry the write
 with backoff, alive and holding the attempt lock meanwhile, until it is written or gflowd, having
-recorded the exit in its own status file, removes the record file.
+recorded the exit in its own status file, takes the record off its name.
 
 If the run record (or the log file) cannot be written at the start, the job never execs: nothing
 ran, so nothing is recorded. We clear what we wrote, release the lock, and tell gflowd
@@ -120,6 +120,14 @@ def _fsync_dir(directory: str) -> None:
         pass
     finally:
         os.close(dir_fd)
+
+
+def _still_named(fd: int, path: str) -> bool:
+    """``path`` still names the open file ``fd``."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except OSError:
+        return False
 
 
 def _read_json(path: str) -> dict | None:
@@ -579,16 +587,13 @@ class Supervisor:
 
     def _keep_exit(self, data: bytes) -> None:
         """The disk refused the exit record: hold it, tell gflowd, retry until it is written or
-        gflowd has recorded the exit itself (it then removes the record file). We stay alive,
-        holding the attempt lock, meanwhile."""
+        gflowd has recorded the exit itself (it then removes the record from its name, or keeps
+        it as a spare under another). We stay alive, holding the attempt lock, meanwhile."""
         delay = RETRY_FIRST
         while True:
             self._notify("exit", data[record.HEADER :].decode())  # the JSON, without its length and checksum
             time.sleep(delay)
-            try:
-                if self.fd is None or os.fstat(self.fd).st_nlink == 0:
-                    return
-            except OSError:
+            if self.fd is None or not _still_named(self.fd, self.record_path):
                 return
             try:
                 self._write_exit(data)
