@@ -344,3 +344,51 @@ def test_a_later_attempt_is_recorded_over_a_purged_record_never_reading_its_old_
         assert [n for n in os.listdir(attempts) if n.startswith(".spare.")] == []
     finally:
         runtime.close()
+
+
+def _ended(runtime, name: str) -> None:
+    wait_for(lambda: (run := runtime.observe().get(name)) is not None and not run.running, timeout=20,
+             message=f"{name} to end")
+
+
+def _supervisor_of(home, name: str) -> int:
+    return record.read(str(home.run_dir / "attempts" / f"{name}.1"), ("run",))["run"]["supervisorPid"]
+
+
+def test_a_supervisor_takes_a_next_attempt_only_once_gflowd_purged_its_last(tmp_path):
+    """Supervisor processes are reused (supervisor.py: forking one per attempt was most of an
+    attempt's cost), but never while gflowd may still signal them about the attempt they ended."""
+    import sys
+
+    from test_reconcile import job
+
+    from controller.act.runtime.supervised import SupervisorRuntime
+    from controller.model.plan import Launch
+    from controller.paths import Home
+
+    home = Home.resolve(str(tmp_path / "home"), None)
+    home.ensure()
+    runtime = SupervisorRuntime(home)
+
+    def start(name: str, code: int) -> None:
+        admitted = job(name, command=[sys.executable, "-c", f"raise SystemExit({code})"], workingDir=str(tmp_path))
+        runtime.start(Launch(name, 1, 1, admitted, [], []))
+        runtime.observe()  # hands it over
+
+    try:
+        start("a", 3)
+        _ended(runtime, "a")
+        first = _supervisor_of(home, "a")
+        start("b", 4)  # "a" is not purged yet: its supervisor must not take "b"
+        _ended(runtime, "b")
+        assert _supervisor_of(home, "b") != first
+        assert runtime.observe()["a"].exit_code == 3 and runtime.observe()["b"].exit_code == 4
+        runtime.forget("a")
+        runtime.purge()  # now it may
+        start("c", 5)
+        _ended(runtime, "c")
+        assert _supervisor_of(home, "c") == first and runtime.observe()["c"].exit_code == 5
+        assert pid_alive(first)
+    finally:
+        runtime.close()
+    wait_for(lambda: not pid_alive(first), timeout=20, message="the waiting supervisor to end with the launcher")

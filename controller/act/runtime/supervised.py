@@ -183,6 +183,7 @@ class SupervisorRuntime:
         self._news_r, self._news_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # readable: observe() has news
         self._launcher: subprocess.Popen | None = None
         self._handing: list[Path] = []  # records to hand to the launcher (``_hand_over``)
+        self._purged: list[Path] = []  # records purged: their supervisors may take new attempts (``_tell_purged``)
         self._ensure_launcher()  # now, not at the first start: an interpreter start costs ~50 ms
 
     # -- the Protocol --------------------------------------------------------------------------
@@ -309,6 +310,7 @@ class SupervisorRuntime:
                     os.unlink(control)
                 except OSError:
                     pass
+        self._tell_purged()
         if self.spares.fresh:
             # the renames on disk before a spare is rewritten: a machine crash must not bring back
             # an attempt's name on a file since rewritten as another attempt's record
@@ -628,6 +630,20 @@ class SupervisorRuntime:
             launcher.stdin.write(data)
             launcher.stdin.flush()
 
+    def _tell_purged(self) -> None:
+        """The launcher learns which records are purged: a supervisor done with one may now take a
+        next attempt, as no signal of ours can be meant for it any more (supervisor.py). Only the
+        launcher that is running: one started later never handed those out."""
+        purged, self._purged = self._purged, []
+        launcher = self._launcher
+        if not purged or launcher is None or launcher.poll() is not None or launcher.stdin is None:
+            return
+        try:
+            launcher.stdin.write("".join(f"purged {path}\n" for path in purged).encode())
+            launcher.stdin.flush()
+        except (OSError, ValueError):
+            pass  # it died: its supervisors end once their attempts do
+
     def _ensure_launcher(self) -> subprocess.Popen:
         if self._launcher is None or self._launcher.poll() is not None:
             # -I -S: the supervisor needs only the standard library; isolated from the user's env
@@ -836,6 +852,7 @@ class SupervisorRuntime:
         kinds = record.SUFFIXES if attempt.extras is None else [k for k in record.SUFFIXES if k in attempt.extras]
         if keep_record:
             self.spares.retire(attempt.record)
+            self._purged.append(attempt.record)
         else:
             kinds = [None, *kinds]
         for kind in kinds:

@@ -53,9 +53,16 @@ If the run record (or the log file) cannot be written at the start, the job neve
 ran, so nothing is recorded. We clear what we wrote, release the lock, and tell gflowd
 (``unlaunched NAME N WHY``), which holds the launch back and hands it over again later.
 
-``--launcher`` mode is a zygote: started once by gflowd, it reads record paths on stdin and
-forks a supervisor for each (about 2 ms instead of a 35 ms interpreter start). It exits when gflowd
-closes the pipe; the supervisors it forked live on.
+``--launcher`` mode is a zygote: started once by gflowd, it reads record paths on stdin and hands
+each to a supervisor process it forked (about 2 ms instead of a 35 ms interpreter start). A
+supervisor process supervises one attempt at a time, and may supervise several in turn: after an
+attempt whose exit record it wrote (not a terminal session), it says so to the launcher, which gives
+it the next attempt only once gflowd has purged that record (gflowd writes "purged PATH" to the
+launcher): no stop or limits signal meant for the last attempt can then reach the next. Forking, copying on write and tearing down a Python process was most of an
+attempt's cost; a flood of short jobs now pays it a few times, not once per job. The launcher keeps
+IDLE_SUPERVISORS waiting for IDLE_TIMEOUT (more, in a burst, for BURST_TIMEOUT), and one ends
+after REUSE_MAX attempts. The
+launcher exits when gflowd closes the pipe; the supervisors live on, each until its attempt ends.
 """
 
 from __future__ import annotations
@@ -87,6 +94,11 @@ LEFTOVER_GRACE = 2.0  # after the job's main process ends, how long its stray ch
 CONTROL_AFTER = 0.2  # the control socket is bound this long after the start (module docstring)
 ERROR_CHARS = 3000  # a start error is cut to this, so the record fits in its room
 RETRY_FIRST, RETRY_MAX = 0.2, 5.0  # seconds between tries to write an exit record the disk refused
+REUSE_MAX = 500  # attempts one supervisor process supervises before it ends (bounds any leak)
+IDLE_SUPERVISORS = 8  # supervisor processes kept waiting for an attempt for IDLE_TIMEOUT seconds,
+IDLE_TIMEOUT = 30.0
+BURST_SUPERVISORS, BURST_TIMEOUT = 1024, 2.0  # and, in a burst, up to this many for this long
+PURGED = b"purged "  # a line from gflowd: the record at the path that follows was purged
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -281,6 +293,8 @@ class Supervisor:
         self.max_rss = 0
         self.killed_hard = False
         self.control: Control | None = None  # the control socket: attach, exec, notices
+        self.reusable = False  # ended cleanly: this process may supervise a next attempt (``serve``)
+        self._wake: tuple[int, int] | None = None  # the signal wake-up pipe
         try:
             self.cgroup = attempt_cgroup(self.spec.get("cgroup"))
         except Exception as exc:  # the job still joins (limits hold); only its counters are lost
@@ -299,7 +313,7 @@ class Supervisor:
         if record.read_exit(self.fd) is not None or record.read_run(self.fd) is not None:
             return 0  # this attempt already began: never run it twice
         _set_subreaper()
-        wake_r, wake_w = os.pipe2(os.O_CLOEXEC)
+        wake_r, wake_w = self._wake = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(wake_w, False)
         os.set_blocking(wake_r, False)
         signal.set_wakeup_fd(wake_w)
@@ -325,8 +339,20 @@ class Supervisor:
         exit_code = 128 + sig if sig else code
         if self.control is not None:
             self.control.drain()  # the terminal's last output reaches the log and the viewers
-        self._finish(started_wall, exit_code=exit_code, sig=sig)
+        if self._finish(started_wall, exit_code=exit_code, sig=sig) and not self.spec.get("tty"):
+            self.reusable = True
         return 0
+
+    def close(self) -> None:
+        """After ``run``: signals back to their defaults, the wake-up pipe and the record closed
+        (which frees the attempt's lock: its exit record is written)."""
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # none is meant for a next attempt
+            signal.signal(sig, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in (*(self._wake or ()), *((self.fd,) if self.fd is not None else ())):
+            os.close(fd)
+        self._wake, self.fd = None, None
 
     def _not_launched(self, why: str) -> None:
         """Nothing ran and nothing is recorded: clear what we wrote, free the attempt, say why."""
@@ -536,7 +562,8 @@ class Supervisor:
             sys.stderr.write(f"supervisor: cgroup {self.cgroup.name}: {exc}\n")
         return usage
 
-    def _finish(self, started_wall: float, exit_code: int | None, sig: int | None = None, error: str = "") -> None:
+    def _finish(self, started_wall: float, exit_code: int | None, sig: int | None = None, error: str = "") -> bool:
+        """The exit record, written (True), or held until the disk takes it (False)."""
         usage = self._cgroup_usage()
         if not usage.get("peakMemoryBytes") and self.max_rss:
             usage["peakMemoryBytes"] = self.max_rss  # polled: the largest tree RSS seen
@@ -564,9 +591,10 @@ class Supervisor:
         except OSError:
             self._close_control(exit_code)
             self._keep_exit(data)
-            return
+            return False
         self._close_control(exit_code)
         self._notify("exit")
+        return True
 
     def _close_control(self, exit_code: int | None) -> None:
         """Viewers and exec clients learn the exit code; the control socket goes."""
@@ -728,7 +756,8 @@ def _waitpid(pid: int) -> int | None:
 
 
 def launcher() -> int:
-    """Zygote: fork one supervisor per record path read from stdin."""
+    """Zygote: hand each record path read from stdin to a supervisor process, a waiting one or one
+    forked now (module docstring: a pool of supervisors, each one attempt at a time)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped automatically
     try:
         _load_libc()  # warm: every supervisor forked from here inherits it
@@ -738,30 +767,165 @@ def launcher() -> int:
         cgroups_package()  # warm too: supervisors of jobs with a cgroup need it
     except ImportError:
         pass
-    stdin = sys.stdin.buffer
-    while True:
-        line = stdin.readline()
-        if not line:
-            return 0  # gflowd closed the pipe (stopped or died): our supervisors live on
-        path = line.decode().strip()
-        if not path:
-            continue
+    return _Pool().run()
+
+
+class _Pool:
+    """The launcher's supervisor processes: ``tasks`` (pid -> the write end of its pipe of record
+    paths), what each supervises (``serving``), those that ended an attempt cleanly and wait for
+    gflowd to purge it (``done``), purges heard before that (``purged``), and those free to take
+    an attempt (``idle``: pid -> since when, oldest first)."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[int, int] = {}
+        self.serving: dict[int, bytes] = {}
+        self.by_path: dict[bytes, int] = {}  # the inverse of ``serving``
+        self.done: set[int] = set()
+        self.purged: set[bytes] = set()
+        self.idle: dict[int, float] = {}
+        self.said_r, self.said_w = os.pipe2(os.O_CLOEXEC)  # supervisors say "done PID" or "gone PID"
+
+    def run(self) -> int:
+        pending = b""
+        while True:
+            timeout = None
+            if self.idle:
+                wait = IDLE_TIMEOUT if len(self.idle) <= IDLE_SUPERVISORS else BURST_TIMEOUT
+                timeout = max(0.0, next(iter(self.idle.values())) + wait - time.monotonic())
+            try:
+                ready, _, _ = select.select([0, self.said_r], [], [], timeout)
+            except InterruptedError:
+                continue
+            if self.said_r in ready:
+                self._heard(os.read(self.said_r, 65536))
+            if 0 in ready:
+                data = os.read(0, 65536)
+                if not data:
+                    break  # gflowd closed the pipe (stopped or died): our supervisors live on
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    line = line.strip()
+                    if line.startswith(PURGED):
+                        self._purged(line[len(PURGED):])
+                    elif line:
+                        self._hand(line)
+            self._retire(time.monotonic())
+        for fd in self.tasks.values():  # the waiting ones end now, the busy ones after their attempt
+            os.close(fd)
+        return 0
+
+    def _heard(self, data: bytes) -> None:
+        for line in data.split(b"\n"):
+            what, _, pid_text = line.partition(b" ")
+            if not pid_text.isdigit() or int(pid_text) not in self.tasks:
+                continue
+            pid = int(pid_text)
+            if what == b"done":
+                path = self.serving.get(pid, b"")
+                if path in self.purged:
+                    self.purged.discard(path)
+                    self._free(pid)
+                else:
+                    self.done.add(pid)
+            else:
+                self.purged.discard(self.serving.get(pid, b""))
+                self._drop(pid)
+
+    def _purged(self, path: bytes) -> None:
+        """gflowd purged the record at ``path``: its supervisor, done with it, may take another."""
+        pid = self.by_path.get(path)
+        if pid is None or pid not in self.done:
+            if len(self.purged) < 100_000:
+                self.purged.add(path)  # heard before its supervisor said it was done
+            return
+        self.done.discard(pid)
+        self._free(pid)
+
+    def _free(self, pid: int) -> None:
+        self.by_path.pop(self.serving.pop(pid, b""), None)
+        self.idle[pid] = time.monotonic()
+        while len(self.idle) > BURST_SUPERVISORS:
+            self._drop(next(iter(self.idle)))
+
+    def _retire(self, now: float) -> None:
+        """Supervisors waiting too long end (their pipe closes): beyond IDLE_SUPERVISORS after
+        BURST_TIMEOUT, the rest after IDLE_TIMEOUT."""
+        for pid, since in list(self.idle.items()):
+            if now - since < (IDLE_TIMEOUT if len(self.idle) <= IDLE_SUPERVISORS else BURST_TIMEOUT):
+                break
+            self._drop(pid)
+
+    def _drop(self, pid: int) -> None:
+        self.idle.pop(pid, None)
+        self.done.discard(pid)
+        self.by_path.pop(self.serving.pop(pid, b""), None)
+        os.close(self.tasks.pop(pid))
+
+    def _hand(self, path: bytes) -> None:
+        while self.idle:
+            pid = next(reversed(self.idle))  # the most recent: its pages are the warmest
+            del self.idle[pid]
+            try:
+                os.write(self.tasks[pid], path + b"\n")
+            except OSError:  # it died meanwhile
+                self._drop(pid)
+                continue
+            self.serving[pid], self.by_path[path] = path, pid
+            return
+        task_r, task_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                os.setsid()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                _trace_to(f"{path}.log")
-                code = Supervisor(path).run()
+                os.close(task_w)
+                for fd in (*self.tasks.values(), self.said_r):  # only the launcher may hold these
+                    os.close(fd)
+                code = serve(task_r, self.said_w)
             except BaseException as exc:  # keep the zygote's view clean; leave a trace for humans
                 try:
-                    sys.stderr.write(f"supervisor {path}: {exc!r}\n")
+                    sys.stderr.write(f"supervisor {path.decode(errors='replace')}: {exc!r}\n")
                     sys.stderr.flush()
                 except OSError:
                     pass
             finally:
                 os._exit(code)
+        os.close(task_r)
+        os.write(task_w, path + b"\n")
+        self.tasks[pid] = task_w
+        self.serving[pid], self.by_path[path] = path, pid
+
+
+def serve(task: int, said: int) -> int:
+    """One supervisor process: the attempts the launcher sends on ``task``, one at a time. After an
+    attempt that ended cleanly it says "done" and waits: the launcher sends it the next attempt only
+    once gflowd has purged this one's record (so no stop or limits signal meant for it can reach
+    the next). Else it says "gone" and ends; also when the launcher closes ``task``."""
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for served in range(1, REUSE_MAX + 1):
+        while True:
+            try:
+                line = os.read(task, 4096)
+                break
+            except InterruptedError:
+                continue
+        if not line:
+            return 0
+        path = line.decode().strip()
+        _trace_to(f"{path}.log")
+        supervisor = Supervisor(path)
+        try:
+            supervisor.run()
+        except Exception as exc:  # leave a trace for humans; this process ends (a fresh one takes over)
+            supervisor.reusable = False
+            sys.stderr.write(f"supervisor {path}: {exc!r}\n")
+        supervisor.close()
+        if not supervisor.reusable or served == REUSE_MAX:
+            break
+        os.write(said, b"done %d\n" % os.getpid())
+    os.write(said, b"gone %d\n" % os.getpid())
+    return 0
 
 
 class _LazyTrace:
@@ -787,6 +951,10 @@ class _LazyTrace:
 
 
 def _trace_to(path: str) -> None:
+    previous = sys.stderr
+    if isinstance(previous, _LazyTrace) and previous.fd is not None:  # the last attempt's
+        os.close(previous.fd)
+        previous.fd = None
     devnull = os.open(os.devnull, os.O_RDWR)
     for target in (0, 1, 2):
         os.dup2(devnull, target)
