@@ -236,6 +236,34 @@ def test_a_job_whose_supervisor_died_is_found_by_its_cgroup_and_stopped(home, gf
     wait_for(lambda: not attempt_dirs(home, "gone"), timeout=10, message="the orphan's cgroup to be removed")
 
 
+def test_a_directly_spawned_job_starts_in_its_cgroup_and_its_supervisor_steps_back_out(home, gflowd):
+    """A job of gflowd's own user is spawned without forking the supervisor (posix_spawn): the
+    supervisor enters the attempt's cgroup for the spawn and leaves it, so its own memory is never
+    the job's, while the job is inside from its first instruction."""
+    need("memory")
+    daemon = gflowd()
+    write_manifest(home / "jobs", "direct.yaml", python_job("direct", "import time\ntime.sleep(300)", "  resources: {memory: 100Mi}\n"))
+    wait_phase(home, "direct", "Running", daemon=daemon)
+
+    def run_record_with_pid() -> dict | None:
+        run = (record.read(str(home / "run" / "attempts" / "direct.1"), ("run",)) or {}).get("run") or {}
+        return run if run.get("jobPid") else None
+
+    run = wait_for(run_record_with_pid, timeout=10, message="the run record with the job's pid")
+
+    def memory_cgroup(pid: int) -> str:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        return next(line.split(":", 2)[2] for line in lines if line.split(":")[1] == "memory")
+
+    (job_dir,) = [d for d in attempt_dirs(home, "direct") if "/memory/" in d]
+    assert memory_cgroup(run["jobPid"]).endswith("/direct-1"), memory_cgroup(run["jobPid"])
+    assert str(run["jobPid"]) in Path(job_dir, "cgroup.procs").read_text().split()
+    assert str(run["supervisorPid"]) not in Path(job_dir, "cgroup.procs").read_text().split()
+    assert not memory_cgroup(run["supervisorPid"]).endswith("/direct-1")
+    (home / "jobs" / "direct.yaml").unlink()
+    wait_for(lambda: not attempt_dirs(home, "direct"), timeout=30, message="the job's cgroup to go")
+
+
 def test_the_left_behind_check_finds_an_attempt_cgroup_of_a_home_and_removes_it(home):
     from helpers import scrub_cgroups
 

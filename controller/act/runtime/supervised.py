@@ -45,7 +45,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,6 +183,11 @@ class SupervisorRuntime:
         self.notify_path = str(home.run_dir / "notify.sock")
         self._sock = self._bind_notify()
         self._news_r, self._news_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # readable: observe() has news
+        # supervisors' notices, read as they come by a thread: the kernel queues only
+        # net.unix.max_dgram_qlen (often 10) datagrams, and a supervisor waits while the queue is
+        # full (its exit is the only sign a supervisor that lives on for a next attempt gives)
+        self._notices: deque[bytes] = deque()
+        threading.Thread(target=self._hear_notices, name="notices", daemon=True).start()
         self._launcher: subprocess.Popen | None = None
         self._handing: list[Path] = []  # records to hand to the launcher (``_hand_over``)
         self._purged: list[Path] = []  # records purged: their supervisors may take new attempts (``_tell_purged``)
@@ -355,7 +362,7 @@ class SupervisorRuntime:
         return out
 
     def wait_fds(self) -> list[int]:
-        return [self._epoll.fileno(), self._sock.fileno(), self._news_r]
+        return [self._epoll.fileno(), self._news_r]
 
     def needs_polling(self) -> bool:
         return False
@@ -372,6 +379,10 @@ class SupervisorRuntime:
                 self._launcher.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 self._launcher.kill()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # the notices thread's recv returns
+        except OSError:
+            pass
         self._sock.close()
         os.close(self._news_r)
         os.close(self._news_w)
@@ -684,6 +695,9 @@ class SupervisorRuntime:
                 attempt.started_at = float(run_record.get("startedAt") or time.time())
                 if self._identity_ok(attempt):
                     self._watch(attempt)
+        elif attempt.job_pid is None:  # recorded before the job ran (a direct spawn): its pid follows
+            run_record = self._read(attempt, "run") or {}
+            attempt.job_pid, attempt.job_ticks = run_record.get("jobPid"), run_record.get("jobStartTicks")
         if attempt.supervisor_pid is not None:
             if not self._identity_ok(attempt) or not self._alive(attempt):
                 self._unwatch(attempt)
@@ -799,12 +813,24 @@ class SupervisorRuntime:
             os.close(attempt.pidfd)
             attempt.pidfd = None
 
-    def _drain(self) -> None:
+    def _hear_notices(self) -> None:
+        """The notices thread: datagrams to ``_notices``, and a wake-up for the loop."""
         while True:
             try:
-                self._note(self._sock.recv(65536))
-            except (BlockingIOError, OSError):
-                break
+                datagram = self._sock.recv(65536)
+            except OSError:
+                return  # closed
+            if not datagram:
+                return
+            self._notices.append(datagram)
+            try:
+                os.write(self._news_w, b"n")
+            except OSError:  # full: the loop is awake already; closed: we are stopping
+                pass
+
+    def _drain(self) -> None:
+        while self._notices:
+            self._note(self._notices.popleft())
         try:
             while os.read(self._news_r, 4096):
                 pass
@@ -842,7 +868,6 @@ class SupervisorRuntime:
         with unix_address(self.notify_path) as address:
             sock.bind(address)
         os.chmod(self.notify_path, 0o600)
-        sock.setblocking(False)
         return sock
 
     def _remove_files(self, attempt: _Attempt, keep_record: bool = False) -> None:
