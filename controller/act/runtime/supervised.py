@@ -123,6 +123,7 @@ class _Attempt:
     handover_warned: bool = False
     job_ticks: int | None = None
     exit_note: dict | None = None  # the exit record, as sent by a supervisor the disk refused it to
+    cgroup_removed: bool = False  # its supervisor removed its cgroup (its exit record says so)
     extras: set[str] | None = None  # which of record.SUFFIXES it may have; None: any (adopted)
     orphaned: _Orphaned | None = None
 
@@ -575,6 +576,8 @@ class SupervisorRuntime:
 
     def _remove_cgroup(self, attempt: _Attempt) -> None:
         """After the attempt's end is recorded: its cgroup, if its supervisor could not remove it."""
+        if attempt.cgroup_removed:
+            return  # not even looked for: a missing cgroup's seven lookups cost ~0.3 ms
         cgroup = self._cgroup_of(attempt)
         if cgroup is None:
             return
@@ -679,6 +682,7 @@ class SupervisorRuntime:
         exit_record = self._read(attempt, "exit")
         if exit_record is not None:
             attempt.result = _observation(attempt, exit_record)
+            attempt.cgroup_removed = exit_record.get("cgroupRemoved") is True
             attempt.orphaned = None
             self._unwatch(attempt)
             return

@@ -298,6 +298,7 @@ class Supervisor:
         self.killed_hard = False
         self.control: Control | None = None  # the control socket: attach, exec, notices
         self.reusable = False  # ended cleanly: this process may supervise a next attempt (``serve``)
+        self.cgroup_removed = False
         self._wake: tuple[int, int] | None = None  # the signal wake-up pipe
         try:
             self.cgroup = attempt_cgroup(self.spec.get("cgroup"))
@@ -621,6 +622,7 @@ class Supervisor:
             if stats.memory_peak is not None:
                 usage["peakMemoryBytes"] = stats.memory_peak
             self.cgroup.remove(timeout=5.0)
+            self.cgroup_removed = True
         except Exception as exc:
             sys.stderr.write(f"supervisor: cgroup {self.cgroup.name}: {exc}\n")
         return usage
@@ -644,6 +646,7 @@ class Supervisor:
             "maxRssBytes": self.max_rss,
             "usage": usage,
             "jobPid": self.job_pid or None,
+            "cgroupRemoved": self.cgroup_removed,  # gflowd then does not look for it
         }
         data = record.encode(exit_record)
         while not record.exit_fits(data):  # an error text of escaped characters: cut it further
