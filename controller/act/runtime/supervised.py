@@ -45,9 +45,7 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,12 +181,10 @@ class SupervisorRuntime:
         self._epoll = select.epoll()
         self.notify_path = str(home.run_dir / "notify.sock")
         self._sock = self._bind_notify()
-        self._news_r, self._news_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # readable: observe() has news
-        # supervisors' notices, read as they come by a thread: the kernel queues only
-        # net.unix.max_dgram_qlen (often 10) datagrams, and a supervisor waits while the queue is
-        # full (its exit is the only sign a supervisor that lives on for a next attempt gives)
-        self._notices: deque[bytes] = deque()
-        threading.Thread(target=self._hear_notices, name="notices", daemon=True).start()
+        # readable: observe() has news. The launcher writes to it too, when a supervisor it reuses
+        # ended an attempt: such a supervisor does not exit, so no pidfd tells us, and its notice
+        # datagram may be dropped (the kernel queues only net.unix.max_dgram_qlen, often 10)
+        self._news_r, self._news_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._launcher: subprocess.Popen | None = None
         self._handing: list[Path] = []  # records to hand to the launcher (``_hand_over``)
         self._purged: list[Path] = []  # records purged: their supervisors may take new attempts (``_tell_purged``)
@@ -363,7 +359,7 @@ class SupervisorRuntime:
         return out
 
     def wait_fds(self) -> list[int]:
-        return [self._epoll.fileno(), self._news_r]
+        return [self._epoll.fileno(), self._sock.fileno(), self._news_r]
 
     def needs_polling(self) -> bool:
         return False
@@ -380,10 +376,6 @@ class SupervisorRuntime:
                 self._launcher.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 self._launcher.kill()
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)  # the notices thread's recv returns
-        except OSError:
-            pass
         self._sock.close()
         os.close(self._news_r)
         os.close(self._news_w)
@@ -662,10 +654,11 @@ class SupervisorRuntime:
         if self._launcher is None or self._launcher.poll() is not None:
             # -I -S: the supervisor needs only the standard library; isolated from the user's env
             self._launcher = subprocess.Popen(
-                [self.python, "-I", "-S", SUPERVISOR_FILE, "--launcher"],
+                [self.python, "-I", "-S", SUPERVISOR_FILE, "--launcher", str(self._news_w)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 close_fds=True,
+                pass_fds=(self._news_w,),  # it wakes us when a supervisor it reuses ended an attempt
                 start_new_session=True,
             )
             assert self._launcher.stdin is not None
@@ -817,24 +810,12 @@ class SupervisorRuntime:
             os.close(attempt.pidfd)
             attempt.pidfd = None
 
-    def _hear_notices(self) -> None:
-        """The notices thread: datagrams to ``_notices``, and a wake-up for the loop."""
+    def _drain(self) -> None:
         while True:
             try:
-                datagram = self._sock.recv(65536)
-            except OSError:
-                return  # closed
-            if not datagram:
-                return
-            self._notices.append(datagram)
-            try:
-                os.write(self._news_w, b"n")
-            except OSError:  # full: the loop is awake already; closed: we are stopping
-                pass
-
-    def _drain(self) -> None:
-        while self._notices:
-            self._note(self._notices.popleft())
+                self._note(self._sock.recv(65536))
+            except (BlockingIOError, OSError):
+                break
         try:
             while os.read(self._news_r, 4096):
                 pass
@@ -872,6 +853,7 @@ class SupervisorRuntime:
         with unix_address(self.notify_path) as address:
             sock.bind(address)
         os.chmod(self.notify_path, 0o600)
+        sock.setblocking(False)
         return sock
 
     def _remove_files(self, attempt: _Attempt, keep_record: bool = False) -> None:

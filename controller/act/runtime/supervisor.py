@@ -101,7 +101,6 @@ REUSE_MAX = 500  # attempts one supervisor process supervises before it ends (bo
 IDLE_SUPERVISORS = 8  # supervisor processes kept waiting for an attempt for IDLE_TIMEOUT seconds,
 IDLE_TIMEOUT = 30.0
 BURST_SUPERVISORS, BURST_TIMEOUT = 1024, 2.0  # and, in a burst, up to this many for this long
-NOTIFY_WAIT = 2.0  # seconds an exit datagram may wait for room in gflowd's socket
 PURGED = b"purged "  # a line from gflowd: the record at the path that follows was purged
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -705,11 +704,8 @@ class Supervisor:
         message = f"{what} {self.spec.get('name')} {self.spec.get('attempt')}" + (f" {detail}" if detail else "")
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock, unix_address(address) as short:
-                # an exit waits (briefly) for room: gflowd, busy, may not read for a while, and a
-                # supervisor that lives on for a next attempt gives it no other sign (no pidfd wakes)
-                sock.settimeout(NOTIFY_WAIT if what == "exit" else 0)
-                sock.connect(short)  # connected, a full receiver makes us wait instead of spin
-                sock.send(message.encode())
+                sock.setblocking(False)
+                sock.sendto(message.encode(), short)
         except OSError:
             pass
 
@@ -862,10 +858,13 @@ def _waitpid(pid: int) -> int | None:
             return None
 
 
-def launcher() -> int:
+def launcher(wake: int | None = None) -> int:
     """Zygote: hand each record path read from stdin to a supervisor process, a waiting one or one
-    forked now (module docstring: a pool of supervisors, each one attempt at a time)."""
+    forked now (module docstring: a pool of supervisors, each one attempt at a time). ``wake``: a
+    pipe to gflowd, written when a supervisor ended an attempt and lives on (no pidfd tells it)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped automatically
+    if wake is not None:
+        os.set_inheritable(wake, False)  # never into a job
     try:
         _load_libc()  # warm: every supervisor forked from here inherits it
     except OSError:
@@ -875,7 +874,7 @@ def launcher() -> int:
         _home_cgroups([])  # and where they step back to after spawning a job inside one
     except ImportError:
         pass
-    return _Pool().run()
+    return _Pool(wake).run()
 
 
 class _Pool:
@@ -884,7 +883,8 @@ class _Pool:
     gflowd to purge it (``done``), purges heard before that (``purged``), and those free to take
     an attempt (``idle``: pid -> since when, oldest first)."""
 
-    def __init__(self) -> None:
+    def __init__(self, wake: int | None = None) -> None:
+        self.wake = wake
         self.tasks: dict[int, int] = {}
         self.serving: dict[int, bytes] = {}
         self.by_path: dict[bytes, int] = {}  # the inverse of ``serving``
@@ -905,7 +905,13 @@ class _Pool:
             except InterruptedError:
                 continue
             if self.said_r in ready:
-                self._heard(os.read(self.said_r, 65536))
+                said = os.read(self.said_r, 65536)
+                self._heard(said)
+                if self.wake is not None and b"done" in said:
+                    try:
+                        os.write(self.wake, b"d")  # gflowd reads the exit records at its next pass
+                    except OSError:  # full (gflowd is awake already) or gone
+                        pass
             if 0 in ready:
                 data = os.read(0, 65536)
                 if not data:
@@ -1072,9 +1078,9 @@ def _trace_to(path: str) -> None:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--launcher"]:
-        return launcher()
+        return launcher(int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else None)
     if len(argv) != 1:
-        sys.stderr.write("usage: supervisor.py RECORD_FILE | --launcher\n")
+        sys.stderr.write("usage: supervisor.py RECORD_FILE | --launcher [WAKE_FD]\n")
         return 2
     os.setsid() if os.getpid() != os.getsid(0) else None
     return Supervisor(argv[0]).run()
