@@ -442,3 +442,17 @@ def test_a_home_deeper_than_a_socket_path_may_be_runs_jobs(tmp_path, gflowd):
     status = wait_phase(deep, "quick", "Succeeded", daemon=daemon)
     assert status["exitCode"] == 0
     assert "Traceback" not in daemon.stderr()
+
+
+def test_the_end_of_an_attempt_under_a_reused_supervisor_wakes_gflowd_without_a_notice(home, gflowd):
+    """A supervisor that lives on for a next attempt never exits, so no pidfd tells gflowd its
+    attempt ended, and its notice datagram may be dropped (a full queue): the launcher wakes gflowd
+    instead. With no notice socket at all and a resync of a minute, the second job (under the first
+    one's supervisor) must still be seen to end at once."""
+    daemon = gflowd("--resync", "60s")
+    write_manifest(home / "jobs", "first.yaml", manifest("first", "command: ['true']"))
+    wait_phase(home, "first", "Succeeded", timeout=20, daemon=daemon)
+    (home / "run" / "notify.sock").unlink()  # every notice is lost from now on
+    write_manifest(home / "jobs", "second.yaml", manifest("second", "command: ['true']"))
+    status = wait_phase(home, "second", "Succeeded", timeout=20, daemon=daemon)
+    assert status["exitCode"] == 0
