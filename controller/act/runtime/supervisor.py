@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The per-job supervisor (like containerd-shim or conmon): one small process per attempt.
+"""The per-job supervisor (like containerd-shim or conmon): one small process per running attempt,
+which may supervise a next attempt once that one is over (``serve``).
 
 Standard library only, and runnable as a plain file (``python -I -S supervisor.py``), so it starts
 without the project's dependencies. It outlives gflowd: gflowd may stop, crash or restart while
