@@ -103,6 +103,7 @@ IDLE_SUPERVISORS = 8  # supervisor processes kept waiting for an attempt for IDL
 IDLE_TIMEOUT = 30.0
 BURST_SUPERVISORS, BURST_TIMEOUT = 1024, 2.0  # and, in a burst, up to this many for this long
 PURGED = b"purged "  # a line from gflowd: the record at the path that follows was purged
+MAX_FD = 1 << 20  # above any descriptor a launcher holds
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -183,11 +184,25 @@ def open_job_log(path: str, uid: int | None = None, gid: int | None = None, appe
     return fd
 
 
+def _slurp(path: str) -> bytes:
+    """A small file's bytes with two system calls' worth of work (no buffered file object: its
+    fstat, isatty and seek cost more than the read, in every supervisor loop)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
 def start_ticks(pid: int) -> int | None:
     """Kernel start time of ``pid`` in clock ticks: with the pid, a process's identity."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
+        data = _slurp(f"/proc/{pid}/stat")
     except OSError:
         return None
     return int(data[data.rindex(b")") + 2 :].split()[19])
@@ -202,8 +217,7 @@ def _children_of(pid: int) -> list[int] | None:
         return []
     for tid in tasks:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
-                kids.extend(int(x) for x in handle.read().split())
+            kids.extend(int(x) for x in _slurp(f"/proc/{pid}/task/{tid}/children").split())
         except FileNotFoundError:
             if not os.path.exists(f"/proc/{pid}"):
                 return []
@@ -254,8 +268,7 @@ def tree_rss(pids: list[int]) -> int:
     total = 0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/statm", "rb") as handle:
-                total += int(handle.read().split()[1]) * _PAGE
+            total += int(_slurp(f"/proc/{pid}/statm").split()[1]) * _PAGE
         except (OSError, IndexError, ValueError):
             continue
     return total
@@ -827,9 +840,20 @@ def _find_program(name: str, env: dict) -> str:
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
 
 
+_cgroups = None
+
+
 def cgroups_package():
     """``controller.act.runtime.cgroups`` (standard library only). Run as a plain file
-    (``python -I -S supervisor.py``) the project is not importable: the package beside us is."""
+    (``python -I -S supervisor.py``) the project is not importable: the package beside us is.
+    Found once (a failed import searches every folder on the path)."""
+    global _cgroups
+    if _cgroups is None:
+        _cgroups = _find_cgroups_package()
+    return _cgroups
+
+
+def _find_cgroups_package():
     try:
         from controller.act.runtime import cgroups  # lazy: only jobs with a cgroup need it
     except ImportError:
@@ -993,9 +1017,13 @@ class _Pool:
         if pid == 0:
             code = 1
             try:
-                os.close(task_w)
-                for fd in (*self.tasks.values(), self.said_r):  # only the launcher may hold these
-                    os.close(fd)
+                # only what this supervisor uses: the other supervisors' pipes must close when the
+                # launcher closes them (one close_range per gap, not one close per supervisor)
+                last = 2
+                for fd in sorted({task_r, self.said_w}):
+                    os.closerange(last + 1, fd)
+                    last = fd
+                os.closerange(last + 1, MAX_FD)
                 code = serve(task_r, self.said_w)
             except BaseException as exc:  # keep the zygote's view clean; leave a trace for humans
                 try:
