@@ -919,7 +919,7 @@ class _Pool:
         self.said_r, self.said_w = os.pipe2(os.O_CLOEXEC)  # supervisors say "done PID" or "gone PID"
 
     def run(self) -> int:
-        pending = b""
+        pending = said_pending = b""
         while True:
             timeout = None
             if self.idle:
@@ -930,7 +930,8 @@ class _Pool:
             except InterruptedError:
                 continue
             if self.said_r in ready:
-                said = os.read(self.said_r, 65536)
+                *said, said_pending = (said_pending + os.read(self.said_r, 65536)).split(b"\n")
+                said = b"\n".join(said)
                 self._heard(said)
                 if self.wake is not None and b"done" in said:
                     try:
@@ -974,9 +975,10 @@ class _Pool:
     def _purged(self, path: bytes) -> None:
         """gflowd purged the record at ``path``: its supervisor, done with it, may take another."""
         pid = self.by_path.get(path)
-        if pid is None or pid not in self.done:
-            if len(self.purged) < 100_000:
-                self.purged.add(path)  # heard before its supervisor said it was done
+        if pid is None:
+            return  # its supervisor ended (not reusable) or was never ours
+        if pid not in self.done:
+            self.purged.add(path)  # heard before its supervisor said it was done
             return
         self.done.discard(pid)
         self._free(pid)
@@ -1047,12 +1049,7 @@ def serve(task: int, said: int) -> int:
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for served in range(1, REUSE_MAX + 1):
-        while True:
-            try:
-                line = os.read(task, 4096)
-                break
-            except InterruptedError:
-                continue
+        line = os.read(task, 4096)  # the next record's path; nothing when the launcher closed the pipe
         if not line:
             return 0
         path = line.decode().strip()
