@@ -199,7 +199,7 @@ def index_updated(home: Path) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-_index_cache: dict[Path, tuple[tuple[int, int, int], Counter]] = {}
+_index_cache: dict[Path, tuple[tuple[int, int, int], Counter, float | None]] = {}
 
 
 def index_phases(home: Path) -> Counter | None:
@@ -219,7 +219,7 @@ def index_phases(home: Path) -> Counter | None:
     return counts
 
 
-def index_updated(home: Path) -> float | None:
+def parsed_index_updated(home: Path) -> float | None:
     """When gflowd wrote the run/index.json that ``index_phases`` last parsed (its ``updated``, wall
     clock): a drain ends when the index first counts every job done, not when a poll noticed."""
     cached = _index_cache.get(home / "run" / "index.json")
@@ -616,7 +616,7 @@ class Bench:
                 # polled slowly (parsing a 1,000-job index 50 times a second would take CPU from
                 # gflowd); the end is the time the index that first counted them all was written
                 self._wait_all_succeeded(home, n, daemon, interval=0.25, what=f"{n} dropped jobs", stall=60.0)
-                elapsed = (index_updated(home) or time.time()) - t0
+                elapsed = (parsed_index_updated(home) or time.time()) - t0
                 daemon.stop()
                 self._check_statuses(home, n)
                 rates.append(n / elapsed)
