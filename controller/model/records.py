@@ -209,7 +209,7 @@ class JobState:
 
     # -- records journal round trip (util/records_journal.py) --------------------------------------
 
-    def to_row(self) -> list[Any]:
+    def to_row(self) -> tuple[Any, ...]:
         """Every field, in ``JOB_FIELDS`` order, as plain data (a StrEnum member as its text): the
         record as the journal stores it, no field names repeated; ``conditions`` and ``usage`` as
         flat tuples (``FrozenConditions``, ``FrozenMapping``), the hashes as shared strings (the
@@ -219,13 +219,13 @@ class JobState:
         row[_USAGE] = _flat_mapping(self.usage)
         row[_SPEC_HASH] = sys.intern(row[_SPEC_HASH])
         row[_RUN_HASH] = sys.intern(row[_RUN_HASH])
-        return row
+        return tuple(row)  # one allocation when read back (a list is two, its head among the records' strings)
 
     @classmethod
-    def from_row(cls, row: list[Any]) -> "JobState":
+    def from_row(cls, row: tuple[Any, ...]) -> "JobState":
         """The record ``to_row`` gave (as the journal decoded it: its strings already shared). Empty
         lists and mappings are shared too: a record is never mutated, only copied (``copy``)."""
-        if type(row) is not list or len(row) != len(JOB_FIELDS):
+        if type(row) is not tuple or len(row) != len(JOB_FIELDS):
             raise ValueError(f"a journal row has {len(JOB_FIELDS)} fields")
         state = cls(*row)
         if type(state.conditions) is tuple:
