@@ -219,6 +219,9 @@ class JobState:
         row[_USAGE] = _flat_mapping(self.usage)
         row[_SPEC_HASH] = sys.intern(row[_SPEC_HASH])
         row[_RUN_HASH] = sys.intern(row[_RUN_HASH])
+        for at in _EMPTY_AT:
+            if not row[at]:
+                row[at] = None  # read back as the shared empty one: no object to build and free per job
         return tuple(row)  # one allocation when read back (a list is two, its head among the records' strings)
 
     @classmethod
@@ -356,6 +359,7 @@ JOB_FIELDS: tuple[str, ...] = JobState.__slots__  # the field order of a journal
 _EMPTY_SHARED: dict[str, Any] = {
     "labels": {}, "depends_on": [], "devices": [], "device_uuids": [], "cores": [], "usage": {}, "conditions": [],
 }
+_EMPTY_AT = tuple(JOB_FIELDS.index(name) for name in _EMPTY_SHARED)
 _CONDITIONS, _USAGE = JOB_FIELDS.index("conditions"), JOB_FIELDS.index("usage")
 _SPEC_HASH, _RUN_HASH = JOB_FIELDS.index("spec_hash"), JOB_FIELDS.index("run_hash")
 
