@@ -8,11 +8,12 @@ import json
 import os
 
 from controller.model.reasons import Condition, Phase, Reason
-from controller.model.records import JOB_FIELDS, JobState
+from controller.model.conditions import set_condition
+from controller.model.records import JOB_FIELDS, FrozenConditions, FrozenMapping, JobState
 from controller.paths import Home
 from controller.util import records_journal as journal
 from controller.record.recorder import QUEUED_UNWRITTEN_MAX, Recorder
-from controller.util.yamlio import load_own
+from controller.util.yamlio import dump, load_own
 
 T0 = 1_800_000_000.0
 
@@ -65,7 +66,7 @@ def test_a_queued_job_deleted_before_it_started_leaves_no_trace(tmp_path):
 
 
 def _journal(home: Home) -> dict:
-    return journal.read(str(home.records_journal), JOB_FIELDS).rows
+    return journal.read(str(home.records_journal), JOB_FIELDS).last
 
 
 def test_journal_entries_are_written_for_finished_jobs_only(tmp_path):
@@ -81,10 +82,48 @@ def test_journal_entries_are_written_for_finished_jobs_only(tmp_path):
                     conditions=[{"type": Condition.Admitted, "status": "True", "reason": "Valid", "message": "ok",
                                  "lastTransitionTime": "2027-01-15T08:00:00.000Z"}])
     recorder.write_states({"a": done}, [])
-    key, row = _journal(home)["a"]
-    assert key == journal.key_of(os.stat(home.status_file("a")))
+    entry = _journal(home)["a"]
+    row = entry[4]
+    assert journal.entry_key(entry) == journal.key_of(os.stat(home.status_file("a")))
     assert JobState.from_row(row) == done
     assert not (home.run_dir / "status-json").exists()
+
+
+def test_a_record_read_back_from_the_journal_is_compact_and_reads_as_written(tmp_path):
+    """What a restart keeps of a finished job: its conditions and usage as the journal's flat tuples
+    (one string for two equal times), read as the lists and mappings they were; the status it writes
+    is the one written before; changing it (a rerun) works on real dicts."""
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    recorder.load()
+    when = "2027-01-15T08:00:00.000Z"
+    conditions = [
+        {"type": Condition.Admitted, "status": "True", "reason": "Valid", "message": "manifest is valid",
+         "lastTransitionTime": when},
+        {"type": Condition.Scheduled, "status": "True", "reason": "Bound", "message": "started on GPU 0",
+         "lastTransitionTime": "".join(when)},  # equal, not the same string
+    ]
+    done = JobState(name="a", phase=Phase.Succeeded, reason=Reason.Completed, created=T0, attempt=1, start_time=T0,
+                    completion_time=T0 + 1, exit_code=0, conditions=conditions,
+                    usage={"cpuSeconds": 1.5, "peakMemoryBytes": 1 << 20})
+    odd = JobState(name="b", phase=Phase.Failed, reason=Reason.Error, created=T0, attempt=1, exit_code=1,
+                   conditions=[{"type": "Custom", "status": "True"}])  # not the five keys: kept as it is
+    recorder.write_states({"a": done, "b": odd}, [])
+    written = home.status_file("a").read_text()
+    states = Recorder(home).load()[0]
+    a, b = states["a"], states["b"]
+    assert a == done and done == a and b == odd
+    assert isinstance(a.conditions, FrozenConditions) and isinstance(a.usage, FrozenMapping)
+    assert a.conditions.flat[4] is a.conditions.flat[9]  # one time string for both
+    assert list(a.conditions) == conditions and len(a.conditions) == 2 and a.conditions[1]["reason"] == "Bound"
+    assert dict(a.usage) == {"cpuSeconds": 1.5, "peakMemoryBytes": 1 << 20} and a.usage.get("missing") is None
+    assert type(b.conditions) is list and b.conditions == [{"type": "Custom", "status": "True"}]
+    assert dump(a.to_status()) == written
+    rerun = a.copy()
+    assert type(rerun.usage) is dict and all(type(c) is dict for c in rerun.conditions)
+    rerun.conditions = set_condition(rerun.conditions, Condition.Admitted, "False", "Invalid", "bad", "later")
+    assert [c["status"] for c in rerun.conditions] == ["False", "True"] and rerun != a
+    assert a.conditions[0]["status"] == "True"  # the record read back is untouched
 
 
 def _finished(name: str, message: str = "attempt 1 exited with code 0") -> JobState:
@@ -156,7 +195,7 @@ def test_a_journal_cut_short_is_read_up_to_the_cut_and_then_rewritten(tmp_path):
         assert states["b"] == _finished("b")  # from its YAML
         assert states["a"].message in ("a from the journal", "attempt 1 exited with code 0")
         entries = journal.read(str(home.records_journal), JOB_FIELDS)
-        assert not entries.torn and set(entries.rows) == {"a", "b"}  # rewritten whole
+        assert not entries.torn and set(entries.last) == {"a", "b"}  # rewritten whole
     home.records_journal.write_bytes(b"something else entirely\n")  # another format: not read at all
     assert Recorder(home).load()[0] == {"a": _finished("a"), "b": _finished("b")}
 
@@ -176,6 +215,6 @@ def test_the_journal_is_appended_per_pass_and_rewritten_when_dead_entries_pile_u
     for k in range(8):  # a rerun job's entries: every one but the last is dead
         recorder.write_states({"a": _finished("a", f"run {k}"), "b": _finished("b")}, [])
     entries = journal.read(str(home.records_journal), JOB_FIELDS)
-    assert entries.count <= 2 * 2 + 5 and JobState.from_row(entries.rows["a"][1]).message == "run 7"
+    assert entries.count <= 2 * 2 + 5 and JobState.from_row(entries.last["a"][4]).message == "run 7"
     recorder.write_states({"b": _finished("b")}, ["a"])
     assert Recorder(home).load()[0] == {"b": _finished("b")}  # a's entry names a file that is gone

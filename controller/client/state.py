@@ -71,13 +71,13 @@ def status_json_texts(home: Home, names: list[str]) -> dict[str, str]:
     entries = journal.read(str(home.records_journal), JOB_FIELDS)
     texts: dict[str, str] = {}
     for name in names:
-        entry = entries.rows.get(name)
+        entry = entries.last.get(name)
         if entry is None:
             continue
         try:
-            if journal.key_of(os.stat(home.status_file(name))) != entry[0]:
+            if journal.key_of(os.stat(home.status_file(name))) != journal.entry_key(entry):
                 continue
-            state = JobState.from_row(entry[1])
+            state = JobState.from_row(entry[4])
         except (OSError, TypeError, ValueError):
             continue
         if state.name == name:

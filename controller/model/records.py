@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from collections.abc import Mapping
 from typing import Any
 
 from controller import API_VERSION
@@ -67,6 +68,93 @@ def _text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+CONDITION_KEYS = ("type", "status", "reason", "message", "lastTransitionTime")
+
+
+class FrozenConditions:
+    """A finished job's conditions as the records journal keeps them: one flat tuple, five values a
+    condition in ``CONDITION_KEYS`` order, read as the list of dicts it stands for. At 50,000 jobs
+    the dicts cost ~480 bytes a job and this ~180 (their strings are shared either way). Read-only:
+    a record is copied (``JobState.copy``: real dicts) before anything changes it, and every
+    condition helper builds a new list."""
+
+    __slots__ = ("flat",)
+
+    def __init__(self, flat: tuple) -> None:
+        self.flat = flat
+
+    def __len__(self) -> int:
+        return len(self.flat) // 5
+
+    def __bool__(self) -> bool:
+        return bool(self.flat)
+
+    def __iter__(self) -> Any:
+        flat = self.flat
+        for at in range(0, len(flat), 5):
+            yield dict(zip(CONDITION_KEYS, flat[at:at + 5]))
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return list(self)[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenConditions):
+            return self.flat == other.flat
+        return list(self) == other if isinstance(other, list) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+class FrozenMapping(Mapping):
+    """A finished job's ``usage`` as the records journal keeps it: keys and values in one flat
+    tuple (~130 bytes a job, a dict ~190), read as the mapping it stands for. Read-only, as above."""
+
+    __slots__ = ("flat",)
+
+    def __init__(self, flat: tuple) -> None:
+        self.flat = flat
+
+    def __getitem__(self, key: str) -> Any:
+        flat = self.flat
+        for at in range(0, len(flat), 2):
+            if flat[at] == key:
+                return flat[at + 1]
+        raise KeyError(key)
+
+    def __iter__(self) -> Any:
+        return iter(self.flat[::2])
+
+    def __len__(self) -> int:
+        return len(self.flat) // 2
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def _flat_conditions(conditions: Any) -> Any:
+    """Conditions for a journal row: a flat tuple when each has exactly ``CONDITION_KEYS`` (in that
+    order, so they read back as written), a time equal to the one before it the same string (one
+    object: marshal stores it once); else the list as it is."""
+    if type(conditions) is FrozenConditions:
+        return conditions.flat
+    flat: list[Any] = []
+    for condition in conditions:
+        if type(condition) is not dict or tuple(condition) != CONDITION_KEYS:
+            return [_plain(c) for c in conditions]
+        values = [_plain(v) for v in condition.values()]
+        if len(flat) >= 5 and values[4] == flat[-1]:
+            values[4] = flat[-1]
+        flat.extend(values)
+    return tuple(flat)
+
+
+def _flat_mapping(mapping: Any) -> tuple:
+    if type(mapping) is FrozenMapping:
+        return mapping.flat
+    return tuple(_plain(x) for item in mapping.items() for x in item)
+
+
 @dataclass(slots=True)  # no per-record __dict__: ~0.8 KiB less per job (50,000 jobs: ~40 MiB)
 class JobState:
     name: str
@@ -121,18 +209,32 @@ class JobState:
 
     # -- records journal round trip (util/records_journal.py) --------------------------------------
 
-    def to_row(self) -> list[Any]:
+    def to_row(self) -> tuple[Any, ...]:
         """Every field, in ``JOB_FIELDS`` order, as plain data (a StrEnum member as its text): the
-        record as the journal stores it, no field names repeated."""
-        return [_plain(getattr(self, name)) for name in JOB_FIELDS]
+        record as the journal stores it, no field names repeated; ``conditions`` and ``usage`` as
+        flat tuples (``FrozenConditions``, ``FrozenMapping``), the hashes as shared strings (the
+        manifest store holds the same ones)."""
+        row = [_plain(getattr(self, name)) for name in JOB_FIELDS]
+        row[_CONDITIONS] = _flat_conditions(self.conditions)
+        row[_USAGE] = _flat_mapping(self.usage)
+        row[_SPEC_HASH] = sys.intern(row[_SPEC_HASH])
+        row[_RUN_HASH] = sys.intern(row[_RUN_HASH])
+        for at in _EMPTY_AT:
+            if not row[at]:
+                row[at] = None  # read back as the shared empty one: no object to build and free per job
+        return tuple(row)  # one allocation when read back (a list is two, its head among the records' strings)
 
     @classmethod
-    def from_row(cls, row: list[Any]) -> "JobState":
+    def from_row(cls, row: tuple[Any, ...]) -> "JobState":
         """The record ``to_row`` gave (as the journal decoded it: its strings already shared). Empty
         lists and mappings are shared too: a record is never mutated, only copied (``copy``)."""
-        if type(row) is not list or len(row) != len(JOB_FIELDS):
+        if type(row) is not tuple or len(row) != len(JOB_FIELDS):
             raise ValueError(f"a journal row has {len(JOB_FIELDS)} fields")
         state = cls(*row)
+        if type(state.conditions) is tuple:
+            state.conditions = FrozenConditions(state.conditions) if state.conditions else []  # type: ignore[assignment]
+        if type(state.usage) is tuple:
+            state.usage = FrozenMapping(state.usage) if state.usage else {}  # type: ignore[assignment]
         for name in _EMPTY_SHARED:
             if not getattr(state, name):
                 setattr(state, name, _EMPTY_SHARED[name])
@@ -255,8 +357,11 @@ JOB_FIELDS: tuple[str, ...] = JobState.__slots__  # the field order of a journal
 # One empty container per field for records read back: 50,000 finished jobs need no 250,000 of them.
 # Safe because a record is copied (new containers) before anything changes it.
 _EMPTY_SHARED: dict[str, Any] = {
-    "labels": {}, "depends_on": [], "devices": [], "device_uuids": [], "cores": [], "usage": {},
+    "labels": {}, "depends_on": [], "devices": [], "device_uuids": [], "cores": [], "usage": {}, "conditions": [],
 }
+_EMPTY_AT = tuple(JOB_FIELDS.index(name) for name in _EMPTY_SHARED)
+_CONDITIONS, _USAGE = JOB_FIELDS.index("conditions"), JOB_FIELDS.index("usage")
+_SPEC_HASH, _RUN_HASH = JOB_FIELDS.index("spec_hash"), JOB_FIELDS.index("run_hash")
 
 
 def _record_document(kind: str, record: Any, own: dict[str, Any]) -> dict[str, Any]:

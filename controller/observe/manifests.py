@@ -247,7 +247,11 @@ class ManifestStore:
                 entries = list(os.scandir(folder.fd))
             except OSError:
                 return
-            for entry in entries:
+            # Each entry let go once looked at: its cached stat is ~15 objects, and 50,000 of them
+            # alive until the end of the walk leave ~30 MiB of freed fragments among the store's records.
+            entries.reverse()
+            while entries:
+                entry = entries.pop()
                 if entry.name.startswith("."):
                     continue
                 path = folder.path + os.sep + entry.name

@@ -3,7 +3,9 @@ and ``gflowctl get jobs -o json`` read one file instead of a file per job.
 
 After a header line, the file is a run of frames, each a 4-byte length and a ``marshal`` blob: a
 list of entries ``(NAME, INO, MTIME_NS, SIZE, ROW)``, ROW being ``JobState.to_row()``, the record as
-its status file holds it, and INO/MTIME_NS/SIZE that file's identity when the entry was written.
+its status file holds it (format 2: its conditions and usage as flat tuples, which a restart keeps as
+they are, ``model.records.FrozenConditions``), and INO/MTIME_NS/SIZE that file's identity when the
+entry was written.
 gflowd appends one frame per pass, in one ``O_APPEND`` write. The status file stays the truth: an
 entry counts only while its file still has that identity (one ``stat``), so an entry left behind
 by a later change (gflowd died in between), an edit or a removal is ignored; a later entry of the
@@ -31,7 +33,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable
 
-FORMAT = f"gflow-records 1 python{sys.version_info[0]}.{sys.version_info[1]} marshal{marshal.version}"
+FORMAT = f"gflow-records 2 python{sys.version_info[0]}.{sys.version_info[1]} marshal{marshal.version}"
 
 
 def header(fields: Iterable[str]) -> bytes:
@@ -44,18 +46,25 @@ def key_of(source: os.stat_result) -> tuple[int, int, int]:
 
 
 def frame(entries: list[tuple[str, int, int, int, Any]]) -> bytes:
-    """One frame: ``entries`` as (name, ino, mtime_ns, size, row)."""
+    """One frame: ``entries`` as (name, ino, mtime_ns, size, row); the name best the row's own
+    string (marshal then stores it once, and a restart keeps one copy)."""
     blob = marshal.dumps(entries)
     return len(blob).to_bytes(4, "little") + blob
 
 
+def entry_key(entry: tuple) -> tuple[int, int, int]:
+    """The status file key (``key_of``) an entry was written with."""
+    return entry[1:4]
+
+
 class Entries:
-    """A journal as read: ``rows`` maps name -> (status file key, row), the last entry of each name;
+    """A journal as read: ``last`` maps name -> its last entry, the tuple as written (``entry_key``
+    and ``entry[4]``, the row: no new objects per job, which a restart would free again);
     ``count`` counts every entry read (dead ones too); ``torn``: some frame was cut short or did
     not decode; ``current``: the header names this format and these fields."""
 
     def __init__(self) -> None:
-        self.rows: dict[str, tuple[tuple[int, int, int], Any]] = {}
+        self.last: dict[str, tuple] = {}
         self.count = 0
         self.torn = False
         self.current = False
@@ -74,7 +83,7 @@ def read(path: str, fields: Iterable[str]) -> Entries:
         entries.torn = bool(data)
         return entries
     entries.current = True
-    rows = entries.rows
+    last = entries.last
     at, end = len(expected), len(data)
     while at < end:
         size = int.from_bytes(data[at:at + 4], "little")
@@ -83,8 +92,10 @@ def read(path: str, fields: Iterable[str]) -> Entries:
             break
         try:
             decoded = marshal.loads(data[at + 4:at + 4 + size])
-            for name, ino, mtime_ns, length, row in decoded:
-                rows[name] = ((ino, mtime_ns, length), row)
+            for entry in decoded:
+                if type(entry) is not tuple or len(entry) != 5:
+                    raise ValueError("not a journal entry")
+                last[entry[0]] = entry
                 entries.count += 1
         except (ValueError, TypeError, EOFError):
             entries.torn = True
