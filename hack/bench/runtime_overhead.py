@@ -87,6 +87,8 @@ def main() -> int:
             run_record = wait_for(lambda: (read(str(home / "run" / "attempts" / "weigh.1"), ("run",)) or {}).get("run"))
             supervisor_rss = rss_kib(run_record["supervisorPid"]) / 1024
             (home / "jobs" / "weigh.yaml").unlink()
+            # stopped and gone before gflowd stops: it removes its cgroup group only when no attempt is left
+            wait_for(lambda: not (home / "status" / "weigh.yaml").exists())
         finally:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(10)
