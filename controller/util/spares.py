@@ -34,11 +34,13 @@ import collections
 import os
 import stat
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from controller.util.fsutil import temp_beside
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 PREFIX = ".spare."
 QUIET = 5.0  # seconds a spare stays out of sight before it is rewritten
@@ -114,13 +116,7 @@ class Spares:
             staged = ""
         try:
             try:
-                view, at = memoryview(payload), 0
-                while at < len(view):
-                    at += os.pwrite(fd, view[at:], at)
-                if spare:
-                    if not pad:
-                        os.ftruncate(fd, len(payload))
-                    os.fchmod(fd, mode)
+                _write_over(fd, payload, mode if spare else None, cut=spare and not pad)
             finally:
                 os.close(fd)
             if spare:
@@ -191,6 +187,8 @@ class Spares:
             os.fsync(fds[0])
             return
         if self._syncer is None:
+            from concurrent.futures import ThreadPoolExecutor  # lazy: only a pass with two durable files needs it
+
             self._syncer = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="fsync")
         for _ in self._syncer.map(os.fsync, fds):  # the GIL is released in each fsync
             pass
@@ -255,11 +253,7 @@ class Batch:
         once it is in place."""
         fd, staged, spare = self.spares._staging(path)
         try:
-            view, at = memoryview(payload), 0
-            while at < len(view):
-                at += os.pwrite(fd, view[at:], at)
-            os.ftruncate(fd, len(payload))  # a spare may have held a longer text
-            os.fchmod(fd, mode)
+            _write_over(fd, payload, mode, cut=True)  # a spare may have held a longer text
         except OSError as exc:
             os.close(fd)
             self.spares._unstage(staged, spare)
@@ -311,6 +305,18 @@ class Batch:
         for item in staged:
             os.close(item.fd)
             self.spares._unstage(item.staged, item.spare)
+
+
+def _write_over(fd: int, payload: bytes, mode: int | None, cut: bool) -> None:
+    """``payload`` from the start of the open file ``fd``; ``cut``: the file ends after it; ``mode``
+    (when given) set, as a rewritten spare keeps the mode it had."""
+    view, at = memoryview(payload), 0
+    while at < len(view):
+        at += os.pwrite(fd, view[at:], at)
+    if cut:
+        os.ftruncate(fd, len(payload))
+    if mode is not None:
+        os.fchmod(fd, mode)
 
 
 def _unlink(path: str) -> None:

@@ -66,10 +66,10 @@ from controller.act.runtime.control_socket import unix_address
 from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
-from controller.util.spares import PREFIX as SPARE_PREFIX
-from controller.util.spares import Spares
 from controller.util.frames import frame
 from controller.util.fsutil import describe, fsync_dir, lock_held
+from controller.util.spares import PREFIX as SPARE_PREFIX
+from controller.util.spares import Spares
 
 log = logging.getLogger("gflowd.runtime")
 SUPERVISOR_FILE = str(Path(__file__).with_name("supervisor.py"))
