@@ -312,6 +312,7 @@ class Supervisor:
         self.control: Control | None = None  # the control socket: attach, exec, notices
         self.reusable = False  # ended cleanly: this process may supervise a next attempt (``serve``)
         self.cgroup_removed = False
+        self.stuck_in_cgroup = False  # a direct spawn could not step back out of the attempt's cgroup
         self._wake: tuple[int, int] | None = None  # the signal wake-up pipe
         try:
             self.cgroup = attempt_cgroup(self.spec.get("cgroup"))
@@ -357,7 +358,7 @@ class Supervisor:
         exit_code = 128 + sig if sig else code
         if self.control is not None:
             self.control.drain()  # the terminal's last output reaches the log and the viewers
-        if self._finish(started_wall, exit_code=exit_code, sig=sig) and not self.spec.get("tty"):
+        if self._finish(started_wall, exit_code=exit_code, sig=sig) and not self.spec.get("tty") and not self.stuck_in_cgroup:
             self.reusable = True
         return 0
 
@@ -498,7 +499,7 @@ class Supervisor:
                                                    (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)])
             finally:
                 if procs:
-                    join_cgroup(_home_cgroups(procs) or [])
+                    self._step_out(procs)
         except Exception as exc:  # noqa: BLE001  the job never ran: say why, as the forked path does
             return start_failure(step, spec, exc)
         finally:
@@ -511,6 +512,15 @@ class Supervisor:
         except OSError:
             pass  # the run record without the pid still says the job began; gflowd finds it by its cgroup or marker
         return 0, ""
+
+    def _step_out(self, procs: list[str]) -> None:
+        """Back into our own cgroups after a spawn in the attempt's. Should the kernel refuse, the job
+        still runs and is supervised; this process, its memory now the job's, is not reused."""
+        try:
+            join_cgroup(_home_cgroups(procs) or [])
+        except OSError as exc:
+            self.stuck_in_cgroup = True
+            sys.stderr.write(f"supervisor: cannot leave the attempt's cgroup: {exc}\n")
 
     def _watch(self, wake_r: int, started_mono: float) -> None:
         spec = self.spec
