@@ -392,3 +392,55 @@ def test_a_supervisor_takes_a_next_attempt_only_once_gflowd_purged_its_last(tmp_
     finally:
         runtime.close()
     wait_for(lambda: not pid_alive(first), timeout=20, message="the waiting supervisor to end with the launcher")
+
+
+def test_a_pass_hands_its_starts_over_after_its_purge_so_they_reuse_the_supervisors_it_freed(tmp_path):
+    """A pass that records an exit and starts a job: the start reaches the launcher after the
+    purge (``SupervisorRuntime._holding``), so the supervisor freed by that purge takes it. Handed
+    over while the pass acted, a burst forked a supervisor for nearly every job."""
+    import sys
+
+    from test_reconcile import job
+
+    from controller.act.runtime.supervised import SupervisorRuntime
+    from controller.model.plan import Launch
+    from controller.paths import Home
+
+    home = Home.resolve(str(tmp_path / "home"), None)
+    home.ensure()
+    runtime = SupervisorRuntime(home)
+
+    def launch(name: str, code: int) -> None:
+        admitted = job(name, command=[sys.executable, "-c", f"raise SystemExit({code})"], workingDir=str(tmp_path))
+        runtime.start(Launch(name, 1, 1, admitted, [], []))
+
+    try:
+        launch("a", 3)
+        runtime.observe()  # act's look at what it started: nothing handed over yet
+        assert not _record_has_run(home, "a")
+        runtime.purge()  # the pass's statuses are written: now it goes
+        _ended(runtime, "a")
+        first = _supervisor_of(home, "a")
+        wait_for(lambda: _reading(first), timeout=20, message="a's supervisor to say done and wait for work")
+        # the next pass: "a"'s exit is recorded and "b" starts, as the loop does it
+        runtime.forget("a")
+        launch("b", 4)
+        runtime.observe()
+        runtime.purge()
+        _ended(runtime, "b")
+        assert _supervisor_of(home, "b") == first and runtime.observe()["b"].exit_code == 4
+    finally:
+        runtime.close()
+
+
+def _reading(pid: int) -> bool:
+    """``pid`` waits in read(2): a supervisor that said "done" and waits for its next attempt."""
+    try:
+        with open(f"/proc/{pid}/syscall") as handle:
+            return handle.read().split(" ", 1)[0] == "0"
+    except OSError:
+        return False
+
+
+def _record_has_run(home, name: str) -> bool:
+    return record.read(str(home.run_dir / "attempts" / f"{name}.1"), ("run",)).get("run") is not None

@@ -188,6 +188,10 @@ class SupervisorRuntime:
         self._launcher: subprocess.Popen | None = None
         self._handing: list[Path] = []  # records to hand to the launcher (``_hand_over``)
         self._purged: list[Path] = []  # records purged: their supervisors may take new attempts (``_tell_purged``)
+        # True from a pass's first start to the look that follows its starts (``observe`` in act):
+        # its starts reach the launcher after its purge, which frees supervisors they can reuse.
+        # Handed over while the pass acted, a burst forked a supervisor for nearly every job.
+        self._holding = False
         self._ensure_launcher()  # now, not at the first start: an interpreter start costs ~50 ms
 
     # -- the Protocol --------------------------------------------------------------------------
@@ -196,6 +200,7 @@ class SupervisorRuntime:
         current = self.attempts.get(launch.name)
         if current is not None and current.attempt == launch.attempt and current.result is None:
             return  # idempotent
+        self._holding = True
         supervisors_files = {"log", "input"} if launch.job.spec.tty else {"log"}  # what it may write beside the record
         attempt = _Attempt(launch.name, launch.attempt, self._record_path(launch.name, launch.attempt), time.monotonic(),
                            extras=supervisors_files)
@@ -265,7 +270,9 @@ class SupervisorRuntime:
             attempt.time_limit = seconds
 
     def observe(self) -> dict[str, RunObservation]:
-        self._hand_over()  # the starts of the pass that just acted
+        holding, self._holding = self._holding, False  # act's look at its starts: purge hands them over
+        if not holding:
+            self._hand_over()  # starts a pass left (its records could not be written: no purge)
         self._drain()
         out = {}
         for name, attempt in self.attempts.items():
@@ -282,7 +289,8 @@ class SupervisorRuntime:
                     message="started once its launch could be recorded" if attempt.was_held else "",
                     last_input=self._last_input(attempt),
                 )
-        self._hand_over()  # relaunches decided just now
+        if not holding:
+            self._hand_over()  # relaunches decided just now
         return out
 
     def _last_input(self, attempt: _Attempt) -> float | None:
@@ -315,6 +323,7 @@ class SupervisorRuntime:
                 except OSError:
                     pass
         self._tell_purged()
+        self._hand_over()  # after the purges: the launcher reuses the supervisors they freed
         if self.spares.fresh:
             # the renames on disk before a spare is rewritten: a machine crash must not bring back
             # an attempt's name on a file since rewritten as another attempt's record
