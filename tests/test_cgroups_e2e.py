@@ -264,6 +264,35 @@ def test_a_directly_spawned_job_starts_in_its_cgroup_and_its_supervisor_steps_ba
     wait_for(lambda: not attempt_dirs(home, "direct"), timeout=30, message="the job's cgroup to go")
 
 
+def test_each_job_leads_its_own_session_while_the_supervisors_share_the_launchers(home, gflowd):
+    """Where the kernel groups CPU time by session (autogroup), a session per supervisor made a
+    burst of supervisors outweigh gflowd ~30 to 1; each job still leads a session of its own, on
+    both ways a job starts (spawned, and forked: a pids limit of 1 leaves no room to step out)."""
+    need("memory")
+    need("pids")
+    daemon = gflowd()
+    write_manifest(home / "jobs", "spawned.yaml", python_job("spawned", "import time\ntime.sleep(300)", "  resources: {memory: 100Mi}\n"))
+    write_manifest(home / "jobs", "forked.yaml", python_job("forked", "import time\ntime.sleep(300)", "  resources: {pids: 1}\n"))
+    runs = {}
+    for name in ("spawned", "forked"):
+        wait_phase(home, name, "Running", daemon=daemon)
+
+        def run_record_with_pid(name=name) -> dict | None:
+            run = (record.read(str(home / "run" / "attempts" / f"{name}.1"), ("run",)) or {}).get("run") or {}
+            return run if run.get("jobPid") else None
+
+        runs[name] = wait_for(run_record_with_pid, timeout=10, message=f"{name}'s run record with its pid")
+    for run in runs.values():
+        assert os.getsid(run["jobPid"]) == run["jobPid"]
+        assert os.getsid(run["supervisorPid"]) != run["supervisorPid"]
+    assert runs["spawned"]["supervisorPid"] != runs["forked"]["supervisorPid"]
+    assert os.getsid(runs["spawned"]["supervisorPid"]) == os.getsid(runs["forked"]["supervisorPid"])
+    for name in runs:
+        (home / "jobs" / f"{name}.yaml").unlink()
+    wait_for(lambda: not attempt_dirs(home, "spawned") and not attempt_dirs(home, "forked"), timeout=30,
+             message="the jobs' cgroups to go")
+
+
 def test_the_left_behind_check_finds_an_attempt_cgroup_of_a_home_and_removes_it(home):
     from helpers import scrub_cgroups
 

@@ -67,6 +67,9 @@ attempt's cost; a flood of short jobs now pays it a few times, not once per job.
 IDLE_SUPERVISORS waiting for IDLE_TIMEOUT (more, in a burst, for BURST_TIMEOUT), and one ends
 after REUSE_MAX attempts. The
 launcher exits when gflowd closes the pipe; the supervisors live on, each until its attempt ends.
+Supervisors stay in the launcher's session (a process group each) and every job leads a session of
+its own: where the kernel shares CPU time between sessions (autogroup, on by default in most
+distributions), a session per supervisor let a burst of them outweigh gflowd many times over.
 """
 
 from __future__ import annotations
@@ -494,7 +497,7 @@ class Supervisor:
             join_cgroup(procs)
             try:
                 step = "command"
-                pid = os.posix_spawn(program, spec["argv"], spec["env"], setpgroup=0, setsigdef=JOB_DEFAULT_SIGNALS,
+                pid = os.posix_spawn(program, spec["argv"], spec["env"], setsid=True, setsigdef=JOB_DEFAULT_SIGNALS,
                                      file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                                                    (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)])
             finally:
@@ -752,7 +755,7 @@ def _become_job(spec: dict, log_fd: int, go_r: int, go_w: int, err_r: int, err_w
         if tty_fd is not None:
             enter_terminal(tty_fd, uid, gid)
         else:
-            os.setpgid(0, 0)
+            os.setsid()
             devnull = os.open(os.devnull, os.O_RDONLY)
             os.dup2(devnull, 0)
             os.dup2(log_fd, 1)
@@ -1056,7 +1059,7 @@ def serve(task: int, said: int) -> int:
     attempt that ended cleanly it says "done" and waits: the launcher sends it the next attempt only
     once gflowd has purged this one's record (so no stop or limits signal meant for it can reach
     the next). Else it says "gone" and ends; also when the launcher closes ``task``."""
-    os.setsid()
+    os.setpgid(0, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for served in range(1, REUSE_MAX + 1):
         line = os.read(task, 4096)  # the next record's path; nothing when the launcher closed the pipe
