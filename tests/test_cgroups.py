@@ -293,6 +293,28 @@ def test_a_cpuset_of_one_core_is_the_jobs_affinity(cgroups, which):
     assert out.strip() == f"[{core}]", err
 
 
+def test_an_attempt_without_cpus_is_born_with_the_groups_cpuset(cgroups):
+    """v1: the group's cgroup.clone_children makes each attempt's cpuset a copy of the group's at
+    mkdir, so ``create`` writes none (it used to read four files and write two per attempt)."""
+    need(FOUND, "cpuset")
+    if cgroups.mode != "v1":
+        pytest.skip("cgroup v2 cpusets are inherited as they are")
+    group = cgroups.group_dirs["cpuset"]
+    assert _text(os.path.join(group, "cgroup.clone_children")) == "1"
+    attempt = cgroups.create("any-core", Limits())
+    own = attempt.dirs["cpuset"]
+    for name in ("cpuset.cpus", "cpuset.mems"):
+        assert _text(os.path.join(own, name)) == _text(os.path.join(group, name)) != ""
+    job = spawn(attempt, "import os; print(len(os.sched_getaffinity(0)))")
+    out, err = job.communicate(timeout=60)
+    assert out.strip() == str(len(os.sched_getaffinity(0))), err
+
+
+def _text(path: str) -> str:
+    with open(path) as handle:
+        return handle.read().strip()
+
+
 def test_a_cpuset_the_machine_lacks_is_refused_in_one_line_and_leaves_nothing(cgroups):
     need(FOUND, "cpuset")
     with pytest.raises(CgroupError) as raised:

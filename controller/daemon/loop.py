@@ -38,7 +38,7 @@ from controller.record.writer import INDEX_MAX_GAP, PassWriter
 
 log = logging.getLogger("gflowd")
 MAX_DEBOUNCE = 0.2
-START_BUDGET = 0.25  # seconds of job starts per pass (see Controller._max_starts)...
+START_BUDGET = 0.05  # seconds of job starts per pass (see Controller._max_starts)...
 MIN_STARTS, MAX_STARTS = 32, 4096  # ...within these bounds
 
 
@@ -218,8 +218,9 @@ class Controller:
         began = time.perf_counter()
         snapshot = self.observer.take(full, self._take_dirty(), self.memory, self._max_starts())
         now = self.clock()
+        deciding = time.perf_counter()  # reading new manifests is not deciding (see _max_starts)
         plan = decide(snapshot, now)
-        acted = self._act(plan, began)
+        acted = self._act(plan, deciding)
         wake_at = self._record(snapshot, plan, now, full, began)
         return wake_at, plan.again or acted.again
 
@@ -278,7 +279,11 @@ class Controller:
         """How many jobs one pass may start: as many as fit in START_BUDGET seconds, or in as long
         as the pass's own decisions took, at the measured cost of a start. A flood is then started
         over a few passes, each recorded and each a chance to hear SIGTERM, instead of a thousand
-        passes that each re-sort the whole queue (with 40,000 waiting, deciding costs seconds)."""
+        passes that each re-sort the whole queue (with 40,000 waiting, deciding costs seconds).
+        Small passes also let supervisors be reused: a pass's starts go to the launcher after its
+        purge, and take the supervisors of the jobs whose ends it recorded; a pass of 500 starts
+        needed 500 supervisors at once, each a fork. Parsing new manifests is not counted as
+        deciding: a burst of 1,000 new files would otherwise make its next pass start ~500."""
         if self._start_cost is None:
             return MIN_STARTS
         budget = max(START_BUDGET, self._decide_cost)

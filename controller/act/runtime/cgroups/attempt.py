@@ -158,6 +158,10 @@ class Cgroups:
             self.fs.mkdir(directory)
             if key == "cpuset":
                 self._inherit_cpuset(directory, self.probe.dirs[key], None)
+                try:  # each attempt's cpuset is then born with ours: two reads at its creation, not four and two writes
+                    self.fs.write(os.path.join(directory, "cgroup.clone_children"), "1")
+                except CgroupError:  # an older or stricter kernel: _inherit_cpuset copies them
+                    pass
 
     def _enable(self, directory: str, controllers: list[str], leaf: str | None) -> None:
         control = os.path.join(directory, "cgroup.subtree_control")
