@@ -62,7 +62,8 @@ def test_notify_reaches_the_viewers_not_the_job_and_last_input_follows_typing(tm
         calm = job("calm", command=["sleep", "30"], workingDir=str(tmp_path))
         runtime.start(Launch("talk", 1, 1, talk, [], []))
         runtime.start(Launch("calm", 1, 1, calm, [], []))
-        runtime.observe()  # hands the pass's starts to the launcher
+        runtime.observe()
+        runtime.purge()  # as a pass does: its starts reach the launcher after its purge
         path = home.control_socket(os.geteuid(), "talk")
         wait_for(path.exists, message="the control socket")
         run = wait_for(lambda: (r := runtime.observe().get("talk")) is not None and r.running and r.last_input and r,
@@ -108,7 +109,8 @@ def test_a_killed_supervisors_socket_goes_with_its_attempts_records(tmp_path: Pa
     try:
         runtime.start(Launch("gone", 1, 1, job("gone", tty=True, command=["sleep", "60"], workingDir=str(tmp_path),
                                                  terminationGracePeriod="1s"), [], []))
-        runtime.observe()  # hands the start to the launcher
+        runtime.observe()
+        runtime.purge()  # as a pass does: its starts reach the launcher after its purge
         path = home.control_socket(os.geteuid(), "gone")
         wait_for(path.exists, message="the control socket")
         run_record = record.read(str(home.run_dir / "attempts" / "gone.1"), ("run",))["run"]

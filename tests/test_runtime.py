@@ -335,7 +335,8 @@ def test_a_later_attempt_is_recorded_over_a_purged_record_never_reading_its_old_
         now[0] += QUIET
         second = job("second", command=[sys.executable, "-c", "raise SystemExit(5)"], workingDir=str(tmp_path))
         runtime.start(Launch("second", 1, 1, second, [], []))
-        runtime.observe()  # hands it over
+        runtime.observe()
+        runtime.purge()  # as a pass does: its starts reach the launcher after its purge
         assert os.stat(attempts / "second.1").st_ino == inode  # the recycled inode
         wait_for(lambda: (run := runtime.observe().get("second")) is not None and not run.running, timeout=20,
                  message="the second attempt to end")
@@ -373,7 +374,8 @@ def test_a_supervisor_takes_a_next_attempt_only_once_gflowd_purged_its_last(tmp_
     def start(name: str, code: int) -> None:
         admitted = job(name, command=[sys.executable, "-c", f"raise SystemExit({code})"], workingDir=str(tmp_path))
         runtime.start(Launch(name, 1, 1, admitted, [], []))
-        runtime.observe()  # hands it over
+        runtime.observe()
+        runtime.purge()  # as a pass does: its starts reach the launcher after its purge
 
     try:
         start("a", 3)
