@@ -293,21 +293,19 @@ def test_a_cpuset_of_one_core_is_the_jobs_affinity(cgroups, which):
     assert out.strip() == f"[{core}]", err
 
 
-def test_an_attempt_without_cpus_is_born_with_the_groups_cpuset(cgroups):
+def test_an_attempts_cpuset_is_born_with_the_groups_mems(cgroups):
     """v1: the group's cgroup.clone_children makes each attempt's cpuset a copy of the group's at
-    mkdir, so ``create`` writes none (it used to read four files and write two per attempt)."""
+    mkdir: ``create`` writes only its cpus (it used to read four files and write two)."""
     need(FOUND, "cpuset")
     if cgroups.mode != "v1":
         pytest.skip("cgroup v2 cpusets are inherited as they are")
     group = cgroups.group_dirs["cpuset"]
     assert _text(os.path.join(group, "cgroup.clone_children")) == "1"
-    attempt = cgroups.create("any-core", Limits())
+    core = sorted(os.sched_getaffinity(0))[-1]
+    attempt = cgroups.create("last-core", Limits(cpus={core}))
     own = attempt.dirs["cpuset"]
-    for name in ("cpuset.cpus", "cpuset.mems"):
-        assert _text(os.path.join(own, name)) == _text(os.path.join(group, name)) != ""
-    job = spawn(attempt, "import os; print(len(os.sched_getaffinity(0)))")
-    out, err = job.communicate(timeout=60)
-    assert out.strip() == str(len(os.sched_getaffinity(0))), err
+    assert _text(os.path.join(own, "cpuset.mems")) == _text(os.path.join(group, "cpuset.mems")) != ""
+    assert _text(os.path.join(own, "cpuset.cpus")) == str(core)
 
 
 def _text(path: str) -> str:
@@ -437,11 +435,36 @@ def test_remove_leaves_nothing_in_any_hierarchy(cgroups):
     job = spawn(attempt, "print('done')")
     assert job.wait(timeout=60) == 0
     wait_for(lambda: attempt.pids() == [], timeout=10)
-    assert attempt.complete and len(attempt.dirs) == len(FOUND.dirs)
+    assert attempt.complete and list(attempt.dirs) == cgroups.hierarchies(Limits(memory=64 * MI))
     attempt.remove()
     assert [d for d in attempt.dirs.values() if os.path.exists(d)] == []
     assert cgroups.names() == []
     attempt.remove()  # again: nothing to do
+
+
+def test_an_attempt_joins_only_the_hierarchies_its_limits_use(cgroups):
+    """cgroup v1: no cpuset without cpus, no pids hierarchy without a pids limit, no freezer where
+    cgroup v2 kills; each hierarchy costs a mkdir, joins and an rmdir under the kernel's one lock."""
+    if cgroups.mode != "v1":
+        pytest.skip("cgroup v2 has one hierarchy")
+    plain = cgroups.create("plain", Limits())
+    assert "cpuset" not in plain.dirs and "pids" not in plain.dirs
+    assert ("freezer" in plain.dirs) == (not FOUND.features["kill"].available and "freezer" in FOUND.dirs)
+    for key in ("memory", "devices", "cpuacct"):
+        assert (key in plain.dirs) == (key in FOUND.dirs)
+    assert sorted(cgroups.names()) == ["plain"] and sorted(plain.existing()) == sorted(plain.dirs)
+    wanted = Limits(cpus={sorted(os.sched_getaffinity(0))[0]} if FOUND.features["cpuset"].available else None,
+                    pids=20 if FOUND.features["pids"].available else None)
+    limited = cgroups.create("limited", wanted)
+    for key in ("cpuset", "pids"):
+        assert (key in limited.dirs) == FOUND.features[key].available
+    job = spawn(plain, "import os; print(open('/proc/self/cgroup').read(), flush=True)")
+    out, err = job.communicate(timeout=60)
+    joined = {line.split(":")[1] for line in out.split() if line.split(":", 2)[2].endswith("/plain")}
+    assert joined == {("" if key == "unified" else key) for key in plain.dirs}, (out, err)
+    plain.remove()
+    limited.remove()
+    assert cgroups.names() == []
 
 
 def test_remove_of_a_cgroup_with_a_live_member_names_it(cgroups):
@@ -463,10 +486,12 @@ def test_a_restarted_gflowd_adopts_the_cgroup_by_name(cgroups):
     try:
         assert read_line(job) == "ready"
         restarted = Cgroups(Probe.from_dict(FOUND.to_dict()), cgroups.group)  # from the launch record
-        adopted = restarted.adopt("adopt-me")
+        adopted = restarted.adopt("adopt-me", list(attempt.dirs))  # and its hierarchies, from the record too
         assert adopted is not None and adopted.complete
         assert adopted.pids() == [job.pid]
         assert adopted.dirs == attempt.dirs
+        unknown = restarted.adopt("adopt-me")  # a record written before it named them: every hierarchy
+        assert unknown is not None and set(unknown.existing()) == set(attempt.dirs) and unknown.pids() == [job.pid]
         assert adopted.stats().pids_current == 1
         assert restarted.adopt("not-there") is None
         adopted.kill_all()

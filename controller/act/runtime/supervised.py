@@ -562,6 +562,7 @@ class SupervisorRuntime:
             "name": attempt.name,
             "group": self.cgroups.group,
             "probe": self.cgroup_probe.to_dict(),
+            "keys": list(attempt.dirs),  # the hierarchies it joins (``Cgroups.hierarchies``)
             "procs": [os.path.join(directory, "cgroup.procs") for directory in attempt.dirs.values()],
             "memory": memory is not None,
         }
@@ -571,7 +572,7 @@ class SupervisorRuntime:
         if not record or self.cgroups is None:
             return None
         try:
-            return self.cgroups.adopt(record["name"])
+            return self.cgroups.adopt(record["name"], record.get("keys"))  # no keys: written before they were
         except CgroupError:
             return None
 

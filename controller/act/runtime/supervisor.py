@@ -883,7 +883,7 @@ def attempt_cgroup(record: dict | None):
         return None
     package = cgroups_package()
     found = package.Probe.from_dict(record["probe"])
-    return package.AttemptCgroup(package.Cgroups(found, record["group"]), record["name"])
+    return package.AttemptCgroup(package.Cgroups(found, record["group"]), record["name"], record.get("keys"))
 
 
 def _waitpid(pid: int) -> int | None:

@@ -222,10 +222,29 @@ class Cgroups:
             found.update(self.fs.subdirs(directory))
         return sorted(found)
 
-    def adopt(self, name: str) -> AttemptCgroup | None:
-        """The cgroup of attempt ``name`` if any part of it exists (e.g. after gflowd restarted)."""
+    def hierarchies(self, limits: Limits) -> list[str]:
+        """The hierarchies (``Probe.dirs`` keys) an attempt with ``limits`` joins. cgroup v2: its
+        one. cgroup v1: memory (limit, peak, OOM kills), devices (GPUs), CPU time (cpuacct), cgroup
+        v2 where it is beside (kill); cpuset and pids only for a cpus or pids limit, and freezer only
+        where cgroup v2 cannot kill. Each hierarchy is a mkdir, limits, two joins and an rmdir per
+        attempt, all under the kernel's one cgroup lock: a burst of short jobs spent more time
+        waiting for it than working."""
+        if self.mode == "v2":
+            return list(self.group_dirs)
+        skip = set()
+        if limits.cpus is None:
+            skip.add("cpuset")  # an attempt cpuset without cpus is the group's: confines nothing
+        if limits.pids is None:
+            skip.add("pids")
+        if self.probe.features["kill"].available:
+            skip.add("freezer")  # kill_all uses cgroup.kill
+        return [key for key in self.group_dirs if key not in skip]
+
+    def adopt(self, name: str, hierarchies: list[str] | None = None) -> AttemptCgroup | None:
+        """The cgroup of attempt ``name`` if any part of it exists (e.g. after gflowd restarted):
+        in ``hierarchies`` (its launch record's ``keys``), or in every hierarchy when not known."""
         check_name(name)
-        attempt = AttemptCgroup(self, name)
+        attempt = AttemptCgroup(self, name, hierarchies)
         return attempt if attempt.existing() else None
 
     def create(self, name: str, limits: Limits) -> AttemptCgroup:
@@ -238,7 +257,7 @@ class Cgroups:
         problems = self.unsupported(limits)
         if problems:
             raise CgroupError(f"cannot enforce for {name}: " + "; ".join(problems))
-        attempt = AttemptCgroup(self, name)
+        attempt = AttemptCgroup(self, name, self.hierarchies(limits))
         made: list[str] = []
         try:
             for directory in attempt.dirs.values():
@@ -256,34 +275,44 @@ class Cgroups:
 
 
 class AttemptCgroup:
-    """One attempt's cgroup: a directory per hierarchy, all named ``name``."""
+    """One attempt's cgroup: a directory per hierarchy it joins (``hierarchies``: all when None),
+    all named ``name``."""
 
-    def __init__(self, cgroups: Cgroups, name: str):
+    def __init__(self, cgroups: Cgroups, name: str, hierarchies: list[str] | None = None):
         self.cgroups = cgroups
         self.fs = cgroups.fs
         self.name = name
-        self.dirs = {key: os.path.join(group, name) for key, group in cgroups.group_dirs.items()}
+        groups = cgroups.group_dirs
+        keys = groups if hierarchies is None else [key for key in hierarchies if key in groups]
+        self.dirs = {key: os.path.join(groups[key], name) for key in keys}
 
     def __repr__(self) -> str:
         return f"AttemptCgroup({self.name!r}, {self.cgroups.mode})"
 
     def _dir(self, feature: str) -> str:
         """The directory holding ``feature``'s files: the same hierarchy as the probed base."""
+        key = self._key(feature)
+        if key is None or key not in self.dirs:
+            raise CgroupError(f"{feature} is not available: {self.cgroups.probe.features[feature].reason or 'not joined'}")
+        return self.dirs[key]
+
+    def _key(self, feature: str) -> str | None:
         base = self.cgroups.probe.features[feature].directory
         for key, directory in self.cgroups.probe.dirs.items():
             if directory == base:
-                return self.dirs[key]
-        raise CgroupError(f"{feature} is not available: {self.cgroups.probe.features[feature].reason}")
+                return key
+        return None
 
     def _has(self, feature: str) -> bool:
-        return self.cgroups.probe.features[feature].available
+        """``feature`` is available here and this attempt joins its hierarchy."""
+        return self.cgroups.probe.features[feature].available and self._key(feature) in self.dirs
 
     def existing(self) -> list[str]:
         return [key for key, directory in self.dirs.items() if os.path.isdir(directory)]
 
     @property
     def complete(self) -> bool:
-        """Every hierarchy has its directory (False after a create that was killed half-way)."""
+        """Each of its hierarchies has its directory (False after a create that was killed half-way)."""
         return len(self.existing()) == len(self.dirs)
 
     # -- limits -----------------------------------------------------------------------------------
