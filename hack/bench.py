@@ -943,6 +943,10 @@ def main() -> int:
     parser.add_argument("--vs", choices=["slurm"], help="also drain the same burst through sbatch on a local Slurm "
                         "(hack/slurm-dev.sh) and print the ratio")
     args = parser.parse_args()
+    problems = [f"--{flag} {value}: no such folder" for flag, value in (("dir", args.dir), ("home", args.home))
+                if value is not None and not os.path.isdir(value)]
+    if problems:
+        parser.error("; ".join(problems))
 
     bench = Bench(args)
     started = time.perf_counter()

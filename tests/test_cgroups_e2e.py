@@ -301,10 +301,9 @@ def test_the_left_behind_check_finds_an_attempt_cgroup_of_a_home_and_removes_it(
 
     cgroups = Cgroups(FOUND, cgroup_group(home))
     cgroups.prepare()
-    cgroups.create("forgotten-1", Limits(memory=64 * MI))
+    attempt = cgroups.create("forgotten-1", Limits(memory=64 * MI))
     found = home_cgroups(home)
-    assert found and all(os.path.isdir(os.path.join(group, "forgotten-1")) for group in found)
-    assert sorted(scrub_cgroups(found)) == sorted(os.path.join(group, "forgotten-1") for group in found)
+    assert found and sorted(scrub_cgroups(found)) == sorted(attempt.dirs.values())
     assert home_cgroups(home) == []
 
 
