@@ -5,6 +5,7 @@ processes, a fake clock only for the spares' quiet time."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -12,6 +13,10 @@ import subprocess
 import sys
 import textwrap
 import time
+
+import pytest
+
+from helpers import wait_for
 
 from controller.model.records import JobState
 from controller.paths import Home
@@ -256,9 +261,28 @@ def test_a_batch_puts_files_in_place_in_order_after_fsyncing_the_durable_ones_to
             batch.add(tmp_path / f"f{k}.yaml", f"text {k}\n".encode(), durable=k != 2, new=True,
                       then=lambda k=k: done.append(f"f{k}") or None)
             assert not (tmp_path / f"f{k}.yaml").exists()  # staged only
+        # the durable files' fsyncs are under way before the batch commits: the disk works while
+        # the pass writes the rest
+        wait_for(lambda: len(synced) == 4, timeout=10, message="the fsyncs to start before the commit")
+        assert done == []
     assert done == [f"f{k}" for k in range(5)] and len(synced) == 4
     assert [(tmp_path / f"f{k}.yaml").read_text() for k in range(5)] == [f"text {k}\n" for k in range(5)]
     assert [n for n in _names(tmp_path) if n.endswith(".tmp")] == []
+
+    # an fsync the disk refuses: the error names that file, and none of the batch is put in place
+    def failing_fsync(fd):
+        if "g1.yaml" in os.readlink(f"/proc/self/fd/{fd}"):  # g1's staged temp file
+            raise OSError(errno.EIO, "Input/output error")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError) as raised:
+        with spares.batch() as batch:
+            for k in range(3):
+                batch.add(tmp_path / f"g{k}.yaml", b"new\n", durable=True, new=True)
+    assert raised.value.filename == str(tmp_path / "g1.yaml") and raised.value.errno == errno.EIO
+    assert not any((tmp_path / f"g{k}.yaml").exists() for k in range(3))
+    monkeypatch.setattr(os, "fsync", real_fsync)
 
     # an error inside the block: what was staged is dropped, nothing is put in place
     try:

@@ -23,9 +23,10 @@ Removed status files become spares too (a rename, not an unlink). At most ``MAX_
 beyond that a replaced file is unlinked, as before.
 
 A pass's replaces go through a ``Batch``: each text is staged as it comes, and the durable ones are
-fsync'd together, on threads, before any of them is renamed into place. One after another, fsyncs
-were most of a busy pass's time (~5 ms each while hundreds of jobs start and end), and the loop
-waits for them; the device takes them at once for little more than the cost of one.
+fsync'd on threads, each as soon as it is staged (from a batch's second on), and all before any of
+them is renamed into place. One after another, fsyncs were most of a busy pass's time (~5 ms each
+while hundreds of jobs start and end), and the loop waits for them; the device takes them at once
+for little more than the cost of one, and the pass writes the rest meanwhile.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from controller.util.fsutil import temp_beside
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 PREFIX = ".spare."
 QUIET = 5.0  # seconds a spare stays out of sight before it is rewritten
@@ -181,17 +182,13 @@ class Spares:
             _unlink(spare)  # linked under another name too (or unusable): never written through
         return None
 
-    def _fsync_all(self, fds: list[int]) -> None:
-        """fsync every one of ``fds``, at once; raises the first failure."""
-        if len(fds) == 1:
-            os.fsync(fds[0])
-            return
+    def _threads(self) -> ThreadPoolExecutor:
+        """The fsync threads, made when a batch first has two durable files."""
         if self._syncer is None:
             from concurrent.futures import ThreadPoolExecutor  # lazy: only a pass with two durable files needs it
 
             self._syncer = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="fsync")
-        for _ in self._syncer.map(os.fsync, fds):  # the GIL is released in each fsync
-            pass
+        return self._syncer
 
     def _unstage(self, staged: str, spare: bool) -> None:
         if spare:
@@ -218,12 +215,13 @@ class Spares:
 
 
 class _Staged:
-    __slots__ = ("path", "fd", "staged", "spare", "durable", "new", "then")
+    __slots__ = ("path", "fd", "staged", "spare", "durable", "new", "then", "syncing")
 
     def __init__(self, path: Path, fd: int, staged: str, spare: bool, durable: bool, new: bool,
                  then: Callable[[], None] | None) -> None:
         self.path, self.fd, self.staged, self.spare = path, fd, staged, spare
         self.durable, self.new, self.then = durable, new, then
+        self.syncing: Future | None = None  # its fsync, under way on the batch's threads
 
 
 class Batch:
@@ -259,9 +257,23 @@ class Batch:
             self.spares._unstage(staged, spare)
             self._drop()
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        self._staged.append(_Staged(path, fd, staged, spare, durable, new, then))
+        item = _Staged(path, fd, staged, spare, durable, new, then)
+        self._staged.append(item)
+        if durable:
+            self._sync_early(item)
         if len(self._staged) >= BATCH_FILES:
             self.commit()
+
+    def _sync_early(self, item: _Staged) -> None:
+        """From the second durable file on, fsyncs start on the threads as files are staged: the
+        disk works while the pass writes the rest, and ``commit`` waits for what is left. A batch
+        with one durable file fsyncs it at ``commit``, on this thread."""
+        waiting = [other for other in self._staged if other.durable and other.syncing is None]
+        if len(waiting) < 2 and self.spares._syncer is None:
+            return
+        syncer = self.spares._threads()
+        for other in waiting:
+            other.syncing = syncer.submit(os.fsync, other.fd)  # the GIL is released in each fsync
 
     def commit(self) -> None:
         staged, self._staged = self._staged, []
@@ -269,13 +281,16 @@ class Batch:
             return
         done = 0
         try:
-            durable = [item.fd for item in staged if item.durable]
-            if durable:
+            for item in staged:
+                if not item.durable:
+                    continue
                 try:
-                    self.spares._fsync_all(durable)
+                    if item.syncing is not None:
+                        item.syncing.result()
+                    else:
+                        os.fsync(item.fd)
                 except OSError as exc:
-                    failed = next((item for item in staged if item.durable), staged[0])
-                    raise OSError(exc.errno, exc.strerror, str(failed.path)) from exc
+                    raise OSError(exc.errno, exc.strerror, str(item.path)) from exc
             for item in staged:
                 os.close(item.fd)
                 item.fd = -1
@@ -284,6 +299,7 @@ class Batch:
                 if item.then is not None:
                     item.then()
         finally:
+            _settle(staged)  # no fd is closed while a thread may still fsync it
             for item in staged[done:]:
                 if item.fd >= 0:
                     os.close(item.fd)
@@ -302,9 +318,20 @@ class Batch:
 
     def _drop(self) -> None:
         staged, self._staged = self._staged, []
+        _settle(staged)
         for item in staged:
             os.close(item.fd)
             self.spares._unstage(item.staged, item.spare)
+
+
+def _settle(staged: list[_Staged]) -> None:
+    """Wait for every fsync under way on these files, failed or not."""
+    for item in staged:
+        if item.syncing is not None:
+            try:
+                item.syncing.result()
+            except OSError:
+                pass
 
 
 def _write_over(fd: int, payload: bytes, mode: int | None, cut: bool) -> None:
