@@ -189,8 +189,10 @@ class SupervisorRuntime:
         self._handing: list[Path] = []  # records to hand to the launcher (``_hand_over``)
         self._purged: list[Path] = []  # records purged: their supervisors may take new attempts (``_tell_purged``)
         # True from a pass's first start to the look that follows its starts (``observe`` in act):
-        # its starts reach the launcher after its purge, which frees supervisors they can reuse.
-        # Handed over while the pass acted, a burst forked a supervisor for nearly every job.
+        # when the pass also ended attempts, its starts reach the launcher after its purge, which
+        # frees those supervisors for them. Handed over while the pass acted, a burst forked a
+        # supervisor for nearly every job; held when nothing ends, a lone start would wait ~10 ms
+        # for the pass's fsyncs for nothing.
         self._holding = False
         self._ensure_launcher()  # now, not at the first start: an interpreter start costs ~50 ms
 
@@ -270,7 +272,8 @@ class SupervisorRuntime:
             attempt.time_limit = seconds
 
     def observe(self) -> dict[str, RunObservation]:
-        holding, self._holding = self._holding, False  # act's look at its starts: purge hands them over
+        holding, self._holding = self._holding, False  # act's look at its starts: purge hands them over...
+        holding = holding and bool(self._forgotten)  # ...when it frees supervisors they can take
         if not holding:
             self._hand_over()  # starts a pass left (its records could not be written: no purge)
         self._drain()
