@@ -355,24 +355,35 @@ def _supervisor_of(home, name: str) -> int:
     return record.read(str(home.run_dir / "attempts" / f"{name}.1"), ("run",))["run"]["supervisorPid"]
 
 
-def test_a_supervisor_takes_a_next_attempt_only_once_gflowd_purged_its_last(tmp_path):
-    """Supervisor processes are reused (supervisor.py: forking one per attempt was most of an
-    attempt's cost), but never while gflowd may still signal them about the attempt they ended."""
-    import sys
-
-    from test_reconcile import job
-
+def _runtime(tmp_path):
+    """A fresh home and the supervisor runtime on it."""
     from controller.act.runtime.supervised import SupervisorRuntime
-    from controller.model.plan import Launch
     from controller.paths import Home
 
     home = Home.resolve(str(tmp_path / "home"), None)
     home.ensure()
-    runtime = SupervisorRuntime(home)
+    return home, SupervisorRuntime(home)
+
+
+def _start_exiting(runtime, tmp_path, name: str, code: int) -> None:
+    """Start attempt 1 of job ``name``: a Python that exits with ``code`` at once."""
+    import sys
+
+    from test_reconcile import job
+
+    from controller.model.plan import Launch
+
+    admitted = job(name, command=[sys.executable, "-c", f"raise SystemExit({code})"], workingDir=str(tmp_path))
+    runtime.start(Launch(name, 1, 1, admitted, [], []))
+
+
+def test_a_supervisor_takes_a_next_attempt_only_once_gflowd_purged_its_last(tmp_path):
+    """Supervisor processes are reused (supervisor.py: forking one per attempt was most of an
+    attempt's cost), but never while gflowd may still signal them about the attempt they ended."""
+    home, runtime = _runtime(tmp_path)
 
     def start(name: str, code: int) -> None:
-        admitted = job(name, command=[sys.executable, "-c", f"raise SystemExit({code})"], workingDir=str(tmp_path))
-        runtime.start(Launch(name, 1, 1, admitted, [], []))
+        _start_exiting(runtime, tmp_path, name, code)
         runtime.observe()
         runtime.purge()  # as a pass does: its starts reach the launcher after its purge
 
@@ -400,21 +411,10 @@ def test_a_pass_hands_its_starts_over_after_its_purge_so_they_reuse_the_supervis
     purge (``SupervisorRuntime._holding``), so the supervisor freed by that purge takes it. Handed
     over while the pass acted, a burst forked a supervisor for nearly every job. A pass that ends
     nothing hands its starts over at once: holding them would only delay them."""
-    import sys
-
-    from test_reconcile import job
-
-    from controller.act.runtime.supervised import SupervisorRuntime
-    from controller.model.plan import Launch
-    from controller.paths import Home
-
-    home = Home.resolve(str(tmp_path / "home"), None)
-    home.ensure()
-    runtime = SupervisorRuntime(home)
+    home, runtime = _runtime(tmp_path)
 
     def launch(name: str, code: int) -> None:
-        admitted = job(name, command=[sys.executable, "-c", f"raise SystemExit({code})"], workingDir=str(tmp_path))
-        runtime.start(Launch(name, 1, 1, admitted, [], []))
+        _start_exiting(runtime, tmp_path, name, code)
 
     try:
         launch("a", 3)

@@ -26,14 +26,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def wait_for(predicate, timeout=30.0, interval=0.005):
+def wait_for(predicate, timeout=30.0, interval=0.005, what: str = ""):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise SystemExit(f"timed out waiting for {predicate}")
+    raise SystemExit(f"timed out after {timeout:g} s waiting for {what or predicate}")
 
 
 def status_of(home: Path, name: str) -> dict | None:
