@@ -25,6 +25,7 @@ def start_watching(
     """A started watchdog observer (``.stop()`` it), or None when watchdog is missing."""
     try:
         # lazy: watchdog starts threads and costs ~30 ms; only gflowd's loop watches
+        from watchdog import events
         from watchdog.events import FileSystemEventHandler
         from watchdog.observers import Observer
     except ImportError:  # pragma: no cover - a dependency; resync still works without it
@@ -54,12 +55,19 @@ def start_watching(
                 return
             on_review(Path(os.fsdecode(getattr(event, "dest_path", "") or event.src_path)))
 
+    # The kinds each watch asks the kernel for. Without a filter inotify also reports every open
+    # and close: gflowd reading a manifest woke the watchdog thread twice for nothing, and in a
+    # burst of 1,000 new jobs that thread took ~15 % of gflowd's CPU.
+    changes = [events.FileCreatedEvent, events.FileModifiedEvent, events.FileClosedEvent, events.FileMovedEvent,
+               events.FileDeletedEvent]
+    folders = [events.DirCreatedEvent, events.DirMovedEvent, events.DirDeletedEvent]  # a folder of manifests
     observer = Observer()
     observer.daemon = True
-    observer.schedule(SpecHandler(), str(spec_dir), recursive=True)
+    observer.schedule(SpecHandler(), str(spec_dir), recursive=True, event_filter=changes + folders)
     if review_dir is not None:
-        observer.schedule(ReviewHandler(), str(review_dir), recursive=False)
+        observer.schedule(ReviewHandler(), str(review_dir), recursive=False,
+                          event_filter=[events.FileCreatedEvent, events.FileMovedEvent])
     if fake_gpus is not None and fake_gpus.parent.is_dir():
-        observer.schedule(GpuFileHandler(), str(fake_gpus.parent), recursive=False)
+        observer.schedule(GpuFileHandler(), str(fake_gpus.parent), recursive=False, event_filter=changes)
     observer.start()
     return observer

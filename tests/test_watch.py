@@ -1,0 +1,107 @@
+"""The file watch (``observe/watch.py``) on a real folder, with real inotify: every way a manifest
+changes marks it dirty, and the kernel is not asked for opens and closes-without-write, which
+gflowd's own reads of manifests would otherwise turn into wake-ups of the watch thread."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from controller.observe.watch import start_watching
+from helpers import wait_for
+
+IN_CLOSE_NOWRITE, IN_OPEN = 0x10, 0x20
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, *paths: str) -> None:
+        with self.lock:
+            self.paths.extend(paths)
+
+    def has(self, path: Path) -> bool:
+        with self.lock:
+            return str(path) in self.paths
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.paths)
+
+
+@pytest.fixture
+def watched(tmp_path):
+    spec_dir = tmp_path / "jobs"
+    spec_dir.mkdir()
+    seen = Seen()
+    observer = start_watching(spec_dir, seen)
+    if observer is None:
+        pytest.skip("watchdog is not installed")
+    yield spec_dir, seen, observer
+    observer.stop()
+    observer.join(5)
+
+
+def inotify_masks(pid: int) -> list[int]:
+    """The event masks of every inotify watch ``pid`` holds, from ``/proc/PID/fdinfo``."""
+    masks = []
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            text = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("inotify wd:"):
+                fields = dict(part.split(":", 1) for part in line.split()[1:])
+                masks.append(int(fields["mask"], 16))
+    return masks
+
+
+def test_every_kind_of_change_marks_the_manifest(watched, tmp_path):
+    spec_dir, seen, _ = watched
+    created = spec_dir / "a.yaml"
+    created.write_text("metadata: {name: a}\n")
+    wait_for(lambda: seen.has(created), timeout=10, message="a created manifest")
+
+    staged = tmp_path / "b.yaml"
+    staged.write_text("metadata: {name: b}\n")
+    moved_in = spec_dir / "b.yaml"
+    os.rename(staged, moved_in)  # what gflowctl apply and editors that save by rename do
+    wait_for(lambda: seen.has(moved_in), timeout=10, message="a manifest renamed into the folder")
+
+    seen.paths.clear()
+    with open(created, "a") as handle:  # edited in place
+        handle.write("# edited\n")
+    wait_for(lambda: seen.has(created), timeout=10, message="a manifest edited in place")
+
+    seen.paths.clear()
+    moved_in.unlink()
+    wait_for(lambda: seen.has(moved_in), timeout=10, message="a deleted manifest")
+
+    sub = spec_dir / "team"
+    sub.mkdir()
+    inside = sub / "c.yaml"
+    wait_for(lambda: seen.has(sub), timeout=10, message="a new folder")
+    inside.write_text("metadata: {name: c}\n")
+    wait_for(lambda: seen.has(inside), timeout=10, message="a manifest in a new folder")
+
+
+def test_reading_manifests_asks_the_kernel_for_no_events(watched):
+    spec_dir, seen, _ = watched
+    masks = wait_for(lambda: inotify_masks(os.getpid()), timeout=10, message="the watch's inotify descriptor")
+    assert not any(mask & (IN_OPEN | IN_CLOSE_NOWRITE) for mask in masks), [hex(mask) for mask in masks]
+
+    manifest = spec_dir / "a.yaml"
+    manifest.write_text("metadata: {name: a}\n")
+    wait_for(lambda: seen.has(manifest), timeout=10, message="a created manifest")
+    marker = spec_dir / "marker.yaml"
+    for _ in range(20):
+        manifest.read_text()  # what gflowd does with every manifest it parses
+    marker.write_text("")  # events arrive in order: once this one is seen, the reads' would have been
+    wait_for(lambda: seen.has(marker), timeout=10, message="the marker")
+    assert seen.paths.count(str(manifest)) <= 3, seen.paths  # created, modified, closed: no more for the reads
