@@ -178,6 +178,38 @@ def test_submit_function_returns_the_value_and_reraises_the_remote_exception(hom
     assert client.get(failing.job).reason == "Error"
 
 
+def test_a_remote_traceback_shows_the_submitters_source_lines_through_a_chain():
+    """cloudpickle (3.1.3 on) names ``<dynamic-code>`` as the file of code it sends by value; the
+    runner puts the submitter's files back, for nested helpers and chained exceptions too."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    from controller.client.functions import source_files
+    from controller.client.runner import format_traceback
+
+    table = {}
+
+    def lookup(key):
+        return table[key]  # the KeyError the ValueError is raised from
+
+    def parse(key):
+        try:
+            return lookup(key)
+        except KeyError as exc:
+            raise ValueError(f"no such key: {key}") from exc
+
+    def work(keys):
+        return [(lambda k: parse(k))(k) for k in keys]
+
+    shipped = cloudpickle.loads(cloudpickle.dumps(work))  # a local function: sent by value
+    with pytest.raises(ValueError) as caught:
+        shipped(["a"])
+    text = format_traceback(caught.value, source_files(work))
+    for line in ("return table[key]", "return lookup(key)", 'raise ValueError(f"no such key: {key}") from exc',
+                 "return [(lambda k: parse(k))(k) for k in keys]"):
+        assert line in text, text
+    assert "<dynamic-code>" not in text and f'File "{__file__}"' in text
+    assert "The above exception was the direct cause" in text and text.rstrip().endswith("ValueError: no such key: a")
+
+
 def test_map_runs_six_items_as_one_sweep_never_more_than_two_at_once(home, gflowd, proj, fake_gpus):
     gflowd("--fake-gpus", fake_gpus)
     (Path(fake_gpus)).write_text("gpus:\n" + "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" * 4)

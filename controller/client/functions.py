@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import time
+import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -185,7 +186,46 @@ def _prepare(client: "Client", fn: Callable[..., Any], job_options: dict[str, An
     return name, client.home.functions_dir / name, payload
 
 
-def _write_folder(folder: Path, files: dict[str, bytes]) -> None:
+def source_files(fn: Callable[..., Any]) -> dict[str, str]:
+    """Where the code the job runs was defined: ``"name:first line"`` -> file, for ``fn``, the
+    functions and lambdas defined in it, and the functions it reaches through its closure and
+    globals. cloudpickle (3.1.3 on) names ``<dynamic-code>`` as the file of a function it sends by
+    value, so the remote traceback would show no source lines; the runner puts the files back.
+    A key two files share is left out: a wrong line is worse than none."""
+    found: dict[str, str | None] = {}
+    seen: set[int] = set()
+    pending: list[Any] = [fn]
+    while pending:
+        obj = pending.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        obj = getattr(obj, "__func__", obj)  # a bound method
+        if hasattr(obj, "func") and hasattr(obj, "args"):  # functools.partial
+            pending.append(obj.func)
+            continue
+        code = getattr(obj, "__code__", None)
+        if not isinstance(code, types.CodeType):
+            continue
+        names: set[str] = set()
+        codes = [code]
+        while codes:
+            one = codes.pop()
+            key = f"{one.co_name}:{one.co_firstlineno}"
+            found[key] = one.co_filename if found.get(key, one.co_filename) == one.co_filename else None
+            names.update(one.co_names)
+            codes.extend(const for const in one.co_consts if isinstance(const, types.CodeType))
+        for cell in getattr(obj, "__closure__", None) or ():
+            try:
+                pending.append(cell.cell_contents)
+            except ValueError:  # a cell not filled yet
+                pass
+        scope = getattr(obj, "__globals__", None) or {}
+        pending.extend(value for name in names if isinstance(value := scope.get(name), types.FunctionType))
+    return {key: where for key, where in found.items() if where and not where.startswith("<")}
+
+
+def _write_folder(folder: Path, files: dict[str, bytes], fn: Callable[..., Any]) -> None:
     from controller.util.fsutil import atomic_write  # lazy: only a submission writes
 
     try:
@@ -196,7 +236,7 @@ def _write_folder(folder: Path, files: dict[str, bytes]) -> None:
     except OSError as exc:
         raise GflowError(f"{folder}: cannot create the function's folder: {exc.strerror}") from None
     try:
-        context = {"env": dict(os.environ), "path": list(sys.path), "keep": KEEP}
+        context = {"env": dict(os.environ), "path": list(sys.path), "keep": KEEP, "sources": source_files(fn)}
         atomic_write(folder / "context.json", json.dumps(context), mode=0o600, sync_dir=False)
         for filename, data in files.items():
             atomic_write(folder / filename, data, mode=0o600, sync_dir=False)
@@ -210,7 +250,7 @@ def submit_function(client: "Client", fn: Callable[..., Any], args: tuple, kwarg
     options = dict(job_options or {})
     name, folder, payload = _prepare(client, fn, options)
     arguments = _dumps(_cloudpickle(), (args, kwargs), f"the arguments of {_function_name(fn)}")
-    _write_folder(folder, {"fn.pkl": payload, "args.pkl": arguments})
+    _write_folder(folder, {"fn.pkl": payload, "args.pkl": arguments}, fn)
     try:
         client.submit([sys.executable, RUNNER, str(folder)], name=name, gpus=gpus, **options)
     except BaseException:
@@ -229,7 +269,7 @@ def map_function(client: "Client", fn: Callable[[Any], Any], items: list[Any], *
     files = {"fn.pkl": payload}
     for index, item in enumerate(items):
         files[f"args-{index}.pkl"] = _dumps(cloudpickle, ((item,), {}), f"item {index} ({type(item).__name__})")
-    _write_folder(folder, files)
+    _write_folder(folder, files, fn)
     try:
         client.sweep([sys.executable, RUNNER, str(folder), "--sweep"], indices=range(len(items)),
                      parallelism=parallelism, name=name, gpus=gpus, **options)

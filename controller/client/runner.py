@@ -29,7 +29,8 @@ def _write(path: str, data: bytes) -> None:
     os.replace(temp, path)
 
 
-def _restore(folder: str) -> None:
+def _restore(folder: str) -> dict[str, str]:
+    """The submitter's environment and ``sys.path``; returns where its code came from (``sources``)."""
     with open(os.path.join(folder, "context.json"), encoding="utf-8") as handle:
         context = json.load(handle)
     ours = {k: v for k, v in os.environ.items() if k in context["keep"] or k.startswith("GFLOW_")}
@@ -37,12 +38,37 @@ def _restore(folder: str) -> None:
     os.environ.update(context["env"])
     os.environ.update(ours)
     sys.path[:] = context["path"]
+    return context.get("sources") or {}
+
+
+def format_traceback(exc: BaseException, sources: dict[str, str]) -> str:
+    """``traceback.format_exc()`` for ``exc``, with the submitter's files put back in the frames of
+    code cloudpickle sent by value (it names them ``<dynamic-code>``), so each shows its source line.
+    ``sources``: ``"name:first line"`` -> file, from ``functions.source_files``."""
+    report = traceback.TracebackException(type(exc), exc, exc.__traceback__, lookup_lines=False)
+    chain: list[tuple[traceback.TracebackException, BaseException]] = []
+    seen: set[int] = set()
+    pending = [(report, exc)]
+    while pending:
+        part, raised = pending.pop()
+        if part is None or raised is None or id(raised) in seen:
+            continue
+        seen.add(id(raised))
+        chain.append((part, raised))
+        pending += [(part.__cause__, raised.__cause__), (part.__context__, raised.__context__)]
+    for part, raised in chain:  # a frame summary looks its line up when formatted, by its file
+        for summary, (frame, _) in zip(part.stack, traceback.walk_tb(raised.__traceback__)):
+            code = frame.f_code
+            if summary.filename != code.co_filename or not summary.filename.startswith("<"):
+                continue
+            summary.filename = sources.get(f"{code.co_name}:{code.co_firstlineno}", summary.filename)
+    return "".join(report.format())
 
 
 def main(argv: list[str]) -> int:
     folder = argv[1]
     suffix = f"-{os.environ['GFLOW_SWEEP_INDEX']}" if argv[2:3] == ["--sweep"] else ""
-    _restore(folder)
+    sources = _restore(folder)
     import cloudpickle  # lazy: the submitter's, importable once its sys.path is back
 
     outcome: dict = {"ok": True}
@@ -53,7 +79,7 @@ def main(argv: list[str]) -> int:
             args, kwargs = cloudpickle.load(handle)
         value = fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - whatever the call raised goes back to the caller
-        text = traceback.format_exc()
+        text = format_traceback(exc, sources)
         sys.stderr.write(text)
         outcome = {"ok": False, "type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
                    "traceback": text}
