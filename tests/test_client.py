@@ -210,6 +210,28 @@ def test_a_remote_traceback_shows_the_submitters_source_lines_through_a_chain():
     assert "The above exception was the direct cause" in text and text.rstrip().endswith("ValueError: no such key: a")
 
 
+def test_source_files_follows_partials_methods_and_closures_and_skips_other_callables():
+    import functools
+
+    from controller.client.functions import source_files
+
+    def helper():
+        return 1
+
+    class Model:
+        def forward(self):
+            return helper()
+
+        def __call__(self):
+            return 2
+
+    found = source_files(functools.partial(Model().forward))
+    lines = {key.split(":")[0]: int(key.split(":")[1]) for key in found}
+    assert lines == {"forward": Model.forward.__code__.co_firstlineno, "helper": helper.__code__.co_firstlineno}
+    assert set(found.values()) == {__file__}
+    assert source_files(Model()) == {} and source_files(len) == {}
+
+
 def test_map_runs_six_items_as_one_sweep_never_more_than_two_at_once(home, gflowd, proj, fake_gpus):
     gflowd("--fake-gpus", fake_gpus)
     (Path(fake_gpus)).write_text("gpus:\n" + "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" * 4)

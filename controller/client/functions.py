@@ -236,7 +236,11 @@ def _write_folder(folder: Path, files: dict[str, bytes], fn: Callable[..., Any])
     except OSError as exc:
         raise GflowError(f"{folder}: cannot create the function's folder: {exc.strerror}") from None
     try:
-        context = {"env": dict(os.environ), "path": list(sys.path), "keep": KEEP, "sources": source_files(fn)}
+        try:
+            sources = source_files(fn)
+        except Exception:  # noqa: BLE001 - an odd callable: its traceback shows fewer lines, it still runs
+            sources = {}
+        context = {"env": dict(os.environ), "path": list(sys.path), "keep": KEEP, "sources": sources}
         atomic_write(folder / "context.json", json.dumps(context), mode=0o600, sync_dir=False)
         for filename, data in files.items():
             atomic_write(folder / filename, data, mode=0o600, sync_dir=False)

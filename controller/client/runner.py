@@ -79,7 +79,10 @@ def main(argv: list[str]) -> int:
             args, kwargs = cloudpickle.load(handle)
         value = fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - whatever the call raised goes back to the caller
-        text = format_traceback(exc, sources)
+        try:
+            text = format_traceback(exc, sources)
+        except Exception:  # noqa: BLE001 - the lines are a nicety; the exception must still travel
+            text = "".join(traceback.format_exception(exc))
         sys.stderr.write(text)
         outcome = {"ok": False, "type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
                    "traceback": text}
