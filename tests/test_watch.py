@@ -29,9 +29,9 @@ class Seen:
         with self.lock:
             return str(path) in self.paths
 
-    def count(self) -> int:
+    def clear(self) -> None:
         with self.lock:
-            return len(self.paths)
+            self.paths.clear()
 
 
 @pytest.fixture
@@ -74,12 +74,12 @@ def test_every_kind_of_change_marks_the_manifest(watched, tmp_path):
     os.rename(staged, moved_in)  # what gflowctl apply and editors that save by rename do
     wait_for(lambda: seen.has(moved_in), timeout=10, message="a manifest renamed into the folder")
 
-    seen.paths.clear()
+    seen.clear()
     with open(created, "a") as handle:  # edited in place
         handle.write("# edited\n")
     wait_for(lambda: seen.has(created), timeout=10, message="a manifest edited in place")
 
-    seen.paths.clear()
+    seen.clear()
     moved_in.unlink()
     wait_for(lambda: seen.has(moved_in), timeout=10, message="a deleted manifest")
 

@@ -13,6 +13,7 @@ exception the function raised is raised again here, its remote traceback attache
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -201,7 +202,7 @@ def source_files(fn: Callable[..., Any]) -> dict[str, str]:
             continue
         seen.add(id(obj))
         obj = getattr(obj, "__func__", obj)  # a bound method
-        if hasattr(obj, "func") and hasattr(obj, "args"):  # functools.partial
+        if isinstance(obj, functools.partial):
             pending.append(obj.func)
             continue
         code = getattr(obj, "__code__", None)
