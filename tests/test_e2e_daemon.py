@@ -19,6 +19,7 @@ from helpers import (
     job_status,
     line_number,
     pid_alive,
+    read_index,
     read_log,
     read_status,
     wait_for,
@@ -350,6 +351,50 @@ def test_crashed_gflowd_restarts_and_readopts(home, gflowd, tmp_path):
     again.wait_pass()
     status = job_status(home, "crash")
     assert status["phase"] == "Running" and status["pid"] == pid, status
+
+
+def test_a_flood_killed_while_its_started_jobs_have_no_status_file_runs_each_job_once(home, gflowd, tmp_path):
+    """A flood's started jobs get their status files a moment late (record/recorder.py
+    ``_may_wait``); gflowd kill -9'd in that moment re-adopts them from their attempt records:
+    each job runs once, and ends Succeeded."""
+    daemon = gflowd()
+    go, ledger, stage = tmp_path / "go", tmp_path / "ledger", tmp_path / "stage"
+    stage.mkdir()
+    count = 80  # more than one pass starts (MIN_STARTS): the rest wait as Queued, with no status file
+    spec = f"""\
+command: [sh, -c, 'echo "$GFLOW_JOB_NAME $GFLOW_ATTEMPT" >> "$LEDGER"; while [ ! -e "$GO" ]; do sleep 0.3; done']
+env:
+  GO: {go}
+  LEDGER: {ledger}
+"""
+    names = [f"flood-{i:03d}" for i in range(count)]
+    for name in names:
+        (stage / f"{name}.yaml").write_text(manifest(name, spec))
+    for name in names:  # all at once, as a git pull or a sweep does
+        (stage / f"{name}.yaml").rename(home / "jobs" / f"{name}.yaml")
+
+    def started_without_status() -> list[str] | None:
+        rows = (read_index(home) or {}).get("jobs", {})
+        running = [n for n in names if (rows.get(n) or {}).get("phase") == "Running"]
+        unwritten = [n for n in running if job_status(home, n) is None]
+        return unwritten if len(running) > 32 and unwritten else None
+
+    unwritten = wait_for(started_without_status, timeout=30, interval=0.005,
+                         message="a started job of the flood without its status file yet")
+    daemon.proc.kill()
+    daemon.proc.wait(timeout=10)
+    assert all(job_status(home, n) is None for n in unwritten)
+
+    again = gflowd()
+    wait_for(lambda: all((job_status(home, n) or {}).get("phase") == "Running" for n in names), timeout=60,
+             message=lambda: f"all {count} running; index: {(read_index(home) or {}).get('counts')}")
+    assert {(job_status(home, n) or {}).get("attempt") for n in names} == {1}
+    go.touch()
+    wait_for(lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in names), timeout=60,
+             message=lambda: f"all {count} succeeded; index: {(read_index(home) or {}).get('counts')}; "
+                             f"gflowd: {again.stderr()[-2000:]}")
+    runs = ledger.read_text().split("\n")[:-1]
+    assert sorted(runs) == sorted(f"{n} 1" for n in names)  # each job ran once, as attempt 1
 
 
 def test_readopted_job_that_ends_is_recorded_with_its_exit_code(home, gflowd, tmp_path):

@@ -1,6 +1,7 @@
 """What the recorder writes per pass: a new job of a flood that is about to start gets its first
-status file when it starts (the index shows it meanwhile), and finished jobs' records go to the
-records journal, which a restart reads and never trusts over a status file. Real files in a temp home."""
+status file when it ends or has run for a moment (the index shows it meanwhile), and finished jobs'
+records go to the records journal, which a restart reads and never trusts over a status file. Real
+files in a temp home."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from controller.model.conditions import set_condition
 from controller.model.records import JOB_FIELDS, FrozenConditions, FrozenMapping, JobState
 from controller.paths import Home
 from controller.util import records_journal as journal
-from controller.record.recorder import QUEUED_UNWRITTEN_MAX, Recorder
+from controller.client.objects import Job
+from controller.client.state import read_status
+from controller.record.recorder import QUEUED_UNWRITTEN_MAX, RUNNING_UNWRITTEN_MAX, Recorder
 from controller.util.yamlio import dump, load_own
 
 T0 = 1_800_000_000.0
@@ -33,19 +36,71 @@ def _queued(name: str, created: float) -> JobState:
     return JobState(name=name, phase="Pending", reason="Queued", message="starts in a moment", created=created)
 
 
-def test_a_queued_new_job_is_in_the_index_and_gets_one_status_write_when_it_starts(tmp_path):
+def _running(name: str, started: float) -> JobState:
+    return JobState(name=name, phase="Running", reason="Started", created=T0, attempt=1, start_time=started)
+
+
+def test_a_queued_new_job_is_in_the_index_and_gets_one_status_write_when_it_ends(tmp_path):
     clock = [T0]
     recorder, home = _recorder(tmp_path, clock)
-    queued = _queued("a", T0)
-    assert recorder.write_states({"a": queued}, [])  # the index changed
+    assert recorder.write_states({"a": _queued("a", T0)}, [])  # the index changed
     assert not home.status_file("a").exists()
     assert _index_jobs(recorder, home)["a"]["reason"] == "Queued"
-    running = JobState(name="a", phase="Running", reason="Started", created=T0, attempt=1, start_time=T0 + 0.5)
     clock[0] = T0 + 0.5
-    recorder.write_states({"a": running}, [])
-    assert "phase: Running" in home.status_file("a").read_text()
-    assert recorder.status_writes == 1
+    assert recorder.write_states({"a": _running("a", T0 + 0.5)}, [])
+    assert not home.status_file("a").exists() and recorder.status_writes == 0
+    assert recorder.write_due == T0 + 0.5 + RUNNING_UNWRITTEN_MAX  # gflowd passes again by then
     assert _index_jobs(recorder, home)["a"]["phase"] == "Running"
+    # readers of the status file get the index's row meanwhile
+    assert read_status(home, "a")["status"]["phase"] == "Running"
+    assert read_status(home, "a")["status"]["startTime"].endswith("Z")
+    assert Job.from_status(read_status(home, "a")).phase == "Running"  # the Python client's get()
+    clock[0] = T0 + 0.8
+    recorder.write_states({"a": _finished("a")}, [])
+    assert "phase: Succeeded" in home.status_file("a").read_text()
+    assert recorder.status_writes == 1 and recorder.write_due is None
+    assert _index_jobs(recorder, home)["a"]["phase"] == "Succeeded"
+
+
+def test_a_flood_job_still_running_gets_its_running_status_when_due(tmp_path):
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    recorder.write_states({"a": _queued("a", T0), "b": _queued("b", T0)}, [])
+    clock[0] = T0 + 0.1
+    recorder.write_states({"a": _running("a", T0 + 0.1)}, [])
+    clock[0] = T0 + 0.2
+    recorder.write_states({"a": _running("a", T0 + 0.1), "b": _running("b", T0 + 0.2)}, [])
+    assert recorder.write_due == T0 + 0.1 + RUNNING_UNWRITTEN_MAX  # the earlier of the two
+    clock[0] = T0 + 0.1 + RUNNING_UNWRITTEN_MAX
+    recorder.write_states({"a": _running("a", T0 + 0.1), "b": _running("b", T0 + 0.2)}, [])
+    assert "phase: Running" in home.status_file("a").read_text()
+    assert not home.status_file("b").exists() and recorder.write_due == T0 + 0.2 + RUNNING_UNWRITTEN_MAX
+    clock[0] = T0 + 5
+    recorder.write_states({"b": _running("b", T0 + 0.2)}, [])
+    assert "phase: Running" in home.status_file("b").read_text() and recorder.write_due is None
+
+
+def test_a_job_started_outside_a_flood_gets_its_running_status_at_once(tmp_path):
+    """Nothing was held back for it (it started in the pass that admitted it, or it had a status
+    file already): its start is written in the pass that decided it."""
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    recorder.write_states({"a": _running("a", T0)}, [])
+    assert "phase: Running" in home.status_file("a").read_text() and recorder.write_due is None
+    recorder.write_states({"b": JobState(name="b", phase="Pending", reason="Resources", created=T0)}, [])
+    clock[0] = T0 + 0.3
+    recorder.write_states({"b": _running("b", T0 + 0.3)}, [])
+    assert "phase: Running" in home.status_file("b").read_text() and recorder.write_due is None
+
+
+def test_a_job_with_neither_status_file_nor_index_row_reads_as_none(tmp_path):
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    assert read_status(home, "ghost") is None
+    recorder.write_states({"a": _queued("a", T0)}, [])
+    _index_jobs(recorder, home)
+    assert read_status(home, "ghost") is None
+    assert read_status(home, "a")["status"]["reason"] == "Queued"
 
 
 def test_a_job_queued_for_long_gets_its_pending_status(tmp_path):

@@ -9,6 +9,7 @@ import os
 import pwd
 from pathlib import Path
 
+from controller import API_VERSION
 from controller.client.errors import GflowError
 from controller.paths import Home
 from controller.util.locks import lock_held
@@ -43,11 +44,16 @@ def read_index(home: Home) -> dict[str, Any] | None:
 
 
 def read_status(home: Home, name: str) -> dict[str, Any] | None:
-    """Job or sweep ``name``'s status document, None when there is none (or it is unreadable)."""
+    """Job or sweep ``name``'s status document, None when there is none (or it is unreadable).
+    A job of a flood has no status file for a moment (queued to start, or just started: see
+    record/recorder.py ``_may_wait``); the index lists it meanwhile, and its row stands in."""
     from controller.util.yamlio import YAMLSyntaxError, load_one, load_own  # lazy: get jobs reads the JSON index only
 
     try:
         text = home.status_file(name).read_text()
+    except FileNotFoundError:
+        row = (read_index(home) or {}).get("jobs", {}).get(name)
+        return status_from_row(name, row) if isinstance(row, dict) else None
     except OSError:
         return None
     try:
@@ -58,6 +64,35 @@ def read_status(home: Home, name: str) -> dict[str, Any] | None:
         except YAMLSyntaxError:
             return None
     return data if isinstance(data, dict) else None
+
+
+def _timestamp(value: Any) -> str | None:
+    if not isinstance(value, (int, float)):
+        return None
+    from datetime import datetime, timezone  # lazy: only a job without its status file yet
+
+    return datetime.fromtimestamp(value, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def status_from_row(name: str, row: dict[str, Any]) -> dict[str, Any]:
+    """The status document an index row stands for: what ``get jobs`` knows of the job (no
+    conditions, no usage), in the status file's shape, for readers of a job not yet written."""
+    status = {
+        "phase": row.get("phase") or "Pending", "reason": row.get("reason"), "message": row.get("message"),
+        "manifest": row.get("manifest"), "priority": row.get("priority"), "gpus": row.get("gpus"),
+        "cpus": row.get("cpus"), "devices": list(row.get("devices") or []), "dependsOn": row.get("dependsOn"),
+        "observedGeneration": row.get("generation"), "attempt": row.get("attempt"),
+        "startTime": _timestamp(row.get("startTime")), "completionTime": _timestamp(row.get("completionTime")),
+        "exitCode": row.get("exitCode"), "queuePosition": row.get("queuePosition"),
+        "effectivePriority": row.get("effectivePriority"), "conditions": [],
+    }
+    metadata: dict[str, Any] = {"name": name, "creationTimestamp": _timestamp(row.get("created"))}
+    if row.get("labels"):
+        metadata["labels"] = dict(row["labels"])
+    if row.get("owner"):
+        metadata["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "Sweep", "name": row["owner"]}]
+    return {"apiVersion": API_VERSION, "kind": "JobStatus", "metadata": metadata,
+            "status": {k: v for k, v in status.items() if v is not None}}
 
 
 def status_json_texts(home: Home, names: list[str]) -> dict[str, str]:

@@ -273,6 +273,9 @@ class Controller:
                 self.store.save_cache()
             except OSError:  # a full disk: only a cache; the next resync tries again
                 pass
+        due = self.recorder.write_due  # a flood's started job whose Running status waits (recorder._may_wait)
+        if due is not None and (plan.wake_at is None or due < plan.wake_at):
+            return due
         return plan.wake_at
 
     def _max_starts(self) -> int:

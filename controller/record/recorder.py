@@ -18,7 +18,7 @@ from controller import API_VERSION
 from controller.api.units import format_cpu_list as format_cores
 from controller.api.units import format_quantity
 from controller.model.plan import Event
-from controller.model.reasons import SETTLED_PHASES, Reason
+from controller.model.reasons import SETTLED_PHASES, Phase, Reason
 from controller.model.records import JOB_FIELDS, JobState, ReservationState, SweepState, rfc3339
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
@@ -32,6 +32,7 @@ from controller.util.yamlio import YAMLSyntaxError, dump, load_one, load_own
 log = logging.getLogger("gflowd.recorder")
 EVENTS_MAX_BYTES = 10 * 1024 * 1024
 QUEUED_UNWRITTEN_MAX = 10.0  # seconds a new job of a flood, bound and about to start, may go without a status file
+RUNNING_UNWRITTEN_MAX = 1.0  # seconds such a job, once started, may still go without one (see _may_wait)
 JOURNAL_SLACK = 1000  # dead entries the records journal may hold beyond one per finished job before it is rewritten
 
 
@@ -54,7 +55,8 @@ class Recorder:
         self.home = home
         self.clock = clock  # the index's "updated": gflowd's injected clock, as every timestamp
         self.written: dict[str, JobState] = {}
-        self.unwritten: dict[str, JobState] = {}  # new jobs of a flood, about to start: in the index only
+        self.unwritten: dict[str, JobState] = {}  # new jobs of a flood, about to start or just started: in the index only
+        self.write_due: float | None = None  # when a started job of ``unwritten`` must have its status file (clock)
         self.written_sweeps: dict[str, SweepState] = {}
         self.written_reservations: dict[str, ReservationState] = {}
         self._rows: dict[str, bytes] = {}  # name -> the job's index entry as JSON, b'"name":{...}'
@@ -230,6 +232,7 @@ class Recorder:
             changed = True
         pairs = states.items() if only is None else [(n, states[n]) for n in only if n in states]
         now = self.clock()
+        self.write_due = None
         written = 0
         with self.spares.batch() as batch:  # the durable files of the pass fsync'd together (spares.py)
             for name, state in pairs:
@@ -239,7 +242,7 @@ class Recorder:
                 if known == state:
                     self.written[name] = state  # same content: keep this object, so next time `is` holds
                     continue
-                if known is None and self._may_wait(state, now):
+                if known is None and self._may_wait(name, state, now):
                     changed = self._index_only(name, state) or changed
                     continue
                 # A job that never started has nothing to lose: its manifest recreates it. Every other
@@ -266,13 +269,26 @@ class Recorder:
         self._rows[name] = _index_row(name, state)
         self.status_writes += 1
 
-    @staticmethod
-    def _may_wait(state: JobState, now: float) -> bool:
+    def _may_wait(self, name: str, state: JobState, now: float) -> bool:
         """A new job of a flood that is bound and starts within a pass or two (reason Queued, never
         started) gets its first status file when it starts: one write instead of two. It shows in
         the index meanwhile, and a crash loses nothing (its manifest recreates it). Not for long:
-        after QUEUED_UNWRITTEN_MAX seconds its Pending status is written."""
-        return state.reason == Reason.Queued and state.attempt == 0 and now - state.created < QUEUED_UNWRITTEN_MAX
+        after QUEUED_UNWRITTEN_MAX seconds its Pending status is written.
+
+        Once such a job has started, its ``Running`` status waits RUNNING_UNWRITTEN_MAX more: a
+        short job of the flood (a sweep's point, a test) has ended by then, and its one status file
+        is its end. The index shows it Running at once; its attempt record is on disk before its
+        process starts, so a gflowd killed meanwhile adopts it again (runtime/supervised.py). A
+        job started outside a flood (no status file held back before) is written at once."""
+        if state.attempt == 0:
+            return state.reason == Reason.Queued and now - state.created < QUEUED_UNWRITTEN_MAX
+        if state.phase != Phase.Running or state.start_time is None or name not in self.unwritten:
+            return False
+        due = state.start_time + RUNNING_UNWRITTEN_MAX
+        if now >= due:
+            return False
+        self.write_due = due if self.write_due is None else min(self.write_due, due)
+        return True
 
     def _index_only(self, name: str, state: JobState) -> bool:
         """Record ``state`` in the index rows only (see ``_may_wait``); True when the row changed."""
