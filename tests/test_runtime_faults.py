@@ -21,7 +21,7 @@ import pytest
 from helpers import fill_filesystem, job_status, pid_alive, read_log, wait_for, wait_phase, write_manifest
 
 from controller.act.runtime import record
-from controller.act.runtime.supervisor import start_ticks
+from controller.act.runtime.supervisor import Supervisor, start_ticks
 
 SUPERVISOR = Path(__file__).resolve().parents[1] / "controller" / "act" / "runtime" / "supervisor.py"
 
@@ -328,6 +328,36 @@ def test_a_supervisor_that_cannot_record_its_start_never_runs_the_job_and_says_s
     subprocess.run([sys.executable, "-I", "-S", str(SUPERVISOR), str(launch)], check=True, timeout=30)
     wait_for(lambda: region(launch, "exit"), message="the exit record")
     assert marker.exists()
+
+
+@pytest.mark.parametrize("recycled", ["renamed", "rewritten"])
+def test_a_supervisor_whose_record_was_recycled_after_it_opened_it_runs_nothing(tmp_path, recycled):
+    """gflowd rewrites a purged attempt's record for a later attempt as soon as no supervisor holds
+    its lock (util/spares.py, ``quiet=0``). A supervisor that opened the record before (one handed
+    the attempt twice, across a gflowd restart) and only now takes the lock must see it is no
+    longer its attempt's: under another name, or with another launch in it."""
+    ran_old, ran_new = tmp_path / "ran-old", tmp_path / "ran-new"
+    path = _launch(tmp_path / "home", str(tmp_path / "notify.sock"), ["touch", str(ran_old)], str(tmp_path))
+    launch = record.read(str(path), ("launch",))["launch"]
+    stale = Supervisor(str(path))  # opened, launch read; the lock not taken yet
+    try:
+        later = {**launch, "name": "later", "argv": ["touch", str(ran_new)]}
+        if recycled == "renamed":  # purged (a spare name) and a new file made for the name
+            os.rename(path, path.with_name(".spare.test.1"))
+            record.create(str(path), launch)
+        else:  # the same inode, rewritten in place as another attempt's record
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, record.contents(later), 0)
+            finally:
+                os.close(fd)
+        assert stale.run() == 0
+    finally:
+        stale.close()
+    assert not ran_old.exists() and not ran_new.exists()
+    assert region(path, "run") is None  # and the record it left alone is free for its own supervisor
+    with open(path, "rb+") as handle:
+        assert record.unlocked(handle.fileno())
 
 
 def test_an_exit_the_disk_refuses_is_kept_sent_to_gflowd_and_written_once_there_is_room(tiny_dir, tmp_path):

@@ -220,6 +220,23 @@ def test_create_gives_a_ready_spare_the_new_name_and_refuses_a_name_that_exists(
     assert [n for n in _names(tmp_path) if n.startswith(PREFIX)] == []
 
 
+def test_with_no_quiet_time_a_spare_is_reused_right_after_the_fsync_that_hid_it(tmp_path):
+    """Attempt records have no readers but gflowd and their supervisor (``quiet=0``): a record
+    purged in one pass is the next pass's new record, never before its folder fsync."""
+    now = [0.0]
+    spares = Spares(tmp_path, clock=lambda: now[0], quiet=0.0)
+    spares.create(tmp_path / "a.1", b"a" * 10, 0o600)
+    inode = os.stat(tmp_path / "a.1").st_ino
+    spares.retire(tmp_path / "a.1")
+    spares.create(tmp_path / "b.1", b"b", 0o600)  # hidden, but its rename is not durable yet: a new file
+    assert spares.created == 2 and spares.reused == 0
+    fsync_dir(tmp_path)
+    spares.synced()
+    spares.create(tmp_path / "c.1", b"c", 0o600, pad=True)  # the same clock reading: no wait
+    assert spares.reused == 1 and os.stat(tmp_path / "c.1").st_ino == inode
+    assert (tmp_path / "c.1").read_bytes() == b"c" + bytes(9)
+
+
 def test_a_spare_that_fails_the_usable_test_is_freed_never_rewritten(tmp_path):
     import fcntl
 

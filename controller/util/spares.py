@@ -54,9 +54,10 @@ class Spares:
     """The spares of one folder, and the replaces and removals that use them."""
 
     def __init__(self, directory: Path, clock: Callable[[], float] = time.monotonic,
-                 usable: Callable[[int], bool] | None = None) -> None:
+                 usable: Callable[[int], bool] | None = None, quiet: float = QUIET) -> None:
         self.directory = directory
         self.clock = clock
+        self.quiet = quiet  # seconds out of sight before a spare is rewritten (QUIET: readers we do not know)
         self.usable = usable  # a further test of a ready spare (its open descriptor); a spare failing it is unlinked
         self._ready: collections.deque[tuple[float, str]] = collections.deque()  # (hidden since, path), oldest first
         self._fresh: list[str] = []  # hidden in this pass: ready after the folder fsync (``synced``)
@@ -168,7 +169,7 @@ class Spares:
     def _take_spare(self) -> tuple[int, str] | None:
         """A ready spare, open read-write, and its name; None when none is ready."""
         now = self.clock()
-        while self._ready and now - self._ready[0][0] >= QUIET:
+        while self._ready and now - self._ready[0][0] >= self.quiet:
             _, spare = self._ready.popleft()
             try:
                 fd = os.open(spare, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -192,7 +193,7 @@ class Spares:
 
     def _unstage(self, staged: str, spare: bool) -> None:
         if spare:
-            self._ready.appendleft((self.clock() - QUIET, staged))  # still hidden, still ready
+            self._ready.appendleft((self.clock() - self.quiet, staged))  # still hidden, still ready
         else:
             _unlink(staged)
 

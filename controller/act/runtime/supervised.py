@@ -175,7 +175,10 @@ class SupervisorRuntime:
         self.python = python or sys.executable
         self.attempts_dir = home.run_dir / "attempts"
         self.attempts_dir.mkdir(parents=True, exist_ok=True)
-        self.spares = Spares(self.attempts_dir, usable=record.unlocked)  # purged records, rewritten for later attempts
+        # purged records, rewritten for later attempts as soon as the purge's folder fsync made them
+        # spares: only gflowd (one thread) and supervisors read records, and a supervisor holds the
+        # record's lock (usable=unlocked) or checks after taking it that the record is still its own
+        self.spares = Spares(self.attempts_dir, usable=record.unlocked, quiet=0.0)
         self.attempts: dict[str, _Attempt] = {}
         self._forgotten: list[tuple[str, _Attempt]] = []  # ended, recorded by the next status write
         self._epoll = select.epoll()

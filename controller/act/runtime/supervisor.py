@@ -332,6 +332,8 @@ class Supervisor:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return 0  # another supervisor owns this attempt
+        if not _still_named(self.fd, self.record_path) or record.read_launch(self.fd) != self.spec:
+            return 0  # our attempt ended and its record was recycled as another's since we opened it
         if record.read_exit(self.fd) is not None or record.read_run(self.fd) is not None:
             return 0  # this attempt already began: never run it twice
         _set_subreaper()
