@@ -1,11 +1,13 @@
 """Torture gflowd: a mixed workload on fake GPUs while the controller is kill -9'd and restarted.
 
-    python hack/torture.py [--cycles N] [--jobs M] [--seed S] [--workdir DIR] [--keep]
+    python hack/torture.py [--cycles N] [--jobs M] [--flood F] [--seed S] [--workdir DIR] [--keep]
 
 A real ``gflowd`` (``python -m controller.daemon``) runs on fake GPUs. Jobs are CPU and GPU,
 short and long, Exclusive and Shared (with ``gpuMemory``); some fail (some with retries), some are
 cancelled, some suspended and resumed by editing their manifests mid-run, some submitted while the
-controller is down. At seeded random instants gflowd is SIGKILLed and started again. Every job
+controller is down; a flood of F short CPU jobs lands at once at the start (more than one pass
+starts, so most wait as ``Queued`` and get their status files late: record/recorder.py). At seeded
+random instants gflowd is SIGKILLed and started again. Every job
 process appends ``start``/``end`` lines (name, attempt, CUDA_VISIBLE_DEVICES, time, pid, exit code)
 to one ledger file, and a monitor samples the phases gflowd publishes. The invariants are then
 checked from those records, not from the controller's own opinion:
@@ -125,8 +127,12 @@ class Report:
         )
 
 
-def plan_jobs(rng: random.Random, count: int, horizon: float) -> list[JobPlan]:
-    jobs = []
+def plan_jobs(rng: random.Random, count: int, horizon: float, flood: int = 0) -> list[JobPlan]:
+    jobs = [
+        JobPlan(name=f"f{i:03d}-ok-cpu", kind="ok", gpus=0, shared=False, gpu_memory_gi=0,
+                duration=rng.uniform(0.05, 0.6), exit_code=0, backoff=0, submit_at=0.0)
+        for i in range(flood)
+    ]
     for i in range(count):
         kind = rng.choices(["ok", "fail", "cancel", "suspend"], weights=[5, 2, 2, 2])[0]
         placement = rng.choices(["cpu", "exclusive", "shared"], weights=[3, 4, 3])[0]
@@ -236,7 +242,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def run_torture(cycles: int, jobs: int, seed: int, workdir: Path, min_up: float = 0.3, max_up: float = 2.5,
-                drain_timeout: float = 180.0, say=print) -> Report:
+                drain_timeout: float = 180.0, say=print, flood: int = 0) -> Report:
     rng = random.Random(seed)
     started = time.monotonic()
     home = workdir / "home"
@@ -251,9 +257,9 @@ def run_torture(cycles: int, jobs: int, seed: int, workdir: Path, min_up: float 
     ledger.touch()
     log_path = workdir / "gflowd.log"
     horizon = cycles * (min_up + max_up) / 2
-    plans = plan_jobs(rng, jobs, horizon)
+    plans = plan_jobs(rng, jobs, horizon, flood)
     by_name = {p.name: p for p in plans}
-    report = Report(jobs=jobs)
+    report = Report(jobs=len(plans))
     monitor = Monitor(home)
     submitted: set[str] = set()
 
@@ -477,13 +483,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=30, help="kill -9 / restart cycles (default 30)")
     parser.add_argument("--jobs", type=int, default=60, help="jobs in the workload (default 60)")
+    parser.add_argument("--flood", type=int, default=40, help="short CPU jobs landing at once at the start (default 40)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     parser.add_argument("--workdir", help="where to put the home and ledger (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir for inspection")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gflow-torture-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    report = run_torture(args.cycles, args.jobs, args.seed, workdir)
+    report = run_torture(args.cycles, args.jobs, args.seed, workdir, flood=args.flood)
     print(report.summary())
     for violation in report.violations:
         print(f"VIOLATION: {violation}")

@@ -22,10 +22,10 @@ torture = _torture()
 
 
 def test_short_torture_run_keeps_every_invariant(tmp_path):
-    report = torture.run_torture(cycles=5, jobs=18, seed=7, workdir=tmp_path, drain_timeout=90)
+    report = torture.run_torture(cycles=5, jobs=18, seed=7, workdir=tmp_path, drain_timeout=90, flood=40)
     assert report.violations == [], "\n".join(report.violations)
     assert report.kills == 5 and report.cycles == 5
-    assert sum(report.phases.values()) == 18
+    assert sum(report.phases.values()) == 18 + 40 == report.jobs
     assert set(report.phases) <= {"Succeeded", "Failed", "Cancelled"}
     assert report.attempts >= 10  # the workload really ran, across the restarts
 
