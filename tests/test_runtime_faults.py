@@ -339,7 +339,8 @@ def test_a_supervisor_whose_record_was_recycled_after_it_opened_it_runs_nothing(
     ran_old, ran_new = tmp_path / "ran-old", tmp_path / "ran-new"
     path = _launch(tmp_path / "home", str(tmp_path / "notify.sock"), ["touch", str(ran_old)], str(tmp_path))
     launch = record.read(str(path), ("launch",))["launch"]
-    stale = Supervisor(str(path))  # opened, launch read; the lock not taken yet
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGCHLD)}
+    stale = Supervisor(str(path))  # opened, launch read; the lock not taken yet (in-process: close() sets signals)
     try:
         later = {**launch, "name": "later", "argv": ["touch", str(ran_new)]}
         if recycled == "renamed":  # purged (a spare name) and a new file made for the name
@@ -354,6 +355,8 @@ def test_a_supervisor_whose_record_was_recycled_after_it_opened_it_runs_nothing(
         assert stale.run() == 0
     finally:
         stale.close()
+        for sig, handler in handlers.items():  # close() ignores SIGINT, which every later child would inherit
+            signal.signal(sig, handler)
     assert not ran_old.exists() and not ran_new.exists()
     assert region(path, "run") is None  # and the record it left alone is free for its own supervisor
     with open(path, "rb+") as handle:
