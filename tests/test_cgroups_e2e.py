@@ -200,6 +200,63 @@ def test_a_fork_bomb_under_pids_50_is_contained_and_the_job_ends(home, gflowd):
     wait_for(lambda: not attempt_dirs(home, "bomb"), timeout=10, message="the bomb's cgroup to be removed")
 
 
+def test_a_floods_cgroups_are_removed_once_idle_and_a_stop_removes_those_still_waiting(home, gflowd, tmp_path):
+    """Supervisors leave an ended job's emptied cgroup to gflowd, which removes it once a pass
+    starts nothing (no rmdir takes the cgroup lock while starts queue on it); the usage counters
+    are still read first. A gflowd stopped with some waiting removes them on its way out."""
+    daemon = gflowd()
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    names = [f"flood-{i:03d}" for i in range(60)]
+    for name in names:
+        (stage / f"{name}.yaml").write_text(job(name, "  command: ['true']\n"))
+    for name in names:
+        (stage / f"{name}.yaml").rename(home / "jobs" / f"{name}.yaml")
+    wait_for(lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in names), timeout=60,
+             message="the flood to succeed")
+    assert all("cpuSeconds" in (job_status(home, n).get("usage") or {}) for n in names)  # read before removal
+    wait_for(lambda: not any(attempt_dirs(home, n) for n in names), timeout=30, message="the flood's cgroups to go")
+    # a second flood (a changed command reruns each job), stopped as soon as it is done: whatever
+    # still waits goes with gflowd
+    for name in names:
+        (home / "jobs" / f"{name}.yaml").write_text(job(name, "  command: [sh, -c, 'true']\n"))
+    wait_for(lambda: all((job_status(home, n) or {}).get("attempt") == 2
+                         and job_status(home, n).get("phase") == "Succeeded" for n in names), timeout=60,
+             message="the reruns to succeed")
+    assert daemon.terminate() == 0
+    assert home_cgroups(home) == []
+
+
+@pytest.mark.parametrize("leave", [True, False])
+def test_a_supervisor_leaves_the_emptied_cgroup_to_gflowd_only_when_the_launch_says_so(home, tmp_path, leave):
+    need("memory")
+    from controller.act.runtime.supervised import SUPERVISOR_FILE, SupervisorRuntime
+    from controller.paths import Home
+
+    runtime = SupervisorRuntime(Home.resolve(home))
+    try:
+        cgroup = runtime._make_cgroup("solo", 1, {"memoryLimit": 64 * MI})
+        assert cgroup["leave"] is True  # what gflowd writes
+        cgroup["leave"] = leave
+        path = home / "run" / "attempts" / "solo.1"
+        record.create(str(path), {
+            "name": "solo", "attempt": 1, "generation": 1, "argv": ["true"], "env": {"PATH": os.environ["PATH"]},
+            "cwd": str(tmp_path), "log": str(tmp_path / "solo.log"), "uid": None, "gid": None, "groups": [],
+            "timeLimit": None, "memoryLimit": 64 * MI, "grace": 1.0, "notify": str(tmp_path / "no.sock"),
+            "cgroup": cgroup,
+        })
+        subprocess.run([sys.executable, "-I", "-S", SUPERVISOR_FILE, str(path)], check=True, timeout=30)
+        ended = (record.read(str(path), ("exit",)) or {}).get("exit")
+        assert ended is not None and ended["exitCode"] == 0
+        assert "cpuSeconds" in ended["usage"]  # the counters are read either way
+        assert ended["cgroupRemoved"] is (not leave)
+        assert bool(attempt_dirs(home, "solo")) is leave
+    finally:
+        for directory in attempt_dirs(home, "solo"):
+            os.rmdir(directory)
+        runtime.close()
+
+
 def test_a_restarted_gflowd_adopts_the_cgroup_its_limits_still_hold_and_it_is_removed_after(home, gflowd):
     need("memory")
     daemon = gflowd()

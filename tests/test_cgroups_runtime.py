@@ -87,6 +87,67 @@ def test_a_launchs_cgroup_on_v2_carries_its_limits_and_the_paths_to_join(kernel,
         runtime.close()
 
 
+def test_ended_attempts_cgroups_wait_while_passes_start_jobs_then_go_a_chunk_at_a_time(kernel, home, monkeypatch):
+    """No rmdir while a flood's starts queue on the kernel's cgroup lock: a pass that started jobs
+    removes only what exceeds ``max_unremoved``; once a pass starts nothing, the loop's ticks
+    remove the rest, REAP_CHUNK at a time, asking for the next turn at once while some are left."""
+    from controller.act.runtime import supervised
+
+    runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)
+    try:
+        group = kernel.root / cgroup_group(home.root)
+        names = [f"j{k}" for k in range(5)]
+        for name in names:
+            attempt = supervised._Attempt(name, 1, runtime._record_path(name, 1), 0.0)
+            attempt.spec = {"cgroup": runtime._make_cgroup(name, 1, {})}
+            runtime._remove_cgroup(attempt)  # ended and recorded, oldest first
+
+        def left() -> list[str]:
+            return [name for name in names if (group / f"{name}-1").is_dir()]
+
+        assert left() == names
+        runtime.max_unremoved = 2
+        runtime._started = True  # this pass started a job
+        runtime.purge()
+        assert left() == ["j3", "j4"]  # the oldest beyond the cap, at once
+        assert runtime.tick(100.0) is None and left() == ["j3", "j4"]  # no idle pass yet
+        monkeypatch.setattr(supervised, "REAP_CHUNK", 1)
+        runtime.purge()  # a pass that started nothing
+        assert runtime.tick(100.0) == 100.0 and left() == ["j4"]  # one more turn, at once
+        assert runtime.tick(100.0) is None and left() == []
+    finally:
+        runtime.close()
+
+
+def test_a_stopping_gflowd_removes_ended_attempts_cgroups_and_keeps_running_ones(kernel, home):
+    """Ended, its end not recorded yet (the exit observed, or only in its record), or recorded and
+    waiting: gone at close. Still running: kept, with the group, for the next gflowd."""
+    from controller.act.runtime import record, supervised
+    from controller.model.plan import RunObservation
+
+    runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)
+    group = kernel.root / cgroup_group(home.root)
+
+    def attempt(name: str) -> supervised._Attempt:
+        made = supervised._Attempt(name, 1, runtime._record_path(name, 1), 0.0)
+        made.spec = {"cgroup": runtime._make_cgroup(name, 1, {})}
+        return made
+
+    seen, unseen, waiting, running = attempt("seen"), attempt("unseen"), attempt("waiting"), attempt("running")
+    seen.result = RunObservation("seen", 1, 1234, 1.0, False, 0, None, 2.0)
+    record.create(str(unseen.record), {"name": "unseen"})
+    fd = os.open(unseen.record, os.O_RDWR)
+    try:
+        record.write_exit(fd, record.encode({"exitCode": 0}))  # its supervisor's; gflowd has not read it
+    finally:
+        os.close(fd)
+    record.create(str(running.record), {"name": "running"})
+    runtime.attempts.update(seen=seen, unseen=unseen, running=running)
+    runtime._remove_cgroup(waiting)
+    runtime.close()
+    assert sorted(p.name for p in group.iterdir() if p.is_dir()) == ["running-1"]
+
+
 def test_join_cgroup_writes_the_callers_pid_to_each_file_and_names_the_one_that_fails(tmp_path):
     first, second = tmp_path / "memory.procs", tmp_path / "pids.procs"
     first.write_text("")

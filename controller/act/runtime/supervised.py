@@ -33,6 +33,7 @@ adopted: ``old_layout_problem`` makes gflowd refuse to start while any is left (
 
 from __future__ import annotations
 
+import collections
 import errno
 import fcntl
 import hashlib
@@ -79,6 +80,13 @@ HOLD_FIRST, HOLD_MAX = 0.5, 10.0  # delays between tries to launch an attempt th
 NOTIFY_TIMEOUT = 0.2  # seconds a notice may wait for a supervisor's control socket
 LAUNCH_PIPE_BYTES = 1 << 20  # the launcher's stdin: room for ~15,000 record paths
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+# Ended attempts' cgroups are removed by gflowd once a pass starts nothing (``_reap_cgroups``),
+# not by their supervisors at the job's end: every rmdir takes the kernel's one cgroup lock (and a
+# memory cgroup's teardown is heavy), which a flood's starts and joins queue on (a 1,000-job
+# drain: ~14 % faster without them). An empty memory cgroup costs the kernel ~14 KiB plus ~2 KiB
+# per CPU, so at most UNREMOVED_BYTES of them wait; beyond that the oldest go at once.
+UNREMOVED_BYTES = 64 << 20
+REAP_CHUNK = 128  # attempts' cgroups removed per turn of the idle loop (~35 ms), between passes
 ORPHAN_CHECK = 0.2  # while stopping a dead supervisor's job: how often to look for its processes
 
 
@@ -181,6 +189,10 @@ class SupervisorRuntime:
         self.spares = Spares(self.attempts_dir, usable=record.unlocked, quiet=0.0)
         self.attempts: dict[str, _Attempt] = {}
         self._forgotten: list[tuple[str, _Attempt]] = []  # ended, recorded by the next status write
+        self._unremoved: collections.deque[_Attempt] = collections.deque()  # ended; their cgroups wait (_reap_cgroups)
+        self.max_unremoved = UNREMOVED_BYTES // ((14 + 2 * (os.cpu_count() or 1)) << 10)
+        self._started = False  # an attempt started since the last purge
+        self._reaping = False  # the last pass started nothing: tick() removes waiting cgroups
         self._epoll = select.epoll()
         self.notify_path = str(home.run_dir / "notify.sock")
         self._sock = self._bind_notify()
@@ -206,6 +218,7 @@ class SupervisorRuntime:
         if current is not None and current.attempt == launch.attempt and current.result is None:
             return  # idempotent
         self._holding = True
+        self._started = True
         supervisors_files = {"log", "input"} if launch.job.spec.tty else {"log"}  # what it may write beside the record
         attempt = _Attempt(launch.name, launch.attempt, self._record_path(launch.name, launch.attempt), time.monotonic(),
                            extras=supervisors_files)
@@ -329,7 +342,11 @@ class SupervisorRuntime:
                 except OSError:
                     pass
         self._tell_purged()
+        self._reaping = not self._started  # a pass that started nothing: tick() removes cgroups
+        self._started = False
         self._hand_over()  # after the purges: the launcher reuses the supervisors they freed
+        if len(self._unremoved) > self.max_unremoved:
+            self._reap_cgroups(0)
         if self.spares.fresh:
             # the renames on disk before a spare is rewritten: a machine crash must not bring back
             # an attempt's name on a file since rewritten as another attempt's record
@@ -359,6 +376,10 @@ class SupervisorRuntime:
                 at = now + max(0.0, when - mono)
                 due = at if due is None else min(due, at)
         self._hand_over()
+        if self._reaping and self._unremoved:  # between passes, a chunk at a time: the loop stays responsive
+            self._reap_cgroups(REAP_CHUNK)
+            if self._unremoved:
+                due = now
         return due
 
     def job_pids(self) -> dict[str, set[int]]:
@@ -394,6 +415,7 @@ class SupervisorRuntime:
         self._sock.close()
         os.close(self._news_r)
         os.close(self._news_w)
+        self._reap_ended_cgroups()
         if self.cgroups is not None and not self.cgroups.names():  # jobs still running keep it
             try:
                 self.cgroups.remove_group()
@@ -571,6 +593,7 @@ class SupervisorRuntime:
             "keys": list(attempt.dirs),  # the hierarchies it joins (``Cgroups.hierarchies``)
             "procs": [os.path.join(directory, "cgroup.procs") for directory in attempt.dirs.values()],
             "memory": memory is not None,
+            "leave": True,  # its supervisor leaves the emptied cgroup to gflowd (UNREMOVED_BYTES)
         }
 
     def _cgroup_of(self, attempt: _Attempt) -> AttemptCgroup | None:
@@ -583,18 +606,40 @@ class SupervisorRuntime:
             return None
 
     def _remove_cgroup(self, attempt: _Attempt) -> None:
-        """After the attempt's end is recorded: its cgroup, if its supervisor could not remove it."""
+        """After the attempt's end is recorded: its cgroup, unless its supervisor removed it, goes
+        on the list ``_reap_cgroups`` works through."""
         if attempt.cgroup_removed:
             return  # not even looked for: a missing cgroup's seven lookups cost ~0.3 ms
-        cgroup = self._cgroup_of(attempt)
-        if cgroup is None:
-            return
-        try:
-            if cgroup.pids():
-                cgroup.kill_all(timeout=5.0)
-            cgroup.remove(timeout=5.0)
-        except CgroupError as exc:
-            log.warning("job/%s: cannot remove its cgroup: %s", attempt.name, exc)
+        if (attempt.spec or {}).get("cgroup"):
+            self._unremoved.append(attempt)
+
+    def _reap_ended_cgroups(self) -> None:
+        """gflowd is stopping: the cgroups of every attempt that ended, its end recorded or not yet
+        (its exit record holds the counters), go now; a running job's stay with it."""
+        waiting = {id(attempt) for attempt in self._unremoved}
+        for attempt in [*self.attempts.values(), *(attempt for _, attempt in self._forgotten)]:
+            if attempt.cgroup_removed or not (attempt.spec or {}).get("cgroup") or id(attempt) in waiting:
+                continue
+            if attempt.result is not None or (record.read(str(attempt.record), ("exit",)) or {}).get("exit"):
+                self._unremoved.append(attempt)
+        self._reap_cgroups(len(self._unremoved))
+
+    def _reap_cgroups(self, chunk: int) -> None:
+        """Ended attempts' cgroups, oldest first: those beyond ``max_unremoved``, or ``chunk`` of
+        them if more. A process still in one (none should be: its supervisor saw the tree gone) is
+        killed first."""
+        count = min(len(self._unremoved), max(len(self._unremoved) - self.max_unremoved, chunk))
+        for _ in range(count):
+            attempt = self._unremoved.popleft()
+            cgroup = self._cgroup_of(attempt)
+            if cgroup is None:
+                continue
+            try:
+                if cgroup.pids():
+                    cgroup.kill_all(timeout=5.0)
+                cgroup.remove(timeout=5.0)
+            except CgroupError as exc:
+                log.warning("job/%s: cannot remove its cgroup: %s", attempt.name, exc)
 
     def limits_summary(self) -> str:
         """One line for ``gflowctl get node``: what the kernel enforces, or why nothing is."""

@@ -636,8 +636,8 @@ class Supervisor:
             return False
 
     def _cgroup_usage(self) -> dict:
-        """The tree is gone: the cgroup's counters for the exit record, then the cgroup is removed
-        (gflowd removes it later should this fail)."""
+        """The tree is gone: the cgroup's counters for the exit record, then the cgroup is removed,
+        unless the launch says gflowd ``leave``s it for later (gflowd removes it also should this fail)."""
         if self.cgroup is None:
             return {}
         usage: dict = {}
@@ -649,8 +649,9 @@ class Supervisor:
                 usage["cpuSeconds"] = round(stats.cpu_usec / 1e6, 3)
             if stats.memory_peak is not None:
                 usage["peakMemoryBytes"] = stats.memory_peak
-            self.cgroup.remove(timeout=5.0)
-            self.cgroup_removed = True
+            if not self.spec["cgroup"].get("leave"):  # else gflowd removes it when no start waits on the cgroup lock
+                self.cgroup.remove(timeout=5.0)
+                self.cgroup_removed = True
         except Exception as exc:
             sys.stderr.write(f"supervisor: cgroup {self.cgroup.name}: {exc}\n")
         return usage
