@@ -66,17 +66,11 @@ def read_status(home: Home, name: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _timestamp(value: Any) -> str | None:
-    if not isinstance(value, (int, float)):
-        return None
-    from datetime import datetime, timezone  # lazy: only a job without its status file yet
-
-    return datetime.fromtimestamp(value, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def status_from_row(name: str, row: dict[str, Any]) -> dict[str, Any]:
     """The status document an index row stands for: what ``get jobs`` knows of the job (no
     conditions, no usage), in the status file's shape, for readers of a job not yet written."""
+    from controller.model.records import rfc3339 as _timestamp  # lazy: only a job without its status file yet
+
     status = {
         "phase": row.get("phase") or "Pending", "reason": row.get("reason"), "message": row.get("message"),
         "manifest": row.get("manifest"), "priority": row.get("priority"), "gpus": row.get("gpus"),
