@@ -720,13 +720,15 @@ class Acceptance:
         manifest = {"apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
         path = self.manifests / f"{name}.yaml"
         path.write_text(json.dumps(manifest, indent=2) + "\n")  # JSON is YAML
-        t_apply = time.time()
+        # registered before the apply: a Ctrl-C while gflowctl applies must still release and
+        # delete this job (cleanup deletes only jobs gflowd lists, so one never applied is skipped)
+        job = Job(name, out, release, time.time())
+        self.applied.append(name)
+        self.jobs.append(job)
         result = self.ctl("apply", "-f", str(path))
         if result.returncode != 0:
             raise StepError(f"gflowctl apply -f {path.name} failed: {result.stderr.strip()}")
-        self.applied.append(name)
-        self.jobs.append(Job(name, out, release, t_apply))
-        return self.jobs[-1]
+        return job
 
     def wait_phase(self, name: str, phases: set[str], timeout: float) -> dict[str, Any]:
         status = wait_until(lambda: (s := self.status(name)) and s.get("phase") in phases and s, timeout * self.scale, 0.3)
