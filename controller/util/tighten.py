@@ -1,0 +1,78 @@
+"""At gflowd's start: the modes of files an older gflowd left more open than this one writes them.
+
+What gflowd writes that holds a user's private text is written closed from the first byte (the
+parse cache 0600, attempt scripts 0700, records 0600); this step closes what an earlier version
+left behind, so an upgrade does not keep yesterday's cache readable by all. It only ever removes
+permission bits or removes gflowd's own caches; it never opens a file, so a user's FIFO or
+symlink in the home costs nothing. docs/multi-user.md, "What other users can read", lists each
+file and who may read it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+
+from controller.paths import Home
+
+log = logging.getLogger("gflowd")
+
+MANIFEST_CACHE = "manifest-cache.json"
+
+
+def tighten_home(home: Home) -> list[str]:
+    """Close what an older gflowd left open; returns what it changed (for the log and tests)."""
+    changed: list[str] = []
+    cache = home.run_dir / MANIFEST_CACHE
+    try:
+        st = os.lstat(cache)
+    except OSError:
+        st = None
+    if st is not None:
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            _remove(cache, changed)  # not ours: a cache only, gflowd parses the manifests again
+        elif _close(cache, st, 0o600):
+            changed.append(str(cache))
+    try:
+        entries = list(os.scandir(home.run_dir / "attempts"))
+    except OSError:
+        entries = []
+    for entry in entries:
+        if entry.name.endswith(".sh"):  # a job's script: its owner's text, runnable by its owner alone
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and _close(entry.path, st, 0o700):
+                changed.append(entry.path)
+    if os.geteuid() == 0:  # a shared home: users make their own functions/<uid>/ in it (Client.submit_function)
+        try:
+            os.mkdir(home.functions_dir, 0o755)
+            os.chmod(home.functions_dir, 0o1777)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            log.warning("cannot create %s (%s): users' submit_function will ask for it", home.functions_dir, exc.strerror)
+    if changed:
+        log.info("closed %d file(s) an earlier gflowd left readable by other users", len(changed))
+    return changed
+
+
+def _close(path: os.PathLike | str, st: os.stat_result, allowed: int) -> bool:
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & ~allowed == 0:
+        return False
+    try:
+        os.chmod(path, mode & allowed, follow_symlinks=False)
+    except (OSError, NotImplementedError):
+        return False
+    return True
+
+
+def _remove(path: os.PathLike | str, changed: list[str]) -> None:
+    try:
+        os.unlink(path)
+        changed.append(str(path))
+    except OSError:
+        pass

@@ -1,0 +1,99 @@
+"""Who is asking the dashboard, and what they may read (docs/dashboard.md, "Who sees what").
+
+On a shared machine loopback is every local user, so "the dashboard is on loopback" says nothing
+about who asks. The kernel knows: over the Unix socket ``run/web.sock`` it hands the peer's uid
+to us (``SO_PEERCRED``); over TCP from this machine the client's end of the connection is a socket
+in ``/proc/net/tcp`` (or ``tcp6``) whose row names its owner's uid (an SSH tunnel's end is the
+user's own sshd process, so a tunnelled browser is that user too). A request from elsewhere (the
+admin chose ``--web-address 0.0.0.0``) has no uid: it gets the shared view only.
+
+The rule itself is :func:`may_read_job`: a job's page (its log, its events) is for the job's
+owner and root; everyone gets the shared view (GPUs, queue, reasons), which holds no log, env or
+manifest text. This module does no HTTP; the server asks it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import struct
+
+ROOT = 0
+
+
+def peer_uid_unix(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix stream socket (the kernel's word)."""
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
+
+
+def peer_uid_tcp(peer: tuple, local: tuple, proc_net: str = "/proc/net") -> int | None:
+    """The uid owning the client's end of a TCP connection from this machine: the row of
+    ``/proc/net/tcp[6]`` whose local address is the peer's and whose remote address is ours.
+    None when the peer is not on this machine (or the row is gone: the client left)."""
+    try:
+        peer_ip, peer_port = ipaddress.ip_address(peer[0]), int(peer[1])
+        local_ip, local_port = ipaddress.ip_address(local[0]), int(local[1])
+    except (ValueError, IndexError, TypeError):
+        return None
+    for table in ("tcp6", "tcp") if peer_ip.version == 6 else ("tcp",):
+        try:
+            with open(os.path.join(proc_net, table), "rb") as handle:
+                next(handle, None)  # the header
+                for line in handle:
+                    uid = _row_uid(line, peer_ip, peer_port, local_ip, local_port)
+                    if uid is not None:
+                        return uid
+        except OSError:
+            continue
+    return None
+
+
+def _row_uid(line: bytes, peer_ip, peer_port: int, local_ip, local_port: int) -> int | None:
+    fields = line.split()
+    if len(fields) < 8:
+        return None
+    try:
+        row_local, row_remote = _address(fields[1]), _address(fields[2])
+    except ValueError:
+        return None
+    if row_local != (_plain(peer_ip), peer_port) or row_remote != (_plain(local_ip), local_port):
+        return None
+    try:
+        return int(fields[7])
+    except ValueError:
+        return None
+
+
+def _address(field: bytes) -> tuple:
+    """``0100007F:1F90`` -> (127.0.0.1, 8080): the kernel prints each 32-bit word of the address
+    as a number in the machine's byte order; the port in hex."""
+    text, _, port = field.decode().partition(":")
+    if len(text) not in (8, 32):
+        raise ValueError(f"not an address: {text}")
+    words = b"".join(struct.pack("=I", int(text[i:i + 8], 16)) for i in range(0, len(text), 8))
+    return _plain(ipaddress.ip_address(words)), int(port, 16)
+
+
+def _plain(ip) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An IPv4-mapped IPv6 address (``::ffff:127.0.0.1``, how a dual-stack socket sees IPv4) as IPv4."""
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return mapped if mapped is not None else ip
+
+
+def may_read_job(viewer_uid: int | None, owner_uid: int | None) -> bool:
+    """A job's log and events are its owner's and root's: what the file system gives them anyway."""
+    if viewer_uid is None:
+        return False
+    return viewer_uid == ROOT or (owner_uid is not None and viewer_uid == owner_uid)
+
+
+def refusal(name: str, owner: str) -> str:
+    """The 403's one line: whose the job is and what to do instead."""
+    return (f"job/{name} is {owner}'s: its log and events are shown only to {owner} and root; "
+            f"the shared view (GPUs, queue, reasons) is for everyone")
