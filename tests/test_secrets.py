@@ -257,3 +257,17 @@ def test_submit_function_works_beside_a_hostile_user_and_refuses_a_squatted_fold
     assert code == 0, err
     assert len(err.splitlines()) == 1 and f"belongs to uid {ALICE}, not you" in err, err
     assert os.listdir(functions / str(MALLORY)) == []
+
+
+# -- messages everyone can read never quote an env value ----------------------------------------------------
+
+
+@pytest.mark.parametrize("env", [f"{{TOKEN: [{SECRET}]}}", f"{{TOKEN: {{k: {SECRET}}}}}", f"[{SECRET}]",
+                                 f"{{'bad name': {SECRET}}}", f"{{TOKEN: {SECRET}, TOKEN: {SECRET}}}"])
+def test_a_bad_env_is_rejected_without_quoting_its_value(tmp_path, capsys, env):
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text(f"metadata: {{name: bad}}\nspec:\n  command: ['true']\n  env: {env}\n")
+    assert main(["--home", str(tmp_path / "home"), "apply", "--dry-run", "-f", str(manifest)]) == 1
+    err = capsys.readouterr().err
+    assert "spec.env" in err or "env" in err, err  # it names what to fix
+    assert SECRET not in err, err

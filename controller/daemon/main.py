@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             lock.release()
             sys.stderr.write(f"gflowd: {exc}\n")
             return 1
-    from controller.util.tighten import tighten_home  # lazy, as the controller
+    from controller.daemon.tighten import tighten_home  # lazy: gflowd --help and flag errors answer without it
 
     tighten_home(home)  # before anything reads them: what an older gflowd left open, closed
     try:
