@@ -97,8 +97,12 @@ def test_an_older_gflowds_open_cache_is_closed_and_a_planted_one_dropped(shared_
     script.write_text(f"echo {SECRET}\n")
     os.chown(script, ALICE, ALICE)
     os.chmod(script, 0o755)
+    trace = run / "attempts" / "alice-env.1.log"  # a supervisor's trace: it may quote the job's command
+    trace.write_text(f"exec [{SECRET}] failed\n")
+    os.chmod(trace, 0o644)
     daemon = gflowd(home=shared_home)
     assert stat.S_IMODE(cache.stat().st_mode) == 0o600, daemon.stderr()
+    assert stat.S_IMODE(trace.stat().st_mode) == 0o600
     st = script.stat()
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (ALICE, 0o700)
     assert stat.S_IMODE((shared_home / "functions").stat().st_mode) == 0o1777  # where users' functions/<uid>/ go

@@ -1,7 +1,7 @@
 """At gflowd's start: the modes of files an older gflowd left more open than this one writes them.
 
 What gflowd writes that holds a user's private text is written closed from the first byte (the
-parse cache 0600, attempt scripts 0700, records 0600); this step closes what an earlier version
+parse cache 0600, attempt scripts 0700, records and supervisor traces 0600); this step closes what an earlier version
 left behind, so an upgrade does not keep yesterday's cache readable by all. It only ever removes
 permission bits or removes gflowd's own caches; it never opens a file, so a user's FIFO or
 symlink in the home costs nothing. docs/multi-user.md, "What other users can read", lists each
@@ -39,13 +39,17 @@ def tighten_home(home: Home) -> list[str]:
     except OSError:
         entries = []
     for entry in entries:
-        if entry.name.endswith(".sh"):  # a job's script: its owner's text, runnable by its owner alone
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and _close(entry.path, st, 0o700):
-                changed.append(entry.path)
+        # a job's script: its owner's text, runnable by its owner alone; a supervisor's trace may quote
+        # the job's command: root's (and the supervisor's) alone
+        allowed = 0o700 if entry.name.endswith(".sh") else 0o600 if entry.name.endswith(".log") else None
+        if allowed is None:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and _close(entry.path, st, allowed):
+            changed.append(entry.path)
     if os.geteuid() == 0:  # a shared home: users make their own functions/<uid>/ in it (Client.submit_function)
         try:
             os.mkdir(home.functions_dir, 0o755)

@@ -281,15 +281,21 @@ class _Handler(BaseHTTPRequestHandler):
     def version_string(self) -> str:
         return self.server_version
 
-    def setup(self) -> None:
-        super().setup()
-        # who asks, from the kernel, once per connection (the client's socket exists while it is open)
-        if self.server.unix:
-            self.viewer_uid = access.peer_uid_unix(self.connection)
-        elif _is_loopback(str(self.client_address[0])):
-            self.viewer_uid = access.peer_uid_tcp(self.client_address, self.connection.getsockname())
-        else:
-            self.viewer_uid = None  # from elsewhere: the shared view only
+    _viewer: tuple[int | None] | None = None
+
+    @property
+    def viewer_uid(self) -> int | None:
+        """Who asks, from the kernel, once per connection and only when a page needs it (the
+        client's socket exists while the connection is open; /proc/net/tcp may be long)."""
+        if self._viewer is None:
+            if self.server.unix:
+                uid = access.peer_uid_unix(self.connection)
+            elif _is_loopback(str(self.client_address[0])):
+                uid = access.peer_uid_tcp(self.client_address, self.connection.getsockname())
+            else:
+                uid = None  # from elsewhere: the shared view only
+            self._viewer = (uid,)
+        return self._viewer[0]
 
     def address_string(self) -> str:
         return "web.sock" if self.server.unix else str(self.client_address[0])
