@@ -145,6 +145,18 @@ def test_run_writes_the_manifest_with_the_users_umask_and_0600_with_env(shared_h
         assert SECRET not in err
 
 
+def test_run_of_a_private_script_is_never_more_open_than_the_script(shared_home):
+    (shared_home / "src").mkdir(mode=0o755)
+    script = shared_home / "src" / "train.sh"
+    script.write_text(f"#!/bin/bash\necho {SECRET}\n")
+    os.chown(script, ALICE, ALICE)
+    os.chmod(script, 0o700)
+    main(["--home", str(shared_home), "run", "--dry-run", "-o", "yaml", "--", "true"])  # load what the child uses
+    code, err = submit_as(ALICE, 0o022, ["--home", str(shared_home), "run", "--name", "s1", str(script)])
+    assert code == 0, err
+    assert stat.S_IMODE((shared_home / "jobs" / "s1.yaml").stat().st_mode) == 0o600
+
+
 def test_apply_is_never_more_open_than_the_file_applied(shared_home):
     (shared_home / "src").mkdir(mode=0o755)
     source = shared_home / "src" / "private.yaml"
@@ -221,7 +233,7 @@ def test_submit_function_works_beside_a_hostile_user_and_refuses_a_squatted_fold
 
     functions = shared_home / "functions"
     functions.mkdir()
-    os.chmod(functions, 0o1777)  # as a root gflowd makes it at start (and the admin did before), like /tmp
+    os.chmod(functions, 0o1777)  # as a root gflowd makes it at start beside this 1777 spec dir (the admin did before)
     Client(shared_home).submit_function(len, [1], job_options={"name": "warm-up"})  # load what the child uses
 
     def mallory_squats() -> int:

@@ -115,8 +115,9 @@ def check_inputs(home: Home, inputs: list[tuple[str, str]], place: bool = False)
     return checked
 
 
-def store_document(home: Home, doc: Doc, dry_run: bool) -> str:
-    """Write one document: a new file, or in place of its old text. Returns the verb to print."""
+def store_document(home: Home, doc: Doc, dry_run: bool, source: str | None = None) -> str:
+    """Write one document: a new file, or in place of its old text. Returns the verb to print.
+    A new file is never more open than ``source`` (default: the file it was applied from)."""
     body = doc.text if doc.text.endswith("\n") else doc.text + "\n"
     target = find_manifest(home, doc.name, doc.kind)
     if target is None:
@@ -124,7 +125,7 @@ def store_document(home: Home, doc: Doc, dry_run: bool) -> str:
             return "created"
         target = home.spec_dir / f"{doc.name}.yaml"
         try:
-            create_new(target, body, mode=new_file_mode(doc.origin, body))
+            create_new(target, body, mode=new_file_mode(source or doc.origin, body))
             return "created"
         except FileExistsError:
             pass  # created meanwhile (another apply): update it like any existing file

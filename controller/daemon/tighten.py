@@ -50,17 +50,33 @@ def tighten_home(home: Home) -> list[str]:
             continue
         if stat.S_ISREG(st.st_mode) and _close(entry.path, st, allowed):
             changed.append(entry.path)
-    if os.geteuid() == 0:  # a shared home: users make their own functions/<uid>/ in it (Client.submit_function)
-        try:
-            os.mkdir(home.functions_dir, 0o755)
-            os.chmod(home.functions_dir, 0o1777)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            log.warning("cannot create %s (%s): users' submit_function will ask for it", home.functions_dir, exc.strerror)
+    if os.geteuid() == 0:
+        _functions_folder(home)
     if changed:
         log.info("closed %d file(s) an earlier gflowd left readable by other users", len(changed))
     return changed
+
+
+def _functions_folder(home: Home) -> None:
+    """A shared home (a sticky spec dir others may write to, docs/multi-user.md) gets ``functions/``
+    with the spec dir's mode and group: whoever may submit a job may submit a function, each into
+    their own ``functions/<uid>/`` (Client.submit_function). A private home gets none from gflowd."""
+    try:
+        spec = os.stat(home.spec_dir)
+    except OSError:
+        return
+    mode = stat.S_IMODE(spec.st_mode)
+    if not (mode & stat.S_ISVTX and mode & (stat.S_IWGRP | stat.S_IWOTH)):
+        return
+    try:
+        os.mkdir(home.functions_dir, 0o700)
+    except FileExistsError:
+        return  # the admin's, or an earlier start's: left as it is
+    except OSError as exc:
+        log.warning("cannot create %s (%s): users' submit_function will ask for it", home.functions_dir, exc.strerror)
+        return
+    os.chown(home.functions_dir, 0, spec.st_gid)
+    os.chmod(home.functions_dir, mode & 0o1777)
 
 
 def _close(path: os.PathLike | str, st: os.stat_result, allowed: int) -> bool:
