@@ -148,3 +148,20 @@ def test_who_may_read_a_jobs_page(viewer, owner, allowed):
     from controller.web.access import may_read_job
 
     assert may_read_job(viewer, owner) is allowed
+
+
+def test_peer_uid_reads_the_client_rows_uid_column(tmp_path):
+    """As the kernel prints the table: the server's own row (uid 0) and the client's (uid 1000)."""
+    from controller.web.access import peer_uid_tcp
+
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    (tmp_path / "tcp").write_text(header
+        + "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 100 1 0 100 0 0 10 0\n"
+        + "   1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 101 1 0 20 4 30 10 -1\n"
+        + "   2: 0100007F:D431 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1000        0 102 1 0 20 4 30 10 -1\n")
+    (tmp_path / "tcp6").write_text(header
+        + "   0: 0000000000000000FFFF00000100007F:C350 0000000000000000FFFF00000100007F:1F90 01 00000000:00000000 "
+          "00:00000000 00000000  1001        0 103 1 0 20 4 30 10 -1\n")
+    assert peer_uid_tcp(("127.0.0.1", 0xD431), ("127.0.0.1", 8080), proc_net=str(tmp_path)) == 1000
+    assert peer_uid_tcp(("::ffff:127.0.0.1", 0xC350), ("::ffff:127.0.0.1", 8080), proc_net=str(tmp_path)) == 1001
+    assert peer_uid_tcp(("127.0.0.1", 0xD432), ("127.0.0.1", 8080), proc_net=str(tmp_path)) is None

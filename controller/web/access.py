@@ -35,49 +35,49 @@ def peer_uid_unix(sock: socket.socket) -> int | None:
 def peer_uid_tcp(peer: tuple, local: tuple, proc_net: str = "/proc/net") -> int | None:
     """The uid owning the client's end of a TCP connection from this machine: the row of
     ``/proc/net/tcp[6]`` whose local address is the peer's and whose remote address is ours.
-    None when the peer is not on this machine (or the row is gone: the client left)."""
+    None when the peer is not on this machine (or the row is gone: the client left).
+    The rows are matched as the kernel prints them, not parsed: with 2,000 sockets a lookup costs
+    ~13 ms, nearly all of it the kernel writing the table (once per connection, for job pages only)."""
     try:
-        peer_ip, peer_port = ipaddress.ip_address(peer[0]), int(peer[1])
-        local_ip, local_port = ipaddress.ip_address(local[0]), int(local[1])
+        peer_ip, peer_port = _plain(ipaddress.ip_address(peer[0])), int(peer[1])
+        local_ip, local_port = _plain(ipaddress.ip_address(local[0])), int(local[1])
     except (ValueError, IndexError, TypeError):
         return None
-    for table in ("tcp6", "tcp") if peer_ip.version == 6 else ("tcp",):
+    for table in ("tcp", "tcp6"):
+        wanted_local = _kernel_text(peer_ip, peer_port, table)
+        wanted_remote = _kernel_text(local_ip, local_port, table)
+        if wanted_local is None or wanted_remote is None:
+            continue
         try:
             with open(os.path.join(proc_net, table), "rb") as handle:
-                next(handle, None)  # the header
-                for line in handle:
-                    uid = _row_uid(line, peer_ip, peer_port, local_ip, local_port)
-                    if uid is not None:
-                        return uid
+                data = handle.read()
         except OSError:
+            continue
+        needle = wanted_local + b" " + wanted_remote + b" "
+        at = data.find(needle)
+        if at < 0:
+            continue
+        end = data.find(b"\n", at)
+        fields = data[data.rfind(b"\n", 0, at) + 1:end if end >= 0 else len(data)].split()
+        try:
+            return int(fields[7])
+        except (IndexError, ValueError):
             continue
     return None
 
 
-def _row_uid(line: bytes, peer_ip, peer_port: int, local_ip, local_port: int) -> int | None:
-    fields = line.split()
-    if len(fields) < 8:
+def _kernel_text(ip, port: int, table: str) -> bytes | None:
+    """An address as ``/proc/net/<table>`` prints it: each 32-bit word of the address as a number
+    in the machine's byte order, in hex, then the port: ``0100007F:1F90`` is 127.0.0.1:8080. An
+    IPv4 address in ``tcp6`` is the mapped one (``::ffff:a.b.c.d``, a dual-stack socket's view)."""
+    if table == "tcp6":
+        packed = (ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed) if ip.version == 4 else ip).packed
+    elif ip.version == 4:
+        packed = ip.packed
+    else:
         return None
-    try:
-        row_local, row_remote = _address(fields[1]), _address(fields[2])
-    except ValueError:
-        return None
-    if row_local != (_plain(peer_ip), peer_port) or row_remote != (_plain(local_ip), local_port):
-        return None
-    try:
-        return int(fields[7])
-    except ValueError:
-        return None
-
-
-def _address(field: bytes) -> tuple:
-    """``0100007F:1F90`` -> (127.0.0.1, 8080): the kernel prints each 32-bit word of the address
-    as a number in the machine's byte order; the port in hex."""
-    text, _, port = field.decode().partition(":")
-    if len(text) not in (8, 32):
-        raise ValueError(f"not an address: {text}")
-    words = b"".join(struct.pack("=I", int(text[i:i + 8], 16)) for i in range(0, len(text), 8))
-    return _plain(ipaddress.ip_address(words)), int(port, 16)
+    words = "".join("%08X" % struct.unpack("=I", packed[i:i + 4])[0] for i in range(0, len(packed), 4))
+    return f"{words}:{port:04X}".encode()
 
 
 def _plain(ip) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
