@@ -287,3 +287,23 @@ def test_a_bad_env_is_rejected_without_quoting_its_value(tmp_path, capsys, env):
     err = capsys.readouterr().err
     assert "spec.env" in err or "env" in err, err  # it names what to fix
     assert SECRET not in err and "926535" not in err, err
+
+
+def test_a_parse_cache_another_uid_owns_is_never_believed(tmp_path):
+    """A planted cache would tell gflowd what a manifest holds without its being read."""
+    from controller.observe.manifests import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "a.yaml").write_text("metadata: {name: a}\nspec:\n  command: ['true']\n")
+    cache = tmp_path / "manifest-cache.json"
+    store = ManifestStore(spec, str, cache)
+    store.scan()
+    store.save_cache(force=True)
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o600
+    assert ManifestStore(spec, str, cache)._warm  # gflowd's own: used
+    os.chown(cache, MALLORY, MALLORY)
+    assert ManifestStore(spec, str, cache)._warm == {}  # another uid's: ignored
+    os.chown(cache, 0, 0)
+    os.chmod(cache, 0o666)
+    assert ManifestStore(spec, str, cache)._warm == {}  # anyone could have written it: ignored
