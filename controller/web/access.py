@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import pwd
 import socket
 import struct
 
@@ -93,7 +94,13 @@ def may_read_job(viewer_uid: int | None, owner_uid: int | None) -> bool:
     return viewer_uid == ROOT or (owner_uid is not None and viewer_uid == owner_uid)
 
 
-def refusal(name: str, owner: str) -> str:
+def refusal(name: str, owner_uid: int | None) -> str:
     """The 403's one line: whose the job is and what to do instead."""
+    if owner_uid is None:
+        return f"job/{name} has no owner left (its manifest and log are gone): only root sees its page"
+    try:
+        owner = pwd.getpwuid(owner_uid).pw_name
+    except KeyError:
+        owner = f"uid {owner_uid}"
     return (f"job/{name} is {owner}'s: its log and events are shown only to {owner} and root; "
             f"the shared view (GPUs, queue, reasons) is for everyone")

@@ -42,7 +42,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from controller.client.events import aggregate
-from controller.client.state import job_rows, manifest_owners, read_index, read_status
+from controller.client.state import job_rows, manifest_owner_uid, manifest_owners, read_index, read_status
 from controller.client.usage import read_usage
 from controller.paths import Home, UnsafeName
 from controller.util.fsutil import atomic_write
@@ -140,7 +140,7 @@ def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> tuple[str | No
     return data.decode("utf-8", errors="replace"), cut
 
 
-def job_detail(home: Home, name: str, viewer_uid: int | None = access.ROOT) -> dict[str, Any] | None:
+def job_detail(home: Home, name: str, viewer_uid: int | None) -> dict[str, Any] | None:
     """``/api/job``: what ``gflowctl describe`` and ``logs --tail`` show of job ``name``: its status
     document, its owner, its latest events (repeats folded) and the end of its log. None when no
     job has that name; UnsafeName for a name that is no job name; Forbidden when ``viewer_uid`` is
@@ -152,9 +152,14 @@ def job_detail(home: Home, name: str, viewer_uid: int | None = access.ROOT) -> d
     if status is None and row is None:
         return None
     manifest = (row or {}).get("manifest") or ((status or {}).get("status") or {}).get("manifest")
-    owner_uid = _owner_uid(home, manifest, home.log_file(name))
+    owner_uid = manifest_owner_uid(home, manifest)
+    if owner_uid is None:  # the manifest is gone: the log's owner (the job wrote it as its user)
+        try:
+            owner_uid = os.stat(home.log_file(name)).st_uid
+        except OSError:
+            pass  # nobody's: root alone may look
     if not access.may_read_job(viewer_uid, owner_uid):
-        raise Forbidden(access.refusal(name, manifest_owners(home)(manifest)))
+        raise Forbidden(access.refusal(name, owner_uid))
     events = [e for e in read_events_tail(home.events_file) if e.get("object") == f"job/{name}"]
     log_text, cut = read_log_tail(home.log_file(name))
     return {
@@ -164,20 +169,6 @@ def job_detail(home: Home, name: str, viewer_uid: int | None = access.ROOT) -> d
         "events": aggregate(events)[-JOB_EVENTS_LIMIT:][::-1],
         "log": {"path": home.display(home.log_file(name)), "text": log_text, "cut": cut},
     }
-
-
-def _owner_uid(home: Home, manifest: str | None, log_path: Path) -> int | None:
-    """Whose job it is: its manifest file's owner (whom it runs as); once the manifest is gone,
-    its log's (the job wrote it); None when neither is there (then root alone may look)."""
-    candidates = []
-    if manifest:
-        candidates = [manifest] if os.path.isabs(manifest) else [str(home.root / manifest), str(home.spec_dir.parent / manifest)]
-    for candidate in [*candidates, str(log_path)]:
-        try:
-            return os.stat(candidate).st_uid
-        except OSError:
-            continue
-    return None
 
 
 class StateView:
