@@ -1,6 +1,7 @@
 """The dashboard on a shared box: no user reads through it what the file system refuses them
 (issue 32, hole 3). Loopback is every local user, so a root gflowd's dashboard must know who asks:
-over TCP from the client socket's row in /proc/net/tcp, over run/web.sock from SO_PEERCRED.
+over TCP from the client's socket (sock_diag netlink, else /proc/net/tcp), over run/web.sock
+from SO_PEERCRED.
 
 The attack, as the issue filed it: mallory (an ordinary uid) fetches ``/api/job?name=<alice's
 job>`` and reads alice's 0640 log. Real root gflowd, real HTTP from forked children that dropped
@@ -115,7 +116,8 @@ def test_another_users_job_log_is_refused(shared_home, gflowd, over):
 
 
 def test_peer_uid_over_tcp_comes_from_the_client_sockets_row():
-    """The rule's two halves, without root: the client's uid from /proc/net/tcp(6), or SO_PEERCRED."""
+    """The rule's two halves, without root: the client's uid from sock_diag (else /proc/net/tcp[6]),
+    or SO_PEERCRED."""
     from controller.web.access import peer_uid_tcp, peer_uid_unix
     for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
         try:
@@ -128,7 +130,8 @@ def test_peer_uid_over_tcp_comes_from_the_client_sockets_row():
             client = socket.create_connection(server.getsockname()[:2])
             accepted, peer = server.accept()
             with client, accepted:
-                assert peer_uid_tcp(peer, accepted.getsockname()) == os.geteuid()
+                assert peer_uid_tcp(peer, accepted.getsockname()) == os.geteuid()  # sock_diag
+                assert peer_uid_tcp(peer, accepted.getsockname(), proc_net="/proc/net") == os.geteuid()
         # an address no socket of this machine has: nobody is named
         assert peer_uid_tcp((address, 1), (address, 2)) is None
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -17,7 +17,7 @@ Safety, in short:
   web page elsewhere cannot read the dashboard through DNS rebinding;
 - per-user: a job's page (its log and events) goes only to the job's owner and root, whose uid
   the kernel gives (``controller.web.access``: ``SO_PEERCRED`` on ``run/web.sock``, the client
-  socket's row in ``/proc/net/tcp`` over loopback); everyone else gets 403 and the shared view.
+  socket's owner from ``sock_diag`` over loopback); everyone else gets 403 and the shared view.
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ class _Handler(BaseHTTPRequestHandler):
     @property
     def viewer_uid(self) -> int | None:
         """Who asks, from the kernel, once per connection and only when a page needs it (the
-        client's socket exists while the connection is open; /proc/net/tcp may be long)."""
+        client's socket exists while the connection is open)."""
         if self._viewer is None:
             if self.server.unix:
                 uid = access.peer_uid_unix(self.connection)
