@@ -139,6 +139,11 @@ class Home:
         """Written by gflowd while its web dashboard serves: the URL (a ``--web-port 0`` port)."""
         return self.run_dir / "web.json"
 
+    @property
+    def web_socket(self) -> Path:
+        """The dashboard on a Unix socket: the same pages, and the kernel names each viewer."""
+        return self.run_dir / "web.sock"
+
     def control_dir(self, uid: int) -> Path:
         """The job supervisors' control sockets (attach, exec) for jobs running as ``uid``: 0700, its."""
         return self.run_dir / "control" / str(uid)

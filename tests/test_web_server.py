@@ -4,6 +4,7 @@ real Recorder, with an injected clock."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,7 @@ def test_job_detail_is_the_status_the_folded_events_and_the_end_of_the_log(state
     state_home.events_file.write_text("\n".join(lines) + "\n")
     state_home.log_file("a").write_bytes(b"".join(b"line %d <b>\n" % i for i in range(5000)) + b"\x1b[31mlast\n")
 
-    detail = job_detail(state_home, "a")
+    detail = job_detail(state_home, "a", 0)
     assert detail["status"]["kind"] == "JobStatus" and detail["status"]["status"]["phase"] == "Running"
     assert [(e["reason"], e["count"]) for e in detail["events"]] == [("Started", 1), ("Resources", 30)]
     assert detail["log"]["cut"] is True and detail["log"]["path"] == "logs/a.log"
@@ -103,6 +104,13 @@ def test_job_detail_is_the_status_the_folded_events_and_the_end_of_the_log(state
     assert text.endswith("line 4999 <b>\n\x1blast\n".replace("\x1blast", "\x1b[31mlast"))
     assert text.startswith("line ") and len(text.encode()) <= 16 * 1024  # whole lines, the last 16 KiB
     assert detail["owner"] == "?"  # the status names no manifest file that exists
-    assert job_detail(state_home, "nope") is None
+    assert job_detail(state_home, "nope", 0) is None
     with pytest.raises(UnsafeName):
-        job_detail(state_home, "../etc")
+        job_detail(state_home, "../etc", 0)
+    # no manifest: the log's owner decides (this process's uid); anyone else, or an unknown viewer, is refused
+    assert job_detail(state_home, "a", os.geteuid()) is not None
+    from controller.web.server import Forbidden
+
+    for stranger in (os.geteuid() + 4242, None):
+        with pytest.raises(Forbidden, match="job/a is .*: its log and events are shown only to"):
+            job_detail(state_home, "a", stranger)

@@ -96,6 +96,21 @@ Text = Annotated[
     StrictStr,
     BeforeValidator(_scalar_text, json_schema_input_type=str | int | bool),
 ]
+
+
+def _env_text(value: Any) -> Any:
+    """As :func:`_scalar_text`, but a refusal never quotes the value: env values are often secrets,
+    and the message lands in a status everyone can read."""
+    if isinstance(value, float):
+        raise ValueError("is a number: quote it so its spelling is kept")
+    return _scalar_text(value)
+
+
+# An environment value: as Text.
+EnvText = Annotated[
+    StrictStr,
+    BeforeValidator(_env_text, json_schema_input_type=str | int | bool),
+]
 # Bytes, written as "16Gi" or an integer byte count.
 Quantity = Annotated[
     int,
@@ -207,7 +222,7 @@ class JobSpec(_Model):
         description="Working directory; `~` expands, relative paths resolve against the manifest's folder. "
         "`gflowctl apply` and `run` write the folder you submitted from (absent or relative only).",
     )
-    env: Annotated[dict[StrictStr, Text], AfterValidator(_check_env_names)] = Field(
+    env: Annotated[dict[StrictStr, EnvText], AfterValidator(_check_env_names)] = Field(
         default_factory=dict, description="Extra environment variables. Integers and booleans become text; quote floats."
     )
     conda_env: StrictStr | None = Field(default=None, min_length=1, description="Run inside this conda environment.")

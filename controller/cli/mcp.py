@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import sys
 from typing import Any, Callable
 
@@ -27,6 +28,7 @@ from controller.paths import Home
 
 READING = ("list_jobs", "get_job", "get_logs", "get_gpus", "explain_pending", "preview_submit")
 ACTING = ("submit", "cancel", "suspend", "resume", "set_priority")
+log = logging.getLogger("gflowctl.mcp")
 MAX_LOG_BYTES = 64 * 1024  # an agent's context is precious: the tail of a huge log
 INSTRUCTIONS = (
     "gflow schedules GPU jobs on this machine. list_jobs and get_job show jobs and why they wait; "
@@ -66,6 +68,13 @@ def build_server(home: Home, read_only: bool = False) -> Any:
                 return fn(*args, **kwargs)
             except GflowError as exc:  # the user's mistake: the message for the model to read
                 raise tool_error(str(exc)) from None
+            except PermissionError:  # a file of another user: say so, never their path or the raw text
+                raise tool_error(f"{fn.__name__}: permission denied: that belongs to another user") from None
+            except OSError as exc:  # the machine failing (a full disk): one line, no paths
+                raise tool_error(f"{fn.__name__}: {exc.strerror or type(exc).__name__}") from None
+            except Exception:  # a bug: the log has it, the model gets one line
+                log.exception("mcp tool %s failed", fn.__name__)
+                raise tool_error(f"{fn.__name__}: internal error; see gflowctl mcp's stderr") from None
 
         server.tool(annotations=annotations(readOnlyHint=fn.__name__ in READING))(guarded)
 

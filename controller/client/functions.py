@@ -1,6 +1,6 @@
 """Python functions as gflow jobs, in the submitit pattern: ``Client.submit_function`` pickles the
-function and its arguments (cloudpickle) into ``<home>/functions/<job>/`` (the submitter's own
-folder, mode 0700), with the submitter's environment and ``sys.path``, and submits an ordinary Job
+function and its arguments (cloudpickle) into ``<home>/functions/<uid>/<job>/`` (inside the
+submitter's own folder, mode 0700), with the submitter's environment and ``sys.path``, and submits an ordinary Job
 that runs ``controller/client/runner.py`` there with the submitter's Python, in its working
 directory. ``Client.map`` does the same for many items as one Sweep over indices. A
 :class:`Future` waits for the job through its status file and reads the result the runner left.
@@ -184,7 +184,7 @@ def _prepare(client: "Client", fn: Callable[..., Any], job_options: dict[str, An
         name = f"{sanitize(short.replace('<lambda>', 'lambda'))[:40].strip('-') or 'fn'}-{free_suffix(client.home)}"
     elif exists(client.home, name):
         raise GflowError(f"{name} already exists; choose another name")
-    return name, client.home.functions_dir / name, payload
+    return name, client.home.functions_dir / str(os.geteuid()) / name, payload
 
 
 def source_files(fn: Callable[..., Any]) -> dict[str, str]:
@@ -229,8 +229,8 @@ def source_files(fn: Callable[..., Any]) -> dict[str, str]:
 def _write_folder(folder: Path, files: dict[str, bytes], fn: Callable[..., Any]) -> None:
     from controller.util.fsutil import atomic_write  # lazy: only a submission writes
 
+    _own_folder(folder.parent)
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
         folder.mkdir(mode=0o700)
     except FileExistsError:
         raise GflowError(f"{folder} already exists: a function job of that name ran before; choose another name") from None
@@ -248,6 +248,37 @@ def _write_folder(folder: Path, files: dict[str, bytes], fn: Callable[..., Any])
     except OSError as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise GflowError(f"{exc.filename or folder}: cannot write the function's files: {exc.strerror}") from None
+
+
+def _own_folder(folder: Path) -> None:
+    """``functions/<uid>/``: this user's, 0700, so no other user can list, watch (inotify needs
+    read access) or fill it. It must already be this user's alone: a folder another user made
+    under that name is refused in one line, never written into."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GflowError(f"{folder.parent}: cannot create the functions folder: {exc.strerror}; "
+                         "the admin creates it (mode 1777) or gflowd does at start") from None
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise GflowError(f"{folder}: cannot create your functions folder: {exc.strerror}") from None
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise GflowError(f"{folder}: cannot use your functions folder: {exc.strerror}; "
+                         "an admin removes it and you try again") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise GflowError(f"{folder}: your functions folder belongs to uid {st.st_uid}, not you; "
+                             "an admin removes it and you try again")
+        if st.st_mode & 0o077:
+            os.fchmod(fd, 0o700)  # ours, made with a loose umask or by an older version: close it
+    finally:
+        os.close(fd)
 
 
 def submit_function(client: "Client", fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], *,

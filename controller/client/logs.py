@@ -36,7 +36,7 @@ def _chunks(home: Home, name: str, path, follow: bool, tail: int | None, interva
     handle = None
     inode = None
     if path.exists():
-        handle = open(path, "rb")
+        handle = _open_log(path, name)
         inode = os.fstat(handle.fileno()).st_ino
         if tail is not None:
             lines = deque(handle, maxlen=tail) if tail else []
@@ -57,7 +57,7 @@ def _chunks(home: Home, name: str, path, follow: bool, tail: int | None, interva
                 if handle is not None:
                     yield from _read(handle)
                     handle.close()
-                handle = open(path, "rb")
+                handle = _open_log(path, name)
                 inode = st.st_ino
                 continue
             row = job_rows(home).get(name)
@@ -69,6 +69,28 @@ def _chunks(home: Home, name: str, path, follow: bool, tail: int | None, interva
     finally:
         if handle is not None:
             handle.close()
+
+
+def _open_log(path, name: str) -> BinaryIO:
+    """The log, open; a log the file system keeps from the caller is one line naming whose it is."""
+    try:
+        return open(path, "rb")
+    except PermissionError:
+        raise GflowError(_not_yours(path, name)) from None
+
+
+def _not_yours(path, name: str) -> str:
+    import pwd  # lazy: only a refused read names the owner
+
+    try:
+        uid = os.stat(path).st_uid
+    except OSError:
+        return f"job/{name}: its log cannot be read by you; its owner and root can (gflowctl logs {name} as them)"
+    try:
+        owner = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        owner = f"uid {uid}"
+    return f"job/{name}: its log is {owner}'s and only {owner} and root may read it; run gflowctl logs {name} as {owner}"
 
 
 def _read(handle: BinaryIO) -> Iterator[bytes]:

@@ -13,6 +13,7 @@ writer's change never overwritten), and a new file is created only if no one cre
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,8 @@ from controller.paths import Home, is_manifest_name
 from controller.util.fsutil import RewriteError, create_new, lock_held, rewrite_locked
 from controller.util.manifest_edit import join_documents
 from controller.util.yamlio import iter_documents_text, load_one
+
+_ENV_KEY = re.compile(r"^\s*env\s*:", re.MULTILINE)  # spec.env (or a template's): a Job's secrets
 
 
 class Doc:
@@ -112,8 +115,9 @@ def check_inputs(home: Home, inputs: list[tuple[str, str]], place: bool = False)
     return checked
 
 
-def store_document(home: Home, doc: Doc, dry_run: bool) -> str:
-    """Write one document: a new file, or in place of its old text. Returns the verb to print."""
+def store_document(home: Home, doc: Doc, dry_run: bool, source: str | None = None) -> str:
+    """Write one document: a new file, or in place of its old text. Returns the verb to print.
+    A new file is never more open than ``source`` (default: the file it was applied from)."""
     body = doc.text if doc.text.endswith("\n") else doc.text + "\n"
     target = find_manifest(home, doc.name, doc.kind)
     if target is None:
@@ -121,7 +125,7 @@ def store_document(home: Home, doc: Doc, dry_run: bool) -> str:
             return "created"
         target = home.spec_dir / f"{doc.name}.yaml"
         try:
-            create_new(target, body)
+            create_new(target, body, mode=new_file_mode(source or doc.origin, body))
             return "created"
         except FileExistsError:
             pass  # created meanwhile (another apply): update it like any existing file
@@ -150,6 +154,33 @@ def store_document(home: Home, doc: Doc, dry_run: bool) -> str:
     except RewriteError as exc:
         raise GflowError(f"{doc.kind}/{doc.name}: not changed: {exc}") from None
     return verb
+
+
+def new_file_mode(origin: str, text: str) -> int:
+    """A new manifest's mode: what the user's umask allows, never more open than the file it was
+    applied from, and 0600 when it sets ``env`` (values there are often tokens). gflowd runs as
+    root and reads it whatever its mode."""
+    mode = 0o666 & ~current_umask()
+    if not origin.startswith("<") and os.path.isfile(origin):
+        try:
+            mode &= os.stat(origin).st_mode & 0o666
+        except OSError:
+            pass
+    if _ENV_KEY.search(text):
+        mode &= 0o600
+    return mode | 0o400  # the owner reads it at least (gflowctl edits it in place)
+
+
+def current_umask() -> int:
+    """The process's umask without changing it (``os.umask`` sets while it reads: not thread-safe)."""
+    try:
+        with open("/proc/self/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _same(old, new, name: str, target: Path, count: int) -> bool:

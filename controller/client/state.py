@@ -141,27 +141,35 @@ def owner_of(home: Home, name: str) -> str | None:
     return row.get("owner")
 
 
+def manifest_owner_uid(home: Home, manifest: str | None) -> int | None:
+    """The uid owning a job's ``manifest`` (as its status records it): the user the job runs as;
+    None when the file is gone."""
+    if not manifest:
+        return None
+    candidates = [manifest] if os.path.isabs(manifest) else [str(home.root / manifest), str(home.spec_dir.parent / manifest)]
+    for candidate in candidates:
+        try:
+            return os.stat(candidate).st_uid
+        except OSError:
+            continue
+    return None
+
+
 def manifest_owners(home: Home) -> Callable[[str | None], str]:
     """A lookup: a job's ``manifest`` (as its status records it) -> the user name of the file's
     owner, the user the job runs as (``?`` when the file is gone). Uids are named once."""
     names: dict[int, str] = {}
 
     def owner(manifest: str | None) -> str:
-        if not manifest:
+        uid = manifest_owner_uid(home, manifest)
+        if uid is None:
             return "?"
-        candidates = [manifest] if os.path.isabs(manifest) else [str(home.root / manifest), str(home.spec_dir.parent / manifest)]
-        for candidate in candidates:
+        if uid not in names:
             try:
-                uid = os.stat(candidate).st_uid
-            except OSError:
-                continue
-            if uid not in names:
-                try:
-                    names[uid] = pwd.getpwuid(uid).pw_name
-                except KeyError:
-                    names[uid] = str(uid)
-            return names[uid]
-        return "?"
+                names[uid] = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                names[uid] = str(uid)
+        return names[uid]
 
     return owner
 

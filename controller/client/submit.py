@@ -96,10 +96,11 @@ def check_submission(home: Home, text: str) -> tuple[Doc | None, list[str]]:
     return (docs[0] if docs and not errors else None), errors
 
 
-def store_submission(home: Home, doc: Doc, dry_run: bool) -> str:
-    """Write the checked manifest into the spec dir; the verb (created)."""
+def store_submission(home: Home, doc: Doc, dry_run: bool, source: str | None = None) -> str:
+    """Write the checked manifest into the spec dir; the verb (created). ``source``: the script it
+    pins, whose mode the manifest never exceeds."""
     home.spec_dir.mkdir(parents=True, exist_ok=True)
-    return store_document(home, doc, dry_run)
+    return store_document(home, doc, dry_run, source=source)
 
 
 def exists(home: Home, name: str) -> bool:

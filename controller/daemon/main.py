@@ -186,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
             lock.release()
             sys.stderr.write(f"gflowd: {exc}\n")
             return 1
+    from controller.daemon.tighten import tighten_home  # lazy: gflowd --help and flag errors answer without it
+
+    tighten_home(home)  # before anything reads them: what an older gflowd left open, closed
     try:
         atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
     except OSError as exc:  # a full disk: gflowd must run all the same, its jobs need it most then

@@ -79,7 +79,7 @@ class ManifestStore:
         if self.cache_path is None:
             return {}
         try:
-            head, _, body = self.cache_path.read_bytes().decode().partition("\n")
+            head, _, body = _read_own(self.cache_path).decode().partition("\n")
             data = json.loads(head)
             if data.get("version") != CACHE_VERSION or data.get("specDir") != str(self.spec_dir):
                 return {}
@@ -110,7 +110,8 @@ class ManifestStore:
             if f.parsed_json is not None
         )
         head = json.dumps({"version": CACHE_VERSION, "specDir": str(self.spec_dir)})
-        atomic_write(self.cache_path, head + entries + "\n", durable=False)
+        # 0600: it holds the text of every manifest, env included, also of manifests their owners keep private
+        atomic_write(self.cache_path, head + entries + "\n", mode=0o600, durable=False)
         self._unsaved = 0
         self._saved_at = time.monotonic()
 
@@ -516,6 +517,20 @@ def _warm_key(warm: object) -> Key | None:
         return tuple(warm[0])  # type: ignore[index]
     except (TypeError, IndexError, KeyError):
         return None
+
+
+def _read_own(path: Path) -> bytes:
+    """The cache's bytes, only if this process's uid owns the file and nobody else may write it:
+    a cache another user planted would decide which documents gflowd believes a manifest holds."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise ValueError(f"{path} is not this controller's own file")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read()
+    finally:
+        os.close(fd)
 
 
 def _cached_documents(manifest: ManifestFile) -> str:

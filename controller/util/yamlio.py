@@ -46,12 +46,21 @@ def load_all(text: str) -> list[Any]:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         problem = exc.problem or exc.context or "invalid YAML"
-        raise YAMLSyntaxError(f"{problem}", line) from None
+        raise YAMLSyntaxError(_without_values(problem), line) from None
     except YAMLError as exc:  # e.g. a reader error on a control character
         text_ = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
         raise YAMLSyntaxError(text_, None) from None
     except RecursionError:
         raise YAMLSyntaxError("document is nested too deeply", None) from None
+
+
+# ruamel quotes both values of a duplicate key; the message lands in a status everyone reads, and
+# the values may be an env's secrets: name the key only
+_DUPLICATE_VALUES = re.compile(r'^(found duplicate key ".*?") with value .*$', re.DOTALL)
+
+
+def _without_values(problem: str) -> str:
+    return _DUPLICATE_VALUES.sub(r"\1; keep one of them", problem)
 
 
 MAX_EXPANDED_VALUES = 100_000

@@ -14,7 +14,10 @@ Safety, in short:
   (``textContent``), never as markup; the JSON has ``<`` escaped and a Content-Security-Policy
   allows only the page's own inline script (by hash) to run;
 - loopback by default, and while bound to loopback the ``Host`` header must name loopback, so a
-  web page elsewhere cannot read the dashboard through DNS rebinding.
+  web page elsewhere cannot read the dashboard through DNS rebinding;
+- per-user: a job's page (its log and events) goes only to the job's owner and root, whose uid
+  the kernel gives (``controller.web.access``: ``SO_PEERCRED`` on ``run/web.sock``, the client
+  socket's owner from ``sock_diag`` over loopback); everyone else gets 403 and the shared view.
 """
 
 from __future__ import annotations
@@ -39,11 +42,12 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from controller.client.events import aggregate
-from controller.client.state import job_rows, manifest_owners, read_index, read_status
+from controller.client.state import job_rows, manifest_owner_uid, manifest_owners, read_index, read_status
 from controller.client.usage import read_usage
 from controller.paths import Home, UnsafeName
 from controller.util.fsutil import atomic_write
 from controller.util.yamlio import load_one, load_own
+from controller.web import access
 from controller.web.view import build_view
 
 log = logging.getLogger("gflowd.web")
@@ -58,6 +62,10 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 class DashboardError(Exception):
     """The dashboard cannot start (e.g. the port is taken); the message is one line for users."""
+
+
+class Forbidden(Exception):
+    """The viewer may not read this job's page; the message says whose it is (a 403)."""
 
 
 # -- reading the state files ---------------------------------------------------------------------------
@@ -120,7 +128,7 @@ def read_jobs(home: Home) -> tuple[dict[str, dict[str, Any]], float | None, dict
 def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> tuple[str | None, bool]:
     """The end of a log (text, whether earlier output was cut); None when there is no log."""
     try:
-        with open(path, "rb") as handle:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
             size = handle.seek(0, os.SEEK_END)
             handle.seek(max(0, size - max_bytes))
             data = handle.read(max_bytes)
@@ -132,10 +140,11 @@ def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> tuple[str | No
     return data.decode("utf-8", errors="replace"), cut
 
 
-def job_detail(home: Home, name: str) -> dict[str, Any] | None:
+def job_detail(home: Home, name: str, viewer_uid: int | None) -> dict[str, Any] | None:
     """``/api/job``: what ``gflowctl describe`` and ``logs --tail`` show of job ``name``: its status
     document, its owner, its latest events (repeats folded) and the end of its log. None when no
-    job has that name; UnsafeName for a name that is no job name."""
+    job has that name; UnsafeName for a name that is no job name; Forbidden when ``viewer_uid`` is
+    neither the job's owner nor root (None: a viewer the kernel could not name)."""
     status = read_status(home, name)
     row = job_rows(home).get(name)
     if status is not None and status.get("kind") != "JobStatus":
@@ -143,6 +152,14 @@ def job_detail(home: Home, name: str) -> dict[str, Any] | None:
     if status is None and row is None:
         return None
     manifest = (row or {}).get("manifest") or ((status or {}).get("status") or {}).get("manifest")
+    owner_uid = manifest_owner_uid(home, manifest)
+    if owner_uid is None:  # the manifest is gone: the log's owner (the job wrote it as its user)
+        try:
+            owner_uid = os.stat(home.log_file(name)).st_uid
+        except OSError:
+            pass  # nobody's: root alone may look
+    if not access.may_read_job(viewer_uid, owner_uid):
+        raise Forbidden(access.refusal(name, owner_uid))
     events = [e for e in read_events_tail(home.events_file) if e.get("object") == f"job/{name}"]
     log_text, cut = read_log_tail(home.log_file(name))
     return {
@@ -255,6 +272,25 @@ class _Handler(BaseHTTPRequestHandler):
     def version_string(self) -> str:
         return self.server_version
 
+    _viewer: tuple[int | None] | None = None
+
+    @property
+    def viewer_uid(self) -> int | None:
+        """Who asks, from the kernel, once per connection and only when a page needs it (the
+        client's socket exists while the connection is open)."""
+        if self._viewer is None:
+            if self.server.unix:
+                uid = access.peer_uid_unix(self.connection)
+            elif _is_loopback(str(self.client_address[0])):
+                uid = access.peer_uid_tcp(self.client_address, self.connection.getsockname())
+            else:
+                uid = None  # from elsewhere: the shared view only
+            self._viewer = (uid,)
+        return self._viewer[0]
+
+    def address_string(self) -> str:
+        return "web.sock" if self.server.unix else str(self.client_address[0])
+
     def _serve(self, head: bool) -> None:
         if not self._host_allowed():
             self._send(421, b"this dashboard answers only to localhost\n", "text/plain; charset=utf-8", head=head)
@@ -283,9 +319,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _job(self, query: str, head: bool) -> None:
         names = parse_qs(query).get("name", [])
         try:
-            detail = job_detail(self.server.state.home, names[-1]) if names else None
+            detail = job_detail(self.server.state.home, names[-1], self.viewer_uid) if names else None
         except UnsafeName:
             detail = None
+        except Forbidden as exc:
+            self._send(403, json.dumps({"error": str(exc)}).encode(), "application/json", head=head)
+            return
         if detail is None:
             self._send(404, json.dumps({"error": "no such job"}).encode(), "application/json", head=head)
             return
@@ -345,6 +384,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    unix = False
 
     def __init__(self, address: tuple[str, int], state: StateView, loopback: bool):
         self.state = state
@@ -360,6 +400,27 @@ class _Server(ThreadingHTTPServer):
         # HTTPServer.server_bind resolves the host's FQDN: a DNS query on a machine that may have none
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = self.server_address[:2]
+
+
+class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """The same dashboard on ``run/web.sock`` (``curl --unix-socket``): every local user may
+    connect (0666), and the kernel says who did (SO_PEERCRED)."""
+
+    daemon_threads = True
+    unix = True
+    loopback = True  # only this machine reaches it; the Host check stays on
+
+    def __init__(self, path: Path, state: StateView, page: bytes, policy: str):
+        self.state, self.page, self.policy = state, page, policy
+        try:
+            os.unlink(path)  # a stale socket of a gflowd that was killed (run/ is gflowd's alone)
+        except FileNotFoundError:
+            pass
+        super().__init__(str(path), _Handler)
+        os.chmod(path, 0o666)
+
+    def handle_error(self, request, client_address) -> None:
+        log.debug("dashboard request on web.sock failed", exc_info=True)
 
 
 def _is_loopback(address: str) -> bool:
@@ -386,7 +447,13 @@ class Dashboard:
         except OSError as exc:
             flag = f"--web-address {address}" if exc.errno == errno.EADDRNOTAVAIL else f"--web-port {port}"
             raise DashboardError(f"{flag}: cannot listen on {address}: {exc.strerror or exc}") from None
+        self._unix: _UnixServer | None = None
+        try:
+            self._unix = _UnixServer(home.web_socket, self._server.state, self._server.page, self._server.policy)
+        except OSError as exc:  # e.g. a path over the 107 bytes a socket's may have: TCP still serves
+            log.warning("dashboard: no %s (%s); the TCP port serves alone", home.web_socket, exc.strerror or exc)
         self._thread: threading.Thread | None = None
+        self._unix_thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
@@ -403,8 +470,14 @@ class Dashboard:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
                                         name="gflowd-web", daemon=True)
         self._thread.start()
+        if self._unix is not None:
+            self._unix_thread = threading.Thread(target=self._unix.serve_forever, kwargs={"poll_interval": 0.5},
+                                                 name="gflowd-web-sock", daemon=True)
+            self._unix_thread.start()
         # where the dashboard is: for `port 0`, for scripts and for the admin
         record = {"url": self.url, "port": self.port, "pid": os.getpid()}
+        if self._unix is not None:
+            record["socket"] = str(self.home.web_socket)
         atomic_write(self.home.web_file, json.dumps(record) + "\n", durable=False)
         log.info("web dashboard at %s (read-only)", self.url)
         return self
@@ -414,11 +487,18 @@ class Dashboard:
             self._server.shutdown()
             self._thread.join(5)
             self._thread = None
+        if self._unix_thread is not None and self._unix is not None:
+            self._unix.shutdown()
+            self._unix_thread.join(5)
+            self._unix_thread = None
         self._server.server_close()
-        try:
-            self.home.web_file.unlink()
-        except FileNotFoundError:
-            pass
+        if self._unix is not None:
+            self._unix.server_close()
+        for path in (self.home.web_file, self.home.web_socket):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
 
 
 def start_dashboard(home: Home, address: str, port: int) -> Dashboard:

@@ -561,7 +561,7 @@ class SupervisorRuntime:
         only what failed."""
         spec = attempt.spec or {}
         if attempt.script is not None:  # written before the record that names it: no temp file needed
-            _write_file(attempt.written("sh"), attempt.script.encode(), 0o755, spec.get("uid"), spec.get("gid"))
+            _write_file(attempt.written("sh"), attempt.script.encode(), 0o700, spec.get("uid"), spec.get("gid"))
             attempt.script = None
         if not attempt.log_rotated:
             self._rotate_log(attempt.name, attempt.attempt)

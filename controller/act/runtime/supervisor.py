@@ -1095,7 +1095,7 @@ class _LazyTrace:
     def write(self, text: str) -> int:
         if self.fd is None:
             try:
-                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # 0600: it may quote the job's command
             except OSError:  # e.g. a full disk: a trace for humans is not worth not supervising the job
                 return len(text)
             os.dup2(self.fd, 2)  # what the interpreter itself writes there lands beside it
