@@ -89,6 +89,13 @@ def remove_stale_temps(directory: Path, only: frozenset[str] | None = None) -> i
     return removed
 
 
+def free_bytes(directory: Path) -> int:
+    """Bytes an unprivileged writer may still use on ``directory``'s disk (root's reserved blocks
+    left out). Raises OSError."""
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
 def fsync_dir(directory: Path) -> None:
     try:
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)

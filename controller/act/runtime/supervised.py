@@ -210,6 +210,7 @@ class SupervisorRuntime:
         # supervisor for nearly every job; held when nothing ends, a lone start would wait ~10 ms
         # for the pass's fsyncs for nothing.
         self._holding = False
+        self.held_any = False  # an attempt is held (the disk refused its launch): the loop watches the free space
         self._ensure_launcher()  # now, not at the first start: an interpreter start costs ~50 ms
 
     # -- the Protocol --------------------------------------------------------------------------
@@ -359,11 +360,13 @@ class SupervisorRuntime:
         launches no supervisor took. (KILL after grace for live supervisors is theirs to do.)"""
         due = None
         mono = time.monotonic()
+        held_any = False
         for attempt in list(self.attempts.values()):
             if attempt.result is not None:
                 continue
             when = None
             if attempt.held:
+                held_any = True
                 if mono >= attempt.retry_at:
                     self._launch(attempt)
                 when = attempt.retry_at if attempt.held else attempt.submitted + NEVER_BEGAN_AFTER
@@ -376,12 +379,21 @@ class SupervisorRuntime:
             if when is not None:
                 at = now + max(0.0, when - mono)
                 due = at if due is None else min(due, at)
+        self.held_any = held_any and any(a.held and a.result is None for a in self.attempts.values())
         self._hand_over()
         if self._reaping and self._unremoved:  # between passes, a chunk at a time: the loop stays responsive
             self._reap_cgroups(REAP_CHUNK)
             if self._unremoved:
                 due = now
         return due
+
+    def retry_held(self) -> None:
+        """Free space came back (the loop saw it): launches the disk refused are tried at the
+        next ``tick``, and from a short delay again should they fail."""
+        for attempt in self.attempts.values():
+            if attempt.held and attempt.result is None:
+                attempt.retry_at = 0.0
+                attempt.retry_delay = HOLD_FIRST / 2  # doubled by a failed try: HOLD_FIRST again
 
     def job_pids(self) -> dict[str, set[int]]:
         """Each running job's process tree (its supervisor included)."""
