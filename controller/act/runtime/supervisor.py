@@ -799,10 +799,6 @@ def start_failure(step: str, spec: dict, exc: BaseException) -> tuple[int, str]:
         return 126, f"workingDir {spec.get('cwd')}: {text} (as {user})"
     if step == "workingDir":
         return (127, f"workingDir {spec.get('cwd')} does not exist") if missing else (126, f"workingDir {spec.get('cwd')}: {text}{who}")
-    if step == "command" and spec.get("uid") is not None and not spec.get("condaEnv") and (
-            missing or isinstance(exc, PermissionError)) and "/" in argv[0]:
-        user = spec.get("user") or f"uid {spec.get('uid')}"
-        return 127, f"command {argv[0]!r}: not found or not accessible to {user}"
     if step == "command" and spec.get("condaEnv"):
         what = f"condaEnv {spec['condaEnv']}: conda ({argv[0]})"
         return (127, f"{what} not found") if missing else (126, f"{what}: {text}{who}")
