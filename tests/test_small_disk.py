@@ -10,6 +10,7 @@ status files (``.spare.*``, util/spares.py) hold space the disk needs: the old c
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -105,3 +106,47 @@ def test_a_full_small_home_recovers_once_space_is_freed_and_spares_never_hold_it
         wait_phase(home, name, "Succeeded", timeout=20, daemon=daemon)
     assert within_bound(home), spare_bytes(home)
     assert (home / "status" / "burst-59.yaml").exists()
+
+
+def _replace_all(spares, folder: Path, files: list[Path], text: bytes) -> None:
+    with spares.batch() as batch:
+        for path in files:
+            batch.add(path, text, durable=False)
+    spares.synced()
+
+
+def test_spares_take_at_most_a_share_of_the_free_space_and_none_when_little_is_free(tmp_path):
+    from controller.util.spares import Spares
+
+    free = [FREE_FLOOR * 2]
+    spares = Spares(tmp_path, clock=lambda: 0.0, free=lambda: free[0])
+    files = [tmp_path / f"job-{k}.yaml" for k in range(40)]
+    _replace_all(spares, tmp_path, files, b"x" * 3000)
+    _replace_all(spares, tmp_path, files, b"y" * 3000)  # each first version kept: room for all
+    assert len(spares) == 40 and spares.bytes <= (free[0] + spares.bytes) // FREE_SHARE
+    free[0] = FREE_FLOOR - 1  # a small disk, or a nearly full one: nothing more is kept
+    fresh = Spares(tmp_path, clock=lambda: 0.0, free=lambda: free[0])
+    _replace_all(fresh, tmp_path, files, b"z" * 3000)
+    assert len(fresh) == 0
+    fresh.adopt(n for n in os.listdir(tmp_path) if n.startswith(PREFIX))  # a restart adopts within the bound
+    assert len(fresh) == 0 and not [n for n in os.listdir(tmp_path) if n.startswith(PREFIX)]
+
+
+def test_a_full_disk_gets_the_spares_blocks_back_before_the_write_is_retried(small):
+    from controller.util.spares import Spares
+
+    home, _ = small
+    folder = home / "status"
+    folder.mkdir()
+    spares = Spares(folder, clock=lambda: 0.0, free=lambda: 1 << 40)  # as on a big disk: spares are kept
+    files = [folder / f"job-{k}.yaml" for k in range(20)]
+    _replace_all(spares, folder, files, b"a" * 4096)
+    _replace_all(spares, folder, files, b"b" * 4096)
+    assert len(spares) == 20
+    fill_filesystem(home)
+    with pytest.raises(OSError) as refused:
+        _replace_all(spares, folder, [folder / "new.yaml"], b"c" * 8192)
+    assert refused.value.errno == errno.ENOSPC
+    assert len(spares) == 0 and not [n for n in os.listdir(folder) if n.startswith(PREFIX)]
+    _replace_all(spares, folder, [folder / "new.yaml"], b"c" * 8192)  # the retry finds the room they held
+    assert (folder / "new.yaml").read_bytes() == b"c" * 8192
