@@ -193,13 +193,13 @@ class Controller:
         if not self._disk_trouble():
             self._space.reset()
             return False
-        try:
-            free = free_bytes(self.home.root)
+        try:  # where the status files and the launch records go (one disk or two: a sum grows either way)
+            free = free_bytes(self.home.status_dir) + free_bytes(self.home.run_dir)
         except OSError:
             return False
         if not self._space.returned(free):
             return False
-        log.info("free space on %s came back (%d bytes); retrying the writes the disk refused", self.home.root, free)
+        log.debug("free space came back on %s; retrying the writes the disk refused", self.home.root)
         self.writer.failures.retry_now()
         retry = getattr(self.runtime, "retry_held", None)
         if retry is not None:
