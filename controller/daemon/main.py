@@ -31,7 +31,7 @@ from controller.observe.gpus.inventory import FakeInventory
 from controller.observe.gpus.nvml import NvmlInventory
 from controller.paths import Home
 from controller.sinks.hooks import SinkError, start_sinks
-from controller.util.fsutil import atomic_write
+from controller.util.fsutil import atomic_write, remove_stale_temps
 from controller.util.security import spec_dir_problem
 
 log = logging.getLogger("gflowd")
@@ -230,8 +230,6 @@ def main(argv: list[str] | None = None) -> int:
 def _remove_stale_temps(home: Home) -> None:
     """Temp files of atomic writes that a kill -9 cut short: only this gflowd (it holds the home's
     lock now) writes in these folders, so every one found is dead."""
-    from controller.util.fsutil import remove_stale_temps  # lazy, as the controller
-
     removed = remove_stale_temps(home.root, only=frozenset({home.node_file.name}))
     for folder in (home.status_dir, home.run_dir, home.run_dir / "attempts"):
         removed += remove_stale_temps(folder)
