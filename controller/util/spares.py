@@ -359,6 +359,7 @@ class Batch:
         if not staged:
             return
         done = 0
+        refused: OSError | None = None
         try:
             for item in staged:
                 if not item.durable:
@@ -369,7 +370,7 @@ class Batch:
                     else:
                         os.fsync(item.fd)
                 except OSError as exc:
-                    self.spares._refused(exc)  # after the finally below has unstaged: see commit
+                    refused = exc
                     raise OSError(exc.errno, exc.strerror, str(item.path)) from exc
             for item in staged:
                 os.close(item.fd)
@@ -384,6 +385,8 @@ class Batch:
                 if item.fd >= 0:
                     os.close(item.fd)
                 self.spares._unstage(item.staged, item.spare)
+            if refused is not None:  # once the staged spares are back: they go too
+                self.spares._refused(refused)
 
     def _put_in_place(self, item: _Staged) -> None:
         spares = self.spares
