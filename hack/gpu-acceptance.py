@@ -59,6 +59,9 @@ from gpu_facts import (  # noqa: E402  (hack/ is not a package; the pure half of
 )
 
 T = TypeVar("T")
+# a job never inherits gflowd's environment (docs/multi-user.md): what the loader and a stand-in
+# driver read is given to each probe job by its manifest, as a submitter would
+JOB_PASSTHROUGH = ("LD_LIBRARY_PATH", "FAKE_NVML_FILE", "FAKE_CUDA_GPUS", "FAKE_CUDA_STATE")
 TOKEN_VAR = "GFLOW_GPU_ACCEPTANCE_RUN"  # in gflowd's and every job's environment: finds leftovers
 
 
@@ -714,7 +717,8 @@ class Acceptance:
         resources: dict[str, Any] = {"gpus": gpus}
         if gpu_memory:
             resources["gpuMemory"] = gpu_memory
-        spec: dict[str, Any] = {"command": command, "env": {TOKEN_VAR: self.token}, "resources": resources, "timeLimit": "15m"}
+        env = {key: os.environ[key] for key in JOB_PASSTHROUGH if os.environ.get(key)}
+        spec: dict[str, Any] = {"command": command, "env": {**env, TOKEN_VAR: self.token}, "resources": resources, "timeLimit": "15m"}
         if sharing:
             spec["sharing"] = sharing
         manifest = {"apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": {"name": name}, "spec": spec}

@@ -17,7 +17,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GFLOW_EXTRAS="" bash "$ROOT/hack/setup.sh"
-export DEMO_PACE="${DEMO_PACE:-16}"  # the jobs inherit gflowd's environment
+DEMO_PACE="${DEMO_PACE:-16}"  # given to each copied job in its env: jobs never see gflowd's environment
 
 GFLOW_HOME="${GFLOW_HOME:-$ROOT/.gflow-demo}"
 case "$GFLOW_HOME" in
@@ -29,11 +29,28 @@ SPEC_DIR="$GFLOW_HOME/jobs"
 EXAMPLES="$ROOT/manifests/examples"
 FAKE_GPUS="$EXAMPLES/fake-gpus.yaml"
 
+paced() {  # the manifest $1 with DEMO_PACE in its job's env (a Sweep's template), comments kept
+    "$ROOT/.venv/bin/python" - "$1" "$DEMO_PACE" <<'PY'
+import sys
+from ruamel.yaml import YAML
+yaml = YAML()
+yaml.preserve_quotes = True
+yaml.indent(mapping=2, sequence=4, offset=2)  # the examples' own style
+with open(sys.argv[1]) as handle:
+    doc = yaml.load(handle)
+spec = doc["spec"]
+job = spec["template"] if doc.get("kind") == "Sweep" else spec
+job.setdefault("env", {})["DEMO_PACE"] = sys.argv[2]
+yaml.dump(doc, sys.stdout)
+PY
+}
+
 mkdir -p "$SPEC_DIR"
 (cd "$EXAMPLES" && find . -name '*.yaml' ! -name fake-gpus.yaml) | while read -r rel; do
     # an unchanged copy is an unchanged spec: finished jobs do not run again
     mkdir -p "$SPEC_DIR/$(dirname "$rel")"
-    cmp -s "$EXAMPLES/$rel" "$SPEC_DIR/$rel" || cp "$EXAMPLES/$rel" "$SPEC_DIR/$rel"
+    paced "$EXAMPLES/$rel" > "$SPEC_DIR/.copy.tmp"
+    if cmp -s "$SPEC_DIR/.copy.tmp" "$SPEC_DIR/$rel"; then rm "$SPEC_DIR/.copy.tmp"; else mv "$SPEC_DIR/.copy.tmp" "$SPEC_DIR/$rel"; fi
 done
 
 args=(--home "$GFLOW_HOME" --spec-dir "$SPEC_DIR")

@@ -34,7 +34,9 @@ from controller.observe.snapshot import GPU_REFRESH, SnapshotBuilder
 from controller.observe.watch import start_watching
 from controller.paths import Home
 from controller.record.recorder import Recorder
+from controller.record.writeguard import DISK_POLL, SpaceWatch
 from controller.record.writer import INDEX_MAX_GAP, PassWriter
+from controller.util.fsutil import free_bytes
 
 log = logging.getLogger("gflowd")
 MAX_DEBOUNCE = 0.2
@@ -73,6 +75,7 @@ class Controller:
         self._stopping = False
         self._start_cost: float | None = None  # seconds per job start, a moving average
         self._decide_cost = 0.0  # seconds the last pass took before starting jobs
+        self._space = SpaceWatch()  # while the disk refuses writes: retry as soon as space returns
 
     @property
     def store(self):
@@ -132,7 +135,8 @@ class Controller:
                 due_timer = wake_at is not None and self.clock() >= wake_at
                 dirty_ready = self._dirty_ready(mono)
                 gpus_changed = self.observer.poll_gpus(mono)
-                if again or full or due_timer or dirty_ready or gpus_changed or self._exits_pending():
+                space_back = self._space_returned()
+                if again or full or due_timer or dirty_ready or gpus_changed or space_back or self._exits_pending():
                     if full:
                         next_resync = mono + self.config.resync
                     try:
@@ -179,6 +183,29 @@ class Controller:
 
     _exit_seen = False
 
+    def _disk_trouble(self) -> bool:
+        """The disk refused a status write or a launch record (jobs Pending/DiskFull)."""
+        return self.writer.failures.failing or bool(getattr(self.runtime, "held_any", False))
+
+    def _space_returned(self) -> bool:
+        """While the disk refuses writes: True once free space came back, with the held launches
+        and the status writes due at once (no waiting for their backoff or a resync)."""
+        if not self._disk_trouble():
+            self._space.reset()
+            return False
+        try:  # where the status files and the launch records go (one disk or two: a sum grows either way)
+            free = free_bytes(self.home.status_dir) + free_bytes(self.home.run_dir)
+        except OSError:
+            return False
+        if not self._space.returned(free):
+            return False
+        log.debug("free space came back on %s; retrying the writes the disk refused", self.home.root)
+        self.writer.failures.retry_now()
+        retry = getattr(self.runtime, "retry_held", None)
+        if retry is not None:
+            retry()
+        return True
+
     def _exits_pending(self) -> bool:
         seen, self._exit_seen = self._exit_seen, False
         return seen or self.runtime.needs_polling()
@@ -204,6 +231,8 @@ class Controller:
                               self._first_dirty + MAX_DEBOUNCE - mono)
         if self.runtime.needs_polling():
             timeout = min(timeout, 0.5)  # no pidfd support: poll for exits
+        if self._disk_trouble():
+            timeout = min(timeout, DISK_POLL)  # look for free space coming back (_space_returned)
         if self.observer.gpus_are_dynamic():
             timeout = min(timeout, self.observer.gpus_read_at + GPU_REFRESH - mono)
         if self.writer.index_due is not None:

@@ -31,7 +31,7 @@ from controller.observe.gpus.inventory import FakeInventory
 from controller.observe.gpus.nvml import NvmlInventory
 from controller.paths import Home
 from controller.sinks.hooks import SinkError, start_sinks
-from controller.util.fsutil import atomic_write
+from controller.util.fsutil import atomic_write, remove_stale_temps
 from controller.util.security import spec_dir_problem
 
 log = logging.getLogger("gflowd")
@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             f"gflowd: another gflowd (pid {exc}) is already running for {home.root}; stop it first or use --home\n"
         )
         return 1
+    _remove_stale_temps(home)
     web = None
     if config.web_port is not None:  # a thread serving the read-only dashboard from the state files
         # lazy: the dashboard (http.server, socketserver) only with --web-port
@@ -227,6 +228,16 @@ def main(argv: list[str] | None = None) -> int:
         sinks.close()
         lock.release()
     return 0
+
+
+def _remove_stale_temps(home: Home) -> None:
+    """Temp files of atomic writes that a kill -9 cut short: only this gflowd (it holds the home's
+    lock now) writes in these folders, so every one found is dead."""
+    removed = remove_stale_temps(home.root, only=frozenset({home.node_file.name}))
+    for folder in (home.status_dir, home.run_dir, home.run_dir / "attempts"):
+        removed += remove_stale_temps(folder)
+    if removed:
+        log.info("removed %d temporary file(s) left by writes an earlier gflowd did not finish", removed)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 The recorder's writes can fail for reasons outside gflowd (ENOSPC, EROFS, EIO). The controller
 then keeps its decisions in memory (running jobs are never touched for it), reports the problem
-as one Warning event (and in its log), and retries the writes after a growing delay; the status
-files catch up on the first pass that succeeds, since the recorder rewrites whatever differs from
-what it last wrote. Nothing here sleeps: the loop must go on serving job exits meanwhile.
+as one Warning event (and in its log), and retries the writes after a growing delay, or at once
+when free space comes back (``SpaceWatch``); the status files catch up on the first pass that
+succeeds, since the recorder rewrites whatever differs from what it last wrote. Nothing here
+sleeps: the loop must go on serving job exits meanwhile.
 """
 
 from __future__ import annotations
@@ -35,7 +36,32 @@ class WriteFailures:
             self.first_error = describe(exc)
         return min(self.cap, self.base * 2 ** (self.failures - 1)), first
 
+    def retry_now(self) -> None:
+        """Space came back: the next try is not put off (the backoff starts over if it fails)."""
+        if self.failures:
+            self.failures = 1
+
     def succeeded(self) -> int:
         """Record a success; returns how many failed tries it ends (0 when all was well)."""
         ended, self.failures, self.first_error = self.failures, 0, ""
         return ended
+
+
+class SpaceWatch:
+    """While the disk refuses what gflowd must write (status files, launch records): has free
+    space come back since the last look? The loop looks at every wake-up, at least every
+    ``DISK_POLL`` seconds, and retries at once when it has: a freed disk is used within a pass,
+    not after a backoff of up to ``MAX_DELAY``. Pure: the caller supplies the free bytes."""
+
+    def __init__(self) -> None:
+        self.seen: int | None = None
+
+    def returned(self, free: int) -> bool:
+        before, self.seen = self.seen, free
+        return before is not None and free > before
+
+    def reset(self) -> None:
+        self.seen = None
+
+
+DISK_POLL = 0.5  # seconds between looks at the free space while the disk refuses writes

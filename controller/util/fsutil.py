@@ -61,6 +61,41 @@ def temp_beside(path: Path) -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
 
 
+def remove_stale_temps(directory: Path, only: frozenset[str] | None = None) -> int:
+    """Remove the ``temp_beside`` files (``.NAME.<12 hex>.tmp``) a writer killed mid-write left in
+    ``directory``: plain files of this user, for every NAME or those in ``only``. For gflowd at
+    start, holding the home's lock, in the folders only it writes. Returns how many went."""
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(".") and name.endswith(".tmp")):
+            continue
+        stem, dot, token = name[1:-4].rpartition(".")
+        if not (dot and stem and len(token) == 12 and all(c in "0123456789abcdef" for c in token)):
+            continue
+        if only is not None and stem not in only:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def free_bytes(directory: Path) -> int:
+    """Bytes an unprivileged writer may still use on ``directory``'s disk (root's reserved blocks
+    left out). Raises OSError."""
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
 def fsync_dir(directory: Path) -> None:
     try:
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)

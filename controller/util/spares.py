@@ -22,6 +22,12 @@ staged file renamed over it. Readers see the old file or the new one, never half
 Removed status files become spares too (a rename, not an unlink). At most ``MAX_SPARES`` are kept;
 beyond that a replaced file is unlinked, as before.
 
+Spares never hold space the disk needs: together they take at most 1/``FREE_SHARE`` of the free
+space (checked every ``ROOM_CHECK`` seconds), and none are kept while less than ``FREE_FLOOR`` is
+free; a write the disk refuses (ENOSPC, EDQUOT) gives every spare back first (``release``), so
+the retry finds the room they held. (Unbounded, 4,096 of them filled a 6 MiB home, and took back
+each block an admin freed: issue 32.)
+
 A pass's replaces go through a ``Batch``: each text is staged as it comes, and the durable ones are
 fsync'd on threads, each as soon as it is staged (from a batch's second on), and all before any of
 them is renamed into place. One after another, fsyncs were most of a busy pass's time (~5 ms each
@@ -32,13 +38,14 @@ for little more than the cost of one, and the pass writes the rest meanwhile.
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from controller.util.fsutil import temp_beside
+from controller.util.fsutil import free_bytes, temp_beside
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -46,6 +53,10 @@ if TYPE_CHECKING:
 PREFIX = ".spare."
 QUIET = 5.0  # seconds a spare stays out of sight before it is rewritten
 MAX_SPARES = 4096  # ~4 KiB of disk each at most; a 300 jobs/s drain hides ~1,500 within QUIET
+FREE_SHARE = 32  # spares take at most this fraction (1/32) of the free space
+FREE_FLOOR = 64 << 20  # none are kept while less than this is free: a small disk needs every block
+ROOM_CHECK = 0.5  # seconds between looks at the free space (a statvfs)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 BATCH_FILES = 64  # staged files a batch keeps open before it puts them in place (file descriptors)
 SYNC_THREADS = 16  # fsyncs in flight at once
 
@@ -54,13 +65,18 @@ class Spares:
     """The spares of one folder, and the replaces and removals that use them."""
 
     def __init__(self, directory: Path, clock: Callable[[], float] = time.monotonic,
-                 usable: Callable[[int], bool] | None = None, quiet: float = QUIET) -> None:
+                 usable: Callable[[int], bool] | None = None, quiet: float = QUIET,
+                 free: Callable[[], int] | None = None) -> None:
         self.directory = directory
         self.clock = clock
+        self.free = free or (lambda: free_bytes(directory))  # bytes free for us on the folder's disk
+        self.bytes = 0  # what the spares hold on disk (st_blocks)
+        self._room = 0  # bytes the spares may hold, as of the last look at the free space
+        self._room_at = -1e18  # clock time of that look
         self.quiet = quiet  # seconds out of sight before a spare is rewritten (QUIET: readers we do not know)
         self.usable = usable  # a further test of a ready spare (its open descriptor); a spare failing it is unlinked
-        self._ready: collections.deque[tuple[float, str]] = collections.deque()  # (hidden since, path), oldest first
-        self._fresh: list[str] = []  # hidden in this pass: ready after the folder fsync (``synced``)
+        self._ready: collections.deque[tuple[float, str, int]] = collections.deque()  # (hidden since, path, bytes), oldest first
+        self._fresh: list[tuple[str, int]] = []  # (path, bytes) hidden in this pass: ready after the folder fsync (``synced``)
         self._token = os.urandom(4).hex()
         self._count = 0
         self.created = 0  # inodes created because no spare was ready (figures and tests)
@@ -84,12 +100,44 @@ class Spares:
             path = os.path.join(self.directory, name)
             try:
                 st = os.lstat(path)
-                if st.st_nlink != 1 or not stat.S_ISREG(st.st_mode) or len(self) >= MAX_SPARES:
+                size = st.st_blocks * 512
+                if st.st_nlink != 1 or not stat.S_ISREG(st.st_mode) or not self._may_keep(size):
                     os.unlink(path)
                     continue
             except OSError:
                 continue
-            self._ready.append((now, path))
+            self._ready.append((now, path, size))
+            self.bytes += size
+
+    def release(self) -> int:
+        """Every spare unlinked (the disk is full: their blocks are needed). Returns how many."""
+        names = [path for _, path, _ in self._ready] + [path for path, _ in self._fresh]
+        self._ready.clear()
+        self._fresh.clear()
+        self.bytes = 0
+        self._room_at = -1e18  # look again before keeping any
+        for path in names:
+            _unlink(path)
+        return len(names)
+
+    def _may_keep(self, size: int) -> bool:
+        """Whether one more spare of ``size`` bytes fits the bound (see the module docstring)."""
+        if len(self) >= MAX_SPARES:
+            return False
+        now = self.clock()
+        if now - self._room_at >= ROOM_CHECK:
+            self._room_at = now
+            try:
+                free = self.free()
+            except OSError:
+                free = 0
+            self._room = 0 if free < FREE_FLOOR else (free + self.bytes) // FREE_SHARE
+        return self.bytes + size <= self._room
+
+    def _refused(self, exc: OSError) -> None:
+        """A write failed: when the disk is full, the spares' blocks go back first."""
+        if exc.errno in DISK_FULL and len(self):
+            self.release()
 
     def replace(self, path: Path, payload: bytes, durable: bool, mode: int = 0o644, new: bool = False) -> None:
         """``path`` replaced by ``payload`` atomically (fsync'd when ``durable``; the folder fsync is
@@ -113,7 +161,11 @@ class Spares:
             if pad:
                 payload += bytes(max(0, os.fstat(fd).st_size - len(payload)))
         else:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+            except OSError as exc:
+                self._refused(exc)  # no inode left (tmpfs, ext4 inode tables)
+                raise
             self.created += 1
             staged = ""
         try:
@@ -130,6 +182,7 @@ class Spares:
                 _unlink(str(path))
             if isinstance(exc, FileExistsError):
                 raise
+            self._refused(exc)
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         if spare:
             _unlink(staged)  # the inode keeps its new name only
@@ -140,7 +193,11 @@ class Spares:
 
     def retire(self, path: Path) -> None:
         """``path`` removed: renamed to a spare (or unlinked when there are enough)."""
-        if len(self) >= MAX_SPARES:
+        try:
+            size = os.lstat(path).st_blocks * 512
+        except FileNotFoundError:
+            return
+        if not self._may_keep(size):
             _unlink(str(path))
             return
         keep = self._name()
@@ -148,13 +205,14 @@ class Spares:
             os.rename(path, keep)
         except FileNotFoundError:
             return
-        self._fresh.append(keep)
+        self._fresh.append((keep, size))
+        self.bytes += size
 
     def synced(self) -> None:
         """The folder was fsync'd: this pass's spares are out of sight for good, and start aging."""
         if self._fresh:
             now = self.clock()
-            self._ready.extend((now, keep) for keep in self._fresh)
+            self._ready.extend((now, keep, size) for keep, size in self._fresh)
             self._fresh.clear()
 
     def _staging(self, path: Path) -> tuple[int, str, bool]:
@@ -162,7 +220,11 @@ class Spares:
         taken = self._take_spare()
         if taken is not None:
             return taken[0], taken[1], True
-        fd, tmp = temp_beside(path)
+        try:
+            fd, tmp = temp_beside(path)
+        except OSError as exc:
+            self._refused(exc)
+            raise
         self.created += 1
         return fd, tmp, False
 
@@ -170,7 +232,8 @@ class Spares:
         """A ready spare, open read-write, and its name; None when none is ready."""
         now = self.clock()
         while self._ready and now - self._ready[0][0] >= self.quiet:
-            _, spare = self._ready.popleft()
+            _, spare, size = self._ready.popleft()
+            self.bytes -= size  # a live file's blocks from now on (or freed)
             try:
                 fd = os.open(spare, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
@@ -193,21 +256,31 @@ class Spares:
 
     def _unstage(self, staged: str, spare: bool) -> None:
         if spare:
-            self._ready.appendleft((self.clock() - self.quiet, staged))  # still hidden, still ready
+            try:
+                size = os.lstat(staged).st_blocks * 512
+            except OSError:
+                return
+            self._ready.appendleft((self.clock() - self.quiet, staged, size))  # still hidden, still ready
+            self.bytes += size
         else:
             _unlink(staged)
 
     def _hide(self, path: str) -> str | None:
         """A spare name linked to the file at ``path`` (about to be replaced); None when there is
         no such file or enough spares are kept (the replaced file is then freed, as before)."""
-        if len(self) >= MAX_SPARES:
+        try:
+            size = os.lstat(path).st_blocks * 512
+        except OSError:  # no file yet (a new job)
+            return None
+        if not self._may_keep(size):
             return None
         keep = self._name()
         try:
             os.link(path, keep, follow_symlinks=False)
-        except OSError:  # no file yet (a new job), or a file system without hard links
+        except OSError:  # gone meanwhile, or a file system without hard links
             return None
-        self._fresh.append(keep)
+        self._fresh.append((keep, size))
+        self.bytes += size
         return keep
 
     def _name(self) -> str:
@@ -250,13 +323,18 @@ class Batch:
             then: Callable[[], None] | None = None) -> None:
         """Stage ``payload`` as the next text of ``path`` (see ``Spares.replace``); ``then`` runs
         once it is in place."""
-        fd, staged, spare = self.spares._staging(path)
+        try:
+            fd, staged, spare = self.spares._staging(path)
+        except OSError:
+            self._drop()
+            raise
         try:
             _write_over(fd, payload, mode, cut=True)  # a spare may have held a longer text
         except OSError as exc:
             os.close(fd)
             self.spares._unstage(staged, spare)
             self._drop()
+            self.spares._refused(exc)
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
         item = _Staged(path, fd, staged, spare, durable, new, then)
         self._staged.append(item)
@@ -281,6 +359,7 @@ class Batch:
         if not staged:
             return
         done = 0
+        refused: OSError | None = None
         try:
             for item in staged:
                 if not item.durable:
@@ -291,6 +370,7 @@ class Batch:
                     else:
                         os.fsync(item.fd)
                 except OSError as exc:
+                    refused = exc
                     raise OSError(exc.errno, exc.strerror, str(item.path)) from exc
             for item in staged:
                 os.close(item.fd)
@@ -305,6 +385,8 @@ class Batch:
                 if item.fd >= 0:
                     os.close(item.fd)
                 self.spares._unstage(item.staged, item.spare)
+            if refused is not None:  # once the staged spares are back: they go too
+                self.spares._refused(refused)
 
     def _put_in_place(self, item: _Staged) -> None:
         spares = self.spares
@@ -313,7 +395,9 @@ class Batch:
             os.replace(item.staged, item.path)
         except BaseException:
             if keep is not None:
-                spares._fresh.remove(keep)
+                entry = next(entry for entry in spares._fresh if entry[0] == keep)
+                spares._fresh.remove(entry)
+                spares.bytes -= entry[1]
                 _unlink(keep)  # path is still the old file, under its own name
             raise
 

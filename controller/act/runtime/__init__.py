@@ -63,6 +63,9 @@ class Runtime(Protocol):
     def needs_polling(self) -> bool:
         """True when an exit can only be noticed by polling ``observe``."""
 
+    # A backend that holds launches the disk refused may set ``held_any`` (True while one is held)
+    # and offer ``retry_held()``: the loop then watches the free space and, when it grows, has
+    # them tried at once instead of after their backoff (docs/reliability.md, "A full disk").
     # A backend that allocates GPUs itself (a cluster scheduler) sets ``allocates_devices = True``:
     # reconcile then binds none and reports the devices the backend's observations carry.
 

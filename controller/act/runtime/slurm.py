@@ -46,7 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from controller.act.runtime.command import LaunchError
+from controller.act.runtime.command import LaunchError, expand_home
 from controller.export import workdir
 from controller.export.slurm import UnmappedGpuType, job_body, sbatch_options, slurm_env, slurm_time
 from controller.model.plan import Launch, RunObservation
@@ -500,10 +500,18 @@ class SlurmRuntime:
     def _translate(self, launch: Launch) -> tuple[list[str], str]:
         """The sbatch options and script for one attempt (LaunchError: a user error, e.g. workingDir)."""
         spec = launch.job.spec
-        cwd = workdir(spec.working_dir, launch.job.folder or ".")
-        if not os.path.isdir(cwd):
-            raise LaunchError(f"workingDir {cwd} does not exist or is not a folder")
         root = os.geteuid() == 0
+        other = root and launch.job.owner_uid > 0
+        try:  # ~ is the owner's home, never gflowd's
+            owner_home = pwd.getpwuid(launch.job.owner_uid if other else os.geteuid()).pw_dir
+        except KeyError:
+            owner_home = None
+        working_dir = expand_home(spec.working_dir, owner_home) if spec.working_dir else None
+        cwd = workdir(working_dir, launch.job.folder or ".")
+        # another user's folder is looked for by Slurm as that user: gflowd, as root, would tell
+        # them about folders they cannot see
+        if not other and not os.path.isdir(cwd):
+            raise LaunchError(f"workingDir {cwd} does not exist or is not a folder")
         try:
             options = sbatch_options(
                 spec, launch.name, chdir=cwd, output=str(self.home.log_file(launch.name).absolute()),

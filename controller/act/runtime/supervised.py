@@ -62,6 +62,7 @@ from controller.act.runtime.cgroups import (
     setup,
 )
 from controller.act.runtime.command import LaunchError, build_process
+from controller.act.runtime.login import Account, SystemFiles, account_of, login_env, system_files
 from controller.act.runtime.orphans import MARKER_VARIABLE, attempt_processes, signal_processes
 from controller.act.runtime.control_socket import unix_address
 from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks
@@ -172,14 +173,14 @@ def start_cgroups(request: str, home: Home, found: Probe | None = None, fs: Cgro
 
 
 class SupervisorRuntime:
-    def __init__(self, home: Home, base_env: dict[str, str] | None = None, python: str | None = None,
+    def __init__(self, home: Home, login_files: SystemFiles | None = None, python: str | None = None,
                  cgroups: str = "auto", device_dir: str = "/dev", cgroup_probe: Probe | None = None,
                  cgroupfs: Cgroupfs | None = None):
         self.home = home
         self.device_dir = device_dir
         self.cgroups, self.cgroup_probe = start_cgroups(cgroups, home, cgroup_probe, cgroupfs)
         self.cgroup_request = cgroups
-        self.base_env = dict(base_env if base_env is not None else os.environ)
+        self.login_files = login_files if login_files is not None else system_files(os.environ.get("TZ"))
         self.python = python or sys.executable
         self.attempts_dir = home.run_dir / "attempts"
         self.attempts_dir.mkdir(parents=True, exist_ok=True)
@@ -209,6 +210,7 @@ class SupervisorRuntime:
         # supervisor for nearly every job; held when nothing ends, a lone start would wait ~10 ms
         # for the pass's fsyncs for nothing.
         self._holding = False
+        self.held_any = False  # an attempt is held (the disk refused its launch): the loop watches the free space
         self._ensure_launcher()  # now, not at the first start: an interpreter start costs ~50 ms
 
     # -- the Protocol --------------------------------------------------------------------------
@@ -358,11 +360,13 @@ class SupervisorRuntime:
         launches no supervisor took. (KILL after grace for live supervisors is theirs to do.)"""
         due = None
         mono = time.monotonic()
+        held_any = False
         for attempt in list(self.attempts.values()):
             if attempt.result is not None:
                 continue
             when = None
             if attempt.held:
+                held_any = True
                 if mono >= attempt.retry_at:
                     self._launch(attempt)
                 when = attempt.retry_at if attempt.held else attempt.submitted + NEVER_BEGAN_AFTER
@@ -375,12 +379,21 @@ class SupervisorRuntime:
             if when is not None:
                 at = now + max(0.0, when - mono)
                 due = at if due is None else min(due, at)
+        self.held_any = held_any and any(a.held and a.result is None for a in self.attempts.values())
         self._hand_over()
         if self._reaping and self._unremoved:  # between passes, a chunk at a time: the loop stays responsive
             self._reap_cgroups(REAP_CHUNK)
             if self._unremoved:
                 due = now
         return due
+
+    def retry_held(self) -> None:
+        """Free space came back (the loop saw it): launches the disk refused are tried at the
+        next ``tick``, and from a short delay again should they fail."""
+        for attempt in self.attempts.values():
+            if attempt.held and attempt.result is None:
+                attempt.retry_at = 0.0
+                attempt.retry_delay = HOLD_FIRST / 2  # doubled by a failed try: HOLD_FIRST again
 
     def job_pids(self) -> dict[str, set[int]]:
         """Each running job's process tree (its supervisor included)."""
@@ -483,20 +496,26 @@ class SupervisorRuntime:
 
     def _launch_spec(self, launch: Launch, attempt: _Attempt) -> tuple[dict, str | None]:
         """The launch record and the script's text. Writes nothing: see ``_write_launch``."""
-        env = dict(self.base_env)
         uid = gid = None
         groups: list[int] = []
         owner = launch.job.owner_uid
-        if os.geteuid() == 0 and owner not in (-1, 0):
-            try:
-                entry = pwd.getpwuid(owner)
-            except KeyError:
+        switch = os.geteuid() == 0 and owner not in (-1, 0)
+        try:
+            entry = pwd.getpwuid(owner if switch else os.geteuid())
+        except KeyError:
+            if switch:
                 raise LaunchError(f"the manifest's owner (uid {owner}) has no account on this machine") from None
+            entry = None
+        if switch:
             uid, gid = entry.pw_uid, entry.pw_gid
             groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
-            env.update({"HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name})
+        account = account_of(entry) if entry is not None else Account(os.geteuid(), str(os.geteuid()), "/", "/bin/sh")
+        # a job never sees gflowd's environment: its owner's login basics (login.py), then its own
+        env = login_env(account, self.login_files, tty=bool(launch.job.spec.tty))
+        env["GFLOW_HOME"] = str(self.home.root)  # gflow's own: gflowctl in a job finds this instance
         script_path = attempt.path("sh")
-        process = build_process(launch, env, script_path, attempt.master_port)
+        # another user's job: its supervisor looks for the workingDir and the command as that user
+        process = build_process(launch, env, script_path, attempt.master_port, home=account.home, check=not switch)
         # every process of the attempt inherits this: how its tree is found should its supervisor die
         process.env[MARKER_VARIABLE] = f"{launch.name}.{launch.attempt}.{os.urandom(8).hex()}"
         spec = launch.job.spec
@@ -509,6 +528,7 @@ class SupervisorRuntime:
             "cwd": process.cwd,
             "log": str(self.home.log_file(launch.name)),
             "uid": uid,
+            "user": account.name,  # named in a start error
             "gid": gid,
             "groups": groups,
             "timeLimit": spec.time_limit,

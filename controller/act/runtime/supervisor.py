@@ -789,6 +789,14 @@ def start_failure(step: str, spec: dict, exc: BaseException) -> tuple[int, str]:
     missing = isinstance(exc, (FileNotFoundError, NotADirectoryError))
     who = f" (as uid {os.getuid()})"
     argv = spec.get("argv") or ["?"]
+    if step == "workingDir" and spec.get("uid") is not None:
+        # another user's job: one message whether the folder is missing or closed to them, so a
+        # start error never says more about a path than the user could learn with ``cd``
+        hidden = missing or isinstance(exc, PermissionError)
+        user = spec.get("user") or f"uid {spec.get('uid')}"
+        if hidden:
+            return 127, f"workingDir {spec.get('cwd')}: not found or not accessible to {user}"
+        return 126, f"workingDir {spec.get('cwd')}: {text} (as {user})"
     if step == "workingDir":
         return (127, f"workingDir {spec.get('cwd')} does not exist") if missing else (126, f"workingDir {spec.get('cwd')}: {text}{who}")
     if step == "command" and spec.get("condaEnv"):
