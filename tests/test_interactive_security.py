@@ -57,7 +57,8 @@ def mallorys_job(home: Path, daemon, name: str, env: str = "") -> None:
     os.chown(hidden, MALLORY, MALLORY)
     os.rename(hidden, home / "jobs" / f"{name}.yaml")
     wait_phase(home, name, "Running", daemon=daemon)
-    wait_for(Home.resolve(home).control_socket(MALLORY, name).exists, message=f"job/{name}'s control socket")
+    path = Home.resolve(home).control_socket(MALLORY, name)
+    wait_for(lambda: path.is_socket() and path.stat().st_uid == MALLORY, message=f"job/{name}'s control socket")
 
 
 class Eavesdropper:
@@ -170,10 +171,12 @@ def test_mallorys_own_listener_at_her_jobs_socket_gets_nothing_from_roots_exec(o
     spy = Eavesdropper(path)
     try:
         assert spy.bound == "bound"
-        code, out = finished(exec_as_root(home, "mjob", "nvidia-smi"))
-        assert code == 1
-        assert out.strip() == (f"error: {path.parent} belongs to nobody, not to gflowd's user root (a supervisor from "
-                               "before gflow checked this, or a replaced folder): restart the job to reach it")
+        refusal = (f"error: {path.parent} belongs to nobody, not to gflowd's user root (a supervisor from "
+                   "before gflow checked this, or a replaced folder): restart the job to reach it")
+        assert finished(exec_as_root(home, "mjob", "nvidia-smi")) == (1, refusal + "\r\n")
+        attach = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", "attach", "mjob"], env=env_for(home),
+                               cwd=str(home.parent), encoding="utf-8", timeout=60)
+        assert finished(attach) == (1, refusal + "\r\n")  # attach asks the same before it sends a key
     finally:
         assert spy.stop() == NOTHING
     os.chown(path.parent, 0, 0)
@@ -248,3 +251,115 @@ def test_exec_on_a_terminal_gets_a_pty_of_its_own_with_roots_window_and_ctrl_c(o
     child.sendcontrol("c")  # a key in raw mode: the remote terminal makes it SIGINT for its process group
     child.expect("got-INT")
     assert finished(child)[0] == 5
+
+
+def test_exec_relays_exactly_both_ways_at_once_for_the_jobs_own_user(open_home, gflowd):
+    """3 MiB through ``cat`` while it echoes them back (each way's window is 256 KiB: neither side
+    may wait for the other), stderr apart, the exit code; run by mallory on her own job."""
+    import controller.act.runtime.record  # noqa: F401  loaded before the fork: she may not read this interpreter's files
+    import controller.cli.attach  # noqa: F401
+    import controller.client.control_peer  # noqa: F401
+    from controller.cli.main import main
+
+    home = open_home
+    daemon = gflowd(home=home)
+    mallorys_job(home, daemon, "mjob")
+    sent, received = home / "mallory" / "sent", home / "mallory" / "received"
+    payload = os.urandom(3 << 20)
+    sent.write_bytes(payload)
+
+    def as_mallory() -> int:
+        os.dup2(os.open(sent, os.O_RDONLY), 0)
+        os.dup2(os.open(received, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)
+        return main(["--home", str(home), "exec", "mjob", "--", "sh", "-c", "cat; echo to-stderr >&2; exit 3"])
+
+    from helpers import run_as
+
+    code, err = run_as(MALLORY, as_mallory)
+    assert (code, err) == (3, "to-stderr\n")
+    assert received.read_bytes() == payload
+
+
+def test_a_command_that_outpaces_its_caller_is_held_at_the_window(tmp_path: Path):
+    """A caller that acknowledges nothing gets EXEC_WINDOW bytes (and a read's worth) and the command
+    then waits on its pipe, on the supervisor's real socket; acknowledged, the rest follows."""
+    from builders import job
+
+    from controller.act.runtime.control_socket import EXEC_WINDOW
+    from controller.act.runtime.supervised import SupervisorRuntime
+    from controller.client.terminal import connect, frame
+    from controller.model.plan import Launch
+    from controller.paths import Home
+    from controller.util.frames import split_frames
+
+    home = Home.resolve(str(tmp_path / "home"), None)
+    home.ensure()
+    runtime = SupervisorRuntime(home)
+    total = (8 << 20) + 4099  # an odd size: no other session's ``head`` runs with it
+    try:
+        runtime.start(Launch("calm", 1, 1, job("calm", command=["sleep", "60"], workingDir=str(tmp_path)), [], []))
+        runtime.observe()
+        runtime.purge()
+        path = home.control_socket(os.geteuid(), "calm")
+        wait_for(path.exists, message="the control socket")
+        sock = connect(path)
+        sock.sendall(frame(b"H", {"mode": "exec", "argv": ["head", "-c", str(total), "/dev/zero"], "tty": False}))
+        inbox, got, frames = bytearray(), 0, []
+
+        def pump(timeout: float = 0) -> None:
+            nonlocal got
+            while select.select([sock], [], [], timeout)[0]:
+                data = sock.recv(1 << 20)
+                if not data:
+                    break
+                inbox.extend(data)
+                for kind, payload in split_frames(inbox):
+                    frames.append(kind)
+                    got += len(payload) if kind == b"O" else 0
+                timeout = 0
+
+        def producer_blocked() -> bool:
+            pump()
+            for pid in os.listdir("/proc"):
+                try:
+                    if pid.isdigit() and Path(f"/proc/{pid}/cmdline").read_bytes() == f"head\0-c\0{total}\0/dev/zero\0".encode():
+                        return "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()  # (anon_)pipe_write: asleep on a full pipe
+                except OSError:
+                    continue
+            return False
+
+        wait_for(producer_blocked, timeout=60, message=lambda: f"the command to wait on its pipe ({got} bytes out)")
+        pump(0.2)  # whatever was already on its way
+        assert EXEC_WINDOW // 2 <= got <= EXEC_WINDOW + 65536
+        acked = 0
+        while b"X" not in frames:
+            if got > acked:
+                sock.sendall(frame(b"A", got - acked))
+                acked = got
+            pump(1.0)
+        assert got == total
+        sock.close()
+        runtime.stop("calm", 1.0)
+        wait_for(lambda: not runtime.observe()["calm"].running, message="calm to stop")
+    finally:
+        runtime.close()
+
+
+def test_a_control_folder_of_the_layout_before_is_moved_aside_when_a_supervisor_binds(open_home, gflowd):
+    """Left by an older gflow: run/control/<uid>/ hers, 0700, with a socket of hers in it. The next
+    supervisor of hers takes the place back (gflowd's, 0711) and serves there; the old one is gone."""
+    from controller.paths import Home
+
+    home = open_home
+    folder = Home.resolve(home).control_dir(MALLORY)
+    folder.mkdir(parents=True)
+    (folder / "mjob.sock").write_text("not a socket")
+    os.chown(folder / "mjob.sock", MALLORY, MALLORY)
+    os.chown(folder, MALLORY, MALLORY)
+    os.chmod(folder, 0o700)
+    daemon = gflowd(home=home)
+    mallorys_job(home, daemon, "mjob")
+    info = folder.stat()
+    assert (info.st_uid, oct(info.st_mode & 0o777)) == (0, "0o711")
+    assert sorted(p.name for p in folder.parent.iterdir()) == [str(MALLORY)]  # moved aside, then removed
+    assert finished(exec_as_root(home, "mjob", "id", "-u"))[0] == 0

@@ -24,7 +24,7 @@ import struct
 from controller.client.terminal import NoSession
 from controller.paths import Home
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC  # O_PATH: a 0711 folder is passed through, never listed
 
 
 class NotSupervisor(Exception):
