@@ -363,3 +363,23 @@ def test_a_control_folder_of_the_layout_before_is_moved_aside_when_a_supervisor_
     assert (info.st_uid, oct(info.st_mode & 0o777)) == (0, "0o711")
     assert sorted(p.name for p in folder.parent.iterdir()) == [str(MALLORY)]  # moved aside, then removed
     assert finished(exec_as_root(home, "mjob", "id", "-u"))[0] == 0
+
+
+def test_exec_of_a_shell_on_a_terminal_has_job_control(open_home, gflowd):
+    home = open_home
+    daemon = gflowd(home=home)
+    mallorys_job(home, daemon, "mjob")
+    child = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", "exec", "mjob", "--", "env", "PS1=in-job$ ",
+                                           "bash", "--norc", "--noprofile", "-i"],
+                          env=env_for(home), cwd=str(home.parent), encoding="utf-8", timeout=60)
+    child.expect(r"in-job\$ ")
+    child.sendline("sleep 600")
+    child.sendcontrol("z")  # Ctrl-Z: the remote terminal stops sleep; bash takes the terminal back
+    child.expect("Stopped")
+    child.expect(r"in-job\$ ")
+    child.sendline("fg")
+    child.expect("sleep 600")
+    child.sendcontrol("c")
+    child.expect(r"in-job\$ ")
+    child.sendline("exit 6")
+    assert finished(child)[0] == 6
