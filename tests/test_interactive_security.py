@@ -373,8 +373,9 @@ def test_exec_of_a_shell_on_a_terminal_has_job_control(open_home, gflowd):
                                            "bash", "--norc", "--noprofile", "-i"],
                           env=env_for(home), cwd=str(home.parent), encoding="utf-8", timeout=60)
     child.expect(r"in-job\$ ")
-    child.sendline("sleep 600")
-    child.sendcontrol("z")  # Ctrl-Z: the remote terminal stops sleep; bash takes the terminal back
+    child.sendline("sh -c 'echo under-way; exec sleep 600'")
+    child.expect("under-way\r\n")  # its output, not the echo of its line: it runs, in the foreground
+    child.sendcontrol("z")  # Ctrl-Z: the remote terminal stops it; bash takes the terminal back
     child.expect("Stopped")
     child.expect(r"in-job\$ ")
     child.sendline("fg")

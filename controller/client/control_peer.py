@@ -20,6 +20,8 @@ import pwd
 import socket
 import stat
 import struct
+import sys
+from pathlib import Path
 
 from controller.client.terminal import NoSession
 from controller.paths import Home
@@ -58,10 +60,24 @@ def _open_checked(name: str, display: str, dir_fd: int | None, owner: int | None
     return fd, info.st_uid
 
 
+def _record_module():
+    """``controller/act/runtime/record.py`` (the attempt record's format), loaded by its path: its
+    package's ``__init__`` imports the runtime's models, ~100 ms that exec has no use for."""
+    import importlib.util  # lazy: only attach and exec need it
+
+    loaded = sys.modules.get("controller.act.runtime.record")
+    if loaded is not None:
+        return loaded
+    spec = importlib.util.spec_from_file_location("gflow_attempt_record", Path(__file__).parents[1] / "act" / "runtime" / "record.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def supervisor_pids(home: Home, name: str) -> set[int] | None:
     """The supervisor pids the records of job ``name`` name; None when we may not read them."""
-    from controller.act.runtime import record  # lazy: only attach and exec need it
-
+    record = _record_module()
     folder = home.run_dir / "attempts"
     pids: set[int] = set()
     try:

@@ -223,7 +223,7 @@ def _relay_exec(sock: socket.socket, stdin: int, stdout: int, stderr: int, wake_
                     sock.sendall(frame(b"K", int(signum)))
         if stdin in ready:
             try:
-                data = os.read(stdin, min(65536, EXEC_WINDOW - in_flight))
+                data = os.read(stdin, EXEC_WINDOW - in_flight)
             except OSError:  # our terminal hung up
                 data = b""
             if data:
@@ -233,7 +233,7 @@ def _relay_exec(sock: socket.socket, stdin: int, stdout: int, stderr: int, wake_
                 reading_stdin = False
                 sock.sendall(frame(b"C"))
         if sock in ready:
-            data = sock.recv(65536)
+            data = sock.recv(EXEC_WINDOW)
             if not data:
                 raise Refused("the job's supervisor closed the connection (the job ended?)")
             written = 0

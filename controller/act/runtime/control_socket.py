@@ -372,7 +372,7 @@ class Control:
 
     def _receive(self, client: _Client, job_running: bool) -> None:
         try:
-            data = client.sock.recv(65536)  # plain recv: a descriptor someone sends along is discarded
+            data = client.sock.recv(EXEC_WINDOW)  # plain recv: a descriptor someone sends along is discarded
         except BlockingIOError:
             return
         except OSError:
@@ -529,11 +529,12 @@ class Control:
             run.stdin = None
 
     def _read_exec_output(self, client: _Client, run: _Exec, fd: int) -> bool:
-        """One read of the command's output to the caller; False when that output has ended."""
+        """One read of the command's output to the caller; False when that output has ended or, for
+        now, is empty."""
         try:
             data = os.read(fd, 65536)
         except BlockingIOError:
-            return True
+            return False
         except OSError:  # EIO: the pty's last user is gone
             data = b""
         if not data:
@@ -561,8 +562,10 @@ class Control:
             if run is None:
                 continue
             for fd in list(run.outputs):
-                if fd in ready and run.unacked < EXEC_WINDOW:
-                    self._read_exec_output(client, run, fd)
+                if fd in ready:
+                    for _ in range(4):  # a pipe refills while we send: a few reads a turn halve the turns
+                        if run.unacked >= EXEC_WINDOW or not self._read_exec_output(client, run, fd):
+                            break
             if run.stdin is not None and run.stdin in writable:
                 self._write_exec_input(client, run)
             if client.outbox:
