@@ -425,7 +425,9 @@ class Control:
         elif kind == b"K" and client.mode == "exec" and client.pid:
             try:
                 sig = int(json.loads(payload))
-                os.killpg(client.pid, sig)
+                master = client.exec.master if client.exec is not None else None
+                # on its pty, to the foreground job (a shell's, under job control), as the terminal would
+                os.killpg(os.tcgetpgrp(master) if master is not None else client.pid, sig)
             except (ValueError, TypeError, OSError):
                 pass
         elif client.mode == "exec" and client.exec is not None:
