@@ -282,7 +282,8 @@ def test_exec_relays_exactly_both_ways_at_once_for_the_jobs_own_user(open_home, 
 
 def test_a_command_that_outpaces_its_caller_is_held_at_the_window(tmp_path: Path):
     """A caller that acknowledges nothing gets EXEC_WINDOW bytes (and a read's worth) and the command
-    then waits on its pipe, on the supervisor's real socket; acknowledged, the rest follows."""
+    then waits on its pipe, on the supervisor's real socket; acknowledged, the rest follows. A caller
+    that sends more than the window is dropped."""
     from builders import job
 
     from controller.act.runtime.control_socket import EXEC_WINDOW
@@ -339,6 +340,14 @@ def test_a_command_that_outpaces_its_caller_is_held_at_the_window(tmp_path: Path
             pump(1.0)
         assert got == total
         sock.close()
+
+        # the other way: a caller that sends more than the window unacknowledged is not a gflowctl
+        pushy = connect(path)
+        pushy.sendall(frame(b"H", {"mode": "exec", "argv": ["sleep", "60"], "tty": False}))
+        pushy.sendall(frame(b"I", b"x" * (EXEC_WINDOW + 1)))
+        pushy.settimeout(60)
+        assert pushy.recv(65536) == b""  # dropped (and its command hung up), its bytes not kept
+        pushy.close()
         runtime.stop("calm", 1.0)
         wait_for(lambda: not runtime.observe()["calm"].running, message="calm to stop")
     finally:
