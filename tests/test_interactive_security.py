@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import socket
 import sys
 import tempfile
@@ -251,6 +252,19 @@ def test_exec_on_a_terminal_gets_a_pty_of_its_own_with_roots_window_and_ctrl_c(o
     child.sendcontrol("c")  # a key in raw mode: the remote terminal makes it SIGINT for its process group
     child.expect("got-INT")
     assert finished(child)[0] == 5
+
+
+def test_a_signal_to_gflowctl_exec_reaches_the_command(open_home, gflowd):
+    home = open_home
+    daemon = gflowd(home=home)
+    mallorys_job(home, daemon, "mjob")
+    child = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", "exec", "mjob", "--", "sh", "-c",
+                                           "trap 'echo got-TERM; exit 7' TERM; echo ready; while :; do sleep 0.1; done"],
+                          env=env_for(home), cwd=str(home.parent), encoding="utf-8", timeout=60)
+    child.expect("ready")
+    child.kill(signal.SIGTERM)  # to gflowctl (a closing terminal, a kill): forwarded, not fatal to it
+    child.expect("got-TERM")
+    assert finished(child)[0] == 7
 
 
 def test_exec_relays_exactly_both_ways_at_once_for_the_jobs_own_user(open_home, gflowd):
