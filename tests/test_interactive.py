@@ -301,14 +301,15 @@ def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
     tty_job(home, daemon, "tty-root", "[sleep, '600']")  # root's manifest: the job runs as root
     sock_path = Home.resolve(home).control_socket(0, "tty-root")
     wait_for(sock_path.exists, message="the job's control socket")
-    assert oct(sock_path.parent.stat().st_mode & 0o777) == "0o700"
+    assert (oct(sock_path.parent.stat().st_mode & 0o777), sock_path.parent.stat().st_uid) == ("0o711", 0)
+    assert (oct(sock_path.stat().st_mode & 0o777), sock_path.stat().st_uid) == ("0o600", 0)
     for verb in (["attach", "tty-root"], ["exec", "tty-root", "--", "id"]):
         code, err = as_nobody(lambda: main(["--home", str(home), *verb]))
         assert code == 1, err
         assert err.strip() == f"error: job/tty-root runs as root: only its owner or root may {verb[0]} it", err
 
     def knock() -> int:
-        """Straight to the socket, past gflowctl: the folder is the kernel's gate, SO_PEERCRED the supervisor's."""
+        """Straight to the socket, past gflowctl: its mode is the kernel's gate, SO_PEERCRED the supervisor's."""
         try:
             connect(sock_path)
         except Exception as exc:
@@ -319,7 +320,7 @@ def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
     code, err = as_nobody(knock)
     assert code == 3 and "NoSession: Permission denied" in err, err
 
-    os.chmod(sock_path.parent, 0o755)  # a folder someone opened up: the supervisor still refuses
+    os.chmod(sock_path, 0o666)  # a socket someone opened up: the supervisor still refuses
     try:
         def sneak() -> int:
             sock = connect(sock_path)
@@ -335,7 +336,7 @@ def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
         assert code == 4, err
         assert err == "permission denied: job/tty-root runs as uid 0; only its owner or root may attach or exec"
     finally:
-        os.chmod(sock_path.parent, 0o700)
+        os.chmod(sock_path, 0o600)
     assert job_status(home, "tty-root")["phase"] == "Running"
 
     # the other way round: root may exec in nobody's job, and the command runs as nobody
@@ -345,8 +346,9 @@ def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
     os.rename(hidden, home / "jobs" / "tty-nobody.yaml")
     wait_phase(home, "tty-nobody", "Running", daemon=daemon)
     wait_for(Home.resolve(home).control_socket(NOBODY, "tty-nobody").exists, message="nobody's job's control socket")
-    assert oct(Home.resolve(home).control_dir(NOBODY).stat().st_mode & 0o777) == "0o700"
-    assert Home.resolve(home).control_dir(NOBODY).stat().st_uid == NOBODY
+    assert oct(Home.resolve(home).control_dir(NOBODY).stat().st_mode & 0o777) == "0o711"
+    assert Home.resolve(home).control_dir(NOBODY).stat().st_uid == 0  # gflowd's: nobody cannot replace the socket
+    assert Home.resolve(home).control_socket(NOBODY, "tty-nobody").stat().st_uid == NOBODY
     whoami = ctl(home, "exec", "tty-nobody", "--", "sh", "-c", "id -u; pwd")
     assert (whoami.returncode, whoami.stdout) == (0, f"{NOBODY}\n/tmp\n"), whoami.stderr
     # and the session itself runs as nobody, on a terminal handed to nobody

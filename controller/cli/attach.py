@@ -1,10 +1,12 @@
 """``gflowctl attach NAME`` and ``gflowctl exec NAME -- CMD``: a terminal on a running job.
 
 Both talk to the job's supervisor over its control socket (``run/control/<uid>/<name>.sock``, in
-a 0700 folder of the job's user; ``controller.client.terminal`` speaks the protocol), not to
-gflowd: they work while gflowd is down or restarting. What gflowctl checks first (the job exists,
-runs, and is the caller's) is for a clear message; the supervisor checks the caller's uid itself
-(SO_PEERCRED), so nothing here is the lock. ``session`` is also what ``run -it`` attaches with.
+a folder of gflowd's user; ``controller.client.terminal`` speaks the protocol), not to gflowd: they
+work while gflowd is down or restarting. What gflowctl checks first (the job exists, runs, and is
+the caller's) is for a clear message; the supervisor checks the caller's uid itself (SO_PEERCRED).
+The other way round is a lock: nothing is sent before ``controller.client.control_peer`` made sure
+the socket is the job's supervisor's, so no other user can listen in on what the caller types.
+``session`` is also what ``run -it`` attaches with.
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ import os
 import pwd
 import sys
 import time
-from pathlib import Path
 
 from controller.cli.common import CliError, printable
 from controller.client.state import find_manifest, read_status
-from controller.client.terminal import DETACH_NAME, Detached, NoSession, Refused, attach, connect, run_command
+from controller.client.terminal import DETACH_NAME, Detached, NoSession, Refused, attach, run_command
 from controller.paths import Home
 
 SOCKET_WAIT = 5.0  # a job shown Running may take a moment to open its socket (its supervisor starting)
@@ -41,8 +42,8 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def control_path(home: Home, name: str, verb: str) -> Path:
-    """The control socket of running job ``name``, after the checks that give a clear message."""
+def control_owner(home: Home, name: str, verb: str) -> int:
+    """The uid running job ``name`` runs as, after the checks that give a clear message."""
     status = (read_status(home, name) or {}).get("status") or {}
     uid = job_owner(home, name)
     if not status and uid is None:
@@ -55,19 +56,24 @@ def control_path(home: Home, name: str, verb: str) -> Path:
         raise CliError(f"job/{name}: its manifest is gone; cannot tell whose it is")
     if os.geteuid() not in (0, uid):
         raise CliError(f"job/{name} runs as {user_name(uid)}: only its owner or root may {verb} it")
-    return home.control_socket(uid, name)
+    return uid
 
 
 def open_session(home: Home, name: str, verb: str):
     """A connection to the job's supervisor, waiting SOCKET_WAIT for a job that is just starting."""
-    path = control_path(home, name, verb)
+    from controller.client.control_peer import NotSupervisor, open_control  # lazy: attach and exec only
+
+    uid = control_owner(home, name, verb)
+    path = home.control_socket(uid, name)
     deadline = time.monotonic() + SOCKET_WAIT
     while True:
         try:
-            return connect(path)
+            return open_control(home, uid, name)
+        except NotSupervisor as exc:
+            raise CliError(printable(str(exc))) from None
         except NoSession as exc:
             if exc.denied:
-                raise CliError(f"job/{name}: {path.parent} is not yours: only the job's owner or root may {verb} it") from None
+                raise CliError(f"job/{name}: {path} is not yours: only the job's owner or root may {verb} it") from None
             if time.monotonic() >= deadline:
                 raise CliError(f"job/{name} has no control socket at {path} ({exc}); is it still running? "
                                "(jobs started before gflow had attach and exec have none)") from None

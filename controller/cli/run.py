@@ -161,7 +161,8 @@ def _interactive(home: Home, name: str) -> int:
 def _wait_for_session(home: Home, name: str):
     """(a connection to the job's terminal, its status) once it runs; (None, status) if it ended first."""
     from controller.cli.attach import job_owner  # lazy: only run -it attaches
-    from controller.client.terminal import NoSession, connect
+    from controller.client.control_peer import NotSupervisor, open_control
+    from controller.client.terminal import NoSession
 
     line = _StatusLine(sys.stderr)
     try:
@@ -173,9 +174,11 @@ def _wait_for_session(home: Home, name: str):
             uid = job_owner(home, name)
             if phase == "Running" and uid is not None:
                 try:
-                    return connect(home.control_socket(uid, name)), status
+                    return open_control(home, uid, name), status
                 except NoSession:
                     pass  # its supervisor is just starting
+                except NotSupervisor as exc:
+                    raise CliError(printable(str(exc))) from None
             elif phase:
                 line.show(_waiting(name, status))
             else:

@@ -165,34 +165,88 @@ def _relay(sock: socket.socket, stdin: int, stdout: int, wake_r: int) -> int | N
                     return code if isinstance(code, int) else None
 
 
-def run_command(sock: socket.socket, argv: list[str]) -> int:
-    """Run ``argv`` in the job's allocation on this process's stdin, stdout and stderr (passed
-    along); signals that would stop us (Ctrl-C, TERM, HUP, QUIT) go to the command instead.
-    Returns its exit code."""
-    forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-    handlers = {sig: signal.getsignal(sig) for sig in forwarded}
+EXEC_WINDOW = 256 * 1024  # bytes of input in flight to the command (the supervisor's EXEC_WINDOW)
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
-    def forward(signum: int, _frame: object) -> None:
-        try:
-            sock.sendall(frame(b"K", int(signum)))
-        except OSError:
-            pass
 
-    for sig in forwarded:
-        signal.signal(sig, forward)
+def run_command(sock: socket.socket, argv: list[str], stdin: int = 0, stdout: int = 1, stderr: int = 2) -> int:
+    """Run ``argv`` in the job's allocation and relay its input and output: on a pseudo-terminal of
+    its own when our stdin and stdout are terminals (ours then in raw mode: Ctrl-C, Ctrl-Z reach it
+    as keys; the window size follows ours), else on pipes. Our descriptors never leave this process.
+    Signals that would stop us (INT, TERM, HUP, QUIT) go to the command instead. Returns its exit
+    code; raises Refused with the supervisor's reason."""
+    on_tty = os.isatty(stdin) and os.isatty(stdout)
+    saved = termios.tcgetattr(stdin) if on_tty else None
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    previous_wakeup = signal.set_wakeup_fd(wake_w)
+    caught = (*FORWARDED, signal.SIGWINCH)
+    handlers = {sig: signal.getsignal(sig) for sig in caught}
+    for sig in caught:
+        signal.signal(sig, lambda *_: None)  # noticed through the wakeup pipe
     try:
-        socket.send_fds(sock, [frame(b"H", {"mode": "exec", "argv": argv})], [0, 1, 2])
-        frames = _Frames()
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                raise Refused("the job's supervisor closed the connection (the job ended?)")
-            for kind, payload in frames.feed(data):
-                if kind == b"E":
-                    raise Refused(payload.decode(errors="replace"))
-                if kind == b"X":
-                    code = json.loads(payload).get("code")
-                    return code if isinstance(code, int) else 1
+        hello: dict = {"mode": "exec", "argv": argv, "tty": on_tty}
+        if on_tty:
+            hello.update(size=_window(stdin), term=os.environ.get("TERM"))
+        sock.sendall(frame(b"H", hello))
+        if saved is not None:
+            tty.setraw(stdin, termios.TCSANOW)
+        return _relay_exec(sock, stdin, stdout, stderr, wake_r)
     finally:
+        if saved is not None:
+            try:
+                termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+            except termios.error:
+                pass  # the terminal hung up: nothing left to restore
+        signal.set_wakeup_fd(previous_wakeup)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _relay_exec(sock: socket.socket, stdin: int, stdout: int, stderr: int, wake_r: int) -> int:
+    frames = _Frames()
+    reading_stdin, in_flight = True, 0
+    while True:
+        watched = [sock, wake_r] + ([stdin] if reading_stdin and in_flight < EXEC_WINDOW else [])
+        try:
+            ready, _, _ = select.select(watched, [], [])
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            for signum in os.read(wake_r, 512):
+                if signum == signal.SIGWINCH:
+                    size = _window(stdin)
+                    if size:
+                        sock.sendall(frame(b"W", size))
+                elif signum in FORWARDED:
+                    sock.sendall(frame(b"K", int(signum)))
+        if stdin in ready:
+            try:
+                data = os.read(stdin, EXEC_WINDOW - in_flight)
+            except OSError:  # our terminal hung up
+                data = b""
+            if data:
+                sock.sendall(frame(b"I", data))
+                in_flight += len(data)
+            else:
+                reading_stdin = False
+                sock.sendall(frame(b"C"))
+        if sock in ready:
+            data = sock.recv(EXEC_WINDOW)
+            if not data:
+                raise Refused("the job's supervisor closed the connection (the job ended?)")
+            written = 0
+            for kind, payload in frames.feed(data):
+                if kind in (b"O", b"R"):
+                    _write_all(stdout if kind == b"O" else stderr, payload)
+                    written += len(payload)
+                elif kind == b"A":
+                    in_flight = max(0, in_flight - int(json.loads(payload)))
+                elif kind == b"E":
+                    raise Refused(payload.decode(errors="replace"))
+                elif kind == b"X":
+                    code = json.loads(payload).get("code")
+                    return code if isinstance(code, int) else 1
+            if written:
+                sock.sendall(frame(b"A", written))

@@ -5,19 +5,27 @@ Standard library only, like ``supervisor.py``, which imports it (also when it ru
 file, ``python -I -S supervisor.py``, where the package cannot be imported: then as the module beside
 it, and this one finds ``util/frames.py``, the wire format, the same way).
 
-One Unix stream socket per attempt, ``spec["control"]`` (run/control/<uid>/<name>.sock, in a 0700
-folder of the job's user; nothing on the network). Frames both ways: one kind byte, a 4-byte
-big-endian length, the payload (``controller/util/frames.py``; ``controller/client/terminal.py``
-speaks the other end).
+One Unix stream socket per attempt, ``spec["control"]`` (run/control/<uid>/<name>.sock; the folder
+is ours (gflowd's user), 0711, the socket the job user's, 0600; nothing on the network). Frames both
+ways: one kind byte, a 4-byte big-endian length, the payload (``controller/util/frames.py``;
+``controller/client/terminal.py`` speaks the other end).
 
-    client -> us:  H hello (JSON: {"mode": attach|exec|notice, ...}; exec passes its stdin, stdout
-                   and stderr along as SCM_RIGHTS), I terminal input, W window size [rows, cols],
-                   K a signal for the exec'd command
-    us -> client:  O terminal output, N a notice line, S a status line, E refused (then EOF),
-                   X {"code": N}: the job (attach) or the command (exec) ended
+    client -> us:  H hello (JSON: {"mode": attach|exec|notice, ...}), I input, W window size
+                   [rows, cols], K a signal for the exec'd command, C the exec's stdin ended,
+                   A n: the client wrote n more bytes of our O/R output (exec's flow control)
+    us -> client:  O output, R the exec'd command's stderr (without a pty), N a notice line,
+                   S a status line, E refused (then EOF), A n: n more bytes of I reached the
+                   command, X {"code": N}: the job (attach) or the command (exec) ended
 
 Only the job's user and root get past the connection (SO_PEERCRED). Of the attached viewers the
 most recent one types (read-only ones never do); the others watch.
+
+Exec never takes a descriptor from its caller (a root caller's terminal handed to a process of the
+job's user would let that user read the caller's later keystrokes; docs/interactive.md, Security):
+the command runs on a pseudo-terminal of its own when the caller's stdin and stdout are terminals
+(hello ``"tty": true``, like ``su --pty`` or ``kubectl exec -it``), else on pipes, and we copy bytes
+both ways. Each way has EXEC_WINDOW bytes in flight at most, acknowledged with A frames, so neither
+a fast command nor a fast caller makes anyone buffer more.
 """
 
 from __future__ import annotations
@@ -49,6 +57,9 @@ MAX_CLIENTS = 64  # connections at once; more are closed unanswered
 INPUT_STAMP_EVERY = 2.0  # seconds: how stale the last-input stamp (gflowd's idleTimeout) may be
 DEFAULT_SIZE = (24, 80)
 CLOSE_WAIT = 1.0  # seconds, for all viewers together, to take the last output and the exit code
+EXEC_WINDOW = 256 * 1024  # bytes in flight each way between an exec'd command and its caller
+ACK_EVERY = 32 * 1024  # bytes of input written before we acknowledge them (or when none is left)
+CONTROL_MODE = 0o711  # run/control/<uid>/: ours; others may pass through to their own socket, no more
 
 
 def open_terminal(spec: dict) -> tuple[int, int]:
@@ -79,21 +90,25 @@ def enter_terminal(tty_fd: int, uid: int | None, gid: int | None) -> None:
         os.close(tty_fd)
 
 
-def _become_exec(spec: dict, argv: list[str], fds: list[int], join_cgroup: Callable[[list[str]], None] | None) -> None:
+def _become_exec(spec: dict, argv: list[str], stdio: list[int], tty_fd: int | None, term: str | None,
+                 join_cgroup: Callable[[list[str]], None] | None) -> None:
     """In the forked child: ``argv`` in the job's allocation (its user, environment, working dir,
-    cgroups) on the client's stdin, stdout and stderr. Never returns; 127 when there is no such
-    command, 126 when it cannot run, as a shell says."""
+    cgroups) on ``tty_fd`` (a pty of its own, its controlling terminal) or on the pipes ``stdio``.
+    Never returns; 127 when there is no such command, 126 when it cannot run, as a shell says."""
     try:
-        os.setsid()
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
-        high = [os.dup(fd) for fd in fds]  # out of 0-2 first, so no dup2 clobbers another
-        for target, fd in enumerate(high):
-            os.dup2(fd, target)
+        uid, gid = spec.get("uid"), spec.get("gid")
+        if tty_fd is not None:
+            enter_terminal(tty_fd, uid, gid)
+        else:
+            os.setsid()
+            high = [os.dup(fd) for fd in stdio]  # out of 0-2 first, so no dup2 clobbers another
+            for target, fd in enumerate(high):
+                os.dup2(fd, target)
         if join_cgroup is not None:  # the attempt's cgroup, as the job child joined it (supervisor.py)
             join_cgroup((spec.get("cgroup") or {}).get("procs") or [])
-        uid, gid = spec.get("uid"), spec.get("gid")
         if uid is not None and os.geteuid() == 0:
             os.setgroups(spec.get("groups") or [])
             os.setgid(gid)
@@ -102,7 +117,10 @@ def _become_exec(spec: dict, argv: list[str], fds: list[int], join_cgroup: Calla
             os.chdir(spec["cwd"])
         except OSError:
             os.chdir("/")
-        os.execvpe(argv[0], argv, spec["env"])
+        env = spec["env"]
+        if tty_fd is not None and term and "TERM" not in env:
+            env = {**env, "TERM": term}  # the caller's terminal type: it is the caller's screen
+        os.execvpe(argv[0], argv, env)
     except BaseException as exc:
         text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         missing = isinstance(exc, FileNotFoundError)
@@ -110,6 +128,21 @@ def _become_exec(spec: dict, argv: list[str], fds: list[int], join_cgroup: Calla
             os.write(2, f"gflowctl exec: {argv[0] if argv else '?'}: {'command not found' if missing else text}\n".encode())
         finally:
             os._exit(127 if missing else 126)
+
+
+class _Exec:
+    """One exec'd command's side of the relay: the descriptors we hold (the pty master, or our ends
+    of its three pipes) and the flow control of both ways."""
+
+    def __init__(self, pid: int, stdin: int | None, outputs: dict[int, bytes], master: int | None):
+        self.pid = pid
+        self.stdin = stdin  # where the caller's input goes (the master, or the stdin pipe)
+        self.outputs = outputs  # fd -> the frame kind its bytes go out as (O, or R for stderr)
+        self.master = master
+        self.pending = bytearray()  # input not yet written to the command
+        self.stdin_ended = False  # the caller's stdin ended (C): close the pipe once pending is out
+        self.unacked = 0  # output bytes sent that the caller has not yet written
+        self.to_ack = 0  # input bytes written to the command, not yet acknowledged
 
 
 class _Client:
@@ -120,21 +153,26 @@ class _Client:
         self.uid = uid
         self.inbox = bytearray()
         self.outbox = bytearray()
-        self.fds: list[int] = []  # passed with an exec hello
         self.mode = ""  # "" until its hello; attach | exec
         self.read_only = False
         self.size = DEFAULT_SIZE
         self.told_read_only = False
         self.pid = 0  # exec: the command's pid
+        self.exec: _Exec | None = None  # exec: the relay to the command
         self.closing = False  # close once the outbox is sent
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
+    def close_exec(self) -> None:
+        if self.exec is not None:
+            for fd in {*self.exec.outputs, self.exec.stdin} - {None}:
+                with contextlib.suppress(OSError):
+                    os.close(fd)  # type: ignore[arg-type]
+            self.exec = None
+
     def close(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
+        self.close_exec()
         self.sock.close()
 
 
@@ -277,6 +315,7 @@ class Control:
         writers: list = [c for c in self.clients.values() if c.outbox]
         if self.pending_input and self.master is not None:
             writers.append(self.master)
+        self._exec_wanted(readers, writers)
         return readers, writers
 
     def handle(self, ready: list, writable: list, job_running: bool) -> None:
@@ -284,6 +323,7 @@ class Control:
             self._read_master()
         if self.master is not None and self.master in writable:
             self._write_input()
+        self._exec_handle(ready, writable)
         if self.listener is not None and self.listener in ready:
             self._accept()
         for client in list(self.clients.values()):
@@ -332,11 +372,7 @@ class Control:
 
     def _receive(self, client: _Client, job_running: bool) -> None:
         try:
-            if client.mode:
-                data = client.sock.recv(65536)
-            else:  # a hello may carry file descriptors (exec's stdin, stdout, stderr)
-                data, fds, _, _ = socket.recv_fds(client.sock, 65536, 3)
-                client.fds.extend(fds)
+            data = client.sock.recv(EXEC_WINDOW)  # plain recv: a descriptor someone sends along is discarded
         except BlockingIOError:
             return
         except OSError:
@@ -389,9 +425,13 @@ class Control:
         elif kind == b"K" and client.mode == "exec" and client.pid:
             try:
                 sig = int(json.loads(payload))
-                os.killpg(client.pid, sig)
+                master = client.exec.master if client.exec is not None else None
+                # on its pty, to the foreground job (a shell's, under job control), as the terminal would
+                os.killpg(os.tcgetpgrp(master) if master is not None else client.pid, sig)
             except (ValueError, TypeError, OSError):
                 pass
+        elif client.mode == "exec" and client.exec is not None:
+            self._on_exec_frame(client, client.exec, kind, payload)
 
     def _on_hello(self, client: _Client, hello: dict, job_running: bool) -> None:
         mode = hello.get("mode")
@@ -418,19 +458,120 @@ class Control:
                 self._resize()
         elif mode == "exec":
             argv = hello.get("argv")
-            if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)) or len(client.fds) != 3:
-                self._refuse(client, "exec needs a command and its three standard streams")
+            if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+                self._refuse(client, "exec needs a command")
                 return
-            client.mode = "exec"
-            pid = os.fork()
-            if pid == 0:
-                _become_exec(self.spec, argv, client.fds, self.join_cgroup)
-            client.pid = pid
-            for fd in client.fds:
-                os.close(fd)
-            client.fds = []
+            self._start_exec(client, argv, hello)
         else:
             self._refuse(client, f"unknown mode {mode!r}")
+
+    # -- exec: the relay ------------------------------------------------------------------------
+
+    def _start_exec(self, client: _Client, argv: list[str], hello: dict) -> None:
+        """Fork the command on a pty of its own (``hello["tty"]``) or on pipes; we keep the other ends."""
+        size = hello.get("size")
+        term = hello.get("term") if isinstance(hello.get("term"), str) else None
+        if hello.get("tty"):
+            master, slave = open_terminal(self.spec)
+            if isinstance(size, list) and len(size) == 2 and all(isinstance(x, int) and 0 < x < 10000 for x in size):
+                set_window(master, (size[0], size[1]))
+            ours, theirs, stdin, outputs = [master], [slave], master, {master: b"O"}
+        else:
+            (in_r, in_w), (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe(), os.pipe()
+            ours, theirs, stdin, outputs = [in_w, out_r, err_r], [in_r, out_w, err_w], in_w, {out_r: b"O", err_r: b"R"}
+            master = None
+        pid = os.fork()
+        if pid == 0:
+            _become_exec(self.spec, argv, theirs, slave if master is not None else None, term, self.join_cgroup)
+        for fd in theirs:
+            os.close(fd)
+        for fd in ours:
+            os.set_blocking(fd, False)
+        client.mode, client.pid = "exec", pid
+        client.exec = _Exec(pid, stdin, outputs, master)
+
+    def _on_exec_frame(self, client: _Client, run: _Exec, kind: bytes, payload: bytes) -> None:
+        if kind == b"I":
+            run.pending += payload
+            if len(run.pending) > EXEC_WINDOW:  # more than the window: not a gflowctl
+                self._drop(client)
+                return
+            self._write_exec_input(client, run)
+        elif kind == b"C":
+            run.stdin_ended = True
+            self._write_exec_input(client, run)
+        elif kind == b"A":
+            try:
+                run.unacked = max(0, run.unacked - int(json.loads(payload)))
+            except (ValueError, TypeError):
+                pass
+        elif kind == b"W" and run.master is not None:
+            try:
+                rows, cols = (int(x) for x in json.loads(payload))
+                if 0 < rows < 10000 and 0 < cols < 10000:
+                    set_window(run.master, (rows, cols))
+            except (ValueError, TypeError, OSError):
+                pass
+
+    def _write_exec_input(self, client: _Client, run: _Exec) -> None:
+        if run.stdin is not None and run.pending:
+            try:
+                written = os.write(run.stdin, run.pending)
+            except BlockingIOError:
+                written = 0
+            except OSError:  # the command closed its stdin: what it will never read counts as taken
+                written = len(run.pending)
+            del run.pending[:written]
+            run.to_ack += written
+        if run.to_ack and (run.to_ack >= ACK_EVERY or not run.pending):
+            client.outbox += frame(b"A", run.to_ack)
+            run.to_ack = 0
+        if run.stdin_ended and not run.pending and run.stdin is not None and run.master is None:
+            os.close(run.stdin)  # the pipe: the command reads EOF
+            run.stdin = None
+
+    def _read_exec_output(self, client: _Client, run: _Exec, fd: int) -> bool:
+        """One read of the command's output to the caller; False when that output has ended or, for
+        now, is empty."""
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return False
+        except OSError:  # EIO: the pty's last user is gone
+            data = b""
+        if not data:
+            del run.outputs[fd]
+            if fd != run.stdin:
+                os.close(fd)
+            return False
+        client.outbox += frame(run.outputs[fd], data)
+        run.unacked += len(data)
+        return True
+
+    def _exec_wanted(self, readers: list, writers: list) -> None:
+        for client in self.clients.values():
+            run = client.exec
+            if run is None:
+                continue
+            if run.unacked < EXEC_WINDOW:
+                readers.extend(run.outputs)
+            if run.pending and run.stdin is not None:
+                writers.append(run.stdin)
+
+    def _exec_handle(self, ready: list, writable: list) -> None:
+        for client in list(self.clients.values()):
+            run = client.exec
+            if run is None:
+                continue
+            for fd in list(run.outputs):
+                if fd in ready:
+                    for _ in range(4):  # a pipe refills while we send: a few reads a turn halve the turns
+                        if run.unacked >= EXEC_WINDOW or not self._read_exec_output(client, run, fd):
+                            break
+            if run.stdin is not None and run.stdin in writable:
+                self._write_exec_input(client, run)
+            if client.outbox:
+                self._send(client)
 
     def _write_input(self) -> None:
         if self.master is None:
@@ -450,6 +591,12 @@ class Control:
         for client in list(self.clients.values()):
             if client.mode == "exec" and client.pid == pid:
                 client.pid = 0
+                run = client.exec
+                for fd in list(run.outputs if run is not None else ()):
+                    for _ in range(16):  # what it wrote last, window or not (a pipe's or pty's worth)
+                        if not (select.select([fd], [], [], 0)[0] and self._read_exec_output(client, run, fd)):
+                            break
+                client.close_exec()  # a process it left behind keeps no line to the caller
                 client.outbox += frame(b"X", {"code": _exit_code(status)})
                 client.closing = True
                 self._send(client)
@@ -504,35 +651,68 @@ def _exit_code(status: int) -> int:
 
 
 def _listen(path: str, uid: int | None, gid: int | None) -> socket.socket:
-    """The socket in its 0700 folder of the job's user (made here: only we write ``run/control``)."""
-    folder = os.path.dirname(path)
-    os.makedirs(os.path.dirname(folder), mode=0o755, exist_ok=True)
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass
-    info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode):
-        raise OSError(errno.ENOTDIR, "not a folder", folder)
-    if uid is not None and os.geteuid() == 0 and info.st_uid != uid:
-        os.chown(folder, uid, gid if gid is not None else -1, follow_symlinks=False)
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(folder, 0o700)  # a folder (checked above) in run/control, where only we write
+    """The socket, the job user's and 0600, in ``run/control/<uid>/``, a folder of ours (gflowd's user),
+    0711: the user can reach the socket but never replace it, so whoever connects there reaches us
+    (gflowctl also checks that: ``controller/client/control_peer.py``)."""
+    folder = _control_folder(os.path.dirname(path))
+    name = os.path.basename(path)
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a dead attempt's socket
+        os.unlink(name, dir_fd=folder)  # a dead attempt's socket
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o111)  # srw-rw-rw-: the folder is the gate (and SO_PEERCRED behind it)
+    old = os.umask(0o177)  # srw-------: no moment in which another user could connect
     try:
-        with unix_address(path) as address:
-            sock.bind(address)
+        sock.bind(f"/proc/self/fd/{folder}/{name}")
+        if uid is not None and os.geteuid() == 0 and uid != 0:
+            os.chown(name, uid, gid if gid is not None else -1, dir_fd=folder, follow_symlinks=False)
     except OSError:
         sock.close()
         raise
     finally:
         os.umask(old)
+        os.close(folder)
     sock.listen(16)
     sock.setblocking(False)
     return sock
+
+
+def _control_folder(folder: str) -> int:
+    """``run/control/<uid>/`` opened (a descriptor): made ours and CONTROL_MODE. A folder of the
+    layout before (the job user's, 0700: the user could replace the socket) or anything else in its
+    place is moved aside first, then removed."""
+    os.makedirs(os.path.dirname(folder), mode=0o755, exist_ok=True)
+    for _ in range(5):  # supervisors of the same user race here: each try sees the other's work
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, CONTROL_MODE)
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            _move_aside(folder)
+            continue
+        info = os.fstat(fd)
+        if info.st_uid == os.geteuid():
+            if stat.S_IMODE(info.st_mode) != CONTROL_MODE:
+                os.fchmod(fd, CONTROL_MODE)
+            return fd
+        os.close(fd)
+        _move_aside(folder)
+    raise OSError(errno.EEXIST, "cannot make it ours (something keeps replacing it)", folder)
+
+
+def _move_aside(path: str) -> None:
+    aside = f"{path}.old-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # another supervisor moved it first
+    if os.path.isdir(aside) and not os.path.islink(aside):
+        import shutil  # lazy: once per user, on the first start after an upgrade
+
+        shutil.rmtree(aside, ignore_errors=True)  # fd-based on Linux: no symlink in it is followed
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
 
 
 @contextlib.contextmanager
