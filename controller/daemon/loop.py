@@ -169,6 +169,7 @@ class Controller:
                 watcher.stop()
             selector.close()
             self.runtime.close()
+            self.writer.flush_events(self.clock())
             try:
                 self.store.save_cache(any_change=True)
                 if self.writer.index_due is not None:

@@ -11,7 +11,22 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from controller.paths import is_manifest_name
+
 log = logging.getLogger("gflowd")
+
+
+def may_matter(path: str) -> bool:
+    """Can a file event at ``path`` change what the spec dir says? A manifest's name can, and so
+    can a name without a suffix (a symlink to a folder of manifests); a hidden entry, an editor's
+    leftover or any other suffix (``.txt``, ``.swp``, ``.tmp``) cannot. A user creating and
+    deleting .txt files in their folder as fast as they can made gflowd pass for each one, and
+    everyone's submissions waited behind those passes. (A symlink to a folder whose name has a
+    suffix, ``exp.v2``, is seen at the next resync.)"""
+    name = os.path.basename(path)
+    if is_manifest_name(name):
+        return True
+    return not (name.startswith((".", "#")) or name.endswith("~") or "." in name)
 
 
 def start_watching(
@@ -38,8 +53,10 @@ def start_watching(
                 return
             if event.is_directory and event.event_type in ("modified", "closed"):
                 return  # a folder "modified" by a file inside: the file's own event says which
-            paths = [event.src_path, getattr(event, "dest_path", "") or ""]
-            on_paths(*(os.fsdecode(p) for p in paths if p))
+            paths = [os.fsdecode(p) for p in (event.src_path, getattr(event, "dest_path", "") or "") if p]
+            if not event.is_directory and not any(map(may_matter, paths)):
+                return  # a .txt, a swap file, an editor's temp file: no pass for what no manifest is
+            on_paths(*paths)
 
     class GpuFileHandler(FileSystemEventHandler):
         def on_any_event(self, event):
