@@ -23,9 +23,13 @@ BACKLOG = 2000
 
 
 def _pass(world: World, writer: PassWriter, now: float, full: bool = False):
-    """What gflowd's loop does: decide, act, record."""
+    """What gflowd's loop does: decide (given what the last pass left), act, record."""
     snap = world.snapshot()
+    last = world.last
+    if last is not None and not full:
+        snap = replace(snap, previous=last.admission, unsettled=last.unsettled, queue_memo=last.queue_memo)
     plan = reconcile(snap, now)
+    world.last = plan
     plan.admission = snap.admission
     act(plan, world.runtime, prune=lambda expired: [])
     world.memory = Memory(dict(plan.states), dict(plan.sweeps), reservation_states=dict(plan.reservations))
