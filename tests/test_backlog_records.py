@@ -11,6 +11,7 @@ from dataclasses import replace
 from builders import T0, World, job
 
 from controller.act.apply import act
+from controller.decide.backlog import QUEUE_DEPTH
 from controller.decide.reconcile import reconcile
 from controller.model.plan import Event, Memory
 from controller.paths import Home
@@ -55,7 +56,8 @@ def test_a_gpu_turnover_rewrites_no_waiting_status_and_folds_their_events(tmp_pa
         now += 1.0
         world.exit(running[0], 0, now)
         before, lines_before = recorder.status_writes, len(_events(home))
-        _pass(world, writer, now)
+        plan = _pass(world, writer, now)
+        assert len(plan.looked_at) <= QUEUE_DEPTH + 8, f"turnover {turn}: the pass decided every waiting job again"
         _pass(world, writer, now + 0.1)
         assert recorder.status_writes - before <= 4, f"turnover {turn}: a status write per waiting job"
         assert len(_events(home)) - lines_before <= BUDGET + 4, f"turnover {turn}: an event per waiting job"
@@ -63,6 +65,8 @@ def test_a_gpu_turnover_rewrites_no_waiting_status_and_folds_their_events(tmp_pa
     world.put(replace(job("alice-1", resources={"gpus": 1}), owner_uid=ALICE))
     _pass(world, writer, now + 0.2)
     assert any(e["object"] == "job/alice-1" for e in _events(home))
+    # the head of mallory's queue moved up as her first jobs started; the rest waited as they were
+    assert all(world.states[f"m-{k:05d}"].phase == "Pending" for k in range(20, BACKLOG))
     # when the window closes, mallory's folded events are said once, as a count
     _pass(world, writer, now + WINDOW + 1)
     summaries = [e for e in _events(home) if e["object"].startswith("user/")]
