@@ -1,11 +1,13 @@
-"""One user's backlog must not make every pass cost per waiting job on disk (issue 32, hole 6):
-a GPU turnover rewrites no waiting job's status file, and the events about waiting jobs are folded
-per owner, so another user's events stay in the event log. The real decide, act and PassWriter on a
+"""One user's backlog must not make every pass cost per waiting job (issue 32, hole 6): a GPU
+turnover decides only each owner's queue head, rewrites no waiting job's status file, and the events
+about waiting jobs are folded per owner, so another user's events stay in the event log; a mass
+write is read within a budget per owner, others' files first. The real decide, act and PassWriter on a
 temp home; only the process edge is the builders' FakeRuntime."""
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 from builders import T0, World, job
@@ -14,6 +16,7 @@ from controller.act.apply import act
 from controller.decide.backlog import QUEUE_DEPTH
 from controller.decide.reconcile import reconcile
 from controller.model.plan import Event, Memory
+from controller.observe.manifests import READ_BUDGET, ManifestStore
 from controller.paths import Home
 from controller.record.fold import BUDGET, WINDOW, EventFolder
 from controller.record.recorder import LAGGING_REFRESH, Recorder
@@ -90,3 +93,23 @@ def test_the_folder_keeps_each_owner_to_its_budget_per_window():
     assert summary[0].message.startswith("97 more waiting-job events of mallory") and "m3, m4, m5, ..." in summary[0].message
     # a new window: the budget is back
     assert len(folder.fold(flood[:5], owners.get, T0 + 11)) == 3
+
+
+def test_a_mass_write_is_read_within_a_budget_per_owner_and_others_first(tmp_path):
+    spec = tmp_path / "jobs"
+    mine, hers = spec / "mallory", spec / "alice"
+    for folder, uid in ((mine, MALLORY), (hers, ALICE)):
+        folder.mkdir(parents=True)
+        os.chown(folder, uid, uid)
+    store = ManifestStore(spec, str)
+    store.scan()
+    flood = [mine / f"m-{k:04d}.yaml" for k in range(READ_BUDGET * 2 + 10)]
+    for path in flood:
+        path.write_text(f"metadata: {{name: {path.stem}}}\nspec:\n  command: ['true']\n")
+    (hers / "a.yaml").write_text("metadata: {name: a}\nspec:\n  command: ['true']\n")
+    changed = store.refresh([*map(str, flood), str(hers / "a.yaml")])
+    assert str(hers / "a.yaml") in changed  # hers is read in the first pass
+    assert len(changed) == READ_BUDGET + 1 and len(store.deferred) == READ_BUDGET + 10
+    assert len(store.refresh([])) == READ_BUDGET  # the rest over the next passes
+    assert len(store.refresh([])) == 10 and not store.deferred
+    assert len(store.documents()) == len(flood) + 1

@@ -223,7 +223,8 @@ class Controller:
         plan = decide(snapshot, now)
         acted = self._act(plan, deciding)
         wake_at = self._record(snapshot, plan, now, full, began)
-        return wake_at, plan.again or acted.again
+        # a mass write beyond its owner's read budget (observe/manifests.py): read on in the next pass
+        return wake_at, plan.again or acted.again or bool(self.store.deferred)
 
     def _write_gpu_usage(self) -> None:
         self.observer.usage_dirty = False
