@@ -75,6 +75,6 @@ class EventFolder:
                 out.append(Event(
                     EventType.Normal, reason, owner,
                     f"{count} more waiting-job events of {owner} in {self.window:g}s folded into this one "
-                    f"(jobs {names}{more}); gflowctl describe shows each job's reason", kind="user",
+                    f"(jobs {names}{more}); gflowctl explain says why a job waits", kind="user",
                 ))
         return out

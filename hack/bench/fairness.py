@@ -6,7 +6,7 @@
 A real root gflowd (8 fake GPUs, default settings, ``--log-level info``) on a temp home whose spec
 dir is shared (1777, sticky). mallory (uid 65534) writes ``--jobs`` one-GPU manifests (``sleep
 2``) into her sub-folder, so the GPUs turn over about four times a second while the rest wait.
-Then alice (uid 65533) submits ``--samples`` CPU-only jobs one after another, each written into
+Then alice (a system user made for the run) submits ``--samples`` CPU-only jobs one after another, each written into
 her sub-folder as herself; submit->Running is the time from the manifest's rename into place to
 its status file saying Running (polled every 5 ms). CPU-only, so the figure is the controller's
 own latency, not a wait for a GPU to turn over.
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -38,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from helpers import kill_jobs_of_home  # noqa: E402  (the test suite's cleanup: jobs, supervisors, cgroups)
 
-ALICE, MALLORY = 65533, 65534
+MALLORY = 65534  # nobody
+ALICE = -1  # set in main()
+ALICE_NAME = "gflowbench-alice"  # made for the run (useradd --system), removed after: her jobs need an account
 GPUS = "gpus:\n" + "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" * 8
 HZ = os.sysconf("SC_CLK_TCK")
 PHASE_RE = re.compile(rb"^  phase: \"?(\w+)", re.M)
@@ -61,6 +64,9 @@ def main() -> int:
     os.chmod(root, 0o755)
     children: list[int] = []
     daemon = None
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ALICE_NAME], check=True)
+    global ALICE
+    ALICE = pwd.getpwnam(ALICE_NAME).pw_uid
     try:
         daemon, home = _start(root)
         print(f"# gflowd pid {daemon.pid}, home {home}; load {os.getloadavg()[0]:.2f}", flush=True)
@@ -86,6 +92,7 @@ def main() -> int:
                 daemon.kill()
                 daemon.wait()
             kill_jobs_of_home(root / "home")  # and scrubs the home's cgroups
+        subprocess.run(["userdel", ALICE_NAME], check=False)
         if args.keep:
             print(f"# kept {root}")
         else:
