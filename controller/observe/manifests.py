@@ -32,7 +32,7 @@ from controller.util.yamlio import YAMLSyntaxError, load_all
 
 CACHE_VERSION = 5  # bump when parsing, validation, the spec hashes or the key change
 SAVE_AT_LEAST_EVERY = 300.0  # seconds: see ManifestStore.save_cache
-READ_BUDGET = 256  # changed entries per owner a pass reads (see ManifestStore.refresh)
+READ_BUDGET = 1024  # changed entries per owner a pass reads (see ManifestStore.refresh)
 LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
 
 Key = tuple[int, int, int, int]
