@@ -64,10 +64,11 @@ def main() -> int:
     os.chmod(root, 0o755)
     children: list[int] = []
     daemon = None
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ALICE_NAME], check=True)
     global ALICE
-    ALICE = pwd.getpwnam(ALICE_NAME).pw_uid
     try:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ALICE_NAME],
+                       check=False, stderr=subprocess.DEVNULL)  # left by a killed run: used again
+        ALICE = pwd.getpwnam(ALICE_NAME).pw_uid
         daemon, home = _start(root)
         print(f"# gflowd pid {daemon.pid}, home {home}; load {os.getloadavg()[0]:.2f}", flush=True)
         began = time.monotonic()
