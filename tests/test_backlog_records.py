@@ -31,7 +31,8 @@ def _pass(world: World, writer: PassWriter, now: float, full: bool = False):
     snap = world.snapshot()
     last = world.last
     if last is not None and not full:
-        snap = replace(snap, previous=last.admission, unsettled=last.unsettled, queue_memo=last.queue_memo)
+        snap = replace(snap, previous=last.admission, unsettled=last.unsettled, queue_memo=last.queue_memo,
+                       parked=last.parked)
     plan = reconcile(snap, now)
     world.last = plan
     plan.admission = snap.admission

@@ -43,11 +43,11 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
     carried: set[str] = set()
     if names is None:
         names = set(adm.jobs) | set(adm.rejected) | set(snap.states) | set(snap.runs)
-        parked = parked_backlog(snap, names)
+        parked = parked_backlog(plan, snap, names)
         names -= parked
         plan.states.update((name, snap.states[name]) for name in parked)
     else:  # carry every other record over as is (see changed_names)
-        parked = parked_backlog(snap, names)  # a backlog beyond its owner's queue head, as is
+        parked = parked_backlog(plan, snap, names)  # a backlog beyond its owner's queue head, as is
         names -= parked
         carried = carried_waiting(snap, names, now)  # and the waiting jobs, if nothing moved them
         plan.states = Overlay(snap.states)  # the previous records, unchanged and uncopied
