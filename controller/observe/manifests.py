@@ -212,7 +212,10 @@ class ManifestStore:
         if st is not None and stat_mod.S_ISDIR(st.st_mode):
             return self._refresh_dir(path) if self._accept_dir(path) else set()
         if st is None and not os.path.lexists(path):
-            # a vanished file, or a vanished folder holding manifests
+            if path in self.files:  # a vanished manifest (it was no folder): no walk over every known path
+                self._drop(path)
+                return {path}
+            # a vanished folder holding manifests
             prefix = path + os.sep
             gone = {known for known in self.files if known == path or known.startswith(prefix)}
             for known in gone:
