@@ -13,8 +13,8 @@ own latency, not a wait for a GPU to turn over.
 
 ``backlog``: alice's samples with mallory's backlog waiting. ``churn``: the same while mallory
 also creates and deletes ``.txt`` files in a folder of her own as fast as one process can, and
-flips one of her manifests between a file and a symlink to it. Printed per mode: alice's median
-and max, gflowd's CPU (% of one core) and the bytes its log grew during the samples.
+flips one of her manifests between a file and a symlink to it. Printed per mode: alice's median,
+p90 (nearest rank) and max, gflowd's CPU (% of one core) and the bytes its log grew during the samples.
 
 Needs root (two other users). Every process it started is stopped, and the temp home removed
 unless ``--keep``.
@@ -23,6 +23,7 @@ unless ``--keep``.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pwd
 import re
@@ -139,7 +140,8 @@ def _measure(mode: str, home: Path, pid: int, samples: int, timeout: float, root
     wall = time.monotonic() - wall0
     cpu = (_cpu(pid) - cpu0) / wall * 100
     grew = log.stat().st_size - log0
-    print(f"{mode}: alice submit->Running median {statistics.median(took):.3f} s, max {max(took):.3f} s "
+    p90 = sorted(took)[max(0, math.ceil(0.9 * len(took)) - 1)]  # nearest rank
+    print(f"{mode}: alice submit->Running median {statistics.median(took):.3f} s, p90 {p90:.3f} s, max {max(took):.3f} s "
           f"(n={samples}); gflowd CPU {cpu:.0f} % of a core, log +{grew} bytes in {wall:.1f} s; "
           f"load {os.getloadavg()[0]:.2f}", flush=True)
 
