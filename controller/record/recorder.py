@@ -242,8 +242,8 @@ class Recorder:
 
         A waiting job whose record differs from its file only in queue detail (``_VOLATILE``) is
         not rewritten: with 20,000 jobs waiting, every GPU turnover rewrote 20,000 files. Its file
-        lags (phase and reason class still true; ``gflowctl describe`` and ``explain`` say the live
-        why); each resync refreshes LAGGING_REFRESH of them per owner (``owner_of``)."""
+        lags (its phase and kind of wait still true; ``gflowctl explain`` says the live why); each
+        resync refreshes LAGGING_REFRESH of them per owner (``owner_of``)."""
         changed = False
         for name in removed:
             self.written.pop(name, None)
