@@ -40,13 +40,12 @@ def parked_backlog(plan: Plan, snap: Snapshot, names: set[str]) -> set[str]:
     if prev is None or len(names) <= QUEUE_DEPTH:
         return set()
     before = snap.parked or {}
-    moved = _moved(snap)
+    moved = _moved(snap, names) if before else set()
     kept: dict[int, set[str]] = {}
-    if moved is not None:
-        for owner, jobs in before.items():
-            still = (jobs & names) - moved
-            if still:
-                kept[owner] = still
+    for owner, jobs in before.items():
+        still = (jobs & names) - moved
+        if still:
+            kept[owner] = still
     looked = set().union(*kept.values()) if kept else set()
     heads = _heads(snap, names - looked if looked else names)
     parked: set[str] = set()
@@ -64,16 +63,17 @@ def parked_backlog(plan: Plan, snap: Snapshot, names: set[str]) -> set[str]:
     return parked
 
 
-def _moved(snap: Snapshot) -> set[str] | None:
-    """The names whose document, process or duplicate status may have changed since the last
-    pass; None: unknown (a full admission), look at every one."""
+def _moved(snap: Snapshot, names: set[str]) -> set[str]:
+    """The names of ``names`` whose document, process or duplicate status may have changed since
+    the last pass. A full admission (a resync) keeps the documents of unchanged files: identity."""
     adm, prev = snap.admission, snap.previous
     if adm is prev:
         touched: set[str] = set()
     elif adm.base == prev.serial:
         touched = set(adm.touched)
     else:
-        return None
+        jobs, old = adm.jobs, prev.jobs
+        touched = {name for name in names if jobs.get(name) is not old.get(name)}
     return touched.union(snap.runs, adm.duplicates, prev.duplicates)
 
 
