@@ -105,3 +105,22 @@ def test_reading_manifests_asks_the_kernel_for_no_events(watched):
     marker.write_text("")  # events arrive in order: once this one is seen, the reads' would have been
     wait_for(lambda: seen.has(marker), timeout=10, message="the marker")
     assert seen.paths.count(str(manifest)) <= 3, seen.paths  # created, modified, closed: no more for the reads
+
+
+def test_files_no_manifest_is_behind_wake_nothing(watched):
+    """A user churning .txt files, swap files and temp files in their folder: the watch hands on
+    none of them (each used to cost a pass), and a manifest written after them is still seen."""
+    spec_dir, seen, _ = watched
+    folder = spec_dir / "mallory"
+    folder.mkdir()
+    wait_for(lambda: seen.has(folder), timeout=10, message="the new folder")
+    seen.clear()
+    for k in range(200):
+        for name in (f"f-{k}.txt", f".a.yaml.swp", f"b-{k}.yaml~", f".tmp-{k}"):
+            path = folder / name
+            path.write_text("x")
+            path.unlink()
+    manifest = folder / "m.yaml"
+    manifest.write_text("metadata: {name: m}\n")
+    wait_for(lambda: seen.has(manifest), timeout=10, message="the manifest after the churn")
+    assert set(seen.paths) == {str(manifest)}, sorted(set(seen.paths))[:10]

@@ -173,6 +173,7 @@ class Controller:
                 watcher.stop()
             selector.close()
             self.runtime.close()
+            self.writer.flush_events(self.clock())
             try:
                 self.store.save_cache(any_change=True)
                 if self.writer.index_due is not None:
@@ -251,7 +252,8 @@ class Controller:
         plan = decide(snapshot, now)
         acted = self._act(plan, deciding)
         wake_at = self._record(snapshot, plan, now, full, began)
-        return wake_at, plan.again or acted.again
+        # a mass write beyond its owner's read budget (observe/manifests.py): read on in the next pass
+        return wake_at, plan.again or acted.again or bool(self.store.deferred)
 
     def _write_gpu_usage(self) -> None:
         self.observer.usage_dirty = False

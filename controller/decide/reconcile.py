@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from controller.decide.admission import admit_observed
+from controller.decide.backlog import parked_backlog
 from controller.decide.expiry import expire
 from controller.decide.lifecycle import finish, step
 from controller.decide.queue import carried_waiting, queue_memo_holds, remember_queue, schedule_pending
@@ -42,7 +43,12 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
     carried: set[str] = set()
     if names is None:
         names = set(adm.jobs) | set(adm.rejected) | set(snap.states) | set(snap.runs)
+        parked = parked_backlog(plan, snap, names)
+        names -= parked
+        plan.states.update((name, snap.states[name]) for name in parked)
     else:  # carry every other record over as is (see changed_names)
+        parked = parked_backlog(plan, snap, names)  # a backlog beyond its owner's queue head, as is
+        names -= parked
         carried = carried_waiting(snap, names, now)  # and the waiting jobs, if nothing moved them
         plan.states = Overlay(snap.states)  # the previous records, unchanged and uncopied
         for name in names.difference(carried) if carried else names:
@@ -55,6 +61,7 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
     decided = names.difference(carried) if carried else names
     plan.unsettled = {n for n in decided if n in states and states[n].phase not in SETTLED_PHASES}
     plan.unsettled.update(carried)
+    plan.unsettled.update(parked)
     plan.looked_at = names
     return plan
 

@@ -158,6 +158,7 @@ class Snapshot:
     usage_settings: UsageSettings = field(default_factory=UsageSettings)  # windows of GPUsUnused, GPUIdle, idleTimeout
     reservation_states: dict[str, ReservationState] = field(default_factory=dict)
     queue_memo: QueueMemo | None = None  # the last plan's: waiting jobs nothing has moved are carried over
+    parked: dict[int, frozenset[str]] | None = None  # the last plan's: each owner's backlog beyond its queue head
 
 
 @dataclass
@@ -184,6 +185,7 @@ class Plan:
     reservations: dict[str, ReservationState] = field(default_factory=dict)  # every reservation that still exists
     removed_reservations: list[str] = field(default_factory=list)
     queue_memo: QueueMemo | None = None  # the waiting jobs this pass decided: the next Snapshot's
+    parked: dict[int, frozenset[str]] = field(default_factory=dict)  # owner uid -> waiting jobs carried as they are
 
     def wake(self, when: float) -> None:
         self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
@@ -200,6 +202,7 @@ class Memory:
     unsettled: set[str] | None = None
     reservation_states: dict[str, ReservationState] = field(default_factory=dict)
     queue_memo: QueueMemo | None = None
+    parked: dict[int, frozenset[str]] | None = None
 
     @classmethod
     def loaded(cls, states: dict[str, JobState], sweeps: dict[str, SweepState], reservations: dict[str, ReservationState]) -> "Memory":
@@ -208,4 +211,4 @@ class Memory:
 
     @classmethod
     def after(cls, plan: Plan) -> "Memory":
-        return cls(plan.states, plan.sweeps, plan.admission, plan.unsettled, plan.reservations, plan.queue_memo)
+        return cls(plan.states, plan.sweeps, plan.admission, plan.unsettled, plan.reservations, plan.queue_memo, plan.parked)

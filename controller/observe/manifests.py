@@ -32,6 +32,7 @@ from controller.util.yamlio import YAMLSyntaxError, load_all
 
 CACHE_VERSION = 5  # bump when parsing, validation, the spec hashes or the key change
 SAVE_AT_LEAST_EVERY = 300.0  # seconds: see ManifestStore.save_cache
+READ_BUDGET = 1024  # changed entries per owner a pass reads (see ManifestStore.refresh)
 LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
 
 Key = tuple[int, int, int, int]
@@ -51,6 +52,31 @@ class ManifestFile:
     via_symlink: bool = False  # read through a symlink: looked at again on every scan
 
 
+def _within_budget(paths: set[str]) -> tuple[set[str], set[str]]:
+    """(read now, read later): at most READ_BUDGET paths per owner of the folder they are in, in
+    name order. One user writing 20,000 manifests at once made a pass read all of them while
+    everyone else's new manifest waited; now a mass write is spread over passes (gflowd passes
+    again at once while some wait) and others' files are read in the first."""
+    owners: dict[str, int] = {}
+    per_owner: dict[int, int] = {}
+    now: set[str] = set()
+    later: set[str] = set()
+    for path in sorted(paths):
+        folder = os.path.dirname(path)
+        if folder not in owners:
+            try:
+                owners[folder] = os.stat(folder).st_uid
+            except OSError:
+                owners[folder] = -1
+        uid = owners[folder]
+        if per_owner.get(uid, 0) < READ_BUDGET:
+            per_owner[uid] = per_owner.get(uid, 0) + 1
+            now.add(path)
+        else:
+            later.add(path)
+    return now, later
+
+
 class ManifestStore:
     def __init__(self, spec_dir: Path, display: Callable[[str], str], cache_path: Path | None = None):
         self.spec_dir = spec_dir
@@ -62,6 +88,7 @@ class ManifestStore:
         self._gone: list[AdmittedJob | Rejection] = []  # see take_changes
         self._came: list[AdmittedJob | Rejection] = []
         self._in_flux: set[str] = set()  # entries that kept changing while read: looked at again by the next refresh or scan
+        self.deferred: set[str] = set()  # changed entries beyond their owner's read budget: the next refresh's
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
         self.cache_path = cache_path
@@ -130,6 +157,7 @@ class ManifestStore:
             self._drop(gone)
             changed.add(gone)
         self._warm = {}  # every file was looked at: what is left are files gone since the cache was written
+        self.deferred = set()
         return changed
 
     def refresh(self, paths: Iterable[str]) -> set[str]:
@@ -137,7 +165,11 @@ class ManifestStore:
         changing last time. Returns the paths that changed."""
         changed: set[str] = set()
         again, self._in_flux = self._in_flux, set()
-        for raw in {*paths, *again}:
+        todo = {*paths, *again, *self.deferred}
+        self.deferred = set()
+        if len(todo) > READ_BUDGET:
+            todo, self.deferred = _within_budget(todo)
+        for raw in todo:
             path = os.path.abspath(raw)
             try:
                 changed |= self._refresh_path(path)
@@ -181,7 +213,10 @@ class ManifestStore:
         if st is not None and stat_mod.S_ISDIR(st.st_mode):
             return self._refresh_dir(path) if self._accept_dir(path) else set()
         if st is None and not os.path.lexists(path):
-            # a vanished file, or a vanished folder holding manifests
+            if path in self.files:  # a vanished manifest (it was no folder): no walk over every known path
+                self._drop(path)
+                return {path}
+            # a vanished folder holding manifests
             prefix = path + os.sep
             gone = {known for known in self.files if known == path or known.startswith(prefix)}
             for known in gone:

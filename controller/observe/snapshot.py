@@ -107,6 +107,7 @@ class SnapshotBuilder:
             previous=memory.admission,
             unsettled=memory.unsettled,
             queue_memo=memory.queue_memo,
+            parked=memory.parked,
             max_starts=max_starts,
             default_ttl=config.ttl_seconds_after_finished,
             finished_history=config.finished_jobs_history,

@@ -1,7 +1,9 @@
-"""File watching: a watchdog thread turns file events into callbacks (a spec-dir path changed, the
-fake-GPU file changed, an admission review request arrived); the loop decides when to pass.
+"""File watching: file events become callbacks (a spec-dir path changed, the fake-GPU file changed,
+an admission review request arrived); the loop decides when to pass. The spec dir has its own
+inotify thread (``inotify.py``: events no manifest is behind are dropped as they are read);
+watchdog watches the rest.
 
-Observes only. Without watchdog, changes are seen on the resync tick.
+Observes only. Without a watch, changes are seen on the resync tick.
 """
 
 from __future__ import annotations
@@ -11,7 +13,38 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from controller.observe.inotify import SpecWatch
+from controller.paths import is_manifest_name
+
 log = logging.getLogger("gflowd")
+
+
+def may_matter(path: str) -> bool:
+    """Can a file event at ``path`` change what the spec dir says? A manifest's name can, and so
+    can a name without a suffix (a symlink to a folder of manifests); a hidden entry, an editor's
+    leftover or any other suffix (``.txt``, ``.swp``, ``.tmp``) cannot. A user creating and
+    deleting .txt files in their folder as fast as they can made gflowd pass for each one, and
+    everyone's submissions waited behind those passes. (A symlink to a folder whose name has a
+    suffix, ``exp.v2``, is seen at the next resync.)"""
+    name = os.path.basename(path)
+    if is_manifest_name(name):
+        return True
+    return not (name.startswith((".", "#")) or name.endswith("~") or "." in name)
+
+
+class Watches:
+    """The spec dir's inotify thread and watchdog's observer (the fake-GPU file, review requests)."""
+
+    def __init__(self, *parts: Any) -> None:
+        self.parts = [p for p in parts if p is not None]
+
+    def stop(self) -> None:
+        for part in self.parts:
+            part.stop()
+
+    def join(self, timeout: float | None = None) -> None:
+        for part in self.parts:
+            part.join(timeout)
 
 
 def start_watching(
@@ -22,24 +55,25 @@ def start_watching(
     review_dir: Path | None = None,
     on_review: Callable[[Path], None] | None = None,
 ) -> Any:
-    """A started watchdog observer (``.stop()`` it), or None when watchdog is missing."""
+    """Started watches (``.stop()`` them): the spec dir's own inotify thread (``inotify.py``), and
+    watchdog for the fake-GPU file and the review requests, when watchdog is installed."""
+    try:
+        spec = SpecWatch(str(spec_dir), on_paths, may_matter)
+    except OSError as exc:  # no inotify (or no descriptor left): the resync still sees every change
+        log.warning("cannot watch %s (%s): changes are seen on the resync tick only", spec_dir, exc)
+        spec = None
+    else:
+        spec.start()
+    if fake_gpus is None and review_dir is None:
+        return Watches(spec)
     try:
         # lazy: watchdog starts threads and costs ~30 ms; only gflowd's loop watches
         from watchdog import events
         from watchdog.events import FileSystemEventHandler
         from watchdog.observers import Observer
     except ImportError:  # pragma: no cover - a dependency; resync still works without it
-        log.warning("watchdog is not installed: changes are seen on the resync tick only")
-        return None
-
-    class SpecHandler(FileSystemEventHandler):
-        def on_any_event(self, event):
-            if event.event_type in ("opened", "closed_no_write"):
-                return
-            if event.is_directory and event.event_type in ("modified", "closed"):
-                return  # a folder "modified" by a file inside: the file's own event says which
-            paths = [event.src_path, getattr(event, "dest_path", "") or ""]
-            on_paths(*(os.fsdecode(p) for p in paths if p))
+        log.warning("watchdog is not installed: the fake-GPU file and review requests are seen on the resync tick only")
+        return Watches(spec)
 
     class GpuFileHandler(FileSystemEventHandler):
         def on_any_event(self, event):
@@ -55,19 +89,15 @@ def start_watching(
                 return
             on_review(Path(os.fsdecode(getattr(event, "dest_path", "") or event.src_path)))
 
-    # The kinds each watch asks the kernel for. Without a filter inotify also reports every open
-    # and close: gflowd reading a manifest woke the watchdog thread twice for nothing, and in a
-    # burst of 1,000 new jobs that thread took ~15 % of gflowd's CPU.
+    # Without a filter inotify also reports every open and close (see inotify.py's MASK).
     changes = [events.FileCreatedEvent, events.FileModifiedEvent, events.FileClosedEvent, events.FileMovedEvent,
                events.FileDeletedEvent]
-    folders = [events.DirCreatedEvent, events.DirMovedEvent, events.DirDeletedEvent]  # a folder of manifests
     observer = Observer()
     observer.daemon = True
-    observer.schedule(SpecHandler(), str(spec_dir), recursive=True, event_filter=changes + folders)
     if review_dir is not None:
         observer.schedule(ReviewHandler(), str(review_dir), recursive=False,
                           event_filter=[events.FileCreatedEvent, events.FileMovedEvent])
     if fake_gpus is not None and fake_gpus.parent.is_dir():
         observer.schedule(GpuFileHandler(), str(fake_gpus.parent), recursive=False, event_filter=changes)
     observer.start()
-    return observer
+    return Watches(spec, observer)

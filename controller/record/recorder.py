@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import operator
 import os
 import time
 from typing import Callable, Iterable
@@ -33,6 +34,13 @@ log = logging.getLogger("gflowd.recorder")
 EVENTS_MAX_BYTES = 10 * 1024 * 1024
 QUEUED_UNWRITTEN_MAX = 10.0  # seconds a new job of a flood, bound and about to start, may go without a status file
 RUNNING_UNWRITTEN_MAX = 1.0  # seconds such a job, once started, may still go without one (see _may_wait)
+LAGGING_REFRESH = 64  # a waiting job's status lagging behind only by queue detail: refreshed this many per owner per resync
+# What changes for every waiting job at each GPU turnover: which jobs hold the GPUs (the message), the queue
+# position, the aged priority, and Resources <-> Priority (jobs ahead took the GPUs in this pass, or in the
+# last). A status file lagging behind only in these is not rewritten (see Recorder.write_states).
+QUEUE_REASONS = frozenset({Reason.Resources, Reason.Priority, Reason.Queued, Reason.GPUMemory, Reason.Quota})
+_VOLATILE = {"reason", "message", "queue_position", "effective_priority"}
+_stable = operator.attrgetter(*(f for f in JOB_FIELDS if f not in _VOLATILE))
 JOURNAL_SLACK = 1000  # dead entries the records journal may hold beyond one per finished job before it is rewritten
 
 
@@ -44,6 +52,13 @@ def _process_entry(process) -> dict:
 
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps with arguments builds one per call
+
+
+def _queue_detail_only(known: JobState, state: JobState) -> bool:
+    """Both records say the job waits in the queue (``QUEUE_REASONS``), and differ only in what
+    moves at every GPU turnover."""
+    return (known.phase == state.phase == Phase.Pending and known.reason in QUEUE_REASONS
+            and state.reason in QUEUE_REASONS and known.attempt == state.attempt and _stable(known) == _stable(state))
 
 
 def _index_row(name: str, state: JobState) -> bytes:
@@ -63,6 +78,7 @@ class Recorder:
         self._order: list[str] | None = None  # names sorted, kept until the set of names changes
         self._node_text = ""
         self.status_writes = 0
+        self.lagging: dict[str, str] = {}  # waiting jobs whose status file shows older queue detail -> owner
         self._journal = str(home.records_journal)
         self._journal_count = 0  # entries in the journal, dead ones too: it is rewritten when they outgrow the jobs
         self._journal_pending: list[tuple] = []  # entries of this pass's finished records, appended in one write
@@ -217,14 +233,21 @@ class Recorder:
         return changed
 
     def write_states(
-        self, states: dict[str, JobState], removed: Iterable[str], only: Iterable[str] | None = None
+        self, states: dict[str, JobState], removed: Iterable[str], only: Iterable[str] | None = None,
+        owner_of: Callable[[str], str | None] = lambda name: None,
     ) -> bool:
         """Write the status files that changed and remove the given ones. True when anything did.
         ``only``: the names that may have changed (the pass carried every other record over as the
-        very object written before); None: compare them all."""
+        very object written before); None: compare them all (a resync).
+
+        A waiting job whose record differs from its file only in queue detail (``_VOLATILE``) is
+        not rewritten: with 20,000 jobs waiting, every GPU turnover rewrote 20,000 files. Its file
+        lags (its phase and kind of wait still true; ``gflowctl explain`` says the live why); each
+        resync refreshes LAGGING_REFRESH of them per owner (``owner_of``)."""
         changed = False
         for name in removed:
             self.written.pop(name, None)
+            self.lagging.pop(name, None)
             self.unwritten.pop(name, None)
             self._rows.pop(name, None)
             self._order = None
@@ -242,6 +265,9 @@ class Recorder:
                 if known == state:
                     self.written[name] = state  # same content: keep this object, so next time `is` holds
                     continue
+                if known is not None and _queue_detail_only(known, state):
+                    self.lagging[name] = owner_of(name) or ""
+                    continue
                 if known is None and self._may_wait(name, state, now):
                     changed = self._index_only(name, state) or changed
                     continue
@@ -252,14 +278,33 @@ class Recorder:
                 batch.add(self.home.status_file(name), dump(document).encode(), durable=durable, new=known is None,
                           then=lambda n=name, s=state, d=document, k=known: self._written(n, s, d, k))
                 written += 1
+            if only is None:
+                written += self._refresh_lagging(states, batch)
         if written:
             fsync_dir(self.home.status_dir)  # one folder fsync for every rename of this pass
             self.spares.synced()
         self._flush_journal()
         return changed or written > 0
 
+    def _refresh_lagging(self, states: dict[str, JobState], batch) -> int:
+        """At a resync: rewrite up to LAGGING_REFRESH lagging status files per owner (queue order
+        is not known here: by name). Returns how many."""
+        taken: dict[str, int] = {}
+        count = 0
+        for name, owner in sorted(self.lagging.items()):
+            state = states.get(name)
+            if state is None or taken.get(owner, 0) >= LAGGING_REFRESH:
+                continue
+            taken[owner] = taken.get(owner, 0) + 1
+            document = state.to_status()
+            batch.add(self.home.status_file(name), dump(document).encode(), durable=False, new=False,
+                      then=lambda n=name, s=state, d=document, k=self.written.get(name): self._written(n, s, d, k))
+            count += 1
+        return count
+
     def _written(self, name: str, state: JobState, document: dict, known: JobState | None) -> None:
         """``state`` is on disk as ``status/<name>.yaml``: remember it (``write_states``)."""
+        self.lagging.pop(name, None)
         if state.phase in SETTLED_PHASES:
             self._journal_line(name, document)
         if known is None:
