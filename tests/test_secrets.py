@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import tempfile
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -307,3 +308,23 @@ def test_a_parse_cache_another_uid_owns_is_never_believed(tmp_path):
     os.chown(cache, 0, 0)
     os.chmod(cache, 0o666)
     assert ManifestStore(spec, str, cache)._warm == {}  # anyone could have written it: ignored
+
+
+def test_metrics_and_the_dashboards_shared_view_show_mallory_no_env(shared_home, gflowd):
+    """The served surfaces everyone may read (Prometheus metrics, the dashboard's shared view and
+    its events) carry names, phases and reasons, never a manifest's env: mallory scrapes both."""
+    from test_metrics import metrics_url
+    from test_web_access import dashboard_address, get_as
+
+    alices_private_manifest(shared_home)
+    daemon = gflowd("--metrics-port", "0", "--web-port", "0", home=shared_home)
+    wait_phase(shared_home, "alice-env", "Succeeded", timeout=30, daemon=daemon)
+    metrics = urllib.parse.urlsplit(metrics_url(daemon))
+    answers = {
+        "/metrics": get_as(MALLORY, (metrics.hostname, metrics.port), metrics.path),
+        "/api/state": get_as(MALLORY, dashboard_address(daemon), "/api/state"),
+    }
+    for where, (status, body) in answers.items():
+        assert status == 200, (where, status, body[:200])
+    assert "alice-env" in answers["/api/state"][1] and "gflow_jobs" in answers["/metrics"][1]  # the job is there...
+    assert [where for where, (_, body) in answers.items() if SECRET in body] == []  # ...its env is not
