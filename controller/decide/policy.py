@@ -6,8 +6,13 @@ Pure functions of job facts and an injected clock:
 - **order**: ``priority`` (higher first, then arrival) or ``fifo`` (arrival only);
 - **aging**: the effective priority is ``priority + min(agingMax, waited // agingInterval)``, so a
   low-priority job climbs past a stream of newer higher ones and never waits forever;
-- **fair share**: within one effective priority, the user with fewer recent GPU-seconds goes first.
-  Usage decays exponentially with a half-life: a GPU-second used one half-life ago counts half;
+- **across users** (:func:`order_queue`): the admin's classes first (higher rank first), then the
+  part of ``priority`` the class's ``priorityRange`` lets count across users (none by default),
+  then aging and **fair share**: the user with fewer recent GPU-seconds goes first. Usage decays
+  exponentially with a half-life: a GPU-second used one half-life ago counts half;
+- **a user's own priority** orders only that user's jobs: they are sorted by it (with aging), then
+  take the user's arrival slots in that order, so 60 jobs at priority 2147483647 are offered no
+  earlier than 60 jobs at priority 0 would be;
 - **quotas**: per user and per label (``team=vision``), the most GPUs its running jobs may hold at once.
 
 A job's *user* is the Unix owner of its manifest file (the uid it runs as), by name; the names
@@ -17,9 +22,11 @@ come in with the snapshot (``controller.observe.host``), so nothing here asks th
 from __future__ import annotations
 
 import math
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Mapping
 
-from controller.model.policy import Policy
+from controller.model.policy import Policy, ReservationLimits, UserClass
 from controller.model.scheduling import QuotaUse
 
 LN2 = math.log(2)
@@ -42,6 +49,20 @@ def policy_from_config(config) -> Policy:
         user_quotas=dict(config.user_quotas),
         label_quotas=dict(config.label_quotas),
         preemption_threshold=config.preemption_threshold,
+        admins=tuple(str(a) for a in config.admins),
+        classes=tuple(
+            UserClass(name, c.rank, (c.priority_range[0], c.priority_range[1]),
+                      c.max_pending_jobs_per_user, c.max_running_jobs_per_user)
+            for name, c in config.classes.items()
+        ),
+        class_members={str(user): name for name, c in config.classes.items() for user in c.users},
+        max_pending_per_user=config.max_pending_jobs_per_user or None,
+        max_running_per_user=config.max_running_jobs_per_user or None,
+        max_running_cpu_jobs=config.max_running_cpu_jobs or None,
+        reservations=ReservationLimits(
+            tuple(str(u) for u in config.reservations.users), config.reservations.max_gpus,
+            config.reservations.max_duration, config.reservations.max_start_ahead, config.reservations.horizon,
+        ),
     )
 
 
@@ -64,6 +85,82 @@ def queue_key(priority: int, waited: float, usage: float, policy: Policy) -> tup
     if policy.aging_interval and waited >= policy.aging_max * policy.aging_interval:
         return (-effective, 0, -waited)
     return (-effective, 1, usage if policy.fair_share_half_life else 0.0)
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A pending job as the queue order sees it."""
+
+    name: str
+    owner: int  # manifest owner's uid: a user's jobs are ordered among themselves
+    priority: int
+    created: float
+    usage: float = 0.0  # the owner's decayed GPU-seconds (fair share)
+    rank: int = 0  # the owner's class rank
+    clamped: int = 0  # the part of priority that counts across users
+    class_name: str = "default"
+    sort_name: tuple = field(default=(), compare=False)
+
+
+def order_queue(entries: list[QueueEntry], policy: Policy, now: float) -> list[QueueEntry]:
+    """Pending jobs in the order they are offered to the scheduler (see the module docstring)."""
+    if policy.order == "fifo":
+        return sorted(entries, key=lambda e: (e.created, e.sort_name, e.name))
+    by_owner: dict[int, list[QueueEntry]] = {}
+    for entry in entries:
+        by_owner.setdefault(entry.owner, []).append(entry)
+    slot: dict[str, tuple] = {}
+    for jobs in by_owner.values():  # the user's priority permutes the user's own arrival slots
+        own = sorted(jobs, key=lambda e: (-effective_priority(e.priority, now - e.created, policy), e.created, e.sort_name, e.name))
+        arrivals = sorted((e.created, e.sort_name, e.name) for e in jobs)
+        slot.update((e.name, arrival) for e, arrival in zip(own, arrivals))
+    fair = bool(policy.fair_share_half_life) and len(by_owner) > 1
+
+    def key(e: QueueEntry) -> tuple:
+        arrival = slot[e.name]
+        waited = now - arrival[0]
+        head = (-e.rank, -e.clamped)
+        if policy.aging_interval and waited >= policy.aging_max * policy.aging_interval:
+            return (*head, 0, -waited, 0.0, *arrival)  # aged to the cap: oldest first, whoever's
+        aged = min(policy.aging_max, int(waited // policy.aging_interval)) if policy.aging_interval and waited > 0 else 0
+        return (*head, 1, -aged, e.usage if fair else 0.0, *arrival)
+
+    return sorted(entries, key=key)
+
+
+def order_reasons(waiting: list[QueueEntry]) -> dict[str, str]:
+    """Why each waiting job (in queue order) stands where it does, in one stable line: how many
+    wait ahead of it and on what ground (the owner's own priority, a higher class, fair share)."""
+    reasons: dict[str, str] = {}
+    seen: Counter = Counter()  # jobs ahead per owner
+    rank_of: dict[int, int] = {}
+    usage_of: dict[int, float] = {}
+    for index, e in enumerate(waiting):
+        own = seen[e.owner]
+        higher = same_less_use = same_other = 0
+        for owner, count in seen.items():
+            if owner == e.owner:
+                continue
+            if rank_of[owner] > e.rank:
+                higher += count
+            elif usage_of[owner] < e.usage:
+                same_less_use += count
+            else:
+                same_other += count
+        parts = []
+        if own:
+            parts.append(f"{own} of the same user (its priority orders only its own jobs)")
+        if higher:
+            parts.append(f"{higher} of higher-ranked classes")
+        if same_less_use:
+            parts.append(f"{same_less_use} of users with less recent GPU use (fair share)")
+        if same_other:
+            parts.append(f"{same_other} waiting longer or of a higher granted priority")
+        where = f"class {e.class_name} (rank {e.rank})"
+        reasons[e.name] = f"{where}; first in the queue" if not index else f"{where}; behind {index}: {', '.join(parts)}"
+        seen[e.owner] += 1
+        rank_of[e.owner], usage_of[e.owner] = e.rank, e.usage
+    return reasons
 
 
 def decayed_gpu_seconds(gpus: int, start: float, end: float, now: float, half_life: float) -> float:
