@@ -12,8 +12,11 @@ Each failed on the code before the policy (docs/multi-user.md, "Policy").
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import tempfile
@@ -21,6 +24,8 @@ from pathlib import Path
 
 import pytest
 from helpers import job_status, read_status, run_as, wait_for, wait_phase
+
+from controller.cli.main import main
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: useradd, and gflowd as root running jobs as users")
 
@@ -97,12 +102,14 @@ def test_mallorys_top_priority_jobs_do_not_run_before_alices(users, shared, gflo
     submit_as(mallory, spec, "m.yaml", jobs("m", 60, f"  command: [sleep, '600']\n  resources: {{gpus: 1}}\n  priority: {TOP}\n"))
     wait_for(lambda: all(p == "Pending" for p, _ in phases(shared, "m", 60)), timeout=90,
              message=lambda: f"mallory's 60 jobs to wait: {phases(shared, 'm', 60)}\n{daemon.stderr()[-2000:]}")
-    waiting = job_status(shared, "m0") or {}
-    order = next((c for c in waiting.get("conditions") or [] if c["type"] == "QueueOrder"), None)
-    assert order is not None and "behind 1" in order["message"], waiting
     (spec / "blocker.yaml").unlink()  # the GPU frees: alice's job is next, whatever mallory's priority
     wait_phase(shared, "alice-job", "Succeeded", daemon=daemon, timeout=90)
     # (before the policy, mallory's first job took the GPU and held it: alice's never ran)
+    wait_for(lambda: sum(p == "Running" for p, _ in phases(shared, "m", 60)) == 1, timeout=60)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["--home", str(shared), "describe", "job", "m59"]) == 0
+    assert re.search(r"^Queue Order: +class default \(rank 0\); behind 58: 58 of the same user", out.getvalue(), re.M), out.getvalue()
 
 
 def test_mallorys_decade_long_reservation_is_forbidden_and_blocks_nobody(users, shared, gflowd, tmp_path):

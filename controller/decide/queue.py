@@ -309,7 +309,7 @@ def _start_or_queue(
     started = False
     position = 0
     waiting = [entries[job.name] for state, job in ready if not isinstance(decisions[job.name], Binding)]
-    why = order_reasons(waiting) if len({e.owner for e in waiting}) > 1 or any(e.rank for e in waiting) else {}
+    why = order_reasons(waiting)
     for state, job in ready:
         decision = decisions[job.name]
         if isinstance(decision, Binding) and len(plan.starts) >= snap.max_starts:
