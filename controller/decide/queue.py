@@ -224,8 +224,14 @@ def _queue_limit(plan: Plan, snap: Snapshot, pending: list[Pending], now_text: s
     if policy.max_pending_per_user is None and not any(c.max_pending is not None for c in policy.classes):
         return pending
     names, olds = snap.host.user_names, snap.states
+    counts = Counter(job.owner_uid for _, job in pending)
+    crowded = {uid for uid, n in counts.items() if n > (policy.max_pending_per_user or 0) or policy.classes}
+    if not crowded:
+        return pending  # the common case costs one count per waiting job
     waiting = []
     for state, job in pending:
+        if job.owner_uid not in crowded:
+            continue
         old = olds.get(state.name)
         established = old is not None and old.phase == Phase.Pending and old.reason != Reason.QueueLimit
         waiting.append(Waiting(state.name, user_of(job.owner_uid, names), job.owner_uid, state.created, established,
