@@ -83,9 +83,10 @@ def test_the_order_reason_says_what_stands_ahead():
     waiting = [entry("c", CAROL, cls=staff), entry("a1", ALICE), entry("a2", ALICE), entry("m", MALLORY, usage=5.0)]
     why = order_reasons(waiting)
     assert why["c"] == "class staff (rank 10); first in the queue"
-    assert why["a2"] == "class default (rank 0); behind 2: 1 of the same user (its priority orders only its own jobs), 1 of higher-ranked classes"
-    assert why["m"] == ("class default (rank 0); behind 3: 1 of higher-ranked classes, "
-                        "2 of users with less recent GPU use (fair share)")
+    assert why["a1"] == "class default (rank 0); behind jobs of higher-ranked classes"
+    assert why["a2"] == ("class default (rank 0); behind jobs of the same user (its priority orders only its own jobs), "
+                         "higher-ranked classes")
+    assert why["m"] == "class default (rank 0); behind jobs of higher-ranked classes, users with less recent GPU use (fair share)"
 
 
 def test_in_the_controller_mallorys_60_top_priority_jobs_do_not_pass_alices():
@@ -99,7 +100,7 @@ def test_in_the_controller_mallorys_60_top_priority_jobs_do_not_pass_alices():
     world.tick(T0 + 2)
     assert world.state("alice").queue_position == 1
     order = condition(world.state("m0"), "QueueOrder")
-    assert order is not None and "behind 1" in order["message"]
+    assert order is not None and order["message"].endswith("behind jobs of users whose jobs waited longer or have a class-granted priority")
     world.exit("blocker", 0, T0 + 3)
     plan = world.tick(T0 + 3)
     assert "alice" in started(plan)  # and one of mallory's beside it: two GPUs
@@ -278,6 +279,8 @@ def test_defaults_are_conservative():
         ("classes: {staff: {priorityRange: [5, 1]}}", "config.yaml: classes.staff.priorityRange: expected [LOW, HIGH] with LOW <= HIGH, got [5, 1]"),
         ("maxPendingJobsPerUser: -1", "config.yaml: maxPendingJobsPerUser: Input should be greater than or equal to 0"),
         ("reservations: {maxGpu: 2}", "config.yaml: reservations.maxGpu: Extra inputs are not permitted"),
+        ("classes: {a: {users: [carol]}, b: {users: [carol, dave]}}",
+         "config.yaml: classes: a user belongs to one class: carol is in a and b"),
     ],
 )
 def test_a_bad_policy_setting_is_one_line_naming_it(tmp_path, text, message):

@@ -247,6 +247,20 @@ class ControllerConfig(_Model):
         default_factory=dict, description="Classes of users: rank, priorityRange, limits (config.yaml only)",
         json_schema_extra={"flag": False},
     )
+    @field_validator("classes")
+    @classmethod
+    def _one_class_each(cls, classes: dict[str, UserClassConfig]) -> dict[str, UserClassConfig]:
+        seen: dict[str, str] = {}
+        twice = []
+        for name, members in classes.items():
+            for user in map(str, members.users):
+                if user in seen:
+                    twice.append(f"{user} is in {seen[user]} and {name}")
+                seen.setdefault(user, name)
+        if twice:
+            raise ValueError(f"a user belongs to one class: {'; '.join(twice)}")
+        return classes
+
     max_pending_jobs_per_user: int | None = Field(
         default=1000, ge=0,
         description="Most jobs (Sweep children included) one user may have waiting to start; a newer one is "

@@ -63,7 +63,8 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
             lines.append((label, str(status[key])))
     order = next((c for c in status.get("conditions") or [] if c.get("type") == "QueueOrder"), None)
     if order is not None and status.get("phase") == "Pending":  # why it stands where it does (docs/scheduling.md)
-        lines.append(("Queue Order", str(order.get("message", ""))))
+        where = f"#{status['queuePosition']}: " if status.get("queuePosition") is not None else ""
+        lines.append(("Queue Order", where + str(order.get("message", ""))))
     if status.get("devices"):
         lines.append(("Devices", ",".join(str(d) for d in status["devices"])))
     if status.get("cores"):

@@ -129,35 +129,28 @@ def order_queue(entries: list[QueueEntry], policy: Policy, now: float) -> list[Q
 
 
 def order_reasons(waiting: list[QueueEntry]) -> dict[str, str]:
-    """Why each waiting job (in queue order) stands where it does, in one stable line: how many
-    wait ahead of it and on what ground (the owner's own priority, a higher class, fair share)."""
+    """Why each waiting job (in queue order) stands where it does: on what grounds jobs wait ahead
+    of it (the owner's own priority, a higher class, fair share, longer waits). No counts: the line
+    changes when the grounds do, not at every start, so a moving queue rewrites no status for it
+    (``queuePosition`` has the number)."""
     reasons: dict[str, str] = {}
     seen: Counter = Counter()  # jobs ahead per owner
     rank_of: dict[int, int] = {}
     usage_of: dict[int, float] = {}
-    for index, e in enumerate(waiting):
-        own = seen[e.owner]
-        higher = same_less_use = same_other = 0
-        for owner, count in seen.items():
-            if owner == e.owner:
-                continue
-            if rank_of[owner] > e.rank:
-                higher += count
-            elif usage_of[owner] < e.usage:
-                same_less_use += count
-            else:
-                same_other += count
-        parts = []
-        if own:
-            parts.append(f"{own} of the same user (its priority orders only its own jobs)")
-        if higher:
-            parts.append(f"{higher} of higher-ranked classes")
-        if same_less_use:
-            parts.append(f"{same_less_use} of users with less recent GPU use (fair share)")
-        if same_other:
-            parts.append(f"{same_other} waiting longer or of a higher granted priority")
+    for e in waiting:
+        grounds = []
+        if seen[e.owner]:
+            grounds.append("the same user (its priority orders only its own jobs)")
+        others = [owner for owner in seen if owner != e.owner]
+        if any(rank_of[o] > e.rank for o in others):
+            grounds.append("higher-ranked classes")
+        same = [o for o in others if rank_of[o] <= e.rank]
+        if any(usage_of[o] < e.usage for o in same):
+            grounds.append("users with less recent GPU use (fair share)")
+        if any(usage_of[o] >= e.usage for o in same):
+            grounds.append("users whose jobs waited longer or have a class-granted priority")
         where = f"class {e.class_name} (rank {e.rank})"
-        reasons[e.name] = f"{where}; first in the queue" if not index else f"{where}; behind {index}: {', '.join(parts)}"
+        reasons[e.name] = f"{where}; behind jobs of {', '.join(grounds)}" if grounds else f"{where}; first in the queue"
         seen[e.owner] += 1
         rank_of[e.owner], usage_of[e.owner] = e.rank, e.usage
     return reasons
