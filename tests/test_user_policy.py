@@ -160,6 +160,19 @@ def test_the_1001st_waiting_job_is_rejected_and_stays_so_until_its_manifest_chan
     assert world.phase("m-1000") == ("Pending", "StartAfter")
 
 
+def test_a_retry_is_never_refused_by_the_queue_limit():
+    world = World(owned(job("a", resources={"gpus": 1}, backoffLimit=1), MALLORY), n_gpus=1, host=HOST,
+                  policy=Policy(max_pending_per_user=1))
+    world.tick(T0)
+    world.put(owned(job("b", resources={"gpus": 1}), MALLORY))
+    world.tick(T0 + 1)
+    assert world.phase("a") == ("Running", "Started") and world.state("b").phase == "Pending"
+    world.exit("a", 1, T0 + 2)
+    world.tick(T0 + 2)  # a waits to retry beside b: two waiting, over the limit of one, yet not refused
+    assert world.phase("a") == ("Pending", "BackOff")
+    assert world.phase("b") == ("Running", "Started")
+
+
 def test_sweep_children_count_and_wait_beyond_the_limit():
     text = (
         "kind: Sweep\nmetadata: {name: sw}\nspec:\n  indices: 0-4\n"

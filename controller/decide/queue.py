@@ -233,7 +233,8 @@ def _queue_limit(plan: Plan, snap: Snapshot, pending: list[Pending], now_text: s
         if job.owner_uid not in crowded:
             continue
         old = olds.get(state.name)
-        established = old is not None and old.phase == Phase.Pending and old.reason != Reason.QueueLimit
+        # in the queue already, or back from a run (a retry, a preempted or suspended job): never refused
+        established = old is not None and old.phase in (Phase.Pending, Phase.Running) and old.reason != Reason.QueueLimit
         waiting.append(Waiting(state.name, user_of(job.owner_uid, names), job.owner_uid, state.created, established,
                                natural_key(state.name)))
     over = over_queue_limit(waiting, policy)
