@@ -147,14 +147,19 @@ def test_the_1001st_waiting_job_is_rejected_and_stays_so_until_its_manifest_chan
     for i in range(1001):
         world.put(owned(job(f"m-{i}", resources={"gpus": 1}, startAfter="+1d"), MALLORY))
     world.put(owned(job("alice", resources={"gpus": 1}, startAfter="+1d"), ALICE))
-    world.tick(T0)
-    rejected = [n for n, s in world.states.items() if s.phase == "Rejected"]
-    assert rejected == ["m-1000"]
+    for i in range(1001, 1010):
+        world.put(owned(job(f"m-{i}", resources={"gpus": 1}, startAfter="+1d"), MALLORY))
+    plan = world.tick(T0)
+    rejected = sorted((n for n, s in world.states.items() if s.phase == "Rejected"), key=lambda n: int(n[2:]))
+    assert rejected == [f"m-{i}" for i in range(1000, 1010)]
+    refusals = [e for e in plan.events if e.reason == "QueueLimit"]
+    assert [(e.object, e.message.split(":")[0]) for e in refusals] == [("m-1000", "m-1000 and 9 more (last m-1009)")]
     assert world.state("m-1000").reason == "QueueLimit" and "maxPendingJobsPerUser" in world.state("m-1000").message
     assert world.phase("alice") == ("Pending", "StartAfter")
     world.delete("m-0")  # room again: the refusal stands (as a refused submit would), until a change
-    world.tick(T0 + 1)
+    plan = world.tick(T0 + 1)
     assert world.phase("m-1000") == ("Rejected", "QueueLimit")
+    assert not [e for e in plan.events if e.reason == "QueueLimit"]  # told once
     world.put(owned(job("m-1000", resources={"gpus": 1}, startAfter="+2d"), MALLORY))
     world.tick(T0 + 2)
     assert world.phase("m-1000") == ("Pending", "StartAfter")

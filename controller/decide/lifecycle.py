@@ -79,7 +79,8 @@ def step(plan: Plan, snap: Snapshot, name: str, now: float, now_text: str) -> Pe
 def finish(plan: Plan, old: JobState | None, state: JobState) -> None:
     """The job's record for this pass; a changed (phase, reason) is announced as an event."""
     plan.states[state.name] = state
-    if old is None or (old.phase, old.reason) != (state.phase, state.reason):
+    if (old is None or (old.phase, old.reason) != (state.phase, state.reason)) and state.reason != Reason.QueueLimit:
+        # (QueueLimit: the queue announces a flood's refusals in one event per user, decide/queue.py)
         warning = state.phase in (Phase.Failed, Phase.Rejected) or state.reason in (
             Reason.DependencyFailed, Reason.Unschedulable, Reason.Lost, Reason.DiskFull, Reason.DiskError,
         )

@@ -241,16 +241,25 @@ def _queue_limit(plan: Plan, snap: Snapshot, pending: list[Pending], now_text: s
     if not over:
         return pending
     kept = []
+    refused: dict[int, list[str]] = {}  # owner uid -> the jobs refused this pass: one event per user, not per job
     for state, job in pending:
         why = over.get(state.name)
         if why is None:
             kept.append((state, job))
             continue
         state.queue_position = None
-        state.reason, state.message = Reason.QueueLimit, why
-        if state.owner is None:  # a submission of its own: refused, as gflow's max_queued_jobs does
-            state.phase = Phase.Rejected
-            state.conditions = set_condition(state.conditions, Condition.Admitted, "False", Reason.QueueLimit, why, now_text)
+        if state.owner is not None:  # a Sweep's child waits, and joins the queue when fewer of the user's wait
+            state.reason, state.message = Reason.QueueLimit, why.split(";")[0] + "; it joins the queue when fewer of them wait"
+            continue
+        if not (old := olds.get(state.name)) or old.reason != Reason.QueueLimit:
+            refused.setdefault(job.owner_uid, []).append(state.name)
+        state.reason, state.message = Reason.QueueLimit, why  # refused, as gflow's max_queued_jobs refuses a submit
+        state.phase = Phase.Rejected
+        state.conditions = set_condition(state.conditions, Condition.Admitted, "False", Reason.QueueLimit, why, now_text)
+    for uid, refused_names in refused.items():
+        first = refused_names[0]
+        more = f" and {len(refused_names) - 1} more (last {refused_names[-1]})" if len(refused_names) > 1 else ""
+        plan.events.append(Event(EventType.Warning, Reason.QueueLimit, first, f"{first}{more}: {over[first]}"))
     return kept
 
 
