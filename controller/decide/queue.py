@@ -419,7 +419,9 @@ def _preemption_rank(snap: Snapshot, job: AdmittedJob, victim: AdmittedJob, thre
         if victim.spec.priority + threshold > job.spec.priority:
             return None
         return theirs.rank * 2**34 + victim.spec.priority
-    if theirs.rank < mine.rank or clamp(victim.spec.priority, theirs) + threshold <= clamp(job.spec.priority, mine) and theirs.rank == mine.rank:
+    if theirs.rank < mine.rank or (
+        theirs.rank == mine.rank and clamp(victim.spec.priority, theirs) + threshold <= clamp(job.spec.priority, mine)
+    ):
         return theirs.rank * 2**34 + clamp(victim.spec.priority, theirs)
     return None
 
