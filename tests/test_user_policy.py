@@ -286,6 +286,14 @@ def test_config_carries_classes_admins_limits_and_reservations(tmp_path):
     assert policy.reservations == ReservationLimits(("alice",), 2, 2 * DAY, 14 * DAY, 12 * HOUR)
 
 
+def test_whoever_runs_gflowd_is_an_admin_of_its_instance():
+    own = policy_from_config(ControllerConfig(), controller_uid=ALICE)  # alice's own gflowd up
+    assert own.admins == (str(ALICE),)
+    waiting = [Waiting(f"a{i}", "alice", ALICE, T0, False) for i in range(1500)]
+    assert over_queue_limit(waiting, own) == {}
+    assert len(over_queue_limit(waiting, DEFAULTS)) == 500
+
+
 def test_defaults_are_conservative():
     assert (DEFAULTS.max_pending_per_user, DEFAULTS.max_running_per_user, DEFAULTS.max_running_cpu_jobs) == (1000, None, 64)
     assert DEFAULTS.reservations == ReservationLimits(("*",), 1, DAY, 7 * DAY, DAY)

@@ -32,8 +32,9 @@ from controller.model.scheduling import QuotaUse
 LN2 = math.log(2)
 
 
-def policy_from_config(config) -> Policy:
-    """The policy part of a :class:`controller.api.config.ControllerConfig`."""
+def policy_from_config(config, controller_uid: int | None = None) -> Policy:
+    """The policy part of a :class:`controller.api.config.ControllerConfig`. ``controller_uid``: the
+    user gflowd runs as, an admin of its instance (root's, or a user's own ``gflowd up``)."""
     mode, order = {
         "fifo": ("strict", "fifo"),
         "priority": ("strict", "priority"),
@@ -49,7 +50,7 @@ def policy_from_config(config) -> Policy:
         user_quotas=dict(config.user_quotas),
         label_quotas=dict(config.label_quotas),
         preemption_threshold=config.preemption_threshold,
-        admins=tuple(str(a) for a in config.admins),
+        admins=tuple(str(a) for a in config.admins) + ((str(controller_uid),) if controller_uid else ()),
         classes=tuple(
             UserClass(name, c.rank, (c.priority_range[0], c.priority_range[1]),
                       c.max_pending_jobs_per_user, c.max_running_jobs_per_user)
