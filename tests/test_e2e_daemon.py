@@ -357,7 +357,8 @@ def test_a_flood_killed_while_its_started_jobs_have_no_status_file_runs_each_job
     """A flood's started jobs get their status files a moment late (record/recorder.py
     ``_may_wait``); gflowd kill -9'd in that moment re-adopts them from their attempt records:
     each job runs once, and ends Succeeded."""
-    daemon = gflowd()
+    unlimited = ("--max-running-cpu-jobs", "0")  # all 80 run at once (the default lets 64)
+    daemon = gflowd(*unlimited)
     go, ledger, stage = tmp_path / "go", tmp_path / "ledger", tmp_path / "stage"
     stage.mkdir()
     count = 80  # more than one pass starts (MIN_STARTS): the rest wait as Queued, with no status file
@@ -385,7 +386,7 @@ env:
     daemon.proc.wait(timeout=10)
     assert all(job_status(home, n) is None for n in unwritten)
 
-    again = gflowd()
+    again = gflowd(*unlimited)
     wait_for(lambda: all((job_status(home, n) or {}).get("phase") == "Running" for n in names), timeout=60,
              message=lambda: f"all {count} running; index: {(read_index(home) or {}).get('counts')}")
     assert {(job_status(home, n) or {}).get("attempt") for n in names} == {1}

@@ -31,7 +31,7 @@ from controller.decide.scheduler import (
 )
 from controller.model.conditions import find_condition
 from controller.model.gpus import Gpu
-from controller.model.policy import Policy
+from controller.model.policy import Policy, ReservationLimits
 from controller.observe.host import HostFacts
 
 GIB = 2**30
@@ -455,7 +455,8 @@ def test_gflowd_flags_carry_every_policy_key(tmp_path):
     args = build_parser().parse_args([
         "--scheduling-policy", "priority", "--aging-interval", "30m", "--aging-max", "4",
         "--fair-share-half-life", "0", "--user-quotas", "alice:4,bob:2", "--label-quotas", "team=vision:8",
-        "--preemption-threshold", "5",
+        "--preemption-threshold", "5", "--max-running-jobs-per-user", "3", "--max-running-cpu-jobs", "8",
+        "--reservations-max-gpus", "2", "--reservations-horizon", "2h",
     ])
     from controller.api.config import flag_fields, flag_overrides
 
@@ -464,4 +465,6 @@ def test_gflowd_flags_carry_every_policy_key(tmp_path):
     assert policy == Policy(
         mode="strict", order="priority", aging_interval=1800.0, aging_max=4, fair_share_half_life=None,
         user_quotas={"alice": 4, "bob": 2}, label_quotas={"team=vision": 8}, preemption_threshold=5,
+        max_pending_per_user=1000, max_running_per_user=3, max_running_cpu_jobs=8,
+        reservations=ReservationLimits(max_gpus=2, horizon=7200.0),
     )

@@ -135,6 +135,56 @@ Quotas = Annotated[
 ]
 
 
+UserRef = Annotated[
+    StrictStr | Annotated[int, Field(ge=0)],
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0}]}),
+]
+
+
+def _check_range(value: list[int]) -> list[int]:
+    if len(value) != 2 or value[0] > value[1]:
+        raise ValueError(f"expected [LOW, HIGH] with LOW <= HIGH, got {value!r}")
+    return value
+
+
+class UserClassConfig(_Model):
+    """One class of users (docs/scheduling.md, "Across users"): its rank orders the queue across
+    users, its priorityRange is how much of a member's priority counts across users."""
+
+    users: list[UserRef] = Field(default_factory=list, description="Members: user names or uids")
+    rank: int = Field(default=0, description="Higher ranks' jobs are offered first, before fair share (default class: 0)")
+    priority_range: Annotated[list[int], AfterValidator(_check_range)] = Field(
+        default_factory=lambda: [0, 0],
+        description="[LOW, HIGH]: a member's priority, clamped to this range, also orders the queue across users; "
+        "[0, 0] (default): priority orders only the user's own jobs",
+    )
+    max_pending_jobs_per_user: int | None = Field(
+        default=None, ge=0, description="Replaces maxPendingJobsPerUser for members"
+    )
+    max_running_jobs_per_user: int | None = Field(
+        default=None, ge=0, description="Replaces maxRunningJobsPerUser for members"
+    )
+
+
+class ReservationPolicy(_Model):
+    """What a non-admin's Reservation may ask (docs/reservations.md); admins are exempt. The
+    defaults are deliberately tight: a user reserves one GPU for a day at most, a week ahead."""
+
+    users: list[UserRef] = Field(
+        default_factory=lambda: ["*"], description='Who may reserve besides admins ("*": every user; []: admins only)'
+    )
+    max_gpus: int = Field(default=1, ge=0, description="Most GPUs one Reservation of a non-admin may hold")
+    max_duration: Duration = Field(default=86400.0, gt=0, description="Longest window of a non-admin's Reservation")
+    max_start_ahead: Duration = Field(
+        default=7 * 86400.0, ge=0, description="How far ahead of now a non-admin's window may start"
+    )
+    horizon: Duration = Field(
+        default=86400.0, ge=0,
+        description="A window that opens further ahead than this fences no job yet (jobs without a timeLimit "
+        "may still start on its GPUs); applies to every Reservation",
+    )
+
+
 class ControllerConfig(_Model):
     spec_dir: StrictStr | None = Field(default=None, description="Spec directory (default: $GFLOW_HOME/jobs)")
     fake_gpus: StrictStr | None = Field(default=None, description="YAML fake-GPU file instead of NVML")
@@ -186,6 +236,46 @@ class ControllerConfig(_Model):
         default=None, ge=1,
         description="A pending job whose priority is at least this much above a running job's may "
         "preempt it (the victim returns to Pending); unset: no preemption",
+    )
+    # -- what one user may take (docs/scheduling.md, "Limits"; docs/multi-user.md, "Policy") --
+    admins: list[UserRef] = Field(
+        default_factory=list,
+        description="Users (names or uids) exempt from the per-user limits and the reservation policy; root always is",
+        json_schema_extra={"flag": False},
+    )
+    classes: dict[StrictStr, UserClassConfig] = Field(
+        default_factory=dict, description="Classes of users: rank, priorityRange, limits (config.yaml only)",
+        json_schema_extra={"flag": False},
+    )
+    @field_validator("classes")
+    @classmethod
+    def _one_class_each(cls, classes: dict[str, UserClassConfig]) -> dict[str, UserClassConfig]:
+        seen: dict[str, str] = {}
+        twice = []
+        for name, members in classes.items():
+            for user in map(str, members.users):
+                if user in seen:
+                    twice.append(f"{user} is in {seen[user]} and {name}")
+                seen.setdefault(user, name)
+        if twice:
+            raise ValueError(f"a user belongs to one class: {'; '.join(twice)}")
+        return classes
+
+    max_pending_jobs_per_user: int | None = Field(
+        default=1000, ge=0,
+        description="Most jobs (Sweep children included) one user may have waiting to start; a newer one is "
+        "Rejected/QueueLimit until its manifest changes. 0: no limit",
+    )
+    max_running_jobs_per_user: int | None = Field(
+        default=0, ge=0, description="Most jobs one user may have running; more wait (JobLimit). 0: no limit"
+    )
+    max_running_cpu_jobs: int | None = Field(
+        default=64, ge=0,
+        description="Most CPU-only jobs (gpus: 0) running at once on the machine (each has a supervisor); more "
+        "wait (JobLimit). 0: no limit",
+    )
+    reservations: ReservationPolicy = Field(
+        default_factory=ReservationPolicy, description="What non-admins' Reservations may ask"
     )
     ignore_processes: list[StrictStr] = Field(
         default_factory=list, description="Foreign GPU processes (by name or pid) that never make a GPU Unmanaged"

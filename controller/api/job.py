@@ -233,7 +233,8 @@ class JobSpec(_Model):
         "within resources.gpuMemory per GPU.",
     )
     priority: StrictInt = Field(
-        default=0, ge=-(2**31), le=2**31 - 1, description="Higher runs first (a 32-bit integer). Editable at any time."
+        default=0, ge=-(2**31), le=2**31 - 1, description="Higher runs first among the same user's jobs (a 32-bit integer); across users the admin's "
+        "classes and fair share decide (docs/scheduling.md). Editable at any time."
     )
     time_limit: Duration | None = Field(
         default=None, description="Wall-clock limit per attempt; enforced (TERM, grace, KILL)."

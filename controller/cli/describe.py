@@ -61,6 +61,10 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
                        ("effectivePriority", "Effective Priority"), ("observedGeneration", "Generation")):
         if status.get(key) is not None:
             lines.append((label, str(status[key])))
+    order = next((c for c in status.get("conditions") or [] if c.get("type") == "QueueOrder"), None)
+    if order is not None and status.get("phase") == "Pending":  # why it stands where it does (docs/scheduling.md)
+        where = f"#{status['queuePosition']}: " if status.get("queuePosition") is not None else ""
+        lines.append(("Queue Order", where + str(order.get("message", ""))))
     if status.get("devices"):
         lines.append(("Devices", ",".join(str(d) for d in status["devices"])))
     if status.get("cores"):

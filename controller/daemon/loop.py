@@ -54,7 +54,8 @@ class Controller:
         self.inventory = inventory
         self.clock = clock
         self.runtime = runtime or make_runtime(home, config)
-        self.policy = policy_from_config(config)  # backfill, aging, fair share, quotas: fixed for this run
+        # backfill, aging, fair share, quotas, limits: fixed for this run; whoever runs gflowd is its admin
+        self.policy = policy_from_config(config, controller_uid=os.geteuid())
         self.observer = SnapshotBuilder(home, config, inventory, self.runtime, self.policy, clock)
         self.recorder = Recorder(home, clock)
         self.writer = PassWriter(home, self.recorder, inventory.describe, getattr(self.runtime, "limits_summary", lambda: None))

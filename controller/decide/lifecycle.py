@@ -37,6 +37,9 @@ def step(plan: Plan, snap: Snapshot, name: str, now: float, now_text: str) -> Pe
     if _unchanged(snap, name, old, job, rejection, run):
         plan.states[name] = old
         return None
+    if _refused_by_queue_limit(snap, name, old, job, rejection, run):
+        plan.states[name] = old  # a QueueLimit refusal stands until the manifest changes (decide/limits.py)
+        return None
     if run is not None and already_recorded(old, run):
         # this attempt's end is already recorded; a crash before the runtime dropped its records
         # shows it again after a restart: drop them, never count the same exit twice
@@ -76,7 +79,8 @@ def step(plan: Plan, snap: Snapshot, name: str, now: float, now_text: str) -> Pe
 def finish(plan: Plan, old: JobState | None, state: JobState) -> None:
     """The job's record for this pass; a changed (phase, reason) is announced as an event."""
     plan.states[state.name] = state
-    if old is None or (old.phase, old.reason) != (state.phase, state.reason):
+    if (old is None or (old.phase, old.reason) != (state.phase, state.reason)) and state.reason != Reason.QueueLimit:
+        # (QueueLimit: the queue announces a flood's refusals in one event per user, decide/queue.py)
         warning = state.phase in (Phase.Failed, Phase.Rejected) or state.reason in (
             Reason.DependencyFailed, Reason.Unschedulable, Reason.Lost, Reason.DiskFull, Reason.DiskError,
         )
@@ -106,6 +110,17 @@ def _unchanged(
         return True
     # the same verdict as the full path, without copying
     return job is not None and rejection is None and name not in adm.duplicates and _finished_and_current(old, job)
+
+
+def _refused_by_queue_limit(
+    snap: Snapshot, name: str, old: JobState | None, job: AdmittedJob | None, rejection: Rejection | None,
+    run: RunObservation | None,
+) -> bool:
+    return (
+        old is not None and job is not None and rejection is None and run is None
+        and old.phase == Phase.Rejected and old.reason == Reason.QueueLimit
+        and old.spec_hash == job.spec_hash and name not in snap.admission.duplicates
+    )
 
 
 def _finished_and_current(old: JobState | None, job: AdmittedJob) -> bool:

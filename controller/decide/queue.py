@@ -11,15 +11,19 @@ from __future__ import annotations
 import math
 import operator
 import re
+from collections import Counter
 
 from controller.api.units import format_cpu_list as format_cores
 from controller.decide.gates import admissible
 from controller.decide.lifecycle import Pending
+from controller.decide.limits import Offer, Waiting, clamp, over_queue_limit, over_running_limits, user_class
 from controller.decide.policy import (
+    QueueEntry,
     charge,
     decayed_gpu_seconds,
     effective_priority,
-    queue_key,
+    order_queue,
+    order_reasons,
     quota_keys,
     quota_table,
     user_of,
@@ -52,14 +56,16 @@ def natural_key(name: str) -> tuple:
 def schedule_pending(plan: Plan, snap: Snapshot, pending: list[Pending], now: float, now_text: str, looked_at: set[str]) -> None:
     policy = snap.policy
     quotas = quota_table(policy) if policy.user_quotas or policy.label_quotas else {}
+    pending = _queue_limit(plan, snap, pending, now_text)  # 0. at most maxPendingJobsPerUser wait per user
     plan.slots = _slots(plan, snap, looked_at, quotas)  # 1. the GPUs, and who holds them
     plan.cores = _cores(plan, snap, looked_at)  # ... and the CPU cores
-    _order(plan, snap, pending, now)  # 2. queue order: priority, aging, fair share
+    entries = _order(plan, snap, pending, now)  # 2. queue order: class, fair share, aging; priority within a user
     ready = admissible(plan, snap, pending, now)  # 3. the gates
+    ready = _running_limits(plan, snap, ready, looked_at)  # ... and maxRunningJobsPerUser, maxRunningCpuJobs
     requests = [_request(job, snap, quotas) for _, job in ready]
     requests = fence_queue(requests, [job.owner_uid for _, job in ready], plan, snap, now)  # reservations
     decisions = _bind(plan, snap, ready, requests, quotas, now, now_text)  # 4. bind (and preempt)
-    started = _start_or_queue(plan, snap, ready, decisions, now, now_text)  # 5. start or queue
+    started = _start_or_queue(plan, snap, ready, decisions, now, now_text, entries)  # 5. start or queue
     # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"
     if started and any(st.reason == Reason.Dependency for st, _ in pending):
         plan.again = True
@@ -188,19 +194,100 @@ def _cores(plan: Plan, snap: Snapshot, looked_at: set[str]) -> CorePool | None:
     return pool
 
 
-def _order(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -> None:
+def _order(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -> dict[str, QueueEntry]:
+    """Sort ``pending`` in queue order (``controller.decide.policy.order_queue``); the entries by name."""
     policy = snap.policy
     usage: dict[int, float] = {}
     if policy.fair_share_half_life and len({job.owner_uid for _, job in pending}) > 1:
         usage = _fair_share_usage(plan, snap, now)
+    names = snap.host.user_names
+    classes = {uid: user_class(policy, user_of(uid, names), uid) for uid in {job.owner_uid for _, job in pending}}
+    entries = {}
     for state, job in pending:
         state.effective_priority = effective_priority(job.spec.priority, now - state.created, policy)
-    pending.sort(key=lambda sj: (
-        *queue_key(sj[1].spec.priority, now - sj[0].created, usage.get(sj[1].owner_uid, 0.0), policy),
-        sj[0].created, natural_key(sj[0].name),
-    ))
+        cls = classes[job.owner_uid]
+        entries[state.name] = QueueEntry(
+            state.name, job.owner_uid, job.spec.priority, state.created, usage.get(job.owner_uid, 0.0),
+            cls.rank, clamp(job.spec.priority, cls), cls.name, natural_key(state.name),
+        )
+    rank = {e.name: i for i, e in enumerate(order_queue(list(entries.values()), policy, now))}
+    pending.sort(key=lambda sj: rank[sj[0].name])
     if policy.aging_interval and pending:  # effective priorities step up on their own
         plan.wake(now + policy.aging_interval)
+    return entries
+
+
+def _queue_limit(plan: Plan, snap: Snapshot, pending: list[Pending], now_text: str) -> list[Pending]:
+    """Jobs that arrive beyond their user's ``maxPendingJobsPerUser`` are Rejected/QueueLimit (a
+    Sweep's child waits instead, offered to no one); the others go on to the queue."""
+    policy = snap.policy
+    if policy.max_pending_per_user is None and not any(c.max_pending is not None for c in policy.classes):
+        return pending
+    names, olds = snap.host.user_names, snap.states
+    counts = Counter(job.owner_uid for _, job in pending)
+    crowded = {uid for uid, n in counts.items() if n > (policy.max_pending_per_user or 0) or policy.classes}
+    if not crowded:
+        return pending  # the common case costs one count per waiting job
+    waiting = []
+    for state, job in pending:
+        if job.owner_uid not in crowded:
+            continue
+        old = olds.get(state.name)
+        # in the queue already, or back from a run (a retry, a preempted or suspended job): never refused
+        established = old is not None and old.phase in (Phase.Pending, Phase.Running) and old.reason != Reason.QueueLimit
+        waiting.append(Waiting(state.name, user_of(job.owner_uid, names), job.owner_uid, state.created, established,
+                               natural_key(state.name)))
+    over = over_queue_limit(waiting, policy)
+    if not over:
+        return pending
+    kept = []
+    refused: dict[int, list[str]] = {}  # owner uid -> the jobs refused this pass: one event per user, not per job
+    for state, job in pending:
+        why = over.get(state.name)
+        if why is None:
+            kept.append((state, job))
+            continue
+        state.queue_position = None
+        if state.owner is not None:  # a Sweep's child waits, and joins the queue when fewer of the user's wait
+            state.reason, state.message = Reason.QueueLimit, why.split(";")[0] + "; it joins the queue when fewer of them wait"
+            continue
+        if not (old := olds.get(state.name)) or old.reason != Reason.QueueLimit:
+            refused.setdefault(job.owner_uid, []).append(state.name)
+        state.reason, state.message = Reason.QueueLimit, why  # refused, as gflow's max_queued_jobs refuses a submit
+        state.phase = Phase.Rejected
+        state.conditions = set_condition(state.conditions, Condition.Admitted, "False", Reason.QueueLimit, why, now_text)
+    for uid, refused_names in refused.items():
+        first = refused_names[0]
+        more = f" and {len(refused_names) - 1} more (last {refused_names[-1]})" if len(refused_names) > 1 else ""
+        plan.events.append(Event(EventType.Warning, Reason.QueueLimit, first, f"{first}{more}: {over[first]}"))
+    return kept
+
+
+def _running_limits(plan: Plan, snap: Snapshot, ready: list[Pending], looked_at: set[str]) -> list[Pending]:
+    """The ready jobs (in queue order) beyond ``maxRunningJobsPerUser`` or ``maxRunningCpuJobs``
+    wait, reason JobLimit; the others are offered to the scheduler."""
+    policy = snap.policy
+    per_user = policy.max_running_per_user is not None or any(c.max_running is not None for c in policy.classes)
+    if not ready or (not per_user and policy.max_running_cpu_jobs is None):
+        return ready
+    names, jobs = snap.host.user_names, snap.admission.jobs
+    by_user: Counter = Counter()
+    cpu = 0
+    for name in _holding(plan, snap, looked_at):
+        job = jobs.get(name)
+        if job is None:
+            continue
+        by_user[(user_of(job.owner_uid, names), job.owner_uid)] += 1
+        cpu += job.spec.resources.gpus == 0
+    offers = [Offer(state.name, user_of(job.owner_uid, names), job.owner_uid, job.spec.resources.gpus == 0) for state, job in ready]
+    over = over_running_limits(offers, by_user, cpu, policy)
+    if not over:
+        return ready
+    for state, _job in ready:
+        if state.name in over:
+            state.reason, state.message = Reason.JobLimit, over[state.name]
+            state.conditions = remove_condition(state.conditions, Condition.QueueOrder)
+    return [(state, job) for state, job in ready if state.name not in over]
 
 
 def _request(job: AdmittedJob, snap: Snapshot, quotas: dict[str, QuotaUse]) -> Request:
@@ -230,11 +317,15 @@ def _bind(
 
 
 def _start_or_queue(
-    plan: Plan, snap: Snapshot, ready: list[Pending], decisions: dict[str, Binding | Wait], now: float, now_text: str
+    plan: Plan, snap: Snapshot, ready: list[Pending], decisions: dict[str, Binding | Wait], now: float, now_text: str,
+    entries: dict[str, QueueEntry],
 ) -> bool:
-    """Bound jobs start (up to ``max_starts``); the others wait, numbered. True if any started."""
+    """Bound jobs start (up to ``max_starts``); the others wait, numbered, with the QueueOrder
+    condition saying why they stand where they do. True if any started."""
     started = False
     position = 0
+    waiting = [entries[job.name] for state, job in ready if not isinstance(decisions[job.name], Binding)]
+    why = order_reasons(waiting)
     for state, job in ready:
         decision = decisions[job.name]
         if isinstance(decision, Binding) and len(plan.starts) >= snap.max_starts:
@@ -250,6 +341,10 @@ def _start_or_queue(
                 state.reason, state.message = Reason.Preempted, f"preempted earlier, waiting to run again: {decision.message}"
             position += 1
             state.queue_position = position
+            if job.name in why:
+                state.conditions = set_condition(state.conditions, Condition.QueueOrder, "True", "Ordered", why[job.name], now_text)
+            else:
+                state.conditions = remove_condition(state.conditions, Condition.QueueOrder)
     return started
 
 
@@ -271,6 +366,7 @@ def _start(plan: Plan, snap: Snapshot, state: JobState, job: AdmittedJob, decisi
     state.pid = state.backend_id = state.node = None
     state.conditions = set_condition(state.conditions, Condition.Scheduled, "True", "Bound", state.message, now_text)
     state.conditions = remove_condition(state.conditions, Condition.Preempted)
+    state.conditions = remove_condition(state.conditions, Condition.QueueOrder)
     minors = {slot.index: slot.gpu.device_minor for slot in plan.slots}
     plan.starts.append(Launch(
         job.name, state.attempt, state.generation, job, list(decision.devices), list(decision.uuids),
@@ -296,8 +392,10 @@ def _preempt(
                 continue
             if find_condition(st.conditions, Condition.Terminating) is not None:
                 return  # a stop is already under way (maybe ours): let it land before choosing more
-            running.append(Running(name, other.spec.priority, tuple(st.devices), st.start_time or 0.0))
-        victims = preemption_victims(request, job.spec.priority, plan.slots, running, threshold)
+            rank = _preemption_rank(snap, job, other, threshold)
+            if rank is not None:
+                running.append(Running(name, rank, tuple(st.devices), st.start_time or 0.0))
+        victims = preemption_victims(request, math.inf, plan.slots, running, 0)
         for victim in victims:
             st, other = plan.states[victim], snap.admission.jobs[victim]
             grace = other.spec.termination_grace_period
@@ -307,6 +405,25 @@ def _preempt(
         if victims:
             decisions[job.name] = Wait(decision.reason, f"{decision.message}; preempting {', '.join(victims)}")
         return  # only the first waiting job preempts
+
+
+def _preemption_rank(snap: Snapshot, job: AdmittedJob, victim: AdmittedJob, threshold: int) -> int | None:
+    """Where ``victim`` stands among the jobs ``job`` may preempt (lowest first), or None when it
+    may not: a user's own jobs by their priority gap; another user's only from a lower class, or
+    by the gap of the priorities their classes let count across users (a user's own priority
+    never stops another user's job)."""
+    names, policy = snap.host.user_names, snap.policy
+    mine = user_class(policy, user_of(job.owner_uid, names), job.owner_uid)
+    theirs = user_class(policy, user_of(victim.owner_uid, names), victim.owner_uid)
+    if victim.owner_uid == job.owner_uid:
+        if victim.spec.priority + threshold > job.spec.priority:
+            return None
+        return theirs.rank * 2**34 + victim.spec.priority
+    if theirs.rank < mine.rank or (
+        theirs.rank == mine.rank and clamp(victim.spec.priority, theirs) + threshold <= clamp(job.spec.priority, mine)
+    ):
+        return theirs.rank * 2**34 + clamp(victim.spec.priority, theirs)
+    return None
 
 
 def _quota_keys(job: AdmittedJob, snap: Snapshot) -> tuple[str, ...]:

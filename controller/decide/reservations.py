@@ -13,7 +13,10 @@ The queue then fences each pending job off the GPUs it may not use (:func:`fence
 - inside the window, only the listed users' jobs may use the reserved GPUs;
 - before it, anyone else's job may use them only when its ``timeLimit`` ends it by the window's
   start (a job without a timeLimit may not, however far off the window is: nothing would end it);
-- after it, the reservation is ``Expired``: kept like a finished job, blocking nothing.
+- after it, the reservation is ``Expired``: kept like a finished job, blocking nothing;
+- a window that opens further ahead than config.yaml's ``reservations.horizon`` fences nothing yet.
+A non-admin's reservation beyond config.yaml's ``reservations`` bounds (who may reserve, for whom,
+how many GPUs, how long, how far ahead) is Rejected/``Forbidden``, naming every bound it breaks.
 A fenced job that would otherwise fit waits with reason ``Reserved``. Running jobs are never
 stopped by a reservation. Wake-ups at each window's start and end re-run the queue then.
 """
@@ -26,6 +29,8 @@ from datetime import datetime, tzinfo
 from typing import Iterable
 
 from controller.api.units import format_duration
+from controller.decide.limits import reservation_violations
+from controller.decide.policy import user_of
 from controller.model.documents import AdmittedReservation
 from controller.model.plan import Event, Host, Plan, Snapshot
 from controller.model.reasons import EventType, Reason, ReservationPhase, ReservationReason
@@ -78,6 +83,7 @@ def reservation_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
     expired ones past the TTL or beyond the history are handed to prune, as finished jobs are."""
     admitted = snap.admission.reservations
     olds = snap.reservation_states
+    horizon = _horizon(snap)
     order = sorted(admitted.values(), key=lambda r: (not _kept(olds.get(r.name), r), _created(olds.get(r.name), now), r.mtime_ns, r.name))
     accepted: list[ReservationState] = []
     for reservation in order:
@@ -85,6 +91,8 @@ def reservation_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
         if state.phase in LIVE_PHASES:
             accepted.append(state)
             plan.wake(state.start if state.phase == ReservationPhase.Pending else state.end)
+            if state.start - horizon > now:  # it starts fencing jobs then
+                plan.wake(state.start - horizon)
         plan.reservations[state.name] = state
         old = olds.get(state.name)
         if old is None or (old.phase, old.reason) != (state.phase, state.reason):
@@ -95,6 +103,11 @@ def reservation_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
             plan.removed_reservations.append(name)
             plan.events.append(Event(EventType.Normal, Reason.Deleted, name, "manifest deleted; its GPUs are free", kind="reservation"))
     _expire(plan, snap, now)
+
+
+def _horizon(snap: Snapshot) -> float:
+    """How far ahead a window fences jobs (config.yaml's ``reservations.horizon``; unbounded without one)."""
+    return snap.policy.reservations.horizon if snap.policy.reservations is not None else math.inf
 
 
 def _kept(old: ReservationState | None, reservation: AdmittedReservation) -> bool:
@@ -124,6 +137,12 @@ def _resolve(
         state.phase, state.reason, state.completion_time = ReservationPhase.Expired, ReservationReason.WindowClosed, state.end
         state.message = f"window {when} ended"
         return state
+    owner = user_of(reservation.owner_uid, snap.host.user_names)
+    forbidden = reservation_violations(
+        snap.policy, owner, reservation.owner_uid, list(spec.users), spec.gpus or len(spec.devices or ()), start, spec.duration, now,
+    )
+    if forbidden:
+        return _reject(state, ReservationReason.Forbidden, f"{'; '.join(forbidden)} ({reservation.source})")
     problem = _unsatisfiable(spec, snap)
     if problem is not None:
         return _reject(state, ReservationReason.Unsatisfiable, f"{problem} ({reservation.source})")
@@ -222,14 +241,17 @@ def _expire(plan: Plan, snap: Snapshot, now: float) -> None:
 # -- the queue ------------------------------------------------------------------------------------
 
 
-def fence(req: Request, user: str | None, uid: int, live: list[Window], host: Host, now: float) -> Request:
+def fence(
+    req: Request, user: str | None, uid: int, live: list[Window], host: Host, now: float, horizon: float = math.inf,
+) -> Request:
     """``req`` with the GPUs it may not use now (``fenced``) and why (``fenced_why``), see the module
-    docstring. ``user``: the job owner's name, ``uid`` its uid (either may identify a listed user)."""
+    docstring. ``user``: the job owner's name, ``uid`` its uid (either may identify a listed user).
+    A window that opens more than ``horizon`` from now fences nothing yet."""
     fenced: set[int] = set()
     preferred: set[int] = set()
     why: list[str] = []
     for window in live:
-        if now >= window.end:
+        if now >= window.end or window.start - now > horizon:
             continue
         if _listed(window, user, uid, host) or (
             now < window.start and req.time_limit is not None and now + req.time_limit <= window.start
@@ -257,9 +279,9 @@ def fence_queue(requests: list[Request], owners: list[int], plan: Plan, snap: Sn
     live = windows(plan.reservations.values())
     if not live:
         return requests
-    names = snap.host.user_names
+    names, horizon = snap.host.user_names, _horizon(snap)
     return [
-        fence(req, names.get(uid), uid, live, snap.host, now) if req.gpus else req
+        fence(req, names.get(uid), uid, live, snap.host, now, horizon) if req.gpus else req
         for req, uid in zip(requests, owners)
     ]
 

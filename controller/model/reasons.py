@@ -72,6 +72,8 @@ class Reason(StrEnum):
     Unschedulable = "Unschedulable"
     GPUMemory = "GPUMemory"
     Quota = "Quota"
+    JobLimit = "JobLimit"  # maxRunningJobsPerUser or maxRunningCpuJobs reached (controller/decide/limits.py)
+    QueueLimit = "QueueLimit"  # Rejected: maxPendingJobsPerUser reached; a Sweep's child waits instead
     Reserved = "Reserved"  # the free GPUs are held by a Reservation for other users
     DiskFull = "DiskFull"  # the launch could not be recorded: held, retried
     DiskError = "DiskError"
@@ -110,6 +112,7 @@ class ReservationReason(StrEnum):
     WindowClosed = "WindowClosed"
     Overlap = "Overlap"  # a GPU it needs is reserved for others in an overlapping window
     Unsatisfiable = "Unsatisfiable"  # more GPUs than the machine has, a GPU it lacks, an unknown user
+    Forbidden = "Forbidden"  # beyond what config.yaml's reservations policy lets its owner ask
 
 
 class Condition(StrEnum):
@@ -125,6 +128,7 @@ class Condition(StrEnum):
     GPUsUnused = "GPUsUnused"  # some bound GPUs have no process of the job
     GPUIdle = "GPUIdle"  # no GPU activity on the job's GPUs for the idle window
     GPUMemoryNearLimit = "GPUMemoryNearLimit"  # a Shared job past 90 % of its gpuMemory
+    QueueOrder = "QueueOrder"  # while it waits in the queue: why it stands where it does
 
 
 class EventType(StrEnum):

@@ -63,7 +63,7 @@ def user_name(uid: int) -> str | None:
 
 class HostFacts:
     """Reads the host facts for each pass. conda is looked up on a resync only (a ``which`` per
-    pass would cost more than the pass); user names once per uid, and only when quotas name users."""
+    pass would cost more than the pass); user names once per uid, and only when quotas or the admin's policy name users."""
 
     def __init__(self, want_user_names: bool = False) -> None:
         self.controller_uid = os.geteuid()

@@ -52,7 +52,11 @@ class SnapshotBuilder:
         self.inventory = inventory
         self.runtime = runtime
         self.policy = policy
-        self.host = HostFacts(want_user_names=bool(policy.user_quotas))
+        # user names (one lookup per uid) for quotas and for the admin's policy: admins, classes, limits' messages
+        self.host = HostFacts(want_user_names=bool(
+            policy.user_quotas or policy.admins or policy.class_members or policy.reservations is not None
+            or policy.max_pending_per_user or policy.max_running_per_user
+        ))
         self.gpus: list[Gpu] = []
         self.gpus_read_at = -1e9  # monotonic time of the last inventory read
         self.gpus_dirty = True
