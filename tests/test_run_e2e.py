@@ -82,7 +82,8 @@ def test_dry_run_prints_the_manifest_and_writes_nothing(home, proj):
                 "--", "python3", "train.py", cwd=proj)
     assert shown.returncode == 0, shown.stderr
     assert load_one(shown.stdout) == {
-        "apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": {"name": "look"},
+        "apiVersion": "gflow.dev/v1alpha1", "kind": "Job",
+        "metadata": {"name": "look", "annotations": {"gflow.dev/environment": ".look.env"}},  # the submitter's, kept beside it
         "spec": {"command": ["python3", "train.py"], "workingDir": str(proj), "resources": {"gpus": 2}, "timeLimit": "1h30m"},
     }
     assert list((home / "jobs").iterdir()) == []
@@ -186,4 +187,5 @@ def test_after_the_last_job_and_bad_input(home, gflowd, proj):
     if os.geteuid() != 0:  # root reads anything
         result = ctl(home, "run", "secret.sh", cwd=proj)
         assert result.stderr == "error: secret.sh: not readable\n"
-    assert sorted(p.name for p in (home / "jobs").iterdir()) == sorted([f"{first}.yaml", f"{name}.yaml"])
+    assert sorted(p.name for p in (home / "jobs").glob("*.yaml")) == sorted([f"{first}.yaml", f"{name}.yaml"])
+    assert sorted(p.name for p in (home / "jobs").glob(".*")) == sorted([f".{first}.env", f".{name}.env"])

@@ -15,10 +15,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller import API_VERSION
+from controller.api.export import ENV_ANNOTATION, ENV_FILE, ExportError, exported_env
 from controller.api.names import is_valid_name
 from controller.api.sweep import parse_indices
 from controller.api.units import format_duration, parse_duration, parse_quantity
@@ -52,6 +54,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--start-after",), "start_after", help="not before: 2026-12-01T22:00:00 or +2h"),
     Flag(("--env", "-e"), "env", repeatable=True, help="K=V environment variable"),
     Flag(("--conda-env",), "conda_env", help="run inside this conda environment"),
+    Flag(("--export",), "export", help="ALL (default: your environment), NONE, VAR,... or ALL,VAR=value (as sbatch)"),
     Flag(("--retries",), "retries", help="retries after a failed attempt (spec.backoffLimit)"),
     Flag(("--label", "-l"), "label", repeatable=True, help="k=v[,k2=v2] labels"),
     Flag(("--workdir", "--chdir", "-D"), "workdir", help="working directory (default: the current one)"),
@@ -165,7 +168,7 @@ def read_directives(text: str, origin: str) -> Directives:
 _SBATCH_IGNORED = {  # accepted, but meaningless on one machine: a warning says so
     "--output", "-o", "--error", "-e", "--partition", "-p", "--account", "-A", "--nodes", "-N",
     "--ntasks", "-n", "--ntasks-per-node", "--mail-type", "--mail-user", "--qos", "-q",
-    "--cpus-per-task", "-c", "--export", "--constraint", "-C", "--exclusive", "--requeue",
+    "--cpus-per-task", "-c", "--constraint", "-C", "--exclusive", "--requeue",
 }
 
 
@@ -202,6 +205,8 @@ def _sbatch_options(words: list[str], where: str, warnings: list[str]) -> dict[s
             out["array"] = value
         elif name in ("--chdir", "-D"):
             out["workdir"] = value
+        elif name == "--export":
+            out["export"] = value
         elif name in ("--begin", "-b"):
             out["start_after"] = value
         elif name in _SBATCH_IGNORED:
@@ -394,6 +399,7 @@ class Submission:
     name: str
     warnings: list[str]
     exact_name: bool  # the user chose it (--name, # GFLOW --name): it must not exist yet
+    environment: dict[str, str] | None = None  # the submitter's, as --export says (api/export.py)
 
 
 def build(
@@ -407,8 +413,10 @@ def build(
     suffix: str,
     last_job: str | None = None,
     name_from_sbatch: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> Submission:
-    """The manifest for one ``run``. Exactly one of ``command`` and ``script_text``."""
+    """The manifest for one ``run``. Exactly one of ``command`` and ``script_text``. ``environ``:
+    the submitter's environment, carried as ``--export`` says (none when not given)."""
     spec: dict[str, Any] = {}
     if script_text is not None:
         spec["script"] = pinned_script(script_text, script_path or "script", script_args or [])
@@ -466,6 +474,14 @@ def build(
     metadata: dict[str, Any] = {"name": name}
     if "label" in options:
         metadata["labels"] = _pairs("-l", options["label"], split_commas=True)
+    environment = None
+    if environ is not None:
+        try:
+            environment = exported_env(options.get("export"), environ)
+        except ExportError as exc:
+            raise SubmitError(str(exc)) from None
+    if environment is not None:
+        metadata["annotations"] = {ENV_ANNOTATION: ENV_FILE.format(name=name)}
 
     matrix = parse_params(options["param"]) if "param" in options else None
     array = parse_array(options["array"]) if "array" in options else None
@@ -477,7 +493,7 @@ def build(
         if "parallelism" in options:
             raise SubmitError("--max-concurrent is for sweeps: add --param or --array")
         manifest = {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
-        return Submission(manifest, "job", name, [], exact)
+        return Submission(manifest, "job", name, [], exact, environment)
     sweep: dict[str, Any] = {}
     parallelism = None
     if matrix is not None:
@@ -492,7 +508,7 @@ def build(
         sweep["parallelism"] = parallelism
     sweep["template"] = spec
     manifest = {"apiVersion": API_VERSION, "kind": "Sweep", "metadata": metadata, "spec": sweep}
-    return Submission(manifest, "sweep", name, [], exact)
+    return Submission(manifest, "sweep", name, [], exact, environment)
 
 
 def _absolute(path: str, cwd: str) -> str:

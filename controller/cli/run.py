@@ -70,10 +70,10 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
         sys.stderr.write(f"warning: {warning}\n")
     check_names(home, submission)
     text = render(submission.manifest)
-    return _submit(home, submission.kind, submission.name, text, cli)
+    return _submit(home, submission.kind, submission.name, text, cli, submission.environment)
 
 
-def _submit(home: Home, kind: str, name: str, text: str, cli: dict) -> int:
+def _submit(home: Home, kind: str, name: str, text: str, cli: dict, environment: dict[str, str] | None = None) -> int:
     doc, errors = check_submission(home, text)
     if doc is None:
         for error in errors:
@@ -83,7 +83,7 @@ def _submit(home: Home, kind: str, name: str, text: str, cli: dict) -> int:
     if dry_run and cli.get("output") == "yaml":
         sys.stdout.write(text)
         return 0
-    verb = store_submission(home, doc, dry_run)
+    verb = store_submission(home, doc, dry_run, environment)
     if cli.get("quiet") or cli.get("output") == "name":
         print(name if cli.get("quiet") else f"{kind}/{name}", flush=True)
     else:

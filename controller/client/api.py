@@ -89,11 +89,13 @@ class Client:
         retries: int | None = None,
         labels: Mapping[str, str] | None = None,
         workdir: str | os.PathLike[str] | None = None,
+        export: str | None = None,
         dry_run: bool = False,
     ) -> Submitted:
         """``gflowctl run``: a command (a list, or a string split like a shell line, run without a
         shell) or a ``script`` file (its ``# GFLOW``/``#SBATCH`` lines read; ``args`` passed to it).
-        The options are run's flags; the job runs in the current directory unless ``workdir``."""
+        The options are run's flags; the job runs in the current directory unless ``workdir``, with
+        this process's environment unless ``export`` says otherwise (``--export``)."""
         options = _options(locals())
         return self._run(options, command, script, args, dry_run)
 
@@ -154,7 +156,7 @@ class Client:
         doc, errors = check_submission(self.home, text)
         if doc is None:
             raise GflowError("; ".join(errors))
-        verb = store_submission(self.home, doc, dry_run)
+        verb = store_submission(self.home, doc, dry_run, submission.environment)
         if doc.warning:
             warnings.warn(doc.warning, stacklevel=3)
         if not dry_run:
@@ -342,7 +344,8 @@ def _options(given: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_ALLOWED = {"name", "gpus", "gpu_type", "gpu_memory", "memory", "time", "priority", "start_after", "conda_env", "retries"}
+_ALLOWED = {"name", "gpus", "gpu_type", "gpu_memory", "memory", "time", "priority", "start_after", "conda_env", "retries",
+            "export"}
 
 
 def _indices(indices: str | range | None) -> str:

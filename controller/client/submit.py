@@ -73,6 +73,7 @@ def build_submission(
             suffix=free_suffix(home),
             last_job=_last_job(home),
             name_from_sbatch=name_from_sbatch,
+            environ=os.environ,
         )
     except SubmitError as exc:
         raise GflowError(str(exc)) from None
@@ -96,10 +97,36 @@ def check_submission(home: Home, text: str) -> tuple[Doc | None, list[str]]:
     return (docs[0] if docs and not errors else None), errors
 
 
-def store_submission(home: Home, doc: Doc, dry_run: bool) -> str:
-    """Write the checked manifest into the spec dir; the verb (created)."""
+def store_submission(home: Home, doc: Doc, dry_run: bool, environment: dict[str, str] | None = None) -> str:
+    """Write the checked manifest into the spec dir; the verb (created). ``environment`` (the
+    submitter's, ``api/export.py``) is written first, so gflowd never sees the job without it."""
     home.spec_dir.mkdir(parents=True, exist_ok=True)
-    return store_document(home, doc, dry_run)
+    if dry_run or environment is None:
+        return store_document(home, doc, dry_run)
+    env_path = write_environment(home.spec_dir, doc.name, environment)
+    try:
+        return store_document(home, doc, dry_run)
+    except BaseException:
+        env_path.unlink(missing_ok=True)
+        raise
+
+
+def write_environment(folder: Path, name: str, environment: dict[str, str]) -> Path:
+    """The job's ``.NAME.env`` beside its manifest: mode 0600, this user's, written whole."""
+    import tempfile  # lazy: only a submission that carries an environment writes one
+
+    from controller.api.export import ENV_FILE, encode
+
+    path = folder / ENV_FILE.format(name=name)
+    fd, temp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=folder)  # 0600
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(encode(environment))
+        os.rename(temp, path)
+    except OSError as exc:
+        os.unlink(temp)
+        raise GflowError(f"cannot keep the job's environment in {path}: {exc.strerror}") from None
+    return path
 
 
 def exists(home: Home, name: str) -> bool:
