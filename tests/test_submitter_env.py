@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 
 import pytest
 
@@ -104,3 +105,17 @@ def test_exported_env_follows_sbatch(export, want):
 def test_a_bad_export_names_the_fix(export):
     with pytest.raises(ValueError, match="use ALL, NONE"):
         exported_env(export, {})
+
+
+def test_the_python_clients_submit_carries_it_too(box, gflowd):
+    daemon = gflowd(home=box.home)
+    code = ("from controller.client import Client; import sys; "
+            f"print(Client(home={str(box.home)!r}).submit(['python3', '-c', sys.argv[1]]).name)")
+    result = subprocess.run([str(box.venv / "bin" / "python"), "-c", code, PROBE], env=box.env(MY_TOKEN="from-client"),
+                            cwd=str(box.project), capture_output=True, text=True, timeout=60,
+                            user=box.user.pw_uid, group=box.user.pw_gid, extra_groups=[])
+    assert result.returncode == 0, result.stderr
+    name = result.stdout.strip()
+    wait_phase(box.home, name, "Succeeded", daemon=daemon, timeout=60)
+    seen = values(read_log(box.home, name))
+    assert (seen["prefix"], seen["token"]) == (str(box.venv), "from-client")

@@ -61,6 +61,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--param",), "param", repeatable=True, help="KEY=V1,V2,...: a sweep over the cartesian product"),
     Flag(("--array",), "array", help="0-9 or 0-9%2: a job array (a Sweep over indices, %N = parallelism)"),
     Flag(("--max-concurrent", "--parallelism"), "parallelism", help="a sweep: at most N children at once"),
+    Flag(("--no-check",), "no_check", takes_value=False, cli_only=True,
+         help="skip the submit-time checks of the program (exists, executable, on the job's PATH)"),
     Flag(("--dry-run",), "dry_run", takes_value=False, cli_only=True, help="print what would be written; write nothing"),
     Flag(("--output", "-o"), "output", cli_only=True, help="with --dry-run: yaml prints the manifest"),
     Flag(("--quiet", "-q"), "quiet", takes_value=False, cli_only=True, help="print only the name"),

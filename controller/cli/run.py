@@ -18,7 +18,7 @@ from pathlib import Path
 from controller.api.submit import FLAGS, SubmitError, parse_flags, render
 from controller.cli.common import CliError, print_error, printable, resolve_home
 from controller.client.state import is_running, read_status
-from controller.client.submit import build_submission, check_names, check_submission, read_script, remember, store_submission
+from controller.client.submit import build_submission, check_names, check_program, check_submission, read_script, remember, store_submission
 from controller.paths import Home
 
 USAGE = """usage: gflowctl run [flags] -- CMD [ARGS...]
@@ -69,6 +69,8 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
     for warning in script.warnings if script is not None else []:
         sys.stderr.write(f"warning: {warning}\n")
     check_names(home, submission)
+    if not options.get("no_check"):
+        check_program(submission, script, rest[1:])
     text = render(submission.manifest)
     return _submit(home, submission.kind, submission.name, text, cli, submission.environment)
 

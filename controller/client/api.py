@@ -90,12 +90,14 @@ class Client:
         labels: Mapping[str, str] | None = None,
         workdir: str | os.PathLike[str] | None = None,
         export: str | None = None,
+        check: bool = True,
         dry_run: bool = False,
     ) -> Submitted:
         """``gflowctl run``: a command (a list, or a string split like a shell line, run without a
         shell) or a ``script`` file (its ``# GFLOW``/``#SBATCH`` lines read; ``args`` passed to it).
         The options are run's flags; the job runs in the current directory unless ``workdir``, with
-        this process's environment unless ``export`` says otherwise (``--export``)."""
+        this process's environment unless ``export`` says otherwise (``--export``). ``check=False``:
+        no submit-time check of the program (``--no-check``)."""
         options = _options(locals())
         return self._run(options, command, script, args, dry_run)
 
@@ -132,6 +134,7 @@ class Client:
         from controller.client.submit import (
             build_submission,
             check_names,
+            check_program,
             check_submission,
             read_script,
             remember,
@@ -152,6 +155,8 @@ class Client:
         for warning in read.warnings if read is not None else []:
             warnings.warn(warning, stacklevel=3)
         check_names(self.home, submission)
+        if not options.get("no_check"):
+            check_program(submission, read, [str(a) for a in args])
         text = render(submission.manifest)
         doc, errors = check_submission(self.home, text)
         if doc is None:
@@ -323,6 +328,10 @@ def _options(given: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword options -> ``gflowctl run``'s parsed flags (``controller.api.submit.FLAGS`` dests)."""
     out: dict[str, Any] = {}
     for key, value in given.items():
+        if key == "check":
+            if not value:
+                out["no_check"] = True
+            continue
         if key in ("self", "command", "script", "args", "dry_run") or value is None or value is False:
             continue
         if key in ("env", "labels"):

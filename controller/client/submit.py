@@ -80,6 +80,26 @@ def build_submission(
     return submission
 
 
+def check_program(submission: Submission, script: Script | None, script_args: list[str]) -> None:
+    """What the job runs exists, can be executed and is no Python file bash or exec would choke on
+    (``precheck.py``); looked at now, as the submitter, not after hours in the queue."""
+    from controller.client.precheck import check_program as check, check_script, job_path  # lazy: run only
+
+    spec = submission.manifest["spec"].get("template", submission.manifest["spec"])
+    if script is not None:
+        problem = check_script(script.path, script_args)
+    elif spec.get("command"):
+        workdir = os.path.expanduser(spec.get("workingDir") or os.getcwd())
+        if spec.get("condaEnv"):  # the environment's PATH is conda's: only a program given with a path is looked at
+            problem = check(spec["command"], workdir, None) if os.sep in spec["command"][0] else None
+        else:
+            problem = check(spec["command"], workdir, *job_path(submission.environment, spec.get("env") or {}))
+    else:
+        problem = None
+    if problem:
+        raise GflowError(f"{problem} (--no-check submits it anyway)")
+
+
 def check_names(home: Home, submission: Submission) -> None:
     """Every job it depends on exists and, when the user chose its name, that name is free."""
     spec = submission.manifest["spec"].get("template", submission.manifest["spec"])

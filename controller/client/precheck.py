@@ -1,0 +1,113 @@
+"""Submit-time checks of what a job will run (``gflowctl run``, ``Client.submit``): mistakes that
+would otherwise show only once a GPU frees, hours later. Run by the submitter, so every look is
+made as the job's own user, with the PATH the job will have (the submitter's, when ``--export``
+carries it; else the login PATH gflowd gives). ``--no-check`` (``check=False``) skips them.
+
+Refused, each with the fix: a program given with a path that does not exist or cannot be executed;
+a program not on the job's PATH; a file without ``#!`` that looks like Python, given as the program
+(the kernel cannot exec it) or as the script (bash would run it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shlex
+import shutil
+
+_PYTHON_LINE = re.compile(r"^(import \w|from [\w.]+ import |def \w+\(|class \w+[:(]|if __name__ == )")
+
+
+def check_program(argv: list[str], workdir: str, path: str | None, path_is: str = "") -> str | None:
+    """Why ``argv`` cannot start in ``workdir`` with ``PATH=path`` (``path_is``: whose PATH, for the
+    message), with the fix; None if it can."""
+    program = argv[0]
+    if "{" in program:  # a sweep's placeholder: each child's differs
+        return None
+    if os.sep not in program:
+        if shutil.which(program, path=path or "") is not None:
+            return None
+        return _not_on_path(program, argv, workdir, path_is or f"PATH={path}")
+    where = os.path.join(workdir, os.path.expanduser(program))
+    if not os.path.exists(where):
+        near = _near(program, workdir)
+        return f"{program}: no such file in {workdir}" + (f"; did you mean {near}?" if near else "")
+    if os.path.isdir(where):
+        return f"{program} is a folder, not a program"
+    if not os.access(where, os.X_OK):
+        hint = f"-- python3 {_args(argv)}" if looks_like_python(where) else f"-- bash {_args(argv)}"
+        return f"{program} is not executable: chmod +x {shlex.quote(program)}, or did you mean: {hint}"
+    if _without_shebang(where) and looks_like_python(where):
+        return f"{program} has no #! line and looks like Python: did you mean: -- python3 {_args(argv)}"
+    return None
+
+
+def check_script(script_path: str, args: list[str]) -> str | None:
+    """``run SCRIPT`` runs a script without ``#!`` with bash: refused when it looks like Python."""
+    if _without_shebang(script_path) and looks_like_python(script_path):
+        shown = _args([script_path, *args])
+        return f"{script_path} has no #! line and looks like Python (bash would run it): did you mean: gflowctl run -- python3 {shown}"
+    return None
+
+
+def looks_like_python(path: str) -> bool:
+    if path.endswith(".py"):
+        return True
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False
+    return any(_PYTHON_LINE.match(line) for line in head.splitlines())
+
+
+def job_path(environment: dict[str, str] | None, spec_env: dict[str, str]) -> tuple[str, str]:
+    """The PATH the job will have, and whose it is: ``-e PATH=``, else the submitter's carried
+    one, else the login one."""
+    if "PATH" in spec_env:
+        return spec_env["PATH"], "-e PATH"
+    if environment is not None and "PATH" in environment:
+        return environment["PATH"], "yours, as --export carries it"
+    import pwd  # lazy: only a submission without its own PATH looks up the login one
+
+    from controller.act.runtime.login import account_of, login_env, system_files
+
+    path = login_env(account_of(pwd.getpwuid(os.getuid())), system_files())["PATH"]
+    return path, f"the login PATH {path}; --export=NONE carries none of yours"
+
+
+def _not_on_path(program: str, argv: list[str], workdir: str, path_is: str) -> str:
+    text = f"{program}: not found on the job's PATH ({path_is})"
+    local = os.path.join(workdir, program)
+    found = program if os.path.isfile(local) else _near(program, workdir)
+    if found is None:
+        return text
+    rest = _args([found, *argv[1:]])
+    where = os.path.join(workdir, found)
+    if looks_like_python(where) and (_without_shebang(where) or not os.access(where, os.X_OK)):
+        return f"{text}; did you mean: -- python3 {rest}"
+    return f"{text}; did you mean: -- ./{rest}"
+
+
+def _near(program: str, workdir: str) -> str | None:
+    """A file of ``workdir`` whose name is close to ``program``'s (a typo)."""
+    folder, name = os.path.split(program)
+    try:
+        names = os.listdir(os.path.join(workdir, os.path.expanduser(folder)))
+    except OSError:
+        return None
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    return os.path.join(folder, close[0]) if close else None
+
+
+def _without_shebang(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) != b"#!"
+    except OSError:
+        return False
+
+
+def _args(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
