@@ -109,7 +109,7 @@ def test_an_unchanged_sbatch_script_is_honoured_and_pinned(home, gflowd, proj, f
     name = created_name(submitted)
     assert name.startswith("resnet-train-")
     assert "train.sbatch line 6: #SBATCH --partition is ignored on one machine" in submitted.stderr
-    assert "#SBATCH --output is ignored" in submitted.stderr
+    assert "#SBATCH --output" not in submitted.stderr  # honoured (below)
     assert "the job starts when it runs" in submitted.stderr
     script.write_text(script.read_text().replace("version 1", "version 2"))
     stored = load_one((home / "jobs" / f"{name}.yaml").read_text())["spec"]
@@ -120,6 +120,7 @@ def test_an_unchanged_sbatch_script_is_honoured_and_pinned(home, gflowd, proj, f
     assert len(status["devices"]) == 2
     devices = ",".join(map(str, status["devices"]))
     assert read_log(home, name) == f"version 1 in {proj} with {devices} args a b c\nno -e, as in sbatch\n"
+    assert (proj / f"ResNet_Train-{name}.log").read_text() == read_log(home, name)  # --output=%x-%j.log
 
 
 def test_flags_override_directives_and_a_typo_in_gflow_directives_stops(home, proj):

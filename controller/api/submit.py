@@ -129,7 +129,7 @@ _SBATCH_RE = re.compile(r"^#SBATCH\b\s?(.*)$")
 
 @dataclass
 class Directives:
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # with "sbatch_script": True after any #SBATCH line
     warnings: list[str] = field(default_factory=list)
     name_from_sbatch: bool = False
 
@@ -164,13 +164,15 @@ def read_directives(text: str, origin: str) -> Directives:
             if isinstance(exc, SubmitError):
                 raise
             raise SubmitError(f"{where}{exc}") from None
+    if any(_SBATCH_RE.match(line.strip()) for line in text.splitlines()[:1000]):
+        sbatch["sbatch_script"] = True  # a script written for Slurm: it gets the variables such scripts read
     return Directives(merge(sbatch, gflow), warnings, "name" in sbatch and "name" not in gflow)
 
 
 _SBATCH_IGNORED = {  # accepted, but meaningless on one machine: a warning says so
-    "--output", "-o", "--error", "-e", "--partition", "-p", "--account", "-A", "--nodes", "-N",
+    "--partition", "-p", "--account", "-A", "--nodes", "-N",
     "--ntasks", "-n", "--ntasks-per-node", "--mail-type", "--mail-user", "--qos", "-q",
-    "--cpus-per-task", "-c", "--constraint", "-C", "--exclusive", "--requeue",
+    "--constraint", "-C", "--exclusive", "--requeue",
 }
 
 
@@ -207,6 +209,12 @@ def _sbatch_options(words: list[str], where: str, warnings: list[str]) -> dict[s
             out["array"] = value
         elif name in ("--chdir", "-D"):
             out["workdir"] = value
+        elif name in ("--output", "-o"):
+            out["slurm_output"] = value
+        elif name in ("--error", "-e"):
+            out["slurm_error"] = value
+        elif name in ("--cpus-per-task", "-c"):
+            out["cpus"] = value
         elif name == "--export":
             out["export"] = value
         elif name in ("--begin", "-b"):
@@ -421,7 +429,7 @@ def build(
     the submitter's environment, carried as ``--export`` says (none when not given)."""
     spec: dict[str, Any] = {}
     if script_text is not None:
-        spec["script"] = pinned_script(script_text, script_path or "script", script_args or [])
+        spec["script"] = ""  # pinned below, once its name is known (#SBATCH --output's %x %j)
     else:
         if not command:
             raise SubmitError("nothing to run: give a command after -- (gflowctl run -- python3 train.py) or a script")
@@ -441,6 +449,8 @@ def build(
         resources["gpuMemory"] = parse_memory(options["gpu_memory"])
     if "memory" in options:
         resources["memory"] = parse_memory(options["memory"])
+    if "cpus" in options:
+        resources["cpus"] = _integer("--cpus-per-task", options["cpus"], 1)
     if resources:
         spec["resources"] = resources
     if options.get("shared"):
@@ -491,6 +501,12 @@ def build(
         raise SubmitError("use --param or --array, not both")
     if options.get("interactive") and (matrix is not None or array is not None):
         raise SubmitError("-it attaches to one job: drop --param/--array (or submit the sweep without -it)")
+    if script_text is not None:
+        slurm = slurm_job(options, name, script_path or "script", cwd, array is not None) if options.get("sbatch_script") else None
+        if slurm is not None:
+            spec["env"] = {**slurm.env, **spec.get("env", {})}  # the user's --env wins
+        spec["script"] = pinned_script(script_text, script_path or "script", script_args or [],
+                                       output=slurm.output if slurm else None, error=slurm.error if slurm else None)
     if matrix is None and array is None:
         if "parallelism" in options:
             raise SubmitError("--max-concurrent is for sweeps: add --param or --array")
@@ -519,13 +535,47 @@ def _absolute(path: str, cwd: str) -> str:
     return os.path.normpath(os.path.join(cwd, path))
 
 
+@dataclass
+class SlurmJob:
+    """What a script written for Slurm reads and names: its variables and its output paths."""
+
+    env: dict[str, str]
+    output: str | None
+    error: str | None
+
+
+def slurm_job(options: dict[str, Any], name: str, script_path: str, cwd: str, array: bool) -> SlurmJob:
+    """``SLURM_*`` variables and ``--output``/``--error`` paths with ``%x %j %A %a %%`` filled in. The
+    job's id (``SLURM_JOB_ID``, ``%j``) is its gflow name: unique on the machine and what every
+    gflowctl verb takes. An array's tasks are a Sweep's children: ``{sweep}``/``{index}`` are
+    filled in per child (``decide/sweeps.py``)."""
+    job_name = options.get("name") or os.path.basename(script_path)  # sbatch's: -J, else the script's name
+    job_id = "{sweep}-{index}" if array else name
+    env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": job_name, "SLURM_SUBMIT_DIR": cwd}
+    if array:
+        env["SLURM_ARRAY_JOB_ID"] = "{sweep}"
+    if "cpus" in options:
+        env["SLURM_CPUS_PER_TASK"] = str(options["cpus"])
+    fields = {"x": job_name, "j": job_id, "A": "{sweep}" if array else job_id, "a": "{index}" if array else "0", "%": "%"}
+
+    def fill(pattern: str | None) -> str | None:
+        if pattern is None:
+            return None
+        return re.sub(r"%(\d*)([xjAa%])", lambda m: fields[m.group(2)].zfill(int(m.group(1) or 0)), pattern)
+
+    output, error = fill(options.get("slurm_output")), fill(options.get("slurm_error"))
+    return SlurmJob(env, output, None if error == output else error)
+
+
 _DELIMITER = "GFLOW_PINNED_SCRIPT"
 
 
-def pinned_script(text: str, path: str, args: list[str]) -> str:
+def pinned_script(text: str, path: str, args: list[str], output: str | None = None, error: str | None = None) -> str:
     """A bash script that writes ``text`` (the user's script as it was at submission) to a private
     temporary file and runs it with ``args``, by its own ``#!`` line (bash without one), with
-    sbatch's semantics: no ``-e`` unless the script sets it."""
+    sbatch's semantics: no ``-e`` unless the script sets it. ``output``/``error`` (``#SBATCH
+    --output/--error``): its stdout (and stderr, without ``error``) also go to these files, made by
+    the job's user in its working directory as sbatch makes them; the job's log keeps everything."""
     delimiter = _DELIMITER
     lines = text.splitlines()
     while delimiter in lines:
@@ -533,6 +583,19 @@ def pinned_script(text: str, path: str, args: list[str]) -> str:
     body = text if text.endswith("\n") else text + "\n"
     runner = '"$pinned"' if text.startswith("#!") else 'bash "$pinned"'
     quoted = "".join(" " + shlex.quote(a) for a in args)
+    streams, waits = "", ""
+    folders = sorted({os.path.dirname(p) for p in (output, error) if p is not None and os.path.dirname(p)})
+    if folders:  # sbatch needs them to exist; making them (as the job's user) spares a lost job
+        streams += "mkdir -p --" + "".join(" " + shlex.quote(f) for f in folders) + "\n"
+    if output is not None:  # tee: into the file and the job's log; waited for, so the file is whole at the end
+        streams += f"exec > >(tee -- {shlex.quote(output)}){'' if error is not None else ' 2>&1'}; out_pid=$!\n"
+        waits += " $out_pid"
+    if error is not None:
+        streams += f"exec 2> >(tee -- {shlex.quote(error)} >&2); err_pid=$!\n"
+        waits += " $err_pid"
+    run = f"{runner}{quoted}\n"
+    if waits:
+        run = f"{runner}{quoted}\ncode=$?\nexec >&- 2>&-\nwait{waits}\nexit $code\n"
     return (
         f"# {path} as it was when submitted (gflowctl run pins it: editing the file changes no queued job)\n"
         "set +e\n"
@@ -542,7 +605,7 @@ def pinned_script(text: str, path: str, args: list[str]) -> str:
         f"{body}"
         f"{delimiter}\n"
         'chmod +x "$pinned"\n'
-        f"{runner}{quoted}\n"
+        f"{streams}{run}"
     )
 
 
