@@ -22,7 +22,6 @@ from typing import Any
 from controller import API_VERSION
 from controller.api.export import ENV_ANNOTATION, ENV_FILE, ExportError, exported_env
 from controller.api.names import is_valid_name
-from controller.api.sweep import parse_indices
 from controller.api.units import format_duration, parse_duration, parse_quantity
 from controller.util.yamlio import dump
 
@@ -359,6 +358,8 @@ def parse_params(items: list[str]) -> dict[str, list[str]]:
 
 def parse_array(text: str) -> tuple[str, int | None]:
     """``0-9%2`` -> (``"0-9"``, 2)."""
+    from controller.api.sweep import parse_indices  # lazy: its module loads pydantic (~200 ms), only --array needs it
+
     indices, percent, limit = text.partition("%")
     try:
         parse_indices(indices)
