@@ -119,3 +119,15 @@ def test_the_python_clients_submit_carries_it_too(box, gflowd):
     wait_phase(box.home, name, "Succeeded", daemon=daemon, timeout=60)
     seen = values(read_log(box.home, name))
     assert (seen["prefix"], seen["token"]) == (str(box.venv), "from-client")
+
+
+def test_exec_in_the_job_has_its_environment_too(box, gflowd):
+    daemon = gflowd(home=box.home)
+    name = submit(box, "--", "sleep", "600", env=box.env(MY_TOKEN="the-users"))
+    wait_phase(box.home, name, "Running", daemon=daemon, timeout=60)
+    result = box.gflowctl("exec", name, "--", "python3", "-c", PROBE)
+    assert result.returncode == 0, result.stderr
+    seen = values(result.stdout)
+    assert (seen["prefix"], seen["token"]) == (str(box.venv), "the-users")
+    assert box.gflowctl("cancel", name).returncode == 0
+    wait_phase(box.home, name, "Cancelled", daemon=daemon, timeout=60)

@@ -79,7 +79,8 @@ def enter_terminal(tty_fd: int, uid: int | None, gid: int | None) -> None:
         os.close(tty_fd)
 
 
-def _become_exec(spec: dict, argv: list[str], fds: list[int], join_cgroup: Callable[[list[str]], None] | None) -> None:
+def _become_exec(spec: dict, argv: list[str], fds: list[int], join_cgroup: Callable[[list[str]], None] | None,
+                 environment: Callable[[dict], dict] | None = None) -> None:
     """In the forked child: ``argv`` in the job's allocation (its user, environment, working dir,
     cgroups) on the client's stdin, stdout and stderr. Never returns; 127 when there is no such
     command, 126 when it cannot run, as a shell says."""
@@ -98,11 +99,12 @@ def _become_exec(spec: dict, argv: list[str], fds: list[int], join_cgroup: Calla
             os.setgroups(spec.get("groups") or [])
             os.setgid(gid)
             os.setuid(uid)
+        env = environment(spec) if environment is not None else spec["env"]  # as the job's user: its submitter's env file
         try:
             os.chdir(spec["cwd"])
         except OSError:
             os.chdir("/")
-        os.execvpe(argv[0], argv, spec["env"])
+        os.execvpe(argv[0], argv, env)
     except BaseException as exc:
         text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         missing = isinstance(exc, FileNotFoundError)
@@ -142,9 +144,11 @@ class Control:
     """The attempt's control socket and, for a tty job, the pty master behind it (module notes)."""
 
     def __init__(self, spec: dict, stamp_path: str, listener: socket.socket | None = None,
-                 join_cgroup: Callable[[list[str]], None] | None = None):
+                 join_cgroup: Callable[[list[str]], None] | None = None,
+                 environment: Callable[[dict], dict] | None = None):
         self.spec = spec
         self.join_cgroup = join_cgroup  # how an exec'd command enters the job's cgroup
+        self.environment = environment  # the job's whole environment, read as its user (supervisor.py)
         self.name = str(spec.get("name"))
         self.owner = spec.get("uid") if spec.get("uid") is not None else os.geteuid()
         self.stamp_path = stamp_path
@@ -424,7 +428,7 @@ class Control:
             client.mode = "exec"
             pid = os.fork()
             if pid == 0:
-                _become_exec(self.spec, argv, client.fds, self.join_cgroup)
+                _become_exec(self.spec, argv, client.fds, self.join_cgroup, self.environment)
             client.pid = pid
             for fd in client.fds:
                 os.close(fd)

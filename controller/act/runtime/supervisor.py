@@ -345,7 +345,7 @@ class Supervisor:
             signal.signal(sig, lambda *_: None)
         started_wall = time.time()
         started_mono = time.monotonic()
-        self.control = Control(self.spec, self.paths["input"], join_cgroup=join_cgroup)
+        self.control = Control(self.spec, self.paths["input"], join_cgroup=join_cgroup, environment=job_environment)
         try:
             code, error = self._spawn()
         except NotLaunched as exc:
