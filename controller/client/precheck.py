@@ -5,7 +5,8 @@ carries it; else the login PATH gflowd gives). ``--no-check`` (``check=False``) 
 
 Refused, each with the fix: a program given with a path that does not exist or cannot be executed;
 a program not on the job's PATH; a file without ``#!`` that looks like Python, given as the program
-(the kernel cannot exec it) or as the script (bash would run it).
+(the kernel cannot exec it) or as the script (bash would run it); a file an interpreter is given
+(``python3 trian.py``) that does not exist.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ def check_program(argv: list[str], workdir: str, path: str | None, path_is: str 
     if "{" in program:  # a sweep's placeholder: each child's differs
         return None
     if os.sep not in program:
-        if shutil.which(program, path=path or "") is not None:
-            return None
-        return _not_on_path(program, argv, workdir, path_is or f"PATH={path}")
+        if shutil.which(program, path=path or "") is None:
+            return _not_on_path(program, argv, workdir, path_is or f"PATH={path}")
+        return _interpreted_file(argv, workdir)
     where = os.path.join(workdir, os.path.expanduser(program))
     if not os.path.exists(where):
         near = _near(program, workdir)
@@ -49,6 +50,20 @@ def check_script(script_path: str, args: list[str]) -> str | None:
         shown = _args([script_path, *args])
         return f"{script_path} has no #! line and looks like Python (bash would run it): did you mean: gflowctl run -- python3 {shown}"
     return None
+
+
+_INTERPRETERS = re.compile(r"^(python[\d.]*|bash|sh|zsh|Rscript|julia|perl|ruby|node)$")
+
+
+def _interpreted_file(argv: list[str], workdir: str) -> str | None:
+    """``python3 trian.py``: the file an interpreter is given (its first argument) must exist."""
+    if len(argv) < 2 or not _INTERPRETERS.match(argv[0]) or argv[1].startswith("-") or "{" in argv[1]:
+        return None
+    where = os.path.join(workdir, os.path.expanduser(argv[1]))
+    if os.path.exists(where):
+        return None
+    near = _near(argv[1], workdir)
+    return f"{argv[1]}: no such file in {workdir}" + (f"; did you mean: -- {_args([argv[0], near, *argv[2:]])}" if near else "")
 
 
 def looks_like_python(path: str) -> bool:
