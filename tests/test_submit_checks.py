@@ -38,7 +38,7 @@ def test_mistakes_are_refused_with_the_fix_and_no_check_submits_anyway(box, gflo
         ("train.py",): "train.py has no #! line and looks like Python (bash would run it): did you mean: gflowctl run -- python3 train.py",
         ("--", "./missing.sh"): f"./missing.sh: no such file in {box.project}",
         ("--", "python3", "trian.py", "--lr", "1"): f"trian.py: no such file in {box.project}; did you mean: -- python3 train.py --lr 1",
-        ("--export=NONE", "--", "python3.99"): "python3.99: not found on the job's PATH (the login PATH",
+        ("--export=NONE", "--", "./train.py"): "./train.py is not executable",
     }
     for argv, message in expected.items():
         result = box.gflowctl("run", *argv)

@@ -1,7 +1,8 @@
 """Submit-time checks of what a job will run (``gflowctl run``, ``Client.submit``): mistakes that
 would otherwise show only once a GPU frees, hours later. Run by the submitter, so every look is
 made as the job's own user, with the PATH the job will have (the submitter's, when ``--export``
-carries it; else the login PATH gflowd gives). ``--no-check`` (``check=False``) skips them.
+carries it; with the login PATH gflowd gives, a program without a path is its supervisor's to find).
+``--no-check`` (``check=False``) skips them.
 
 Refused, each with the fix: a program given with a path that does not exist or cannot be executed;
 a program not on the job's PATH; a file without ``#!`` that looks like Python, given as the program
@@ -27,7 +28,9 @@ def check_program(argv: list[str], workdir: str, path: str | None, path_is: str 
     if "{" in program:  # a sweep's placeholder: each child's differs
         return None
     if os.sep not in program:
-        if shutil.which(program, path=path or "") is None:
+        if path is None:  # the login PATH: the job's supervisor looks
+            return None
+        if shutil.which(program, path=path) is None:
             return _not_on_path(program, argv, workdir, path_is or f"PATH={path}")
         return _interpreted_file(argv, workdir)
     where = os.path.join(workdir, os.path.expanduser(program))
@@ -77,19 +80,15 @@ def looks_like_python(path: str) -> bool:
     return any(_PYTHON_LINE.match(line) for line in head.splitlines())
 
 
-def job_path(environment: dict[str, str] | None, spec_env: dict[str, str]) -> tuple[str, str]:
+def job_path(environment: dict[str, str] | None, spec_env: dict[str, str]) -> tuple[str | None, str]:
     """The PATH the job will have, and whose it is: ``-e PATH=``, else the submitter's carried
-    one, else the login one."""
+    one; None when it is the login PATH gflowd gives (``act/runtime/login.py``, which the client
+    does not load): then only a program given with a path is looked at."""
     if "PATH" in spec_env:
         return spec_env["PATH"], "-e PATH"
     if environment is not None and "PATH" in environment:
         return environment["PATH"], "yours, as --export carries it"
-    import pwd  # lazy: only a submission without its own PATH looks up the login one
-
-    from controller.act.runtime.login import account_of, login_env, system_files
-
-    path = login_env(account_of(pwd.getpwuid(os.getuid())), system_files())["PATH"]
-    return path, f"the login PATH {path}; --export=NONE carries none of yours"
+    return None, ""
 
 
 def _not_on_path(program: str, argv: list[str], workdir: str, path_is: str) -> str:

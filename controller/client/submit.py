@@ -135,7 +135,7 @@ def write_environment(folder: Path, name: str, environment: dict[str, str]) -> P
     """The job's ``.NAME.env`` beside its manifest: mode 0600, this user's, written whole."""
     import tempfile  # lazy: only a submission that carries an environment writes one
 
-    from controller.api.export import ENV_FILE, encode
+    from controller.api.export import ENV_FILE, encode  # lazy: as tempfile
 
     path = folder / ENV_FILE.format(name=name)
     fd, temp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=folder)  # 0600

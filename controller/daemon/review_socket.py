@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from controller.act.runtime.control_socket import unix_address
 from controller.client.review import MAX_REQUEST_BYTES, check_documents
 
 log = logging.getLogger("gflow.review")
@@ -32,8 +33,6 @@ MAX_CALLERS = 16  # connections answered at once; more wait in the listen backlo
 
 def serve(path: Path, judge: Callable[[int, dict[str, Any]], dict[str, Any]]) -> socket.socket | None:
     """Listen on ``path`` (replacing a stale socket) and answer in a daemon thread; None if it cannot."""
-    from controller.act.runtime.control_socket import unix_address  # the deep-home address trick
-
     try:
         path.unlink(missing_ok=True)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
