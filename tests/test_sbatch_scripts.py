@@ -74,3 +74,8 @@ def test_percent_fields_follow_sbatch():
     assert (job.output, job.error) == ("o/exp.exp-ab12c.%.out", "e/exp-ab12c-000.err")
     array = slurm_job({"slurm_output": "%A_%a.out"}, "s-x", "/p/train.sh", "/p", array=True)
     assert array.output == "{sweep}_{index}.out" and array.env["SLURM_JOB_NAME"] == "train.sh"
+
+
+def test_only_the_leading_blocks_sbatch_lines_make_a_slurm_script():
+    assert "sbatch_script" not in read_directives("#!/bin/bash\necho\n#SBATCH -J late\n", "x.sh").options
+    assert read_directives("#!/bin/bash\n#SBATCH -J early\necho\n", "x.sh").options["sbatch_script"] is True

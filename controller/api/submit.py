@@ -159,12 +159,11 @@ def read_directives(text: str, origin: str) -> Directives:
             elif match := _SBATCH_RE.match(stripped):
                 words = shlex.split(match.group(1), comments=True)
                 sbatch = merge(sbatch, _sbatch_options(words, where, warnings))
+                sbatch["sbatch_script"] = True  # a script written for Slurm: it gets the variables such scripts read
         except ValueError as exc:  # shlex: an unbalanced quote
             if isinstance(exc, SubmitError):
                 raise
             raise SubmitError(f"{where}{exc}") from None
-    if any(_SBATCH_RE.match(line.strip()) for line in text.splitlines()[:1000]):
-        sbatch["sbatch_script"] = True  # a script written for Slurm: it gets the variables such scripts read
     return Directives(merge(sbatch, gflow), warnings, "name" in sbatch and "name" not in gflow)
 
 
