@@ -111,6 +111,11 @@ class Home:
         return self.run_dir / "index.json"
 
     @property
+    def review_socket(self) -> Path:
+        """The admission review for every user (daemon/review_socket.py)."""
+        return self.run_dir / "review.sock"
+
+    @property
     def review_dir(self) -> Path:
         """Admission review requests from gflowctl, answered by gflowd (controller/review.py)."""
         return self.run_dir / "review"

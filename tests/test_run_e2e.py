@@ -82,7 +82,8 @@ def test_dry_run_prints_the_manifest_and_writes_nothing(home, proj):
                 "--", "python3", "train.py", cwd=proj)
     assert shown.returncode == 0, shown.stderr
     assert load_one(shown.stdout) == {
-        "apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": {"name": "look"},
+        "apiVersion": "gflow.dev/v1alpha1", "kind": "Job",
+        "metadata": {"name": "look", "annotations": {"gflow.dev/environment": ".look.env"}},  # the submitter's, kept beside it
         "spec": {"command": ["python3", "train.py"], "workingDir": str(proj), "resources": {"gpus": 2}, "timeLimit": "1h30m"},
     }
     assert list((home / "jobs").iterdir()) == []
@@ -108,7 +109,7 @@ def test_an_unchanged_sbatch_script_is_honoured_and_pinned(home, gflowd, proj, f
     name = created_name(submitted)
     assert name.startswith("resnet-train-")
     assert "train.sbatch line 6: #SBATCH --partition is ignored on one machine" in submitted.stderr
-    assert "#SBATCH --output is ignored" in submitted.stderr
+    assert "#SBATCH --output" not in submitted.stderr  # honoured (below)
     assert "the job starts when it runs" in submitted.stderr
     script.write_text(script.read_text().replace("version 1", "version 2"))
     stored = load_one((home / "jobs" / f"{name}.yaml").read_text())["spec"]
@@ -119,6 +120,7 @@ def test_an_unchanged_sbatch_script_is_honoured_and_pinned(home, gflowd, proj, f
     assert len(status["devices"]) == 2
     devices = ",".join(map(str, status["devices"]))
     assert read_log(home, name) == f"version 1 in {proj} with {devices} args a b c\nno -e, as in sbatch\n"
+    assert (proj / f"ResNet_Train-{name}.log").read_text() == read_log(home, name)  # --output=%x-%j.log
 
 
 def test_flags_override_directives_and_a_typo_in_gflow_directives_stops(home, proj):
@@ -186,4 +188,5 @@ def test_after_the_last_job_and_bad_input(home, gflowd, proj):
     if os.geteuid() != 0:  # root reads anything
         result = ctl(home, "run", "secret.sh", cwd=proj)
         assert result.stderr == "error: secret.sh: not readable\n"
-    assert sorted(p.name for p in (home / "jobs").iterdir()) == sorted([f"{first}.yaml", f"{name}.yaml"])
+    assert sorted(p.name for p in (home / "jobs").glob("*.yaml")) == sorted([f"{first}.yaml", f"{name}.yaml"])
+    assert sorted(p.name for p in (home / "jobs").glob(".*")) == sorted([f".{first}.env", f".{name}.env"])

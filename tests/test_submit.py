@@ -168,6 +168,7 @@ def test_sbatch_directives_of_the_leading_block_only():
     assert directives.options == {
         "name": "My_Train", "gpu_type": "a100", "gpus": "1", "time": "2-00:30:00", "memory": "16G",
         "after": ["prep:Succeeded", "clean:Succeeded", "eval:Finished"], "array": "0-3%2", "priority": "5",
+        "sbatch_script": True,
     }
     assert directives.warnings == [
         "train.sh line 6: #SBATCH --partition is ignored on one machine",

@@ -15,12 +15,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller import API_VERSION
+from controller.api.export import ENV_ANNOTATION, ENV_FILE, ExportError, exported_env
 from controller.api.names import is_valid_name
-from controller.api.sweep import parse_indices
 from controller.api.units import format_duration, parse_duration, parse_quantity
 from controller.util.yamlio import dump
 
@@ -52,12 +53,15 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--start-after",), "start_after", help="not before: 2026-12-01T22:00:00 or +2h"),
     Flag(("--env", "-e"), "env", repeatable=True, help="K=V environment variable"),
     Flag(("--conda-env",), "conda_env", help="run inside this conda environment"),
+    Flag(("--export",), "export", help="ALL (default: your environment), NONE, VAR,... or ALL,VAR=value (as sbatch)"),
     Flag(("--retries",), "retries", help="retries after a failed attempt (spec.backoffLimit)"),
     Flag(("--label", "-l"), "label", repeatable=True, help="k=v[,k2=v2] labels"),
     Flag(("--workdir", "--chdir", "-D"), "workdir", help="working directory (default: the current one)"),
     Flag(("--param",), "param", repeatable=True, help="KEY=V1,V2,...: a sweep over the cartesian product"),
     Flag(("--array",), "array", help="0-9 or 0-9%2: a job array (a Sweep over indices, %N = parallelism)"),
     Flag(("--max-concurrent", "--parallelism"), "parallelism", help="a sweep: at most N children at once"),
+    Flag(("--no-check",), "no_check", takes_value=False, cli_only=True,
+         help="skip the submit-time checks of the program (exists, executable, on the job's PATH)"),
     Flag(("--dry-run",), "dry_run", takes_value=False, cli_only=True, help="print what would be written; write nothing"),
     Flag(("--output", "-o"), "output", cli_only=True, help="with --dry-run: yaml prints the manifest"),
     Flag(("--quiet", "-q"), "quiet", takes_value=False, cli_only=True, help="print only the name"),
@@ -124,7 +128,7 @@ _SBATCH_RE = re.compile(r"^#SBATCH\b\s?(.*)$")
 
 @dataclass
 class Directives:
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # with "sbatch_script": True after any #SBATCH line
     warnings: list[str] = field(default_factory=list)
     name_from_sbatch: bool = False
 
@@ -155,6 +159,7 @@ def read_directives(text: str, origin: str) -> Directives:
             elif match := _SBATCH_RE.match(stripped):
                 words = shlex.split(match.group(1), comments=True)
                 sbatch = merge(sbatch, _sbatch_options(words, where, warnings))
+                sbatch["sbatch_script"] = True  # a script written for Slurm: it gets the variables such scripts read
         except ValueError as exc:  # shlex: an unbalanced quote
             if isinstance(exc, SubmitError):
                 raise
@@ -163,9 +168,9 @@ def read_directives(text: str, origin: str) -> Directives:
 
 
 _SBATCH_IGNORED = {  # accepted, but meaningless on one machine: a warning says so
-    "--output", "-o", "--error", "-e", "--partition", "-p", "--account", "-A", "--nodes", "-N",
+    "--partition", "-p", "--account", "-A", "--nodes", "-N",
     "--ntasks", "-n", "--ntasks-per-node", "--mail-type", "--mail-user", "--qos", "-q",
-    "--cpus-per-task", "-c", "--export", "--constraint", "-C", "--exclusive", "--requeue",
+    "--constraint", "-C", "--exclusive", "--requeue",
 }
 
 
@@ -202,6 +207,14 @@ def _sbatch_options(words: list[str], where: str, warnings: list[str]) -> dict[s
             out["array"] = value
         elif name in ("--chdir", "-D"):
             out["workdir"] = value
+        elif name in ("--output", "-o"):
+            out["slurm_output"] = value
+        elif name in ("--error", "-e"):
+            out["slurm_error"] = value
+        elif name in ("--cpus-per-task", "-c"):
+            out["cpus"] = value
+        elif name == "--export":
+            out["export"] = value
         elif name in ("--begin", "-b"):
             out["start_after"] = value
         elif name in _SBATCH_IGNORED:
@@ -344,6 +357,8 @@ def parse_params(items: list[str]) -> dict[str, list[str]]:
 
 def parse_array(text: str) -> tuple[str, int | None]:
     """``0-9%2`` -> (``"0-9"``, 2)."""
+    from controller.api.sweep import parse_indices  # lazy: its module loads pydantic (~200 ms), only --array needs it
+
     indices, percent, limit = text.partition("%")
     try:
         parse_indices(indices)
@@ -394,6 +409,7 @@ class Submission:
     name: str
     warnings: list[str]
     exact_name: bool  # the user chose it (--name, # GFLOW --name): it must not exist yet
+    environment: dict[str, str] | None = None  # the submitter's, as --export says (api/export.py)
 
 
 def build(
@@ -407,11 +423,13 @@ def build(
     suffix: str,
     last_job: str | None = None,
     name_from_sbatch: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> Submission:
-    """The manifest for one ``run``. Exactly one of ``command`` and ``script_text``."""
+    """The manifest for one ``run``. Exactly one of ``command`` and ``script_text``. ``environ``:
+    the submitter's environment, carried as ``--export`` says (none when not given)."""
     spec: dict[str, Any] = {}
     if script_text is not None:
-        spec["script"] = pinned_script(script_text, script_path or "script", script_args or [])
+        spec["script"] = ""  # pinned below, once its name is known (#SBATCH --output's %x %j)
     else:
         if not command:
             raise SubmitError("nothing to run: give a command after -- (gflowctl run -- python3 train.py) or a script")
@@ -431,6 +449,8 @@ def build(
         resources["gpuMemory"] = parse_memory(options["gpu_memory"])
     if "memory" in options:
         resources["memory"] = parse_memory(options["memory"])
+    if "cpus" in options:
+        resources["cpus"] = _integer("--cpus-per-task", options["cpus"], 1)
     if resources:
         spec["resources"] = resources
     if options.get("shared"):
@@ -466,6 +486,14 @@ def build(
     metadata: dict[str, Any] = {"name": name}
     if "label" in options:
         metadata["labels"] = _pairs("-l", options["label"], split_commas=True)
+    environment = None
+    if environ is not None:
+        try:
+            environment = exported_env(options.get("export"), environ)
+        except ExportError as exc:
+            raise SubmitError(str(exc)) from None
+    if environment is not None:
+        metadata["annotations"] = {ENV_ANNOTATION: ENV_FILE.format(name=name)}
 
     matrix = parse_params(options["param"]) if "param" in options else None
     array = parse_array(options["array"]) if "array" in options else None
@@ -473,11 +501,17 @@ def build(
         raise SubmitError("use --param or --array, not both")
     if options.get("interactive") and (matrix is not None or array is not None):
         raise SubmitError("-it attaches to one job: drop --param/--array (or submit the sweep without -it)")
+    if script_text is not None:
+        slurm = slurm_job(options, name, script_path or "script", cwd, array is not None) if options.get("sbatch_script") else None
+        if slurm is not None:
+            spec["env"] = {**slurm.env, **spec.get("env", {})}  # the user's --env wins
+        spec["script"] = pinned_script(script_text, script_path or "script", script_args or [],
+                                       output=slurm.output if slurm else None, error=slurm.error if slurm else None)
     if matrix is None and array is None:
         if "parallelism" in options:
             raise SubmitError("--max-concurrent is for sweeps: add --param or --array")
         manifest = {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
-        return Submission(manifest, "job", name, [], exact)
+        return Submission(manifest, "job", name, [], exact, environment)
     sweep: dict[str, Any] = {}
     parallelism = None
     if matrix is not None:
@@ -492,7 +526,7 @@ def build(
         sweep["parallelism"] = parallelism
     sweep["template"] = spec
     manifest = {"apiVersion": API_VERSION, "kind": "Sweep", "metadata": metadata, "spec": sweep}
-    return Submission(manifest, "sweep", name, [], exact)
+    return Submission(manifest, "sweep", name, [], exact, environment)
 
 
 def _absolute(path: str, cwd: str) -> str:
@@ -501,13 +535,47 @@ def _absolute(path: str, cwd: str) -> str:
     return os.path.normpath(os.path.join(cwd, path))
 
 
+@dataclass
+class SlurmJob:
+    """What a script written for Slurm reads and names: its variables and its output paths."""
+
+    env: dict[str, str]
+    output: str | None
+    error: str | None
+
+
+def slurm_job(options: dict[str, Any], name: str, script_path: str, cwd: str, array: bool) -> SlurmJob:
+    """``SLURM_*`` variables and ``--output``/``--error`` paths with ``%x %j %A %a %%`` filled in. The
+    job's id (``SLURM_JOB_ID``, ``%j``) is its gflow name: unique on the machine and what every
+    gflowctl verb takes. An array's tasks are a Sweep's children: ``{sweep}``/``{index}`` are
+    filled in per child (``decide/sweeps.py``)."""
+    job_name = options.get("name") or os.path.basename(script_path)  # sbatch's: -J, else the script's name
+    job_id = "{sweep}-{index}" if array else name
+    env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": job_name, "SLURM_SUBMIT_DIR": cwd}
+    if array:
+        env["SLURM_ARRAY_JOB_ID"] = "{sweep}"
+    if "cpus" in options:
+        env["SLURM_CPUS_PER_TASK"] = str(options["cpus"])
+    fields = {"x": job_name, "j": job_id, "A": "{sweep}" if array else job_id, "a": "{index}" if array else "0", "%": "%"}
+
+    def fill(pattern: str | None) -> str | None:
+        if pattern is None:
+            return None
+        return re.sub(r"%(\d*)([xjAa%])", lambda m: fields[m.group(2)].zfill(int(m.group(1) or 0)), pattern)
+
+    output, error = fill(options.get("slurm_output")), fill(options.get("slurm_error"))
+    return SlurmJob(env, output, None if error == output else error)
+
+
 _DELIMITER = "GFLOW_PINNED_SCRIPT"
 
 
-def pinned_script(text: str, path: str, args: list[str]) -> str:
+def pinned_script(text: str, path: str, args: list[str], output: str | None = None, error: str | None = None) -> str:
     """A bash script that writes ``text`` (the user's script as it was at submission) to a private
     temporary file and runs it with ``args``, by its own ``#!`` line (bash without one), with
-    sbatch's semantics: no ``-e`` unless the script sets it."""
+    sbatch's semantics: no ``-e`` unless the script sets it. ``output``/``error`` (``#SBATCH
+    --output/--error``): its stdout (and stderr, without ``error``) also go to these files, made by
+    the job's user in its working directory as sbatch makes them; the job's log keeps everything."""
     delimiter = _DELIMITER
     lines = text.splitlines()
     while delimiter in lines:
@@ -515,6 +583,19 @@ def pinned_script(text: str, path: str, args: list[str]) -> str:
     body = text if text.endswith("\n") else text + "\n"
     runner = '"$pinned"' if text.startswith("#!") else 'bash "$pinned"'
     quoted = "".join(" " + shlex.quote(a) for a in args)
+    streams, waits = "", ""
+    folders = sorted({os.path.dirname(p) for p in (output, error) if p is not None and os.path.dirname(p)})
+    if folders:  # sbatch needs them to exist; making them (as the job's user) spares a lost job
+        streams += "mkdir -p --" + "".join(" " + shlex.quote(f) for f in folders) + "\n"
+    if output is not None:  # tee: into the file and the job's log; waited for, so the file is whole at the end
+        streams += f"exec > >(tee -- {shlex.quote(output)}){'' if error is not None else ' 2>&1'}; out_pid=$!\n"
+        waits += " $out_pid"
+    if error is not None:
+        streams += f"exec 2> >(tee -- {shlex.quote(error)} >&2); err_pid=$!\n"
+        waits += " $err_pid"
+    run = f"{runner}{quoted}\n"
+    if waits:
+        run = f"{runner}{quoted}\ncode=$?\nexec >&- 2>&-\nwait{waits}\nexit $code\n"
     return (
         f"# {path} as it was when submitted (gflowctl run pins it: editing the file changes no queued job)\n"
         "set +e\n"
@@ -524,7 +605,7 @@ def pinned_script(text: str, path: str, args: list[str]) -> str:
         f"{body}"
         f"{delimiter}\n"
         'chmod +x "$pinned"\n'
-        f"{runner}{quoted}\n"
+        f"{streams}{run}"
     )
 
 

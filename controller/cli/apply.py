@@ -90,7 +90,18 @@ def delete(home: Home, refs: list[tuple[str, str]], filenames: list[str]) -> int
             failed = True
             continue
         print(f"{kind}/{name} deleted")
+        _forget_environment(path.parent, name)
     return 1 if failed else 0
+
+
+def _forget_environment(folder: Path, name: str) -> None:
+    """The submitter's environment ``run`` kept for the job (``api/export.py``) goes with it."""
+    from controller.api.export import ENV_FILE  # lazy: only delete forgets
+
+    try:
+        (folder / ENV_FILE.format(name=name)).unlink()
+    except OSError:
+        pass  # none kept (a hand-written manifest), or not ours to remove
 
 
 def _parses(text: str) -> bool:

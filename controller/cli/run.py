@@ -18,7 +18,7 @@ from pathlib import Path
 from controller.api.submit import FLAGS, SubmitError, parse_flags, render
 from controller.cli.common import CliError, print_error, printable, resolve_home
 from controller.client.state import is_running, read_status
-from controller.client.submit import build_submission, check_names, check_submission, read_script, remember, store_submission
+from controller.client.submit import build_submission, check_names, check_program, check_submission, read_script, remember, store_submission
 from controller.paths import Home
 
 USAGE = """usage: gflowctl run [flags] -- CMD [ARGS...]
@@ -69,11 +69,15 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
     for warning in script.warnings if script is not None else []:
         sys.stderr.write(f"warning: {warning}\n")
     check_names(home, submission)
+    if not options.get("no_check"):
+        check_program(submission, script, rest[1:])
     text = render(submission.manifest)
-    return _submit(home, submission.kind, submission.name, text, cli, source=str(script.path) if script is not None else None)
+    return _submit(home, submission.kind, submission.name, text, cli,
+                   source=str(script.path) if script is not None else None, environment=submission.environment)
 
 
-def _submit(home: Home, kind: str, name: str, text: str, cli: dict, source: str | None = None) -> int:
+def _submit(home: Home, kind: str, name: str, text: str, cli: dict, source: str | None = None,
+            environment: dict[str, str] | None = None) -> int:
     doc, errors = check_submission(home, text)
     if doc is None:
         for error in errors:
@@ -83,7 +87,7 @@ def _submit(home: Home, kind: str, name: str, text: str, cli: dict, source: str 
     if dry_run and cli.get("output") == "yaml":
         sys.stdout.write(text)
         return 0
-    verb = store_submission(home, doc, dry_run, source=source)
+    verb = store_submission(home, doc, dry_run, source=source, environment=environment)
     if cli.get("quiet") or cli.get("output") == "name":
         print(name if cli.get("quiet") else f"{kind}/{name}", flush=True)
     else:

@@ -89,11 +89,15 @@ class Client:
         retries: int | None = None,
         labels: Mapping[str, str] | None = None,
         workdir: str | os.PathLike[str] | None = None,
+        export: str | None = None,
+        check: bool = True,
         dry_run: bool = False,
     ) -> Submitted:
         """``gflowctl run``: a command (a list, or a string split like a shell line, run without a
         shell) or a ``script`` file (its ``# GFLOW``/``#SBATCH`` lines read; ``args`` passed to it).
-        The options are run's flags; the job runs in the current directory unless ``workdir``."""
+        The options are run's flags; the job runs in the current directory unless ``workdir``, with
+        this process's environment unless ``export`` says otherwise (``--export``). ``check=False``:
+        no submit-time check of the program (``--no-check``)."""
         options = _options(locals())
         return self._run(options, command, script, args, dry_run)
 
@@ -130,6 +134,7 @@ class Client:
         from controller.client.submit import (
             build_submission,
             check_names,
+            check_program,
             check_submission,
             read_script,
             remember,
@@ -150,11 +155,13 @@ class Client:
         for warning in read.warnings if read is not None else []:
             warnings.warn(warning, stacklevel=3)
         check_names(self.home, submission)
+        if not options.get("no_check"):
+            check_program(submission, read, [str(a) for a in args])
         text = render(submission.manifest)
         doc, errors = check_submission(self.home, text)
         if doc is None:
             raise GflowError("; ".join(errors))
-        verb = store_submission(self.home, doc, dry_run)
+        verb = store_submission(self.home, doc, dry_run, environment=submission.environment)
         if doc.warning:
             warnings.warn(doc.warning, stacklevel=3)
         if not dry_run:
@@ -321,6 +328,10 @@ def _options(given: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword options -> ``gflowctl run``'s parsed flags (``controller.api.submit.FLAGS`` dests)."""
     out: dict[str, Any] = {}
     for key, value in given.items():
+        if key == "check":
+            if not value:
+                out["no_check"] = True
+            continue
         if key in ("self", "command", "script", "args", "dry_run") or value is None or value is False:
             continue
         if key in ("env", "labels"):
@@ -342,7 +353,8 @@ def _options(given: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_ALLOWED = {"name", "gpus", "gpu_type", "gpu_memory", "memory", "time", "priority", "start_after", "conda_env", "retries"}
+_ALLOWED = {"name", "gpus", "gpu_type", "gpu_memory", "memory", "time", "priority", "start_after", "conda_env", "retries",
+            "export"}
 
 
 def _indices(indices: str | range | None) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from controller.client.errors import GflowError
-from controller.client.review import ask, check_documents
+from controller.client.review import ask, ask_socket, check_documents
 from controller.client.state import document_position, find_manifest
 from controller.paths import Home, is_manifest_name
 from controller.util.fsutil import RewriteError, create_new, lock_held, rewrite_locked
@@ -99,7 +99,9 @@ def check_inputs(home: Home, inputs: list[tuple[str, str]], place: bool = False)
     controller/client/review.py), else checked here with the same function. ``place``: apply's
     inputs, whose ``workingDir`` the check also places (:func:`run_where_applied`)."""
     folders = [source_folder(home, origin) for origin, _ in inputs] if place else None
-    answers = ask(home.review_dir, inputs, folders=folders) if inputs and lock_held(home.lock_file) else None
+    answers = None
+    if inputs and lock_held(home.lock_file):  # gflowd runs: its socket (any user), else its review folder
+        answers = ask_socket(home.review_socket, inputs, folders=folders) or ask(home.review_dir, inputs, folders=folders)
     if answers is None:
         answers = [check_documents(origin, text, folder=folders[i] if folders else None)
                    for i, (origin, text) in enumerate(inputs)]

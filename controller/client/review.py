@@ -209,3 +209,36 @@ def ask(
         except (ValueError, KeyError, TypeError):
             return None
         return inputs_answered if len(inputs_answered) == len(inputs) else None
+
+
+def ask_socket(path: Path, inputs: list[tuple[str, str]], timeout: float = ANSWER_TIMEOUT,
+               folders: list[str | None] | None = None) -> list[dict[str, Any]] | None:
+    """The running gflowd's verdict over its review socket (any user: ``daemon/review_socket.py``),
+    or None (no socket, no answer in ``timeout``: the file protocol or a local check follows)."""
+    import socket  # lazy: ~1 ms, only when a gflowd runs
+
+    items = [{"origin": o, "text": t} for o, t in inputs]
+    for item, folder in zip(items, folders or []):
+        if folder is not None:
+            item["folder"] = folder
+    folder = None
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as conn:
+            conn.settimeout(timeout)
+            address = str(path)
+            if len(os.fsencode(address)) >= 100:  # past sun_path's 108 bytes: through the folder's descriptor
+                folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                address = f"/proc/self/fd/{folder}/{path.name}"
+            conn.connect(address)
+            conn.sendall(json.dumps({"inputs": items}).encode())
+            conn.shutdown(socket.SHUT_WR)
+            chunks = []
+            while chunk := conn.recv(1 << 16):
+                chunks.append(chunk)
+        answered = json.loads(b"".join(chunks))["inputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    finally:
+        if folder is not None:
+            os.close(folder)
+    return answered if isinstance(answered, list) and len(answered) == len(inputs) else None

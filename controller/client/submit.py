@@ -73,10 +73,31 @@ def build_submission(
             suffix=free_suffix(home),
             last_job=_last_job(home),
             name_from_sbatch=name_from_sbatch,
+            environ=os.environ,
         )
     except SubmitError as exc:
         raise GflowError(str(exc)) from None
     return submission
+
+
+def check_program(submission: Submission, script: Script | None, script_args: list[str]) -> None:
+    """What the job runs exists, can be executed and is no Python file bash or exec would choke on
+    (``precheck.py``); looked at now, as the submitter, not after hours in the queue."""
+    from controller.client.precheck import check_program as check, check_script, job_path  # lazy: run only
+
+    spec = submission.manifest["spec"].get("template", submission.manifest["spec"])
+    if script is not None:
+        problem = check_script(script.path, script_args)
+    elif spec.get("command"):
+        workdir = os.path.expanduser(spec.get("workingDir") or os.getcwd())
+        if spec.get("condaEnv"):  # the environment's PATH is conda's: only a program given with a path is looked at
+            problem = check(spec["command"], workdir, None) if os.sep in spec["command"][0] else None
+        else:
+            problem = check(spec["command"], workdir, *job_path(submission.environment, spec.get("env") or {}))
+    else:
+        problem = None
+    if problem:
+        raise GflowError(f"{problem} (--no-check submits it anyway)")
 
 
 def check_names(home: Home, submission: Submission) -> None:
@@ -96,11 +117,38 @@ def check_submission(home: Home, text: str) -> tuple[Doc | None, list[str]]:
     return (docs[0] if docs and not errors else None), errors
 
 
-def store_submission(home: Home, doc: Doc, dry_run: bool, source: str | None = None) -> str:
+def store_submission(home: Home, doc: Doc, dry_run: bool, source: str | None = None,
+                     environment: dict[str, str] | None = None) -> str:
     """Write the checked manifest into the spec dir; the verb (created). ``source``: the script it
-    pins, whose mode the manifest never exceeds."""
+    pins, whose mode the manifest never exceeds. ``environment`` (the submitter's,
+    ``api/export.py``) is written first, so gflowd never sees the job without it."""
     home.spec_dir.mkdir(parents=True, exist_ok=True)
-    return store_document(home, doc, dry_run, source=source)
+    if dry_run or environment is None:
+        return store_document(home, doc, dry_run, source=source)
+    env_path = write_environment(home.spec_dir, doc.name, environment)
+    try:
+        return store_document(home, doc, dry_run, source=source)
+    except BaseException:
+        env_path.unlink(missing_ok=True)
+        raise
+
+
+def write_environment(folder: Path, name: str, environment: dict[str, str]) -> Path:
+    """The job's ``.NAME.env`` beside its manifest: mode 0600, this user's, written whole."""
+    import tempfile  # lazy: only a submission that carries an environment writes one
+
+    from controller.api.export import ENV_FILE, encode  # lazy: as tempfile
+
+    path = folder / ENV_FILE.format(name=name)
+    fd, temp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=folder)  # 0600
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(encode(environment))
+        os.rename(temp, path)
+    except OSError as exc:
+        os.unlink(temp)
+        raise GflowError(f"cannot keep the job's environment in {path}: {exc.strerror}") from None
+    return path
 
 
 def exists(home: Home, name: str) -> bool:

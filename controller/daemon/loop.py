@@ -339,6 +339,11 @@ class Controller:
             log.warning("admission review disabled: cannot use %s: %s", self.home.review_dir, exc)
             review_dir = None
         host = self.observer.host
+        from controller.daemon.review_socket import judge_as, serve  # lazy: threads start here
+
+        serve(self.home.review_socket, lambda uid, request: judge_as(
+            uid, request, controller_uid=host.controller_uid, conda_available=host.conda_available(),
+            never_fits=self._never_fits))
         return start_watching(
             self.home.spec_dir, self.mark_dirty,
             fake_gpus=Path(self.config.fake_gpus).absolute() if self.config.fake_gpus else None,

@@ -195,7 +195,13 @@ def slurm_env(name: str, spec: Any, attempt: str = ATTEMPT, generation: str = "1
     The backend passes its own attempt and generation; an export has neither (generation 1:
     Slurm only ever sees this spec)."""
     devices = GIVEN_GPUS if spec.resources.gpus > 0 else ""
-    return job_env(name, spec, devices=devices, attempt=attempt, generation=generation, master_port=FREE_PORT)
+    env = job_env(name, spec, devices=devices, attempt=attempt, generation=generation, master_port=FREE_PORT)
+    for key in SLURM_OWN:  # what ``run`` gives an #SBATCH script locally (api/submit.py): Slurm's own values win
+        env.pop(key, None)
+    return env
+
+
+SLURM_OWN = ("SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_ARRAY_JOB_ID", "SLURM_CPUS_PER_TASK")
 
 
 def _exports(env: dict[str, str]) -> list[str]:

@@ -39,11 +39,13 @@ class ProcessSpec:
 
 
 def build_process(launch: Launch, base_env: dict[str, str], script_path: Path, master_port: int,
-                  home: str | None = None, check: bool = True) -> ProcessSpec:
+                  home: str | None = None, check: bool = True, check_command: bool | None = None) -> ProcessSpec:
     """What to exec. ``base_env``: the job's login environment (``login.py``); ``home``: its
     owner's home, what ``~`` means in workingDir and the command (default ``base_env['HOME']``).
     ``check``: look for the working directory and the command now; off for a job of another user,
-    whose supervisor looks as that user (gflowd, as root, would tell them about root-only paths)."""
+    whose supervisor looks as that user (gflowd, as root, would tell them about root-only paths).
+    ``check_command`` (default ``check``): look for the command on the PATH now; off when the
+    submitter's environment, which the supervisor adds, may hold another PATH."""
     spec = launch.job.spec
     home = home if home is not None else base_env.get("HOME")
     manifest_dir = launch.job.folder or "."  # where the manifest file really lives, never a symlink's folder
@@ -75,7 +77,9 @@ def build_process(launch: Launch, base_env: dict[str, str], script_path: Path, m
         launch.name, spec, devices=",".join(str(d) for d in launch.devices), attempt=str(launch.attempt),
         generation=str(launch.generation), master_port=str(master_port), inherited=base_env,
     )
-    if (check and spec.command is not None and argv and os.sep not in argv[0]
+    if check_command is None:
+        check_command = check
+    if (check_command and spec.command is not None and argv and os.sep not in argv[0]
             and not _on_path(argv[0], env.get("PATH"))):
         raise LaunchError(f"command not found: {argv[0]!r} is not on the job's PATH")
     return ProcessSpec(argv, env, cwd, spec.script)

@@ -91,7 +91,8 @@ def enter_terminal(tty_fd: int, uid: int | None, gid: int | None) -> None:
 
 
 def _become_exec(spec: dict, argv: list[str], stdio: list[int], tty_fd: int | None, term: str | None,
-                 join_cgroup: Callable[[list[str]], None] | None) -> None:
+                 join_cgroup: Callable[[list[str]], None] | None,
+                 environment: Callable[[dict], dict] | None = None) -> None:
     """In the forked child: ``argv`` in the job's allocation (its user, environment, working dir,
     cgroups) on ``tty_fd`` (a pty of its own, its controlling terminal) or on the pipes ``stdio``.
     Never returns; 127 when there is no such command, 126 when it cannot run, as a shell says."""
@@ -113,11 +114,11 @@ def _become_exec(spec: dict, argv: list[str], stdio: list[int], tty_fd: int | No
             os.setgroups(spec.get("groups") or [])
             os.setgid(gid)
             os.setuid(uid)
+        env = environment(spec) if environment is not None else spec["env"]  # as the job's user: its submitter's env file
         try:
             os.chdir(spec["cwd"])
         except OSError:
             os.chdir("/")
-        env = spec["env"]
         if tty_fd is not None and term and "TERM" not in env:
             env = {**env, "TERM": term}  # the caller's terminal type: it is the caller's screen
         os.execvpe(argv[0], argv, env)
@@ -180,9 +181,11 @@ class Control:
     """The attempt's control socket and, for a tty job, the pty master behind it (module notes)."""
 
     def __init__(self, spec: dict, stamp_path: str, listener: socket.socket | None = None,
-                 join_cgroup: Callable[[list[str]], None] | None = None):
+                 join_cgroup: Callable[[list[str]], None] | None = None,
+                 environment: Callable[[dict], dict] | None = None):
         self.spec = spec
         self.join_cgroup = join_cgroup  # how an exec'd command enters the job's cgroup
+        self.environment = environment  # the job's whole environment, read as its user (supervisor.py)
         self.name = str(spec.get("name"))
         self.owner = spec.get("uid") if spec.get("uid") is not None else os.geteuid()
         self.stamp_path = stamp_path
@@ -482,7 +485,8 @@ class Control:
             master = None
         pid = os.fork()
         if pid == 0:
-            _become_exec(self.spec, argv, theirs, slave if master is not None else None, term, self.join_cgroup)
+            _become_exec(self.spec, argv, theirs, slave if master is not None else None, term, self.join_cgroup,
+                         self.environment)
         for fd in theirs:
             os.close(fd)
         for fd in ours:

@@ -66,6 +66,7 @@ from controller.act.runtime.login import Account, SystemFiles, account_of, login
 from controller.act.runtime.orphans import MARKER_VARIABLE, attempt_processes, signal_processes
 from controller.act.runtime.control_socket import unix_address
 from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks
+from controller.api.export import ENV_ANNOTATION
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
 from controller.util.frames import frame
@@ -512,13 +513,19 @@ class SupervisorRuntime:
         account = account_of(entry) if entry is not None else Account(os.geteuid(), str(os.geteuid()), "/", "/bin/sh")
         # a job never sees gflowd's environment: its owner's login basics (login.py), then its own
         env = login_env(account, self.login_files, tty=bool(launch.job.spec.tty))
+        basics = set(env)
         env["GFLOW_HOME"] = str(self.home.root)  # gflow's own: gflowctl in a job finds this instance
         script_path = attempt.path("sh")
-        # another user's job: its supervisor looks for the workingDir and the command as that user
-        process = build_process(launch, env, script_path, attempt.master_port, home=account.home, check=not switch)
+        env_file = submitted_env_file(launch.job)
+        # another user's job: its supervisor looks for the workingDir and the command as that user;
+        # a job with the submitter's environment: its supervisor looks on that PATH
+        process = build_process(launch, env, script_path, attempt.master_port, home=account.home,
+                                check=not switch, check_command=not switch and env_file is None)
         # every process of the attempt inherits this: how its tree is found should its supervisor die
         process.env[MARKER_VARIABLE] = f"{launch.name}.{launch.attempt}.{os.urandom(8).hex()}"
         spec = launch.job.spec
+        # the submitter's environment wins over the login basics only: spec.env and gflow's win over it
+        above = sorted(k for k in process.env if k not in basics or k in spec.env)
         return {
             "name": launch.name,
             "attempt": launch.attempt,
@@ -545,6 +552,8 @@ class SupervisorRuntime:
             "gpuMinors": list(launch.gpu_minors),
             "pidsLimit": spec.resources.pids,
             "tty": spec.tty,
+            "envFile": env_file,  # read by the supervisor as the job's user (supervisor.py)
+            "envAbove": above if env_file else None,
             # attach and exec: in a 0700 folder of the job's user (supervisor.py makes and serves it)
             "control": str(self.home.control_socket(uid if uid is not None else os.geteuid(), launch.name)),
         }, process.script
@@ -1027,3 +1036,13 @@ def _port_free(port: int) -> bool:
             return False
     return True
 
+
+def submitted_env_file(job) -> str | None:
+    """The file that keeps the submitter's environment (``api/export.py``), named by the manifest's
+    annotation: a hidden file in the manifest's own folder, nowhere else; None without one."""
+    name = job.job.metadata.annotations.get(ENV_ANNOTATION)
+    if not name:
+        return None
+    if not name.startswith(".") or "/" in name or name in (".", ".."):
+        raise LaunchError(f"annotation {ENV_ANNOTATION}: {name!r} must name a hidden file beside the manifest")
+    return os.path.join(job.folder or ".", name)

@@ -345,7 +345,7 @@ class Supervisor:
             signal.signal(sig, lambda *_: None)
         started_wall = time.time()
         started_mono = time.monotonic()
-        self.control = Control(self.spec, self.paths["input"], join_cgroup=join_cgroup)
+        self.control = Control(self.spec, self.paths["input"], join_cgroup=join_cgroup, environment=job_environment)
         try:
             code, error = self._spawn()
         except NotLaunched as exc:
@@ -492,14 +492,17 @@ class Supervisor:
         here = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         step = "workingDir"
         try:
+            step = "environment"
+            env = job_environment(spec)
+            step = "workingDir"
             os.chdir(spec["cwd"])  # the job's user is ours: it may enter whatever we may
             step = "command"
-            program = _find_program(spec["argv"][0], spec["env"])
+            program = _find_program(spec["argv"][0], env)
             step = "cgroup"
             join_cgroup(procs)
             try:
                 step = "command"
-                pid = os.posix_spawn(program, spec["argv"], spec["env"], setsid=True, setsigdef=JOB_DEFAULT_SIGNALS,
+                pid = os.posix_spawn(program, spec["argv"], env, setsid=True, setsigdef=JOB_DEFAULT_SIGNALS,
                                      file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                                                    (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)])
             finally:
@@ -770,10 +773,12 @@ def _become_job(spec: dict, log_fd: int, go_r: int, go_w: int, err_r: int, err_w
             os.setgroups(spec.get("groups") or [])
             os.setgid(gid)
             os.setuid(uid)
+        step = "environment"  # after dropping privileges: read as the job's user
+        env = job_environment(spec)
         step = "workingDir"  # after dropping privileges: the job's user must be able to enter it
         os.chdir(spec["cwd"])
         step = "command"
-        os.execvpe(spec["argv"][0], spec["argv"], spec["env"])
+        os.execvpe(spec["argv"][0], spec["argv"], env)
     except BaseException as exc:  # report why the job could not start, then die
         code, message = start_failure(step, spec, exc)
         try:
@@ -806,10 +811,40 @@ def start_failure(step: str, spec: dict, exc: BaseException) -> tuple[int, str]:
         return (127, f"command not found: {argv[0]!r}") if missing else (126, f"command {argv[0]!r}: {text}{who}")
     if step == "user":
         return 126, f"cannot switch to uid {spec.get('uid')}: {text}"
+    if step == "environment":
+        return 126, f"the submitter's environment {spec.get('envFile')}: {text} (resubmit, or remove the manifest's annotation gflow.dev/environment)"
     if step == "cgroup":
         where = exc.filename if isinstance(exc, OSError) and exc.filename else "its cgroup"
         return 126, f"cannot join the attempt's cgroup ({where}): {text}"
     return 126, f"cannot start the job: {text}"
+
+
+def job_environment(spec: dict) -> dict:
+    """The job's environment: the launch record's, with the submitter's (``envFile``, written by
+    ``gflowctl run``: controller/api/export.py) between the login basics and what wins over it
+    (``envAbove``: spec.env, gflow's variables). Called as the job's user; the file is used only if
+    it is a regular file of that user that no one else may read or write, checked on the
+    descriptor read (a symlink or another user's file planted beside the manifest is refused)."""
+    path = spec.get("envFile")
+    if not path:
+        return spec["env"]
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise PermissionError(errno.EPERM, f"not a file of uid {os.getuid()} with mode 0600")
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    above = set(spec.get("envAbove") or ())
+    env = dict(spec["env"])
+    for entry in b"".join(chunks).split(b"\0"):
+        key, eq, value = entry.decode("utf-8", "surrogateescape").partition("=")
+        if eq and key and key not in above:
+            env[key] = value
+    return env
 
 
 def join_cgroup(procs: list[str]) -> None:
