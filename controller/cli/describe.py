@@ -9,7 +9,15 @@ from controller.api.units import format_age, format_cpu_list, format_duration, f
 from controller.cli.common import print_error, printable, warn_if_not_running
 from controller.cli.events import age_text, read_events
 from controller.client.events import aggregate
-from controller.client.state import document_position, find_manifest, job_rows, read_index, read_status
+from controller.client.state import (
+    document_position,
+    find_manifest,
+    job_rows,
+    manifest_owners,
+    read_index,
+    read_status,
+    sweep_params,
+)
 from controller.client.usage import job_series, live_summary, read_usage, summary_lines
 from controller.model.records import from_rfc3339
 from controller.paths import Home
@@ -48,6 +56,10 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
     if meta.get("labels"):
         lines.append(("Labels", ", ".join(f"{k}={v}" for k, v in meta["labels"].items())))
     lines.append(("Manifest", str(status.get("manifest") or manifest or "-")))
+    lines.append(("User", manifest_owners(home)(str(status.get("manifest") or manifest or ""))))  # who it runs as
+    sweep = next((r.get("name") for r in meta.get("ownerReferences") or [] if r.get("kind") == "Sweep"), None)
+    if sweep and (params := sweep_params(home)(name, sweep)):
+        lines.append(("Parameters", f"{params} (sweep/{sweep})"))
     created = from_rfc3339(meta.get("creationTimestamp"))
     if created:
         lines.append(("Created", f"{meta['creationTimestamp']} ({format_age(now - created)} ago)"))

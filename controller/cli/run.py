@@ -80,6 +80,8 @@ def _submit(home: Home, kind: str, name: str, text: str, cli: dict) -> int:
             print_error(error)
         return 1
     dry_run = bool(cli.get("dry_run"))
+    if cli.get("interactive") and doc.warning and not dry_run:  # srun refuses at once: nobody waits forever
+        raise CliError(f"{doc.warning}; not submitted (ask for what this machine has)")
     if dry_run and cli.get("output") == "yaml":
         sys.stdout.write(text)
         return 0
@@ -149,7 +151,7 @@ def _interactive(home: Home, name: str) -> int:
         control(home, "cancel", [("job", name)])
         return 130
     if sock is None:
-        return _exit_code(home, name)
+        return 1 if status.get("reason") == "Unschedulable" else _exit_code(home, name)
     devices = ",".join(str(d) for d in status.get("devices") or [])
     sys.stderr.write(f"job/{name} is running ({f'GPUs {devices}' if devices else 'no GPU'}); Ctrl-] detaches\r\n")
     ended, code = session(sock, name)
@@ -176,6 +178,13 @@ def _wait_for_session(home: Home, name: str):
                     return connect(home.control_socket(uid, name)), status
                 except NoSession:
                     pass  # its supervisor is just starting
+            elif status.get("reason") == "Unschedulable":  # never fits: srun would not have queued it
+                line.clear()
+                from controller.cli.edit import control  # lazy: only a session that cannot start
+
+                print_error(f"job/{name} can never start here: {status.get('message')}; cancelling it")
+                control(home, "cancel", [("job", name)])
+                return None, {"phase": "Cancelled", "reason": "Unschedulable"}
             elif phase:
                 line.show(_waiting(name, status))
             else:

@@ -249,3 +249,50 @@ def read_node(home: Home) -> dict | None:
         return None
     except (OSError, YAMLSyntaxError) as exc:
         raise GflowError(f"cannot read {home.node_file}: {exc}") from None
+
+
+def sweep_params(home: Home) -> Callable[[str | None, str | None], str]:
+    """A lookup: (child job, its Sweep) -> the child's parameters, ``lr=0.01 bs=64`` ("" for an
+    array's child or a job of no sweep); (None, Sweep) -> every value of each key, ``lr=0.1,0.01``. Read from the Sweep's manifest *as the caller*: values
+    a 0600 manifest keeps from others are not shown to them (``hidden``). Each Sweep read once."""
+    from controller.model.sweep_params import child_params, params_text  # lazy: only listings that show them
+
+    cache: dict[str, dict[str, dict[str, str]] | None] = {}
+
+    def load(sweep: str) -> dict[str, dict[str, str]] | None:
+        from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one  # lazy: as above
+
+        path = find_manifest(home, sweep, kind="sweep")
+        if path is None:
+            return {}
+        try:
+            parts = list(iter_documents_text(path.read_text()))
+        except PermissionError:
+            return None
+        except (OSError, UnicodeDecodeError):
+            return {}
+        position = document_position(parts, sweep, path)
+        try:
+            data = load_one(parts[position]) if position is not None else None
+        except YAMLSyntaxError:
+            data = None
+        spec = data.get("spec") if isinstance(data, dict) else None
+        return child_params(sweep, spec) if isinstance(spec, dict) else {}
+
+    def lookup(child: str, sweep: str | None) -> str:
+        if not sweep:
+            return ""
+        if sweep not in cache:
+            cache[sweep] = load(sweep)
+        found = cache[sweep]
+        if found is None:
+            return "hidden"
+        if child is None:
+            keys: dict[str, dict[str, None]] = {}
+            for combo in found.values():
+                for key, value in combo.items():
+                    keys.setdefault(key, {})[value] = None
+            return " ".join(f"{key}={','.join(values)}" for key, values in keys.items())
+        return params_text(found.get(child) or {})
+
+    return lookup
