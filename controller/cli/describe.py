@@ -59,7 +59,8 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
     lines.append(("User", manifest_owners(home)(str(status.get("manifest") or manifest or ""))))  # who it runs as
     sweep = next((r.get("name") for r in meta.get("ownerReferences") or [] if r.get("kind") == "Sweep"), None)
     if sweep and (params := sweep_params(home)(name, sweep)):
-        lines.append(("Parameters", f"{params} (sweep/{sweep})"))
+        why = f"sweep/{sweep}'s manifest is not readable by you" if params == "hidden" else f"sweep/{sweep}"
+        lines.append(("Parameters", f"{params} ({why})"))
     created = from_rfc3339(meta.get("creationTimestamp"))
     if created:
         lines.append(("Created", f"{meta['creationTimestamp']} ({format_age(now - created)} ago)"))
