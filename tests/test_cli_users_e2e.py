@@ -300,3 +300,52 @@ def test_gflowd_status_into_a_closed_pipe_and_under_systemd(shared, gflowd, fake
     finally:
         Path("/sys/fs/cgroup/systemd/cgroup.procs").write_text(str(daemon.pid))
         unit.rmdir()
+
+
+def test_expected_start_comes_from_the_time_limits_ahead(shared, gflowd, fake_gpus):
+    daemon = gflowd("--fake-gpus", fake_gpus, home=shared)
+    put(shared, "a.yaml", "metadata: {name: a}\nspec:\n  command: [sleep, '300']\n  timeLimit: 1h\n  resources: {gpus: 2}\n")
+    started = wait_phase(shared, "a", "Running", daemon=daemon)
+    put(shared, "b.yaml", "metadata: {name: b}\nspec:\n  command: ['true']\n  timeLimit: 30m\n  resources: {gpus: 1}\n"
+                          "  priority: 5\n", uid=NOBODY)
+    wait_phase(shared, "b", "Pending", reason="Resources", daemon=daemon)
+    put(shared, "c.yaml", "metadata: {name: c}\nspec:\n  command: ['true']\n  resources: {gpus: 2}\n", uid=NOBODY)
+    wait_for(lambda: (ctl(shared, "describe", "job", "c")[1].count("Queue Position") == 1) or None,
+             message=lambda: f"c to be queued behind b: {ctl(shared, 'describe', 'job', 'c')[1]}")
+    for verb in (["describe", "job", "b"], ["get", "jobs", "-o", "wide"]):
+        warm(shared, *verb)
+    from controller.model.records import from_rfc3339
+
+    a_ends_at = from_rfc3339(started["startTime"]) + 3600
+    expected_b = time.strftime("%Y-%m-%d %H:%M", time.localtime(a_ends_at))
+    expected_c = time.strftime("%Y-%m-%d %H:%M", time.localtime(a_ends_at + 1800))
+
+    described = ctl_as(NOBODY, shared, "describe", "job", "b")[1]
+    assert re.search(rf"^Expected Start:\s+{expected_b} \(in (59m|1h)\S*\), when job/a reach their timeLimit$", described, re.M), described
+    described = ctl_as(NOBODY, shared, "describe", "job", "c")[1]
+    assert re.search(rf"^Expected Start:\s+{expected_c} \(in \S+\), when job/a, job/b reach their timeLimit$", described, re.M), described
+    wide = table(ctl_as(NOBODY, shared, "get", "jobs", "-o", "wide")[1])
+    start = wide["NAME"].index("START")
+    assert " ".join(wide["b"][start:start + 2]) == expected_b[5:] and wide["a"][start] == "-", wide
+
+
+def test_get_jobs_lists_active_and_recent_jobs_unless_asked_for_all(shared, gflowd, fake_gpus):
+    daemon = gflowd("--fake-gpus", fake_gpus, home=shared)
+    put(shared, "old.yaml", job("old", command="true"), uid=NOBODY)
+    put(shared, "new.yaml", job("new", command="true"), uid=NOBODY)
+    put(shared, "live.yaml", job("live"), uid=NOBODY)
+    wait_phase(shared, "old", "Succeeded", daemon=daemon)
+    wait_phase(shared, "new", "Succeeded", daemon=daemon)
+    wait_phase(shared, "live", "Running", daemon=daemon)
+    assert daemon.terminate() == 0
+    index_file = shared / "run" / "index.json"  # as a restarted gflowd would find it two days on
+    index = json.loads(index_file.read_text())
+    index["jobs"]["old"]["completionTime"] = time.time() - 2 * 86400
+    index_file.write_text(json.dumps(index))
+    warm(shared, "get", "jobs")
+
+    code, out, err = ctl_as(NOBODY, shared, "get", "jobs")
+    assert code == 0 and set(table(out)) == {"NAME", "new", "live"}, (out, err)
+    assert "(1 jobs that ended more than a day ago not shown; -A lists them)" in err, err
+    for every in (["-A"], ["--all"], ["old"], ["--phase", "Succeeded"]):
+        assert "old" in table(ctl_as(NOBODY, shared, "get", "jobs", *every)[1]), every

@@ -16,6 +16,7 @@ from controller.client.state import (
     manifest_owners,
     read_index,
     read_status,
+    expected_starts,
     sweep_params,
 )
 from controller.client.usage import job_series, live_summary, read_usage, summary_lines
@@ -74,6 +75,10 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
                        ("effectivePriority", "Effective Priority"), ("observedGeneration", "Generation")):
         if status.get(key) is not None:
             lines.append((label, str(status[key])))
+    if status.get("phase") == "Pending" and status.get("queuePosition") is not None:
+        start = expected_starts(home, job_rows(home), now).get(name)
+        if start is not None:
+            lines.append(("Expected Start", _start_text(start, now)))
     if status.get("devices"):
         lines.append(("Devices", ",".join(str(d) for d in status["devices"])))
     if status.get("cores"):
@@ -117,6 +122,15 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
     log = home.log_file(name)
     out.append(f"Log:{' ' * (width - 4)}{printable(log)}" + ("" if log.exists() else " (none yet)"))
     return out
+
+
+def _start_text(start, now: float) -> str:
+    """``2026-12-01 14:05 (in 1h2m), when job/a reach their timeLimit``, or why it is not known."""
+    if start.at is None:
+        return start.basis
+    if start.at <= now:
+        return f"now, {start.basis}"
+    return f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(start.at))} (in {format_duration(start.at - now)}), {start.basis}"
 
 
 def _describe_sweep(home: Home, name: str) -> list[str] | None:

@@ -23,6 +23,7 @@ from controller.cli.common import (
 from controller.client.state import (
     job_rows,
     manifest_owners,
+    expected_starts,
     read_index,
     sweep_params,
     read_node,
@@ -247,7 +248,9 @@ def _get_jobs(home: Home, args, selector) -> int:
             sweeps = (read_index(home) or {}).get("sweeps") or {}
             _print_table(_tree_table(chosen, sweeps, wide=out == "wide", owner=owner, params=sweep_params(home)))
         else:
-            _print_table(_job_table(chosen, wide=out == "wide", owner=owner, params=sweep_params(home) if out == "wide" else None))
+            wide = out == "wide"
+            _print_table(_job_table(chosen, wide=wide, owner=owner, params=sweep_params(home) if wide else None,
+                                    starts=expected_starts(home, rows, time.time()) if wide else None))
         if hidden:
             print(f"({hidden} jobs that ended more than a day ago not shown; -A lists them)", file=sys.stderr)
     warn_if_not_running(home)  # a stopped gflowd leaves Running rows that no longer run
@@ -322,17 +325,27 @@ def _sweep_line(name: str, row: dict, wide: bool, owner) -> list[str]:
     line = [f"sweep/{name}", owner(row.get("manifest")), str(row.get("phase", "")), "-", "-", "-",
             format_age(time.time() - float(row.get("created") or time.time())),
             f"{row.get('children', 0)} children" + (f": {told}" if told else "")]
-    return line + (["-", "-", "-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
+    return line + (["-", "-", "-", "-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
 
 
-def _job_table(chosen: list[tuple[str, dict]], wide: bool, owner, params=None) -> list[list[str]]:
-    """``owner``: a job's manifest -> the user it runs as (``manifest_owners``); ``params``: a
-    sweep child's values (``sweep_params``), for -o wide."""
+def _start_cell(start, now: float) -> str:
+    """-o wide's START: when a pending job is expected to start (squeue --start); ``?`` not known."""
+    if start is None:
+        return "-"
+    if start.at is None:
+        return "?"
+    return "now" if start.at <= now else time.strftime("%m-%d %H:%M", time.localtime(start.at))
+
+
+def _job_table(chosen: list[tuple[str, dict]], wide: bool, owner, params=None, starts=None) -> list[list[str]]:
+    """``owner``: a job's manifest -> the user it runs as (``manifest_owners``); for -o wide,
+    ``params``: a sweep child's values (``sweep_params``), ``starts``: expected starts."""
     now = time.time()
     header = ["NAME", "USER", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
     if wide:
-        header += ["CPUS", "EFFECTIVE", "ATTEMPT", "EXIT", "UTIL", "PARAMS", "MANIFEST", "MESSAGE"]
+        header += ["CPUS", "EFFECTIVE", "ATTEMPT", "EXIT", "UTIL", "START", "PARAMS", "MANIFEST", "MESSAGE"]
         params = params or (lambda child, sweep: "")
+        starts = starts or {}
     table = [header]
     for name, row in chosen:
         devices = row.get("devices") or []
@@ -356,6 +369,7 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool, owner, params=None) -
                 str(row.get("attempt", 0)),
                 "-" if exit_code is None else str(exit_code),
                 "-" if util is None else f"{round(util)}%",
+                _start_cell(starts.get(name), now),
                 params(name, row.get("owner")) or "-",
                 str(row.get("manifest") or "-"),
                 str(row.get("message", "")),

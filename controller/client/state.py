@@ -296,3 +296,57 @@ def sweep_params(home: Home) -> Callable[[str | None, str | None], str]:
         return params_text(found.get(child) or {})
 
     return lookup
+
+
+def time_limits(home: Home) -> Callable[[str, dict[str, Any]], float | None]:
+    """A lookup: (job, its index row) -> its spec.timeLimit in seconds, None without one. Read from
+    its manifest as the caller (a sweep child: the Sweep's template); each file parsed once."""
+    from controller.api.units import parse_duration  # lazy: only the expected starts read limits
+    from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+
+    specs: dict[tuple[str, str], dict[str, Any] | None] = {}
+
+    def spec_of(name: str, kind: str) -> dict[str, Any] | None:
+        if (kind, name) not in specs:
+            spec = None
+            path = find_manifest(home, name, kind=kind)
+            try:
+                parts = list(iter_documents_text(path.read_text())) if path is not None else []
+                position = document_position(parts, name, path) if parts and path is not None else None
+                data = load_one(parts[position]) if position is not None else None
+                spec = data.get("spec") if isinstance(data, dict) else None
+                if kind == "sweep" and isinstance(spec, dict):
+                    spec = spec.get("template")
+            except (OSError, UnicodeDecodeError, YAMLSyntaxError):
+                spec = None
+            specs[(kind, name)] = spec if isinstance(spec, dict) else None
+        return specs[(kind, name)]
+
+    def lookup(name: str, row: dict[str, Any]) -> float | None:
+        spec = spec_of(row["owner"], "sweep") if row.get("owner") else spec_of(name, "job")
+        try:
+            return parse_duration(spec["timeLimit"]) if spec and spec.get("timeLimit") is not None else None
+        except (TypeError, ValueError):
+            return None
+
+    return lookup
+
+
+def expected_starts(home: Home, rows: dict[str, dict[str, Any]], now: float) -> dict[str, Any]:
+    """Each pending job's expected start (``controller.client.expected.Start``), from node.yaml's
+    GPUs, the running jobs' ends and the queue order gflowd recorded (queuePosition)."""
+    from controller.client.expected import plan_starts  # lazy: only describe and -o wide plan
+
+    node = read_node(home) or {}
+    gpus = [int(g["index"]) for g in node.get("gpus") or [] if isinstance(g, dict) and g.get("index") is not None]
+    limit = time_limits(home)
+    running = []
+    for name, row in rows.items():
+        if row.get("phase") == "Running" and row.get("devices"):
+            seconds = limit(name, row)
+            start = row.get("startTime")
+            running.append((name, [int(d) for d in row["devices"]], None if seconds is None or start is None else float(start) + seconds))
+    queued = sorted(((row["queuePosition"], name) for name, row in rows.items()
+                     if row.get("phase") == "Pending" and isinstance(row.get("queuePosition"), int)))
+    pending = [(name, int(rows[name].get("gpus") or 0), limit(name, rows[name])) for _, name in queued]
+    return plan_starts(now, gpus, running, pending)
