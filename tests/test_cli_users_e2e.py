@@ -321,7 +321,7 @@ def test_expected_start_comes_from_the_time_limits_ahead(shared, gflowd, fake_gp
     expected_c = time.strftime("%Y-%m-%d %H:%M", time.localtime(a_ends_at + 1800))
 
     described = ctl_as(NOBODY, shared, "describe", "job", "b")[1]
-    assert re.search(rf"^Expected Start:\s+{expected_b} \(in (59m|1h)\S*\), when job/a reach their timeLimit$", described, re.M), described
+    assert re.search(rf"^Expected Start:\s+{expected_b} \(in \S+\), when job/a reaches its timeLimit$", described, re.M), described
     described = ctl_as(NOBODY, shared, "describe", "job", "c")[1]
     assert re.search(rf"^Expected Start:\s+{expected_c} \(in \S+\), when job/a, job/b reach their timeLimit$", described, re.M), described
     wide = table(ctl_as(NOBODY, shared, "get", "jobs", "-o", "wide")[1])

@@ -125,7 +125,7 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
 
 
 def _start_text(start, now: float) -> str:
-    """``2026-12-01 14:05 (in 1h2m), when job/a reach their timeLimit``, or why it is not known."""
+    """``2026-12-01 14:05 (in 1h2m), when job/a reaches its timeLimit``, or why it is not known."""
     if start.at is None:
         return start.basis
     if start.at <= now:

@@ -50,7 +50,8 @@ def plan_starts(
         elif not blockers:
             out[name] = Start(now, "its GPUs are free now; it waits for its reason")
         else:
-            out[name] = Start(at, f"when {', '.join(f'job/{b}' for b in blockers)} reach their timeLimit")
+            verb = "reaches its" if len(blockers) == 1 else "reach their"
+            out[name] = Start(at, f"when {', '.join(f'job/{b}' for b in blockers)} {verb} timeLimit")
         ends = math.inf if limit is None or at == math.inf else at + limit
         for index in chosen:
             free_at[index], freed_by[index] = ends, name
