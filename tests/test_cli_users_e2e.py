@@ -349,3 +349,31 @@ def test_get_jobs_lists_active_and_recent_jobs_unless_asked_for_all(shared, gflo
     assert "(1 jobs that ended more than a day ago not shown; -A lists them)" in err, err
     for every in (["-A"], ["--all"], ["old"], ["--phase", "Succeeded"]):
         assert "old" in table(ctl_as(NOBODY, shared, "get", "jobs", *every)[1]), every
+
+
+def test_keys_typed_while_run_it_waits_are_not_replayed_into_the_shell(home, gflowd, fake_gpus):
+    """On a pseudo-terminal as a user's shell would run it (root: the pexpect child runs this
+    interpreter, which nobody may not read; the behaviour is the terminal's, not the uid's)."""
+    import pexpect
+
+    daemon = gflowd("--fake-gpus", fake_gpus)
+    env = {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(home.parent / "state"), "TERM": "xterm"}
+    put(home, "blocker.yaml", job("blocker", gpus=2))
+    wait_phase(home, "blocker", "Running", daemon=daemon)
+    child = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", "run", "-it", "--name", "sess", "--gpus", "1",
+                                           "-e", "PS1=gflow$ ", "--", "bash", "--norc", "--noprofile"],
+                          env=env, cwd=str(home.parent), encoding="utf-8", timeout=60)
+    child.logfile_read = shown = io.StringIO()  # everything the terminal showed
+    try:
+        child.expect(r"job/sess is Pending")
+        child.sendline("echo typed-$((6*7))")  # would print typed-42 if the shell got it
+        assert ctl(home, "cancel", "blocker")[0] == 0
+        child.expect(r"job/sess is running")
+        child.expect(r"gflow\$ ")
+        child.sendline("echo marker-$((1+1))")
+        child.expect("marker-2")
+        assert "typed-42" not in shown.getvalue(), shown.getvalue()
+        child.sendline("exit 0")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)

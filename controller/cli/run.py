@@ -152,6 +152,10 @@ def _interactive(home: Home, name: str) -> int:
         return 130
     if sock is None:
         return 1 if status.get("reason") == "Unschedulable" else _exit_code(home, name)
+    if sys.stdin.isatty():  # what was typed while it waited is not for the new shell: drop it
+        import termios  # lazy: only run -it on a terminal
+
+        termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
     devices = ",".join(str(d) for d in status.get("devices") or [])
     sys.stderr.write(f"job/{name} is running ({f'GPUs {devices}' if devices else 'no GPU'}); Ctrl-] detaches\r\n")
     ended, code = session(sock, name)
