@@ -377,3 +377,36 @@ def test_keys_typed_while_run_it_waits_are_not_replayed_into_the_shell(home, gfl
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+def test_wide_util_is_the_latest_sample_as_describe_shows_it(home, gflowd, tmp_path):
+    from test_gpu_usage_e2e import running_with_pid, waiting_job, write_gpus
+
+    from controller.client.usage import live_summary
+
+    fake = tmp_path / "gpus.yaml"
+    write_gpus(fake, [], [])
+    release = tmp_path / "release"
+    daemon = gflowd("--fake-gpus", fake, "--gpu-sample-interval", "0.5s")
+    (home / "jobs" / "ddp.yaml").write_text(waiting_job("ddp", 1, release))
+    pid = running_with_pid(home, "ddp")["pid"]
+    write_gpus(fake, [{"pid": pid, "usedMemory": "10Gi", "utilization": 60}], [])
+    try:
+        usage_file = home / "run" / "gpu-usage.json"
+
+        def live() -> float | None:
+            try:
+                summary = live_summary(json.loads(usage_file.read_text()), "ddp", 1)
+            except (OSError, ValueError):
+                return None
+            return summary.get("utilMean") if summary else None
+
+        # the mean climbs toward 60% (the first samples saw no process): -o wide shows it as of now
+        wait_for(lambda: (live() or 0) >= 20, timeout=30, message=lambda: f"live samples of 60%\n{daemon.stderr()[-2000:]}")
+        before = live()
+        wide = table(ctl(home, "get", "jobs", "-o", "wide")[1])
+        after = live()
+        shown = wide["ddp"][wide["NAME"].index("UTIL")]
+        assert shown.endswith("%") and round(before) <= int(shown[:-1]) <= round(after), (before, shown, after)
+    finally:
+        release.touch()

@@ -250,7 +250,8 @@ def _get_jobs(home: Home, args, selector) -> int:
         else:
             wide = out == "wide"
             _print_table(_job_table(chosen, wide=wide, owner=owner, params=sweep_params(home) if wide else None,
-                                    starts=expected_starts(home, rows, time.time()) if wide else None))
+                                    starts=expected_starts(home, rows, time.time()) if wide else None,
+                                    live=_live_util(home, chosen) if wide else None))
         if hidden:
             print(f"({hidden} jobs that ended more than a day ago not shown; -A lists them)", file=sys.stderr)
     warn_if_not_running(home)  # a stopped gflowd leaves Running rows that no longer run
@@ -337,9 +338,26 @@ def _start_cell(start, now: float) -> str:
     return "now" if start.at <= now else time.strftime("%m-%d %H:%M", time.localtime(start.at))
 
 
-def _job_table(chosen: list[tuple[str, dict]], wide: bool, owner, params=None, starts=None) -> list[list[str]]:
+def _live_util(home: Home, chosen: list[tuple[str, dict]]) -> dict[str, float]:
+    """Running jobs' mean GPU utilization as of gflowd's latest sample, as describe shows it (the
+    status's copy, in the index, is refreshed about once a minute)."""
+    if not any(row.get("phase") == "Running" for _, row in chosen):
+        return {}
+    from controller.client.usage import live_summary, read_usage  # lazy: only -o wide with running jobs
+
+    usage = read_usage(home)
+    live = {}
+    for name, row in chosen:
+        summary = live_summary(usage, name, row.get("attempt")) if row.get("phase") == "Running" else None
+        if summary and summary.get("utilMean") is not None:
+            live[name] = summary["utilMean"]
+    return live
+
+
+def _job_table(chosen: list[tuple[str, dict]], wide: bool, owner, params=None, starts=None, live=None) -> list[list[str]]:
     """``owner``: a job's manifest -> the user it runs as (``manifest_owners``); for -o wide,
-    ``params``: a sweep child's values (``sweep_params``), ``starts``: expected starts."""
+    ``params``: a sweep child's values (``sweep_params``), ``starts``: expected starts, ``live``:
+    running jobs' latest GPU utilization."""
     now = time.time()
     header = ["NAME", "USER", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
     if wide:
@@ -362,7 +380,7 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool, owner, params=None, s
         if wide:
             exit_code = row.get("exitCode")
             effective = row.get("effectivePriority")
-            util = row.get("gpuUtil")  # the latest attempt's mean GPU utilization (status gpuUsage)
+            util = (live or {}).get(name, row.get("gpuUtil"))  # the latest attempt's mean GPU utilization
             line += [
                 str(row.get("cpus") or "-"),
                 "-" if effective is None else str(effective),
