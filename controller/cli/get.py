@@ -246,7 +246,7 @@ def _get_jobs(home: Home, args, selector) -> int:
             print("No jobs found.", file=sys.stderr)
         elif getattr(args, "tree", False):
             sweeps = (read_index(home) or {}).get("sweeps") or {}
-            _print_table(_tree_table(chosen, sweeps, wide=out == "wide", owner=owner, params=sweep_params(home)))
+            _print_table(_tree_table(chosen, sweeps, wide=out == "wide", user_of=owner, params=sweep_params(home)))
         else:
             wide = out == "wide"
             _print_table(_job_table(chosen, wide=wide, owner=owner, params=sweep_params(home) if wide else None,
@@ -260,7 +260,7 @@ def _get_jobs(home: Home, args, selector) -> int:
     return 1 if missing else 0
 
 
-def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: bool, owner, params=None) -> list[list[str]]:
+def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: bool, user_of, params=None) -> list[list[str]]:
     """``get jobs --tree`` (gqueue -t): each job under the first parent it waits for, a Sweep's
     children under the Sweep; a job after several parents names the others ("also after b")."""
     rows = dict(chosen)
@@ -297,7 +297,7 @@ def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: b
     def order(keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return sorted(keys, key=lambda k: (created.get(k, 0), k[1]))
 
-    table = _job_table([], wide, owner)
+    table = _job_table([], wide, user_of)
     seen: set[tuple[str, str]] = set()
 
     def walk(key: tuple[str, str], lead: str, last: bool, top: bool) -> None:
@@ -306,9 +306,9 @@ def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: b
         seen.add(key)
         branch = "" if top else lead + ("└─ " if last else "├─ ")
         if key[0] == "job":
-            line = _job_table([(key[1], rows[key[1]])], wide, owner, params)[1]
+            line = _job_table([(key[1], rows[key[1]])], wide, user_of, params)[1]
         else:
-            line = _sweep_line(key[1], nodes[key], wide, owner)
+            line = _sweep_line(key[1], nodes[key], wide, user_of)
         line[0] = branch + line[0] + (f" (also after {', '.join(also[key])})" if also.get(key) else "")
         table.append(line)
         kids = order(members.get(key, [])) + order(children.get(key, []))
