@@ -474,3 +474,12 @@ def test_apply_on_a_full_disk_is_one_line_not_a_traceback(home, tmp_path):
         assert not list(jobs.glob("big*")), "a failed write leaves no file behind"
     finally:
         subprocess.run(["umount", "-l", str(jobs)], check=False)
+
+
+def test_phase_words_are_checked_against_the_kind_listed(home):
+    record(home, *_states())
+    assert run("get", "reservations", "--phase", "Active")[0] == 0  # a reservation's phase, not a job's
+    code, out, err = run("get", "reservations", "--phase", "Running")
+    assert (code, out) == (1, "") and "no reservation phase 'Running'" in err and "Active" in err
+    code, out, err = run("get", "jobs", "--phase", "f,CA", "-o", "name")
+    assert (code, out) == (0, "job/gamma\n"), err

@@ -156,7 +156,7 @@ def _get_records(home: Home, args, kind: str, header: list[str], row_of) -> int:
     """``get sweeps|reservations``: the index's rows of that kind as a table, names, or documents."""
     rows = (read_index(home) or {}).get(f"{kind}s", {})
     missing = [n for n in args.names if n not in rows]
-    chosen = select_rows(rows, args.names, parse_selector_args(args.selector), parse_phases(args.phase))
+    chosen = select_rows(rows, args.names, parse_selector_args(args.selector), parse_phases(args.phase, kind))
     if args.output == "name":
         for name, _ in chosen:
             print(f"{kind}/{name}")
@@ -181,12 +181,17 @@ def _local_time(ts: object) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(float(ts)))
 
 
-def parse_phases(values: list[str]) -> list[str]:
-    """``--phase`` values as phases: comma lists, any case, squeue's codes (PD,R). Every word that
-    names no phase is one error naming the phases (a typo must not print "No jobs found.")."""
-    from controller.model.reasons import Phase  # lazy: only a listing that filters by phase
+def parse_phases(values: list[str], kind: str = "job") -> list[str]:
+    """``--phase`` values as phases of ``kind``: comma lists, any case, squeue's codes (PD,R) for
+    jobs and sweeps. Every word that names no phase is one error naming the phases (a typo must not
+    print "No jobs found.")."""
+    if not values:
+        return []
+    from controller.model.reasons import Phase, ReservationPhase  # lazy: only a listing that filters by phase
 
-    known = {p.lower(): str(p) for p in Phase} | {code.lower(): p for code, p in PHASE_CODES.items()}
+    phase_words = list(ReservationPhase) if kind == "reservation" else list(Phase)
+    codes = {} if kind == "reservation" else PHASE_CODES
+    known = {p.lower(): str(p) for p in phase_words} | {code.lower(): p for code, p in codes.items()}
     phases, bad = [], []
     for word in (w.strip() for value in values for w in value.split(",")):
         if word.lower() in known:
@@ -196,9 +201,10 @@ def parse_phases(values: list[str]) -> list[str]:
     if bad:
         from difflib import get_close_matches  # lazy: only a mistyped phase
 
-        hints = [f"{w!r} (did you mean {close[0]}?)" if (close := get_close_matches(w.capitalize(), list(Phase), n=1)) else repr(w) for w in bad]
-        raise CliError(f"--phase: no phase {', '.join(hints)}; use {', '.join(Phase)} or squeue's "
-                       f"{','.join(PHASE_CODES)}, comma-separated")
+        hints = [f"{w!r} (did you mean {close[0]}?)" if (close := get_close_matches(w.capitalize(), phase_words, n=1)) else repr(w)
+                 for w in bad]
+        also = f" or squeue's {','.join(codes)}" if codes else ""
+        raise CliError(f"--phase: no {kind} phase {', '.join(hints)}; use {', '.join(phase_words)}{also}, comma-separated")
     return phases
 
 
