@@ -251,10 +251,12 @@ def read_node(home: Home) -> dict | None:
         raise GflowError(f"cannot read {home.node_file}: {exc}") from None
 
 
-def sweep_params(home: Home) -> Callable[[str | None, str | None], str]:
+def sweep_params(home: Home, public: bool = False) -> Callable[[str | None, str | None], str]:
     """A lookup: (child job, its Sweep) -> the child's parameters, ``lr=0.01 bs=64`` ("" for an
     array's child or a job of no sweep); (None, Sweep) -> every value of each key, ``lr=0.1,0.01``. Read from the Sweep's manifest *as the caller*: values
-    a 0600 manifest keeps from others are not shown to them (``hidden``). Each Sweep read once."""
+    a 0600 manifest keeps from others are not shown to them (``hidden``). Each Sweep read once.
+    ``public``: for a reader whose uid is not the viewer's (the dashboard, served as gflowd's user),
+    only a world-readable manifest's values are shown."""
     from controller.model.sweep_params import child_params, params_text  # lazy: only listings that show them
 
     cache: dict[str, dict[str, dict[str, str]] | None] = {}
@@ -266,7 +268,10 @@ def sweep_params(home: Home) -> Callable[[str | None, str | None], str]:
         if path is None:
             return {}
         try:
-            parts = list(iter_documents_text(path.read_text()))
+            with open(path, encoding="utf-8") as handle:
+                if public and not os.fstat(handle.fileno()).st_mode & 0o004:
+                    return None  # decided on the file read, not on a path stat'ed apart
+                parts = list(iter_documents_text(handle.read()))
         except PermissionError:
             return None
         except (OSError, UnicodeDecodeError):

@@ -39,7 +39,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from controller.client.events import aggregate
-from controller.client.state import job_rows, manifest_owners, read_index, read_status
+from controller.client.state import job_rows, manifest_owners, read_index, read_status, sweep_params
 from controller.client.usage import read_usage
 from controller.paths import Home, UnsafeName
 from controller.util.fsutil import atomic_write
@@ -148,6 +148,8 @@ def job_detail(home: Home, name: str) -> dict[str, Any] | None:
     return {
         "name": name,
         "owner": manifest_owners(home)(manifest),
+        # a sweep child's values, from a world-readable Sweep manifest only: the page has no viewer uid
+        "params": sweep_params(home, public=True)(name, (row or {}).get("owner")),
         "status": status or {"status": {k: v for k, v in (row or {}).items() if k in ("phase", "reason", "message")}},
         "events": aggregate(events)[-JOB_EVENTS_LIMIT:][::-1],
         "log": {"path": home.display(home.log_file(name)), "text": log_text, "cut": cut},
