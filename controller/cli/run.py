@@ -79,9 +79,9 @@ def _submit(home: Home, kind: str, name: str, text: str, cli: dict) -> int:
         for error in errors:
             print_error(error)
         return 1
-    dry_run = bool(cli.get("dry_run"))
-    if cli.get("interactive") and doc.warning and not dry_run:  # srun refuses at once: nobody waits forever
+    if cli.get("interactive") and doc.warning and not cli.get("dry_run"):  # srun refuses at once: nobody waits forever
         raise CliError(f"{doc.warning}; not submitted (ask for what this machine has)")
+    dry_run = bool(cli.get("dry_run"))
     if dry_run and cli.get("output") == "yaml":
         sys.stdout.write(text)
         return 0
@@ -176,19 +176,19 @@ def _wait_for_session(home: Home, name: str):
             phase = status.get("phase")
             if phase in TERMINAL:
                 return None, status
-            uid = job_owner(home, name)
-            if phase == "Running" and uid is not None:
-                try:
-                    return connect(home.control_socket(uid, name)), status
-                except NoSession:
-                    pass  # its supervisor is just starting
-            elif status.get("reason") == "Unschedulable":  # never fits: srun would not have queued it
+            if status.get("reason") == "Unschedulable":  # never fits: srun would not have queued it
                 line.clear()
                 from controller.cli.edit import control  # lazy: only a session that cannot start
 
                 print_error(f"job/{name} can never start here: {status.get('message')}; cancelling it")
                 control(home, "cancel", [("job", name)])
                 return None, {"phase": "Cancelled", "reason": "Unschedulable"}
+            uid = job_owner(home, name)
+            if phase == "Running" and uid is not None:
+                try:
+                    return connect(home.control_socket(uid, name)), status
+                except NoSession:
+                    pass  # its supervisor is just starting
             elif phase:
                 line.show(_waiting(name, status))
             else:

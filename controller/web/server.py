@@ -39,7 +39,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from controller.client.events import aggregate
-from controller.client.state import job_rows, manifest_owners, read_index, read_status, sweep_params
+from controller.client.state import job_rows, manifest_owners, read_index, read_status
 from controller.client.usage import read_usage
 from controller.paths import Home, UnsafeName
 from controller.util.fsutil import atomic_write
@@ -148,12 +148,19 @@ def job_detail(home: Home, name: str) -> dict[str, Any] | None:
     return {
         "name": name,
         "owner": manifest_owners(home)(manifest),
-        # a sweep child's values, from a world-readable Sweep manifest only: the page has no viewer uid
-        "params": sweep_params(home, public=True)(name, (row or {}).get("owner")),
+        "params": _sweep_params(home, name, row),
         "status": status or {"status": {k: v for k, v in (row or {}).items() if k in ("phase", "reason", "message")}},
         "events": aggregate(events)[-JOB_EVENTS_LIMIT:][::-1],
         "log": {"path": home.display(home.log_file(name)), "text": log_text, "cut": cut},
     }
+
+
+def _sweep_params(home: Home, name: str, row: dict[str, Any] | None) -> str:
+    """A sweep child's values, from a world-readable Sweep manifest only: the page is served as
+    gflowd's user, not as its viewer."""
+    from controller.client.state import sweep_params  # lazy: only a job page of a sweep child
+
+    return sweep_params(home, public=True)(name, (row or {}).get("owner"))
 
 
 class StateView:
