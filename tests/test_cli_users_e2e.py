@@ -213,13 +213,15 @@ def test_a_sweeps_parameters_are_shown_to_whoever_may_read_its_manifest(shared, 
     code, out, _ = ctl(shared, "get", "jobs", "-o", "wide")  # root may read root's manifest
     assert "lr=0.01" in out.split("secret-1", 1)[1].splitlines()[0], out
     # the dashboard is served as gflowd's user (root) to viewers without a uid: world-readable only
+    from controller.client.state import job_rows
     from controller.paths import Home
-    from controller.web.server import job_detail
+    from controller.web.server import _sweep_params  # what job_detail puts in the page's "params"
 
     served = Home.locate(str(shared), None)
-    assert job_detail(served, "grid-1")["params"] == "lr=0.01 bs=64"
-    assert job_detail(served, "secret-1")["params"] == "hidden"
-    assert job_detail(served, "secret-0")["params"] == "hidden"
+    rows = job_rows(served)
+    assert _sweep_params(served, "grid-1", rows["grid-1"]) == "lr=0.01 bs=64"
+    assert _sweep_params(served, "secret-1", rows["secret-1"]) == "hidden"
+    assert _sweep_params(served, "mine", None) == ""
 
 
 def ctl(home: Path, *argv: str) -> tuple[int, str, str]:
