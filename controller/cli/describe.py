@@ -75,10 +75,6 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
                        ("effectivePriority", "Effective Priority"), ("observedGeneration", "Generation")):
         if status.get(key) is not None:
             lines.append((label, str(status[key])))
-    if status.get("phase") == "Pending" and status.get("queuePosition") is not None:
-        start = expected_starts(home, job_rows(home), now).get(name)
-        if start is not None:
-            lines.append(("Expected Start", _start_text(start, now)))
     if status.get("devices"):
         lines.append(("Devices", ",".join(str(d) for d in status["devices"])))
     if status.get("cores"):
@@ -98,6 +94,10 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
         lines.append(("Finished", str(status["completionTime"])))
     if start:
         lines.append(("Duration", format_duration((end or now) - start)))
+    if status.get("phase") == "Pending" and status.get("queuePosition") is not None:
+        expected = expected_starts(home, job_rows(home), now).get(name)
+        if expected is not None:
+            lines.append(("Expected Start", _start_text(expected, now)))
     lines.extend(_spec_lines(home, name, manifest))
     if status.get("reason") == "Reserved":
         lines.extend(("Reserved By", text) for text in _live_reservations(home))
