@@ -235,8 +235,8 @@ def test_get_jobs_table(home):
     code, out, _ = run("get", "jobs")
     lines = out.splitlines()
     assert code == 0
-    assert lines[0].split() == ["NAME", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
-    assert lines[1].split()[:5] == ["alpha", "Running", "2", "1,3", "5"]
+    assert lines[0].split() == ["NAME", "USER", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
+    assert lines[1].split()[:6] == ["alpha", "?", "Running", "2", "1,3", "5"]  # ?: no manifest left to own it
     assert [l.split()[0] for l in lines[1:]] == ["alpha", "beta", "gamma"]
 
 
@@ -379,9 +379,9 @@ def test_get_jobs_watch_prints_a_row_when_a_job_changes_and_stops_on_ctrl_c(home
             return lines
 
         wait_for(lambda: len(read_lines()) >= 2, timeout=15, message="the initial table")
-        assert lines[0].split()[:2] == ["NAME", "PHASE"] and lines[1].split()[:2] == ["w", "Pending"]
+        assert lines[0].split()[:3] == ["NAME", "USER", "PHASE"] and lines[1].split()[:3] == ["w", "?", "Pending"]
         record(home, JobState(name="w", phase="Running", reason="Started", created=time.time()))
-        wait_for(lambda: any(l.split()[:2] == ["w", "Running"] for l in read_lines()), timeout=15, message="a new row")
+        wait_for(lambda: any(l.split()[:3] == ["w", "?", "Running"] for l in read_lines()), timeout=15, message="a new row")
         assert sum(1 for l in lines if l.startswith("NAME")) == 1  # the header once, then rows
     finally:
         proc.send_signal(signal.SIGINT)
@@ -474,3 +474,12 @@ def test_apply_on_a_full_disk_is_one_line_not_a_traceback(home, tmp_path):
         assert not list(jobs.glob("big*")), "a failed write leaves no file behind"
     finally:
         subprocess.run(["umount", "-l", str(jobs)], check=False)
+
+
+def test_phase_words_are_checked_against_the_kind_listed(home):
+    record(home, *_states())
+    assert run("get", "reservations", "--phase", "Active")[0] == 0  # a reservation's phase, not a job's
+    code, out, err = run("get", "reservations", "--phase", "Running")
+    assert (code, out) == (1, "") and "no reservation phase 'Running'" in err and "Active" in err
+    code, out, err = run("get", "jobs", "--phase", "f,CA", "-o", "name")
+    assert (code, out) == (0, "job/gamma\n"), err

@@ -157,9 +157,11 @@ def test_describe_of_several_names_those_not_found_and_shows_the_rest(home, fini
 
 
 def _status_documents(home: Path, names: list[str]) -> list[dict]:
+    """The status files, with the user each job runs as first in metadata (get jobs adds it)."""
     from controller.util.yamlio import load_one
 
-    return [load_one((home / "status" / f"{name}.yaml").read_text()) for name in names]
+    docs = [load_one((home / "status" / f"{name}.yaml").read_text()) for name in names]
+    return [{**doc, "metadata": {"user": "root", **doc["metadata"]}} for doc in docs]
 
 
 def test_o_json_is_the_status_files_and_comes_from_gflowds_records_journal(home, finished):

@@ -40,7 +40,7 @@ def test_apply_runs_the_job_and_the_cli_shows_it(home, gflowd, tmp_path):
     listed = ctl(home, "get", "jobs", "-l", "team=vision")
     assert listed.returncode == 0
     row = listed.stdout.splitlines()[1].split()
-    assert row[:3] == ["hello", "Succeeded", "0"]
+    assert row[:4] == ["hello", "root", "Succeeded", "0"]
     assert ctl(home, "logs", "hello").stdout == "hello from gflow\n"
     described = ctl(home, "describe", "job", "hello")
     assert "Succeeded" in described.stdout and "Completed" in described.stdout
@@ -84,8 +84,8 @@ def test_get_gpus_lists_fake_gpus_with_their_jobs(home, gflowd, tmp_path):
     shown = wait_for(lambda: (out := ctl(home, "get", "gpus").stdout) and "gpu" in out.splitlines()[1] and out,
                      message="get gpus to show the job")
     header, first, second = shown.splitlines()
-    assert header.split() == ["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS"]
-    assert first.split()[0] == "0" and "Allocated" in first and first.split()[-1] == "gpu"
+    assert header.split() == ["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS", "USER"]
+    assert first.split()[0] == "0" and "Allocated" in first and first.split()[-2:] == ["gpu", "root"]
     assert "Free" in second
 
 

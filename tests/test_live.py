@@ -112,7 +112,7 @@ def test_get_gpus_watch_appends_changed_rows_into_a_pipe(tmp_path):
         lines = out[0].splitlines()
         assert "\x1b" not in out[0]
         assert [l.split()[0] for l in lines] == ["INDEX", "0", "1", "0"]
-        assert lines[-1].split()[-2:] == ["Allocated", "train"]
+        assert lines[-1].split()[-3:] == ["Allocated", "train", "?"]  # ?: no job of that name to own it
     finally:
         assert stop(proc, thread, master) == 0
 

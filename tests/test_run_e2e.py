@@ -133,7 +133,7 @@ def test_flags_override_directives_and_a_typo_in_gflow_directives_stops(home, pr
     script.write_text("#!/bin/sh\n# GFLOW --gpu 1\necho hi\n")
     typo = ctl(home, "run", "job.sh", cwd=proj)
     assert (typo.returncode, typo.stdout) == (1, "")
-    assert typo.stderr == "error: job.sh line 2: unknown flag --gpu; see gflowctl run --help\n"
+    assert typo.stderr == "error: job.sh line 2: unknown flag --gpu; did you mean --gpus? (gflowctl run --help)\n"
 
 
 def test_a_param_sweep_substitutes_each_value(home, gflowd, proj):
@@ -173,7 +173,7 @@ def test_after_the_last_job_and_bad_input(home, gflowd, proj):
     wait_phase(home, name, "Succeeded", daemon=daemon)
 
     for argv, message in [
-        (["--gpu", "1", "--", "x"], "error: unknown flag --gpu; see gflowctl run --help"),
+        (["--gpu", "1", "--", "x"], "error: unknown flag --gpu; did you mean --gpus? (gflowctl run --help)"),
         (["--param", "lr=", "--", "x"], "error: --param lr: give at least one value, e.g. --param lr=0.1,0.01"),
         (["--time", "soon", "--", "x"], "error: --time 'soon' does not parse; use e.g. 4h, 90m, 1h30m, or Slurm's 30, 1:30:00, 2-12"),
         (["--after", "ghost", "--", "x"], f"error: --after ghost: no job or sweep of that name on {home}"),

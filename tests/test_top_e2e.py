@@ -62,13 +62,13 @@ def test_top_redraws_in_place_in_a_real_terminal(home, busy_job, tmp_path):
     try:
         text = wait_for(lambda: (t := screen()) and row(t, "ddp") and t, timeout=20, message=lambda: f"top's screen:\n{screen()}")
         ddp = row(text, "ddp")
-        assert ddp[1:4] == ["0", "60%", "10Gi"] and ddp[-1] == "1h", text
+        assert ddp[1:5] == ["root", "0", "60%", "10Gi"] and ddp[-1] == "1h", text
         assert row(text, "1")[:3] == ["1", "0%", "0"]  # its second GPU: no process of the job
         assert "gflow top: 1 running, 0 pending; GPUs: 2 of 3 in use by jobs" in text
-        assert row(text, "JOB") == ["JOB", "GPU", "UTIL", "GPU-MEM", "CPU", "RSS", "ELAPSED", "LIMIT"]
+        assert row(text, "JOB") == ["JOB", "USER", "GPU", "UTIL", "GPU-MEM", "CPU", "RSS", "ELAPSED", "LIMIT"]
         write_gpus(fake, [{"pid": pid, "usedMemory": "12Gi", "utilization": 20}],
                    [{"pid": pid, "usedMemory": "2Gi", "utilization": 35}], [])
-        text = wait_for(lambda: (t := screen()) and (row(t, "ddp") or [])[1:4] == ["0", "20%", "12Gi"] and t, timeout=20,
+        text = wait_for(lambda: (t := screen()) and (row(t, "ddp") or [])[2:5] == ["0", "20%", "12Gi"] and t, timeout=20,
                         message=lambda: f"top to redraw with the new sample:\n{screen()}")
         assert row(text, "1")[:3] == ["1", "35%", "2Gi"]
         assert text.count("gflow top:") == 1 and text.count("JOB") == 1  # redrawn in place, not appended
@@ -84,7 +84,7 @@ def test_top_prints_once_when_piped(home, busy_job):
     lines = result.stdout.splitlines()
     assert lines[0].startswith("gflow top: 1 running") and "\x1b[" not in result.stdout
     ddp = next(line.split() for line in lines if line.startswith("ddp"))
-    assert ddp[1:4] == ["0", "60%", "10Gi"] and ddp[4].endswith("%")  # CPU % from two looks at /proc
+    assert ddp[1:5] == ["root", "0", "60%", "10Gi"] and ddp[5].endswith("%")  # CPU % from two looks at /proc
     bad = subprocess.run([sys.executable, "-m", "controller.cli.main", "top", "--interval", "soon"],
                          capture_output=True, text=True, env=env, timeout=30)
     assert bad.returncode == 1 and bad.stderr.startswith("error: --interval: ") and "Traceback" not in bad.stderr

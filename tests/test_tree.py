@@ -37,7 +37,7 @@ def test_get_jobs_tree_draws_dependencies_and_sweeps(home, gflowd):
     result = ctl(home, "get", "jobs", "--tree")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    width = lines[0].index("PHASE")
+    width = lines[0].index("USER")
     names = [line[:width].rstrip() for line in lines[1:]]
     blocks: list[list[str]] = []  # one per root, in whatever order the roots were created
     for name in names:

@@ -396,11 +396,12 @@ env:
     listed = ctl(home, "get", "sweeps")
     assert listed.returncode == 0, listed.stderr
     header, *rows = listed.stdout.splitlines()
-    assert header.split() == ["NAME", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE"], listed.stdout
-    assert [r.split()[:6] for r in rows] == [["lr-sweep", "Succeeded", "6", "0", "6", "0"]], listed.stdout
+    assert header.split() == ["NAME", "USER", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE", "PARAMS"], listed.stdout
+    assert [r.split()[:7] for r in rows] == [["lr-sweep", "root", "Succeeded", "6", "0", "6", "0"]], listed.stdout
+    assert rows[0].split()[-2:] == ["lr=0.1,0.01", "batch=32,64,128"], listed.stdout
     jobs = ctl(home, "get", "jobs")
     assert jobs.returncode == 0, jobs.stderr
-    shown = {line.split()[0]: line.split()[1] for line in jobs.stdout.splitlines()[1:]}
+    shown = {line.split()[0]: line.split()[2] for line in jobs.stdout.splitlines()[1:]}
     assert {c: shown.get(c) for c in children} == {c: "Succeeded" for c in children}, jobs.stdout
 
 

@@ -41,15 +41,17 @@ class Flag:
 
 
 FLAGS: tuple[Flag, ...] = (
-    Flag(("--name",), "name", help="job name (default: the script or program name plus a short suffix)"),
+    Flag(("--name", "--job-name", "-J"), "name", help="job name (default: the script or program name plus a short suffix)"),
     Flag(("--gpus", "-G"), "gpus", help="whole GPUs (resources.gpus)"),
+    Flag(("--gres",), "gres", help="gpu:N or gpu:TYPE:N, as sbatch writes it (--gpus N --gpu-type TYPE)"),
+    Flag(("--cpus", "--cpus-per-task", "-c"), "cpus", help="whole CPU cores, pinned near the GPUs (resources.cpus)"),
     Flag(("--gpu-type",), "gpu_type", help="only GPUs whose name contains this (resources.gpuType)"),
     Flag(("--shared",), "shared", takes_value=False, help="share GPUs with other Shared jobs (needs --gpu-memory)"),
     Flag(("--gpu-memory",), "gpu_memory", help="GPU memory per GPU, e.g. 20Gi (resources.gpuMemory)"),
     Flag(("--memory", "--mem"), "memory", help="host RAM limit, e.g. 16Gi; a bare number is MiB as in sbatch"),
     Flag(("--time", "-t"), "time", help="time limit: 4h30m, or Slurm's MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]"),
     Flag(("--priority",), "priority", help="integer, higher runs first"),
-    Flag(("--after",), "after", repeatable=True, help="JOB[:Succeeded|Failed|Finished]; @ = your last job"),
+    Flag(("--after", "--depends-on"), "after", repeatable=True, help="JOB[:Succeeded|Failed|Finished]; @ = your last job"),
     Flag(("--start-after",), "start_after", help="not before: 2026-12-01T22:00:00 or +2h"),
     Flag(("--env", "-e"), "env", repeatable=True, help="K=V environment variable"),
     Flag(("--conda-env",), "conda_env", help="run inside this conda environment"),
@@ -91,7 +93,7 @@ def parse_flags(tokens: list[str], *, where: str = "", directive: bool = False) 
         if flag is None and not eq and len(name) > 2 and name[1] != "-" and name[:2] in _BY_NAME:
             flag, value, eq = _BY_NAME[name[:2]], name[2:], "="  # -G2, -lteam=x
         if flag is None:
-            raise SubmitError(f"{where}unknown flag {name}; see gflowctl run --help")
+            raise SubmitError(f"{where}unknown flag {name}; {_suggestion(name)}")
         if directive and flag.cli_only:
             raise SubmitError(f"{where}{name} is not allowed in a # GFLOW directive; give it on the command line")
         if flag.takes_value:
@@ -110,6 +112,26 @@ def parse_flags(tokens: list[str], *, where: str = "", directive: bool = False) 
             options[flag.dest] = value
         i += 1
     return options, [], False
+
+
+_HINTS = {  # other schedulers' flags with no one-to-one gflow flag: what to write instead
+    "--dependency": "did you mean --after JOB[:Succeeded|Failed|Finished] (sbatch --dependency=afterok:JOB)?",
+    "-d": "did you mean --after JOB (sbatch -d afterok:JOB)?",
+    "--partition": "one machine has no partitions; drop it",
+    "-p": "one machine has no partitions; drop it",
+    "--ntasks": "a job is one process tree here; drop it (--cpus books cores)",
+    "--nodes": "one machine: drop it",
+}
+
+
+def _suggestion(name: str) -> str:
+    """The fix for an unknown flag: a hint for a known foreign one, else the nearest gflow flags."""
+    if name in _HINTS:
+        return _HINTS[name]
+    from difflib import get_close_matches  # lazy: only a mistyped flag
+
+    close = get_close_matches(name, [n for n in _BY_NAME if n.startswith("--")], n=2, cutoff=0.75)
+    return f"did you mean {' or '.join(close)}? (gflowctl run --help)" if close else "see gflowctl run --help"
 
 
 def merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
@@ -236,6 +258,16 @@ def _sbatch_gres(value: str, out: dict[str, Any], where: str, warnings: list[str
             out["gpus"] = parts[1]
         else:
             out["gpu_type"], out["gpus"] = parts[1], parts[2]
+
+
+def parse_gres(value: str) -> dict[str, str]:
+    """``run --gres gpu:2`` or ``gpu:a100:2``: the --gpus and --gpu-type it stands for."""
+    parts = value.split(":")
+    if parts[0] != "gpu" or len(parts) > 3 or (len(parts) > 1 and not parts[-1].isdigit()):
+        raise SubmitError(f"--gres={value}: only GPUs, written gpu:N or gpu:TYPE:N (or use --gpus N)")
+    if len(parts) == 1:
+        return {"gpus": "1"}
+    return {"gpus": parts[-1], **({"gpu_type": parts[1]} if len(parts) == 3 else {})}
 
 
 _SLURM_CONDITIONS = {"afterok": "Succeeded", "afternotok": "Failed", "afterany": "Finished"}
@@ -441,10 +473,14 @@ def build(
     if "conda_env" in options:
         spec["condaEnv"] = options["conda_env"]
     resources: dict[str, Any] = {}
+    if "gres" in options:
+        options = {**parse_gres(options["gres"]), **options}  # --gpus/--gpu-type given as well win
     if "gpus" in options:
         resources["gpus"] = _integer("--gpus", options["gpus"])
     if "gpu_type" in options:
         resources["gpuType"] = options["gpu_type"]
+    if "cpus" in options:
+        resources["cpus"] = _integer("--cpus", options["cpus"], low=1)
     if "gpu_memory" in options:
         resources["gpuMemory"] = parse_memory(options["gpu_memory"])
     if "memory" in options:

@@ -9,7 +9,16 @@ from controller.api.units import format_age, format_cpu_list, format_duration, f
 from controller.cli.common import print_error, printable, warn_if_not_running
 from controller.cli.events import age_text, read_events
 from controller.client.events import aggregate
-from controller.client.state import document_position, find_manifest, job_rows, read_index, read_status
+from controller.client.state import (
+    document_position,
+    find_manifest,
+    job_rows,
+    manifest_owners,
+    read_index,
+    read_status,
+    expected_starts,
+    sweep_params,
+)
 from controller.client.usage import job_series, live_summary, read_usage, summary_lines
 from controller.model.records import from_rfc3339
 from controller.paths import Home
@@ -48,6 +57,11 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
     if meta.get("labels"):
         lines.append(("Labels", ", ".join(f"{k}={v}" for k, v in meta["labels"].items())))
     lines.append(("Manifest", str(status.get("manifest") or manifest or "-")))
+    lines.append(("User", manifest_owners(home)(str(status.get("manifest") or manifest or ""))))  # who it runs as
+    sweep = next((r.get("name") for r in meta.get("ownerReferences") or [] if r.get("kind") == "Sweep"), None)
+    if sweep and (params := sweep_params(home)(name, sweep)):
+        why = f"sweep/{sweep}'s manifest is not readable by you" if params == "hidden" else f"sweep/{sweep}"
+        lines.append(("Parameters", f"{params} ({why})"))
     created = from_rfc3339(meta.get("creationTimestamp"))
     if created:
         lines.append(("Created", f"{meta['creationTimestamp']} ({format_age(now - created)} ago)"))
@@ -84,6 +98,10 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
         lines.append(("Finished", str(status["completionTime"])))
     if start:
         lines.append(("Duration", format_duration((end or now) - start)))
+    if status.get("phase") == "Pending" and status.get("queuePosition") is not None:
+        expected = expected_starts(home, job_rows(home), now).get(name)
+        if expected is not None:
+            lines.append(("Expected Start", _start_text(expected, now)))
     lines.extend(_spec_lines(home, name, manifest))
     if status.get("reason") == "Reserved":
         lines.extend(("Reserved By", text) for text in _live_reservations(home))
@@ -108,6 +126,15 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
     log = home.log_file(name)
     out.append(f"Log:{' ' * (width - 4)}{printable(log)}" + ("" if log.exists() else " (none yet)"))
     return out
+
+
+def _start_text(start, now: float) -> str:
+    """``2026-12-01 14:05 (in 1h2m), when job/a reaches its timeLimit``, or why it is not known."""
+    if start.at is None:
+        return start.basis
+    if start.at <= now:
+        return f"now, {start.basis}"
+    return f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(start.at))} (in {format_duration(start.at - now)}), {start.basis}"
 
 
 def _describe_sweep(home: Home, name: str) -> list[str] | None:

@@ -4,6 +4,7 @@ from status files."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -19,7 +20,17 @@ from controller.cli.common import (
     resource_type,
     warn_if_not_running,
 )
-from controller.client.state import job_rows, read_index, read_node, read_status, select_rows, status_json_texts
+from controller.client.state import (
+    job_rows,
+    manifest_owners,
+    expected_starts,
+    read_index,
+    sweep_params,
+    read_node,
+    read_status,
+    select_rows,
+    status_json_texts,
+)
 from controller.paths import Home
 
 JOB_KINDS = ("jobs", "job", "j")
@@ -27,6 +38,9 @@ GPU_KINDS = ("gpus", "gpu", "node", "nodes")
 SWEEP_KINDS = ("sweeps", "sweep")
 RESERVATION_KINDS = ("reservations", "reservation")
 EVENT_KINDS = ("events", "event", "ev")
+# squeue -t's short codes, for hands that type them: PD,R
+PHASE_CODES = {"PD": "Pending", "R": "Running", "CD": "Succeeded", "F": "Failed", "CA": "Cancelled", "RJ": "Rejected"}
+RECENT = 24 * 3600  # get jobs without names or -A: active jobs and those that ended in the last day (squeue)
 
 
 def get(home: Home, args) -> int:
@@ -69,16 +83,19 @@ def _typed_names(kind: str, names: list[str]) -> tuple[str, list[str]]:
     return f"{listed}s", [n for _, n in refs]
 
 
-def _print_documents(home: Home, names: list[str], single: bool, output: str, few: bool = False) -> None:
+def _print_documents(home: Home, names: list[str], single: bool, output: str, few: bool = False,
+                     users: dict[str, str] | None = None) -> None:
     """``-o json`` and ``-o yaml`` print the same thing, as kubectl does: one object when one was
     asked for by name, else one ``kind: List`` document holding them all. JSON of finished jobs comes
     from gflowd's records journal where its line is current (no YAML parsed: 2k jobs in ~0.1 s),
     else from the status file itself; both give the same text. A few jobs asked for by name are
-    read from their files: cheaper than reading the journal of every job."""
+    read from their files: cheaper than reading the journal of every job. ``users``: name -> the
+    user a job runs as, shown as ``metadata.user`` (not in the status file: gflowd writes none)."""
+    users = users or {}
     if output == "yaml":
         from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
 
-        docs = [d for d in (read_status(home, name) for name in names) if d is not None]
+        docs = [_with_user(d, users.get(name)) for name in names if (d := read_status(home, name)) is not None]
         print(dump(docs[0] if single and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}), end="")
         return
     texts = []
@@ -87,7 +104,9 @@ def _print_documents(home: Home, names: list[str], single: bool, output: str, fe
         text = journaled.get(name)
         if text is None:
             doc = read_status(home, name)
-            text = None if doc is None else json.dumps(doc, indent=2, default=str)
+            text = None if doc is None else json.dumps(_with_user(doc, users.get(name)), indent=2, default=str)
+        elif users.get(name):  # the journal's text: json.dumps(indent=2) of a document with metadata first
+            text = text.replace('"metadata": {\n', f'"metadata": {{\n    "user": {json.dumps(users[name])},\n', 1)
         if text is not None:
             texts.append(text)
     if single and len(texts) == 1:
@@ -100,15 +119,25 @@ def _print_documents(home: Home, names: list[str], single: bool, output: str, fe
         print(f'{{\n  "apiVersion": "v1",\n  "kind": "List",\n  "items": [\n{items}\n  ]\n}}')
 
 
+def _with_user(doc: dict, user: str | None) -> dict:
+    if user and isinstance(doc.get("metadata"), dict):
+        doc["metadata"] = {"user": user, **doc["metadata"]}
+    return doc
+
+
 def _get_sweeps(home: Home, args) -> int:
+    owner, params = manifest_owners(home), sweep_params(home)
+
     def row_of(name: str, row: dict, now: float) -> list[str]:
         counts = row.get("counts") or {}
         return [
-            name, str(row.get("phase", "")), str(row.get("children", 0)), str(counts.get("Running", 0)),
+            name, owner(row.get("manifest")), str(row.get("phase", "")), str(row.get("children", 0)), str(counts.get("Running", 0)),
             str(counts.get("Succeeded", 0)), str(counts.get("Failed", 0)), format_age(now - float(row.get("created") or now)),
+            params(None, name) or "-",
         ]
 
-    return _get_records(home, args, "sweep", ["NAME", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE"], row_of)
+    header = ["NAME", "USER", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE", "PARAMS"]
+    return _get_records(home, args, "sweep", header, row_of)
 
 
 def _get_reservations(home: Home, args) -> int:
@@ -127,12 +156,14 @@ def _get_records(home: Home, args, kind: str, header: list[str], row_of) -> int:
     """``get sweeps|reservations``: the index's rows of that kind as a table, names, or documents."""
     rows = (read_index(home) or {}).get(f"{kind}s", {})
     missing = [n for n in args.names if n not in rows]
-    chosen = select_rows(rows, args.names, parse_selector_args(args.selector), args.phase)
+    chosen = select_rows(rows, args.names, parse_selector_args(args.selector), parse_phases(args.phase, kind))
     if args.output == "name":
         for name, _ in chosen:
             print(f"{kind}/{name}")
     elif args.output in ("yaml", "json"):
-        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, args.output, few=True)
+        owner = manifest_owners(home)
+        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, args.output, few=True,
+                         users={name: owner(row.get("manifest")) for name, row in chosen})
     elif chosen:
         now = time.time()
         _print_table([header] + [row_of(name, row, now) for name, row in chosen])
@@ -150,35 +181,92 @@ def _local_time(ts: object) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(float(ts)))
 
 
+def parse_phases(values: list[str], kind: str = "job") -> list[str]:
+    """``--phase`` values as phases of ``kind``: comma lists, any case, squeue's codes (PD,R) for
+    jobs and sweeps. Every word that names no phase is one error naming the phases (a typo must not
+    print "No jobs found.")."""
+    if not values:
+        return []
+    from controller.model.reasons import Phase, ReservationPhase  # lazy: only a listing that filters by phase
+
+    phase_words = list(ReservationPhase) if kind == "reservation" else list(Phase)
+    codes = {} if kind == "reservation" else PHASE_CODES
+    known = {p.lower(): str(p) for p in phase_words} | {code.lower(): p for code, p in codes.items()}
+    phases, bad = [], []
+    for word in (w.strip() for value in values for w in value.split(",")):
+        if word.lower() in known:
+            phases.append(known[word.lower()])
+        elif word:
+            bad.append(word)
+    if bad:
+        from difflib import get_close_matches  # lazy: only a mistyped phase
+
+        hints = [f"{w!r} (did you mean {close[0]}?)" if (close := get_close_matches(w.capitalize(), phase_words, n=1)) else repr(w)
+                 for w in bad]
+        also = f" or squeue's {','.join(codes)}" if codes else ""
+        raise CliError(f"--phase: no {kind} phase {', '.join(hints)}; use {', '.join(phase_words)}{also}, comma-separated")
+    return phases
+
+
+def wanted_users(args) -> set[str]:
+    """``--user NAME[,NAME]`` (``-u``) and ``--me``: the user names whose jobs to list (empty: all)."""
+    users = {u.strip() for value in getattr(args, "user", None) or [] for u in value.split(",") if u.strip()}
+    if getattr(args, "me", False):
+        import pwd  # lazy: only --me
+
+        users.add(pwd.getpwuid(os.getuid()).pw_name)
+    return users
+
+
+def choose_jobs(home: Home, rows: dict[str, dict], args, selector, owner) -> tuple[list[tuple[str, dict]], int]:
+    """The rows ``get jobs`` lists, and how many finished ones the default window hid: by name,
+    label, phase and user; without names or ``-A``, only active jobs and those ended in the last day."""
+    chosen = select_rows(rows, args.names, selector, parse_phases(args.phase))
+    users = wanted_users(args)
+    if users:
+        chosen = [(n, r) for n, r in chosen if owner(r.get("manifest")) in users]
+    if args.names or getattr(args, "all", False) or args.phase:
+        return chosen, 0
+    since = time.time() - RECENT
+    recent = [(n, r) for n, r in chosen if not r.get("completionTime") or float(r["completionTime"]) >= since]
+    return recent, len(chosen) - len(recent)
+
+
 def _get_jobs(home: Home, args, selector) -> int:
     if getattr(args, "tree", False) and args.output not in (None, "wide"):
         raise CliError(f"--tree draws the table; use it without -o {args.output} (or with -o wide)")
     rows = job_rows(home)
+    owner = manifest_owners(home)
     missing = [n for n in args.names if n not in rows]
-    chosen = select_rows(rows, args.names, selector, args.phase)
+    chosen, hidden = choose_jobs(home, rows, args, selector, owner)
     out = args.output
     if out == "name":
         for name, _ in chosen:
             print(f"job/{name}")
     elif out in ("yaml", "json"):
         # a few jobs by name: their files; else the journal, read once for them all
-        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, out, few=0 < len(chosen) <= 8 and bool(args.names))
+        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, out,
+                         few=0 < len(chosen) <= 8 and bool(args.names), users={n: owner(r.get("manifest")) for n, r in chosen})
     else:
         if not chosen and not missing:
             print("No jobs found.", file=sys.stderr)
         elif getattr(args, "tree", False):
             sweeps = (read_index(home) or {}).get("sweeps") or {}
-            _print_table(_tree_table(chosen, sweeps, wide=out == "wide"))
+            _print_table(_tree_table(chosen, sweeps, wide=out == "wide", user_of=owner, params=sweep_params(home)))
         else:
-            _print_table(_job_table(chosen, wide=out == "wide"))
-    if not rows:
-        warn_if_not_running(home)
+            wide = out == "wide"
+            _print_table(_job_table(chosen, wide=wide, owner=owner, params=sweep_params(home) if wide else None,
+                                    starts=expected_starts(home, rows, time.time()) if wide else None,
+                                    live=_live_util(home, chosen) if wide else None))
+        if hidden:
+            print(f"({hidden} jobs that ended more than a day ago not shown; -A lists them)", file=sys.stderr)
+    warn_if_not_running(home)  # a stopped gflowd leaves Running rows that no longer run
     for name in missing:
         print_error(f"job/{name} not found")
     return 1 if missing else 0
 
 
-def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: bool) -> list[list[str]]:
+def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: bool, user_of, params=None) -> list[list[str]]:
     """``get jobs --tree`` (gqueue -t): each job under the first parent it waits for, a Sweep's
     children under the Sweep; a job after several parents names the others ("also after b")."""
     rows = dict(chosen)
@@ -215,7 +303,7 @@ def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: b
     def order(keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return sorted(keys, key=lambda k: (created.get(k, 0), k[1]))
 
-    table = _job_table([], wide)
+    table = _job_table([], wide, user_of)
     seen: set[tuple[str, str]] = set()
 
     def walk(key: tuple[str, str], lead: str, last: bool, top: bool) -> None:
@@ -224,9 +312,9 @@ def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: b
         seen.add(key)
         branch = "" if top else lead + ("└─ " if last else "├─ ")
         if key[0] == "job":
-            line = _job_table([(key[1], rows[key[1]])], wide)[1]
+            line = _job_table([(key[1], rows[key[1]])], wide, user_of, params)[1]
         else:
-            line = _sweep_line(key[1], nodes[key], wide)
+            line = _sweep_line(key[1], nodes[key], wide, user_of)
         line[0] = branch + line[0] + (f" (also after {', '.join(also[key])})" if also.get(key) else "")
         table.append(line)
         kids = order(members.get(key, [])) + order(children.get(key, []))
@@ -238,25 +326,56 @@ def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: b
     return table
 
 
-def _sweep_line(name: str, row: dict, wide: bool) -> list[str]:
+def _sweep_line(name: str, row: dict, wide: bool, owner) -> list[str]:
     counts = row.get("counts") or {}
     told = ", ".join(f"{n} {phase}" for phase, n in sorted(counts.items()) if n)
-    line = [f"sweep/{name}", str(row.get("phase", "")), "-", "-", "-",
+    line = [f"sweep/{name}", owner(row.get("manifest")), str(row.get("phase", "")), "-", "-", "-",
             format_age(time.time() - float(row.get("created") or time.time())),
             f"{row.get('children', 0)} children" + (f": {told}" if told else "")]
-    return line + (["-", "-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
+    return line + (["-", "-", "-", "-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
 
 
-def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
+def _start_cell(start, now: float) -> str:
+    """-o wide's START: when a pending job is expected to start (squeue --start); ``?`` not known."""
+    if start is None:
+        return "-"
+    if start.at is None:
+        return "?"
+    return "now" if start.at <= now else time.strftime("%m-%d %H:%M", time.localtime(start.at))
+
+
+def _live_util(home: Home, chosen: list[tuple[str, dict]]) -> dict[str, float]:
+    """Running jobs' mean GPU utilization as of gflowd's latest sample, as describe shows it (the
+    status's copy, in the index, is refreshed about once a minute)."""
+    if not any(row.get("phase") == "Running" for _, row in chosen):
+        return {}
+    from controller.client.usage import live_summary, read_usage  # lazy: only -o wide with running jobs
+
+    usage = read_usage(home)
+    live = {}
+    for name, row in chosen:
+        summary = live_summary(usage, name, row.get("attempt")) if row.get("phase") == "Running" else None
+        if summary and summary.get("utilMean") is not None:
+            live[name] = summary["utilMean"]
+    return live
+
+
+def _job_table(chosen: list[tuple[str, dict]], wide: bool, owner, params=None, starts=None, live=None) -> list[list[str]]:
+    """``owner``: a job's manifest -> the user it runs as (``manifest_owners``); for -o wide,
+    ``params``: a sweep child's values (``sweep_params``), ``starts``: expected starts, ``live``:
+    running jobs' latest GPU utilization."""
     now = time.time()
-    header = ["NAME", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
+    header = ["NAME", "USER", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
     if wide:
-        header += ["CPUS", "EFFECTIVE", "ATTEMPT", "EXIT", "UTIL", "MANIFEST", "MESSAGE"]
+        header += ["CPUS", "EFFECTIVE", "ATTEMPT", "EXIT", "UTIL", "START", "PARAMS", "MANIFEST", "MESSAGE"]
+        params = params or (lambda child, sweep: "")
+        starts = starts or {}
     table = [header]
     for name, row in chosen:
         devices = row.get("devices") or []
         line = [
             name,
+            owner(row.get("manifest")),
             str(row.get("phase", "")),
             str(row.get("gpus", 0)),
             ",".join(str(d) for d in devices) if devices else "-",
@@ -267,13 +386,15 @@ def _job_table(chosen: list[tuple[str, dict]], wide: bool) -> list[list[str]]:
         if wide:
             exit_code = row.get("exitCode")
             effective = row.get("effectivePriority")
-            util = row.get("gpuUtil")  # the latest attempt's mean GPU utilization (status gpuUsage)
+            util = (live or {}).get(name, row.get("gpuUtil"))  # the latest attempt's mean GPU utilization
             line += [
                 str(row.get("cpus") or "-"),
                 "-" if effective is None else str(effective),
                 str(row.get("attempt", 0)),
                 "-" if exit_code is None else str(exit_code),
                 "-" if util is None else f"{round(util)}%",
+                _start_cell(starts.get(name), now),
+                params(name, row.get("owner")) or "-",
                 str(row.get("manifest") or "-"),
                 str(row.get("message", "")),
             ]
@@ -296,8 +417,11 @@ def _watch_jobs(home: Home, args, selector) -> int:
     """On a terminal: the table, redrawn in place when the index changes. Otherwise: the table,
     then a row each time a job's phase or reason changes (kubectl -w)."""
     if is_tty():
+        owner = manifest_owners(home)
         return _redraw(home.index_file, lambda: _job_table(
-            select_rows(job_rows(home), args.names, selector, args.phase), wide=args.output == "wide"))
+            choose_jobs(home, job_rows(home), args, selector, owner)[0], wide=args.output == "wide", owner=owner,
+            params=sweep_params(home)))
+    owner = manifest_owners(home)
     seen: dict[str, tuple] = {}
     first = True
     mtime = None
@@ -310,10 +434,11 @@ def _watch_jobs(home: Home, args, selector) -> int:
             if first or current != mtime:
                 mtime = current
                 rows = job_rows(home)
-                chosen = select_rows(rows, args.names, selector, args.phase)
+                chosen, _ = choose_jobs(home, rows, args, selector, owner)
                 changed = [(n, r) for n, r in chosen if seen.get(n) != (r.get("phase"), r.get("reason"), r.get("devices"))]
                 if first or changed:
-                    lines = _format_table(_job_table(chosen if first else changed, wide=args.output == "wide"))
+                    lines = _format_table(_job_table(chosen if first else changed, wide=args.output == "wide", owner=owner,
+                                                     params=sweep_params(home)))
                     sys.stdout.write("\n".join(lines if first else lines[1:]) + "\n")
                     sys.stdout.flush()
                 for n, r in chosen:
@@ -349,17 +474,25 @@ def _redraw(path, table, interval: float = 0.2) -> int:
         return 0
 
 
-def _gpu_table(gpus: list[dict], reserved: dict[int, str] | None = None) -> list[list[str]]:
-    table = [["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS"] + (["RESERVED"] if reserved else [])]
+def _job_users(home: Home):
+    """A lookup: job name -> the user it runs as (get gpus' USER column)."""
+    rows, owner = job_rows(home), manifest_owners(home)
+    return lambda job: owner((rows.get(job) or {}).get("manifest"))
+
+
+def _gpu_table(gpus: list[dict], reserved: dict[int, str] | None = None, user_of=None) -> list[list[str]]:
+    table = [["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS", "USER"] + (["RESERVED"] if reserved else [])]
     for gpu in gpus:
         util = gpu.get("utilization")
+        jobs = gpu.get("jobs") or []
         table.append([
             str(gpu.get("index")),
             str(gpu.get("name")),
             f"{gpu.get('memoryUsed', '0')}/{gpu.get('memory', '?')}",
             "-" if util is None else f"{util}%",
             str(gpu.get("state")),
-            ",".join(gpu.get("jobs") or []) or "-",
+            ",".join(jobs) or "-",
+            ",".join(dict.fromkeys(user_of(job) for job in jobs)) if jobs and user_of else "-",
         ] + ([reserved.get(gpu.get("index"), "-")] if reserved else []))
     return table
 
@@ -389,7 +522,7 @@ def _watch_gpus(home: Home, args) -> int:
     if args.output is not None:
         raise CliError("get gpus -w prints a table; drop -o")
     if is_tty():
-        return _redraw(home.node_file, lambda: _gpu_table((read_node(home) or {}).get("gpus") or [], _reserved(home)))
+        return _redraw(home.node_file, lambda: _gpu_table((read_node(home) or {}).get("gpus") or [], _reserved(home), _job_users(home)))
     seen: dict[str, list[str]] = {}
     first = True
     mtime: object = ()
@@ -401,7 +534,7 @@ def _watch_gpus(home: Home, args) -> int:
                 current = None
             if current != mtime:
                 mtime = current
-                table = _gpu_table((read_node(home) or {}).get("gpus") or [], _reserved(home))
+                table = _gpu_table((read_node(home) or {}).get("gpus") or [], _reserved(home), _job_users(home))
                 changed = [row for row in table[1:] if seen.get(row[0]) != row]
                 if first or changed:
                     lines = _format_table([table[0], *(table[1:] if first else changed)])
@@ -430,7 +563,7 @@ def _get_gpus(home: Home, args) -> int:
     if not gpus:
         print(f"No GPUs ({printable(node.get('inventory', 'unknown inventory'))}).", file=sys.stderr)
     else:
-        _print_table(_gpu_table(gpus, _reserved(home)))
+        _print_table(_gpu_table(gpus, _reserved(home), _job_users(home)))
     for line in _node_footer(node):  # on stderr: stdout stays the table that scripts parse
         print(printable(line), file=sys.stderr)
     return 0

@@ -57,7 +57,10 @@ def _get_args(p) -> None:
     p.add_argument("-o", "--output", choices=["wide", "yaml", "json", "name"])
     p.add_argument("-w", "--watch", action="store_true", help="keep watching for changes")
     p.add_argument("-l", "--selector", action="append", default=[], help="label selector key=value[,k2=v2]")
-    p.add_argument("--phase", action="append", default=[], help="only jobs in this phase")
+    p.add_argument("--phase", action="append", default=[], help="only jobs in these phases: Pending,Running (or PD,R)")
+    p.add_argument("-u", "--user", action="append", default=[], help="get jobs: only this user's jobs (NAME[,NAME])")
+    p.add_argument("--me", action="store_true", help="get jobs: only your jobs")
+    p.add_argument("-A", "--all", action="store_true", help="get jobs: also those that ended more than a day ago")
     p.add_argument("--tree", action="store_true", help="get jobs: dependencies and sweeps as a tree")
     p.add_argument("--for", dest="for_object", metavar="job/NAME", help="get events: only those of this job or sweep")
 
@@ -379,7 +382,12 @@ def run(argv: list[str]) -> int:
         instance = build_parser("run").parse_args(argv[:position])
         return run_verb(argv[position + 1 :], instance.home, instance.spec_dir)
     parser = build_parser(verb if verb in VERBS else None)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    stray = [word for word in extra if word.startswith("-") or not hasattr(args, "names")]
+    if stray:
+        parser.parse_args(argv)  # argparse's own one-line error for what no verb takes
+    if extra:  # names after flags (get jobs -o wide NAME), as kubectl takes them
+        args.names = [*args.names, *extra]
     if args.verb is None:
         sys.stdout.write(help_text())
         return 0
@@ -446,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except PermissionError as exc:  # e.g. another user's manifest in a shared, sticky spec dir
         where = exc.filename2 or exc.filename or ""
-        print_error(f"{where}: permission denied (only its owner or root may change it)")
+        may = "read" if argv[_verb_position(argv) or 0 :][:1] in (["logs"], ["describe"], ["get"]) else "change"
+        print_error(f"{where}: permission denied (only its owner or root may {may} it)")
         return 1
     except ValueError as exc:  # paths.UnsafeName: a name that would leave the state directory
         if type(exc).__name__ != "UnsafeName":

@@ -83,6 +83,8 @@ def _submit(home: Home, kind: str, name: str, text: str, cli: dict, source: str 
         for error in errors:
             print_error(error)
         return 1
+    if cli.get("interactive") and doc.warning and not cli.get("dry_run"):  # srun refuses at once: nobody waits forever
+        raise CliError(f"{doc.warning}; not submitted (ask for what this machine has)")
     dry_run = bool(cli.get("dry_run"))
     if dry_run and cli.get("output") == "yaml":
         sys.stdout.write(text)
@@ -153,7 +155,11 @@ def _interactive(home: Home, name: str) -> int:
         control(home, "cancel", [("job", name)])
         return 130
     if sock is None:
-        return _exit_code(home, name)
+        return 1 if status.get("reason") == "Unschedulable" else _exit_code(home, name)
+    if sys.stdin.isatty():  # what was typed while it waited is not for the new shell: drop it
+        import termios  # lazy: only run -it on a terminal
+
+        termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
     devices = ",".join(str(d) for d in status.get("devices") or [])
     sys.stderr.write(f"job/{name} is running ({f'GPUs {devices}' if devices else 'no GPU'}); Ctrl-] detaches\r\n")
     ended, code = session(sock, name)
@@ -175,6 +181,13 @@ def _wait_for_session(home: Home, name: str):
             phase = status.get("phase")
             if phase in TERMINAL:
                 return None, status
+            if status.get("reason") == "Unschedulable":  # never fits: srun would not have queued it
+                line.clear()
+                from controller.cli.edit import control  # lazy: only a session that cannot start
+
+                print_error(f"job/{name} can never start here: {status.get('message')}; cancelling it")
+                control(home, "cancel", [("job", name)])
+                return None, {"phase": "Cancelled", "reason": "Unschedulable"}
             uid = job_owner(home, name)
             if phase == "Running" and uid is not None:
                 try:

@@ -21,7 +21,7 @@ from controller.api.labels import selector_matches
 from controller.api.units import format_duration, format_quantity, parse_duration
 from controller.cli.common import CliError, parse_selector_args, printable
 from controller.cli.live import LiveTable, clock_footer
-from controller.client.state import document_position, find_manifest, read_index, read_status
+from controller.client.state import document_position, find_manifest, manifest_owners, read_index, read_status
 from controller.client.usage import job_series, read_usage
 from controller.paths import Home
 
@@ -72,6 +72,7 @@ class TopView:
         self.selector = selector
         self._ticks: dict[str, tuple[float, int]] = {}  # job -> (monotonic time, ticks) at the last frame
         self._limits: dict[str, tuple[tuple, float | None]] = {}  # job -> (manifest key, timeLimit)
+        self._owner = manifest_owners(home)  # uids named once for the life of top
 
     def frame(self) -> list[str]:
         rows = (read_index(self.home) or {}).get("jobs") or {}
@@ -82,7 +83,7 @@ class TopView:
         usage = read_usage(self.home)
         processes = read_processes()
         now, mono = time.time(), time.monotonic()
-        table = [["JOB", "GPU", "UTIL", "GPU-MEM", "CPU", "RSS", "ELAPSED", "LIMIT"]]
+        table = [["JOB", "USER", "GPU", "UTIL", "GPU-MEM", "CPU", "RSS", "ELAPSED", "LIMIT"]]
         for name, row in running:
             status = (read_status(self.home, name) or {}).get("status") or {}
             pid = status.get("pid")
@@ -90,7 +91,7 @@ class TopView:
             cpu = self._cpu_percent(name, mono, ticks) if pid else None
             start = row.get("startTime")
             limit = self._time_limit(name)
-            first = [name, "-", "-", "-", "-" if cpu is None else f"{cpu:.0f}%", format_quantity(rss) or "0" if pid else "-",
+            first = [name, self._owner(row.get("manifest")), "-", "-", "-", "-" if cpu is None else f"{cpu:.0f}%", format_quantity(rss) or "0" if pid else "-",
                      format_duration(now - start) if start else "-", format_duration(limit) if limit else "-"]
             series = job_series(usage, name, row.get("attempt"))
             latest = series[-1][1] if series else []
@@ -98,7 +99,7 @@ class TopView:
             for position, device in enumerate(devices):
                 util, mib = latest[position] if position < len(latest) else (None, None)
                 cells = [str(device), "-" if util is None else f"{util}%", "-" if mib is None else format_quantity(mib * MIB) or "0"]
-                table.append(first[:1] + cells + first[4:] if position == 0 else ["", *cells, "", "", "", ""])
+                table.append(first[:2] + cells + first[5:] if position == 0 else ["", "", *cells, "", "", "", ""])
             if not devices:
                 table.append(first)
         head = self._headline(len(running), rows)

@@ -257,3 +257,109 @@ def read_node(home: Home) -> dict | None:
         return None
     except (OSError, YAMLSyntaxError) as exc:
         raise GflowError(f"cannot read {home.node_file}: {exc}") from None
+
+
+def sweep_params(home: Home, public: bool = False) -> Callable[[str | None, str | None], str]:
+    """A lookup: (child job, its Sweep) -> the child's parameters, ``lr=0.01 bs=64`` ("" for an
+    array's child or a job of no sweep); (None, Sweep) -> every value of each key, ``lr=0.1,0.01``. Read from the Sweep's manifest *as the caller*: values
+    a 0600 manifest keeps from others are not shown to them (``hidden``). Each Sweep read once.
+    ``public``: for a reader whose uid is not the viewer's (the dashboard, served as gflowd's user),
+    only a world-readable manifest's values are shown."""
+    from controller.model.sweep_params import child_params, params_text  # lazy: only listings that show them
+
+    cache: dict[str, dict[str, dict[str, str]] | None] = {}
+
+    def load(sweep: str) -> dict[str, dict[str, str]] | None:
+        from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one  # lazy: as above
+
+        path = find_manifest(home, sweep, kind="sweep")
+        if path is None:
+            return {}
+        try:
+            with open(path, encoding="utf-8") as handle:
+                if public and not os.fstat(handle.fileno()).st_mode & 0o004:
+                    return None  # decided on the file read, not on a path stat'ed apart
+                parts = list(iter_documents_text(handle.read()))
+        except PermissionError:
+            return None
+        except (OSError, UnicodeDecodeError):
+            return {}
+        position = document_position(parts, sweep, path)
+        try:
+            data = load_one(parts[position]) if position is not None else None
+        except YAMLSyntaxError:
+            data = None
+        spec = data.get("spec") if isinstance(data, dict) else None
+        return child_params(sweep, spec) if isinstance(spec, dict) else {}
+
+    def lookup(child: str, sweep: str | None) -> str:
+        if not sweep:
+            return ""
+        if sweep not in cache:
+            cache[sweep] = load(sweep)
+        found = cache[sweep]
+        if found is None:
+            return "hidden"
+        if child is None:
+            keys: dict[str, dict[str, None]] = {}
+            for combo in found.values():
+                for key, value in combo.items():
+                    keys.setdefault(key, {})[value] = None
+            return " ".join(f"{key}={','.join(values)}" for key, values in keys.items())
+        return params_text(found.get(child) or {})
+
+    return lookup
+
+
+def time_limits(home: Home) -> Callable[[str, dict[str, Any]], float | None]:
+    """A lookup: (job, its index row) -> its spec.timeLimit in seconds, None without one. Read from
+    its manifest as the caller (a sweep child: the Sweep's template); each file parsed once."""
+    from controller.api.units import parse_duration  # lazy: only the expected starts read limits
+    from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+
+    specs: dict[tuple[str, str], dict[str, Any] | None] = {}
+
+    def spec_of(name: str, kind: str) -> dict[str, Any] | None:
+        if (kind, name) not in specs:
+            spec = None
+            path = find_manifest(home, name, kind=kind)
+            try:
+                parts = list(iter_documents_text(path.read_text())) if path is not None else []
+                position = document_position(parts, name, path) if parts and path is not None else None
+                data = load_one(parts[position]) if position is not None else None
+                spec = data.get("spec") if isinstance(data, dict) else None
+                if kind == "sweep" and isinstance(spec, dict):
+                    spec = spec.get("template")
+            except (OSError, UnicodeDecodeError, YAMLSyntaxError):
+                spec = None
+            specs[(kind, name)] = spec if isinstance(spec, dict) else None
+        return specs[(kind, name)]
+
+    def lookup(name: str, row: dict[str, Any]) -> float | None:
+        spec = spec_of(row["owner"], "sweep") if row.get("owner") else spec_of(name, "job")
+        try:
+            return parse_duration(spec["timeLimit"]) if spec and spec.get("timeLimit") is not None else None
+        except (TypeError, ValueError):
+            return None
+
+    return lookup
+
+
+def expected_starts(home: Home, rows: dict[str, dict[str, Any]], now: float) -> dict[str, Any]:
+    """Each pending job's expected start (``controller.client.expected.Start``), from node.yaml's
+    GPUs, the running jobs' ends and the queue order gflowd recorded (queuePosition)."""
+    from controller.client.expected import plan_starts  # lazy: only describe and -o wide plan
+
+    node = read_node(home) or {}
+    gpus = [int(g["index"]) for g in node.get("gpus") or [] if isinstance(g, dict) and g.get("index") is not None]
+    limit = time_limits(home)
+    running = []
+    for name, row in rows.items():
+        if row.get("phase") == "Running" and row.get("devices"):
+            seconds = limit(name, row)
+            start = row.get("startTime")
+            running.append((name, [int(d) for d in row["devices"]], None if seconds is None or start is None else float(start) + seconds))
+    queued = sorted(((row["queuePosition"], name) for name, row in rows.items()
+                     if row.get("phase") == "Pending" and isinstance(row.get("queuePosition"), int)))
+    pending = [(name, int(rows[name].get("gpus") or 0), limit(name, rows[name])) for _, name in queued]
+    return plan_starts(now, gpus, running, pending)

@@ -148,6 +148,21 @@ def _read_gpus(home: Home) -> list[dict]:
     return [gpu for gpu in (data.get("gpus") or []) if isinstance(gpu, dict)] if isinstance(data, dict) else []
 
 
+def _logs_of(home: Home, pid: int | None) -> str:
+    """Where this gflowd's log is: its systemd unit's journal, else the file ``gflowd up`` writes."""
+    try:
+        with open(f"/proc/{int(pid or 0)}/cgroup") as handle:  # world-readable, unlike its environment
+            for line in handle:  # systemd's own hierarchy: v1 name=systemd, or the v2 line
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                unit = path.rpartition("/")[2]
+                if controllers in ("name=systemd", "") and unit.endswith(".service"):
+                    return f"journalctl -u {unit.removesuffix('.service')}"
+    except (OSError, ValueError):
+        pass
+    path = log_path(home)
+    return str(path) if path.exists() else f"on the stderr of pid {pid} (not started by gflowd up: no {path})"
+
+
 def status(home: Home) -> int:
     if not is_running(home):
         print(f"gflowd is not running for {home.root}")
@@ -163,7 +178,7 @@ def status(home: Home) -> int:
         facts.append(f"up {_duration(time.time() - info['started'])}")
     print(f"gflowd is running for {home.root} ({', '.join(facts)})")
     print(f"  spec dir: {info.get('specDir') or home.spec_dir}")
-    print(f"  logs:     {log_path(home)}")
+    print(f"  logs:     {_logs_of(home, pid)}")
     phases = Counter(str(row.get("phase")) for row in (index.get("jobs") or {}).values())
     order = ["Running", "Pending", "Succeeded", "Failed", "Cancelled", "Rejected"]
     counted = sorted(phases, key=lambda p: (order.index(p) if p in order else len(order), p))
@@ -196,4 +211,10 @@ def main(argv: list[str]) -> int:
         return up(home, passthrough, args.timeout)
     if verb == "down":
         return down(home, args.timeout)
-    return status(home)
+    try:
+        code = status(home)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `gflowd status | head -1`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+    return code

@@ -48,7 +48,7 @@ def admissible(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -
 
 def _held(
     plan: Plan, snap: Snapshot, state: JobState, job: AdmittedJob, all_states: Mapping[str, JobState],
-    budgets: dict[str, int], now: float,
+    budgets: dict[str, list[int]], now: float,
 ) -> bool:
     spec = job.spec
     if spec.suspend:
@@ -70,25 +70,28 @@ def _held(
             plan.again = True
         return True
     if job.owner is not None and job.owner in budgets:
-        if budgets[job.owner] <= 0:
-            cap = snap.admission.sweeps[job.owner].parallelism
+        budget = budgets[job.owner]
+        if budget[0] <= 0:
+            cap, running = snap.admission.sweeps[job.owner].parallelism, budget[1]
             state.reason = Reason.Parallelism
-            state.message = f"sweep {job.owner} runs at most {cap} children at once; {cap} are running or starting"
+            # only the running ones are counted as such: the others passed this gate and wait for GPUs
+            ahead = f", {cap - running} ahead of it waiting to start" if cap > running else ""
+            state.message = f"sweep {job.owner} runs at most {cap} children at once: {running} running{ahead}"
             return True
-        budgets[job.owner] -= 1
+        budget[0] -= 1
     return False
 
 
-def _parallelism_budgets(plan: Plan, snap: Snapshot) -> dict[str, int]:
-    """Sweeps with a parallelism cap: how many more children may start this pass."""
-    budgets: dict[str, int] = {}
+def _parallelism_budgets(plan: Plan, snap: Snapshot) -> dict[str, list[int]]:
+    """Sweeps with a parallelism cap: [how many more children may start this pass, how many run]."""
+    budgets: dict[str, list[int]] = {}
     for sweep_name, sweep in snap.admission.sweeps.items():
         if sweep.parallelism is not None:
             running = sum(
                 1 for c in sweep.children
                 if c in plan.states and (plan.states[c].phase == Phase.Running or (c in snap.runs and snap.runs[c].running))
             )  # a child queued in a cluster (Pending there) counts: it was handed over
-            budgets[sweep_name] = sweep.parallelism - running
+            budgets[sweep_name] = [sweep.parallelism - running, running]
     return budgets
 
 

@@ -6,23 +6,16 @@ other job, and they exist exactly as long as the Sweep's manifest does.
 
 from __future__ import annotations
 
-import itertools
-from typing import Any
-
 from controller.api.job import Job
 from controller.api.names import is_valid_name
 from controller.api.sweep import Sweep, parse_indices
 from controller.decide.hashes import spec_hashes
 from controller.model.documents import AdmittedJob, AdmittedSweep, Rejection
 from controller.model.reasons import Reason
+from controller.model.sweep_params import DEFAULT_NAME_TEMPLATE, combinations_of
+from controller.model.sweep_params import substitute as _substitute
 
 SWEEP_LABEL = "gflow.dev/sweep"
-
-
-def text_of(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def combinations(sweep: Sweep) -> list[dict[str, str]]:
@@ -31,21 +24,7 @@ def combinations(sweep: Sweep) -> list[dict[str, str]]:
     if spec.indices is not None:
         return [{} for _ in parse_indices(spec.indices)]
     assert spec.matrix is not None
-    keys = list(spec.matrix)
-    excludes = [{k: text_of(v) for k, v in ex.items()} for ex in spec.exclude]
-    out = []
-    for values in itertools.product(*(spec.matrix[k] for k in keys)):
-        combo = {k: text_of(v) for k, v in zip(keys, values)}
-        if any(all(combo.get(k) == v for k, v in ex.items()) for ex in excludes):
-            continue
-        out.append(combo)
-    return out
-
-
-def _substitute(text: str, values: dict[str, str]) -> str:
-    for key, value in values.items():
-        text = text.replace("{" + key + "}", value)
-    return text
+    return combinations_of(spec.matrix, spec.exclude)
 
 
 def expand(
@@ -54,7 +33,7 @@ def expand(
     spec = sweep.spec
     indices = parse_indices(spec.indices) if spec.indices is not None else None
     template = spec.template.model_dump(mode="json", by_alias=True, exclude_none=True)
-    name_template = spec.name_template or "{sweep}-{index}"
+    name_template = spec.name_template or DEFAULT_NAME_TEMPLATE
     children: list[AdmittedJob] = []
     seen: set[str] = set()
     for position, combo in enumerate(combinations(sweep)):

@@ -165,10 +165,19 @@ def job_detail(home: Home, name: str, viewer_uid: int | None) -> dict[str, Any] 
     return {
         "name": name,
         "owner": manifest_owners(home)(manifest),
+        "params": _sweep_params(home, name, row),
         "status": status or {"status": {k: v for k, v in (row or {}).items() if k in ("phase", "reason", "message")}},
         "events": aggregate(events)[-JOB_EVENTS_LIMIT:][::-1],
         "log": {"path": home.display(home.log_file(name)), "text": log_text, "cut": cut},
     }
+
+
+def _sweep_params(home: Home, name: str, row: dict[str, Any] | None) -> str:
+    """A sweep child's values, from a world-readable Sweep manifest only: the page is served as
+    gflowd's user, not as its viewer."""
+    from controller.client.state import sweep_params  # lazy: only a job page of a sweep child
+
+    return sweep_params(home, public=True)(name, (row or {}).get("owner"))
 
 
 class StateView:
