@@ -173,11 +173,11 @@ def job_detail(home: Home, name: str, viewer_uid: int | None) -> dict[str, Any] 
 
 
 def _sweep_params(home: Home, name: str, row: dict[str, Any] | None) -> str:
-    """A sweep child's values, from a world-readable Sweep manifest only: the page is served as
-    gflowd's user, not as its viewer."""
+    """A sweep child's values, read as gflowd's user: a job's page goes only to its owner and root
+    (``web/access.py``), who may both read the Sweep manifest."""
     from controller.client.state import sweep_params  # lazy: only a job page of a sweep child
 
-    return sweep_params(home, public=True)(name, (row or {}).get("owner"))
+    return sweep_params(home)(name, (row or {}).get("owner"))
 
 
 class StateView:
