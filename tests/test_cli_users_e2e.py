@@ -212,7 +212,8 @@ def test_a_sweeps_parameters_are_shown_to_whoever_may_read_its_manifest(shared, 
     assert table(sweeps)["secret"][-1] == "hidden", sweeps
     code, out, _ = ctl(shared, "get", "jobs", "-o", "wide")  # root may read root's manifest
     assert "lr=0.01" in out.split("secret-1", 1)[1].splitlines()[0], out
-    # the dashboard is served as gflowd's user (root) to viewers without a uid: world-readable only
+    # the dashboard reads as gflowd's user (root): a job's page goes only to its owner and root
+    # (web/access.py), who may both read the Sweep manifest, so a private one is shown too
     from controller.client.state import job_rows
     from controller.paths import Home
     from controller.web.server import _sweep_params  # what job_detail puts in the page's "params"
@@ -220,7 +221,7 @@ def test_a_sweeps_parameters_are_shown_to_whoever_may_read_its_manifest(shared, 
     served = Home.locate(str(shared), None)
     rows = job_rows(served)
     assert _sweep_params(served, "grid-1", rows["grid-1"]) == "lr=0.01 bs=64"
-    assert _sweep_params(served, "secret-1", rows["secret-1"]) == "hidden"
+    assert _sweep_params(served, "secret-1", rows["secret-1"]) == "lr=0.01 bs=64"
     assert _sweep_params(served, "mine", None) == ""
 
 
