@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One user's backlog and file churn against another user's latency (issue 32, holes 6 and 7).
 
-    python hack/bench/fairness.py [--jobs 20000] [--samples 10] [--mode backlog,churn] [--keep]
+    python hack/bench/fairness.py [--jobs 20000] [--samples 10] [--mode backlog,churn] [--max-pending 0] [--keep]
 
 A real root gflowd (8 fake GPUs, default settings, ``--log-level info``) on a temp home whose spec
 dir is shared (1777, sticky). mallory (uid 65534) writes ``--jobs`` one-GPU manifests (``sleep
@@ -55,6 +55,9 @@ def main() -> int:
     parser.add_argument("--mode", default="backlog,churn", help="backlog, churn or both (default)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one sample may take (default 120)")
     parser.add_argument("--keep", action="store_true", help="keep the temp home (its path is printed)")
+    parser.add_argument("--max-pending", type=int, default=0,
+                        help="gflowd's --max-pending-jobs-per-user (default 0: no limit, so all of mallory's "
+                             "jobs wait, the worst case; gflowd's own default, 1000, rejects the rest)")
     args = parser.parse_args()
     modes = [m for m in args.mode.split(",") if m]
     if os.geteuid() != 0:
@@ -70,7 +73,7 @@ def main() -> int:
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ALICE_NAME],
                        check=False, stderr=subprocess.DEVNULL)  # left by a killed run: used again
         ALICE = pwd.getpwnam(ALICE_NAME).pw_uid
-        daemon, home = _start(root)
+        daemon, home = _start(root, args.max_pending)
         print(f"# gflowd pid {daemon.pid}, home {home}; load {os.getloadavg()[0]:.2f}", flush=True)
         began = time.monotonic()
         _as_user(MALLORY, lambda: _write_backlog(home / "jobs" / "mallory", args.jobs))
@@ -101,7 +104,7 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _start(root: Path) -> tuple[subprocess.Popen, Path]:
+def _start(root: Path, max_pending: int) -> tuple[subprocess.Popen, Path]:
     home = root / "home"
     jobs = home / "jobs"
     jobs.mkdir(parents=True)
@@ -112,7 +115,7 @@ def _start(root: Path) -> tuple[subprocess.Popen, Path]:
         os.chown(jobs / name, uid, uid)
     (root / "gpus.yaml").write_text(GPUS)
     argv = [sys.executable, "-m", "controller.daemon", "--home", str(home), "--fake-gpus", str(root / "gpus.yaml"),
-            "--log-level", "info"]
+            "--log-level", "info", "--max-pending-jobs-per-user", str(max_pending)]
     env = dict(os.environ, GFLOW_HOME=str(home), PYTHONPATH=str(ROOT))
     with open(root / "gflowd.log", "wb") as log:
         daemon = subprocess.Popen(argv, cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
