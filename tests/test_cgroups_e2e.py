@@ -9,6 +9,7 @@ session check fails the run if an attempt cgroup survived.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -46,7 +47,9 @@ def job(name: str, body: str) -> str:
 
 
 def python_job(name: str, code: str, extra: str = "") -> str:
-    return job(name, f"  command: [python3, -c, {code!r}]\n{extra}")
+    # JSON's double-quoted string is YAML's too, escapes included: a repr's single quotes would keep
+    # "\n" as two characters, and the job would die at once of a SyntaxError
+    return job(name, f"  command: [python3, -c, {json.dumps(code)}]\n{extra}")
 
 
 def attempt_dirs(home: Path, name: str) -> list[str]:
