@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from controller.api.export import ENV_ANNOTATION
+from controller.api.export import without_environment
 from controller.api.submit import FLAGS, SubmitError, parse_flags, render
 from controller.cli.common import CliError, print_error, printable, resolve_home
 from controller.client.state import is_running, read_status
@@ -74,20 +74,10 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
         check_program(submission, script, rest[1:])
     text = render(submission.manifest)
     if cli.get("dry_run") and cli.get("output") == "yaml":
-        text = render(_without_environment(submission.manifest))
+        text = render(without_environment(submission.manifest))
     return _submit(home, submission.kind, submission.name, text, cli,
                    source=str(script.path) if script is not None else None, environment=submission.environment)
 
-
-def _without_environment(manifest: dict) -> dict:
-    """The manifest ``--dry-run -o yaml`` shows: without the annotation naming the environment file,
-    which a dry run never writes, so that ``apply -f`` of what it printed runs (with the owner's
-    login basics, as any manifest written by hand) instead of failing on a missing file."""
-    metadata = {key: value for key, value in manifest["metadata"].items() if key != "annotations"}
-    annotations = {key: value for key, value in manifest["metadata"].get("annotations", {}).items() if key != ENV_ANNOTATION}
-    if annotations:
-        metadata["annotations"] = annotations
-    return {**manifest, "metadata": metadata}
 
 
 def _submit(home: Home, kind: str, name: str, text: str, cli: dict, source: str | None = None,
