@@ -57,6 +57,7 @@ def test_an_agent_previews_submits_reads_and_asks_why_a_job_waits(home, gflowd, 
             preview = await call(client, "preview_submit", command=["sleep", "60"], workdir=str(work), gpus=2, name="big")
             assert preview["valid"] and preview["errors"] == [] and preview["fitsNow"] is True
             assert "name: big" in preview["manifest"] and "gpus: 2" in preview["manifest"]
+            assert "gflow.dev/environment" not in preview["manifest"]  # no file is written: apply -f of it must run
             assert not (home / "jobs" / "big.yaml").exists()  # a preview writes nothing
             never = await call(client, "preview_submit", command=["true"], workdir=str(work), gpus=8)
             assert never["fitsNow"] is False and never["why"] == "can never start: needs 8 GPUs, this machine has 2"

@@ -83,11 +83,25 @@ def test_dry_run_prints_the_manifest_and_writes_nothing(home, proj):
     assert shown.returncode == 0, shown.stderr
     assert load_one(shown.stdout) == {
         "apiVersion": "gflow.dev/v1alpha1", "kind": "Job",
-        "metadata": {"name": "look", "annotations": {"gflow.dev/environment": ".look.env"}},  # the submitter's, kept beside it
+        "metadata": {"name": "look"},  # no environment file: a dry run writes none (applied, login basics)
         "spec": {"command": ["python3", "train.py"], "workingDir": str(proj), "resources": {"gpus": 2}, "timeLimit": "1h30m"},
     }
     assert list((home / "jobs").iterdir()) == []
     assert "gflowd is not running" not in shown.stderr
+
+
+def test_what_a_dry_run_prints_applies_and_runs(home, gflowd, proj, tmp_path):
+    """docs/first-ten-minutes.md: `run --dry-run -o yaml` shows the manifest and `apply -f` submits it.
+    The printed manifest named an environment file the dry run never wrote: the job failed (126)."""
+    daemon = gflowd()
+    shown = ctl(home, "run", "--dry-run", "-o", "yaml", "--name", "printed", "--", "sh", "-c", "echo applied", cwd=proj)
+    assert shown.returncode == 0, shown.stderr
+    (proj / "job.yaml").write_text(shown.stdout)
+    applied = ctl(home, "apply", "-f", "job.yaml", cwd=proj)
+    assert applied.returncode == 0 and applied.stdout == "job/printed created\n", applied.stderr
+    wait_phase(home, "printed", ("Succeeded", "Failed"), daemon=daemon)
+    assert job_status(home, "printed")["phase"] == "Succeeded", job_status(home, "printed")
+    assert read_log(home, "printed") == "applied\n"
 
 
 def test_an_unchanged_sbatch_script_is_honoured_and_pinned(home, gflowd, proj, fake_gpus):

@@ -64,3 +64,15 @@ def carried(key: str) -> bool:
 def encode(env: Mapping[str, str]) -> bytes:
     """The file's bytes: ``KEY=VALUE`` entries ended by NUL, as ``/proc/PID/environ``."""
     return b"".join(f"{k}={v}".encode("utf-8", "surrogateescape") + b"\0" for k, v in env.items() if "\0" not in v)
+
+
+def without_environment(manifest: dict) -> dict:
+    """The manifest as a preview shows it (``run --dry-run -o yaml``, ``Client.preview``): without
+    the annotation naming the environment file, which a preview never writes, so that ``apply -f``
+    of what it showed runs (with the owner's login basics, as any manifest written by hand) instead
+    of failing on a missing file."""
+    metadata = {key: value for key, value in manifest["metadata"].items() if key != "annotations"}
+    annotations = {key: value for key, value in manifest["metadata"].get("annotations", {}).items() if key != ENV_ANNOTATION}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {**manifest, "metadata": metadata}

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from controller.api.export import without_environment
 from controller.api.submit import FLAGS, SubmitError, parse_flags, render
 from controller.cli.common import CliError, print_error, printable, resolve_home
 from controller.client.state import is_running, read_status
@@ -72,8 +73,11 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
     if not options.get("no_check"):
         check_program(submission, script, rest[1:])
     text = render(submission.manifest)
+    if cli.get("dry_run") and cli.get("output") == "yaml":
+        text = render(without_environment(submission.manifest))
     return _submit(home, submission.kind, submission.name, text, cli,
                    source=str(script.path) if script is not None else None, environment=submission.environment)
+
 
 
 def _submit(home: Home, kind: str, name: str, text: str, cli: dict, source: str | None = None,

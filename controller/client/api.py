@@ -271,6 +271,7 @@ class Client:
         runs: errors, or a warning that it can never start here) and whether it would start now.
         Writes nothing."""
         # lazy: the manifest builder and the admission check load YAML and (without gflowd) pydantic
+        from controller.api.export import without_environment
         from controller.api.submit import render
         from controller.client.explain import fits_now
         from controller.client.submit import build_submission, check_names, check_submission
@@ -284,7 +285,7 @@ class Client:
         except GflowError as exc:  # the flags themselves: no manifest to show
             return {"name": options.get("name"), "kind": None, "manifest": None, "valid": False, "errors": [str(exc)],
                     "warning": None, "gflowdRunning": self.is_running(), "fitsNow": False, "why": "invalid"}
-        text = render(submission.manifest)
+        text = render(without_environment(submission.manifest))
         try:
             check_names(self.home, submission)
             doc, errors = check_submission(self.home, text)

@@ -13,6 +13,7 @@ exception the function raised is raised again here, its remote traceback attache
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -35,6 +36,12 @@ RUNNER = str(Path(__file__).with_name("runner.py"))
 # kept from the attempt's own environment when the runner restores the submitter's
 KEEP = sorted({*GFLOW_VARIABLES, *SHARED_DEFAULTS, "GFLOW_GPU_MEMORY", "SLURM_ARRAY_TASK_ID"})
 _INSTALL = "pip install 'gflow-controller[client]'"
+
+
+def _shared_fix(functions: Path) -> str:
+    """How an admin makes ``functions/`` on a shared home: like the spec dir (docs/multi-user.md)."""
+    return (f"as root: install -d -m 1775 -g gflow {functions} (like the spec dir; -m 1777 without a group), "
+            "or restart gflowd as root, which creates it when missing")
 
 
 class RemoteError(Exception):
@@ -258,13 +265,14 @@ def _own_folder(folder: Path) -> None:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise GflowError(f"{folder.parent}: cannot create the functions folder: {exc.strerror}; "
-                         "the admin creates it (mode 1777) or gflowd does at start") from None
+                         f"{_shared_fix(folder.parent)}") from None
     try:
         folder.mkdir(mode=0o700)
     except FileExistsError:
         pass
     except OSError as exc:
-        raise GflowError(f"{folder}: cannot create your functions folder: {exc.strerror}") from None
+        hint = f"; {_shared_fix(folder.parent)}" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
+        raise GflowError(f"{folder}: cannot create your functions folder: {exc.strerror}{hint}") from None
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
