@@ -96,3 +96,13 @@ def test_without_the_program_every_gpu_opens(cgroup, nodes):
 def test_a_refused_program_says_why_in_one_line():
     with pytest.raises(bpf_devices.BpfError, match="cannot load the BPF device program"):
         bpf_devices.load(b"\x95\0\0\0\0\0\0\0")  # exit without setting r0: the verifier refuses
+
+
+def test_the_v1_style_deny_rules_gflowd_computes_work_as_a_program(cgroup, nodes):
+    """What a v2 attempt gets: gpu_deny_rules (known GPUs 0, 1, 7; bound to 1) as a program."""
+    from controller.act.runtime.cgroups.devices import gpu_deny_rules
+
+    bpf_devices.deny(cgroup, gpu_deny_rules([1], known=[0, 1, 7], dev_dir=nodes))
+    got = opened_as_nobody(cgroup, nodes)
+    assert got["nvidia0"] == errno.EPERM and got["nvidia7"] == errno.EPERM
+    assert got["nvidia1"] == errno.ENXIO and got["nvidiactl"] == errno.ENXIO and got["null"] == 0

@@ -23,7 +23,7 @@ import platform
 import struct
 from collections.abc import Iterable
 
-from .devices import NVIDIA_CONTROL_MINORS, NVIDIA_MAJOR
+from .devices import NVIDIA_CONTROL_MINORS, NVIDIA_MAJOR, DeviceRule
 
 _SYS_BPF = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351, "riscv64": 280}
 _BPF_PROG_LOAD, _BPF_PROG_ATTACH = 5, 8
@@ -40,6 +40,8 @@ _MOV64_K = 0xB7  # dst = imm
 _JEQ_K = 0x15  # if dst == imm: pc += off
 _JNE_K = 0x55  # if dst != imm: pc += off
 _EXIT = 0x95
+_JA = 0x05  # pc += off
+_DEVICE_TYPE = {"b": 1, "c": 2}  # BPF_DEVCG_DEV_BLOCK, BPF_DEVCG_DEV_CHAR
 
 _LICENSE = b"GPL"  # no GPL-only helper is called, but systemd and crun say GPL too: harmless
 
@@ -73,6 +75,34 @@ def gpu_filter(bound: Iterable[int]) -> bytes:
     body += [_insn(_MOV64_K, dst=0, imm=0), _insn(_EXIT)]  # deny
     body += [_insn(_MOV64_K, dst=0, imm=1), _insn(_EXIT)]  # allow
     return b"".join(body)
+
+
+def deny_filter(rules: Iterable[DeviceRule]) -> bytes:
+    """The program for v1-style deny ``rules`` (devices.py): deny a device one of them matches,
+    allow every other. Only ``rwm`` rules: gflowd denies a GPU wholly."""
+    rules = list(rules)
+    bad = [str(rule) for rule in rules if rule.access != "rwm"]
+    if bad:
+        raise ValueError(f"BPF device rules must deny rwm, not: {', '.join(bad)}")
+    header = [
+        _insn(_LDX_MEM_W, dst=2, src=1, off=0),  # r2 = access_type
+        _insn(_ALU32_AND_K, dst=2, imm=0xFFFF),  # r2 = device type
+        _insn(_LDX_MEM_W, dst=3, src=1, off=4),  # r3 = major
+        _insn(_LDX_MEM_W, dst=4, src=1, off=8),  # r4 = minor
+    ]
+    blocks = []
+    for rule in rules:
+        tests = [(2, _DEVICE_TYPE.get(rule.kind)), (3, rule.major), (4, rule.minor)]
+        tests = [(register, value) for register, value in tests if value is not None]  # None: any
+        block = [_insn(_JNE_K, dst=register, off=len(tests) - i, imm=value) for i, (register, value) in enumerate(tests)]
+        blocks.append(block)  # a JA to deny follows: each mismatch jumps past it to the next rule
+    body, after = [], sum(len(block) + 1 for block in blocks)
+    for block in blocks:
+        body += block
+        after -= len(block) + 1
+        body.append(_insn(_JA, off=after + 2))  # past the later rules and allow: to deny
+    tail = [_insn(_MOV64_K, dst=0, imm=1), _insn(_EXIT), _insn(_MOV64_K, dst=0, imm=0), _insn(_EXIT)]
+    return b"".join(header + body + tail)
 
 
 def _bpf(cmd: int, attr: bytes) -> int:
@@ -125,13 +155,22 @@ def attach(program_fd: int, cgroup_dir: str) -> None:
         os.close(cgroup_fd)
 
 
-def confine_gpus(cgroup_dir: str, bound: Iterable[int]) -> None:
-    """Deny, in ``cgroup_dir`` and below, every GPU node but the ``bound`` minors (none: a CPU job)."""
-    program_fd = load(gpu_filter(bound))
+def deny(cgroup_dir: str, rules: Iterable[DeviceRule]) -> None:
+    """Deny the v1-style ``rules`` in ``cgroup_dir`` and below; every other device as the parent allows."""
+    _load_and_attach(deny_filter(rules), cgroup_dir)
+
+
+def _load_and_attach(program: bytes, cgroup_dir: str) -> None:
+    program_fd = load(program)
     try:
         attach(program_fd, cgroup_dir)
     finally:
         os.close(program_fd)  # the cgroup keeps its own reference
+
+
+def confine_gpus(cgroup_dir: str, bound: Iterable[int]) -> None:
+    """Deny, in ``cgroup_dir`` and below, every GPU node but the ``bound`` minors (none: a CPU job)."""
+    _load_and_attach(gpu_filter(bound), cgroup_dir)
 
 
 def unavailable_reason(scratch_parent: str) -> str:
