@@ -106,3 +106,27 @@ def test_the_v1_style_deny_rules_gflowd_computes_work_as_a_program(cgroup, nodes
     got = opened_as_nobody(cgroup, nodes)
     assert got["nvidia0"] == errno.EPERM and got["nvidia7"] == errno.EPERM
     assert got["nvidia1"] == errno.ENXIO and got["nvidiactl"] == errno.ENXIO and got["null"] == 0
+
+
+def test_a_v2_attempt_cgroup_gets_the_program_from_its_limits(nodes):
+    """The wiring: Cgroups.create on v2 attaches the deny rules. This machine's cgroup2 has no
+    memory controller, so the probe is made by hand with only devices available."""
+    from controller.act.runtime.cgroups import Cgroups, Limits
+    from controller.act.runtime.cgroups.devices import gpu_deny_rules
+    from controller.act.runtime.cgroups.discover import UNIFIED as KEY
+    from controller.act.runtime.cgroups.probe import FEATURES, Feature, Probe
+
+    base = tempfile.mkdtemp(prefix="gflow-bpf-base-", dir=UNIFIED)
+    features = {name: Feature(name, reason="not in this test") for name in FEATURES}
+    features["devices"] = Feature("devices", base)
+    cgroups = Cgroups(Probe("v2", {KEY: base}, features), "gflow")
+    try:
+        cgroups.prepare()
+        attempt = cgroups.create("job-1", Limits(deny_devices=gpu_deny_rules([1], known=[0, 1, 7])))
+        got = opened_as_nobody(attempt.dirs[KEY], nodes)
+        assert got["nvidia0"] == errno.EPERM and got["nvidia7"] == errno.EPERM
+        assert got["nvidia1"] == errno.ENXIO and got["null"] == 0
+    finally:
+        for directory in (os.path.join(base, "gflow", "job-1"), os.path.join(base, "gflow"), base):
+            if os.path.isdir(directory):
+                os.rmdir(directory)
