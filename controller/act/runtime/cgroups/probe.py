@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 
+from . import bpf_devices
 from .discover import UNIFIED, Located, locate, parse_mountinfo, parse_proc_cgroup
 from .fs import CgroupError, Cgroupfs
 
@@ -27,10 +28,6 @@ FEATURES = ("memory", "cpuset", "pids", "devices", "cputime", "freezer", "kill")
 MODES = ("auto", "required", "off")
 V2_CONTROLLERS = ("memory", "pids", "cpuset")  # the cgroup v2 controllers we enable for attempts
 
-V2_DEVICES_REASON = (
-    "device isolation is unavailable on cgroup v2: it needs a BPF device program, which no well-kept "
-    "Python library loads (see docs/cgroups.md)"
-)
 KILL_MIN_KERNEL = (5, 14)  # cgroup.kill appeared in Linux 5.14
 
 
@@ -161,7 +158,8 @@ def probe_v2(base: str, fs: Cgroupfs | None = None) -> Probe:
             features[name] = Feature(name, base)
         else:
             features[name] = Feature(name, reason=f"cgroup v2 at {base} does not offer the {name} controller")
-    features["devices"] = Feature("devices", reason=V2_DEVICES_REASON)
+    bpf_problem = bpf_devices.unavailable_reason(base)  # root and a kernel with cgroup BPF: ~1 ms
+    features["devices"] = Feature("devices", base) if not bpf_problem else Feature("devices", reason=bpf_problem)
     features["cputime"] = Feature("cputime", base)  # cpu.stat usage_usec is core: no controller needed
     features["freezer"] = Feature("freezer", base)  # cgroup.freeze is core too (Linux 5.2)
     features["kill"] = _kill_feature(base, "")
