@@ -59,7 +59,10 @@ echo "$TESTS" >"$RESULTS/tests"
 wheels="$RESULTS/wheelhouse"
 mkdir -p "$wheels"
 PIP=(python3 -m pip)
-"${PIP[@]}" --version >/dev/null 2>&1 || skip "no pip for python3 here (the wheelhouse needs it)"
+if ! "${PIP[@]}" --version >/dev/null 2>&1; then  # Debian's python3 comes without pip: a venv has one
+    python3 -m venv "$RESULTS/pip-venv" >/dev/null 2>&1 || skip "no pip for python3 here (the wheelhouse needs it; apt-get install python3-venv)"
+    PIP=("$RESULTS/pip-venv/bin/python" -m pip)
+fi
 if ! { "${PIP[@]}" wheel -q --no-deps -w "$wheels" "$CHECKOUT" &&
        "${PIP[@]}" download -q -d "$wheels" --only-binary=:all: --python-version 3.11 \
            --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
@@ -100,7 +103,7 @@ done
 qemu_rc=0
 wait "$qemu" || qemu_rc=$?
 t_end=$(date +%s)
-rm -f "$overlay"
+rm -rf "$overlay" "$RESULTS/pip-venv"
 
 rc="$(cat "$RESULTS/rc" 2>/dev/null || echo "")"
 for phase in 1 2; do
