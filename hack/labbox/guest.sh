@@ -80,7 +80,7 @@ if [ "$phase" = 1 ]; then
     # The suite's own venv, apart from the admin's: made without pip (ensurepip costs a minute
     # under TCG) and filled by /opt/gflow's pip.
     python3 -m venv --without-pip /opt/labtest >>"$OUT/install.log" 2>&1
-    /opt/gflow/bin/pip --python /opt/labtest/bin/python install -q --no-index --find-links "$OUT/wheelhouse" pytest pexpect cloudpickle >>"$OUT/install.log" 2>&1
+    /opt/gflow/bin/pip --python /opt/labtest/bin/python install -q --no-compile --no-index --find-links "$OUT/wheelhouse" pytest pexpect cloudpickle >>"$OUT/install.log" 2>&1
     echo "$(( $(date +%s) - t0 ))" >"$OUT/install-seconds"
     log "installed in $(cat "$OUT/install-seconds") s; running the suite"
     t0=$(date +%s)
