@@ -55,7 +55,8 @@ chmod 0755 "$RESULTS"
 echo "$TESTS" >"$RESULTS/tests"
 
 # gflow and the suite's few packages as wheels for python 3.11 (bookworm's): the guest installs
-# them offline, the way an admin installs a wheel they were handed.
+# them offline, the way an admin installs a wheel they were handed. gflow's own wheel is made on
+# every run (the checkout changes); its dependencies are fetched once per pyproject.toml.
 wheels="$RESULTS/wheelhouse"
 mkdir -p "$wheels"
 PIP=(python3 -m pip)
@@ -63,20 +64,45 @@ if ! "${PIP[@]}" --version >/dev/null 2>&1; then  # Debian's python3 comes witho
     python3 -m venv "$RESULTS/pip-venv" >/dev/null 2>&1 || skip "no pip for python3 here (the wheelhouse needs it; apt-get install python3-venv)"
     PIP=("$RESULTS/pip-venv/bin/python" -m pip)
 fi
+SUITE_PACKAGES=(pytest pexpect cloudpickle)
+deps="$CACHE/wheels-$( { cat "$CHECKOUT/pyproject.toml"; echo "${SUITE_PACKAGES[*]}"; } | sha256sum | cut -c1-16)"
 if ! { "${PIP[@]}" wheel -q --no-deps -w "$wheels" "$CHECKOUT" &&
-       "${PIP[@]}" download -q -d "$wheels" --only-binary=:all: --python-version 3.11 \
-           --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-           "$(ls "$wheels"/gflow_controller-*.whl)" pytest pexpect cloudpickle; } >"$RESULTS/wheelhouse.log" 2>&1; then
+       if [ ! -f "$deps/done" ]; then
+           fetched="$(mktemp -d "$CACHE/wheels.XXXXXX")" &&
+           "${PIP[@]}" download -q -d "$fetched" --only-binary=:all: --python-version 3.11 \
+               --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+               "$(ls "$wheels"/gflow_controller-*.whl)" "${SUITE_PACKAGES[@]}" &&
+           rm -f "$fetched"/gflow_controller-*.whl && touch "$fetched/done" &&
+           { rm -rf "$deps"; mv "$fetched" "$deps"; }
+       fi &&
+       cp "$deps"/*.whl "$wheels"/; } >"$RESULTS/wheelhouse.log" 2>&1; then
+    rm -rf "${fetched:-}"
     tail -5 "$RESULTS/wheelhouse.log" >&2
     skip "could not make the wheelhouse (PyPI unreachable?)"
 fi
 
 # At most two boxes at once on this machine: each TCG guest keeps a core busy.
+# Waiting for a slot is bounded by --timeout too.
 exec 9>"$CACHE/slot0.lock"
 if ! flock -n 9; then
     exec 9>"$CACHE/slot1.lock"
-    flock 9
+    if ! flock -n 9; then
+        echo "labbox: both VM slots are busy; waiting (at most $TIMEOUT s) for slot1"
+        flock -w "$TIMEOUT" 9 || { echo "labbox: FAILED: no VM slot free within $TIMEOUT s ($CACHE/slot*.lock)" >&2; exit 1; }
+    fi
 fi
+
+# Whatever ends this script (the suite, --timeout, Ctrl-C, a kill) ends its VM and its overlay.
+qemu=""
+cleanup() {
+    if [ -n "$qemu" ] && kill -0 "$qemu" 2>/dev/null; then
+        kill -TERM "$qemu" 2>/dev/null  # timeout(1) passes it on to qemu
+        wait "$qemu" 2>/dev/null || true
+    fi
+    rm -rf "$RESULTS/overlay.qcow2" "$RESULTS/pip-venv"
+}
+trap cleanup EXIT
+trap 'echo "labbox: interrupted; the VM is stopped" >&2; exit 130' INT TERM
 
 overlay="$RESULTS/overlay.qcow2"
 qemu-img create -q -f qcow2 -F raw -b "$image/disk.raw" "$overlay"
@@ -102,6 +128,7 @@ while kill -0 "$qemu" 2>/dev/null; do
 done
 qemu_rc=0
 wait "$qemu" || qemu_rc=$?
+qemu=""
 t_end=$(date +%s)
 rm -rf "$overlay" "$RESULTS/pip-venv"
 
@@ -109,14 +136,18 @@ rc="$(cat "$RESULTS/rc" 2>/dev/null || echo "")"
 for phase in 1 2; do
     [ -f "$RESULTS/pytest-$phase.log" ] && { echo "--- pytest, phase $phase:"; tail -25 "$RESULTS/pytest-$phase.log"; }
 done
-echo "labbox: $(tr '\n' ';' <"$RESULTS/versions.txt" 2>/dev/null)"
+echo "labbox: $(tr '\n' ';' 2>/dev/null <"$RESULTS/versions.txt" || echo "no versions.txt")"
 echo "labbox: image $(( t_built - t_start )) s (built in $(cat "$image/build-seconds") s when cold)," \
      "boot ${booted:+$(( booted - t_boot ))} s, install $(cat "$RESULTS/install-seconds" 2>/dev/null) s," \
      "suite $(cat "$RESULTS/suite-seconds-1" 2>/dev/null) s${RESULTS:+}$( [ -f "$RESULTS/suite-seconds-2" ] && echo " + $(cat "$RESULTS/suite-seconds-2") s after the reboot")," \
      "total $(( t_end - t_start )) s"
 if [ -z "$rc" ]; then
-    tail -30 "$qemu_log" >&2
-    echo "labbox: FAILED: the guest ended without a result (qemu rc $qemu_rc${qemu_rc:+; 124 is the --timeout}); console: $qemu_log" >&2
+    tail -30 "$qemu_log" >&2 || true
+    if [ "$qemu_rc" = 124 ] || [ "$qemu_rc" = 137 ]; then
+        echo "labbox: FAILED: the VM did not finish within --timeout $TIMEOUT s and was killed; console: $qemu_log" >&2
+    else
+        echo "labbox: FAILED: the guest ended without a result (qemu rc $qemu_rc); console: $qemu_log" >&2
+    fi
     exit 1
 fi
 echo "labbox: results in $RESULTS (junit-*.xml, pytest-*.log, journal-*.txt, console.log)"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import subprocess
+import time
 from pathlib import Path
+
+USERS = ("alice", "bob", "mallory")
 
 
 def test_pid_1_is_systemd_and_cgroup_v2_is_the_only_hierarchy():
@@ -25,8 +29,32 @@ def test_gflowd_runs_as_the_shipped_system_unit():
 
 
 def test_the_users_have_a_venv_and_may_submit():
-    for user in ("alice", "bob", "mallory"):
+    for user in USERS:
         entry = pwd.getpwnam(user)
         assert Path(entry.pw_dir, "venv/bin/python").exists()
         assert "gflow" in subprocess.run(["id", "-nG", user], capture_output=True, text=True).stdout.split()
     assert os.stat("/var/lib/gflow/jobs").st_mode & 0o1777 == 0o1775
+
+
+def test_an_ordinary_user_sees_gflowd_enforce_limits_with_cgroup_v2(run_as):
+    # gflowd writes node.yaml (with its cgroup probe's line) once it is up: wait for that, generously.
+    deadline = time.monotonic() + 300
+    while True:
+        shown = run_as("alice", "gflowctl", "get", "gpus", "-o", "json")
+        node = json.loads(shown.stdout) if shown.returncode == 0 and shown.stdout.strip().startswith("{") else {}
+        if node.get("limits") or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert shown.returncode == 0, shown.stderr
+    assert node.get("limits", "").startswith("cgroup v2: "), node.get("limits")
+    assert "memory" in node["limits"].split(";")[0], node["limits"]
+    assert len(node.get("gpus") or []) == 4, node.get("gpus")
+
+
+def test_run_as_drops_to_the_user_and_gives_them_a_login_path(run_as):
+    shown = run_as("mallory", "sh", "-c", 'id -un; id -Gn; echo "$PATH"; echo "$GFLOW_HOME"; command -v gflowctl')
+    assert shown.returncode == 0, shown.stderr
+    name, groups, path, home, gflowctl = shown.stdout.splitlines()
+    assert name == "mallory" and "gflow" in groups.split()
+    assert "/usr/local/bin" in path.split(":") and home == "/var/lib/gflow"
+    assert gflowctl == "/usr/local/bin/gflowctl"
