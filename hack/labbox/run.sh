@@ -142,7 +142,7 @@ echo "labbox: image $(( t_built - t_start )) s (built in $(cat "$image/build-sec
      "suite $(cat "$RESULTS/suite-seconds-1" 2>/dev/null) s${RESULTS:+}$( [ -f "$RESULTS/suite-seconds-2" ] && echo " + $(cat "$RESULTS/suite-seconds-2") s after the reboot")," \
      "total $(( t_end - t_start )) s"
 if [ -z "$rc" ]; then
-    tail -30 "$qemu_log" >&2 || true
+    { tail -30 "$qemu_log" | tr -cd "[:print:]\t\n" >&2; } || true  # the firmware writes escape codes
     if [ "$qemu_rc" = 124 ] || [ "$qemu_rc" = 137 ]; then
         echo "labbox: FAILED: the VM did not finish within --timeout $TIMEOUT s and was killed; console: $qemu_log" >&2
     else
