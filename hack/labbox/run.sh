@@ -150,6 +150,19 @@ if [ -z "$rc" ]; then
     fi
     exit 1
 fi
-echo "labbox: results in $RESULTS (junit-*.xml, pytest-*.log, journal-*.txt, console.log)"
+# One of each for whoever reads the run as a whole (CI): both phases' tests in junit.xml, both
+# boots' journals in journal.txt, both pytest outputs in pytest.log.
+cat "$RESULTS"/pytest-[12].log >"$RESULTS/pytest.log" 2>/dev/null || true
+cat "$RESULTS"/journal-[12].txt >"$RESULTS/journal.txt" 2>/dev/null || true
+python3 - "$RESULTS" <<'MERGE' || echo "labbox: could not merge junit-*.xml into junit.xml" >&2
+import sys, xml.etree.ElementTree as ET
+from pathlib import Path
+merged = ET.Element("testsuites")
+for phase in sorted(Path(sys.argv[1]).glob("junit-[12].xml")):
+    root = ET.parse(phase).getroot()
+    merged.extend(list(root) if root.tag == "testsuites" else [root])
+ET.ElementTree(merged).write(Path(sys.argv[1], "junit.xml"), encoding="utf-8", xml_declaration=True)
+MERGE
+echo "labbox: results in $RESULTS (junit.xml, pytest.log, journal.txt, console.log; per phase: junit-N.xml, ...)"
 [ "$KEEP" = yes ] || [ "$rc" != 0 ] || rm -rf "$RESULTS"
 exit "$rc"
