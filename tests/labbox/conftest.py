@@ -33,6 +33,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(name="request_reboot")
+def request_reboot_fixture():
+    """``request_reboot`` for tests, as a fixture like ``run_as``."""
+    return request_reboot
+
+
 def request_reboot(why: str) -> None:
     """Ask guest.sh to reboot the box after this phase; ``after_reboot`` tests check what follows."""
     REBOOT_REQUEST.parent.mkdir(parents=True, exist_ok=True)

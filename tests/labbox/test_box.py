@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 USERS = ("alice", "bob", "mallory")
 
 
@@ -58,3 +60,19 @@ def test_run_as_drops_to_the_user_and_gives_them_a_login_path(run_as):
     assert name == "mallory" and "gflow" in groups.split()
     assert "/usr/local/bin" in path.split(":") and home == "/var/lib/gflow"
     assert gflowctl == "/usr/local/bin/gflowctl"
+
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+BOOT_ID_BEFORE = Path("/var/lib/labbox/test_box-boot-id")
+
+
+def test_the_box_is_asked_to_reboot(request_reboot):
+    BOOT_ID_BEFORE.write_text(BOOT_ID.read_text())
+    request_reboot("test_box: the reboot protocol itself, and gflowd after a reboot")
+
+
+@pytest.mark.after_reboot
+def test_after_the_reboot_the_box_booted_again_and_gflowd_is_back():
+    assert BOOT_ID_BEFORE.read_text() != BOOT_ID.read_text(), "phase 2 ran in the same boot as phase 1"
+    active = subprocess.run(["systemctl", "is-active", "gflowd"], capture_output=True, text=True)
+    assert active.stdout.strip() == "active"
