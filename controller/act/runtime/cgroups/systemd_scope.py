@@ -14,10 +14,11 @@ Layout, per gflow home (``unit`` is ``<group>.scope``, group = the per-home id o
 
 The scope is made once per boot and found again by every later gflowd (restart, crash, upgrade);
 its keeper (``sleep infinity``) keeps it alive while no job runs. The system manager serves root's
-gflowd; an ordinary user's gflowd asks its user manager (``busctl --user``), which delegates only
+gflowd; an ordinary user's gflowd asks its user manager, which delegates only
 what the admin lets it (memory and pids by default).
 
-No D-Bus library: ``busctl`` and ``systemctl`` ship with systemd. The pure parts (``decide``,
+No D-Bus library and no bus daemon: ``busctl`` (on the manager's own socket) and ``systemctl``
+ship with systemd. The pure parts (``decide``,
 ``start_argv``, ``parse_show``) are functions of data; ``ensure`` is the I/O edge.
 """
 
@@ -74,13 +75,22 @@ def start_argv(manager: str, unit: str, keeper_pid: int, description: str) -> li
         ("Description", "s", description),
         ("CollectMode", "s", "inactive-or-failed"),
     ]
-    argv = ["busctl", *(["--user"] if manager == "user" else []), "call", "--timeout", f"{CALL_TIMEOUT:g}s",
+    argv = ["busctl", f"--address=unix:path={manager_socket(manager)}", "call", "--timeout", f"{CALL_TIMEOUT:g}s",
             "org.freedesktop.systemd1", "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager",
             "StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "fail", str(len(properties))]
     for prop in properties:
         argv.extend(prop)
     argv.append("0")  # no auxiliary units
     return argv
+
+
+def manager_socket(manager: str, uid: int | None = None) -> str:
+    """The manager's own socket (what systemctl and systemd-run use as root or for --user): no
+    D-Bus daemon needed, which a minimal install (Debian without Recommends) does not have."""
+    if manager == "system":
+        return "/run/systemd/private"
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.geteuid() if uid is None else uid}"
+    return os.path.join(runtime, "systemd", "private")
 
 
 def show_argv(manager: str, unit: str) -> list[str]:
@@ -165,14 +175,14 @@ def _cgroup_of(pid: int, fs: Cgroupfs) -> str | None:
 def _user_manager_problem(manager: str) -> str:
     if manager != "user":
         return ""
-    runtime = _environment(manager)["XDG_RUNTIME_DIR"]
-    if os.path.exists(os.path.join(runtime, "bus")) or os.path.exists(os.path.join(runtime, "systemd", "private")):
+    socket = manager_socket(manager)
+    if os.path.exists(socket):
         return ""
     try:
         user = pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         user = str(os.geteuid())
-    return f"no systemd user manager for {user} ({runtime}/bus is absent): " + user_hint(user)
+    return f"no systemd user manager for {user} ({socket} is absent): " + user_hint(user)
 
 
 def find(unit: str, manager: str, fs: Cgroupfs | None = None) -> Scope | None:
