@@ -1,5 +1,5 @@
 """gflowd under systemd, the parts that run without systemd: whether to use a scope, the D-Bus call
-that makes it, moving its first process out of its root, the launcher entering it, a job lost to a
+that makes it (systemd-run --scope), moving its first process out of its root, the launcher entering it, a job lost to a
 reboot, and log lines for the journal. The whole path under systemd is tests/labbox/test_systemd.py.
 
 Cgroups here are real: directories on this host's cgroup2 mount (no controllers, but cgroup.procs
@@ -48,16 +48,12 @@ def test_decide_uses_a_scope_only_under_systemd_on_pure_cgroup_v2(booted, proc_c
     assert reason in found.reason
 
 
-def test_start_argv_is_a_busctl_StartTransientUnit_of_a_delegated_scope_holding_the_keeper(monkeypatch):
-    argv = systemd_scope.start_argv("system", "gflow-0123456789.scope", 4242, "gflow jobs")
-    assert argv == [
-        "busctl", "--address=unix:path=/run/systemd/private", "call", "--timeout", "30s", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
-        "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))", "gflow-0123456789.scope", "fail",
-        "4", "PIDs", "au", "1", "4242", "Delegate", "b", "true", "Description", "s", "gflow jobs",
-        "CollectMode", "s", "inactive-or-failed", "0",
+def test_scope_argv_is_systemd_run_scope_delegated_collected_exec_ing_the_keeper():
+    assert systemd_scope.scope_argv("system", "gflow-0123456789.scope", "gflow jobs") == [
+        "systemd-run", "--scope", "--quiet", "--collect", "--unit=gflow-0123456789.scope", "--property=Delegate=yes",
+        "--description=gflow jobs", "--", "sleep", "infinity",
     ]
-    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
-    assert systemd_scope.start_argv("user", "x.scope", 1, "d")[:2] == ["busctl", "--address=unix:path=/run/user/1000/systemd/private"]
+    assert systemd_scope.scope_argv("user", "x.scope", "d")[:3] == ["systemd-run", "--user", "--scope"]
     assert systemd_scope.show_argv("user", "x.scope")[:3] == ["systemctl", "--user", "show"]
 
 
@@ -130,56 +126,43 @@ def test_settle_moves_the_keeper_out_of_the_scope_root_into_supervisors(cgroup2)
     assert _cgroup_of(keeper.pid).endswith("/supervisors")
 
 
-def _fake_busctl(tmp_path: Path, script: str) -> dict[str, str]:
-    """A ``busctl`` on PATH: systemd is not PID 1 here (its manager is the edge we cannot have)."""
+def _fake_systemd_run(tmp_path: Path, script: str) -> str:
+    """A ``systemd-run`` first on PATH: systemd is not PID 1 here (its manager is the edge we cannot
+    have). It plays the manager's part on a real cgroup: the caller's pid into the scope's cgroup."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    tool = bin_dir / "busctl"
+    tool = bin_dir / "systemd-run"
     tool.write_text("#!/bin/sh\n" + script)
     tool.chmod(0o755)
-    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return f"{bin_dir}:{os.environ['PATH']}"
 
 
-def test_create_waits_until_the_manager_moved_the_keeper_into_the_scope(cgroup2, tmp_path, monkeypatch):
+def test_create_waits_until_the_keeper_runs_in_the_scope(cgroup2, tmp_path, monkeypatch):
     base, _ = cgroup2
     unit = "gflow-0123456789.scope"
     scope_dir = os.path.join(base, unit)
-    # plays the manager: the call returns at once, the move happens a little later (the job queue)
     argv_file = tmp_path / "argv"
-    env = _fake_busctl(tmp_path, f'echo "$@" > {argv_file}\npid=$(echo "$@" | sed "s/.* PIDs au 1 \\([0-9]*\\) .*/\\1/")\n'
-                                 f'(sleep 0.3; mkdir -p {scope_dir}; echo $pid > {scope_dir}/cgroup.procs) &\necho "o \\"/x\\""\n')
-    monkeypatch.setenv("PATH", env["PATH"])
+    # the job queue: the move comes a little after the call; then systemd-run execs the command
+    monkeypatch.setenv("PATH", _fake_systemd_run(tmp_path, f'echo "$@" > {argv_file}\nsleep 0.3\nmkdir -p {scope_dir}\n'
+                                                          f'echo $$ > {scope_dir}/cgroup.procs\n'
+                                                          'while [ "$1" != -- ]; do shift; done; shift; exec "$@"\n'))
     scope = systemd_scope.create(unit, "system", "gflow jobs")
+    keeper = int(Path(scope_dir, "cgroup.procs").read_text().split()[0])
     try:
         assert scope.directory == scope_dir and scope.created
-        keeper = int(Path(scope_dir, "cgroup.procs").read_text().split()[0])
-        assert f"StartTransientUnit ssa(sv)a(sa(sv)) {unit} fail 4 PIDs au 1 {keeper} Delegate b true" in argv_file.read_text()
+        assert Path(f"/proc/{keeper}/cmdline").read_bytes() == b"sleep\0infinity\0"
+        assert f"--unit={unit} --property=Delegate=yes" in argv_file.read_text()
         systemd_scope.settle(scope)
         assert _cgroup_of(keeper).endswith(f"/{unit}/supervisors")
     finally:
         os.kill(keeper, signal.SIGKILL)
 
 
-def test_a_refused_StartTransientUnit_is_one_line_and_leaves_no_keeper(tmp_path, monkeypatch):
-    env = _fake_busctl(tmp_path, 'echo "Call failed: Access denied" >&2\nexit 1\n')
-    monkeypatch.setenv("PATH", env["PATH"])
-    before = set(_sleepers())
-    with pytest.raises(CgroupError, match=r"^systemd scope: StartTransientUnit gflow-a.scope failed: Call failed: Access denied$"):
+def test_a_refused_scope_is_one_line_naming_what_systemd_run_said(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", _fake_systemd_run(tmp_path, 'echo "Failed to start transient scope unit: Access denied" >&2\nexit 1\n'))
+    with pytest.raises(CgroupError, match=r"^systemd scope: systemd-run --scope --unit=gflow-a.scope failed: "
+                                          r"Failed to start transient scope unit: Access denied$"):
         systemd_scope.create("gflow-a.scope", "system", "d", Cgroupfs())
-    assert set(_sleepers()) <= before
-
-
-def _sleepers() -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                    if cmdline.read() == b"sleep\0infinity\0":
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 def test_the_launcher_enters_the_scope_leaf_before_it_forks_any_supervisor(cgroup2):

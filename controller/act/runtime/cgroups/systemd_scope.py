@@ -5,7 +5,7 @@ would either kill them (KillMode=control-group) or fail with 219/CGROUP (the new
 into the unit's root cgroup, which has controllers enabled for the jobs' cgroups: cgroup v2's
 no-internal-processes rule). systemd's answer (https://systemd.io/CGROUP_DELEGATION/, and Slurm's
 ``slurmstepd.scope``): processes that must outlive the service live in a *scope* of their own,
-registered with ``StartTransientUnit`` and ``Delegate=yes``, whose subtree is then ours.
+registered with ``StartTransientUnit`` (``systemd-run --scope``) and ``Delegate=yes``, whose subtree is then ours.
 
 Layout, per gflow home (``unit`` is ``<group>.scope``, group = the per-home id of ``cgroup_group``)::
 
@@ -17,9 +17,10 @@ its keeper (``sleep infinity``) keeps it alive while no job runs. The system man
 gflowd; an ordinary user's gflowd asks its user manager, which delegates only
 what the admin lets it (memory and pids by default).
 
-No D-Bus library and no bus daemon: ``busctl`` (on the manager's own socket) and ``systemctl``
-ship with systemd. The pure parts (``decide``,
-``start_argv``, ``parse_show``) are functions of data; ``ensure`` is the I/O edge.
+No D-Bus library and no bus daemon: ``systemd-run --scope`` (``StartTransientUnit`` on the
+manager's own socket, then it execs the keeper: the scope's first process is in place the moment
+it exists) and ``systemctl show`` ship with systemd. The pure parts (``decide``, ``scope_argv``,
+``parse_show``) are functions of data; ``ensure`` is the I/O edge.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .fs import CgroupError, Cgroupfs, parse_pids
 SUPERVISORS = "supervisors"  # the leaf of the keeper, the launcher and every supervisor
 KEEPER = ("sleep", "infinity")
 APPEAR_TIMEOUT = 15.0  # seconds for systemd to move the keeper into the new scope (a busy box)
-CALL_TIMEOUT = 30.0  # seconds for one busctl or systemctl call
+CALL_TIMEOUT = 30.0  # seconds for one systemctl call
 DELEGATE_DROPIN = "/etc/systemd/system/user@.service.d/delegate.conf"
 
 
@@ -66,30 +67,19 @@ def decide(booted: bool, proc_cgroup: str, euid: int) -> Decision:
     return Decision("system" if euid == 0 else "user")
 
 
-def start_argv(manager: str, unit: str, keeper_pid: int, description: str) -> list[str]:
-    """``busctl call ... StartTransientUnit``: a scope holding ``keeper_pid``, delegated to us,
-    garbage-collected by systemd once its last process is gone (a reboot, an admin's stop)."""
-    properties = [
-        ("PIDs", "au", "1", str(keeper_pid)),
-        ("Delegate", "b", "true"),
-        ("Description", "s", description),
-        ("CollectMode", "s", "inactive-or-failed"),
-    ]
-    argv = ["busctl", f"--address=unix:path={manager_socket(manager)}", "call", "--timeout", f"{CALL_TIMEOUT:g}s",
-            "org.freedesktop.systemd1", "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager",
-            "StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "fail", str(len(properties))]
-    for prop in properties:
-        argv.extend(prop)
-    argv.append("0")  # no auxiliary units
-    return argv
+def scope_argv(manager: str, unit: str, description: str) -> list[str]:
+    """``systemd-run --scope``: registers itself (``StartTransientUnit`` with its own pid, over the
+    manager's own socket: no D-Bus daemon needed) as the scope, delegated to us and collected by
+    systemd once its last process is gone (a reboot, an admin's stop), then execs the keeper."""
+    return ["systemd-run", *(["--user"] if manager == "user" else []), "--scope", "--quiet", "--collect",
+            f"--unit={unit}", "--property=Delegate=yes", f"--description={description}", "--", *KEEPER]
 
 
-def manager_socket(manager: str, uid: int | None = None) -> str:
-    """The manager's own socket (what systemctl and systemd-run use as root or for --user): no
-    D-Bus daemon needed, which a minimal install (Debian without Recommends) does not have."""
+def manager_socket(manager: str) -> str:
+    """The manager's own socket, which systemctl and systemd-run use (root, or --user)."""
     if manager == "system":
         return "/run/systemd/private"
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.geteuid() if uid is None else uid}"
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.geteuid()}"
     return os.path.join(runtime, "systemd", "private")
 
 
@@ -148,7 +138,7 @@ def _environment(manager: str) -> dict[str, str]:
 
 def _run(argv: list[str], manager: str) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=CALL_TIMEOUT + 5, env=_environment(manager),
+        return subprocess.run(argv, capture_output=True, text=True, timeout=CALL_TIMEOUT, env=_environment(manager),
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CgroupError(f"systemd scope: {argv[0]} failed: {exc}") from None
@@ -196,39 +186,36 @@ def find(unit: str, manager: str, fs: Cgroupfs | None = None) -> Scope | None:
     return Scope(unit, manager, directory, created=False) if os.path.isdir(directory) else None
 
 
-def _start_keeper() -> subprocess.Popen:
-    """The scope's first process, detached: its own session, no descriptors of ours."""
-    try:
-        return subprocess.Popen(KEEPER, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                close_fds=True, start_new_session=True, cwd="/")
-    except OSError as exc:
-        raise CgroupError(f"systemd scope: cannot start its keeper {' '.join(KEEPER)}: {exc}") from None
-
-
 def create(unit: str, manager: str, description: str, fs: Cgroupfs | None = None,
            clock=time.monotonic, timeout: float = APPEAR_TIMEOUT) -> Scope:
-    """Register the scope with its keeper as first process; wait until systemd moved it there."""
+    """Start the keeper through ``systemd-run --scope``; wait until it runs inside the new scope."""
     fs = fs or Cgroupfs()
-    keeper = _start_keeper()
+    argv = scope_argv(manager, unit, description)
+    try:  # detached: its own session, none of our descriptors; stderr only until it is in the scope
+        keeper = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  close_fds=True, start_new_session=True, cwd="/", env=_environment(manager))
+    except OSError as exc:
+        raise CgroupError(f"systemd scope: cannot run {argv[0]}: {exc}") from None
+    assert keeper.stderr is not None
     try:
-        done = _run(start_argv(manager, unit, keeper.pid, description), manager)
-        if done.returncode != 0:
-            raise CgroupError(f"systemd scope: StartTransientUnit {unit} failed: {_first_line(done.stderr)}")
         deadline = clock() + timeout
-        while True:  # the job is queued; systemd moves the keeper when it runs it
+        while True:  # systemd-run execs the keeper once the scope holds it
             where = _cgroup_of(keeper.pid, fs)
             if where is not None and where.rstrip("/").endswith("/" + unit):
                 break
             if keeper.poll() is not None:
-                raise CgroupError(f"systemd scope: its keeper (pid {keeper.pid}) died before {unit} appeared")
+                said = _first_line(keeper.stderr.read().decode(errors="replace"))
+                raise CgroupError(f"systemd scope: systemd-run --scope --unit={unit} failed: {said}")
             if clock() >= deadline:
-                raise CgroupError(f"systemd scope: {unit} did not appear within {timeout:g}s (keeper pid {keeper.pid} "
-                                  f"is still in {where})")
+                raise CgroupError(f"systemd scope: {unit} did not appear within {timeout:g}s "
+                                  f"(systemd-run, pid {keeper.pid}, is still in {where})")
             time.sleep(0.02)
     except BaseException:
         keeper.kill()
         keeper.wait()
         raise
+    finally:
+        keeper.stderr.close()
     return Scope(unit, manager, os.path.join(_unified_mount(fs), where.lstrip("/")), created=True)
 
 
