@@ -119,17 +119,40 @@ def _is_list(annotation: Any) -> bool:
     return any(get_origin(a) is list for a in get_args(annotation))
 
 
+def on_journal(stream: Any, env: dict[str, str] | None = None) -> bool:
+    """True when ``stream`` is systemd's journal (sd_journal_stream_fd: JOURNAL_STREAM names its
+    device and inode): the journal stamps each line with the time itself."""
+    wanted = (os.environ if env is None else env).get("JOURNAL_STREAM", "")
+    try:
+        found = os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return wanted == f"{found.st_dev}:{found.st_ino}"
+
+
+class JournalFormatter(logging.Formatter):
+    """``<4>WARNING message``: no timestamp (journald adds its own), and the syslog priority prefix
+    journald reads, so ``journalctl -p warning -u gflowd`` shows gflowd's warnings and errors."""
+
+    PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6, logging.DEBUG: 7}
+
+    def __init__(self) -> None:
+        super().__init__("%(levelname)-7s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        priority = self.PRIORITY.get(record.levelno, 6)
+        return "\n".join(f"<{priority}>{line}" for line in super().format(record).splitlines() or [""])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in VERBS:
         return service_main(argv)
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)-7s %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JournalFormatter() if on_journal(sys.stderr) else
+                         logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), handlers=[handler])
     home = Home.resolve(args.home, None)
     try:
         config = load_config(

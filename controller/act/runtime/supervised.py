@@ -59,8 +59,11 @@ from controller.act.runtime.cgroups import (
     Limits,
     Probe,
     gpu_deny_rules,
+    probe_v2,
     setup,
 )
+from controller.act.runtime.cgroups import systemd_scope
+from controller.act.runtime.cgroups.systemd_scope import Scope
 from controller.act.runtime.command import LaunchError, build_process
 from controller.act.runtime.login import Account, SystemFiles, account_of, login_env, system_files
 from controller.act.runtime.orphans import MARKER_VARIABLE, attempt_processes, signal_processes
@@ -155,15 +158,59 @@ class _Attempt:
         return float((self.spec or {}).get("grace") or 10.0)
 
 
+def boot_id() -> str:
+    """This boot's id (a new random one each boot), or "" where the kernel does not say."""
+    global _boot_id
+    if _boot_id is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as file:
+                _boot_id = file.read().strip()
+        except OSError:
+            _boot_id = ""
+    return _boot_id
+
+
+_boot_id: str | None = None
+
+
+def rebooted_since(launched: str | None, now: str) -> str:
+    """Why an attempt is lost when it was launched in another boot than this one ("" if not)."""
+    if not launched or not now or launched == now:
+        return ""
+    return f"lost to a reboot of the machine: it was started in boot {launched[:8]}, this is boot {now[:8]}"
+
+
 def cgroup_group(root: Path) -> str:
     """The cgroup holding one gflowd's attempt cgroups: per home, so two controllers never meet."""
     return "gflow-" + hashlib.sha256(str(Path(root).absolute()).encode()).hexdigest()[:10]
 
 
+def start_scope(request: str, home: Home) -> Scope | None:
+    """Under systemd on cgroup v2, the delegated scope that holds this home's supervisors and the
+    attempts' cgroups (``systemd_scope``), found or made; None elsewhere, or with ``--cgroups off``.
+    Where it applies but cannot be had: ``required`` raises CgroupError, ``auto`` says why once."""
+    if request == "off":
+        return None
+    try:
+        scope = systemd_scope.ensure(cgroup_group(home.root))
+    except CgroupError as exc:
+        if request == "required":
+            raise CgroupError(f"--cgroups required, but {exc}") from None
+        log.warning("%s; until then running jobs share gflowd's own cgroup and die when its unit stops", exc)
+        return None
+    if scope is not None:
+        log.info("jobs and their supervisors live in the systemd scope %s (%s)", scope.unit, scope.directory)
+    elif systemd_scope.booted():
+        log.info("cgroup v1 under systemd: jobs live in gflowd's own cgroup; give its unit KillMode=process "
+                 "(docs/multi-user.md) or a stop of the unit stops them")
+    return scope
+
+
 def start_cgroups(request: str, home: Home, found: Probe | None = None, fs: Cgroupfs | None = None) -> tuple[Cgroups | None, Probe]:
     """``--cgroups auto|required|off`` -> the prepared cgroups (None: polling) and what to say about
     them, said once in the log. Raises CgroupError for ``required`` where they cannot be used.
-    ``found`` and ``fs``: a probe and a cgroupfs other than this machine's (tests)."""
+    ``found`` and ``fs``: a probe and a cgroupfs other than this machine's (tests; or the probe of
+    a systemd scope's directory)."""
     cgroups, found = setup(request, cgroup_group(home.root), found, fs)
     if cgroups is None:
         if request != "off":
@@ -173,12 +220,29 @@ def start_cgroups(request: str, home: Home, found: Probe | None = None, fs: Cgro
     return cgroups, found
 
 
+def scope_probe(scope: Scope) -> Probe:
+    """What the scope offers; for a user's gflowd, one line on what the admin must delegate."""
+    found = probe_v2(scope.directory)
+    wanted = ("memory", "pids", "cpuset")
+    if scope.manager == "user" and not all(found.features[name].available for name in wanted):
+        try:
+            user = pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:
+            user = str(os.geteuid())
+        log.warning("your user manager delegates only some of the controllers gflow limits jobs with (%s): %s",
+                    found.summary(), systemd_scope.user_hint(user))
+    return found
+
+
 class SupervisorRuntime:
     def __init__(self, home: Home, login_files: SystemFiles | None = None, python: str | None = None,
                  cgroups: str = "auto", device_dir: str = "/dev", cgroup_probe: Probe | None = None,
                  cgroupfs: Cgroupfs | None = None):
         self.home = home
         self.device_dir = device_dir
+        self.scope = start_scope(cgroups, home) if cgroup_probe is None and cgroupfs is None else None
+        if self.scope is not None:
+            cgroup_probe = scope_probe(self.scope)
         self.cgroups, self.cgroup_probe = start_cgroups(cgroups, home, cgroup_probe, cgroupfs)
         self.cgroup_request = cgroups
         self.login_files = login_files if login_files is not None else system_files(os.environ.get("TZ"))
@@ -543,6 +607,7 @@ class SupervisorRuntime:
             "grace": spec.termination_grace_period if spec.termination_grace_period is not None else 10.0,
             "notify": self.notify_path,
             "decidedAt": time.time(),
+            "bootId": boot_id(),  # a later gflowd tells a job lost to a reboot from one lost to a crash
             "runHash": launch.job.run_hash,
             "devices": list(launch.devices),
             "deviceUUIDs": list(launch.device_uuids),
@@ -744,7 +809,10 @@ class SupervisorRuntime:
         if self._launcher is None or self._launcher.poll() is not None:
             # -I -S: the supervisor needs only the standard library; isolated from the user's env
             self._launcher = subprocess.Popen(
-                [self.python, "-I", "-S", SUPERVISOR_FILE, "--launcher", str(self._news_w)],
+                # in a systemd scope, the launcher moves itself to its supervisors' leaf before it
+                # forks any: every supervisor is born there, and none is left behind in gflowd's unit
+                [self.python, "-I", "-S", SUPERVISOR_FILE, "--launcher", str(self._news_w),
+                 *([os.path.join(self.scope.supervisors, "cgroup.procs")] if self.scope is not None else [])],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 close_fds=True,
@@ -809,6 +877,9 @@ class SupervisorRuntime:
         """Its supervisor died without an exit record: stop what is left of the job, then it is Lost.
         Until its processes are gone it is reported running, so its GPUs stay held."""
         supervisor = attempt.supervisor_pid or 0
+        if self._rebooted(attempt):  # its pids (and start times) now name other processes: touch none
+            attempt.result = self._lost(attempt, "")
+            return
         processes = self._processes(attempt)
         if not processes:
             attempt.result = self._lost(attempt, f"its supervisor (pid {supervisor}) died without recording the exit "
@@ -854,12 +925,20 @@ class SupervisorRuntime:
         return attempt_processes(attempt.job_pid, attempt.job_ticks, attempt.marker)
 
     def _lost(self, attempt: _Attempt, why: str) -> RunObservation:
+        rebooted = rebooted_since((attempt.spec or {}).get("bootId"), boot_id())
+        if rebooted:  # said instead of how its supervisor went: the reboot took them all
+            why = f"{rebooted}; exit code unknown"
         return RunObservation(
             attempt.name, attempt.attempt, attempt.job_pid, attempt.started_at, False, None, None, time.time(), why,
             lost=True, devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
         )
 
+    def _rebooted(self, attempt: _Attempt) -> bool:
+        return bool(rebooted_since((attempt.spec or {}).get("bootId"), boot_id()))
+
     def _identity_ok(self, attempt: _Attempt) -> bool:
+        if self._rebooted(attempt):  # a pid and start time from another boot may match anything
+            return False
         pid = attempt.supervisor_pid
         return pid is not None and attempt.supervisor_ticks is not None and start_ticks(pid) == attempt.supervisor_ticks
 

@@ -942,10 +942,19 @@ def _waitpid(pid: int) -> int | None:
             return None
 
 
-def launcher(wake: int | None = None) -> int:
+def launcher(wake: int | None = None, join: str | None = None) -> int:
     """Zygote: hand each record path read from stdin to a supervisor process, a waiting one or one
     forked now (module docstring: a pool of supervisors, each one attempt at a time). ``wake``: a
-    pipe to gflowd, written when a supervisor ended an attempt and lives on (no pidfd tells it)."""
+    pipe to gflowd, written when a supervisor ended an attempt and lives on (no pidfd tells it).
+    ``join``: the ``cgroup.procs`` of the systemd scope's supervisors leaf (``systemd_scope``),
+    entered first, before anything is forked or the home cgroup is looked up: every supervisor is
+    born there, out of gflowd's unit, so a stop or restart of gflowd leaves them (and jobs) alone.
+    Done here and not by gflowd after spawning us: no window in which a supervisor exists outside."""
+    if join is not None:
+        try:
+            join_cgroup([join])
+        except OSError as exc:  # the jobs still run; only a stop of gflowd's unit would take them
+            sys.stderr.write(f"launcher: cannot enter {join}: {exc}; supervisors stay in gflowd's cgroup\n")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped automatically
     if wake is not None:
         os.set_inheritable(wake, False)  # never into a job
@@ -1163,9 +1172,9 @@ def _trace_to(path: str) -> None:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--launcher"]:
-        return launcher(int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else None)
+        return launcher(int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else None, argv[2] if len(argv) > 2 else None)
     if len(argv) != 1:
-        sys.stderr.write("usage: supervisor.py RECORD_FILE | --launcher [WAKE_FD]\n")
+        sys.stderr.write("usage: supervisor.py RECORD_FILE | --launcher [WAKE_FD [SCOPE_CGROUP_PROCS]]\n")
         return 2
     os.setsid() if os.getpid() != os.getsid(0) else None
     return Supervisor(argv[0]).run()
