@@ -57,6 +57,14 @@ def test_scope_argv_is_systemd_run_scope_delegated_collected_exec_ing_the_keeper
     assert systemd_scope.show_argv("user", "x.scope")[:3] == ["systemctl", "--user", "show"]
 
 
+def test_from_systemd_253_the_scope_continues_past_a_jobs_oom_kill_instead_of_stopping_every_job():
+    assert systemd_scope.parse_systemd_version("systemd 252 (252.39-1~deb12u2)\n+PAM +AUDIT") == 252
+    assert systemd_scope.parse_systemd_version("") is None
+    assert "--property=OOMPolicy=continue" not in systemd_scope.scope_argv("system", "x.scope", "d", 252)
+    assert "--property=OOMPolicy=continue" in systemd_scope.scope_argv("system", "x.scope", "d", 253)
+    assert "--property=OOMPolicy=continue" in systemd_scope.scope_argv("user", "x.scope", "d", 256)
+
+
 def test_parse_show_reads_key_value_lines():
     shown = systemd_scope.parse_show("ActiveState=active\nControlGroup=/system.slice/gflow-a.scope\nDelegate=yes\nX=a=b\n")
     assert shown == {"ActiveState": "active", "ControlGroup": "/system.slice/gflow-a.scope", "Delegate": "yes", "X": "a=b"}

@@ -23,7 +23,7 @@ mirror_of_host() {
 }
 MIRROR="${LABBOX_MIRROR:-$(mirror_of_host)}"
 SUITE=bookworm
-PACKAGES=systemd,systemd-sysv,udev,dbus,linux-image-amd64,python3,python3-venv,kmod,procps
+PACKAGES=systemd,systemd-sysv,libpam-systemd,udev,dbus,linux-image-amd64,python3,python3-venv,kmod,procps
 
 key="$( { cat "$HERE/build.sh"; echo "$MIRROR"; } | sha256sum | cut -c1-16)"
 out="$CACHE/$key"

@@ -67,12 +67,34 @@ def decide(booted: bool, proc_cgroup: str, euid: int) -> Decision:
     return Decision("system" if euid == 0 else "user")
 
 
-def scope_argv(manager: str, unit: str, description: str) -> list[str]:
+OOM_POLICY_SINCE = 253  # scopes take OOMPolicy= from systemd 253; before, they ignore OOM kills
+
+
+def scope_argv(manager: str, unit: str, description: str, systemd_version: int | None = None) -> list[str]:
     """``systemd-run --scope``: registers itself (``StartTransientUnit`` with its own pid, over the
     manager's own socket: no D-Bus daemon needed) as the scope, delegated to us and collected by
-    systemd once its last process is gone (a reboot, an admin's stop), then execs the keeper."""
+    systemd once its last process is gone (a reboot, an admin's stop), then execs the keeper.
+
+    From systemd 253 a scope has an OOM policy, by default ``stop``: one job killed by the kernel
+    at its memory limit would make systemd stop the scope, every other job with it. ``continue``
+    leaves OOM kills to the job's own cgroup (``memory.oom.group``), as gflow reports them."""
+    oom = ["--property=OOMPolicy=continue"] if (systemd_version or 0) >= OOM_POLICY_SINCE else []
     return ["systemd-run", *(["--user"] if manager == "user" else []), "--scope", "--quiet", "--collect",
-            f"--unit={unit}", "--property=Delegate=yes", f"--description={description}", "--", *KEEPER]
+            f"--unit={unit}", "--property=Delegate=yes", *oom, f"--description={description}", "--", *KEEPER]
+
+
+def parse_systemd_version(text: str) -> int | None:
+    """``systemd 252 (252.39-1~deb12u2)`` (the first line of ``systemctl --version``) -> 252."""
+    words = text.split()
+    return int(words[1]) if len(words) > 1 and words[0] == "systemd" and words[1].isdigit() else None
+
+
+def systemd_version() -> int | None:
+    try:
+        done = subprocess.run(["systemctl", "--version"], capture_output=True, text=True, timeout=CALL_TIMEOUT)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_systemd_version(done.stdout)
 
 
 def manager_socket(manager: str) -> str:
@@ -190,7 +212,7 @@ def create(unit: str, manager: str, description: str, fs: Cgroupfs | None = None
            clock=time.monotonic, timeout: float = APPEAR_TIMEOUT) -> Scope:
     """Start the keeper through ``systemd-run --scope``; wait until it runs inside the new scope."""
     fs = fs or Cgroupfs()
-    argv = scope_argv(manager, unit, description)
+    argv = scope_argv(manager, unit, description, systemd_version())
     try:  # detached: its own session, none of our descriptors; stderr only until it is in the scope
         keeper = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   close_fds=True, start_new_session=True, cwd="/", env=_environment(manager))
