@@ -41,7 +41,7 @@ install_gflow() {  # docs/multi-user.md, "Install", step by step
         for minor in 0 1 2 3; do echo "c! /dev/nvidia$minor 0666 root root - 195:$minor"; done
         echo "c! /dev/nvidiactl 0666 root root - 195:255"
     } >/etc/tmpfiles.d/labbox-nvidia.conf
-    systemd-tmpfiles --create /etc/tmpfiles.d/labbox-nvidia.conf
+    systemd-tmpfiles --create --boot /etc/tmpfiles.d/labbox-nvidia.conf  # its "c!" lines are boot-time lines
     cp "$SRC/manifests/deploy/gflowd-system.service" /etc/systemd/system/gflowd.service
     systemctl daemon-reload
     systemctl enable --now gflowd
