@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from users import MI, apply, in_box, jobs, logs, manifest, run_as, status, unique, wait_for, wait_phase  # noqa: F401
+from users import MI, apply, in_box, jobs, log_file, logs, manifest, run_as, status_file, unique, wait_for, wait_phase  # noqa: F401
 
 pytestmark = in_box
 
@@ -42,7 +42,7 @@ def test_a_job_over_50mi_is_oom_killed_at_its_limit_and_a_sibling_beside_it_is_u
     apply("bob", manifest(sibling, ["python3", "-c", holder], resources={"memory": "50Mi"}))
     jobs.append(("bob", sibling))
     wait_phase("bob", sibling, "Running")
-    wait_for(lambda: "holding" in logs("bob", sibling), 120, "the sibling to hold its 20 Mi")
+    wait_for(lambda: "holding" in log_file(sibling), 300, "the sibling to hold its 20 Mi")
 
     grab = ("chunks = []\nfor i in range(300):\n    chunks.append(bytearray(1 << 20))\n"
             "    if i % 50 == 0: print('allocated', i, 'Mi', flush=True)\nprint('survived', flush=True)\n")
@@ -55,7 +55,7 @@ def test_a_job_over_50mi_is_oom_killed_at_its_limit_and_a_sibling_beside_it_is_u
     print(f"OOM job peak: {peak / MI:.1f} MiB (limit 50 MiB)")
     assert 0 < peak <= 50 * MI, done["usage"]
 
-    assert status("bob", sibling)["phase"] == "Running"  # the OOM kill stayed inside the hog's cgroup
+    assert status_file(sibling)["phase"] == "Running"  # the OOM kill stayed inside the hog's cgroup
     release.touch()
     try:
         ended = wait_phase("bob", sibling, "Succeeded", "Failed")
@@ -134,7 +134,7 @@ def test_a_fork_bomb_under_pids_50_is_contained_the_job_ends_and_the_box_stays_f
     assert int(words[2]) < 50
     assert done["phase"] == "Succeeded", done
     # its sleeping children went with it
-    wait_for(lambda: not processes_of_job(bomb), 120, "the bomb's children to be gone")
+    wait_for(lambda: not processes_of_job(bomb), 300, "the bomb's children to be gone")
     assert subprocess.run(["systemctl", "is-active", "gflowd"], capture_output=True, text=True).stdout.strip() == "active"
     apply("alice", manifest(after, ["python3", "-c", "print('fine')"]))
     jobs.append(("alice", after))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from helpers import job_status
 
 MARKER = Path("/etc/gflow-labbox")
 HOME = Path("/var/lib/gflow")
@@ -51,7 +52,7 @@ def as_user(user: str) -> dict[str, Any]:
 
 
 def run_as(user: str, *argv: str, env: dict[str, str] | None = None, input: str | None = None,
-           cwd: str | Path | None = None, timeout: float = 120, venv: bool = False) -> subprocess.CompletedProcess:
+           cwd: str | Path | None = None, timeout: float = 300, venv: bool = False) -> subprocess.CompletedProcess:
     return subprocess.run(list(argv), env=env or login_env(user, venv=venv), input=input,
                           cwd=str(cwd or pwd.getpwnam(user).pw_dir), capture_output=True, text=True, timeout=timeout,
                           **as_user(user))
@@ -81,7 +82,7 @@ def status(user: str, name: str) -> dict[str, Any] | None:
     return json.loads(out.stdout).get("status") if out.returncode == 0 and out.stdout.strip() else None
 
 
-def wait_for(check: Callable[[], Any], timeout: float, message: str, interval: float = 0.25) -> Any:
+def wait_for(check: Callable[[], Any], timeout: float, message: str, interval: float = 0.5) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -92,21 +93,38 @@ def wait_for(check: Callable[[], Any], timeout: float, message: str, interval: f
         time.sleep(interval)
 
 
-def wait_phase(user: str, name: str, *phases: str, timeout: float = 240) -> dict[str, Any]:
-    """The job's status once its phase is one of PHASES (generous: TCG is slow and the box is shared)."""
+def status_file(name: str) -> dict[str, Any] | None:
+    """The job's status as gflowd wrote it (status/NAME.yaml, readable by all): polled in-process,
+    as a gflowctl per poll costs seconds under TCG."""
+    return job_status(HOME, name)
+
+
+def wait_phase(user: str, name: str, *phases: str, timeout: float = 600) -> dict[str, Any]:
+    """The job's status as gflowctl shows it to USER, once its phase is one of PHASES (generous: the
+    VM runs under TCG on a shared machine)."""
     seen: list[Any] = [None]
 
     def reached():
-        seen[0] = status(user, name)
+        seen[0] = status_file(name)
         return seen[0] if seen[0] and seen[0].get("phase") in phases else None
 
     try:
-        return wait_for(reached, timeout, f"job/{name} to be {'|'.join(phases)}")
+        wait_for(reached, timeout, f"job/{name} to be {'|'.join(phases)}")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last status: {seen[0]}") from None
+    return status(user, name) or seen[0]
+
+
+def log_file(name: str) -> str:
+    """The job's log as written (root reads it; to wait on, not to judge what users see)."""
+    try:
+        return (HOME / "logs" / f"{name}.log").read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
 
 
 def logs(user: str, name: str) -> str:
+    """The job's log as `gflowctl logs` shows it to USER."""
     return ok(gflowctl(user, "logs", name))
 
 
@@ -120,6 +138,6 @@ def jobs():
         gflowctl(user, "delete", "job", name)
     for user, name in made:
         try:
-            wait_for(lambda: status(user, name) is None, 120, f"job/{name} to be gone")
+            wait_for(lambda: status_file(name) is None, 300, f"job/{name} to be gone")
         except AssertionError:
             pass
