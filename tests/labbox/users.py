@@ -106,7 +106,10 @@ def wait_phase(user: str, name: str, *phases: str, timeout: float = 600) -> dict
 
     def reached():
         seen[0] = status_file(name)
-        return seen[0] if seen[0] and seen[0].get("phase") in phases else None
+        phase = (seen[0] or {}).get("phase")
+        if phase in ("Succeeded", "Failed") and phase not in phases:
+            raise AssertionError(f"job/{name} ended {phase} before it was {'|'.join(phases)}: {seen[0]}")
+        return seen[0] if phase in phases else None
 
     try:
         wait_for(reached, timeout, f"job/{name} to be {'|'.join(phases)}")
