@@ -34,38 +34,6 @@ def release_file(user: str, name: str) -> Path:
     return Path(pwd.getpwnam(user).pw_dir) / f"{name}.release"
 
 
-def test_a_job_over_50mi_is_oom_killed_at_its_limit_and_a_sibling_beside_it_is_untouched(jobs):
-    sibling, hog = unique("sibling"), unique("hog")
-    release = release_file("bob", sibling)
-    holder = (f"import os, time\nb = bytearray(20 << 20)\nprint('holding', flush=True)\n"
-              f"while not os.path.exists({str(release)!r}): time.sleep(0.05)\nprint('sibling done', len(b) >> 20, flush=True)\n")
-    apply("bob", manifest(sibling, ["python3", "-c", holder], resources={"memory": "50Mi"}))
-    jobs.append(("bob", sibling))
-    wait_phase("bob", sibling, "Running")
-    wait_for(lambda: "holding" in log_file(sibling), 300, "the sibling to hold its 20 Mi")
-
-    grab = ("chunks = []\nfor i in range(300):\n    chunks.append(bytearray(1 << 20))\n"
-            "    if i % 50 == 0: print('allocated', i, 'Mi', flush=True)\nprint('survived', flush=True)\n")
-    apply("alice", manifest(hog, ["python3", "-c", grab], resources={"memory": "50Mi"}))
-    jobs.append(("alice", hog))
-    done = wait_phase("alice", hog, "Failed", "Succeeded")
-    assert (done["phase"], done["reason"]) == ("Failed", "OOMKilled"), done
-    assert "survived" not in logs("alice", hog)
-    peak = done["usage"]["peakMemoryBytes"]
-    print(f"OOM job peak: {peak / MI:.1f} MiB (limit 50 MiB)")
-    assert 0 < peak <= 50 * MI, done["usage"]
-
-    assert status_file(sibling)["phase"] == "Running"  # the OOM kill stayed inside the hog's cgroup
-    release.touch()
-    try:
-        ended = wait_phase("bob", sibling, "Succeeded", "Failed")
-    finally:
-        release.unlink()
-    assert ended["phase"] == "Succeeded", ended
-    assert "sibling done 20" in logs("bob", sibling)
-    assert ended["usage"]["peakMemoryBytes"] >= 20 * MI
-
-
 AFFINITY = (
     "import json, os\n"
     "path = open('/proc/self/cgroup').read().split('::', 1)[1].strip()\n"
@@ -191,3 +159,37 @@ def test_a_gpu_job_opens_only_its_gpu_a_cpu_job_none_and_other_devices_are_as_ou
     others = {n: outside[n] for n in OTHER_DEVICES}
     assert {n: gpu_saw[n] for n in OTHER_DEVICES} == others
     assert {n: cpu_saw[n] for n in OTHER_DEVICES} == others
+
+
+# Last: under a unit whose OOMPolicy is systemd's default (stop), the kernel's OOM kill inside a job
+# makes systemd kill gflowd and fail the unit, which would take every later test with it.
+def test_a_job_over_50mi_is_oom_killed_at_its_limit_and_a_sibling_beside_it_is_untouched(jobs):
+    sibling, hog = unique("sibling"), unique("hog")
+    release = release_file("bob", sibling)
+    holder = (f"import os, time\nb = bytearray(20 << 20)\nprint('holding', flush=True)\n"
+              f"while not os.path.exists({str(release)!r}): time.sleep(0.05)\nprint('sibling done', len(b) >> 20, flush=True)\n")
+    apply("bob", manifest(sibling, ["python3", "-c", holder], resources={"memory": "50Mi"}))
+    jobs.append(("bob", sibling))
+    wait_phase("bob", sibling, "Running")
+    wait_for(lambda: "holding" in log_file(sibling), 300, "the sibling to hold its 20 Mi")
+
+    grab = ("chunks = []\nfor i in range(300):\n    chunks.append(bytearray(1 << 20))\n"
+            "    if i % 50 == 0: print('allocated', i, 'Mi', flush=True)\nprint('survived', flush=True)\n")
+    apply("alice", manifest(hog, ["python3", "-c", grab], resources={"memory": "50Mi"}))
+    jobs.append(("alice", hog))
+    done = wait_phase("alice", hog, "Failed", "Succeeded")
+    assert (done["phase"], done["reason"]) == ("Failed", "OOMKilled"), done
+    assert "survived" not in logs("alice", hog)
+    peak = done["usage"]["peakMemoryBytes"]
+    print(f"OOM job peak: {peak / MI:.1f} MiB (limit 50 MiB)")
+    assert 0 < peak <= 50 * MI, done["usage"]
+
+    assert status_file(sibling)["phase"] == "Running"  # the OOM kill stayed inside the hog's cgroup
+    release.touch()
+    try:
+        ended = wait_phase("bob", sibling, "Succeeded", "Failed")
+    finally:
+        release.unlink()
+    assert ended["phase"] == "Succeeded", ended
+    assert "sibling done 20" in logs("bob", sibling)
+    assert ended["usage"]["peakMemoryBytes"] >= 20 * MI

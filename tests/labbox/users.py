@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from helpers import job_status
 
 MARKER = Path("/etc/gflow-labbox")
 HOME = Path("/var/lib/gflow")
@@ -94,9 +93,12 @@ def wait_for(check: Callable[[], Any], timeout: float, message: str, interval: f
 
 
 def status_file(name: str) -> dict[str, Any] | None:
-    """The job's status as gflowd wrote it (status/NAME.yaml, readable by all): polled in-process,
-    as a gflowctl per poll costs seconds under TCG."""
-    return job_status(HOME, name)
+    """The job's summary as gflowd wrote it in run/index.json (readable by all; its freshest record):
+    polled in-process, as a gflowctl per poll costs seconds under TCG."""
+    try:
+        return json.loads((HOME / "run" / "index.json").read_text())["jobs"].get(name)
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def wait_phase(user: str, name: str, *phases: str, timeout: float = 600) -> dict[str, Any]:
