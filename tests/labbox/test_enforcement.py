@@ -123,17 +123,21 @@ OTHER_DEVICES = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/full", "/dev/pt
 
 
 @pytest.fixture
-def gpu_nodes() -> list[str]:
-    """The box's /dev/nvidiaN (mknod'd, no driver), opened 0666 as the NVIDIA driver makes them, so
-    only the cgroup can say no."""
-    nodes = sorted((str(p) for p in Path("/dev").glob("nvidia[0-9]*")), key=lambda p: int(p[len("/dev/nvidia"):]))
-    if len(nodes) < 2:
-        pytest.fail(f"the lab box should have /dev/nvidia0..3, has {nodes}")
-    for node in nodes + ["/dev/nvidiactl"]:
-        if Path(node).exists():
-            assert stat.S_ISCHR(os.stat(node).st_mode) and os.major(os.stat(node).st_rdev) == 195, node
-            os.chmod(node, 0o666)
-    return nodes
+def gpu_nodes():
+    """/dev/nvidia0..3 and nvidiactl as the NVIDIA driver makes them (char 195:N, 0666), with no
+    driver behind them: made here with mknod where the box has none yet, removed after."""
+    made = []
+    for name, minor in [(f"nvidia{i}", i) for i in range(4)] + [("nvidiactl", 255)]:
+        path = Path("/dev") / name
+        if not path.exists():
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+            made.append(path)
+        st = os.stat(path)
+        assert stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 195 and os.minor(st.st_rdev) == minor, path
+        os.chmod(path, 0o666)
+    yield [f"/dev/nvidia{i}" for i in range(4)]
+    for path in made:
+        path.unlink()
 
 
 def opened(text: str) -> dict[str, str]:
