@@ -239,6 +239,34 @@ def test_a_job_recorded_in_another_boot_is_lost_to_the_reboot_and_its_old_pids_a
         os.kill(job, signal.SIGKILL)
 
 
+def test_a_job_its_supervisor_stopped_at_shutdown_says_so_after_the_reboot(home, gflowd):
+    """An orderly reboot: systemd TERMs the scope, the supervisor stops the job and records the
+    SIGTERM, nobody reads it before the machine is gone. The next boot's gflowd says it was the
+    shutdown, not just "killed by SIGTERM". Simulated: gflowd killed, the supervisor TERMed (as
+    systemd does), the launch record given another boot id, a new gflowd."""
+    first = gflowd("--cgroups", "off")
+    write_manifest(home / "jobs", "long.yaml", _script_job("long", "sleep 300"))
+    wait_phase(home, "long", "Running", daemon=first)
+    path = home / "run" / "attempts" / "long.1"
+    run = wait_for(lambda: ((record.read(str(path), ("run",)) or {}).get("run") or {}).get("jobPid") and
+                   record.read(str(path), ("run",))["run"], message="the run record with the job's pid")
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(10)
+    os.kill(run["supervisorPid"], signal.SIGTERM)
+    wait_for(lambda: (record.read(str(path), ("exit",)) or {}).get("exit"), message="the supervisor's exit record")
+    wait_for(lambda: not pid_alive(run["supervisorPid"]), message="the supervisor gone")
+    launch = record.read(str(path), ("launch",))["launch"]
+    launch["bootId"] = "00000000-0000-4000-8000-000000000000"
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, record.encode(launch), record.LAUNCH_AT)
+    finally:
+        os.close(fd)
+    status = wait_phase(home, "long", "Failed", timeout=30, daemon=gflowd("--cgroups", "off"))
+    assert "killed by SIGTERM" in status["message"] and "when the machine shut down" in status["message"], status
+    assert "started in boot 00000000" in status["message"], status
+
+
 # -- the journal ---------------------------------------------------------------------------------------
 
 

@@ -1063,6 +1063,11 @@ class SupervisorRuntime:
 
 def _observation(attempt: _Attempt, record: dict) -> RunObservation:
     started = float(record.get("startedAt") or attempt.started_at or time.time())
+    error = record.get("error") or ""
+    rebooted = rebooted_since((attempt.spec or {}).get("bootId"), boot_id())
+    if rebooted and not error and record.get("signal") == signal.SIGTERM and not record.get("reason"):
+        # a TERM gflowd did not ask for, from a boot that is over: systemd stopping the scope at shutdown
+        error = f"killed by SIGTERM (exit code {record.get('exitCode')}) when the machine shut down ({rebooted.split(': ', 1)[1]})"
     return RunObservation(
         attempt.name,
         attempt.attempt,
@@ -1072,7 +1077,7 @@ def _observation(attempt: _Attempt, record: dict) -> RunObservation:
         record.get("exitCode"),
         record.get("signal"),
         float(record.get("finishedAt") or time.time()),
-        record.get("error") or "",
+        error,
         reason=record.get("reason") or "",
         stop_reason=record.get("stopReason") or "",
         usage=record.get("usage") or None,
