@@ -108,6 +108,15 @@ def test_the_v1_style_deny_rules_gflowd_computes_work_as_a_program(cgroup, nodes
     assert got["nvidia1"] == errno.ENXIO and got["nvidiactl"] == errno.ENXIO and got["null"] == 0
 
 
+def test_a_job_bound_to_every_gpu_denies_nothing_and_the_program_still_loads(cgroup, nodes):
+    """No deny rule (every GPU bound): found in the lab box, where such a job's program was refused
+    (its deny tail unreachable: EINVAL) and the job ran without a cgroup."""
+    bpf_devices.deny(cgroup, [])
+    got = opened_as_nobody(cgroup, nodes)
+    assert [got[name] for name in ("nvidia0", "nvidia1", "nvidia7", "nvidiactl")] == [errno.ENXIO] * 4
+    assert got["null"] == 0
+
+
 def test_a_v2_attempt_cgroup_gets_the_program_from_its_limits(nodes):
     """The wiring: Cgroups.create on v2 attaches the deny rules. This machine's cgroup2 has no
     memory controller, so the probe is made by hand with only devices available."""

@@ -332,12 +332,13 @@ class AttemptCgroup:
                 self.fs.write(join(directory, "pids.max"), str(limits.pids))
             if limits.cpus is not None:
                 self.fs.write(join(directory, "cpuset.cpus"), format_cpus(limits.cpus))
-            if limits.deny_devices is not None and self.cgroups.probe.features["devices"].available:
+            if limits.deny_devices and self.cgroups.probe.features["devices"].available:
                 # A program per apply: an adopted cgroup gets one more, which only denies again.
+                # Nothing to deny (bound to every GPU): no program at all.
                 try:
                     bpf_devices.deny(directory, limits.deny_devices)
                 except bpf_devices.BpfError as exc:
-                    raise CgroupError(str(exc), exc.errno) from None
+                    raise CgroupError(exc.strerror or str(exc), exc.errno) from None
             return
         if limits.memory is not None:
             self._v1_memory(self._dir("memory"), limits.memory)

@@ -84,6 +84,8 @@ def deny_filter(rules: Iterable[DeviceRule]) -> bytes:
     bad = [str(rule) for rule in rules if rule.access != "rwm"]
     if bad:
         raise ValueError(f"BPF device rules must deny rwm, not: {', '.join(bad)}")
+    if not rules:  # a job bound to every GPU: the deny tail would be unreachable, which the verifier refuses
+        return _insn(_MOV64_K, dst=0, imm=1) + _insn(_EXIT)
     header = [
         _insn(_LDX_MEM_W, dst=2, src=1, off=0),  # r2 = access_type
         _insn(_ALU32_AND_K, dst=2, imm=0xFFFF),  # r2 = device type
