@@ -45,7 +45,10 @@ def test_unit_structure_and_entry_point(name):
     unit = parse_unit((REPO / "manifests" / "deploy" / name).read_text())
     assert set(unit) == {"Unit", "Service", "Install"}
     service = unit["Service"]
-    assert service["KillMode"] == ["process"]  # job supervisors survive a controller restart
+    # jobs and their supervisors live in gflowd's delegated scope (systemd_scope), not in the unit:
+    # a stop kills only gflowd and its helpers, and the unit needs no Delegate= of its own
+    assert service["KillMode"] == ["control-group"]
+    assert "Delegate" not in service
     assert service["Restart"] == ["on-failure"]
     assert unit["Install"]["WantedBy"] == [UNITS[name]]
     assert any(env.startswith("GFLOW_HOME=") for env in service["Environment"])

@@ -56,7 +56,7 @@ def test_example_controller_config_loads():
 def test_systemd_unit_runs_gflowd_without_killing_jobs_on_stop():
     unit = (REPO / "manifests" / "deploy" / "gflowd.service").read_text()
     assert "ExecStart=" in unit and "gflowd" in unit
-    assert "KillMode=process" in unit  # jobs share gflowd's cgroup; a stop must not kill them
+    assert "KillMode=control-group" in unit  # jobs live in a scope of their own, not in gflowd's cgroup
 
 
 def test_examples_run_to_their_expected_end_on_fake_gpus(home, gflowd):
