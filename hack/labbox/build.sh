@@ -99,7 +99,12 @@ cp "$kernel" "$work/out/vmlinuz"
 cp "$initrd" "$work/out/initrd.img"
 chroot "$work/root" dpkg-query -W -f='${Package} ${Version}\n' systemd linux-image-amd64 python3 >"$work/out/packages.txt"
 # Room for the users' venvs, the jobs and their logs: the image is sparse, so 4 GiB costs what is used.
-mkfs.ext4 -q -F -L labroot -d "$work/root" "$work/out/disk.raw" 4G
+# mkfs.ext4 -d says "Creating regular file ..." on stdout even with -q: keep stdout for the path
+mkfs.ext4 -q -F -L labroot -d "$work/root" "$work/out/disk.raw" 4G >"$work/mkfs.log" 2>&1 || {
+    tail -5 "$work/mkfs.log" >&2
+    echo "labbox: mkfs.ext4 of the image failed (above)" >&2
+    exit 4
+}
 rm -rf "$work/root"
 echo "$(( $(date +%s) - started ))" >"$work/out/build-seconds"
 touch "$work/out/done"

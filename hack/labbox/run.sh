@@ -44,9 +44,10 @@ command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not inst
 command -v qemu-img >/dev/null || skip "qemu-img is not installed (apt-get install qemu-utils)"
 
 t_start=$(date +%s)
-if ! image="$(bash "$HERE/build.sh")"; then
+if ! image="$(bash "$HERE/build.sh" | tail -1)"; then  # its last line is the image's folder
     skip "could not build the image (above)"
 fi
+[ -f "$image/disk.raw" ] || skip "build.sh printed no image folder (got: $image)"
 t_built=$(date +%s)
 
 [ -n "$RESULTS" ] || RESULTS="$(mktemp -d /tmp/labbox-results.XXXXXX)"
