@@ -92,6 +92,24 @@ def wait_phase(user: str, name: str, *phases: str, timeout: float = 240, env: di
         raise AssertionError(f"{exc}; last status: {seen[0]}") from None
 
 
+def wait_running_pid(user: str, name: str, env: dict[str, str] | None = None) -> int:
+    """The job's pid once its status has one: a status may say Running a pass before the pid."""
+    return wait_phase_with(user, name, lambda seen: seen.get("phase") == "Running" and seen.get("pid"), env)["pid"]
+
+
+def wait_phase_with(user: str, name: str, good, env: dict[str, str] | None = None, timeout: float = 240) -> dict:
+    seen: list[Any] = [None]
+
+    def reached():
+        seen[0] = status(user, name, env)
+        return seen[0] if seen[0] and good(seen[0]) else None
+
+    try:
+        return wait_for(reached, timeout, f"job/{name} to be Running with a pid")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last status: {seen[0]}") from None
+
+
 def show(unit: str, *props: str, user: str | None = None) -> dict[str, str]:
     argv = ["systemctl", *(["--user"] if user else []), "show", *(f"--property={p}" for p in props), unit]
     out = as_user(user, *argv) if user else sh(*argv)
@@ -142,9 +160,9 @@ def released(tmp_path_factory):
 def _start_held(user: str, released) -> tuple[str, Path, Path, int]:
     name, runs, release = released(user)
     submit(user, name, f"echo started >> {runs}\nwhile [ ! -e {release} ]; do sleep 0.2; done\necho done")
-    running = wait_phase(user, name, "Running")
+    pid = wait_running_pid(user, name)
     wait_for(lambda: runs.exists(), 120, "the job to start")
-    return name, runs, release, running["pid"]
+    return name, runs, release, pid
 
 
 def _no_cgroup_failure() -> None:
@@ -257,7 +275,7 @@ def test_a_users_own_gflowd_puts_jobs_in_a_scope_of_the_user_manager_and_survive
     name, runs, release = released("bob")
     wait_for(lambda: as_user("bob", "gflowctl", "get", "jobs", env=env).returncode == 0, 120, "bob's gflowd answering")
     submit("bob", name, f"echo started >> {runs}\nwhile [ ! -e {release} ]; do sleep 0.2; done\necho done", env=env)
-    pid = wait_phase("bob", name, "Running", env=env)["pid"]
+    pid = wait_running_pid("bob", name, env)
     where = cgroup_of(pid)
     assert f"/user@{uid}.service/" in where and ".scope/" in where, where
     # bob's user journal needs persistent storage; the system journal has his units' lines either way
