@@ -154,7 +154,7 @@ def test_a_full_disk_loses_no_exit_code_and_no_launch(tiny_home, gflowd, tmp_pat
     write_manifest(spec, "hog.yaml", script_job(
         "hog", f"head -c 5000000 /dev/zero | tr '\\0' x || true\nwhile [ ! -e {release}/hog ]; do sleep 0.05; done",
     ))
-    wait_for(lambda: disk_full(home), timeout=30, message="the hog's output to fill the disk")
+    wait_for(lambda: disk_full(home), timeout=180, message="the hog's output to fill the disk")
     fill_filesystem(home)  # to the last byte
     write_manifest(spec, "late.yaml", manifest("late", f"  command: [touch, {ran}/late]\n"))
     wait_for(lambda: "job/late DiskFull" in first.stderr(), timeout=20,
@@ -179,10 +179,10 @@ def test_a_full_disk_loses_no_exit_code_and_no_launch(tiny_home, gflowd, tmp_pat
     free_space(home)
     os.truncate(home / "logs" / "hog.log", 0)
     for name, code in codes.items():
-        status = wait_phase(home, name, ("Succeeded", "Failed"), timeout=30, daemon=second)
+        status = wait_phase(home, name, ("Succeeded", "Failed"), timeout=180, daemon=second)
         assert (status["phase"], status["exitCode"]) == ("Succeeded" if code == 0 else "Failed", code), (name, status)
         assert status["reason"] != "Lost", status
-    status = wait_phase(home, "late", ("Succeeded", "Failed"), timeout=30, daemon=second)
+    status = wait_phase(home, "late", ("Succeeded", "Failed"), timeout=180, daemon=second)
     assert (status["phase"], status["attempt"]) == ("Succeeded", 1), status
     assert (ran / "late").exists()
     second.wait_pass()
@@ -216,7 +216,7 @@ def test_a_launch_the_disk_refuses_stays_pending_and_starts_once_space_returns(h
     assert "Running" not in seen and not marker.exists()
 
     free_space(small_run_dir)
-    status = wait_for(lambda: late_is("Succeeded"), timeout=30, message=lambda: f"late to run: {job_status(home, 'late')}")
+    status = wait_for(lambda: late_is("Succeeded"), timeout=180, message=lambda: f"late to run: {job_status(home, 'late')}")
     assert status["attempt"] == 1 and marker.read_text() == "ran 1\n"
     warnings = [e for e in events(home) if e["object"] == "job/late" and e["reason"] == "DiskFull"]
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning", warnings
@@ -454,7 +454,7 @@ def test_a_killed_supervisor_never_leaves_the_job_running_on_a_gpu_given_to_anot
             return status
         return None
 
-    wait_for(second_started, timeout=30, message=lambda: f"second to start; first: {job_status(home, 'first')}")
+    wait_for(second_started, timeout=180, message=lambda: f"second to start; first: {job_status(home, 'first')}")
     assert alive_when_second_ran == [], "the first job still ran when its GPU was given to the second"
     status = wait_phase(home, "first", "Failed", daemon=daemon)
     assert status["reason"] == "Lost"
