@@ -40,6 +40,9 @@ class Home:
     of start-up (it loads ``inspect``)."""
 
     __slots__ = ("root", "spec_dir", "_display_bases")
+    root: Path
+    spec_dir: Path
+    _display_bases: tuple[str, ...]
 
     def __init__(self, root: Path, spec_dir: Path) -> None:
         object.__setattr__(self, "root", root)
@@ -182,9 +185,9 @@ class Home:
         for base in self._display_bases:
             if text.startswith(base) and "/." not in text and "//" not in text and text[-1] != "/":
                 return text[len(base):]
-        for base in (self.root, self.spec_dir.parent):
+        for folder in (self.root, self.spec_dir.parent):
             try:
-                return str(Path(path).relative_to(base))
+                return str(Path(path).relative_to(folder))
             except ValueError:
                 continue
         return text

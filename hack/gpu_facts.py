@@ -450,9 +450,8 @@ def judge_usage(busy: dict[str, float | None] | None, idle: dict[str, float | No
         want = app_mib * MIB
         if abs(busy["memoryPeak"] - want) > max(0.05 * want, 64 * MIB):
             problems.append(f"peak memory {busy['memoryPeak'] / MIB:.0f} MiB in gflow, {app_mib} MiB in nvidia-smi")
-    if idle is not None:
-        if (idle["utilMean"] or 0) > tolerance or (idle["memoryPeak"] or 0) > 0:
-            problems.append(f"the untouched GPU shows util {idle['utilMean']}% and memory {idle['memoryPeak']}")
+    if idle is not None and ((idle["utilMean"] or 0) > tolerance or (idle["memoryPeak"] or 0) > 0):
+        problems.append(f"the untouched GPU shows util {idle['utilMean']}% and memory {idle['memoryPeak']}")
     if problems:
         return Verdict(False, "; ".join(problems), numbers)
     return Verdict(True, f"util {busy['utilMean']:g}% vs pmon {numbers['pmonMean']}%, peak memory "

@@ -62,7 +62,10 @@ def _spec(parser: argparse.ArgumentParser) -> dict:
     """verb -> {options, value_options, choices per option, positionals: [completion kind]}"""
     verbs = {}
     for verb, sub in _subparsers(parser).items():
-        options, takes_value, option_choices, positionals = [], [], {}, []
+        options: list[str] = []
+        takes_value: list[str] = []
+        option_choices: dict[str, list[str]] = {}
+        positionals: list[str] = []
         for action in sub._actions:
             if action.option_strings:
                 options.extend(s for s in action.option_strings)

@@ -37,7 +37,7 @@ def parse_target(text: str | None) -> str | None:
 
 def read_events(home: Home, target: str | None = None) -> list[dict[str, Any]]:
     """Every event (of ``target``, when given), oldest first, from the rotated file and the current one."""
-    events = []
+    events: list[dict[str, Any]] = []
     # a cheap text test first: describe of one job should not parse 20 MiB of other jobs' events
     needle = json.dumps(target) if target else ""
     for path in (previous_of(home.events_file), home.events_file):
@@ -117,7 +117,7 @@ def _watch(home: Home, target: str | None, output: str | None) -> int:
 
     try:
         old = previous_of(home.events_file)
-        history = []
+        history: list[dict[str, Any]] = []
         try:
             with open(old, encoding="utf-8", errors="replace") as handle:
                 history.extend(_matching(parse_lines(handle), target))
@@ -154,6 +154,7 @@ class _Follower:
     def read(self) -> list[dict[str, Any]]:
         if self.handle is None and not self._open():
             return []
+        assert self.handle is not None  # _open() made it
         events = self._drain()
         try:
             rotated = os.stat(self.path).st_ino != os.fstat(self.handle.fileno()).st_ino
@@ -168,6 +169,7 @@ class _Follower:
         return events
 
     def _drain(self) -> list[dict[str, Any]]:
+        assert self.handle is not None  # read() opened it
         text = self.partial + self.handle.read()
         lines = text.splitlines(keepends=True)
         self.partial = lines.pop() if lines and not lines[-1].endswith("\n") else ""

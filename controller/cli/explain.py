@@ -5,12 +5,15 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from pydantic import BaseModel
+
 from controller.api.job import Job
 from controller.cli.common import CliError
 
 
 def explain(path: str) -> int:
     parts = path.split(".")
+    model: type[BaseModel]
     if parts[0].lower() in ("reservation", "reservations"):
         from controller.api.reservation import Reservation as model  # lazy: only explain reservation needs it
     elif parts[0].lower() in ("job", "jobs"):

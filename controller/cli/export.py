@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from controller.api.config import ConfigError, SlurmConfig, load_config
 from controller.cli.common import CliError
 from controller.client.manifests import read_inputs
@@ -108,7 +110,7 @@ def _settings(home: Home, target: str, flags: dict[str, Any]) -> dict[str, Any]:
 
         try:
             gpu_types = SlurmConfig.model_validate({"gpuTypes": gpu_types}).gpu_types
-        except ValueError as exc:
+        except ValidationError as exc:
             raise CliError(f"--gpu-types: {exc.errors()[0].get('ctx', {}).get('error') or exc.errors()[0]['msg']}") from None
     try:
         config = load_config(home.config_file, {})

@@ -71,7 +71,7 @@ def get(home: Home, args) -> int:
 def _typed_names(kind: str, names: list[str]) -> tuple[str, list[str]]:
     """``get jobs a job/b`` and ``get job/a job/b`` (what ``-o name`` prints): the kind and bare names."""
     refs = parse_refs([kind, *names], type_first=True, kinds=EVERY_KIND)
-    kinds = {k for k, _ in refs} or {resource_type(kind)}
+    kinds = {k for k, _ in refs} or {resource_type(kind) or "job"}
     if len(kinds) > 1:
         other = sorted(kinds - {"job"})[0]
         raise CliError("get lists one type at a time: " + " ".join(f"{k}/{n}" for k, n in refs if k == other)
@@ -174,7 +174,7 @@ def _get_records(home: Home, args, kind: str, header: list[str], row_of) -> int:
     return 1 if missing else 0
 
 
-def _local_time(ts: object) -> str:
+def _local_time(ts: float | str | None) -> str:
     """A window's edge as users write it: local time, to the minute."""
     if ts is None:
         return "-"
@@ -271,7 +271,7 @@ def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: b
     children under the Sweep; a job after several parents names the others ("also after b")."""
     rows = dict(chosen)
     nodes: dict[tuple[str, str], dict] = {("job", n): r for n, r in chosen if not (r.get("owner") in sweeps)}
-    for name, row in chosen:
+    for _, row in chosen:
         owner = row.get("owner")
         if owner in sweeps:
             nodes.setdefault(("sweep", owner), sweeps[owner])
@@ -493,7 +493,7 @@ def _gpu_table(gpus: list[dict], reserved: dict[int, str] | None = None, user_of
             str(gpu.get("state")),
             ",".join(jobs) or "-",
             ",".join(dict.fromkeys(user_of(job) for job in jobs)) if jobs and user_of else "-",
-        ] + ([reserved.get(gpu.get("index"), "-")] if reserved else []))
+        ] + ([reserved.get(gpu.get("index", -1), "-")] if reserved else []))
     return table
 
 
@@ -503,11 +503,11 @@ def _reserved(home: Home) -> dict[int, str]:
     live = {n: r for n, r in rows.items() if r.get("phase") in ("Pending", "Active") and r.get("start") and r.get("end")}
     if not live:
         return {}
-    from datetime import datetime  # lazy: only when a reservation is there to show
+    from datetime import datetime, timezone  # lazy: only when a reservation is there to show
 
     from controller.decide.reservations import window_text  # lazy: as above
 
-    now, zone = time.time(), datetime.now().astimezone().tzinfo
+    now, zone = time.time(), datetime.now().astimezone().tzinfo or timezone.utc
     out: dict[int, list[str]] = {}
     for name, row in sorted(live.items(), key=lambda item: item[1]["start"]):
         text = f"{','.join(row.get('users') or [])} {window_text(row['start'], row['end'], zone, now)} ({name})"

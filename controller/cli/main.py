@@ -9,6 +9,10 @@ import sys
 
 import controller
 
+TYPE_CHECKING = False  # not typing's: gflowctl's start-up never imports typing (type checkers read it as theirs)
+if TYPE_CHECKING:
+    from typing import NoReturn
+
 DESCRIPTION = "Look at and act on gflow jobs. Files are the API: manifests in, status files out."
 EPILOG = """examples:
   gflowctl run --gpus 1 -- python3 train.py   submit a command in one line (or: run train.sh)
@@ -343,7 +347,7 @@ def build_parser(only: str | None = None):
     from controller.cli.common import CliError  # lazy: version and --help need it not
 
     class _Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:  # one line, exit 1, like every other user error
+        def error(self, message: str) -> NoReturn:  # one line, exit 1, like every other user error
             raise CliError(message)
 
     def instance_options(default):
@@ -376,7 +380,7 @@ def run(argv: list[str]) -> int:
         return complete_names(argv[1:])
     position = _verb_position(argv)
     verb = argv[position] if position is not None else None
-    if verb == "run":  # its own flag parser: directives use it too
+    if verb == "run" and position is not None:  # its own flag parser: directives use it too
         from controller.cli.run import run_verb  # lazy: gflowctl loads only the verb it runs
 
         instance = build_parser("run").parse_args(argv[:position])

@@ -102,6 +102,7 @@ def _tools(client: Client) -> list[Callable[..., dict[str, Any]]]:
     def get_logs(name: str, tail: int = 100) -> dict[str, Any]:
         """The last `tail` lines of a job's output (stdout and stderr)."""
         text = client.logs(name, tail=max(tail, 0))
+        assert isinstance(text, str)  # not following: the text, not a stream
         cut = len(text.encode()) > MAX_LOG_BYTES
         if cut:
             text = text.encode()[-MAX_LOG_BYTES:].decode("utf-8", errors="replace")

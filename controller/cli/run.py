@@ -14,6 +14,7 @@ import pwd
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from controller.api.export import without_environment
 from controller.api.submit import FLAGS, SubmitError, parse_flags, render
@@ -50,7 +51,7 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
     except SubmitError as exc:
         raise CliError(str(exc)) from None
     home = resolve_home(options.pop("home", home_arg), options.pop("spec_dir", spec_dir_arg))
-    cli = {k: options.pop(k) for k in ("dry_run", "output", "quiet", "wait", "follow") if k in options}
+    cli: dict[str, Any] = {k: options.pop(k) for k in ("dry_run", "output", "quiet", "wait", "follow") if k in options}
     cli["interactive"] = bool(options.get("interactive"))  # kept in options too: build sets spec.tty
     if cli["interactive"] and (cli.get("wait") or cli.get("follow")):
         raise CliError("-it attaches to the job already: drop --wait/--follow")

@@ -198,7 +198,7 @@ def _print_summary(r: dict[str, Any], since_text: str) -> None:
     def dur(value):
         return "-" if value is None else format_duration(value)
 
-    window = "all recorded history" if since_text == "all" else f"the last {since_text} (since {rfc3339(r['since'])[:16].replace('T', ' ')} UTC)"
+    window = "all recorded history" if since_text == "all" else f"the last {since_text} (since {(rfc3339(r['since']) or '')[:16].replace('T', ' ')} UTC)"
     o = r["outcomes"]
     rate = "-" if r["successRate"] is None else f"{100 * r['successRate']:.1f}%"
     lines = [

@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, NoReturn, get_args, get_origin
 
 from pydantic_core import PydanticUndefined
 
@@ -76,7 +76,7 @@ def _parse_gpus(text: str) -> list[int]:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 1 (argparse's default is usage + exit 2)
+    def error(self, message: str) -> NoReturn:  # one line, exit 1 (argparse's default is usage + exit 2)
         sys.stderr.write(f"gflowd: {message}\n")
         sys.exit(1)
 

@@ -159,8 +159,8 @@ def _logs_of(home: Home, pid: int | None) -> str:
                     return f"journalctl -u {unit.removesuffix('.service')}"
     except (OSError, ValueError):
         pass
-    path = log_path(home)
-    return str(path) if path.exists() else f"on the stderr of pid {pid} (not started by gflowd up: no {path})"
+    log_file = log_path(home)
+    return str(log_file) if log_file.exists() else f"on the stderr of pid {pid} (not started by gflowd up: no {log_file})"
 
 
 def status(home: Home) -> int:

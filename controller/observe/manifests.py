@@ -387,6 +387,7 @@ class ManifestStore:
         except OSError:
             key = (0, 0, 0, 0)  # looked at again on every scan
         rejection = self._file_error(path, key[0], "Invalid", f"cannot read the file: {exc.strerror or exc}")[0]
+        assert isinstance(rejection, Rejection)  # a whole-file error is one Rejection
         return self._set_rejection(path, key, rejection)
 
     def _set_rejection(self, path: str, key: Key, rejection: Rejection, via_symlink: bool = False) -> bool:
@@ -579,9 +580,10 @@ def _jobs_of(manifest: ManifestFile) -> list | None:
     """What admission reads of each Job of a file of plain valid Jobs, for a restart to admit them
     without validating (see ``_from_facts``); None for any other file (it is validated again)."""
     documents = manifest.documents
-    if not documents or not all(isinstance(d, AdmittedJob) and d.owner is None for d in documents):
+    plain = [d for d in documents if isinstance(d, AdmittedJob) and d.owner is None]
+    if not documents or len(plain) != len(documents):
         return None
-    return [[d.doc_index, d.name, d.spec_hash, d.run_hash, *d.facts] for d in documents]
+    return [[d.doc_index, d.name, d.spec_hash, d.run_hash, *d.facts] for d in plain]
 
 
 def _hashes_of(manifest: ManifestFile) -> dict[str, list[str]]:

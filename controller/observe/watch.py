@@ -57,6 +57,7 @@ def start_watching(
 ) -> Any:
     """Started watches (``.stop()`` them): the spec dir's own inotify thread (``inotify.py``), and
     watchdog for the fake-GPU file and the review requests, when watchdog is installed."""
+    spec: SpecWatch | None
     try:
         spec = SpecWatch(str(spec_dir), on_paths, may_matter)
     except OSError as exc:  # no inotify (or no descriptor left): the resync still sees every change

@@ -7,13 +7,14 @@ Nothing here decides anything.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import logging
 import operator
 import os
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from controller import API_VERSION
 from controller.api.units import format_cpu_list as format_cores
@@ -233,7 +234,7 @@ class Recorder:
         return changed
 
     def write_states(
-        self, states: dict[str, JobState], removed: Iterable[str], only: Iterable[str] | None = None,
+        self, states: Mapping[str, JobState], removed: Iterable[str], only: Iterable[str] | None = None,
         owner_of: Callable[[str], str | None] = lambda name: None,
     ) -> bool:
         """Write the status files that changed and remove the given ones. True when anything did.
@@ -276,7 +277,7 @@ class Recorder:
                 durable = state.attempt > 0 or state.phase != "Pending"
                 document = state.to_status()
                 batch.add(self.home.status_file(name), dump(document).encode(), durable=durable, new=known is None,
-                          then=lambda n=name, s=state, d=document, k=known: self._written(n, s, d, k))
+                          then=functools.partial(self._written, name, state, document, known))
                 written += 1
             if only is None:
                 written += self._refresh_lagging(states, batch)
@@ -286,7 +287,7 @@ class Recorder:
         self._flush_journal()
         return changed or written > 0
 
-    def _refresh_lagging(self, states: dict[str, JobState], batch) -> int:
+    def _refresh_lagging(self, states: Mapping[str, JobState], batch) -> int:
         """At a resync: rewrite up to LAGGING_REFRESH lagging status files per owner (queue order
         is not known here: by name). Returns how many."""
         taken: dict[str, int] = {}
@@ -298,7 +299,7 @@ class Recorder:
             taken[owner] = taken.get(owner, 0) + 1
             document = state.to_status()
             batch.add(self.home.status_file(name), dump(document).encode(), durable=False, new=False,
-                      then=lambda n=name, s=state, d=document, k=self.written.get(name): self._written(n, s, d, k))
+                      then=functools.partial(self._written, name, state, document, self.written.get(name)))
             count += 1
         return count
 

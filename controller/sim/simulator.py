@@ -63,6 +63,19 @@ class SimJob:
         """How long it holds its GPUs: its duration, or its timeLimit when that is shorter (killed)."""
         return self.duration if self.time_limit is None else min(self.duration, self.time_limit)
 
+    @property
+    def started(self) -> float:
+        """When it started: asked only of a finished simulation's jobs, which all ran."""
+        if self.start is None:
+            raise ValueError(f"job {self.index} never started")
+        return self.start
+
+    @property
+    def ended(self) -> float:
+        if self.end is None:
+            raise ValueError(f"job {self.index} never ended")
+        return self.end
+
 
 @dataclass
 class Result:
@@ -108,7 +121,7 @@ def read_trace(path: Path) -> list[SimJob]:
             columns = f"column{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
             raise TraceError(f"{path}: header lacks {columns} (needs {','.join(REQUIRED)})")
         col = {name: header.index(name) for name in header}
-        jobs = []
+        jobs: list[SimJob] = []
         for line_no, row in enumerate(reader, start=2):
             if not row or not any(cell.strip() for cell in row):
                 continue
@@ -350,17 +363,17 @@ def metrics(jobs: list[SimJob], gpus: int) -> dict:
                 "p95_wait_s": 0.0, "max_wait_s": 0.0, "mean_slowdown": 0.0, "by_gpus": {}}
     origin = min(j.submit for j in jobs)
     busy = sum(j.gpus * j.run_time for j in jobs)
-    makespan = max(j.end for j in jobs) - origin
+    makespan = max(j.ended for j in jobs) - origin
     lower = max(busy / gpus, max(j.submit + j.run_time for j in jobs) - origin)
-    waits = sorted(j.start - j.submit for j in jobs)
+    waits = sorted(j.started - j.submit for j in jobs)
     by_gpus: dict[str, dict] = {}
     for size in sorted({j.gpus for j in jobs}):
-        group = [j.start - j.submit for j in jobs if j.gpus == size]
+        group = [j.started - j.submit for j in jobs if j.gpus == size]
         by_gpus[str(size)] = {
             "jobs": len(group), "mean_wait_s": round(sum(group) / len(group), 1), "max_wait_s": round(max(group), 1),
         }
     # slowdown: (wait + run) / run, with runs shorter than 10 s counted as 10 s (bounded slowdown)
-    slowdowns = [(j.start - j.submit + j.run_time) / max(j.run_time, 10.0) for j in jobs]
+    slowdowns = [(j.started - j.submit + j.run_time) / max(j.run_time, 10.0) for j in jobs]
     return {
         "jobs": len(jobs),
         "makespan_s": round(makespan, 1),
@@ -391,7 +404,7 @@ def plot(result: Result, out_dir: Path) -> list[Path]:
         for job in result.jobs:
             if device in job.devices:
                 color = colors.get(job.gpus, "tab:purple")
-                bars.setdefault(color, []).append(((job.start - origin) / hours, job.run_time / hours))
+                bars.setdefault(color, []).append(((job.started - origin) / hours, job.run_time / hours))
         for color, segments in bars.items():
             ax.broken_barh(segments, (device - 0.4, 0.8), facecolors=color, linewidth=0)
     ax.set_xlabel("hours since first submission")
@@ -402,7 +415,7 @@ def plot(result: Result, out_dir: Path) -> list[Path]:
     fig.savefig(gantt, dpi=100)
     plt.close(fig)
 
-    waits = sorted((j.start - j.submit) / hours for j in result.jobs)
+    waits = sorted((j.started - j.submit) / hours for j in result.jobs)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     n = len(waits)
     ax.step(waits, [(i + 1) / n for i in range(n)], where="post")

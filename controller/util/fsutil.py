@@ -220,7 +220,8 @@ def _flock(fd: int, path: Path, deadline: float, wait: float) -> None:
 
 
 def _read_all(fd: int) -> bytes:
-    chunks, offset = [], 0
+    chunks: list[bytes] = []
+    offset = 0
     while True:
         chunk = os.pread(fd, 1 << 20, offset)
         if not chunk:

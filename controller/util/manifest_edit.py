@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 from controller.util.yamlio import iter_documents_text
 
@@ -57,7 +57,7 @@ def place_working_dir(kind: str, data: Any, text: str, folder: str) -> str | Non
     if kind == "reservation":
         return None  # nothing runs: no working directory
     spec = data.get("spec") if isinstance(data, dict) else None
-    path = ("spec", "workingDir")
+    path: tuple[str, ...] = ("spec", "workingDir")
     if kind == "sweep" and isinstance(spec, dict):
         spec, path = spec.get("template"), ("spec", "template", "workingDir")
     if not isinstance(spec, dict):
@@ -107,10 +107,10 @@ def _edit_lines(lines: list[str], doc: Any, path: tuple[str, ...], value: Any) -
             raise _Fallback
         if key in node:
             if last:
-                line, col = node.lc.value(key)
+                line, col = cast(Any, node).lc.value(key)
                 if isinstance(node[key], (dict, list)):
                     raise _Fallback
-                key_line = node.lc.key(key)[0]
+                key_line = cast(Any, node).lc.key(key)[0]
                 if line != key_line:
                     raise _Fallback  # value on its own line(s): a block scalar
                 old = lines[line]
@@ -121,7 +121,7 @@ def _edit_lines(lines: list[str], doc: Any, path: tuple[str, ...], value: Any) -
             continue
         # insert the missing remainder of the path before the mapping's first key
         first = next(iter(node))
-        line, col = node.lc.key(first)
+        line, col = cast(Any, node).lc.key(first)
         indent = " " * col
         new = []
         for offset, part in enumerate(path[depth:]):

@@ -204,6 +204,7 @@ class SpecTree:
             real, links = resolve()
             for link, owner in links:
                 if owner != st.st_uid:
+                    assert real is not None  # a link on the way means the path resolved
                     target = self.path + real[len(self.real):]
                     raise NotRead("Forbidden", _foreign_symlink(path, link, owner, target, st.st_uid, self.display))
             return OpenedManifest(fd, st, None if real is None else os.path.dirname(real), path)

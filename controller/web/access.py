@@ -118,7 +118,7 @@ def _kernel_text(ip, port: int, table: str) -> bytes | None:
         packed = ip.packed
     else:
         return None
-    words = "".join("%08X" % struct.unpack("=I", packed[i:i + 4])[0] for i in range(0, len(packed), 4))
+    words = "".join(f"{struct.unpack('=I', packed[i:i + 4])[0]:08X}" for i in range(0, len(packed), 4))
     return f"{words}:{port:04X}".encode()
 
 

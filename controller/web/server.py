@@ -191,7 +191,7 @@ class StateView:
         self.clock = clock
         self.host = socket.gethostname()
         self._lock = threading.Lock()
-        self._cache: dict[float, tuple[tuple, float, str, bytes]] = {}
+        self._cache: dict[float | None, tuple[tuple, float, str, bytes]] = {}
         self._min_interval = MIN_REBUILD_INTERVAL
 
     def _signature(self) -> tuple:
@@ -408,7 +408,8 @@ class _Server(ThreadingHTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN: a DNS query on a machine that may have none
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
 
 
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
