@@ -15,10 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere without installing the package
     sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from controller.model.reasons import Reason
 
 REASONS_DOC = "docs/reasons.md"
 
@@ -39,7 +43,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _reason_table(rows: list) -> list[str]:
+def _reason_table(rows: list[Reason]) -> list[str]:
     out = ["| reason | meaning | what to do |", "|---|---|---|"]
     for reason in rows:
         meaning = reason.doc + (" (a stop reason: also the `Terminating` condition's reason while it stops)" if reason.stop else "")

@@ -86,8 +86,8 @@ class _SnapshotCollector:
                 continue
         else:
             values = []
-        phases = dict.fromkeys(PHASES, 0)
-        pending = dict.fromkeys(PENDING_REASONS, 0)
+        phases: dict[str, int] = dict.fromkeys(PHASES, 0)
+        pending: dict[str, int] = dict.fromkeys(PENDING_REASONS, 0)
         for state in values:
             phases[state.phase] = phases.get(state.phase, 0) + 1
             if state.phase == "Pending":
