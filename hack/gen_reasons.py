@@ -34,8 +34,10 @@ INTRO = """\
 Every job's status (`status/<name>.yaml`, `gflowctl get jobs`, `describe`) has a `phase` and a
 one-word `reason`; its `message` is one sentence with the numbers that matter. This page lists every
 phase and every reason gflowd gives, with what to do about it. The "what to do" of a waiting job is
-also what the Python client's `explain_pending` (and `gflowctl mcp`) answer. A cluster backend may
-pass on reasons of its own (docs/cluster.md).
+also what the Python client's `explain_pending` (and `gflowctl mcp`) answer. A job taking a reason
+is announced as an event (`events.jsonl`, `gflowctl describe`): a Warning for the Failed and Rejected
+reasons and those marked *(Warning)*, else Normal. A cluster backend may pass on reasons of its own
+(docs/cluster.md).
 """
 
 
@@ -47,6 +49,7 @@ def _reason_table(rows: list[Reason]) -> list[str]:
     out = ["| reason | meaning | what to do |", "|---|---|---|"]
     for reason in rows:
         meaning = reason.doc + (" (a stop reason: also the `Terminating` condition's reason while it stops)" if reason.stop else "")
+        meaning += " *(Warning)*" if reason.warns else ""
         out.append(f"| `{reason}` | {_cell(meaning)} | {_cell(reason.hint)} |")
     return out
 

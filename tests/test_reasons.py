@@ -21,9 +21,11 @@ from controller.client.objects import Gpu, Job
 from controller.decide.exits import record_exit
 from controller.model.reasons import (
     PENDING_REASONS,
+    QUEUE_REASONS,
     SETTLED_PHASES,
     STOP_REASONS,
     TERMINAL_PHASES,
+    WARNING_REASONS,
     Phase,
     Reason,
     StopReason,
@@ -72,6 +74,15 @@ def test_stop_reasons_are_the_rows_marked_stop_not_a_second_list():
     assert STOP_REASONS == {r for r in Reason if r.stop}
     assert StopReason.Deleted == Reason.Deleted == "Deleted" and hash(StopReason.Deleted) == hash("Deleted")
     assert StopReason("Preempted") == Reason.Preempted
+
+
+def test_the_queues_answers_and_the_warnings_are_rows_too():
+    from controller.record import fold, recorder
+
+    assert QUEUE_REASONS == {Reason.Resources, Reason.Priority, Reason.Queued, Reason.GPUMemory, Reason.Quota}
+    assert all(r.phases == (Phase.Pending,) for r in QUEUE_REASONS)
+    assert recorder.QUEUE_REASONS is QUEUE_REASONS and fold.WAITING_REASONS is QUEUE_REASONS
+    assert {Reason.Unschedulable, Reason.DependencyFailed, Reason.DiskFull} <= WARNING_REASONS  # announced as Warnings
 
 
 def test_a_reason_read_from_a_file_finds_its_row():

@@ -47,12 +47,17 @@ SETTLED_PHASES = TERMINAL_PHASES | {Phase.Rejected}  # nothing about the job mov
 
 class Facts:
     """One reason's row: the phases a job shows it in (none: events and conditions only), the docs
-    line, the fix a user needs, and whether gflowd stops an attempt for it (a ``StopReason``)."""
+    line, the fix a user needs; whether gflowd stops an attempt for it (a ``StopReason``); whether
+    it is one of the queue's answers to a waiting job, which may change every pass (``queue``: a
+    status lagging only in those is not rewritten, their events are folded per owner); whether a
+    job taking it is announced as a Warning event though its phase is not Failed or Rejected."""
 
-    __slots__ = ("phases", "doc", "hint", "stop")
+    __slots__ = ("phases", "doc", "hint", "stop", "queue", "warns")
 
-    def __init__(self, phases: tuple[Phase, ...], doc: str, hint: str, stop: bool = False) -> None:
-        self.phases, self.doc, self.hint, self.stop = phases, doc, hint, stop
+    def __init__(self, phases: tuple[Phase, ...], doc: str, hint: str, *, stop: bool = False, queue: bool = False,
+                 warns: bool = False) -> None:
+        self.phases, self.doc, self.hint = phases, doc, hint
+        self.stop, self.queue, self.warns = stop, queue, warns
 
 
 _P, _R, _S, _F, _C, _J = Phase.Pending, Phase.Running, Phase.Succeeded, Phase.Failed, Phase.Cancelled, Phase.Rejected
@@ -65,11 +70,14 @@ class Reason(StrEnum):
     doc: str
     hint: str
     stop: bool
+    queue: bool
+    warns: bool
 
     def __new__(cls, text: str, facts: Facts) -> Reason:
         member = str.__new__(cls, text)
         member._value_ = text
-        member.phases, member.doc, member.hint, member.stop = facts.phases, facts.doc, facts.hint, facts.stop
+        member.phases, member.doc, member.hint = facts.phases, facts.doc, facts.hint
+        member.stop, member.queue, member.warns = facts.stop, facts.queue, facts.warns
         return member
 
     # running and ending
@@ -96,7 +104,7 @@ class Reason(StrEnum):
         "raise `resources.memory` (or make the job use less), then `gflowctl rerun NAME`")
     Lost = "Lost", Facts(
         (_F,), "the attempt's supervisor vanished without an exit record (a crash or a reboot while it ran)",
-        "run it again (`gflowctl rerun NAME`); gflowd's log may say what happened")
+        "run it again (`gflowctl rerun NAME`); gflowd's log may say what happened", warns=True)
     Rerun = "Rerun", Facts(
         (_P,), "a finished job runs again: its spec changed, or `gflowctl rerun`",
         "it was queued again, as a new generation; it starts like a new job")
@@ -128,7 +136,7 @@ class Reason(StrEnum):
     # waiting: the queue's gates, then the scheduler's answers
     Queued = "Queued", Facts(
         (_P,), "bound and about to start: a flood of jobs is started in batches, one per pass (or a cluster queued it)",
-        "it was just queued; the scheduler looks at it in its next pass")
+        "it was just queued; the scheduler looks at it in its next pass", queue=True)
     StartAfter = "StartAfter", Facts(
         (_P,), "its `startAfter` time is in the future",
         "it has a startAfter time in the future; it starts then")
@@ -137,26 +145,26 @@ class Reason(StrEnum):
         "it starts when the jobs it depends on reach their condition (see depends_on)")
     DependencyFailed = "DependencyFailed", Facts(
         (_C,), "a job in its `dependsOn` ended the wrong way; the message names it",
-        "a job it depends on ended the wrong way; it will not start")
+        "a job it depends on ended the wrong way; it will not start", warns=True)
     Parallelism = "Parallelism", Facts(
         (_P,), "its Sweep already runs `parallelism` children",
         "its sweep runs at most `parallelism` children at once; it starts when a sibling ends")
     Resources = "Resources", Facts(
         (_P,), "not enough free GPUs (or cores) now; the message has the numbers and who holds them",
         "it starts when enough GPUs free up: when the jobs holding them end, or sooner if you cancel "
-        "or suspend one of them")
+        "or suspend one of them", queue=True)
     Priority = "Priority", Facts(
         (_P,), "it would fit, but jobs ahead of it in the queue take the GPUs first",
-        "jobs of higher priority wait ahead of it; raise its priority (set_priority) to move it up")
+        "jobs of higher priority wait ahead of it; raise its priority (set_priority) to move it up", queue=True)
     Unschedulable = "Unschedulable", Facts(
         (_P,), "it can never fit on this machine (more GPUs or cores than it has, no GPU of its `gpuType`), with the numbers",
-        "it can never start on this machine as written: ask for fewer GPUs or another gpuType")
+        "it can never start on this machine as written: ask for fewer GPUs or another gpuType", warns=True)
     GPUMemory = "GPUMemory", Facts(
         (_P,), "a Shared job: no GPU has its `gpuMemory` free now",
-        "no GPU has the gpuMemory it asks for free; it starts when a Shared job on a GPU ends")
+        "no GPU has the gpuMemory it asks for free; it starts when a Shared job on a GPU ends", queue=True)
     Quota = "Quota", Facts(
         (_P,), "its user or label group is at its GPU quota (`userQuotas`, `labelQuotas`)",
-        "its user or label group is at its quota of GPUs; it starts when one of their jobs ends")
+        "its user or label group is at its quota of GPUs; it starts when one of their jobs ends", queue=True)
     JobLimit = "JobLimit", Facts(
         (_P,), "its user is at `maxRunningJobsPerUser`, or CPU-only jobs at `maxRunningCpuJobs`",
         "its user (or CPU-only jobs) runs as many jobs as config.yaml allows; it starts when one of them ends")
@@ -169,10 +177,10 @@ class Reason(StrEnum):
         "when its timeLimit would end before the reservation starts")
     DiskFull = "DiskFull", Facts(
         (_P,), "the launch could not be recorded (the disk is full): nothing runs; held and retried",
-        "the controller could not record its start (disk full); free space on the gflow home")
+        "the controller could not record its start (disk full); free space on the gflow home", warns=True)
     DiskError = "DiskError", Facts(
         (_P,), "the launch could not be recorded (another write error): nothing runs; held and retried",
-        "the controller could not record its start (a write error, in the message); gflowd retries it")
+        "the controller could not record its start (a write error, in the message); gflowd retries it", warns=True)
     Held = "Held", Facts(
         (_P,), "a cluster holds it (Slurm `JobHeldUser`/`JobHeldAdmin`)",
         "the cluster holds it: release it there (`scontrol release`), or ask its admin")
@@ -216,6 +224,8 @@ else:
 
 STOP_REASONS = frozenset(StopReason)
 PENDING_REASONS = tuple(r for r in Reason if Phase.Pending in r.phases)  # what gflow_jobs_pending serves from the start
+QUEUE_REASONS = frozenset(r for r in Reason if r.queue)
+WARNING_REASONS = frozenset(r for r in Reason if r.warns)
 
 
 def facts_of(reason: str | None) -> Reason | None:
