@@ -26,6 +26,7 @@ from controller.model.reasons import (
     STOP_REASONS,
     TERMINAL_PHASES,
     WARNING_REASONS,
+    Condition,
     Phase,
     Reason,
     StopReason,
@@ -61,6 +62,11 @@ def test_every_reason_has_its_text_a_docs_line_a_hint_and_its_phases(reason):
 @pytest.mark.parametrize("phase", list(Phase), ids=str)
 def test_every_phase_has_its_text_and_a_docs_line(phase):
     assert phase.value == phase.name and phase.doc.strip()
+
+
+@pytest.mark.parametrize("condition", list(Condition), ids=str)
+def test_every_condition_has_its_text_and_a_docs_line(condition):
+    assert condition.value == condition.name and condition.doc.strip()
 
 
 def test_the_phase_sets_are_derived_from_the_rows():
@@ -169,6 +175,8 @@ def test_the_reasons_doc_has_every_row():
     for phase in Phase:
         assert f"| `{phase}` | {'yes' if phase.terminal else 'no'} | {phase.doc} |" in text
         assert f"\n## {phase}\n" in text
+    for condition in Condition:
+        assert f"| `{condition}` | {condition.doc} |" in text
 
 
 def test_committed_reasons_doc_matches_the_table():

@@ -4,7 +4,7 @@ StrEnums: a member *is* its text (it compares, hashes, prints and serialises as 
 status files, the index and events read exactly as before, and a typo is an AttributeError
 instead of a status nobody matches.
 
-``Phase`` and ``Reason`` are also *the* tables of what each word means: a phase's row says whether
+``Phase``, ``Reason`` and ``Condition`` are also *the* tables of what each word means: a phase's row says whether
 it is terminal; a reason's row says in which phases a job shows it, whether gflowd stops an attempt
 for it (``StopReason`` is that subset, derived), the fix a user needs (``gflowctl``'s and the
 Python client's explanation of a waiting job) and its line in docs/reasons.md. Everything else is
@@ -260,19 +260,29 @@ class ReservationReason(StrEnum):
 
 
 class Condition(StrEnum):
-    """Condition types of a job's status (``status.conditions[].type``)."""
+    """Condition types of a job's status (``status.conditions[].type``). Row: text, the docs line."""
 
-    Admitted = "Admitted"
-    Scheduled = "Scheduled"
-    Terminating = "Terminating"
-    SpecOutdated = "SpecOutdated"
-    DuplicateName = "DuplicateName"
-    Preempted = "Preempted"
-    GPUUnhealthy = "GPUUnhealthy"
-    GPUsUnused = "GPUsUnused"  # some bound GPUs have no process of the job
-    GPUIdle = "GPUIdle"  # no GPU activity on the job's GPUs for the idle window
-    GPUMemoryNearLimit = "GPUMemoryNearLimit"  # a Shared job past 90 % of its gpuMemory
-    QueueOrder = "QueueOrder"  # while it waits in the queue: why it stands where it does
+    doc: str
+
+    def __new__(cls, text: str, doc: str) -> Condition:
+        member = str.__new__(cls, text)
+        member._value_ = text
+        member.doc = doc
+        return member
+
+    Admitted = "Admitted", (
+        "`True` (reason `Valid`): the manifest is valid; `False`: its last edit is invalid (the last valid spec is kept) "
+        "or it was refused (`QueueLimit`)")
+    Scheduled = "Scheduled", "`True` (reason `Bound`): the job was bound to GPUs; the message names them"
+    Terminating = "Terminating", "a stop is under way; its reason is the stop reason (`UserCancelled`, `Suspended`, `Deleted`, ...)"
+    SpecOutdated = "SpecOutdated", "the spec changed while it ran: the attempt goes on, the job runs again with the new spec when it ends"
+    DuplicateName = "DuplicateName", "another manifest also defines this job's name and is ignored; the message names it"
+    Preempted = "Preempted", "it was preempted (when and why); kept while it waits to run again"
+    GPUUnhealthy = "GPUUnhealthy", "a GPU of the running job failed (reason `GPULost`)"
+    GPUsUnused = "GPUsUnused", "some bound GPUs have no process of the job (docs/gpu-usage.md)"
+    GPUIdle = "GPUIdle", "no GPU activity on the job's GPUs for the idle window (docs/gpu-usage.md)"
+    GPUMemoryNearLimit = "GPUMemoryNearLimit", "a Shared job past 90 % of its `gpuMemory` on a GPU; at 100 % it is stopped (`GPUMemoryExceeded`)"
+    QueueOrder = "QueueOrder", "while it waits in the queue: why it stands where it does (`gflowctl describe`: Queue Order)"
 
 
 class EventType(StrEnum):
