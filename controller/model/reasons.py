@@ -4,13 +4,15 @@ StrEnums: a member *is* its text (it compares, hashes, prints and serialises as 
 status files, the index and events read exactly as before, and a typo is an AttributeError
 instead of a status nobody matches.
 
-``Phase``, ``Reason`` and ``Condition`` are also *the* tables of what each word means: a phase's row says whether
-it is terminal; a reason's row says in which phases a job shows it, whether gflowd stops an attempt
-for it (``StopReason`` is that subset, derived), the fix a user needs (``gflowctl``'s and the
-Python client's explanation of a waiting job) and its line in docs/reasons.md. Everything else is
-derived from these rows: the metrics served from the first scrape (``sinks/metrics.py``), the
-hints (``client/explain.py``) and the docs (``hack/gen_reasons.py``, checked for drift by
-tests/test_reasons.py). A new reason is one row here plus the code that gives it.
+``Phase``, ``Reason`` and ``Condition`` are also *the* tables of what each word means, one row
+per member: a phase says whether it is terminal; a reason says in which phases a job shows it,
+whether gflowd stops an attempt for it (``StopReason`` is that subset, derived), whether it is one
+of the queue's answers or announced as a Warning, the fix a user needs (the explanation of a
+waiting job, ``client/explain.py``); each has its line in docs/reasons.md. Everything else is
+derived from these rows: ``TERMINAL_PHASES``, the reasons ``gflow_jobs_pending`` serves from the
+first scrape (``sinks/metrics.py``), the recorder's and the event folding's queue answers, the
+hints, and the docs (``hack/gen_reasons.py``, checked for drift by tests/test_reasons.py). A new
+reason is one row here plus the code that gives it.
 """
 
 from __future__ import annotations
