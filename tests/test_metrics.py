@@ -3,7 +3,6 @@ passes (what started, waited, finished) that feeds metrics, webhooks and history
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import shutil
@@ -159,39 +158,6 @@ def test_every_phase_and_pending_reason_is_served_at_0_from_the_first_scrape(hom
     assert {p: value(s, "gflow_jobs", phase=p) for p in PHASES} == dict.fromkeys(PHASES, 0)
     assert {r: value(s, "gflow_jobs_pending", reason=r) for r in PENDING_REASONS} == dict.fromkeys(PENDING_REASONS, 0)
     assert {value(s, "gflow_jobs_finished_total", phase=p) for p in ("Succeeded", "Failed", "Cancelled")} == {0}
-
-
-def test_the_pending_reasons_served_are_every_one_the_code_gives():
-    """A new reason for Pending must be added to ``metrics.PENDING_REASONS``: read from the code
-    that sets them (decide's pending paths, the scheduler's waits, a cluster's reasons)."""
-    import controller.decide as decide
-    from controller.act.runtime.slurm import PENDING_REASONS as SLURM_REASONS
-    from controller.sinks.metrics import PENDING_REASONS
-
-    def reason_of(node: ast.AST) -> str | None:  # Reason.X
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "Reason":
-            return node.attr
-        return None
-
-    given = set(SLURM_REASONS.values())
-    pending_modules = {"gates.py", "queue.py"}  # the queue's gates: they only ever see Pending jobs
-    for path in Path(decide.__file__).parent.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Wait" and node.args:
-                given.add(reason_of(node.args[0]))
-            if not isinstance(node, ast.Assign):
-                continue
-            target, source = node.targets[0], node.value
-            if isinstance(target, ast.Tuple) and isinstance(source, ast.Tuple):  # state.phase, state.reason = Phase.Pending, Reason.X
-                pairs = dict(zip((ast.unparse(t) for t in target.elts), source.elts))
-                phase, reason = pairs.get("state.phase"), pairs.get("state.reason")
-                if phase is not None and ast.unparse(phase) == "Phase.Pending" and reason is not None:
-                    given.add(reason_of(reason))
-            elif path.name in pending_modules and ast.unparse(target) == "state.reason":
-                given.add(reason_of(source))
-    given.discard(None)
-    assert {"Resources", "Dependency", "BackOff", "Parallelism", "Held"} <= given  # the scan still finds them
-    assert given <= set(PENDING_REASONS), given - set(PENDING_REASONS)
 
 
 def _free_port() -> int:

@@ -7,26 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from controller.client.objects import Gpu, Job
-
-# reason -> what would let the job start (the status message carries the numbers)
-_HINTS = {
-    "Resources": "it starts when enough GPUs free up: when the jobs holding them end, or sooner if you cancel "
-                 "or suspend one of them",
-    "Priority": "jobs of higher priority wait ahead of it; raise its priority (set_priority) to move it up",
-    "Dependency": "it starts when the jobs it depends on reach their condition (see depends_on)",
-    "DependencyFailed": "a job it depends on ended the wrong way; it will not start",
-    "Suspended": "it is suspended: resume it",
-    "StartAfter": "it has a startAfter time in the future; it starts then",
-    "Unschedulable": "it can never start on this machine as written: ask for fewer GPUs or another gpuType",
-    "GPUMemory": "no GPU has the gpuMemory it asks for free; it starts when a Shared job on a GPU ends",
-    "Parallelism": "its sweep runs at most `parallelism` children at once; it starts when a sibling ends",
-    "Reserved": "the GPUs it needs are held by a reservation; it starts when the reservation ends or "
-                "when its timeLimit would end before the reservation starts",
-    "BackOff": "it failed and waits before its next retry",
-    "Quota": "its user or label group is at its quota of GPUs; it starts when one of their jobs ends",
-    "Queued": "it was just queued; the scheduler looks at it in its next pass",
-    "DiskFull": "the controller could not record its start (disk full); free space on the gflow home",
-}
+from controller.model.reasons import facts_of
 
 
 def usable(gpus: list[Gpu], gpu_type: str | None = None) -> list[Gpu]:
@@ -71,7 +52,8 @@ def explain_pending(job: Job, rows: dict[str, dict[str, Any]], gpus: list[Gpu]) 
     })
     if job.depends_on:
         out["dependsOn"] = {d: (rows.get(d) or {}).get("phase", "not found") for d in job.depends_on}
-    hint = _HINTS.get(job.reason, "see its message")
+    facts = facts_of(job.reason)  # its row in model/reasons.py: what would let the job start
+    hint = facts.hint if facts is not None else "see its message"
     out["explanation"] = f"job/{job.name} waits: {job.reason or 'Pending'}" + (f" ({job.message})" if job.message else "") + f"; {hint}"
     return out
 

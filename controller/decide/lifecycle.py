@@ -17,6 +17,7 @@ from controller.model.reasons import (
     SETTLED_PHASES,
     STOP_REASONS,
     TERMINAL_PHASES,
+    WARNING_REASONS,
     Condition,
     EventType,
     Phase,
@@ -81,9 +82,7 @@ def finish(plan: Plan, old: JobState | None, state: JobState) -> None:
     plan.states[state.name] = state
     if (old is None or (old.phase, old.reason) != (state.phase, state.reason)) and state.reason != Reason.QueueLimit:
         # (QueueLimit: the queue announces a flood's refusals in one event per user, decide/queue.py)
-        warning = state.phase in (Phase.Failed, Phase.Rejected) or state.reason in (
-            Reason.DependencyFailed, Reason.Unschedulable, Reason.Lost, Reason.DiskFull, Reason.DiskError,
-        )
+        warning = state.phase in (Phase.Failed, Phase.Rejected) or state.reason in WARNING_REASONS
         plan.events.append(Event(EventType.Warning if warning else EventType.Normal, state.reason or state.phase, state.name, state.message))
 
 

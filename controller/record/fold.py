@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from controller.model.plan import Event
-from controller.model.reasons import EventType, Reason
+from controller.model.reasons import QUEUE_REASONS, EventType
 
 WINDOW = 10.0  # seconds an owner's waiting-job events are counted in
 BUDGET = 20  # waiting-job events per owner per window that pass as they are
 EXAMPLES = 3  # job names a folded event names
-WAITING_REASONS = frozenset({Reason.Resources, Reason.Priority, Reason.Queued, Reason.GPUMemory, Reason.Quota})
+WAITING_REASONS = QUEUE_REASONS  # the queue's answers: the rows of model/reasons.py marked queue
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ from controller import API_VERSION
 from controller.api.units import format_cpu_list as format_cores
 from controller.api.units import format_quantity
 from controller.model.plan import Event
-from controller.model.reasons import SETTLED_PHASES, Phase, Reason
+from controller.model.reasons import QUEUE_REASONS, SETTLED_PHASES, Phase, Reason
 from controller.model.records import JOB_FIELDS, JobState, ReservationState, SweepState, rfc3339
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
@@ -38,8 +38,8 @@ RUNNING_UNWRITTEN_MAX = 1.0  # seconds such a job, once started, may still go wi
 LAGGING_REFRESH = 64  # a waiting job's status lagging behind only by queue detail: refreshed this many per owner per resync
 # What changes for every waiting job at each GPU turnover: which jobs hold the GPUs (the message), the queue
 # position, the aged priority, and Resources <-> Priority (jobs ahead took the GPUs in this pass, or in the
-# last). A status file lagging behind only in these is not rewritten (see Recorder.write_states).
-QUEUE_REASONS = frozenset({Reason.Resources, Reason.Priority, Reason.Queued, Reason.GPUMemory, Reason.Quota})
+# last). A status file lagging behind only in these, its reason one of QUEUE_REASONS (the queue's answers,
+# model/reasons.py), is not rewritten (see Recorder.write_states).
 _VOLATILE = {"reason", "message", "queue_position", "effective_priority"}
 _stable = operator.attrgetter(*(f for f in JOB_FIELDS if f not in _VOLATILE))
 JOURNAL_SLACK = 1000  # dead entries the records journal may hold beyond one per finished job before it is rewritten

@@ -52,19 +52,17 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import start_http_server
 
+from controller.model.reasons import PENDING_REASONS, Phase
 from controller.sinks.hooks import SinkError
 
 log = logging.getLogger("gflowd.metrics")
 disable_created_metrics()  # the *_created series only add noise for a long-running controller
 
-PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled", "Rejected")
-FINISHED = ("Succeeded", "Failed", "Cancelled")
+PHASES = tuple(Phase)
+FINISHED = tuple(p for p in Phase if p.terminal)
 GPU_STATES = ("Free", "Allocated", "Shared", "Unmanaged", "Restricted", "Unhealthy")
-# every reason a Pending job can have: the scheduler's, reconcile's and a cluster's (runtime/slurm.py)
-PENDING_REASONS = (
-    "Resources", "Priority", "Dependency", "Suspended", "StartAfter", "Unschedulable", "GPUMemory", "BackOff",
-    "Quota", "Parallelism", "Preempted", "Queued", "Rerun", "Admitted", "Held", "Reserved",
-)
+# served at 0 from the first scrape: PENDING_REASONS, every reason whose row in model/reasons.py
+# has the phase Pending (a cluster's reasons of its own are served once they occur)
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))
 MEMORY_BUCKETS = tuple(float(2**n) for n in range(24, 42, 2)) + (float("inf"),)  # 16 MiB .. 2 TiB
 PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
@@ -88,8 +86,8 @@ class _SnapshotCollector:
                 continue
         else:
             values = []
-        phases = dict.fromkeys(PHASES, 0)
-        pending = dict.fromkeys(PENDING_REASONS, 0)
+        phases: dict[str, int] = dict.fromkeys(PHASES, 0)
+        pending: dict[str, int] = dict.fromkeys(PENDING_REASONS, 0)
         for state in values:
             phases[state.phase] = phases.get(state.phase, 0) + 1
             if state.phase == "Pending":
