@@ -29,7 +29,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "paths": set(),
     "api": {"model", "util"},
     "decide": {"model", "api", "util.yamlio"},
-    "observe": {"model", "api", "decide.admission", "util", "paths"},
+    "observe": {"model", "api", "util", "paths"},
     "act": {"model", "api", "export", "util", "paths"},
     "record": {"model", "api", "util", "paths"},
     "sinks": {"model", "api", "util", "paths"},

@@ -65,7 +65,7 @@ def edit_manifest(home: Home, ref: tuple[str, str], path: tuple[str, ...], value
         return new_text
 
     # lazy: pydantic (~100 ms), loaded before the lock: the lock is held for the edit alone
-    import controller.decide.admission  # noqa: F401
+    import controller.api.validation  # noqa: F401
     try:
         rewrite_locked(manifest, change, within=home.spec_dir)
     except (_Gone, FileNotFoundError):
@@ -76,7 +76,7 @@ def edit_manifest(home: Home, ref: tuple[str, str], path: tuple[str, ...], value
 
 
 def _check_still_valid(text: str, position: int, what: str, manifest) -> None:
-    from controller.decide.admission import validate_any  # lazy: pydantic (~100 ms) only to check an edited manifest
+    from controller.api.validation import validate_any  # lazy: pydantic (~100 ms) only to check an edited manifest
 
     parts = list(iter_documents_text(text))
     try:

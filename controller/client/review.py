@@ -50,10 +50,8 @@ def check_documents(
     With ``folder`` (the input was applied from there, outside the spec dir), each document also
     gets ``"placed": true`` and, when its ``workingDir`` needs the folder, the ``"text"`` to store
     (``manifest_edit.place_working_dir``): gflowd has the YAML library loaded, gflowctl need not."""
-    from controller.decide.admission import (  # lazy: pydantic (~100 ms) only when gflowd does not answer
-        check_environment,
-        validate_any,
-    )
+    from controller.api.validation import validate_any  # lazy: pydantic (~100 ms) only when gflowd does not answer
+    from controller.decide.admission import check_environment  # lazy: with the models above
     from controller.model.documents import AdmittedJob, Rejection  # lazy: with the models above
 
     docs: list[dict[str, Any]] = []
