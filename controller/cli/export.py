@@ -18,8 +18,8 @@ from typing import Any
 
 from controller.api.config import ConfigError, SlurmConfig, load_config
 from controller.cli.common import CliError
-from controller.client.manifests import read_inputs
-from controller.client.state import find_manifest
+from controller.client.write.manifests import read_inputs
+from controller.client.read.state import find_manifest
 from controller.api.validation import validate_any
 from controller.export import k8s, slurm
 from controller.export.slurm import UnmappedGpuType

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
-from controller.client.events import aggregate
-from controller.client.state import job_rows, manifest_owner_uid, manifest_owners, read_index, read_status
-from controller.client.usage import read_usage
+from controller.client.read.events import aggregate
+from controller.client.read.state import job_rows, manifest_owner_uid, manifest_owners, read_index, read_status
+from controller.client.read.usage import read_usage
 from controller.paths import Home, UnsafeName
 from controller.util.fsutil import atomic_write
 from controller.util.yamlio import load_one, load_own
@@ -175,7 +175,7 @@ def job_detail(home: Home, name: str, viewer_uid: int | None) -> dict[str, Any] 
 def _sweep_params(home: Home, name: str, row: dict[str, Any] | None) -> str:
     """A sweep child's values, read as gflowd's user: a job's page goes only to its owner and root
     (``web/access.py``), who may both read the Sweep manifest."""
-    from controller.client.state import sweep_params  # lazy: only a job page of a sweep child
+    from controller.client.read.state import sweep_params  # lazy: only a job page of a sweep child
 
     return sweep_params(home)(name, (row or {}).get("owner"))
 

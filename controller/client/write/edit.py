@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from controller.client.errors import GflowError, NotFound
-from controller.client.state import document_position, find_manifest, job_rows, owner_of
+from controller.client.read.state import document_position, find_manifest, job_rows, owner_of
 from controller.model.documents import Rejection
 from controller.paths import Home
 from controller.util.fsutil import RewriteError, rewrite_locked
