@@ -33,7 +33,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "act": {"model", "api", "export", "util", "paths"},
     "record": {"model", "api", "util", "paths"},
     "sinks": {"model", "api", "util", "paths"},
-    "client": {"model", "api", "decide.admission", "util", "paths"},
+    "client": {"model", "api", "util", "paths"},
     "cli": {"client", "model", "api", "decide", "export", "sim", "util", "paths"},
     "web": {"client", "model", "api", "util", "paths"},
     "export": {"model", "api", "util"},

@@ -3,7 +3,7 @@
 Pure functions of the document (its parsed data, and its text only to name the line of an error), so
 every reader checks a document the same way: gflowd as it reads the spec dir (``observe/manifests.py``,
 which caches the result per file), ``gflowctl apply`` and ``edit`` before they write
-(``client/``), and gflowd answering a review (``daemon/review_socket.py``). A Sweep is expanded
+(``client/``), and gflowd answering a review (``daemon/review.py``). A Sweep is expanded
 into its children here (``sweep_children``): a child whose spec is invalid rejects the Sweep.
 What needs more than the document (duplicate names across files, whose manifests gflowd may run,
 dependency cycles) is decided each pass by ``decide/admission.py``.
