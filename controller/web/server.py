@@ -45,7 +45,6 @@ from controller.client.read.events import aggregate
 from controller.client.read.state import job_rows, manifest_owner_uid, manifest_owners, read_index, read_status
 from controller.client.read.usage import read_usage
 from controller.paths import Home, UnsafeName
-from controller.util.fsutil import atomic_write
 from controller.util.yamlio import load_one, load_own
 from controller.web import access
 from controller.web.view import build_view
@@ -475,6 +474,11 @@ class Dashboard:
             host = f"[{host}]"
         return f"http://{host}:{self.port}/"
 
+    @property
+    def serves_socket(self) -> bool:
+        """Whether the pages are on ``run/web.sock`` too (``run/web.json`` says so: record/startup.py)."""
+        return self._unix is not None
+
     def start(self) -> "Dashboard":
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
                                         name="gflowd-web", daemon=True)
@@ -483,11 +487,6 @@ class Dashboard:
             self._unix_thread = threading.Thread(target=self._unix.serve_forever, kwargs={"poll_interval": 0.5},
                                                  name="gflowd-web-sock", daemon=True)
             self._unix_thread.start()
-        # where the dashboard is: for `port 0`, for scripts and for the admin
-        record = {"url": self.url, "port": self.port, "pid": os.getpid()}
-        if self._unix is not None:
-            record["socket"] = str(self.home.web_socket)
-        atomic_write(self.home.web_file, json.dumps(record) + "\n", durable=False)
         log.info("web dashboard at %s (read-only)", self.url)
         return self
 
@@ -503,11 +502,10 @@ class Dashboard:
         self._server.server_close()
         if self._unix is not None:
             self._unix.server_close()
-        for path in (self.home.web_file, self.home.web_socket):
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
+        try:
+            self.home.web_socket.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def start_dashboard(home: Home, address: str, port: int) -> Dashboard:
