@@ -115,12 +115,12 @@ class Home:
 
     @property
     def review_socket(self) -> Path:
-        """The admission review for every user (daemon/review_socket.py)."""
+        """The admission review for every user (daemon/review.py)."""
         return self.run_dir / "review.sock"
 
     @property
     def review_dir(self) -> Path:
-        """Admission review requests from gflowctl, answered by gflowd (controller/review.py)."""
+        """Admission review requests from gflowctl, answered by gflowd (daemon/review.py)."""
         return self.run_dir / "review"
 
     @property

@@ -13,7 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 from controller.act.apply import act
-from controller.decide.admission import admit, validate_any, validate_document
+from controller.api.validation import validate_any, validate_document
+from controller.decide.admission import admit
 from controller.decide.reconcile import reconcile
 from controller.model.documents import AdmittedJob, Rejection
 from controller.model.gpus import Gpu, GpuProcess

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller.decide.admission import admit, validate_document
-from controller.decide.hashes import spec_hashes
+from controller.api.hashes import spec_hashes
+from controller.api.validation import validate_document
+from controller.decide.admission import admit
 from controller.model.documents import AdmittedJob, Rejection
 from controller.util.yamlio import load_all
 

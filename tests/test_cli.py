@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.client.usage import series_json
+from controller.client.read.usage import series_json
 from controller.cli.main import main
 from controller.model.records import JobState
 from controller.paths import Home

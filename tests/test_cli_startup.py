@@ -83,8 +83,8 @@ def test_apply_imports_no_dataclasses_or_tempfile(tmp_path):
     ``inspect`` it loads, ~10 ms) stays out of its start-up, and so do the client's public objects;
     its atomic writes name their temp files themselves (``tempfile`` loads shutil and random)."""
     code = ("import sys\nbefore = set(sys.modules)\n"
-            "import controller.cli.main, controller.cli.apply, controller.client.manifests, controller.client.review\n"
-            "print(sorted(m for m in ('dataclasses', 'inspect', 'controller.client.objects', 'tempfile', 'shutil', "
+            "import controller.cli.main, controller.cli.apply, controller.client.write.manifests, controller.client.review\n"
+            "print(sorted(m for m in ('dataclasses', 'inspect', 'controller.client.read.objects', 'tempfile', 'shutil', "
             "'random') "
             "if m in sys.modules and m not in before))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -214,7 +214,7 @@ def test_a_sweeps_parameters_are_shown_to_whoever_may_read_its_manifest(shared, 
     assert "lr=0.01" in out.split("secret-1", 1)[1].splitlines()[0], out
     # the dashboard reads as gflowd's user (root): a job's page goes only to its owner and root
     # (web/access.py), who may both read the Sweep manifest, so a private one is shown too
-    from controller.client.state import job_rows
+    from controller.client.read.state import job_rows
     from controller.paths import Home
     from controller.web.server import _sweep_params  # what job_detail puts in the page's "params"
 
@@ -395,7 +395,7 @@ def test_keys_typed_while_run_it_waits_are_not_replayed_into_the_shell(home, gfl
 def test_wide_util_is_the_latest_sample_as_describe_shows_it(home, gflowd, tmp_path):
     from test_gpu_usage_e2e import running_with_pid, waiting_job, write_gpus
 
-    from controller.client.usage import live_summary
+    from controller.client.read.usage import live_summary
 
     fake = tmp_path / "gpus.yaml"
     write_gpus(fake, [], [])

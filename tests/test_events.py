@@ -16,7 +16,7 @@ from helpers import wait_for
 from test_cli import run
 
 from controller.cli.events import age_text, read_events
-from controller.client.events import aggregate
+from controller.client.read.events import aggregate
 from controller.model.plan import Event
 from controller.paths import Home
 from controller.record.recorder import Recorder

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.client.expected import Start, plan_starts
+from controller.client.read.expected import Start, plan_starts
 
 NOW = 1000.0
 

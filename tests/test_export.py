@@ -19,7 +19,7 @@ import pytest
 
 from controller.api.job import Job
 from controller.api.sweep import Sweep
-from controller.decide.sweeps import expand
+from controller.api.sweep_children import expand
 from controller.export import k8s, slurm
 from controller.util.yamlio import load_one
 
@@ -199,7 +199,7 @@ def test_the_slurm_scripts_port_without_python_comes_from_the_job_id(tmp_path: P
 
 
 def test_the_local_runtime_and_the_exports_share_one_list_of_variables(tmp_path: Path):
-    from controller.decide.admission import validate_any
+    from controller.api.validation import validate_any
     from controller.model.plan import Launch
     from controller.act.runtime.command import GFLOW_VARIABLES, build_process, job_env
 

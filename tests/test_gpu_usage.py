@@ -11,7 +11,7 @@ import pytest
 from builders import GIB, T0, World, condition, job
 from builders import running as running_run
 
-from controller.client.usage import job_series
+from controller.client.read.usage import job_series
 from controller.model.gpus import GpuProcess
 from controller.model.records import JobState
 from controller.model.usage import UsageSettings

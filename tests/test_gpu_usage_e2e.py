@@ -9,7 +9,7 @@ from pathlib import Path
 
 from helpers import job_status, wait_for, wait_phase, write_manifest
 
-from controller.client.usage import job_series
+from controller.client.read.usage import job_series
 
 GPU = "{name: NVIDIA H100 80GB HBM3, memory: 80Gi}"
 

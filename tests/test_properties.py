@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from controller.decide.admission import admit, validate_any
+from controller.api.validation import validate_any
+from controller.decide.admission import admit
 from controller.model.documents import AdmittedJob, Rejection
 from controller.observe.manifests import ManifestStore
 

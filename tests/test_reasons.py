@@ -17,7 +17,7 @@ import pytest
 from builders import T0, exited, state
 
 from controller.client.explain import explain_pending
-from controller.client.objects import Gpu, Job
+from controller.client.read.objects import Gpu, Job
 from controller.decide.exits import record_exit
 from controller.model.reasons import (
     PENDING_REASONS,

@@ -13,8 +13,8 @@ from controller.model.conditions import set_condition
 from controller.model.records import JOB_FIELDS, FrozenConditions, FrozenMapping, JobState
 from controller.paths import Home
 from controller.util import records_journal as journal
-from controller.client.objects import Job
-from controller.client.state import read_status
+from controller.client.read.objects import Job
+from controller.client.read.state import read_status
 from controller.record.recorder import QUEUED_UNWRITTEN_MAX, RUNNING_UNWRITTEN_MAX, Recorder
 from controller.util.yamlio import dump, load_own
 

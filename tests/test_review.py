@@ -100,7 +100,7 @@ def test_apply_answered_by_gflowd_does_not_import_pydantic(home, gflowd, tmp_pat
 
 def test_an_answer_that_did_not_place_the_working_dir_is_placed_by_gflowctl(home, tmp_path):
     """A gflowd of an earlier version answers without ``placed``: the CLI adds the line itself."""
-    from controller.client.manifests import Doc, run_where_applied
+    from controller.client.write.manifests import Doc, run_where_applied
 
     proj = tmp_path / "proj"
     proj.mkdir()

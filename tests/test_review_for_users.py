@@ -37,7 +37,7 @@ def test_an_ordinary_user_gets_the_never_fits_warning(box, gflowd, tmp_path):
 
 def test_the_caller_is_who_the_kernel_says(box):
     """The attack: a request that claims root, sent by an ordinary user; gflowd judges it as theirs."""
-    from controller.daemon.review_socket import serve
+    from controller.daemon.review import serve
 
     seen = []
     path = box.root / "review.sock"  # a folder every user may enter

@@ -22,7 +22,7 @@ from helpers import (
 )
 
 from controller.act.runtime import record
-from controller.decide.admission import validate_document
+from controller.api.validation import validate_document
 from controller.util.yamlio import load_one
 
 

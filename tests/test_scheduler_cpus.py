@@ -112,7 +112,7 @@ def test_the_apply_review_warns_of_more_cores_than_the_machine_has():
 
 
 def _job(name: str, **spec):
-    from controller.decide.admission import validate_document
+    from controller.api.validation import validate_document
 
     spec.setdefault("command", ["true"])
     return validate_document({"metadata": {"name": name}, "spec": spec}, source=f"jobs/{name}.yaml",

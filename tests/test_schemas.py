@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from controller.decide.admission import admit, validate_any, validate_document
+from controller.api.validation import validate_any, validate_document
+from controller.decide.admission import admit
 from controller.model.documents import AdmittedJob, Rejection
 from controller.util.yamlio import load_all, load_one
 

@@ -223,7 +223,7 @@ def test_an_attempt_that_ran_between_two_passes_while_queued_keeps_its_start_tim
 
 def test_sweep_parallelism_counts_children_queued_in_the_cluster():
     from controller.api.sweep import Sweep
-    from controller.decide.sweeps import expand
+    from controller.api.sweep_children import expand
 
     sweep = Sweep.model_validate({"kind": "Sweep", "metadata": {"name": "s"},
                                   "spec": {"indices": "0-3", "parallelism": 2, "template": {"command": ["true"]}}})

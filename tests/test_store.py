@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.decide.admission import MAX_MANIFEST_BYTES
+from controller.api.validation import MAX_MANIFEST_BYTES
 from controller.model.documents import AdmittedJob, Rejection, model_built
 from controller.observe.manifests import ManifestStore, is_manifest_name
 from controller.paths import Home

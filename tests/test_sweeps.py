@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from builders import T0, World
 
-from controller.decide.admission import admit, validate_any
+from controller.api.validation import validate_any
+from controller.decide.admission import admit
 from controller.model.documents import AdmittedSweep, Rejection
 from controller.util.yamlio import load_one
 

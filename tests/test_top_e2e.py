@@ -14,7 +14,7 @@ import pytest
 from helpers import job_status, wait_for, write_manifest
 from test_gpu_usage_e2e import running_with_pid, waiting_job, write_gpus
 
-from controller.client.usage import job_series
+from controller.client.read.usage import job_series
 
 
 def latest_sample(home, name):

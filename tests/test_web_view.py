@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.client.usage import series_json
+from controller.client.read.usage import series_json
 from controller.web.view import EVENTS_LIMIT, SERIES_POINTS, assign_lanes, build_view, timeline
 
 NOW = 1_800_000_000.0

@@ -584,7 +584,7 @@ def slurm_job(options: dict[str, Any], name: str, script_path: str, cwd: str, ar
     """``SLURM_*`` variables and ``--output``/``--error`` paths with ``%x %j %A %a %%`` filled in. The
     job's id (``SLURM_JOB_ID``, ``%j``) is its gflow name: unique on the machine and what every
     gflowctl verb takes. An array's tasks are a Sweep's children: ``{sweep}``/``{index}`` are
-    filled in per child (``decide/sweeps.py``)."""
+    filled in per child (``api/sweep_children.py``)."""
     job_name = options.get("name") or os.path.basename(script_path)  # sbatch's: -J, else the script's name
     job_id = "{sweep}-{index}" if array else name
     env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": job_name, "SLURM_SUBMIT_DIR": cwd}

@@ -3,7 +3,7 @@
 ``spec.matrix`` (key -> list of values; the cross product, keys in written order, the last key
 varying fastest) or ``spec.indices`` (``"0-99"``, ``"0-9,20,30-39"``) says which children exist;
 ``exclude`` drops combinations; ``parallelism`` caps how many run at once. Expansion into child
-Jobs is ``controller.decide.sweeps``.
+Jobs is ``controller.api.sweep_children`` (run as the Sweep is validated).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``gflowctl apply`` and ``delete``: write and remove manifests in the spec directory.
 
-What apply writes, and how it keeps the user's text, is ``controller.client.manifests`` (the
+What apply writes, and how it keeps the user's text, is ``controller.client.write.manifests`` (the
 Python client's ``apply`` is the same function); this module prints it. ``delete`` removes a job
 defined inside a multi-document file in place, leaving the other documents byte-for-byte alone,
 through ``fsutil.rewrite_locked`` like every rewrite.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from controller.cli.common import CliError, print_error, printable
 from controller.cli.live import Progress
-from controller.client.manifests import apply_inputs, check_inputs, read_inputs
-from controller.client.state import document_position, find_manifest, owner_of
+from controller.client.write.manifests import apply_inputs, check_inputs, read_inputs
+from controller.client.read.state import document_position, find_manifest, owner_of
 from controller.paths import Home
 from controller.util.fsutil import RewriteError, lock_held, rewrite_locked
 from controller.util.manifest_edit import join_documents

@@ -17,7 +17,7 @@ import sys
 import time
 
 from controller.cli.common import CliError, printable
-from controller.client.state import find_manifest, read_status
+from controller.client.read.state import find_manifest, read_status
 from controller.client.terminal import DETACH_NAME, Detached, NoSession, Refused, attach, run_command
 from controller.paths import Home
 

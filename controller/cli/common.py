@@ -1,5 +1,5 @@
 """What every verb shares: the instance (home + spec dir), user errors, the terminal. The state
-files are read through ``controller.client.state``."""
+files are read through ``controller.client.read.state``."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def resolve_home(home: str | None, spec_dir: str | None) -> Home:
 
 
 def warn_if_not_running(home: Home) -> None:
-    from controller.client.state import is_running  # lazy: every verb loads this module, few warn
+    from controller.client.read.state import is_running  # lazy: every verb loads this module, few warn
 
     if not is_running(home):
         sys.stderr.write(f"warning: gflowd is not running for {home.root}; what you see may be stale\n")

@@ -17,7 +17,7 @@ import shlex
 import sys
 
 from controller.cli.common import CliError, resolve_home
-from controller.client.state import read_index
+from controller.client.read.state import read_index
 
 KINDS = {
     "get": ["jobs", "sweeps", "reservations", "gpus", "events"],

@@ -8,8 +8,8 @@ import time
 from controller.api.units import format_age, format_cpu_list, format_duration, format_quantity
 from controller.cli.common import print_error, printable, warn_if_not_running
 from controller.cli.events import age_text, read_events
-from controller.client.events import aggregate
-from controller.client.state import (
+from controller.client.read.events import aggregate
+from controller.client.read.state import (
     document_position,
     find_manifest,
     job_rows,
@@ -19,7 +19,7 @@ from controller.client.state import (
     expected_starts,
     sweep_params,
 )
-from controller.client.usage import job_series, live_summary, read_usage, summary_lines
+from controller.client.read.usage import job_series, live_summary, read_usage, summary_lines
 from controller.model.records import from_rfc3339
 from controller.paths import Home
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one

@@ -1,5 +1,5 @@
 """Verbs that act by editing a manifest in place: cancel, suspend, resume, rerun, set priority,
-patch. The edits are ``controller.client.edit`` (the Python client's too); this module prints
+patch. The edits are ``controller.client.write.edit`` (the Python client's too); this module prints
 what each did, and an unknown name is one error line while the other names go on (exit 1).
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 from controller.cli.common import CliError, print_error
-from controller.client import edit
+from controller.client.write import edit
 from controller.client.errors import NotFound
-from controller.client.state import job_rows
+from controller.client.read.state import job_rows
 from controller.paths import Home
 
 

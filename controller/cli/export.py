@@ -20,9 +20,9 @@ from pydantic import ValidationError
 
 from controller.api.config import ConfigError, SlurmConfig, load_config
 from controller.cli.common import CliError
-from controller.client.manifests import read_inputs
-from controller.client.state import find_manifest
-from controller.decide.admission import validate_any
+from controller.client.write.manifests import read_inputs
+from controller.client.read.state import find_manifest
+from controller.api.validation import validate_any
 from controller.export import k8s, slurm
 from controller.export.slurm import UnmappedGpuType
 from controller.model.documents import AdmittedJob, Rejection

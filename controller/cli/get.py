@@ -20,7 +20,7 @@ from controller.cli.common import (
     resource_type,
     warn_if_not_running,
 )
-from controller.client.state import (
+from controller.client.read.state import (
     job_rows,
     manifest_owners,
     expected_starts,
@@ -349,7 +349,7 @@ def _live_util(home: Home, chosen: list[tuple[str, dict]]) -> dict[str, float]:
     status's copy, in the index, is refreshed about once a minute)."""
     if not any(row.get("phase") == "Running" for _, row in chosen):
         return {}
-    from controller.client.usage import live_summary, read_usage  # lazy: only -o wide with running jobs
+    from controller.client.read.usage import live_summary, read_usage  # lazy: only -o wide with running jobs
 
     usage = read_usage(home)
     live = {}

@@ -1,12 +1,12 @@
 """``gflowctl logs NAME [-f] [--tail N]``: print a job's output; -f follows across attempts. The
-reading is ``controller.client.logs`` (the Python client's too)."""
+reading is ``controller.client.read.logs`` (the Python client's too)."""
 
 from __future__ import annotations
 
 import sys
 
 from controller.cli.common import warn_if_not_running
-from controller.client.logs import log_chunks
+from controller.client.read.logs import log_chunks
 from controller.paths import Home
 
 

@@ -22,8 +22,8 @@ from controller.cli.common import CliError
 from controller.cli.events import read_events
 from controller.client.api import Client
 from controller.client.errors import GflowError
-from controller.client.events import aggregate
-from controller.client.objects import Sweep
+from controller.client.read.events import aggregate
+from controller.client.read.objects import Sweep
 from controller.paths import Home
 
 READING = ("list_jobs", "get_job", "get_logs", "get_gpus", "explain_pending", "preview_submit")

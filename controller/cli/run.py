@@ -19,8 +19,8 @@ from typing import Any
 from controller.api.export import without_environment
 from controller.api.submit import FLAGS, SubmitError, parse_flags, render
 from controller.cli.common import CliError, print_error, printable, resolve_home
-from controller.client.state import is_running, read_status
-from controller.client.submit import build_submission, check_names, check_program, check_submission, read_script, remember, store_submission
+from controller.client.read.state import is_running, read_status
+from controller.client.write.submit import build_submission, check_names, check_program, check_submission, read_script, remember, store_submission
 from controller.paths import Home
 
 USAGE = """usage: gflowctl run [flags] -- CMD [ARGS...]

@@ -28,7 +28,7 @@ from typing import Any
 from controller.api.labels import selector_matches
 from controller.api.units import format_duration, format_quantity, parse_duration
 from controller.cli.common import CliError, parse_selector_args, printable, warn_if_not_running
-from controller.client.state import manifest_owners, read_index
+from controller.client.read.state import manifest_owners, read_index
 from controller.model.records import rfc3339
 from controller.paths import Home
 from controller.util.jsonlog import read_records

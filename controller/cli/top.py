@@ -21,8 +21,8 @@ from controller.api.labels import selector_matches
 from controller.api.units import format_duration, format_quantity, parse_duration
 from controller.cli.common import CliError, parse_selector_args, printable
 from controller.cli.live import LiveTable, clock_footer
-from controller.client.state import document_position, find_manifest, manifest_owners, read_index, read_status
-from controller.client.usage import job_series, read_usage
+from controller.client.read.state import document_position, find_manifest, manifest_owners, read_index, read_status
+from controller.client.read.usage import job_series, read_usage
 from controller.paths import Home
 
 TICK = os.sysconf("SC_CLK_TCK")

@@ -8,7 +8,7 @@ import time
 
 from controller.api.units import parse_duration
 from controller.cli.common import CliError, print_error, warn_if_not_running
-from controller.client.state import reached, read_status
+from controller.client.read.state import reached, read_status
 from controller.paths import Home
 
 

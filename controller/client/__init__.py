@@ -1,9 +1,12 @@
-"""The Python client, and the read model gflowctl and the dashboard share.
+"""The Python client, and what gflowctl, the dashboard and the client share, in rooms by job.
 
 ``from controller.client import Client`` gives what gflowctl does from Python (``api.Client``),
-plus functions as jobs (``Client.submit_function``, ``Client.map``). The read model (``state``:
-index, rows, status files, is gflowd running; ``events``; ``review``) and the writers gflowctl's
-verbs share with the client (``manifests``, ``submit``, ``edit``, ``logs``) are modules here.
+plus functions as jobs (``functions``: ``Client.submit_function``, ``Client.map``; ``runner`` is
+their far side, run by path inside the job). The rooms the verbs share with the client:
+``read/`` (what gflowd wrote: index, rows, status files, events, logs, usage, expected starts),
+``write/`` (apply, edit, run: what writes the spec dir), ``review`` (apply asking gflowd; its
+answering half is gflowd's, in ``daemon/``), ``terminal`` and ``control_peer`` (attach and exec),
+``explain``, ``errors`` (``GflowError``).
 
 The names below load on first use, so importing this package costs nothing the caller did not ask
 for (gflowctl imports ``controller.client.errors`` at start-up).
@@ -16,7 +19,7 @@ if TYPE_CHECKING:
     from controller.client.api import Client
     from controller.client.errors import GflowError, JobError, NotFound
     from controller.client.functions import Future, RemoteError
-    from controller.client.objects import Gpu, Job, Submitted, Sweep
+    from controller.client.read.objects import Gpu, Job, Submitted, Sweep
 
 _WHERE = {
     "Client": "controller.client.api",
@@ -25,10 +28,10 @@ _WHERE = {
     "NotFound": "controller.client.errors",
     "Future": "controller.client.functions",
     "RemoteError": "controller.client.functions",
-    "Gpu": "controller.client.objects",
-    "Job": "controller.client.objects",
-    "Submitted": "controller.client.objects",
-    "Sweep": "controller.client.objects",
+    "Gpu": "controller.client.read.objects",
+    "Job": "controller.client.read.objects",
+    "Submitted": "controller.client.read.objects",
+    "Sweep": "controller.client.read.objects",
 }
 __all__ = sorted(_WHERE)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from controller.client.errors import GflowError, NotFound
-from controller.client.objects import Gpu, Job, Submitted, Sweep
-from controller.client.state import (
+from controller.client.read.objects import Gpu, Job, Submitted, Sweep
+from controller.client.read.state import (
     is_running,
     job_rows,
     read_node,
@@ -48,7 +48,7 @@ class Client:
     def apply(self, manifest: str | os.PathLike[str] | Mapping[str, Any], *, dry_run: bool = False) -> list[Submitted]:
         """``gflowctl apply``: a manifest's YAML text, a dict, or a file or folder path (a ``Path``,
         or a one-line string naming one). Every error at once, in one GflowError."""
-        from controller.client.manifests import apply_inputs, read_inputs  # lazy: the writer loads YAML
+        from controller.client.write.manifests import apply_inputs, read_inputs  # lazy: the writer loads YAML
 
         if isinstance(manifest, Mapping):
             from controller.util.yamlio import dump  # lazy: only a dict needs writing out
@@ -131,7 +131,7 @@ class Client:
     def _run(self, options: dict[str, Any], command, script, args, dry_run: bool) -> Submitted:
         # lazy: the manifest builder and the admission check load YAML and (without gflowd) pydantic
         from controller.api.submit import render
-        from controller.client.submit import (
+        from controller.client.write.submit import (
             build_submission,
             check_names,
             check_program,
@@ -185,14 +185,14 @@ class Client:
         return self._control("rerun", names)
 
     def _control(self, verb: str, names: Iterable[str]) -> list[str]:
-        from controller.client.edit import control  # lazy: editing loads ruamel and pydantic
+        from controller.client.write.edit import control  # lazy: editing loads ruamel and pydantic
 
         rows = job_rows(self.home)
         return [control(self.home, verb, _ref(name), rows) for name in names]
 
     def set_priority(self, name: str, priority: int) -> str:
         """``spec.priority``; takes effect on a waiting and a running job."""
-        from controller.client.edit import set_priority  # lazy: editing loads ruamel and pydantic
+        from controller.client.write.edit import set_priority  # lazy: editing loads ruamel and pydantic
 
         return set_priority(self.home, _ref(name), priority)
 
@@ -223,7 +223,7 @@ class Client:
              attempt: int | None = None) -> str | Iterator[str]:
         """The job's output (``tail``: its last lines; ``attempt``: an earlier attempt's). With
         ``follow``, an iterator of text as it comes, across attempts, until the job ends."""
-        from controller.client.logs import log_chunks  # lazy: only logs reads a log
+        from controller.client.read.logs import log_chunks  # lazy: only logs reads a log
 
         chunks = log_chunks(self.home, _ref(name)[1], follow, tail, attempt)
         if follow:
@@ -274,7 +274,7 @@ class Client:
         from controller.api.export import without_environment
         from controller.api.submit import render
         from controller.client.explain import fits_now
-        from controller.client.submit import build_submission, check_names, check_submission
+        from controller.client.write.submit import build_submission, check_names, check_submission
 
         if isinstance(command, str):
             import shlex  # lazy: only a command given as one string is split

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.client.objects import Gpu, Job
+from controller.client.read.objects import Gpu, Job
 from controller.model.reasons import facts_of
 
 

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from controller.api.jobenv import GFLOW_VARIABLES, SHARED_DEFAULTS
 from controller.client.errors import GflowError, JobError
-from controller.client.state import read_status
+from controller.client.read.state import read_status
 
 if TYPE_CHECKING:
     from controller.client.api import Client
-    from controller.client.objects import Job
+    from controller.client.read.objects import Job
 
 RUNNER = str(Path(__file__).with_name("runner.py"))
 # kept from the attempt's own environment when the runner restores the submitter's
@@ -179,7 +179,7 @@ def _function_name(fn: Callable[..., Any]) -> str:
 def _prepare(client: "Client", fn: Callable[..., Any], job_options: dict[str, Any]) -> tuple[str, Path, bytes]:
     """A free job name (the function's, plus a suffix), its folder, the pickled function."""
     from controller.api.submit import sanitize
-    from controller.client.submit import exists, free_suffix  # lazy: loads the manifest builder
+    from controller.client.write.submit import exists, free_suffix  # lazy: loads the manifest builder
 
     cloudpickle = _cloudpickle()
     if not callable(fn):

@@ -1,15 +1,17 @@
-"""Admission review: ``gflowctl apply`` asks the running gflowd to check manifests before writing.
+"""Admission review, gflowctl's half: ``gflowctl apply`` asks the running gflowd to check manifests
+before writing.
 
 The controller that will run the jobs is the right judge of them: it has the models loaded
 (a CLI that validated on its own would spend ~100 ms importing pydantic for every apply) and it
 knows what only it can know (whether conda exists on its PATH, whose manifests it may run). Like
-a Kubernetes server-side dry run, but through files, so the state directory stays the only
-channel: the CLI renames ``run/review/<id>.request.json`` into place, gflowd answers with
+a Kubernetes server-side dry run: over gflowd's socket (:func:`ask_socket`, any user), else through
+files (:func:`ask`): the CLI renames ``run/review/<id>.request.json`` into place, gflowd answers with
 ``<id>.answer.json`` and removes the request; the CLI reads and removes the answer. With no gflowd
-running, a folder the user may not write (a shared instance), or no answer within a second, the
-CLI checks locally with :func:`check_documents`, the very function gflowd runs.
+running, a folder the user may not write, or no answer within a second, the CLI checks locally
+with :func:`check_documents`, the very function gflowd runs (gflowd adds its own environment
+check). gflowd's half, answering both channels, is ``daemon/review.py``.
 
-This module owns the check and the file protocol; it decides nothing about jobs.
+This module owns the check and the asking; it decides nothing about jobs.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from controller.util.fsutil import atomic_write
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
 if TYPE_CHECKING:  # the CLI's side (ask) runs without the models: they load with check_documents
@@ -37,23 +38,19 @@ def check_documents(
     text: str,
     *,
     owner_uid: int | None = None,
-    controller_uid: int | None = None,
-    conda_available: bool | None = None,
+    environment: Callable[[AdmittedJob], Any] | None = None,
     never_fits: Callable[[AdmittedJob], str | None] | None = None,
     folder: str | None = None,
 ) -> dict[str, Any]:
     """Check every document of one input. ``{"docs": [{"name", "kind", "index"[, "warning"]}],
     "errors": [...]}``; ``index`` is the document's position among ``iter_documents_text(text)``.
-    With ``controller_uid`` and ``conda_available`` (gflowd's view), the controller's own
-    environment checks apply too; with ``never_fits`` (gflowd's GPUs), a job that can never start
+    With ``environment`` (gflowd's own checks of a job, given by gflowd: whose manifests it may
+    run, conda on its PATH), a job it returns as a Rejection is an error too; with ``never_fits`` (gflowd's GPUs), a job that can never start
     there gets a ``warning`` (it is still valid: a GitOps repo may target a bigger machine).
     With ``folder`` (the input was applied from there, outside the spec dir), each document also
     gets ``"placed": true`` and, when its ``workingDir`` needs the folder, the ``"text"`` to store
     (``manifest_edit.place_working_dir``): gflowd has the YAML library loaded, gflowctl need not."""
-    from controller.decide.admission import (  # lazy: pydantic (~100 ms) only when gflowd does not answer
-        check_environment,
-        validate_any,
-    )
+    from controller.api.validation import validate_any  # lazy: pydantic (~100 ms) only when gflowd does not answer
     from controller.model.documents import AdmittedJob, Rejection  # lazy: with the models above
 
     docs: list[dict[str, Any]] = []
@@ -73,8 +70,8 @@ def check_documents(
             data, source=origin, path=origin, stem=stem, single=len(parts) == 1, doc_index=0, text=part,
             owner_uid=-1 if owner_uid is None else owner_uid,
         )[0]
-        if isinstance(result, AdmittedJob) and conda_available is not None:
-            result = check_environment(result, controller_uid, conda_available)
+        if isinstance(result, AdmittedJob) and environment is not None:
+            result = environment(result)
         if isinstance(result, AdmittedJob):
             doc: dict[str, Any] = {"name": result.name, "kind": "job", "index": index}
             why = never_fits(result) if never_fits is not None else None
@@ -102,58 +99,6 @@ def _placed(doc: dict[str, Any], data: Any, text: str, folder: str | None) -> di
     if placed is not None:
         doc["text"] = placed
     return doc
-
-
-# -- the controller's side --------------------------------------------------------------------------
-
-
-def answer_request(
-    path: Path, *, controller_uid: int, conda_available: bool,
-    never_fits: Callable[[AdmittedJob], str | None] | None = None,
-) -> None:
-    """Answer one request file (gflowd, from its watcher thread), then remove the request."""
-    if not path.name.endswith(REQUEST_SUFFIX) or path.name.startswith("."):
-        return
-    answer = path.with_name(path.name[: -len(REQUEST_SUFFIX)] + ANSWER_SUFFIX)
-    try:
-        st = path.stat()
-        if st.st_size > MAX_REQUEST_BYTES:
-            result: dict[str, Any] = {"error": f"review request over {MAX_REQUEST_BYTES} bytes"}
-        else:
-            request = json.loads(path.read_bytes())
-            result = {
-                "inputs": [
-                    check_documents(
-                        str(item["origin"]), str(item["text"]),
-                        owner_uid=st.st_uid, controller_uid=controller_uid, conda_available=conda_available,
-                        never_fits=never_fits, folder=None if item.get("folder") is None else str(item["folder"]),
-                    )
-                    for item in request["inputs"]
-                ]
-            }
-    except FileNotFoundError:
-        return  # the CLI gave up and took it back
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        result = {"error": f"unreadable review request: {exc}"}
-    try:
-        atomic_write(answer, json.dumps(result), durable=False)
-        path.unlink()
-    except OSError:
-        pass
-
-
-def clear(directory: Path) -> None:
-    """At start-up: requests and answers of earlier runs are stale."""
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return
-    for entry in entries:
-        if entry.name.endswith((REQUEST_SUFFIX, ANSWER_SUFFIX)):
-            try:
-                os.unlink(entry.path)
-            except OSError:
-                pass
 
 
 # -- the CLI's side -------------------------------------------------------------------------------------
@@ -213,7 +158,7 @@ def ask(
 
 def ask_socket(path: Path, inputs: list[tuple[str, str]], timeout: float = ANSWER_TIMEOUT,
                folders: list[str | None] | None = None) -> list[dict[str, Any]] | None:
-    """The running gflowd's verdict over its review socket (any user: ``daemon/review_socket.py``),
+    """The running gflowd's verdict over its review socket (any user: ``daemon/review.py``),
     or None (no socket, no answer in ``timeout``: the file protocol or a local check follows)."""
     import socket  # lazy: ~1 ms, only when a gflowd runs
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from controller.act.apply import Acted, act
 from controller.act.prune import prune_manifests
 from controller.act.runtime import make_runtime
-from controller.client.review import answer_request, clear
+from controller.daemon.review import answer_request, clear, judge_as, serve
 from controller.decide.policy import policy_from_config
 from controller.decide.queue import request_of
 from controller.decide.reconcile import decide
@@ -339,8 +339,6 @@ class Controller:
             log.warning("admission review disabled: cannot use %s: %s", self.home.review_dir, exc)
             review_dir = None
         host = self.observer.host
-        from controller.daemon.review_socket import judge_as, serve  # lazy: threads start here
-
         serve(self.home.review_socket, lambda uid, request: judge_as(
             uid, request, controller_uid=host.controller_uid, conda_available=host.conda_available(),
             never_fits=self._never_fits))

@@ -30,8 +30,8 @@ from controller.observe.gpus.guard import GuardedInventory
 from controller.observe.gpus.inventory import FakeInventory
 from controller.observe.gpus.nvml import NvmlInventory
 from controller.paths import Home
+from controller.record.startup import forget_dashboard, note_dashboard, note_spec_dir, remove_dead_temps
 from controller.sinks.hooks import SinkError, start_sinks
-from controller.util.fsutil import atomic_write, remove_stale_temps
 from controller.util.security import spec_dir_problem
 
 log = logging.getLogger("gflowd")
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             f"gflowd: another gflowd (pid {exc}) is already running for {home.root}; stop it first or use --home\n"
         )
         return 1
-    _remove_stale_temps(home)
+    remove_dead_temps(home)
     web = None
     if config.web_port is not None:  # a thread serving the read-only dashboard from the state files
         # lazy: the dashboard (http.server, socketserver) only with --web-port
@@ -210,13 +210,11 @@ def main(argv: list[str] | None = None) -> int:
             lock.release()
             sys.stderr.write(f"gflowd: {exc}\n")
             return 1
-    from controller.daemon.tighten import tighten_home  # lazy: gflowd --help and flag errors answer without it
+        note_dashboard(home, web.url, web.port, web.serves_socket)
+    from controller.record.tighten import tighten_home  # lazy: gflowd --help and flag errors answer without it
 
     tighten_home(home)  # before anything reads them: what an older gflowd left open, closed
-    try:
-        atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
-    except OSError as exc:  # a full disk: gflowd must run all the same, its jobs need it most then
-        log.warning("could not write %s (%s); gflowctl finds a custom spec dir once it can be written", home.spec_dir_file, exc)
+    note_spec_dir(home)
     # NVML calls are bounded in time (a hung driver must not stall the loop); the fake file needs no guard
     inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else GuardedInventory(NvmlInventory)
     try:
@@ -225,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"gflowd: {exc}\n")
         if web is not None:
             web.stop()
+            forget_dashboard(home)
         lock.release()
         return 1
     from controller.act.runtime.cgroups import CgroupError  # lazy, as the controller
@@ -237,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         sinks.close()
         if web is not None:
             web.stop()
+            forget_dashboard(home)
         lock.release()
         return 1
     signal.signal(signal.SIGTERM, controller.request_stop)
@@ -247,20 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if web is not None:
             web.stop()
+            forget_dashboard(home)
         getattr(inventory, "close", lambda: None)()
         sinks.close()
         lock.release()
     return 0
-
-
-def _remove_stale_temps(home: Home) -> None:
-    """Temp files of atomic writes that a kill -9 cut short: only this gflowd (it holds the home's
-    lock now) writes in these folders, so every one found is dead."""
-    removed = remove_stale_temps(home.root, only=frozenset({home.node_file.name}))
-    for folder in (home.status_dir, home.run_dir, home.run_dir / "attempts"):
-        removed += remove_stale_temps(folder)
-    if removed:
-        log.info("removed %d temporary file(s) left by writes an earlier gflowd did not finish", removed)
 
 
 if __name__ == "__main__":

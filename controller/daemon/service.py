@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from controller.client.state import is_running, read_index
+from controller.client.read.state import is_running, read_index
 from controller.paths import Home
 
 VERBS = ("up", "down", "status")

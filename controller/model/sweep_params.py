@@ -1,5 +1,5 @@
 """A Sweep's children and the parameters each gets, from the plain manifest data: one fact shared
-by gflowd (``decide/sweeps.py`` expands the validated Sweep with it) and by the readers that show
+by gflowd (``api/sweep_children.py`` expands the validated Sweep with it) and by the readers that show
 a child's values (``describe``, ``get jobs -o wide``, ``get sweeps``), which load no models."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ files skipped; symlinks leaving the dir not followed). Each manifest is taken ho
 text all come from that one descriptor, so an entry swapped between a look and a read can never
 pair one file's text with another file's owner. A file is re-read only when its key changes.
 Parsing uses the fast C safe loader; the round-trip loader runs only when a document is invalid,
-to find the line (see ``admission``). Whatever the filesystem throws at one entry is that entry's
+to find the line (see ``api/validation.py``). Whatever the filesystem throws at one entry is that entry's
 problem (a Rejection, a Warning, or another look at the next refresh or scan), never the whole
 pass's.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from controller.api.names import is_valid_name
-from controller.decide.admission import MAX_MANIFEST_BYTES, cached_job, validate_any
+from controller.api.validation import MAX_MANIFEST_BYTES, cached_job, validate_any
 from controller.model.documents import NO_LABELS, AdmittedJob, JobFacts, Rejection
 from controller.paths import is_manifest_name  # noqa: F401  (re-exported: the store's rule)
 from controller.util.fsutil import atomic_write

@@ -1,4 +1,4 @@
-"""Record: the one writer of everything under the state directory.
+"""Record: what a pass writes under the state directory (the others who write there: docs/design.md).
 
 Status files are written atomically and only when the job's record changed; the index (one JSON
 summary for fast ``gflowctl get jobs``), ``node.yaml`` and ``events.jsonl`` are kept here too.

@@ -19,7 +19,7 @@ condition keys without a pass to share them. It is Python's own format for trust
 folder is gflowd's, as ``run/index.json`` is; marshal builds data, never runs code) and changes
 between Python versions: the header names both, and a journal of another version is not read.
 
-Imports stay light (``gflowctl`` reads it through ``controller.client.state``). The writer is
+Imports stay light (``gflowctl`` reads it through ``controller.client.read.state``). The writer is
 ``controller/record/recorder.py``; this module is in ``util`` because the read model uses it too.
 """
 

@@ -41,11 +41,10 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
-from controller.client.events import aggregate
-from controller.client.state import job_rows, manifest_owner_uid, manifest_owners, read_index, read_status
-from controller.client.usage import read_usage
+from controller.client.read.events import aggregate
+from controller.client.read.state import job_rows, manifest_owner_uid, manifest_owners, read_index, read_status
+from controller.client.read.usage import read_usage
 from controller.paths import Home, UnsafeName
-from controller.util.fsutil import atomic_write
 from controller.util.yamlio import load_one, load_own
 from controller.web import access
 from controller.web.view import build_view
@@ -175,7 +174,7 @@ def job_detail(home: Home, name: str, viewer_uid: int | None) -> dict[str, Any] 
 def _sweep_params(home: Home, name: str, row: dict[str, Any] | None) -> str:
     """A sweep child's values, read as gflowd's user: a job's page goes only to its owner and root
     (``web/access.py``), who may both read the Sweep manifest."""
-    from controller.client.state import sweep_params  # lazy: only a job page of a sweep child
+    from controller.client.read.state import sweep_params  # lazy: only a job page of a sweep child
 
     return sweep_params(home)(name, (row or {}).get("owner"))
 
@@ -476,6 +475,11 @@ class Dashboard:
             host = f"[{host}]"
         return f"http://{host}:{self.port}/"
 
+    @property
+    def serves_socket(self) -> bool:
+        """Whether the pages are on ``run/web.sock`` too (``run/web.json`` says so: record/startup.py)."""
+        return self._unix is not None
+
     def start(self) -> "Dashboard":
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
                                         name="gflowd-web", daemon=True)
@@ -484,11 +488,6 @@ class Dashboard:
             self._unix_thread = threading.Thread(target=self._unix.serve_forever, kwargs={"poll_interval": 0.5},
                                                  name="gflowd-web-sock", daemon=True)
             self._unix_thread.start()
-        # where the dashboard is: for `port 0`, for scripts and for the admin
-        record = {"url": self.url, "port": self.port, "pid": os.getpid()}
-        if self._unix is not None:
-            record["socket"] = str(self.home.web_socket)
-        atomic_write(self.home.web_file, json.dumps(record) + "\n", durable=False)
         log.info("web dashboard at %s (read-only)", self.url)
         return self
 
@@ -504,11 +503,10 @@ class Dashboard:
         self._server.server_close()
         if self._unix is not None:
             self._unix.server_close()
-        for path in (self.home.web_file, self.home.web_socket):
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
+        try:
+            self.home.web_socket.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def start_dashboard(home: Home, address: str, port: int) -> Dashboard:

@@ -13,8 +13,8 @@ import heapq
 from typing import Any
 
 from controller.api.units import parse_quantity
-from controller.client.events import aggregate
-from controller.client.usage import job_series
+from controller.client.read.events import aggregate
+from controller.client.read.usage import job_series
 from controller.model.records import from_rfc3339
 
 QUEUE_LIMIT = 200  # rows sent for the queue; the total is sent too

@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from controller.decide.admission import admit, validate_document  # noqa: E402
+from controller.api.validation import validate_document  # noqa: E402
+from controller.decide.admission import admit  # noqa: E402
 from controller.decide.reconcile import reconcile  # noqa: E402
 from controller.decide.scheduler import Holder, Request, build_slots, schedule  # noqa: E402
 from controller.model.gpus import Gpu  # noqa: E402

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from controller.client.errors import GflowError, NotFound
-from controller.client.state import document_position, find_manifest, job_rows, owner_of
+from controller.client.read.state import document_position, find_manifest, job_rows, owner_of
 from controller.model.documents import Rejection
 from controller.paths import Home
 from controller.util.fsutil import RewriteError, rewrite_locked
@@ -65,7 +65,7 @@ def edit_manifest(home: Home, ref: tuple[str, str], path: tuple[str, ...], value
         return new_text
 
     # lazy: pydantic (~100 ms), loaded before the lock: the lock is held for the edit alone
-    import controller.decide.admission  # noqa: F401
+    import controller.api.validation  # noqa: F401
     try:
         rewrite_locked(manifest, change, within=home.spec_dir)
     except (_Gone, FileNotFoundError):
@@ -76,7 +76,7 @@ def edit_manifest(home: Home, ref: tuple[str, str], path: tuple[str, ...], value
 
 
 def _check_still_valid(text: str, position: int, what: str, manifest) -> None:
-    from controller.decide.admission import validate_any  # lazy: pydantic (~100 ms) only to check an edited manifest
+    from controller.api.validation import validate_any  # lazy: pydantic (~100 ms) only to check an edited manifest
 
     parts = list(iter_documents_text(text))
     try:

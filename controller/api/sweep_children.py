@@ -9,7 +9,7 @@ from __future__ import annotations
 from controller.api.job import Job
 from controller.api.names import is_valid_name
 from controller.api.sweep import Sweep, parse_indices
-from controller.decide.hashes import spec_hashes
+from controller.api.hashes import spec_hashes
 from controller.model.documents import AdmittedJob, AdmittedSweep, Rejection
 from controller.model.reasons import Reason
 from controller.model.sweep_params import DEFAULT_NAME_TEMPLATE, combinations_of

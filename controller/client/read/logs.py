@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from controller.client.errors import GflowError, NotFound
-from controller.client.state import job_rows
+from controller.client.read.state import job_rows
 from controller.paths import Home
 
 TERMINAL = {"Succeeded", "Failed", "Cancelled", "Rejected"}

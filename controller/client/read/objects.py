@@ -1,5 +1,5 @@
 """The typed objects the Python client returns: a Job, a Sweep, a GPU, made from the same rows
-and status documents ``gflowctl get`` prints (``controller.client.state`` reads them). Plain
+and status documents ``gflowctl get`` prints (``controller.client.read.state`` reads them). Plain
 dataclasses, standard library only; times are epoch seconds."""
 
 from __future__ import annotations

@@ -346,9 +346,9 @@ def time_limits(home: Home) -> Callable[[str, dict[str, Any]], float | None]:
 
 
 def expected_starts(home: Home, rows: dict[str, dict[str, Any]], now: float) -> dict[str, Any]:
-    """Each pending job's expected start (``controller.client.expected.Start``), from node.yaml's
+    """Each pending job's expected start (``controller.client.read.expected.Start``), from node.yaml's
     GPUs, the running jobs' ends and the queue order gflowd recorded (queuePosition)."""
-    from controller.client.expected import plan_starts  # lazy: only describe and -o wide plan
+    from controller.client.read.expected import plan_starts  # lazy: only describe and -o wide plan
 
     node = read_node(home) or {}
     gpus = [int(g["index"]) for g in node.get("gpus") or [] if isinstance(g, dict) and g.get("index") is not None]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from controller.client.errors import GflowError
 from controller.client.review import ask, ask_socket, check_documents
-from controller.client.state import document_position, find_manifest
+from controller.client.read.state import document_position, find_manifest
 from controller.paths import Home, is_manifest_name
 from controller.util.fsutil import RewriteError, create_new, lock_held, rewrite_locked
 from controller.util.manifest_edit import join_documents

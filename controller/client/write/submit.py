@@ -16,8 +16,8 @@ from typing import Any
 
 from controller.api.submit import Submission, SubmitError, build, merge, read_directives
 from controller.client.errors import GflowError
-from controller.client.manifests import Doc, check_inputs, read_manifest_text, store_document
-from controller.client.state import find_manifest, job_rows
+from controller.client.write.manifests import Doc, check_inputs, read_manifest_text, store_document
+from controller.client.read.state import find_manifest, job_rows
 from controller.paths import Home
 
 ORIGIN = "run's manifest (--dry-run -o yaml shows it)"  # its line numbers are that text's
@@ -83,7 +83,7 @@ def build_submission(
 def check_program(submission: Submission, script: Script | None, script_args: list[str]) -> None:
     """What the job runs exists, can be executed and is no Python file bash or exec would choke on
     (``precheck.py``); looked at now, as the submitter, not after hours in the queue."""
-    from controller.client.precheck import check_program as check, check_script, job_path  # lazy: run only
+    from controller.client.write.precheck import check_program as check, check_script, job_path  # lazy: run only
 
     spec = submission.manifest["spec"].get("template", submission.manifest["spec"])
     if script is not None:
