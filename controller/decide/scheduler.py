@@ -32,15 +32,19 @@ The queue order (priority, aging, fair share) is the caller's: see ``controller.
 from __future__ import annotations
 
 import math
-import random
 
 from controller.api.units import format_duration, format_quantity
-from controller.decide.cores import CoreBooking, cpu_only
+from controller.decide.placement import Placer
+from controller.decide.placement.counted import CountBooking
+from controller.decide.placement.cpus import CoreBooking
+from controller.decide.placement.gpus import choose, has_room, matches, usable_ever as usable_gpus
 from controller.model.gpus import Gpu
 from controller.model.reasons import Reason
+from controller.model.resources import KINDS, count
 from controller.model.scheduling import (
     Binding,
     CorePool,
+    CountPool,
     GpuSlot,
     Holder,
     QuotaUse,
@@ -106,19 +110,22 @@ def schedule(
     quotas: dict[str, QuotaUse] | None = None,
     reasons: bool = True,
     cores: CorePool | None = None,
+    counted: dict[str, CountPool] | None = None,
 ) -> dict[str, Binding | Wait]:
     """Bind requests in the given (queue) order. ``slots`` are updated with this pass's bindings,
-    so the caller sees the GPUs as the pass leaves them; so are ``quotas``' ``used`` and ``cores``
-    (None: CPU cores are not booked, ``resources.cpus`` is ignored).
+    so the caller sees the GPUs as the pass leaves them; so are ``quotas``' ``used``, ``cores``
+    (None: CPU cores are not booked, ``resources.cpus`` is ignored) and the ``counted`` kinds'
+    pools (a kind absent: not booked). A job binds only when every kind it needs fits.
 
     ``reasons=False`` (the simulator) stops once no GPU is left that anyone could take, and
     gives waiting jobs no message: the bindings are the same, the pass is cheaper."""
     run = _Pass(slots, strategy, topology, mode, now, quotas if quotas is not None else {}, reasons)
-    run.cores = CoreBooking(cores, mode, now) if cores is not None else None
+    run.placers = [CoreBooking(cores, mode, now)] if cores is not None else []
+    run.placers += [CountBooking(pool, mode, now) for pool in (counted or {}).values()]
     result, waits, quota_checks = run.result, run.waits, bool(run.quotas)
     for req in requests:
         if req.gpus == 0:
-            result[req.name] = cpu_only(run.cores, req) if req.cpus and run.cores else Binding([], [])
+            result[req.name] = _without_gpus(run.placers, req)
             continue
         if not reasons and run.exhausted_at == run.version:
             break
@@ -126,7 +133,7 @@ def schedule(
         # GPUs as they were then (a quota is checked first, in offer)
         reserved_at = run.reserved_at
         ends_in_time = reserved_at < math.inf and req.time_limit is not None and now + req.time_limit <= reserved_at
-        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, run.version, ends_in_time, req.cpus)
+        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, run.version, ends_in_time, req.cpus, req.amounts)
         if req.fenced or req.preferred:  # reserved GPUs kept from it or for it: its own shape
             key += (req.fenced, req.fenced_why, req.preferred)
         if key in waits and not (quota_checks and req.quota_keys):
@@ -157,7 +164,7 @@ class _Pass:
         self.waits: dict[tuple, Wait] = {}
         self.version = 0
         self.exhausted_at = -1  # the version at which no GPU was left for anyone (reasons=False only)
-        self.cores: CoreBooking | None = None  # CPU cores, when they are booked (decide/cores.py)
+        self.placers: list[Placer] = []  # the kinds booked besides GPUs: cores, counted kinds (decide/placement)
 
     def offer(self, req: Request, key: tuple, ends_in_time: bool) -> None:
         """Bind ``req`` or say why it waits. ``key``: its shape and the GPUs' ``version``, with
@@ -171,21 +178,22 @@ class _Pass:
         if len(usable_ever) < req.gpus:
             self.result[req.name] = Wait(Reason.Unschedulable, _never_fits(req, self.slots, typed)) if self.reasons else _NO_REASON
             return
-        never_cores = self.cores.never(req) if self.cores is not None and req.cpus else None
-        if never_cores is not None:
-            self.result[req.name] = Wait(Reason.Unschedulable, never_cores)
+        never = _never(self.placers, req)
+        if never is not None:
+            self.result[req.name] = never
             return
         if key in self.waits:
             self.result[req.name] = self.waits[key]
             return
-        room = [s for s in usable_ever if _has_room(s, req)]
+        room = [s for s in usable_ever if has_room(s, req)]
         if req.fenced:
             room, unfenced_room = [s for s in room if s.index not in req.fenced], room
             usable_ever = [s for s in usable_ever if s.index not in req.fenced]  # what it may hold
         open_room = room if ends_in_time else [s for s in room if s.index not in self.held]
-        if len(open_room) >= req.gpus and self.cores is not None and not self.cores.allows(req):
-            self.version += 1  # a core reservation may be placed: later shapes see it
-            self.result[req.name] = self.waits[key] = self.cores.wait(req)
+        blocked = _blocked(self.placers, req) if len(open_room) >= req.gpus else None
+        if blocked is not None:
+            self.version += 1  # a reservation of that kind may be placed: later shapes see it
+            self.result[req.name] = self.waits[key] = blocked.wait(req)
         elif len(open_room) >= req.gpus:
             self._bind(req, open_room, ends_in_time)
         elif req.fenced and len(unfenced_room) >= req.gpus:
@@ -200,8 +208,8 @@ class _Pass:
         """The GPUs of the request's type, and those it could ever use (healthy, allowed, big enough)."""
         shape = (req.gpu_type, req.gpu_memory)
         if shape not in self.candidates:
-            typed = [s for s in self.slots if _matches(s, req)]
-            self.candidates[shape] = (typed, _usable_ever(typed, req))
+            typed = [s for s in self.slots if matches(s, req)]
+            self.candidates[shape] = (typed, usable_gpus(typed, req))
         return self.candidates[shape]
 
     def _bind(self, req: Request, open_room: list[GpuSlot], ends_in_time: bool) -> None:
@@ -214,7 +222,7 @@ class _Pass:
             in_reserved = [s for s in open_room if s.index in req.preferred]
             if len(in_reserved) >= req.gpus:
                 open_room = in_reserved
-        chosen = _choose(open_room, req, self.strategy, self.topology)
+        chosen = choose(open_room, req, self.strategy, self.topology)
         ends = self.now + req.time_limit if req.time_limit is not None else math.inf
         for slot in chosen:
             slot.jobs.append(req.name)
@@ -229,7 +237,7 @@ class _Pass:
             if quota_key in self.quotas:
                 self.quotas[quota_key].used += req.gpus
         near = frozenset().union(*(s.gpu.cpus for s in chosen))  # the GPUs' NUMA node
-        cores = self.cores.take(req, near) if self.cores is not None else ()
+        cores = tuple(core for placer in self.placers for core in placer.take(req, near))
         self.result[req.name] = Binding([s.index for s in chosen], [s.gpu.uuid for s in chosen], cores)
         self._note_exhausted()
 
@@ -264,6 +272,32 @@ class _Pass:
 
 
 _NO_REASON = Wait(Reason.Resources, "")
+
+
+def _never(placers: list[Placer], req: Request) -> Wait | None:
+    """Unschedulable when some kind besides GPUs can never give ``req`` enough on this machine."""
+    for placer in placers:
+        message = placer.never(req) if placer.needs(req) else None
+        if message is not None:
+            return Wait(Reason.Unschedulable, message)
+    return None
+
+
+def _blocked(placers: list[Placer], req: Request) -> Placer | None:
+    """The first kind besides GPUs that ``req`` may not take its share of now."""
+    return next((placer for placer in placers if placer.needs(req) and not placer.allows(req)), None)
+
+
+def _without_gpus(placers: list[Placer], req: Request) -> Binding | Wait:
+    """A job with no GPUs: bound when every other kind it needs fits (any free cores), else told why."""
+    needed = [placer for placer in placers if placer.needs(req)]
+    never = _never(needed, req)
+    if never is not None:
+        return never
+    blocked = _blocked(needed, req)
+    if blocked is not None:
+        return blocked.wait(req)
+    return Binding([], [], tuple(core for placer in needed for core in placer.take(req, frozenset())))
 
 
 def _over_quota(req: Request, quotas: dict[str, QuotaUse]) -> Wait | None:
@@ -310,53 +344,7 @@ def _any_room(slots: list[GpuSlot], held: dict[int, str], mode: str) -> bool:
     return False
 
 
-# -- choosing GPUs ------------------------------------------------------------------------------------
-
-
-def _matches(slot: GpuSlot, request: Request) -> bool:
-    return request.gpu_type is None or request.gpu_type.lower() in slot.gpu.name.lower()
-
-
-def _has_room(slot: GpuSlot, req: Request) -> bool:
-    if req.shared:
-        return slot.state in ("Free", "Shared") and slot.shared_room() >= (req.gpu_memory or 0)
-    return slot.state == "Free"
-
-
-def _order(room: list[GpuSlot], req: Request, strategy: str) -> list[GpuSlot]:
-    if strategy == "random":
-        shuffled = sorted(room, key=lambda s: s.index)
-        random.Random(req.name).shuffle(shuffled)
-        return shuffled
-    if strategy == "packed":  # fill partly used shared GPUs first: least room left that still fits
-        return sorted(room, key=lambda s: (s.state != "Shared", s.shared_room(), s.index))
-    if strategy == "spread":  # the emptiest GPUs first
-        return sorted(room, key=lambda s: (len(s.jobs), -s.shared_room(), s.index))
-    return sorted(room, key=lambda s: s.index)
-
-
-def _choose(room: list[GpuSlot], req: Request, strategy: str, topology: dict[tuple[int, int], int] | None) -> list[GpuSlot]:
-    ordered = _order(room, req, strategy)
-    if req.gpus == 1 or not topology:
-        return ordered[: req.gpus]
-    # Multi-GPU: prefer a set whose farthest pair is closest (same NVLink / PCIe switch), ties by
-    # the strategy's order. Greedy per anchor: cheap and good on real machines' trees.
-    best: list[GpuSlot] | None = None
-    best_cost: tuple[int, int] | None = None
-    for rank, anchor in enumerate(ordered):
-        rest = sorted(
-            (s for s in ordered if s is not anchor),
-            key=lambda s: (_distance(topology, anchor.index, s.index), ordered.index(s)),
-        )
-        group = [anchor, *rest[: req.gpus - 1]]
-        cost = (max(_distance(topology, a.index, b.index) for a in group for b in group if a is not b), rank)
-        if best_cost is None or cost < best_cost:
-            best, best_cost = group, cost
-    return sorted(best or ordered[: req.gpus], key=lambda s: s.index)
-
-
-def _distance(topology: dict[tuple[int, int], int], a: int, b: int) -> int:
-    return topology.get((a, b), topology.get((b, a), 1000))
+# -- GPUs (which ones: decide/placement/gpus.py) ---------------------------------------------------------
 
 
 def _fits_once_ours_end(req: Request, usable: list[GpuSlot]) -> bool:
@@ -375,8 +363,8 @@ def _gpus_text(indices: list[int]) -> str:
     return f"GPU{'s' if len(indices) != 1 else ''} {','.join(str(i) for i in indices)}"
 
 
-def _count(n: int, what: str = "GPU") -> str:
-    return f"{n} {what}{'s' if n != 1 else ''}"
+def _count(n: int, what: str = KINDS["gpus"].noun) -> str:
+    return count(n, what)
 
 
 def describe_busy(slots: list[GpuSlot], held: dict[int, str] | None = None) -> str:
@@ -406,14 +394,6 @@ def describe_busy(slots: list[GpuSlot], held: dict[int, str] | None = None) -> s
     return "; ".join(parts)
 
 
-def _usable_ever(typed: list[GpuSlot], req: Request) -> list[GpuSlot]:
-    """The GPUs of the request's type it could ever use: healthy, allowed, big enough."""
-    usable = [s for s in typed if s.state not in ("Unhealthy", "Restricted")]
-    if req.gpu_memory is not None:
-        usable = [s for s in usable if s.gpu.memory_total >= req.gpu_memory]
-    return usable
-
-
 def never_fits(req: Request, slots: list[GpuSlot], cores: frozenset[int] | None = None) -> str | None:
     """Why ``req`` can never start on these GPUs (and ``cores``, when booked): the Unschedulable
     message, with its numbers, or None when some day it could. What ``gflowctl apply`` is warned
@@ -422,8 +402,8 @@ def never_fits(req: Request, slots: list[GpuSlot], cores: frozenset[int] | None 
         too_many = CoreBooking(CorePool(cores), "backfill", 0.0).never(req)
         if too_many is not None:
             return too_many
-    typed = [s for s in slots if _matches(s, req)]
-    return _never_fits(req, slots, typed) if len(_usable_ever(typed, req)) < req.gpus else None
+    typed = [s for s in slots if matches(s, req)]
+    return _never_fits(req, slots, typed) if len(usable_gpus(typed, req)) < req.gpus else None
 
 
 def _never_fits(req: Request, slots: list[GpuSlot], typed: list[GpuSlot]) -> str:
@@ -501,7 +481,7 @@ def preemption_victims(
     would not make room, nobody is stopped. Exclusive requests only."""
     if req.shared or req.gpus == 0:
         return []
-    usable = {s.index: s for s in slots if _matches(s, req) and s.state not in ("Unhealthy", "Restricted", "Unmanaged")}
+    usable = {s.index: s for s in slots if matches(s, req) and s.state not in ("Unhealthy", "Restricted", "Unmanaged")}
     if req.gpu_memory is not None:
         usable = {i: s for i, s in usable.items() if s.gpu.memory_total >= req.gpu_memory}
     free = {i for i, s in usable.items() if s.state == "Free"}
