@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 from controller import API_VERSION
 from controller.api.names import is_valid_name
 from controller.api.units import parse_duration, parse_quantity
+from controller.model.resources import COUNTED, ResourceVector
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -191,6 +192,15 @@ class Resources(_Model):
     pids: StrictInt | None = Field(
         default=None, ge=1, description="At most this many processes and threads in the job (a fork bomb is contained)."
     )
+    shm: Quantity | None = Field(
+        default=None,
+        description="Shared memory (/dev/shm) the job uses, booked against the size of the machine's /dev/shm so "
+        "that running jobs together do not fill it; the job waits until enough is free. Not yet a per-job limit.",
+    )
+
+    def counted(self) -> ResourceVector:
+        """The counted kinds it asks for (controller.model.resources.COUNTED), as one vector."""
+        return ResourceVector({kind: getattr(self, kind) or 0 for kind in COUNTED})
 
 
 class Dependency(_Model):
