@@ -28,7 +28,7 @@ from pydantic.alias_generators import to_camel
 from controller import API_VERSION
 from controller.api.names import is_valid_name
 from controller.api.units import parse_duration, parse_quantity
-from controller.model.resources import COUNTED, ResourceVector
+from controller.model.resources import COUNTED, EMPTY, ResourceVector
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -200,7 +200,8 @@ class Resources(_Model):
 
     def counted(self) -> ResourceVector:
         """The counted kinds it asks for (controller.model.resources.COUNTED), as one vector."""
-        return ResourceVector({kind: getattr(self, kind) or 0 for kind in COUNTED})
+        amounts = {kind: value for kind in COUNTED if (value := getattr(self, kind))}
+        return ResourceVector(amounts) if amounts else EMPTY  # most jobs ask none: no new object per pass
 
 
 class Dependency(_Model):

@@ -40,7 +40,7 @@ from controller.decide.placement.cpus import CoreBooking
 from controller.decide.placement.gpus import choose, has_room, matches, usable_ever as usable_gpus
 from controller.model.gpus import Gpu
 from controller.model.reasons import Reason
-from controller.model.resources import KINDS, count
+from controller.model.resources import EMPTY, KINDS, count
 from controller.model.scheduling import (
     Binding,
     CorePool,
@@ -133,9 +133,11 @@ def schedule(
         # GPUs as they were then (a quota is checked first, in offer)
         reserved_at = run.reserved_at
         ends_in_time = reserved_at < math.inf and req.time_limit is not None and now + req.time_limit <= reserved_at
-        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, run.version, ends_in_time, req.cpus, req.amounts)
+        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, run.version, ends_in_time, req.cpus)
         if req.fenced or req.preferred:  # reserved GPUs kept from it or for it: its own shape
             key += (req.fenced, req.fenced_why, req.preferred)
+        if req.amounts is not EMPTY:  # counted kinds (shm): part of its shape (most jobs ask none)
+            key += (req.amounts,)
         if key in waits and not (quota_checks and req.quota_keys):
             result[req.name] = waits[key]
         else:
