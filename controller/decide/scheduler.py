@@ -122,7 +122,7 @@ def schedule(
     run = _Pass(slots, strategy, topology, mode, now, quotas if quotas is not None else {}, reasons)
     run.placers = [CoreBooking(cores, mode, now)] if cores is not None else []
     run.placers += [CountBooking(pool, mode, now) for pool in (counted or {}).values()]
-    result, waits, quota_checks = run.result, run.waits, bool(run.quotas)
+    result, waits, quota_checks, empty = run.result, run.waits, bool(run.quotas), EMPTY
     for req in requests:
         if req.gpus == 0:
             result[req.name] = _without_gpus(run.placers, req)
@@ -136,7 +136,7 @@ def schedule(
         key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, run.version, ends_in_time, req.cpus)
         if req.fenced or req.preferred:  # reserved GPUs kept from it or for it: its own shape
             key += (req.fenced, req.fenced_why, req.preferred)
-        if req.amounts is not EMPTY:  # counted kinds (shm): part of its shape (most jobs ask none)
+        if req.amounts is not empty:  # counted kinds (shm): part of its shape (most jobs ask none)
             key += (req.amounts,)
         if key in waits and not (quota_checks and req.quota_keys):
             result[req.name] = waits[key]
