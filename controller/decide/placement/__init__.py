@@ -7,8 +7,9 @@ the job needs whether it can ever fit, whether it fits now, and commits only whe
 (or, for a plain amount, a row in ``controller.model.resources.KINDS``), not a new path through the
 scheduler.
 
-- GPUs (``gpus.py``): which devices, by strategy, topology, gpuType, sharing and gpuMemory. The
-  GPU is the gang, the quota and the reservation unit, so the scheduler drives it itself;
+- GPUs (``gpus.py``, messages in ``gpu_text.py``): which devices, by strategy, topology, gpuType,
+  sharing and gpuMemory; all of a job's or none; asked first (the scheduler checks quotas in GPUs,
+  and a waiting job's reason is cached per GPU state);
 - CPU cores (``cpus.py``): which cores, near the bound GPUs' NUMA node;
 - counted kinds (``counted.py``): how much of the machine's capacity, no placement (``shm``).
 

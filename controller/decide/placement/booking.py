@@ -23,13 +23,11 @@ class Booking:
         self.held_for: str | None = None
         self.reserved_at = math.inf  # when the reservation's share is all free (inf: unknown)
         self.spare = total  # what a job running past ``reserved_at`` may still take
+        self.total = total  # what the machine has of it (fixed during a pass)
 
     # -- what a kind says -----------------------------------------------------------------------------
 
     def need(self, req: Request) -> int:
-        raise NotImplementedError
-
-    def total(self) -> int:
         raise NotImplementedError
 
     def free(self) -> int:
@@ -62,9 +60,8 @@ class Booking:
 
     def never(self, req: Request) -> str | None:
         """The Unschedulable message when the machine has less than asked."""
-        if self.need(req) > self.total():
-            return f"needs {self.amount(self.need(req))}, this machine has {self.number(self.total())}"
-        return None
+        need = self.need(req)
+        return f"needs {self.amount(need)}, this machine has {self.number(self.total)}" if need > self.total else None
 
     def allows(self, req: Request) -> bool:
         """Enough is free, and taking it does not delay the reserved job."""

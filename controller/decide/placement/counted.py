@@ -28,9 +28,6 @@ class CountBooking(Booking):
     def need(self, req: Request) -> int:
         return req.amounts.get(self.pool.kind)
 
-    def total(self) -> int:
-        return self.pool.capacity
-
     def free(self) -> int:
         return self.pool.free()
 

@@ -29,9 +29,6 @@ class CoreBooking(Booking):
     def need(self, req: Request) -> int:
         return req.cpus
 
-    def total(self) -> int:
-        return len(self.pool.cores)
-
     def free(self) -> int:
         return len(self.pool.free())
 
