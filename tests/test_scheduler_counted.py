@@ -128,6 +128,14 @@ def test_cores_and_shm_together_commit_both_or_neither():
     assert cores.taken == {0: "a", 1: "a"} and pools["shm"].used == {"a": 3 * GIB}
 
 
+def test_the_apply_review_warns_of_more_shm_than_the_machine_has():
+    from controller.decide.scheduler import never_fits
+
+    assert never_fits(shm("big", 8), [], None, {"shm": 4 * GIB}) == "needs 8Gi of /dev/shm, this machine has 4Gi"
+    assert never_fits(shm("ok", 4), [], None, {"shm": 4 * GIB}) is None
+    assert never_fits(shm("unbooked", 8), [], None, {}) is None
+
+
 # -- the whole loop ------------------------------------------------------------------------------------
 
 

@@ -32,6 +32,7 @@ The queue order (priority, aging, fair share) is the caller's: see ``controller.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from controller.decide.placement import Placer
 from controller.decide.placement.counted import CountBooking
@@ -235,14 +236,18 @@ def _over_quota(req: Request, quotas: dict[str, QuotaUse]) -> Wait | None:
     return None
 
 
-def never_fits(req: Request, slots: list[GpuSlot], cores: frozenset[int] | None = None) -> str | None:
-    """Why ``req`` can never start on these GPUs (and ``cores``, when booked): the Unschedulable
-    message, with its numbers, or None when some day it could. What ``gflowctl apply`` is warned
-    of by gflowd's review."""
-    if cores is not None and req.cpus:
-        too_many = CoreBooking(CorePool(cores), "backfill", 0.0).never(req)
-        if too_many is not None:
-            return too_many
+def never_fits(
+    req: Request, slots: list[GpuSlot], cores: frozenset[int] | None = None, capacity: Mapping[str, int] | None = None,
+) -> str | None:
+    """Why ``req`` can never start on these GPUs (and ``cores``, when booked, and the counted kinds
+    of ``capacity``): the Unschedulable message, with its numbers, or None when some day it could.
+    What ``gflowctl apply`` is warned of by gflowd's review."""
+    kinds: list[Placer] = [CoreBooking(CorePool(cores), "backfill", 0.0)] if cores is not None else []
+    kinds += [CountBooking(CountPool(kind, amount), "backfill", 0.0) for kind, amount in (capacity or {}).items()]
+    for placer in kinds:
+        too_much = placer.never(req)
+        if too_much is not None:
+            return too_much
     typed = [s for s in slots if matches(s, req)]
     return never_fits_text(req, slots, typed) if len(usable_gpus(typed, req)) < req.gpus else None
 
