@@ -50,6 +50,16 @@ def test_the_vector_adds_subtracts_and_says_which_kinds_do_not_fit():
     assert hash(ResourceVector(shm=1, gpus=2)) == hash(ResourceVector(gpus=2, shm=1))  # keys a cache
 
 
+def test_every_kind_is_a_field_of_spec_resources_and_a_job_asks_one_vector():
+    from controller.api.job import Resources
+
+    assert set(KINDS) <= set(Resources.model_fields)  # a row in KINDS without its field fails here
+    asked = job("a", resources={"gpus": 2, "cpus": 4, "shm": "1Gi", "memory": "4Gi"}).spec.resources
+    assert asked.requests() == ResourceVector(gpus=2, cpus=4, shm=GIB, memory=4 * GIB)
+    assert asked.counted() == ResourceVector(shm=GIB)
+    assert asked.requests().fits_in({"gpus": 4, "cpus": 8, "shm": GIB, "memory": 8 * GIB})
+
+
 def test_every_kind_has_one_name_and_counts_are_spelled_in_one_place():
     assert COUNTED == ("shm",)
     assert {k.placement for k in KINDS.values()} == {"devices", "cores", "counted", "limit"}

@@ -28,7 +28,7 @@ from pydantic.alias_generators import to_camel
 from controller import API_VERSION
 from controller.api.names import is_valid_name
 from controller.api.units import parse_duration, parse_quantity
-from controller.model.resources import COUNTED, EMPTY, ResourceVector
+from controller.model.resources import COUNTED, EMPTY, KINDS, ResourceVector
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -197,6 +197,10 @@ class Resources(_Model):
         description="Shared memory (/dev/shm) the job uses, booked against the size of the machine's /dev/shm so "
         "that running jobs together do not fill it; the job waits until enough is free. Not yet a per-job limit.",
     )
+
+    def requests(self) -> ResourceVector:
+        """Everything it asks for, one vector keyed by kind (controller.model.resources.KINDS)."""
+        return ResourceVector({kind: getattr(self, kind) or 0 for kind in KINDS})
 
     def counted(self) -> ResourceVector:
         """The counted kinds it asks for (controller.model.resources.COUNTED), as one vector."""

@@ -135,7 +135,7 @@ def schedule(
         # GPUs as they were then (a quota is checked first, in offer)
         reserved_at = gpus.reserved_at
         ends_in_time = reserved_at < math.inf and req.time_limit is not None and now + req.time_limit <= reserved_at
-        key = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, gpus.version, ends_in_time, req.cpus)
+        key: tuple = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, gpus.version, ends_in_time, req.cpus)
         if req.fenced or req.preferred:  # reserved GPUs kept from it or for it: its own shape
             key += (req.fenced, req.fenced_why, req.preferred)
         if req.amounts is not empty:  # counted kinds (shm): part of its shape (most jobs ask none)

@@ -59,8 +59,9 @@ def counted_pools(plan: Plan, snap: Snapshot, holding: list[str]) -> dict[str, C
     pools = {kind: CountPool(kind, snap.host.capacity[kind]) for kind in COUNTED if kind in snap.host.capacity}
     if not pools:
         return pools
+    jobs = snap.admission.jobs if snap.admission is not None else {}
     for name in holding:
-        job, st = snap.admission.jobs.get(name), plan.states[name]
+        job, st = jobs.get(name), plan.states[name]
         if job is None:
             continue
         limit = job.spec.time_limit
