@@ -1,11 +1,13 @@
-"""The scheduler: which pending jobs get which GPUs this pass, and why the others wait.
+"""The scheduler: which pending jobs get which GPUs (and cores, and shm) this pass, and why the others wait.
 
-A pure function of (requests in queue order, GPU slots, strategy, topology). It never starts
-anything and never reads files; the same inputs give the same bindings (``random`` included: it
-is seeded by the job's name).
+A pure function of (requests in queue order, GPU slots, strategy, topology, the other kinds' pools).
+It never starts anything and never reads files; the same inputs give the same bindings (``random``
+included: it is seeded by the job's name). Each resource kind is placed behind one interface
+(``controller.decide.placement``); this module walks the queue, checks quotas, caches a waiting
+job's reason per shape, and binds a job only when every kind it needs fits.
 
 Rules, in order:
-- Gang binding: a job gets all of its GPUs in one pass or none.
+- Gang binding: a job gets all of its GPUs in one pass or none, and all of its other kinds with them.
 - ``Exclusive`` jobs take ``Free`` GPUs; ``Shared`` jobs co-locate on ``Free``/``Shared`` GPUs while
   the declared ``gpuMemory`` of every Shared job there plus what foreign processes use fits.
 - Quotas: a job whose user or label group would go over its GPU quota waits with reason ``Quota``
@@ -22,6 +24,8 @@ Rules, in order:
   - ``firstfit``: nothing is held; any job that fits starts (what greedy schedulers do; starves
     big jobs).
 - A job that can never fit on this machine is ``Unschedulable``, with the numbers.
+- Cores and counted kinds (``resources.cpus``, ``resources.shm``) are asked after GPUs, with the same
+  backfill (``controller.decide.placement.booking``); the first that does not fit says why.
 - Reservations (``kind: Reservation``): a request's ``fenced`` GPUs are not for it this pass
   (``controller.decide.reservations`` says which); when they are all that keeps it from fitting,
   it waits with reason ``Reserved`` and holds nothing.
