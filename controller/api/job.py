@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 from controller import API_VERSION
 from controller.api.names import is_valid_name
 from controller.api.units import parse_duration, parse_quantity
+from controller.model.resources import COUNTED, EMPTY, KINDS, ResourceVector
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -191,6 +192,20 @@ class Resources(_Model):
     pids: StrictInt | None = Field(
         default=None, ge=1, description="At most this many processes and threads in the job (a fork bomb is contained)."
     )
+    shm: Quantity | None = Field(
+        default=None,
+        description="Shared memory (/dev/shm) the job uses, booked against the size of the machine's /dev/shm so "
+        "that running jobs together do not fill it; the job waits until enough is free. Not yet a per-job limit.",
+    )
+
+    def requests(self) -> ResourceVector:
+        """Everything it asks for, one vector keyed by kind (controller.model.resources.KINDS)."""
+        return ResourceVector({kind: getattr(self, kind) or 0 for kind in KINDS})
+
+    def counted(self) -> ResourceVector:
+        """The counted kinds it asks for (controller.model.resources.COUNTED), as one vector."""
+        amounts = {kind: value for kind in COUNTED if (value := getattr(self, kind))}
+        return ResourceVector(amounts) if amounts else EMPTY  # most jobs ask none: no new object per pass
 
 
 class Dependency(_Model):

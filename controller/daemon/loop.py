@@ -65,6 +65,7 @@ class Controller:
         # known, or a cluster backend places jobs); replaced whole each pass, read by the watcher thread
         self._review_slots: list[GpuSlot] | None = None
         self._review_cores: frozenset[int] | None = None
+        self._review_capacity: dict[str, int] = {}
         self.passes = 0
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
@@ -288,6 +289,7 @@ class Controller:
         self.memory = Memory.after(plan)
         self._review_slots = list(plan.slots) if snapshot.bind_gpus else None
         self._review_cores = plan.cores.cores if plan.cores is not None else None
+        self._review_capacity = snapshot.host.capacity  # the counted kinds' (resources.shm)
         try:
             self.writer.write(plan, now, full, first=self.passes == 0, after_statuses=self.runtime.purge)
         except OSError as exc:
@@ -327,7 +329,7 @@ class Controller:
     def _never_fits(self, job: AdmittedJob) -> str | None:
         """The review's verdict: why ``job`` can never start on this machine's GPUs, if so."""
         slots = self._review_slots
-        return None if slots is None else never_fits(request_of(job), slots, self._review_cores)
+        return None if slots is None else never_fits(request_of(job), slots, self._review_cores, self._review_capacity)
 
     def _watch(self) -> Any:
         """watchdog thread: file events mark paths dirty; the loop decides when to pass."""

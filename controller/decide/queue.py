@@ -17,6 +17,7 @@ from controller.api.units import format_cpu_list as format_cores
 from controller.decide.gates import admissible
 from controller.decide.lifecycle import Pending
 from controller.decide.limits import Offer, Waiting, clamp, over_queue_limit, over_running_limits, user_class
+from controller.decide.placement.counted import counted_pools
 from controller.decide.policy import (
     QueueEntry,
     charge,
@@ -39,6 +40,7 @@ from controller.model.records import JobState
 from controller.model.scheduling import (
     Binding,
     CorePool,
+    CountPool,
     GpuSlot,
     Holder,
     QuotaUse,
@@ -59,12 +61,13 @@ def schedule_pending(plan: Plan, snap: Snapshot, pending: list[Pending], now: fl
     pending = _queue_limit(plan, snap, pending, now_text)  # 0. at most maxPendingJobsPerUser wait per user
     plan.slots = _slots(plan, snap, looked_at, quotas)  # 1. the GPUs, and who holds them
     plan.cores = _cores(plan, snap, looked_at)  # ... and the CPU cores
+    counted = counted_pools(plan, snap, _holding(plan, snap, looked_at))  # ... and the counted kinds (shm)
     entries = _order(plan, snap, pending, now)  # 2. queue order: class, fair share, aging; priority within a user
     ready = admissible(plan, snap, pending, now)  # 3. the gates
     ready = _running_limits(plan, snap, ready, looked_at)  # ... and maxRunningJobsPerUser, maxRunningCpuJobs
     requests = [_request(job, snap, quotas) for _, job in ready]
     requests = fence_queue(requests, [job.owner_uid for _, job in ready], plan, snap, now)  # reservations
-    decisions = _bind(plan, snap, ready, requests, quotas, now, now_text)  # 4. bind (and preempt)
+    decisions = _bind(plan, snap, ready, requests, quotas, now, now_text, counted)  # 4. bind (and preempt)
     started = _start_or_queue(plan, snap, ready, decisions, now, now_text, entries)  # 5. start or queue
     # a dependent's message names its parent's phase: one more pass shows "Running", not "Pending"
     if started and any(st.reason == Reason.Dependency for st, _ in pending):
@@ -299,18 +302,18 @@ def request_of(job: AdmittedJob, quota_keys: tuple[str, ...] = ()) -> Request:
     resources = job.spec.resources
     return Request(
         job.name, resources.gpus, resources.gpu_type, resources.gpu_memory, job.spec.sharing == "Shared",
-        job.spec.time_limit, quota_keys, resources.cpus or 0,
+        job.spec.time_limit, quota_keys, resources.cpus or 0, amounts=resources.counted(),
     )
 
 
 def _bind(
     plan: Plan, snap: Snapshot, ready: list[Pending], requests: list[Request], quotas: dict[str, QuotaUse],
-    now: float, now_text: str,
+    now: float, now_text: str, counted: dict[str, CountPool],
 ) -> dict[str, Binding | Wait]:
     if not snap.bind_gpus:  # the cluster queues and places jobs; its reasons come back through the runtime
         return {r.name: Binding([], []) for r in requests}
     decisions = schedule(requests, plan.slots, snap.strategy, snap.topology, mode=snap.policy.mode, now=now, quotas=quotas,
-                         cores=plan.cores)
+                         cores=plan.cores, counted=counted)
     if snap.policy.preemption_threshold is not None:
         _preempt(plan, snap, ready, requests, decisions, now_text)
     return decisions

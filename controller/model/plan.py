@@ -111,6 +111,7 @@ class Host:
     user_names: dict[int, str] = field(default_factory=dict)  # manifest owner uid -> name (quotas)
     local_tz: tzinfo = timezone.utc  # how a ``startAfter`` without an offset is read
     cores: frozenset[int] = frozenset()  # the CPU cores jobs may be pinned to (gflowd's affinity); empty: not booked
+    capacity: dict[str, int] = field(default_factory=dict)  # counted kind -> the machine's amount (model/resources.py)
     # user names a Reservation lists -> uid; None: no such user (Rejected). A name not looked up is absent.
     user_ids: dict[str, int | None] = field(default_factory=dict)
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from controller.model.gpus import Gpu
+from controller.model.resources import EMPTY, ResourceVector
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class Request:
     fenced: frozenset[int] = frozenset()  # GPUs a Reservation keeps from it now (decide/reservations.py)...
     fenced_why: str = ""  # ...and the message naming them, their users and window
     preferred: frozenset[int] = frozenset()  # reserved GPUs it may use: taken first, the others stay open
+    amounts: ResourceVector = EMPTY  # counted kinds (resources.shm ...): controller.model.resources.COUNTED
 
 
 @dataclass
@@ -63,6 +65,20 @@ class CorePool:
 
     def free(self) -> list[int]:
         return sorted(c for c in self.cores if c not in self.taken)
+
+
+@dataclass
+class CountPool:
+    """A counted kind (``resources.shm``) as the scheduler sees it: the machine's capacity of it, and
+    what each running job booked until when. Updated by a pass as it binds."""
+
+    kind: str  # a name in controller.model.resources.COUNTED
+    capacity: int
+    used: dict[str, int] = field(default_factory=dict)  # job -> the amount it booked
+    free_at: dict[str, float] = field(default_factory=dict)  # job -> when its timeLimit ends
+
+    def free(self) -> int:
+        return max(0, self.capacity - sum(self.used.values()))
 
 
 @dataclass(frozen=True)

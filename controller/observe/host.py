@@ -61,6 +61,16 @@ def user_name(uid: int) -> str | None:
         return None
 
 
+def machine_capacity(shm: str = "/dev/shm") -> dict[str, int]:
+    """The machine's amount of each counted kind (``controller.model.resources.COUNTED``): the size
+    of /dev/shm, which every job's shared memory comes out of. Absent: that kind is not booked."""
+    try:
+        fs = os.statvfs(shm)
+    except OSError:
+        return {}
+    return {"shm": fs.f_blocks * fs.f_frsize} if fs.f_blocks else {}
+
+
 class HostFacts:
     """Reads the host facts for each pass. conda is looked up on a resync only (a ``which`` per
     pass would cost more than the pass); user names once per uid, and only when quotas or the admin's policy name users."""
@@ -69,6 +79,7 @@ class HostFacts:
         self.controller_uid = os.geteuid()
         # the cores gflowd may run on (a taskset or cpuset around it narrows them): what jobs are pinned to
         self.cores = frozenset(os.sched_getaffinity(0))
+        self.capacity = machine_capacity()  # the counted kinds' amounts (resources.shm)
         self.local_tz = LocalTime()
         self._conda: bool | None = None
         self._want_names = want_user_names
@@ -99,6 +110,7 @@ class HostFacts:
             user_names=self._names,
             local_tz=self.local_tz,
             cores=self.cores,
+            capacity=self.capacity,
             user_ids=self._ids,
         )
 

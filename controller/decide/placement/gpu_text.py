@@ -1,0 +1,109 @@
+"""What GPU waits say: the messages of ``Unschedulable``, ``Resources``, ``Priority`` and ``GPUMemory``
+for GPUs, with their numbers (``needs 4 GPUs, 1 free (GPUs 0,2 allocated to a, b)``). Pure text of
+the GPU slots; ``controller.decide.placement.gpus`` decides, this says why. Users and tests read
+these words: change them only on purpose.
+"""
+
+from __future__ import annotations
+
+from controller.api.units import format_quantity
+from controller.model.reasons import Reason
+from controller.model.resources import KINDS, count
+from controller.model.scheduling import GpuSlot, Request, Wait
+
+
+def gpus_text(indices: list[int]) -> str:
+    return f"GPU{'s' if len(indices) != 1 else ''} {','.join(str(i) for i in indices)}"
+
+
+def gpu_count(n: int, what: str = KINDS["gpus"].noun) -> str:
+    return count(n, what)
+
+
+def describe_busy(slots: list[GpuSlot], held: dict[int, str] | None = None) -> str:
+    """Why GPUs are not free, grouped: ``GPUs 0,2 allocated to a, b; GPU 3 unmanaged: pid 4242``."""
+    held = held or {}
+    allocated = [s for s in slots if s.state == "Allocated" and s.jobs]
+    shared = [s for s in slots if s.state == "Shared" and s.jobs]
+    parts = []
+    if allocated:
+        jobs = list(dict.fromkeys(j for s in allocated for j in s.jobs))
+        parts.append(f"{gpus_text([s.index for s in allocated])} allocated to {', '.join(jobs)}")
+    if shared:
+        jobs = list(dict.fromkeys(j for s in shared for j in s.jobs))
+        parts.append(f"{gpus_text([s.index for s in shared])} shared by {', '.join(jobs)}")
+    for slot in slots:
+        if slot.state == "Unmanaged":
+            pids = ", ".join(str(p) for p in slot.foreign_pids[:3]) + (" ..." if len(slot.foreign_pids) > 3 else "")
+            parts.append(
+                f"GPU {slot.index} unmanaged: pid {pids} ({format_quantity(slot.foreign_memory)}) not started by gflow"
+            )
+    unhealthy = [s.index for s in slots if s.state == "Unhealthy"]
+    if unhealthy:
+        parts.append(f"{gpus_text(unhealthy)} unhealthy")
+    kept = [s for s in slots if s.index in held and s.state in ("Free", "Shared")]
+    if kept:
+        parts.append(f"{gpus_text([s.index for s in kept])} held for higher-priority job {held[kept[0].index]}")
+    return "; ".join(parts)
+
+
+def never_fits_text(req: Request, slots: list[GpuSlot], typed: list[GpuSlot]) -> str:
+    what = gpu_count(req.gpus)
+    if req.gpu_type and not typed:
+        names = sorted({s.gpu.name for s in slots})
+        have = ", ".join(names) if names else "no GPUs"
+        return f"needs {what} of type {req.gpu_type}, no GPU on this machine matches (it has: {have})"
+    if not slots:
+        return f"needs {what}, this machine has no GPUs"
+    if req.gpu_memory is not None:
+        big = [s for s in typed if s.gpu.memory_total >= req.gpu_memory]
+        if len(big) < req.gpus:
+            largest = max((s.gpu.memory_total for s in typed), default=0)
+            return (
+                f"needs {what} with {format_quantity(req.gpu_memory)} memory each, "
+                f"{gpu_count(len(big))} this large (largest {format_quantity(largest)})"
+            )
+    kind = f" {req.gpu_type}" if req.gpu_type else ""
+    usable = [s for s in typed if s.state not in ("Unhealthy", "Restricted")]
+    if len(usable) == len(typed):
+        return f"needs {what}{kind}, this machine has {len(typed)}"
+    notes = []
+    restricted = [s.index for s in typed if s.state == "Restricted"]
+    unhealthy = [s.index for s in typed if s.state == "Unhealthy"]
+    if restricted:
+        notes.append(f"{gpus_text(restricted)} restricted by the controller's gpus setting")
+    if unhealthy:
+        notes.append(f"{gpus_text(unhealthy)} unhealthy")
+    return f"needs {what}{kind}, this machine has {len(usable)} usable of {len(typed)} ({'; '.join(notes)})"
+
+
+def why_waiting(
+    req: Request,
+    usable: list[GpuSlot],
+    visible: list[GpuSlot],
+    room: list[GpuSlot],
+    taken_by: dict[int, list[str]],
+    held: dict[int, str],
+) -> Wait:
+    what = gpu_count(req.gpus)
+    holders = list(dict.fromkeys(held[s.index] for s in room if s.index in held))
+    if holders:
+        return Wait(
+            Reason.Priority,
+            f"waiting behind higher-priority job {', '.join(holders)}: needs {what}, "
+            f"{len(room)} free but held for it ({describe_busy(visible, held)})",
+        )
+    before = list(dict.fromkeys(name for s in usable for name in taken_by.get(s.index, ())))
+    if before:
+        return Wait(Reason.Priority, f"waiting behind higher-priority job {', '.join(before)}: needs {what}, {len(room)} free after it took GPUs")
+    if req.shared:
+        short = [s for s in usable if s.state in ("Free", "Shared") and s.shared_room() < (req.gpu_memory or 0)]
+        if short:
+            best = max(s.shared_room() for s in short)
+            return Wait(
+                Reason.GPUMemory,
+                f"needs {format_quantity(req.gpu_memory)} GPU memory on {what}, at most "
+                f"{format_quantity(max(best, 0)) or '0'} left on a shared GPU ({describe_busy(visible)})",
+            )
+    busy = describe_busy(visible, held)
+    return Wait(Reason.Resources, f"needs {what}, {len(room)} free" + (f" ({busy})" if busy else ""))
