@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 from controller.act.prune import prune_manifests
 from controller.act.runtime import Runtime
-from controller.model.documents import AdmittedJob
+from controller.model.documents import AdmittedJob, AdmittedReservation
 from controller.model.plan import Event, Plan, RunObservation
 from controller.model.reasons import EventType, Phase, Reason
 
@@ -27,7 +27,7 @@ class Acted:
 
 
 def act(
-    plan: Plan, runtime: Runtime, prune: Callable[[Iterable[AdmittedJob]], list[str]] = prune_manifests
+    plan: Plan, runtime: Runtime, prune: Callable[[Iterable[AdmittedJob | AdmittedReservation]], list[str]] = prune_manifests
 ) -> Acted:
     """Stop, retune, forget, prune, then start; the plan's records of the started jobs get their pids."""
     acted = Acted()

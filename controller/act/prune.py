@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Iterable
 
-from controller.model.documents import AdmittedJob
+from controller.model.documents import AdmittedJob, AdmittedReservation
 from controller.util.fsutil import LockBusy, RewriteError, rewrite_locked
 from controller.util.manifest_edit import join_documents
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
@@ -19,7 +19,7 @@ from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_on
 log = logging.getLogger("gflowd")
 
 
-def prune_manifests(jobs: Iterable[AdmittedJob], within: Path | None = None) -> list[str]:
+def prune_manifests(jobs: Iterable[AdmittedJob | AdmittedReservation], within: Path | None = None) -> list[str]:
     """Cut these jobs out of their manifests (inside ``within``). Returns the files changed."""
     by_path: dict[str, list[str]] = {}
     for job in jobs:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
+from pydantic.fields import FieldInfo
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -141,6 +142,10 @@ UserRef = Annotated[
 ]
 
 
+def _every_user() -> list[str | int]:
+    return ["*"]
+
+
 def _check_range(value: list[int]) -> list[int]:
     if len(value) != 2 or value[0] > value[1]:
         raise ValueError(f"expected [LOW, HIGH] with LOW <= HIGH, got {value!r}")
@@ -171,7 +176,7 @@ class ReservationPolicy(_Model):
     defaults are deliberately tight: a user reserves one GPU for a day at most, a week ahead."""
 
     users: list[UserRef] = Field(
-        default_factory=lambda: ["*"], description='Who may reserve besides admins ("*": every user; []: admins only)'
+        default_factory=_every_user, description='Who may reserve besides admins ("*": every user; []: admins only)'
     )
     max_gpus: int = Field(default=1, ge=0, description="Most GPUs one Reservation of a non-admin may hold")
     max_duration: Duration = Field(default=86400.0, gt=0, description="Longest window of a non-admin's Reservation")
@@ -334,10 +339,10 @@ class ControllerConfig(_Model):
     )
 
 
-def flag_fields() -> list[tuple[tuple[str, ...], object]]:
+def flag_fields() -> list[tuple[tuple[str, ...], FieldInfo]]:
     """Every setting that is also a ``gflowd`` flag, as (path, field info): nested models
     (``slurm``) give one flag per key, ``--slurm-partition`` for ``slurm.partition``."""
-    out: list[tuple[tuple[str, ...], object]] = []
+    out: list[tuple[tuple[str, ...], FieldInfo]] = []
     for name, info in ControllerConfig.model_fields.items():
         if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("flag") is False:
             continue  # config.yaml only (e.g. webhooks: a list of mappings)
@@ -370,7 +375,7 @@ class ConfigError(Exception):
     pass
 
 
-def _by_alias(model: type, mapping: dict) -> dict:
+def _by_alias(model: type[BaseModel], mapping: dict) -> dict:
     """Keys spelt as config.yaml documents them (camelCase), whichever spelling was used, so a flag
     (``metrics_port``) and the file's key (``metricsPort``) for one setting merge, the flag winning,
     instead of reaching the model as two keys."""

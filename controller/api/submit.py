@@ -88,6 +88,7 @@ def parse_flags(tokens: list[str], *, where: str = "", directive: bool = False) 
             return options, tokens[i + 1 :], True
         if not token.startswith("-") or token == "-":
             return options, tokens[i:], False
+        value: str | bool
         name, eq, value = token.partition("=")
         flag = _BY_NAME.get(name)
         if flag is None and not eq and len(name) > 2 and name[1] != "-" and name[:2] in _BY_NAME:
@@ -274,7 +275,7 @@ _SLURM_CONDITIONS = {"afterok": "Succeeded", "afternotok": "Failed", "afterany":
 
 
 def _sbatch_dependency(value: str, where: str, warnings: list[str]) -> list[str]:
-    after = []
+    after: list[str] = []
     for item in re.split(r"[,?]", value):
         kind, _, names = item.partition(":")
         condition = _SLURM_CONDITIONS.get(kind)
@@ -553,6 +554,7 @@ def build(
     if matrix is not None:
         sweep["matrix"] = matrix
     else:
+        assert array is not None  # a job with neither returned above
         sweep["indices"], parallelism = array
         # scripts written for Slurm or gbatch read their index from these; {index} is each child's
         spec["env"] = {"SLURM_ARRAY_TASK_ID": "{index}", "GFLOW_ARRAY_TASK_ID": "{index}", **spec.get("env", {})}

@@ -108,6 +108,7 @@ def _validate_reservation(
     reservation = _validated(Reservation, data, name, source=source, path=path, doc_index=doc_index, text=text, mtime_ns=mtime_ns)
     if isinstance(reservation, Rejection):
         return reservation
+    assert name is not None  # _validated rejects a nameless document
     return AdmittedReservation(name, reservation, source, path, doc_index, document_hash(reservation.spec), owner_uid, mtime_ns)
 
 
@@ -146,6 +147,7 @@ def _validate_sweep(
     sweep = _validated(Sweep, data, name, source=source, path=path, doc_index=doc_index, text=text, mtime_ns=mtime_ns)
     if isinstance(sweep, Rejection):
         return [sweep]
+    assert name is not None  # _validated rejects a nameless document
     try:
         expanded = expand(sweep, name, source=source, path=path, doc_index=doc_index, owner_uid=owner_uid, mtime_ns=mtime_ns)
     except ValueError as exc:  # a child's spec is invalid after substitution

@@ -10,6 +10,7 @@ cheap (no pydantic, no YAML library); each method loads what it needs when calle
 
 from __future__ import annotations
 
+import builtins
 import os
 import time as _time
 import warnings
@@ -215,7 +216,7 @@ class Client:
         rows = job_rows(self.home)
         return [Job.from_row(name, row) for name, row in select_rows(rows, [], _selector(labels), phases)]
 
-    def gpus(self) -> list[Gpu]:
+    def gpus(self) -> builtins.list[Gpu]:  # builtins: the method `list` shadows the type here
         """The GPUs gflowd last saw (``node.yaml``); empty before it wrote one."""
         return [Gpu.from_node(g) for g in (read_node(self.home) or {}).get("gpus") or []]
 
@@ -314,7 +315,7 @@ class Client:
         return submit_function(self, fn, args, kwargs, gpus=gpus, job_options=dict(job_options or {}))
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any], *, gpus: int = 1, parallelism: int = 4,
-            **job_options: Any) -> "list[Future]":
+            **job_options: Any) -> builtins.list[Future]:
         """``fn(item)`` for every item, as one Sweep (at most ``parallelism`` at once); the futures
         in the order of ``items``."""
         from controller.client.functions import map_function  # lazy: cloudpickle only here

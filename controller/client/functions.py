@@ -138,7 +138,7 @@ class Future:
         if not isinstance(exc, BaseException):
             exc = RemoteError(f"job/{self.job} raised {outcome.get('type')}: {outcome.get('message')}")
         exc.add_note(note)
-        exc.remote_traceback = outcome.get("traceback")  # type: ignore[attr-defined]
+        exc.remote_traceback = outcome.get("traceback")
         return exc
 
 

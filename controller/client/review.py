@@ -166,14 +166,14 @@ def ask_socket(path: Path, inputs: list[tuple[str, str]], timeout: float = ANSWE
     for item, folder in zip(items, folders or []):
         if folder is not None:
             item["folder"] = folder
-    folder = None
+    folder_fd = None
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as conn:
             conn.settimeout(timeout)
             address = str(path)
-            if len(os.fsencode(address)) >= 100:  # past sun_path's 108 bytes: through the folder's descriptor
-                folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                address = f"/proc/self/fd/{folder}/{path.name}"
+            if len(os.fsencode(address)) >= 100:  # past sun_path's 108 bytes: through the folder_fd's descriptor
+                folder_fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                address = f"/proc/self/fd/{folder_fd}/{path.name}"
             conn.connect(address)
             conn.sendall(json.dumps({"inputs": items}).encode())
             conn.shutdown(socket.SHUT_WR)
@@ -184,6 +184,6 @@ def ask_socket(path: Path, inputs: list[tuple[str, str]], timeout: float = ANSWE
     except (OSError, ValueError, KeyError, TypeError):
         return None
     finally:
-        if folder is not None:
-            os.close(folder)
+        if folder_fd is not None:
+            os.close(folder_fd)
     return answered if isinstance(answered, list) and len(answered) == len(inputs) else None

@@ -48,7 +48,7 @@ def format_traceback(exc: BaseException, sources: dict[str, str]) -> str:
     report = traceback.TracebackException(type(exc), exc, exc.__traceback__, lookup_lines=False)
     chain: list[tuple[traceback.TracebackException, BaseException]] = []
     seen: set[int] = set()
-    pending = [(report, exc)]
+    pending: list[tuple[traceback.TracebackException | None, BaseException | None]] = [(report, exc)]
     while pending:
         part, raised = pending.pop()
         if part is None or raised is None or id(raised) in seen:

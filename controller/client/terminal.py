@@ -131,7 +131,7 @@ def _relay(sock: socket.socket, stdin: int, stdout: int, wake_r: int) -> int | N
     frames = _Frames()
     reading_stdin = True
     while True:
-        watched = [sock, wake_r] + ([stdin] if reading_stdin else [])
+        watched: list[socket.socket | int] = [sock, wake_r, *([stdin] if reading_stdin else [])]
         ready, _, _ = select.select(watched, [], [])
         if wake_r in ready:
             signals = os.read(wake_r, 512)
@@ -208,7 +208,7 @@ def _relay_exec(sock: socket.socket, stdin: int, stdout: int, stderr: int, wake_
     frames = _Frames()
     reading_stdin, in_flight = True, 0
     while True:
-        watched = [sock, wake_r] + ([stdin] if reading_stdin and in_flight < EXEC_WINDOW else [])
+        watched: list[socket.socket | int] = [sock, wake_r, *([stdin] if reading_stdin and in_flight < EXEC_WINDOW else [])]
         try:
             ready, _, _ = select.select(watched, [], [])
         except InterruptedError:

@@ -22,20 +22,20 @@ def admit_observed(snap: Snapshot) -> AdmissionResult:
     """The snapshot's manifests admitted: the previous pass's result patched with the documents
     that changed when that is simple (:func:`admit_changes`), else every document afresh."""
     manifests, host, previous = snap.manifests, snap.host, snap.previous
-    facts = {"controller_uid": host.controller_uid, "conda_available": host.conda_available, "serial": snap.serial}
+    uid, conda, serial = host.controller_uid, host.conda_available, snap.serial
     if (
         not manifests.full
         and previous is not None
         and (previous.controller_uid, previous.conda_available) == (host.controller_uid, host.conda_available)
     ):
-        patched = admit_changes(previous, manifests.gone, manifests.came, **facts)
+        patched = admit_changes(previous, manifests.gone, manifests.came, controller_uid=uid, conda_available=conda, serial=serial)
         if patched is not None:
             return patched
     # a resync, or a change that needs every document (duplicates, sweeps, cycles)
     current = {name: st.manifest for name, st in snap.states.items() if st.manifest and not st.owner}
     current.update({name: sw.manifest for name, sw in snap.sweep_states.items() if sw.manifest})
     current.update({name: r.manifest for name, r in snap.reservation_states.items() if r.manifest})
-    return admit(manifests.documents, current, **facts)
+    return admit(manifests.documents, current, controller_uid=uid, conda_available=conda, serial=serial)
 
 
 def admit(
@@ -165,10 +165,11 @@ def admit_changes(
         conda_available=conda_available,
     )
     for doc in gone:
-        job = result.jobs.pop(doc.name, None)
+        gone_name = doc.name or ""  # a nameless rejection is under no name
+        job = result.jobs.pop(gone_name, None)
         if job is not None and job.ttl is not None:
             result.ttl_jobs -= 1
-        result.rejected.pop(doc.name, None)
+        result.rejected.pop(gone_name, None)
     for doc in came:
         doc = check_environment(doc, controller_uid, conda_available)
         if isinstance(doc, AdmittedJob):
@@ -196,9 +197,9 @@ def _patchable(
         involved.add(doc.name)
     gone_ids = {id(doc) for doc in gone}
     for doc in gone:  # each must be its name's one definition in the previous result
-        if previous.jobs.get(doc.name) is not doc and previous.rejected.get(doc.name) is not doc:
+        if previous.jobs.get(doc.name or "") is not doc and previous.rejected.get(doc.name or "") is not doc:
             return None  # e.g. it lost a contest, or was turned into a Forbidden rejection
-    came_names = [doc.name for doc in came]
+    came_names = [doc.name or "" for doc in came]
     if len(set(came_names)) != len(came_names):
         return None
     for name in came_names:  # nothing that stays may already define the name

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 
+from controller.model.documents import AdmissionResult
 from controller.model.plan import Plan, Snapshot
 from controller.model.reasons import Phase, Reason
 
@@ -36,18 +37,18 @@ def parked_backlog(plan: Plan, snap: Snapshot, names: set[str]) -> set[str]:
     unless its document, process or name changed (set operations); only the rest is looked at one
     by one. An owner's head is refilled from the parked jobs (the one step that reads them all)
     when it has fewer than REFILL left, i.e. once per ~128 of their jobs started."""
-    adm, prev = snap.admission, snap.previous
+    adm, prev = snap.admitted, snap.previous
     if prev is None or len(names) <= QUEUE_DEPTH:
         return set()
     before = snap.parked or {}
-    moved = _moved(snap, names) if before else set()
-    kept: dict[int, set[str]] = {}
+    moved = _moved(snap, prev, names) if before else set()
+    kept: dict[int, frozenset[str] | set[str]] = {}
     for owner, jobs in before.items():
         still = (jobs & names) - moved
         if still:
             kept[owner] = still
     looked = set().union(*kept.values()) if kept else set()
-    heads = _heads(snap, names - looked if looked else names)
+    heads = _heads(snap, prev, names - looked if looked else names)
     parked: set[str] = set()
     for owner in heads.keys() | kept.keys():
         head, waiting = heads.get(owner, []), kept.get(owner, set())
@@ -63,10 +64,10 @@ def parked_backlog(plan: Plan, snap: Snapshot, names: set[str]) -> set[str]:
     return parked
 
 
-def _moved(snap: Snapshot, names: set[str]) -> set[str]:
+def _moved(snap: Snapshot, prev: AdmissionResult, names: set[str]) -> set[str]:
     """The names of ``names`` whose document, process or duplicate status may have changed since
     the last pass. A full admission (a resync) keeps the documents of unchanged files: identity."""
-    adm, prev = snap.admission, snap.previous
+    adm = snap.admitted
     if adm is prev:
         touched: set[str] = set()
     elif adm.base == prev.serial:
@@ -77,9 +78,9 @@ def _moved(snap: Snapshot, names: set[str]) -> set[str]:
     return touched.union(snap.runs, adm.duplicates, prev.duplicates)
 
 
-def _heads(snap: Snapshot, names: set[str]) -> dict[int, list[Key]]:
+def _heads(snap: Snapshot, prev: AdmissionResult, names: set[str]) -> dict[int, list[Key]]:
     """Per owner, the queue keys of the jobs of ``names`` that may be parked."""
-    adm, prev, states, runs = snap.admission, snap.previous, snap.states, snap.runs
+    adm, states, runs = snap.admitted, snap.states, snap.runs
     patched = adm.base == prev.serial
     by_owner: dict[int, list[Key]] = {}
     for name in names:
@@ -97,4 +98,4 @@ def _heads(snap: Snapshot, names: set[str]) -> dict[int, list[Key]]:
 
 def _key(snap: Snapshot, name: str) -> Key:
     """A parked job's place in its owner's queue: priority, then age, then name."""
-    return -snap.admission.jobs[name].priority, snap.states[name].created, name
+    return -snap.admitted.jobs[name].priority, snap.states[name].created, name

@@ -9,6 +9,7 @@ GPU-memory overuse or an idleTimeout fails it with that reason, once).
 from __future__ import annotations
 
 import signal as signal_mod
+from typing import Callable
 
 from controller.api.units import format_duration
 from controller.model.conditions import remove_condition, set_condition
@@ -109,7 +110,7 @@ def _deleted(state: JobState, run: RunObservation, stop: dict | None, how: str) 
 
 
 # every StopReason has its outcome here (tests/test_exits.py checks that none is missing)
-STOPPED = {
+STOPPED: dict[str, Callable[[JobState, RunObservation, dict | None, str], None]] = {
     StopReason.Suspended: _suspended,
     StopReason.UserCancelled: _cancelled,
     StopReason.Preempted: _preempted,

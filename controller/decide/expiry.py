@@ -9,11 +9,11 @@ from controller.model.reasons import TERMINAL_PHASES, EventType, Reason
 
 
 def expire(plan: Plan, snap: Snapshot, now: float) -> None:
-    if snap.default_ttl is None and snap.finished_history is None and not snap.admission.ttl_jobs:
+    if snap.default_ttl is None and snap.finished_history is None and not snap.admitted.ttl_jobs:
         return
     finished = []
     for name, state in plan.states.items():
-        job = snap.admission.jobs.get(name)
+        job = snap.admitted.jobs.get(name)
         if job is None or job.owner is not None or state.phase not in TERMINAL_PHASES:
             continue
         done_at = state.completion_time or now
@@ -31,5 +31,5 @@ def expire(plan: Plan, snap: Snapshot, now: float) -> None:
         for _, name, job in finished[: len(finished) - snap.finished_history]:
             if name not in already:
                 plan.expired.append(job)
-    for job in plan.expired:
-        plan.events.append(Event(EventType.Normal, Reason.Expired, job.name, f"finished job removed: its manifest {job.source} is deleted"))
+    for gone in plan.expired:
+        plan.events.append(Event(EventType.Normal, Reason.Expired, gone.name, f"finished job removed: its manifest {gone.source} is deleted"))

@@ -64,7 +64,7 @@ def _held(
         state.message = f"starts after {rfc3339(not_before)} (in {format_duration(not_before - now)})"
         plan.wake(not_before)
         return True
-    blocked = dependency_block(state, job, all_states, now, snap.admission.sweeps)
+    blocked = dependency_block(state, job, all_states, now, snap.admitted.sweeps)
     if blocked is not None:
         if blocked == "failed":
             plan.again = True
@@ -72,7 +72,7 @@ def _held(
     if job.owner is not None and job.owner in budgets:
         budget = budgets[job.owner]
         if budget[0] <= 0:
-            cap, running = snap.admission.sweeps[job.owner].parallelism, budget[1]
+            cap, running = snap.admitted.sweeps[job.owner].parallelism or 0, budget[1]
             state.reason = Reason.Parallelism
             # only the running ones are counted as such: the others passed this gate and wait for GPUs
             ahead = f", {cap - running} ahead of it waiting to start" if cap > running else ""
@@ -85,7 +85,7 @@ def _held(
 def _parallelism_budgets(plan: Plan, snap: Snapshot) -> dict[str, list[int]]:
     """Sweeps with a parallelism cap: [how many more children may start this pass, how many run]."""
     budgets: dict[str, list[int]] = {}
-    for sweep_name, sweep in snap.admission.sweeps.items():
+    for sweep_name, sweep in snap.admitted.sweeps.items():
         if sweep.parallelism is not None:
             running = sum(
                 1 for c in sweep.children

@@ -32,13 +32,13 @@ Pending = tuple[JobState, AdmittedJob]  # a job that waits to start: its new rec
 def step(plan: Plan, snap: Snapshot, name: str, now: float, now_text: str) -> Pending | None:
     """Decide job ``name``'s record for this pass (into ``plan``); a job that should start, if it
     may, comes back for the queue."""
-    adm = snap.admission
+    adm = snap.admitted
     old, run = snap.states.get(name), snap.runs.get(name)
     job, rejection = adm.jobs.get(name), adm.rejected.get(name)
-    if _unchanged(snap, name, old, job, rejection, run):
+    if old is not None and _unchanged(snap, name, old, job, rejection, run):
         plan.states[name] = old
         return None
-    if _refused_by_queue_limit(snap, name, old, job, rejection, run):
+    if old is not None and _refused_by_queue_limit(snap, name, old, job, rejection, run):
         plan.states[name] = old  # a QueueLimit refusal stands until the manifest changes (decide/limits.py)
         return None
     if run is not None and already_recorded(old, run):
@@ -46,7 +46,7 @@ def step(plan: Plan, snap: Snapshot, name: str, now: float, now_text: str) -> Pe
         # shows it again after a restart: drop them, never count the same exit twice
         plan.consumed.append(name)
         run = None
-    if job is None and rejection is None and old is not None and old.owner in adm.rejected:
+    if job is None and rejection is None and old is not None and old.owner is not None and old.owner in adm.rejected:
         # its Sweep's manifest turned invalid: that is not a delete; report, keep what runs
         rejection = adm.rejected[old.owner]
     if job is None and rejection is None:
@@ -54,7 +54,8 @@ def step(plan: Plan, snap: Snapshot, name: str, now: float, now_text: str) -> Pe
         return None
     state = old.copy() if old is not None else JobState(name=name, created=now)
     if job is None:
-        _rejected(plan, state, old, rejection, run, now_text)
+        if rejection is not None:  # (both None returned above)
+            _rejected(plan, state, old, rejection, run, now_text)
         return None
     _admitted(state, old, job, adm.duplicates, now_text)
     if run is not None and run.running:
@@ -93,7 +94,7 @@ def _unchanged(
     """Nothing about this job can change: its record is carried over as is."""
     if run is not None or old is None:
         return False
-    adm, prev = snap.admission, snap.previous
+    adm, prev = snap.admitted, snap.previous
     # A finished (or rejected) job whose manifest document is the very object the last pass saw,
     # with no process, cannot change. This makes a pass cost what changed, not what exists
     # (10,000 finished jobs cost ~10 ms, not ~500).
@@ -118,7 +119,7 @@ def _refused_by_queue_limit(
     return (
         old is not None and job is not None and rejection is None and run is None
         and old.phase == Phase.Rejected and old.reason == Reason.QueueLimit
-        and old.spec_hash == job.spec_hash and name not in snap.admission.duplicates
+        and old.spec_hash == job.spec_hash and name not in snap.admitted.duplicates
     )
 
 

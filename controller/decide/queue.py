@@ -89,7 +89,7 @@ def carried_waiting(snap: Snapshot, names: set[str], now: float) -> set[str]:
     opened; the settings are the same. Empty when any of that fails (the whole queue is decided
     again). What other jobs did is checked by :func:`queue_memo_holds` once they are decided.
     Set operations and identity tests only: 10,000 waiting jobs cost ~2 ms here."""
-    memo, prev, adm = snap.queue_memo, snap.previous, snap.admission
+    memo, prev, adm = snap.queue_memo, snap.previous, snap.admitted
     if memo is None or prev is None or (memo.wake_at is not None and now >= memo.wake_at):
         return set()
     if adm.reservations or prev.reservations:
@@ -117,18 +117,19 @@ def carried_waiting(snap: Snapshot, names: set[str], now: float) -> set[str]:
 def queue_memo_holds(plan: Plan, snap: Snapshot, pending: list[Pending], decided: set[str]) -> bool:
     """After the other jobs were decided: no new job waits, none of them changed its phase, reason
     or GPUs (a dependency's parent, a sweep's child, a holder), and the GPUs are as they were."""
-    if pending:
+    memo = snap.queue_memo
+    if pending or memo is None:
         return False
     new, old = plan.states, snap.states
     for name in decided:
         now_, before = new.get(name), old.get(name)
         if (now_ is None) != (before is None):
             return False
-        if now_ is not before and (now_.phase, now_.reason, now_.devices, now_.cores) != (
+        if now_ is not before and now_ is not None and before is not None and (now_.phase, now_.reason, now_.devices, now_.cores) != (
                 before.phase, before.reason, before.devices, before.cores):
             return False
     quotas = quota_table(snap.policy) if snap.policy.user_quotas or snap.policy.label_quotas else {}
-    return _slots(plan, snap, decided, quotas) == snap.queue_memo.slots
+    return _slots(plan, snap, decided, quotas) == memo.slots
 
 
 def remember_queue(plan: Plan, snap: Snapshot, pending: list[Pending], wake_at: float | None) -> QueueMemo | None:
@@ -156,7 +157,7 @@ def _slots(plan: Plan, snap: Snapshot, looked_at: set[str], quotas: dict[str, Qu
     for name in _holding(plan, snap, looked_at):  # records carried over unseen are settled: none holds a GPU
         st = plan.states[name]
         if st.devices:  # a held launch (Pending) keeps the GPUs it was bound to
-            job = snap.admission.jobs.get(name)
+            job = snap.admitted.jobs.get(name)
             shared = job is not None and job.spec.sharing == "Shared"
             mem = (job.spec.resources.gpu_memory or 0) if job is not None else 0
             limit = job.spec.time_limit if job is not None else None
@@ -188,7 +189,7 @@ def _cores(plan: Plan, snap: Snapshot, looked_at: set[str]) -> CorePool | None:
         st = plan.states[name]
         if not st.cores:
             continue
-        job = snap.admission.jobs.get(name)
+        job = snap.admitted.jobs.get(name)
         limit = job.spec.time_limit if job is not None else None
         ends_at = st.start_time + limit if limit is not None and st.start_time is not None else math.inf
         for core in st.cores:
@@ -273,7 +274,7 @@ def _running_limits(plan: Plan, snap: Snapshot, ready: list[Pending], looked_at:
     per_user = policy.max_running_per_user is not None or any(c.max_running is not None for c in policy.classes)
     if not ready or (not per_user and policy.max_running_cpu_jobs is None):
         return ready
-    names, jobs = snap.host.user_names, snap.admission.jobs
+    names, jobs = snap.host.user_names, snap.admitted.jobs
     by_user: Counter = Counter()
     cpu = 0
     for name in _holding(plan, snap, looked_at):
@@ -390,7 +391,7 @@ def _preempt(
             continue
         running = []
         for name, st in plan.states.items():
-            other = snap.admission.jobs.get(name)
+            other = snap.admitted.jobs.get(name)
             if st.phase != Phase.Running or not st.devices or other is None or name not in snap.runs:
                 continue
             if find_condition(st.conditions, Condition.Terminating) is not None:
@@ -400,7 +401,7 @@ def _preempt(
                 running.append(Running(name, rank, tuple(st.devices), st.start_time or 0.0))
         victims = preemption_victims(request, math.inf, plan.slots, running, 0)
         for victim in victims:
-            st, other = plan.states[victim], snap.admission.jobs[victim]
+            st, other = plan.states[victim], snap.admitted.jobs[victim]
             grace = other.spec.termination_grace_period
             why = f"preempted by job {job.name} (priority {job.spec.priority} vs {other.spec.priority}); returns to Pending"
             request_stop(plan, st, snap.runs[victim], StopReason.Preempted, why, snap.default_grace if grace is None else grace, now_text)
@@ -442,7 +443,7 @@ def _fair_share_usage(plan: Plan, snap: Snapshot, now: float) -> dict[int, float
         if st.start_time is None or not st.devices:
             continue
         end = now if st.phase == Phase.Running else st.completion_time
-        job = snap.admission.jobs.get(name)
+        job = snap.admitted.jobs.get(name)
         if end is None or job is None or now - end > 20 * half_life:  # < 1e-6 of its weight left
             continue
         usage[job.owner_uid] = usage.get(job.owner_uid, 0.0) + decayed_gpu_seconds(len(st.devices), st.start_time, end, now, half_life)

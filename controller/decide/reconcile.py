@@ -37,7 +37,7 @@ def decide(snap: Snapshot, now: float) -> Plan:
 
 def reconcile(snap: Snapshot, now: float) -> Plan:
     """Every job the pass must look at through its life cycle; the waiting ones through the queue."""
-    adm = snap.admission
+    adm = snap.admitted
     plan = Plan()
     names = changed_names(snap)
     carried: set[str] = set()
@@ -84,6 +84,7 @@ def _queue(plan: Plan, snap: Snapshot, names: set[str], carried: set[str], now: 
     for state, _job in pending:
         finish(plan, snap.states.get(state.name), state)
     if carried:  # nothing the queue reads moved: the same records (left in plan.states), the same wake-up
+        assert snap.queue_memo is not None  # waiting jobs are carried only with the memo that says why
         plan.queue_memo = snap.queue_memo
         queue_wake = snap.queue_memo.wake_at
     else:
@@ -105,7 +106,7 @@ def changed_names(snap: Snapshot) -> set[str] | None:
     prev = snap.previous
     if prev is None:
         return None
-    adm, states = snap.admission, snap.states
+    adm, states = snap.admitted, snap.states
     jobs, old_jobs, rejected, old_rejected = adm.jobs, prev.jobs, adm.rejected, prev.rejected
     if snap.unsettled is not None:
         names = set(snap.unsettled)

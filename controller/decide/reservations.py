@@ -81,7 +81,7 @@ def windows(records: Iterable[ReservationState]) -> list[Window]:
 def reservation_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
     """Every admitted Reservation's record into ``plan.reservations``; deleted ones are removed;
     expired ones past the TTL or beyond the history are handed to prune, as finished jobs are."""
-    admitted = snap.admission.reservations
+    admitted = snap.admitted.reservations
     olds = snap.reservation_states
     horizon = _horizon(snap)
     order = sorted(admitted.values(), key=lambda r: (not _kept(olds.get(r.name), r), _created(olds.get(r.name), now), r.mtime_ns, r.name))
@@ -89,6 +89,7 @@ def reservation_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
     for reservation in order:
         state = _resolve(reservation, olds.get(reservation.name), snap, accepted, now)
         if state.phase in LIVE_PHASES:
+            assert state.start is not None and state.end is not None  # a live reservation has its window
             accepted.append(state)
             plan.wake(state.start if state.phase == ReservationPhase.Pending else state.end)
             if state.start - horizon > now:  # it starts fencing jobs then
@@ -125,14 +126,15 @@ def _resolve(
     spec, tz = reservation.spec, snap.host.local_tz
     created = _created(old, now)
     start = _start_time(spec.start, created, tz)
+    end = start + spec.duration
     state = ReservationState(
         name=reservation.name, created=created, manifest=reservation.source, spec_hash=reservation.spec_hash,
         labels=dict(reservation.reservation.metadata.labels), users=list(spec.users),
-        start=start, end=start + spec.duration,
+        start=start, end=end,
         generation=(old.generation if old else 0) + (old is None or old.spec_hash != reservation.spec_hash),
     )
     when = window_text(state.start, state.end, tz, now)
-    if now >= state.end:
+    if now >= end:
         state.devices = list(spec.devices or (old.devices if old is not None and _kept(old, reservation) else []))
         state.phase, state.reason, state.completion_time = ReservationPhase.Expired, ReservationReason.WindowClosed, state.end
         state.message = f"window {when} ended"
@@ -146,14 +148,14 @@ def _resolve(
     problem = _unsatisfiable(spec, snap)
     if problem is not None:
         return _reject(state, ReservationReason.Unsatisfiable, f"{problem} ({reservation.source})")
-    overlapping = [a for a in accepted if a.start < state.end and state.start < a.end]
+    overlapping = [a for a in accepted if a.start is not None and a.end is not None and a.start < end and start < a.end]
     devices, clash = _devices(spec, old if _kept(old, reservation) else None, overlapping, snap, tz, now, when)
     if devices is None:
         return _reject(state, ReservationReason.Overlap, f"{clash} ({reservation.source})")
     state.devices = devices
     # no countdown in the message: the record (and its status file) changes only when something does
     state.message = f"{gpus_text(devices)} reserved for {', '.join(spec.users)} {when}"
-    if now < state.start:
+    if now < start:
         state.phase, state.reason = ReservationPhase.Pending, ReservationReason.Upcoming
     else:
         state.phase, state.reason = ReservationPhase.Active, ReservationReason.WindowOpen
@@ -233,7 +235,7 @@ def _expire(plan: Plan, snap: Snapshot, now: float) -> None:
     if snap.finished_history is not None and len(ended) > snap.finished_history:
         gone.extend(name for _, name in ended[: len(ended) - snap.finished_history] if name not in gone)
     for name in gone:
-        reservation = snap.admission.reservations[name]
+        reservation = snap.admitted.reservations[name]
         plan.expired.append(reservation)
         plan.events.append(Event(EventType.Normal, Reason.Expired, name, f"expired reservation removed: its manifest {reservation.source} is deleted", kind="reservation"))
 

@@ -260,7 +260,7 @@ def never_fits(
 
 
 def preemption_victims(
-    req: Request, priority: int, slots: list[GpuSlot], running: list[Running], threshold: int
+    req: Request, priority: float, slots: list[GpuSlot], running: list[Running], threshold: int
 ) -> list[str]:
     """The running jobs to stop so that ``req`` (priority ``priority``) fits, or none.
 

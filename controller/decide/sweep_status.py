@@ -20,7 +20,7 @@ COUNTED = (Phase.Pending, Phase.Running, Phase.Succeeded, Phase.Failed, Phase.Ca
 
 def sweep_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
     """Each Sweep's status from its children's records in ``plan``; deleted Sweeps are removed."""
-    for name, sweep in snap.admission.sweeps.items():
+    for name, sweep in snap.admitted.sweeps.items():
         old = snap.sweep_states.get(name)
         state = SweepState(name=name, created=old.created if old else now, generation=old.generation if old else 0)
         if old is None or old.spec_hash != sweep.spec_hash:
@@ -43,7 +43,7 @@ def sweep_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
             warning = state.phase == Phase.Failed
             plan.events.append(Event(EventType.Warning if warning else EventType.Normal, state.reason, name, state.message, kind="sweep"))
     for name in snap.sweep_states:
-        if name not in snap.admission.sweeps:
+        if name not in snap.admitted.sweeps:
             plan.removed_sweeps.append(name)
             plan.events.append(Event(EventType.Normal, Reason.Deleted, name, "manifest deleted; children stopped and removed", kind="sweep"))
 

@@ -77,7 +77,7 @@ class AdmittedJob:
         return self.real_dir or posixpath.dirname(self.path)
 
 
-_JOB_SLOT = AdmittedJob.job  # the slot itself; AdmittedJob.job becomes the lazy read of it
+_JOB_SLOT: Any = AdmittedJob.__dict__["job"]  # the slot itself; AdmittedJob.job becomes the lazy read of it
 
 
 class _LazyJob:

@@ -57,7 +57,7 @@ class Overlay(MutableMapping[K, V]):
         return default if value is _GONE else value
 
     def __contains__(self, key: object) -> bool:
-        value = self._delta.get(key, _MISSING)  # type: ignore[call-overload]
+        value = self._delta.get(key, _MISSING)  # type: ignore[arg-type]
         if value is _MISSING:
             return key in self._base
         return value is not _GONE

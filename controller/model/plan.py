@@ -161,6 +161,13 @@ class Snapshot:
     queue_memo: QueueMemo | None = None  # the last plan's: waiting jobs nothing has moved are carried over
     parked: dict[int, frozenset[str]] | None = None  # the last plan's: each owner's backlog beyond its queue head
 
+    @property
+    def admitted(self) -> AdmissionResult:
+        """The admission every step after ``decide()``'s first reads (it admits the snapshot first)."""
+        if self.admission is None:
+            raise ValueError("this snapshot is not admitted yet: decide() admits it first")
+        return self.admission
+
 
 @dataclass
 class Plan:

@@ -232,9 +232,9 @@ class JobState:
             raise ValueError(f"a journal row has {len(JOB_FIELDS)} fields")
         state = cls(*row)
         if type(state.conditions) is tuple:
-            state.conditions = FrozenConditions(state.conditions) if state.conditions else []  # type: ignore[assignment]
+            state.conditions = FrozenConditions(state.conditions) if state.conditions else []
         if type(state.usage) is tuple:
-            state.usage = FrozenMapping(state.usage) if state.usage else {}  # type: ignore[assignment]
+            state.usage = FrozenMapping(state.usage) if state.usage else {}
         for name in _EMPTY_SHARED:
             if not getattr(state, name):
                 setattr(state, name, _EMPTY_SHARED[name])

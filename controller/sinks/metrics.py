@@ -107,7 +107,7 @@ class _SnapshotCollector:
         used = GaugeMetricFamily("gflow_gpu_memory_used_bytes", "GPU memory in use (all processes).", labels=gpu_labels)
         total = GaugeMetricFamily("gflow_gpu_memory_total_bytes", "GPU memory.", labels=gpu_labels)
         util = GaugeMetricFamily("gflow_gpu_utilization_percent", "GPU utilization as NVML reports it.", labels=gpu_labels)
-        count = GaugeMetricFamily("gflow_gpu_allocated_jobs", "Jobs holding each GPU.", labels=["gpu"])
+        holders = GaugeMetricFamily("gflow_gpu_allocated_jobs", "Jobs holding each GPU.", labels=["gpu"])
         info = GaugeMetricFamily("gflow_gpu_job_info", "1 for each job on each GPU.", labels=["gpu", "job_name"])
         for slot in slots:
             gpu = slot.gpu
@@ -117,14 +117,14 @@ class _SnapshotCollector:
             total.add_metric(key, gpu.memory_total)
             if gpu.utilization is not None:
                 util.add_metric(key, gpu.utilization)
-            count.add_metric([str(gpu.index)], len(slot.jobs))
+            holders.add_metric([str(gpu.index)], len(slot.jobs))
             for job in slot.jobs:
                 info.add_metric([str(gpu.index), job], 1)
         gpus = GaugeMetricFamily("gflow_gpus", "GPUs by state.", labels=["state"])
         for state, n in by_state.items():
             gpus.add_metric([state], n)
         yield gpus
-        yield from (used, total, util, count, info)
+        yield from (used, total, util, holders, info)
         cores = self.cores
         if cores is not None:
             bound = len(cores.taken)

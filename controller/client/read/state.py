@@ -292,7 +292,7 @@ def sweep_params(home: Home, public: bool = False) -> Callable[[str | None, str 
         spec = data.get("spec") if isinstance(data, dict) else None
         return child_params(sweep, spec) if isinstance(spec, dict) else {}
 
-    def lookup(child: str, sweep: str | None) -> str:
+    def lookup(child: str | None, sweep: str | None) -> str:
         if not sweep:
             return ""
         if sweep not in cache:

@@ -6,7 +6,7 @@ sparkline, the lines ``describe`` prints). Standard library only: ``gflowctl top
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from controller.api.units import format_quantity
 from controller.paths import Home
@@ -65,7 +65,7 @@ def live_summary(usage: dict[str, Any], name: str, attempt: int | None) -> dict[
     return job["summary"]
 
 
-def sparkline(values: list[float], width: int = 20, top: float = 100.0) -> str:
+def sparkline(values: Sequence[float], width: int = 20, top: float = 100.0) -> str:
     """The last ``width`` values as bars from 0 to ``top``."""
     shown = values[-width:]
     return "".join(BARS[min(len(BARS) - 1, max(0, round(v / top * (len(BARS) - 1))))] for v in shown) if top > 0 else ""
