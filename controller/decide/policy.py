@@ -24,15 +24,18 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from controller.model.policy import Policy, ReservationLimits, UserClass
 from controller.model.scheduling import QuotaUse
 
+if TYPE_CHECKING:  # the config model, for annotations only
+    from controller.api.config import ControllerConfig
+
 LN2 = math.log(2)
 
 
-def policy_from_config(config, controller_uid: int | None = None) -> Policy:
+def policy_from_config(config: ControllerConfig, controller_uid: int | None = None) -> Policy:
     """The policy part of a :class:`controller.api.config.ControllerConfig`. ``controller_uid``: the
     user gflowd runs as, an admin of its instance (root's, or a user's own ``gflowd up``)."""
     mode, order = {

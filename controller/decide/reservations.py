@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from controller.api.units import format_duration
 from controller.decide.limits import reservation_violations
@@ -36,6 +36,9 @@ from controller.model.plan import Event, Host, Plan, Snapshot
 from controller.model.reasons import EventType, Reason, ReservationPhase, ReservationReason
 from controller.model.records import ReservationState
 from controller.model.scheduling import Request
+
+if TYPE_CHECKING:  # the schema, for annotations only
+    from controller.api.reservation import ReservationSpec
 
 LIVE_PHASES = (ReservationPhase.Pending, ReservationPhase.Active)
 
@@ -174,7 +177,7 @@ def _start_time(value: str, created: float, tz: tzinfo) -> float:
     return start_after_time(value, created, tz) or created
 
 
-def _unsatisfiable(spec, snap: Snapshot) -> str | None:
+def _unsatisfiable(spec: ReservationSpec, snap: Snapshot) -> str | None:
     """Why the machine can never give this reservation what it asks, with the numbers; or None."""
     allowed = snap.allowed_gpus
     usable = [g.index for g in snap.gpus if allowed is None or g.index in allowed]
@@ -184,7 +187,7 @@ def _unsatisfiable(spec, snap: Snapshot) -> str | None:
         if missing:
             have = f"GPUs {','.join(map(str, usable))}" if usable else "no GPUs"
             problems.append(f"spec.devices: {gpus_text(missing)} not on this machine (it has {have} to reserve)")
-    elif spec.gpus > len(usable):
+    elif (spec.gpus or 0) > len(usable):  # a model validator makes it one of gpus, devices
         problems.append(f"spec.gpus: reserves {spec.gpus} GPUs, this machine has {len(usable)}")
     unknown = [u for u in spec.users if snap.host.user_ids.get(u, 0) is None]
     if unknown:
@@ -193,7 +196,7 @@ def _unsatisfiable(spec, snap: Snapshot) -> str | None:
 
 
 def _devices(
-    spec, old: ReservationState | None, overlapping: list[ReservationState], snap: Snapshot, tz: tzinfo, now: float, when: str,
+    spec: ReservationSpec, old: ReservationState | None, overlapping: list[ReservationState], snap: Snapshot, tz: tzinfo, now: float, when: str,
 ) -> tuple[list[int] | None, str]:
     """The GPUs it holds, or None and why (an overlap, with the numbers)."""
     taken = {d: other for other in overlapping for d in other.devices}
@@ -210,7 +213,7 @@ def _devices(
     free = [g.index for g in snap.gpus if (allowed is None or g.index in allowed) and g.index not in taken]
     if old is not None and len(old.devices) == spec.gpus and all(d in free for d in old.devices):
         return list(old.devices), ""
-    if len(free) >= spec.gpus:
+    if len(free) >= (spec.gpus or 0):  # (gpus is set when devices is not)
         return sorted(free)[: spec.gpus], ""
     holders = ", ".join(
         f"{gpus_text(o.devices)} by {o.name} {window_text(o.start, o.end, tz, now)}" for o in overlapping

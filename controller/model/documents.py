@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, MutableMapping, NamedTuple
 
 if TYPE_CHECKING:  # the schema, for annotations only: model imports nothing of ours at run time
-    from controller.api.job import Job
-    from controller.api.reservation import Reservation
+    from controller.api.job import Job, JobSpec
+    from controller.api.reservation import Reservation, ReservationSpec
     from controller.api.sweep import Sweep
 
 
@@ -54,7 +54,7 @@ class AdmittedJob:
             raise ValueError("an AdmittedJob without its Job needs its cached document and a builder")
 
     @property
-    def spec(self):
+    def spec(self) -> JobSpec:
         return self.job.spec
 
     @property
@@ -170,7 +170,7 @@ class AdmittedReservation:
     mtime_ns: int = 0
 
     @property
-    def spec(self):
+    def spec(self) -> ReservationSpec:
         return self.reservation.spec
 
 
