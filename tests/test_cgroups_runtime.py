@@ -14,7 +14,7 @@ from cgroupfs_fake import FakeCgroup2
 
 from controller.act.runtime.cgroups import CgroupError, Probe, probe_v2
 from controller.act.runtime.supervised import SupervisorRuntime, cgroup_group, start_cgroups
-from controller.act.runtime.supervisor import attempt_cgroup, join_cgroup
+from controller.act.runtime.shim.child import attempt_cgroup, join_cgroup
 from controller.paths import Home
 
 
@@ -160,12 +160,13 @@ def test_join_cgroup_writes_the_callers_pid_to_each_file_and_names_the_one_that_
 
 
 def test_the_supervisor_loads_the_cgroups_package_when_run_as_a_plain_file():
-    # gflowd runs it as `python -I -S supervisor.py`: the project is not importable then
-    from controller.act.runtime import supervisor
+    # gflowd runs it as `python -I -S shim/main.py`: the project is not importable then
+    from controller.act.runtime.shim import child
 
+    shim = os.path.dirname(child.__file__)
     code = (
-        f"import sys; sys.argv = ['x']; sys.path.insert(0, {os.path.dirname(supervisor.__file__)!r}); "
-        "import supervisor; package = supervisor.cgroups_package(); print(package.__name__, package.Limits.__name__)"
+        f"import sys; sys.argv = ['x']; sys.path[:0] = [{shim!r}, {os.path.dirname(shim)!r}]; "
+        "import child; package = child.cgroups_package(); print(package.__name__, package.Limits.__name__)"
     )
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30)
     assert out.stdout.split() == ["cgroups", "Limits"], out.stderr

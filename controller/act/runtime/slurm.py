@@ -51,7 +51,8 @@ from controller.export import workdir
 from controller.export.slurm import UnmappedGpuType, job_body, sbatch_options, slurm_env, slurm_time
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
-from controller.act.runtime.supervisor import DISK_FULL, UnsafeLogFile, open_job_log
+from controller.act.runtime.holds import DISK_FULL
+from controller.act.runtime.shim.child import UnsafeLogFile, open_job_log
 from controller.util.fsutil import atomic_write, describe
 
 log = logging.getLogger("gflowd.slurm")

@@ -68,7 +68,8 @@ from controller.act.runtime.command import LaunchError, build_process
 from controller.act.runtime.login import Account, SystemFiles, account_of, login_env, system_files
 from controller.act.runtime.orphans import MARKER_VARIABLE, attempt_processes, signal_processes
 from controller.act.runtime.control_socket import unix_address
-from controller.act.runtime.supervisor import DISK_FULL, descendants, start_ticks
+from controller.act.runtime.holds import DISK_FULL
+from controller.act.runtime.shim.procfs import descendants, start_ticks
 from controller.api.export import ENV_ANNOTATION
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
@@ -78,7 +79,7 @@ from controller.util.spares import PREFIX as SPARE_PREFIX
 from controller.util.spares import Spares
 
 log = logging.getLogger("gflowd.runtime")
-SUPERVISOR_FILE = str(Path(__file__).with_name("supervisor.py"))
+SUPERVISOR_FILE = str(Path(__file__).with_name("shim") / "main.py")
 MASTER_PORT_BASE = 29500
 NEVER_BEGAN_AFTER = 5.0  # a launch handed to a live launcher gets this long to take its lock
 HOLD_FIRST, HOLD_MAX = 0.5, 10.0  # delays between tries to launch an attempt the disk refused
