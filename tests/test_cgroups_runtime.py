@@ -13,7 +13,7 @@ import pytest
 from cgroupfs_fake import FakeCgroup2
 
 from controller.act.runtime.cgroups import CgroupError, Probe, probe_v2
-from controller.act.runtime.supervised import SupervisorRuntime, cgroup_group, start_cgroups
+from controller.act.runtime.backends.local.runtime import SupervisorRuntime, cgroup_group, start_cgroups
 from controller.act.runtime.shim.child import attempt_cgroup, join_cgroup
 from controller.paths import Home
 
@@ -91,7 +91,7 @@ def test_ended_attempts_cgroups_wait_while_passes_start_jobs_then_go_a_chunk_at_
     """No rmdir while a flood's starts queue on the kernel's cgroup lock: a pass that started jobs
     removes only what exceeds ``max_unremoved``; once a pass starts nothing, the loop's ticks
     remove the rest, REAP_CHUNK at a time, asking for the next turn at once while some are left."""
-    from controller.act.runtime import supervised
+    from controller.act.runtime.backends.local import runtime as supervised
 
     runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)
     try:
@@ -122,7 +122,8 @@ def test_ended_attempts_cgroups_wait_while_passes_start_jobs_then_go_a_chunk_at_
 def test_a_stopping_gflowd_removes_ended_attempts_cgroups_and_keeps_running_ones(kernel, home):
     """Ended, its end not recorded yet (the exit observed, or only in its record), or recorded and
     waiting: gone at close. Still running: kept, with the group, for the next gflowd."""
-    from controller.act.runtime import record, supervised
+    from controller.act.runtime import record
+    from controller.act.runtime.backends.local import runtime as supervised
     from controller.model.plan import RunObservation
 
     runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)

@@ -165,7 +165,7 @@ def test_the_pending_reasons_served_are_every_one_the_code_gives():
     """A new reason for Pending must be added to ``metrics.PENDING_REASONS``: read from the code
     that sets them (decide's pending paths, the scheduler's waits, a cluster's reasons)."""
     import controller.decide as decide
-    from controller.act.runtime.slurm import PENDING_REASONS as SLURM_REASONS
+    from controller.act.runtime.backends.slurm.words import PENDING_REASONS as SLURM_REASONS
     from controller.sinks.metrics import PENDING_REASONS
 
     def reason_of(node: ast.AST) -> str | None:  # Reason.X

@@ -566,7 +566,7 @@ def test_the_slurm_backend_holds_a_submission_the_disk_refuses_and_retries_it(tm
     from test_reconcile import job
 
     from controller.paths import Home
-    from controller.act.runtime.slurm import SlurmRuntime
+    from controller.act.runtime.backends.slurm.runtime import SlurmRuntime
     from controller.model.plan import Launch
 
     home = Home.resolve(str(tmp_path / "home"), None)

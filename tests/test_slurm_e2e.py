@@ -74,7 +74,7 @@ def squeue(env: dict[str, str]) -> list[dict]:
 
 def slurm_jobs_of(env: dict[str, str], home: Path, name: str) -> list[dict]:
     """Slurm jobs this home's gflowd submitted for job ``name`` (by the comment every submission carries)."""
-    from controller.act.runtime.slurm import home_id
+    from controller.act.runtime.backends.slurm.words import home_id
     from controller.paths import Home
 
     prefix = f"gflow:{home_id(Home.resolve(home))}:{name}:"
@@ -97,7 +97,7 @@ def cluster_daemon(slurm, gflowd, home: Path):
         return gflowd("--backend", "slurm", *args, env=SLURM_ENV, home=home)
 
     yield start
-    from controller.act.runtime.slurm import home_id
+    from controller.act.runtime.backends.slurm.words import home_id
     from controller.paths import Home
 
     prefix = f"gflow:{home_id(Home.resolve(home))}:"
@@ -217,7 +217,7 @@ def test_a_controller_killed_right_after_submission_does_not_submit_twice(slurm,
 def test_an_interrupted_submission_is_adopted_by_comment_not_resubmitted(slurm, home: Path, tmp_path: Path):
     """The window a kill -9 rarely hits: sbatch done, its job id not yet recorded. The record
     says only "about to submit"; the restarted runtime finds the job by its comment."""
-    from controller.act.runtime.slurm import SlurmRuntime, comment_for, home_id
+    from controller.act.runtime.backends.slurm.runtime import SlurmRuntime, comment_for, home_id
     from controller.paths import Home
 
     h = Home.resolve(home)
@@ -242,7 +242,7 @@ def test_an_interrupted_submission_is_adopted_by_comment_not_resubmitted(slurm, 
 def test_a_slurm_job_slurm_has_forgotten_is_lost(slurm, home: Path):
     """squeue forgets a finished job after MinJobAge; without slurmdbd sacct knows nothing either
     (the dev cluster has no accounting): the attempt is Lost, said in one sentence."""
-    from controller.act.runtime.slurm import SlurmRuntime
+    from controller.act.runtime.backends.slurm.runtime import SlurmRuntime
     from controller.paths import Home
 
     h = Home.resolve(home)

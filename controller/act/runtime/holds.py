@@ -37,6 +37,15 @@ class Hold:
     def due(self, mono: float) -> bool:
         return mono >= self.retry_at
 
+    def pending(self) -> dict:
+        """The fields of a held attempt's observation: running (its GPUs stay bound), queued with
+        the reason, the message naming the file."""
+        return {"queued": self.reason, "message": self.why, "held": True}
+
+    def never_started(self) -> str:
+        """The error of a held attempt that was stopped: it ends without ever having run."""
+        return f"never started: {self.why}"
+
     def retry_soon(self) -> None:
         """Free space came back: due now, and from a short delay again should the try fail."""
         self.retry_at = 0.0

@@ -7,3 +7,7 @@ zygote and its pool of supervisor processes; ``supervisor.py`` one attempt as a 
 the exit record, ``procfs.py`` what is read from /proc. Nothing here imports the rest of the project
 (only ``record.py``, ``control_socket.py``, ``holds.py`` and ``cgroups/``, standard library only too).
 """
+
+import os
+
+MAIN_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main.py")  # what gflowd runs: python -I -S MAIN_FILE

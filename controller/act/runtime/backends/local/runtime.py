@@ -68,7 +68,8 @@ from controller.act.runtime.command import LaunchError, build_process
 from controller.act.runtime.login import Account, SystemFiles, account_of, login_env, system_files
 from controller.act.runtime.orphans import MARKER_VARIABLE, attempt_processes, signal_processes
 from controller.act.runtime.control_socket import unix_address
-from controller.act.runtime.holds import DISK_FULL
+from controller.act.runtime.holds import DISK_FULL, Hold, hold
+from controller.act.runtime.shim import MAIN_FILE
 from controller.act.runtime.shim.procfs import descendants, start_ticks
 from controller.api.export import ENV_ANNOTATION
 from controller.model.plan import Launch, RunObservation
@@ -79,10 +80,9 @@ from controller.util.spares import PREFIX as SPARE_PREFIX
 from controller.util.spares import Spares
 
 log = logging.getLogger("gflowd.runtime")
-SUPERVISOR_FILE = str(Path(__file__).with_name("shim") / "main.py")
+SUPERVISOR_FILE = MAIN_FILE  # the shim, run as a plain file
 MASTER_PORT_BASE = 29500
 NEVER_BEGAN_AFTER = 5.0  # a launch handed to a live launcher gets this long to take its lock
-HOLD_FIRST, HOLD_MAX = 0.5, 10.0  # delays between tries to launch an attempt the disk refused
 NOTIFY_TIMEOUT = 0.2  # seconds a notice may wait for a supervisor's control socket
 LAUNCH_PIPE_BYTES = 1 << 20  # the launcher's stdin: room for ~15,000 record paths
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -127,11 +127,8 @@ class _Attempt:
     spec: dict | None = None  # the launch record, kept to write it again
     script: str | None = None  # the script file's text (a ``script:`` job), until it is written
     log_rotated: bool = False
-    held: str = ""  # why the launch could not be recorded (it is retried); "" when it was
-    held_reason: str = ""  # DiskFull | DiskError
+    held: Hold | None = None  # the launch could not be recorded (it is retried); None when it was
     was_held: bool = False
-    retry_at: float = 0.0  # monotonic
-    retry_delay: float = 0.0
     handover_warned: bool = False
     job_ticks: int | None = None
     exit_note: dict | None = None  # the exit record, as sent by a supervisor the disk refused it to
@@ -236,6 +233,7 @@ def scope_probe(scope: Scope) -> Probe:
 
 
 class SupervisorRuntime:
+    allocates_devices = False  # reconcile binds the GPUs; the job sees those
     def __init__(self, home: Home, login_files: SystemFiles | None = None, python: str | None = None,
                  cgroups: str = "auto", device_dir: str = "/dev", cgroup_probe: Probe | None = None,
                  cgroupfs: Cgroupfs | None = None):
@@ -433,9 +431,9 @@ class SupervisorRuntime:
             when = None
             if attempt.held:
                 held_any = True
-                if mono >= attempt.retry_at:
+                if attempt.held.due(mono):
                     self._launch(attempt)
-                when = attempt.retry_at if attempt.held else attempt.submitted + NEVER_BEGAN_AFTER
+                when = attempt.held.retry_at if attempt.held else attempt.submitted + NEVER_BEGAN_AFTER
             elif attempt.orphaned is not None:
                 self._stop_orphaned(attempt, mono)
                 if attempt.orphaned is not None:
@@ -458,8 +456,7 @@ class SupervisorRuntime:
         next ``tick``, and from a short delay again should they fail."""
         for attempt in self.attempts.values():
             if attempt.held and attempt.result is None:
-                attempt.retry_at = 0.0
-                attempt.retry_delay = HOLD_FIRST / 2  # doubled by a failed try: HOLD_FIRST again
+                attempt.held.retry_soon()
 
     def job_pids(self) -> dict[str, set[int]]:
         """Each running job's process tree (its supervisor included)."""
@@ -644,7 +641,7 @@ class SupervisorRuntime:
             return
         if attempt.held:
             log.info("job/%s attempt %d: its launch is recorded now; starting it", attempt.name, attempt.attempt)
-        attempt.held = ""
+        attempt.held = None
         attempt.submitted = time.monotonic()
         self._handing.append(attempt.record)
 
@@ -746,22 +743,17 @@ class SupervisorRuntime:
         """The launch cannot be recorded now: nothing runs; the job shows Pending; retried later."""
         if not attempt.held:
             log.warning("job/%s attempt %d: %s; it starts once that can be written", attempt.name, attempt.attempt, why)
-            attempt.retry_delay = HOLD_FIRST
-        else:
-            attempt.retry_delay = min(attempt.retry_delay * 2, HOLD_MAX)
-        attempt.held, attempt.was_held = why, True
-        attempt.held_reason = "DiskFull" if error in DISK_FULL else "DiskError"
-        attempt.retry_at = time.monotonic() + attempt.retry_delay
+        attempt.held, attempt.was_held = hold(attempt.held, why, error, time.monotonic()), True
         attempt.submitted = 0.0
         self._poke()
 
     def _held_observation(self, attempt: _Attempt, running: bool = True, finished_at: float | None = None,
                           stop_reason: str = "") -> RunObservation:
+        assert attempt.held is not None
         return RunObservation(
             attempt.name, attempt.attempt, None, time.time(), running,
-            finished_at=finished_at, error="" if running else f"never started: {attempt.held}",
-            queued=attempt.held_reason if running else "", message=attempt.held if running else "",
-            held=running, stop_reason=stop_reason,
+            finished_at=finished_at, error="" if running else attempt.held.never_started(),
+            **(attempt.held.pending() if running else {}), stop_reason=stop_reason,
             devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
         )
 
