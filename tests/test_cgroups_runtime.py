@@ -13,7 +13,8 @@ import pytest
 from cgroupfs_fake import FakeCgroup2
 
 from controller.act.runtime.cgroups import CgroupError, Probe, probe_v2
-from controller.act.runtime.backends.local.runtime import SupervisorRuntime, cgroup_group, start_cgroups
+from controller.act.runtime.backends.local.attempt_cgroups import cgroup_group, start_cgroups
+from controller.act.runtime.backends.local.runtime import SupervisorRuntime
 from controller.act.runtime.shim.child import attempt_cgroup, join_cgroup
 from controller.paths import Home
 
@@ -70,7 +71,7 @@ def test_a_launchs_cgroup_on_v2_carries_its_limits_and_the_paths_to_join(kernel,
     runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)
     try:
         spec = {"memoryLimit": 50 << 20, "cpus": [1, 2], "pidsLimit": 64, "deviceMinors": [1]}
-        record = runtime._make_cgroup("train", 3, spec)
+        record = runtime.cgroup_keeper.make("train", 3, spec)
         group = cgroup_group(home.root)
         assert kernel.text(f"{group}/train-3/memory.max") == f"{50 << 20}\n"
         assert kernel.text(f"{group}/train-3/cpuset.cpus") == "1-2\n"
@@ -98,15 +99,15 @@ def test_ended_attempts_cgroups_wait_while_passes_start_jobs_then_go_a_chunk_at_
         group = kernel.root / cgroup_group(home.root)
         names = [f"j{k}" for k in range(5)]
         for name in names:
-            attempt = supervised._Attempt(name, 1, runtime._record_path(name, 1), 0.0)
-            attempt.spec = {"cgroup": runtime._make_cgroup(name, 1, {})}
-            runtime._remove_cgroup(attempt)  # ended and recorded, oldest first
+            attempt = supervised.Attempt(name, 1, runtime._record_path(name, 1), 0.0)
+            attempt.spec = {"cgroup": runtime.cgroup_keeper.make(name, 1, {})}
+            runtime.cgroup_keeper.ended(attempt)  # ended and recorded, oldest first
 
         def left() -> list[str]:
             return [name for name in names if (group / f"{name}-1").is_dir()]
 
         assert left() == names
-        runtime.max_unremoved = 2
+        runtime.cgroup_keeper.max_unremoved = 2
         runtime._started = True  # this pass started a job
         runtime.purge()
         assert left() == ["j3", "j4"]  # the oldest beyond the cap, at once
@@ -129,9 +130,9 @@ def test_a_stopping_gflowd_removes_ended_attempts_cgroups_and_keeps_running_ones
     runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)
     group = kernel.root / cgroup_group(home.root)
 
-    def attempt(name: str) -> supervised._Attempt:
-        made = supervised._Attempt(name, 1, runtime._record_path(name, 1), 0.0)
-        made.spec = {"cgroup": runtime._make_cgroup(name, 1, {})}
+    def attempt(name: str) -> supervised.Attempt:
+        made = supervised.Attempt(name, 1, runtime._record_path(name, 1), 0.0)
+        made.spec = {"cgroup": runtime.cgroup_keeper.make(name, 1, {})}
         return made
 
     seen, unseen, waiting, running = attempt("seen"), attempt("unseen"), attempt("waiting"), attempt("running")
@@ -144,7 +145,7 @@ def test_a_stopping_gflowd_removes_ended_attempts_cgroups_and_keeps_running_ones
         os.close(fd)
     record.create(str(running.record), {"name": "running"})
     runtime.attempts.update(seen=seen, unseen=unseen, running=running)
-    runtime._remove_cgroup(waiting)
+    runtime.cgroup_keeper.ended(waiting)
     runtime.close()
     assert sorted(p.name for p in group.iterdir() if p.is_dir()) == ["running-1"]
 
