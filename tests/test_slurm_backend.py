@@ -204,7 +204,7 @@ def test_an_attempt_that_ended_unseen_still_records_where_it_ran():
     world.tick(T0 + 2)
     st = world.state()
     assert (st.phase, st.backend_id, st.node, st.devices) == ("Succeeded", "9", "vm", [1])
-    assert st.to_status()["status"]["slurmJobId"] == "9"
+    assert st.to_status()["status"]["backendJobId"] == "9"
 
 
 def test_an_attempt_that_ran_between_two_passes_while_queued_keeps_its_start_time():
