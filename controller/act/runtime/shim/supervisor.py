@@ -323,8 +323,11 @@ class Supervisor(JobStart, ExitRecord):
             ready, writable = [wake_r], []
         if self.control is not None:
             self.control.handle(ready, writable, job_running=self.job_status is None)
-        if wake_r not in ready:
-            return
+        if wake_r in ready:
+            self._signalled(wake_r)
+
+    def _signalled(self, wake_r: int) -> None:
+        """gflowd's signals, as the wake-up pipe carries them: TERM (or INT) a stop, HUP edited limits."""
         try:
             signals = os.read(wake_r, 4096)
         except BlockingIOError:

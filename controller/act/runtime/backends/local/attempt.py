@@ -10,7 +10,9 @@ from pathlib import Path
 
 from controller.act.runtime.holds import Hold
 from controller.act.runtime.orphans import MARKER_VARIABLE
+from controller.act.runtime.shim.procfs import start_ticks
 from controller.model.plan import RunObservation
+from controller.util.fsutil import lock_held
 
 
 @dataclass
@@ -74,6 +76,17 @@ class Attempt:
     @property
     def grace(self) -> float:
         return float((self.spec or {}).get("grace") or 10.0)
+
+    def supervisor_is_ours(self) -> bool:
+        """The recorded supervisor pid still names that process (pid AND kernel start time)."""
+        if rebooted(self):  # a pid and start time from another boot may match anything
+            return False
+        pid = self.supervisor_pid
+        return pid is not None and self.supervisor_ticks is not None and start_ticks(pid) == self.supervisor_ticks
+
+    def supervisor_alive(self) -> bool:
+        """A supervisor holds the attempt's lock for its whole life: a free lock means none is alive."""
+        return lock_held(self.record)
 
 
 def boot_id() -> str:

@@ -52,8 +52,9 @@ import time
 from pathlib import Path
 
 from controller.act.runtime import record
-from controller.act.runtime.backends.local.attempt import Attempt, Orphaned, exit_observation, lost_observation, rebooted
+from controller.act.runtime.backends.local.attempt import Attempt, exit_observation
 from controller.act.runtime.backends.local.attempt_cgroups import REAP_CHUNK, AttemptCgroups
+from controller.act.runtime.backends.local.dead_supervisors import DeadSupervisors
 from controller.act.runtime.backends.local.launch_record import MASTER_PORT_BASE, launch_record, port_free, write_file, write_request
 from controller.act.runtime.backends.local.launcher_pipe import LauncherPipe
 from controller.act.runtime.backends.local.news import News
@@ -62,12 +63,11 @@ from controller.act.runtime.command import LaunchError
 from controller.act.runtime.control_socket import unix_address
 from controller.act.runtime.holds import DISK_FULL, hold
 from controller.act.runtime.login import SystemFiles, system_files
-from controller.act.runtime.orphans import attempt_processes, signal_processes
-from controller.act.runtime.shim.procfs import descendants, start_ticks
+from controller.act.runtime.shim.procfs import descendants
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
 from controller.util.frames import frame
-from controller.util.fsutil import describe, fsync_dir, lock_held
+from controller.util.fsutil import describe, fsync_dir
 from controller.util.spares import PREFIX as SPARE_PREFIX
 from controller.util.spares import Spares
 
@@ -97,6 +97,7 @@ class SupervisorRuntime:
         self._reaping = False  # the last pass started nothing: tick() removes waiting cgroups
         self.notify_path = str(home.run_dir / "notify.sock")
         self.news = News(self.notify_path)
+        self.dead = DeadSupervisors(self.cgroup_keeper, self.news.poke)
         self.launcher = LauncherPipe(python or sys.executable, self.news.write_fd, self.cgroup_keeper.scope)
         # True from a pass's first start to the look that follows its starts (``observe`` in act):
         # when the pass also ended attempts, its starts reach the launcher after its purge, which
@@ -271,7 +272,7 @@ class SupervisorRuntime:
                     self._launch(attempt)
                 when = attempt.held.retry_at if attempt.held else attempt.submitted + NEVER_BEGAN_AFTER
             elif attempt.orphaned is not None:
-                self._stop_orphaned(attempt, mono)
+                self.dead.stop(attempt, mono)
                 if attempt.orphaned is not None:
                     when = min(mono + ORPHAN_CHECK, attempt.orphaned.kill_at)
             elif attempt.supervisor_pid is None and attempt.submitted:
@@ -353,7 +354,7 @@ class SupervisorRuntime:
             attempt.spec, attempt.log_rotated = spec, True  # its log was rotated before the record was written
             self.attempts[attempt.name] = attempt
             self._refresh(attempt, adopting=True)
-            if attempt.result is None and attempt.supervisor_pid is None and not self._alive(attempt):
+            if attempt.result is None and attempt.supervisor_pid is None and not attempt.supervisor_alive():
                 log.info("job/%s attempt %d was decided but never began: starting it now", attempt.name, number)
                 self._launch(attempt)
             adopted.append(attempt.name)
@@ -442,7 +443,7 @@ class SupervisorRuntime:
             self.news.unwatch(attempt)
             return
         if attempt.orphaned is not None:
-            self._stop_orphaned(attempt, time.monotonic())
+            self.dead.stop(attempt, time.monotonic())
             return
         if attempt.supervisor_pid is None:
             run_record = self._read(attempt, "run")
@@ -452,96 +453,35 @@ class SupervisorRuntime:
                 attempt.job_pid = run_record.get("jobPid")
                 attempt.job_ticks = run_record.get("jobStartTicks")
                 attempt.started_at = float(run_record.get("startedAt") or time.time())
-                if self._identity_ok(attempt):
-                    self.news.watch(attempt, lambda: self._identity_ok(attempt))
+                if attempt.supervisor_is_ours():
+                    self.news.watch(attempt, attempt.supervisor_is_ours)
         elif attempt.job_pid is None:  # recorded before the job ran (a direct spawn): its pid follows
             run_record = self._read(attempt, "run") or {}
             attempt.job_pid, attempt.job_ticks = run_record.get("jobPid"), run_record.get("jobStartTicks")
         if attempt.supervisor_pid is not None:
-            if not self._identity_ok(attempt) or not self._alive(attempt):
+            if not attempt.supervisor_is_ours() or not attempt.supervisor_alive():
                 self.news.unwatch(attempt)
                 # gone; look once more for an exit record written just before it went
                 exit_record = self._read(attempt, "exit") or attempt.exit_note
                 if exit_record is not None:
                     attempt.result = exit_observation(attempt, exit_record)
                 else:
-                    self._orphan(attempt)
+                    self.dead.found_dead(attempt)
             elif attempt.exit_note is not None:  # it lives on only to write the record the disk refused
                 attempt.result = exit_observation(attempt, attempt.exit_note)
                 self.news.unwatch(attempt)
             return
         # launch record only
-        if attempt.submitted and time.monotonic() - attempt.submitted > NEVER_BEGAN_AFTER and not self._alive(attempt):
+        if attempt.submitted and time.monotonic() - attempt.submitted > NEVER_BEGAN_AFTER and not attempt.supervisor_alive():
             level = logging.DEBUG if attempt.handover_warned else logging.WARNING
             log.log(level, "job/%s attempt %d: no supervisor took the launch; handing it over again", attempt.name, attempt.attempt)
             attempt.handover_warned = True
             self._launch(attempt)
 
-    def _orphan(self, attempt: Attempt) -> None:
-        """Its supervisor died without an exit record: stop what is left of the job, then it is Lost.
-        Until its processes are gone it is reported running, so its GPUs stay held."""
-        supervisor = attempt.supervisor_pid or 0
-        if rebooted(attempt):  # its pids (and start times) now name other processes: touch none
-            attempt.result = lost_observation(attempt, "")
-            return
-        processes = self._processes(attempt)
-        if not processes:
-            attempt.result = lost_observation(attempt, f"its supervisor (pid {supervisor}) died without recording the exit "
-                                                 "and the job's processes were gone; exit code unknown")
-            return
-        log.warning("job/%s attempt %d: its supervisor (pid %d) died; stopping the job's %d process(es): TERM now, "
-                    "KILL after %gs", attempt.name, attempt.attempt, supervisor, len(processes), attempt.grace)
-        attempt.orphaned = Orphaned(supervisor, time.monotonic() + attempt.grace, processes, len(processes))
-        signal_processes(processes, signal.SIGTERM)
-
-    def _stop_orphaned(self, attempt: Attempt, mono: float) -> None:
-        orphaned = attempt.orphaned
-        assert orphaned is not None
-        found = self._processes(attempt)
-        if not found:
-            attempt.orphaned = None
-            attempt.result = lost_observation(attempt, f"its supervisor (pid {orphaned.supervisor_pid}) died without recording "
-                                                 f"the exit; the job's {orphaned.stopped} process(es) were stopped; exit code unknown")
-            log.warning("job/%s attempt %d: the job's processes are gone", attempt.name, attempt.attempt)
-            self.news.poke()
-            return
-        new = {pid: ticks for pid, ticks in found.items() if orphaned.processes.get(pid) != ticks}
-        orphaned.processes = found
-        orphaned.stopped += len(new)
-        if mono >= orphaned.kill_at:
-            signal_processes(found, signal.SIGKILL)
-            orphaned.kill_at = mono + 1.0  # and again, for anything forked meanwhile
-        elif new:
-            signal_processes(new, signal.SIGTERM)
-
-    def _processes(self, attempt: Attempt) -> dict[int, int]:
-        """The attempt's live processes (pid -> start ticks): its cgroup's members where it has one
-        (exact), else found by marker and process group (``orphans.py``)."""
-        cgroup = self.cgroup_keeper.of(attempt)
-        if cgroup is not None:
-            try:
-                members = cgroup.pids()
-            except CgroupError:
-                members = None
-            if members is not None:
-                ticks = {pid: start_ticks(pid) for pid in members}
-                return {pid: tick for pid, tick in ticks.items() if tick is not None}
-        return attempt_processes(attempt.job_pid, attempt.job_ticks, attempt.marker)
-
-    def _identity_ok(self, attempt: Attempt) -> bool:
-        if rebooted(attempt):  # a pid and start time from another boot may match anything
-            return False
-        pid = attempt.supervisor_pid
-        return pid is not None and attempt.supervisor_ticks is not None and start_ticks(pid) == attempt.supervisor_ticks
-
-    def _alive(self, attempt: Attempt) -> bool:
-        """A supervisor holds the attempt's lock for its whole life: a free lock means none is alive."""
-        return lock_held(attempt.record)
-
     def _signal_supervisor(self, attempt: Attempt, sig: int) -> bool:
         if attempt.supervisor_pid is None:
             self._refresh(attempt)
-        if attempt.supervisor_pid is None or not self._identity_ok(attempt):
+        if attempt.supervisor_pid is None or not attempt.supervisor_is_ours():
             return False  # never signal a bare pid
         try:
             os.kill(attempt.supervisor_pid, sig)
