@@ -29,7 +29,7 @@ from controller.act.runtime.cgroups.systemd_scope import Scope
 from controller.paths import Home
 
 log = logging.getLogger("gflowd.runtime")
-# Ended attempts' cgroups are removed by gflowd once a pass starts nothing (``_reap_cgroups``),
+# Ended attempts' cgroups are removed by gflowd once a pass starts nothing (``AttemptCgroups.reap``),
 # not by their supervisors at the job's end: every rmdir takes the kernel's one cgroup lock (and a
 # memory cgroup's teardown is heavy), which a flood's starts and joins queue on (a 1,000-job
 # drain: ~14 % faster without them). An empty memory cgroup costs the kernel ~14 KiB plus ~2 KiB
