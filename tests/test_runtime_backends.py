@@ -149,3 +149,17 @@ def test_a_slurm_job_recorded_by_the_previous_release_keeps_its_job_id_across_th
     assert state.backend_id == "4242"
     written = state.to_status()["status"]
     assert written["backendJobId"] == "4242" and "slurmJobId" not in written
+
+
+def test_the_supervisors_transition_table_ends_every_live_state_and_names_real_handlers():
+    """The shim's watch is its table: every state but DONE ends when the tree is gone, DONE leads
+    nowhere, each named handler exists, and a stop or a deadline never replaces a stop under way."""
+    from controller.act.runtime.shim.supervisor import TRANSITIONS, Event, State, Supervisor
+
+    live = {state for state in State if state is not State.DONE}
+    assert {state for state, event in TRANSITIONS if event is Event.TREE_GONE} == live
+    assert all(TRANSITIONS[(state, Event.TREE_GONE)][1] is State.DONE for state in live)
+    assert not any(state is State.DONE for state, _ in TRANSITIONS)
+    assert all(callable(getattr(Supervisor, handler, None)) for handler, _ in TRANSITIONS.values())
+    assert (State.STOPPING, Event.STOP_ASKED) not in TRANSITIONS and (State.STOPPING, Event.DEADLINE) not in TRANSITIONS
+    assert (State.KILLED, Event.DEADLINE) not in TRANSITIONS  # OOMKilled stays the reason
