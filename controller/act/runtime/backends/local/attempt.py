@@ -152,3 +152,14 @@ def lost_observation(attempt: Attempt, why: str) -> RunObservation:
 def rebooted(attempt: Attempt) -> bool:
     """The attempt was launched in an earlier boot: its pids (and start times) may name anything now."""
     return bool(rebooted_since((attempt.spec or {}).get("bootId"), boot_id()))
+
+
+def held_observation(attempt: Attempt, running: bool = True, finished_at: float | None = None, stop_reason: str = "") -> RunObservation:
+    """A held attempt: running (queued, its GPUs kept) until stopped, then ended without having run."""
+    assert attempt.held is not None
+    return RunObservation(
+        attempt.name, attempt.attempt, None, time.time(), running,
+        finished_at=finished_at, error="" if running else attempt.held.never_started(),
+        **(attempt.held.pending() if running else {}), stop_reason=stop_reason,
+        devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
+    )

@@ -35,8 +35,10 @@ Rooms. ``SupervisorRuntime`` is the Protocol and the attempts' life (start, stop
 adopt, purge); it works with collaborators, each with one job: ``attempt.py`` (what is known of
 one attempt, and the observations its records give), ``launch_record.py`` (what a launch
 writes), ``launcher_pipe.py`` (gflowd's end of the shim's launcher), ``news.py`` (notices,
-pidfds, wake-ups), ``attempt_cgroups.py`` (the attempts' cgroups, made and reaped), and
-``holds.py`` (a launch the disk refused, shared with every backend).
+pidfds, wake-ups), ``attempt_cgroups.py`` (the attempts' cgroups, made and reaped),
+``launching.py`` (an attempt recorded and handed over, or held), ``dead_supervisors.py`` (a dead
+supervisor's job stopped by gflowd), and ``holds.py`` (a launch the disk refused, shared with
+every backend).
 """
 
 from __future__ import annotations
@@ -52,16 +54,17 @@ import time
 from pathlib import Path
 
 from controller.act.runtime import record
-from controller.act.runtime.backends.local.attempt import Attempt, exit_observation
+from controller.act.runtime.backends.local.attempt import Attempt, exit_observation, held_observation
 from controller.act.runtime.backends.local.attempt_cgroups import REAP_CHUNK, AttemptCgroups
 from controller.act.runtime.backends.local.dead_supervisors import DeadSupervisors
-from controller.act.runtime.backends.local.launch_record import MASTER_PORT_BASE, launch_record, port_free, write_file, write_request
+from controller.act.runtime.backends.local.launch_record import MASTER_PORT_BASE, launch_record, port_free, write_request
 from controller.act.runtime.backends.local.launcher_pipe import LauncherPipe
+from controller.act.runtime.backends.local.launching import Launches
 from controller.act.runtime.backends.local.news import News
-from controller.act.runtime.cgroups import CgroupError, Cgroupfs, Cgroups, Probe
+from controller.act.runtime.cgroups import Cgroupfs, Cgroups, Probe
 from controller.act.runtime.command import LaunchError
 from controller.act.runtime.control_socket import unix_address
-from controller.act.runtime.holds import DISK_FULL, hold
+from controller.act.runtime.holds import DISK_FULL
 from controller.act.runtime.login import SystemFiles, system_files
 from controller.act.runtime.shim.procfs import descendants
 from controller.model.plan import Launch, RunObservation
@@ -99,6 +102,7 @@ class SupervisorRuntime:
         self.news = News(self.notify_path)
         self.dead = DeadSupervisors(self.cgroup_keeper, self.news.poke)
         self.launcher = LauncherPipe(python or sys.executable, self.news.write_fd, self.cgroup_keeper.scope)
+        self.launches = Launches(home, self.spares, self.cgroup_keeper, self.launcher, self.news)
         # True from a pass's first start to the look that follows its starts (``observe`` in act):
         # when the pass also ended attempts, its starts reach the launcher after its purge, which
         # frees those supervisors for them. Handed over while the pass acted, a burst forked a
@@ -137,7 +141,7 @@ class SupervisorRuntime:
             now = time.time()
             attempt.result = RunObservation(launch.name, launch.attempt, None, now, False, 127, None, now, str(exc))
             return
-        self._launch(attempt)
+        self.launches.launch(attempt)
 
     def stop(self, name: str, grace: float, reason: str = "Stopped") -> None:
         attempt = self.attempts.get(name)
@@ -145,7 +149,7 @@ class SupervisorRuntime:
             return
         if attempt.held:  # it never began: it ends here
             now = time.time()
-            attempt.result = self._held_observation(attempt, running=False, finished_at=now, stop_reason=reason)
+            attempt.result = held_observation(attempt, running=False, finished_at=now, stop_reason=reason)
             self.news.poke()
             return
         if attempt.orphaned is not None:  # already being stopped; never more slowly than asked now
@@ -203,7 +207,7 @@ class SupervisorRuntime:
             if attempt.result is not None:
                 out[name] = attempt.result
             elif attempt.held:
-                out[name] = self._held_observation(attempt)
+                out[name] = held_observation(attempt)
             else:
                 out[name] = RunObservation(
                     name, attempt.attempt, attempt.job_pid, attempt.started_at or time.time(), True,
@@ -269,7 +273,7 @@ class SupervisorRuntime:
             if attempt.held:
                 held_any = True
                 if attempt.held.due(mono):
-                    self._launch(attempt)
+                    self.launches.launch(attempt)
                 when = attempt.held.retry_at if attempt.held else attempt.submitted + NEVER_BEGAN_AFTER
             elif attempt.orphaned is not None:
                 self.dead.stop(attempt, mono)
@@ -356,7 +360,7 @@ class SupervisorRuntime:
             self._refresh(attempt, adopting=True)
             if attempt.result is None and attempt.supervisor_pid is None and not attempt.supervisor_alive():
                 log.info("job/%s attempt %d was decided but never began: starting it now", attempt.name, number)
-                self._launch(attempt)
+                self.launches.launch(attempt)
             adopted.append(attempt.name)
         self.cgroup_keeper.remove_strays({((a.spec or {}).get("cgroup") or {}).get("name") for a in self.attempts.values()})
         self.launcher.hand_over()
@@ -364,72 +368,9 @@ class SupervisorRuntime:
 
     # -- internals ---------------------------------------------------------------------------------------
 
-    def _launch(self, attempt: Attempt) -> None:
-        """Record the attempt and hand it to the launcher; if the disk refuses a record, hold it."""
-        if self.cgroups is not None and attempt.spec is not None and "cgroup" not in attempt.spec:
-            try:
-                attempt.spec["cgroup"] = self.cgroup_keeper.make(attempt.name, attempt.attempt, attempt.spec)
-            except CgroupError as exc:
-                if self.cgroup_keeper.request == "required":
-                    now = time.time()
-                    attempt.result = RunObservation(attempt.name, attempt.attempt, None, now, False, 126, None, now, str(exc))
-                    self.news.poke()
-                    return
-                log.warning("job/%s: %s; it runs without a cgroup (memory polled)", attempt.name, exc)
-                attempt.spec["cgroup"] = None
-        try:
-            self._write_launch(attempt)
-        except OSError as exc:
-            self._hold(attempt, f"cannot record its launch: {describe(exc)}", exc.errno)
-            return
-        if attempt.held:
-            log.info("job/%s attempt %d: its launch is recorded now; starting it", attempt.name, attempt.attempt)
-        attempt.held = None
-        attempt.submitted = time.monotonic()
-        self.launcher.handing.append(attempt.record)
-
-    def _write_launch(self, attempt: Attempt) -> None:
-        """The script, the rotated log, then the record (the decision, created whole before
-        anything runs: ``record.py``). Not fsync'd: it must survive gflowd crashing, which the page
-        cache does; a machine crash takes the job with it, and the status (fsync'd, written as
-        Running in this same pass) then says Lost. Each step is skipped once done, so a retry redoes
-        only what failed."""
-        spec = attempt.spec or {}
-        if attempt.script is not None:  # written before the record that names it: no temp file needed
-            write_file(attempt.written("sh"), attempt.script.encode(), 0o700, spec.get("uid"), spec.get("gid"))
-            attempt.script = None
-        if not attempt.log_rotated:
-            self._rotate_log(attempt.name, attempt.attempt)
-            attempt.log_rotated = True
-        data = record.contents(spec)
-        try:
-            self.spares.create(attempt.record, data, 0o600, pad=True)
-        except FileExistsError:  # handed over before (a retry); one that does not read was never finished
-            if (record.read(str(attempt.record), ("launch",)) or {}).get("launch") is None:
-                os.unlink(attempt.record)
-                self.spares.create(attempt.record, data, 0o600, pad=True)
-
     def limits_summary(self) -> str:
         """One line for ``gflowctl get node``: what the kernel enforces, or why nothing is."""
         return self.cgroup_keeper.limits_summary()
-
-    def _hold(self, attempt: Attempt, why: str, error: int | None) -> None:
-        """The launch cannot be recorded now: nothing runs; the job shows Pending; retried later."""
-        if not attempt.held:
-            log.warning("job/%s attempt %d: %s; it starts once that can be written", attempt.name, attempt.attempt, why)
-        attempt.held, attempt.was_held = hold(attempt.held, why, error, time.monotonic()), True
-        attempt.submitted = 0.0
-        self.news.poke()
-
-    def _held_observation(self, attempt: Attempt, running: bool = True, finished_at: float | None = None,
-                          stop_reason: str = "") -> RunObservation:
-        assert attempt.held is not None
-        return RunObservation(
-            attempt.name, attempt.attempt, None, time.time(), running,
-            finished_at=finished_at, error="" if running else attempt.held.never_started(),
-            **(attempt.held.pending() if running else {}), stop_reason=stop_reason,
-            devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
-        )
 
     def _refresh(self, attempt: Attempt, adopting: bool = False) -> None:
         """Re-read this attempt's records and decide what they mean."""
@@ -476,7 +417,7 @@ class SupervisorRuntime:
             level = logging.DEBUG if attempt.handover_warned else logging.WARNING
             log.log(level, "job/%s attempt %d: no supervisor took the launch; handing it over again", attempt.name, attempt.attempt)
             attempt.handover_warned = True
-            self._launch(attempt)
+            self.launches.launch(attempt)
 
     def _signal_supervisor(self, attempt: Attempt, sig: int) -> bool:
         if attempt.supervisor_pid is None:
@@ -500,7 +441,7 @@ class SupervisorRuntime:
             return
         if what == "unlaunched" and attempt.supervisor_pid is None and not attempt.held:
             full = any(f"({errno.errorcode[code]})" in detail for code in DISK_FULL)
-            self._hold(attempt, f"cannot record its start: {detail}", DISK_FULL[0] if full else None)
+            self.launches.hold(attempt, f"cannot record its start: {detail}", DISK_FULL[0] if full else None)
         elif what == "exit":
             try:
                 exit_record = json.loads(detail)
@@ -531,11 +472,6 @@ class SupervisorRuntime:
     @staticmethod
     def _read(attempt: Attempt, region: str) -> dict | None:
         return (record.read(str(attempt.record), (region,)) or {}).get(region)
-
-    def _rotate_log(self, name: str, attempt: int) -> None:
-        current = self.home.log_file(name)
-        if attempt > 1 and os.path.lexists(current):  # a symlink is moved, never followed
-            os.replace(current, self.home.log_file(name, attempt - 1))
 
     def _free_port(self) -> int:
         used = {a.master_port for a in self.attempts.values() if a.result is None}
