@@ -92,6 +92,7 @@ def test_an_attempt_supervised_by_the_previous_release_is_adopted_by_this_one_an
     monkeypatch.setattr(launcher_pipe, "MAIN_FILE", str(old_supervisor))  # the launcher the old gflowd started
     before = SupervisorRuntime(home)
     try:
+        assert before.launcher.process is not None and str(old_supervisor) in before.launcher.process.args
         admitted = job("u", command=["sleep", "300"], workingDir=str(tmp_path))
         before.start(Launch("u", 1, 1, admitted, [], []))
         running = wait_for(lambda: (run := before.observe().get("u")) is not None and run.running and run.pid and run,
