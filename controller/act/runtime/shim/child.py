@@ -9,6 +9,7 @@ import os
 import signal
 import stat
 import sys
+import warnings  # noqa: F401  os.execvpe imports it lazily; after setuid the stdlib may be unreadable
 
 try:  # in the project; run as a plain file (shim/main.py), the module in the folder above
     from controller.act.runtime.control_socket import enter_terminal

@@ -75,7 +75,6 @@ import select
 import signal
 import sys
 import time
-import warnings  # noqa: F401  os.execvpe imports it lazily; after setuid the stdlib may be unreadable
 
 try:  # in the project; run as a plain file (shim/main.py), the modules beside this one and above it
     from controller.act.runtime import record
