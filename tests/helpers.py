@@ -335,7 +335,7 @@ class Daemon:
 def home_cgroups(home: Path) -> list[str]:
     """The cgroup directories gflowd made for ``home`` (its group, in every hierarchy), that exist."""
     from controller.act.runtime.cgroups import probe  # lazy: only tests of cgroups need the probe
-    from controller.act.runtime.supervised import cgroup_group  # lazy: as above
+    from controller.act.runtime.backends.local.attempt_cgroups import cgroup_group  # lazy: as above
 
     found = probe()
     group = cgroup_group(Path(home) / "")

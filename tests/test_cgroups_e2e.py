@@ -233,12 +233,13 @@ def test_a_floods_cgroups_are_removed_once_idle_and_a_stop_removes_those_still_w
 @pytest.mark.parametrize("leave", [True, False])
 def test_a_supervisor_leaves_the_emptied_cgroup_to_gflowd_only_when_the_launch_says_so(home, tmp_path, leave):
     need("memory")
-    from controller.act.runtime.supervised import SUPERVISOR_FILE, SupervisorRuntime
+    from controller.act.runtime.backends.local.runtime import SupervisorRuntime
+    from controller.act.runtime.shim import MAIN_FILE as SUPERVISOR_FILE
     from controller.paths import Home
 
     runtime = SupervisorRuntime(Home.resolve(home))
     try:
-        cgroup = runtime._make_cgroup("solo", 1, {"memoryLimit": 64 * MI})
+        cgroup = runtime.cgroup_keeper.make("solo", 1, {"memoryLimit": 64 * MI})
         assert cgroup["leave"] is True  # what gflowd writes
         cgroup["leave"] = leave
         path = home / "run" / "attempts" / "solo.1"
@@ -357,7 +358,7 @@ def test_the_left_behind_check_finds_an_attempt_cgroup_of_a_home_and_removes_it(
     from helpers import scrub_cgroups
 
     from controller.act.runtime.cgroups import Cgroups, Limits
-    from controller.act.runtime.supervised import cgroup_group
+    from controller.act.runtime.backends.local.attempt_cgroups import cgroup_group
 
     cgroups = Cgroups(FOUND, cgroup_group(home))
     cgroups.prepare()

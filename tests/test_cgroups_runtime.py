@@ -13,8 +13,9 @@ import pytest
 from cgroupfs_fake import FakeCgroup2
 
 from controller.act.runtime.cgroups import CgroupError, Probe, probe_v2
-from controller.act.runtime.supervised import SupervisorRuntime, cgroup_group, start_cgroups
-from controller.act.runtime.supervisor import attempt_cgroup, join_cgroup
+from controller.act.runtime.backends.local.attempt_cgroups import cgroup_group, start_cgroups
+from controller.act.runtime.backends.local.runtime import SupervisorRuntime
+from controller.act.runtime.shim.child import attempt_cgroup, join_cgroup
 from controller.paths import Home
 
 
@@ -70,7 +71,7 @@ def test_a_launchs_cgroup_on_v2_carries_its_limits_and_the_paths_to_join(kernel,
     runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)
     try:
         spec = {"memoryLimit": 50 << 20, "cpus": [1, 2], "pidsLimit": 64, "deviceMinors": [1]}
-        record = runtime._make_cgroup("train", 3, spec)
+        record = runtime.cgroup_keeper.make("train", 3, spec)
         group = cgroup_group(home.root)
         assert kernel.text(f"{group}/train-3/memory.max") == f"{50 << 20}\n"
         assert kernel.text(f"{group}/train-3/cpuset.cpus") == "1-2\n"
@@ -91,22 +92,22 @@ def test_ended_attempts_cgroups_wait_while_passes_start_jobs_then_go_a_chunk_at_
     """No rmdir while a flood's starts queue on the kernel's cgroup lock: a pass that started jobs
     removes only what exceeds ``max_unremoved``; once a pass starts nothing, the loop's ticks
     remove the rest, REAP_CHUNK at a time, asking for the next turn at once while some are left."""
-    from controller.act.runtime import supervised
+    from controller.act.runtime.backends.local import runtime as supervised
 
     runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)
     try:
         group = kernel.root / cgroup_group(home.root)
         names = [f"j{k}" for k in range(5)]
         for name in names:
-            attempt = supervised._Attempt(name, 1, runtime._record_path(name, 1), 0.0)
-            attempt.spec = {"cgroup": runtime._make_cgroup(name, 1, {})}
-            runtime._remove_cgroup(attempt)  # ended and recorded, oldest first
+            attempt = supervised.Attempt(name, 1, runtime._record_path(name, 1), 0.0)
+            attempt.spec = {"cgroup": runtime.cgroup_keeper.make(name, 1, {})}
+            runtime.cgroup_keeper.ended(attempt)  # ended and recorded, oldest first
 
         def left() -> list[str]:
             return [name for name in names if (group / f"{name}-1").is_dir()]
 
         assert left() == names
-        runtime.max_unremoved = 2
+        runtime.cgroup_keeper.max_unremoved = 2
         runtime._started = True  # this pass started a job
         runtime.purge()
         assert left() == ["j3", "j4"]  # the oldest beyond the cap, at once
@@ -122,15 +123,16 @@ def test_ended_attempts_cgroups_wait_while_passes_start_jobs_then_go_a_chunk_at_
 def test_a_stopping_gflowd_removes_ended_attempts_cgroups_and_keeps_running_ones(kernel, home):
     """Ended, its end not recorded yet (the exit observed, or only in its record), or recorded and
     waiting: gone at close. Still running: kept, with the group, for the next gflowd."""
-    from controller.act.runtime import record, supervised
+    from controller.act.runtime import record
+    from controller.act.runtime.backends.local import runtime as supervised
     from controller.model.plan import RunObservation
 
     runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)
     group = kernel.root / cgroup_group(home.root)
 
-    def attempt(name: str) -> supervised._Attempt:
-        made = supervised._Attempt(name, 1, runtime._record_path(name, 1), 0.0)
-        made.spec = {"cgroup": runtime._make_cgroup(name, 1, {})}
+    def attempt(name: str) -> supervised.Attempt:
+        made = supervised.Attempt(name, 1, runtime._record_path(name, 1), 0.0)
+        made.spec = {"cgroup": runtime.cgroup_keeper.make(name, 1, {})}
         return made
 
     seen, unseen, waiting, running = attempt("seen"), attempt("unseen"), attempt("waiting"), attempt("running")
@@ -143,7 +145,7 @@ def test_a_stopping_gflowd_removes_ended_attempts_cgroups_and_keeps_running_ones
         os.close(fd)
     record.create(str(running.record), {"name": "running"})
     runtime.attempts.update(seen=seen, unseen=unseen, running=running)
-    runtime._remove_cgroup(waiting)
+    runtime.cgroup_keeper.ended(waiting)
     runtime.close()
     assert sorted(p.name for p in group.iterdir() if p.is_dir()) == ["running-1"]
 
@@ -160,12 +162,13 @@ def test_join_cgroup_writes_the_callers_pid_to_each_file_and_names_the_one_that_
 
 
 def test_the_supervisor_loads_the_cgroups_package_when_run_as_a_plain_file():
-    # gflowd runs it as `python -I -S supervisor.py`: the project is not importable then
-    from controller.act.runtime import supervisor
+    # gflowd runs it as `python -I -S shim/main.py`: the project is not importable then
+    from controller.act.runtime.shim import child
 
+    shim = os.path.dirname(child.__file__)
     code = (
-        f"import sys; sys.argv = ['x']; sys.path.insert(0, {os.path.dirname(supervisor.__file__)!r}); "
-        "import supervisor; package = supervisor.cgroups_package(); print(package.__name__, package.Limits.__name__)"
+        f"import sys; sys.argv = ['x']; sys.path[:0] = [{shim!r}, {os.path.dirname(shim)!r}]; "
+        "import child; package = child.cgroups_package(); print(package.__name__, package.Limits.__name__)"
     )
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30)
     assert out.stdout.split() == ["cgroups", "Limits"], out.stderr

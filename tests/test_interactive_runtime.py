@@ -17,7 +17,7 @@ from builders import job
 from helpers import wait_for
 
 from controller.act.runtime import record
-from controller.act.runtime.supervised import SupervisorRuntime
+from controller.act.runtime.backends.local.runtime import SupervisorRuntime
 from controller.client.terminal import connect, frame
 from controller.model.plan import Launch
 from controller.paths import Home

@@ -301,7 +301,7 @@ def test_a_command_that_outpaces_its_caller_is_held_at_the_window(tmp_path: Path
     from builders import job
 
     from controller.act.runtime.control_socket import EXEC_WINDOW
-    from controller.act.runtime.supervised import SupervisorRuntime
+    from controller.act.runtime.backends.local.runtime import SupervisorRuntime
     from controller.client.terminal import connect, frame
     from controller.model.plan import Launch
     from controller.paths import Home

@@ -274,7 +274,7 @@ def test_exit_record_stays_until_the_status_showing_it_is_written(tmp_path):
 
     from test_reconcile import job
 
-    from controller.act.runtime.supervised import SupervisorRuntime
+    from controller.act.runtime.backends.local.runtime import SupervisorRuntime
     from controller.model.plan import Launch
     from controller.paths import Home
 
@@ -307,7 +307,7 @@ def test_a_later_attempt_is_recorded_over_a_purged_record_never_reading_its_old_
 
     from test_reconcile import job
 
-    from controller.act.runtime.supervised import SupervisorRuntime
+    from controller.act.runtime.backends.local.runtime import SupervisorRuntime
     from controller.model.plan import Launch
     from controller.paths import Home
     from controller.util.spares import QUIET
@@ -357,7 +357,7 @@ def _supervisor_of(home, name: str) -> int:
 
 def _runtime(tmp_path):
     """A fresh home and the supervisor runtime on it."""
-    from controller.act.runtime.supervised import SupervisorRuntime
+    from controller.act.runtime.backends.local.runtime import SupervisorRuntime
     from controller.paths import Home
 
     home = Home.resolve(str(tmp_path / "home"), None)

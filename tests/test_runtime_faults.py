@@ -22,9 +22,10 @@ import pytest
 from helpers import fill_filesystem, job_status, pid_alive, read_log, wait_for, wait_phase, write_manifest
 
 from controller.act.runtime import record
-from controller.act.runtime.supervisor import Supervisor, start_ticks
+from controller.act.runtime.shim.procfs import start_ticks
+from controller.act.runtime.shim.supervisor import Supervisor
 
-SUPERVISOR = Path(__file__).resolve().parents[1] / "controller" / "act" / "runtime" / "supervisor.py"
+SUPERVISOR = Path(__file__).resolve().parents[1] / "controller" / "act" / "runtime" / "shim" / "main.py"
 
 
 def manifest(name: str, body: str) -> str:
@@ -565,7 +566,7 @@ def test_the_slurm_backend_holds_a_submission_the_disk_refuses_and_retries_it(tm
     from test_reconcile import job
 
     from controller.paths import Home
-    from controller.act.runtime.slurm import SlurmRuntime
+    from controller.act.runtime.backends.slurm.runtime import SlurmRuntime
     from controller.model.plan import Launch
 
     home = Home.resolve(str(tmp_path / "home"), None)

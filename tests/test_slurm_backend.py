@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.act.runtime.slurm import (
+from controller.act.runtime.backends.slurm.words import (
     SlurmJob,
-    _Record,
+    SlurmRecord as _Record,
     gres_devices,
     observation,
     parse_squeue,
@@ -67,7 +67,7 @@ def test_parse_squeue_refuses_what_is_not_json():
 def test_parse_sacct_allocation_lines():
     from datetime import datetime
 
-    from controller.act.runtime.slurm import parse_sacct
+    from controller.act.runtime.backends.slurm.words import parse_sacct
 
     text = (
         "41|CANCELLED by 0|0:15|vm|2026-11-22T20:04:44|2026-11-22T20:04:45|2026-11-22T20:05:00\n"
@@ -204,7 +204,7 @@ def test_an_attempt_that_ended_unseen_still_records_where_it_ran():
     world.tick(T0 + 2)
     st = world.state()
     assert (st.phase, st.backend_id, st.node, st.devices) == ("Succeeded", "9", "vm", [1])
-    assert st.to_status()["status"]["slurmJobId"] == "9"
+    assert st.to_status()["status"]["backendJobId"] == "9"
 
 
 def test_an_attempt_that_ran_between_two_passes_while_queued_keeps_its_start_time():

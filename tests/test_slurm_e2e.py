@@ -74,7 +74,7 @@ def squeue(env: dict[str, str]) -> list[dict]:
 
 def slurm_jobs_of(env: dict[str, str], home: Path, name: str) -> list[dict]:
     """Slurm jobs this home's gflowd submitted for job ``name`` (by the comment every submission carries)."""
-    from controller.act.runtime.slurm import home_id
+    from controller.act.runtime.backends.slurm.words import home_id
     from controller.paths import Home
 
     prefix = f"gflow:{home_id(Home.resolve(home))}:{name}:"
@@ -97,7 +97,7 @@ def cluster_daemon(slurm, gflowd, home: Path):
         return gflowd("--backend", "slurm", *args, env=SLURM_ENV, home=home)
 
     yield start
-    from controller.act.runtime.slurm import home_id
+    from controller.act.runtime.backends.slurm.words import home_id
     from controller.paths import Home
 
     prefix = f"gflow:{home_id(Home.resolve(home))}:"
@@ -117,7 +117,7 @@ def test_a_gpu_job_runs_on_slurm_and_reports_its_slurm_job_and_devices(slurm, cl
     ))
     status = wait_phase(home, "g1", "Succeeded", timeout=30, daemon=daemon)
     assert status["exitCode"] == 0
-    job_id = status["slurmJobId"]
+    job_id = status["backendJobId"]
     assert slurm_state(slurm, job_id) == "COMPLETED"
     assert status["node"] == socket.gethostname().split(".")[0]
     log = read_log(home, "g1")
@@ -128,7 +128,7 @@ def test_a_gpu_job_runs_on_slurm_and_reports_its_slurm_job_and_devices(slurm, cl
     assert str(submitted["job_id"]) == job_id and submitted["comment"].endswith(":g1:a1")
     described = subprocess.run([sys.executable, "-m", "controller.cli.main", "--home", str(home), "describe", "job", "g1"],
                                capture_output=True, text=True, check=True).stdout
-    slurm_line = next(line for line in described.splitlines() if line.startswith("Slurm Job"))
+    slurm_line = next(line for line in described.splitlines() if line.startswith("Backend Job"))
     assert slurm_line.split()[-1] == job_id
 
 
@@ -137,7 +137,7 @@ def test_exit_code_3_is_failed_with_exit_code_3(slurm, cluster_daemon, home: Pat
     write_manifest(home / "jobs", "e3.yaml", "spec:\n  command: [sh, -c, 'echo bye; exit 3']\n")
     status = wait_phase(home, "e3", "Failed", timeout=30, daemon=daemon)
     assert (status["reason"], status["exitCode"]) == ("Error", 3)
-    assert slurm_state(slurm, status["slurmJobId"]) == "FAILED"
+    assert slurm_state(slurm, status["backendJobId"]) == "FAILED"
     assert read_log(home, "e3") == "bye\n"
 
 
@@ -147,14 +147,14 @@ def test_a_time_limit_ends_deadline_exceeded(slurm, cluster_daemon, home: Path):
     status = wait_phase(home, "slow", "Failed", timeout=40, daemon=daemon)
     assert status["reason"] == "DeadlineExceeded", status
     # gflowd stops it at 2 s (Slurm itself counts whole minutes and would TIMEOUT at 1 min)
-    assert slurm_state(slurm, status["slurmJobId"]) in ("CANCELLED", "TIMEOUT")
+    assert slurm_state(slurm, status["backendJobId"]) in ("CANCELLED", "TIMEOUT")
 
 
 def test_cancel_by_edit_cancels_the_slurm_job(slurm, cluster_daemon, home: Path):
     daemon = cluster_daemon()
     path = write_manifest(home / "jobs", "long.yaml", "spec:\n  command: [sleep, '120']\n  resources: {gpus: 1}\n")
     status = wait_phase(home, "long", "Running", reason="Started", timeout=30, daemon=daemon)
-    job_id = status["slurmJobId"]
+    job_id = status["backendJobId"]
     wait_for(lambda: slurm_state(slurm, job_id) == "RUNNING", timeout=15, message="Slurm to run it")
     write_manifest(home / "jobs", "long.yaml", path.read_text() + "  cancelled: true\n")
     status = wait_phase(home, "long", "Cancelled", timeout=30, daemon=daemon)
@@ -175,7 +175,7 @@ def test_a_dependent_job_is_submitted_after_its_parent_succeeded(slurm, cluster_
     parent = job_status(home, "parent")
     assert parent["phase"] == "Succeeded"
     jobs = {str(j["job_id"]): j for j in squeue(slurm)}
-    p, c = jobs[parent["slurmJobId"]], jobs[child["slurmJobId"]]
+    p, c = jobs[parent["backendJobId"]], jobs[child["backendJobId"]]
     assert c["submit_time"] >= p["end_time"], (p["end_time"], c["submit_time"])
     assert read_log(home, "child") == "child ran\n"
 
@@ -195,7 +195,7 @@ def test_a_job_waiting_for_gpus_is_pending_with_slurms_reason(slurm, cluster_dae
     wait_phase(home, "all", "Running", reason="Started", timeout=30, daemon=daemon)
     write_manifest(home / "jobs", "one.yaml", "spec:\n  command: [true]\n  resources: {gpus: 1}\n")
     status = wait_phase(home, "one", "Pending", reason="Resources", timeout=30, daemon=daemon)
-    assert "Slurm job" in status["message"] and status["slurmJobId"]
+    assert "Slurm job" in status["message"] and status["backendJobId"]
     assert "startTime" not in status
     os.unlink(home / "jobs" / "all.yaml")  # deleting the manifest cancels it in Slurm: GPUs free
     wait_phase(home, "one", "Succeeded", timeout=30, daemon=daemon)
@@ -211,13 +211,13 @@ def test_a_controller_killed_right_after_submission_does_not_submit_twice(slurm,
     status = wait_phase(home, "once", "Succeeded", timeout=40, daemon=again)
     submitted = slurm_jobs_of(slurm, home, "once")
     assert len(submitted) == 1, submitted
-    assert status["slurmJobId"] == str(submitted[0]["job_id"]) and status["attempt"] == 1
+    assert status["backendJobId"] == str(submitted[0]["job_id"]) and status["attempt"] == 1
 
 
 def test_an_interrupted_submission_is_adopted_by_comment_not_resubmitted(slurm, home: Path, tmp_path: Path):
     """The window a kill -9 rarely hits: sbatch done, its job id not yet recorded. The record
     says only "about to submit"; the restarted runtime finds the job by its comment."""
-    from controller.act.runtime.slurm import SlurmRuntime, comment_for, home_id
+    from controller.act.runtime.backends.slurm.runtime import SlurmRuntime, comment_for, home_id
     from controller.paths import Home
 
     h = Home.resolve(home)
@@ -242,7 +242,7 @@ def test_an_interrupted_submission_is_adopted_by_comment_not_resubmitted(slurm, 
 def test_a_slurm_job_slurm_has_forgotten_is_lost(slurm, home: Path):
     """squeue forgets a finished job after MinJobAge; without slurmdbd sacct knows nothing either
     (the dev cluster has no accounting): the attempt is Lost, said in one sentence."""
-    from controller.act.runtime.slurm import SlurmRuntime
+    from controller.act.runtime.backends.slurm.runtime import SlurmRuntime
     from controller.paths import Home
 
     h = Home.resolve(home)
@@ -265,10 +265,10 @@ def test_suspend_cancels_in_slurm_and_resume_submits_the_next_attempt(slurm, clu
     first = wait_phase(home, "held", "Running", reason="Started", timeout=30, daemon=daemon)
     write_manifest(home / "jobs", "held.yaml", path.read_text() + "  suspend: true\n")
     wait_phase(home, "held", "Pending", reason="Suspended", timeout=30, daemon=daemon)
-    assert slurm_state(slurm, first["slurmJobId"]) == "CANCELLED"
+    assert slurm_state(slurm, first["backendJobId"]) == "CANCELLED"
     write_manifest(home / "jobs", "held.yaml", path.read_text().replace("  suspend: true\n", ""))
     second = wait_phase(home, "held", "Running", reason="Started", timeout=30, daemon=daemon)
-    assert second["attempt"] == 2 and second["slurmJobId"] != first["slurmJobId"]
+    assert second["attempt"] == 2 and second["backendJobId"] != first["backendJobId"]
     comments = sorted(j["comment"].rsplit(":", 1)[1] for j in slurm_jobs_of(slurm, home, "held"))
     assert comments == ["a1", "a2"]
 

@@ -138,4 +138,4 @@ def test_a_gpu_type_without_a_slurm_name_fails_in_one_line_naming_the_setting(sl
     shutil.copy(EXAMPLES / "train-1gpu.yaml", home / "jobs" / "train-1gpu.yaml")
     status = wait_phase(home, "train-1gpu", "Failed", timeout=30, daemon=daemon)
     assert "gpuType H100" in status["message"] and "slurm.gpuTypes" in status["message"], status
-    assert "\n" not in status["message"] and "slurmJobId" not in status  # never handed to Slurm
+    assert "\n" not in status["message"] and "backendJobId" not in status  # never handed to Slurm

@@ -22,7 +22,8 @@ from helpers import pid_alive, wait_for, wait_phase, write_manifest
 from controller.act.runtime import record
 from controller.act.runtime.cgroups import CgroupError, Cgroupfs, systemd_scope
 from controller.act.runtime.cgroups.discover import parse_mountinfo
-from controller.act.runtime.supervised import SUPERVISOR_FILE, rebooted_since
+from controller.act.runtime.backends.local.attempt import rebooted_since
+from controller.act.runtime.shim import MAIN_FILE as SUPERVISOR_FILE
 from controller.daemon.main import JournalFormatter, on_journal
 
 PURE_V2 = "0::/system.slice/gflowd.service\n"

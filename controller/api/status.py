@@ -92,7 +92,7 @@ class JobStatusFields(_Model):
     next_attempt_time: str | None = Field(default=None, description="When a retry after a failure may start")
     exit_code: int | None = None
     pid: int | None = None
-    slurm_job_id: str | None = Field(default=None, description="Slurm backend: the Slurm job id of the latest attempt")
+    backend_job_id: str | None = Field(default=None, description="A cluster backend (Slurm): its job id of the latest attempt")
     node: str | None = Field(default=None, description="Slurm backend: the node the latest attempt runs or ran on")
     queue_position: int | None = Field(default=None, description="1-based position in the queue, while Pending")
     effective_priority: int | None = Field(

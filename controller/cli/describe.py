@@ -71,7 +71,7 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
     if status.get("message"):
         lines.append(("Message", str(status["message"])))
     for key, label in (("attempt", "Attempt"), ("exitCode", "Exit Code"), ("pid", "PID"),
-                       ("slurmJobId", "Slurm Job"), ("node", "Node"), ("queuePosition", "Queue Position"),
+                       ("backendJobId", "Backend Job"), ("node", "Node"), ("queuePosition", "Queue Position"),
                        ("effectivePriority", "Effective Priority"), ("observedGeneration", "Generation")):
         if status.get(key) is not None:
             lines.append((label, str(status[key])))

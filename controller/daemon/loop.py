@@ -58,7 +58,7 @@ class Controller:
         self.policy = policy_from_config(config, controller_uid=os.geteuid())
         self.observer = SnapshotBuilder(home, config, inventory, self.runtime, self.policy, clock)
         self.recorder = Recorder(home, clock)
-        self.writer = PassWriter(home, self.recorder, inventory.describe, getattr(self.runtime, "limits_summary", lambda: None))
+        self.writer = PassWriter(home, self.recorder, inventory.describe, self.runtime.limits_summary)
         self.sinks = sinks  # controller.sinks.hooks.Sinks: history, metrics, webhooks
         self.memory = Memory()
         # the GPUs as the last pass saw them, for the review's never-fits verdict (None: not yet
@@ -188,7 +188,7 @@ class Controller:
 
     def _disk_trouble(self) -> bool:
         """The disk refused a status write or a launch record (jobs Pending/DiskFull)."""
-        return self.writer.failures.failing or bool(getattr(self.runtime, "held_any", False))
+        return self.writer.failures.failing or self.runtime.held_any
 
     def _space_returned(self) -> bool:
         """While the disk refuses writes: True once free space came back, with the held launches
@@ -204,9 +204,7 @@ class Controller:
             return False
         log.debug("free space came back on %s; retrying the writes the disk refused", self.home.root)
         self.writer.failures.retry_now()
-        retry = getattr(self.runtime, "retry_held", None)
-        if retry is not None:
-            retry()
+        self.runtime.retry_held()
         return True
 
     def _exits_pending(self) -> bool:

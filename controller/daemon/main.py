@@ -16,7 +16,7 @@ from typing import Any, Literal, NoReturn, get_args, get_origin
 from pydantic_core import PydanticUndefined
 
 from controller import __version__
-from controller.act.runtime import backend_switch_problem, old_layout_problem
+from controller.act.runtime import start_problem
 from controller.api.config import (
     ConfigError,
     flag_fields,
@@ -178,17 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     if config.fake_gpus and not Path(config.fake_gpus).is_file():
         sys.stderr.write(f"gflowd: --fake-gpus: {config.fake_gpus} is not a file\n")
         return 1
-    problem = old_layout_problem(home) if config.backend != "slurm" else None
+    problem = start_problem(home, config)
     if problem is not None:
         sys.stderr.write(f"gflowd: {problem}\n")
-        return 1
-    problem = backend_switch_problem(home, config.backend)
-    if problem is None and config.backend == "slurm":
-        from controller.act.runtime.slurm import check_slurm  # lazy: only the Slurm backend needs it
-
-        problem = check_slurm()
-    if problem is not None:
-        sys.stderr.write(f"gflowd: --backend {config.backend}: {problem}\n")
         return 1
     lock = InstanceLock(home.lock_file)
     try:

@@ -184,7 +184,7 @@ class JobState:
     effective_priority: int | None = None  # while Pending: priority plus aging (controller/policy.py)
     conditions: list[dict[str, str]] = field(default_factory=list)
     owner: str | None = None  # the Sweep this job belongs to
-    backend_id: str | None = None  # the cluster's id of the latest attempt (slurmJobId)
+    backend_id: str | None = None  # the backend's id of the latest attempt (backendJobId; slurmJobId before)
     node: str | None = None  # where the latest attempt runs or ran, on a cluster backend
     cpus: int = 0  # resources.cpus: whole cores asked for (0: none booked)
     cores: list[int] = field(default_factory=list)  # the cores bound to the latest attempt (its cpuset)
@@ -265,7 +265,7 @@ class JobState:
             "nextAttemptTime": rfc3339(self.next_attempt_time),
             "exitCode": self.exit_code,
             "pid": self.pid,
-            "slurmJobId": self.backend_id,
+            "backendJobId": self.backend_id,
             "node": self.node,
             "queuePosition": self.queue_position,
             "effectivePriority": self.effective_priority if self.phase == "Pending" else None,
@@ -314,7 +314,7 @@ class JobState:
             next_attempt_time=from_rfc3339(status.get("nextAttemptTime")),
             exit_code=status.get("exitCode"),
             pid=status.get("pid"),
-            backend_id=_text_or_none(status.get("slurmJobId")),
+            backend_id=_text_or_none(status.get("backendJobId") or status.get("slurmJobId")),  # slurmJobId: written by older gflowds
             node=status.get("node"),
             queue_position=status.get("queuePosition"),
             effective_priority=status.get("effectivePriority"),

@@ -115,7 +115,7 @@ class SnapshotBuilder:
             max_starts=max_starts,
             default_ttl=config.ttl_seconds_after_finished,
             finished_history=config.finished_jobs_history,
-            bind_gpus=not getattr(self.runtime, "allocates_devices", False),
+            bind_gpus=not self.runtime.allocates_devices,
             policy=self.policy,
             manifests=Manifests(documents, gone, came, full),
             host=host,

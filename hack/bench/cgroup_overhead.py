@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from controller.act.runtime.cgroups import CgroupError, Cgroups, Limits, probe  # noqa: E402
-from controller.act.runtime.supervisor import MEMORY_POLL, descendants, tree_rss  # noqa: E402
+from controller.act.runtime.shim.procfs import descendants, tree_rss  # noqa: E402
+from controller.act.runtime.shim.supervisor import MEMORY_POLL  # noqa: E402
 
 MI = 1 << 20
 RECORD = struct.Struct("dq")  # monotonic time, RSS bytes

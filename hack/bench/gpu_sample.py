@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from controller.act.runtime.supervisor import descendants  # noqa: E402
+from controller.act.runtime.shim.procfs import descendants  # noqa: E402
 from controller.model.gpus import Gpu, GpuProcess  # noqa: E402
 from controller.model.plan import RunObservation  # noqa: E402
 from controller.observe.gpu_usage import SERIES_LEN, UsageSampler  # noqa: E402

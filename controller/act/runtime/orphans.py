@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import signal
 
-from controller.act.runtime.supervisor import start_ticks
+from controller.act.runtime.shim.procfs import start_ticks
 
 MARKER_VARIABLE = "GFLOW_ATTEMPT_ID"
 

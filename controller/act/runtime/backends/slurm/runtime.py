@@ -32,269 +32,51 @@ and ``tick`` tries again with a growing delay, as the local runtime does.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import pwd
-import re
 import shlex
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.act.runtime.backends.slurm.words import (
+    QUEUED_STATES,
+    RUNNING_STATES,
+    SACCT_FIELDS,
+    SlurmJob,
+    SlurmRecord,
+    comment_for,
+    gres_devices,
+    home_id,
+    observation,
+    parse_sacct,
+    parse_squeue,
+)
 from controller.act.runtime.command import LaunchError, expand_home
 from controller.export import workdir
 from controller.export.slurm import UnmappedGpuType, job_body, sbatch_options, slurm_env, slurm_time
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
-from controller.act.runtime.supervisor import DISK_FULL, UnsafeLogFile, open_job_log
+from controller.act.runtime.holds import Hold, hold
+from controller.act.runtime.shim.child import UnsafeLogFile, open_job_log
 from controller.util.fsutil import atomic_write, describe
 
 log = logging.getLogger("gflowd.slurm")
 
 POLL_INTERVAL = 1.0  # seconds between squeue calls while some attempt is live
-HOLD_FIRST, HOLD_MAX = 0.5, 10.0  # delays between tries to submit an attempt the disk refused
 COMMAND_TIMEOUT = 30.0
-
-RUNNING_STATES = {"CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
-QUEUED_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
-# Slurm's pending reasons -> ours (SPEC: Pending reasons are CamelCase, one word)
-PENDING_REASONS = {
-    "Resources": "Resources",
-    "Priority": "Priority",
-    "Dependency": "Dependency",
-    "BeginTime": "StartAfter",
-    "JobHeldUser": "Held",
-    "JobHeldAdmin": "Held",
-    "None": "Queued",
-    "": "Queued",
-}
-
-
-@dataclass(frozen=True)
-class SlurmJob:
-    """One job as ``squeue --json`` shows it (the fields we use)."""
-
-    job_id: str
-    state: str
-    reason: str = ""
-    comment: str = ""
-    exit_status: int = 0  # the wait status: code << 8 | signal
-    nodes: str = ""
-    gres_detail: tuple[str, ...] = ()
-    submit_time: float = 0.0
-    start_time: float = 0.0
-    end_time: float = 0.0
-
 
 @dataclass
 class _Held:
     """An attempt not submitted because the disk refused one of its files; retried by ``tick``."""
 
     launch: Launch
-    why: str
-    reason: str  # DiskFull | DiskError
-    retry_at: float  # monotonic
-    delay: float
+    hold: Hold
     rotated: bool  # the previous attempt's log was moved aside already
-
-
-@dataclass
-class _Record:
-    """``run/slurm/<name>.json``: one attempt handed to Slurm."""
-
-    name: str
-    attempt: int
-    generation: int
-    comment: str
-    options: list[str]
-    script: str
-    run_hash: str = ""
-    time_limit: float | None = None
-    job_id: str | None = None
-    devices: list[int] = field(default_factory=list)
-    node: str = ""
-    submitted_at: float = 0.0
-    error: str = ""  # the submission itself failed (sbatch's message)
-    stop_sent: bool = False
-
-
-def home_id(home: Home) -> str:
-    """Tells this gflowd's Slurm jobs from another home's (or another user's) on the same cluster."""
-    return hashlib.sha1(str(home.root.resolve()).encode()).hexdigest()[:8]
-
-
-def comment_for(home_key: str, name: str, generation: int, attempt: int) -> str:
-    return f"gflow:{home_key}:{name}:g{generation}:a{attempt}"
-
-
-# -- pure: Slurm's words -> ours --------------------------------------------------------------------
-
-def _state_text(value: Any) -> str:
-    if isinstance(value, list):  # Slurm >= 23.02 gives a list of flags
-        return str(value[0]) if value else ""
-    return str(value or "")
-
-
-def _exit_status(value: Any) -> int:
-    if isinstance(value, dict):  # Slurm >= 23.02: {"status": [...], "return_code": {...}, "signal": {...}}
-        code = value.get("return_code")
-        code = code.get("number", 0) if isinstance(code, dict) else code or 0
-        sig = value.get("signal", {})
-        sig = sig.get("id", {}).get("number", 0) if isinstance(sig, dict) and isinstance(sig.get("id"), dict) else 0
-        return (int(code or 0) << 8) | int(sig or 0)
-    return int(value or 0)
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, dict):  # Slurm >= 23.02: {"set": true, "number": N}
-        value = value.get("number", 0)
-    return float(value or 0)
-
-
-def parse_squeue(text: str) -> list[SlurmJob]:
-    """``squeue --json`` output -> jobs. Raises ValueError on output that is not squeue's JSON."""
-    data = json.loads(text)
-    jobs = []
-    for item in data.get("jobs", []):
-        jobs.append(
-            SlurmJob(
-                job_id=str(item.get("job_id")),
-                state=_state_text(item.get("job_state")),
-                reason=str(item.get("state_reason") or ""),
-                comment=str(item.get("comment") or ""),
-                exit_status=_exit_status(item.get("exit_code")),
-                nodes=str(item.get("nodes") or ""),
-                gres_detail=tuple(str(g) for g in item.get("gres_detail") or ()),
-                submit_time=_number(item.get("submit_time")),
-                start_time=_number(item.get("start_time")),
-                end_time=_number(item.get("end_time")),
-            )
-        )
-    return jobs
-
-
-SACCT_FIELDS = "JobIDRaw,State,ExitCode,NodeList,Submit,Start,End"
-
-
-def _sacct_time(text: str) -> float:
-    if not text or text in ("Unknown", "None"):
-        return 0.0
-
-    try:
-        return datetime.fromisoformat(text).timestamp()  # sacct prints the cluster's local time
-    except ValueError:
-        return 0.0
-
-
-def parse_sacct(text: str) -> list[SlurmJob]:
-    """``sacct -n -P -X -o JobIDRaw,State,ExitCode,NodeList,Submit,Start,End`` -> jobs (the
-    allocation lines only). ``CANCELLED by 0`` is CANCELLED; ``ExitCode`` is ``code:signal``."""
-    jobs = []
-    for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) < 7 or not parts[0].strip():
-            continue
-        job_id, state, exit_code, nodes, submit, start, end = (p.strip() for p in parts[:7])
-        code, _, sig = exit_code.partition(":")
-        status = (int(code) << 8 if code.isdigit() else 0) | (int(sig) & 0x7F if sig.isdigit() else 0)
-        nodes = "" if nodes in ("None assigned", "(null)") else nodes
-        jobs.append(SlurmJob(job_id, state.split()[0] if state else "", "", "", status, nodes, (),
-                             _sacct_time(submit), _sacct_time(start), _sacct_time(end)))
-    return jobs
-
-
-_IDX = re.compile(r"IDX:([0-9,\-]+)")
-
-
-def gres_devices(gres_detail: tuple[str, ...] | list[str]) -> list[int]:
-    """``("gpu:2(IDX:0-1)",)`` or ``("gpu:a100:2(IDX:0,2)",)`` -> the GPU indices Slurm allocated."""
-    devices: list[int] = []
-    for entry in gres_detail:
-        if not entry.startswith("gpu"):
-            continue
-        match = _IDX.search(entry)
-        if not match:
-            continue
-        for part in match.group(1).split(","):
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                devices.extend(range(int(lo), int(hi) + 1))
-            elif part:
-                devices.append(int(part))
-    return sorted(set(devices))
-
-
-def _reason_text(reason: str) -> str:
-    return "queued" if reason in ("", "None") else reason
-
-
-def observation(record: _Record, job: SlurmJob | None, now: float, memory_exceeded: bool = False) -> RunObservation:
-    """What gflowd's reconcile needs to know about one attempt, from Slurm's view of it.
-
-    ``memory_exceeded``: slurmstepd wrote "Exceeded job memory limit" into the job's output. Without
-    cgroups Slurm enforces ``--mem`` by polling (OverMemoryKill) and reports the kill as FAILED,
-    not OUT_OF_MEMORY; its message is the only trace."""
-    base = dict(
-        devices=tuple(record.devices), run_hash=record.run_hash, external_id=record.job_id or "",
-        node=record.node,
-    )
-    started = record.submitted_at or now
-    if record.error:
-        return RunObservation(record.name, record.attempt, None, started, False, 127, None, started, record.error, **base)
-    if record.job_id is None:  # decided, not yet handed over
-        return RunObservation(record.name, record.attempt, None, started, True, queued="Queued",
-                              message="being submitted to Slurm", **base)
-    if job is None:
-        return RunObservation(
-            record.name, record.attempt, None, started, False, None, None, now,
-            f"Slurm job {record.job_id} is no longer known to Slurm (finished longer ago than its MinJobAge, "
-            "or purged); exit code unknown",
-            lost=True, **base,
-        )
-    ident = f"Slurm job {job.job_id}"
-    if job.state in QUEUED_STATES:
-        reason = PENDING_REASONS.get(job.reason, re.sub(r"[^A-Za-z0-9]", "", job.reason.split(",")[0]) or "Queued")
-        text = "requeued" if job.state.startswith("REQUEUE") else "pending"
-        return RunObservation(record.name, record.attempt, None, job.submit_time or started, True, queued=reason,
-                              message=f"{ident} is {text} in Slurm ({_reason_text(job.reason)})", **base)
-    where = f" on {job.nodes}" if job.nodes else ""
-    gpus = f", GPUs {','.join(map(str, record.devices))}" if record.devices else ""
-    if job.state in RUNNING_STATES:
-        return RunObservation(record.name, record.attempt, None, job.start_time or started, True,
-                              message=f"{ident} running{where}{gpus}", **base)
-    code, sig = job.exit_status >> 8, job.exit_status & 0x7F
-    exit_code = 128 + sig if sig else code
-    finished = job.end_time or now
-    begun = job.start_time or started
-    kw: dict[str, Any] = {}
-    if job.state == "COMPLETED":
-        pass
-    elif job.state == "FAILED" and memory_exceeded:
-        kw["reason"] = "OOMKilled"
-    elif job.state == "FAILED":
-        if exit_code == 0:
-            kw["error"] = f"{ident} failed in Slurm ({job.reason or 'no reason given'})"
-    elif job.state == "TIMEOUT":
-        kw["reason"] = "DeadlineExceeded"
-        exit_code = exit_code or 128 + 15
-    elif job.state == "OUT_OF_MEMORY":
-        kw["reason"] = "OOMKilled"
-        exit_code = exit_code or 128 + 9
-    elif job.state in ("NODE_FAIL", "BOOT_FAIL"):
-        kw["lost"] = True
-        kw["error"] = f"{ident}: node {job.nodes or '?'} failed (Slurm {job.state})"
-    elif job.state == "CANCELLED":
-        kw["error"] = f"{ident} was cancelled in Slurm"
-        exit_code = exit_code or 128 + 15
-    else:  # PREEMPTED, DEADLINE, ...
-        kw["error"] = f"{ident} ended {job.state} in Slurm"
-        exit_code = exit_code or 1
-    return RunObservation(record.name, record.attempt, None, begun, False, exit_code, sig or None, finished, **kw, **base)
 
 
 # -- the runtime ------------------------------------------------------------------------------------
@@ -314,8 +96,8 @@ class SlurmRuntime:
         self.dir = home.run_dir / "slurm"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.key = home_id(home)
-        self.records: dict[str, _Record] = {}
-        self._forgotten: list[_Record] = []  # ended, recorded by the next status write (see purge)
+        self.records: dict[str, SlurmRecord] = {}
+        self._forgotten: list[SlurmRecord] = []  # ended, recorded by the next status write (see purge)
         self._jobs: dict[str, SlurmJob] = {}
         self._listed_at = -1e9
         self._results: dict[str, RunObservation] = {}
@@ -347,12 +129,10 @@ class SlurmRuntime:
             self._start(launch, fresh=held is not None)  # a retry looks in Slurm first: sbatch may have run
         except OSError as exc:  # not submitted: held, and tried again by tick()
             self.records.pop(launch.name, None)
-            delay = HOLD_FIRST if held is None else min(held.delay * 2, HOLD_MAX)
             why = f"cannot record its submission: {describe(exc)}"
             if held is None:
                 log.warning("job/%s attempt %d: %s; it is submitted once that can be written", launch.name, launch.attempt, why)
-            reason = "DiskFull" if exc.errno in DISK_FULL else "DiskError"
-            self._held[launch.name] = _Held(launch, why, reason, time.monotonic() + delay, delay, rotated)
+            self._held[launch.name] = _Held(launch, hold(held.hold if held else None, why, exc.errno, time.monotonic()), rotated)
             return
         self._held.pop(launch.name, None)
 
@@ -362,12 +142,12 @@ class SlurmRuntime:
             options, script = self._translate(launch)
         except LaunchError as exc:
             now = time.time()
-            record = _Record(launch.name, launch.attempt, launch.generation, "", [], "", launch.job.run_hash,
+            record = SlurmRecord(launch.name, launch.attempt, launch.generation, "", [], "", launch.job.run_hash,
                              submitted_at=now, error=str(exc))
             self.records[launch.name] = record
             self._save(record)
             return
-        record = _Record(
+        record = SlurmRecord(
             launch.name, launch.attempt, launch.generation,
             comment_for(self.key, launch.name, launch.generation, launch.attempt),
             options, script, launch.job.run_hash, launch.job.spec.time_limit, submitted_at=time.time(),
@@ -384,7 +164,7 @@ class SlurmRuntime:
         if held is not None and name not in self._results:  # never submitted: it ends here
             now = time.time()
             self._results[name] = RunObservation(name, held.launch.attempt, None, now, False, None, None, now,
-                                                 f"never started: {held.why}", stop_reason=reason)
+                                                 held.hold.never_started(), stop_reason=reason)
             return
         record = self.records.get(name)
         if record is None or record.stop_sent or record.error or record.job_id is None:
@@ -415,7 +195,7 @@ class SlurmRuntime:
         out = {}
         for name, held in self._held.items():
             out[name] = self._results.get(name) or RunObservation(
-                name, held.launch.attempt, None, now, True, queued=held.reason, message=held.why, held=True,
+                name, held.launch.attempt, None, now, True, **held.hold.pending(),
             )
         for name, record in self.records.items():
             if name in self._results:
@@ -461,9 +241,9 @@ class SlurmRuntime:
         """Submits held attempts when due; returns when the next try is."""
         mono = time.monotonic()
         for name, held in list(self._held.items()):
-            if mono >= held.retry_at and name not in self._results:
+            if held.hold.due(mono) and name not in self._results:
                 self._try_start(held.launch)
-        due = [now + max(0.0, h.retry_at - mono) for n, h in self._held.items() if n not in self._results]
+        due = [now + max(0.0, h.hold.retry_at - mono) for n, h in self._held.items() if n not in self._results]
         return min(due) if due else None
 
     def job_pids(self) -> dict[str, set[int]]:
@@ -478,13 +258,28 @@ class SlurmRuntime:
     def close(self) -> None:
         pass
 
+    @property
+    def held_any(self) -> bool:
+        """An attempt is held (the disk refused one of its files): the loop watches the free space."""
+        return any(name not in self._results for name in self._held)
+
+    def retry_held(self) -> None:
+        """Free space came back: held submissions are tried at the next ``tick``."""
+        for name, held in self._held.items():
+            if name not in self._results:
+                held.hold.retry_soon()
+
+    def limits_summary(self) -> str | None:
+        """Slurm enforces the limits on its nodes: nothing to say about this machine's."""
+        return None
+
     def adopt(self) -> list[str]:
         """Rebuild from ``run/slurm``: records with a job id are watched again; a record whose
         ``sbatch`` may or may not have happened is matched by comment, else submitted now."""
         adopted = []
         for path in sorted(self.dir.glob("*.json")):
             try:
-                record = _Record(**json.loads(path.read_text()))
+                record = SlurmRecord(**json.loads(path.read_text()))
             except (OSError, ValueError, TypeError) as exc:
                 log.warning("ignoring unreadable Slurm record %s: %s", path, exc)
                 continue
@@ -543,7 +338,7 @@ class SlurmRuntime:
         script = "\n".join(["#!/bin/bash", report, *job_body(spec, env)]) + "\n"
         return options, script
 
-    def _submit(self, record: _Record, fresh: bool = False) -> None:
+    def _submit(self, record: SlurmRecord, fresh: bool = False) -> None:
         """sbatch, unless Slurm already has this attempt. ``fresh``: list Slurm's jobs now (after a
         restart); else a listing from this pass will do, since this gflowd wrote no record for the
         attempt before, so no earlier sbatch of it can exist (belt and braces)."""
@@ -607,10 +402,10 @@ class SlurmRuntime:
             return None if check else result
         return result
 
-    def _save(self, record: _Record, durable: bool = True) -> None:
+    def _save(self, record: SlurmRecord, durable: bool = True) -> None:
         atomic_write(self.dir / f"{record.name}.json", json.dumps(asdict(record)), mode=0o600, durable=durable)
 
-    def _remove(self, record: _Record) -> None:
+    def _remove(self, record: SlurmRecord) -> None:
         self.records.pop(record.name, None)
         self._results.pop(record.name, None)
         for path in (self.dir / f"{record.name}.json", self.dir / f"{record.name}.sh", self._devices_file(record.name)):
@@ -644,7 +439,7 @@ class SlurmRuntime:
     def _devices_file(self, name: str) -> Path:
         return self.dir / f"{name}.devices"
 
-    def _reported_devices(self, record: _Record) -> list[int]:
+    def _reported_devices(self, record: SlurmRecord) -> list[int]:
         """What the job's own CUDA_VISIBLE_DEVICES said (its script writes it at start): Slurm
         forgets a finished job's GRES indices."""
         try:

@@ -1,0 +1,165 @@
+"""What gflowd knows of one attempt of the local backend (``Attempt``), and the observations its
+records turn into: an exit, a loss (its supervisor died without an exit record; a reboot)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.act.runtime.holds import Hold
+from controller.act.runtime.orphans import MARKER_VARIABLE
+from controller.act.runtime.shim.procfs import start_ticks
+from controller.model.plan import RunObservation
+from controller.util.fsutil import lock_held
+
+
+@dataclass
+class Orphaned:
+    """A job whose supervisor died without an exit record, being stopped by gflowd itself."""
+
+    supervisor_pid: int
+    kill_at: float  # monotonic
+    processes: dict[int, int]  # pid -> start ticks, as last found
+    stopped: int = 0  # how many processes were signalled in all
+
+
+@dataclass
+class Attempt:
+    """One attempt as gflowd knows it: its record's path, what the records said so far, and what
+    gflowd still owes it (a held launch, a stop being sent, a dead supervisor's job being stopped)."""
+
+    name: str
+    attempt: int
+    record: Path  # run/attempts/<name>.<N>
+    submitted: float  # monotonic time the launch was handed to a launcher (0: found on disk)
+    master_port: int = 0
+    supervisor_pid: int | None = None
+    supervisor_ticks: int | None = None
+    job_pid: int | None = None
+    started_at: float = 0.0
+    pidfd: int | None = None
+    result: RunObservation | None = None
+    stop_sent: bool = False
+    time_limit: float | None = None
+    devices: tuple[int, ...] = ()
+    device_uuids: tuple[str, ...] = ()
+    run_hash: str = ""
+    spec: dict | None = None  # the launch record, kept to write it again
+    script: str | None = None  # the script file's text (a ``script:`` job), until it is written
+    log_rotated: bool = False
+    held: Hold | None = None  # the launch could not be recorded (it is retried); None when it was
+    was_held: bool = False
+    handover_warned: bool = False
+    job_ticks: int | None = None
+    exit_note: dict | None = None  # the exit record, as sent by a supervisor the disk refused it to
+    cgroup_removed: bool = False  # its supervisor removed its cgroup (its exit record says so)
+    extras: set[str] | None = None  # which of record.SUFFIXES it may have; None: any (adopted)
+    orphaned: Orphaned | None = None
+
+    def path(self, kind: str) -> Path:
+        """One of the attempt's other files (``record.SUFFIXES``): stop, limits, sh (a ``script:``
+        job's script), input (a tty job: its mtime is the terminal's last input), log (the supervisor's)."""
+        return self.record.with_name(f"{self.record.name}.{kind}")
+
+    def written(self, kind: str) -> Path:
+        """``path(kind)``, about to be written: it is removed with the record."""
+        if self.extras is not None:
+            self.extras.add(kind)
+        return self.path(kind)
+
+    @property
+    def marker(self) -> str | None:
+        return ((self.spec or {}).get("env") or {}).get(MARKER_VARIABLE)
+
+    @property
+    def grace(self) -> float:
+        return float((self.spec or {}).get("grace") or 10.0)
+
+    def supervisor_is_ours(self) -> bool:
+        """The recorded supervisor pid still names that process (pid AND kernel start time)."""
+        if rebooted(self):  # a pid and start time from another boot may match anything
+            return False
+        pid = self.supervisor_pid
+        return pid is not None and self.supervisor_ticks is not None and start_ticks(pid) == self.supervisor_ticks
+
+    def supervisor_alive(self) -> bool:
+        """A supervisor holds the attempt's lock for its whole life: a free lock means none is alive."""
+        return lock_held(self.record)
+
+
+def boot_id() -> str:
+    """This boot's id (a new random one each boot), or "" where the kernel does not say."""
+    global _boot_id
+    if _boot_id is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as file:
+                _boot_id = file.read().strip()
+        except OSError:
+            _boot_id = ""
+    return _boot_id
+
+
+_boot_id: str | None = None
+
+
+def rebooted_since(launched: str | None, now: str) -> str:
+    """Why an attempt is lost when it was launched in another boot than this one ("" if not)."""
+    if not launched or not now or launched == now:
+        return ""
+    return f"lost to a reboot of the machine: it was started in boot {launched[:8]}, this is boot {now[:8]}"
+
+
+def exit_observation(attempt: Attempt, record: dict) -> RunObservation:
+    """The attempt's end, from its exit record (or the one its supervisor sent, see ``exit_note``)."""
+    started = float(record.get("startedAt") or attempt.started_at or time.time())
+    error = record.get("error") or ""
+    rebooted = rebooted_since((attempt.spec or {}).get("bootId"), boot_id())
+    if rebooted and not error and record.get("signal") == signal.SIGTERM and not record.get("reason"):
+        # a TERM gflowd did not ask for, from a boot that is over: systemd stopping the scope at shutdown
+        error = f"killed by SIGTERM (exit code {record.get('exitCode')}) when the machine shut down ({rebooted.split(': ', 1)[1]})"
+    return RunObservation(
+        attempt.name,
+        attempt.attempt,
+        record.get("jobPid") or attempt.job_pid,
+        started,
+        False,
+        record.get("exitCode"),
+        record.get("signal"),
+        float(record.get("finishedAt") or time.time()),
+        error,
+        reason=record.get("reason") or "",
+        stop_reason=record.get("stopReason") or "",
+        usage=record.get("usage") or None,
+        devices=attempt.devices,
+        device_uuids=attempt.device_uuids,
+        run_hash=attempt.run_hash,
+    )
+
+
+def lost_observation(attempt: Attempt, why: str) -> RunObservation:
+    """The attempt is over and its exit code unknown: its supervisor died without an exit record."""
+    rebooted = rebooted_since((attempt.spec or {}).get("bootId"), boot_id())
+    if rebooted:  # said instead of how its supervisor went: the reboot took them all
+        why = f"{rebooted}; exit code unknown"
+    return RunObservation(
+        attempt.name, attempt.attempt, attempt.job_pid, attempt.started_at, False, None, None, time.time(), why,
+        lost=True, devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
+    )
+
+
+def rebooted(attempt: Attempt) -> bool:
+    """The attempt was launched in an earlier boot: its pids (and start times) may name anything now."""
+    return bool(rebooted_since((attempt.spec or {}).get("bootId"), boot_id()))
+
+
+def held_observation(attempt: Attempt, running: bool = True, finished_at: float | None = None, stop_reason: str = "") -> RunObservation:
+    """A held attempt: running (queued, its GPUs kept) until stopped, then ended without having run."""
+    assert attempt.held is not None
+    return RunObservation(
+        attempt.name, attempt.attempt, None, time.time(), running,
+        finished_at=finished_at, error="" if running else attempt.held.never_started(),
+        **(attempt.held.pending() if running else {}), stop_reason=stop_reason,
+        devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
+    )

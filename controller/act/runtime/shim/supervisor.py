@@ -1,0 +1,406 @@
+"""The per-job supervisor (like containerd-shim or conmon): one small process per running attempt,
+which may supervise a next attempt once that one is over (``serve``).
+
+Standard library only, and runnable as a plain file (``python -I -S shim/main.py``), so it starts
+without the project's dependencies. It outlives gflowd: gflowd may stop, crash or restart while
+jobs run, and the supervisor still enforces limits and writes the exit record.
+
+One attempt is one file, ``run/attempts/<name>.<N>`` (``record.py``): gflowd creates it with the
+launch record in it, room left for our two records, which we write in place:
+
+    <name>.<N>         the launch record (gflowd's: what to run; the decision, before the start),
+                       our run record (supervisor and job pid + kernel start time; written
+                       before the job execs) and our exit record (exit code or signal, reason,
+                       times; fsync'd before we exit). We hold an flock on it for our whole life:
+                       "a supervisor for this attempt is alive".
+    <name>.<N>.stop    a stop request: {"reason", "grace"}; gflowd then sends us SIGTERM
+    <name>.<N>.limits  edited limits ({"timeLimit"}); gflowd then sends us SIGHUP
+    <name>.<N>.input   a tty job: its mtime is the terminal's last input (idleTimeout)
+    <name>.<N>.log     our own trace for humans; created only if we have something to say
+
+Terminals and exec. Every attempt serves a control socket (``control_socket.py``, loaded from the folder above
+this one) once its job is under way (CONTROL_AFTER later, so a job that ends in a few milliseconds never
+creates one; ``gflowctl exec`` waits for it; a tty job's is bound at once): ``gflowctl exec`` runs
+commands in the job's allocation through it. A ``tty`` job runs on a pseudo-terminal whose master we
+hold (so it outlives gflowd like the job); we copy its output to the log and to ``gflowctl attach``
+viewers. A stop hangs such a session up (SIGHUP) before the TERM.
+
+Sequence: lock -> fork the job (it waits on a pipe) -> run record -> let it exec -> watch it. A
+job of our own user without a terminal is spawned instead (posix_spawn: vfork and exec, nothing of
+this process copied): run record without the job's pid -> step into the attempt's cgroup -> spawn
+-> step back out -> the pid into the run record. Either way a job never runs unrecorded. We watch:
+SIGCHLD, stop requests, the time limit (monotonic clock) and the memory limit (RSS of the whole
+tree, polled every 100 ms). We are a child subreaper, so a grandchild that calls ``setsid`` still
+ends up ours and dies with the job: the attempt ends when the whole tree is gone.
+
+Cgroups (docs/cgroups.md). When gflowd made the attempt a cgroup (the launch record's ``cgroup``: its
+``cgroup.procs`` paths, limits already written), the forked job joins it before anything else
+(``join_cgroup``), so nothing it starts is outside. The kernel then enforces memory, and we only
+read its OOM counter (no RSS polling): an OOM kill anywhere in the job ends the attempt as OOMKilled.
+When the tree is gone we read CPU time and peak memory for the exit record and remove the cgroup.
+
+A full disk. A job may fill the disk, and every job that ends meanwhile must still have its exit
+recorded: the exit record is the only place its exit code lives. So its room is taken before the
+job starts, while there is room: gflowd writes the record file whole, the exit region included
+(zeros), and at the end we write the exit record over those bytes in place (blocks the filesystem
+already gave the file, so none are needed), with a length and checksum, then fsync: a reader sees
+the whole record or none. Of the ways to keep an exit across ENOSPC this is the one that needs
+nothing from the disk at the moment it is full; holding the code in memory and retrying alone would
+leave gflowd blind and the GPU held for as long as the disk stays full. Where even an overwrite
+needs new blocks (copy-on-write filesystems: btrfs, ZFS) we fall back: keep the record in memory,
+send it to gflowd in the notify datagram (so gflowd knows the exit at once), and retry the write
+with backoff, alive and holding the attempt lock meanwhile, until it is written or gflowd, having
+recorded the exit in its own status file, takes the record off its name.
+
+If the run record (or the log file) cannot be written at the start, the job never execs: nothing
+ran, so nothing is recorded. We clear what we wrote, release the lock, and tell gflowd
+(``unlaunched NAME N WHY``), which holds the launch back and hands it over again later.
+
+
+States. The watch is a small state machine (``State``, ``TRANSITIONS``): each turn of the loop
+turns what it saw into events, in a fixed order (the memory limit, the time limit, the job's end,
+the KILL that is due, then the signals gflowd sent), and each (state, event) pair the table names
+runs one handler; a pair it does not name changes nothing (a second stop request while stopping,
+the time limit while stopping). Starting the job is ``start.py``, the exit record ``exits.py``,
+the child's side ``child.py``, /proc ``procfs.py``, the zygote ``launcher.py``.
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+try:  # in the project; run as a plain file (shim/main.py), the modules beside this one and above it
+    from controller.act.runtime import record
+    from controller.act.runtime.control_socket import Control
+    from controller.act.runtime.shim.child import attempt_cgroup, job_environment, join_cgroup
+    from controller.act.runtime.shim.exits import ExitRecord, still_named
+    from controller.act.runtime.shim.procfs import descendants, tree_rss
+    from controller.act.runtime.shim.start import JobStart, NotLaunched
+except ImportError:
+    import record  # type: ignore[no-redef]
+    from control_socket import Control  # type: ignore[no-redef]
+    from child import attempt_cgroup, job_environment, join_cgroup  # type: ignore[no-redef]
+    from exits import ExitRecord, still_named  # type: ignore[no-redef]
+    from procfs import descendants, tree_rss  # type: ignore[no-redef]
+    from start import JobStart, NotLaunched  # type: ignore[no-redef]
+
+PR_SET_CHILD_SUBREAPER = 36
+MEMORY_POLL = 0.1
+LEFTOVER_GRACE = 2.0  # after the job's main process ends, how long its stray children get
+CONTROL_AFTER = 0.2  # the control socket is bound this long after the start (module docstring)
+
+
+class State(enum.Enum):
+    RUNNING = "running"  # the job runs; nothing asked it to stop
+    KILLED = "killed"  # over its memory limit: the whole tree was sent KILL (OOMKilled)
+    STOPPING = "stopping"  # TERM sent (a stop request, the time limit, a finished job's strays); KILL at ``kill_at``
+    DONE = "done"  # the job and every process it left behind are gone
+
+
+class Event(enum.Enum):
+    OUT_OF_MEMORY = "out of memory"  # the kernel OOM-killed a process of the cgroup, or the polled RSS is over the limit
+    DEADLINE = "deadline"  # the time limit passed
+    JOB_EXITED = "job exited"  # the job's main process ended; some of its processes did not
+    KILL_DUE = "kill due"  # the grace period of a stop is over
+    STOP_ASKED = "stop asked"  # gflowd wrote a stop request and sent SIGTERM
+    TREE_GONE = "tree gone"  # the job and everything it started are gone
+
+
+# (state, event) -> (handler, next state). A pair not listed changes nothing.
+TRANSITIONS: dict[tuple[State, Event], tuple[str, State]] = {
+    (State.RUNNING, Event.OUT_OF_MEMORY): ("_kill_for_memory", State.KILLED),
+    (State.STOPPING, Event.OUT_OF_MEMORY): ("_kill_for_memory", State.STOPPING),
+    (State.RUNNING, Event.DEADLINE): ("_stop_for_deadline", State.STOPPING),
+    (State.RUNNING, Event.JOB_EXITED): ("_stop_leftovers", State.STOPPING),
+    (State.KILLED, Event.JOB_EXITED): ("_stop_leftovers", State.STOPPING),
+    (State.STOPPING, Event.KILL_DUE): ("_kill_again", State.STOPPING),
+    (State.RUNNING, Event.STOP_ASKED): ("_stop_as_asked", State.STOPPING),
+    (State.KILLED, Event.STOP_ASKED): ("_stop_as_asked", State.STOPPING),
+    **{(state, Event.TREE_GONE): ("_gone", State.DONE) for state in (State.RUNNING, State.KILLED, State.STOPPING)},
+}
+
+
+_libc = None
+
+
+def load_libc():
+    """ctypes and libc, loaded once: the launcher loads them before forking, so supervisors don't."""
+    global _libc
+    if _libc is None:
+        import ctypes  # lazy: the launcher loads it once before forking; a job's own exec never needs it
+
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def set_subreaper() -> bool:
+    try:
+        return load_libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path, "rb") as handle:
+            return json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+
+
+class Supervisor(JobStart, ExitRecord):
+    """One attempt, from its lock to its exit record (module docstring)."""
+
+    def __init__(self, record_path: str):
+        self.record_path = record_path
+        try:  # held for our whole life: the record is also the attempt's lock
+            self.fd: int | None = os.open(record_path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            self.spec = record.read_launch(self.fd) or {}
+        except OSError:
+            self.fd, self.spec = None, {}
+        self.paths = {kind: f"{record_path}.{kind}" for kind in ("stop", "limits", "input")}
+        self.job_pid = 0
+        self.job_status: int | None = None
+        self.stop_reason = ""
+        self.state = State.RUNNING
+        self.kill_at: float | None = None  # monotonic: when a stop's grace period ends
+        self.deadline_from = 0.0  # monotonic: the job's start, which the time limit counts from
+        self.time_limit: float | None = self.spec.get("timeLimit")  # seconds; edited through ``.limits``
+        self.memory_limit: int | None = self.spec.get("memoryLimit")  # bytes, polled without a memory cgroup
+        self.grace = float(self.spec.get("grace", 10.0))
+        self.max_rss = 0
+        self.killed_hard = False
+        self.control: Control | None = None  # the control socket: attach, exec, notices
+        self.reusable = False  # ended cleanly: this process may supervise a next attempt (``serve``)
+        self.cgroup_removed = False
+        self.stuck_in_cgroup = False  # a direct spawn could not step back out of the attempt's cgroup
+        self._wake: tuple[int, int] | None = None  # the signal wake-up pipe
+        try:
+            self.cgroup = attempt_cgroup(self.spec.get("cgroup"))
+        except Exception as exc:  # the job still joins (limits hold); only its counters are lost
+            sys.stderr.write(f"supervisor: cannot read the attempt's cgroup: {exc!r}\n")
+            self.cgroup = None
+
+    def run(self) -> int:
+        if not self.spec or self.fd is None:
+            return 2  # no such record, or one gflowd never finished writing: never handed over
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return 0  # another supervisor owns this attempt
+        if not still_named(self.fd, self.record_path) or record.read_launch(self.fd) != self.spec:
+            return 0  # our attempt ended and its record was recycled as another's since we opened it
+        if record.read_exit(self.fd) is not None or record.read_run(self.fd) is not None:
+            return 0  # this attempt already began: never run it twice
+        set_subreaper()
+        wake_r, wake_w = self._wake = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(wake_w, False)
+        os.set_blocking(wake_r, False)
+        signal.set_wakeup_fd(wake_w)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, lambda *_: None)
+        started_wall = time.time()
+        started_mono = time.monotonic()
+        self.control = Control(self.spec, self.paths["input"], join_cgroup=join_cgroup, environment=job_environment)
+        try:
+            code, error = self._spawn()
+        except NotLaunched as exc:
+            self._not_launched(exc.why)
+            return 0
+        if error:
+            self._finish(started_wall, exit_code=code, error=error)
+            return 0
+        self._notify("start")
+        if self.spec.get("tty"):
+            self.control.listen()  # a terminal session is what it is for: at once
+        self._watch(wake_r, started_mono)
+        code = os.waitstatus_to_exitcode(self.job_status) if self.job_status is not None else None
+        sig = -code if code is not None and code < 0 else None
+        exit_code = 128 + sig if sig else code
+        if self.control is not None:
+            self.control.drain()  # the terminal's last output reaches the log and the viewers
+        if self._finish(started_wall, exit_code=exit_code, sig=sig) and not self.spec.get("tty") and not self.stuck_in_cgroup:
+            self.reusable = True
+        return 0
+
+    def close(self) -> None:
+        """After ``run``: signals back to their defaults, the wake-up pipe and the record closed
+        (which frees the attempt's lock: its exit record is written)."""
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # none is meant for a next attempt
+            signal.signal(sig, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in (*(self._wake or ()), *((self.fd,) if self.fd is not None else ())):
+            os.close(fd)
+        self._wake, self.fd = None, None
+
+    def _not_launched(self, why: str) -> None:
+        """Nothing ran and nothing is recorded: clear what we wrote, free the attempt, say why."""
+        if self.control is not None:
+            self.control.close(None)
+            self.control = None
+        if self.fd is not None:
+            record.clear_run(self.fd)
+            os.close(self.fd)  # releases the lock first: gflowd may hand the launch over again at once
+            self.fd = None
+        self._notify("unlaunched", why)
+
+
+    # -- the watch: events in, transitions out ------------------------------------------------------
+
+    def _watch(self, wake_r: int, started_mono: float) -> None:
+        """Until the job and everything it started are gone: the events of each turn, in order."""
+        self.deadline_from = started_mono
+        listen_at: float | None = None if self.spec.get("tty") else started_mono + CONTROL_AFTER
+        while True:
+            self._reap()
+            now = time.monotonic()
+            if listen_at is not None and now >= listen_at and self.job_status is None:
+                listen_at = None
+                if self.control is not None:
+                    self.control.listen()
+            tree = descendants(os.getpid())
+            if self.job_status is not None and not tree:
+                self._fire(Event.TREE_GONE)
+                return
+            if tree and not self.killed_hard and self._over_memory(tree):
+                self._fire(Event.OUT_OF_MEMORY)
+            if self.time_limit is not None and now >= self.deadline_from + self.time_limit:
+                self._fire(Event.DEADLINE)
+            if self.job_status is not None and tree:
+                self._fire(Event.JOB_EXITED)
+            if self.kill_at is not None and now >= self.kill_at:
+                self._fire(Event.KILL_DUE, now)
+            self._wait(wake_r, self._timeout(now, listen_at))
+
+    def _fire(self, event: Event, *args: float) -> None:
+        """The transition the table names for (state, event), if any."""
+        found = TRANSITIONS.get((self.state, event))
+        if found is None:
+            return
+        handler, self.state = found
+        getattr(self, handler)(*args)
+
+    def _over_memory(self, tree: list[int]) -> bool:
+        """With a memory cgroup the kernel enforces the limit and we read its OOM counter; without,
+        we poll the tree's RSS (and keep its peak for the exit record)."""
+        if self.cgroup is not None and self.spec["cgroup"].get("memory"):
+            return self._oom_killed()
+        if not self.memory_limit:
+            return False
+        rss = tree_rss(tree)
+        self.max_rss = max(self.max_rss, rss)
+        return rss > self.memory_limit
+
+    def _timeout(self, now: float, listen_at: float | None) -> float:
+        """How long the next wait may last: until the next poll, deadline, KILL or control socket."""
+        timeout = MEMORY_POLL if self.memory_limit else 1.0
+        if self.time_limit is not None and not self.stop_reason:
+            timeout = min(timeout, max(0.0, self.deadline_from + self.time_limit - now))
+        if self.kill_at is not None:
+            timeout = min(timeout, max(0.0, self.kill_at - now))
+        if self.job_status is not None:
+            timeout = min(timeout, 0.05)  # strays: re-check the tree soon
+        if listen_at is not None and self.job_status is None:
+            timeout = min(timeout, max(0.0, listen_at - now))
+        return timeout
+
+    def _wait(self, wake_r: int, timeout: float) -> None:
+        """Sleep until a signal, the control socket or ``timeout``; then act on what came."""
+        readers, writers = self.control.wanted() if self.control else ([], [])
+        try:
+            ready, writable, _ = select.select([wake_r, *readers], writers, [], timeout)
+        except InterruptedError:
+            ready, writable = [wake_r], []
+        if self.control is not None:
+            self.control.handle(ready, writable, job_running=self.job_status is None)
+        if wake_r in ready:
+            self._signalled(wake_r)
+
+    def _signalled(self, wake_r: int) -> None:
+        """gflowd's signals, as the wake-up pipe carries them: TERM (or INT) a stop, HUP edited limits."""
+        try:
+            signals = os.read(wake_r, 4096)
+        except BlockingIOError:
+            signals = b""
+        if signal.SIGTERM in signals or signal.SIGINT in signals:
+            self._fire(Event.STOP_ASKED)
+        if signal.SIGHUP in signals:  # edited limits: a new time limit, counted from the start
+            limits = _read_json(self.paths["limits"]) or {}
+            if "timeLimit" in limits:
+                self.time_limit = limits["timeLimit"]
+
+    # -- the handlers ---------------------------------------------------------------------------
+
+    def _kill_for_memory(self) -> None:
+        self.stop_reason = "OOMKilled"  # the kernel killed one: the whole job goes, as v2's oom.group
+        self._signal_tree(signal.SIGKILL)
+        self.killed_hard = True
+
+    def _stop_for_deadline(self) -> None:
+        self._begin_stop("DeadlineExceeded", self.grace)
+
+    def _stop_leftovers(self) -> None:
+        self._begin_stop(self.stop_reason, min(self.grace, LEFTOVER_GRACE))  # strays of a finished job
+
+    def _stop_as_asked(self) -> None:
+        request = _read_json(self.paths["stop"]) or {}
+        self._begin_stop(str(request.get("reason", "Stopped")), float(request.get("grace", self.grace)))
+
+    def _kill_again(self, now: float) -> None:
+        self._signal_tree(signal.SIGKILL)
+        self.kill_at = now + 1.0  # and again, for anything forked meanwhile
+
+    def _gone(self) -> None:
+        """Nothing left to watch: ``run`` writes the exit record."""
+
+
+    def _begin_stop(self, reason: str, grace: float) -> None:
+        if self.kill_at is not None:
+            return
+        self.stop_reason = self.stop_reason or reason
+        if self.control is not None and self.control.master is not None:
+            self._signal_tree(signal.SIGHUP)  # a terminal session hangs up: interactive shells ignore TERM
+        self._signal_tree(signal.SIGTERM)
+        self.kill_at = time.monotonic() + grace
+
+    def _signal_tree(self, sig: int) -> None:
+        if self.job_pid and self.job_status is None:
+            try:
+                os.killpg(self.job_pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in descendants(os.getpid()):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            except InterruptedError:
+                continue
+            if pid == 0:
+                return
+            if pid == self.job_pid:
+                self.job_status = status
+            elif self.control is not None:
+                self.control.reaped(pid, status)  # an exec'd command ended
+
+    def _oom_killed(self) -> bool:
+        try:
+            return bool(self.cgroup.oom_kills())
+        except Exception:  # a counter we cannot read is not an OOM kill
+            return False
