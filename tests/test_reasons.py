@@ -128,7 +128,7 @@ def test_an_ended_attempt_gets_a_reason_whose_row_names_its_phase(code, facts, l
 
 
 def test_a_clusters_pending_reasons_are_rows_with_the_phase_pending():
-    from controller.act.runtime.slurm import PENDING_REASONS as SLURM_REASONS  # the runtime's own table
+    from controller.act.runtime.backends.slurm.words import PENDING_REASONS as SLURM_REASONS  # the runtime's own table
 
     assert {facts_of(r) for r in SLURM_REASONS.values()} <= set(PENDING_REASONS)
 

@@ -5,7 +5,7 @@ the owner's login basics only), ``VAR,...`` (only those), ``ALL,VAR=val,...`` (a
 Pure: the environment is handed in. ``run`` keeps the result beside the manifest in a hidden file
 only its owner can read (``ENV_FILE``: secrets live in environments); the manifest names it with
 the annotation ``ENV_ANNOTATION``, and the job's supervisor reads it as the job's user
-(``act/runtime/supervisor.py``). The job's environment is then: login basics < this < ``spec.env``
+(``act/runtime/shim/``). The job's environment is then: login basics < this < ``spec.env``
 < gflow's variables (SPEC section 5).
 
 Not carried: what describes the submitting shell or terminal rather than the job (``PWD``,

@@ -1,5 +1,5 @@
 """A gflow Job or Sweep as a Slurm batch script (``gflowctl export slurm``), and the sbatch options
-the Slurm backend submits with (``controller.act.runtime.slurm``): one translation, two users.
+the Slurm backend submits with (``controller.act.runtime.backends.slurm``): one translation, two users.
 
 What maps: ``resources.gpus`` -> ``--gres=gpu[:TYPE]:N``, where TYPE is ``gpuType`` in the
 cluster's words (``gpu_types``: config ``slurm.gpuTypes``, e.g. ``{H100: h100}``). gpuType is a

@@ -324,7 +324,7 @@ class Recorder:
         Once such a job has started, its ``Running`` status waits RUNNING_UNWRITTEN_MAX more: a
         short job of the flood (a sweep's point, a test) has ended by then, and its one status file
         is its end. The index shows it Running at once; its attempt record is on disk before its
-        process starts, so a gflowd killed meanwhile adopts it again (runtime/supervised.py). A
+        process starts, so a gflowd killed meanwhile adopts it again (act/runtime/backends/local/). A
         job started outside a flood (no status file held back before) is written at once."""
         if state.attempt == 0:
             return state.reason == Reason.Queued and now - state.created < QUEUED_UNWRITTEN_MAX

@@ -49,7 +49,7 @@ try:  # the wire format, shared with the client
     from controller.util.frames import frame, split_frames
 except ImportError:  # imported by a supervisor run as a plain file: util/ is two folders up
     sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "util"))
-    from frames import frame, split_frames  # type: ignore[no-redef]
+    from frames import frame, split_frames  # type: ignore[no-redef,import-not-found]
 
 HISTORY_BYTES = 16384  # the terminal's recent output, replayed to a viewer that attaches
 VIEWER_BACKLOG = 1 << 20  # a viewer this far behind is dropped: a stuck viewer never blocks the job
@@ -112,6 +112,8 @@ def _become_exec(spec: dict, argv: list[str], stdio: list[int], tty_fd: int | No
             join_cgroup((spec.get("cgroup") or {}).get("procs") or [])
         if uid is not None and os.geteuid() == 0:
             os.setgroups(spec.get("groups") or [])
+            if gid is None:  # gflowd names both; never run under a group that was not chosen
+                raise OSError(errno.EINVAL, "the launch record names a uid but no gid")
             os.setgid(gid)
             os.setuid(uid)
         env = environment(spec) if environment is not None else spec["env"]  # as the job's user: its submitter's env file
@@ -597,6 +599,7 @@ class Control:
                 client.pid = 0
                 run = client.exec
                 for fd in list(run.outputs if run is not None else ()):
+                    assert run is not None  # (no outputs without it)
                     for _ in range(16):  # what it wrote last, window or not (a pipe's or pty's worth)
                         if not (select.select([fd], [], [], 0)[0] and self._read_exec_output(client, run, fd)):
                             break

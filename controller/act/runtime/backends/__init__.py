@@ -39,7 +39,7 @@ class Backend(Protocol):
 
 def backend(name: str) -> Backend:
     """The package of backend ``name`` (one of ``BACKENDS``)."""
-    return importlib.import_module(BACKENDS[name])  # type: ignore[return-value]
+    return importlib.import_module(BACKENDS[name])
 
 
 def make_runtime(home: Any, config: Any) -> Runtime:

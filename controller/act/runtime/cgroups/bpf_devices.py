@@ -94,8 +94,8 @@ def deny_filter(rules: Iterable[DeviceRule]) -> bytes:
     ]
     blocks = []
     for rule in rules:
-        tests = [(2, _DEVICE_TYPE.get(rule.kind)), (3, rule.major), (4, rule.minor)]
-        tests = [(register, value) for register, value in tests if value is not None]  # None: any
+        wanted = [(2, _DEVICE_TYPE.get(rule.kind)), (3, rule.major), (4, rule.minor)]
+        tests = [(register, value) for register, value in wanted if value is not None]  # None: any
         block = [_insn(_JNE_K, dst=reg, off=len(tests) - i, imm=value) for i, (reg, value) in enumerate(tests)]
         blocks.append(block)  # a JA to deny follows: each mismatch jumps past it to the next rule
     body, after = [], sum(len(block) + 1 for block in blocks)

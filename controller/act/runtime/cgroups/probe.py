@@ -79,7 +79,7 @@ class Probe:
         """One line for the log and ``gflowctl get node``."""
         if self.mode == "none":
             return f"cgroups unavailable: {self.reason}"
-        reasons = {}  # one sentence may cover several features: say it once
+        reasons: dict[str, list[str]] = {}  # one sentence may cover several features: say it once
         for name, reason in self.unavailable().items():
             reasons.setdefault(reason, []).append(name)
         missing = "".join(f"; no {', '.join(names)}: {reason}" for reason, names in reasons.items())

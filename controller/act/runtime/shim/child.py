@@ -78,6 +78,8 @@ def become_job(spec: dict, log_fd: int, go_r: int, go_w: int, err_r: int, err_w:
         if uid is not None and os.geteuid() == 0:
             step = "user"
             os.setgroups(spec.get("groups") or [])
+            if gid is None:  # gflowd names both; never run under a group that was not chosen
+                raise OSError(errno.EINVAL, "the launch record names a uid but no gid")
             os.setgid(gid)
             os.setuid(uid)
         step = "environment"  # after dropping privileges: read as the job's user

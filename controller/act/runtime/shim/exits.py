@@ -17,6 +17,12 @@ except ImportError:
     import record  # type: ignore[no-redef]
     from control_socket import unix_address  # type: ignore[no-redef]
 
+TYPE_CHECKING = False  # not typing's: the shim loads the standard library's least (type checkers read it as theirs)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from controller.act.runtime.control_socket import Control
+
 ERROR_CHARS = 3000  # a start error is cut to this, so the record fits in its room
 RETRY_FIRST, RETRY_MAX = 0.2, 5.0  # seconds between tries to write an exit record the disk refused
 
@@ -46,6 +52,16 @@ class ExitRecord:
     """The supervisor's end of an attempt (mixed into ``Supervisor``: its ``spec``, ``fd``,
     ``cgroup``, ``control`` and what the watch learnt: ``stop_reason``, ``max_rss``, ``job_pid``)."""
 
+    record_path: str
+    fd: int | None
+    spec: dict[str, Any]
+    cgroup: Any  # the attempt's cgroup (``child.attempt_cgroup``), or None
+    cgroup_removed: bool
+    control: Control | None
+    stop_reason: str
+    max_rss: int
+    job_pid: int
+
     def _cgroup_usage(self) -> dict:
         """The tree is gone: the cgroup's counters for the exit record, then the cgroup is removed,
         unless the launch says gflowd ``leave``s it for later (gflowd removes it also should this fail)."""
@@ -72,7 +88,7 @@ class ExitRecord:
         usage = self._cgroup_usage()
         if not usage.get("peakMemoryBytes") and self.max_rss:
             usage["peakMemoryBytes"] = self.max_rss  # polled: the largest tree RSS seen
-        exit_record = {
+        exit_record: dict[str, Any] = {
             "name": self.spec.get("name"),
             "attempt": self.spec.get("attempt"),
             "exitCode": exit_code,

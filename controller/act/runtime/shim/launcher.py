@@ -95,8 +95,8 @@ class _Pool:
             except InterruptedError:
                 continue
             if self.said_r in ready:
-                *said, said_pending = (said_pending + os.read(self.said_r, 65536)).split(b"\n")
-                said = b"\n".join(said)
+                *lines, said_pending = (said_pending + os.read(self.said_r, 65536)).split(b"\n")
+                said = b"\n".join(lines)
                 self._heard(said)
                 if self.wake is not None and b"done" in said:
                     try:
@@ -264,5 +264,5 @@ def _trace_to(path: str) -> None:
     for target in (0, 1, 2):
         os.dup2(devnull, target)
     os.close(devnull)
-    sys.stdout = sys.stderr = _LazyTrace(path)  # type: ignore[assignment]
+    sys.stdout = sys.stderr = _LazyTrace(path)
 

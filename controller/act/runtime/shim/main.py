@@ -16,8 +16,8 @@ import sys
 if __name__ == "__main__":  # a plain file: no package to import from
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:0] = [_here, os.path.dirname(_here)]
-    from launcher import launcher  # type: ignore[import-not-found]
-    from supervisor import Supervisor  # type: ignore[import-not-found]
+    from launcher import launcher
+    from supervisor import Supervisor
 else:
     from controller.act.runtime.shim.launcher import launcher
     from controller.act.runtime.shim.supervisor import Supervisor

@@ -11,7 +11,7 @@ def slurp(path: str) -> bytes:
     fstat, isatty and seek cost more than the read, in every supervisor loop)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 65536)
             if not chunk:

@@ -29,6 +29,13 @@ except ImportError:
     from procfs import start_ticks  # type: ignore[no-redef]
 
 
+TYPE_CHECKING = False  # not typing's: the shim loads the standard library's least (type checkers read it as theirs)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from controller.act.runtime.control_socket import Control
+
+
 class NotLaunched(Exception):
     """The attempt could not be recorded (e.g. the disk is full): the job must not run."""
 
@@ -58,6 +65,14 @@ def waitpid(pid: int) -> int | None:
 class JobStart:
     """The supervisor's start of its job (mixed into ``Supervisor``, whose fields it sets: ``job_pid``,
     ``job_status``, ``stuck_in_cgroup``; the run record goes into ``fd``)."""
+
+    record_path: str
+    fd: int | None
+    spec: dict[str, Any]
+    control: Control | None
+    job_pid: int
+    job_status: int | None
+    stuck_in_cgroup: bool
 
     def _spawn(self) -> tuple[int, str]:
         """Fork the job, record it, then let it exec. Returns (exit code, error) if it could not

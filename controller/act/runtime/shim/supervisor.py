@@ -222,12 +222,12 @@ class Supervisor(JobStart, ExitRecord):
         if self.spec.get("tty"):
             self.control.listen()  # a terminal session is what it is for: at once
         self._watch(wake_r, started_mono)
-        code = os.waitstatus_to_exitcode(self.job_status) if self.job_status is not None else None
-        sig = -code if code is not None and code < 0 else None
-        exit_code = 128 + sig if sig else code
+        status = os.waitstatus_to_exitcode(self.job_status) if self.job_status is not None else None
+        signum = -status if status is not None and status < 0 else None
+        exit_code = 128 + signum if signum else status
         if self.control is not None:
             self.control.drain()  # the terminal's last output reaches the log and the viewers
-        if self._finish(started_wall, exit_code=exit_code, sig=sig) and not self.spec.get("tty") and not self.stuck_in_cgroup:
+        if self._finish(started_wall, exit_code=exit_code, sig=signum) and not self.spec.get("tty") and not self.stuck_in_cgroup:
             self.reusable = True
         return 0
 

@@ -35,7 +35,7 @@ def launch_record(launch: Launch, attempt: Attempt, home: Home, login_files: Sys
         if switch:
             raise LaunchError(f"the manifest's owner (uid {owner}) has no account on this machine") from None
         entry = None
-    if switch:
+    if switch and entry is not None:  # (switch without an entry raised above)
         uid, gid = entry.pw_uid, entry.pw_gid
         groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
     account = account_of(entry) if entry is not None else Account(os.geteuid(), str(os.geteuid()), "/", "/bin/sh")

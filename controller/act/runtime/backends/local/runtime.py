@@ -454,12 +454,12 @@ class SupervisorRuntime:
         """The record, then whichever other files the attempt may have had. ``keep_record``: an
         attempt that ended, whose record was read: kept as a spare for a later attempt's (one
         rename; freeing inodes slows every later file creation on some filesystems, spares.py)."""
-        kinds = record.SUFFIXES if attempt.extras is None else [k for k in record.SUFFIXES if k in attempt.extras]
+        kinds: list[str | None] = [k for k in record.SUFFIXES if attempt.extras is None or k in attempt.extras]
         if keep_record:
             self.spares.retire(attempt.record)
             self.launcher.purged.append(attempt.record)
         else:
-            kinds = [None, *kinds]
+            kinds = [None, *kinds]  # None: the record itself
         for kind in kinds:
             try:
                 os.unlink(attempt.record if kind is None else attempt.path(kind))

@@ -182,7 +182,7 @@ def observation(record: SlurmRecord, job: SlurmJob | None, now: float, memory_ex
     ``memory_exceeded``: slurmstepd wrote "Exceeded job memory limit" into the job's output. Without
     cgroups Slurm enforces ``--mem`` by polling (OverMemoryKill) and reports the kill as FAILED,
     not OUT_OF_MEMORY; its message is the only trace."""
-    base = dict(
+    base: dict[str, Any] = dict(
         devices=tuple(record.devices), run_hash=record.run_hash, external_id=record.job_id or "",
         node=record.node,
     )
