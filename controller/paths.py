@@ -39,7 +39,7 @@ class Home:
     not a dataclass, since every gflowctl verb imports this module and ``dataclasses`` costs ~5 ms
     of start-up (it loads ``inspect``)."""
 
-    __slots__ = ("root", "spec_dir", "_display_bases")
+    __slots__ = ("_display_bases", "root", "spec_dir")
     root: Path
     spec_dir: Path
     _display_bases: tuple[str, ...]
@@ -64,14 +64,16 @@ class Home:
         return f"Home(root={self.root!r}, spec_dir={self.spec_dir!r})"
 
     @classmethod
-    def resolve(cls, home: str | os.PathLike[str] | None = None, spec_dir: str | os.PathLike[str] | None = None) -> "Home":
+    def resolve(
+        cls, home: str | os.PathLike[str] | None = None, spec_dir: str | os.PathLike[str] | None = None
+    ) -> Home:
         root = Path(home).expanduser() if home else default_home()
         root = root.absolute()
         spec = Path(spec_dir).expanduser().absolute() if spec_dir else root / "jobs"
         return cls(root=root, spec_dir=spec)
 
     @classmethod
-    def locate(cls, home: str | os.PathLike[str] | None = None, spec_dir: str | os.PathLike[str] | None = None) -> "Home":
+    def locate(cls, home: str | os.PathLike[str] | None = None, spec_dir: str | os.PathLike[str] | None = None) -> Home:
         """The instance gflowctl and the Python client act on: as ``resolve``, and without a
         ``spec_dir`` the one a running (or the last) gflowd watches, e.g. a git checkout."""
         resolved = cls.resolve(home, spec_dir)
@@ -184,7 +186,7 @@ class Home:
         text = path if isinstance(path, str) else str(path)
         for base in self._display_bases:
             if text.startswith(base) and "/." not in text and "//" not in text and text[-1] != "/":
-                return text[len(base):]
+                return text[len(base) :]
         for folder in (self.root, self.spec_dir.parent):
             try:
                 return str(Path(path).relative_to(folder))

@@ -32,8 +32,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -50,32 +50,83 @@ INDEX_UPDATED_RE = re.compile(rb'"updated":([0-9.e+]+)')
 
 MODES = {
     "full": dict(
-        apply_samples=200, cli_runs=20, exit_runs=20, drain_jobs=1000, drain_runs=3,
-        sizes=[1000, 10_000, 50_000], main=10_000, cold_runs=5, cold_budget=120.0, inc_runs=15,
-        get_runs=10, idle_s=30.0, sched_runs=7, cli_start_runs=40,
+        apply_samples=200,
+        cli_runs=20,
+        exit_runs=20,
+        drain_jobs=1000,
+        drain_runs=3,
+        sizes=[1000, 10_000, 50_000],
+        main=10_000,
+        cold_runs=5,
+        cold_budget=120.0,
+        inc_runs=15,
+        get_runs=10,
+        idle_s=30.0,
+        sched_runs=7,
+        cli_start_runs=40,
     ),
     "quick": dict(
-        apply_samples=30, cli_runs=8, exit_runs=8, drain_jobs=300, drain_runs=2,
-        sizes=[1000, 5000], main=5000, cold_runs=3, cold_budget=12.0, inc_runs=7,
-        get_runs=5, idle_s=10.0, sched_runs=3, cli_start_runs=15,
+        apply_samples=30,
+        cli_runs=8,
+        exit_runs=8,
+        drain_jobs=300,
+        drain_runs=2,
+        sizes=[1000, 5000],
+        main=5000,
+        cold_runs=3,
+        cold_budget=12.0,
+        inc_runs=7,
+        get_runs=5,
+        idle_s=10.0,
+        sched_runs=3,
+        cli_start_runs=15,
     ),
 }
 
 # targets by figure name, or by its size-independent key (key_of); KEYS: what --only accepts
 TARGETS = {
-    "apply_to_running_ms_p50": ("<=", 50), "apply_to_running_ms_p99": ("<=", 200),
-    "cli_apply_to_running_ms_p50": ("<=", 80), "cli_run_to_running_ms_p50": ("<=", 80), "exit_to_status_ms_p50": ("<=", 50),
-    "drain_jobs_per_s": (">=", 300), "cold_start_s": ("<=", 5), "idle_cpu_pct": ("<=", 2),
-    "incremental_pass_ms": ("<=", 50), "get_jobs_ms_1k": ("<=", 50), "get_jobs_ms": ("<=", 1000),
-    "sched_pass_ms": ("<=", 20), "gflowd_rss_mb": ("<=", 150), "get_jobs_json_ms_2k": ("<=", 300),
-    "pending_pass_ms": ("<=", 50), "cli_version_ms": ("<=", 35), "cli_help_ms": ("<=", 35),
+    "apply_to_running_ms_p50": ("<=", 50),
+    "apply_to_running_ms_p99": ("<=", 200),
+    "cli_apply_to_running_ms_p50": ("<=", 80),
+    "cli_run_to_running_ms_p50": ("<=", 80),
+    "exit_to_status_ms_p50": ("<=", 50),
+    "drain_jobs_per_s": (">=", 300),
+    "cold_start_s": ("<=", 5),
+    "idle_cpu_pct": ("<=", 2),
+    "incremental_pass_ms": ("<=", 50),
+    "get_jobs_ms_1k": ("<=", 50),
+    "get_jobs_ms": ("<=", 1000),
+    "sched_pass_ms": ("<=", 20),
+    "gflowd_rss_mb": ("<=", 150),
+    "get_jobs_json_ms_2k": ("<=", 300),
+    "pending_pass_ms": ("<=", 50),
+    "cli_version_ms": ("<=", 35),
+    "cli_help_ms": ("<=", 35),
     "gpu_sample_ms": ("<=", 5),
     # at 50k finished jobs (the scaling table's last size)
-    "cold_start_50k_s": ("<=", 3), "gflowd_rss_mb_50k": ("<=", 200), "incremental_pass_ms_50k": ("<=", 20),
+    "cold_start_50k_s": ("<=", 3),
+    "gflowd_rss_mb_50k": ("<=", 200),
+    "incremental_pass_ms_50k": ("<=", 20),
 }
-KEYS = {"apply_to_running_ms", "cli_apply_to_running_ms", "cli_run_to_running_ms", "exit_to_status_ms", "drain_jobs_per_s", "cold_start_s",
-        "idle_cpu_pct", "incremental_pass_ms", "get_jobs_ms", "sched_pass_ms", "gflowd_rss_mb", "scaling",
-        "get_jobs_json_ms", "pending_pass_ms", "cli_version_ms", "cli_help_ms", "gpu_sample_ms"}
+KEYS = {
+    "apply_to_running_ms",
+    "cli_apply_to_running_ms",
+    "cli_run_to_running_ms",
+    "exit_to_status_ms",
+    "drain_jobs_per_s",
+    "cold_start_s",
+    "idle_cpu_pct",
+    "incremental_pass_ms",
+    "get_jobs_ms",
+    "sched_pass_ms",
+    "gflowd_rss_mb",
+    "scaling",
+    "get_jobs_json_ms",
+    "pending_pass_ms",
+    "cli_version_ms",
+    "cli_help_ms",
+    "gpu_sample_ms",
+}
 
 
 class BenchError(Exception):
@@ -103,12 +154,20 @@ def percentile(values: list[float], p: float) -> float:
 
 # -- figures ------------------------------------------------------------------------------------------
 
+
 class Figures:
     def __init__(self):
         self.data: dict[str, dict] = {}
 
-    def add(self, name: str, value: float | None, unit: str, target: tuple[str, float] | None = None,
-            error: str = "", digits: int = 1) -> None:
+    def add(
+        self,
+        name: str,
+        value: float | None,
+        unit: str,
+        target: tuple[str, float] | None = None,
+        error: str = "",
+        digits: int = 1,
+    ) -> None:
         if value is not None:
             value = round(value, digits)
         ok = None
@@ -130,6 +189,7 @@ class Figures:
 
 
 # -- files the way users and git write them --------------------------------------------------------------
+
 
 def job_text(name: str, spec: str) -> str:
     return f"metadata: {{name: {name}}}\nspec:\n{spec}"
@@ -263,7 +323,7 @@ def pid_alive(pid: int) -> bool:
             data = handle.read()
     except OSError:
         return False
-    return data[data.rindex(b")") + 2:].split()[0] not in (b"Z", b"X")
+    return data[data.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -317,21 +377,37 @@ def kill_processes_under(root: Path, timeout: float = 5.0) -> set[int]:
 class Gflowd:
     """One gflowd process on one home; stderr kept in a file next to the homes."""
 
-    running: list["Gflowd"] = []
+    running: list[Gflowd] = []
     count = 0
 
-    def __init__(self, bench: "Bench", home: Path):
+    def __init__(self, bench: Bench, home: Path):
         Gflowd.count += 1
         self.home = home
         self.stderr_path = bench.root / f"gflowd-{Gflowd.count}.stderr"
         env = dict(os.environ)
         env.pop("CUDA_VISIBLE_DEVICES", None)
         env["GFLOW_HOME"] = str(home)
-        argv = [PY, "-m", "controller.daemon", "--home", str(home), "--fake-gpus", str(bench.gpus_file),
-                "--log-level", "warning"]
+        argv = [
+            PY,
+            "-m",
+            "controller.daemon",
+            "--home",
+            str(home),
+            "--fake-gpus",
+            str(bench.gpus_file),
+            "--log-level",
+            "warning",
+        ]
         with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env,
-                                         cwd=str(ROOT), preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+                env=env,
+                cwd=str(ROOT),
+                preexec_fn=_die_with_parent,
+            )
         Gflowd.running.append(self)
 
     @property
@@ -346,7 +422,9 @@ class Gflowd:
 
     def check(self) -> None:
         if self.proc.poll() is not None:
-            raise BenchError(f"gflowd (pid {self.pid}) exited with {self.proc.returncode}; stderr: {self.stderr_tail()!r}")
+            raise BenchError(
+                f"gflowd (pid {self.pid}) exited with {self.proc.returncode}; stderr: {self.stderr_tail()!r}"
+            )
 
     def wait_ready(self, timeout: float = 60) -> float:
         """Until run/index.json names this process; returns the time that took."""
@@ -382,11 +460,17 @@ def wait_for(predicate, timeout: float, interval: float, what: str, daemon: Gflo
 
 
 def wait_phase(home: Path, name: str, phases: tuple[str, ...], daemon: Gflowd, timeout: float = 15) -> str:
-    return wait_for(lambda: (p := phase_of(home, name)) in phases and p, timeout, POLL,
-                    f"job {name} to be {'/'.join(phases)} (now {phase_of(home, name)})", daemon)
+    return wait_for(
+        lambda: (p := phase_of(home, name)) in phases and p,
+        timeout,
+        POLL,
+        f"job {name} to be {'/'.join(phases)} (now {phase_of(home, name)})",
+        daemon,
+    )
 
 
 # -- the bench --------------------------------------------------------------------------------------------
+
 
 class Bench:
     def __init__(self, args):
@@ -396,7 +480,9 @@ class Bench:
         self.only = {key_of(x.strip()) for x in args.only.split(",") if x.strip()} if args.only else None
         unknown = (self.only or set()) - KEYS
         if unknown:
-            raise SystemExit(f"bench: --only: unknown figure(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KEYS))}")
+            raise SystemExit(
+                f"bench: --only: unknown figure(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KEYS))}"
+            )
         self.root = Path(tempfile.mkdtemp(prefix="gflow-bench-", dir=args.dir))
         self.gpus_file = self.root / "fake-gpus.yaml"
         self.gpus_file.write_text("gpus:\n" + GPU_LINE * 8)
@@ -430,15 +516,30 @@ class Bench:
             (self.cli_start, [("cli_version_ms", "ms"), ("cli_help_ms", "ms")]),
             (self.sched_pass, [("sched_pass_ms_10k", "ms"), ("pending_pass_ms_10k", "ms")]),
             (self.gpu_sample, [("gpu_sample_ms_50x8", "ms")]),
-            (self.idle_home, [("apply_to_running_ms_p50", "ms"), ("apply_to_running_ms_p99", "ms"),
-                              ("cli_apply_to_running_ms_p50", "ms"), ("cli_run_to_running_ms_p50", "ms"),
-                              ("exit_to_status_ms_p50", "ms")]),
+            (
+                self.idle_home,
+                [
+                    ("apply_to_running_ms_p50", "ms"),
+                    ("apply_to_running_ms_p99", "ms"),
+                    ("cli_apply_to_running_ms_p50", "ms"),
+                    ("cli_run_to_running_ms_p50", "ms"),
+                    ("exit_to_status_ms_p50", "ms"),
+                ],
+            ),
             (self.drain, [("drain_jobs_per_s", "jobs/s")]),
             *([(self.slurm_drain, [("slurm_drain_jobs_per_s", "jobs/s")])] if self.args.vs == "slurm" else []),
             (self.get_json, [("get_jobs_json_ms_2k", "ms")]),
-            (self.big_homes, [(f"cold_start_{main}_s", "s"), (f"idle_cpu_pct_{main}", "%"),
-                              (f"incremental_pass_ms_{main}", "ms"), ("get_jobs_ms_1k", "ms"),
-                              (f"get_jobs_ms_{main}", "ms"), (f"gflowd_rss_mb_{main}", "MiB")]),
+            (
+                self.big_homes,
+                [
+                    (f"cold_start_{main}_s", "s"),
+                    (f"idle_cpu_pct_{main}", "%"),
+                    (f"incremental_pass_ms_{main}", "ms"),
+                    ("get_jobs_ms_1k", "ms"),
+                    (f"get_jobs_ms_{main}", "ms"),
+                    (f"gflowd_rss_mb_{main}", "MiB"),
+                ],
+            ),
         ]
         for group, expected in groups:
             wanted = [(n, u) for n, u in expected if self.want(key_of(n)) or group == self.slurm_drain]
@@ -446,15 +547,16 @@ class Bench:
                 continue
             try:
                 group()
-            except Exception as exc:  # noqa: BLE001 - one group failing must not lose the others
+            except Exception as exc:
                 error = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
                 log(f"{group.__name__}: {error}")
                 if not isinstance(exc, BenchError):
                     import traceback
 
                     traceback.print_exc()
-                self.figures.fail([n for n, _ in wanted], [u for _, u in wanted],
-                                  [self._target_of(n) for n, _ in wanted], error)
+                self.figures.fail(
+                    [n for n, _ in wanted], [u for _, u in wanted], [self._target_of(n) for n, _ in wanted], error
+                )
             finally:
                 self.stop_all()
 
@@ -470,7 +572,10 @@ class Bench:
         its import hook (docs/performance.md)."""
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["GFLOW_HOME"] = str(self.root / "cli-home")
-        for name, argv, expect in (("cli_version_ms", ["version"], "gflowctl "), ("cli_help_ms", ["--help"], "usage: gflowctl")):
+        for name, argv, expect in (
+            ("cli_version_ms", ["version"], "gflowctl "),
+            ("cli_help_ms", ["--help"], "usage: gflowctl"),
+        ):
             if not self.want(name):
                 continue
             subprocess.run([*GFLOWCTL, *argv], capture_output=True, env=env, timeout=60)  # warm the page cache
@@ -480,8 +585,12 @@ class Bench:
                 out = subprocess.run([*GFLOWCTL, *argv], capture_output=True, text=True, env=env, timeout=60)
                 times.append((time.perf_counter() - t0) * 1000)
                 if out.returncode != 0 or not out.stdout.startswith(expect):
-                    raise BenchError(f"gflowctl {' '.join(argv)} exited {out.returncode}: {out.stderr.strip()[-300:]!r}")
-            log(f"{name}: min {min(times):.1f} ms, max {max(times):.1f} ms over {len(times)} runs; load {os.getloadavg()[0]:.2f}")
+                    raise BenchError(
+                        f"gflowctl {' '.join(argv)} exited {out.returncode}: {out.stderr.strip()[-300:]!r}"
+                    )
+            log(
+                f"{name}: min {min(times):.1f} ms, max {max(times):.1f} ms over {len(times)} runs; load {os.getloadavg()[0]:.2f}"
+            )
             self.figures.add(name, statistics.median(times), "ms", TARGETS[name])
 
     # -- sched_pass.py ---------------------------------------------------------------------------------
@@ -490,7 +599,14 @@ class Bench:
         """hack/bench/sched_pass.py as a subprocess: its sched_pass_ms_10k line is the figure; any
         other ``name: X ms`` line it prints is passed on without a target."""
         name_ = "sched_pass_ms_10k"
-        argv = [PY, str(ROOT / "hack" / "bench" / "sched_pass.py"), "--jobs", "10000", "--runs", str(self.cfg["sched_runs"])]
+        argv = [
+            PY,
+            str(ROOT / "hack" / "bench" / "sched_pass.py"),
+            "--jobs",
+            "10000",
+            "--runs",
+            str(self.cfg["sched_runs"]),
+        ]
         try:
             out = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=str(ROOT))
         except subprocess.TimeoutExpired:
@@ -555,8 +671,13 @@ class Bench:
                     path = source / f"{name}.yaml"
                     path.write_text(job_text(name, "  command: [sleep, '30']\n"))
                     t0 = time.perf_counter()
-                    out = subprocess.run([*GFLOWCTL, "apply", "-f", str(path)], env=self.env(home),
-                                         capture_output=True, text=True, timeout=60)
+                    out = subprocess.run(
+                        [*GFLOWCTL, "apply", "-f", str(path)],
+                        env=self.env(home),
+                        capture_output=True,
+                        text=True,
+                        timeout=60,
+                    )
                     if out.returncode != 0:
                         raise BenchError(f"gflowctl apply exited {out.returncode}: {out.stderr.strip()!r}")
                     wait_phase(home, name, ("Running",), daemon)
@@ -572,8 +693,14 @@ class Bench:
                 for i in range(self.cfg["cli_runs"]):
                     name = f"run-{i}"
                     t0 = time.perf_counter()
-                    out = subprocess.run([*GFLOWCTL, "run", "--name", name, "--", "sleep", "30"], env=self.env(home),
-                                         capture_output=True, text=True, timeout=60, cwd=str(self.root))
+                    out = subprocess.run(
+                        [*GFLOWCTL, "run", "--name", name, "--", "sleep", "30"],
+                        env=self.env(home),
+                        capture_output=True,
+                        text=True,
+                        timeout=60,
+                        cwd=str(self.root),
+                    )
                     if out.returncode != 0:
                         raise BenchError(f"gflowctl run exited {out.returncode}: {out.stderr.strip()!r}")
                     wait_phase(home, name, ("Running",), daemon)
@@ -592,8 +719,10 @@ class Bench:
                 for i in range(self.cfg["exit_runs"]):
                     name = f"exit-{i}"
                     trigger, stamp = marks / f"go-{i}", marks / f"exited-{i}"
-                    script = (f"  script: |\n    while [ ! -e {trigger} ]; do sleep 0.001; done\n"
-                              f"    date +%s.%N > {stamp}\n    exit 0\n")
+                    script = (
+                        f"  script: |\n    while [ ! -e {trigger} ]; do sleep 0.001; done\n"
+                        f"    date +%s.%N > {stamp}\n    exit 0\n"
+                    )
                     write_manifest_then(jobs, name, job_text(name, script))()
                     wait_phase(home, name, ("Running",), daemon)
                     time.sleep(0.15)  # let that pass end: the controller is idle when the job exits
@@ -611,8 +740,13 @@ class Bench:
 
     def _delete_and_settle(self, home: Path, name: str, daemon: Gflowd) -> None:
         (home / "jobs" / f"{name}.yaml").unlink()
-        wait_for(lambda: not (home / "status" / f"{name}.yaml").exists(), 15, 0.005,
-                 f"status/{name}.yaml to go after its manifest was deleted", daemon)
+        wait_for(
+            lambda: not (home / "status" / f"{name}.yaml").exists(),
+            15,
+            0.005,
+            f"status/{name}.yaml to go after its manifest was deleted",
+            daemon,
+        )
         time.sleep(0.2)  # idle again: the pass that removed it, and the job's exit, are over
 
     # -- many jobs at once -------------------------------------------------------------------------------
@@ -659,7 +793,9 @@ class Bench:
         env = {**os.environ, "PATH": os.environ.get("PATH", "") + ":/usr/sbin"}
         env.setdefault("SLURM_CONF", "/tmp/gflow-slurm-dev/slurm.conf")
         script = ROOT / "hack" / "slurm-dev.sh"
-        shared = subprocess.run(["bash", str(script), "status"], env=env, capture_output=True, timeout=60).returncode == 0
+        shared = (
+            subprocess.run(["bash", str(script), "status"], env=env, capture_output=True, timeout=60).returncode == 0
+        )
         if not shared:  # a private cluster: its own folder and ports, so the test suite's is never touched
             env["SLURM_DEV_DIR"] = str(self.root / "slurm")
             env["SLURM_DEV_PORT"] = str(17000 + os.getpid() % 2000 * 2)
@@ -674,8 +810,13 @@ class Bench:
             from concurrent.futures import ThreadPoolExecutor  # lazy: only --vs slurm submits in parallel
 
             def submit(_i: int) -> None:
-                out = subprocess.run(["sbatch", "--quiet", "-J", tag, "-o", "/dev/null", "--mem=16M", "--wrap", "true"],
-                                     env=env, capture_output=True, text=True, timeout=60)
+                out = subprocess.run(
+                    ["sbatch", "--quiet", "-J", tag, "-o", "/dev/null", "--mem=16M", "--wrap", "true"],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
                 if out.returncode != 0:
                     raise BenchError(f"sbatch failed: {out.stderr.strip()[-300:]!r}")
 
@@ -685,17 +826,32 @@ class Bench:
             submitted = time.perf_counter() - t0
 
             def left() -> bool:
-                out = subprocess.run(["squeue", "-h", "-n", tag, "-t", "PD,R,CG,CF", "-o", "%i"], env=env,
-                                     capture_output=True, text=True, timeout=60)
+                out = subprocess.run(
+                    ["squeue", "-h", "-n", tag, "-t", "PD,R,CG,CF", "-o", "%i"],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
                 return out.returncode == 0 and not out.stdout.strip()
 
             wait_for(left, 600, 0.05, f"{n} sbatch jobs to finish")
             elapsed = time.perf_counter() - t0
-            done = sum(1 for line in comp.read_text(errors="replace").splitlines() if f"Name={tag} " in line and "JobState=COMPLETED" in line) if comp.exists() else None
+            done = (
+                sum(
+                    1
+                    for line in comp.read_text(errors="replace").splitlines()
+                    if f"Name={tag} " in line and "JobState=COMPLETED" in line
+                )
+                if comp.exists()
+                else None
+            )
             if done is not None and done != n:
                 raise BenchError(f"Slurm: expected {n} COMPLETED jobs named {tag} in {comp}, found {done}")
-            log(f"slurm: {n} jobs in {elapsed:.2f} s ({n / elapsed:.1f}/s; sbatch calls took {submitted:.2f} s; "
-                f"{done if done is not None else 'no jobcomp log:'} COMPLETED); load {os.getloadavg()[0]:.2f}")
+            log(
+                f"slurm: {n} jobs in {elapsed:.2f} s ({n / elapsed:.1f}/s; sbatch calls took {submitted:.2f} s; "
+                f"{done if done is not None else 'no jobcomp log:'} COMPLETED); load {os.getloadavg()[0]:.2f}"
+            )
             self.figures.add(name_, n / elapsed, "jobs/s")
             ours = (self.figures.data.get("drain_jobs_per_s") or {}).get("value")
             if ours:
@@ -706,11 +862,21 @@ class Bench:
     def stop_slurm(self) -> None:
         env = getattr(self, "slurm_env", None)
         if env is not None:
-            subprocess.run(["bash", str(ROOT / "hack" / "slurm-dev.sh"), "stop"], env=env, capture_output=True, timeout=120)
+            subprocess.run(
+                ["bash", str(ROOT / "hack" / "slurm-dev.sh"), "stop"], env=env, capture_output=True, timeout=120
+            )
             self.slurm_env = None
 
-    def _wait_all_succeeded(self, home: Path, n: int, daemon: Gflowd, interval: float, what: str,
-                            stall: float = 120.0, progress: bool = False) -> None:
+    def _wait_all_succeeded(
+        self,
+        home: Path,
+        n: int,
+        daemon: Gflowd,
+        interval: float,
+        what: str,
+        stall: float = 120.0,
+        progress: bool = False,
+    ) -> None:
         """Until run/index.json counts ``n`` Succeeded jobs. Fails when a job ends badly, when gflowd
         dies, or when nothing moves for ``stall`` seconds: neither the index nor the number of
         attempt records (run/attempts/) and logs (one pass may start thousands of jobs before it
@@ -735,8 +901,10 @@ class Bench:
             if state != last:
                 last, last_at = state, now
             elif now - last_at > stall:
-                raise BenchError(f"{what}: nothing moved for {stall:g}s (a hung pass?); index says {dict(counts)}, "
-                                 f"{state[1]} attempt records, {state[2]} logs")
+                raise BenchError(
+                    f"{what}: nothing moved for {stall:g}s (a hung pass?); index says {dict(counts)}, "
+                    f"{state[1]} attempt records, {state[2]} logs"
+                )
             if progress and now - said >= 10:
                 log(f"  {done}/{n} Succeeded in the index, {state[2]} logs, after {now - started:.0f} s")
                 said = now
@@ -811,7 +979,9 @@ class Bench:
         left = processes_under(home.parent)
         if left:
             raise BenchError(f"processes of the prepared home still alive after gflowd stopped: {sorted(left)}")
-        log(f"prepared {size_name(size)} home in {elapsed:.1f} s ({len(names) / elapsed:.1f} jobs/s incl. gflowd start)")
+        log(
+            f"prepared {size_name(size)} home in {elapsed:.1f} s ({len(names) / elapsed:.1f} jobs/s incl. gflowd start)"
+        )
 
     def _measure_size(self, home: Path, size: int, main: int) -> None:
         k = size_name(size)
@@ -820,7 +990,7 @@ class Bench:
         in_table = self.want("scaling")
         want_cold = in_table or (is_main and self.want("cold_start_s"))
         # targets are for the main size, and for the few figures that name their size (at 50k)
-        target = lambda name: TARGETS.get(name) or (TARGETS[key_of(name)] if is_main else None)  # noqa: E731
+        target = lambda name: TARGETS.get(name) or (TARGETS[key_of(name)] if is_main else None)
 
         # cold start: start gflowd -> index rewritten by the new pid and every job Succeeded in it
         daemon = None
@@ -872,11 +1042,17 @@ class Bench:
                     raise BenchError(f"status/{name}.yaml has no observedGeneration")
                 wall = time.time()
                 self.edits += 1
-                rename = write_manifest_then(home / "jobs", name,
-                                             job_text(name, f"  command: ['true']\n  priority: {self.edits}\n"))
+                rename = write_manifest_then(
+                    home / "jobs", name, job_text(name, f"  command: ['true']\n  priority: {self.edits}\n")
+                )
                 t0 = rename()
-                wait_for(lambda: (g := generation_of(home, name)) is not None and g > before, 15, POLL,
-                         f"observedGeneration of {name} to pass {before}", daemon)
+                wait_for(
+                    lambda: (g := generation_of(home, name)) is not None and g > before,
+                    15,
+                    POLL,
+                    f"observedGeneration of {name} to pass {before}",
+                    daemon,
+                )
                 samples.append((time.perf_counter() - t0) * 1000)
                 # let the pass finish (the index is written after the status files), then rest
                 wait_for(lambda: index_updated(home) > wall, 15, 0.005, "the index after the edit", daemon)
@@ -894,11 +1070,14 @@ class Bench:
                 times.append((time.perf_counter() - t0) * 1000)
                 lines = out.stdout.count(b"\n")
                 if out.returncode != 0 or lines != size + 1:
-                    raise BenchError(f"gflowctl get jobs exited {out.returncode} with {lines} lines (expected {size + 1}): "
-                                     f"{out.stderr.decode(errors='replace').strip()[-300:]!r}")
+                    raise BenchError(
+                        f"gflowctl get jobs exited {out.returncode} with {lines} lines (expected {size + 1}): "
+                        f"{out.stderr.decode(errors='replace').strip()[-300:]!r}"
+                    )
             key = "get_jobs_ms_1k" if size == 1000 else "get_jobs_ms"
-            self.figures.add(f"get_jobs_ms_{k}", statistics.median(times), "ms",
-                             TARGETS[key] if (is_main or size == 1000) else None)
+            self.figures.add(
+                f"get_jobs_ms_{k}", statistics.median(times), "ms", TARGETS[key] if (is_main or size == 1000) else None
+            )
         daemon.check()
         daemon.stop()
 
@@ -916,12 +1095,16 @@ class Bench:
         times = []
         for _ in range(self.cfg["get_runs"]):
             t0 = time.perf_counter()
-            out = subprocess.run([*GFLOWCTL, "get", "jobs", "-o", "json"], env=self.env(home), capture_output=True, timeout=120)
+            out = subprocess.run(
+                [*GFLOWCTL, "get", "jobs", "-o", "json"], env=self.env(home), capture_output=True, timeout=120
+            )
             times.append((time.perf_counter() - t0) * 1000)
             items = len(json.loads(out.stdout)["items"]) if out.returncode == 0 else 0
             if items != size:
-                raise BenchError(f"gflowctl get jobs -o json exited {out.returncode} with {items} items (expected {size}): "
-                                 f"{out.stderr.decode(errors='replace').strip()[-300:]!r}")
+                raise BenchError(
+                    f"gflowctl get jobs -o json exited {out.returncode} with {items} items (expected {size}): "
+                    f"{out.stderr.decode(errors='replace').strip()[-300:]!r}"
+                )
         daemon.check()
         daemon.stop()
         self.figures.add("get_jobs_json_ms_2k", statistics.median(times), "ms", TARGETS["get_jobs_json_ms_2k"])
@@ -942,9 +1125,11 @@ class Bench:
             lines.append("scaling (finished jobs in the home):")
             lines.append(f"  {'jobs':>6}  {'pass ms (edit->status)':>22}  {'cold start s':>12}  {'gflowd RSS MiB':>14}")
             for size, row in sorted(self.scaling.items()):
-                cell = lambda key, fmt: (fmt.format(row[key]) if row.get(key) is not None else "n/a")  # noqa: E731
-                lines.append(f"  {size_name(size):>6}  {cell('pass_ms', '{:.1f}'):>22}  {cell('cold_start_s', '{:.2f}'):>12}"
-                             f"  {cell('rss_mb', '{:.1f}'):>14}")
+                cell = lambda key, fmt: fmt.format(row[key]) if row.get(key) is not None else "n/a"
+                lines.append(
+                    f"  {size_name(size):>6}  {cell('pass_ms', '{:.1f}'):>22}  {cell('cold_start_s', '{:.2f}'):>12}"
+                    f"  {cell('rss_mb', '{:.1f}'):>14}"
+                )
         return "\n".join(lines)
 
 
@@ -954,16 +1139,28 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--only", help="comma-separated figure names (with or without size/percentile) or 'scaling'")
     parser.add_argument("--keep", action="store_true", help="keep the temp homes (their path is printed)")
-    parser.add_argument("--dir", help="where the temp homes go (default: $TMPDIR or /tmp); a gflow home usually "
-                        "lives on the same filesystem as the users' projects")
-    parser.add_argument("--home", help="measure the big-home figures (cold start, idle CPU, RSS, incremental pass, "
-                        "get jobs) on this home of finished jobs instead of growing one; make it with "
-                        "hack/bench/make_home.py (its manifests' priorities are edited)")
-    parser.add_argument("--vs", choices=["slurm"], help="also drain the same burst through sbatch on a local Slurm "
-                        "(hack/slurm-dev.sh) and print the ratio")
+    parser.add_argument(
+        "--dir",
+        help="where the temp homes go (default: $TMPDIR or /tmp); a gflow home usually "
+        "lives on the same filesystem as the users' projects",
+    )
+    parser.add_argument(
+        "--home",
+        help="measure the big-home figures (cold start, idle CPU, RSS, incremental pass, "
+        "get jobs) on this home of finished jobs instead of growing one; make it with "
+        "hack/bench/make_home.py (its manifests' priorities are edited)",
+    )
+    parser.add_argument(
+        "--vs",
+        choices=["slurm"],
+        help="also drain the same burst through sbatch on a local Slurm (hack/slurm-dev.sh) and print the ratio",
+    )
     args = parser.parse_args()
-    problems = [f"--{flag} {value}: no such folder" for flag, value in (("dir", args.dir), ("home", args.home))
-                if value is not None and not os.path.isdir(value)]
+    problems = [
+        f"--{flag} {value}: no such folder"
+        for flag, value in (("dir", args.dir), ("home", args.home))
+        if value is not None and not os.path.isdir(value)
+    ]
     if problems:
         parser.error("; ".join(problems))
 
@@ -976,8 +1173,10 @@ def main() -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: `cmd &` starts with it ignored
         signal.signal(sig, on_signal)
     log(f"{bench.mode} run; homes under {bench.root}; {os.cpu_count()} CPUs; gflowctl: {' '.join(GFLOWCTL)}")
-    log(f"creating a file under {bench.root} costs {file_create_us(bench.root):.0f} us of CPU here "
-        "(15-20 us is a quiet ext4 folder; see docs/performance.md, 'The filesystem')")
+    log(
+        f"creating a file under {bench.root} costs {file_create_us(bench.root):.0f} us of CPU here "
+        "(15-20 us is a quiet ext4 folder; see docs/performance.md, 'The filesystem')"
+    )
     interrupted = False
     try:
         bench.run()

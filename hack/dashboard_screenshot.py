@@ -26,19 +26,37 @@ GPUS = "gpus:\n" + "".join("  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" f
 
 
 def job(name: str, gpus: int, script: str, extra: str = "") -> str:
-    return (f"apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {{name: {name}, labels: {{team: vision}}}}\n"
-            f"spec:\n  resources: {{gpus: {gpus}}}\n  script: |\n    {script}\n{extra}")
+    return (
+        f"apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {{name: {name}, labels: {{team: vision}}}}\n"
+        f"spec:\n  resources: {{gpus: {gpus}}}\n  script: |\n    {script}\n{extra}"
+    )
 
 
 SCENE = [  # (seconds after start, file name, manifest)
-    (0, "train-resnet.yaml", job("train-resnet", 2, "for i in $(seq 1 400); do echo step $i loss 0.$((400 - i)); sleep 0.5; done")),
+    (
+        0,
+        "train-resnet.yaml",
+        job("train-resnet", 2, "for i in $(seq 1 400); do echo step $i loss 0.$((400 - i)); sleep 0.5; done"),
+    ),
     (0, "eval-a.yaml", job("eval-a", 1, "echo evaluating; sleep 25; echo top1 0.81")),
-    (2, "flaky.yaml", job("flaky", 1, "echo try; sleep 8; echo CUDA error: out of memory >&2; exit 1", "  backoffLimit: 1\n")),
-    (5, "lr.yaml", "apiVersion: gflow.dev/v1alpha1\nkind: Sweep\nmetadata: {name: lr}\nspec:\n  parallelism: 2\n"
-                   "  template:\n    resources: {gpus: 1}\n    script: 'echo lr={lr}; sleep 20'\n  matrix:\n    lr: ['0.1', '0.01', '0.001']\n"),
+    (
+        2,
+        "flaky.yaml",
+        job("flaky", 1, "echo try; sleep 8; echo CUDA error: out of memory >&2; exit 1", "  backoffLimit: 1\n"),
+    ),
+    (
+        5,
+        "lr.yaml",
+        "apiVersion: gflow.dev/v1alpha1\nkind: Sweep\nmetadata: {name: lr}\nspec:\n  parallelism: 2\n"
+        "  template:\n    resources: {gpus: 1}\n    script: 'echo lr={lr}; sleep 20'\n  matrix:\n    lr: ['0.1', '0.01', '0.001']\n",
+    ),
     (30, "train-vit.yaml", job("train-vit", 1, "for i in $(seq 1 400); do echo step $i; sleep 0.5; done")),
     (40, "big-llm.yaml", job("big-llm", 4, "sleep 600", "  priority: 5\n")),
-    (45, "bad.yaml", "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {name: bad}\nspec:\n  command: [python, train.py]\n  resources: {gpus: -1}\n"),
+    (
+        45,
+        "bad.yaml",
+        "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {name: bad}\nspec:\n  command: [python, train.py]\n  resources: {gpus: -1}\n",
+    ),
 ]
 
 
@@ -61,8 +79,22 @@ def main() -> int:
     home = base / "home"
     (home / "jobs").mkdir(parents=True)
     (base / "gpus.yaml").write_text(GPUS)
-    daemon = subprocess.Popen([sys.executable, "-m", "controller.daemon", "--home", str(home), "--fake-gpus",
-                               str(base / "gpus.yaml"), "--web-port", "0", "--log-level", "warning"], cwd=ROOT)
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "controller.daemon",
+            "--home",
+            str(home),
+            "--fake-gpus",
+            str(base / "gpus.yaml"),
+            "--web-port",
+            "0",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+    )
     driver = None
     try:
         began = time.monotonic()
@@ -73,8 +105,14 @@ def main() -> int:
         url = json.loads((home / "run" / "web.json").read_text())["url"]
         options = webdriver.ChromeOptions()
         options.binary_location = shutil.which("chromium") or "chromium"
-        for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1250", "--hide-scrollbars",
-                     f"--user-data-dir={base / 'profile'}"):
+        for flag in (
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1400,1250",
+            "--hide-scrollbars",
+            f"--user-data-dir={base / 'profile'}",
+        ):
             options.add_argument(flag)
         driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
         driver.get(url)

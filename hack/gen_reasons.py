@@ -48,7 +48,9 @@ def _cell(text: str) -> str:
 def _reason_table(rows: list[Reason]) -> list[str]:
     out = ["| reason | meaning | what to do |", "|---|---|---|"]
     for reason in rows:
-        meaning = reason.doc + (" (a stop reason: also the `Terminating` condition's reason while it stops)" if reason.stop else "")
+        meaning = reason.doc + (
+            " (a stop reason: also the `Terminating` condition's reason while it stops)" if reason.stop else ""
+        )
         meaning += " *(Warning)*" if reason.warns else ""
         out.append(f"| `{reason}` | {_cell(meaning)} | {_cell(reason.hint)} |")
     return out
@@ -70,8 +72,16 @@ def reasons_doc() -> str:
         lines += _reason_table([r for r in Reason if phase in r.phases])
     lines += ["", "## Events and conditions only", "", "These reasons are never a job's `status.reason`.", ""]
     lines += _reason_table([r for r in Reason if not r.phases])
-    lines += ["", "## Conditions", "", "`status.conditions[].type`, with Kubernetes semantics (`lastTransitionTime` moves only when",
-              "`status` flips).", "", "| condition | meaning |", "|---|---|"]
+    lines += [
+        "",
+        "## Conditions",
+        "",
+        "`status.conditions[].type`, with Kubernetes semantics (`lastTransitionTime` moves only when",
+        "`status` flips).",
+        "",
+        "| condition | meaning |",
+        "|---|---|",
+    ]
     lines += [f"| `{condition}` | {_cell(condition.doc)} |" for condition in Condition]
     return "\n".join(lines) + "\n"
 

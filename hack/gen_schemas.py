@@ -113,9 +113,9 @@ def _resolve(schema: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()) -> A
     if "$ref" in schema:
         ref = schema["$ref"]
         prefix = "#/$defs/"
-        if not ref.startswith(prefix) or ref[len(prefix):] not in defs:
+        if not ref.startswith(prefix) or ref[len(prefix) :] not in defs:
             raise SchemaError(f"cannot inline $ref {ref!r}")
-        name = ref[len(prefix):]
+        name = ref[len(prefix) :]
         if name in seen:
             raise SchemaError(f"recursive model {name!r} cannot be inlined into a CRD schema")
         target = _resolve(copy.deepcopy(defs[name]), defs, seen + (name,))
@@ -278,7 +278,7 @@ def _field_rows(schema: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]
             if any(path.startswith(s) for s in skip):
                 continue
             rows.append(f"| `{path}` | {kind} | {default_text} | {description} |")
-            if "properties" in target and key != "metadata" or (key == "metadata" and prefix == ""):
+            if ("properties" in target and key != "metadata") or (key == "metadata" and prefix == ""):
                 walk(target, path + ".")
 
     walk(root, "")

@@ -43,18 +43,43 @@ import tempfile
 import time
 import traceback
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 HACK = Path(__file__).resolve().parent
 ROOT = HACK.parent
 PROBE = HACK / "gpu_probe.py"
 sys.path.insert(0, str(HACK))
 from gpu_facts import (  # noqa: E402  (hack/ is not a package; the pure half of this tool)
-    CHECK_NAMES, CHECKS, GIB, GPU_MEMORY_EXCEEDED, MIB, QUERY_APPS, QUERY_GPU, ComputeApp, PmonRow, Result, SmiGpu,
-    Verdict, all_skipped, build_report, cgroup_dirs, cgroup_mounts, compare_inventory, device_minor, exit_code, gpu_usage_entry,
-    judge_binding, judge_distinct, judge_isolation, judge_usage, metric_mean_ms, parse_compute_apps_csv, parse_pmon,
+    CHECK_NAMES,
+    CHECKS,
+    GIB,
+    GPU_MEMORY_EXCEEDED,
+    MIB,
+    QUERY_APPS,
+    QUERY_GPU,
+    ComputeApp,
+    PmonRow,
+    Result,
+    SmiGpu,
+    Verdict,
+    all_skipped,
+    build_report,
+    cgroup_dirs,
+    cgroup_mounts,
+    compare_inventory,
+    device_minor,
+    exit_code,
+    gpu_usage_entry,
+    judge_binding,
+    judge_distinct,
+    judge_isolation,
+    judge_usage,
+    metric_mean_ms,
+    parse_compute_apps_csv,
+    parse_pmon,
     parse_query_gpu_csv,
 )
 
@@ -178,19 +203,37 @@ class Acceptance:
                 try:
                     self._record(self.cleanup())
                 except Exception as exc:  # still write the report
-                    self._record(Result("cleanup", "FAIL", f"error in the acceptance script's cleanup: {type(exc).__name__}: {exc}",
-                                        detail=traceback.format_exc()))
+                    self._record(
+                        Result(
+                            "cleanup",
+                            "FAIL",
+                            f"error in the acceptance script's cleanup: {type(exc).__name__}: {exc}",
+                            detail=traceback.format_exc(),
+                        )
+                    )
             done = {r.name for r in self.results}
             for name in CHECK_NAMES:
                 if name not in done:
-                    self._record(Result(name, "SKIP", "not run: interrupted" if self.interrupted else "not selected (--only)"))
+                    self._record(
+                        Result(name, "SKIP", "not run: interrupted" if self.interrupted else "not selected (--only)")
+                    )
             self.results.sort(key=lambda r: CHECK_NAMES.index(r.name))
-            report = build_report(self.results, gpu=self.gpu_info, gflowd=self.gflowd_info, started=started,
-                                  finished=time.time(), interrupted=self.interrupted, run_dir=str(self.run_dir))
+            report = build_report(
+                self.results,
+                gpu=self.gpu_info,
+                gflowd=self.gflowd_info,
+                started=started,
+                finished=time.time(),
+                interrupted=self.interrupted,
+                run_dir=str(self.run_dir),
+            )
             self._write_report(report)
             counts = report["summary"]
-            print(f"summary: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP "
-                  f"in {report['seconds']:.0f}s; report {self.report_path}", flush=True)
+            print(
+                f"summary: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP "
+                f"in {report['seconds']:.0f}s; report {self.report_path}",
+                flush=True,
+            )
             self._remove_run_dir()
         return exit_code(self.results, self.interrupted)
 
@@ -225,7 +268,9 @@ class Acceptance:
             self.gpu_info["reason"] = "nvidia-smi lists no GPUs"
             return
         self.smi = {g.index: g for g in gpus}
-        driver = run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], timeout=60).stdout.split("\n")[0].strip()
+        driver = (
+            run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], timeout=60).stdout.split("\n")[0].strip()
+        )
         self.gpu_info.update(present=True, driver=driver, gpus=[dataclasses.asdict(g) for g in gpus])
 
     def run_checks(self) -> None:
@@ -283,8 +328,13 @@ class Acceptance:
             self._record(Result(name, outcome, reason, numbers, round(time.monotonic() - started, 1), detail))
         if name == "gpus-unused":  # when the shared job never got to its figures
             first = next(r for r in self.results if r.name == name)
-            self._record(Result("gpu-usage-figures", "FAIL" if first.outcome == "FAIL" else first.outcome,
-                                f"not measured: {first.reason}"))
+            self._record(
+                Result(
+                    "gpu-usage-figures",
+                    "FAIL" if first.outcome == "FAIL" else first.outcome,
+                    f"not measured: {first.reason}",
+                )
+            )
 
     def _record(self, result: Result) -> None:
         if any(r.name == result.name for r in self.results):
@@ -329,7 +379,9 @@ class Acceptance:
         seen = [d["pciBusId"] for d in doc["devices"]]
         want = [self.smi[i].pci_bus_id for i in sorted(self.smi)]
         if seen != want:
-            return Verdict(False, f"CUDA (PCI_BUS_ID order) sees {seen}, nvidia-smi lists {want}", {"seen": seen, "expected": want})
+            return Verdict(
+                False, f"CUDA (PCI_BUS_ID order) sees {seen}, nvidia-smi lists {want}", {"seen": seen, "expected": want}
+            )
         return Verdict(True, f"{len(seen)} GPU(s), PCI order matches nvidia-smi", {"seen": seen})
 
     def check_gflowd(self) -> Verdict:
@@ -346,8 +398,15 @@ class Acceptance:
         self.home.mkdir(exist_ok=True)
         log = open(self.gflowd_log, "wb")
         # its own session: a Ctrl-C in the terminal reaches this script, which still needs gflowd to stop the jobs
-        self.gflowd = subprocess.Popen([str(self.venv / "bin" / "gflowd"), *flags], stdout=log, stderr=subprocess.STDOUT,
-                                       env=env, preexec_fn=_pdeathsig, cwd=str(self.run_dir), start_new_session=True)
+        self.gflowd = subprocess.Popen(
+            [str(self.venv / "bin" / "gflowd"), *flags],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=_pdeathsig,
+            cwd=str(self.run_dir),
+            start_new_session=True,
+        )
         log.close()
         self.gflowd_info["argv"] = ["gflowd", *flags]
         node = wait_until(lambda: self._gflowd_alive() and (n := self.node()) and n.get("gpus") and n, 60 * self.scale)
@@ -365,7 +424,9 @@ class Acceptance:
             return Verdict(False, f"gflowd's inventory is {inventory!r}, not NVML")
         busy = [g["index"] for g in node["gpus"] if g.get("state") != "Free"]
         if busy:  # a fresh box has nothing running; otherwise the job checks would wait forever
-            return Verdict(False, f"GPUs {busy} are not Free before any job ran: {[g.get('state') for g in node['gpus']]}")
+            return Verdict(
+                False, f"GPUs {busy} are not Free before any job ran: {[g.get('state') for g in node['gpus']]}"
+            )
         cgroups = "cgroups flag present" if features["cgroups"] else "no --cgroups flag"
         return Verdict(True, f"{inventory}, {len(node['gpus'])} GPU(s) Free; {cgroups}")
 
@@ -376,7 +437,11 @@ class Acceptance:
         if problems:
             return Verdict(False, "; ".join(problems), numbers)
         names = sorted({g.name for g in self.smi.values()})
-        return Verdict(True, f"{len(self.smi)} GPU(s) match ({', '.join(names)}); memory compared at node.yaml's precision", numbers)
+        return Verdict(
+            True,
+            f"{len(self.smi)} GPU(s) match ({', '.join(names)}); memory compared at node.yaml's precision",
+            numbers,
+        )
 
     def check_one_gpu(self) -> Verdict:
         job = self.apply_job("one-gpu", gpus=1, probe=["--use", "first", "--alloc-mib", "64"])
@@ -384,7 +449,11 @@ class Acceptance:
         verdict = judge_binding(self.probe_doc(job), status.get("devices") or [], self.smi)
         verdict.numbers["phase"] = status.get("phase")
         if verdict.ok and status.get("phase") != "Succeeded":
-            return Verdict(False, f"the probe saw the right GPU but the job ended {status.get('phase')}/{status.get('reason')}", verdict.numbers)
+            return Verdict(
+                False,
+                f"the probe saw the right GPU but the job ended {status.get('phase')}/{status.get('reason')}",
+                verdict.numbers,
+            )
         return verdict
 
     def check_two_gpu(self) -> Verdict:
@@ -397,13 +466,24 @@ class Acceptance:
     def check_concurrent(self) -> Verdict:
         count = len(self.smi)
         release = self.probe_dir / "concurrent.release"
-        jobs = [self.apply_job(f"concurrent-{i}", gpus=1, release=release,
-                               probe=["--use", "first", "--alloc-mib", "64", "--hold", "300"]) for i in range(count + 1)]
+        jobs = [
+            self.apply_job(
+                f"concurrent-{i}",
+                gpus=1,
+                release=release,
+                probe=["--use", "first", "--alloc-mib", "64", "--hold", "300"],
+            )
+            for i in range(count + 1)
+        ]
 
         def settled() -> dict[str, dict[str, Any]] | None:
             listed = self.statuses()
             states = {j.name: listed.get(j.name) or {} for j in jobs}
-            running = [j for j in jobs if states[j.name].get("phase") == "Running" and (self.probe_doc(j) or {}).get("phase") == "ready"]
+            running = [
+                j
+                for j in jobs
+                if states[j.name].get("phase") == "Running" and (self.probe_doc(j) or {}).get("phase") == "ready"
+            ]
             pending = [n for n, s in states.items() if s.get("phase") == "Pending"]
             return states if len(running) == count and len(pending) == 1 else None
 
@@ -411,7 +491,11 @@ class Acceptance:
         if not states:
             phases = {j.name: (self.status(j.name) or {}).get("phase") for j in jobs}
             raise StepError(f"expected {count} jobs Running with their probe ready and 1 Pending, got {phases}")
-        bound = {j.name: (states[j.name].get("devices") or [], self.probe_doc(j)) for j in jobs if states[j.name].get("phase") == "Running"}
+        bound = {
+            j.name: (states[j.name].get("devices") or [], self.probe_doc(j))
+            for j in jobs
+            if states[j.name].get("phase") == "Running"
+        }
         waiting = next(n for n, s in states.items() if s.get("phase") == "Pending")
         verdict = judge_distinct(bound, self.smi)
         verdict.numbers.update(waiting=waiting, waitingReason=states[waiting].get("reason"))
@@ -423,14 +507,18 @@ class Acceptance:
             return verdict
         if not after.ok:
             return Verdict(False, f"the job that waited ({waiting}): {after.reason}", verdict.numbers)
-        return Verdict(True, f"{verdict.reason}; {waiting} waited ({states[waiting].get('reason')}) and then ran", verdict.numbers)
+        return Verdict(
+            True, f"{verdict.reason}; {waiting} waited ({states[waiting].get('reason')}) and then ran", verdict.numbers
+        )
 
     def check_isolation_gpu(self) -> Verdict:
         self._need_cgroups()
         if len(self.smi) < 2:
             raise Skip(f"needs 2 GPUs (one per job), this machine has {len(self.smi)}")
         release = self.probe_dir / "isolation.release"
-        holder = self.apply_job("iso-holder", gpus=1, release=release, probe=["--use", "first", "--alloc-mib", "64", "--hold", "300"])
+        holder = self.apply_job(
+            "iso-holder", gpus=1, release=release, probe=["--use", "first", "--alloc-mib", "64", "--hold", "300"]
+        )
         held = self.wait_ready(holder)
         other = held["boundDevices"][0]
         nodes = [f"--open-node={path}" for path in self._device_nodes([other])]
@@ -457,17 +545,36 @@ class Acceptance:
             said = {k: v for k, v in node.items() if "cgroup" in k.lower()}
             verdict.reason += f"; gflowd says {said or 'nothing about cgroups in get node'}"
             if os.geteuid() != 0:
-                verdict.reason += " (this run is not root: gflowd can use cgroups only as root or in a delegated subtree)"
+                verdict.reason += (
+                    " (this run is not root: gflowd can use cgroups only as root or in a delegated subtree)"
+                )
         return verdict
 
     def check_shared_memory(self) -> Verdict:
         budget, attempt = 1 * GIB, 3 * GIB
         gpu = max(self.smi.values(), key=lambda g: g.memory_mib or 0)
         if (gpu.memory_mib or 0) * MIB < attempt + GIB:
-            raise Skip(f"needs a GPU with at least {(attempt + GIB) // GIB} GiB, the largest here has {gpu.memory_mib} MiB")
-        job = self.apply_job("shared-over", gpus=1, sharing="Shared", gpu_memory="1Gi",
-                             probe=["--use", "first", "--alloc-mib", str(attempt // MIB), "--alloc-step-mib", "256",
-                                    "--step-interval", "0.25", "--hold", "180"])
+            raise Skip(
+                f"needs a GPU with at least {(attempt + GIB) // GIB} GiB, the largest here has {gpu.memory_mib} MiB"
+            )
+        job = self.apply_job(
+            "shared-over",
+            gpus=1,
+            sharing="Shared",
+            gpu_memory="1Gi",
+            probe=[
+                "--use",
+                "first",
+                "--alloc-mib",
+                str(attempt // MIB),
+                "--alloc-step-mib",
+                "256",
+                "--step-interval",
+                "0.25",
+                "--hold",
+                "180",
+            ],
+        )
         try:
             status = self.wait_phase(job.name, {"Succeeded", "Failed", "Cancelled"}, 120)
         except StepError:
@@ -475,23 +582,46 @@ class Acceptance:
         doc = self.probe_doc(job) or {}
         allocated = sum(u.get("allocated", 0) for u in doc.get("used") or [])
         nvml = [a.used_mib for a in self.compute_apps() if a.pid == doc.get("pid")]
-        numbers = {"gpuMemory": budget, "probeAllocatedMiB": allocated // MIB, "nvidiaSmiUsedMiB": nvml,
-                   "phase": status.get("phase"), "reason": status.get("reason"), "message": status.get("message")}
+        numbers = {
+            "gpuMemory": budget,
+            "probeAllocatedMiB": allocated // MIB,
+            "nvidiaSmiUsedMiB": nvml,
+            "phase": status.get("phase"),
+            "reason": status.get("reason"),
+            "message": status.get("message"),
+        }
         if status.get("phase") == "Running":
-            return Verdict(False, f"still Running {120 * self.scale:g}s after it allocated {allocated // MIB} MiB with gpuMemory 1Gi "
-                                  f"(nvidia-smi shows {nvml or 'no'} MiB for its pid {doc.get('pid')})", numbers)
+            return Verdict(
+                False,
+                f"still Running {120 * self.scale:g}s after it allocated {allocated // MIB} MiB with gpuMemory 1Gi "
+                f"(nvidia-smi shows {nvml or 'no'} MiB for its pid {doc.get('pid')})",
+                numbers,
+            )
         if status.get("reason") != GPU_MEMORY_EXCEEDED:
-            return Verdict(False, f"ended {status.get('phase')}/{status.get('reason')} ({status.get('message')}) after allocating "
-                                  f"{allocated // MIB} MiB with gpuMemory 1Gi", numbers)
-        return Verdict(True, f"Failed/{GPU_MEMORY_EXCEEDED} after the probe allocated {allocated // MIB} MiB: {status.get('message')}", numbers)
+            return Verdict(
+                False,
+                f"ended {status.get('phase')}/{status.get('reason')} ({status.get('message')}) after allocating "
+                f"{allocated // MIB} MiB with gpuMemory 1Gi",
+                numbers,
+            )
+        return Verdict(
+            True,
+            f"Failed/{GPU_MEMORY_EXCEEDED} after the probe allocated {allocated // MIB} MiB: {status.get('message')}",
+            numbers,
+        )
 
     def check_foreign(self) -> Verdict:
         index = self._free_gpus()[0]
         out = self.probe_dir / "foreign.json"
         env = self._clean_env()
         env.update(CUDA_VISIBLE_DEVICES=str(index), CUDA_DEVICE_ORDER="PCI_BUS_ID", **{TOKEN_VAR: self.token})
-        proc = subprocess.Popen([sys.executable, str(PROBE), "--out", str(out), "--use", "first", "--alloc-mib", "1536", "--hold", "600"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_pdeathsig)
+        proc = subprocess.Popen(
+            [sys.executable, str(PROBE), "--out", str(out), "--use", "first", "--alloc-mib", "1536", "--hold", "600"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_pdeathsig,
+        )
         self.foreign.append(proc)
         doc = wait_until(lambda: (d := _read_json(out)) and d.get("phase") in ("ready", "done") and d, 60 * self.scale)
         if not doc or doc.get("phase") != "ready":
@@ -499,11 +629,16 @@ class Acceptance:
         t0 = time.monotonic()
 
         def state() -> str | None:
-            return next((g.get("state") for g in (self.node() or {}).get("gpus") or [] if g.get("index") == index), None)
+            return next(
+                (g.get("state") for g in (self.node() or {}).get("gpus") or [] if g.get("index") == index), None
+            )
 
         if not wait_until(lambda: state() == "Unmanaged", 60 * self.scale):
-            return Verdict(False, f"GPU {index} stayed {state()} for {60 * self.scale:g}s while a foreign process held "
-                                  f"{doc['used'][0].get('allocated', 0) // MIB} MiB on it")
+            return Verdict(
+                False,
+                f"GPU {index} stayed {state()} for {60 * self.scale:g}s while a foreign process held "
+                f"{doc['used'][0].get('allocated', 0) // MIB} MiB on it",
+            )
         to_unmanaged = time.monotonic() - t0
         proc.terminate()
         try:
@@ -513,11 +648,18 @@ class Acceptance:
             proc.wait(5)
         t1 = time.monotonic()
         if not wait_until(lambda: state() == "Free", 60 * self.scale):
-            return Verdict(False, f"GPU {index} became Unmanaged ({to_unmanaged:.1f}s) but is still {state()} "
-                                  f"{60 * self.scale:g}s after the foreign process ended")
+            return Verdict(
+                False,
+                f"GPU {index} became Unmanaged ({to_unmanaged:.1f}s) but is still {state()} "
+                f"{60 * self.scale:g}s after the foreign process ended",
+            )
         to_free = time.monotonic() - t1
-        return Verdict(True, f"GPU {index}: Unmanaged {to_unmanaged:.1f}s after a foreign process took 1536 MiB, Free "
-                             f"{to_free:.1f}s after it ended", {"gpu": index, "toUnmanagedS": round(to_unmanaged, 2), "toFreeS": round(to_free, 2)})
+        return Verdict(
+            True,
+            f"GPU {index}: Unmanaged {to_unmanaged:.1f}s after a foreign process took 1536 MiB, Free "
+            f"{to_free:.1f}s after it ended",
+            {"gpu": index, "toUnmanagedS": round(to_unmanaged, 2), "toFreeS": round(to_free, 2)},
+        )
 
     def check_usage(self) -> Verdict:
         """gpus-unused (returned) and gpu-usage-figures (recorded here): one busy job serves both."""
@@ -525,8 +667,12 @@ class Acceptance:
         two = len(self.smi) >= 2
         busy_for = window + 40 if self._features_now()["unusedGpuWindow"] else 45
         release = self.probe_dir / "usage.release"
-        job = self.apply_job("usage", gpus=2 if two else 1, release=release,
-                             probe=["--use", "first", "--alloc-mib", "512", "--busy", str(busy_for), "--hold", "120"])
+        job = self.apply_job(
+            "usage",
+            gpus=2 if two else 1,
+            release=release,
+            probe=["--use", "first", "--alloc-mib", "512", "--busy", str(busy_for), "--hold", "120"],
+        )
         doc = self.wait_ready(job)
         devices = doc["boundDevices"]
         busy_gpu = devices[0]
@@ -542,10 +688,23 @@ class Acceptance:
         while time.monotonic() < t_end:
             t_sample = time.monotonic()
             samples += [r.sm for r in self.pmon(busy_gpu) if r.pid == pid and r.sm is not None]
-            apps += [a.used_mib for a in self.compute_apps() if a.pid == pid and a.gpu_uuid == self.smi[busy_gpu].uuid and a.used_mib is not None]
+            apps += [
+                a.used_mib
+                for a in self.compute_apps()
+                if a.pid == pid and a.gpu_uuid == self.smi[busy_gpu].uuid and a.used_mib is not None
+            ]
             status = self.status(job.name) or {}
-            condition = next((c for c in status.get("conditions") or [] if c.get("type") == "GPUsUnused" and c.get("status") == "True"), None)
-            enough = len(samples) >= 5 and time.monotonic() - t_start >= 15  # gflow's own sampler needs a few passes too
+            condition = next(
+                (
+                    c
+                    for c in status.get("conditions") or []
+                    if c.get("type") == "GPUsUnused" and c.get("status") == "True"
+                ),
+                None,
+            )
+            enough = (
+                len(samples) >= 5 and time.monotonic() - t_start >= 15
+            )  # gflow's own sampler needs a few passes too
             if enough and (condition or not waits_for_condition):
                 break
             time.sleep(max(0.0, 1.0 - (time.monotonic() - t_sample)))  # about one pmon sample a second
@@ -558,23 +717,37 @@ class Acceptance:
         figures = self._usage_figures(status, busy_gpu, idle_gpu, samples, max(apps) if apps else None)
         figures.numbers.update(samples=len(samples), phase=status.get("phase"))
         missing = figures.reason.startswith("feature missing")
-        self._record(Result("gpu-usage-figures", "PASS" if figures.ok else "FAIL", figures.reason, figures.numbers,
-                            detail="" if figures.ok or missing else self._diagnostics()))
+        self._record(
+            Result(
+                "gpu-usage-figures",
+                "PASS" if figures.ok else "FAIL",
+                figures.reason,
+                figures.numbers,
+                detail="" if figures.ok or missing else self._diagnostics(),
+            )
+        )
         if not two:
             raise Skip(f"needs 2 GPUs (one busy, one unused), this machine has {len(self.smi)}")
         if not self._features_now()["unusedGpuWindow"]:
             raise FeatureMissing("gflowd --unused-gpu-window (issue 19: per-job GPU usage, condition GPUsUnused)")
         if condition is None:
-            return Verdict(False, f"no GPUsUnused condition after {busy_for:g}s with GPU {idle_gpu} untouched "
-                                  f"(--unused-gpu-window {window:g}); conditions: {[c.get('type') for c in status.get('conditions') or []]}")
+            return Verdict(
+                False,
+                f"no GPUsUnused condition after {busy_for:g}s with GPU {idle_gpu} untouched "
+                f"(--unused-gpu-window {window:g}); conditions: {[c.get('type') for c in status.get('conditions') or []]}",
+            )
         return Verdict(True, f"GPUsUnused: {condition.get('message')}", {"condition": condition})
 
-    def _usage_figures(self, status: dict[str, Any], busy_gpu: int, idle_gpu: int | None,
-                       samples: list[int], app_mib: int | None) -> Verdict:
+    def _usage_figures(
+        self, status: dict[str, Any], busy_gpu: int, idle_gpu: int | None, samples: list[int], app_mib: int | None
+    ) -> Verdict:
         usage = status.get("gpuUsage")
         if usage is None:
-            return Verdict(False, "feature missing in this build: status.gpuUsage (issue 19: per-job GPU usage)",
-                           {"pmonSm": samples, "computeAppsMiB": app_mib})
+            return Verdict(
+                False,
+                "feature missing in this build: status.gpuUsage (issue 19: per-job GPU usage)",
+                {"pmonSm": samples, "computeAppsMiB": app_mib},
+            )
         busy = gpu_usage_entry(usage, busy_gpu)
         idle = gpu_usage_entry(usage, idle_gpu) if idle_gpu is not None else None
         verdict = judge_usage(busy, idle, samples, app_mib, self.args.util_tolerance)
@@ -592,7 +765,11 @@ class Acceptance:
             latencies.append(doc["tFirstCudaCall"] - job.t_apply)
             self.delete_jobs([job.name])
         median = statistics.median(latencies)
-        numbers = {"seconds": [round(x, 3) for x in latencies], "median": round(median, 3), "limit": self.args.max_start_latency}
+        numbers = {
+            "seconds": [round(x, 3) for x in latencies],
+            "median": round(median, 3),
+            "limit": self.args.max_start_latency,
+        }
         text = f"median {median * 1000:.0f} ms (runs: {', '.join(f'{x * 1000:.0f}' for x in latencies)} ms; gflowctl start-up included)"
         if median > self.args.max_start_latency:
             return Verdict(False, f"{text}, over the {self.args.max_start_latency:g}s limit", numbers)
@@ -600,15 +777,21 @@ class Acceptance:
 
     def check_nvml_cost(self) -> Verdict:
         passes = 50
-        out = run([str(self.venv / "bin" / "python"), "-c", NVML_COST, str(passes)], timeout=300 * self.scale, env=self._clean_env())
+        out = run(
+            [str(self.venv / "bin" / "python"), "-c", NVML_COST, str(passes)],
+            timeout=300 * self.scale,
+            env=self._clean_env(),
+        )
         doc = _last_json(out.stdout)
         if out.returncode != 0 or doc is None:
             raise StepError(f"the NVML timing run failed (exit {out.returncode}): {out.stderr.strip()[-300:]}")
         gpus = doc["gpus"]
         limit = self.args.max_nvml_pass_ms * max(1.0, gpus / 8)
         numbers = dict(doc, limitMs=limit)
-        text = (f"{doc['wallMsMedian']:.2f} ms wall, {doc['cpuMsMedian']:.2f} ms CPU per pass over {gpus} GPU(s) "
-                f"(p95 {doc['wallMsP95']:.2f} ms; {passes} passes of gflowd's per-GPU NVML calls)")
+        text = (
+            f"{doc['wallMsMedian']:.2f} ms wall, {doc['cpuMsMedian']:.2f} ms CPU per pass over {gpus} GPU(s) "
+            f"(p95 {doc['wallMsP95']:.2f} ms; {passes} passes of gflowd's per-GPU NVML calls)"
+        )
         metric = self._metric_sampling_ms()
         if metric is not None:
             numbers["gflowdMetricMs"] = metric
@@ -649,10 +832,19 @@ class Acceptance:
         own = sorted(self.job_cgroups - self.base_cgroups)
         numbers = {"jobCgroups": own, "seconds": round(time.monotonic() - started, 1)}
         if problems:
-            return Result("cleanup", "FAIL", "; ".join(problems) + " (removed by this script)", numbers, detail=self._diagnostics())
+            return Result(
+                "cleanup",
+                "FAIL",
+                "; ".join(problems) + " (removed by this script)",
+                numbers,
+                detail=self._diagnostics(),
+            )
         dirs = self._cgroup_dirs()
-        text = (f"no process or cgroup left ({len(dirs)} job cgroup director{'y' if len(dirs) == 1 else 'ies'} seen, all removed by gflow)"
-                if dirs else "no process left (the jobs ran in this script's own cgroups: no per-job cgroup to check)")
+        text = (
+            f"no process or cgroup left ({len(dirs)} job cgroup director{'y' if len(dirs) == 1 else 'ies'} seen, all removed by gflow)"
+            if dirs
+            else "no process left (the jobs ran in this script's own cgroups: no per-job cgroup to check)"
+        )
         return Result("cleanup", "PASS", "; ".join([text, *notes]), numbers)
 
     def _release_all(self) -> None:
@@ -708,8 +900,16 @@ class Acceptance:
     def _job_names(self) -> list[str]:
         return list(self.statuses())
 
-    def apply_job(self, stem: str, *, gpus: int, probe: list[str], release: Path | None = None,
-                  sharing: str | None = None, gpu_memory: str | None = None) -> Job:
+    def apply_job(
+        self,
+        stem: str,
+        *,
+        gpus: int,
+        probe: list[str],
+        release: Path | None = None,
+        sharing: str | None = None,
+        gpu_memory: str | None = None,
+    ) -> Job:
         name = f"acc-{stem}"
         out = self.probe_dir / f"{name}.json"
         release = release or self.probe_dir / f"{name}.release"
@@ -718,7 +918,12 @@ class Acceptance:
         if gpu_memory:
             resources["gpuMemory"] = gpu_memory
         env = {key: os.environ[key] for key in JOB_PASSTHROUGH if os.environ.get(key)}
-        spec: dict[str, Any] = {"command": command, "env": {**env, TOKEN_VAR: self.token}, "resources": resources, "timeLimit": "15m"}
+        spec: dict[str, Any] = {
+            "command": command,
+            "env": {**env, TOKEN_VAR: self.token},
+            "resources": resources,
+            "timeLimit": "15m",
+        }
         if sharing:
             spec["sharing"] = sharing
         manifest = {"apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
@@ -735,29 +940,38 @@ class Acceptance:
         return job
 
     def wait_phase(self, name: str, phases: set[str], timeout: float) -> dict[str, Any]:
-        status = wait_until(lambda: (s := self.status(name)) and s.get("phase") in phases and s, timeout * self.scale, 0.3)
+        status = wait_until(
+            lambda: (s := self.status(name)) and s.get("phase") in phases and s, timeout * self.scale, 0.3
+        )
         if not status:
             last = self.status(name) or {}
-            raise StepError(f"job {name} is {last.get('phase')} ({last.get('reason')}: {last.get('message')}) after "
-                            f"{timeout * self.scale:g}s, waiting for {'/'.join(sorted(phases))}")
+            raise StepError(
+                f"job {name} is {last.get('phase')} ({last.get('reason')}: {last.get('message')}) after "
+                f"{timeout * self.scale:g}s, waiting for {'/'.join(sorted(phases))}"
+            )
         return status
 
     def wait_ready(self, job: Job, timeout: float = 120) -> dict[str, Any]:
         """Wait until the job's probe holds its GPUs (phase ready); returns the probe's report and
         adds the job's devices to it."""
+
         def ready() -> dict[str, Any] | None:
             doc = self.probe_doc(job)
             if doc and doc.get("phase") == "ready":
                 return doc
             status = self.status(job.name) or {}
             if status.get("phase") in ("Succeeded", "Failed", "Cancelled"):
-                raise StepError(f"job {job.name} ended {status.get('phase')}/{status.get('reason')} before its probe was ready: {doc}")
+                raise StepError(
+                    f"job {job.name} ended {status.get('phase')}/{status.get('reason')} before its probe was ready: {doc}"
+                )
             return None
 
         doc = wait_until(ready, timeout * self.scale, 0.3)
         if not doc:
             last = self.status(job.name) or {}
-            raise StepError(f"job {job.name}'s probe not ready after {timeout * self.scale:g}s ({last.get('phase')}/{last.get('reason')})")
+            raise StepError(
+                f"job {job.name}'s probe not ready after {timeout * self.scale:g}s ({last.get('phase')}/{last.get('reason')})"
+            )
         init = doc.get("init") or {}
         if not init.get("ok"):
             raise StepError(f"job {job.name}: cuInit failed: {init.get('error')}")
@@ -798,14 +1012,19 @@ class Acceptance:
     def _free_gpus(self, timeout: float = 30) -> list[int]:
         """Wait until every GPU is Free again (a process that just ended can linger in NVML for a
         moment, and gflowd re-reads NVML every few seconds); the Free ones, or StepError."""
+
         def states() -> dict[int, str]:
             return {g.get("index"): g.get("state") for g in (self.node() or {}).get("gpus") or []}
 
-        if not wait_until(lambda: (now := states()) and all(s == "Free" for s in now.values()), timeout * self.scale, 0.5):
+        if not wait_until(
+            lambda: (now := states()) and all(s == "Free" for s in now.values()), timeout * self.scale, 0.5
+        ):
             now = states()
             free = [i for i, s in sorted(now.items()) if s == "Free"]
             if not free:
-                raise StepError(f"no GPU is Free {timeout * self.scale:g}s after the previous check's jobs ended: {now}")
+                raise StepError(
+                    f"no GPU is Free {timeout * self.scale:g}s after the previous check's jobs ended: {now}"
+                )
             return free
         return sorted(states())
 
@@ -836,7 +1055,9 @@ class Acceptance:
         return _smi(["pmon", "-c", "1", "-s", "um", "-i", str(index)], parse_pmon)
 
     def compute_apps(self) -> list[ComputeApp]:
-        return _smi([f"--query-compute-apps={','.join(QUERY_APPS)}", "--format=csv,noheader,nounits"], parse_compute_apps_csv)
+        return _smi(
+            [f"--query-compute-apps={','.join(QUERY_APPS)}", "--format=csv,noheader,nounits"], parse_compute_apps_csv
+        )
 
     def _device_nodes(self, indices: list[int]) -> list[str]:
         """/dev/nvidiaN of these GPUs, N = the driver's minor number (the devices cgroup's rule key)."""
@@ -1028,20 +1249,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Check gflow's GPU promises on this machine's NVIDIA GPUs (docs/gpu-acceptance.md).",
         epilog="checks, in run order:\n" + "\n".join(f"  {name:<20} {what}" for name, what in CHECKS),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--report", help="write the JSON report here (default: report.json in the run's temp folder)")
-    parser.add_argument("--only", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
-                        help=f"run only these checks (comma-separated): {', '.join(CHECK_NAMES)}")
-    parser.add_argument("--keep", action="store_true", help="keep the run's temp folder (gflow home, logs, probe reports)")
-    parser.add_argument("--venv", help="use this venv's gflowd/gflowctl/python instead of building .venv with hack/setup.sh")
-    parser.add_argument("--unused-window", type=float, default=20.0,
-                        help="gflowd --unused-gpu-window for the run, seconds (default 20)")
-    parser.add_argument("--util-tolerance", type=float, default=10.0,
-                        help="allowed difference between gflow's and pmon's mean utilization, points (default 10)")
-    parser.add_argument("--max-start-latency", type=float, default=5.0,
-                        help="limit for the median apply -> first CUDA call, seconds (default 5)")
-    parser.add_argument("--max-nvml-pass-ms", type=float, default=5.0,
-                        help="budget for one NVML sampling pass per 8 GPUs, ms (default 5)")
+    parser.add_argument(
+        "--only",
+        type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+        help=f"run only these checks (comma-separated): {', '.join(CHECK_NAMES)}",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the run's temp folder (gflow home, logs, probe reports)"
+    )
+    parser.add_argument(
+        "--venv", help="use this venv's gflowd/gflowctl/python instead of building .venv with hack/setup.sh"
+    )
+    parser.add_argument(
+        "--unused-window", type=float, default=20.0, help="gflowd --unused-gpu-window for the run, seconds (default 20)"
+    )
+    parser.add_argument(
+        "--util-tolerance",
+        type=float,
+        default=10.0,
+        help="allowed difference between gflow's and pmon's mean utilization, points (default 10)",
+    )
+    parser.add_argument(
+        "--max-start-latency",
+        type=float,
+        default=5.0,
+        help="limit for the median apply -> first CUDA call, seconds (default 5)",
+    )
+    parser.add_argument(
+        "--max-nvml-pass-ms",
+        type=float,
+        default=5.0,
+        help="budget for one NVML sampling pass per 8 GPUs, ms (default 5)",
+    )
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every wait by this (slow machines)")
     args = parser.parse_args(argv)
     unknown = [name for name in args.only or [] if name not in CHECK_NAMES]

@@ -17,9 +17,10 @@ import re
 import socket
 import statistics
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from gpu_probe import normalize_bus_id
 
@@ -29,7 +30,9 @@ MIB = 1 << 20
 GIB = 1 << 30
 QUERY_GPU = ("index", "uuid", "name", "memory.total", "pci.bus_id")
 QUERY_APPS = ("pid", "gpu_uuid", "used_memory")
-GPU_MEMORY_EXCEEDED = "GPUMemoryExceeded"  # the stop reason controller/decide/running.py gives a Shared job over gpuMemory
+GPU_MEMORY_EXCEEDED = (
+    "GPUMemoryExceeded"  # the stop reason controller/decide/running.py gives a Shared job over gpuMemory
+)
 
 # (name, what it proves) in run order; docs/gpu-acceptance.md explains each.
 CHECKS: list[tuple[str, str]] = [
@@ -56,6 +59,7 @@ CHECK_NAMES = [name for name, _ in CHECKS]
 # ------------------------------------------------------------------------------------------------
 # Pure parsing
 # ------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class SmiGpu:
@@ -114,7 +118,9 @@ def _parse_query(text: str, fields: tuple[str, ...], build: Callable[[list[str]]
         if len(cells) == 1 and cells[0].lower().startswith("no running"):
             continue  # some versions print "No running processes found"
         if len(cells) != len(fields):
-            errors.append(f"line {lineno}: expected {len(fields)} fields ({','.join(fields)}), got {len(cells)}: {','.join(cells)!r}")
+            errors.append(
+                f"line {lineno}: expected {len(fields)} fields ({','.join(fields)}), got {len(cells)}: {','.join(cells)!r}"
+            )
             continue
         try:
             rows.append(build(cells))
@@ -168,15 +174,17 @@ def parse_pmon(text: str) -> list[PmonRow]:
             pid = _number(values.get("pid", "-"))
             if pid is None:
                 continue
-            rows.append(PmonRow(
-                gpu=int(values["gpu"]),
-                pid=pid,
-                kind=None if values.get("type", "-") == "-" else values["type"],
-                sm=_number(values.get("sm", "-")),
-                mem=_number(values.get("mem", "-")),
-                fb_mib=_number(values.get("fb", "-")),
-                command=values["command"],
-            ))
+            rows.append(
+                PmonRow(
+                    gpu=int(values["gpu"]),
+                    pid=pid,
+                    kind=None if values.get("type", "-") == "-" else values["type"],
+                    sm=_number(values.get("sm", "-")),
+                    mem=_number(values.get("mem", "-")),
+                    fb_mib=_number(values.get("fb", "-")),
+                    command=values["command"],
+                )
+            )
         except (KeyError, ValueError) as exc:
             errors.append(f"line {lineno}: {exc}")
     if columns is None and not errors:
@@ -187,8 +195,19 @@ def parse_pmon(text: str) -> list[PmonRow]:
 
 
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]i?|[kmgtp]i?)?B?\s*$")
-_FACTORS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-            "KI": 1 << 10, "MI": 1 << 20, "GI": 1 << 30, "TI": 1 << 40, "PI": 1 << 50}
+_FACTORS = {
+    "": 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "KI": 1 << 10,
+    "MI": 1 << 20,
+    "GI": 1 << 30,
+    "TI": 1 << 40,
+    "PI": 1 << 50,
+}
 
 
 def parse_quantity(value: Any) -> int | None:
@@ -215,6 +234,7 @@ def format_binary(n_bytes: int) -> str:
 # ------------------------------------------------------------------------------------------------
 # Pure judging
 # ------------------------------------------------------------------------------------------------
+
 
 def compare_inventory(smi: list[SmiGpu], node_gpus: list[dict[str, Any]]) -> list[str]:
     """Every difference between nvidia-smi and ``get gpus -o json``'s ``gpus``; [] when they match.
@@ -243,7 +263,9 @@ def compare_inventory(smi: list[SmiGpu], node_gpus: list[dict[str, Any]]) -> lis
         if uuid != gpu.uuid:
             elsewhere = smi_index_of.get(uuid) if isinstance(uuid, str) else None
             if elsewhere is not None:
-                problems.append(f"GPU {gpu.index}: index order differs: get gpus has {uuid} here, which nvidia-smi calls GPU {elsewhere}")
+                problems.append(
+                    f"GPU {gpu.index}: index order differs: get gpus has {uuid} here, which nvidia-smi calls GPU {elsewhere}"
+                )
             else:
                 problems.append(f"GPU {gpu.index}: UUID {uuid!r} in get gpus, {gpu.uuid!r} in nvidia-smi")
         if entry.get("name") != gpu.name:
@@ -260,11 +282,15 @@ def _memory_problem(gpu: SmiGpu, entry: dict[str, Any]) -> list[str]:
     exact = entry.get("memoryBytes", entry.get("memory"))
     if isinstance(exact, int) and not isinstance(exact, bool):
         if exact // MIB != gpu.memory_mib:
-            return [f"GPU {gpu.index}: memory {exact} bytes ({exact // MIB} MiB) in get gpus, {gpu.memory_mib} MiB in nvidia-smi"]
+            return [
+                f"GPU {gpu.index}: memory {exact} bytes ({exact // MIB} MiB) in get gpus, {gpu.memory_mib} MiB in nvidia-smi"
+            ]
         return []
     expected = format_binary(gpu.memory_mib * MIB)
     if str(entry.get("memory")) != expected:
-        return [f"GPU {gpu.index}: memory {entry.get('memory')!r} in get gpus, nvidia-smi's {gpu.memory_mib} MiB is {expected}"]
+        return [
+            f"GPU {gpu.index}: memory {entry.get('memory')!r} in get gpus, nvidia-smi's {gpu.memory_mib} MiB is {expected}"
+        ]
     return []
 
 
@@ -293,9 +319,15 @@ def judge_binding(doc: dict[str, Any] | None, devices: list[int], smi: dict[int,
         return Verdict(False, f"CUDA_DEVICE_ORDER is {env.get('CUDA_DEVICE_ORDER')!r}, not PCI_BUS_ID", numbers)
     visible = ",".join(str(i) for i in devices)
     if env.get("CUDA_VISIBLE_DEVICES") != visible:
-        return Verdict(False, f"CUDA_VISIBLE_DEVICES is {env.get('CUDA_VISIBLE_DEVICES')!r}, bound devices are {visible}", numbers)
+        return Verdict(
+            False, f"CUDA_VISIBLE_DEVICES is {env.get('CUDA_VISIBLE_DEVICES')!r}, bound devices are {visible}", numbers
+        )
     if len(seen) != len(devices):
-        return Verdict(False, f"bound to {len(devices)} GPU(s) ({visible}) but CUDA sees {len(seen)}: {', '.join(seen) or 'none'}", numbers)
+        return Verdict(
+            False,
+            f"bound to {len(devices)} GPU(s) ({visible}) but CUDA sees {len(seen)}: {', '.join(seen) or 'none'}",
+            numbers,
+        )
     if seen != want:
         return Verdict(False, f"CUDA sees {', '.join(seen)}; NVML gives {', '.join(want)} for GPUs {visible}", numbers)
     errors = [u["error"] for u in doc.get("used") or [] if u.get("error")]
@@ -337,7 +369,11 @@ def judge_isolation(doc: dict[str, Any] | None, own: list[int], smi: dict[int, S
     if not init.get("ok"):
         if opened:
             return Verdict(False, f"cuInit failed, but the job could open {', '.join(opened)}", numbers)
-        return Verdict(True, f"cuInit fails once CUDA_VISIBLE_DEVICES is cleared ({init.get('error')}); other GPUs' nodes: {_nodes_text(nodes)}", numbers)
+        return Verdict(
+            True,
+            f"cuInit fails once CUDA_VISIBLE_DEVICES is cleared ({init.get('error')}); other GPUs' nodes: {_nodes_text(nodes)}",
+            numbers,
+        )
     seen = [d["pciBusId"] for d in doc.get("devices") or []]
     used = [u["pciBusId"] for u in doc.get("used") or [] if u.get("allocated")]
     foreign_seen = [b for b in seen if b not in own_bus]
@@ -349,11 +385,15 @@ def judge_isolation(doc: dict[str, Any] | None, own: list[int], smi: dict[int, S
         return Verdict(False, f"CUDA sees {', '.join(foreign_seen)} besides the job's own GPUs", numbers)
     if opened:
         return Verdict(False, f"CUDA sees only the job's GPUs, but it could open {', '.join(opened)}", numbers)
-    return Verdict(True, f"CUDA sees only {', '.join(seen) or 'no GPU'}; other GPUs' nodes: {_nodes_text(nodes)}", numbers)
+    return Verdict(
+        True, f"CUDA sees only {', '.join(seen) or 'no GPU'}; other GPUs' nodes: {_nodes_text(nodes)}", numbers
+    )
 
 
 def _nodes_text(nodes: dict[str, str]) -> str:
-    return ", ".join(f"{path} {result}" for path, result in sorted(nodes.items())) or "not tried (minor numbers unknown)"
+    return (
+        ", ".join(f"{path} {result}" for path, result in sorted(nodes.items())) or "not tried (minor numbers unknown)"
+    )
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -404,8 +444,10 @@ def gpu_usage_entry(gpu_usage: Any, index: int) -> dict[str, float | None] | Non
         return None
 
     return {
-        "utilMean": pick("util", "mean"), "utilPeak": pick("util", "peak"),
-        "memoryMean": pick("memory", "mean"), "memoryPeak": pick("memory", "peak"),
+        "utilMean": pick("util", "mean"),
+        "utilPeak": pick("util", "peak"),
+        "memoryMean": pick("memory", "mean"),
+        "memoryPeak": pick("memory", "peak"),
     }
 
 
@@ -424,8 +466,13 @@ def _usage_key(key: str) -> tuple[str, str] | None:
     return None
 
 
-def judge_usage(busy: dict[str, float | None] | None, idle: dict[str, float | None] | None,
-                pmon_sm: list[int], app_mib: int | None, tolerance: float) -> Verdict:
+def judge_usage(
+    busy: dict[str, float | None] | None,
+    idle: dict[str, float | None] | None,
+    pmon_sm: list[int],
+    app_mib: int | None,
+    tolerance: float,
+) -> Verdict:
     """gflow's figures for the busy GPU within ``tolerance`` points of pmon's mean SM%, its peak
     memory within max(5 %, 64 MiB) of what --query-compute-apps shows for the job's process; the
     GPU it never touched (when there is one) at 0 % and no memory."""
@@ -441,7 +488,9 @@ def judge_usage(busy: dict[str, float | None] | None, idle: dict[str, float | No
         pmon_mean = statistics.fmean(pmon_sm)
         numbers["pmonMean"] = round(pmon_mean, 1)
         if abs(busy["utilMean"] - pmon_mean) > tolerance:
-            problems.append(f"mean util {busy['utilMean']:g}% in gflow, {pmon_mean:.1f}% in pmon (tolerance {tolerance:g} points)")
+            problems.append(
+                f"mean util {busy['utilMean']:g}% in gflow, {pmon_mean:.1f}% in pmon (tolerance {tolerance:g} points)"
+            )
     if app_mib is None:
         problems.append("nvidia-smi --query-compute-apps gave no used_memory for the job's process")
     elif busy["memoryPeak"] is None:
@@ -454,13 +503,18 @@ def judge_usage(busy: dict[str, float | None] | None, idle: dict[str, float | No
         problems.append(f"the untouched GPU shows util {idle['utilMean']}% and memory {idle['memoryPeak']}")
     if problems:
         return Verdict(False, "; ".join(problems), numbers)
-    return Verdict(True, f"util {busy['utilMean']:g}% vs pmon {numbers['pmonMean']}%, peak memory "
-                         f"{(busy['memoryPeak'] or 0) / MIB:.0f} MiB vs {app_mib} MiB", numbers)
+    return Verdict(
+        True,
+        f"util {busy['utilMean']:g}% vs pmon {numbers['pmonMean']}%, peak memory "
+        f"{(busy['memoryPeak'] or 0) / MIB:.0f} MiB vs {app_mib} MiB",
+        numbers,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # Results and the report
 # ------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Result:
@@ -488,8 +542,16 @@ def exit_code(results: list[Result], interrupted: bool) -> int:
     return 1 if any(r.outcome == "FAIL" for r in results) else 0
 
 
-def build_report(results: list[Result], *, gpu: dict[str, Any], gflowd: dict[str, Any], started: float,
-                 finished: float, interrupted: bool, run_dir: str) -> dict[str, Any]:
+def build_report(
+    results: list[Result],
+    *,
+    gpu: dict[str, Any],
+    gflowd: dict[str, Any],
+    started: float,
+    finished: float,
+    interrupted: bool,
+    run_dir: str,
+) -> dict[str, Any]:
     return {
         "kind": "GpuAcceptanceReport",
         "version": 1,
@@ -515,17 +577,20 @@ def all_skipped(reason: str) -> list[Result]:
     return [Result(name, "SKIP", reason) for name in CHECK_NAMES]
 
 
-
 # ------------------------------------------------------------------------------------------------
 # Odds and ends the script reads
 # ------------------------------------------------------------------------------------------------
+
 
 def metric_mean_ms(text: str) -> float | None:
     """Mean of a ``*_seconds`` histogram/summary about GPU sampling in Prometheus text, in ms."""
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
     for line in text.splitlines():
-        match = re.match(r"^(gflow_\w*(?:gpu_sampl|nvml|gpu_usage_sampl|gpu_read)\w*_seconds)_(sum|count)(?:\{[^}]*\})?\s+([0-9.eE+-]+)$", line)
+        match = re.match(
+            r"^(gflow_\w*(?:gpu_sampl|nvml|gpu_usage_sampl|gpu_read)\w*_seconds)_(sum|count)(?:\{[^}]*\})?\s+([0-9.eE+-]+)$",
+            line,
+        )
         if match:
             (sums if match.group(2) == "sum" else counts)[match.group(1)] = float(match.group(3))
     for name, count in counts.items():
@@ -557,7 +622,9 @@ def cgroup_mounts(mounts: str) -> dict[str, Path]:
             found.setdefault("", Path(point))
         elif kind == "cgroup":
             for option in options:
-                if option not in ("rw", "ro") and not option.startswith(("relatime", "nosuid", "nodev", "noexec", "clone_children", "release_agent", "xattr", "nsdelegate")):
+                if option not in ("rw", "ro") and not option.startswith(
+                    ("relatime", "nosuid", "nodev", "noexec", "clone_children", "release_agent", "xattr", "nsdelegate")
+                ):
                     found.setdefault(option, Path(point))
     return found
 

@@ -221,20 +221,32 @@ def own_cgroups() -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="List and use GPUs through the CUDA driver API; print JSON.")
     parser.add_argument("--out", help="write the JSON document here too (atomically, as it progresses)")
-    parser.add_argument("--clear-visible", action="store_true",
-                        help="unset CUDA_VISIBLE_DEVICES before cuInit (tries to escape the binding)")
-    parser.add_argument("--use", choices=("none", "first", "all"), default="first",
-                        help="devices to create a context and allocate memory on (default first)")
+    parser.add_argument(
+        "--clear-visible",
+        action="store_true",
+        help="unset CUDA_VISIBLE_DEVICES before cuInit (tries to escape the binding)",
+    )
+    parser.add_argument(
+        "--use",
+        choices=("none", "first", "all"),
+        default="first",
+        help="devices to create a context and allocate memory on (default first)",
+    )
     parser.add_argument("--alloc-mib", type=int, default=64, help="MiB to allocate on each used device")
-    parser.add_argument("--alloc-step-mib", type=int, default=0,
-                        help="allocate in chunks of this many MiB (0: one allocation)")
+    parser.add_argument(
+        "--alloc-step-mib", type=int, default=0, help="allocate in chunks of this many MiB (0: one allocation)"
+    )
     parser.add_argument("--step-interval", type=float, default=0.0, help="seconds between chunks")
-    parser.add_argument("--busy", type=float, default=0.0,
-                        help="seconds of cuMemsetD8 loops on the first used device")
+    parser.add_argument("--busy", type=float, default=0.0, help="seconds of cuMemsetD8 loops on the first used device")
     parser.add_argument("--hold", type=float, default=0.0, help="seconds to keep contexts and memory afterwards")
     parser.add_argument("--release-file", help="end the busy phase and the hold early once this file exists")
-    parser.add_argument("--open-node", action="append", default=[], metavar="PATH",
-                        help="also try to open this device node (e.g. another job's /dev/nvidiaN)")
+    parser.add_argument(
+        "--open-node",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="also try to open this device node (e.g. another job's /dev/nvidiaN)",
+    )
     parser.add_argument("--library", default="libcuda.so.1")
     return parser.parse_args(argv)
 
@@ -278,13 +290,15 @@ def main(argv: list[str] | None = None) -> int:
         for ordinal in range(cuda.device_count()):
             dev = cuda.device(ordinal)
             raw = cuda.bus_id(dev)
-            doc["devices"].append({
-                "ordinal": ordinal,
-                "pciBusId": normalize_bus_id(raw),
-                "rawPciBusId": raw,
-                "name": cuda.name(dev),
-                "totalMemory": cuda.total_memory(dev) if cuda.has("cuDeviceTotalMem_v2") else None,
-            })
+            doc["devices"].append(
+                {
+                    "ordinal": ordinal,
+                    "pciBusId": normalize_bus_id(raw),
+                    "rawPciBusId": raw,
+                    "name": cuda.name(dev),
+                    "totalMemory": cuda.total_memory(dev) if cuda.has("cuDeviceTotalMem_v2") else None,
+                }
+            )
         targets = {"none": [], "first": doc["devices"][:1], "all": doc["devices"]}[args.use]
         for device in targets:
             _use(cuda, device, args, doc, held)
@@ -305,12 +319,18 @@ def main(argv: list[str] | None = None) -> int:
         _release(cuda, held)
 
 
-def _use(cuda: Cuda, device: dict[str, Any], args: argparse.Namespace, doc: dict[str, Any],
-         held: list[dict[str, Any]]) -> None:
+def _use(
+    cuda: Cuda, device: dict[str, Any], args: argparse.Namespace, doc: dict[str, Any], held: list[dict[str, Any]]
+) -> None:
     """Context + allocation (+ one memset) on one device, added to ``held`` as it grows (a stop
     midway still frees it); CUDA errors are recorded, not raised."""
-    entry: dict[str, Any] = {"ordinal": device["ordinal"], "pciBusId": device["pciBusId"],
-                             "context": False, "allocated": 0, "error": None}
+    entry: dict[str, Any] = {
+        "ordinal": device["ordinal"],
+        "pciBusId": device["pciBusId"],
+        "context": False,
+        "allocated": 0,
+        "error": None,
+    }
     doc["used"].append(entry)
     handle: dict[str, Any] = {"ctx": 0, "dev": 0, "primary": False, "ptrs": [], "sizes": []}
     held.append(handle)

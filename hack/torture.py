@@ -44,7 +44,7 @@ TERMINAL = ("Succeeded", "Failed", "Cancelled")
 
 # The job itself: writes the ledger. The TERM handler is installed before the start line, so any
 # attempt that recorded a start also records its end (a stop is TERM first; KILL only after 10 s).
-WORKER = r'''
+WORKER = r"""
 import os, signal, sys, time
 ledger, duration, code = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 name = os.environ["GFLOW_JOB_NAME"]
@@ -72,7 +72,7 @@ line("start")
 time.sleep(duration)
 line("end", str(code))
 sys.exit(code)
-'''
+"""
 
 
 @dataclass
@@ -129,8 +129,17 @@ class Report:
 
 def plan_jobs(rng: random.Random, count: int, horizon: float, flood: int = 0) -> list[JobPlan]:
     jobs = [
-        JobPlan(name=f"f{i:03d}-ok-cpu", kind="ok", gpus=0, shared=False, gpu_memory_gi=0,
-                duration=rng.uniform(0.05, 0.6), exit_code=0, backoff=0, submit_at=0.0)
+        JobPlan(
+            name=f"f{i:03d}-ok-cpu",
+            kind="ok",
+            gpus=0,
+            shared=False,
+            gpu_memory_gi=0,
+            duration=rng.uniform(0.05, 0.6),
+            exit_code=0,
+            backoff=0,
+            submit_at=0.0,
+        )
         for i in range(flood)
     ]
     for i in range(count):
@@ -161,6 +170,7 @@ def plan_jobs(rng: random.Random, count: int, horizon: float, flood: int = 0) ->
 
 
 # -- the processes -----------------------------------------------------------------------------------
+
 
 def _environ(pid: int) -> list[bytes]:
     try:
@@ -195,8 +205,17 @@ class Gflowd:
         env.pop("CUDA_VISIBLE_DEVICES", None)
         env.update({"GFLOW_HOME": str(home), "PYTHONUNBUFFERED": "1"})
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        argv = [sys.executable, "-m", "controller.daemon", "--home", str(home), "--fake-gpus", str(fake),
-                "--resync", "1s"]
+        argv = [
+            sys.executable,
+            "-m",
+            "controller.daemon",
+            "--home",
+            str(home),
+            "--fake-gpus",
+            str(fake),
+            "--resync",
+            "1s",
+        ]
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=str(home))
 
@@ -214,6 +233,7 @@ class Gflowd:
 
 
 # -- the run -----------------------------------------------------------------------------------------
+
 
 class Monitor:
     """Samples the phases gflowd publishes (``run/index.json``): a terminal phase must never change."""
@@ -241,16 +261,27 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def run_torture(cycles: int, jobs: int, seed: int, workdir: Path, min_up: float = 0.3, max_up: float = 2.5,
-                drain_timeout: float = 180.0, say=print, flood: int = 0) -> Report:
+def run_torture(
+    cycles: int,
+    jobs: int,
+    seed: int,
+    workdir: Path,
+    min_up: float = 0.3,
+    max_up: float = 2.5,
+    drain_timeout: float = 180.0,
+    say=print,
+    flood: int = 0,
+) -> Report:
     rng = random.Random(seed)
     started = time.monotonic()
     home = workdir / "home"
     spec = home / "jobs"
     spec.mkdir(parents=True)
     fake = workdir / "gpus.yaml"
-    fake.write_text("gpus:\n" + "".join(f"  - {{name: NVIDIA Fake {GPU_MEMORY_GI}GB, memory: {GPU_MEMORY_GI}Gi}}\n"
-                                        for _ in range(GPU_COUNT)))
+    fake.write_text(
+        "gpus:\n"
+        + "".join(f"  - {{name: NVIDIA Fake {GPU_MEMORY_GI}GB, memory: {GPU_MEMORY_GI}Gi}}\n" for _ in range(GPU_COUNT))
+    )
     worker = workdir / "worker.py"
     worker.write_text(WORKER)
     ledger = workdir / "ledger.txt"
@@ -272,8 +303,12 @@ def run_torture(cycles: int, jobs: int, seed: int, workdir: Path, min_up: float 
                 edit = None
                 if p.edit_at is not None and now >= p.edit_at and p.kind not in p.edits_done:
                     edit = p.kind
-                elif p.resume_at is not None and now >= p.resume_at and "suspend" in p.edits_done \
-                        and "resume" not in p.edits_done:
+                elif (
+                    p.resume_at is not None
+                    and now >= p.resume_at
+                    and "suspend" in p.edits_done
+                    and "resume" not in p.edits_done
+                ):
                     edit = "resume"
                 if edit:
                     p.edits_done.append(edit)
@@ -305,17 +340,24 @@ def run_torture(cycles: int, jobs: int, seed: int, workdir: Path, min_up: float 
             now = time.monotonic() - started
             due_actions(max(now, max((p.resume_at or p.edit_at or p.submit_at) for p in plans) + 0.01))
             rows = monitor.sample()
-            pending_edits = [p for p in plans if p.name not in submitted
-                             or (p.edit_at is not None and p.kind not in p.edits_done)
-                             or (p.resume_at is not None and "resume" not in p.edits_done)]
+            pending_edits = [
+                p
+                for p in plans
+                if p.name not in submitted
+                or (p.edit_at is not None and p.kind not in p.edits_done)
+                or (p.resume_at is not None and "resume" not in p.edits_done)
+            ]
             if not pending_edits and all(rows.get(p.name, {}).get("phase") in TERMINAL for p in plans):
                 break
             if daemon.proc.poll() is not None:
                 report.violations.append(f"gflowd exited by itself (code {daemon.proc.returncode}) during the drain")
                 daemon = Gflowd(home, fake, log_path)
             if time.monotonic() > deadline:
-                stuck = {p.name: rows.get(p.name, {}).get("phase") for p in plans
-                         if rows.get(p.name, {}).get("phase") not in TERMINAL}
+                stuck = {
+                    p.name: rows.get(p.name, {}).get("phase")
+                    for p in plans
+                    if rows.get(p.name, {}).get("phase") not in TERMINAL
+                }
                 report.violations.append(f"not terminal after the drain timeout: {stuck}")
                 break
             time.sleep(0.1)
@@ -366,6 +408,7 @@ def wait_until(predicate, timeout: float) -> bool:
 
 # -- the invariants ---------------------------------------------------------------------------------
 
+
 @dataclass
 class Attempt:
     name: str
@@ -401,8 +444,9 @@ def read_ledger(ledger: Path) -> tuple[list[Attempt], list[str]]:
     return list(attempts.values()), violations
 
 
-def check(plans: list[JobPlan], by_name: dict[str, JobPlan], ledger: Path, final: dict, history: dict,
-          home: Path) -> list[str]:
+def check(
+    plans: list[JobPlan], by_name: dict[str, JobPlan], ledger: Path, final: dict, history: dict, home: Path
+) -> list[str]:
     runs, violations = read_ledger(ledger)
     by_job: dict[str, list[Attempt]] = {}
     for run in runs:
@@ -436,8 +480,10 @@ def check(plans: list[JobPlan], by_name: dict[str, JobPlan], ledger: Path, final
                 violations.append(f"{p.name}: expected Succeeded with a clean exit, got {phase} ({last})")
         elif p.kind == "fail":
             if phase != "Failed" or len(mine) != 1 + p.backoff or any(r.code != p.exit_code for r in mine):
-                violations.append(f"{p.name}: expected Failed after {1 + p.backoff} attempt(s) exiting "
-                                  f"{p.exit_code}, got {phase} after {[(r.attempt, r.code) for r in mine]}")
+                violations.append(
+                    f"{p.name}: expected Failed after {1 + p.backoff} attempt(s) exiting "
+                    f"{p.exit_code}, got {phase} after {[(r.attempt, r.code) for r in mine]}"
+                )
         elif p.kind == "cancel":
             if phase == "Succeeded" and (last is None or last.code != 0):
                 violations.append(f"{p.name}: Succeeded but its last attempt did not exit 0")
@@ -470,12 +516,16 @@ def check_gpus(runs: list[Attempt], by_name: dict[str, JobPlan]) -> list[str]:
             for other in active:
                 other_plan = by_name.get(other.name)
                 if not (plan.shared and other_plan is not None and other_plan.shared):
-                    violations.append(f"GPU {gpu}: {r.name}#{r.attempt} started while {other.name}#{other.attempt} "
-                                      "held it (an Exclusive job shared a GPU)")
+                    violations.append(
+                        f"GPU {gpu}: {r.name}#{r.attempt} started while {other.name}#{other.attempt} "
+                        "held it (an Exclusive job shared a GPU)"
+                    )
             active.append(r)
             used = sum(by_name[a.name].gpu_memory_gi for a in active if a.name in by_name and by_name[a.name].shared)
             if used > GPU_MEMORY_GI:
-                violations.append(f"GPU {gpu}: Shared jobs {[a.name for a in active]} ask {used}Gi of {GPU_MEMORY_GI}Gi")
+                violations.append(
+                    f"GPU {gpu}: Shared jobs {[a.name for a in active]} ask {used}Gi of {GPU_MEMORY_GI}Gi"
+                )
     return violations
 
 
@@ -483,7 +533,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=30, help="kill -9 / restart cycles (default 30)")
     parser.add_argument("--jobs", type=int, default=60, help="jobs in the workload (default 60)")
-    parser.add_argument("--flood", type=int, default=40, help="short CPU jobs landing at once at the start (default 40)")
+    parser.add_argument(
+        "--flood", type=int, default=40, help="short CPU jobs landing at once at the start (default 40)"
+    )
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     parser.add_argument("--workdir", help="where to put the home and ledger (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir for inspection")

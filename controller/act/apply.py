@@ -8,8 +8,8 @@ started once, because the plan that starts it also records it as Running.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from controller.act.prune import prune_manifests
 from controller.act.runtime import Runtime
@@ -27,7 +27,9 @@ class Acted:
 
 
 def act(
-    plan: Plan, runtime: Runtime, prune: Callable[[Iterable[AdmittedJob | AdmittedReservation]], list[str]] = prune_manifests
+    plan: Plan,
+    runtime: Runtime,
+    prune: Callable[[Iterable[AdmittedJob | AdmittedReservation]], list[str]] = prune_manifests,
 ) -> Acted:
     """Stop, retune, forget, prune, then start; the plan's records of the started jobs get their pids."""
     acted = Acted()

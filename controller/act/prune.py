@@ -8,8 +8,8 @@ for a later pass, never waited for. Decide chose the jobs; this only edits.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from controller.model.documents import AdmittedJob, AdmittedReservation
 from controller.util.fsutil import LockBusy, RewriteError, rewrite_locked

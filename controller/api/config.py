@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic.fields import FieldInfo
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -20,6 +19,7 @@ from pydantic import (
     WithJsonSchema,
     field_validator,
 )
+from pydantic.fields import FieldInfo
 
 from controller.api.job import Duration, Quantity, _Model
 from controller.api.labels import parse_selector
@@ -36,7 +36,9 @@ class Webhook(_Model):
     )
     selector: StrictStr | None = Field(default=None, description="Only jobs whose labels match, e.g. team=vision")
     timeout: Duration = Field(default=5.0, gt=0, description="Seconds to wait for each request")
-    retries: int = Field(default=3, ge=0, le=20, description="Retries after a failed request, with exponential back-off")
+    retries: int = Field(
+        default=3, ge=0, le=20, description="Retries after a failed request, with exponential back-off"
+    )
 
     @field_validator("url")
     @classmethod
@@ -99,7 +101,8 @@ class SlurmConfig(_Model):
     partition: StrictStr | None = Field(default=None, description="Slurm partition (sbatch --partition)")
     account: StrictStr | None = Field(default=None, description="Slurm account (sbatch --account)")
     extra_args: list[StrictStr] = Field(
-        default_factory=list, description="More sbatch options for every job; flag: --slurm-extra-args=--qos=high,--exclusive"
+        default_factory=list,
+        description="More sbatch options for every job; flag: --slurm-extra-args=--qos=high,--exclusive",
     )
     gpu_types: GpuTypes = Field(
         default_factory=dict,
@@ -111,7 +114,9 @@ class SlurmConfig(_Model):
 class K8sConfig(_Model):
     """Defaults of ``gflowctl export k8s`` (config.yaml only: gflowd does not use them)."""
 
-    image: StrictStr | None = Field(default=None, min_length=1, description="Container image of exported Jobs (--image)")
+    image: StrictStr | None = Field(
+        default=None, min_length=1, description="Container image of exported Jobs (--image)"
+    )
     namespace: StrictStr | None = Field(default=None, description="metadata.namespace of exported Jobs (--namespace)")
     queue: StrictStr | None = Field(default=None, description="Kueue LocalQueue of exported Jobs (--queue)")
 
@@ -157,7 +162,9 @@ class UserClassConfig(_Model):
     users, its priorityRange is how much of a member's priority counts across users."""
 
     users: list[UserRef] = Field(default_factory=list, description="Members: user names or uids")
-    rank: int = Field(default=0, description="Higher ranks' jobs are offered first, before fair share (default class: 0)")
+    rank: int = Field(
+        default=0, description="Higher ranks' jobs are offered first, before fair share (default class: 0)"
+    )
     priority_range: Annotated[list[int], AfterValidator(_check_range)] = Field(
         default_factory=lambda: [0, 0],
         description="[LOW, HIGH]: a member's priority, clamped to this range, also orders the queue across users; "
@@ -184,7 +191,8 @@ class ReservationPolicy(_Model):
         default=7 * 86400.0, ge=0, description="How far ahead of now a non-admin's window may start"
     )
     horizon: Duration = Field(
-        default=86400.0, ge=0,
+        default=86400.0,
+        ge=0,
         description="A window that opens further ahead than this fences no job yet (jobs without a timeLimit "
         "may still start on its GPUs); applies to every Reservation",
     )
@@ -209,7 +217,8 @@ class ControllerConfig(_Model):
         default=None, description="Default TTL of finished jobs (their manifests are deleted); unset: kept"
     )
     finished_jobs_history: int | None = Field(
-        default=None, ge=0,
+        default=None,
+        ge=0,
         description="Keep at most this many finished jobs; the oldest beyond it have their manifests deleted",
     )
     # -- scheduling policy (docs/scheduling.md; defaults chosen by `gflowctl simulate`, docs/simulator.md)
@@ -238,7 +247,8 @@ class ControllerConfig(_Model):
         description="Most GPUs the running jobs with a label may hold at once, e.g. team=vision:8",
     )
     preemption_threshold: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="A pending job whose priority is at least this much above a running job's may "
         "preempt it (the victim returns to Pending); unset: no preemption",
     )
@@ -249,9 +259,11 @@ class ControllerConfig(_Model):
         json_schema_extra={"flag": False},
     )
     classes: dict[StrictStr, UserClassConfig] = Field(
-        default_factory=dict, description="Classes of users: rank, priorityRange, limits (config.yaml only)",
+        default_factory=dict,
+        description="Classes of users: rank, priorityRange, limits (config.yaml only)",
         json_schema_extra={"flag": False},
     )
+
     @field_validator("classes")
     @classmethod
     def _one_class_each(cls, classes: dict[str, UserClassConfig]) -> dict[str, UserClassConfig]:
@@ -267,7 +279,8 @@ class ControllerConfig(_Model):
         return classes
 
     max_pending_jobs_per_user: int | None = Field(
-        default=1000, ge=0,
+        default=1000,
+        ge=0,
         description="Most jobs (Sweep children included) one user may have waiting to start; a newer one is "
         "Rejected/QueueLimit until its manifest changes. 0: no limit",
     )
@@ -275,7 +288,8 @@ class ControllerConfig(_Model):
         default=0, ge=0, description="Most jobs one user may have running; more wait (JobLimit). 0: no limit"
     )
     max_running_cpu_jobs: int | None = Field(
-        default=64, ge=0,
+        default=64,
+        ge=0,
         description="Most CPU-only jobs (gpus: 0) running at once on the machine (each has a supervisor); more "
         "wait (JobLimit). 0: no limit",
     )
@@ -300,14 +314,16 @@ class ControllerConfig(_Model):
         default=5.0, gt=0, description="Seconds between GPU usage samples of running jobs (one NVML sweep each)"
     )
     unused_gpu_window: Duration = Field(
-        default=600.0, gt=0,
+        default=600.0,
+        gt=0,
         description="A bound GPU with no process of its job and no utilization this long: condition GPUsUnused",
     )
     idle_gpu_window: Duration = Field(
         default=1800.0, gt=0, description="No activity on any of a job's GPUs this long: condition GPUIdle"
     )
     idle_timeout: Duration | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="Default spec.idleTimeout of tty jobs that set none: stop them after this long idle; unset: off",
     )
     # -- operations (docs/operations.md) --
@@ -318,11 +334,14 @@ class ControllerConfig(_Model):
         default="127.0.0.1", description="Address the metrics server listens on (0.0.0.0: every interface)"
     )
     webhooks: list[Webhook] = Field(
-        default_factory=list, description="Webhooks notified when jobs change phase (config.yaml only)",
+        default_factory=list,
+        description="Webhooks notified when jobs change phase (config.yaml only)",
         json_schema_extra={"flag": False},
     )
     web_port: int | None = Field(
-        default=None, ge=0, le=65535,
+        default=None,
+        ge=0,
+        le=65535,
         description="Serve the read-only web dashboard on this TCP port (0: any free port, written to run/web.json); unset: off",
     )
     web_address: StrictStr = Field(
@@ -334,7 +353,9 @@ class ControllerConfig(_Model):
     )
     slurm: SlurmConfig = Field(default_factory=SlurmConfig, description="Settings of the slurm backend")
     k8s: K8sConfig = Field(
-        default_factory=K8sConfig, alias="k8s", description="Defaults of gflowctl export k8s",
+        default_factory=K8sConfig,
+        alias="k8s",
+        description="Defaults of gflowctl export k8s",
         json_schema_extra={"flag": False},
     )
 

@@ -19,12 +19,37 @@ from collections.abc import Mapping
 
 ENV_ANNOTATION = "gflow.dev/environment"
 ENV_FILE = ".{name}.env"  # beside the manifest: hidden files are not manifests (SPEC section 2)
-DROPPED = frozenset({
-    "_", "PWD", "OLDPWD", "SHLVL", "TERM", "COLORTERM", "TERMCAP", "COLUMNS", "LINES", "WINDOWID",
-    "SSH_TTY", "SSH_CONNECTION", "SSH_CLIENT", "SSH_AUTH_SOCK", "DISPLAY", "XAUTHORITY",
-    "XDG_SESSION_ID", "XDG_SESSION_TYPE", "XDG_SESSION_CLASS", "XDG_VTNR", "XDG_SEAT", "TMUX", "TMUX_PANE", "STY",
-    "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT",
-})
+DROPPED = frozenset(
+    {
+        "_",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "TERM",
+        "COLORTERM",
+        "TERMCAP",
+        "COLUMNS",
+        "LINES",
+        "WINDOWID",
+        "SSH_TTY",
+        "SSH_CONNECTION",
+        "SSH_CLIENT",
+        "SSH_AUTH_SOCK",
+        "DISPLAY",
+        "XAUTHORITY",
+        "XDG_SESSION_ID",
+        "XDG_SESSION_TYPE",
+        "XDG_SESSION_CLASS",
+        "XDG_VTNR",
+        "XDG_SEAT",
+        "TMUX",
+        "TMUX_PANE",
+        "STY",
+        "CUDA_VISIBLE_DEVICES",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
 DROPPED_PREFIXES = ("GFLOW_", "SLURM_", "BASH_FUNC_")
 
 
@@ -52,7 +77,9 @@ def exported_env(export: str | None, environ: Mapping[str, str]) -> dict[str, st
         elif key in environ:
             env[key] = environ[key]
     if bad:
-        raise ExportError(f"--export: {', '.join(map(repr, bad))} not a variable name; use ALL, NONE, VAR,... or ALL,VAR=value,...")
+        raise ExportError(
+            f"--export: {', '.join(map(repr, bad))} not a variable name; use ALL, NONE, VAR,... or ALL,VAR=value,..."
+        )
     return env
 
 
@@ -72,7 +99,9 @@ def without_environment(manifest: dict) -> dict:
     of what it showed runs (with the owner's login basics, as any manifest written by hand) instead
     of failing on a missing file."""
     metadata = {key: value for key, value in manifest["metadata"].items() if key != "annotations"}
-    annotations = {key: value for key, value in manifest["metadata"].get("annotations", {}).items() if key != ENV_ANNOTATION}
+    annotations = {
+        key: value for key, value in manifest["metadata"].get("annotations", {}).items() if key != ENV_ANNOTATION
+    }
     if annotations:
         metadata["annotations"] = annotations
     return {**manifest, "metadata": metadata}

@@ -88,7 +88,7 @@ def _scalar_text(value: Any) -> Any:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        raise ValueError(f"{value!r} is a number: quote it (\"{value!r}\") so its spelling is kept")
+        raise ValueError(f'{value!r} is a number: quote it ("{value!r}") so its spelling is kept')
     return value
 
 
@@ -238,18 +238,24 @@ class JobSpec(_Model):
         "`gflowctl apply` and `run` write the folder you submitted from (absent or relative only).",
     )
     env: Annotated[dict[StrictStr, EnvText], AfterValidator(_check_env_names)] = Field(
-        default_factory=dict, description="Extra environment variables. Integers and booleans become text; quote floats."
+        default_factory=dict,
+        description="Extra environment variables. Integers and booleans become text; quote floats.",
     )
     conda_env: StrictStr | None = Field(default=None, min_length=1, description="Run inside this conda environment.")
-    resources: Resources = Field(default_factory=Resources, description="What the job needs: GPUs, GPU memory, host RAM.")
+    resources: Resources = Field(
+        default_factory=Resources, description="What the job needs: GPUs, GPU memory, host RAM."
+    )
     sharing: Literal["Exclusive", "Shared"] = Field(
         default="Exclusive",
         description="Exclusive (default): GPUs are the job's alone. Shared: co-locate with other Shared jobs "
         "within resources.gpuMemory per GPU.",
     )
     priority: StrictInt = Field(
-        default=0, ge=-(2**31), le=2**31 - 1, description="Higher runs first among the same user's jobs (a 32-bit integer); across users the admin's "
-        "classes and fair share decide (docs/scheduling.md). Editable at any time."
+        default=0,
+        ge=-(2**31),
+        le=2**31 - 1,
+        description="Higher runs first among the same user's jobs (a 32-bit integer); across users the admin's "
+        "classes and fair share decide (docs/scheduling.md). Editable at any time.",
     )
     time_limit: Duration | None = Field(
         default=None, description="Wall-clock limit per attempt; enforced (TERM, grace, KILL)."
@@ -265,11 +271,14 @@ class JobSpec(_Model):
         description="Jobs that must end (Succeeded by default) before this one may start. "
         "A bare name means condition Succeeded.",
     )
-    start_after: Annotated[
-        StrictStr,
-        BeforeValidator(_time_text, json_schema_input_type=str),
-        AfterValidator(_check_start_after),
-    ] | None = Field(
+    start_after: (
+        Annotated[
+            StrictStr,
+            BeforeValidator(_time_text, json_schema_input_type=str),
+            AfterValidator(_check_start_after),
+        ]
+        | None
+    ) = Field(
         default=None,
         description="Not before this time: RFC 3339 (2026-12-01T22:00:00) or +DURATION from when the "
         "controller first saw the manifest.",
@@ -296,7 +305,7 @@ class JobSpec(_Model):
     )
 
     @model_validator(mode="after")
-    def _check_rules(self) -> "JobSpec":
+    def _check_rules(self) -> JobSpec:
         if (self.command is None) == (self.script is None):
             raise ValueError("exactly one of command and script is required")
         if self.sharing == "Shared":

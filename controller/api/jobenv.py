@@ -10,16 +10,28 @@ from typing import Any
 
 # every job gets these, on every engine (SPEC section 5; docs/cluster.md for their values elsewhere)
 GFLOW_VARIABLES = (
-    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GFLOW_JOB_NAME", "GFLOW_ATTEMPT", "GFLOW_GENERATION",
-    "MASTER_ADDR", "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "GFLOW_JOB_NAME",
+    "GFLOW_ATTEMPT",
+    "GFLOW_GENERATION",
+    "MASTER_ADDR",
+    "MASTER_PORT",
 )
 # a Shared job's frameworks must not grab the whole GPU; the job's own settings win
 SHARED_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 
 
 def job_env(
-    name: str, spec: Any, *, devices: str, attempt: str, generation: str, master_port: str,
-    master_addr: str = "127.0.0.1", inherited: Mapping[str, str] | None = None,
+    name: str,
+    spec: Any,
+    *,
+    devices: str,
+    attempt: str,
+    generation: str,
+    master_port: str,
+    master_addr: str = "127.0.0.1",
+    inherited: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """A job's whole environment: ``inherited`` (gflowd's own, locally), then the manifest's
     ``env``, then gflow's variables (``GFLOW_VARIABLES``, which win). The caller gives the values
@@ -28,15 +40,17 @@ def job_env(
     bytes) and ``SHARED_DEFAULTS`` unless it sets them itself."""
     env = dict(inherited or {})
     env.update(spec.env)
-    env.update({
-        "CUDA_VISIBLE_DEVICES": devices,
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # so the indices mean what nvidia-smi shows
-        "GFLOW_JOB_NAME": name,
-        "GFLOW_ATTEMPT": attempt,
-        "GFLOW_GENERATION": generation,
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": master_port,
-    })
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": devices,
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # so the indices mean what nvidia-smi shows
+            "GFLOW_JOB_NAME": name,
+            "GFLOW_ATTEMPT": attempt,
+            "GFLOW_GENERATION": generation,
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": master_port,
+        }
+    )
     cpus = getattr(spec.resources, "cpus", None)
     if cpus and "OMP_NUM_THREADS" not in spec.env:  # one thread per booked core, unless the job says otherwise
         env["OMP_NUM_THREADS"] = str(cpus)

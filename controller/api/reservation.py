@@ -62,7 +62,7 @@ class ReservationSpec(_Model):
     duration: Duration = Field(gt=0, description="How long the window lasts, e.g. 2h.")
 
     @model_validator(mode="after")
-    def _one_form(self) -> "ReservationSpec":
+    def _one_form(self) -> ReservationSpec:
         if (self.gpus is None) == (self.devices is None):
             raise ValueError("exactly one of gpus and devices is required")
         return self

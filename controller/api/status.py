@@ -37,7 +37,9 @@ class StatusMeta(_Model):
 class Usage(_Model):
     """What the latest ended attempt used, from its cgroup (docs/cgroups.md); ``gpuUsage`` is apart."""
 
-    cpu_seconds: float | None = Field(default=None, description="CPU time of all its processes (cgroup cpuacct / cpu.stat)")
+    cpu_seconds: float | None = Field(
+        default=None, description="CPU time of all its processes (cgroup cpuacct / cpu.stat)"
+    )
     peak_memory_bytes: int | None = Field(
         default=None, description="Peak memory the kernel charged it (without cgroups: the largest RSS polled)"
     )
@@ -80,19 +82,24 @@ class JobStatusFields(_Model):
     cores: list[int] = Field(default_factory=list, description="The cores the latest attempt is pinned to (its cpuset)")
     usage: Usage | None = Field(default=None, description="CPU time and peak memory of the latest ended attempt")
     depends_on: list[str] = Field(
-        default_factory=list, alias="dependsOn", description="The jobs this one waits for (spec.dependsOn), for get jobs --tree"
+        default_factory=list,
+        alias="dependsOn",
+        description="The jobs this one waits for (spec.dependsOn), for get jobs --tree",
     )
     attempt: int = Field(default=0, description="1 for the first run, +1 per retry or rerun")
     failed: int = Field(default=0, description="Failed attempts of this generation")
     ended_attempt: int = Field(
-        default=0, description="The latest attempt whose end is recorded here (so an exit seen again after a crash is not counted twice)"
+        default=0,
+        description="The latest attempt whose end is recorded here (so an exit seen again after a crash is not counted twice)",
     )
     start_time: str | None = None
     completion_time: str | None = None
     next_attempt_time: str | None = Field(default=None, description="When a retry after a failure may start")
     exit_code: int | None = None
     pid: int | None = None
-    backend_job_id: str | None = Field(default=None, description="A cluster backend (Slurm): its job id of the latest attempt")
+    backend_job_id: str | None = Field(
+        default=None, description="A cluster backend (Slurm): its job id of the latest attempt"
+    )
     node: str | None = Field(default=None, description="Slurm backend: the node the latest attempt runs or ran on")
     queue_position: int | None = Field(default=None, description="1-based position in the queue, while Pending")
     effective_priority: int | None = Field(

@@ -41,7 +41,11 @@ class Flag:
 
 
 FLAGS: tuple[Flag, ...] = (
-    Flag(("--name", "--job-name", "-J"), "name", help="job name (default: the script or program name plus a short suffix)"),
+    Flag(
+        ("--name", "--job-name", "-J"),
+        "name",
+        help="job name (default: the script or program name plus a short suffix)",
+    ),
     Flag(("--gpus", "-G"), "gpus", help="whole GPUs (resources.gpus)"),
     Flag(("--gres",), "gres", help="gpu:N or gpu:TYPE:N, as sbatch writes it (--gpus N --gpu-type TYPE)"),
     Flag(("--cpus", "--cpus-per-task", "-c"), "cpus", help="whole CPU cores, pinned near the GPUs (resources.cpus)"),
@@ -51,7 +55,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--memory", "--mem"), "memory", help="host RAM limit, e.g. 16Gi; a bare number is MiB as in sbatch"),
     Flag(("--time", "-t"), "time", help="time limit: 4h30m, or Slurm's MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]"),
     Flag(("--priority",), "priority", help="integer, higher runs first"),
-    Flag(("--after", "--depends-on"), "after", repeatable=True, help="JOB[:Succeeded|Failed|Finished]; @ = your last job"),
+    Flag(
+        ("--after", "--depends-on"), "after", repeatable=True, help="JOB[:Succeeded|Failed|Finished]; @ = your last job"
+    ),
     Flag(("--start-after",), "start_after", help="not before: 2026-12-01T22:00:00 or +2h"),
     Flag(("--env", "-e"), "env", repeatable=True, help="K=V environment variable"),
     Flag(("--conda-env",), "conda_env", help="run inside this conda environment"),
@@ -62,22 +68,38 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--param",), "param", repeatable=True, help="KEY=V1,V2,...: a sweep over the cartesian product"),
     Flag(("--array",), "array", help="0-9 or 0-9%2: a job array (a Sweep over indices, %N = parallelism)"),
     Flag(("--max-concurrent", "--parallelism"), "parallelism", help="a sweep: at most N children at once"),
-    Flag(("--no-check",), "no_check", takes_value=False, cli_only=True,
-         help="skip the submit-time checks of the program (exists, executable, on the job's PATH)"),
-    Flag(("--dry-run",), "dry_run", takes_value=False, cli_only=True, help="print what would be written; write nothing"),
+    Flag(
+        ("--no-check",),
+        "no_check",
+        takes_value=False,
+        cli_only=True,
+        help="skip the submit-time checks of the program (exists, executable, on the job's PATH)",
+    ),
+    Flag(
+        ("--dry-run",), "dry_run", takes_value=False, cli_only=True, help="print what would be written; write nothing"
+    ),
     Flag(("--output", "-o"), "output", cli_only=True, help="with --dry-run: yaml prints the manifest"),
     Flag(("--quiet", "-q"), "quiet", takes_value=False, cli_only=True, help="print only the name"),
-    Flag(("-it", "-ti", "--interactive", "-i"), "interactive", takes_value=False, cli_only=True,
-         help="a terminal session (spec.tty): wait for the job, then attach; default CMD your login shell"),
+    Flag(
+        ("-it", "-ti", "--interactive", "-i"),
+        "interactive",
+        takes_value=False,
+        cli_only=True,
+        help="a terminal session (spec.tty): wait for the job, then attach; default CMD your login shell",
+    ),
     Flag(("--wait",), "wait", takes_value=False, cli_only=True, help="wait for the end; exit with the job's code"),
-    Flag(("--follow", "-f"), "follow", takes_value=False, cli_only=True, help="stream the log; exit with the job's code"),
+    Flag(
+        ("--follow", "-f"), "follow", takes_value=False, cli_only=True, help="stream the log; exit with the job's code"
+    ),
     Flag(("--home",), "home", cli_only=True, help="gflow home"),
     Flag(("--spec-dir",), "spec_dir", cli_only=True, help="spec directory"),
 )
 _BY_NAME = {name: flag for flag in FLAGS for name in flag.names}
 
 
-def parse_flags(tokens: list[str], *, where: str = "", directive: bool = False) -> tuple[dict[str, Any], list[str], bool]:
+def parse_flags(
+    tokens: list[str], *, where: str = "", directive: bool = False
+) -> tuple[dict[str, Any], list[str], bool]:
     """(options, the rest, whether ``--`` ended the flags). Flags stop at ``--`` or at the first
     word that is not a flag (the script or program). ``where`` prefixes errors (a directive's line)."""
     options: dict[str, Any] = {}
@@ -191,9 +213,23 @@ def read_directives(text: str, origin: str) -> Directives:
 
 
 _SBATCH_IGNORED = {  # accepted, but meaningless on one machine: a warning says so
-    "--partition", "-p", "--account", "-A", "--nodes", "-N",
-    "--ntasks", "-n", "--ntasks-per-node", "--mail-type", "--mail-user", "--qos", "-q",
-    "--constraint", "-C", "--exclusive", "--requeue",
+    "--partition",
+    "-p",
+    "--account",
+    "-A",
+    "--nodes",
+    "-N",
+    "--ntasks",
+    "-n",
+    "--ntasks-per-node",
+    "--mail-type",
+    "--mail-user",
+    "--qos",
+    "-q",
+    "--constraint",
+    "-C",
+    "--exclusive",
+    "--requeue",
 }
 
 
@@ -280,7 +316,9 @@ def _sbatch_dependency(value: str, where: str, warnings: list[str]) -> list[str]
         kind, _, names = item.partition(":")
         condition = _SLURM_CONDITIONS.get(kind)
         if condition is None or not names:
-            warnings.append(f"{where}#SBATCH --dependency={item} is not supported (use afterok, afternotok or afterany:NAME); ignored")
+            warnings.append(
+                f"{where}#SBATCH --dependency={item} is not supported (use afterok, afternotok or afterany:NAME); ignored"
+            )
             continue
         after.extend(f"{job}:{condition}" for job in names.split(":"))
     return after
@@ -402,7 +440,21 @@ def parse_array(text: str) -> tuple[str, int | None]:
 
 # -- names -----------------------------------------------------------------------------------------
 
-_INTERPRETERS = {"python", "python3", "bash", "sh", "zsh", "torchrun", "accelerate", "deepspeed", "uv", "julia", "Rscript", "node", "perl"}
+_INTERPRETERS = {
+    "python",
+    "python3",
+    "bash",
+    "sh",
+    "zsh",
+    "torchrun",
+    "accelerate",
+    "deepspeed",
+    "uv",
+    "julia",
+    "Rscript",
+    "node",
+    "perl",
+}
 
 
 def sanitize(text: str) -> str:
@@ -424,7 +476,11 @@ def default_stem(command: list[str] | None, script_path: str | None) -> str:
                 return sanitize(args[i + 1].rsplit(".", 1)[-1])
             if arg == "-c" and i + 1 < len(args):  # sh -c 'python3 x.py ...': what the snippet runs
                 words = args[i + 1].split()
-                return default_stem(words, None) if words and program.startswith(("sh", "bash", "zsh")) else sanitize(program)
+                return (
+                    default_stem(words, None)
+                    if words and program.startswith(("sh", "bash", "zsh"))
+                    else sanitize(program)
+                )
             if arg in ("run", "launch") and program in ("uv", "accelerate"):
                 continue
             if not arg.startswith("-"):
@@ -539,11 +595,20 @@ def build(
     if options.get("interactive") and (matrix is not None or array is not None):
         raise SubmitError("-it attaches to one job: drop --param/--array (or submit the sweep without -it)")
     if script_text is not None:
-        slurm = slurm_job(options, name, script_path or "script", cwd, array is not None) if options.get("sbatch_script") else None
+        slurm = (
+            slurm_job(options, name, script_path or "script", cwd, array is not None)
+            if options.get("sbatch_script")
+            else None
+        )
         if slurm is not None:
             spec["env"] = {**slurm.env, **spec.get("env", {})}  # the user's --env wins
-        spec["script"] = pinned_script(script_text, script_path or "script", script_args or [],
-                                       output=slurm.output if slurm else None, error=slurm.error if slurm else None)
+        spec["script"] = pinned_script(
+            script_text,
+            script_path or "script",
+            script_args or [],
+            output=slurm.output if slurm else None,
+            error=slurm.error if slurm else None,
+        )
     if matrix is None and array is None:
         if "parallelism" in options:
             raise SubmitError("--max-concurrent is for sweeps: add --param or --array")
@@ -594,7 +659,13 @@ def slurm_job(options: dict[str, Any], name: str, script_path: str, cwd: str, ar
         env["SLURM_ARRAY_JOB_ID"] = "{sweep}"
     if "cpus" in options:
         env["SLURM_CPUS_PER_TASK"] = str(options["cpus"])
-    fields = {"x": job_name, "j": job_id, "A": "{sweep}" if array else job_id, "a": "{index}" if array else "0", "%": "%"}
+    fields = {
+        "x": job_name,
+        "j": job_id,
+        "A": "{sweep}" if array else job_id,
+        "a": "{index}" if array else "0",
+        "%": "%",
+    }
 
     def fill(pattern: str | None) -> str | None:
         if pattern is None:
@@ -654,7 +725,7 @@ def render(manifest: dict[str, Any]) -> str:
     """The manifest as YAML, a script as a literal block (readable, and what an editor shows)."""
     spec = manifest["spec"].get("template", manifest["spec"])
     script = spec.get("script")
-    if script is None or not script.isprintable() and not all(c.isprintable() or c in "\n\t" for c in script):
+    if script is None or (not script.isprintable() and not all(c.isprintable() or c in "\n\t" for c in script)):
         return dump(manifest)
     spec["script"] = _PLACEHOLDER
     try:

@@ -84,7 +84,7 @@ class SweepSpec(_Model):
     )
 
     @model_validator(mode="after")
-    def _one_source(self) -> "SweepSpec":
+    def _one_source(self) -> SweepSpec:
         if (self.matrix is None) == (self.indices is None):
             raise ValueError("exactly one of matrix and indices is required")
         if self.exclude and self.matrix is None:

@@ -6,10 +6,10 @@ other job, and they exist exactly as long as the Sweep's manifest does.
 
 from __future__ import annotations
 
+from controller.api.hashes import spec_hashes
 from controller.api.job import Job
 from controller.api.names import is_valid_name
 from controller.api.sweep import Sweep, parse_indices
-from controller.api.hashes import spec_hashes
 from controller.model.documents import AdmittedJob, AdmittedSweep, Rejection
 from controller.model.reasons import Reason
 from controller.model.sweep_params import DEFAULT_NAME_TEMPLATE, combinations_of
@@ -42,15 +42,24 @@ def expand(
         child_name = _substitute(name_template, values)
         if not is_valid_name(child_name):
             return Rejection(
-                name, Reason.Invalid,
+                name,
+                Reason.Invalid,
                 f"spec.nameTemplate: child name {child_name!r} is not a valid job name "
                 f"(lowercase letters, digits, '-'; at most 63) ({source})",
-                source, path, doc_index, mtime_ns,
+                source,
+                path,
+                doc_index,
+                mtime_ns,
             )
         if child_name in seen:
             return Rejection(
-                name, Reason.Invalid, f"spec.nameTemplate: two children would be named {child_name!r}; add {{index}} ({source})",
-                source, path, doc_index, mtime_ns,
+                name,
+                Reason.Invalid,
+                f"spec.nameTemplate: two children would be named {child_name!r}; add {{index}} ({source})",
+                source,
+                path,
+                doc_index,
+                mtime_ns,
             )
         seen.add(child_name)
         child_spec = dict(template)
@@ -73,5 +82,7 @@ def expand(
             AdmittedJob(child_name, job, source, path, doc_index, spec_hash, run_hash, owner_uid, mtime_ns, owner=name)
         )
     sweep_hash = spec_hashes(Job.model_validate({"spec": template}))[0]
-    record = AdmittedSweep(name, sweep, source, path, doc_index, tuple(c.name for c in children), sweep_hash, owner_uid, mtime_ns)
+    record = AdmittedSweep(
+        name, sweep, source, path, doc_index, tuple(c.name for c in children), sweep_hash, owner_uid, mtime_ns
+    )
     return record, children

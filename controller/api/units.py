@@ -12,8 +12,16 @@ from collections.abc import Iterable
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]i?|[kmgtp]i?)?[Bb]?\s*$")
 _FACTORS = {
     "": 1,
-    "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-    "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40, "PI": 2**50,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "KI": 2**10,
+    "MI": 2**20,
+    "GI": 2**30,
+    "TI": 2**40,
+    "PI": 2**50,
 }
 
 
@@ -112,7 +120,7 @@ def format_duration(seconds: float | None) -> str:
         return ""
     if round(seconds * 1000) < 1000:
         return f"{seconds * 1000:.0f}ms" if seconds else "0s"
-    rest = int(round(seconds))
+    rest = round(seconds)
     parts = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if rest >= size:

@@ -47,12 +47,20 @@ def validate_document(
     name, _ = document_name(data, stem, single)
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
-        return Rejection(name, Reason.Invalid, f"document is {kind}, not a Job mapping ({source})", source, path, doc_index, mtime_ns)
+        return Rejection(
+            name, Reason.Invalid, f"document is {kind}, not a Job mapping ({source})", source, path, doc_index, mtime_ns
+        )
     kind = data.get("kind", "Job")
     if kind != "Job":
         line = _line(text, doc_index, ("kind",))
         return Rejection(
-            name, Reason.Invalid, f"kind: {kind!r} is not supported; use Job, Sweep or Reservation ({_where(source, line)})", source, path, doc_index, mtime_ns
+            name,
+            Reason.Invalid,
+            f"kind: {kind!r} is not supported; use Job, Sweep or Reservation ({_where(source, line)})",
+            source,
+            path,
+            doc_index,
+            mtime_ns,
         )
     meta = data.get("metadata")
     if single and stem is not None and name == stem and not (isinstance(meta, dict) and "name" in meta):
@@ -63,7 +71,9 @@ def validate_document(
         errors = getattr(exc, "errors", None)
         if errors is None:
             raise
-        return Rejection(name, Reason.Invalid, _describe_errors(errors(), text, doc_index, source), source, path, doc_index, mtime_ns)
+        return Rejection(
+            name, Reason.Invalid, _describe_errors(errors(), text, doc_index, source), source, path, doc_index, mtime_ns
+        )
     if job.metadata.name is None:
         if not single:
             message = "metadata.name: required when a file holds several documents"
@@ -71,7 +81,15 @@ def validate_document(
             message = "metadata.name: required when applying from stdin"
         else:
             message = f"metadata.name: required, the file name {stem!r} is not a valid job name"
-        return Rejection(None, Reason.Invalid, f"{message} ({_where(source, _line(text, doc_index, ('metadata',)))})", source, path, doc_index, mtime_ns)
+        return Rejection(
+            None,
+            Reason.Invalid,
+            f"{message} ({_where(source, _line(text, doc_index, ('metadata',)))})",
+            source,
+            path,
+            doc_index,
+            mtime_ns,
+        )
     spec_hash, run_hash = known_hashes if known_hashes else spec_hashes(job)
     return AdmittedJob(job.metadata.name, job, source, path, doc_index, spec_hash, run_hash, owner_uid, mtime_ns)
 
@@ -99,20 +117,35 @@ def validate_any(data: Any, **kwargs: Any) -> list[Any]:
 
 
 def _validate_reservation(
-    data: dict, *, source: str, path: str, stem: str | None, single: bool, doc_index: int = 0,
-    text: str | None = None, owner_uid: int = -1, mtime_ns: int = 0,
+    data: dict,
+    *,
+    source: str,
+    path: str,
+    stem: str | None,
+    single: bool,
+    doc_index: int = 0,
+    text: str | None = None,
+    owner_uid: int = -1,
+    mtime_ns: int = 0,
 ) -> AdmittedReservation | Rejection:
     """A Reservation's schema; whether it fits the machine is decided each pass (decide/reservations.py)."""
     from controller.api.reservation import Reservation  # lazy: only a Reservation document needs its model
+
     name, _ = document_name(data, stem, single)
-    reservation = _validated(Reservation, data, name, source=source, path=path, doc_index=doc_index, text=text, mtime_ns=mtime_ns)
+    reservation = _validated(
+        Reservation, data, name, source=source, path=path, doc_index=doc_index, text=text, mtime_ns=mtime_ns
+    )
     if isinstance(reservation, Rejection):
         return reservation
     assert name is not None  # _validated rejects a nameless document
-    return AdmittedReservation(name, reservation, source, path, doc_index, document_hash(reservation.spec), owner_uid, mtime_ns)
+    return AdmittedReservation(
+        name, reservation, source, path, doc_index, document_hash(reservation.spec), owner_uid, mtime_ns
+    )
 
 
-def _validated(model: Any, data: dict, name: str | None, *, source: str, path: str, doc_index: int, text: str | None, mtime_ns: int) -> Any:
+def _validated(
+    model: Any, data: dict, name: str | None, *, source: str, path: str, doc_index: int, text: str | None, mtime_ns: int
+) -> Any:
     """``data`` as ``model`` (a Sweep or a Reservation), or a Rejection naming every error, or the
     name a document in a file of several must have."""
     try:
@@ -143,13 +176,16 @@ def _validate_sweep(
     mtime_ns: int = 0,
 ) -> list[Any]:
     from controller.api.sweep import Sweep  # lazy: only a Sweep document needs its model
+
     name, _ = document_name(data, stem, single)
     sweep = _validated(Sweep, data, name, source=source, path=path, doc_index=doc_index, text=text, mtime_ns=mtime_ns)
     if isinstance(sweep, Rejection):
         return [sweep]
     assert name is not None  # _validated rejects a nameless document
     try:
-        expanded = expand(sweep, name, source=source, path=path, doc_index=doc_index, owner_uid=owner_uid, mtime_ns=mtime_ns)
+        expanded = expand(
+            sweep, name, source=source, path=path, doc_index=doc_index, owner_uid=owner_uid, mtime_ns=mtime_ns
+        )
     except ValueError as exc:  # a child's spec is invalid after substitution
         return [Rejection(name, Reason.Invalid, f"spec.template: {exc} ({source})", source, path, doc_index, mtime_ns)]
     if isinstance(expanded, Rejection):
@@ -159,6 +195,7 @@ def _validate_sweep(
 
 
 # --- messages --------------------------------------------------------------------------------
+
 
 def _where(source: str, line: int | None) -> str:
     return f"{source} line {line}" if line else source
@@ -270,7 +307,9 @@ def _explain(err: dict[str, Any], loc: tuple[Any, ...], root: Any = None) -> str
     return msg[:1].lower() + msg[1:]
 
 
-def _describe_errors(errors: list[dict[str, Any]], text: str | None, doc_index: int, source: str, root: Any = None) -> str:
+def _describe_errors(
+    errors: list[dict[str, Any]], text: str | None, doc_index: int, source: str, root: Any = None
+) -> str:
     """Every error at once, each with its line: one fix-and-retry round, not one per error."""
     document = _roundtrip(text, doc_index)
     found: dict[str, int] = {}  # message -> line; a union reports one mistake once per alternative

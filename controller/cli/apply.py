@@ -13,8 +13,8 @@ from pathlib import Path
 
 from controller.cli.common import CliError, print_error, printable
 from controller.cli.live import Progress
-from controller.client.write.manifests import apply_inputs, check_inputs, read_inputs
 from controller.client.read.state import document_position, find_manifest, owner_of
+from controller.client.write.manifests import apply_inputs, check_inputs, read_inputs
 from controller.paths import Home
 from controller.util.fsutil import RewriteError, lock_held, rewrite_locked
 from controller.util.manifest_edit import join_documents
@@ -32,7 +32,9 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
             continue
         stored += outcome.verb != "unchanged"
         progress.clear()
-        print(f"{outcome.kind}/{outcome.name} {outcome.verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled)
+        print(
+            f"{outcome.kind}/{outcome.name} {outcome.verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled
+        )
         if outcome.warning:
             sys.stderr.write(f"warning: {printable(outcome.warning)}\n")
     progress.done()

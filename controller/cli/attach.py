@@ -75,8 +75,10 @@ def open_session(home: Home, name: str, verb: str):
             if exc.denied:
                 raise CliError(f"job/{name}: {path} is not yours: only the job's owner or root may {verb} it") from None
             if time.monotonic() >= deadline:
-                raise CliError(f"job/{name} has no control socket at {path} ({exc}); is it still running? "
-                               "(jobs started before gflow had attach and exec have none)") from None
+                raise CliError(
+                    f"job/{name} has no control socket at {path} ({exc}); is it still running? "
+                    "(jobs started before gflow had attach and exec have none)"
+                ) from None
         time.sleep(0.1)
 
 

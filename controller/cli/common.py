@@ -9,7 +9,6 @@ import sys
 from controller.client.errors import GflowError
 from controller.paths import Home
 
-
 # A user error: printed as one line on stderr, exit code 1. The Python client raises the same
 # type with the same text (controller.client.GflowError), so the functions both share raise it.
 CliError = GflowError
@@ -59,7 +58,9 @@ def resource_type(word: str) -> str | None:
     return None
 
 
-def parse_refs(words: list[str], *, type_first: bool = False, kinds: tuple[str, ...] = ("job", "sweep")) -> list[tuple[str, str]]:
+def parse_refs(
+    words: list[str], *, type_first: bool = False, kinds: tuple[str, ...] = ("job", "sweep")
+) -> list[tuple[str, str]]:
     """The objects a verb was given, as ``(kind, name)``, the ways kubectl names them: ``TYPE/NAME``
     (what ``get -o name`` prints, so ``get jobs -o name | xargs gflowctl describe`` works) and, for
     verbs whose first word is a type (``type_first``: describe, delete, get, patch), ``TYPE NAME...``;

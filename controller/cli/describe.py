@@ -11,12 +11,12 @@ from controller.cli.events import age_text, read_events
 from controller.client.read.events import aggregate
 from controller.client.read.state import (
     document_position,
+    expected_starts,
     find_manifest,
     job_rows,
     manifest_owners,
     read_index,
     read_status,
-    expected_starts,
     sweep_params,
 )
 from controller.client.read.usage import job_series, live_summary, read_usage, summary_lines
@@ -70,9 +70,16 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
         lines.append(("Reason", str(status["reason"])))
     if status.get("message"):
         lines.append(("Message", str(status["message"])))
-    for key, label in (("attempt", "Attempt"), ("exitCode", "Exit Code"), ("pid", "PID"),
-                       ("backendJobId", "Backend Job"), ("node", "Node"), ("queuePosition", "Queue Position"),
-                       ("effectivePriority", "Effective Priority"), ("observedGeneration", "Generation")):
+    for key, label in (
+        ("attempt", "Attempt"),
+        ("exitCode", "Exit Code"),
+        ("pid", "PID"),
+        ("backendJobId", "Backend Job"),
+        ("node", "Node"),
+        ("queuePosition", "Queue Position"),
+        ("effectivePriority", "Effective Priority"),
+        ("observedGeneration", "Generation"),
+    ):
         if status.get(key) is not None:
             lines.append((label, str(status[key])))
     order = next((c for c in status.get("conditions") or [] if c.get("type") == "QueueOrder"), None)
@@ -144,8 +151,13 @@ def _describe_sweep(home: Home, name: str) -> list[str] | None:
     status = doc.get("status") or {}
     now = time.time()
     lines = _record_head(name, doc, now)
-    for key, label in (("phase", "Phase"), ("reason", "Reason"), ("message", "Message"),
-                       ("children", "Jobs"), ("parallelism", "Parallelism")):
+    for key, label in (
+        ("phase", "Phase"),
+        ("reason", "Reason"),
+        ("message", "Message"),
+        ("children", "Jobs"),
+        ("parallelism", "Parallelism"),
+    ):
         if status.get(key) not in (None, ""):
             lines.append((label, str(status[key])))
     counts = status.get("counts") or {}
@@ -203,7 +215,11 @@ def _record_head(name: str, doc: dict, now: float) -> list[tuple[str, str]]:
 def _live_reservations(home: Home) -> list[str]:
     """The reservations that hold GPUs now or later: ``r1: GPUs 0,2 reserved for alice ...``."""
     rows = (read_index(home) or {}).get("reservations") or {}
-    return [f"{name}: {row.get('message', '')}" for name, row in sorted(rows.items()) if row.get("phase") in ("Pending", "Active")]
+    return [
+        f"{name}: {row.get('message', '')}"
+        for name, row in sorted(rows.items())
+        if row.get("phase") in ("Pending", "Active")
+    ]
 
 
 def _event_lines(events: list[dict], now: float) -> list[str]:
@@ -240,15 +256,25 @@ def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:
     if isinstance(res, dict) and res:
         parts = [f"{k}={v}" for k, v in res.items()]
         lines.append(("Resources", ", ".join(parts)))
-    for key, label in (("sharing", "Sharing"), ("priority", "Priority"), ("timeLimit", "Time Limit"),
-                       ("backoffLimit", "Backoff Limit"), ("startAfter", "Start After"), ("idleTimeout", "Idle Timeout"),
-                       ("suspend", "Suspend"), ("cancelled", "Cancelled")):
+    for key, label in (
+        ("sharing", "Sharing"),
+        ("priority", "Priority"),
+        ("timeLimit", "Time Limit"),
+        ("backoffLimit", "Backoff Limit"),
+        ("startAfter", "Start After"),
+        ("idleTimeout", "Idle Timeout"),
+        ("suspend", "Suspend"),
+        ("cancelled", "Cancelled"),
+    ):
         if key in spec:
             lines.append((label, str(spec[key])))
     if spec.get("tty") is True:
         lines.append(("TTY", "true (a terminal: gflowctl attach connects to it while it runs)"))
     if spec.get("dependsOn"):
-        deps = [d if isinstance(d, str) else f"{d.get('job')} ({d.get('condition', 'Succeeded')})" for d in spec["dependsOn"]]
+        deps = [
+            d if isinstance(d, str) else f"{d.get('job')} ({d.get('condition', 'Succeeded')})"
+            for d in spec["dependsOn"]
+        ]
         lines.append(("Depends On", ", ".join(deps)))
     return lines
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 from controller.cli.common import CliError, print_error
-from controller.client.write import edit
 from controller.client.errors import NotFound
 from controller.client.read.state import job_rows
+from controller.client.write import edit
 from controller.paths import Home
 
 
@@ -43,9 +43,9 @@ def patch(home: Home, name: str, patch_text: str) -> int:
     try:
         data = json.loads(patch_text)
     except ValueError as exc:
-        raise CliError(f"-p must be a JSON object like '{{\"spec\": {{\"priority\": 5}}}}' ({exc})") from None
+        raise CliError(f'-p must be a JSON object like \'{{"spec": {{"priority": 5}}}}\' ({exc})') from None
     if not isinstance(data, dict) or not data:
-        raise CliError("-p must be a non-empty JSON object, e.g. '{\"spec\": {\"priority\": 5}}'")
+        raise CliError('-p must be a non-empty JSON object, e.g. \'{"spec": {"priority": 5}}\'')
     unknown = set(data) - {"spec", "metadata"}
     if unknown:
         raise CliError(f"only spec and metadata can be patched, not {sorted(unknown)[0]}")

@@ -12,7 +12,8 @@ import json
 import os
 import sys
 import time
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from controller.api.units import format_age
 from controller.cli.common import EVERY_KIND, CliError, parse_refs, printable

@@ -80,4 +80,6 @@ def _type(node: dict[str, Any], defs: dict[str, Any]) -> str:
         return "string (" + " | ".join(str(v) for v in node["enum"]) + ")"
     if "const" in node:
         return f"string ({node['const']})"
-    return {"integer": "integer", "string": "string", "boolean": "boolean", "number": "number"}.get(str(kind), str(kind or "any"))
+    return {"integer": "integer", "string": "string", "boolean": "boolean", "number": "number"}.get(
+        str(kind), str(kind or "any")
+    )

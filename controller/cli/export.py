@@ -19,10 +19,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller.api.config import ConfigError, SlurmConfig, load_config
-from controller.cli.common import CliError
-from controller.client.write.manifests import read_inputs
-from controller.client.read.state import find_manifest
 from controller.api.validation import validate_any
+from controller.cli.common import CliError
+from controller.client.read.state import find_manifest
+from controller.client.write.manifests import read_inputs
 from controller.export import k8s, slurm
 from controller.export.slurm import UnmappedGpuType
 from controller.model.documents import AdmittedJob, Rejection
@@ -47,8 +47,13 @@ def _documents(origin: str, text: str) -> tuple[list[list[Any]], list[str]]:
         if data is None:
             continue
         result = validate_any(
-            data, source=origin, path=origin if stdin else str(path.absolute()), stem=None if stdin else path.stem,
-            single=len(parts) == 1, doc_index=index, text=part,
+            data,
+            source=origin,
+            path=origin if stdin else str(path.absolute()),
+            stem=None if stdin else path.stem,
+            single=len(parts) == 1,
+            doc_index=index,
+            text=part,
         )
         if isinstance(result[0], Rejection):
             hint = " (metadata.name is required from stdin)" if stdin and result[0].name is None else ""
@@ -61,12 +66,13 @@ def _documents(origin: str, text: str) -> tuple[list[list[Any]], list[str]]:
 def _inputs(home: Home, name: str | None, filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
     """(origin, text) of every manifest to look in: the ``-f`` inputs, else the one defining NAME."""
     if filenames:
-
         return read_inputs(filenames, recursive)
     assert name is not None
     found = find_manifest(home, name) or find_manifest(home, name, "sweep")
     if found is None:
-        raise CliError(f"job/{name} not found (no status names its manifest and {home.spec_dir}/{name}.yaml does not exist)")
+        raise CliError(
+            f"job/{name} not found (no status names its manifest and {home.spec_dir}/{name}.yaml does not exist)"
+        )
     try:
         return [(str(found), found.read_text())]
     except OSError as exc:
@@ -107,11 +113,12 @@ def _settings(home: Home, target: str, flags: dict[str, Any]) -> dict[str, Any]:
 
     gpu_types = flags.get("gpu_types")
     if gpu_types is not None:
-
         try:
             gpu_types = SlurmConfig.model_validate({"gpuTypes": gpu_types}).gpu_types
         except ValidationError as exc:
-            raise CliError(f"--gpu-types: {exc.errors()[0].get('ctx', {}).get('error') or exc.errors()[0]['msg']}") from None
+            raise CliError(
+                f"--gpu-types: {exc.errors()[0].get('ctx', {}).get('error') or exc.errors()[0]['msg']}"
+            ) from None
     try:
         config = load_config(home.config_file, {})
     except ConfigError as exc:
@@ -123,7 +130,9 @@ def _settings(home: Home, target: str, flags: dict[str, Any]) -> dict[str, Any]:
     if target == "slurm":
         out["gpu_types"] = gpu_types if gpu_types is not None else config.slurm.gpu_types
     elif not out["image"]:
-        raise CliError(f"a Kubernetes Job needs a container image: pass --image IMAGE, or set k8s.image in {home.config_file}")
+        raise CliError(
+            f"a Kubernetes Job needs a container image: pass --image IMAGE, or set k8s.image in {home.config_file}"
+        )
     return out
 
 
@@ -145,7 +154,9 @@ def export(
         return _errors(errors + doc_errors)
     if target == "slurm" and len(selected) > 1:
         names = ", ".join(doc[0].name for _, doc in selected)
-        raise CliError(f"{', '.join(filenames)} defines {len(selected)} jobs ({names}); a batch script holds one: name it")
+        raise CliError(
+            f"{', '.join(filenames)} defines {len(selected)} jobs ({names}); a batch script holds one: name it"
+        )
     texts = []
     notes: list[str] = []
     for origin, doc in selected:
@@ -178,12 +189,23 @@ def _errors(errors: list[str]) -> int:
 def _export_job(target: str, admitted: Any, manifest_dir: str, settings: dict[str, Any]):
     if target == "slurm":
         return slurm.export_job(
-            admitted.job, admitted.name, manifest_dir, output=settings["output"] or "%x-%j.log",
-            partition=settings["partition"], account=settings["account"], gpu_types=settings["gpu_types"],
+            admitted.job,
+            admitted.name,
+            manifest_dir,
+            output=settings["output"] or "%x-%j.log",
+            partition=settings["partition"],
+            account=settings["account"],
+            gpu_types=settings["gpu_types"],
         )
 
-    return k8s.export_job(admitted.job, admitted.name, manifest_dir, image=settings["image"], queue=settings["queue"],
-                      namespace=settings["namespace"])
+    return k8s.export_job(
+        admitted.job,
+        admitted.name,
+        manifest_dir,
+        image=settings["image"],
+        queue=settings["queue"],
+        namespace=settings["namespace"],
+    )
 
 
 def _export_sweep(target: str, sweep: Any, children: list[Any], manifest_dir: str, settings: dict[str, Any]):
@@ -191,9 +213,22 @@ def _export_sweep(target: str, sweep: Any, children: list[Any], manifest_dir: st
         raise CliError(f"sweep/{sweep.name} has no children (its excludes remove every combination)")
     if target == "slurm":
         return slurm.export_sweep(
-            sweep.sweep, sweep.name, children, manifest_dir, output=settings["output"] or "%x-%A_%a.log",
-            partition=settings["partition"], account=settings["account"], gpu_types=settings["gpu_types"],
+            sweep.sweep,
+            sweep.name,
+            children,
+            manifest_dir,
+            output=settings["output"] or "%x-%A_%a.log",
+            partition=settings["partition"],
+            account=settings["account"],
+            gpu_types=settings["gpu_types"],
         )
 
-    return k8s.export_sweep(sweep.sweep, sweep.name, children, manifest_dir, image=settings["image"], queue=settings["queue"],
-                        namespace=settings["namespace"])
+    return k8s.export_sweep(
+        sweep.sweep,
+        sweep.name,
+        children,
+        manifest_dir,
+        image=settings["image"],
+        queue=settings["queue"],
+        namespace=settings["namespace"],
+    )

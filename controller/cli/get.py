@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from datetime import UTC
 
 from controller.api.units import format_age
 from controller.cli.common import (
@@ -21,15 +22,15 @@ from controller.cli.common import (
     warn_if_not_running,
 )
 from controller.client.read.state import (
+    expected_starts,
     job_rows,
     manifest_owners,
-    expected_starts,
     read_index,
-    sweep_params,
     read_node,
     read_status,
     select_rows,
     status_json_texts,
+    sweep_params,
 )
 from controller.paths import Home
 
@@ -74,8 +75,11 @@ def _typed_names(kind: str, names: list[str]) -> tuple[str, list[str]]:
     kinds = {k for k, _ in refs} or {resource_type(kind) or "job"}
     if len(kinds) > 1:
         other = sorted(kinds - {"job"})[0]
-        raise CliError("get lists one type at a time: " + " ".join(f"{k}/{n}" for k, n in refs if k == other)
-                       + f" are {other}s; use get {other}s")
+        raise CliError(
+            "get lists one type at a time: "
+            + " ".join(f"{k}/{n}" for k, n in refs if k == other)
+            + f" are {other}s; use get {other}s"
+        )
     listed = kinds.pop()
     if resource_type(kind) not in (None, listed):
         others = " ".join(f"{k}/{n}" for k, n in refs)
@@ -83,8 +87,9 @@ def _typed_names(kind: str, names: list[str]) -> tuple[str, list[str]]:
     return f"{listed}s", [n for _, n in refs]
 
 
-def _print_documents(home: Home, names: list[str], single: bool, output: str, few: bool = False,
-                     users: dict[str, str] | None = None) -> None:
+def _print_documents(
+    home: Home, names: list[str], single: bool, output: str, few: bool = False, users: dict[str, str] | None = None
+) -> None:
     """``-o json`` and ``-o yaml`` print the same thing, as kubectl does: one object when one was
     asked for by name, else one ``kind: List`` document holding them all. JSON of finished jobs comes
     from gflowd's records journal where its line is current (no YAML parsed: 2k jobs in ~0.1 s),
@@ -96,7 +101,9 @@ def _print_documents(home: Home, names: list[str], single: bool, output: str, fe
         from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
 
         docs = [_with_user(d, users.get(name)) for name in names if (d := read_status(home, name)) is not None]
-        print(dump(docs[0] if single and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}), end="")
+        print(
+            dump(docs[0] if single and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}), end=""
+        )
         return
     texts = []
     journaled = {} if few else status_json_texts(home, names)
@@ -131,8 +138,14 @@ def _get_sweeps(home: Home, args) -> int:
     def row_of(name: str, row: dict, now: float) -> list[str]:
         counts = row.get("counts") or {}
         return [
-            name, owner(row.get("manifest")), str(row.get("phase", "")), str(row.get("children", 0)), str(counts.get("Running", 0)),
-            str(counts.get("Succeeded", 0)), str(counts.get("Failed", 0)), format_age(now - float(row.get("created") or now)),
+            name,
+            owner(row.get("manifest")),
+            str(row.get("phase", "")),
+            str(row.get("children", 0)),
+            str(counts.get("Running", 0)),
+            str(counts.get("Succeeded", 0)),
+            str(counts.get("Failed", 0)),
+            format_age(now - float(row.get("created") or now)),
             params(None, name) or "-",
         ]
 
@@ -143,8 +156,12 @@ def _get_sweeps(home: Home, args) -> int:
 def _get_reservations(home: Home, args) -> int:
     def row_of(name: str, row: dict, now: float) -> list[str]:
         return [
-            name, ",".join(row.get("users") or []) or "-", ",".join(map(str, row.get("devices") or [])) or "-",
-            _local_time(row.get("start")), _local_time(row.get("end")), str(row.get("phase", "")),
+            name,
+            ",".join(row.get("users") or []) or "-",
+            ",".join(map(str, row.get("devices") or [])) or "-",
+            _local_time(row.get("start")),
+            _local_time(row.get("end")),
+            str(row.get("phase", "")),
             format_age(now - float(row.get("created") or now)),
         ] + ([str(row.get("message", ""))] if args.output == "wide" else [])
 
@@ -162,8 +179,14 @@ def _get_records(home: Home, args, kind: str, header: list[str], row_of) -> int:
             print(f"{kind}/{name}")
     elif args.output in ("yaml", "json"):
         owner = manifest_owners(home)
-        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, args.output, few=True,
-                         users={name: owner(row.get("manifest")) for name, row in chosen})
+        _print_documents(
+            home,
+            [name for name, _ in chosen],
+            len(args.names) == 1,
+            args.output,
+            few=True,
+            users={name: owner(row.get("manifest")) for name, row in chosen},
+        )
     elif chosen:
         now = time.time()
         _print_table([header] + [row_of(name, row, now) for name, row in chosen])
@@ -201,10 +224,16 @@ def parse_phases(values: list[str], kind: str = "job") -> list[str]:
     if bad:
         from difflib import get_close_matches  # lazy: only a mistyped phase
 
-        hints = [f"{w!r} (did you mean {close[0]}?)" if (close := get_close_matches(w.capitalize(), phase_words, n=1)) else repr(w)
-                 for w in bad]
+        hints = [
+            f"{w!r} (did you mean {close[0]}?)"
+            if (close := get_close_matches(w.capitalize(), phase_words, n=1))
+            else repr(w)
+            for w in bad
+        ]
         also = f" or squeue's {','.join(codes)}" if codes else ""
-        raise CliError(f"--phase: no {kind} phase {', '.join(hints)}; use {', '.join(phase_words)}{also}, comma-separated")
+        raise CliError(
+            f"--phase: no {kind} phase {', '.join(hints)}; use {', '.join(phase_words)}{also}, comma-separated"
+        )
     return phases
 
 
@@ -245,8 +274,14 @@ def _get_jobs(home: Home, args, selector) -> int:
             print(f"job/{name}")
     elif out in ("yaml", "json"):
         # a few jobs by name: their files; else the journal, read once for them all
-        _print_documents(home, [name for name, _ in chosen], len(args.names) == 1, out,
-                         few=0 < len(chosen) <= 8 and bool(args.names), users={n: owner(r.get("manifest")) for n, r in chosen})
+        _print_documents(
+            home,
+            [name for name, _ in chosen],
+            len(args.names) == 1,
+            out,
+            few=0 < len(chosen) <= 8 and bool(args.names),
+            users={n: owner(r.get("manifest")) for n, r in chosen},
+        )
     else:
         if not chosen and not missing:
             print("No jobs found.", file=sys.stderr)
@@ -255,9 +290,16 @@ def _get_jobs(home: Home, args, selector) -> int:
             _print_table(_tree_table(chosen, sweeps, wide=out == "wide", user_of=owner, params=sweep_params(home)))
         else:
             wide = out == "wide"
-            _print_table(_job_table(chosen, wide=wide, owner=owner, params=sweep_params(home) if wide else None,
-                                    starts=expected_starts(home, rows, time.time()) if wide else None,
-                                    live=_live_util(home, chosen) if wide else None))
+            _print_table(
+                _job_table(
+                    chosen,
+                    wide=wide,
+                    owner=owner,
+                    params=sweep_params(home) if wide else None,
+                    starts=expected_starts(home, rows, time.time()) if wide else None,
+                    live=_live_util(home, chosen) if wide else None,
+                )
+            )
         if hidden:
             print(f"({hidden} jobs that ended more than a day ago not shown; -A lists them)", file=sys.stderr)
     warn_if_not_running(home)  # a stopped gflowd leaves Running rows that no longer run
@@ -266,11 +308,13 @@ def _get_jobs(home: Home, args, selector) -> int:
     return 1 if missing else 0
 
 
-def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: bool, user_of, params=None) -> list[list[str]]:
+def _tree_table(
+    chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: bool, user_of, params=None
+) -> list[list[str]]:
     """``get jobs --tree`` (gqueue -t): each job under the first parent it waits for, a Sweep's
     children under the Sweep; a job after several parents names the others ("also after b")."""
     rows = dict(chosen)
-    nodes: dict[tuple[str, str], dict] = {("job", n): r for n, r in chosen if not (r.get("owner") in sweeps)}
+    nodes: dict[tuple[str, str], dict] = {("job", n): r for n, r in chosen if r.get("owner") not in sweeps}
     for _, row in chosen:
         owner = row.get("owner")
         if owner in sweeps:
@@ -298,7 +342,10 @@ def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: b
     for key, parent in parent_of.items():
         children.setdefault(parent, []).append(key)
     roots = [key for key in nodes if key not in parent_of]
-    created = {**{("job", n): r.get("created") or 0 for n, r in chosen}, **{("sweep", n): s.get("created") or 0 for n, s in sweeps.items()}}
+    created = {
+        **{("job", n): r.get("created") or 0 for n, r in chosen},
+        **{("sweep", n): s.get("created") or 0 for n, s in sweeps.items()},
+    }
 
     def order(keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return sorted(keys, key=lambda k: (created.get(k, 0), k[1]))
@@ -329,10 +376,19 @@ def _tree_table(chosen: list[tuple[str, dict]], sweeps: dict[str, dict], wide: b
 def _sweep_line(name: str, row: dict, wide: bool, owner) -> list[str]:
     counts = row.get("counts") or {}
     told = ", ".join(f"{n} {phase}" for phase, n in sorted(counts.items()) if n)
-    line = [f"sweep/{name}", owner(row.get("manifest")), str(row.get("phase", "")), "-", "-", "-",
-            format_age(time.time() - float(row.get("created") or time.time())),
-            f"{row.get('children', 0)} children" + (f": {told}" if told else "")]
-    return line + (["-", "-", "-", "-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else [])
+    line = [
+        f"sweep/{name}",
+        owner(row.get("manifest")),
+        str(row.get("phase", "")),
+        "-",
+        "-",
+        "-",
+        format_age(time.time() - float(row.get("created") or time.time())),
+        f"{row.get('children', 0)} children" + (f": {told}" if told else ""),
+    ]
+    return line + (
+        ["-", "-", "-", "-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else []
+    )
 
 
 def _start_cell(start, now: float) -> str:
@@ -360,7 +416,9 @@ def _live_util(home: Home, chosen: list[tuple[str, dict]]) -> dict[str, float]:
     return live
 
 
-def _job_table(chosen: list[tuple[str, dict]], wide: bool, owner, params=None, starts=None, live=None) -> list[list[str]]:
+def _job_table(
+    chosen: list[tuple[str, dict]], wide: bool, owner, params=None, starts=None, live=None
+) -> list[list[str]]:
     """``owner``: a job's manifest -> the user it runs as (``manifest_owners``); for -o wide,
     ``params``: a sweep child's values (``sweep_params``), ``starts``: expected starts, ``live``:
     running jobs' latest GPU utilization."""
@@ -406,7 +464,9 @@ def _format_table(table: list[list[str]]) -> list[str]:
     """Aligned rows; every cell escaped for the terminal (file names, messages, GPU names)."""
     table = [row if "".join(row).isprintable() else [printable(cell) for cell in row] for row in table]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    return ["   ".join([cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]).rstrip() for row in table]
+    return [
+        "   ".join([cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]).rstrip() for row in table
+    ]
 
 
 def _print_table(table: list[list[str]]) -> None:
@@ -418,9 +478,15 @@ def _watch_jobs(home: Home, args, selector) -> int:
     then a row each time a job's phase or reason changes (kubectl -w)."""
     if is_tty():
         owner = manifest_owners(home)
-        return _redraw(home.index_file, lambda: _job_table(
-            choose_jobs(home, job_rows(home), args, selector, owner)[0], wide=args.output == "wide", owner=owner,
-            params=sweep_params(home)))
+        return _redraw(
+            home.index_file,
+            lambda: _job_table(
+                choose_jobs(home, job_rows(home), args, selector, owner)[0],
+                wide=args.output == "wide",
+                owner=owner,
+                params=sweep_params(home),
+            ),
+        )
     owner = manifest_owners(home)
     seen: dict[str, tuple] = {}
     first = True
@@ -435,10 +501,18 @@ def _watch_jobs(home: Home, args, selector) -> int:
                 mtime = current
                 rows = job_rows(home)
                 chosen, _ = choose_jobs(home, rows, args, selector, owner)
-                changed = [(n, r) for n, r in chosen if seen.get(n) != (r.get("phase"), r.get("reason"), r.get("devices"))]
+                changed = [
+                    (n, r) for n, r in chosen if seen.get(n) != (r.get("phase"), r.get("reason"), r.get("devices"))
+                ]
                 if first or changed:
-                    lines = _format_table(_job_table(chosen if first else changed, wide=args.output == "wide", owner=owner,
-                                                     params=sweep_params(home)))
+                    lines = _format_table(
+                        _job_table(
+                            chosen if first else changed,
+                            wide=args.output == "wide",
+                            owner=owner,
+                            params=sweep_params(home),
+                        )
+                    )
                     sys.stdout.write("\n".join(lines if first else lines[1:]) + "\n")
                     sys.stdout.flush()
                 for n, r in chosen:
@@ -485,29 +559,34 @@ def _gpu_table(gpus: list[dict], reserved: dict[int, str] | None = None, user_of
     for gpu in gpus:
         util = gpu.get("utilization")
         jobs = gpu.get("jobs") or []
-        table.append([
-            str(gpu.get("index")),
-            str(gpu.get("name")),
-            f"{gpu.get('memoryUsed', '0')}/{gpu.get('memory', '?')}",
-            "-" if util is None else f"{util}%",
-            str(gpu.get("state")),
-            ",".join(jobs) or "-",
-            ",".join(dict.fromkeys(user_of(job) for job in jobs)) if jobs and user_of else "-",
-        ] + ([reserved.get(gpu.get("index", -1), "-")] if reserved else []))
+        table.append(
+            [
+                str(gpu.get("index")),
+                str(gpu.get("name")),
+                f"{gpu.get('memoryUsed', '0')}/{gpu.get('memory', '?')}",
+                "-" if util is None else f"{util}%",
+                str(gpu.get("state")),
+                ",".join(jobs) or "-",
+                ",".join(dict.fromkeys(user_of(job) for job in jobs)) if jobs and user_of else "-",
+            ]
+            + ([reserved.get(gpu.get("index", -1), "-")] if reserved else [])
+        )
     return table
 
 
 def _reserved(home: Home) -> dict[int, str]:
     """GPU index -> the reservations that hold it, ``alice 14:00-16:00 (r1)``, from the index."""
     rows = (read_index(home) or {}).get("reservations") or {}
-    live = {n: r for n, r in rows.items() if r.get("phase") in ("Pending", "Active") and r.get("start") and r.get("end")}
+    live = {
+        n: r for n, r in rows.items() if r.get("phase") in ("Pending", "Active") and r.get("start") and r.get("end")
+    }
     if not live:
         return {}
-    from datetime import datetime, timezone  # lazy: only when a reservation is there to show
+    from datetime import datetime  # lazy: only when a reservation is there to show
 
     from controller.decide.reservations import window_text  # lazy: as above
 
-    now, zone = time.time(), datetime.now().astimezone().tzinfo or timezone.utc
+    now, zone = time.time(), datetime.now().astimezone().tzinfo or UTC
     out: dict[int, list[str]] = {}
     for name, row in sorted(live.items(), key=lambda item: item[1]["start"]):
         text = f"{','.join(row.get('users') or [])} {window_text(row['start'], row['end'], zone, now)} ({name})"
@@ -522,7 +601,10 @@ def _watch_gpus(home: Home, args) -> int:
     if args.output is not None:
         raise CliError("get gpus -w prints a table; drop -o")
     if is_tty():
-        return _redraw(home.node_file, lambda: _gpu_table((read_node(home) or {}).get("gpus") or [], _reserved(home), _job_users(home)))
+        return _redraw(
+            home.node_file,
+            lambda: _gpu_table((read_node(home) or {}).get("gpus") or [], _reserved(home), _job_users(home)),
+        )
     seen: dict[str, list[str]] = {}
     first = True
     mtime: object = ()
@@ -576,7 +658,10 @@ def _node_footer(node: dict) -> list[str]:
     if isinstance(cpus, dict):
         jobs = cpus.get("jobs") or {}
         held = "; ".join(f"{cores} {name}" for name, cores in jobs.items())
-        lines.append(f"CPU cores: {cpus.get('free')} free of {cpus.get('total')} ({cpus.get('cores')})" + (f"; bound: {held}" if held else ""))
+        lines.append(
+            f"CPU cores: {cpus.get('free')} free of {cpus.get('total')} ({cpus.get('cores')})"
+            + (f"; bound: {held}" if held else "")
+        )
     if node.get("limits"):
         lines.append(f"Limits: {node['limits']}")
     return lines

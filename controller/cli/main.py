@@ -118,7 +118,9 @@ def _logs(home, args) -> int:
     from controller.cli.common import parse_refs  # lazy: version and --help need it not
     from controller.cli.logs import logs  # lazy: gflowctl loads only the verb it runs
 
-    return logs(home, _one_job(parse_refs(args.name), "logs prints one job's output"), args.follow, args.tail, args.attempt)
+    return logs(
+        home, _one_job(parse_refs(args.name), "logs prints one job's output"), args.follow, args.tail, args.attempt
+    )
 
 
 def _names_args(p) -> None:
@@ -246,16 +248,24 @@ def _completion(home, args) -> int:
 def _export_args(p) -> None:
     p.add_argument("target", choices=["slurm", "k8s"])
     p.add_argument("name", nargs="?", help="a job or sweep: NAME or TYPE/NAME (else every document of -f)")
-    p.add_argument("-f", "--filename", action="append", default=[],
-                   help="file, folder or - for stdin, instead of a job the controller knows")
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        default=[],
+        help="file, folder or - for stdin, instead of a job the controller knows",
+    )
     p.add_argument("-R", "--recursive", action="store_true", help="walk folders recursively")
     p.add_argument("--image", help="k8s: the container image (default: config k8s.image)")
     p.add_argument("--queue", help="k8s: the Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
     p.add_argument("--namespace", help="k8s: metadata.namespace")
     p.add_argument("--partition", help="slurm: --partition")
     p.add_argument("--account", help="slurm: --account")
-    p.add_argument("--gpu-types", metavar="GPUTYPE=GRESTYPE,...",
-                   help="slurm: the cluster's GRES type for each gpuType (default: config slurm.gpuTypes)")
+    p.add_argument(
+        "--gpu-types",
+        metavar="GPUTYPE=GRESTYPE,...",
+        help="slurm: the cluster's GRES type for each gpuType (default: config slurm.gpuTypes)",
+    )
     p.add_argument("--output", help="slurm: --output (default %%x-%%j.log, arrays %%x-%%A_%%a.log)")
 
 
@@ -263,7 +273,9 @@ def _export(home, args) -> int:
     from controller.cli.common import parse_refs  # lazy: version and --help need it not
     from controller.cli.export import export  # lazy: gflowctl loads only the verb it runs
 
-    options = {k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "gpu_types", "output")}
+    options = {
+        k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "gpu_types", "output")
+    }
     name = parse_refs([args.name])[0][1] if args.name else None
     return export(home, args.target, name, args.filename, options, args.recursive)
 
@@ -271,11 +283,17 @@ def _export(home, args) -> int:
 def _simulate_args(p) -> None:
     p.add_argument("--trace", required=True, help="CSV: submit_s,gpus,duration_s,time_limit_s,priority,user")
     p.add_argument("--gpus", type=int, required=True, help="GPUs of the simulated machine")
-    p.add_argument("--policy", default="default", help="fifo|priority|firstfit|backfill|default, or several comma-separated")
+    p.add_argument(
+        "--policy", default="default", help="fifo|priority|firstfit|backfill|default, or several comma-separated"
+    )
     p.add_argument("--config", help="simulate the policy of this config.yaml (as policy 'config')")
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.add_argument("--plot", metavar="DIR", help="write a Gantt chart and a wait-time CDF (PNG) here; needs matplotlib")
-    p.add_argument("--cpus", type=int, help="CPU cores of the simulated machine, booked by the trace's cpus column (default: not booked)")
+    p.add_argument(
+        "--cpus",
+        type=int,
+        help="CPU cores of the simulated machine, booked by the trace's cpus column (default: not booked)",
+    )
     p.add_argument("--reservations", metavar="FILE", help="CSV: start_s,duration_s,devices,users (GPUs held for users)")
 
 
@@ -359,8 +377,13 @@ def build_parser(only: str | None = None):
         return group
 
     common = instance_options(argparse.SUPPRESS)
-    parser = _Parser(prog="gflowctl", description=DESCRIPTION, epilog=EPILOG,
-                     formatter_class=argparse.RawDescriptionHelpFormatter, parents=[instance_options(None)])
+    parser = _Parser(
+        prog="gflowctl",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[instance_options(None)],
+    )
     parser.add_argument("--version", action="version", version=f"gflowctl {controller.__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     for verb, (what, arguments, _) in VERBS.items():

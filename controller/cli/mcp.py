@@ -16,7 +16,8 @@ import dataclasses
 import functools
 import logging
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from controller.cli.common import CliError
 from controller.cli.events import read_events
@@ -55,6 +56,7 @@ def build_server(home: Home, read_only: bool = False) -> Any:
     """The MCP server with gflow's tools (only the reading ones when ``read_only``)."""
     server_class, tool_error = _sdk()
     from mcp.types import ToolAnnotations as annotations  # lazy: the SDK, as above
+
     client = Client(home.root, home.spec_dir)
     server = server_class("gflow", instructions=INSTRUCTIONS)
 
@@ -95,9 +97,12 @@ def _tools(client: Client) -> list[Callable[..., dict[str, Any]]]:
         """One job in detail: status, reason and message, conditions, and its most recent events."""
         job = client.get(name)
         kind = "sweep" if isinstance(job, Sweep) else "job"
-        recent = aggregate(read_events(client.home, f"{kind}/{job.name}"))[-max(events, 0):] if events else []
-        return {"kind": kind, **dataclasses.asdict(job), "events": [
-            {k: e.get(k) for k in ("type", "reason", "message", "count", "time")} for e in recent]}
+        recent = aggregate(read_events(client.home, f"{kind}/{job.name}"))[-max(events, 0) :] if events else []
+        return {
+            "kind": kind,
+            **dataclasses.asdict(job),
+            "events": [{k: e.get(k) for k in ("type", "reason", "message", "count", "time")} for e in recent],
+        }
 
     def get_logs(name: str, tail: int = 100) -> dict[str, Any]:
         """The last `tail` lines of a job's output (stdout and stderr)."""
@@ -118,23 +123,59 @@ def _tools(client: Client) -> list[Callable[..., dict[str, Any]]]:
         others) and what would let it start."""
         return client.explain_pending(name)
 
-    def preview_submit(command: list[str], workdir: str, gpus: int = 0, name: str | None = None,
-                       gpu_type: str | None = None, memory: str | None = None, time: str | None = None,
-                       priority: int | None = None, env: dict[str, str] | None = None,
-                       labels: dict[str, str] | None = None) -> dict[str, Any]:
+    def preview_submit(
+        command: list[str],
+        workdir: str,
+        gpus: int = 0,
+        name: str | None = None,
+        gpu_type: str | None = None,
+        memory: str | None = None,
+        time: str | None = None,
+        priority: int | None = None,
+        env: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         """What submit would write (the manifest YAML), the admission verdict (errors, or a warning
         that it can never start here) and whether it would start now. Writes nothing."""
-        return client.preview(command, workdir=workdir, gpus=gpus, name=name, gpu_type=gpu_type, memory=memory,
-                              time=time, priority=priority, env=env, labels=labels)
+        return client.preview(
+            command,
+            workdir=workdir,
+            gpus=gpus,
+            name=name,
+            gpu_type=gpu_type,
+            memory=memory,
+            time=time,
+            priority=priority,
+            env=env,
+            labels=labels,
+        )
 
-    def submit(command: list[str], workdir: str, gpus: int = 0, name: str | None = None,
-               gpu_type: str | None = None, memory: str | None = None, time: str | None = None,
-               priority: int | None = None, env: dict[str, str] | None = None,
-               labels: dict[str, str] | None = None) -> dict[str, Any]:
+    def submit(
+        command: list[str],
+        workdir: str,
+        gpus: int = 0,
+        name: str | None = None,
+        gpu_type: str | None = None,
+        memory: str | None = None,
+        time: str | None = None,
+        priority: int | None = None,
+        env: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         """Submit a job: `command` runs (no shell) in `workdir` with `gpus` whole GPUs; `time` is a
         limit like 2h; `memory` a host RAM limit like 16Gi. Returns the job's name."""
-        done = client.submit(command, workdir=workdir, gpus=gpus, name=name, gpu_type=gpu_type, memory=memory,
-                             time=time, priority=priority, env=env, labels=labels)
+        done = client.submit(
+            command,
+            workdir=workdir,
+            gpus=gpus,
+            name=name,
+            gpu_type=gpu_type,
+            memory=memory,
+            time=time,
+            priority=priority,
+            env=env,
+            labels=labels,
+        )
         return dataclasses.asdict(done)
 
     def cancel(name: str) -> dict[str, Any]:
@@ -153,8 +194,19 @@ def _tools(client: Client) -> list[Callable[..., dict[str, Any]]]:
         """Set a job's priority (higher runs first); it takes effect while it waits or runs."""
         return {"result": client.set_priority(name, priority)}
 
-    return [list_jobs, get_job, get_logs, get_gpus, explain_pending, preview_submit,
-            submit, cancel, suspend, resume, set_priority]
+    return [
+        list_jobs,
+        get_job,
+        get_logs,
+        get_gpus,
+        explain_pending,
+        preview_submit,
+        submit,
+        cancel,
+        suspend,
+        resume,
+        set_priority,
+    ]
 
 
 def serve(home: Home, read_only: bool) -> int:

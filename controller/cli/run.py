@@ -20,7 +20,15 @@ from controller.api.export import without_environment
 from controller.api.submit import FLAGS, SubmitError, parse_flags, render
 from controller.cli.common import CliError, print_error, printable, resolve_home
 from controller.client.read.state import is_running, read_status
-from controller.client.write.submit import build_submission, check_names, check_program, check_submission, read_script, remember, store_submission
+from controller.client.write.submit import (
+    build_submission,
+    check_names,
+    check_program,
+    check_submission,
+    read_script,
+    remember,
+    store_submission,
+)
 from controller.paths import Home
 
 USAGE = """usage: gflowctl run [flags] -- CMD [ARGS...]
@@ -65,8 +73,12 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
         raise CliError("nothing to run: gflowctl run [flags] -- CMD [ARGS...] or gflowctl run SCRIPT")
     script = None if after_dashes else read_script(Path(rest[0]))
     submission = build_submission(
-        home, options, command=rest if after_dashes else None, script=script,
-        script_args=rest[1:] if script is not None else None, cwd=os.getcwd(),
+        home,
+        options,
+        command=rest if after_dashes else None,
+        script=script,
+        script_args=rest[1:] if script is not None else None,
+        cwd=os.getcwd(),
     )
     for warning in script.warnings if script is not None else []:
         sys.stderr.write(f"warning: {warning}\n")
@@ -76,13 +88,26 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
     text = render(submission.manifest)
     if cli.get("dry_run") and cli.get("output") == "yaml":
         text = render(without_environment(submission.manifest))
-    return _submit(home, submission.kind, submission.name, text, cli,
-                   source=str(script.path) if script is not None else None, environment=submission.environment)
+    return _submit(
+        home,
+        submission.kind,
+        submission.name,
+        text,
+        cli,
+        source=str(script.path) if script is not None else None,
+        environment=submission.environment,
+    )
 
 
-
-def _submit(home: Home, kind: str, name: str, text: str, cli: dict, source: str | None = None,
-            environment: dict[str, str] | None = None) -> int:
+def _submit(
+    home: Home,
+    kind: str,
+    name: str,
+    text: str,
+    cli: dict,
+    source: str | None = None,
+    environment: dict[str, str] | None = None,
+) -> int:
     doc, errors = check_submission(home, text)
     if doc is None:
         for error in errors:
@@ -113,7 +138,9 @@ def _submit(home: Home, kind: str, name: str, text: str, cli: dict, source: str 
     if not (cli.get("wait") or cli.get("follow")):
         return 0
     if kind != "job":
-        raise CliError(f"--wait and --follow take one job; see the sweep's children with gflowctl get jobs -l gflow.dev/sweep={name}")
+        raise CliError(
+            f"--wait and --follow take one job; see the sweep's children with gflowctl get jobs -l gflow.dev/sweep={name}"
+        )
     if cli.get("follow"):
         from controller.cli.logs import logs  # lazy: only --follow streams a log
 
@@ -129,7 +156,10 @@ def _exit_code(home: Home, name: str) -> int:
         if phase in TERMINAL:
             code = status.get("exitCode")
             if phase != "Succeeded":
-                print_error(f"job/{name} {phase}: {status.get('reason')}" + (f": {status['message']}" if status.get("message") else ""))
+                print_error(
+                    f"job/{name} {phase}: {status.get('reason')}"
+                    + (f": {status['message']}" if status.get("message") else "")
+                )
             if isinstance(code, int) and 0 <= code < 256 and (code != 0 or phase == "Succeeded"):
                 return code
             return 0 if phase == "Succeeded" else 1
@@ -204,7 +234,10 @@ def _wait_for_session(home: Home, name: str):
             elif phase:
                 line.show(_waiting(name, status))
             else:
-                line.show(f"job/{name}: waiting for gflowd to take it in" + ("" if is_running(home) else " (no gflowd runs for this home)"))
+                line.show(
+                    f"job/{name}: waiting for gflowd to take it in"
+                    + ("" if is_running(home) else " (no gflowd runs for this home)")
+                )
             time.sleep(0.2)
     finally:
         line.clear()

@@ -29,7 +29,9 @@ def simulate(args: argparse.Namespace) -> int:
     names = [n.strip() for n in args.policy.split(",") if n.strip()]
     unknown = [n for n in names if n not in POLICIES]
     if unknown or not names:
-        raise CliError(f"--policy: unknown policy {', '.join(unknown) or repr(args.policy)}; choose from {', '.join(POLICIES)}")
+        raise CliError(
+            f"--policy: unknown policy {', '.join(unknown) or repr(args.policy)}; choose from {', '.join(POLICIES)}"
+        )
     policies = {name: named_policy(name) for name in names}
     if args.config:
         policies = {"config": _config_policy(Path(args.config))}
@@ -37,7 +39,9 @@ def simulate(args: argparse.Namespace) -> int:
         try:
             import matplotlib  # noqa: F401  # lazy: the plot extra, only for --plot
         except ImportError:
-            raise CliError("--plot needs matplotlib: pip install 'gflow-controller[plot]' (or pip install matplotlib)") from None
+            raise CliError(
+                "--plot needs matplotlib: pip install 'gflow-controller[plot]' (or pip install matplotlib)"
+            ) from None
     try:
         trace = read_trace(Path(args.trace))
         reservations = read_reservations(Path(args.reservations)) if args.reservations else []
@@ -86,15 +90,26 @@ def _hours(seconds: float) -> str:
 
 
 def _print_table(results: dict) -> None:
-    rows = [["POLICY", "JOBS", "UTIL", "MEAN WAIT", "P95 WAIT", "MAX WAIT", "MAX WAIT (LARGEST)", "MAKESPAN/LB", "SLOWDOWN"]]
+    rows = [
+        ["POLICY", "JOBS", "UTIL", "MEAN WAIT", "P95 WAIT", "MAX WAIT", "MAX WAIT (LARGEST)", "MAKESPAN/LB", "SLOWDOWN"]
+    ]
     for name, result in results.items():
         m = result.metrics
         largest = m["by_gpus"][max(m["by_gpus"], key=int)] if m["by_gpus"] else {"max_wait_s": 0.0}
         ratio = m["makespan_s"] / m["lower_bound_s"] if m["lower_bound_s"] else 1.0
-        rows.append([
-            name, str(m["jobs"]), f"{m['utilization']:.3f}", _hours(m["mean_wait_s"]), _hours(m["p95_wait_s"]),
-            _hours(m["max_wait_s"]), _hours(largest["max_wait_s"]), f"{ratio:.3f}", f"{m['mean_slowdown']:.1f}",
-        ])
+        rows.append(
+            [
+                name,
+                str(m["jobs"]),
+                f"{m['utilization']:.3f}",
+                _hours(m["mean_wait_s"]),
+                _hours(m["p95_wait_s"]),
+                _hours(m["max_wait_s"]),
+                _hours(largest["max_wait_s"]),
+                f"{ratio:.3f}",
+                f"{m['mean_slowdown']:.1f}",
+            ]
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("   ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

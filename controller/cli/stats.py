@@ -47,7 +47,9 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _from_index(rows: dict[str, dict], known: dict[tuple, list[float]], users, now: float) -> tuple[list[dict], dict[str, int]]:
+def _from_index(
+    rows: dict[str, dict], known: dict[tuple, list[float]], users, now: float
+) -> tuple[list[dict], dict[str, int]]:
     """Attempt records for running jobs (up to now) and finished jobs without a history line;
     plus the count of jobs in each live phase."""
     records, live = [], {"Running": 0, "Pending": 0}
@@ -65,23 +67,41 @@ def _from_index(rows: dict[str, dict], known: dict[tuple, list[float]], users, n
         ends = known.get((name, int(row.get("attempt") or 0)), ())
         if final and any(abs(float(end) - e) < 1.0 for e in ends):
             continue  # the history has this attempt already
-        records.append({
-            "job": name, "attempt": row.get("attempt") or 0, "phase": phase if final else "Running",
-            "final": final, "start": start, "end": end, "created": row.get("created"),
-            "wait": (start - row["created"]) if start and row.get("created") and (row.get("attempt") or 0) <= 1 else None,
-            "gpus": row.get("gpus") or 0, "labels": row.get("labels") or {},
-            "user": users(row.get("manifest")), "running": not final, "gpuUsed": row.get("gpuHoursUsed"),
-        })
+        records.append(
+            {
+                "job": name,
+                "attempt": row.get("attempt") or 0,
+                "phase": phase if final else "Running",
+                "final": final,
+                "start": start,
+                "end": end,
+                "created": row.get("created"),
+                "wait": (start - row["created"])
+                if start and row.get("created") and (row.get("attempt") or 0) <= 1
+                else None,
+                "gpus": row.get("gpus") or 0,
+                "labels": row.get("labels") or {},
+                "user": users(row.get("manifest")),
+                "running": not final,
+                "gpuUsed": row.get("gpuHoursUsed"),
+            }
+        )
     return records, live
 
 
-def compute(history: list[dict], rows: dict[str, dict], since: float, now: float, selector=(), users=lambda m: "?") -> dict[str, Any]:
+def compute(
+    history: list[dict], rows: dict[str, dict], since: float, now: float, selector=(), users=lambda m: "?"
+) -> dict[str, Any]:
     """The statistics of every attempt that ended (or runs) after ``since``."""
     known: dict[tuple, list[float]] = {}
     for r in history:
         known.setdefault((r.get("job"), int(r.get("attempt") or 0)), []).append(float(r.get("end") or 0))
     extra, live = _from_index(rows, known, users, now)
-    attempts = [r for r in history + extra if float(r.get("end") or 0) >= since and selector_matches(selector, r.get("labels") or {})]
+    attempts = [
+        r
+        for r in history + extra
+        if float(r.get("end") or 0) >= since and selector_matches(selector, r.get("labels") or {})
+    ]
     outcomes = {p: 0 for p in FINISHED}
     waits, runtimes = [], []
     total_hours = total_cpu = 0.0
@@ -114,8 +134,15 @@ def compute(history: list[dict], rows: dict[str, dict], since: float, now: float
         for table, key in groups:
             entry = table.setdefault(
                 key,
-                {"jobs": 0, "succeeded": 0, "failed": 0, "gpuHours": 0.0, "gpuHoursUsed": 0.0, "gpuHoursMeasured": 0.0,
-                 "cpuHours": 0.0},
+                {
+                    "jobs": 0,
+                    "succeeded": 0,
+                    "failed": 0,
+                    "gpuHours": 0.0,
+                    "gpuHoursUsed": 0.0,
+                    "gpuHoursMeasured": 0.0,
+                    "cpuHours": 0.0,
+                },
             )
             entry["gpuHours"] += hours
             entry["gpuHoursUsed"] += used
@@ -190,15 +217,21 @@ def stats(home: Home, since_text: str, selector_items: list[str], output: str | 
 def _gpu_used_line(r: dict[str, Any]) -> str:
     if not r["gpuHoursMeasured"]:
         return "used: not measured (no GPU usage samples)"
-    return (f"{r['gpuHoursUsed']:.2f} used ({100 * r['gpuHoursUsed'] / r['gpuHoursMeasured']:.0f}% of the "
-            f"{r['gpuHoursMeasured']:.2f} measured; utilization-weighted)")
+    return (
+        f"{r['gpuHoursUsed']:.2f} used ({100 * r['gpuHoursUsed'] / r['gpuHoursMeasured']:.0f}% of the "
+        f"{r['gpuHoursMeasured']:.2f} measured; utilization-weighted)"
+    )
 
 
 def _print_summary(r: dict[str, Any], since_text: str) -> None:
     def dur(value):
         return "-" if value is None else format_duration(value)
 
-    window = "all recorded history" if since_text == "all" else f"the last {since_text} (since {(rfc3339(r['since']) or '')[:16].replace('T', ' ')} UTC)"
+    window = (
+        "all recorded history"
+        if since_text == "all"
+        else f"the last {since_text} (since {(rfc3339(r['since']) or '')[:16].replace('T', ' ')} UTC)"
+    )
     o = r["outcomes"]
     rate = "-" if r["successRate"] is None else f"{100 * r['successRate']:.1f}%"
     lines = [
@@ -213,15 +246,26 @@ def _print_summary(r: dict[str, Any], since_text: str) -> None:
     ]
     if r["peakMemory"]["count"]:
         peak = r["peakMemory"]
-        lines.append(f"Peak memory:   mean {format_quantity(int(peak['mean']))}, max {format_quantity(int(peak['max']))}  "
-                     f"({peak['count']} attempts)")
+        lines.append(
+            f"Peak memory:   mean {format_quantity(int(peak['mean']))}, max {format_quantity(int(peak['max']))}  "
+            f"({peak['count']} attempts)"
+        )
     for title, table in (("USER", r["byUser"]), ("LABEL", r["byLabel"])):
         if not table:
             continue
         rows = [[title, "JOBS", "SUCCEEDED", "FAILED", "CPU-HOURS", "GPU-HOURS", "USED"]]
         for key, e in sorted(table.items(), key=lambda kv: (-kv[1]["gpuHours"], kv[0])):
-            rows.append([printable(key), str(e["jobs"]), str(e["succeeded"]), str(e["failed"]), f"{e.get('cpuHours', 0.0):.2f}",
-                         f"{e['gpuHours']:.2f}", _used_text(e["gpuHoursUsed"], e["gpuHoursMeasured"])])
+            rows.append(
+                [
+                    printable(key),
+                    str(e["jobs"]),
+                    str(e["succeeded"]),
+                    str(e["failed"]),
+                    f"{e.get('cpuHours', 0.0):.2f}",
+                    f"{e['gpuHours']:.2f}",
+                    _used_text(e["gpuHoursUsed"], e["gpuHoursMeasured"]),
+                ]
+            )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines.append("")
         lines.extend("   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)

@@ -41,7 +41,7 @@ def read_processes() -> dict[int, tuple[int, int, int]]:
                 text = handle.read().decode(errors="replace")
         except OSError:
             continue  # gone meanwhile
-        fields = text[text.rfind(")") + 2:].split()  # after "(comm)", which may hold spaces
+        fields = text[text.rfind(")") + 2 :].split()  # after "(comm)", which may hold spaces
         table[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[21]) * PAGE)
     return table
 
@@ -77,7 +77,8 @@ class TopView:
     def frame(self) -> list[str]:
         rows = (read_index(self.home) or {}).get("jobs") or {}
         running = sorted(
-            (name, row) for name, row in rows.items()
+            (name, row)
+            for name, row in rows.items()
             if row.get("phase") == "Running" and selector_matches(self.selector, row.get("labels") or {})
         )
         usage = read_usage(self.home)
@@ -91,14 +92,27 @@ class TopView:
             cpu = self._cpu_percent(name, mono, ticks) if pid else None
             start = row.get("startTime")
             limit = self._time_limit(name)
-            first = [name, self._owner(row.get("manifest")), "-", "-", "-", "-" if cpu is None else f"{cpu:.0f}%", format_quantity(rss) or "0" if pid else "-",
-                     format_duration(now - start) if start else "-", format_duration(limit) if limit else "-"]
+            first = [
+                name,
+                self._owner(row.get("manifest")),
+                "-",
+                "-",
+                "-",
+                "-" if cpu is None else f"{cpu:.0f}%",
+                format_quantity(rss) or "0" if pid else "-",
+                format_duration(now - start) if start else "-",
+                format_duration(limit) if limit else "-",
+            ]
             series = job_series(usage, name, row.get("attempt"))
             latest = series[-1][1] if series else []
             devices = row.get("devices") or []
             for position, device in enumerate(devices):
                 util, mib = latest[position] if position < len(latest) else (None, None)
-                cells = [str(device), "-" if util is None else f"{util}%", "-" if mib is None else format_quantity(mib * MIB) or "0"]
+                cells = [
+                    str(device),
+                    "-" if util is None else f"{util}%",
+                    "-" if mib is None else format_quantity(mib * MIB) or "0",
+                ]
                 table.append(first[:2] + cells + first[5:] if position == 0 else ["", "", *cells, "", "", "", ""])
             if not devices:
                 table.append(first)

@@ -14,18 +14,18 @@ import builtins
 import os
 import time as _time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from controller.client.errors import GflowError, NotFound
 from controller.client.read.objects import Gpu, Job, Submitted, Sweep
 from controller.client.read.state import (
     is_running,
     job_rows,
+    reached,
     read_node,
     read_status,
-    reached,
     select_rows,
 )
 from controller.paths import Home
@@ -150,8 +150,12 @@ class Client:
             command = shlex.split(command)
         read = read_script(Path(script)) if script is not None else None
         submission = build_submission(
-            self.home, options, command=list(command) if command is not None else None, script=read,
-            script_args=[str(a) for a in args], cwd=os.getcwd(),
+            self.home,
+            options,
+            command=list(command) if command is not None else None,
+            script=read,
+            script_args=[str(a) for a in args],
+            cwd=os.getcwd(),
         )
         for warning in read.warnings if read is not None else []:
             warnings.warn(warning, stacklevel=3)
@@ -209,7 +213,9 @@ class Client:
             return Sweep.from_status(document)
         return Job.from_status(document)
 
-    def list(self, phase: str | Sequence[str] | None = None, labels: str | Mapping[str, str] | None = None) -> list[Job]:
+    def list(
+        self, phase: str | Sequence[str] | None = None, labels: str | Mapping[str, str] | None = None
+    ) -> list[Job]:
         """Every job, by name; only those in ``phase`` (one or several) and matching ``labels``
         (``{"team": "vision"}`` or a selector like ``"team=vision,tier!=low"``)."""
         phases = [phase] if isinstance(phase, str) else list(phase or [])
@@ -220,8 +226,9 @@ class Client:
         """The GPUs gflowd last saw (``node.yaml``); empty before it wrote one."""
         return [Gpu.from_node(g) for g in (read_node(self.home) or {}).get("gpus") or []]
 
-    def logs(self, name: str, *, follow: bool = False, tail: int | None = None,
-             attempt: int | None = None) -> str | Iterator[str]:
+    def logs(
+        self, name: str, *, follow: bool = False, tail: int | None = None, attempt: int | None = None
+    ) -> str | Iterator[str]:
         """The job's output (``tail``: its last lines; ``attempt``: an earlier attempt's). With
         ``follow``, an iterator of text as it comes, across attempts, until the job ends."""
         from controller.client.read.logs import log_chunks  # lazy: only logs reads a log
@@ -231,8 +238,15 @@ class Client:
             return _decoded(chunks)
         return b"".join(chunks).decode("utf-8", errors="replace")
 
-    def wait(self, name: str, phase: str | None = "Succeeded", *, condition: str | None = None,
-             timeout: float = 60.0, interval: float = 0.1) -> Job:
+    def wait(
+        self,
+        name: str,
+        phase: str | None = "Succeeded",
+        *,
+        condition: str | None = None,
+        timeout: float = 60.0,
+        interval: float = 0.1,
+    ) -> Job:
         """Until the job reaches ``phase`` (or the True ``condition``); the job then. GflowError on
         timeout, or when it can no longer get there (waiting for Succeeded on a Failed job)."""
         what, value = ("condition", condition) if condition is not None else ("phase", phase or "Succeeded")
@@ -245,10 +259,14 @@ class Client:
             if met is not None:
                 return self.get(name)  # type: ignore[return-value]
             if never:
-                raise GflowError(f"{kind}/{bare} is {status['phase']} ({status.get('reason')}); it will not become {value}")
+                raise GflowError(
+                    f"{kind}/{bare} is {status['phase']} ({status.get('reason')}); it will not become {value}"
+                )
             if _time.monotonic() >= deadline:
                 state = f"{status['phase']} ({status.get('reason')})" if status.get("phase") else "not found"
-                raise GflowError(f"timed out after {timeout:g}s waiting for {kind}/{bare} {what}={value}; it is {state}")
+                raise GflowError(
+                    f"timed out after {timeout:g}s waiting for {kind}/{bare} {what}={value}; it is {state}"
+                )
             _time.sleep(interval)
 
     def is_running(self) -> bool:
@@ -282,10 +300,21 @@ class Client:
 
             command = shlex.split(command)
         try:
-            submission = build_submission(self.home, _options(options), command=list(command or []) or None, cwd=os.getcwd())
+            submission = build_submission(
+                self.home, _options(options), command=list(command or []) or None, cwd=os.getcwd()
+            )
         except GflowError as exc:  # the flags themselves: no manifest to show
-            return {"name": options.get("name"), "kind": None, "manifest": None, "valid": False, "errors": [str(exc)],
-                    "warning": None, "gflowdRunning": self.is_running(), "fitsNow": False, "why": "invalid"}
+            return {
+                "name": options.get("name"),
+                "kind": None,
+                "manifest": None,
+                "valid": False,
+                "errors": [str(exc)],
+                "warning": None,
+                "gflowdRunning": self.is_running(),
+                "fitsNow": False,
+                "why": "invalid",
+            }
         text = render(without_environment(submission.manifest))
         try:
             check_names(self.home, submission)
@@ -295,8 +324,12 @@ class Client:
         spec = submission.manifest["spec"].get("template", submission.manifest["spec"])
         resources = spec.get("resources") or {}
         out: dict[str, Any] = {
-            "name": submission.name, "kind": submission.kind, "manifest": text,
-            "valid": doc is not None, "errors": errors, "warning": doc.warning if doc is not None else None,
+            "name": submission.name,
+            "kind": submission.kind,
+            "manifest": text,
+            "valid": doc is not None,
+            "errors": errors,
+            "warning": doc.warning if doc is not None else None,
             "gflowdRunning": self.is_running(),
         }
         out.update(fits_now(int(resources.get("gpus", 0)), resources.get("gpuType"), self.gpus(), job_rows(self.home)))
@@ -304,8 +337,14 @@ class Client:
 
     # -- Python functions as jobs ----------------------------------------------------------------
 
-    def submit_function(self, fn: Callable[..., Any], *args: Any, gpus: int = 1,
-                        job_options: Mapping[str, Any] | None = None, **kwargs: Any) -> "Future":
+    def submit_function(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        gpus: int = 1,
+        job_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Future:
         """Run ``fn(*args, **kwargs)`` as a job, in this Python (``sys.executable``), environment and
         working directory; a Future of its result. ``job_options``: ``submit``'s keywords (``name``,
         ``time``, ``memory``, ``priority``...). Needs cloudpickle (``pip install
@@ -314,8 +353,9 @@ class Client:
 
         return submit_function(self, fn, args, kwargs, gpus=gpus, job_options=dict(job_options or {}))
 
-    def map(self, fn: Callable[[Any], Any], items: Iterable[Any], *, gpus: int = 1, parallelism: int = 4,
-            **job_options: Any) -> builtins.list[Future]:
+    def map(
+        self, fn: Callable[[Any], Any], items: Iterable[Any], *, gpus: int = 1, parallelism: int = 4, **job_options: Any
+    ) -> builtins.list[Future]:
         """``fn(item)`` for every item, as one Sweep (at most ``parallelism`` at once); the futures
         in the order of ``items``."""
         from controller.client.functions import map_function  # lazy: cloudpickle only here
@@ -355,8 +395,19 @@ def _options(given: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_ALLOWED = {"name", "gpus", "gpu_type", "gpu_memory", "memory", "time", "priority", "start_after", "conda_env", "retries",
-            "export"}
+_ALLOWED = {
+    "name",
+    "gpus",
+    "gpu_type",
+    "gpu_memory",
+    "memory",
+    "time",
+    "priority",
+    "start_after",
+    "conda_env",
+    "retries",
+    "export",
+}
 
 
 def _indices(indices: str | range | None) -> str:

@@ -26,7 +26,9 @@ from pathlib import Path
 from controller.client.terminal import NoSession
 from controller.paths import Home
 
-_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC  # O_PATH: a 0711 folder is passed through, never listed
+_DIR_FLAGS = (
+    os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+)  # O_PATH: a 0711 folder is passed through, never listed
 
 
 class NotSupervisor(Exception):
@@ -52,11 +54,15 @@ def _open_checked(name: str, display: str, dir_fd: int | None, owner: int | None
     info = os.fstat(fd)
     if owner is not None and info.st_uid != owner:
         os.close(fd)
-        raise NotSupervisor(f"{display} belongs to {_user(info.st_uid)}, not to gflowd's user {_user(owner)} "
-                            "(a supervisor from before gflow checked this, or a replaced folder): restart the job to reach it")
+        raise NotSupervisor(
+            f"{display} belongs to {_user(info.st_uid)}, not to gflowd's user {_user(owner)} "
+            "(a supervisor from before gflow checked this, or a replaced folder): restart the job to reach it"
+        )
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         os.close(fd)
-        raise NotSupervisor(f"{display} is writable by others (mode {stat.S_IMODE(info.st_mode):o}): not trusted with your terminal")
+        raise NotSupervisor(
+            f"{display} is writable by others (mode {stat.S_IMODE(info.st_mode):o}): not trusted with your terminal"
+        )
     return fd, info.st_uid
 
 
@@ -68,7 +74,9 @@ def _record_module():
     loaded = sys.modules.get("controller.act.runtime.record")
     if loaded is not None:
         return loaded
-    spec = importlib.util.spec_from_file_location("gflow_attempt_record", Path(__file__).parents[1] / "act" / "runtime" / "record.py")
+    spec = importlib.util.spec_from_file_location(
+        "gflow_attempt_record", Path(__file__).parents[1] / "act" / "runtime" / "record.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -125,14 +133,19 @@ def open_control(home: Home, uid: int, name: str) -> socket.socket:
             sock.connect(f"/proc/self/fd/{user_fd}/{socket_name}")
         except OSError as exc:
             raise NoSession(exc.strerror or str(exc), denied=exc.errno in (errno.EACCES, errno.EPERM)) from None
-        pid, peer_uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        pid, peer_uid, _ = struct.unpack(
+            "3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        )
         if peer_uid != gflowd:
-            raise NotSupervisor(f"job/{name}: its control socket is served by {_user(peer_uid)}'s process {pid}, "
-                                f"not by a supervisor of gflowd's user {_user(gflowd)}: nothing sent")
+            raise NotSupervisor(
+                f"job/{name}: its control socket is served by {_user(peer_uid)}'s process {pid}, "
+                f"not by a supervisor of gflowd's user {_user(gflowd)}: nothing sent"
+            )
         expected = supervisor_pids(home, name)
         if expected is not None and pid not in expected:
-            raise NotSupervisor(f"job/{name}: its control socket is served by process {pid}, not by the job's "
-                                "supervisor: nothing sent")
+            raise NotSupervisor(
+                f"job/{name}: its control socket is served by process {pid}, not by the job's supervisor: nothing sent"
+            )
     except BaseException:
         sock.close()
         raise

@@ -36,29 +36,37 @@ def explain_pending(job: Job, rows: dict[str, dict[str, Any]], gpus: list[Gpu]) 
     GPUs are free, and what would let it start."""
     out: dict[str, Any] = {"job": job.name, "phase": job.phase, "reason": job.reason, "message": job.message}
     if job.phase != "Pending":
-        out["explanation"] = f"job/{job.name} is not waiting: it is {job.phase}" + (f" ({job.reason})" if job.reason else "")
+        out["explanation"] = f"job/{job.name} is not waiting: it is {job.phase}" + (
+            f" ({job.reason})" if job.reason else ""
+        )
         return out
     available = free(gpus)
     holders = sorted({j for g in gpus if g.state in ("Allocated", "Shared") for j in g.jobs})
     ahead = waiting_ahead(rows, job.queue_position)
-    out.update({
-        "queuePosition": job.queue_position,
-        "jobsAhead": ahead,
-        "gpusRequested": job.gpus,
-        "gpusFree": len(available),
-        "freeDevices": [g.index for g in available],
-        "gpusTotal": len(gpus),
-        "gpusHeldBy": holders,
-    })
+    out.update(
+        {
+            "queuePosition": job.queue_position,
+            "jobsAhead": ahead,
+            "gpusRequested": job.gpus,
+            "gpusFree": len(available),
+            "freeDevices": [g.index for g in available],
+            "gpusTotal": len(gpus),
+            "gpusHeldBy": holders,
+        }
+    )
     if job.depends_on:
         out["dependsOn"] = {d: (rows.get(d) or {}).get("phase", "not found") for d in job.depends_on}
     facts = facts_of(job.reason)  # its row in model/reasons.py: what would let the job start
     hint = facts.hint if facts is not None else "see its message"
-    out["explanation"] = f"job/{job.name} waits: {job.reason or 'Pending'}" + (f" ({job.message})" if job.message else "") + f"; {hint}"
+    out["explanation"] = (
+        f"job/{job.name} waits: {job.reason or 'Pending'}" + (f" ({job.message})" if job.message else "") + f"; {hint}"
+    )
     return out
 
 
-def fits_now(gpus_needed: int, gpu_type: str | None, gpus: list[Gpu], rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def fits_now(
+    gpus_needed: int, gpu_type: str | None, gpus: list[Gpu], rows: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """Would a new request for ``gpus_needed`` GPUs start at once? Enough free matching GPUs and
     no job already waiting ahead of it (a new job queues behind them at equal priority)."""
     ever = usable(gpus, gpu_type)
@@ -70,7 +78,16 @@ def fits_now(gpus_needed: int, gpu_type: str | None, gpus: list[Gpu], rows: dict
     elif gpus_needed > len(now):
         fits, why = False, f"waits: needs {what}, {len(now)} free"
     elif ahead and gpus_needed > 0:
-        fits, why = False, f"{len(now)} matching GPUs are free, but {len(ahead)} job(s) wait ahead: {', '.join(ahead[:5])}"
+        fits, why = (
+            False,
+            f"{len(now)} matching GPUs are free, but {len(ahead)} job(s) wait ahead: {', '.join(ahead[:5])}",
+        )
     else:
         fits, why = True, f"starts now: needs {what}, {len(now)} free" if gpus_needed else "starts now: a CPU job"
-    return {"fitsNow": fits, "why": why, "gpusFree": len(now), "freeDevices": [g.index for g in now], "jobsWaiting": ahead}
+    return {
+        "fitsNow": fits,
+        "why": why,
+        "gpusFree": len(now),
+        "freeDevices": [g.index for g in now],
+        "jobsWaiting": ahead,
+    }

@@ -21,8 +21,9 @@ import shutil
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from controller.api.jobenv import GFLOW_VARIABLES, SHARED_DEFAULTS
 from controller.client.errors import GflowError, JobError
@@ -40,8 +41,10 @@ _INSTALL = "pip install 'gflow-controller[client]'"
 
 def _shared_fix(functions: Path) -> str:
     """How an admin makes ``functions/`` on a shared home: like the spec dir (docs/multi-user.md)."""
-    return (f"as root: install -d -m 1775 -g gflow {functions} (like the spec dir; -m 1777 without a group), "
-            "or restart gflowd as root, which creates it when missing")
+    return (
+        f"as root: install -d -m 1775 -g gflow {functions} (like the spec dir; -m 1777 without a group), "
+        "or restart gflowd as root, which creates it when missing"
+    )
 
 
 class RemoteError(Exception):
@@ -52,7 +55,7 @@ class RemoteError(Exception):
 class Future:
     """The result of one function job. ``job`` names it (``gflowctl get jobs`` shows it)."""
 
-    def __init__(self, client: "Client", job: str, folder: Path, suffix: str = "", sweep: str | None = None):
+    def __init__(self, client: Client, job: str, folder: Path, suffix: str = "", sweep: str | None = None):
         self.client = client
         self.job = job
         self.folder = folder
@@ -62,7 +65,7 @@ class Future:
     def __repr__(self) -> str:
         return f"<Future job/{self.job}>"
 
-    def status(self) -> "Job":
+    def status(self) -> Job:
         return self.client.get(self.job)  # type: ignore[return-value]
 
     def done(self) -> bool:
@@ -88,9 +91,12 @@ class Future:
         if outcome.get("ok"):
             try:
                 return self._load_result()
-            except Exception as exc:  # noqa: BLE001 - whatever unpickling raised, named with the job
-                raise JobError(f"job/{self.job}: its result cannot be unpickled here: {type(exc).__name__}: {exc}",
-                               self.job, "UnpicklableResult") from exc
+            except Exception as exc:
+                raise JobError(
+                    f"job/{self.job}: its result cannot be unpickled here: {type(exc).__name__}: {exc}",
+                    self.job,
+                    "UnpicklableResult",
+                ) from exc
         raise self._remote_exception(outcome)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
@@ -99,7 +105,7 @@ class Future:
             self.result(timeout)
         except TimeoutError:
             raise
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             return exc
         return None
 
@@ -108,12 +114,14 @@ class Future:
     def _wait(self, timeout: float | None, interval: float) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = ((read_status(self.client.home, self.job) or {}).get("status") or {})
+            status = (read_status(self.client.home, self.job) or {}).get("status") or {}
             if status.get("phase") in _OVER or status.get("phase") == "Rejected":
                 return status
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"job/{self.job} has not finished after {timeout:g}s; it is "
-                                   f"{status.get('phase', 'not yet seen by gflowd')} ({status.get('reason')})")
+                raise TimeoutError(
+                    f"job/{self.job} has not finished after {timeout:g}s; it is "
+                    f"{status.get('phase', 'not yet seen by gflowd')} ({status.get('reason')})"
+                )
             time.sleep(interval)
 
     def _outcome(self) -> dict[str, Any] | None:
@@ -133,7 +141,7 @@ class Future:
             return JobError(f"job/{self.job}: {outcome.get('message')}", self.job, "UnpicklableResult")
         try:
             exc = self._load_result()
-        except Exception:  # noqa: BLE001 - cannot be rebuilt here: its text travels instead
+        except Exception:
             exc = None
         if not isinstance(exc, BaseException):
             exc = RemoteError(f"job/{self.job} raised {outcome.get('type')}: {outcome.get('message')}")
@@ -145,7 +153,7 @@ class Future:
 _OVER = ("Succeeded", "Failed", "Cancelled")
 
 
-def _phase(client: "Client", job: str) -> str | None:
+def _phase(client: Client, job: str) -> str | None:
     return ((read_status(client.home, job) or {}).get("status") or {}).get("phase")
 
 
@@ -168,7 +176,7 @@ def _cloudpickle():
 def _dumps(cloudpickle, value: Any, what: str) -> bytes:
     try:
         return cloudpickle.dumps(value)
-    except Exception as exc:  # noqa: BLE001 - pickling raises many types; each is the user's to fix
+    except Exception as exc:
         raise GflowError(f"cannot pickle {what} for a job: {type(exc).__name__}: {exc}") from None
 
 
@@ -176,7 +184,7 @@ def _function_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _prepare(client: "Client", fn: Callable[..., Any], job_options: dict[str, Any]) -> tuple[str, Path, bytes]:
+def _prepare(client: Client, fn: Callable[..., Any], job_options: dict[str, Any]) -> tuple[str, Path, bytes]:
     """A free job name (the function's, plus a suffix), its folder, the pickled function."""
     from controller.api.submit import sanitize
     from controller.client.write.submit import exists, free_suffix  # lazy: loads the manifest builder
@@ -240,13 +248,15 @@ def _write_folder(folder: Path, files: dict[str, bytes], fn: Callable[..., Any])
     try:
         folder.mkdir(mode=0o700)
     except FileExistsError:
-        raise GflowError(f"{folder} already exists: a function job of that name ran before; choose another name") from None
+        raise GflowError(
+            f"{folder} already exists: a function job of that name ran before; choose another name"
+        ) from None
     except OSError as exc:
         raise GflowError(f"{folder}: cannot create the function's folder: {exc.strerror}") from None
     try:
         try:
             sources = source_files(fn)
-        except Exception:  # noqa: BLE001 - an odd callable: its traceback shows fewer lines, it still runs
+        except Exception:
             sources = {}
         context = {"env": dict(os.environ), "path": list(sys.path), "keep": KEEP, "sources": sources}
         atomic_write(folder / "context.json", json.dumps(context), mode=0o600, sync_dir=False)
@@ -264,8 +274,9 @@ def _own_folder(folder: Path) -> None:
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise GflowError(f"{folder.parent}: cannot create the functions folder: {exc.strerror}; "
-                         f"{_shared_fix(folder.parent)}") from None
+        raise GflowError(
+            f"{folder.parent}: cannot create the functions folder: {exc.strerror}; {_shared_fix(folder.parent)}"
+        ) from None
     try:
         folder.mkdir(mode=0o700)
     except FileExistsError:
@@ -276,21 +287,31 @@ def _own_folder(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise GflowError(f"{folder}: cannot use your functions folder: {exc.strerror}; "
-                         "an admin removes it and you try again") from None
+        raise GflowError(
+            f"{folder}: cannot use your functions folder: {exc.strerror}; an admin removes it and you try again"
+        ) from None
     try:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid():
-            raise GflowError(f"{folder}: your functions folder belongs to uid {st.st_uid}, not you; "
-                             "an admin removes it and you try again")
+            raise GflowError(
+                f"{folder}: your functions folder belongs to uid {st.st_uid}, not you; "
+                "an admin removes it and you try again"
+            )
         if st.st_mode & 0o077:
             os.fchmod(fd, 0o700)  # ours, made with a loose umask or by an older version: close it
     finally:
         os.close(fd)
 
 
-def submit_function(client: "Client", fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], *,
-                    gpus: int, job_options: dict[str, Any] | None = None) -> Future:
+def submit_function(
+    client: Client,
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    *,
+    gpus: int,
+    job_options: dict[str, Any] | None = None,
+) -> Future:
     options = dict(job_options or {})
     name, folder, payload = _prepare(client, fn, options)
     arguments = _dumps(_cloudpickle(), (args, kwargs), f"the arguments of {_function_name(fn)}")
@@ -303,8 +324,15 @@ def submit_function(client: "Client", fn: Callable[..., Any], args: tuple, kwarg
     return Future(client, name, folder)
 
 
-def map_function(client: "Client", fn: Callable[[Any], Any], items: list[Any], *, gpus: int, parallelism: int,
-                 job_options: dict[str, Any]) -> list[Future]:
+def map_function(
+    client: Client,
+    fn: Callable[[Any], Any],
+    items: list[Any],
+    *,
+    gpus: int,
+    parallelism: int,
+    job_options: dict[str, Any],
+) -> list[Future]:
     if not items:
         return []
     options = dict(job_options)
@@ -315,8 +343,14 @@ def map_function(client: "Client", fn: Callable[[Any], Any], items: list[Any], *
         files[f"args-{index}.pkl"] = _dumps(cloudpickle, ((item,), {}), f"item {index} ({type(item).__name__})")
     _write_folder(folder, files, fn)
     try:
-        client.sweep([sys.executable, RUNNER, str(folder), "--sweep"], indices=range(len(items)),
-                     parallelism=parallelism, name=name, gpus=gpus, **options)
+        client.sweep(
+            [sys.executable, RUNNER, str(folder), "--sweep"],
+            indices=range(len(items)),
+            parallelism=parallelism,
+            name=name,
+            gpus=gpus,
+            **options,
+        )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise

@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
@@ -67,7 +68,13 @@ def check_documents(
         if data is None:
             continue
         result = validate_any(
-            data, source=origin, path=origin, stem=stem, single=len(parts) == 1, doc_index=0, text=part,
+            data,
+            source=origin,
+            path=origin,
+            stem=stem,
+            single=len(parts) == 1,
+            doc_index=0,
+            text=part,
             owner_uid=-1 if owner_uid is None else owner_uid,
         )[0]
         if isinstance(result, AdmittedJob) and environment is not None:
@@ -105,7 +112,10 @@ def _placed(doc: dict[str, Any], data: Any, text: str, folder: str | None) -> di
 
 
 def ask(
-    directory: Path, inputs: list[tuple[str, str]], timeout: float = ANSWER_TIMEOUT, folders: list[str | None] | None = None,
+    directory: Path,
+    inputs: list[tuple[str, str]],
+    timeout: float = ANSWER_TIMEOUT,
+    folders: list[str | None] | None = None,
 ) -> list[dict[str, Any]] | None:
     """The running gflowd's verdict on each input, or None (no answer: check locally). ``folders``:
     where each input was applied from, to place its ``workingDir`` (see :func:`check_documents`)."""
@@ -156,8 +166,9 @@ def ask(
         return inputs_answered if len(inputs_answered) == len(inputs) else None
 
 
-def ask_socket(path: Path, inputs: list[tuple[str, str]], timeout: float = ANSWER_TIMEOUT,
-               folders: list[str | None] | None = None) -> list[dict[str, Any]] | None:
+def ask_socket(
+    path: Path, inputs: list[tuple[str, str]], timeout: float = ANSWER_TIMEOUT, folders: list[str | None] | None = None
+) -> list[dict[str, Any]] | None:
     """The running gflowd's verdict over its review socket (any user: ``daemon/review.py``),
     or None (no socket, no answer in ``timeout``: the file protocol or a local check follows)."""
     import socket  # lazy: ~1 ms, only when a gflowd runs

@@ -78,27 +78,34 @@ def main(argv: list[str]) -> int:
         with open(os.path.join(folder, f"args{suffix}.pkl"), "rb") as handle:
             args, kwargs = cloudpickle.load(handle)
         value = fn(*args, **kwargs)
-    except BaseException as exc:  # noqa: BLE001 - whatever the call raised goes back to the caller
+    except BaseException as exc:
         try:
             text = format_traceback(exc, sources)
-        except Exception:  # noqa: BLE001 - the lines are a nicety; the exception must still travel
+        except Exception:
             text = "".join(traceback.format_exception(exc))
         sys.stderr.write(text)
-        outcome = {"ok": False, "type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
-                   "traceback": text}
+        outcome = {
+            "ok": False,
+            "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "message": str(exc),
+            "traceback": text,
+        }
         try:
             payload = cloudpickle.dumps(exc)
-        except Exception:  # noqa: BLE001 - an exception that cannot travel: its text still does
+        except Exception:
             payload = cloudpickle.dumps(None)
     else:
         try:
             payload = cloudpickle.dumps(value)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             text = traceback.format_exc()
             sys.stderr.write(text)
-            outcome = {"ok": False, "type": "UnpicklableResult",
-                       "message": f"the result ({type(value).__qualname__}) cannot be pickled: {type(exc).__name__}: {exc}",
-                       "traceback": text}
+            outcome = {
+                "ok": False,
+                "type": "UnpicklableResult",
+                "message": f"the result ({type(value).__qualname__}) cannot be pickled: {type(exc).__name__}: {exc}",
+                "traceback": text,
+            }
             payload = cloudpickle.dumps(None)
     _write(os.path.join(folder, f"result{suffix}.pkl"), payload)
     _write(os.path.join(folder, f"outcome{suffix}.json"), json.dumps(outcome).encode())

@@ -77,7 +77,7 @@ def connect(path: Path) -> socket.socket:
 def _write_all(fd: int, data: bytes) -> None:
     while data:
         try:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
         except BlockingIOError:
             select.select([], [fd], [])
 
@@ -208,7 +208,11 @@ def _relay_exec(sock: socket.socket, stdin: int, stdout: int, stderr: int, wake_
     frames = _Frames()
     reading_stdin, in_flight = True, 0
     while True:
-        watched: list[socket.socket | int] = [sock, wake_r, *([stdin] if reading_stdin and in_flight < EXEC_WINDOW else [])]
+        watched: list[socket.socket | int] = [
+            sock,
+            wake_r,
+            *([stdin] if reading_stdin and in_flight < EXEC_WINDOW else []),
+        ]
         try:
             ready, _, _ = select.select(watched, [], [])
         except InterruptedError:

@@ -15,8 +15,9 @@ import os
 import selectors
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from controller.act.apply import Acted, act
 from controller.act.prune import prune_manifests
@@ -46,8 +47,13 @@ MIN_STARTS, MAX_STARTS = 32, 4096  # ...within these bounds
 
 class Controller:
     def __init__(
-        self, home: Home, config: Any, inventory: Inventory, runtime: Any = None,
-        clock: Callable[[], float] = time.time, sinks: Any = None,
+        self,
+        home: Home,
+        config: Any,
+        inventory: Inventory,
+        runtime: Any = None,
+        clock: Callable[[], float] = time.time,
+        sinks: Any = None,
     ) -> None:
         self.home = home
         self.config = config
@@ -228,8 +234,11 @@ class Controller:
             timeout = min(timeout, kill_due - self.clock())
         with self._lock:
             if self._first_dirty is not None:
-                timeout = min(timeout, max(self._last_dirty + self.config.debounce, mono) - mono,
-                              self._first_dirty + MAX_DEBOUNCE - mono)
+                timeout = min(
+                    timeout,
+                    max(self._last_dirty + self.config.debounce, mono) - mono,
+                    self._first_dirty + MAX_DEBOUNCE - mono,
+                )
         if self.runtime.needs_polling():
             timeout = min(timeout, 0.5)  # no pidfd support: poll for exits
         if self._disk_trouble():
@@ -295,8 +304,15 @@ class Controller:
             self.passes += 1
             return now + delay if plan.wake_at is None else min(plan.wake_at, now + delay)
         if self.sinks is not None:  # cheap, never raises: see controller/sinks/hooks.py
-            self.sinks.after_pass(previous_states, plan, snapshot.runs, plan.admission, now, time.perf_counter() - began,
-                                  snapshot.gpu_usage)
+            self.sinks.after_pass(
+                previous_states,
+                plan,
+                snapshot.runs,
+                plan.admission,
+                now,
+                time.perf_counter() - began,
+                snapshot.gpu_usage,
+            )
         self.passes += 1
         if self.passes == 1:
             gc.freeze()
@@ -339,16 +355,26 @@ class Controller:
             log.warning("admission review disabled: cannot use %s: %s", self.home.review_dir, exc)
             review_dir = None
         host = self.observer.host
-        serve(self.home.review_socket, lambda uid, request: judge_as(
-            uid, request, controller_uid=host.controller_uid, conda_available=host.conda_available(),
-            never_fits=self._never_fits))
+        serve(
+            self.home.review_socket,
+            lambda uid, request: judge_as(
+                uid,
+                request,
+                controller_uid=host.controller_uid,
+                conda_available=host.conda_available(),
+                never_fits=self._never_fits,
+            ),
+        )
         return start_watching(
-            self.home.spec_dir, self.mark_dirty,
+            self.home.spec_dir,
+            self.mark_dirty,
             fake_gpus=Path(self.config.fake_gpus).absolute() if self.config.fake_gpus else None,
             on_gpus=self.mark_gpus_dirty,
             review_dir=review_dir,
             on_review=lambda path: answer_request(
-                path, controller_uid=host.controller_uid, conda_available=host.conda_available(),
+                path,
+                controller_uid=host.controller_uid,
+                conda_available=host.conda_available(),
                 never_fits=self._never_fits,
             ),
         )

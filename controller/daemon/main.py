@@ -150,8 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         return service_main(argv)
     args = build_parser().parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JournalFormatter() if on_journal(sys.stderr) else
-                         logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+    handler.setFormatter(
+        JournalFormatter()
+        if on_journal(sys.stderr)
+        else logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S")
+    )
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), handlers=[handler])
     home = Home.resolve(args.home, None)
     try:
@@ -208,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     tighten_home(home)  # before anything reads them: what an older gflowd left open, closed
     note_spec_dir(home)
     # NVML calls are bounded in time (a hung driver must not stall the loop); the fake file needs no guard
-    inventory = FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else GuardedInventory(NvmlInventory)
+    inventory = (
+        FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else GuardedInventory(NvmlInventory)
+    )
     try:
         sinks = start_sinks(home, config)
     except SinkError as exc:

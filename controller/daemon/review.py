@@ -21,8 +21,9 @@ import os
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from controller.act.runtime.control_socket import unix_address
 from controller.client.review import ANSWER_SUFFIX, MAX_REQUEST_BYTES, REQUEST_SUFFIX, check_documents
@@ -62,8 +63,9 @@ def serve(path: Path, judge: Callable[[int, dict[str, Any]], dict[str, Any]]) ->
     return listener
 
 
-def _answer(conn: socket.socket, judge: Callable[[int, dict[str, Any]], dict[str, Any]],
-            slots: threading.BoundedSemaphore) -> None:
+def _answer(
+    conn: socket.socket, judge: Callable[[int, dict[str, Any]], dict[str, Any]], slots: threading.BoundedSemaphore
+) -> None:
     try:
         with conn:
             conn.settimeout(DEADLINE)
@@ -87,22 +89,38 @@ def _answer(conn: socket.socket, judge: Callable[[int, dict[str, Any]], dict[str
         slots.release()
 
 
-def judge_as(uid: int, request: dict[str, Any], *, controller_uid: int, conda_available: bool,
-             never_fits: Callable[..., str | None] | None) -> dict[str, Any]:
+def judge_as(
+    uid: int,
+    request: dict[str, Any],
+    *,
+    controller_uid: int,
+    conda_available: bool,
+    never_fits: Callable[..., str | None] | None,
+) -> dict[str, Any]:
     """``check_documents`` for each input, as manifests owned by the caller ``uid``."""
-    return {"inputs": [
-        check_documents(str(item["origin"]), str(item["text"]), owner_uid=uid,
-                        environment=lambda job: check_environment(job, controller_uid, conda_available),
-                        never_fits=never_fits, folder=None if item.get("folder") is None else str(item["folder"]))
-        for item in request["inputs"]
-    ]}
+    return {
+        "inputs": [
+            check_documents(
+                str(item["origin"]),
+                str(item["text"]),
+                owner_uid=uid,
+                environment=lambda job: check_environment(job, controller_uid, conda_available),
+                never_fits=never_fits,
+                folder=None if item.get("folder") is None else str(item["folder"]),
+            )
+            for item in request["inputs"]
+        ]
+    }
 
 
 # -- the file protocol ----------------------------------------------------------------------------------
 
 
 def answer_request(
-    path: Path, *, controller_uid: int, conda_available: bool,
+    path: Path,
+    *,
+    controller_uid: int,
+    conda_available: bool,
     never_fits: Callable[..., str | None] | None = None,
 ) -> None:
     """Answer one request file (gflowd, from its watcher thread), then remove the request."""
@@ -118,9 +136,12 @@ def answer_request(
             result = {
                 "inputs": [
                     check_documents(
-                        str(item["origin"]), str(item["text"]),
-                        owner_uid=st.st_uid, environment=lambda job: check_environment(job, controller_uid, conda_available),
-                        never_fits=never_fits, folder=None if item.get("folder") is None else str(item["folder"]),
+                        str(item["origin"]),
+                        str(item["text"]),
+                        owner_uid=st.st_uid,
+                        environment=lambda job: check_environment(job, controller_uid, conda_available),
+                        never_fits=never_fits,
+                        folder=None if item.get("folder") is None else str(item["folder"]),
                     )
                     for item in request["inputs"]
                 ]

@@ -160,7 +160,9 @@ def _logs_of(home: Home, pid: int | None) -> str:
     except (OSError, ValueError):
         pass
     log_file = log_path(home)
-    return str(log_file) if log_file.exists() else f"on the stderr of pid {pid} (not started by gflowd up: no {log_file})"
+    return (
+        str(log_file) if log_file.exists() else f"on the stderr of pid {pid} (not started by gflowd up: no {log_file})"
+    )
 
 
 def status(home: Home) -> int:

@@ -9,7 +9,8 @@ system; the snapshot hands in the validated documents.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from controller.api.names import is_valid_name
 from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedReservation, AdmittedSweep, Rejection
@@ -28,7 +29,9 @@ def admit_observed(snap: Snapshot) -> AdmissionResult:
         and previous is not None
         and (previous.controller_uid, previous.conda_available) == (host.controller_uid, host.conda_available)
     ):
-        patched = admit_changes(previous, manifests.gone, manifests.came, controller_uid=uid, conda_available=conda, serial=serial)
+        patched = admit_changes(
+            previous, manifests.gone, manifests.came, controller_uid=uid, conda_available=conda, serial=serial
+        )
         if patched is not None:
             return patched
     # a resync, or a change that needs every document (duplicates, sweeps, cycles)
@@ -74,7 +77,9 @@ def admit(
     return result
 
 
-def _contest(result: AdmissionResult, by_name: dict[str, list[Any]], current_sources: Mapping[str, str]) -> list[tuple[Any, Any]]:
+def _contest(
+    result: AdmissionResult, by_name: dict[str, list[Any]], current_sources: Mapping[str, str]
+) -> list[tuple[Any, Any]]:
     """Each name to its first document (see :func:`admit`); the (loser, winner) pairs."""
     losers: list[tuple[Any, Any]] = []
     for name, docs in by_name.items():
@@ -103,7 +108,9 @@ def _admit_children(result: AdmissionResult, children: list[AdmittedJob]) -> lis
         if sweep is None or sweep.path != child.path or sweep.doc_index != child.doc_index:
             continue  # its sweep lost a duplicate-name contest or is being rejected
         clash = (
-            result.jobs.get(child.name) or result.rejected.get(child.name) or result.sweeps.get(child.name)
+            result.jobs.get(child.name)
+            or result.rejected.get(child.name)
+            or result.sweeps.get(child.name)
             or result.reservations.get(child.name)
         )
         if clash is not None:
@@ -117,13 +124,16 @@ def _admit_children(result: AdmissionResult, children: list[AdmittedJob]) -> lis
 def _report_duplicate(result: AdmissionResult, loser: Any, winner: Any, by_name: dict[str, list[Any]]) -> None:
     """A Warning for the losing document; a DuplicateName status under its file stem when free."""
     message = (
-        f"job name {loser.name!r} is already defined in {winner.source}; "
-        f"rename it in {loser.source} (metadata.name)"
+        f"job name {loser.name!r} is already defined in {winner.source}; rename it in {loser.source} (metadata.name)"
     )
     stem = loser.source.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-    rejection = Rejection(loser.name, Reason.DuplicateName, message, loser.source, loser.path, loser.doc_index, loser.mtime_ns)
+    rejection = Rejection(
+        loser.name, Reason.DuplicateName, message, loser.source, loser.path, loser.doc_index, loser.mtime_ns
+    )
     if is_valid_name(stem) and stem != loser.name and stem not in by_name and stem not in result.rejected:
-        result.rejected[stem] = Rejection(stem, Reason.DuplicateName, message, loser.source, loser.path, loser.doc_index, loser.mtime_ns)
+        result.rejected[stem] = Rejection(
+            stem, Reason.DuplicateName, message, loser.source, loser.path, loser.doc_index, loser.mtime_ns
+        )
     result.warnings.append(rejection)
 
 
@@ -204,7 +214,10 @@ def _patchable(
         return None
     for name in came_names:  # nothing that stays may already define the name
         for holder in (
-            previous.jobs.get(name), previous.rejected.get(name), previous.sweeps.get(name), previous.reservations.get(name)
+            previous.jobs.get(name),
+            previous.rejected.get(name),
+            previous.sweeps.get(name),
+            previous.reservations.get(name),
         ):
             if holder is not None and id(holder) not in gone_ids:
                 return None
@@ -216,16 +229,24 @@ def check_environment(doc: Any, controller_uid: int | None, conda: bool) -> Any:
         return doc
     if controller_uid not in (None, 0) and doc.owner_uid not in (-1, controller_uid):
         return Rejection(
-            doc.name, Reason.Forbidden,
+            doc.name,
+            Reason.Forbidden,
             f"the manifest is owned by uid {doc.owner_uid}, but gflowd runs as uid {controller_uid} and runs only "
             f"its own user's jobs; run gflowd as root to serve several users ({doc.source})",
-            doc.source, doc.path, doc.doc_index, doc.mtime_ns,
+            doc.source,
+            doc.path,
+            doc.doc_index,
+            doc.mtime_ns,
         )
     if isinstance(doc, AdmittedJob) and doc.conda_env and not conda:
         return Rejection(
-            doc.name, Reason.Invalid,
+            doc.name,
+            Reason.Invalid,
             f"spec.condaEnv: conda is not installed here (not on gflowd's PATH); install it or remove condaEnv ({doc.source})",
-            doc.source, doc.path, doc.doc_index, doc.mtime_ns,
+            doc.source,
+            doc.path,
+            doc.doc_index,
+            doc.mtime_ns,
         )
     return doc
 
@@ -247,8 +268,13 @@ def _reject_cycles(result: AdmissionResult) -> None:
         for name in sorted(component):
             job = result.jobs.pop(name)
             result.rejected[name] = Rejection(
-                name, Reason.DependencyCycle, f"spec.dependsOn: dependency cycle {text} ({job.source})",
-                job.source, job.path, job.doc_index, job.mtime_ns,
+                name,
+                Reason.DependencyCycle,
+                f"spec.dependsOn: dependency cycle {text} ({job.source})",
+                job.source,
+                job.path,
+                job.doc_index,
+                job.mtime_ns,
             )
 
 

@@ -37,7 +37,7 @@ def parked_backlog(plan: Plan, snap: Snapshot, names: set[str]) -> set[str]:
     unless its document, process or name changed (set operations); only the rest is looked at one
     by one. An owner's head is refilled from the parked jobs (the one step that reads them all)
     when it has fewer than REFILL left, i.e. once per ~128 of their jobs started."""
-    adm, prev = snap.admitted, snap.previous
+    prev = snap.previous
     if prev is None or len(names) <= QUEUE_DEPTH:
         return set()
     before = snap.parked or {}

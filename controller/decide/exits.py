@@ -9,7 +9,7 @@ GPU-memory overuse or an idleTimeout fails it with that reason, once).
 from __future__ import annotations
 
 import signal as signal_mod
-from typing import Callable
+from collections.abc import Callable
 
 from controller.api.units import format_duration
 from controller.model.conditions import remove_condition, set_condition
@@ -67,18 +67,30 @@ def record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | Non
     elif run.lost:
         state.phase, state.reason, state.message = Phase.Failed, Reason.Lost, f"attempt {run.attempt}: {run.error}"
     elif run.exit_code == 0 and not run.error:
-        state.phase, state.reason, state.message = Phase.Succeeded, Reason.Completed, f"attempt {run.attempt} exited with code 0"
+        state.phase, state.reason, state.message = (
+            Phase.Succeeded,
+            Reason.Completed,
+            f"attempt {run.attempt} exited with code 0",
+        )
     else:
         _failed(state, run, backoff_limit, how)
 
 
 def _suspended(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
-    state.phase, state.reason, state.message = Phase.Pending, Reason.Suspended, f"suspended; attempt {run.attempt} stopped ({how})"
+    state.phase, state.reason, state.message = (
+        Phase.Pending,
+        Reason.Suspended,
+        f"suspended; attempt {run.attempt} stopped ({how})",
+    )
     state.completion_time = None
 
 
 def _cancelled(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
-    state.phase, state.reason, state.message = Phase.Cancelled, Reason.UserCancelled, f"cancelled; attempt {run.attempt} stopped ({how})"
+    state.phase, state.reason, state.message = (
+        Phase.Cancelled,
+        Reason.UserCancelled,
+        f"cancelled; attempt {run.attempt} stopped ({how})",
+    )
 
 
 def _preempted(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
@@ -86,7 +98,9 @@ def _preempted(state: JobState, run: RunObservation, stop: dict | None, how: str
     state.phase, state.reason = Phase.Pending, Reason.Preempted
     state.message = f"{stop['message'] if stop else 'preempted'}; attempt {run.attempt} stopped ({how})"
     since = stop.get("lastTransitionTime", "") if stop else ""
-    state.conditions = set_condition(state.conditions, Condition.Preempted, "True", Reason.Preempted, state.message, since)
+    state.conditions = set_condition(
+        state.conditions, Condition.Preempted, "True", Reason.Preempted, state.message, since
+    )
     state.completion_time = None
 
 
@@ -130,7 +144,9 @@ def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str) 
         delay = backoff_delay(state.failed)
         state.phase, state.reason = Phase.Pending, Reason.BackOff
         state.next_attempt_time = (run.finished_at or run.started_at) + delay
-        state.message = f"attempt {run.attempt} failed ({how}); retry {state.failed} of {backoff_limit} in {format_duration(delay)}"
+        state.message = (
+            f"attempt {run.attempt} failed ({how}); retry {state.failed} of {backoff_limit} in {format_duration(delay)}"
+        )
         state.completion_time = None
         return
     state.phase = Phase.Failed

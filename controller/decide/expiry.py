@@ -32,4 +32,11 @@ def expire(plan: Plan, snap: Snapshot, now: float) -> None:
             if name not in already:
                 plan.expired.append(job)
     for gone in plan.expired:
-        plan.events.append(Event(EventType.Normal, Reason.Expired, gone.name, f"finished job removed: its manifest {gone.source} is deleted"))
+        plan.events.append(
+            Event(
+                EventType.Normal,
+                Reason.Expired,
+                gone.name,
+                f"finished job removed: its manifest {gone.source} is deleted",
+            )
+        )

@@ -8,8 +8,8 @@ Pure. The local time zone a naive ``startAfter`` is read in comes with the snaps
 from __future__ import annotations
 
 from collections import ChainMap
+from collections.abc import Mapping
 from datetime import datetime, tzinfo
-from typing import Mapping
 
 from controller.api.units import format_duration, parse_duration
 from controller.decide.lifecycle import Pending
@@ -47,12 +47,20 @@ def admissible(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -
 
 
 def _held(
-    plan: Plan, snap: Snapshot, state: JobState, job: AdmittedJob, all_states: Mapping[str, JobState],
-    budgets: dict[str, list[int]], now: float,
+    plan: Plan,
+    snap: Snapshot,
+    state: JobState,
+    job: AdmittedJob,
+    all_states: Mapping[str, JobState],
+    budgets: dict[str, list[int]],
+    now: float,
 ) -> bool:
     spec = job.spec
     if spec.suspend:
-        state.reason, state.message = Reason.Suspended, "suspended (spec.suspend: true); set it to false or run gflowctl resume"
+        state.reason, state.message = (
+            Reason.Suspended,
+            "suspended (spec.suspend: true); set it to false or run gflowctl resume",
+        )
         return True
     if state.next_attempt_time is not None and now < state.next_attempt_time:
         state.reason = Reason.BackOff
@@ -88,15 +96,20 @@ def _parallelism_budgets(plan: Plan, snap: Snapshot) -> dict[str, list[int]]:
     for sweep_name, sweep in snap.admitted.sweeps.items():
         if sweep.parallelism is not None:
             running = sum(
-                1 for c in sweep.children
-                if c in plan.states and (plan.states[c].phase == Phase.Running or (c in snap.runs and snap.runs[c].running))
+                1
+                for c in sweep.children
+                if c in plan.states
+                and (plan.states[c].phase == Phase.Running or (c in snap.runs and snap.runs[c].running))
             )  # a child queued in a cluster (Pending there) counts: it was handed over
             budgets[sweep_name] = [sweep.parallelism - running, running]
     return budgets
 
 
 def dependency_block(
-    state: JobState, job: AdmittedJob, states: Mapping[str, JobState], now: float,
+    state: JobState,
+    job: AdmittedJob,
+    states: Mapping[str, JobState],
+    now: float,
     sweeps: Mapping[str, AdmittedSweep] | None = None,
 ) -> str | None:
     """None when every parent allows a start; else sets the waiting/cancelled state and says why.

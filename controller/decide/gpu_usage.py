@@ -33,7 +33,13 @@ def _gpu_list(indices: list[int]) -> str:
 
 
 def gpu_findings(
-    plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str,
+    plan: Plan,
+    state: JobState,
+    job: AdmittedJob,
+    run: RunObservation,
+    snap: Snapshot,
+    now: float,
+    now_text: str,
 ) -> None:
     """Every pass of a running attempt: the usage conditions, the idle warning, the summary."""
     usage = _usage_of(snap, run)
@@ -54,7 +60,13 @@ def _usage_of(snap: Snapshot, run: RunObservation) -> AttemptUsage | None:
 
 
 def _set_finding(
-    plan: Plan, state: JobState, condition: Condition, reason: str, message: str, event: str, now_text: str,
+    plan: Plan,
+    state: JobState,
+    condition: Condition,
+    reason: str,
+    message: str,
+    event: str,
+    now_text: str,
 ) -> None:
     if find_condition(state.conditions, condition) is None:
         plan.events.append(Event(EventType.Warning, condition, state.name, event))
@@ -99,7 +111,9 @@ def _idle(plan: Plan, state: JobState, usage: AttemptUsage, window: float, now: 
     _set_finding(plan, state, Condition.GPUIdle, "NoActivity", text, f"job {state.name}: {text}", now_text)
 
 
-def _memory_near(plan: Plan, state: JobState, job: AdmittedJob, usage: AttemptUsage, share: float, now_text: str) -> None:
+def _memory_near(
+    plan: Plan, state: JobState, job: AdmittedJob, usage: AttemptUsage, share: float, now_text: str
+) -> None:
     """GPUMemoryNearLimit: a Shared job past ``share`` of its gpuMemory on a GPU (at the limit it is stopped)."""
     budget = job.spec.resources.gpu_memory
     near = [g for g in usage.gpus if budget and g.memory_last > share * budget] if job.spec.sharing == "Shared" else []
@@ -107,17 +121,22 @@ def _memory_near(plan: Plan, state: JobState, job: AdmittedJob, usage: AttemptUs
         state.conditions = remove_condition(state.conditions, Condition.GPUMemoryNearLimit)
         return
     peaks = ", ".join(f"GPU {g.index} peak {format_quantity(g.memory_peak)}" for g in near)
-    text = (f"uses over {round(share * 100)}% of its gpuMemory of {format_quantity(budget)} on {_gpu_list([g.index for g in near])} "
-            f"({peaks}); at {format_quantity(budget)} it is stopped (GPUMemoryExceeded)")
+    text = (
+        f"uses over {round(share * 100)}% of its gpuMemory of {format_quantity(budget)} on {_gpu_list([g.index for g in near])} "
+        f"({peaks}); at {format_quantity(budget)} it is stopped (GPUMemoryExceeded)"
+    )
     _set_finding(plan, state, Condition.GPUMemoryNearLimit, "NearGPUMemory", text, f"job {state.name} {text}", now_text)
 
 
 # -- idleTimeout --------------------------------------------------------------------------------------
 
+
 def idle_timeout_of(job: AdmittedJob, snap: Snapshot) -> float | None:
     """The job's idleTimeout: its own, else the controller's default for tty jobs; None or 0: off."""
     spec = job.spec
-    timeout = spec.idle_timeout if spec.idle_timeout is not None else (snap.usage_settings.idle_timeout if spec.tty else None)
+    timeout = (
+        spec.idle_timeout if spec.idle_timeout is not None else (snap.usage_settings.idle_timeout if spec.tty else None)
+    )
     return timeout or None
 
 
@@ -142,16 +161,23 @@ def idle_since(state: JobState, job: AdmittedJob, run: RunObservation, snap: Sna
     return max(marks), " and ".join(watched)
 
 
-def idle_stop(state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float) -> tuple[str, str] | None:
+def idle_stop(
+    state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float
+) -> tuple[str, str] | None:
     """(StopReason.IdleTimeout, why) once the attempt has been idle for its idleTimeout."""
     timeout = idle_timeout_of(job, snap)
     idle = idle_since(state, job, run, snap) if timeout else None
     if timeout is None or idle is None or now - idle[0] < timeout:
         return None
-    return StopReason.IdleTimeout, f"idle for {format_duration(now - idle[0])} ({idle[1]}), idleTimeout is {format_duration(timeout)}"
+    return (
+        StopReason.IdleTimeout,
+        f"idle for {format_duration(now - idle[0])} ({idle[1]}), idleTimeout is {format_duration(timeout)}",
+    )
 
 
-def _idle_warning(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float) -> None:
+def _idle_warning(
+    plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float
+) -> None:
     """Warn once per idle spell at IDLE_WARN_AT of the timeout (an event; on a tty job's terminal too)."""
     timeout = idle_timeout_of(job, snap)
     idle = idle_since(state, job, run, snap) if timeout else None
@@ -169,8 +195,10 @@ def _idle_warning(plan: Plan, state: JobState, job: AdmittedJob, run: RunObserva
     if state.idle_warning is not None:
         return
     state.idle_warning = now
-    text = (f"idle for {format_duration(now - since)} ({watched}); it will be stopped in "
-            f"{format_duration(max(0.0, stop_at - now))} (idleTimeout {format_duration(timeout)}) unless it becomes active")
+    text = (
+        f"idle for {format_duration(now - since)} ({watched}); it will be stopped in "
+        f"{format_duration(max(0.0, stop_at - now))} (idleTimeout {format_duration(timeout)}) unless it becomes active"
+    )
     plan.events.append(Event(EventType.Warning, "IdleWarning", state.name, text))
     if job.spec.tty:
         plan.notices.append(Notice(state.name, f"gflow: job {state.name} has been {text}"))
@@ -178,14 +206,19 @@ def _idle_warning(plan: Plan, state: JobState, job: AdmittedJob, run: RunObserva
 
 # -- the status summary -------------------------------------------------------------------------------
 
+
 def usage_summary(state: JobState, usage: AttemptUsage, now: float, final: bool) -> dict | None:
     """The status's ``gpuUsage``: per bound GPU mean/peak utilization and memory, GPU-hours used
     (utilization-weighted) vs allocated (GPUs x time). Refreshed at most every STATUS_REFRESH
     seconds while running (a status write each time), and once more when the attempt ends."""
     previous = state.gpu_usage
-    if not final and previous and previous.get("attempt") == usage.attempt:
-        if usage.sampled_at - (from_rfc3339(previous.get("sampledAt")) or 0.0) < STATUS_REFRESH:
-            return previous
+    if (
+        not final
+        and previous
+        and previous.get("attempt") == usage.attempt
+        and usage.sampled_at - (from_rfc3339(previous.get("sampledAt")) or 0.0) < STATUS_REFRESH
+    ):
+        return previous
     end = (state.completion_time or now) if final else now
     return summary(usage, state.start_time or usage.since, end)
 

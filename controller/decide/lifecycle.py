@@ -84,11 +84,22 @@ def finish(plan: Plan, old: JobState | None, state: JobState) -> None:
     if (old is None or (old.phase, old.reason) != (state.phase, state.reason)) and state.reason != Reason.QueueLimit:
         # (QueueLimit: the queue announces a flood's refusals in one event per user, decide/queue.py)
         warning = state.phase in (Phase.Failed, Phase.Rejected) or state.reason in WARNING_REASONS
-        plan.events.append(Event(EventType.Warning if warning else EventType.Normal, state.reason or state.phase, state.name, state.message))
+        plan.events.append(
+            Event(
+                EventType.Warning if warning else EventType.Normal,
+                state.reason or state.phase,
+                state.name,
+                state.message,
+            )
+        )
 
 
 def _unchanged(
-    snap: Snapshot, name: str, old: JobState | None, job: AdmittedJob | None, rejection: Rejection | None,
+    snap: Snapshot,
+    name: str,
+    old: JobState | None,
+    job: AdmittedJob | None,
+    rejection: Rejection | None,
     run: RunObservation | None,
 ) -> bool:
     """Nothing about this job can change: its record is carried over as is."""
@@ -113,13 +124,22 @@ def _unchanged(
 
 
 def _refused_by_queue_limit(
-    snap: Snapshot, name: str, old: JobState | None, job: AdmittedJob | None, rejection: Rejection | None,
+    snap: Snapshot,
+    name: str,
+    old: JobState | None,
+    job: AdmittedJob | None,
+    rejection: Rejection | None,
     run: RunObservation | None,
 ) -> bool:
     return (
-        old is not None and job is not None and rejection is None and run is None
-        and old.phase == Phase.Rejected and old.reason == Reason.QueueLimit
-        and old.spec_hash == job.spec_hash and name not in snap.admitted.duplicates
+        old is not None
+        and job is not None
+        and rejection is None
+        and run is None
+        and old.phase == Phase.Rejected
+        and old.reason == Reason.QueueLimit
+        and old.spec_hash == job.spec_hash
+        and name not in snap.admitted.duplicates
     )
 
 
@@ -142,7 +162,9 @@ def _finished_and_current(old: JobState | None, job: AdmittedJob) -> bool:
         return False
     admitted = [c for c in old.conditions if c["type"] in (Condition.Admitted, Condition.DuplicateName)]
     return len(admitted) == 1 and (admitted[0]["status"], admitted[0]["reason"], admitted[0]["message"]) == (
-        "True", "Valid", "manifest is valid",
+        "True",
+        "Valid",
+        "manifest is valid",
     )
 
 
@@ -170,7 +192,9 @@ def _rejected(
     state.manifest = rejection.source
     admitted = find_condition(state.conditions, Condition.Admitted)
     newly = admitted is None or admitted["status"] == "True"
-    state.conditions = set_condition(state.conditions, Condition.Admitted, "False", rejection.reason, rejection.message, now_text)
+    state.conditions = set_condition(
+        state.conditions, Condition.Admitted, "False", rejection.reason, rejection.message, now_text
+    )
     if run is not None and run.running:
         state.phase = Phase.Running
     else:
@@ -181,13 +205,20 @@ def _rejected(
             state.phase, state.reason, state.message = Phase.Rejected, rejection.reason, rejection.message
             state.queue_position = None
     if newly and state.phase != Phase.Rejected:
-        plan.events.append(Event(
-            EventType.Warning, rejection.reason, state.name, f"manifest is invalid, last valid spec kept: {rejection.message}",
-        ))
+        plan.events.append(
+            Event(
+                EventType.Warning,
+                rejection.reason,
+                state.name,
+                f"manifest is invalid, last valid spec kept: {rejection.message}",
+            )
+        )
     finish(plan, old, state)
 
 
-def _admitted(state: JobState, old: JobState | None, job: AdmittedJob, duplicates: dict[str, list[str]], now_text: str) -> None:
+def _admitted(
+    state: JobState, old: JobState | None, job: AdmittedJob, duplicates: dict[str, list[str]], now_text: str
+) -> None:
     """What a valid manifest says about the job: generation, labels, priority, conditions."""
     spec = job.spec
     if state.spec_hash != job.spec_hash:
@@ -200,14 +231,20 @@ def _admitted(state: JobState, old: JobState | None, job: AdmittedJob, duplicate
     state.gpus = spec.resources.gpus
     state.cpus = spec.resources.cpus or 0
     state.depends_on = [d.job for d in spec.depends_on]
-    state.conditions = set_condition(state.conditions, Condition.Admitted, "True", "Valid", "manifest is valid", now_text)
+    state.conditions = set_condition(
+        state.conditions, Condition.Admitted, "True", "Valid", "manifest is valid", now_text
+    )
     if old is not None and old.phase == Phase.Rejected:
         state.phase, state.reason, state.message = Phase.Pending, Reason.Admitted, "manifest fixed and admitted"
     if job.name in duplicates:
         others = ", ".join(duplicates[job.name])
         state.conditions = set_condition(
-            state.conditions, Condition.DuplicateName, "True", Reason.DuplicateName,
-            f"{others} also define{'s' if len(duplicates[job.name]) == 1 else ''} job/{job.name}; ignored", now_text,
+            state.conditions,
+            Condition.DuplicateName,
+            "True",
+            Reason.DuplicateName,
+            f"{others} also define{'s' if len(duplicates[job.name]) == 1 else ''} job/{job.name}; ignored",
+            now_text,
         )
     else:
         state.conditions = remove_condition(state.conditions, Condition.DuplicateName)

@@ -18,8 +18,8 @@ Pure functions of plain facts; the queue (``controller.decide.queue``) and the r
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from controller.api.units import format_duration
 from controller.model.policy import DEFAULT_CLASS, Policy, UserClass
@@ -110,7 +110,10 @@ class Offer:
 
 
 def over_running_limits(
-    offers: Iterable[Offer], running_by_user: Counter, running_cpu_jobs: int, policy: Policy,
+    offers: Iterable[Offer],
+    running_by_user: Counter,
+    running_cpu_jobs: int,
+    policy: Policy,
 ) -> dict[str, str]:
     """The offers that would take their user past ``maxRunningJobsPerUser`` or the machine past
     ``maxRunningCpuJobs``, each with why (reason JobLimit). Earlier offers count as started: the
@@ -143,7 +146,14 @@ def over_running_limits(
 
 
 def reservation_violations(
-    policy: Policy, owner: str, uid: int, users: list[str], gpus: int, start: float, duration: float, now: float,
+    policy: Policy,
+    owner: str,
+    uid: int,
+    users: list[str],
+    gpus: int,
+    start: float,
+    duration: float,
+    now: float,
 ) -> list[str]:
     """Every bound a non-admin's Reservation breaks, each naming the config.yaml key; empty for
     admins and when config.yaml sets no bounds. ``start`` is the window's start (epoch seconds)."""

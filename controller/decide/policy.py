@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from controller.model.policy import Policy, ReservationLimits, UserClass
 from controller.model.scheduling import QuotaUse
@@ -55,8 +56,13 @@ def policy_from_config(config: ControllerConfig, controller_uid: int | None = No
         preemption_threshold=config.preemption_threshold,
         admins=tuple(str(a) for a in config.admins) + ((str(controller_uid),) if controller_uid else ()),
         classes=tuple(
-            UserClass(name, c.rank, (c.priority_range[0], c.priority_range[1]),
-                      c.max_pending_jobs_per_user, c.max_running_jobs_per_user)
+            UserClass(
+                name,
+                c.rank,
+                (c.priority_range[0], c.priority_range[1]),
+                c.max_pending_jobs_per_user,
+                c.max_running_jobs_per_user,
+            )
             for name, c in config.classes.items()
         ),
         class_members={str(user): name for name, c in config.classes.items() for user in c.users},
@@ -64,8 +70,11 @@ def policy_from_config(config: ControllerConfig, controller_uid: int | None = No
         max_running_per_user=config.max_running_jobs_per_user or None,
         max_running_cpu_jobs=config.max_running_cpu_jobs or None,
         reservations=ReservationLimits(
-            tuple(str(u) for u in config.reservations.users), config.reservations.max_gpus,
-            config.reservations.max_duration, config.reservations.max_start_ahead, config.reservations.horizon,
+            tuple(str(u) for u in config.reservations.users),
+            config.reservations.max_gpus,
+            config.reservations.max_duration,
+            config.reservations.max_start_ahead,
+            config.reservations.horizon,
         ),
     )
 
@@ -115,7 +124,10 @@ def order_queue(entries: list[QueueEntry], policy: Policy, now: float) -> list[Q
         by_owner.setdefault(entry.owner, []).append(entry)
     slot: dict[str, tuple] = {}
     for jobs in by_owner.values():  # the user's priority permutes the user's own arrival slots
-        own = sorted(jobs, key=lambda e: (-effective_priority(e.priority, now - e.created, policy), e.created, e.sort_name, e.name))
+        own = sorted(
+            jobs,
+            key=lambda e: (-effective_priority(e.priority, now - e.created, policy), e.created, e.sort_name, e.name),
+        )
         arrivals = sorted((e.created, e.sort_name, e.name) for e in jobs)
         slot.update((e.name, arrival) for e, arrival in zip(own, arrivals))
     fair = bool(policy.fair_share_half_life) and len(by_owner) > 1
@@ -126,7 +138,9 @@ def order_queue(entries: list[QueueEntry], policy: Policy, now: float) -> list[Q
         head = (-e.rank, -e.clamped)
         if policy.aging_interval and waited >= policy.aging_max * policy.aging_interval:
             return (*head, 0, -waited, 0.0, *arrival)  # aged to the cap: oldest first, whoever's
-        aged = min(policy.aging_max, int(waited // policy.aging_interval)) if policy.aging_interval and waited > 0 else 0
+        aged = (
+            min(policy.aging_max, int(waited // policy.aging_interval)) if policy.aging_interval and waited > 0 else 0
+        )
         return (*head, 1, -aged, e.usage if fair else 0.0, *arrival)
 
     return sorted(entries, key=key)

@@ -55,7 +55,9 @@ def natural_key(name: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
-def schedule_pending(plan: Plan, snap: Snapshot, pending: list[Pending], now: float, now_text: str, looked_at: set[str]) -> None:
+def schedule_pending(
+    plan: Plan, snap: Snapshot, pending: list[Pending], now: float, now_text: str, looked_at: set[str]
+) -> None:
     policy = snap.policy
     quotas = quota_table(policy) if policy.user_quotas or policy.label_quotas else {}
     pending = _queue_limit(plan, snap, pending, now_text)  # 0. at most maxPendingJobsPerUser wait per user
@@ -79,8 +81,17 @@ def schedule_pending(plan: Plan, snap: Snapshot, pending: list[Pending], now: fl
 
 def queue_inputs(snap: Snapshot) -> tuple:
     """The snapshot's settings the queue reads besides records and documents."""
-    return (snap.policy, tuple(snap.gpus), snap.allowed_gpus, snap.strategy, snap.topology, snap.unmanaged_threshold,
-            snap.ignore_processes, snap.bind_gpus, snap.host)
+    return (
+        snap.policy,
+        tuple(snap.gpus),
+        snap.allowed_gpus,
+        snap.strategy,
+        snap.topology,
+        snap.unmanaged_threshold,
+        snap.ignore_processes,
+        snap.bind_gpus,
+        snap.host,
+    )
 
 
 def carried_waiting(snap: Snapshot, names: set[str], now: float) -> set[str]:
@@ -125,8 +136,13 @@ def queue_memo_holds(plan: Plan, snap: Snapshot, pending: list[Pending], decided
         now_, before = new.get(name), old.get(name)
         if (now_ is None) != (before is None):
             return False
-        if now_ is not before and now_ is not None and before is not None and (now_.phase, now_.reason, now_.devices, now_.cores) != (
-                before.phase, before.reason, before.devices, before.cores):
+        if (
+            now_ is not before
+            and now_ is not None
+            and before is not None
+            and (now_.phase, now_.reason, now_.devices, now_.cores)
+            != (before.phase, before.reason, before.devices, before.cores)
+        ):
             return False
     quotas = quota_table(snap.policy) if snap.policy.user_quotas or snap.policy.label_quotas else {}
     return _slots(plan, snap, decided, quotas) == memo.slots
@@ -174,7 +190,8 @@ def _holding(plan: Plan, snap: Snapshot, looked_at: set[str]) -> list[str]:
     sorted; found without sorting the 50,000 finished ones a start looks at."""
     states, runs = plan.states, snap.runs
     return sorted(
-        name for name in looked_at
+        name
+        for name in looked_at
         if (st := states.get(name)) is not None and (st.phase == Phase.Running or (name in runs and runs[name].running))
     )
 
@@ -211,8 +228,15 @@ def _order(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -> di
         state.effective_priority = effective_priority(job.spec.priority, now - state.created, policy)
         cls = classes[job.owner_uid]
         entries[state.name] = QueueEntry(
-            state.name, job.owner_uid, job.spec.priority, state.created, usage.get(job.owner_uid, 0.0),
-            cls.rank, clamp(job.spec.priority, cls), cls.name, natural_key(state.name),
+            state.name,
+            job.owner_uid,
+            job.spec.priority,
+            state.created,
+            usage.get(job.owner_uid, 0.0),
+            cls.rank,
+            clamp(job.spec.priority, cls),
+            cls.name,
+            natural_key(state.name),
         )
     rank = {e.name: i for i, e in enumerate(order_queue(list(entries.values()), policy, now))}
     pending.sort(key=lambda sj: rank[sj[0].name])
@@ -238,9 +262,19 @@ def _queue_limit(plan: Plan, snap: Snapshot, pending: list[Pending], now_text: s
             continue
         old = olds.get(state.name)
         # in the queue already, or back from a run (a retry, a preempted or suspended job): never refused
-        established = old is not None and old.phase in (Phase.Pending, Phase.Running) and old.reason != Reason.QueueLimit
-        waiting.append(Waiting(state.name, user_of(job.owner_uid, names), job.owner_uid, state.created, established,
-                               natural_key(state.name)))
+        established = (
+            old is not None and old.phase in (Phase.Pending, Phase.Running) and old.reason != Reason.QueueLimit
+        )
+        waiting.append(
+            Waiting(
+                state.name,
+                user_of(job.owner_uid, names),
+                job.owner_uid,
+                state.created,
+                established,
+                natural_key(state.name),
+            )
+        )
     over = over_queue_limit(waiting, policy)
     if not over:
         return pending
@@ -253,14 +287,19 @@ def _queue_limit(plan: Plan, snap: Snapshot, pending: list[Pending], now_text: s
             continue
         state.queue_position = None
         if state.owner is not None:  # a Sweep's child waits, and joins the queue when fewer of the user's wait
-            state.reason, state.message = Reason.QueueLimit, why.split(";")[0] + "; it joins the queue when fewer of them wait"
+            state.reason, state.message = (
+                Reason.QueueLimit,
+                why.split(";")[0] + "; it joins the queue when fewer of them wait",
+            )
             continue
         if not (old := olds.get(state.name)) or old.reason != Reason.QueueLimit:
             refused.setdefault(job.owner_uid, []).append(state.name)
         state.reason, state.message = Reason.QueueLimit, why  # refused, as gflow's max_queued_jobs refuses a submit
         state.phase = Phase.Rejected
-        state.conditions = set_condition(state.conditions, Condition.Admitted, "False", Reason.QueueLimit, why, now_text)
-    for uid, refused_names in refused.items():
+        state.conditions = set_condition(
+            state.conditions, Condition.Admitted, "False", Reason.QueueLimit, why, now_text
+        )
+    for refused_names in refused.values():
         first = refused_names[0]
         more = f" and {len(refused_names) - 1} more (last {refused_names[-1]})" if len(refused_names) > 1 else ""
         plan.events.append(Event(EventType.Warning, Reason.QueueLimit, first, f"{first}{more}: {over[first]}"))
@@ -283,7 +322,10 @@ def _running_limits(plan: Plan, snap: Snapshot, ready: list[Pending], looked_at:
             continue
         by_user[(user_of(job.owner_uid, names), job.owner_uid)] += 1
         cpu += job.spec.resources.gpus == 0
-    offers = [Offer(state.name, user_of(job.owner_uid, names), job.owner_uid, job.spec.resources.gpus == 0) for state, job in ready]
+    offers = [
+        Offer(state.name, user_of(job.owner_uid, names), job.owner_uid, job.spec.resources.gpus == 0)
+        for state, job in ready
+    ]
     over = over_running_limits(offers, by_user, cpu, policy)
     if not over:
         return ready
@@ -302,26 +344,53 @@ def request_of(job: AdmittedJob, quota_keys: tuple[str, ...] = ()) -> Request:
     """What the scheduler needs to know of a job: its shape and time limit."""
     resources = job.spec.resources
     return Request(
-        job.name, resources.gpus, resources.gpu_type, resources.gpu_memory, job.spec.sharing == "Shared",
-        job.spec.time_limit, quota_keys, resources.cpus or 0, amounts=resources.counted(),
+        job.name,
+        resources.gpus,
+        resources.gpu_type,
+        resources.gpu_memory,
+        job.spec.sharing == "Shared",
+        job.spec.time_limit,
+        quota_keys,
+        resources.cpus or 0,
+        amounts=resources.counted(),
     )
 
 
 def _bind(
-    plan: Plan, snap: Snapshot, ready: list[Pending], requests: list[Request], quotas: dict[str, QuotaUse],
-    now: float, now_text: str, counted: dict[str, CountPool],
+    plan: Plan,
+    snap: Snapshot,
+    ready: list[Pending],
+    requests: list[Request],
+    quotas: dict[str, QuotaUse],
+    now: float,
+    now_text: str,
+    counted: dict[str, CountPool],
 ) -> dict[str, Binding | Wait]:
     if not snap.bind_gpus:  # the cluster queues and places jobs; its reasons come back through the runtime
         return {r.name: Binding([], []) for r in requests}
-    decisions = schedule(requests, plan.slots, snap.strategy, snap.topology, mode=snap.policy.mode, now=now, quotas=quotas,
-                         cores=plan.cores, counted=counted)
+    decisions = schedule(
+        requests,
+        plan.slots,
+        snap.strategy,
+        snap.topology,
+        mode=snap.policy.mode,
+        now=now,
+        quotas=quotas,
+        cores=plan.cores,
+        counted=counted,
+    )
     if snap.policy.preemption_threshold is not None:
         _preempt(plan, snap, ready, requests, decisions, now_text)
     return decisions
 
 
 def _start_or_queue(
-    plan: Plan, snap: Snapshot, ready: list[Pending], decisions: dict[str, Binding | Wait], now: float, now_text: str,
+    plan: Plan,
+    snap: Snapshot,
+    ready: list[Pending],
+    decisions: dict[str, Binding | Wait],
+    now: float,
+    now_text: str,
     entries: dict[str, QueueEntry],
 ) -> bool:
     """Bound jobs start (up to ``max_starts``); the others wait, numbered, with the QueueOrder
@@ -341,23 +410,35 @@ def _start_or_queue(
             started = True
         else:
             state.reason, state.message = decision.reason, decision.message
-            if state.reason in (Reason.Resources, Reason.Priority) and find_condition(state.conditions, Condition.Preempted):
-                state.reason, state.message = Reason.Preempted, f"preempted earlier, waiting to run again: {decision.message}"
+            if state.reason in (Reason.Resources, Reason.Priority) and find_condition(
+                state.conditions, Condition.Preempted
+            ):
+                state.reason, state.message = (
+                    Reason.Preempted,
+                    f"preempted earlier, waiting to run again: {decision.message}",
+                )
             position += 1
             state.queue_position = position
             if job.name in why:
-                state.conditions = set_condition(state.conditions, Condition.QueueOrder, "True", "Ordered", why[job.name], now_text)
+                state.conditions = set_condition(
+                    state.conditions, Condition.QueueOrder, "True", "Ordered", why[job.name], now_text
+                )
             else:
                 state.conditions = remove_condition(state.conditions, Condition.QueueOrder)
     return started
 
 
-def _start(plan: Plan, snap: Snapshot, state: JobState, job: AdmittedJob, decision: Binding, now: float, now_text: str) -> None:
+def _start(
+    plan: Plan, snap: Snapshot, state: JobState, job: AdmittedJob, decision: Binding, now: float, now_text: str
+) -> None:
     state.attempt += 1
     state.phase, state.reason = Phase.Running, Reason.Started
     state.message = (
         f"bound to GPU{'s' if len(decision.devices) != 1 else ''} {','.join(map(str, decision.devices))}"
-        if decision.devices else "started (CPU job)" if snap.bind_gpus else "submitted to the cluster"
+        if decision.devices
+        else "started (CPU job)"
+        if snap.bind_gpus
+        else "submitted to the cluster"
     )
     state.devices, state.device_uuids = list(decision.devices), list(decision.uuids)
     state.cores = list(decision.cpus)
@@ -372,20 +453,34 @@ def _start(plan: Plan, snap: Snapshot, state: JobState, job: AdmittedJob, decisi
     state.conditions = remove_condition(state.conditions, Condition.Preempted)
     state.conditions = remove_condition(state.conditions, Condition.QueueOrder)
     minors = {slot.index: slot.gpu.device_minor for slot in plan.slots}
-    plan.starts.append(Launch(
-        job.name, state.attempt, state.generation, job, list(decision.devices), list(decision.uuids),
-        tuple(decision.cpus), tuple(minors.get(d, d) for d in decision.devices), tuple(sorted(minors.values())),
-    ))
+    plan.starts.append(
+        Launch(
+            job.name,
+            state.attempt,
+            state.generation,
+            job,
+            list(decision.devices),
+            list(decision.uuids),
+            tuple(decision.cpus),
+            tuple(minors.get(d, d) for d in decision.devices),
+            tuple(sorted(minors.values())),
+        )
+    )
 
 
 def _preempt(
-    plan: Plan, snap: Snapshot, ready: list[Pending], requests: list[Request], decisions: dict, now_text: str,
+    plan: Plan,
+    snap: Snapshot,
+    ready: list[Pending],
+    requests: list[Request],
+    decisions: dict,
+    now_text: str,
 ) -> None:
     """Optional preemption: the first job that waits for GPUs may stop running jobs at least
     ``preemptionThreshold`` below its priority (they return to Pending/Preempted; the stopped
     attempt does not count against their backoffLimit)."""
     threshold = snap.policy.preemption_threshold or 0
-    for (state, job), request in zip(ready, requests):
+    for (_, job), request in zip(ready, requests):
         decision = decisions[job.name]
         if not isinstance(decision, Wait) or decision.reason not in (Reason.Resources, Reason.Priority):
             continue
@@ -404,7 +499,15 @@ def _preempt(
             st, other = plan.states[victim], snap.admitted.jobs[victim]
             grace = other.spec.termination_grace_period
             why = f"preempted by job {job.name} (priority {job.spec.priority} vs {other.spec.priority}); returns to Pending"
-            request_stop(plan, st, snap.runs[victim], StopReason.Preempted, why, snap.default_grace if grace is None else grace, now_text)
+            request_stop(
+                plan,
+                st,
+                snap.runs[victim],
+                StopReason.Preempted,
+                why,
+                snap.default_grace if grace is None else grace,
+                now_text,
+            )
             plan.events.append(Event(EventType.Normal, Reason.Preempted, victim, why))
         if victims:
             decisions[job.name] = Wait(decision.reason, f"{decision.message}; preempting {', '.join(victims)}")
@@ -446,5 +549,7 @@ def _fair_share_usage(plan: Plan, snap: Snapshot, now: float) -> dict[int, float
         job = snap.admitted.jobs.get(name)
         if end is None or job is None or now - end > 20 * half_life:  # < 1e-6 of its weight left
             continue
-        usage[job.owner_uid] = usage.get(job.owner_uid, 0.0) + decayed_gpu_seconds(len(st.devices), st.start_time, end, now, half_life)
+        usage[job.owner_uid] = usage.get(job.owner_uid, 0.0) + decayed_gpu_seconds(
+            len(st.devices), st.start_time, end, now, half_life
+        )
     return usage

@@ -75,7 +75,9 @@ def _queue(plan: Plan, snap: Snapshot, names: set[str], carried: set[str], now: 
     if carried and not queue_memo_holds(plan, snap, pending, decided):
         for name in carried:
             plan.states.pop(name, None)
-        pending += [waiting for name in sorted(carried) if (waiting := step(plan, snap, name, now, now_text)) is not None]
+        pending += [
+            waiting for name in sorted(carried) if (waiting := step(plan, snap, name, now, now_text)) is not None
+        ]
         carried, decided = set(), names
     reservation_statuses(plan, snap, now)  # before the queue: it fences jobs off reserved GPUs
     woken, plan.wake_at = plan.wake_at, None
@@ -135,6 +137,5 @@ def _new_warnings(admission: AdmissionResult, previous: AdmissionResult | None) 
     seen = {(w.source, w.reason, w.message) for w in previous.warnings} if previous is not None else set()
     warnings = {(w.source, w.reason, w.message): w for w in admission.warnings}
     return [
-        Event(EventType.Warning, w.reason, w.name or "", w.message)
-        for key, w in warnings.items() if key not in seen
+        Event(EventType.Warning, w.reason, w.name or "", w.message) for key, w in warnings.items() if key not in seen
     ]

@@ -24,9 +24,10 @@ stopped by a reservation. Wake-ups at each window's start and end re-run the que
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from controller.api.units import format_duration
 from controller.decide.limits import reservation_violations
@@ -74,7 +75,8 @@ def windows(records: Iterable[ReservationState]) -> list[Window]:
     """The reservations that still hold GPUs (accepted, not expired)."""
     return [
         Window(r.name, tuple(r.users), tuple(r.devices), r.start, r.end)
-        for r in records if r.phase in LIVE_PHASES and r.start is not None and r.end is not None
+        for r in records
+        if r.phase in LIVE_PHASES and r.start is not None and r.end is not None
     ]
 
 
@@ -87,7 +89,10 @@ def reservation_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
     admitted = snap.admitted.reservations
     olds = snap.reservation_states
     horizon = _horizon(snap)
-    order = sorted(admitted.values(), key=lambda r: (not _kept(olds.get(r.name), r), _created(olds.get(r.name), now), r.mtime_ns, r.name))
+    order = sorted(
+        admitted.values(),
+        key=lambda r: (not _kept(olds.get(r.name), r), _created(olds.get(r.name), now), r.mtime_ns, r.name),
+    )
     accepted: list[ReservationState] = []
     for reservation in order:
         state = _resolve(reservation, olds.get(reservation.name), snap, accepted, now)
@@ -105,7 +110,9 @@ def reservation_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
     for name in olds:
         if name not in admitted:
             plan.removed_reservations.append(name)
-            plan.events.append(Event(EventType.Normal, Reason.Deleted, name, "manifest deleted; its GPUs are free", kind="reservation"))
+            plan.events.append(
+                Event(EventType.Normal, Reason.Deleted, name, "manifest deleted; its GPUs are free", kind="reservation")
+            )
     _expire(plan, snap, now)
 
 
@@ -124,27 +131,47 @@ def _created(old: ReservationState | None, now: float) -> float:
 
 
 def _resolve(
-    reservation: AdmittedReservation, old: ReservationState | None, snap: Snapshot, accepted: list[ReservationState], now: float,
+    reservation: AdmittedReservation,
+    old: ReservationState | None,
+    snap: Snapshot,
+    accepted: list[ReservationState],
+    now: float,
 ) -> ReservationState:
     spec, tz = reservation.spec, snap.host.local_tz
     created = _created(old, now)
     start = _start_time(spec.start, created, tz)
     end = start + spec.duration
     state = ReservationState(
-        name=reservation.name, created=created, manifest=reservation.source, spec_hash=reservation.spec_hash,
-        labels=dict(reservation.reservation.metadata.labels), users=list(spec.users),
-        start=start, end=end,
+        name=reservation.name,
+        created=created,
+        manifest=reservation.source,
+        spec_hash=reservation.spec_hash,
+        labels=dict(reservation.reservation.metadata.labels),
+        users=list(spec.users),
+        start=start,
+        end=end,
         generation=(old.generation if old else 0) + (old is None or old.spec_hash != reservation.spec_hash),
     )
     when = window_text(state.start, state.end, tz, now)
     if now >= end:
         state.devices = list(spec.devices or (old.devices if old is not None and _kept(old, reservation) else []))
-        state.phase, state.reason, state.completion_time = ReservationPhase.Expired, ReservationReason.WindowClosed, state.end
+        state.phase, state.reason, state.completion_time = (
+            ReservationPhase.Expired,
+            ReservationReason.WindowClosed,
+            state.end,
+        )
         state.message = f"window {when} ended"
         return state
     owner = user_of(reservation.owner_uid, snap.host.user_names)
     forbidden = reservation_violations(
-        snap.policy, owner, reservation.owner_uid, list(spec.users), spec.gpus or len(spec.devices or ()), start, spec.duration, now,
+        snap.policy,
+        owner,
+        reservation.owner_uid,
+        list(spec.users),
+        spec.gpus or len(spec.devices or ()),
+        start,
+        spec.duration,
+        now,
     )
     if forbidden:
         return _reject(state, ReservationReason.Forbidden, f"{'; '.join(forbidden)} ({reservation.source})")
@@ -172,7 +199,8 @@ def _reject(state: ReservationState, reason: str, message: str) -> ReservationSt
 
 def _start_time(value: str, created: float, tz: tzinfo) -> float:
     """``spec.start``: ``+1h`` from when the controller first saw it; a time without an offset is local."""
-    from controller.decide.gates import start_after_time  # lazy: gates pulls in the queue's modules; get reservations does not need them
+    # lazy: gates pulls in the queue's modules; get reservations does not need them
+    from controller.decide.gates import start_after_time
 
     return start_after_time(value, created, tz) or created
 
@@ -196,7 +224,13 @@ def _unsatisfiable(spec: ReservationSpec, snap: Snapshot) -> str | None:
 
 
 def _devices(
-    spec: ReservationSpec, old: ReservationState | None, overlapping: list[ReservationState], snap: Snapshot, tz: tzinfo, now: float, when: str,
+    spec: ReservationSpec,
+    old: ReservationState | None,
+    overlapping: list[ReservationState],
+    snap: Snapshot,
+    tz: tzinfo,
+    now: float,
+    when: str,
 ) -> tuple[list[int] | None, str]:
     """The GPUs it holds, or None and why (an overlap, with the numbers)."""
     taken = {d: other for other in overlapping for d in other.devices}
@@ -240,14 +274,28 @@ def _expire(plan: Plan, snap: Snapshot, now: float) -> None:
     for name in gone:
         reservation = snap.admitted.reservations[name]
         plan.expired.append(reservation)
-        plan.events.append(Event(EventType.Normal, Reason.Expired, name, f"expired reservation removed: its manifest {reservation.source} is deleted", kind="reservation"))
+        plan.events.append(
+            Event(
+                EventType.Normal,
+                Reason.Expired,
+                name,
+                f"expired reservation removed: its manifest {reservation.source} is deleted",
+                kind="reservation",
+            )
+        )
 
 
 # -- the queue ------------------------------------------------------------------------------------
 
 
 def fence(
-    req: Request, user: str | None, uid: int, live: list[Window], host: Host, now: float, horizon: float = math.inf,
+    req: Request,
+    user: str | None,
+    uid: int,
+    live: list[Window],
+    host: Host,
+    now: float,
+    horizon: float = math.inf,
 ) -> Request:
     """``req`` with the GPUs it may not use now (``fenced``) and why (``fenced_why``), see the module
     docstring. ``user``: the job owner's name, ``uid`` its uid (either may identify a listed user).

@@ -16,7 +16,9 @@ from controller.model.reasons import Condition, EventType, Phase, Reason, StopRe
 from controller.model.records import JobState
 
 
-def running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str) -> None:
+def running(
+    plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str
+) -> None:
     spec = job.spec
     # a cluster's queue, or a disk that refused the launch record, held it until now
     was_queued = state.phase == Phase.Pending and (bool(run.external_id) or run.attempt == state.attempt)
@@ -25,7 +27,11 @@ def running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, 
     plan.time_limits[state.name] = spec.time_limit
     _adopt(state, run)
     grace = spec.termination_grace_period if spec.termination_grace_period is not None else snap.default_grace
-    deadline = (state.start_time or run.started_at) + spec.time_limit if spec.time_limit is not None and not run.queued else None
+    deadline = (
+        (state.start_time or run.started_at) + spec.time_limit
+        if spec.time_limit is not None and not run.queued
+        else None
+    )
     stop = _stop_wanted(state, job, run, snap, deadline, now)
     if stop is not None:
         request_stop(plan, state, run, stop[0], stop[1], grace, now_text)
@@ -37,7 +43,10 @@ def running(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, 
         if run.queued:
             state.phase, state.reason, state.message = Phase.Pending, run.queued, run.message
         elif was_queued:
-            state.reason, state.message = Reason.Started, run.message or ("started by the cluster" if run.external_id else "started")
+            state.reason, state.message = (
+                Reason.Started,
+                run.message or ("started by the cluster" if run.external_id else "started"),
+            )
     _spec_outdated(plan, state, job, now_text)
 
 
@@ -83,12 +92,19 @@ def _spec_outdated(plan: Plan, state: JobState, job: AdmittedJob, now_text: str)
         state.conditions = remove_condition(state.conditions, Condition.SpecOutdated)
         return
     if find_condition(state.conditions, Condition.SpecOutdated) is None:
-        plan.events.append(Event(
-            EventType.Warning, Reason.SpecOutdated, state.name,
-            "spec changed while running: the running attempt is unchanged; the job runs again with the new spec when it ends",
-        ))
+        plan.events.append(
+            Event(
+                EventType.Warning,
+                Reason.SpecOutdated,
+                state.name,
+                "spec changed while running: the running attempt is unchanged; the job runs again with the new spec when it ends",
+            )
+        )
     state.conditions = set_condition(
-        state.conditions, Condition.SpecOutdated, "True", "RunningAttemptUnchanged",
+        state.conditions,
+        Condition.SpecOutdated,
+        "True",
+        "RunningAttemptUnchanged",
         "the spec changed while this attempt runs; the attempt keeps the old spec and the job runs "
         "again with the new one when it ends",
         now_text,
@@ -121,16 +137,24 @@ def _gpu_health(plan: Plan, state: JobState, snap: Snapshot, now_text: str) -> N
     if sick:
         if find_condition(state.conditions, Condition.GPUUnhealthy) is None:
             text = "; ".join(f"GPU {g.index}: {g.error or 'unhealthy'}" for g in sick)
-            plan.events.append(Event(EventType.Warning, Reason.GPUUnhealthy, state.name, f"a GPU of this running job failed: {text}"))
+            plan.events.append(
+                Event(EventType.Warning, Reason.GPUUnhealthy, state.name, f"a GPU of this running job failed: {text}")
+            )
         state.conditions = set_condition(
-            state.conditions, Condition.GPUUnhealthy, "True", "GPULost",
-            "; ".join(f"GPU {g.index}: {g.error or 'unhealthy'}" for g in sick), now_text,
+            state.conditions,
+            Condition.GPUUnhealthy,
+            "True",
+            "GPULost",
+            "; ".join(f"GPU {g.index}: {g.error or 'unhealthy'}" for g in sick),
+            now_text,
         )
     else:
         state.conditions = remove_condition(state.conditions, Condition.GPUUnhealthy)
 
 
-def request_stop(plan: Plan, state: JobState, run: RunObservation, reason: str, why: str, grace: float, now_text: str) -> None:
+def request_stop(
+    plan: Plan, state: JobState, run: RunObservation, reason: str, why: str, grace: float, now_text: str
+) -> None:
     state.phase = Phase.Running
     state.conditions = set_condition(state.conditions, Condition.Terminating, "True", reason, why, now_text)
     state.reason = Reason.Terminating

@@ -75,7 +75,8 @@ def build_slots(
     slots = []
     for gpu in gpus:
         foreign = [
-            p for p in gpu.processes
+            p
+            for p in gpu.processes
             if p.pid not in managed_pids and str(p.pid) not in ignore_processes and p.name not in ignore_processes
         ]
         foreign_memory = sum(p.used_memory for p in foreign)
@@ -235,13 +236,18 @@ def _over_quota(req: Request, quotas: dict[str, QuotaUse]) -> Wait | None:
             continue
         what, limit = gpu_count(req.gpus), gpu_count(use.limit)
         if req.gpus > use.limit:
-            return Wait(Reason.Quota, f"needs {what}, more than the quota of {quota_key} ({limit} at once): it can never start")
+            return Wait(
+                Reason.Quota, f"needs {what}, more than the quota of {quota_key} ({limit} at once): it can never start"
+            )
         return Wait(Reason.Quota, f"needs {what}; {quota_key} may use {limit} at once and {use.used} are in use")
     return None
 
 
 def never_fits(
-    req: Request, slots: list[GpuSlot], cores: frozenset[int] | None = None, capacity: Mapping[str, int] | None = None,
+    req: Request,
+    slots: list[GpuSlot],
+    cores: frozenset[int] | None = None,
+    capacity: Mapping[str, int] | None = None,
 ) -> str | None:
     """Why ``req`` can never start on these GPUs (and ``cores``, when booked, and the counted kinds
     of ``capacity``): the Unschedulable message, with its numbers, or None when some day it could.

@@ -3,7 +3,7 @@ what a job that ``dependsOn`` the Sweep waits for). Pure."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from controller.model.plan import Event, Plan, Snapshot
 from controller.model.reasons import (
@@ -41,11 +41,23 @@ def sweep_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
         plan.sweeps[name] = state
         if old is None or (old.phase, old.reason) != (state.phase, state.reason):
             warning = state.phase == Phase.Failed
-            plan.events.append(Event(EventType.Warning if warning else EventType.Normal, state.reason, name, state.message, kind="sweep"))
+            plan.events.append(
+                Event(
+                    EventType.Warning if warning else EventType.Normal, state.reason, name, state.message, kind="sweep"
+                )
+            )
     for name in snap.sweep_states:
         if name not in snap.admitted.sweeps:
             plan.removed_sweeps.append(name)
-            plan.events.append(Event(EventType.Normal, Reason.Deleted, name, "manifest deleted; children stopped and removed", kind="sweep"))
+            plan.events.append(
+                Event(
+                    EventType.Normal,
+                    Reason.Deleted,
+                    name,
+                    "manifest deleted; children stopped and removed",
+                    kind="sweep",
+                )
+            )
 
 
 def _sweep_phase(phases: list[str], total: int) -> tuple[Phase, SweepReason]:

@@ -82,7 +82,9 @@ def _container(spec: Any, command: list[str], env: dict[str, str], image: str, m
 def _unmapped(spec: Any, name: str) -> list[str]:
     notes = []
     for dep in spec.depends_on:
-        notes.append(f"{name}: dependsOn {dep.job} ({dep.condition}): a Kubernetes Job has no dependencies; not exported")
+        notes.append(
+            f"{name}: dependsOn {dep.job} ({dep.condition}): a Kubernetes Job has no dependencies; not exported"
+        )
     if spec.start_after:
         notes.append(f"{name}: startAfter {spec.start_after}: a Kubernetes Job has no start time; create it then")
     if spec.priority:
@@ -96,12 +98,18 @@ def _unmapped(spec: Any, name: str) -> list[str]:
             "labels (e.g. nvidia.com/gpu.product); not exported"
         )
     if spec.sharing == "Shared" or spec.resources.gpu_memory is not None:
-        notes.append(f"{name}: sharing/gpuMemory: GPU sharing (time-slicing, MIG) is a cluster setting; whole GPUs requested")
+        notes.append(
+            f"{name}: sharing/gpuMemory: GPU sharing (time-slicing, MIG) is a cluster setting; whole GPUs requested"
+        )
     if spec.resources.pids is not None:
-        notes.append(f"{name}: resources.pids {spec.resources.pids}: Kubernetes limits processes per pod only "
-                     "node-wide (the kubelet's podPidsLimit); not exported")
+        notes.append(
+            f"{name}: resources.pids {spec.resources.pids}: Kubernetes limits processes per pod only "
+            "node-wide (the kubelet's podPidsLimit); not exported"
+        )
     if spec.conda_env:
-        notes.append(f"{name}: condaEnv {spec.conda_env}: runs 'conda run' inside the container; the image needs that env")
+        notes.append(
+            f"{name}: condaEnv {spec.conda_env}: runs 'conda run' inside the container; the image needs that env"
+        )
     if spec.working_dir:
         notes.append(f"{name}: workingDir {spec.working_dir} must exist inside the container (mount it there)")
     if spec.time_limit is not None and spec.backoff_limit:
@@ -144,7 +152,12 @@ def _job_object(
 
 
 def export_job(
-    job: Any, name: str, manifest_dir: str = ".", *, image: str, queue: str | None = None,
+    job: Any,
+    name: str,
+    manifest_dir: str = ".",
+    *,
+    image: str,
+    queue: str | None = None,
     namespace: str | None = None,
 ) -> Exported:
     spec = job.spec
@@ -159,20 +172,30 @@ def sweep_lookup(children: list[Any], envs: list[dict[str, str]]) -> str:
     lines = ['case "$JOB_COMPLETION_INDEX" in']
     for index, (child, env) in enumerate(zip(children, envs)):
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        lines.append(f"  {index}) {f'export {exports}; ' if exports else ''}exec {shlex.join(command_argv(child.spec))} ;;")
+        lines.append(
+            f"  {index}) {f'export {exports}; ' if exports else ''}exec {shlex.join(command_argv(child.spec))} ;;"
+        )
     lines.append('  *) echo "no sweep child for index $JOB_COMPLETION_INDEX" >&2; exit 2 ;;')
     lines.append("esac")
     return "\n".join(lines) + "\n"
 
 
 def export_sweep(
-    sweep: Any, name: str, children: list[Any], manifest_dir: str = ".", *, image: str, queue: str | None = None,
+    sweep: Any,
+    name: str,
+    children: list[Any],
+    manifest_dir: str = ".",
+    *,
+    image: str,
+    queue: str | None = None,
     namespace: str | None = None,
 ) -> Exported:
     """A Sweep as an Indexed Job: index i is child i (``children``: the expanded child Jobs, in order)."""
     template = sweep.spec.template
     common, own = split_common([k8s_env(child.name, child.spec) for child in children])
-    container = _container(template, ["bash", "-c", sweep_lookup(children, own), "gflow-sweep"], common, image, manifest_dir)
+    container = _container(
+        template, ["bash", "-c", sweep_lookup(children, own), "gflow-sweep"], common, image, manifest_dir
+    )
     data = _job_object(name, template, dict(sweep.metadata.labels), container, queue, namespace)
     spec = data["spec"]
     spec["completionMode"] = "Indexed"
@@ -181,8 +204,12 @@ def export_sweep(
     # gflow retries each child on its own: the per-index limit says the same
     spec["backoffLimitPerIndex"] = spec.pop("backoffLimit")
     data["spec"] = {k: spec[k] for k in ("completionMode", "completions", "parallelism", "backoffLimitPerIndex")} | {
-        k: v for k, v in spec.items() if k not in ("completionMode", "completions", "parallelism", "backoffLimitPerIndex")
+        k: v
+        for k, v in spec.items()
+        if k not in ("completionMode", "completions", "parallelism", "backoffLimitPerIndex")
     }
     notes = _unmapped(template, name)
-    notes.append(f"{name}: children run as indices 0..{len(children) - 1} of one Job, not as Jobs named {children[0].name}...")
+    notes.append(
+        f"{name}: children run as indices 0..{len(children) - 1} of one Job, not as Jobs named {children[0].name}..."
+    )
     return Exported(dump(data), notes, data)

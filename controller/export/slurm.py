@@ -46,8 +46,8 @@ GIVEN_GPUS = Shell('"${CUDA_VISIBLE_DEVICES-}"')  # Slurm sets it from the GRES 
 # a port free on the node (bound as port 0, then released for the job); without python3, one
 # derived from the job id
 FREE_PORT = Shell(
-    "\"$(python3 -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])' 2>/dev/null"
-    " || echo $(( 20000 + ${SLURM_JOB_ID:-$$} % 20000 )))\""
+    '"$(python3 -c \'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])\' 2>/dev/null'
+    ' || echo $(( 20000 + ${SLURM_JOB_ID:-$$} % 20000 )))"'
 )
 
 
@@ -164,17 +164,23 @@ def unmapped(spec: Any, name: str) -> list[str]:
             f"submit with --dependency={kind}:ID"
         )
     if spec.backoff_limit:
-        notes.append(f"{name}: backoffLimit {spec.backoff_limit}: Slurm does not retry failed jobs by count; not exported")
+        notes.append(
+            f"{name}: backoffLimit {spec.backoff_limit}: Slurm does not retry failed jobs by count; not exported"
+        )
     if spec.sharing == "Shared" or spec.resources.gpu_memory is not None:
         notes.append(f"{name}: sharing/gpuMemory: a Slurm GRES GPU is whole; the job gets whole GPUs")
     if spec.termination_grace_period is not None:
         notes.append(f"{name}: terminationGracePeriod: Slurm's KillWait (cluster-wide) decides the grace")
     if spec.resources.pids is not None:
-        notes.append(f"{name}: resources.pids {spec.resources.pids}: sbatch has no process limit (the cluster's cgroup.conf decides); not exported")
+        notes.append(
+            f"{name}: resources.pids {spec.resources.pids}: sbatch has no process limit (the cluster's cgroup.conf decides); not exported"
+        )
     if spec.time_limit is not None and spec.time_limit % 60:
         notes.append(f"{name}: timeLimit {spec.time_limit:g}s: Slurm counts whole minutes and rounds it up")
     if spec.priority > 0:
-        notes.append(f"{name}: priority {spec.priority} becomes --nice={nice(spec.priority)}: a negative nice needs Slurm operator rights")
+        notes.append(
+            f"{name}: priority {spec.priority} becomes --nice={nice(spec.priority)}: a negative nice needs Slurm operator rights"
+        )
     if spec.cancelled:
         notes.append(f"{name}: spec.cancelled is true: this job would not run under gflowd")
     if spec.ttl_seconds_after_finished is not None:
@@ -231,7 +237,12 @@ def export_job(
     """Raises ``UnmappedGpuType`` (see ``sbatch_options``)."""
     spec = job.spec
     opts = sbatch_options(
-        spec, name, chdir=workdir(spec.working_dir, manifest_dir), output=output, partition=partition, account=account,
+        spec,
+        name,
+        chdir=workdir(spec.working_dir, manifest_dir),
+        output=output,
+        partition=partition,
+        account=account,
         gpu_types=gpu_types,
     )
     lines = ["#!/bin/bash", *(f"#SBATCH {o}" for o in opts), ""] + job_body(spec, slurm_env(name, spec))
@@ -253,8 +264,13 @@ def export_sweep(
     Variables all children share are set once, before the ``case``."""
     template = sweep.spec.template
     opts = sbatch_options(
-        template, name, chdir=workdir(template.working_dir, manifest_dir), output=output,
-        partition=partition, account=account, gpu_types=gpu_types,
+        template,
+        name,
+        chdir=workdir(template.working_dir, manifest_dir),
+        output=output,
+        partition=partition,
+        account=account,
+        gpu_types=gpu_types,
     )
     last = len(children) - 1
     array = f"0-{last}" if last > 0 else "0"

@@ -4,8 +4,9 @@ the message users see; and the result of judging every document of the spec dir 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, MutableMapping, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # the schema, for annotations only: model imports nothing of ours at run time
     from controller.api.job import Job, JobSpec
@@ -22,7 +23,7 @@ class AdmittedJob:
     (docs/design.md). Never modified once made (a pass tells an unchanged document by identity)."""
 
     name: str
-    job: "Job"  # see _LazyJob below: None until first read when made from the cache
+    job: Job  # see _LazyJob below: None until first read when made from the cache
     source: str  # the manifest as users see it: jobs/a.yaml
     path: str  # absolute path of the manifest file
     doc_index: int
@@ -42,14 +43,16 @@ class AdmittedJob:
     depends: bool = field(default=False, kw_only=True)  # spec.dependsOn is not empty
     # the file's parsed documents as JSON (shared by its jobs), and what builds ``job`` from it
     document: str | None = field(default=None, kw_only=True, compare=False, repr=False)
-    build: "Callable[[str, int, str], Job] | None" = field(default=None, kw_only=True, compare=False, repr=False)
+    build: Callable[[str, int, str], Job] | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.priority is None:  # no facts given: the model is at hand
             job = _JOB_SLOT.__get__(self, AdmittedJob)
             if job is None:
                 raise ValueError("an AdmittedJob without its Job needs its facts")
-            (self.priority, self.gpus, self.labels, self.ttl, self.cancelled, self.conda_env, self.depends) = facts_of(job)
+            (self.priority, self.gpus, self.labels, self.ttl, self.cancelled, self.conda_env, self.depends) = facts_of(
+                job
+            )
         elif _JOB_SLOT.__get__(self, AdmittedJob) is None and (self.document is None or self.build is None):
             raise ValueError("an AdmittedJob without its Job needs its cached document and a builder")
 
@@ -58,16 +61,27 @@ class AdmittedJob:
         return self.job.spec
 
     @property
-    def facts(self) -> "JobFacts":
+    def facts(self) -> JobFacts:
         return JobFacts(self.priority, self.gpus, self.labels, self.ttl, self.cancelled, self.conda_env, self.depends)
 
-    def placed(self, real_dir: str) -> "AdmittedJob":
+    def placed(self, real_dir: str) -> AdmittedJob:
         """The same job, running in ``real_dir`` (its manifest was reached through a symlink); its
         model is not built for that."""
         return AdmittedJob(
-            self.name, _JOB_SLOT.__get__(self, AdmittedJob), self.source, self.path, self.doc_index, self.spec_hash,
-            self.run_hash, self.owner_uid, self.mtime_ns, self.owner, real_dir, **self.facts._asdict(),
-            document=self.document, build=self.build,
+            self.name,
+            _JOB_SLOT.__get__(self, AdmittedJob),
+            self.source,
+            self.path,
+            self.doc_index,
+            self.spec_hash,
+            self.run_hash,
+            self.owner_uid,
+            self.mtime_ns,
+            self.owner,
+            real_dir,
+            **self.facts._asdict(),
+            document=self.document,
+            build=self.build,
         )
 
     @property
@@ -83,7 +97,7 @@ _JOB_SLOT: Any = AdmittedJob.__dict__["job"]  # the slot itself; AdmittedJob.job
 class _LazyJob:
     """``AdmittedJob.job``: the slot's value, built from the cached document on first read."""
 
-    def __get__(self, obj: "AdmittedJob | None", owner: type | None = None) -> Any:
+    def __get__(self, obj: AdmittedJob | None, owner: type | None = None) -> Any:
         if obj is None:
             return self
         job = _JOB_SLOT.__get__(obj, owner)
@@ -92,7 +106,7 @@ class _LazyJob:
             _JOB_SLOT.__set__(obj, job)
         return job
 
-    def __set__(self, obj: "AdmittedJob", value: Any) -> None:
+    def __set__(self, obj: AdmittedJob, value: Any) -> None:
         _JOB_SLOT.__set__(obj, value)
 
 
@@ -119,11 +133,16 @@ class JobFacts(NamedTuple):
 NO_LABELS: dict[str, str] = {}  # shared by the many jobs without labels; never modified
 
 
-def facts_of(job: "Job") -> JobFacts:
+def facts_of(job: Job) -> JobFacts:
     spec = job.spec
     return JobFacts(
-        spec.priority, spec.resources.gpus, dict(job.metadata.labels) or NO_LABELS, spec.ttl_seconds_after_finished,
-        spec.cancelled, spec.conda_env is not None, bool(spec.depends_on),
+        spec.priority,
+        spec.resources.gpus,
+        dict(job.metadata.labels) or NO_LABELS,
+        spec.ttl_seconds_after_finished,
+        spec.cancelled,
+        spec.conda_env is not None,
+        bool(spec.depends_on),
     )
 
 
@@ -141,7 +160,7 @@ class Rejection:
 @dataclass(frozen=True)
 class AdmittedSweep:
     name: str
-    sweep: "Sweep"
+    sweep: Sweep
     source: str
     path: str
     doc_index: int
@@ -161,7 +180,7 @@ class AdmittedReservation:
     each pass (``controller.decide.reservations``)."""
 
     name: str
-    reservation: "Reservation"
+    reservation: Reservation
     source: str
     path: str
     doc_index: int

@@ -11,7 +11,8 @@ input.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, MutableMapping, TypeVar
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")

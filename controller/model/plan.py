@@ -6,9 +6,9 @@ event). Plain data; the phases that make and read them are ``observe``, ``decide
 
 from __future__ import annotations
 
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
-from datetime import timezone, tzinfo
-from typing import Iterable, MutableMapping
+from datetime import UTC, tzinfo
 
 from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedReservation, Rejection
 from controller.model.gpus import Gpu
@@ -109,7 +109,7 @@ class Host:
     controller_uid: int | None = None  # gflowd's euid: not root runs only its own user's manifests
     conda_available: bool = True  # whether ``condaEnv`` can work here
     user_names: dict[int, str] = field(default_factory=dict)  # manifest owner uid -> name (quotas)
-    local_tz: tzinfo = timezone.utc  # how a ``startAfter`` without an offset is read
+    local_tz: tzinfo = UTC  # how a ``startAfter`` without an offset is read
     cores: frozenset[int] = frozenset()  # the CPU cores jobs may be pinned to (gflowd's affinity); empty: not booked
     capacity: dict[str, int] = field(default_factory=dict)  # counted kind -> the machine's amount (model/resources.py)
     # user names a Reservation lists -> uid; None: no such user (Rejected). A name not looked up is absent.
@@ -171,7 +171,9 @@ class Snapshot:
 
 @dataclass
 class Plan:
-    states: MutableMapping[str, JobState] = field(default_factory=dict)  # every job that still exists (a dict or an Overlay)
+    states: MutableMapping[str, JobState] = field(
+        default_factory=dict
+    )  # every job that still exists (a dict or an Overlay)
     starts: list[Launch] = field(default_factory=list)
     stops: list[Stop] = field(default_factory=list)
     consumed: list[str] = field(default_factory=list)  # exited runs now recorded: runtime may forget them
@@ -213,10 +215,14 @@ class Memory:
     parked: dict[int, frozenset[str]] | None = None
 
     @classmethod
-    def loaded(cls, states: dict[str, JobState], sweeps: dict[str, SweepState], reservations: dict[str, ReservationState]) -> "Memory":
+    def loaded(
+        cls, states: dict[str, JobState], sweeps: dict[str, SweepState], reservations: dict[str, ReservationState]
+    ) -> Memory:
         """What a starting gflowd knows: the records its status files hold."""
         return cls(states, sweeps, reservation_states=reservations)
 
     @classmethod
-    def after(cls, plan: Plan) -> "Memory":
-        return cls(plan.states, plan.sweeps, plan.admission, plan.unsettled, plan.reservations, plan.queue_memo, plan.parked)
+    def after(cls, plan: Plan) -> Memory:
+        return cls(
+            plan.states, plan.sweeps, plan.admission, plan.unsettled, plan.reservations, plan.queue_memo, plan.parked
+        )

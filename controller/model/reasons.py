@@ -39,7 +39,11 @@ class Phase(StrEnum):
     Running = "Running", False, "an attempt runs (or is being stopped: reason `Terminating`)"
     Succeeded = "Succeeded", True, "the last attempt exited with code 0"
     Failed = "Failed", True, "the last attempt failed and no retry is left, or gflowd stopped it for a limit"
-    Cancelled = "Cancelled", True, "stopped for good: cancelled, its manifest deleted, or a dependency ended the wrong way"
+    Cancelled = (
+        "Cancelled",
+        True,
+        "stopped for good: cancelled, its manifest deleted, or a dependency ended the wrong way",
+    )
     Rejected = "Rejected", False, "gflowd cannot run the manifest as written; fix the file and the job is admitted"
 
 
@@ -54,10 +58,18 @@ class Facts:
     status lagging only in those is not rewritten, their events are folded per owner); whether a
     job taking it is announced as a Warning event though its phase is not Failed or Rejected."""
 
-    __slots__ = ("phases", "doc", "hint", "stop", "queue", "warns")
+    __slots__ = ("doc", "hint", "phases", "queue", "stop", "warns")
 
-    def __init__(self, phases: tuple[Phase, ...], doc: str, hint: str, *, stop: bool = False, queue: bool = False,
-                 warns: bool = False) -> None:
+    def __init__(
+        self,
+        phases: tuple[Phase, ...],
+        doc: str,
+        hint: str,
+        *,
+        stop: bool = False,
+        queue: bool = False,
+        warns: bool = False,
+    ) -> None:
         self.phases, self.doc, self.hint = phases, doc, hint
         self.stop, self.queue, self.warns = stop, queue, warns
 
@@ -83,136 +95,348 @@ class Reason(StrEnum):
         return member
 
     # running and ending
-    Started = "Started", Facts(
-        (_R,), "an attempt runs; the message names its GPUs (or the cluster's job)",
-        "it runs: `gflowctl logs -f NAME` follows its output")
-    Terminating = "Terminating", Facts(
-        (_R,), "gflowd is stopping the attempt (TERM, then KILL after the grace period); the `Terminating` condition says why",
-        "it ends when its processes are gone; the Terminating condition says why it was stopped")
-    Completed = "Completed", Facts(
-        (_S,), "the attempt exited with code 0",
-        "nothing to do; `gflowctl rerun NAME` runs it again")
-    Error = "Error", Facts(
-        (_F,), "the attempt failed (its exit code or signal in the message) and `backoffLimit` allows no retry",
-        "read its log (`gflowctl logs NAME`), fix the cause and `gflowctl rerun NAME`; `backoffLimit` retries a flaky job")
-    BackOff = "BackOff", Facts(
-        (_P,), "an attempt failed; the next one waits 1 s, doubling each attempt, at most 5 min",
-        "it failed and waits before its next retry")
-    BackoffLimitExceeded = "BackoffLimitExceeded", Facts(
-        (_F,), "every attempt `backoffLimit` allows failed",
-        "read its logs (earlier attempts are `logs/NAME.N.log`), fix the cause and `gflowctl rerun NAME`")
-    OOMKilled = "OOMKilled", Facts(
-        (_F,), "the job's processes used more host memory than `resources.memory`",
-        "raise `resources.memory` (or make the job use less), then `gflowctl rerun NAME`")
-    Lost = "Lost", Facts(
-        (_F,), "the attempt's supervisor vanished without an exit record (a crash or a reboot while it ran)",
-        "run it again (`gflowctl rerun NAME`); gflowd's log may say what happened", warns=True)
-    Rerun = "Rerun", Facts(
-        (_P,), "a finished job runs again: its spec changed, or `gflowctl rerun`",
-        "it was queued again, as a new generation; it starts like a new job")
-    Admitted = "Admitted", Facts(
-        (_P,), "a Rejected manifest was fixed and admitted",
-        "its manifest was fixed; the scheduler looks at it in its next pass")
+    Started = (
+        "Started",
+        Facts(
+            (_R,),
+            "an attempt runs; the message names its GPUs (or the cluster's job)",
+            "it runs: `gflowctl logs -f NAME` follows its output",
+        ),
+    )
+    Terminating = (
+        "Terminating",
+        Facts(
+            (_R,),
+            "gflowd is stopping the attempt (TERM, then KILL after the grace period); the `Terminating` condition says why",
+            "it ends when its processes are gone; the Terminating condition says why it was stopped",
+        ),
+    )
+    Completed = (
+        "Completed",
+        Facts((_S,), "the attempt exited with code 0", "nothing to do; `gflowctl rerun NAME` runs it again"),
+    )
+    Error = (
+        "Error",
+        Facts(
+            (_F,),
+            "the attempt failed (its exit code or signal in the message) and `backoffLimit` allows no retry",
+            "read its log (`gflowctl logs NAME`), fix the cause and `gflowctl rerun NAME`; `backoffLimit` retries a flaky job",
+        ),
+    )
+    BackOff = (
+        "BackOff",
+        Facts(
+            (_P,),
+            "an attempt failed; the next one waits 1 s, doubling each attempt, at most 5 min",
+            "it failed and waits before its next retry",
+        ),
+    )
+    BackoffLimitExceeded = (
+        "BackoffLimitExceeded",
+        Facts(
+            (_F,),
+            "every attempt `backoffLimit` allows failed",
+            "read its logs (earlier attempts are `logs/NAME.N.log`), fix the cause and `gflowctl rerun NAME`",
+        ),
+    )
+    OOMKilled = (
+        "OOMKilled",
+        Facts(
+            (_F,),
+            "the job's processes used more host memory than `resources.memory`",
+            "raise `resources.memory` (or make the job use less), then `gflowctl rerun NAME`",
+        ),
+    )
+    Lost = (
+        "Lost",
+        Facts(
+            (_F,),
+            "the attempt's supervisor vanished without an exit record (a crash or a reboot while it ran)",
+            "run it again (`gflowctl rerun NAME`); gflowd's log may say what happened",
+            warns=True,
+        ),
+    )
+    Rerun = (
+        "Rerun",
+        Facts(
+            (_P,),
+            "a finished job runs again: its spec changed, or `gflowctl rerun`",
+            "it was queued again, as a new generation; it starts like a new job",
+        ),
+    )
+    Admitted = (
+        "Admitted",
+        Facts(
+            (_P,),
+            "a Rejected manifest was fixed and admitted",
+            "its manifest was fixed; the scheduler looks at it in its next pass",
+        ),
+    )
     # the stop reasons, as outcomes
-    UserCancelled = "UserCancelled", Facts(
-        (_C,), "cancelled (`spec.cancelled: true`, `gflowctl cancel`); a running attempt was stopped",
-        "set `cancelled: false` in its manifest to run it again", stop=True)
-    Suspended = "Suspended", Facts(
-        (_P,), "suspended (`spec.suspend: true`, `gflowctl suspend`): it does not start; a running attempt was stopped",
-        "it is suspended: resume it", stop=True)
-    Deleted = "Deleted", Facts(
-        (_C,), "its manifest was deleted: a running attempt is stopped, then the status removed (logs stay)",
-        "nothing to do: apply the manifest again to run it anew", stop=True)
-    DeadlineExceeded = "DeadlineExceeded", Facts(
-        (_F,), "the attempt ran past its `timeLimit` and was stopped",
-        "raise `timeLimit` (or checkpoint and resume), then `gflowctl rerun NAME`", stop=True)
-    GPUMemoryExceeded = "GPUMemoryExceeded", Facts(
-        (_F,), "a Shared job used more GPU memory than its `gpuMemory` and was stopped",
-        "raise `resources.gpuMemory` (or make the job use less), then `gflowctl rerun NAME`", stop=True)
-    Preempted = "Preempted", Facts(
-        (_P,), "stopped to make room for a job of higher priority; it waits to run again (not counted against `backoffLimit`)",
-        "a job of higher priority took its GPUs; it starts again when GPUs free up", stop=True)
-    IdleTimeout = "IdleTimeout", Facts(
-        (_F,), "no GPU activity on its GPUs (for a tty job, no terminal input either) for its `idleTimeout`; stopped",
-        "use the GPUs it holds, or raise or drop `idleTimeout`, then `gflowctl rerun NAME`", stop=True)
+    UserCancelled = (
+        "UserCancelled",
+        Facts(
+            (_C,),
+            "cancelled (`spec.cancelled: true`, `gflowctl cancel`); a running attempt was stopped",
+            "set `cancelled: false` in its manifest to run it again",
+            stop=True,
+        ),
+    )
+    Suspended = (
+        "Suspended",
+        Facts(
+            (_P,),
+            "suspended (`spec.suspend: true`, `gflowctl suspend`): it does not start; a running attempt was stopped",
+            "it is suspended: resume it",
+            stop=True,
+        ),
+    )
+    Deleted = (
+        "Deleted",
+        Facts(
+            (_C,),
+            "its manifest was deleted: a running attempt is stopped, then the status removed (logs stay)",
+            "nothing to do: apply the manifest again to run it anew",
+            stop=True,
+        ),
+    )
+    DeadlineExceeded = (
+        "DeadlineExceeded",
+        Facts(
+            (_F,),
+            "the attempt ran past its `timeLimit` and was stopped",
+            "raise `timeLimit` (or checkpoint and resume), then `gflowctl rerun NAME`",
+            stop=True,
+        ),
+    )
+    GPUMemoryExceeded = (
+        "GPUMemoryExceeded",
+        Facts(
+            (_F,),
+            "a Shared job used more GPU memory than its `gpuMemory` and was stopped",
+            "raise `resources.gpuMemory` (or make the job use less), then `gflowctl rerun NAME`",
+            stop=True,
+        ),
+    )
+    Preempted = (
+        "Preempted",
+        Facts(
+            (_P,),
+            "stopped to make room for a job of higher priority; it waits to run again (not counted against `backoffLimit`)",
+            "a job of higher priority took its GPUs; it starts again when GPUs free up",
+            stop=True,
+        ),
+    )
+    IdleTimeout = (
+        "IdleTimeout",
+        Facts(
+            (_F,),
+            "no GPU activity on its GPUs (for a tty job, no terminal input either) for its `idleTimeout`; stopped",
+            "use the GPUs it holds, or raise or drop `idleTimeout`, then `gflowctl rerun NAME`",
+            stop=True,
+        ),
+    )
     # waiting: the queue's gates, then the scheduler's answers
-    Queued = "Queued", Facts(
-        (_P,), "bound and about to start: a flood of jobs is started in batches, one per pass (or a cluster queued it)",
-        "it was just queued; the scheduler looks at it in its next pass", queue=True)
-    StartAfter = "StartAfter", Facts(
-        (_P,), "its `startAfter` time is in the future",
-        "it has a startAfter time in the future; it starts then")
-    Dependency = "Dependency", Facts(
-        (_P,), "a job in its `dependsOn` has not reached its condition yet",
-        "it starts when the jobs it depends on reach their condition (see depends_on)")
-    DependencyFailed = "DependencyFailed", Facts(
-        (_C,), "a job in its `dependsOn` ended the wrong way; the message names it",
-        "a job it depends on ended the wrong way; it will not start", warns=True)
-    Parallelism = "Parallelism", Facts(
-        (_P,), "its Sweep already runs `parallelism` children",
-        "its sweep runs at most `parallelism` children at once; it starts when a sibling ends")
-    Resources = "Resources", Facts(
-        (_P,), "not enough free GPUs (or cores) now; the message has the numbers and who holds them",
-        "it starts when enough GPUs free up: when the jobs holding them end, or sooner if you cancel "
-        "or suspend one of them", queue=True)
-    Priority = "Priority", Facts(
-        (_P,), "it would fit, but jobs ahead of it in the queue take the GPUs first",
-        "jobs of higher priority wait ahead of it; raise its priority (set_priority) to move it up", queue=True)
-    Unschedulable = "Unschedulable", Facts(
-        (_P,), "it can never fit on this machine (more GPUs or cores than it has, no GPU of its `gpuType`), with the numbers",
-        "it can never start on this machine as written: ask for fewer GPUs or another gpuType", warns=True)
-    GPUMemory = "GPUMemory", Facts(
-        (_P,), "a Shared job: no GPU has its `gpuMemory` free now",
-        "no GPU has the gpuMemory it asks for free; it starts when a Shared job on a GPU ends", queue=True)
-    Quota = "Quota", Facts(
-        (_P,), "its user or label group is at its GPU quota (`userQuotas`, `labelQuotas`)",
-        "its user or label group is at its quota of GPUs; it starts when one of their jobs ends", queue=True)
-    JobLimit = "JobLimit", Facts(
-        (_P,), "its user is at `maxRunningJobsPerUser`, or CPU-only jobs at `maxRunningCpuJobs`",
-        "its user (or CPU-only jobs) runs as many jobs as config.yaml allows; it starts when one of them ends")
-    QueueLimit = "QueueLimit", Facts(
-        (_J, _P), "refused: its user already has `maxPendingJobsPerUser` jobs waiting (a Sweep's child waits instead)",
-        "too many of its user's jobs wait; change its manifest once fewer wait (a Sweep's child joins the queue by itself)")
-    Reserved = "Reserved", Facts(
-        (_P,), "the free GPUs it needs are held by a Reservation for other users",
-        "the GPUs it needs are held by a reservation; it starts when the reservation ends or "
-        "when its timeLimit would end before the reservation starts")
-    DiskFull = "DiskFull", Facts(
-        (_P,), "the launch could not be recorded (the disk is full): nothing runs; held and retried",
-        "the controller could not record its start (disk full); free space on the gflow home", warns=True)
-    DiskError = "DiskError", Facts(
-        (_P,), "the launch could not be recorded (another write error): nothing runs; held and retried",
-        "the controller could not record its start (a write error, in the message); gflowd retries it", warns=True)
-    Held = "Held", Facts(
-        (_P,), "a cluster holds it (Slurm `JobHeldUser`/`JobHeldAdmin`)",
-        "the cluster holds it: release it there (`scontrol release`), or ask its admin")
+    Queued = (
+        "Queued",
+        Facts(
+            (_P,),
+            "bound and about to start: a flood of jobs is started in batches, one per pass (or a cluster queued it)",
+            "it was just queued; the scheduler looks at it in its next pass",
+            queue=True,
+        ),
+    )
+    StartAfter = (
+        "StartAfter",
+        Facts(
+            (_P,), "its `startAfter` time is in the future", "it has a startAfter time in the future; it starts then"
+        ),
+    )
+    Dependency = (
+        "Dependency",
+        Facts(
+            (_P,),
+            "a job in its `dependsOn` has not reached its condition yet",
+            "it starts when the jobs it depends on reach their condition (see depends_on)",
+        ),
+    )
+    DependencyFailed = (
+        "DependencyFailed",
+        Facts(
+            (_C,),
+            "a job in its `dependsOn` ended the wrong way; the message names it",
+            "a job it depends on ended the wrong way; it will not start",
+            warns=True,
+        ),
+    )
+    Parallelism = (
+        "Parallelism",
+        Facts(
+            (_P,),
+            "its Sweep already runs `parallelism` children",
+            "its sweep runs at most `parallelism` children at once; it starts when a sibling ends",
+        ),
+    )
+    Resources = (
+        "Resources",
+        Facts(
+            (_P,),
+            "not enough free GPUs (or cores) now; the message has the numbers and who holds them",
+            "it starts when enough GPUs free up: when the jobs holding them end, or sooner if you cancel "
+            "or suspend one of them",
+            queue=True,
+        ),
+    )
+    Priority = (
+        "Priority",
+        Facts(
+            (_P,),
+            "it would fit, but jobs ahead of it in the queue take the GPUs first",
+            "jobs of higher priority wait ahead of it; raise its priority (set_priority) to move it up",
+            queue=True,
+        ),
+    )
+    Unschedulable = (
+        "Unschedulable",
+        Facts(
+            (_P,),
+            "it can never fit on this machine (more GPUs or cores than it has, no GPU of its `gpuType`), with the numbers",
+            "it can never start on this machine as written: ask for fewer GPUs or another gpuType",
+            warns=True,
+        ),
+    )
+    GPUMemory = (
+        "GPUMemory",
+        Facts(
+            (_P,),
+            "a Shared job: no GPU has its `gpuMemory` free now",
+            "no GPU has the gpuMemory it asks for free; it starts when a Shared job on a GPU ends",
+            queue=True,
+        ),
+    )
+    Quota = (
+        "Quota",
+        Facts(
+            (_P,),
+            "its user or label group is at its GPU quota (`userQuotas`, `labelQuotas`)",
+            "its user or label group is at its quota of GPUs; it starts when one of their jobs ends",
+            queue=True,
+        ),
+    )
+    JobLimit = (
+        "JobLimit",
+        Facts(
+            (_P,),
+            "its user is at `maxRunningJobsPerUser`, or CPU-only jobs at `maxRunningCpuJobs`",
+            "its user (or CPU-only jobs) runs as many jobs as config.yaml allows; it starts when one of them ends",
+        ),
+    )
+    QueueLimit = (
+        "QueueLimit",
+        Facts(
+            (_J, _P),
+            "refused: its user already has `maxPendingJobsPerUser` jobs waiting (a Sweep's child waits instead)",
+            "too many of its user's jobs wait; change its manifest once fewer wait (a Sweep's child joins the queue by itself)",
+        ),
+    )
+    Reserved = (
+        "Reserved",
+        Facts(
+            (_P,),
+            "the free GPUs it needs are held by a Reservation for other users",
+            "the GPUs it needs are held by a reservation; it starts when the reservation ends or "
+            "when its timeLimit would end before the reservation starts",
+        ),
+    )
+    DiskFull = (
+        "DiskFull",
+        Facts(
+            (_P,),
+            "the launch could not be recorded (the disk is full): nothing runs; held and retried",
+            "the controller could not record its start (disk full); free space on the gflow home",
+            warns=True,
+        ),
+    )
+    DiskError = (
+        "DiskError",
+        Facts(
+            (_P,),
+            "the launch could not be recorded (another write error): nothing runs; held and retried",
+            "the controller could not record its start (a write error, in the message); gflowd retries it",
+            warns=True,
+        ),
+    )
+    Held = (
+        "Held",
+        Facts(
+            (_P,),
+            "a cluster holds it (Slurm `JobHeldUser`/`JobHeldAdmin`)",
+            "the cluster holds it: release it there (`scontrol release`), or ask its admin",
+        ),
+    )
     # a manifest gflowd cannot run
-    Invalid = "Invalid", Facts(
-        (_J,), "the manifest is not a valid Job (or not readable text); the message names the field and line",
-        "fix what the message names; the job is admitted as soon as the file is valid")
-    YAMLError = "YAMLError", Facts(
-        (_J,), "the file is not valid YAML; the message has the line",
-        "fix the YAML syntax at the line the message names")
-    DuplicateName = "DuplicateName", Facts(
-        (_J,), "another manifest already defines this name; the message names both files",
-        "rename one of the two (`metadata.name`) or delete one")
-    Forbidden = "Forbidden", Facts(
-        (_J,), "the manifest's owner is not gflowd's user, and gflowd (not root) runs only its own user's jobs",
-        "submit to your own gflowd, or run gflowd as root to serve several users")
-    DependencyCycle = "DependencyCycle", Facts(
-        (_J,), "its `dependsOn` forms a cycle; the message shows it",
-        "break the cycle in `spec.dependsOn`")
+    Invalid = (
+        "Invalid",
+        Facts(
+            (_J,),
+            "the manifest is not a valid Job (or not readable text); the message names the field and line",
+            "fix what the message names; the job is admitted as soon as the file is valid",
+        ),
+    )
+    YAMLError = (
+        "YAMLError",
+        Facts(
+            (_J,),
+            "the file is not valid YAML; the message has the line",
+            "fix the YAML syntax at the line the message names",
+        ),
+    )
+    DuplicateName = (
+        "DuplicateName",
+        Facts(
+            (_J,),
+            "another manifest already defines this name; the message names both files",
+            "rename one of the two (`metadata.name`) or delete one",
+        ),
+    )
+    Forbidden = (
+        "Forbidden",
+        Facts(
+            (_J,),
+            "the manifest's owner is not gflowd's user, and gflowd (not root) runs only its own user's jobs",
+            "submit to your own gflowd, or run gflowd as root to serve several users",
+        ),
+    )
+    DependencyCycle = (
+        "DependencyCycle",
+        Facts((_J,), "its `dependsOn` forms a cycle; the message shows it", "break the cycle in `spec.dependsOn`"),
+    )
     # events only
-    Expired = "Expired", Facts(
-        (), "event: gflowd removed a finished job's manifest (`ttlSecondsAfterFinished`, `finishedJobsHistory`), "
-        "or forgot an expired Reservation whose manifest was deleted",
-        "nothing to do: its logs stay; keep a job longer with a larger `ttlSecondsAfterFinished`")
-    SpecOutdated = "SpecOutdated", Facts(
-        (), "event and condition: the spec changed while it ran; the attempt goes on, the new spec runs when it ends",
-        "to run the new spec now, stop the attempt (`gflowctl suspend NAME`, then `resume`)")
-    GPUUnhealthy = "GPUUnhealthy", Facts(
-        (), "event and condition: a GPU of a running job failed",
-        "check the GPU (`gflowctl get gpus`, nvidia-smi); the job may need a rerun")
+    Expired = (
+        "Expired",
+        Facts(
+            (),
+            "event: gflowd removed a finished job's manifest (`ttlSecondsAfterFinished`, `finishedJobsHistory`), "
+            "or forgot an expired Reservation whose manifest was deleted",
+            "nothing to do: its logs stay; keep a job longer with a larger `ttlSecondsAfterFinished`",
+        ),
+    )
+    SpecOutdated = (
+        "SpecOutdated",
+        Facts(
+            (),
+            "event and condition: the spec changed while it ran; the attempt goes on, the new spec runs when it ends",
+            "to run the new spec now, stop the attempt (`gflowctl suspend NAME`, then `resume`)",
+        ),
+    )
+    GPUUnhealthy = (
+        "GPUUnhealthy",
+        Facts(
+            (),
+            "event and condition: a GPU of a running job failed",
+            "check the GPU (`gflowctl get gpus`, nvidia-smi); the job may need a rerun",
+        ),
+    )
 
 
 if TYPE_CHECKING:  # a checker sees every member; at run time only the stop reasons are in it
@@ -272,19 +496,38 @@ class Condition(StrEnum):
         member.doc = doc
         return member
 
-    Admitted = "Admitted", (
-        "`True` (reason `Valid`): the manifest is valid; `False`: its last edit is invalid (the last valid spec is kept) "
-        "or it was refused (`QueueLimit`)")
+    Admitted = (
+        "Admitted",
+        (
+            "`True` (reason `Valid`): the manifest is valid; `False`: its last edit is invalid (the last valid spec is kept) "
+            "or it was refused (`QueueLimit`)"
+        ),
+    )
     Scheduled = "Scheduled", "`True` (reason `Bound`): the job was bound to GPUs; the message names them"
-    Terminating = "Terminating", "a stop is under way; its reason is the stop reason (`UserCancelled`, `Suspended`, `Deleted`, ...)"
-    SpecOutdated = "SpecOutdated", "the spec changed while it ran: the attempt goes on, the job runs again with the new spec when it ends"
-    DuplicateName = "DuplicateName", "another manifest also defines this job's name and is ignored; the message names it"
+    Terminating = (
+        "Terminating",
+        "a stop is under way; its reason is the stop reason (`UserCancelled`, `Suspended`, `Deleted`, ...)",
+    )
+    SpecOutdated = (
+        "SpecOutdated",
+        "the spec changed while it ran: the attempt goes on, the job runs again with the new spec when it ends",
+    )
+    DuplicateName = (
+        "DuplicateName",
+        "another manifest also defines this job's name and is ignored; the message names it",
+    )
     Preempted = "Preempted", "it was preempted (when and why); kept while it waits to run again"
     GPUUnhealthy = "GPUUnhealthy", "a GPU of the running job failed (reason `GPULost`)"
     GPUsUnused = "GPUsUnused", "some bound GPUs have no process of the job (docs/gpu-usage.md)"
     GPUIdle = "GPUIdle", "no GPU activity on the job's GPUs for the idle window (docs/gpu-usage.md)"
-    GPUMemoryNearLimit = "GPUMemoryNearLimit", "a Shared job past 90 % of its `gpuMemory` on a GPU; at 100 % it is stopped (`GPUMemoryExceeded`)"
-    QueueOrder = "QueueOrder", "while it waits in the queue: why it stands where it does (`gflowctl describe`: Queue Order)"
+    GPUMemoryNearLimit = (
+        "GPUMemoryNearLimit",
+        "a Shared job past 90 % of its `gpuMemory` on a GPU; at 100 % it is stopped (`GPUMemoryExceeded`)",
+    )
+    QueueOrder = (
+        "QueueOrder",
+        "while it waits in the queue: why it stands where it does (`gflowctl describe`: Queue Order)",
+    )
 
 
 class EventType(StrEnum):

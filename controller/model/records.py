@@ -9,9 +9,9 @@ the hot path; ``controller.api.status.JobStatus`` describes the same shape and t
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from controller import API_VERSION
@@ -23,7 +23,7 @@ RUN_HASH = "gflow.dev/run-hash"
 def rfc3339(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def from_rfc3339(text: Any) -> float | None:
@@ -45,8 +45,10 @@ def _shared(value: Any) -> Any:
 
 def _shared_condition(condition: dict[str, Any]) -> dict[str, Any]:
     """A condition read back, its keys and short values shared (lastTransitionTime is the job's own)."""
-    return {sys.intern(k) if type(k) is str else k: v if k == "lastTransitionTime" else _shared(v)
-            for k, v in condition.items()}
+    return {
+        sys.intern(k) if type(k) is str else k: v if k == "lastTransitionTime" else _shared(v)
+        for k, v in condition.items()
+    }
 
 
 def _plain(value: Any) -> Any:
@@ -92,7 +94,7 @@ class FrozenConditions:
     def __iter__(self) -> Any:
         flat = self.flat
         for at in range(0, len(flat), 5):
-            yield dict(zip(CONDITION_KEYS, flat[at:at + 5]))
+            yield dict(zip(CONDITION_KEYS, flat[at : at + 5]))
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return list(self)[index]
@@ -194,7 +196,7 @@ class JobState:
     gpu_usage: dict[str, Any] | None = None
     idle_warning: float | None = None  # when the idleTimeout warning was given (once per idle spell)
 
-    def copy(self) -> "JobState":
+    def copy(self) -> JobState:
         # runs per job per pass: slot by slot is ~10x cheaper than dataclasses.replace or deepcopy
         new = object.__new__(JobState)
         for name in JOB_FIELDS:
@@ -225,7 +227,7 @@ class JobState:
         return tuple(row)  # one allocation when read back (a list is two, its head among the records' strings)
 
     @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> "JobState":
+    def from_row(cls, row: tuple[Any, ...]) -> JobState:
         """The record ``to_row`` gave (as the journal decoded it: its strings already shared). Empty
         lists and mappings are shared too: a record is never mutated, only copied (``copy``)."""
         if type(row) is not tuple or len(row) != len(JOB_FIELDS):
@@ -273,7 +275,7 @@ class JobState:
             "gpuUsage": self.gpu_usage,
             "idleWarningTime": rfc3339(self.idle_warning),
         }
-        status = {k: v for k, v in status.items() if v is not None and v != [] or k in ("devices", "conditions")}
+        status = {k: v for k, v in status.items() if (v is not None and v != []) or k in ("devices", "conditions")}
         meta: dict[str, Any] = {"name": self.name, "creationTimestamp": rfc3339(self.created)}
         if self.labels:
             meta["labels"] = dict(self.labels)
@@ -283,7 +285,7 @@ class JobState:
         return {"apiVersion": API_VERSION, "kind": "JobStatus", "metadata": meta, "status": status}
 
     @classmethod
-    def from_status(cls, data: dict[str, Any]) -> "JobState":
+    def from_status(cls, data: dict[str, Any]) -> JobState:
         meta = data.get("metadata") or {}
         status = data.get("status") or {}
         annotations = meta.get("annotations") or {}
@@ -314,7 +316,9 @@ class JobState:
             next_attempt_time=from_rfc3339(status.get("nextAttemptTime")),
             exit_code=status.get("exitCode"),
             pid=status.get("pid"),
-            backend_id=_text_or_none(status.get("backendJobId") or status.get("slurmJobId")),  # slurmJobId: written by older gflowds
+            backend_id=_text_or_none(
+                status.get("backendJobId") or status.get("slurmJobId")
+            ),  # slurmJobId: written by older gflowds
             node=status.get("node"),
             queue_position=status.get("queuePosition"),
             effective_priority=status.get("effectivePriority"),
@@ -357,7 +361,13 @@ JOB_FIELDS: tuple[str, ...] = JobState.__slots__  # the field order of a journal
 # One empty container per field for records read back: 50,000 finished jobs need no 250,000 of them.
 # Safe because a record is copied (new containers) before anything changes it.
 _EMPTY_SHARED: dict[str, Any] = {
-    "labels": {}, "depends_on": [], "devices": [], "device_uuids": [], "cores": [], "usage": {}, "conditions": [],
+    "labels": {},
+    "depends_on": [],
+    "devices": [],
+    "device_uuids": [],
+    "cores": [],
+    "usage": {},
+    "conditions": [],
 }
 _EMPTY_AT = tuple(JOB_FIELDS.index(name) for name in _EMPTY_SHARED)
 _CONDITIONS, _USAGE = JOB_FIELDS.index("conditions"), JOB_FIELDS.index("usage")
@@ -434,15 +444,19 @@ class SweepState:
     spec_hash: str = ""
 
     def to_status(self) -> dict[str, Any]:
-        return _record_document("SweepStatus", self, {
-            "children": len(self.children),
-            "counts": dict(self.counts),
-            "parallelism": self.parallelism,
-            "childNames": list(self.children),
-        })
+        return _record_document(
+            "SweepStatus",
+            self,
+            {
+                "children": len(self.children),
+                "counts": dict(self.counts),
+                "parallelism": self.parallelism,
+                "childNames": list(self.children),
+            },
+        )
 
     @classmethod
-    def from_status(cls, data: dict[str, Any]) -> "SweepState":
+    def from_status(cls, data: dict[str, Any]) -> SweepState:
         common, status = _record_fields(data)
         return cls(
             **common,
@@ -481,16 +495,20 @@ class ReservationState:
     completion_time: float | None = None  # when it expired: its TTL counts from here
 
     def to_status(self) -> dict[str, Any]:
-        return _record_document("ReservationStatus", self, {
-            "users": list(self.users),
-            "devices": list(self.devices),
-            "start": rfc3339(self.start),
-            "end": rfc3339(self.end),
-            "completionTime": rfc3339(self.completion_time),
-        })
+        return _record_document(
+            "ReservationStatus",
+            self,
+            {
+                "users": list(self.users),
+                "devices": list(self.devices),
+                "start": rfc3339(self.start),
+                "end": rfc3339(self.end),
+                "completionTime": rfc3339(self.completion_time),
+            },
+        )
 
     @classmethod
-    def from_status(cls, data: dict[str, Any]) -> "ReservationState":
+    def from_status(cls, data: dict[str, Any]) -> ReservationState:
         common, status = _record_fields(data)
         return cls(
             **common,

@@ -39,14 +39,20 @@ def child_params(sweep: str, spec: dict[str, Any]) -> dict[str, dict[str, str]]:
     """A matrix Sweep's ``spec`` (as written) -> child name -> its parameters; {} for an array or
     a spec that is not a well-formed matrix (gflowd rejects those; nothing to show)."""
     matrix, exclude = spec.get("matrix"), spec.get("exclude") or []
-    if not isinstance(matrix, dict) or not all(isinstance(v, list) for v in matrix.values()) or not isinstance(exclude, list):
+    if (
+        not isinstance(matrix, dict)
+        or not all(isinstance(v, list) for v in matrix.values())
+        or not isinstance(exclude, list)
+    ):
         return {}
     template = spec.get("nameTemplate") or DEFAULT_NAME_TEMPLATE
     try:
         combos = combinations_of(matrix, [ex for ex in exclude if isinstance(ex, dict)])
     except TypeError:
         return {}
-    return {substitute(str(template), {"sweep": sweep, "index": str(i), **combo}): combo for i, combo in enumerate(combos)}
+    return {
+        substitute(str(template), {"sweep": sweep, "index": str(i), **combo}): combo for i, combo in enumerate(combos)
+    }
 
 
 def params_text(params: dict[str, str]) -> str:

@@ -59,8 +59,13 @@ def summary(usage: AttemptUsage, start: float, end: float) -> dict[str, Any]:
         "gpuHoursAllocated": round(len(usage.gpus) * max(0.0, end - start) / 3600, 4),
         "gpuHoursUsed": round(sum(g.busy_seconds for g in usage.gpus) / 3600, 4),
         "gpus": [
-            {"index": g.index, "utilMean": g.util_mean, "utilPeak": g.util_peak,
-             "memoryMean": int(g.memory_mean), "memoryPeak": g.memory_peak}
+            {
+                "index": g.index,
+                "utilMean": g.util_mean,
+                "utilPeak": g.util_peak,
+                "memoryMean": int(g.memory_mean),
+                "memoryPeak": g.memory_peak,
+            }
             for g in usage.gpus
         ],
     }

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from controller.model.gpus import Gpu
 from controller.model.plan import RunObservation
@@ -67,8 +67,16 @@ class _GpuTrack:
     def use(self, samples: int) -> GpuUse:
         n = max(samples, 1)
         return GpuUse(
-            self.index, round(self.util_sum / n, 1), self.util_peak, self.util_last, round(self.memory_sum / n),
-            self.memory_peak, self.memory_last, self.has_process, self.last_process, self.last_busy,
+            self.index,
+            round(self.util_sum / n, 1),
+            self.util_peak,
+            self.util_last,
+            round(self.memory_sum / n),
+            self.memory_peak,
+            self.memory_last,
+            self.has_process,
+            self.last_process,
+            self.last_busy,
             round(self.busy_seconds, 1),
         )
 
@@ -87,7 +95,11 @@ class _Track:
 
     def usage(self) -> AttemptUsage:
         return AttemptUsage(
-            self.name, self.attempt, self.since, self.sampled_at, self.samples,
+            self.name,
+            self.attempt,
+            self.since,
+            self.sampled_at,
+            self.samples,
             tuple(g.use(self.samples) for g in self.gpus),
         )
 
@@ -140,7 +152,9 @@ class UsageSampler:
             live.add(name)
             track = self.tracks.get(name)
             if track is None or track.attempt != run.attempt or track.devices != tuple(run.devices):
-                track = self.tracks[name] = _Track(name, run.attempt, tuple(run.devices), since=now, started=run.started_at)
+                track = self.tracks[name] = _Track(
+                    name, run.attempt, tuple(run.devices), since=now, started=run.started_at
+                )
                 track.gpus = [_GpuTrack(index) for index in run.devices]
             # a gap (gflowd was down, NVML hung) counts as one interval, not as busy or idle time
             interval = min(now - track.sampled_at, 2 * self.interval) if track.samples else 0.0
@@ -174,14 +188,34 @@ class UsageSampler:
         jobs = {}
         for name, t in self.tracks.items():
             jobs[name] = {
-                "attempt": t.attempt, "devices": list(t.devices), "since": round(t.since, 3),
-                "sampledAt": round(t.sampled_at, 3), "samples": t.samples,
-                "gpus": [[g.index, g.util_sum, g.util_peak, g.util_last, g.memory_sum, g.memory_peak, g.memory_last,
-                          g.has_process, g.last_process, g.last_busy, round(g.busy_seconds, 2)] for g in t.gpus],
+                "attempt": t.attempt,
+                "devices": list(t.devices),
+                "since": round(t.since, 3),
+                "sampledAt": round(t.sampled_at, 3),
+                "samples": t.samples,
+                "gpus": [
+                    [
+                        g.index,
+                        g.util_sum,
+                        g.util_peak,
+                        g.util_last,
+                        g.memory_sum,
+                        g.memory_peak,
+                        g.memory_last,
+                        g.has_process,
+                        g.last_process,
+                        g.last_busy,
+                        round(g.busy_seconds, 2),
+                    ]
+                    for g in t.gpus
+                ],
                 "started": t.started,
                 "summary": summary(self.usage()[name], t.started or t.since, t.sampled_at),  # what describe shows live
-                "series": {"t": pack(t.times, "I"), "util": [pack(g.util_series, "B") for g in t.gpus],
-                           "mem": [pack(g.mem_series, "I") for g in t.gpus]},
+                "series": {
+                    "t": pack(t.times, "I"),
+                    "util": [pack(g.util_series, "B") for g in t.gpus],
+                    "mem": [pack(g.mem_series, "I") for g in t.gpus],
+                },
             }
         return json.dumps({"interval": self.interval, "jobs": jobs}, separators=(",", ":"))
 
@@ -190,8 +224,15 @@ class UsageSampler:
         try:
             jobs = json.loads(text).get("jobs") or {}
             for name, data in jobs.items():
-                track = _Track(str(name), int(data["attempt"]), tuple(int(d) for d in data["devices"]), float(data["since"]),
-                               float(data["sampledAt"]), int(data["samples"]), started=data.get("started"))
+                track = _Track(
+                    str(name),
+                    int(data["attempt"]),
+                    tuple(int(d) for d in data["devices"]),
+                    float(data["since"]),
+                    float(data["sampledAt"]),
+                    int(data["samples"]),
+                    started=data.get("started"),
+                )
                 track.gpus = [_GpuTrack(*row) for row in data["gpus"]]
                 if [g.index for g in track.gpus] != list(track.devices):
                     continue
@@ -204,7 +245,6 @@ class UsageSampler:
         except (ValueError, KeyError, TypeError, AttributeError):
             self.tracks = {}
         self._usage = None
-
 
 
 class JobPids:
@@ -220,14 +260,20 @@ class JobPids:
         self.known: set[int] = set()  # every pid seen on a GPU or in a tree at the last walk
         self.at = 0.0
 
-    def get(self, gpus: list[Gpu], runs: Mapping[str, RunObservation], now: float,
-            fresh: dict[str, set[int]] | None = None) -> dict[str, set[int]]:
+    def get(
+        self, gpus: list[Gpu], runs: Mapping[str, RunObservation], now: float, fresh: dict[str, set[int]] | None = None
+    ) -> dict[str, set[int]]:
         on_gpus = {p.pid for g in gpus for p in g.processes}
         if not on_gpus:
             return {}
         names = frozenset(n for n, r in runs.items() if r.running)
-        if fresh is None and self.trees is not None and names == self.names and now - self.at < PIDS_REFRESH \
-                and on_gpus <= self.known:
+        if (
+            fresh is None
+            and self.trees is not None
+            and names == self.names
+            and now - self.at < PIDS_REFRESH
+            and on_gpus <= self.known
+        ):
             return self.trees
         trees = fresh if fresh is not None else self.walk()
         self.trees, self.names, self.at = trees, names, now

@@ -12,8 +12,8 @@ import os
 import pwd
 import shutil
 import time
-from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from controller.model.plan import Host
 
@@ -27,7 +27,7 @@ class LocalTime(tzinfo):
         if dt is None:
             dt = datetime.now()
         wall = dt.replace(tzinfo=None, microsecond=0)
-        return wall - datetime.fromtimestamp(wall.timestamp(), timezone.utc).replace(tzinfo=None)
+        return wall - datetime.fromtimestamp(wall.timestamp(), UTC).replace(tzinfo=None)
 
     def dst(self, dt: datetime | None) -> timedelta | None:
         return None
@@ -35,11 +35,13 @@ class LocalTime(tzinfo):
     def fromutc(self, dt: datetime) -> datetime:
         """UTC -> local wall time, as the C library converts it (what ``datetime.fromtimestamp(ts, tz)``
         and ``astimezone`` call; the default needs ``dst()``, which this zone does not split out)."""
-        moment = dt.replace(tzinfo=timezone.utc).timestamp()
+        moment = dt.replace(tzinfo=UTC).timestamp()
         return datetime.fromtimestamp(moment).replace(tzinfo=self, fold=0)
 
     def tzname(self, dt: datetime | None) -> str:
-        return time.strftime("%Z", time.localtime(datetime.now().timestamp() if dt is None else dt.replace(tzinfo=None).timestamp()))
+        return time.strftime(
+            "%Z", time.localtime(datetime.now().timestamp() if dt is None else dt.replace(tzinfo=None).timestamp())
+        )
 
     def __repr__(self) -> str:
         return "LocalTime()"

@@ -24,7 +24,7 @@ import os
 import select
 import struct
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("gflowd")
 
@@ -34,8 +34,19 @@ IN_DELETE_SELF, IN_MOVE_SELF = 0x400, 0x800
 IN_Q_OVERFLOW, IN_IGNORED, IN_ONLYDIR, IN_DONT_FOLLOW, IN_ISDIR = 0x4000, 0x8000, 0x1000000, 0x2000000, 0x40000000
 IN_NONBLOCK, IN_CLOEXEC = 0o4000, 0o2000000
 # what changes a manifest or a folder of them; never opens or closes-without-write (gflowd's own reads)
-MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
-        | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
+MASK = (
+    IN_MODIFY
+    | IN_ATTRIB
+    | IN_CLOSE_WRITE
+    | IN_MOVED_FROM
+    | IN_MOVED_TO
+    | IN_CREATE
+    | IN_DELETE
+    | IN_DELETE_SELF
+    | IN_MOVE_SELF
+    | IN_ONLYDIR
+    | IN_DONT_FOLLOW
+)
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -91,7 +102,7 @@ class SpecWatch(threading.Thread):
         offset, end = 0, len(data)
         while offset < end:
             wd, mask, _cookie, size = _HEADER.unpack_from(data, offset)
-            name = data[offset + 16: offset + 16 + size].rstrip(b"\0")
+            name = data[offset + 16 : offset + 16 + size].rstrip(b"\0")
             offset += 16 + size
             if mask & IN_Q_OVERFLOW:
                 log.warning("inotify queue overflowed: re-reading the whole spec dir")
@@ -127,12 +138,17 @@ class SpecWatch(threading.Thread):
             if wd < 0:
                 err = ctypes.get_errno()
                 if err == errno.ENOSPC:
-                    log.warning("cannot watch %s: the inotify watch limit (fs.inotify.max_user_watches) "
-                                "is reached; changes there are seen on the resync tick", folder)
+                    log.warning(
+                        "cannot watch %s: the inotify watch limit (fs.inotify.max_user_watches) "
+                        "is reached; changes there are seen on the resync tick",
+                        folder,
+                    )
                 continue  # gone, or not a folder any more: its parent's event said so
             self.folders[wd] = folder
             try:
                 with os.scandir(folder) as entries:
-                    pending.extend(e.path for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False))
+                    pending.extend(
+                        e.path for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+                    )
             except OSError:
                 continue

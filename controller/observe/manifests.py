@@ -18,14 +18,14 @@ import os
 import stat as stat_mod
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from controller.api.names import is_valid_name
 from controller.api.validation import MAX_MANIFEST_BYTES, cached_job, validate_any
 from controller.model.documents import NO_LABELS, AdmittedJob, JobFacts, Rejection
-from controller.paths import is_manifest_name  # noqa: F401  (re-exported: the store's rule)
+from controller.paths import is_manifest_name
 from controller.util.fsutil import atomic_write
 from controller.util.security import NOT_REGULAR, EntryChanged, Folder, NotRead, OpenedManifest, SpecTree
 from controller.util.yamlio import YAMLSyntaxError, load_all
@@ -87,7 +87,9 @@ class ManifestStore:
         self.files: dict[str, ManifestFile] = {}
         self._gone: list[AdmittedJob | Rejection] = []  # see take_changes
         self._came: list[AdmittedJob | Rejection] = []
-        self._in_flux: set[str] = set()  # entries that kept changing while read: looked at again by the next refresh or scan
+        self._in_flux: set[str] = (
+            set()
+        )  # entries that kept changing while read: looked at again by the next refresh or scan
         self.deferred: set[str] = set()  # changed entries beyond their owner's read budget: the next refresh's
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
@@ -127,8 +129,11 @@ class ManifestStore:
         ``any_change``: write if anything changed (a clean stop); ``force``: write in any case."""
         if self.cache_path is None or (not force and self._unsaved == 0):
             return
-        if not (force or any_change) and self._unsaved < len(self.files) // 100 \
-                and time.monotonic() - self._saved_at < SAVE_AT_LEAST_EVERY:
+        if (
+            not (force or any_change)
+            and self._unsaved < len(self.files) // 100
+            and time.monotonic() - self._saved_at < SAVE_AT_LEAST_EVERY
+        ):
             return
 
         entries = "".join(  # json.dumps escapes tabs and newlines inside strings: one entry a line
@@ -274,7 +279,9 @@ class ManifestStore:
                 continue  # gone, changing, or leading out of the spec dir
             yield from self._walk_folder(folder, visited, pending)
 
-    def _walk_folder(self, folder: Folder, visited: set[tuple[int, int]], linked: list[str]) -> Iterable[tuple[str, os.DirEntry, Folder]]:
+    def _walk_folder(
+        self, folder: Folder, visited: set[tuple[int, int]], linked: list[str]
+    ) -> Iterable[tuple[str, os.DirEntry, Folder]]:
         try:
             if (folder.stat.st_dev, folder.stat.st_ino) in visited:
                 return
@@ -328,8 +335,15 @@ class ManifestStore:
                 quick = entry.stat(follow_symlinks=False) if entry is not None else st
                 if file_key(quick) == known.key:
                     return False  # the same file as last read: its key came from that read's fstat
-            if known is None and not is_link and entry is not None and folder is not None and folder.real is None \
-                    and not folder.links and path in self._warm:
+            if (
+                known is None
+                and not is_link
+                and entry is not None
+                and folder is not None
+                and folder.real is None
+                and not folder.links
+                and path in self._warm
+            ):
                 # a start: a file in a real folder of the spec dir, as the parse cache last saw it
                 # (key from the same walk's stat, as above) needs no opening, reading or parsing
                 quick = entry.stat(follow_symlinks=False)
@@ -350,7 +364,11 @@ class ManifestStore:
 
     def _read(self, path: str, name: str | None, folder: Folder | None) -> bool:
         try:
-            opened = self._tree.open_entry(folder, name, path) if folder is not None and name else self._tree.open_manifest(path)
+            opened = (
+                self._tree.open_entry(folder, name, path)
+                if folder is not None and name
+                else self._tree.open_manifest(path)
+            )
         except NotRead as why:
             if why.reason is None:
                 return self._forget(path)
@@ -379,7 +397,9 @@ class ManifestStore:
             mtime_ns = os.lstat(path).st_mtime_ns  # the entry's own age, for a duplicate-name contest
         except OSError:
             mtime_ns = 0
-        return self._set_rejection(path, (0, 0, 0, 0), Rejection(name, reason, message, source, path, 0, mtime_ns), True)
+        return self._set_rejection(
+            path, (0, 0, 0, 0), Rejection(name, reason, message, source, path, 0, mtime_ns), True
+        )
 
     def _unreadable(self, path: str, exc: OSError) -> bool:
         try:
@@ -402,7 +422,12 @@ class ManifestStore:
         key = file_key(st)
         via_symlink = opened.folder is not None
         known = self.files.get(path)
-        if known is not None and known.key == key and known.via_symlink == via_symlink and _folder_of(known) == opened.folder:
+        if (
+            known is not None
+            and known.key == key
+            and known.via_symlink == via_symlink
+            and _folder_of(known) == opened.folder
+        ):
             return False
         if self._from_warm(path, st, key, opened.folder):
             return True
@@ -443,17 +468,36 @@ class ManifestStore:
             documents = []
             for doc_index, name, spec_hash, run_hash, *facts in jobs:
                 fact = JobFacts(*facts)
-                if not (isinstance(doc_index, int) and isinstance(name, str) and isinstance(spec_hash, str)
-                        and isinstance(run_hash, str) and isinstance(fact.priority, int) and isinstance(fact.gpus, int)
-                        and isinstance(fact.labels, dict) and isinstance(fact.ttl, (int, float, type(None)))
-                        and all(isinstance(flag, bool) for flag in (fact.cancelled, fact.conda_env, fact.depends))):
+                if not (
+                    isinstance(doc_index, int)
+                    and isinstance(name, str)
+                    and isinstance(spec_hash, str)
+                    and isinstance(run_hash, str)
+                    and isinstance(fact.priority, int)
+                    and isinstance(fact.gpus, int)
+                    and isinstance(fact.labels, dict)
+                    and isinstance(fact.ttl, (int, float, type(None)))
+                    and all(isinstance(flag, bool) for flag in (fact.cancelled, fact.conda_env, fact.depends))
+                ):
                     return None
                 if not fact.labels:
                     fact = fact._replace(labels=NO_LABELS)  # one shared empty mapping, not 50,000
-                documents.append(AdmittedJob(  # equal hashes (jobs of one spec) are one string
-                    name, None, source, path, doc_index, sys.intern(spec_hash), sys.intern(run_hash),  # type: ignore[arg-type]
-                    st.st_uid, st.st_mtime_ns, **fact._asdict(), document=parsed_json, build=cached_job,
-                ))
+                documents.append(
+                    AdmittedJob(  # equal hashes (jobs of one spec) are one string
+                        name,
+                        None,  # type: ignore[arg-type]  # no model: built from the cached document when read
+                        source,
+                        path,
+                        doc_index,
+                        sys.intern(spec_hash),
+                        sys.intern(run_hash),
+                        st.st_uid,
+                        st.st_mtime_ns,
+                        **fact._asdict(),
+                        document=parsed_json,
+                        build=cached_job,
+                    )
+                )
             return documents
         except (ValueError, TypeError, IndexError):
             return None
@@ -480,10 +524,14 @@ class ManifestStore:
         where = f"{source} line {line}" if line else source
         return [Rejection(stem_name, reason, f"{message} ({where})", source, path, 0, mtime_ns)]
 
-    def _parse(self, path: str, opened: OpenedManifest, manifest: ManifestFile | None = None) -> list[AdmittedJob | Rejection]:
+    def _parse(
+        self, path: str, opened: OpenedManifest, manifest: ManifestFile | None = None
+    ) -> list[AdmittedJob | Rejection]:
         st = opened.stat
         if st.st_size > MAX_MANIFEST_BYTES:
-            return self._file_error(path, st.st_mtime_ns, "Invalid", f"file is {st.st_size} bytes, over the 1 MiB limit for a manifest")
+            return self._file_error(
+                path, st.st_mtime_ns, "Invalid", f"file is {st.st_size} bytes, over the 1 MiB limit for a manifest"
+            )
         try:
             raw = opened.read(MAX_MANIFEST_BYTES + 1)
         except OSError as exc:
@@ -493,7 +541,9 @@ class ManifestStore:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return self._file_error(path, st.st_mtime_ns, "Invalid", f"file is not UTF-8 text (bad byte at offset {exc.start})")
+            return self._file_error(
+                path, st.st_mtime_ns, "Invalid", f"file is not UTF-8 text (bad byte at offset {exc.start})"
+            )
         try:
             docs = load_all(text)
         except YAMLSyntaxError as exc:

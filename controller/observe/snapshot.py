@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from controller.model.gpus import Gpu
 from controller.model.plan import Manifests, Memory, RunObservation, Snapshot
@@ -45,7 +46,13 @@ class SnapshotBuilder:
     each pass's snapshot. ``config``: gflowd's settings (``controller.api.config``)."""
 
     def __init__(
-        self, home: Home, config: Any, inventory: Any, runtime: Any, policy: Any, clock: Callable[[], float] = time.time,
+        self,
+        home: Home,
+        config: Any,
+        inventory: Any,
+        runtime: Any,
+        policy: Any,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = ManifestStore(home.spec_dir, home.display, home.run_dir / "manifest-cache.json")
         self.config = config
@@ -53,10 +60,16 @@ class SnapshotBuilder:
         self.runtime = runtime
         self.policy = policy
         # user names (one lookup per uid) for quotas and for the admin's policy: admins, classes, limits' messages
-        self.host = HostFacts(want_user_names=bool(
-            policy.user_quotas or policy.admins or policy.class_members or policy.reservations is not None
-            or policy.max_pending_per_user or policy.max_running_per_user
-        ))
+        self.host = HostFacts(
+            want_user_names=bool(
+                policy.user_quotas
+                or policy.admins
+                or policy.class_members
+                or policy.reservations is not None
+                or policy.max_pending_per_user
+                or policy.max_running_per_user
+            )
+        )
         self.gpus: list[Gpu] = []
         self.gpus_read_at = -1e9  # monotonic time of the last inventory read
         self.gpus_dirty = True

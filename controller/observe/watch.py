@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from controller.observe.inotify import SpecWatch
 from controller.paths import is_manifest_name
@@ -91,13 +92,22 @@ def start_watching(
             on_review(Path(os.fsdecode(getattr(event, "dest_path", "") or event.src_path)))
 
     # Without a filter inotify also reports every open and close (see inotify.py's MASK).
-    changes = [events.FileCreatedEvent, events.FileModifiedEvent, events.FileClosedEvent, events.FileMovedEvent,
-               events.FileDeletedEvent]
+    changes = [
+        events.FileCreatedEvent,
+        events.FileModifiedEvent,
+        events.FileClosedEvent,
+        events.FileMovedEvent,
+        events.FileDeletedEvent,
+    ]
     observer = Observer()
     observer.daemon = True
     if review_dir is not None:
-        observer.schedule(ReviewHandler(), str(review_dir), recursive=False,
-                          event_filter=[events.FileCreatedEvent, events.FileMovedEvent])
+        observer.schedule(
+            ReviewHandler(),
+            str(review_dir),
+            recursive=False,
+            event_filter=[events.FileCreatedEvent, events.FileMovedEvent],
+        )
     if fake_gpus is not None and fake_gpus.parent.is_dir():
         observer.schedule(GpuFileHandler(), str(fake_gpus.parent), recursive=False, event_filter=changes)
     observer.start()

@@ -14,8 +14,8 @@ in with each call; nothing here writes.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from controller.model.plan import Event
 from controller.model.reasons import QUEUE_REASONS, EventType
@@ -72,9 +72,14 @@ class EventFolder:
             for reason, count in sorted(window.folded.items()):
                 names = ", ".join(window.examples[reason])
                 more = ", ..." if count > len(window.examples[reason]) else ""
-                out.append(Event(
-                    EventType.Normal, reason, owner,
-                    f"{count} more waiting-job events of {owner} in {self.window:g}s folded into this one "
-                    f"(jobs {names}{more}); gflowctl explain says why a job waits", kind="user",
-                ))
+                out.append(
+                    Event(
+                        EventType.Normal,
+                        reason,
+                        owner,
+                        f"{count} more waiting-job events of {owner} in {self.window:g}s folded into this one "
+                        f"(jobs {names}{more}); gflowctl explain says why a job waits",
+                        kind="user",
+                    )
+                )
         return out

@@ -14,7 +14,7 @@ import logging
 import operator
 import os
 import time
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from controller import API_VERSION
 from controller.api.units import format_cpu_list as format_cores
@@ -25,17 +25,19 @@ from controller.model.records import JOB_FIELDS, JobState, ReservationState, Swe
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
 from controller.util import records_journal as journal
-from controller.util.spares import PREFIX as SPARE_PREFIX
-from controller.util.spares import Spares
 from controller.util.fsutil import atomic_write, fsync_dir
 from controller.util.jsonlog import append_lines
+from controller.util.spares import PREFIX as SPARE_PREFIX
+from controller.util.spares import Spares
 from controller.util.yamlio import YAMLSyntaxError, dump, load_one, load_own
 
 log = logging.getLogger("gflowd.recorder")
 EVENTS_MAX_BYTES = 10 * 1024 * 1024
 QUEUED_UNWRITTEN_MAX = 10.0  # seconds a new job of a flood, bound and about to start, may go without a status file
 RUNNING_UNWRITTEN_MAX = 1.0  # seconds such a job, once started, may still go without one (see _may_wait)
-LAGGING_REFRESH = 64  # a waiting job's status lagging behind only by queue detail: refreshed this many per owner per resync
+LAGGING_REFRESH = (
+    64  # a waiting job's status lagging behind only by queue detail: refreshed this many per owner per resync
+)
 # What changes for every waiting job at each GPU turnover: which jobs hold the GPUs (the message), the queue
 # position, the aged priority, and Resources <-> Priority (jobs ahead took the GPUs in this pass, or in the
 # last). A status file lagging behind only in these, its reason one of QUEUE_REASONS (the queue's answers,
@@ -58,8 +60,13 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps wi
 def _queue_detail_only(known: JobState, state: JobState) -> bool:
     """Both records say the job waits in the queue (``QUEUE_REASONS``), and differ only in what
     moves at every GPU turnover."""
-    return (known.phase == state.phase == Phase.Pending and known.reason in QUEUE_REASONS
-            and state.reason in QUEUE_REASONS and known.attempt == state.attempt and _stable(known) == _stable(state))
+    return (
+        known.phase == state.phase == Phase.Pending
+        and known.reason in QUEUE_REASONS
+        and state.reason in QUEUE_REASONS
+        and known.attempt == state.attempt
+        and _stable(known) == _stable(state)
+    )
 
 
 def _index_row(name: str, state: JobState) -> bytes:
@@ -71,7 +78,9 @@ class Recorder:
         self.home = home
         self.clock = clock  # the index's "updated": gflowd's injected clock, as every timestamp
         self.written: dict[str, JobState] = {}
-        self.unwritten: dict[str, JobState] = {}  # new jobs of a flood, about to start or just started: in the index only
+        self.unwritten: dict[
+            str, JobState
+        ] = {}  # new jobs of a flood, about to start or just started: in the index only
         self.write_due: float | None = None  # when a started job of ``unwritten`` must have its status file (clock)
         self.written_sweeps: dict[str, SweepState] = {}
         self.written_reservations: dict[str, ReservationState] = {}
@@ -225,7 +234,9 @@ class Recorder:
             if written.get(name) == record:
                 continue
             document = record.to_status()
-            self.spares.replace(self.home.status_file(name), dump(document).encode(), durable=True, new=name not in written)
+            self.spares.replace(
+                self.home.status_file(name), dump(document).encode(), durable=True, new=name not in written
+            )
             written[name] = record
             changed = True
         if changed:
@@ -234,7 +245,10 @@ class Recorder:
         return changed
 
     def write_states(
-        self, states: Mapping[str, JobState], removed: Iterable[str], only: Iterable[str] | None = None,
+        self,
+        states: Mapping[str, JobState],
+        removed: Iterable[str],
+        only: Iterable[str] | None = None,
         owner_of: Callable[[str], str | None] = lambda name: None,
     ) -> bool:
         """Write the status files that changed and remove the given ones. True when anything did.
@@ -276,8 +290,13 @@ class Recorder:
                 # record (a start decided, an exit recorded) must reach the disk before it is relied on.
                 durable = state.attempt > 0 or state.phase != "Pending"
                 document = state.to_status()
-                batch.add(self.home.status_file(name), dump(document).encode(), durable=durable, new=known is None,
-                          then=functools.partial(self._written, name, state, document, known))
+                batch.add(
+                    self.home.status_file(name),
+                    dump(document).encode(),
+                    durable=durable,
+                    new=known is None,
+                    then=functools.partial(self._written, name, state, document, known),
+                )
                 written += 1
             if only is None:
                 written += self._refresh_lagging(states, batch)
@@ -298,8 +317,13 @@ class Recorder:
                 continue
             taken[owner] = taken.get(owner, 0) + 1
             document = state.to_status()
-            batch.add(self.home.status_file(name), dump(document).encode(), durable=False, new=False,
-                      then=functools.partial(self._written, name, state, document, self.written.get(name)))
+            batch.add(
+                self.home.status_file(name),
+                dump(document).encode(),
+                durable=False,
+                new=False,
+                then=functools.partial(self._written, name, state, document, self.written.get(name)),
+            )
             count += 1
         return count
 
@@ -379,8 +403,11 @@ class Recorder:
         """The journal rewritten with the last entry of each finished job it holds, then ``pending``."""
         entries = journal.read(self._journal, JOB_FIELDS)
         fresh = {entry[0] for entry in pending}
-        kept = [entry for name, entry in entries.last.items() if name not in fresh
-                and (state := self.written.get(name)) is not None and state.phase in SETTLED_PHASES]
+        kept = [
+            entry
+            for name, entry in entries.last.items()
+            if name not in fresh and (state := self.written.get(name)) is not None and state.phase in SETTLED_PHASES
+        ]
         self._rewrite_journal(kept + pending)
 
     def _remove_status(self, name: str) -> None:
@@ -406,13 +433,26 @@ class Recorder:
         rows = self._rows
         jobs = b",".join([rows[name] for name in self._order])
         sweeps = json.dumps({n: s.summary() for n, s in sorted(self.written_sweeps.items())}, separators=(",", ":"))
-        reservations = json.dumps({n: r.summary() for n, r in sorted(self.written_reservations.items())}, separators=(",", ":"))
-        payload = b"".join([
-            head.encode(), b',"jobs":{', jobs, b'},"sweeps":', sweeps.encode(), b',"reservations":', reservations.encode(), b"}",
-        ])
+        reservations = json.dumps(
+            {n: r.summary() for n, r in sorted(self.written_reservations.items())}, separators=(",", ":")
+        )
+        payload = b"".join(
+            [
+                head.encode(),
+                b',"jobs":{',
+                jobs,
+                b'},"sweeps":',
+                sweeps.encode(),
+                b',"reservations":',
+                reservations.encode(),
+                b"}",
+            ]
+        )
         atomic_write(self.home.index_file, payload, durable=False)
 
-    def write_node(self, slots: list[GpuSlot], source: str, cores: CorePool | None = None, limits: str | None = None) -> None:
+    def write_node(
+        self, slots: list[GpuSlot], source: str, cores: CorePool | None = None, limits: str | None = None
+    ) -> None:
         gpus = []
         for slot in slots:
             gpu = slot.gpu
@@ -435,8 +475,13 @@ class Recorder:
         data: dict = {"apiVersion": API_VERSION, "kind": "Node", "inventory": source, "gpus": gpus}
         if cores is not None:  # the CPU cores booked by resources.cpus
             data["cpus"] = {
-                "total": len(cores.cores), "free": len(cores.cores) - len(cores.taken), "cores": format_cores(sorted(cores.cores)),
-                "jobs": {name: format_cores(sorted(c for c, n in cores.taken.items() if n == name)) for name in sorted(set(cores.taken.values()))},
+                "total": len(cores.cores),
+                "free": len(cores.cores) - len(cores.taken),
+                "cores": format_cores(sorted(cores.cores)),
+                "jobs": {
+                    name: format_cores(sorted(c for c, n in cores.taken.items() if n == name))
+                    for name in sorted(set(cores.taken.values()))
+                },
             }
         if limits:
             data["limits"] = limits  # what the kernel enforces (cgroups), or why nothing is

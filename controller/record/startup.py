@@ -33,7 +33,9 @@ def note_spec_dir(home: Home) -> None:
     try:
         atomic_write(home.spec_dir_file, str(home.spec_dir) + "\n", durable=False)
     except OSError as exc:  # a full disk: gflowd must run all the same, its jobs need it most then
-        log.warning("could not write %s (%s); gflowctl finds a custom spec dir once it can be written", home.spec_dir_file, exc)
+        log.warning(
+            "could not write %s (%s); gflowctl finds a custom spec dir once it can be written", home.spec_dir_file, exc
+        )
 
 
 def note_dashboard(home: Home, url: str, port: int, socket: bool) -> None:

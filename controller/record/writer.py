@@ -15,7 +15,7 @@ import logging
 import os
 import pwd
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from controller import __version__
 from controller.model.plan import Event, Plan
@@ -32,8 +32,13 @@ INDEX_MAX_GAP = 1.0  # ...and at most (see PassWriter.write_index)
 
 
 class PassWriter:
-    def __init__(self, home: Home, recorder: Recorder, describe_inventory: Callable[[], str],
-                 describe_limits: Callable[[], str | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        home: Home,
+        recorder: Recorder,
+        describe_inventory: Callable[[], str],
+        describe_limits: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self.home = home
         self.recorder = recorder
         self.describe_inventory = describe_inventory
@@ -69,8 +74,12 @@ class PassWriter:
         self.recorder.write_node(plan.slots, self.describe_inventory(), plan.cores, self.describe_limits())
         ended = self.failures.succeeded()
         if ended:
-            self.event_best_effort(EventType.Normal, "StateWritable", f"state directory writable again after {ended} "
-                                   "failed tries; status files caught up", now)
+            self.event_best_effort(
+                EventType.Normal,
+                "StateWritable",
+                f"state directory writable again after {ended} failed tries; status files caught up",
+                now,
+            )
 
     def _owners(self, plan: Plan) -> Callable[[str], str | None]:
         """A job's owner as events name it: the user name of its manifest's owner."""
@@ -88,16 +97,25 @@ class PassWriter:
                 except (KeyError, OverflowError):
                     names[uid] = f"uid {uid}"
             return names[uid]
+
         return owner_of
 
     def failed(self, exc: OSError, now: float) -> float:
         """A write failed: say so (once per run of failures); the seconds until the next try."""
         delay, first = self.failures.failed(exc)
-        log.warning("cannot write the state directory: %s; retrying in %.1fs (running jobs are not affected)",
-                    describe(exc), delay)
+        log.warning(
+            "cannot write the state directory: %s; retrying in %.1fs (running jobs are not affected)",
+            describe(exc),
+            delay,
+        )
         if first:
-            self.event_best_effort(EventType.Warning, "StateWriteFailed", f"cannot write the state directory: "
-                                   f"{describe(exc)}; retrying with backoff; running jobs are not affected", now)
+            self.event_best_effort(
+                EventType.Warning,
+                "StateWriteFailed",
+                f"cannot write the state directory: "
+                f"{describe(exc)}; retrying with backoff; running jobs are not affected",
+                now,
+            )
         return delay
 
     def write_index(self, force: bool = False) -> None:

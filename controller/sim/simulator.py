@@ -28,10 +28,10 @@ from pathlib import Path
 from controller.decide.policy import UsageLedger, queue_key, quota_keys
 from controller.decide.reservations import Window, fence, next_boundary
 from controller.decide.scheduler import Binding, GpuSlot, QuotaUse, Request, schedule
-from controller.model.scheduling import CorePool
 from controller.model.gpus import Gpu
 from controller.model.plan import Host
 from controller.model.policy import Policy
+from controller.model.scheduling import CorePool
 
 GIB = 2**30
 POLICIES = ("fifo", "priority", "firstfit", "backfill", "default")
@@ -171,14 +171,22 @@ def _parse_row(row: list[str], col: dict[str, int], index: int, line: int) -> Si
 
 
 def simulate(
-    jobs: list[SimJob], gpus: int, policy: Policy, policy_name: str = "", cpus: int | None = None,
+    jobs: list[SimJob],
+    gpus: int,
+    policy: Policy,
+    policy_name: str = "",
+    cpus: int | None = None,
     reservations: list[Window] | None = None,
 ) -> Result:
     """Run the trace to the end; fills each job's start/end/devices and returns the metrics.
     ``cpus``: the machine's cores, booked by the jobs' ``cpus`` (None: not booked)."""
     too_big = next((j for j in jobs if j.gpus > gpus or (cpus is not None and j.cpus > cpus)), None)
     if too_big is not None:
-        what = f"{too_big.gpus} GPUs; --gpus is {gpus}" if too_big.gpus > gpus else f"{too_big.cpus} CPUs; --cpus is {cpus}"
+        what = (
+            f"{too_big.gpus} GPUs; --gpus is {gpus}"
+            if too_big.gpus > gpus
+            else f"{too_big.cpus} CPUs; --cpus is {cpus}"
+        )
         raise TraceError(f"trace line {too_big.line}: the job needs {what}")
     reservations = reservations or []
     outside = next((w for w in reservations if max(w.devices) >= gpus), None)
@@ -187,8 +195,16 @@ def simulate(
     slots = [GpuSlot(Gpu(i, f"GPU-sim-{i}", "simulated GPU", 80 * GIB), "Free") for i in range(gpus)]
     cores = CorePool(frozenset(range(cpus))) if cpus is not None else None
     requests = {
-        str(j.index): Request(str(j.index), j.gpus, None, j.gpu_memory, j.shared, j.time_limit, quota_keys(j.user, {}, policy),
-                              j.cpus if cores is not None else 0)
+        str(j.index): Request(
+            str(j.index),
+            j.gpus,
+            None,
+            j.gpu_memory,
+            j.shared,
+            j.time_limit,
+            quota_keys(j.user, {}, policy),
+            j.cpus if cores is not None else 0,
+        )
         for j in jobs
     }
     ledger = UsageLedger(policy.fair_share_half_life) if policy.fair_share_half_life else None
@@ -200,11 +216,14 @@ def simulate(
     now = 0.0
     while next_arrival < len(jobs) or completions or (queue.waiting and next_boundary(reservations, now) < math.inf):
         # advance to the next event; everything at that instant is applied before one pass
-        now = max(now, min(
-            jobs[next_arrival].submit if next_arrival < len(jobs) else math.inf,
-            completions[0][0] if completions else math.inf,
-            next_boundary(reservations, now) if queue.waiting and reservations else math.inf,
-        ))
+        now = max(
+            now,
+            min(
+                jobs[next_arrival].submit if next_arrival < len(jobs) else math.inf,
+                completions[0][0] if completions else math.inf,
+                next_boundary(reservations, now) if queue.waiting and reservations else math.inf,
+            ),
+        )
         while completions and completions[0][0] <= now:
             _, index = heapq.heappop(completions)
             _release(jobs[index], slots, running_on, ledger, quota_used, now)
@@ -256,7 +275,9 @@ def read_reservations(path: Path) -> list[Window]:
             devices = tuple(int(d) for d in (row["devices"] or "").split())
             users = tuple((row["users"] or "").split())
         except (KeyError, TypeError, ValueError) as exc:
-            raise TraceError(f"{path} line {line}: needs start_s,duration_s,devices,users as numbers and lists ({exc})") from None
+            raise TraceError(
+                f"{path} line {line}: needs start_s,duration_s,devices,users as numbers and lists ({exc})"
+            ) from None
         if duration <= 0 or not devices or not users:
             raise TraceError(f"{path} line {line}: needs a duration_s > 0, at least one device and one user")
         windows.append(Window(f"line {line}", users, devices, start, start + duration))
@@ -301,7 +322,8 @@ class _Queue:
         # the reservation's owner (firstfit has none), after which such jobs are not offered
         skipping = policy.mode == "firstfit"
         heap = [
-            (key(group[0]), size, i, group) for i, ((_, _, size), group) in enumerate(self.groups.items())
+            (key(group[0]), size, i, group)
+            for i, ((_, _, size), group) in enumerate(self.groups.items())
             if not skipping or size <= free
         ]
         heapq.heapify(heap)
@@ -323,7 +345,9 @@ class _Queue:
                 heapq.heappop(heap)
 
 
-def _release(job: SimJob, slots: list[GpuSlot], running_on: dict[int, list[SimJob]], ledger, quota_used, now: float) -> None:
+def _release(
+    job: SimJob, slots: list[GpuSlot], running_on: dict[int, list[SimJob]], ledger, quota_used, now: float
+) -> None:
     name = str(job.index)
     for device in job.devices:
         slot = slots[device]
@@ -359,8 +383,17 @@ def _ends_at(job: SimJob) -> float:
 def metrics(jobs: list[SimJob], gpus: int) -> dict:
     """The figures ``simulate -o json`` prints (times in seconds from the first submission)."""
     if not jobs:
-        return {"jobs": 0, "makespan_s": 0.0, "lower_bound_s": 0.0, "utilization": 0.0, "mean_wait_s": 0.0,
-                "p95_wait_s": 0.0, "max_wait_s": 0.0, "mean_slowdown": 0.0, "by_gpus": {}}
+        return {
+            "jobs": 0,
+            "makespan_s": 0.0,
+            "lower_bound_s": 0.0,
+            "utilization": 0.0,
+            "mean_wait_s": 0.0,
+            "p95_wait_s": 0.0,
+            "max_wait_s": 0.0,
+            "mean_slowdown": 0.0,
+            "by_gpus": {},
+        }
     origin = min(j.submit for j in jobs)
     busy = sum(j.gpus * j.run_time for j in jobs)
     makespan = max(j.ended for j in jobs) - origin
@@ -370,7 +403,9 @@ def metrics(jobs: list[SimJob], gpus: int) -> dict:
     for size in sorted({j.gpus for j in jobs}):
         group = [j.started - j.submit for j in jobs if j.gpus == size]
         by_gpus[str(size)] = {
-            "jobs": len(group), "mean_wait_s": round(sum(group) / len(group), 1), "max_wait_s": round(max(group), 1),
+            "jobs": len(group),
+            "mean_wait_s": round(sum(group) / len(group), 1),
+            "max_wait_s": round(max(group), 1),
         }
     # slowdown: (wait + run) / run, with runs shorter than 10 s counted as 10 s (bounded slowdown)
     slowdowns = [(j.started - j.submit + j.run_time) / max(j.run_time, 10.0) for j in jobs]

@@ -153,25 +153,50 @@ class Digest:
                 phase, reason = "Cancelled", "Deleted"
             job = uids.get(name)
             ref = state or old
-            facts.ended.append(AttemptEnd(
-                name=name, attempt=run.attempt, phase=phase, reason=reason, exit_code=run.exit_code,
-                started=run.started_at, finished=run.finished_at or now, gpus=len(run.devices),
-                devices=tuple(run.devices), labels=dict(ref.labels) if ref else {},
-                uid=job.owner_uid if job is not None else -1, generation=ref.generation if ref else 0,
-                created=ref.created if ref else 0.0, wait=self.waits.pop(name, None),
-                owner=ref.owner if ref else None, usage=run.usage,
-                gpu_hours_used=_gpu_hours_used(ref, run.attempt),
-            ))
+            facts.ended.append(
+                AttemptEnd(
+                    name=name,
+                    attempt=run.attempt,
+                    phase=phase,
+                    reason=reason,
+                    exit_code=run.exit_code,
+                    started=run.started_at,
+                    finished=run.finished_at or now,
+                    gpus=len(run.devices),
+                    devices=tuple(run.devices),
+                    labels=dict(ref.labels) if ref else {},
+                    uid=job.owner_uid if job is not None else -1,
+                    generation=ref.generation if ref else 0,
+                    created=ref.created if ref else 0.0,
+                    wait=self.waits.pop(name, None),
+                    owner=ref.owner if ref else None,
+                    usage=run.usage,
+                    gpu_hours_used=_gpu_hours_used(ref, run.attempt),
+                )
+            )
         for tr in facts.transitions:  # ended without an attempt of its own: cancelled, dependency failed
             state = tr.state
             if state.phase in TERMINAL_PHASES and tr.name not in consumed and tr.old_phase != "Running":
                 job = uids.get(tr.name)
-                facts.ended.append(AttemptEnd(
-                    name=tr.name, attempt=state.attempt, phase=state.phase, reason=state.reason,
-                    exit_code=state.exit_code, started=None, finished=state.completion_time or now, gpus=0,
-                    devices=(), labels=dict(state.labels), uid=job.owner_uid if job is not None else -1,
-                    generation=state.generation, created=state.created, wait=None, owner=state.owner,
-                ))
+                facts.ended.append(
+                    AttemptEnd(
+                        name=tr.name,
+                        attempt=state.attempt,
+                        phase=state.phase,
+                        reason=state.reason,
+                        exit_code=state.exit_code,
+                        started=None,
+                        finished=state.completion_time or now,
+                        gpus=0,
+                        devices=(),
+                        labels=dict(state.labels),
+                        uid=job.owner_uid if job is not None else -1,
+                        generation=state.generation,
+                        created=state.created,
+                        wait=None,
+                        owner=state.owner,
+                    )
+                )
                 self.queued_since.pop(tr.name, None)
         for name in plan.removed:
             self.queued_since.pop(name, None)
@@ -194,7 +219,14 @@ class Sinks:
         self._failed: set[str] = set()
 
     def after_pass(
-        self, previous: dict, plan, runs: dict, admission, now: float, duration: float, gpu_usage: dict | None = None,
+        self,
+        previous: dict,
+        plan,
+        runs: dict,
+        admission,
+        now: float,
+        duration: float,
+        gpu_usage: dict | None = None,
     ) -> None:
         try:
             facts = self.digest.digest(PassRecord(previous, plan, runs, admission, now, duration, gpu_usage or {}))

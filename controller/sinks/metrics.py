@@ -106,7 +106,9 @@ class _SnapshotCollector:
         gpu_labels = ["gpu", "uuid", "name"]
         used = GaugeMetricFamily("gflow_gpu_memory_used_bytes", "GPU memory in use (all processes).", labels=gpu_labels)
         total = GaugeMetricFamily("gflow_gpu_memory_total_bytes", "GPU memory.", labels=gpu_labels)
-        util = GaugeMetricFamily("gflow_gpu_utilization_percent", "GPU utilization as NVML reports it.", labels=gpu_labels)
+        util = GaugeMetricFamily(
+            "gflow_gpu_utilization_percent", "GPU utilization as NVML reports it.", labels=gpu_labels
+        )
         holders = GaugeMetricFamily("gflow_gpu_allocated_jobs", "Jobs holding each GPU.", labels=["gpu"])
         info = GaugeMetricFamily("gflow_gpu_job_info", "1 for each job on each GPU.", labels=["gpu", "job_name"])
         for slot in slots:
@@ -133,19 +135,28 @@ class _SnapshotCollector:
             family.add_metric(["bound"], bound)
             yield family
         yield from _job_usage(usage)
-        last = GaugeMetricFamily("gflow_reconcile_last_pass_timestamp_seconds", "Unix time the last reconcile pass ended.")
+        last = GaugeMetricFamily(
+            "gflow_reconcile_last_pass_timestamp_seconds", "Unix time the last reconcile pass ended."
+        )
         last.add_metric([], last_pass)
         yield last
 
 
 def _job_usage(usage: dict):
     """Per running job and bound GPU, the latest sample (``controller.model.usage.AttemptUsage``)."""
-    util = GaugeMetricFamily("gflow_job_gpu_utilization_percent", "GPU utilization by the job's processes (latest sample).",
-                             labels=["gpu", "job_name"])
-    memory = GaugeMetricFamily("gflow_job_gpu_memory_used_bytes", "GPU memory of the job's processes (latest sample).",
-                               labels=["gpu", "job_name"])
-    busy = GaugeMetricFamily("gflow_job_gpu_busy_seconds", "Utilization-weighted GPU-seconds of the running attempt.",
-                              labels=["job_name"])
+    util = GaugeMetricFamily(
+        "gflow_job_gpu_utilization_percent",
+        "GPU utilization by the job's processes (latest sample).",
+        labels=["gpu", "job_name"],
+    )
+    memory = GaugeMetricFamily(
+        "gflow_job_gpu_memory_used_bytes",
+        "GPU memory of the job's processes (latest sample).",
+        labels=["gpu", "job_name"],
+    )
+    busy = GaugeMetricFamily(
+        "gflow_job_gpu_busy_seconds", "Utilization-weighted GPU-seconds of the running attempt.", labels=["job_name"]
+    )
     for name, attempt in usage.items():
         for gpu in attempt.gpus:
             util.add_metric([str(gpu.index), name], gpu.util_last)
@@ -162,25 +173,38 @@ class MetricsServer:
         self.snapshot = _SnapshotCollector()
         self.registry.register(self.snapshot)
         self.queue_wait = Histogram(
-            "gflow_queue_wait_seconds", "Time from entering the queue to starting, per attempt.",
-            buckets=WAIT_BUCKETS, registry=self.registry,
+            "gflow_queue_wait_seconds",
+            "Time from entering the queue to starting, per attempt.",
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
         )
         self.pass_duration = Histogram(
-            "gflow_reconcile_duration_seconds", "Duration of a reconcile pass.", buckets=PASS_BUCKETS, registry=self.registry,
+            "gflow_reconcile_duration_seconds",
+            "Duration of a reconcile pass.",
+            buckets=PASS_BUCKETS,
+            registry=self.registry,
         )
         self.started = Counter("gflow_jobs_started", "Attempts started.", registry=self.registry)
-        self.finished = Counter("gflow_jobs_finished", "Jobs that finished, by phase.", ["phase"], registry=self.registry)
+        self.finished = Counter(
+            "gflow_jobs_finished", "Jobs that finished, by phase.", ["phase"], registry=self.registry
+        )
         for phase in FINISHED:
             self.finished.labels(phase)  # present at 0 from the start: rate() needs a first sample
-        self.cpu_seconds = Counter("gflow_attempt_cpu_seconds", "CPU time of ended attempts, from their cgroups.", registry=self.registry)
+        self.cpu_seconds = Counter(
+            "gflow_attempt_cpu_seconds", "CPU time of ended attempts, from their cgroups.", registry=self.registry
+        )
         self.peak_memory = Histogram(
-            "gflow_attempt_peak_memory_bytes", "Peak memory of each ended attempt, from its cgroup.",
-            buckets=MEMORY_BUCKETS, registry=self.registry,
+            "gflow_attempt_peak_memory_bytes",
+            "Peak memory of each ended attempt, from its cgroup.",
+            buckets=MEMORY_BUCKETS,
+            registry=self.registry,
         )
         try:
             self.server, self.thread = start_http_server(port, address, registry=self.registry)
         except OSError as exc:
-            raise SinkError(f"--metrics-port {port}: cannot listen on {address}:{port}: {exc.strerror or exc}") from None
+            raise SinkError(
+                f"--metrics-port {port}: cannot listen on {address}:{port}: {exc.strerror or exc}"
+            ) from None
         except ValueError as exc:  # e.g. an address that is not one
             raise SinkError(f"--metrics-address {address!r}: {exc}") from None
         self.port = self.server.server_port

@@ -76,7 +76,11 @@ def redacted(url: str) -> str:
     """``https://chat.example.org/hooks/SECRET`` -> ``https://chat.example.org/…``: logs name the
     endpoint without the token a webhook path usually is."""
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}/…" if parts.path.strip("/") or parts.query else f"{parts.scheme}://{parts.netloc}"
+    return (
+        f"{parts.scheme}://{parts.netloc}/…"
+        if parts.path.strip("/") or parts.query
+        else f"{parts.scheme}://{parts.netloc}"
+    )
 
 
 class _PermanentError(Exception):
@@ -101,7 +105,9 @@ class _Target:
         self.thread.start()
 
     def wants(self, state) -> bool:
-        return (state.phase in self.events or state.reason in self.events) and selector_matches(self.selector, state.labels)
+        return (state.phase in self.events or state.reason in self.events) and selector_matches(
+            self.selector, state.labels
+        )
 
     def submit(self, body: bytes) -> None:
         try:
@@ -109,7 +115,12 @@ class _Target:
         except queue.Full:
             self.dropped += 1
             if self.dropped == 1 or self.dropped % 100 == 0:
-                log.warning("webhook %s: queue full (%d waiting), %d notification(s) dropped so far", self.name, QUEUE_SIZE, self.dropped)
+                log.warning(
+                    "webhook %s: queue full (%d waiting), %d notification(s) dropped so far",
+                    self.name,
+                    QUEUE_SIZE,
+                    self.dropped,
+                )
 
     def _work(self) -> None:
         while True:
@@ -128,11 +139,15 @@ class _Target:
                 self.sent += 1
             except Exception as exc:  # a worker never dies: the next notification gets its chance
                 self.failed += 1
-                log.warning("webhook %s: gave up on a notification after %d tries: %s", self.name, self.retries + 1, exc)
+                log.warning(
+                    "webhook %s: gave up on a notification after %d tries: %s", self.name, self.retries + 1, exc
+                )
 
     def _post(self, body: bytes) -> None:
         request = urllib.request.Request(
-            self.url, data=body, method="POST",
+            self.url,
+            data=body,
+            method="POST",
             headers={"Content-Type": "application/json", "User-Agent": "gflowd"},
         )
         try:
@@ -142,7 +157,7 @@ class _Target:
             if 400 <= exc.code < 500 and exc.code not in (408, 429):
                 raise _PermanentError(f"HTTP {exc.code} {exc.reason}") from None
             raise OSError(f"HTTP {exc.code} {exc.reason}") from None
-        except socket.timeout:
+        except TimeoutError:
             raise OSError(f"no answer within {self.timeout:g}s") from None
         except http.client.HTTPException as exc:  # a malformed answer: worth another try
             raise OSError(f"bad HTTP answer: {exc!r}") from None

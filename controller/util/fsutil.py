@@ -15,8 +15,8 @@ import fcntl
 import os
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from controller.util.locks import lock_held  # noqa: F401  (here too: callers import it from fsutil)
 
@@ -115,8 +115,14 @@ class LockBusy(RewriteError):
     """Another program held the file's lock for longer than we were willing to wait."""
 
 
-def rewrite_locked(path: Path, change: Callable[[str], str | None], *, within: Path | None = None,
-                   wait: float = 30.0, attempts: int = 5) -> bool:
+def rewrite_locked(
+    path: Path,
+    change: Callable[[str], str | None],
+    *,
+    within: Path | None = None,
+    wait: float = 30.0,
+    attempts: int = 5,
+) -> bool:
     """Read-modify-write of a file others may edit, losing nobody's edit: ``change(text)`` returns
     the new text, the same text (nothing is written) or None (the file is removed). True when the
     file changed.
@@ -171,8 +177,10 @@ def rewrite_locked(path: Path, change: Callable[[str], str | None], *, within: P
             import random  # lazy: only a contended rewrite backs off; every gflowctl write would pay ~1 ms
 
             time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))  # let the other writer finish
-    raise RewriteError(f"{path} changed while it was being edited, {attempts} times in a row "
-                       "(another program keeps writing it); try again")
+    raise RewriteError(
+        f"{path} changed while it was being edited, {attempts} times in a row "
+        "(another program keeps writing it); try again"
+    )
 
 
 def _open_locked(path: Path, wait: float) -> tuple[int, os.stat_result]:
@@ -237,7 +245,12 @@ def _unchanged(path: Path, fd: int, seen: os.stat_result, data: bytes) -> bool:
         now = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         return False
-    if (now.st_dev, now.st_ino, now.st_mtime_ns, now.st_size) != (seen.st_dev, seen.st_ino, seen.st_mtime_ns, seen.st_size):
+    if (now.st_dev, now.st_ino, now.st_mtime_ns, now.st_size) != (
+        seen.st_dev,
+        seen.st_ino,
+        seen.st_mtime_ns,
+        seen.st_size,
+    ):
         return False
     return _read_all(fd) == data  # the same inode: our descriptor reads what is there now
 
@@ -252,7 +265,7 @@ def _temp_like(path: Path, payload: bytes, like: os.stat_result) -> str:
         try:
             view = memoryview(payload)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         except OSError as exc:
             raise type(exc)(exc.errno, exc.strerror, str(path)) from None
@@ -261,8 +274,12 @@ def _temp_like(path: Path, payload: bytes, like: os.stat_result) -> str:
             try:
                 os.fchown(fd, -1 if mine.st_uid == like.st_uid else like.st_uid, like.st_gid)
             except PermissionError:
-                raise PermissionError(errno.EPERM, f"owned by uid {like.st_uid} gid {like.st_gid}, and a rewrite by uid "
-                                      f"{os.geteuid()} cannot keep that owner", str(path)) from None
+                raise PermissionError(
+                    errno.EPERM,
+                    f"owned by uid {like.st_uid} gid {like.st_gid}, and a rewrite by uid "
+                    f"{os.geteuid()} cannot keep that owner",
+                    str(path),
+                ) from None
         os.fchmod(fd, stat.S_IMODE(like.st_mode))  # after fchown, which clears set-id bits
     except BaseException:
         os.close(fd)
@@ -297,7 +314,10 @@ def _rename_noreplace(source: str, target: Path) -> None:
 
     renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc >= 2.28
     at_fdcwd, rename_noreplace = -100, 1
-    if renameat2 is not None and renameat2(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(str(target)), rename_noreplace) == 0:
+    if (
+        renameat2 is not None
+        and renameat2(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(str(target)), rename_noreplace) == 0
+    ):
         return
     err = ctypes.get_errno() if renameat2 is not None else errno.ENOSYS
     if err in (errno.ENOSYS, errno.EINVAL):  # an old kernel or a file system without it: a hard link is atomic too

@@ -163,7 +163,6 @@ def _value_end(line: str, col: int) -> int:
 def _reserialize(text: str, doc_index: int, path: tuple[str, ...], value: Any) -> str:
     from ruamel.yaml import YAML  # lazy: ruamel (~20 ms) only when a manifest is edited
 
-
     parts = [p for p in iter_documents_text(text)]
     yaml = YAML(typ="rt")
     yaml.indent(mapping=2, sequence=4, offset=2)

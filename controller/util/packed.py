@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import sys
 from array import array
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def pack(values: Iterable[int], typecode: str) -> str:

@@ -31,7 +31,8 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable
+    from collections.abc import Iterable
+    from typing import Any
 
 FORMAT = f"gflow-records 2 python{sys.version_info[0]}.{sys.version_info[1]} marshal{marshal.version}"
 
@@ -86,12 +87,12 @@ def read(path: str, fields: Iterable[str]) -> Entries:
     last = entries.last
     at, end = len(expected), len(data)
     while at < end:
-        size = int.from_bytes(data[at:at + 4], "little")
+        size = int.from_bytes(data[at : at + 4], "little")
         if at + 4 + size > end:
             entries.torn = True  # the last frame was cut short
             break
         try:
-            decoded = marshal.loads(data[at + 4:at + 4 + size])
+            decoded = marshal.loads(data[at + 4 : at + 4 + size])
             for entry in decoded:
                 if type(entry) is not tuple or len(entry) != 5:
                     raise ValueError("not a journal entry")
@@ -109,6 +110,6 @@ def append(path: str, payload: bytes) -> None:
     try:
         view = memoryview(payload)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)

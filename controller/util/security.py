@@ -19,8 +19,8 @@ import errno
 import os
 import pwd
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # Reading: never block on a FIFO, never make a terminal ours, never leak into a job.
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -50,6 +50,7 @@ def spec_dir_problem(spec_dir: os.PathLike[str] | str) -> str | None:
 
 
 # -- opening a manifest ------------------------------------------------------------------------------
+
 
 class EntryChanged(Exception):
     """The entry changed while it was being opened (a rename or exchange under way): look again."""
@@ -95,7 +96,7 @@ class OpenedManifest:
     def close(self) -> None:
         os.close(self.fd)
 
-    def __enter__(self) -> "OpenedManifest":
+    def __enter__(self) -> OpenedManifest:
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -196,7 +197,9 @@ class SpecTree:
             os.close(fd)
             raise
 
-    def _checked(self, fd: int, st: os.stat_result, path: str, resolve: Callable[[], tuple[str | None, tuple]]) -> OpenedManifest:
+    def _checked(
+        self, fd: int, st: os.stat_result, path: str, resolve: Callable[[], tuple[str | None, tuple]]
+    ) -> OpenedManifest:
         """The file is a regular one, and every symlink on the way to it is its owner's."""
         try:
             if not stat.S_ISREG(st.st_mode):
@@ -205,7 +208,7 @@ class SpecTree:
             for link, owner in links:
                 if owner != st.st_uid:
                     assert real is not None  # a link on the way means the path resolved
-                    target = self.path + real[len(self.real):]
+                    target = self.path + real[len(self.real) :]
                     raise NotRead("Forbidden", _foreign_symlink(path, link, owner, target, st.st_uid, self.display))
             return OpenedManifest(fd, st, None if real is None else os.path.dirname(real), path)
         except BaseException:
@@ -215,7 +218,7 @@ class SpecTree:
     def _resolved(self, fd: int, path: str, st: os.stat_result) -> tuple[str | None, tuple[tuple[str, int], ...]]:
         """(the real path, when symlinks led to it, else None; those symlinks with their owners)."""
         real = _real_path(fd, path, st)
-        if real == self.real + path[len(self.path):]:
+        if real == self.real + path[len(self.path) :]:
             return None, ()
         if real != self.real and not _inside(real, self.real):
             raise NotRead(None)  # a folder on the way leaves the spec dir: not ours to look at
@@ -277,7 +280,7 @@ def _symlinks_on_the_way(path: str, spec_dir: str) -> list[tuple[str, int]]:
     """Every symlink between the spec dir and ``path`` (folders and the file itself), with its owner."""
     found: list[tuple[str, int]] = []
     here = spec_dir
-    for part in path[len(spec_dir):].strip(os.sep).split(os.sep):
+    for part in path[len(spec_dir) :].strip(os.sep).split(os.sep):
         here = os.path.join(here, part)
         try:
             st = os.lstat(here)
@@ -288,7 +291,9 @@ def _symlinks_on_the_way(path: str, spec_dir: str) -> list[tuple[str, int]]:
     return found
 
 
-def _foreign_symlink(path: str, link: str, link_owner: int, target: str, owner: int, display: Callable[[str], str]) -> str:
+def _foreign_symlink(
+    path: str, link: str, link_owner: int, target: str, owner: int, display: Callable[[str], str]
+) -> str:
     link_text = f"a symlink owned by {user_name(link_owner)}"
     what = f"is {link_text}" if link == path else f"is reached through {display(link)}, {link_text},"
     return (

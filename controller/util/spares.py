@@ -42,8 +42,9 @@ import errno
 import os
 import stat
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from controller.util.fsutil import free_bytes, temp_beside
 
@@ -64,9 +65,14 @@ SYNC_THREADS = 16  # fsyncs in flight at once
 class Spares:
     """The spares of one folder, and the replaces and removals that use them."""
 
-    def __init__(self, directory: Path, clock: Callable[[], float] = time.monotonic,
-                 usable: Callable[[int], bool] | None = None, quiet: float = QUIET,
-                 free: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        clock: Callable[[], float] = time.monotonic,
+        usable: Callable[[int], bool] | None = None,
+        quiet: float = QUIET,
+        free: Callable[[], int] | None = None,
+    ) -> None:
         self.directory = directory
         self.clock = clock
         self.free = free or (lambda: free_bytes(directory))  # bytes free for us on the folder's disk
@@ -75,8 +81,12 @@ class Spares:
         self._room_at = -1e18  # clock time of that look
         self.quiet = quiet  # seconds out of sight before a spare is rewritten (QUIET: readers we do not know)
         self.usable = usable  # a further test of a ready spare (its open descriptor); a spare failing it is unlinked
-        self._ready: collections.deque[tuple[float, str, int]] = collections.deque()  # (hidden since, path, bytes), oldest first
-        self._fresh: list[tuple[str, int]] = []  # (path, bytes) hidden in this pass: ready after the folder fsync (``synced``)
+        self._ready: collections.deque[tuple[float, str, int]] = (
+            collections.deque()
+        )  # (hidden since, path, bytes), oldest first
+        self._fresh: list[
+            tuple[str, int]
+        ] = []  # (path, bytes) hidden in this pass: ready after the folder fsync (``synced``)
         self._token = os.urandom(4).hex()
         self._count = 0
         self.created = 0  # inodes created because no spare was ready (figures and tests)
@@ -187,7 +197,7 @@ class Spares:
         if spare:
             _unlink(staged)  # the inode keeps its new name only
 
-    def batch(self) -> "Batch":
+    def batch(self) -> Batch:
         """Replaces staged now and put in place together (``Batch``); use as a context manager."""
         return Batch(self)
 
@@ -289,10 +299,11 @@ class Spares:
 
 
 class _Staged:
-    __slots__ = ("path", "fd", "staged", "spare", "durable", "new", "then", "syncing")
+    __slots__ = ("durable", "fd", "new", "path", "spare", "staged", "syncing", "then")
 
-    def __init__(self, path: Path, fd: int, staged: str, spare: bool, durable: bool, new: bool,
-                 then: Callable[[], None] | None) -> None:
+    def __init__(
+        self, path: Path, fd: int, staged: str, spare: bool, durable: bool, new: bool, then: Callable[[], None] | None
+    ) -> None:
         self.path, self.fd, self.staged, self.spare = path, fd, staged, spare
         self.durable, self.new, self.then = durable, new, then
         self.syncing: Future | None = None  # its fsync, under way on the batch's threads
@@ -310,7 +321,7 @@ class Batch:
         self.spares = spares
         self._staged: list[_Staged] = []
 
-    def __enter__(self) -> "Batch":
+    def __enter__(self) -> Batch:
         return self
 
     def __exit__(self, kind, value, traceback) -> None:
@@ -319,8 +330,15 @@ class Batch:
         else:
             self._drop()
 
-    def add(self, path: Path, payload: bytes, durable: bool, mode: int = 0o644, new: bool = False,
-            then: Callable[[], None] | None = None) -> None:
+    def add(
+        self,
+        path: Path,
+        payload: bytes,
+        durable: bool,
+        mode: int = 0o644,
+        new: bool = False,
+        then: Callable[[], None] | None = None,
+    ) -> None:
         """Stage ``payload`` as the next text of ``path`` (see ``Spares.replace``); ``then`` runs
         once it is in place."""
         try:

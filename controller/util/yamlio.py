@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 _safe = None
 
@@ -24,7 +25,8 @@ class YAMLSyntaxError(ValueError):
 def _safe_yaml():
     global _safe
     if _safe is None:
-        from ruamel.yaml import YAML  # lazy: ruamel (~20 ms) only where YAML is parsed; get jobs and status files need none
+        # lazy: ruamel (~20 ms) only where YAML is parsed; get jobs and status files need none
+        from ruamel.yaml import YAML
 
         _safe = YAML(typ="safe")  # CParser when ruamel.yaml.clib is installed
     return _safe
@@ -100,12 +102,13 @@ def _check_aliases(doc: Any) -> None:
             raise YAMLSyntaxError("a YAML alias refers to itself (the document would be infinite)", None)
         active.add(key)
         total = 1
-        for item in (node.items() if isinstance(node, dict) else node):
+        for item in node.items() if isinstance(node, dict) else node:
             total += size(item[0]) + size(item[1]) if isinstance(node, dict) else size(item)
             if total > MAX_EXPANDED_VALUES:
                 raise YAMLSyntaxError(
                     f"document expands to more than {MAX_EXPANDED_VALUES} values through YAML aliases "
-                    "(an alias bomb?); write the values out or use fewer aliases", None,
+                    "(an alias bomb?); write the values out or use fewer aliases",
+                    None,
                 )
         active.discard(key)
         sizes[key] = total
@@ -154,7 +157,9 @@ def line_of(document: Any, loc: tuple[Any, ...]) -> int | None:
 # --- emitting -------------------------------------------------------------------------------
 
 _PLAIN_SAFE = re.compile(r"[A-Za-z_/][A-Za-z0-9_./@+-]*\Z")  # \Z: $ also matches before a final newline
-_NOT_YAML_PRINTABLE = re.compile("[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f\\u2028\\u2029\\ud800-\\udfff\\ufeff\\ufffe\\uffff]")
+_NOT_YAML_PRINTABLE = re.compile(
+    "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f\\u2028\\u2029\\ud800-\\udfff\\ufeff\\ufffe\\uffff]"
+)
 _RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
 
@@ -178,10 +183,9 @@ def _scalar(value: Any) -> str:
 def _emit(value: Any, indent: str, out: list[str]) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(item, dict) and item:
-                out.append(f"{indent}{_scalar(key)}:\n")
-                _emit(item, indent + "  ", out)
-            elif isinstance(item, list) and item and any(isinstance(x, (dict, list)) for x in item):
+            if (isinstance(item, dict) and item) or (
+                isinstance(item, list) and item and any(isinstance(x, (dict, list)) for x in item)
+            ):
                 out.append(f"{indent}{_scalar(key)}:\n")
                 _emit(item, indent + "  ", out)
             else:
@@ -240,6 +244,7 @@ def iter_documents_text(text: str) -> Iterator[str]:
 
 # --- reading back what ``dump`` wrote -------------------------------------------------------------
 
+
 class _NotOurs(ValueError):
     """The text is not in ``dump``'s subset (e.g. edited by hand): use the real YAML loader."""
 
@@ -295,7 +300,7 @@ def _parse_flow_list(token: str) -> list[Any]:
                 raise _NotOurs(token)  # nested flow collections: not ours
             items.append(_parse_scalar(piece))
             pos = end
-        if body[pos:pos + 2] == ", ":
+        if body[pos : pos + 2] == ", ":
             pos += 2
         elif pos != len(body) - 1:
             raise _NotOurs(token)
@@ -330,7 +335,9 @@ def load_own(text: str) -> Any:
             out_list: list[Any] = []
             while pos < len(lines) and indent_of(lines[pos]) == indent and lines[pos][indent:].startswith("- "):
                 rest = lines[pos][indent + 2 :]
-                if ":" in rest and not rest.startswith(("[", '"')) or rest.startswith('"') and _looks_like_key(rest):
+                if (":" in rest and not rest.startswith(("[", '"'))) or (
+                    rest.startswith('"') and _looks_like_key(rest)
+                ):
                     lines[pos] = " " * (indent + 2) + rest  # the item's first key, at the item's indent
                     out_list.append(mapping(indent + 2))
                 else:
@@ -354,7 +361,7 @@ def load_own(text: str) -> Any:
             if value:
                 out[key] = _parse_scalar(value)
             else:
-                if pos >= len(lines) or indent_of(lines[pos]) <= indent and not lines[pos][indent:].startswith("- "):
+                if pos >= len(lines) or (indent_of(lines[pos]) <= indent and not lines[pos][indent:].startswith("- ")):
                     raise _NotOurs(line)
                 child_indent = indent_of(lines[pos])
                 out[key] = block(child_indent)

@@ -64,8 +64,13 @@ def _sock_diag_uid(peer_ip, peer_port: int, local_ip, local_port: int) -> int | 
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as sock:
         sock.settimeout(2)
         for seq, (family, source, destination) in enumerate(tries, 1):
-            sockid = (struct.pack("!HH", peer_port, local_port) + source.packed.ljust(16, b"\0")
-                      + destination.packed.ljust(16, b"\0") + struct.pack("=I", 0) + _NO_COOKIE)
+            sockid = (
+                struct.pack("!HH", peer_port, local_port)
+                + source.packed.ljust(16, b"\0")
+                + destination.packed.ljust(16, b"\0")
+                + struct.pack("=I", 0)
+                + _NO_COOKIE
+            )
             request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + sockid
             sock.send(struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, seq, 0) + request)
             answer = sock.recv(65536)
@@ -100,7 +105,7 @@ def _proc_net_uid(peer_ip, peer_port: int, local_ip, local_port: int, proc_net: 
         if at < 0:
             continue
         end = data.find(b"\n", at)
-        fields = data[data.rfind(b"\n", 0, at) + 1:end if end >= 0 else len(data)].split()
+        fields = data[data.rfind(b"\n", 0, at) + 1 : end if end >= 0 else len(data)].split()
         try:
             return int(fields[7])
         except (IndexError, ValueError):
@@ -118,7 +123,7 @@ def _kernel_text(ip, port: int, table: str) -> bytes | None:
         packed = ip.packed
     else:
         return None
-    words = "".join(f"{struct.unpack('=I', packed[i:i + 4])[0]:08X}" for i in range(0, len(packed), 4))
+    words = "".join(f"{struct.unpack('=I', packed[i : i + 4])[0]:08X}" for i in range(0, len(packed), 4))
     return f"{words}:{port:04X}".encode()
 
 
@@ -143,5 +148,7 @@ def refusal(name: str, owner_uid: int | None) -> str:
         owner = pwd.getpwuid(owner_uid).pw_name
     except KeyError:
         owner = f"uid {owner_uid}"
-    return (f"job/{name} is {owner}'s: its log and events are shown only to {owner} and root; "
-            f"the shared view (GPUs, queue, reasons) is for everyone")
+    return (
+        f"job/{name} is {owner}'s: its log and events are shown only to {owner} and root; "
+        f"the shared view (GPUs, queue, reasons) is for everyone"
+    )

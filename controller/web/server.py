@@ -35,10 +35,11 @@ import socket
 import socketserver
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from controller.client.read.events import aggregate
@@ -68,6 +69,7 @@ class Forbidden(Exception):
 
 
 # -- reading the state files ---------------------------------------------------------------------------
+
 
 def read_events_tail(path: Path, max_bytes: int = EVENTS_TAIL_BYTES) -> list[dict[str, Any]]:
     """The last events of ``events.jsonl`` (only its tail is read: the file may be 10 MiB)."""
@@ -118,7 +120,8 @@ def read_jobs(home: Home) -> tuple[dict[str, dict[str, Any]], float | None, dict
     if index is not None:
         jobs, updated, reservations = index.get("jobs"), index.get("updated"), index.get("reservations")
         return (
-            jobs if isinstance(jobs, dict) else {}, updated if isinstance(updated, (int, float)) else None,
+            jobs if isinstance(jobs, dict) else {},
+            updated if isinstance(updated, (int, float)) else None,
             reservations if isinstance(reservations, dict) else {},
         )
     return job_rows(home), None, {}
@@ -135,7 +138,7 @@ def read_log_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> tuple[str | No
         return None, False
     cut = size > max_bytes
     if cut and b"\n" in data:
-        data = data[data.index(b"\n") + 1:]  # from the first whole line
+        data = data[data.index(b"\n") + 1 :]  # from the first whole line
     return data.decode("utf-8", errors="replace"), cut
 
 
@@ -219,11 +222,21 @@ class StateView:
             began = time.monotonic()
             jobs, updated, reservations = read_jobs(self.home)
             owner = manifest_owners(self.home)
-            owners = {name: owner(row.get("manifest")) for name, row in jobs.items()
-                      if row.get("phase") in ("Pending", "Running", "Rejected")}
+            owners = {
+                name: owner(row.get("manifest"))
+                for name, row in jobs.items()
+                if row.get("phase") in ("Pending", "Running", "Rejected")
+            }
             view = build_view(
-                read_node(self.home.node_file), jobs, read_events_tail(self.home.events_file),
-                now=now, hours=hours, updated=updated, host=self.host, owners=owners, usage=read_usage(self.home),
+                read_node(self.home.node_file),
+                jobs,
+                read_events_tail(self.home.events_file),
+                now=now,
+                hours=hours,
+                updated=updated,
+                host=self.host,
+                owners=owners,
+                usage=read_usage(self.home),
                 reservations=reservations,
             )
             # "<" only occurs inside JSON strings: escaping it keeps the body inert even if some
@@ -238,6 +251,7 @@ class StateView:
 
 
 # -- the page --------------------------------------------------------------------------------------------
+
 
 def _csp_hash(page: str, tag: str) -> str:
     match = re.search(rf"<{tag}>(.*?)</{tag}>", page, re.DOTALL)
@@ -259,8 +273,9 @@ def load_page() -> tuple[bytes, str]:
 
 # -- HTTP ------------------------------------------------------------------------------------------------
 
+
 class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
+    server: _Server
     server_version = "gflowd-dashboard"
     sys_version = ""
     protocol_version = "HTTP/1.1"  # keep-alive: the page polls
@@ -305,8 +320,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         url = urlsplit(self.path)
         if url.path in ("/", "/index.html"):
-            self._send(200, self.server.page, "text/html; charset=utf-8",
-                       {"Content-Security-Policy": self.server.policy, "Cache-Control": "no-cache"}, head=head)
+            self._send(
+                200,
+                self.server.page,
+                "text/html; charset=utf-8",
+                {"Content-Security-Policy": self.server.policy, "Cache-Control": "no-cache"},
+                head=head,
+            )
         elif url.path == "/api/state":
             try:
                 self._state(url.query, head)
@@ -348,7 +368,9 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 hours = math.nan
             if not (0 < hours <= MAX_HOURS):  # also false for nan
-                body = json.dumps({"error": f"hours must be fit or a number above 0 and at most {MAX_HOURS:g}"}).encode()
+                body = json.dumps(
+                    {"error": f"hours must be fit or a number above 0 and at most {MAX_HOURS:g}"}
+                ).encode()
                 self._send(400, body, "application/json", head=head)
                 return
         etag, body = self.server.state.render(hours)
@@ -370,8 +392,14 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         return name in LOOPBACK_NAMES or name.endswith(".localhost")
 
-    def _send(self, status: int, body: bytes, content_type: str | None,
-              headers: dict[str, str] | None = None, head: bool = False) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str | None,
+        headers: dict[str, str] | None = None,
+        head: bool = False,
+    ) -> None:
         self.send_response(status)
         if content_type:
             self.send_header("Content-Type", content_type)
@@ -386,7 +414,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not head and status != 304:
             self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
 
 
@@ -480,13 +508,15 @@ class Dashboard:
         """Whether the pages are on ``run/web.sock`` too (``run/web.json`` says so: record/startup.py)."""
         return self._unix is not None
 
-    def start(self) -> "Dashboard":
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
-                                        name="gflowd-web", daemon=True)
+    def start(self) -> Dashboard:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.5}, name="gflowd-web", daemon=True
+        )
         self._thread.start()
         if self._unix is not None:
-            self._unix_thread = threading.Thread(target=self._unix.serve_forever, kwargs={"poll_interval": 0.5},
-                                                 name="gflowd-web-sock", daemon=True)
+            self._unix_thread = threading.Thread(
+                target=self._unix.serve_forever, kwargs={"poll_interval": 0.5}, name="gflowd-web-sock", daemon=True
+            )
             self._unix_thread.start()
         log.info("web dashboard at %s (read-only)", self.url)
         return self

@@ -55,8 +55,11 @@ def build_view(
     queue = _queue(jobs)
     running = _running(jobs)
     attention = sorted(
-        ({"name": n, "reason": _text(r.get("reason")), "message": _text(r.get("message"))}
-         for n, r in jobs.items() if r.get("phase") == "Rejected"),
+        (
+            {"name": n, "reason": _text(r.get("reason")), "message": _text(r.get("message"))}
+            for n, r in jobs.items()
+            if r.get("phase") == "Rejected"
+        ),
         key=lambda r: r["name"],
     )
     for row in (*queue, *running, *attention):
@@ -92,7 +95,9 @@ def fit_window(jobs: dict[str, dict[str, Any]], now: float) -> float:
         if start is None or not row.get("devices"):
             continue
         end = _number(row.get("completionTime"))
-        if row.get("phase") == "Running" or (row.get("phase") in FINISHED and end is not None and end >= now - FIT_RECENT):
+        if row.get("phase") == "Running" or (
+            row.get("phase") in FINISHED and end is not None and end >= now - FIT_RECENT
+        ):
             starts.append(start)
     if not starts:
         return now - 3600.0
@@ -144,15 +149,17 @@ def _queue(jobs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         if row.get("phase") != "Pending":
             continue
         position = row.get("queuePosition")
-        rows.append({
-            "name": name,
-            "position": position if isinstance(position, int) and not isinstance(position, bool) else None,
-            "reason": _text(row.get("reason")),
-            "message": _text(row.get("message")),
-            "priority": row.get("priority") or 0,
-            "gpus": row.get("gpus") or 0,
-            "created": _number(row.get("created")),
-        })
+        rows.append(
+            {
+                "name": name,
+                "position": position if isinstance(position, int) and not isinstance(position, bool) else None,
+                "reason": _text(row.get("reason")),
+                "message": _text(row.get("message")),
+                "priority": row.get("priority") or 0,
+                "gpus": row.get("gpus") or 0,
+                "created": _number(row.get("created")),
+            }
+        )
     rows.sort(key=lambda r: (r["position"] is None, r["position"] or 0, r["created"] or 0.0, r["name"]))
     return rows
 
@@ -177,20 +184,28 @@ def _running(jobs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _event(group: dict[str, Any]) -> dict[str, Any]:
     """One row of the events list: the latest of a group of identical events, and how many."""
-    return {**{key: _text(group.get(key)) for key in ("time", "type", "reason", "object", "message")},
-            "count": group["count"]}
+    return {
+        **{key: _text(group.get(key)) for key in ("time", "type", "reason", "object", "message")},
+        "count": group["count"],
+    }
 
 
 def _series(usage: dict[str, Any] | None, name: str, row: dict[str, Any], position: int) -> list[list[float]]:
     """A running job's recent utilization on its ``position``-th GPU: [[time, util %]], at most SERIES_POINTS."""
-    points = [[when, float(point[position][0])] for when, point in job_series(usage or {}, name, row.get("attempt"))
-              if position < len(point)]
+    points = [
+        [when, float(point[position][0])]
+        for when, point in job_series(usage or {}, name, row.get("attempt"))
+        if position < len(point)
+    ]
     step = max(1, -(-len(points) // SERIES_POINTS))
-    return points[len(points) - 1::-step][::-1]  # thinned from the newest, which is always drawn
+    return points[len(points) - 1 :: -step][::-1]  # thinned from the newest, which is always drawn
 
 
 def timeline(
-    jobs: dict[str, dict[str, Any]], gpu_indices: list[Any], window_start: float, now: float,
+    jobs: dict[str, dict[str, Any]],
+    gpu_indices: list[Any],
+    window_start: float,
+    now: float,
     usage: dict[str, Any] | None = None,
     reservations: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
@@ -242,13 +257,23 @@ def reserved_windows(reservations: dict[str, dict[str, Any]], window_start: floa
     out: dict[Any, list[dict[str, Any]]] = {}
     for name, row in sorted(reservations.items()):
         start, end = _number(row.get("start")), _number(row.get("end"))
-        if row.get("phase") not in ("Pending", "Active", "Expired") or start is None or end is None or end < window_start:
+        if (
+            row.get("phase") not in ("Pending", "Active", "Expired")
+            or start is None
+            or end is None
+            or end < window_start
+        ):
             continue
         for device in row.get("devices") or []:
-            out.setdefault(device, []).append({
-                "name": name, "users": [_text(u) for u in row.get("users") or []], "start": start, "end": end,
-                "phase": _text(row.get("phase")),
-            })
+            out.setdefault(device, []).append(
+                {
+                    "name": name,
+                    "users": [_text(u) for u in row.get("users") or []],
+                    "start": start,
+                    "end": end,
+                    "phase": _text(row.get("phase")),
+                }
+            )
     return out
 
 

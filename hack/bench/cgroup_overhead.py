@@ -76,7 +76,12 @@ def ms(values: list[float]) -> dict[str, float]:
 
 
 def overhead(cgroups: Cgroups, runs: int) -> dict:
-    limits = Limits(memory=256 * MI, cpus={max(os.sched_getaffinity(0))}, pids=256, deny_devices=[] if cgroups.probe.features["devices"].available else None)
+    limits = Limits(
+        memory=256 * MI,
+        cpus={max(os.sched_getaffinity(0))},
+        pids=256,
+        deny_devices=[] if cgroups.probe.features["devices"].available else None,
+    )
     bare, full, create, join, kill, remove = [], [], [], [], [], []
     for i in range(runs):
         start = time.perf_counter()

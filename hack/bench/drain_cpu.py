@@ -66,13 +66,25 @@ def _measure(root: Path, jobs: int, acct: str | None) -> int:
     (home / "jobs").mkdir(parents=True)
     gpus = root / "gpus.yaml"
     gpus.write_text(GPUS)
-    argv = [sys.executable, "-m", "controller.daemon", "--home", str(home), "--fake-gpus", str(gpus), "--log-level", "warning"]
+    argv = [
+        sys.executable,
+        "-m",
+        "controller.daemon",
+        "--home",
+        str(home),
+        "--fake-gpus",
+        str(gpus),
+        "--log-level",
+        "warning",
+    ]
     env = dict(os.environ, GFLOW_HOME=str(home), PYTHONPATH=str(ROOT))
     join = (lambda: Path(acct, "cgroup.procs").write_text("0")) if acct else None
     with open(root / "gflowd.stderr", "wb") as err:
         daemon = subprocess.Popen(argv, cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stderr=err, preexec_fn=join)
     try:
-        wait_for(lambda: ((_index(home) or {}).get("controller") or {}).get("pid") == daemon.pid, 60, POLL, "gflowd to start")
+        wait_for(
+            lambda: ((_index(home) or {}).get("controller") or {}).get("pid") == daemon.pid, 60, POLL, "gflowd to start"
+        )
         stage = root / "stage"
         stage.mkdir()
         for k in range(jobs):
@@ -90,17 +102,21 @@ def _measure(root: Path, jobs: int, acct: str | None) -> int:
         except subprocess.TimeoutExpired:
             daemon.kill()
     elapsed = index["updated"] - began
-    per = lambda seconds: f"{seconds / jobs * 1000:.2f} ms"  # noqa: E731
+    per = lambda seconds: f"{seconds / jobs * 1000:.2f} ms"
     gflowd = after["gflowd"] - before["gflowd"]
     print(f"drain: {jobs} jobs in {elapsed:.2f} s = {jobs / elapsed:.1f} jobs/s")
-    print(f"machine: busy {after['busy'] - before['busy']:.2f} s, idle {after['idle'] - before['idle']:.2f} s "
-          f"(of {elapsed * os.cpu_count():.2f} CPU-seconds)")
+    print(
+        f"machine: busy {after['busy'] - before['busy']:.2f} s, idle {after['idle'] - before['idle']:.2f} s "
+        f"(of {elapsed * os.cpu_count():.2f} CPU-seconds)"
+    )
     print(f"per job: gflowd {per(gflowd)}", end="")
     if acct is not None:
         print(f", launcher + supervisors {per(after['group'] - before['group'] - gflowd)}", end="")
     print(f"; supervisors forked {after['forks'] - before['forks'] - jobs} (processes made, less one per job)")
     ran, waited = (after["main"][i] - before["main"][i] for i in (0, 1))
-    print(f"gflowd's main thread: ran {ran:.2f} s, waited for a CPU {waited:.2f} s, slept {max(0.0, elapsed - ran - waited):.2f} s")
+    print(
+        f"gflowd's main thread: ran {ran:.2f} s, waited for a CPU {waited:.2f} s, slept {max(0.0, elapsed - ran - waited):.2f} s"
+    )
     return 0
 
 

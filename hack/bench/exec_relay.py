@@ -25,7 +25,9 @@ from pathlib import Path
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkout", default=str(Path(__file__).resolve().parents[2]), help="the gflow checkout to measure")
+    parser.add_argument(
+        "--checkout", default=str(Path(__file__).resolve().parents[2]), help="the gflow checkout to measure"
+    )
     parser.add_argument("--runs", type=int, default=30, help="exec true runs for the latency")
     parser.add_argument("--mib", type=int, default=256, help="MiB each way for the throughput")
     args = parser.parse_args()
@@ -33,16 +35,23 @@ def main() -> int:
     home = root / "home"
     (home / "jobs").mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": args.checkout, "GFLOW_HOME": str(home)}
-    daemon = subprocess.Popen([sys.executable, "-m", "controller.daemon", "--home", str(home), "--resync", "1s"],
-                              env=env, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=open(root / "gflowd.stderr", "wb"))
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "controller.daemon", "--home", str(home), "--resync", "1s"],
+        env=env,
+        cwd=root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(root / "gflowd.stderr", "wb"),
+    )
     try:
         (home / "jobs" / "bench.yaml").write_text("metadata: {name: bench}\nspec:\n  command: [sleep, '3600']\n")
         gflowctl = [sys.executable, "-m", "controller.cli.main", "exec", "bench", "--"]
 
         def run(argv: list[str], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) -> float:
             start = time.perf_counter()
-            done = subprocess.run([*gflowctl, *argv], env=env, cwd=root, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE)
+            done = subprocess.run(
+                [*gflowctl, *argv], env=env, cwd=root, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE
+            )
             took = time.perf_counter() - start
             if done.returncode:
                 raise RuntimeError(f"exec {argv}: {done.returncode} {done.stderr.decode().strip()}")

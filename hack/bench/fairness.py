@@ -55,9 +55,13 @@ def main() -> int:
     parser.add_argument("--mode", default="backlog,churn", help="backlog, churn or both (default)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one sample may take (default 120)")
     parser.add_argument("--keep", action="store_true", help="keep the temp home (its path is printed)")
-    parser.add_argument("--max-pending", type=int, default=0,
-                        help="gflowd's --max-pending-jobs-per-user (default 0: no limit, so all of mallory's "
-                             "jobs wait, the worst case; gflowd's own default, 1000, rejects the rest)")
+    parser.add_argument(
+        "--max-pending",
+        type=int,
+        default=0,
+        help="gflowd's --max-pending-jobs-per-user (default 0: no limit, so all of mallory's "
+        "jobs wait, the worst case; gflowd's own default, 1000, rejects the rest)",
+    )
     args = parser.parse_args()
     modes = [m for m in args.mode.split(",") if m]
     if os.geteuid() != 0:
@@ -70,8 +74,11 @@ def main() -> int:
     daemon = None
     global ALICE
     try:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ALICE_NAME],
-                       check=False, stderr=subprocess.DEVNULL)  # left by a killed run: used again
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ALICE_NAME],
+            check=False,
+            stderr=subprocess.DEVNULL,
+        )  # left by a killed run: used again
         ALICE = pwd.getpwnam(ALICE_NAME).pw_uid
         daemon, home = _start(root, args.max_pending)
         print(f"# gflowd pid {daemon.pid}, home {home}; load {os.getloadavg()[0]:.2f}", flush=True)
@@ -114,8 +121,19 @@ def _start(root: Path, max_pending: int) -> tuple[subprocess.Popen, Path]:
         (jobs / name).mkdir()
         os.chown(jobs / name, uid, uid)
     (root / "gpus.yaml").write_text(GPUS)
-    argv = [sys.executable, "-m", "controller.daemon", "--home", str(home), "--fake-gpus", str(root / "gpus.yaml"),
-            "--log-level", "info", "--max-pending-jobs-per-user", str(max_pending)]
+    argv = [
+        sys.executable,
+        "-m",
+        "controller.daemon",
+        "--home",
+        str(home),
+        "--fake-gpus",
+        str(root / "gpus.yaml"),
+        "--log-level",
+        "info",
+        "--max-pending-jobs-per-user",
+        str(max_pending),
+    ]
     env = dict(os.environ, GFLOW_HOME=str(home), PYTHONPATH=str(ROOT))
     with open(root / "gflowd.log", "wb") as log:
         daemon = subprocess.Popen(argv, cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
@@ -144,9 +162,12 @@ def _measure(mode: str, home: Path, pid: int, samples: int, timeout: float, root
     cpu = (_cpu(pid) - cpu0) / wall * 100
     grew = log.stat().st_size - log0
     p90 = sorted(took)[max(0, math.ceil(0.9 * len(took)) - 1)]  # nearest rank
-    print(f"{mode}: alice submit->Running median {statistics.median(took):.3f} s, p90 {p90:.3f} s, max {max(took):.3f} s "
-          f"(n={samples}); gflowd CPU {cpu:.0f} % of a core, log +{grew} bytes in {wall:.1f} s; "
-          f"load {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"{mode}: alice submit->Running median {statistics.median(took):.3f} s, p90 {p90:.3f} s, max {max(took):.3f} s "
+        f"(n={samples}); gflowd CPU {cpu:.0f} % of a core, log +{grew} bytes in {wall:.1f} s; "
+        f"load {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
 
 
 def _submit(folder: Path, name: str) -> float:
@@ -161,7 +182,8 @@ def _submit(folder: Path, name: str) -> float:
 def _write_backlog(folder: Path, jobs: int) -> None:
     for k in range(jobs):
         (folder / f"m-{k:05d}.yaml").write_text(
-            f"metadata: {{name: m-{k:05d}}}\nspec:\n  command: [sleep, '2']\n  resources: {{gpus: 1}}\n")
+            f"metadata: {{name: m-{k:05d}}}\nspec:\n  command: [sleep, '2']\n  resources: {{gpus: 1}}\n"
+        )
 
 
 def _churn(folder: Path) -> None:

@@ -45,7 +45,9 @@ def submit(home: Path, name: str, body: str) -> dict:
     tmp = home / "jobs" / f".{name}.tmp"
     tmp.write_text(f"metadata: {{name: {name}}}\nspec:\n{body}")
     os.rename(tmp, home / "jobs" / f"{name}.yaml")
-    return wait_for(lambda: (s := status_of(home, name)) and s.get("phase") in ("Succeeded", "Failed") and s, timeout=60.0)
+    return wait_for(
+        lambda: (s := status_of(home, name)) and s.get("phase") in ("Succeeded", "Failed") and s, timeout=60.0
+    )
 
 
 def measure(mode: str, jobs: int, oom_runs: int) -> dict:
@@ -53,8 +55,19 @@ def measure(mode: str, jobs: int, oom_runs: int) -> dict:
         home = Path(tmp) / "home"
         (home / "jobs").mkdir(parents=True)
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "controller.daemon", "--home", str(home), "--log-level", "warning", "--cgroups", mode],
-            env={**os.environ, "GFLOW_HOME": str(home)}, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "controller.daemon",
+                "--home",
+                str(home),
+                "--log-level",
+                "warning",
+                "--cgroups",
+                mode,
+            ],
+            env={**os.environ, "GFLOW_HOME": str(home)},
+            stdin=subprocess.DEVNULL,
         )
         try:
             wait_for(lambda: (home / "run" / "index.json").exists(), timeout=60.0)
@@ -66,7 +79,9 @@ def measure(mode: str, jobs: int, oom_runs: int) -> dict:
                 ends.append((stamp(status["completionTime"]) - stamp(status["startTime"])) * 1000)
             latencies, peaks, killed = [], [], 0
             for i in range(oom_runs):
-                status = submit(home, f"oom-{i}", f"  command: [python3, -c, {OOM_JOB!r}]\n  resources: {{memory: 50Mi}}\n")
+                status = submit(
+                    home, f"oom-{i}", f"  command: [python3, -c, {OOM_JOB!r}]\n  resources: {{memory: 50Mi}}\n"
+                )
                 log = (home / "logs" / f"oom-{i}.log").read_text().split()
                 latencies.append((stamp(status["completionTime"]) - float(log[0])) * 1000)
                 peaks.append((status.get("usage") or {}).get("peakMemoryBytes", 0) / 2**20)

@@ -26,11 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from controller.act.runtime.shim.procfs import descendants  # noqa: E402
-from controller.model.gpus import Gpu, GpuProcess  # noqa: E402
-from controller.model.plan import RunObservation  # noqa: E402
-from controller.observe.gpu_usage import SERIES_LEN, UsageSampler  # noqa: E402
-from controller.util.fsutil import atomic_write  # noqa: E402
+from controller.act.runtime.shim.procfs import descendants
+from controller.model.gpus import Gpu, GpuProcess
+from controller.model.plan import RunObservation
+from controller.observe.gpu_usage import SERIES_LEN, UsageSampler
+from controller.util.fsutil import atomic_write
 
 GIB = 2**30
 
@@ -46,12 +46,24 @@ def machine(n_jobs: int, n_gpus: int) -> tuple[list[Gpu], dict[str, RunObservati
         runs[name] = RunObservation(name, 1, 10_000 + 10 * k, 0.0, True, devices=devices)
         pids[name] = mine
         for device in devices:
-            per_gpu[device] += [GpuProcess(10_000 + 10 * k + 2, GIB, "python", 30 + k % 50),
-                                GpuProcess(10_000 + 10 * k + 1, GIB // 4, "python", 5)]
+            per_gpu[device] += [
+                GpuProcess(10_000 + 10 * k + 2, GIB, "python", 30 + k % 50),
+                GpuProcess(10_000 + 10 * k + 1, GIB // 4, "python", 5),
+            ]
     gpus = []
     for index in range(n_gpus):
         procs = tuple(per_gpu[index]) + (GpuProcess(99_000 + index, GIB // 8, "Xorg", 0),)
-        gpus.append(Gpu(index, f"GPU-{index:04d}", "NVIDIA H100 80GB HBM3", 80 * GIB, sum(p.used_memory for p in procs), 80, procs))
+        gpus.append(
+            Gpu(
+                index,
+                f"GPU-{index:04d}",
+                "NVIDIA H100 80GB HBM3",
+                80 * GIB,
+                sum(p.used_memory for p in procs),
+                80,
+                procs,
+            )
+        )
     return gpus, runs, pids
 
 
@@ -67,7 +79,9 @@ def main() -> int:
     for k in range(SERIES_LEN):  # full ring buffers: the file at its largest
         sampler.sample(gpus, pids, runs, now + 5 * k)
         sampler.usage()
-    trees = [subprocess.Popen(["sh", "-c", "sleep 120 & sleep 120 & wait"], start_new_session=True) for _ in range(args.jobs)]
+    trees = [
+        subprocess.Popen(["sh", "-c", "sleep 120 & sleep 120 & wait"], start_new_session=True) for _ in range(args.jobs)
+    ]
     try:
         time.sleep(0.3)  # let each shell fork its two children
         walk_ms = []

@@ -36,8 +36,22 @@ def manifest(name: str) -> str:
 def start(home: Path, gpus: Path) -> subprocess.Popen:
     env = dict(os.environ, GFLOW_HOME=str(home))
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    return subprocess.Popen([sys.executable, "-m", "controller.daemon", "--home", str(home), "--fake-gpus", str(gpus),
-                             "--log-level", "warning"], cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "controller.daemon",
+            "--home",
+            str(home),
+            "--fake-gpus",
+            str(gpus),
+            "--log-level",
+            "warning",
+        ],
+        cwd=str(ROOT),
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def index(home: Path) -> dict:
@@ -113,8 +127,11 @@ def main() -> int:
     reran = [name for name, row in data["jobs"].items() if row.get("attempt") != 1]
     if reran:
         raise SystemExit(f"make_home: {len(reran)} clones were run again (e.g. {reran[0]}): the clone is wrong")
-    print(f"first start: index and parse cache written in {time.perf_counter() - t0:.1f}s; "
-          f"{args.jobs} jobs Succeeded, none rerun", flush=True)
+    print(
+        f"first start: index and parse cache written in {time.perf_counter() - t0:.1f}s; "
+        f"{args.jobs} jobs Succeeded, none rerun",
+        flush=True,
+    )
     return 0
 
 

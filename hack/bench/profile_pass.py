@@ -25,12 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from controller.api.config import ControllerConfig  # noqa: E402
-from controller.daemon.loop import Controller  # noqa: E402
-from controller.model.documents import AdmittedJob, model_built  # noqa: E402
-from controller.model.plan import Memory  # noqa: E402
-from controller.observe.gpus.inventory import FakeInventory  # noqa: E402
-from controller.paths import Home  # noqa: E402
+from controller.api.config import ControllerConfig
+from controller.daemon.loop import Controller
+from controller.model.documents import AdmittedJob, model_built
+from controller.model.plan import Memory
+from controller.observe.gpus.inventory import FakeInventory
+from controller.paths import Home
 
 
 def main() -> int:
@@ -42,13 +42,18 @@ def main() -> int:
     args = parser.parse_args()
     home = Home.resolve(args.home, None)
     config = ControllerConfig.model_validate({"fake_gpus": args.fake_gpus} if args.fake_gpus else {})
-    inventory = FakeInventory(Path(args.fake_gpus).absolute()) if args.fake_gpus else FakeInventory(Path("/nonexistent"))
+    inventory = (
+        FakeInventory(Path(args.fake_gpus).absolute()) if args.fake_gpus else FakeInventory(Path("/nonexistent"))
+    )
     ctl = Controller(home, config, inventory)
     t = time.perf_counter()
     ctl.memory = Memory.loaded(*ctl.recorder.load())
     ctl.runtime.adopt()
     ctl.reconcile_once(full=True)
-    print(f"# start-up (load + first full pass): {(time.perf_counter() - t) * 1000:.0f} ms, {len(ctl.states)} jobs", file=sys.stderr)
+    print(
+        f"# start-up (load + first full pass): {(time.perf_counter() - t) * 1000:.0f} ms, {len(ctl.states)} jobs",
+        file=sys.stderr,
+    )
     admitted = [d for d in ctl.store.documents() if isinstance(d, AdmittedJob)]
     print(f"# pydantic Job models built by then: {sum(map(model_built, admitted))} of {len(admitted)}", file=sys.stderr)
     manifests = sorted(p for p in home.spec_dir.rglob("*.yaml"))[: args.edits]

@@ -40,7 +40,9 @@ def main(root: str) -> None:
     gc.collect()
     with_rows, _ = tracemalloc.get_traced_memory()
     count = max(len(states), 1)
-    print(f"{len(states)} records: {records / count:.0f} B/record; with the index rows {with_rows / count:.0f} B/record")
+    print(
+        f"{len(states)} records: {records / count:.0f} B/record; with the index rows {with_rows / count:.0f} B/record"
+    )
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ def main() -> int:
         env = {**os.environ, "GFLOW_HOME": str(home)}
         daemon = subprocess.Popen(
             [sys.executable, "-m", "controller.daemon", "--home", str(home), "--log-level", "warning"],
-            env=env, stdin=subprocess.DEVNULL,
+            env=env,
+            stdin=subprocess.DEVNULL,
         )
         try:
             wait_for(lambda: (home / "run" / "index.json").exists())

@@ -22,13 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from controller.api.validation import validate_document  # noqa: E402
-from controller.decide.admission import admit  # noqa: E402
-from controller.decide.reconcile import reconcile  # noqa: E402
-from controller.decide.scheduler import Holder, Request, build_slots, schedule  # noqa: E402
-from controller.model.gpus import Gpu  # noqa: E402
-from controller.model.plan import RunObservation, Snapshot  # noqa: E402
-from controller.model.records import JobState  # noqa: E402
+from controller.api.validation import validate_document
+from controller.decide.admission import admit
+from controller.decide.reconcile import reconcile
+from controller.decide.scheduler import Holder, Request, build_slots, schedule
+from controller.model.gpus import Gpu
+from controller.model.plan import RunObservation, Snapshot
+from controller.model.records import JobState
 
 GIB = 2**30
 
@@ -61,14 +61,23 @@ def main() -> int:
 
     docs = [
         validate_document(
-            {"metadata": {"name": f"job-{i}"}, "spec": {"command": ["true"], "resources": {"gpus": 1 + i % 4}, "priority": i % 7}},
-            source=f"jobs/job-{i}.yaml", path=f"/h/jobs/job-{i}.yaml", stem=f"job-{i}", single=True,
+            {
+                "metadata": {"name": f"job-{i}"},
+                "spec": {"command": ["true"], "resources": {"gpus": 1 + i % 4}, "priority": i % 7},
+            },
+            source=f"jobs/job-{i}.yaml",
+            path=f"/h/jobs/job-{i}.yaml",
+            stem=f"job-{i}",
+            single=True,
         )
         for i in range(args.jobs)
     ] + [
         validate_document(
             {"metadata": {"name": f"running-{i}"}, "spec": {"command": ["sleep", "1000"], "resources": {"gpus": 1}}},
-            source=f"jobs/running-{i}.yaml", path=f"/h/jobs/running-{i}.yaml", stem=f"running-{i}", single=True,
+            source=f"jobs/running-{i}.yaml",
+            path=f"/h/jobs/running-{i}.yaml",
+            stem=f"running-{i}",
+            single=True,
         )
         for i in range(6)
     ]
@@ -93,13 +102,27 @@ def main() -> int:
     # steady state with 10k jobs waiting: the previous pass decided them, nothing changed since
     # (the daemon's case between two resyncs, or after an unrelated edit)
     for _ in range(2):  # a pass may start jobs: settle until one starts nothing
-        snap = Snapshot(admission=admission, states=plan.states, runs=runs, gpus=gpus, previous=admission,
-                        unsettled=plan.unsettled, queue_memo=plan.queue_memo)
+        snap = Snapshot(
+            admission=admission,
+            states=plan.states,
+            runs=runs,
+            gpus=gpus,
+            previous=admission,
+            unsettled=plan.unsettled,
+            queue_memo=plan.queue_memo,
+        )
         plan = reconcile(snap, now)
     waiting_ms = []
     for _ in range(args.runs):
-        snap = Snapshot(admission=admission, states=plan.states, runs=runs, gpus=gpus, previous=admission,
-                        unsettled=plan.unsettled, queue_memo=plan.queue_memo)
+        snap = Snapshot(
+            admission=admission,
+            states=plan.states,
+            runs=runs,
+            gpus=gpus,
+            previous=admission,
+            unsettled=plan.unsettled,
+            queue_memo=plan.queue_memo,
+        )
         t0 = time.perf_counter()
         again = reconcile(snap, now)
         waiting_ms.append((time.perf_counter() - t0) * 1000)
@@ -140,8 +163,13 @@ def flood(args) -> int:
     gpus = [Gpu(i, f"GPU-{i}", "NVIDIA H100 80GB HBM3", 80 * GIB) for i in range(8)]
 
     def doc(name: str, uid: int, command: list[str]):
-        made = validate_document({"metadata": {"name": name}, "spec": {"command": command, "resources": {"gpus": 1}}},
-                                 source=f"jobs/{name}.yaml", path=f"/h/jobs/{name}.yaml", stem=name, single=True)
+        made = validate_document(
+            {"metadata": {"name": name}, "spec": {"command": command, "resources": {"gpus": 1}}},
+            source=f"jobs/{name}.yaml",
+            path=f"/h/jobs/{name}.yaml",
+            stem=name,
+            single=True,
+        )
         return replace(made, owner_uid=uid)
 
     now = time.time()
@@ -149,8 +177,19 @@ def flood(args) -> int:
     flood_docs = [doc(f"m-{i}", mallory, ["true"]) for i in range(args.flood)]
     states, runs = {}, {}
     for i, job in enumerate(running):
-        st = JobState(name=job.name, created=now - 100, generation=1, spec_hash=job.spec_hash, manifest=job.source,
-                      phase="Running", reason="Started", devices=[i], attempt=1, run_hash=job.run_hash, start_time=now - 50)
+        st = JobState(
+            name=job.name,
+            created=now - 100,
+            generation=1,
+            spec_hash=job.spec_hash,
+            manifest=job.source,
+            phase="Running",
+            reason="Started",
+            devices=[i],
+            attempt=1,
+            run_hash=job.run_hash,
+            start_time=now - 50,
+        )
         states[job.name] = st
         runs[job.name] = RunObservation(job.name, 1, 1000 + i, now - 50, True)
     admission = admit(running + flood_docs)
@@ -162,13 +201,31 @@ def flood(args) -> int:
     for _ in range(3):  # settle: the flood's first jobs take the two free GPUs
         for name in [launch.name for launch in plan.starts]:
             runs[name] = RunObservation(name, 1, 5000 + len(runs), now, True)
-        snap = Snapshot(admission=admission, states=plan.states, runs=dict(runs), gpus=gpus, policy=policy, host=host,
-                        previous=admission, unsettled=plan.unsettled, queue_memo=plan.queue_memo)
+        snap = Snapshot(
+            admission=admission,
+            states=plan.states,
+            runs=dict(runs),
+            gpus=gpus,
+            policy=policy,
+            host=host,
+            previous=admission,
+            unsettled=plan.unsettled,
+            queue_memo=plan.queue_memo,
+        )
         plan = reconcile(snap, now + 1)
     steady_ms = []
     for _ in range(args.runs):
-        snap = Snapshot(admission=admission, states=plan.states, runs=dict(runs), gpus=gpus, policy=policy, host=host,
-                        previous=admission, unsettled=plan.unsettled, queue_memo=plan.queue_memo)
+        snap = Snapshot(
+            admission=admission,
+            states=plan.states,
+            runs=dict(runs),
+            gpus=gpus,
+            policy=policy,
+            host=host,
+            previous=admission,
+            unsettled=plan.unsettled,
+            queue_memo=plan.queue_memo,
+        )
         t0 = time.perf_counter()
         reconcile(snap, now + 2)
         steady_ms.append((time.perf_counter() - t0) * 1000)
@@ -176,19 +233,40 @@ def flood(args) -> int:
     ended = next(n for n in runs if n.startswith("running-"))
     runs[ended] = RunObservation(ended, 1, runs[ended].pid, now - 50, False, 0, None, now + 3)
     with_alice = admit(running + flood_docs + [doc("alice-job", alice, ["true"])])
-    snap = Snapshot(admission=with_alice, states=plan.states, runs=dict(runs), gpus=gpus, policy=policy, host=host,
-                    previous=admission, unsettled=plan.unsettled, queue_memo=plan.queue_memo)
+    snap = Snapshot(
+        admission=with_alice,
+        states=plan.states,
+        runs=dict(runs),
+        gpus=gpus,
+        policy=policy,
+        host=host,
+        previous=admission,
+        unsettled=plan.unsettled,
+        queue_memo=plan.queue_memo,
+    )
     t0 = time.perf_counter()
     arrival = reconcile(snap, now + 3)
     alice_ms = (time.perf_counter() - t0) * 1000
     started = [launch.name for launch in arrival.starts]
-    print(f"flood {args.flood}: first pass {first_ms:.1f} ms ({rejected} Rejected/QueueLimit), "
-          f"steady pass {statistics.median(steady_ms):.1f} ms, alice's arrival pass {alice_ms:.1f} ms, started {started}")
+    print(
+        f"flood {args.flood}: first pass {first_ms:.1f} ms ({rejected} Rejected/QueueLimit), "
+        f"steady pass {statistics.median(steady_ms):.1f} ms, alice's arrival pass {alice_ms:.1f} ms, started {started}"
+    )
     assert started == ["alice-job"], started
     if args.json:
-        args.json.write_text(json.dumps({"flood": args.flood, "first_pass_ms": round(first_ms, 1), "rejected": rejected,
-                                         "steady_pass_ms": round(statistics.median(steady_ms), 1),
-                                         "alice_arrival_pass_ms": round(alice_ms, 1)}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "flood": args.flood,
+                    "first_pass_ms": round(first_ms, 1),
+                    "rejected": rejected,
+                    "steady_pass_ms": round(statistics.median(steady_ms), 1),
+                    "alice_arrival_pass_ms": round(alice_ms, 1),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -77,12 +77,29 @@ def main() -> int:
     try:
         env = {**os.environ, "GFLOW_HOME": str(home)}
         with open(root / "gflowd.stderr", "wb") as err:
-            daemon = subprocess.Popen([sys.executable, "-m", "controller.daemon", "--home", str(home), "--spec-dir",
-                                       str(spec), "--resync", "600s"], cwd=str(ROOT), env=env,
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+            daemon = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "controller.daemon",
+                    "--home",
+                    str(home),
+                    "--spec-dir",
+                    str(spec),
+                    "--resync",
+                    "600s",
+                ],
+                cwd=str(ROOT),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
         burst = [f"burst-{k}" for k in range(args.jobs)]
         submit(spec, burst)
-        took = wait(lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in burst), 600, seen, home)
+        took = wait(
+            lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in burst), 600, seen, home
+        )
         print(f"burst of {args.jobs} short jobs: {took:.1f} s")
         fill_filesystem(home)
         late = [f"late-{k}" for k in range(5)]
@@ -95,7 +112,9 @@ def main() -> int:
         (home / "filler").unlink()
         (home / "filler2").unlink()
         print(f"jobs that ran on the full disk (before the free): {early}/5")
-        recovery = wait(lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in late), 600, seen, home)
+        recovery = wait(
+            lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in late), 600, seen, home
+        )
         most = max(seen, key=lambda s: s[1])
         print(f"recovery after the free: {recovery:.2f} s (disk full for {args.full_seconds:.0f} s)")
         print(f"spares at most: {most[0]} files, {most[1] / 1024:.0f} KiB; load average {os.getloadavg()[0]:.1f}")

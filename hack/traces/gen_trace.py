@@ -28,15 +28,23 @@ SHAPES = {
     # share of jobs without a timeLimit, priority levels (value: share), user count (Zipf s=1.2)
     "synthetic": {
         "sizes": {1: 0.55, 2: 0.20, 4: 0.15, 8: 0.10},
-        "median_s": 1800.0, "sigma": 1.5, "max_s": 3 * 86400.0,
-        "no_limit": 0.2, "priorities": {0: 0.7, 5: 0.2, 10: 0.1}, "users": 8,
+        "median_s": 1800.0,
+        "sigma": 1.5,
+        "max_s": 3 * 86400.0,
+        "no_limit": 0.2,
+        "priorities": {0: 0.7, 5: 0.2, 10: 0.1},
+        "users": 8,
     },
     "philly": {
         # Most Philly jobs use one GPU; multi-GPU jobs are a minority but hold most GPU time.
         "sizes": {1: 0.75, 2: 0.10, 4: 0.09, 8: 0.06},
         # Run times span minutes to weeks: a median of ~15 minutes with a tail beyond a day.
-        "median_s": 900.0, "sigma": 2.0, "max_s": 14 * 86400.0,
-        "no_limit": 0.2, "priorities": {0: 0.8, 5: 0.15, 10: 0.05}, "users": 30,
+        "median_s": 900.0,
+        "sigma": 2.0,
+        "max_s": 14 * 86400.0,
+        "no_limit": 0.2,
+        "priorities": {0: 0.8, 5: 0.15, 10: 0.05},
+        "users": 30,
     },
 }
 
@@ -71,14 +79,16 @@ def generate(jobs: int, gpus: int, load: float, seed: int, shape: str) -> list[d
             limit = ""
         else:  # users overestimate: 1.1x to 4x the run time, rounded up to 15 minutes
             limit = str(int(math.ceil(duration * rng.uniform(1.1, 4.0) / 900.0) * 900))
-        rows.append({
-            "submit_s": f"{now:.0f}",
-            "gpus": _pick(rng, sizes),
-            "duration_s": f"{duration:.0f}",
-            "time_limit_s": limit,
-            "priority": _pick(rng, params["priorities"]),
-            "user": rng.choices(users, weights=user_weights)[0],
-        })
+        rows.append(
+            {
+                "submit_s": f"{now:.0f}",
+                "gpus": _pick(rng, sizes),
+                "duration_s": f"{duration:.0f}",
+                "time_limit_s": limit,
+                "priority": _pick(rng, params["priorities"]),
+                "user": rng.choices(users, weights=user_weights)[0],
+            }
+        )
     return rows
 
 
@@ -90,13 +100,15 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="synthetic")
     args = parser.parse_args()
-    if args.jobs < 1 or args.gpus < 8 or not 0 < args.load:
+    if args.jobs < 1 or args.gpus < 8 or not args.load > 0:
         parser.error("--jobs must be >= 1, --gpus >= 8 (the largest jobs use 8), --load > 0")
     rows = generate(args.jobs, args.gpus, args.load, args.seed, args.shape)
     out = sys.stdout
     out.write("submit_s,gpus,duration_s,time_limit_s,priority,user\n")
     for row in rows:
-        out.write(f"{row['submit_s']},{row['gpus']},{row['duration_s']},{row['time_limit_s']},{row['priority']},{row['user']}\n")
+        out.write(
+            f"{row['submit_s']},{row['gpus']},{row['duration_s']},{row['time_limit_s']},{row['priority']},{row['user']}\n"
+        )
     return 0
 
 

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from controller.api.jobenv import GFLOW_VARIABLES, SHARED_DEFAULTS, job_env  # noqa: F401  (the runtime's names)
 from controller.model.plan import Launch
-
 
 
 class LaunchError(Exception):
@@ -38,8 +35,15 @@ class ProcessSpec:
     script: str | None = None  # text to write to the script file named in argv
 
 
-def build_process(launch: Launch, base_env: dict[str, str], script_path: Path, master_port: int,
-                  home: str | None = None, check: bool = True, check_command: bool | None = None) -> ProcessSpec:
+def build_process(
+    launch: Launch,
+    base_env: dict[str, str],
+    script_path: Path,
+    master_port: int,
+    home: str | None = None,
+    check: bool = True,
+    check_command: bool | None = None,
+) -> ProcessSpec:
     """What to exec. ``base_env``: the job's login environment (``login.py``); ``home``: its
     owner's home, what ``~`` means in workingDir and the command (default ``base_env['HOME']``).
     ``check``: look for the working directory and the command now; off for a job of another user,
@@ -69,18 +73,30 @@ def build_process(launch: Launch, base_env: dict[str, str], script_path: Path, m
         folders = [expand_home(folder, home) for folder in CONDA_FOLDERS]
         conda = shutil.which("conda", path=os.pathsep.join([base_env.get("PATH") or "", *folders]))
         if conda is None:
-            raise LaunchError(f"condaEnv {spec.conda_env!r} is set but conda is not on the job's PATH nor in "
-                              f"{', '.join(CONDA_FOLDERS)}")
+            raise LaunchError(
+                f"condaEnv {spec.conda_env!r} is set but conda is not on the job's PATH nor in "
+                f"{', '.join(CONDA_FOLDERS)}"
+            )
         argv = [conda, "run", "--no-capture-output", "-n", spec.conda_env, *argv]
 
     env = job_env(
-        launch.name, spec, devices=",".join(str(d) for d in launch.devices), attempt=str(launch.attempt),
-        generation=str(launch.generation), master_port=str(master_port), inherited=base_env,
+        launch.name,
+        spec,
+        devices=",".join(str(d) for d in launch.devices),
+        attempt=str(launch.attempt),
+        generation=str(launch.generation),
+        master_port=str(master_port),
+        inherited=base_env,
     )
     if check_command is None:
         check_command = check
-    if (check_command and spec.command is not None and argv and os.sep not in argv[0]
-            and not _on_path(argv[0], env.get("PATH"))):
+    if (
+        check_command
+        and spec.command is not None
+        and argv
+        and os.sep not in argv[0]
+        and not _on_path(argv[0], env.get("PATH"))
+    ):
         raise LaunchError(f"command not found: {argv[0]!r} is not on the job's PATH")
     return ProcessSpec(argv, env, cwd, spec.script)
 
@@ -121,4 +137,3 @@ def _on_path(command: str, path: str | None) -> bool:
         _FOUND.clear()
     _FOUND.add((command, path))
     return True
-

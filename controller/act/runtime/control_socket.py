@@ -43,7 +43,7 @@ import struct
 import sys
 import termios
 import time
-from typing import Callable
+from collections.abc import Callable
 
 try:  # the wire format, shared with the client
     from controller.util.frames import frame, split_frames
@@ -90,9 +90,15 @@ def enter_terminal(tty_fd: int, uid: int | None, gid: int | None) -> None:
         os.close(tty_fd)
 
 
-def _become_exec(spec: dict, argv: list[str], stdio: list[int], tty_fd: int | None, term: str | None,
-                 join_cgroup: Callable[[list[str]], None] | None,
-                 environment: Callable[[dict], dict] | None = None) -> None:
+def _become_exec(
+    spec: dict,
+    argv: list[str],
+    stdio: list[int],
+    tty_fd: int | None,
+    term: str | None,
+    join_cgroup: Callable[[list[str]], None] | None,
+    environment: Callable[[dict], dict] | None = None,
+) -> None:
     """In the forked child: ``argv`` in the job's allocation (its user, environment, working dir,
     cgroups) on ``tty_fd`` (a pty of its own, its controlling terminal) or on the pipes ``stdio``.
     Never returns; 127 when there is no such command, 126 when it cannot run, as a shell says."""
@@ -116,7 +122,9 @@ def _become_exec(spec: dict, argv: list[str], stdio: list[int], tty_fd: int | No
                 raise OSError(errno.EINVAL, "the launch record names a uid but no gid")
             os.setgid(gid)
             os.setuid(uid)
-        env = environment(spec) if environment is not None else spec["env"]  # as the job's user: its submitter's env file
+        env = (
+            environment(spec) if environment is not None else spec["env"]
+        )  # as the job's user: its submitter's env file
         try:
             os.chdir(spec["cwd"])
         except OSError:
@@ -128,7 +136,9 @@ def _become_exec(spec: dict, argv: list[str], stdio: list[int], tty_fd: int | No
         text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         missing = isinstance(exc, FileNotFoundError)
         try:
-            os.write(2, f"gflowctl exec: {argv[0] if argv else '?'}: {'command not found' if missing else text}\n".encode())
+            os.write(
+                2, f"gflowctl exec: {argv[0] if argv else '?'}: {'command not found' if missing else text}\n".encode()
+            )
         finally:
             os._exit(127 if missing else 126)
 
@@ -182,9 +192,14 @@ class _Client:
 class Control:
     """The attempt's control socket and, for a tty job, the pty master behind it (module notes)."""
 
-    def __init__(self, spec: dict, stamp_path: str, listener: socket.socket | None = None,
-                 join_cgroup: Callable[[list[str]], None] | None = None,
-                 environment: Callable[[dict], dict] | None = None):
+    def __init__(
+        self,
+        spec: dict,
+        stamp_path: str,
+        listener: socket.socket | None = None,
+        join_cgroup: Callable[[list[str]], None] | None = None,
+        environment: Callable[[dict], dict] | None = None,
+    ):
         self.spec = spec
         self.join_cgroup = join_cgroup  # how an exec'd command enters the job's cgroup
         self.environment = environment  # the job's whole environment, read as its user (supervisor.py)
@@ -263,7 +278,7 @@ class Control:
             return
         try:
             while data:
-                data = data[os.write(self.log_fd, data):]
+                data = data[os.write(self.log_fd, data) :]
         except OSError:
             pass  # a full disk: the session goes on, the log misses it
 
@@ -353,7 +368,10 @@ class Control:
         client = _Client(sock, uid)
         self.clients[client.fileno()] = client
         if uid not in (0, self.owner):
-            self._refuse(client, f"permission denied: job/{self.name} runs as uid {self.owner}; only its owner or root may attach or exec")
+            self._refuse(
+                client,
+                f"permission denied: job/{self.name} runs as uid {self.owner}; only its owner or root may attach or exec",
+            )
 
     def _refuse(self, client: _Client, why: str) -> None:
         client.outbox += frame(b"E", why)
@@ -447,8 +465,11 @@ class Control:
             self._refuse(client, f"job/{self.name} has ended")
         elif mode == "attach":
             if self.master is None:
-                self._refuse(client, f"job/{self.name} has no terminal (spec.tty is false): gflowctl logs -f {self.name} "
-                                     f"follows its output; gflowctl exec {self.name} -- CMD runs a command beside it")
+                self._refuse(
+                    client,
+                    f"job/{self.name} has no terminal (spec.tty is false): gflowctl logs -f {self.name} "
+                    f"follows its output; gflowctl exec {self.name} -- CMD runs a command beside it",
+                )
                 return
             client.mode, client.read_only = "attach", bool(hello.get("readOnly"))
             size = hello.get("size")
@@ -487,8 +508,9 @@ class Control:
             master = None
         pid = os.fork()
         if pid == 0:
-            _become_exec(self.spec, argv, theirs, slave if master is not None else None, term, self.join_cgroup,
-                         self.environment)
+            _become_exec(
+                self.spec, argv, theirs, slave if master is not None else None, term, self.join_cgroup, self.environment
+            )
         for fd in theirs:
             os.close(fd)
         for fd in ours:

@@ -19,9 +19,23 @@ from dataclasses import dataclass
 
 USER_PATH = "/usr/local/bin:/usr/bin:/bin"
 ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-LOCALE_KEYS = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LC_TIME", "LC_COLLATE", "LC_MONETARY",
-               "LC_MESSAGES", "LC_PAPER", "LC_NAME", "LC_ADDRESS", "LC_TELEPHONE", "LC_MEASUREMENT",
-               "LC_IDENTIFICATION")
+LOCALE_KEYS = (
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_NUMERIC",
+    "LC_TIME",
+    "LC_COLLATE",
+    "LC_MONETARY",
+    "LC_MESSAGES",
+    "LC_PAPER",
+    "LC_NAME",
+    "LC_ADDRESS",
+    "LC_TELEPHONE",
+    "LC_MEASUREMENT",
+    "LC_IDENTIFICATION",
+)
 TTY_TERM = "xterm-256color"  # what attach's terminals (and most others) understand
 LOGIN_DEFS = "/etc/login.defs"
 LOCALE_FILES = ("/etc/default/locale", "/etc/locale.conf")
@@ -51,7 +65,7 @@ def login_env(account: Account, files: SystemFiles, tty: bool = False) -> dict[s
     settings = _login_defs(files.login_defs)
     key, default = ("ENV_SUPATH", ROOT_PATH) if account.uid == 0 else ("ENV_PATH", USER_PATH)
     path = settings.get(key, "")
-    path = path[len("PATH="):] if path.startswith("PATH=") else path
+    path = path[len("PATH=") :] if path.startswith("PATH=") else path
     env = {
         "HOME": account.home or "/",
         "USER": account.name,
@@ -99,7 +113,7 @@ def _assignments(text: str) -> dict[str, str]:
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("export "):
-            line = line[len("export "):].strip()
+            line = line[len("export ") :].strip()
         key, sep, value = line.partition("=")
         if not sep or key.startswith("#") or not key.isidentifier():
             continue

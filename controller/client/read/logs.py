@@ -17,8 +17,14 @@ from controller.paths import Home
 TERMINAL = {"Succeeded", "Failed", "Cancelled", "Rejected"}
 
 
-def log_chunks(home: Home, name: str, follow: bool = False, tail: int | None = None,
-               attempt: int | None = None, interval: float = 0.1) -> Iterator[bytes]:
+def log_chunks(
+    home: Home,
+    name: str,
+    follow: bool = False,
+    tail: int | None = None,
+    attempt: int | None = None,
+    interval: float = 0.1,
+) -> Iterator[bytes]:
     """Checks now (a bad ``tail``, no job, no log yet: GflowError), then yields the output.
     ``follow`` keeps yielding new output, switching to each new attempt's log, until the job ends."""
     path = home.log_file(name, attempt)
@@ -90,7 +96,9 @@ def _not_yours(path, name: str) -> str:
         owner = pwd.getpwuid(uid).pw_name
     except KeyError:
         owner = f"uid {uid}"
-    return f"job/{name}: its log is {owner}'s and only {owner} and root may read it; run gflowctl logs {name} as {owner}"
+    return (
+        f"job/{name}: its log is {owner}'s and only {owner} and root may read it; run gflowctl logs {name} as {owner}"
+    )
 
 
 def _read(handle: BinaryIO) -> Iterator[bytes]:

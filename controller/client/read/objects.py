@@ -38,7 +38,7 @@ class Job:
         return self.phase in FINISHED
 
     @classmethod
-    def from_row(cls, name: str, row: dict[str, Any], conditions: list[dict[str, Any]] | None = None) -> "Job":
+    def from_row(cls, name: str, row: dict[str, Any], conditions: list[dict[str, Any]] | None = None) -> Job:
         """From the summary row of the index (``gflowctl get jobs``' row)."""
         return cls(
             name=name,
@@ -62,7 +62,7 @@ class Job:
         )
 
     @classmethod
-    def from_status(cls, document: dict[str, Any]) -> "Job":
+    def from_status(cls, document: dict[str, Any]) -> Job:
         """From a whole status document (conditions included)."""
         from controller.model.records import JobState  # lazy: only get() reads a whole status
 
@@ -88,12 +88,20 @@ class Sweep:
         return self.phase in FINISHED
 
     @classmethod
-    def from_status(cls, document: dict[str, Any]) -> "Sweep":
+    def from_status(cls, document: dict[str, Any]) -> Sweep:
         from controller.model.records import SweepState  # lazy: only get() of a sweep reads one
 
         state = SweepState.from_status(document)
-        return cls(state.name, state.phase, state.reason, state.message, list(state.children), dict(state.counts),
-                   state.parallelism, dict(state.labels))
+        return cls(
+            state.name,
+            state.phase,
+            state.reason,
+            state.message,
+            list(state.children),
+            dict(state.counts),
+            state.parallelism,
+            dict(state.labels),
+        )
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,7 @@ class Gpu:
     jobs: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_node(cls, gpu: dict[str, Any]) -> "Gpu":
+    def from_node(cls, gpu: dict[str, Any]) -> Gpu:
         return cls(
             index=int(gpu.get("index", -1)),
             name=str(gpu.get("name") or ""),

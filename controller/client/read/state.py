@@ -16,7 +16,8 @@ from controller.util.locks import lock_held
 
 TYPE_CHECKING = False  # typing is not imported: every gflowctl verb loads this module (~2 ms)
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from collections.abc import Callable
+    from typing import Any
 
 
 def is_running(home: Home) -> bool:
@@ -72,21 +73,35 @@ def status_from_row(name: str, row: dict[str, Any]) -> dict[str, Any]:
     from controller.model.records import rfc3339 as _timestamp  # lazy: only a job without its status file yet
 
     status = {
-        "phase": row.get("phase") or "Pending", "reason": row.get("reason"), "message": row.get("message"),
-        "manifest": row.get("manifest"), "priority": row.get("priority"), "gpus": row.get("gpus"),
-        "cpus": row.get("cpus"), "devices": list(row.get("devices") or []), "dependsOn": row.get("dependsOn"),
-        "observedGeneration": row.get("generation"), "attempt": row.get("attempt"),
-        "startTime": _timestamp(row.get("startTime")), "completionTime": _timestamp(row.get("completionTime")),
-        "exitCode": row.get("exitCode"), "queuePosition": row.get("queuePosition"),
-        "effectivePriority": row.get("effectivePriority"), "conditions": [],
+        "phase": row.get("phase") or "Pending",
+        "reason": row.get("reason"),
+        "message": row.get("message"),
+        "manifest": row.get("manifest"),
+        "priority": row.get("priority"),
+        "gpus": row.get("gpus"),
+        "cpus": row.get("cpus"),
+        "devices": list(row.get("devices") or []),
+        "dependsOn": row.get("dependsOn"),
+        "observedGeneration": row.get("generation"),
+        "attempt": row.get("attempt"),
+        "startTime": _timestamp(row.get("startTime")),
+        "completionTime": _timestamp(row.get("completionTime")),
+        "exitCode": row.get("exitCode"),
+        "queuePosition": row.get("queuePosition"),
+        "effectivePriority": row.get("effectivePriority"),
+        "conditions": [],
     }
     metadata: dict[str, Any] = {"name": name, "creationTimestamp": _timestamp(row.get("created"))}
     if row.get("labels"):
         metadata["labels"] = dict(row["labels"])
     if row.get("owner"):
         metadata["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "Sweep", "name": row["owner"]}]
-    return {"apiVersion": API_VERSION, "kind": "JobStatus", "metadata": metadata,
-            "status": {k: v for k, v in status.items() if v is not None}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "JobStatus",
+        "metadata": metadata,
+        "status": {k: v for k, v in status.items() if v is not None},
+    }
 
 
 def status_json_texts(home: Home, names: list[str]) -> dict[str, str]:
@@ -146,7 +161,9 @@ def manifest_owner_uid(home: Home, manifest: str | None) -> int | None:
     None when the file is gone."""
     if not manifest:
         return None
-    candidates = [manifest] if os.path.isabs(manifest) else [str(home.root / manifest), str(home.spec_dir.parent / manifest)]
+    candidates = (
+        [manifest] if os.path.isabs(manifest) else [str(home.root / manifest), str(home.spec_dir.parent / manifest)]
+    )
     for candidate in candidates:
         try:
             return os.stat(candidate).st_uid
@@ -227,8 +244,9 @@ def reached(status: dict[str, Any], what: str, value: str) -> tuple[str | None, 
     return None, False
 
 
-def select_rows(rows: dict[str, dict[str, Any]], names: list[str], selector: list[tuple[str, str, bool]],
-                phases: list[str]) -> list[tuple[str, dict]]:
+def select_rows(
+    rows: dict[str, dict[str, Any]], names: list[str], selector: list[tuple[str, str, bool]], phases: list[str]
+) -> list[tuple[str, dict]]:
     """The rows named (all when none), in name order, whose labels match ``selector`` and whose
     phase is one of ``phases`` (any when empty)."""
     from controller.api.labels import selector_matches  # lazy: only listing selects
@@ -358,8 +376,19 @@ def expected_starts(home: Home, rows: dict[str, dict[str, Any]], now: float) -> 
         if row.get("phase") == "Running" and row.get("devices"):
             seconds = limit(name, row)
             start = row.get("startTime")
-            running.append((name, [int(d) for d in row["devices"]], None if seconds is None or start is None else float(start) + seconds))
-    queued = sorted(((row["queuePosition"], name) for name, row in rows.items()
-                     if row.get("phase") == "Pending" and isinstance(row.get("queuePosition"), int)))
+            running.append(
+                (
+                    name,
+                    [int(d) for d in row["devices"]],
+                    None if seconds is None or start is None else float(start) + seconds,
+                )
+            )
+    queued = sorted(
+        (
+            (row["queuePosition"], name)
+            for name, row in rows.items()
+            if row.get("phase") == "Pending" and isinstance(row.get("queuePosition"), int)
+        )
+    )
     pending = [(name, int(rows[name].get("gpus") or 0), limit(name, rows[name])) for _, name in queued]
     return plan_starts(now, gpus, running, pending)

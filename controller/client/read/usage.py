@@ -6,7 +6,8 @@ sparkline, the lines ``describe`` prints). Standard library only: ``gflowctl top
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from controller.api.units import format_quantity
 from controller.paths import Home
@@ -25,7 +26,9 @@ def read_usage(home: Home) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def job_series(usage: dict[str, Any], name: str, attempt: int | None = None) -> list[tuple[float, list[tuple[int, int]]]]:
+def job_series(
+    usage: dict[str, Any], name: str, attempt: int | None = None
+) -> list[tuple[float, list[tuple[int, int]]]]:
     """One attempt's recent samples: [(time, [(util %, memory MiB) per bound GPU])]; [] if none
     (or the file holds another attempt's, or something unreadable)."""
     job = (usage.get("jobs") or {}).get(name)
@@ -43,11 +46,16 @@ def job_series(usage: dict[str, Any], name: str, attempt: int | None = None) -> 
     return [(since + tenth / 10, [(u[k], m[k]) for u, m in zip(utils, mems)]) for k, tenth in enumerate(times)]
 
 
-def series_json(points: list[tuple[float, list[tuple[int, int]]]], devices: list[int], since: float, attempt: int = 1) -> dict:
+def series_json(
+    points: list[tuple[float, list[tuple[int, int]]]], devices: list[int], since: float, attempt: int = 1
+) -> dict:
     """The ``run/gpu-usage.json`` entry of one attempt with these samples, as gflowd packs it
     (for tests and tools that write one)."""
     return {
-        "attempt": attempt, "devices": list(devices), "since": since, "samples": len(points),
+        "attempt": attempt,
+        "devices": list(devices),
+        "since": since,
+        "samples": len(points),
         "series": {
             "t": pack((round((when - since) * 10) for when, _ in points), "I"),
             "util": [pack((point[i][0] for _, point in points), "B") for i in range(len(devices))],
@@ -78,8 +86,10 @@ def summary_lines(summary: dict[str, Any] | None, series: list[tuple[float, list
         return []
     allocated, used = summary.get("gpuHoursAllocated") or 0.0, summary.get("gpuHoursUsed") or 0.0
     share = f" ({100 * used / allocated:.0f}%)" if allocated else ""
-    out = [f"GPU Usage:  attempt {summary.get('attempt')}, {summary.get('samples', 0)} samples, "
-           f"{used:.2f} of {allocated:.2f} GPU-hours used{share}, as of {summary.get('sampledAt', '-')}"]
+    out = [
+        f"GPU Usage:  attempt {summary.get('attempt')}, {summary.get('samples', 0)} samples, "
+        f"{used:.2f} of {allocated:.2f} GPU-hours used{share}, as of {summary.get('sampledAt', '-')}"
+    ]
     out.append(f"  {'GPU':<5}{'UTIL MEAN':<11}{'PEAK':<7}{'MEM MEAN':<10}{'PEAK':<9}RECENT UTIL")
     for position, gpu in enumerate(summary.get("gpus") or []):
         recent = [point[position][0] for _, point in series if position < len(point)]

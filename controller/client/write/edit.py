@@ -66,6 +66,7 @@ def edit_manifest(home: Home, ref: tuple[str, str], path: tuple[str, ...], value
 
     # lazy: pydantic (~100 ms), loaded before the lock: the lock is held for the edit alone
     import controller.api.validation  # noqa: F401
+
     try:
         rewrite_locked(manifest, change, within=home.spec_dir)
     except (_Gone, FileNotFoundError):
@@ -83,8 +84,9 @@ def _check_still_valid(text: str, position: int, what: str, manifest) -> None:
         data = load_one(parts[position])
     except YAMLSyntaxError as exc:
         raise GflowError(f"{what}: the edit would break the YAML: {exc}") from None
-    result = validate_any(data, source=str(manifest), path=str(manifest), stem=manifest.stem,
-                          single=len(parts) == 1, text=parts[position])[0]
+    result = validate_any(
+        data, source=str(manifest), path=str(manifest), stem=manifest.stem, single=len(parts) == 1, text=parts[position]
+    )[0]
     if isinstance(result, Rejection):
         raise GflowError(f"{what}: not changed, the result would be invalid: {result.message}")
 
@@ -98,8 +100,10 @@ def control(home: Home, verb: str, ref: tuple[str, str], rows: dict[str, dict] |
         row = (rows.get(name) or {}) if kind == "job" else {}
         if row.get("phase") == "Rejected":
             # nothing runs, and a manifest that does not parse cannot be edited: say so, and how to end it
-            return (f"job/{name} is Rejected ({row.get('reason')}) and never runs: nothing to cancel; "
-                    f"fix {row.get('manifest') or 'its manifest'}, or gflowctl delete job {name}")
+            return (
+                f"job/{name} is Rejected ({row.get('reason')}) and never runs: nothing to cancel; "
+                f"fix {row.get('manifest') or 'its manifest'}, or gflowctl delete job {name}"
+            )
     if verb == "rerun":
         done = edit_manifest(home, ref, ("metadata", "annotations", "gflow.dev/rerun"), str(time.time_ns()))
         return f"{done} rerun requested"

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from controller.client.errors import GflowError
-from controller.client.review import ask, ask_socket, check_documents
 from controller.client.read.state import document_position, find_manifest
+from controller.client.review import ask, ask_socket, check_documents
 from controller.paths import Home, is_manifest_name
 from controller.util.fsutil import RewriteError, create_new, lock_held, rewrite_locked
 from controller.util.manifest_edit import join_documents
@@ -34,10 +34,18 @@ class Doc:
     ~10 ms importing dataclasses (and inspect) for it. ``data`` is parsed on first use: a new
     document that gflowd has checked and placed is stored without gflowctl loading a YAML parser."""
 
-    __slots__ = ("name", "text", "_data", "origin", "kind", "warning", "placed")
+    __slots__ = ("_data", "kind", "name", "origin", "placed", "text", "warning")
 
-    def __init__(self, name: str, text: str, data: dict | None, origin: str, kind: str = "job",
-                 warning: str | None = None, placed: bool = False):
+    def __init__(
+        self,
+        name: str,
+        text: str,
+        data: dict | None,
+        origin: str,
+        kind: str = "job",
+        warning: str | None = None,
+        placed: bool = False,
+    ):
         self.name, self.text, self._data, self.origin, self.kind = name, text, data, origin, kind
         self.warning = warning  # gflowd's review: e.g. the job can never start on this machine
         self.placed = placed  # its workingDir already says where it was applied from
@@ -101,16 +109,27 @@ def check_inputs(home: Home, inputs: list[tuple[str, str]], place: bool = False)
     folders = [source_folder(home, origin) for origin, _ in inputs] if place else None
     answers = None
     if inputs and lock_held(home.lock_file):  # gflowd runs: its socket (any user), else its review folder
-        answers = ask_socket(home.review_socket, inputs, folders=folders) or ask(home.review_dir, inputs, folders=folders)
+        answers = ask_socket(home.review_socket, inputs, folders=folders) or ask(
+            home.review_dir, inputs, folders=folders
+        )
     if answers is None:
-        answers = [check_documents(origin, text, folder=folders[i] if folders else None)
-                   for i, (origin, text) in enumerate(inputs)]
+        answers = [
+            check_documents(origin, text, folder=folders[i] if folders else None)
+            for i, (origin, text) in enumerate(inputs)
+        ]
     checked = []
     for (origin, text), answer in zip(inputs, answers):
         parts = list(iter_documents_text(text))
         docs = [
-            Doc(d["name"], str(d.get("text", parts[d["index"]])), None, origin, d["kind"], d.get("warning"),
-                placed=bool(d.get("placed")))
+            Doc(
+                d["name"],
+                str(d.get("text", parts[d["index"]])),
+                None,
+                origin,
+                d["kind"],
+                d.get("warning"),
+                placed=bool(d.get("placed")),
+            )
             for d in answer["docs"]
         ]
         checked.append((docs, list(answer["errors"])))
@@ -198,7 +217,10 @@ def _same(old, new, name: str, target: Path, count: int) -> bool:
 
 
 def apply_inputs(
-    home: Home, inputs: list[tuple[str, str]], dry_run: bool, on_input: Callable[[int], None] | None = None,
+    home: Home,
+    inputs: list[tuple[str, str]],
+    dry_run: bool,
+    on_input: Callable[[int], None] | None = None,
 ) -> Iterator[Stored | str]:
     """``gflowctl apply``'s work: every valid document stored (each yielded as it is), every error
     yielded as its one-line text, all of them (a bad document does not stop the good ones). A name

@@ -66,7 +66,9 @@ def _interpreted_file(argv: list[str], workdir: str) -> str | None:
     if os.path.exists(where):
         return None
     near = _near(argv[1], workdir)
-    return f"{argv[1]}: no such file in {workdir}" + (f"; did you mean: -- {_args([argv[0], near, *argv[2:]])}" if near else "")
+    return f"{argv[1]}: no such file in {workdir}" + (
+        f"; did you mean: -- {_args([argv[0], near, *argv[2:]])}" if near else ""
+    )
 
 
 def looks_like_python(path: str) -> bool:

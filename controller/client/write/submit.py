@@ -16,8 +16,8 @@ from typing import Any
 
 from controller.api.submit import Submission, SubmitError, build, merge, read_directives
 from controller.client.errors import GflowError
-from controller.client.write.manifests import Doc, check_inputs, read_manifest_text, store_document
 from controller.client.read.state import find_manifest, job_rows
+from controller.client.write.manifests import Doc, check_inputs, read_manifest_text, store_document
 from controller.paths import Home
 
 ORIGIN = "run's manifest (--dry-run -o yaml shows it)"  # its line numbers are that text's
@@ -53,8 +53,13 @@ def read_script(path: Path) -> Script:
 
 
 def build_submission(
-    home: Home, options: dict[str, Any], *, command: list[str] | None = None, script: Script | None = None,
-    script_args: list[str] | None = None, cwd: str,
+    home: Home,
+    options: dict[str, Any],
+    *,
+    command: list[str] | None = None,
+    script: Script | None = None,
+    script_args: list[str] | None = None,
+    cwd: str,
 ) -> Submission:
     """The manifest one ``run`` writes (flags override a script's directives); then
     ``check_names`` before writing it."""
@@ -83,7 +88,8 @@ def build_submission(
 def check_program(submission: Submission, script: Script | None, script_args: list[str]) -> None:
     """What the job runs exists, can be executed and is no Python file bash or exec would choke on
     (``precheck.py``); looked at now, as the submitter, not after hours in the queue."""
-    from controller.client.write.precheck import check_program as check, check_script, job_path  # lazy: run only
+    from controller.client.write.precheck import check_program as check  # lazy: run only
+    from controller.client.write.precheck import check_script, job_path
 
     spec = submission.manifest["spec"].get("template", submission.manifest["spec"])
     if script is not None:
@@ -107,7 +113,9 @@ def check_names(home: Home, submission: Submission) -> None:
         if not exists(home, dependency["job"]):
             raise GflowError(f"--after {dependency['job']}: no job or sweep of that name on {home.root}")
     if submission.exact_name and exists(home, submission.name):
-        raise GflowError(f"{submission.name} already exists; choose another --name (gflowctl apply changes an existing job)")
+        raise GflowError(
+            f"{submission.name} already exists; choose another --name (gflowctl apply changes an existing job)"
+        )
 
 
 def check_submission(home: Home, text: str) -> tuple[Doc | None, list[str]]:
@@ -117,8 +125,9 @@ def check_submission(home: Home, text: str) -> tuple[Doc | None, list[str]]:
     return (docs[0] if docs and not errors else None), errors
 
 
-def store_submission(home: Home, doc: Doc, dry_run: bool, source: str | None = None,
-                     environment: dict[str, str] | None = None) -> str:
+def store_submission(
+    home: Home, doc: Doc, dry_run: bool, source: str | None = None, environment: dict[str, str] | None = None
+) -> str:
     """Write the checked manifest into the spec dir; the verb (created). ``source``: the script it
     pins, whose mode the manifest never exceeds. ``environment`` (the submitter's,
     ``api/export.py``) is written first, so gflowd never sees the job without it."""
@@ -152,7 +161,11 @@ def write_environment(folder: Path, name: str, environment: dict[str, str]) -> P
 
 
 def exists(home: Home, name: str) -> bool:
-    return name in job_rows(home) or find_manifest(home, name) is not None or find_manifest(home, name, "sweep") is not None
+    return (
+        name in job_rows(home)
+        or find_manifest(home, name) is not None
+        or find_manifest(home, name, "sweep") is not None
+    )
 
 
 def free_suffix(home: Home) -> str:

@@ -90,8 +90,11 @@ class Booking:
         """Why ``req`` waits; the first such job gets the reservation."""
         free, need = self.free(), self.need(req)
         if self.held_for is not None and self.held_for != req.name and free >= need:
-            wait = Wait(Reason.Priority, f"waiting behind higher-priority job {self.held_for}: needs "
-                                         f"{self.amount(need)}, {self.number(free)} free but held for it")
+            wait = Wait(
+                Reason.Priority,
+                f"waiting behind higher-priority job {self.held_for}: needs "
+                f"{self.amount(need)}, {self.number(free)} free but held for it",
+            )
         else:
             wait = Wait(Reason.Resources, f"needs {self.amount(need)}, {self.number(free)} free{self.busy()}")
         if self.held_for is None and self.mode != "firstfit":

@@ -95,7 +95,10 @@ def why_waiting(
         )
     before = list(dict.fromkeys(name for s in usable for name in taken_by.get(s.index, ())))
     if before:
-        return Wait(Reason.Priority, f"waiting behind higher-priority job {', '.join(before)}: needs {what}, {len(room)} free after it took GPUs")
+        return Wait(
+            Reason.Priority,
+            f"waiting behind higher-priority job {', '.join(before)}: needs {what}, {len(room)} free after it took GPUs",
+        )
     if req.shared:
         short = [s for s in usable if s.state in ("Free", "Shared") and s.shared_room() < (req.gpu_memory or 0)]
         if short:

@@ -49,7 +49,9 @@ def order(room: list[GpuSlot], req: Request, strategy: str) -> list[GpuSlot]:
     return sorted(room, key=lambda s: s.index)
 
 
-def choose(room: list[GpuSlot], req: Request, strategy: str, topology: dict[tuple[int, int], int] | None) -> list[GpuSlot]:
+def choose(
+    room: list[GpuSlot], req: Request, strategy: str, topology: dict[tuple[int, int], int] | None
+) -> list[GpuSlot]:
     ordered = order(room, req, strategy)
     if req.gpus == 1 or not topology:
         return ordered[: req.gpus]
@@ -101,8 +103,13 @@ class GpuPlacer:
     """The GPUs during one pass: what is bound, what is held for a blocked job, and caches."""
 
     def __init__(
-        self, slots: list[GpuSlot], strategy: str, topology: dict[tuple[int, int], int] | None, mode: str,
-        now: float, reasons: bool,
+        self,
+        slots: list[GpuSlot],
+        strategy: str,
+        topology: dict[tuple[int, int], int] | None,
+        mode: str,
+        now: float,
+        reasons: bool,
     ) -> None:
         self.slots, self.strategy, self.topology, self.mode = slots, strategy, topology, mode
         self.now, self.reasons = now, reasons
@@ -190,7 +197,11 @@ class GpuPlacer:
             # it would fit but for a Reservation: say so, and hold nothing for it
             room = fit.room
             free = f"{len(room)} free for it" if room else "none free for it"
-            return Wait(Reason.Reserved, f"needs {gpu_count(req.gpus)}, {free}: {req.fenced_why}") if self.reasons else NO_REASON
+            return (
+                Wait(Reason.Reserved, f"needs {gpu_count(req.gpus)}, {free}: {req.fenced_why}")
+                if self.reasons
+                else NO_REASON
+            )
         wait = self._why(req, fit) if self.reasons else NO_REASON
         self._hold(req, fit)
         return wait
@@ -251,16 +262,18 @@ def _reservation(req: Request, usable: list[GpuSlot], room: list[GpuSlot], now: 
 
 def _any_room(slots: list[GpuSlot], held: dict[int, str], mode: str) -> bool:
     """Could any job still be placed somewhere (ignoring its shape)?"""
-    for slot in slots:
-        if slot.state in ("Free", "Shared") and (mode == "backfill" or slot.index not in held):
-            return True
-    return False
+    return any(slot.state in ("Free", "Shared") and (mode == "backfill" or slot.index not in held) for slot in slots)
 
 
 def _fits_once_ours_end(req: Request, usable: list[GpuSlot]) -> bool:
     """Will this request fit when the jobs gflow runs on these GPUs end (not foreign processes)?"""
     if req.shared:
-        candidates = [s for s in usable if s.state in ("Free", "Shared", "Allocated") and s.gpu.memory_total - s.foreign_memory >= (req.gpu_memory or 0)]
+        candidates = [
+            s
+            for s in usable
+            if s.state in ("Free", "Shared", "Allocated")
+            and s.gpu.memory_total - s.foreign_memory >= (req.gpu_memory or 0)
+        ]
     else:
         candidates = [s for s in usable if s.state in ("Free", "Shared", "Allocated")]
     return len(candidates) >= req.gpus

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from controller.model.gpus import Gpu
 
@@ -113,7 +114,10 @@ class GuardedInventory:
         threading.Thread(target=call.run, name=f"gpu-{what}", daemon=True).start()
         if call.done.wait(self.timeout):
             return call
-        log.warning("NVML %s did not answer within %gs: not waiting for it; GPUs are marked unhealthy "
-                    "until it does", what, self.timeout)
+        log.warning(
+            "NVML %s did not answer within %gs: not waiting for it; GPUs are marked unhealthy until it does",
+            what,
+            self.timeout,
+        )
         self._hung = call
         return None if what != "nvmlInit" else call

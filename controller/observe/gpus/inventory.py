@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from controller.api.units import parse_cpu_list, parse_quantity
 from controller.model.gpus import Gpu, GpuProcess
@@ -72,7 +73,17 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
     for index, item in enumerate(data.get("gpus") or []):
         if not isinstance(item, dict):
             raise ValueError(f"gpus[{index}]: expected a mapping")
-        unknown = set(item) - {"name", "memory", "memoryUsed", "utilization", "processes", "health", "uuid", "numaNode", "minor"}
+        unknown = set(item) - {
+            "name",
+            "memory",
+            "memoryUsed",
+            "utilization",
+            "processes",
+            "health",
+            "uuid",
+            "numaNode",
+            "minor",
+        }
         if unknown:
             raise ValueError(f"gpus[{index}]: unknown field {sorted(unknown)[0]}")
         processes = []
@@ -82,9 +93,14 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
             utilization = proc.get("utilization")
             if utilization is not None and (not isinstance(utilization, int) or not 0 <= utilization <= 100):
                 raise ValueError(f"gpus[{index}].processes: utilization must be an integer percent (0-100)")
-            processes.append(GpuProcess(
-                int(proc["pid"]), parse_quantity(proc.get("usedMemory", 0)), str(proc.get("name", "")), utilization,
-            ))
+            processes.append(
+                GpuProcess(
+                    int(proc["pid"]),
+                    parse_quantity(proc.get("usedMemory", 0)),
+                    str(proc.get("name", "")),
+                    utilization,
+                )
+            )
         health = item.get("health", "Ok")
         if health not in ("Ok", "Lost"):
             raise ValueError(f"gpus[{index}].health: must be Ok or Lost")
@@ -136,4 +152,3 @@ def _numa_nodes(declared: object) -> Callable[[int], frozenset[int]]:
             return frozenset()
 
     return cpus_of
-

@@ -8,10 +8,11 @@ error text; transient errors (Unknown, Timeout, ...) are retried a few times, qu
 
 from __future__ import annotations
 
-import os
 import logging
+import os
 import threading
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -180,7 +181,7 @@ class NvmlInventory:
             except Exception as exc:
                 log.debug("nvmlShutdown failed: %s", exc)
 
-    def __enter__(self) -> "NvmlInventory":
+    def __enter__(self) -> NvmlInventory:
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -304,7 +305,6 @@ class NvmlInventory:
                 raise
             found = self._call(nv.nvmlDeviceGetComputeRunningProcesses_v2, handle)  # drivers < 510
         return tuple(GpuProcess(int(p.pid), int(p.usedGpuMemory or 0), _process_name(int(p.pid))) for p in found)
-
 
     def _with_utilization(self, index: int, handle: Any, processes: tuple[GpuProcess, ...]) -> tuple[GpuProcess, ...]:
         """Each process's SM utilization: the mean of the driver's samples since the last read (a

@@ -50,7 +50,9 @@ __all__ = [
 ]
 
 
-def setup(request: str, group: str = "gflow", found: Probe | None = None, fs: Cgroupfs | None = None) -> tuple[Cgroups | None, Probe]:
+def setup(
+    request: str, group: str = "gflow", found: Probe | None = None, fs: Cgroupfs | None = None
+) -> tuple[Cgroups | None, Probe]:
     """``--cgroups auto|required|off``: the prepared cgroups (or None) and the probe to report.
 
     ``auto`` falls back to None with the probe's one-line reason (the caller logs it once and

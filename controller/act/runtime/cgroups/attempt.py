@@ -72,7 +72,7 @@ class Limits:
     of what the parent cgroup allows (the devices controller is wanted either way).
     """
 
-    __slots__ = ("memory", "cpus", "pids", "deny_devices")
+    __slots__ = ("cpus", "deny_devices", "memory", "pids")
 
     def __init__(
         self,
@@ -110,7 +110,7 @@ class Limits:
 class Stats:
     """Counters of one attempt's cgroup; None where this kernel or mode does not keep one."""
 
-    __slots__ = ("memory_peak", "memory_current", "oom_kills", "cpu_usec", "pids_current", "pids_limit_hits")
+    __slots__ = ("cpu_usec", "memory_current", "memory_peak", "oom_kills", "pids_current", "pids_limit_hits")
 
     def __init__(self, **values: int | None):
         for name in self.__slots__:
@@ -207,14 +207,20 @@ class Cgroups:
         for directory in self.group_dirs.values():
             left = self.fs.subdirs(directory)
             if left:
-                raise CgroupError(f"cannot remove cgroup {directory}: attempts left in it: {' '.join(left)}", errno.EBUSY)
+                raise CgroupError(
+                    f"cannot remove cgroup {directory}: attempts left in it: {' '.join(left)}", errno.EBUSY
+                )
             self.fs.rmdir(directory)
 
     # -- attempts ---------------------------------------------------------------------------------
 
     def unsupported(self, limits: Limits) -> list[str]:
         """Every limit these cgroups cannot enforce, each with its reason."""
-        return [f"{name}: {self.probe.features[name].reason}" for name in limits.wanted() if not self.probe.features[name].available]
+        return [
+            f"{name}: {self.probe.features[name].reason}"
+            for name in limits.wanted()
+            if not self.probe.features[name].available
+        ]
 
     def names(self) -> list[str]:
         """The attempts that have a cgroup in any hierarchy (half-created ones too)."""
@@ -294,7 +300,9 @@ class AttemptCgroup:
         """The directory holding ``feature``'s files: the same hierarchy as the probed base."""
         key = self._key(feature)
         if key is None or key not in self.dirs:
-            raise CgroupError(f"{feature} is not available: {self.cgroups.probe.features[feature].reason or 'not joined'}")
+            raise CgroupError(
+                f"{feature} is not available: {self.cgroups.probe.features[feature].reason or 'not joined'}"
+            )
         return self.dirs[key]
 
     def _key(self, feature: str) -> str | None:
@@ -384,7 +392,9 @@ class AttemptCgroup:
         """
         missing = [directory for directory in self.dirs.values() if not os.path.isdir(directory)]
         if missing:
-            raise CgroupError(f"cannot join cgroup {self.name}: {missing[0]} does not exist (create it first)", errno.ENOENT)
+            raise CgroupError(
+                f"cannot join cgroup {self.name}: {missing[0]} does not exist (create it first)", errno.ENOENT
+            )
         for directory in self.dirs.values():
             self.fs.write(os.path.join(directory, "cgroup.procs"), str(pid))
 
@@ -416,7 +426,9 @@ class AttemptCgroup:
                 return  # else (never seen) fall back to signals for the other half
         while members:
             if time.monotonic() >= deadline:
-                raise CgroupError(f"cgroup {self.name} still has processes {members[:10]} after {timeout:g} s of SIGKILL")
+                raise CgroupError(
+                    f"cgroup {self.name} still has processes {members[:10]} after {timeout:g} s of SIGKILL"
+                )
             self._freeze(True, deadline)
             try:
                 for pid in self.pids():
@@ -443,11 +455,11 @@ class AttemptCgroup:
         if self.cgroups.mode == "v1" and os.path.isdir(self.dirs.get("freezer", "")):
             state = os.path.join(self.dirs["freezer"], "freezer.state")
             self.fs.write(state, "FROZEN" if frozen else "THAWED")
-            done = lambda: self.fs.read(state).strip() == "FROZEN"  # noqa: E731
+            done = lambda: self.fs.read(state).strip() == "FROZEN"
         elif self.cgroups.mode == "v2" and self.fs.exists(os.path.join(self.dirs[UNIFIED], "cgroup.freeze")):
             self.fs.write(os.path.join(self.dirs[UNIFIED], "cgroup.freeze"), "1" if frozen else "0")
             events = os.path.join(self.dirs[UNIFIED], "cgroup.events")
-            done = lambda: parse_keyed(self.fs.read(events)).get("frozen") == 1  # noqa: E731
+            done = lambda: parse_keyed(self.fs.read(events)).get("frozen") == 1
         else:
             return
         pause = 0.0005
@@ -525,6 +537,8 @@ class AttemptCgroup:
             except CgroupError as exc:
                 if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
                     left = parse_pids(self.fs.read_optional(os.path.join(directory, "cgroup.procs")) or "")
-                    raise CgroupError(f"{exc}; processes still in it: {left[:10]}" if left else str(exc), exc.errno) from None
+                    raise CgroupError(
+                        f"{exc}; processes still in it: {left[:10]}" if left else str(exc), exc.errno
+                    ) from None
             time.sleep(pause)
             pause = min(pause * 2, 0.05)

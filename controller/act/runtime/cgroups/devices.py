@@ -31,7 +31,7 @@ _GPU_NODE = re.compile(r"nvidia(\d+)")
 class DeviceRule:
     """``kind major:minor access``; kind ``c`` (char), ``b`` (block) or ``a`` (all); None is ``*``."""
 
-    __slots__ = ("kind", "major", "minor", "access")
+    __slots__ = ("access", "kind", "major", "minor")
 
     def __init__(self, kind: str, major: int | None, minor: int | None, access: str = "rwm"):
         if kind not in ("a", "b", "c"):

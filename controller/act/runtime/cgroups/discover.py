@@ -21,7 +21,7 @@ UNIFIED = "unified"  # the key of the cgroup v2 hierarchy among the per-hierarch
 class Mount:
     """One cgroup or cgroup2 mount from mountinfo."""
 
-    __slots__ = ("root", "point", "fstype", "options", "read_only")
+    __slots__ = ("fstype", "options", "point", "read_only", "root")
 
     def __init__(self, root: str, point: str, fstype: str, options: frozenset[str], read_only: bool):
         self.root = root
@@ -61,7 +61,11 @@ def parse_mountinfo(text: str) -> list[Mount]:
             continue
         per_mount = set(fields[5].split(","))
         superblock = frozenset(tail[2].split(","))
-        mounts.append(Mount(_unescape(fields[3]), _unescape(fields[4]), tail[0], superblock, "ro" in per_mount or "ro" in superblock))
+        mounts.append(
+            Mount(
+                _unescape(fields[3]), _unescape(fields[4]), tail[0], superblock, "ro" in per_mount or "ro" in superblock
+            )
+        )
     return mounts
 
 
@@ -85,7 +89,7 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
 class Located:
     """Our directory in one hierarchy, or why there is none."""
 
-    __slots__ = ("path", "mount", "reason")
+    __slots__ = ("mount", "path", "reason")
 
     def __init__(self, path: str | None, mount: Mount | None, reason: str = ""):
         self.path = path

@@ -79,7 +79,9 @@ class Cgroupfs:
             return True
         except FileExistsError:
             if not os.path.isdir(path):
-                raise CgroupError(f"cannot create cgroup {path}: it exists and is not a directory", errno.EEXIST) from None
+                raise CgroupError(
+                    f"cannot create cgroup {path}: it exists and is not a directory", errno.EEXIST
+                ) from None
             return False
         except OSError as exc:
             raise CgroupError(f"cannot create cgroup {path}: {why(exc)}", exc.errno) from None

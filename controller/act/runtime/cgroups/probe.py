@@ -34,7 +34,7 @@ KILL_MIN_KERNEL = (5, 14)  # cgroup.kill appeared in Linux 5.14
 class Feature:
     """One feature: available, and where (a directory), or why not (one sentence)."""
 
-    __slots__ = ("name", "directory", "reason")
+    __slots__ = ("directory", "name", "reason")
 
     def __init__(self, name: str, directory: str | None = None, reason: str = ""):
         self.name = name
@@ -52,7 +52,7 @@ class Feature:
 class Probe:
     """The result of probing: ``mode``, the base directory per hierarchy, and every feature."""
 
-    __slots__ = ("mode", "dirs", "features", "reason")
+    __slots__ = ("dirs", "features", "mode", "reason")
 
     def __init__(self, mode: str, dirs: dict[str, str], features: dict[str, Feature], reason: str = ""):
         self.mode = mode  # "v2" | "v1" | "none"
@@ -177,14 +177,20 @@ def probe_v1(located: dict[str, Located]) -> Probe:
         if where.path is None:
             reasons[key] = where.reason
             continue
-        problem = f"{where.path} is on a read-only mount" if where.mount and where.mount.read_only else unwritable(where.path)
+        problem = (
+            f"{where.path} is on a read-only mount" if where.mount and where.mount.read_only else unwritable(where.path)
+        )
         if problem:
             reasons[key] = problem
         else:
             dirs[key] = where.path
     features: dict[str, Feature] = {}
     for feature, key in _V1_FEATURE.items():
-        features[feature] = Feature(feature, dirs[key]) if key in dirs else Feature(feature, reason=reasons.get(key, f"no {key} hierarchy"))
+        features[feature] = (
+            Feature(feature, dirs[key])
+            if key in dirs
+            else Feature(feature, reason=reasons.get(key, f"no {key} hierarchy"))
+        )
     if "cpuacct" in dirs:
         features["cputime"] = Feature("cputime", dirs["cpuacct"])
     elif UNIFIED in dirs:
@@ -192,7 +198,8 @@ def probe_v1(located: dict[str, Located]) -> Probe:
     else:
         features["cputime"] = Feature("cputime", reason=reasons.get("cpuacct", "no cpuacct hierarchy"))
     features["kill"] = _kill_feature(
-        dirs.get(UNIFIED), f"no writable cgroup v2 for cgroup.kill ({reasons.get(UNIFIED, 'absent')}); kill_all freezes and signals"
+        dirs.get(UNIFIED),
+        f"no writable cgroup v2 for cgroup.kill ({reasons.get(UNIFIED, 'absent')}); kill_all freezes and signals",
     )
     if not any(features[name].available for name in ("memory", "cpuset", "pids", "devices")):
         first = next(iter(reasons.values()), "no cgroup v1 hierarchy")

@@ -30,7 +30,7 @@ import pwd
 import subprocess
 import time
 
-from .discover import UNIFIED, locate, parse_mountinfo, parse_proc_cgroup
+from .discover import UNIFIED, parse_mountinfo, parse_proc_cgroup
 from .fs import CgroupError, Cgroupfs, parse_pids
 
 SUPERVISORS = "supervisors"  # the leaf of the keeper, the launcher and every supervisor
@@ -79,8 +79,19 @@ def scope_argv(manager: str, unit: str, description: str, systemd_version: int |
     at its memory limit would make systemd stop the scope, every other job with it. ``continue``
     leaves OOM kills to the job's own cgroup (``memory.oom.group``), as gflow reports them."""
     oom = ["--property=OOMPolicy=continue"] if (systemd_version or 0) >= OOM_POLICY_SINCE else []
-    return ["systemd-run", *(["--user"] if manager == "user" else []), "--scope", "--quiet", "--collect",
-            f"--unit={unit}", "--property=Delegate=yes", *oom, f"--description={description}", "--", *KEEPER]
+    return [
+        "systemd-run",
+        *(["--user"] if manager == "user" else []),
+        "--scope",
+        "--quiet",
+        "--collect",
+        f"--unit={unit}",
+        "--property=Delegate=yes",
+        *oom,
+        f"--description={description}",
+        "--",
+        *KEEPER,
+    ]
 
 
 def parse_systemd_version(text: str) -> int | None:
@@ -106,8 +117,15 @@ def manager_socket(manager: str) -> str:
 
 
 def show_argv(manager: str, unit: str) -> list[str]:
-    return ["systemctl", *(["--user"] if manager == "user" else []), "show",
-            "--property=ActiveState", "--property=ControlGroup", "--property=Delegate", unit]
+    return [
+        "systemctl",
+        *(["--user"] if manager == "user" else []),
+        "show",
+        "--property=ActiveState",
+        "--property=ControlGroup",
+        "--property=Delegate",
+        unit,
+    ]
 
 
 def parse_show(text: str) -> dict[str, str]:
@@ -122,15 +140,17 @@ def parse_show(text: str) -> dict[str, str]:
 
 def user_hint(user: str) -> str:
     """What an admin enables so that an ordinary user's gflowd gets a delegated scope with limits."""
-    return (f"ask the admin to run `loginctl enable-linger {user}` (a user manager that outlives your logins) and, "
-            f"for limits, to delegate the controllers with a drop-in {DELEGATE_DROPIN} "
-            "holding `[Service]` `Delegate=cpu cpuset io memory pids`")
+    return (
+        f"ask the admin to run `loginctl enable-linger {user}` (a user manager that outlives your logins) and, "
+        f"for limits, to delegate the controllers with a drop-in {DELEGATE_DROPIN} "
+        "holding `[Service]` `Delegate=cpu cpuset io memory pids`"
+    )
 
 
 class Scope:
     """The scope found or made: its unit name, cgroup directory and the supervisors' leaf."""
 
-    __slots__ = ("unit", "manager", "directory", "created")
+    __slots__ = ("created", "directory", "manager", "unit")
 
     def __init__(self, unit: str, manager: str, directory: str, created: bool):
         self.unit = unit
@@ -160,8 +180,14 @@ def _environment(manager: str) -> dict[str, str]:
 
 def _run(argv: list[str], manager: str) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=CALL_TIMEOUT, env=_environment(manager),
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=CALL_TIMEOUT,
+            env=_environment(manager),
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CgroupError(f"systemd scope: {argv[0]} failed: {exc}") from None
 
@@ -208,14 +234,28 @@ def find(unit: str, manager: str, fs: Cgroupfs | None = None) -> Scope | None:
     return Scope(unit, manager, directory, created=False) if os.path.isdir(directory) else None
 
 
-def create(unit: str, manager: str, description: str, fs: Cgroupfs | None = None,
-           clock=time.monotonic, timeout: float = APPEAR_TIMEOUT) -> Scope:
+def create(
+    unit: str,
+    manager: str,
+    description: str,
+    fs: Cgroupfs | None = None,
+    clock=time.monotonic,
+    timeout: float = APPEAR_TIMEOUT,
+) -> Scope:
     """Start the keeper through ``systemd-run --scope``; wait until it runs inside the new scope."""
     fs = fs or Cgroupfs()
     argv = scope_argv(manager, unit, description, systemd_version())
     try:  # detached: its own session, none of our descriptors; stderr only until it is in the scope
-        keeper = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  close_fds=True, start_new_session=True, cwd="/", env=_environment(manager))
+        keeper = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+            start_new_session=True,
+            cwd="/",
+            env=_environment(manager),
+        )
     except OSError as exc:
         raise CgroupError(f"systemd scope: cannot run {argv[0]}: {exc}") from None
     assert keeper.stderr is not None
@@ -229,8 +269,10 @@ def create(unit: str, manager: str, description: str, fs: Cgroupfs | None = None
                 said = _first_line(keeper.stderr.read().decode(errors="replace"))
                 raise CgroupError(f"systemd scope: systemd-run --scope --unit={unit} failed: {said}")
             if clock() >= deadline:
-                raise CgroupError(f"systemd scope: {unit} did not appear within {timeout:g}s "
-                                  f"(systemd-run, pid {keeper.pid}, is still in {where})")
+                raise CgroupError(
+                    f"systemd scope: {unit} did not appear within {timeout:g}s "
+                    f"(systemd-run, pid {keeper.pid}, is still in {where})"
+                )
             time.sleep(0.02)
     except BaseException:
         keeper.kill()

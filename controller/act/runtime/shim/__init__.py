@@ -10,4 +10,6 @@ the exit record, ``procfs.py`` what is read from /proc. Nothing here imports the
 
 import os
 
-MAIN_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "main.py")  # what gflowd runs: python -I -S MAIN_FILE
+MAIN_FILE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "main.py"
+)  # what gflowd runs: python -I -S MAIN_FILE

@@ -50,7 +50,9 @@ def open_job_log(path: str, uid: int | None = None, gid: int | None = None, appe
     return fd
 
 
-def become_job(spec: dict, log_fd: int, go_r: int, go_w: int, err_r: int, err_w: int, tty_fd: int | None = None) -> None:
+def become_job(
+    spec: dict, log_fd: int, go_r: int, go_w: int, err_r: int, err_w: int, tty_fd: int | None = None
+) -> None:
     """In the forked child: wait for the run record, drop privileges, enter the working directory,
     exec. Never returns; a failure is reported on ``err_w`` as "CODE message", naming the step.
     A tty job (``tty_fd``, the pty's slave) gets the pty as stdin, stdout and stderr."""
@@ -112,7 +114,11 @@ def start_failure(step: str, spec: dict, exc: BaseException) -> tuple[int, str]:
             return 127, f"workingDir {spec.get('cwd')}: not found or not accessible to {user}"
         return 126, f"workingDir {spec.get('cwd')}: {text} (as {user})"
     if step == "workingDir":
-        return (127, f"workingDir {spec.get('cwd')} does not exist") if missing else (126, f"workingDir {spec.get('cwd')}: {text}{who}")
+        return (
+            (127, f"workingDir {spec.get('cwd')} does not exist")
+            if missing
+            else (126, f"workingDir {spec.get('cwd')}: {text}{who}")
+        )
     if step == "command" and spec.get("condaEnv"):
         what = f"condaEnv {spec['condaEnv']}: conda ({argv[0]})"
         return (127, f"{what} not found") if missing else (126, f"{what}: {text}{who}")
@@ -121,7 +127,10 @@ def start_failure(step: str, spec: dict, exc: BaseException) -> tuple[int, str]:
     if step == "user":
         return 126, f"cannot switch to uid {spec.get('uid')}: {text}"
     if step == "environment":
-        return 126, f"the submitter's environment {spec.get('envFile')}: {text} (resubmit, or remove the manifest's annotation gflow.dev/environment)"
+        return (
+            126,
+            f"the submitter's environment {spec.get('envFile')}: {text} (resubmit, or remove the manifest's annotation gflow.dev/environment)",
+        )
     if step == "cgroup":
         where = exc.filename if isinstance(exc, OSError) and exc.filename else "its cgroup"
         return 126, f"cannot join the attempt's cgroup ({where}): {text}"
@@ -182,11 +191,16 @@ def home_cgroups(procs: list[str]) -> list[str] | None:
         try:
             discover = cgroups_package().discover
             with open("/proc/self/mountinfo") as mountinfo, open("/proc/self/cgroup") as own:
-                located = discover.locate(discover.parse_mountinfo(mountinfo.read()), discover.parse_proc_cgroup(own.read()))
+                located = discover.locate(
+                    discover.parse_mountinfo(mountinfo.read()), discover.parse_proc_cgroup(own.read())
+                )
         except (OSError, ImportError, ValueError):
             located = {}
-        _home = {where.mount.point: os.path.join(where.path, "cgroup.procs")
-                 for where in located.values() if where.path is not None and where.mount is not None}
+        _home = {
+            where.mount.point: os.path.join(where.path, "cgroup.procs")
+            for where in located.values()
+            if where.path is not None and where.mount is not None
+        }
     found = []
     for path in procs:
         point = max((point for point in _home if path.startswith(point.rstrip("/") + "/")), key=len, default=None)
@@ -239,4 +253,3 @@ def attempt_cgroup(record: dict | None):
     package = cgroups_package()
     found = package.Probe.from_dict(record["probe"])
     return package.AttemptCgroup(package.Cgroups(found, record["group"]), record["name"], record.get("keys"))
-

@@ -112,7 +112,7 @@ class _Pool:
                 for line in lines:
                     line = line.strip()
                     if line.startswith(PURGED):
-                        self._purged(line[len(PURGED):])
+                        self._purged(line[len(PURGED) :])
                     elif line:
                         self._hand(line)
             self._retire(time.monotonic())
@@ -244,7 +244,9 @@ class _LazyTrace:
     def write(self, text: str) -> int:
         if self.fd is None:
             try:
-                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # 0600: it may quote the job's command
+                self.fd = os.open(
+                    self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+                )  # 0600: it may quote the job's command
             except OSError:  # e.g. a full disk: a trace for humans is not worth not supervising the job
                 return len(text)
             os.dup2(self.fd, 2)  # what the interpreter itself writes there lands beside it
@@ -265,4 +267,3 @@ def _trace_to(path: str) -> None:
         os.dup2(devnull, target)
     os.close(devnull)
     sys.stdout = sys.stderr = _LazyTrace(path)
-

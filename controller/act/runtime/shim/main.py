@@ -25,7 +25,9 @@ else:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--launcher"]:
-        return launcher(int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else None, argv[2] if len(argv) > 2 else None)
+        return launcher(
+            int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else None, argv[2] if len(argv) > 2 else None
+        )
     if len(argv) != 1:
         sys.stderr.write("usage: main.py RECORD_FILE | --launcher [WAKE_FD [SCOPE_CGROUP_PROCS]]\n")
         return 2

@@ -94,4 +94,3 @@ def tree_rss(pids: list[int]) -> int:
         except (OSError, IndexError, ValueError):
             continue
     return total
-

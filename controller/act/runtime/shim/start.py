@@ -14,18 +14,32 @@ try:  # in the project; run as a plain file (shim/main.py), the modules beside t
     from controller.act.runtime.control_socket import open_terminal
     from controller.act.runtime.holds import DISK_FULL
     from controller.act.runtime.shim.child import (
-        JOB_DEFAULT_SIGNALS, UnsafeLogFile, become_job, find_program, home_cgroups, job_environment, join_cgroup,
-        open_job_log, start_failure,
+        JOB_DEFAULT_SIGNALS,
+        UnsafeLogFile,
+        become_job,
+        find_program,
+        home_cgroups,
+        job_environment,
+        join_cgroup,
+        open_job_log,
+        start_failure,
     )
     from controller.act.runtime.shim.procfs import start_ticks
 except ImportError:
     import record  # type: ignore[no-redef]
+    from child import (  # type: ignore[no-redef]
+        JOB_DEFAULT_SIGNALS,
+        UnsafeLogFile,
+        become_job,
+        find_program,
+        home_cgroups,
+        job_environment,
+        join_cgroup,
+        open_job_log,
+        start_failure,
+    )
     from control_socket import open_terminal  # type: ignore[no-redef]
     from holds import DISK_FULL  # type: ignore[no-redef]
-    from child import (  # type: ignore[no-redef]
-        JOB_DEFAULT_SIGNALS, UnsafeLogFile, become_job, find_program, home_cgroups, job_environment, join_cgroup,
-        open_job_log, start_failure,
-    )
     from procfs import start_ticks  # type: ignore[no-redef]
 
 
@@ -59,7 +73,6 @@ def waitpid(pid: int) -> int | None:
             continue
         except ChildProcessError:
             return None
-
 
 
 class JobStart:
@@ -139,15 +152,18 @@ class JobStart:
         """The run record, in place, not fsync'd: it must survive gflowd crashing (the page cache
         does), not the machine crashing (which kills the job too); this keeps ~1 ms off every start."""
         assert self.fd is not None
-        record.write_run(self.fd, {
-            "name": self.spec.get("name"),
-            "attempt": self.spec.get("attempt"),
-            "supervisorPid": os.getpid(),
-            "supervisorStartTicks": start_ticks(os.getpid()),
-            "jobPid": job_pid,
-            "jobStartTicks": start_ticks(job_pid) if job_pid else None,
-            "startedAt": time.time(),
-        })
+        record.write_run(
+            self.fd,
+            {
+                "name": self.spec.get("name"),
+                "attempt": self.spec.get("attempt"),
+                "supervisorPid": os.getpid(),
+                "supervisorStartTicks": start_ticks(os.getpid()),
+                "jobPid": job_pid,
+                "jobStartTicks": start_ticks(job_pid) if job_pid else None,
+                "startedAt": time.time(),
+            },
+        )
 
     def _spawns_directly(self) -> bool:
         """Whether the job can be spawned without forking this Python process (``_spawn_directly``):
@@ -187,13 +203,22 @@ class JobStart:
             join_cgroup(procs)
             try:
                 step = "command"
-                pid = os.posix_spawn(program, spec["argv"], env, setsid=True, setsigdef=JOB_DEFAULT_SIGNALS,
-                                     file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                                                   (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)])
+                pid = os.posix_spawn(
+                    program,
+                    spec["argv"],
+                    env,
+                    setsid=True,
+                    setsigdef=JOB_DEFAULT_SIGNALS,
+                    file_actions=[
+                        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                        (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                        (os.POSIX_SPAWN_DUP2, log_fd, 2),
+                    ],
+                )
             finally:
                 if procs:
                     self._step_out(procs)
-        except Exception as exc:  # noqa: BLE001  the job never ran: say why, as the forked path does
+        except Exception as exc:
             return start_failure(step, spec, exc)
         finally:
             os.close(log_fd)

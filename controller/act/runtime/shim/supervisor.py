@@ -85,8 +85,8 @@ try:  # in the project; run as a plain file (shim/main.py), the modules beside t
     from controller.act.runtime.shim.start import JobStart, NotLaunched
 except ImportError:
     import record  # type: ignore[no-redef]
-    from control_socket import Control  # type: ignore[no-redef]
     from child import attempt_cgroup, job_environment, join_cgroup  # type: ignore[no-redef]
+    from control_socket import Control  # type: ignore[no-redef]
     from exits import ExitRecord, still_named  # type: ignore[no-redef]
     from procfs import descendants, tree_rss  # type: ignore[no-redef]
     from start import JobStart, NotLaunched  # type: ignore[no-redef]
@@ -105,7 +105,9 @@ class State(enum.Enum):
 
 
 class Event(enum.Enum):
-    OUT_OF_MEMORY = "out of memory"  # the kernel OOM-killed a process of the cgroup, or the polled RSS is over the limit
+    OUT_OF_MEMORY = (
+        "out of memory"  # the kernel OOM-killed a process of the cgroup, or the polled RSS is over the limit
+    )
     DEADLINE = "deadline"  # the time limit passed
     JOB_EXITED = "job exited"  # the job's main process ended; some of its processes did not
     KILL_DUE = "kill due"  # the grace period of a stop is over
@@ -145,7 +147,6 @@ def set_subreaper() -> bool:
         return load_libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-
 
 
 def _read_json(path: str) -> dict | None:
@@ -227,7 +228,11 @@ class Supervisor(JobStart, ExitRecord):
         exit_code = 128 + signum if signum else status
         if self.control is not None:
             self.control.drain()  # the terminal's last output reaches the log and the viewers
-        if self._finish(started_wall, exit_code=exit_code, sig=signum) and not self.spec.get("tty") and not self.stuck_in_cgroup:
+        if (
+            self._finish(started_wall, exit_code=exit_code, sig=signum)
+            and not self.spec.get("tty")
+            and not self.stuck_in_cgroup
+        ):
             self.reusable = True
         return 0
 
@@ -252,7 +257,6 @@ class Supervisor(JobStart, ExitRecord):
             os.close(self.fd)  # releases the lock first: gflowd may hand the launch over again at once
             self.fd = None
         self._notify("unlaunched", why)
-
 
     # -- the watch: events in, transitions out ------------------------------------------------------
 
@@ -361,7 +365,6 @@ class Supervisor(JobStart, ExitRecord):
 
     def _gone(self) -> None:
         """Nothing left to watch: ``run`` writes the exit record."""
-
 
     def _begin_stop(self, reason: str, grace: float) -> None:
         if self.kill_at is not None:

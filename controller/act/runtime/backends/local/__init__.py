@@ -15,9 +15,12 @@ from controller.act.runtime.record import attempt_of
 
 
 def make_runtime(home: Any, config: Any) -> Runtime:
-    from controller.act.runtime.backends.local.runtime import SupervisorRuntime  # lazy: only the chosen backend's runtime is loaded
+    # lazy: only the chosen backend's runtime is loaded
+    from controller.act.runtime.backends.local.runtime import SupervisorRuntime
 
-    return SupervisorRuntime(home, cgroups=getattr(config, "cgroups", "auto"), device_dir=getattr(config, "device_dir", "/dev"))
+    return SupervisorRuntime(
+        home, cgroups=getattr(config, "cgroups", "auto"), device_dir=getattr(config, "device_dir", "/dev")
+    )
 
 
 def unfinished(home: Any) -> list[str]:
@@ -44,5 +47,7 @@ def home_problem(home: Any) -> str | None:
         shutil.rmtree(jobs_dir, ignore_errors=True)  # ended attempts' leftovers (supervisor.log)
         return None
     names = ", ".join(live[:5]) + (" ..." if len(live) > 5 else "")
-    return (f"{jobs_dir} holds {len(live)} attempt(s) of an older gflowd ({names}); run that version until they "
-            f"end (gflowctl get jobs), or stop them and remove {jobs_dir}, then start this one")
+    return (
+        f"{jobs_dir} holds {len(live)} attempt(s) of an older gflowd ({names}); run that version until they "
+        f"end (gflowctl get jobs), or stop them and remove {jobs_dir}, then start this one"
+    )

@@ -144,8 +144,19 @@ def lost_observation(attempt: Attempt, why: str) -> RunObservation:
     if rebooted:  # said instead of how its supervisor went: the reboot took them all
         why = f"{rebooted}; exit code unknown"
     return RunObservation(
-        attempt.name, attempt.attempt, attempt.job_pid, attempt.started_at, False, None, None, time.time(), why,
-        lost=True, devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
+        attempt.name,
+        attempt.attempt,
+        attempt.job_pid,
+        attempt.started_at,
+        False,
+        None,
+        None,
+        time.time(),
+        why,
+        lost=True,
+        devices=attempt.devices,
+        device_uuids=attempt.device_uuids,
+        run_hash=attempt.run_hash,
     )
 
 
@@ -154,12 +165,22 @@ def rebooted(attempt: Attempt) -> bool:
     return bool(rebooted_since((attempt.spec or {}).get("bootId"), boot_id()))
 
 
-def held_observation(attempt: Attempt, running: bool = True, finished_at: float | None = None, stop_reason: str = "") -> RunObservation:
+def held_observation(
+    attempt: Attempt, running: bool = True, finished_at: float | None = None, stop_reason: str = ""
+) -> RunObservation:
     """A held attempt: running (queued, its GPUs kept) until stopped, then ended without having run."""
     assert attempt.held is not None
     return RunObservation(
-        attempt.name, attempt.attempt, None, time.time(), running,
-        finished_at=finished_at, error="" if running else attempt.held.never_started(),
-        **(attempt.held.pending() if running else {}), stop_reason=stop_reason,
-        devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
+        attempt.name,
+        attempt.attempt,
+        None,
+        time.time(),
+        running,
+        finished_at=finished_at,
+        error="" if running else attempt.held.never_started(),
+        **(attempt.held.pending() if running else {}),
+        stop_reason=stop_reason,
+        devices=attempt.devices,
+        device_uuids=attempt.device_uuids,
+        run_hash=attempt.run_hash,
     )

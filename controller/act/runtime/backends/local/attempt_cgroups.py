@@ -59,12 +59,16 @@ def start_scope(request: str, home: Home) -> Scope | None:
     if scope is not None:
         log.info("jobs and their supervisors live in the systemd scope %s (%s)", scope.unit, scope.directory)
     elif systemd_scope.booted():
-        log.info("cgroup v1 under systemd: jobs live in gflowd's own cgroup; give its unit KillMode=process "
-                 "(docs/multi-user.md) or a stop of the unit stops them")
+        log.info(
+            "cgroup v1 under systemd: jobs live in gflowd's own cgroup; give its unit KillMode=process "
+            "(docs/multi-user.md) or a stop of the unit stops them"
+        )
     return scope
 
 
-def start_cgroups(request: str, home: Home, found: Probe | None = None, fs: Cgroupfs | None = None) -> tuple[Cgroups | None, Probe]:
+def start_cgroups(
+    request: str, home: Home, found: Probe | None = None, fs: Cgroupfs | None = None
+) -> tuple[Cgroups | None, Probe]:
     """``--cgroups auto|required|off`` -> the prepared cgroups (None: polling) and what to say about
     them, said once in the log. Raises CgroupError for ``required`` where they cannot be used.
     ``found`` and ``fs``: a probe and a cgroupfs other than this machine's (tests; or the probe of
@@ -72,7 +76,9 @@ def start_cgroups(request: str, home: Home, found: Probe | None = None, fs: Cgro
     cgroups, found = setup(request, cgroup_group(home.root), found, fs)
     if cgroups is None:
         if request != "off":
-            log.warning("%s; memory limits are enforced by polling each job's RSS every 100 ms instead", found.summary())
+            log.warning(
+                "%s; memory limits are enforced by polling each job's RSS every 100 ms instead", found.summary()
+            )
         return None, found
     log.info("limits the kernel enforces: %s", found.summary())
     return cgroups, found
@@ -87,8 +93,11 @@ def scope_probe(scope: Scope) -> Probe:
             user = pwd.getpwuid(os.geteuid()).pw_name
         except KeyError:
             user = str(os.geteuid())
-        log.warning("your user manager delegates only some of the controllers gflow limits jobs with (%s): %s",
-                    found.summary(), systemd_scope.user_hint(user))
+        log.warning(
+            "your user manager delegates only some of the controllers gflow limits jobs with (%s): %s",
+            found.summary(),
+            systemd_scope.user_hint(user),
+        )
     return found
 
 
@@ -96,8 +105,14 @@ class AttemptCgroups:
     """The attempts' cgroups (docs/cgroups.md): made with their limits before a launch, found again
     for an adopted attempt, and removed once its end is recorded, in chunks between passes."""
 
-    def __init__(self, home: Home, request: str = "auto", device_dir: str = "/dev", probe: Probe | None = None,
-                 fs: Cgroupfs | None = None):
+    def __init__(
+        self,
+        home: Home,
+        request: str = "auto",
+        device_dir: str = "/dev",
+        probe: Probe | None = None,
+        fs: Cgroupfs | None = None,
+    ):
         self.request = request
         self.device_dir = device_dir
         self.scope = start_scope(request, home) if probe is None and fs is None else None
@@ -118,7 +133,9 @@ class AttemptCgroups:
         deny = None
         if features["devices"].available:  # every GPU but the bound ones; other devices as gflowd's
             deny = gpu_deny_rules(spec.get("deviceMinors") or (), spec.get("gpuMinors") or (), self.device_dir)
-        attempt = self.cgroups.create(f"{name}-{number}", Limits(memory=memory, cpus=cpus, pids=pids, deny_devices=deny))
+        attempt = self.cgroups.create(
+            f"{name}-{number}", Limits(memory=memory, cpus=cpus, pids=pids, deny_devices=deny)
+        )
         return {
             "name": attempt.name,
             "group": self.cgroups.group,

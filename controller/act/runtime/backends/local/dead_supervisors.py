@@ -33,11 +33,21 @@ class DeadSupervisors:
             return
         processes = self.processes(attempt)
         if not processes:
-            attempt.result = lost_observation(attempt, f"its supervisor (pid {supervisor}) died without recording the exit "
-                                                 "and the job's processes were gone; exit code unknown")
+            attempt.result = lost_observation(
+                attempt,
+                f"its supervisor (pid {supervisor}) died without recording the exit "
+                "and the job's processes were gone; exit code unknown",
+            )
             return
-        log.warning("job/%s attempt %d: its supervisor (pid %d) died; stopping the job's %d process(es): TERM now, "
-                    "KILL after %gs", attempt.name, attempt.attempt, supervisor, len(processes), attempt.grace)
+        log.warning(
+            "job/%s attempt %d: its supervisor (pid %d) died; stopping the job's %d process(es): TERM now, "
+            "KILL after %gs",
+            attempt.name,
+            attempt.attempt,
+            supervisor,
+            len(processes),
+            attempt.grace,
+        )
         attempt.orphaned = Orphaned(supervisor, time.monotonic() + attempt.grace, processes, len(processes))
         signal_processes(processes, signal.SIGTERM)
 
@@ -48,8 +58,11 @@ class DeadSupervisors:
         found = self.processes(attempt)
         if not found:
             attempt.orphaned = None
-            attempt.result = lost_observation(attempt, f"its supervisor (pid {orphaned.supervisor_pid}) died without recording "
-                                                 f"the exit; the job's {orphaned.stopped} process(es) were stopped; exit code unknown")
+            attempt.result = lost_observation(
+                attempt,
+                f"its supervisor (pid {orphaned.supervisor_pid}) died without recording "
+                f"the exit; the job's {orphaned.stopped} process(es) were stopped; exit code unknown",
+            )
             log.warning("job/%s attempt %d: the job's processes are gone", attempt.name, attempt.attempt)
             self.poke()
             return

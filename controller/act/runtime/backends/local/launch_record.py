@@ -22,7 +22,9 @@ from controller.paths import Home
 MASTER_PORT_BASE = 29500
 
 
-def launch_record(launch: Launch, attempt: Attempt, home: Home, login_files: SystemFiles, notify_path: str) -> tuple[dict, str | None]:
+def launch_record(
+    launch: Launch, attempt: Attempt, home: Home, login_files: SystemFiles, notify_path: str
+) -> tuple[dict, str | None]:
     """The launch record (what the supervisor runs, and how) and the script's text. Writes nothing.
     Raises LaunchError for a user's error (an unknown owner, a missing workingDir...)."""
     uid = gid = None
@@ -47,8 +49,15 @@ def launch_record(launch: Launch, attempt: Attempt, home: Home, login_files: Sys
     env_file = submitted_env_file(launch.job)
     # another user's job: its supervisor looks for the workingDir and the command as that user;
     # a job with the submitter's environment: its supervisor looks on that PATH
-    process = build_process(launch, env, script_path, attempt.master_port, home=account.home,
-                            check=not switch, check_command=not switch and env_file is None)
+    process = build_process(
+        launch,
+        env,
+        script_path,
+        attempt.master_port,
+        home=account.home,
+        check=not switch,
+        check_command=not switch and env_file is None,
+    )
     # every process of the attempt inherits this: how its tree is found should its supervisor die
     process.env[MARKER_VARIABLE] = f"{launch.name}.{launch.attempt}.{os.urandom(8).hex()}"
     spec = launch.job.spec

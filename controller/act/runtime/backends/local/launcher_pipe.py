@@ -67,8 +67,15 @@ class LauncherPipe:
             self.process = subprocess.Popen(
                 # in a systemd scope, the launcher moves itself to its supervisors' leaf before it
                 # forks any: every supervisor is born there, and none is left behind in gflowd's unit
-                [self.python, "-I", "-S", MAIN_FILE, "--launcher", str(self.wake_fd),
-                 *([os.path.join(self.scope.supervisors, "cgroup.procs")] if self.scope is not None else [])],
+                [
+                    self.python,
+                    "-I",
+                    "-S",
+                    MAIN_FILE,
+                    "--launcher",
+                    str(self.wake_fd),
+                    *([os.path.join(self.scope.supervisors, "cgroup.procs")] if self.scope is not None else []),
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 close_fds=True,

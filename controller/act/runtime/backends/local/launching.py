@@ -40,7 +40,9 @@ class Launches:
             except CgroupError as exc:
                 if self.cgroups.request == "required":
                     now = time.time()
-                    attempt.result = RunObservation(attempt.name, attempt.attempt, None, now, False, 126, None, now, str(exc))
+                    attempt.result = RunObservation(
+                        attempt.name, attempt.attempt, None, now, False, 126, None, now, str(exc)
+                    )
                     self.news.poke()
                     return
                 log.warning("job/%s: %s; it runs without a cgroup (memory polled)", attempt.name, exc)

@@ -57,7 +57,12 @@ from controller.act.runtime import record
 from controller.act.runtime.backends.local.attempt import Attempt, exit_observation, held_observation
 from controller.act.runtime.backends.local.attempt_cgroups import REAP_CHUNK, AttemptCgroups
 from controller.act.runtime.backends.local.dead_supervisors import DeadSupervisors
-from controller.act.runtime.backends.local.launch_record import MASTER_PORT_BASE, launch_record, port_free, write_request
+from controller.act.runtime.backends.local.launch_record import (
+    MASTER_PORT_BASE,
+    launch_record,
+    port_free,
+    write_request,
+)
 from controller.act.runtime.backends.local.launcher_pipe import LauncherPipe
 from controller.act.runtime.backends.local.launching import Launches
 from controller.act.runtime.backends.local.news import News
@@ -82,9 +87,17 @@ ORPHAN_CHECK = 0.2  # while stopping a dead supervisor's job: how often to look 
 
 class SupervisorRuntime:
     allocates_devices = False  # reconcile binds the GPUs; the job sees those
-    def __init__(self, home: Home, login_files: SystemFiles | None = None, python: str | None = None,
-                 cgroups: str = "auto", device_dir: str = "/dev", cgroup_probe: Probe | None = None,
-                 cgroupfs: Cgroupfs | None = None):
+
+    def __init__(
+        self,
+        home: Home,
+        login_files: SystemFiles | None = None,
+        python: str | None = None,
+        cgroups: str = "auto",
+        device_dir: str = "/dev",
+        cgroup_probe: Probe | None = None,
+        cgroupfs: Cgroupfs | None = None,
+    ):
         self.home = home
         self.cgroup_keeper = AttemptCgroups(home, cgroups, device_dir, cgroup_probe, cgroupfs)
         self.login_files = login_files if login_files is not None else system_files(os.environ.get("TZ"))
@@ -126,8 +139,13 @@ class SupervisorRuntime:
         self._holding = True
         self._started = True
         supervisors_files = {"log", "input"} if launch.job.spec.tty else {"log"}  # what it may write beside the record
-        attempt = Attempt(launch.name, launch.attempt, self._record_path(launch.name, launch.attempt), time.monotonic(),
-                           extras=supervisors_files)
+        attempt = Attempt(
+            launch.name,
+            launch.attempt,
+            self._record_path(launch.name, launch.attempt),
+            time.monotonic(),
+            extras=supervisors_files,
+        )
         attempt.master_port = self._free_port()
         attempt.time_limit = launch.job.spec.time_limit
         attempt.devices, attempt.device_uuids = tuple(launch.devices), tuple(launch.device_uuids)
@@ -210,8 +228,14 @@ class SupervisorRuntime:
                 out[name] = held_observation(attempt)
             else:
                 out[name] = RunObservation(
-                    name, attempt.attempt, attempt.job_pid, attempt.started_at or time.time(), True,
-                    devices=attempt.devices, device_uuids=attempt.device_uuids, run_hash=attempt.run_hash,
+                    name,
+                    attempt.attempt,
+                    attempt.job_pid,
+                    attempt.started_at or time.time(),
+                    True,
+                    devices=attempt.devices,
+                    device_uuids=attempt.device_uuids,
+                    run_hash=attempt.run_hash,
                     message="started once its launch could be recorded" if attempt.was_held else "",
                     last_input=self._last_input(attempt),
                 )
@@ -286,7 +310,9 @@ class SupervisorRuntime:
                 due = at if due is None else min(due, at)
         self.held_any = held_any and any(a.held and a.result is None for a in self.attempts.values())
         self.launcher.hand_over()
-        if self._reaping and self.cgroup_keeper.unremoved:  # between passes, a chunk at a time: the loop stays responsive
+        if (
+            self._reaping and self.cgroup_keeper.unremoved
+        ):  # between passes, a chunk at a time: the loop stays responsive
             self.cgroup_keeper.reap(REAP_CHUNK)
             if self.cgroup_keeper.unremoved:
                 due = now
@@ -362,7 +388,9 @@ class SupervisorRuntime:
                 log.info("job/%s attempt %d was decided but never began: starting it now", attempt.name, number)
                 self.launches.launch(attempt)
             adopted.append(attempt.name)
-        self.cgroup_keeper.remove_strays({((a.spec or {}).get("cgroup") or {}).get("name") for a in self.attempts.values()})
+        self.cgroup_keeper.remove_strays(
+            {((a.spec or {}).get("cgroup") or {}).get("name") for a in self.attempts.values()}
+        )
         self.launcher.hand_over()
         return adopted
 
@@ -413,9 +441,18 @@ class SupervisorRuntime:
                 self.news.unwatch(attempt)
             return
         # launch record only
-        if attempt.submitted and time.monotonic() - attempt.submitted > NEVER_BEGAN_AFTER and not attempt.supervisor_alive():
+        if (
+            attempt.submitted
+            and time.monotonic() - attempt.submitted > NEVER_BEGAN_AFTER
+            and not attempt.supervisor_alive()
+        ):
             level = logging.DEBUG if attempt.handover_warned else logging.WARNING
-            log.log(level, "job/%s attempt %d: no supervisor took the launch; handing it over again", attempt.name, attempt.attempt)
+            log.log(
+                level,
+                "job/%s attempt %d: no supervisor took the launch; handing it over again",
+                attempt.name,
+                attempt.attempt,
+            )
             attempt.handover_warned = True
             self.launches.launch(attempt)
 
@@ -447,7 +484,11 @@ class SupervisorRuntime:
                 exit_record = json.loads(detail)
             except ValueError:
                 return
-            if isinstance(exit_record, dict) and exit_record.get("name") == name and exit_record.get("attempt") == attempt.attempt:
+            if (
+                isinstance(exit_record, dict)
+                and exit_record.get("name") == name
+                and exit_record.get("attempt") == attempt.attempt
+            ):
                 attempt.exit_note = exit_record
 
     def _remove_files(self, attempt: Attempt, keep_record: bool = False) -> None:

@@ -13,7 +13,8 @@ from controller.act.runtime.protocol import Runtime
 
 
 def make_runtime(home: Any, config: Any) -> Runtime:
-    from controller.act.runtime.backends.slurm.runtime import SlurmRuntime  # lazy: only the chosen backend's runtime is loaded
+    # lazy: only the chosen backend's runtime is loaded
+    from controller.act.runtime.backends.slurm.runtime import SlurmRuntime
 
     return SlurmRuntime(home, config.slurm)
 

@@ -57,18 +57,19 @@ from controller.act.runtime.backends.slurm.words import (
     parse_squeue,
 )
 from controller.act.runtime.command import LaunchError, expand_home
+from controller.act.runtime.holds import Hold, hold
+from controller.act.runtime.shim.child import UnsafeLogFile, open_job_log
 from controller.export import workdir
 from controller.export.slurm import UnmappedGpuType, job_body, sbatch_options, slurm_env, slurm_time
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
-from controller.act.runtime.holds import Hold, hold
-from controller.act.runtime.shim.child import UnsafeLogFile, open_job_log
 from controller.util.fsutil import atomic_write, describe
 
 log = logging.getLogger("gflowd.slurm")
 
 POLL_INTERVAL = 1.0  # seconds between squeue calls while some attempt is live
 COMMAND_TIMEOUT = 30.0
+
 
 @dataclass
 class _Held:
@@ -81,11 +82,17 @@ class _Held:
 
 # -- the runtime ------------------------------------------------------------------------------------
 
+
 class SlurmRuntime:
     allocates_devices = True  # Slurm picks the GPUs: reconcile binds none
 
-    def __init__(self, home: Home, settings: Any = None, base_env: dict[str, str] | None = None,
-                 poll_interval: float = POLL_INTERVAL):
+    def __init__(
+        self,
+        home: Home,
+        settings: Any = None,
+        base_env: dict[str, str] | None = None,
+        poll_interval: float = POLL_INTERVAL,
+    ):
         self.home = home
         self.partition = getattr(settings, "partition", None)
         self.account = getattr(settings, "account", None)
@@ -131,8 +138,12 @@ class SlurmRuntime:
             self.records.pop(launch.name, None)
             why = f"cannot record its submission: {describe(exc)}"
             if held is None:
-                log.warning("job/%s attempt %d: %s; it is submitted once that can be written", launch.name, launch.attempt, why)
-            self._held[launch.name] = _Held(launch, hold(held.hold if held else None, why, exc.errno, time.monotonic()), rotated)
+                log.warning(
+                    "job/%s attempt %d: %s; it is submitted once that can be written", launch.name, launch.attempt, why
+                )
+            self._held[launch.name] = _Held(
+                launch, hold(held.hold if held else None, why, exc.errno, time.monotonic()), rotated
+            )
             return
         self._held.pop(launch.name, None)
 
@@ -142,15 +153,30 @@ class SlurmRuntime:
             options, script = self._translate(launch)
         except LaunchError as exc:
             now = time.time()
-            record = SlurmRecord(launch.name, launch.attempt, launch.generation, "", [], "", launch.job.run_hash,
-                             submitted_at=now, error=str(exc))
+            record = SlurmRecord(
+                launch.name,
+                launch.attempt,
+                launch.generation,
+                "",
+                [],
+                "",
+                launch.job.run_hash,
+                submitted_at=now,
+                error=str(exc),
+            )
             self.records[launch.name] = record
             self._save(record)
             return
         record = SlurmRecord(
-            launch.name, launch.attempt, launch.generation,
+            launch.name,
+            launch.attempt,
+            launch.generation,
             comment_for(self.key, launch.name, launch.generation, launch.attempt),
-            options, script, launch.job.run_hash, launch.job.spec.time_limit, submitted_at=time.time(),
+            options,
+            script,
+            launch.job.run_hash,
+            launch.job.spec.time_limit,
+            submitted_at=time.time(),
         )
         self.records[launch.name] = record
         self._save(record)  # the decision, durable, before sbatch: a restart finds it
@@ -163,8 +189,18 @@ class SlurmRuntime:
         held = self._held.get(name)
         if held is not None and name not in self._results:  # never submitted: it ends here
             now = time.time()
-            self._results[name] = RunObservation(name, held.launch.attempt, None, now, False, None, None, now,
-                                                 held.hold.never_started(), stop_reason=reason)
+            self._results[name] = RunObservation(
+                name,
+                held.launch.attempt,
+                None,
+                now,
+                False,
+                None,
+                None,
+                now,
+                held.hold.never_started(),
+                stop_reason=reason,
+            )
             return
         record = self.records.get(name)
         if record is None or record.stop_sent or record.error or record.job_id is None:
@@ -195,7 +231,12 @@ class SlurmRuntime:
         out = {}
         for name, held in self._held.items():
             out[name] = self._results.get(name) or RunObservation(
-                name, held.launch.attempt, None, now, True, **held.hold.pending(),
+                name,
+                held.launch.attempt,
+                None,
+                now,
+                True,
+                **held.hold.pending(),
             )
         for name, record in self.records.items():
             if name in self._results:
@@ -285,7 +326,11 @@ class SlurmRuntime:
                 continue
             self.records[record.name] = record
             if record.job_id is None and not record.error:
-                log.info("job/%s attempt %d: its submission was interrupted; checking Slurm first", record.name, record.attempt)
+                log.info(
+                    "job/%s attempt %d: its submission was interrupted; checking Slurm first",
+                    record.name,
+                    record.attempt,
+                )
                 self._submit(record, fresh=True)
             adopted.append(record.name)
         return adopted
@@ -309,14 +354,19 @@ class SlurmRuntime:
             raise LaunchError(f"workingDir {cwd} does not exist or is not a folder")
         try:
             options = sbatch_options(
-                spec, launch.name, chdir=cwd, output=str(self.home.log_file(launch.name).absolute()),
-                partition=self.partition, account=self.account, allow_negative_nice=root, gates=False,
+                spec,
+                launch.name,
+                chdir=cwd,
+                output=str(self.home.log_file(launch.name).absolute()),
+                partition=self.partition,
+                account=self.account,
+                allow_negative_nice=root,
+                gates=False,
                 gpu_types=self.gpu_types,
             )
         except UnmappedGpuType as exc:
             raise LaunchError(f"{exc}, or run gflowd with --slurm-gpu-types {exc.gpu_type}=TYPE") from None
         if root and launch.job.owner_uid > 0:  # as the local runtime drops to the manifest's owner
-
             try:
                 gid = pwd.getpwuid(launch.job.owner_uid).pw_gid
             except KeyError:
@@ -334,7 +384,7 @@ class SlurmRuntime:
         if root and launch.job.owner_uid > 0:
             os.chown(devices_file, launch.job.owner_uid, -1)
         # the GPUs Slurm gave, as the job sees them; best effort (the node may not share our disk)
-        report = f"echo \"${{CUDA_VISIBLE_DEVICES-}}\" > {shlex.quote(str(devices_file))} 2>/dev/null || true"
+        report = f'echo "${{CUDA_VISIBLE_DEVICES-}}" > {shlex.quote(str(devices_file))} 2>/dev/null || true'
         script = "\n".join(["#!/bin/bash", report, *job_body(spec, env)]) + "\n"
         return options, script
 
@@ -344,8 +394,12 @@ class SlurmRuntime:
         attempt before, so no earlier sbatch of it can exist (belt and braces)."""
         existing = self._find(record.comment, fresh)
         if existing is not None:
-            log.info("job/%s attempt %d is already Slurm job %s: adopted, not submitted again",
-                     record.name, record.attempt, existing.job_id)
+            log.info(
+                "job/%s attempt %d is already Slurm job %s: adopted, not submitted again",
+                record.name,
+                record.attempt,
+                existing.job_id,
+            )
             record.job_id = existing.job_id
             self._save(record)
             return
@@ -354,7 +408,10 @@ class SlurmRuntime:
         try:
             result = subprocess.run(
                 ["sbatch", "--parsable", *record.options, f"--comment={record.comment}", str(script_path)],
-                capture_output=True, text=True, env=self.env, timeout=COMMAND_TIMEOUT,
+                capture_output=True,
+                text=True,
+                env=self.env,
+                timeout=COMMAND_TIMEOUT,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             record.error = f"sbatch could not run: {exc}"
@@ -362,7 +419,9 @@ class SlurmRuntime:
             return
         if result.returncode != 0:
             lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-            record.error = "sbatch refused the job: " + (lines[-1].strip() if lines else f"exit code {result.returncode}")
+            record.error = "sbatch refused the job: " + (
+                lines[-1].strip() if lines else f"exit code {result.returncode}"
+            )
             self._save(record)
             return
         record.job_id = result.stdout.strip().split(";")[0]
@@ -398,7 +457,9 @@ class SlurmRuntime:
             log.warning("%s failed: %s", argv[0], exc)
             return None
         if result.returncode != 0:
-            log.warning("%s failed: %s", " ".join(argv[:2]), result.stderr.strip().splitlines()[-1:] or result.returncode)
+            log.warning(
+                "%s failed: %s", " ".join(argv[:2]), result.stderr.strip().splitlines()[-1:] or result.returncode
+            )
             return None if check else result
         return result
 
@@ -457,8 +518,13 @@ class SlurmRuntime:
 def check_slurm(env: dict[str, str] | None = None) -> str | None:
     """None when ``squeue --json`` answers; else a one-line reason gflowd prints before exiting."""
     try:
-        result = subprocess.run(["squeue", "--json", "--states=all", "--me"], capture_output=True, text=True,
-                                env=env, timeout=COMMAND_TIMEOUT)
+        result = subprocess.run(
+            ["squeue", "--json", "--states=all", "--me"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=COMMAND_TIMEOUT,
+        )
     except FileNotFoundError:
         return "squeue not found: install Slurm's client commands (Debian: slurm-client) or use --backend local"
     except (OSError, subprocess.TimeoutExpired) as exc:

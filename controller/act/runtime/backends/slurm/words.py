@@ -77,6 +77,7 @@ def comment_for(home_key: str, name: str, generation: int, attempt: int) -> str:
 
 # -- pure: Slurm's words -> ours --------------------------------------------------------------------
 
+
 def _state_text(value: Any) -> str:
     if isinstance(value, list):  # Slurm >= 23.02 gives a list of flags
         return str(value[0]) if value else ""
@@ -146,8 +147,20 @@ def parse_sacct(text: str) -> list[SlurmJob]:
         code, _, sig = exit_code.partition(":")
         status = (int(code) << 8 if code.isdigit() else 0) | (int(sig) & 0x7F if sig.isdigit() else 0)
         nodes = "" if nodes in ("None assigned", "(null)") else nodes
-        jobs.append(SlurmJob(job_id, state.split()[0] if state else "", "", "", status, nodes, (),
-                             _sacct_time(submit), _sacct_time(start), _sacct_time(end)))
+        jobs.append(
+            SlurmJob(
+                job_id,
+                state.split()[0] if state else "",
+                "",
+                "",
+                status,
+                nodes,
+                (),
+                _sacct_time(submit),
+                _sacct_time(start),
+                _sacct_time(end),
+            )
+        )
     return jobs
 
 
@@ -183,33 +196,68 @@ def observation(record: SlurmRecord, job: SlurmJob | None, now: float, memory_ex
     cgroups Slurm enforces ``--mem`` by polling (OverMemoryKill) and reports the kill as FAILED,
     not OUT_OF_MEMORY; its message is the only trace."""
     base: dict[str, Any] = dict(
-        devices=tuple(record.devices), run_hash=record.run_hash, external_id=record.job_id or "",
+        devices=tuple(record.devices),
+        run_hash=record.run_hash,
+        external_id=record.job_id or "",
         node=record.node,
     )
     started = record.submitted_at or now
     if record.error:
-        return RunObservation(record.name, record.attempt, None, started, False, 127, None, started, record.error, **base)
+        return RunObservation(
+            record.name, record.attempt, None, started, False, 127, None, started, record.error, **base
+        )
     if record.job_id is None:  # decided, not yet handed over
-        return RunObservation(record.name, record.attempt, None, started, True, queued="Queued",
-                              message="being submitted to Slurm", **base)
+        return RunObservation(
+            record.name,
+            record.attempt,
+            None,
+            started,
+            True,
+            queued="Queued",
+            message="being submitted to Slurm",
+            **base,
+        )
     if job is None:
         return RunObservation(
-            record.name, record.attempt, None, started, False, None, None, now,
+            record.name,
+            record.attempt,
+            None,
+            started,
+            False,
+            None,
+            None,
+            now,
             f"Slurm job {record.job_id} is no longer known to Slurm (finished longer ago than its MinJobAge, "
             "or purged); exit code unknown",
-            lost=True, **base,
+            lost=True,
+            **base,
         )
     ident = f"Slurm job {job.job_id}"
     if job.state in QUEUED_STATES:
         reason = PENDING_REASONS.get(job.reason, re.sub(r"[^A-Za-z0-9]", "", job.reason.split(",")[0]) or "Queued")
         text = "requeued" if job.state.startswith("REQUEUE") else "pending"
-        return RunObservation(record.name, record.attempt, None, job.submit_time or started, True, queued=reason,
-                              message=f"{ident} is {text} in Slurm ({_reason_text(job.reason)})", **base)
+        return RunObservation(
+            record.name,
+            record.attempt,
+            None,
+            job.submit_time or started,
+            True,
+            queued=reason,
+            message=f"{ident} is {text} in Slurm ({_reason_text(job.reason)})",
+            **base,
+        )
     where = f" on {job.nodes}" if job.nodes else ""
     gpus = f", GPUs {','.join(map(str, record.devices))}" if record.devices else ""
     if job.state in RUNNING_STATES:
-        return RunObservation(record.name, record.attempt, None, job.start_time or started, True,
-                              message=f"{ident} running{where}{gpus}", **base)
+        return RunObservation(
+            record.name,
+            record.attempt,
+            None,
+            job.start_time or started,
+            True,
+            message=f"{ident} running{where}{gpus}",
+            **base,
+        )
     code, sig = job.exit_status >> 8, job.exit_status & 0x7F
     exit_code = 128 + sig if sig else code
     finished = job.end_time or now
@@ -237,4 +285,6 @@ def observation(record: SlurmRecord, job: SlurmJob | None, now: float, memory_ex
     else:  # PREEMPTED, DEADLINE, ...
         kw["error"] = f"{ident} ended {job.state} in Slurm"
         exit_code = exit_code or 1
-    return RunObservation(record.name, record.attempt, None, begun, False, exit_code, sig or None, finished, **kw, **base)
+    return RunObservation(
+        record.name, record.attempt, None, begun, False, exit_code, sig or None, finished, **kw, **base
+    )
