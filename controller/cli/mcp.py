@@ -45,8 +45,9 @@ def _sdk() -> tuple[Any, type[Exception]]:
         from mcp.server.mcpserver.exceptions import ToolError
     except ImportError:
         try:
-            from mcp.server.fastmcp import FastMCP as MCPServer  # lazy: mcp 1.x
-            from mcp.server.fastmcp.exceptions import ToolError
+            # lazy: mcp 1.x (type-checked against 2.x, which the test extra installs)
+            from mcp.server.fastmcp import FastMCP as MCPServer  # type: ignore[attr-defined,no-redef]
+            from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
         except ImportError:
             raise CliError("gflowctl mcp needs the MCP Python SDK: pip install 'gflow-controller[mcp]'") from None
     return MCPServer, ToolError
@@ -78,7 +79,8 @@ def build_server(home: Home, read_only: bool = False) -> Any:
                 log.exception("mcp tool %s failed", fn.__name__)
                 raise tool_error(f"{fn.__name__}: internal error; see gflowctl mcp's stderr") from None
 
-        server.tool(annotations=annotations(readOnlyHint=fn.__name__ in READING))(guarded)
+        reads = fn.__name__ in READING
+        server.tool(annotations=annotations(readOnlyHint=reads))(guarded)  # type: ignore[call-arg]  # its alias
 
     for fn in _tools(client):
         tool(fn)
