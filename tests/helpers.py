@@ -129,6 +129,18 @@ def line_number(text: str, needle: str, start: int = 1) -> int:
     raise ValueError(f"{needle!r} not in text")
 
 
+# -- fake GPUs -------------------------------------------------------------------------------------
+
+H100 = "{name: NVIDIA H100 80GB HBM3, memory: 80Gi}"
+
+
+def fake_gpus_file(path: Path, count: int = 2, gpu: str = H100) -> Path:
+    """Write a ``--fake-gpus`` file of ``count`` identical GPUs (``gpu``: one YAML flow mapping)."""
+    path = Path(path)
+    path.write_text("gpus:\n" + f"  - {gpu}\n" * count)
+    return path
+
+
 # -- filesystems ----------------------------------------------------------------------------------
 
 def fill_filesystem(directory: Path) -> None:

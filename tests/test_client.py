@@ -349,6 +349,7 @@ def test_the_worked_example_runs(home, gflowd, fake_gpus, tmp_path):
     assert len(lines) == 5
 
 
+@pytest.mark.e2e
 def test_importing_the_client_loads_no_heavy_library():
     code = ("import sys; from controller.client import Client, GflowError; "
             "print(sorted(m for m in ('pydantic', 'ruamel.yaml', 'cloudpickle', 'mcp', 'controller.decide') if m in sys.modules))")

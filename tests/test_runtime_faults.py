@@ -312,6 +312,7 @@ def _datagrams(sock: socket.socket, into: list[str]) -> list[str]:
             return into
 
 
+@pytest.mark.e2e
 def test_a_supervisor_that_cannot_record_its_start_never_runs_the_job_and_says_so(tiny_dir, tmp_path):
     marker = tmp_path / "ran"
     sock = _listen(tmp_path / "notify.sock")
@@ -364,6 +365,7 @@ def test_a_supervisor_whose_record_was_recycled_after_it_opened_it_runs_nothing(
         assert record.unlocked(handle.fileno())
 
 
+@pytest.mark.e2e
 def test_an_exit_the_disk_refuses_is_kept_sent_to_gflowd_and_written_once_there_is_room(tiny_dir, tmp_path):
     release = tmp_path / "release"
     sock = _listen(tmp_path / "notify.sock")
@@ -465,6 +467,7 @@ def test_a_killed_supervisor_never_leaves_the_job_running_on_a_gpu_given_to_anot
     assert "checked" in log and "still-alive" not in log, log
 
 
+@pytest.mark.e2e
 def test_an_attempts_processes_are_found_by_group_and_marker_and_never_by_a_reused_pid(tmp_path):
     from controller.act.runtime.orphans import attempt_processes
 
@@ -559,6 +562,7 @@ def test_a_working_dir_the_user_may_not_enter_is_named_in_the_error(home, gflowd
     assert status["exitCode"] == 126
 
 
+@pytest.mark.e2e
 def test_the_slurm_backend_holds_a_submission_the_disk_refuses_and_retries_it(tmp_path):
     """The Runtime Protocol's promise, on its other implementation: a start never raises on a full
     disk; it is held (Pending, DiskFull) and tried again once there is room."""
