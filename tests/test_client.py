@@ -31,13 +31,6 @@ def proj(tmp_path: Path, monkeypatch) -> Path:
     return folder
 
 
-@pytest.fixture
-def fake_gpus(tmp_path: Path) -> Path:
-    fake = tmp_path / "gpus.yaml"
-    fake.write_text("gpus:\n" + "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" * 2)
-    return fake
-
-
 def test_submit_wait_logs_list_and_gpus_as_typed_objects(home, gflowd, proj, fake_gpus):
     gflowd("--fake-gpus", fake_gpus)
     client = Client(home)

@@ -37,13 +37,6 @@ def run(coroutine) -> Any:
     return asyncio.run(asyncio.wait_for(coroutine, 120))
 
 
-@pytest.fixture
-def fake_gpus(tmp_path: Path) -> Path:
-    fake = tmp_path / "gpus.yaml"
-    fake.write_text("gpus:\n" + "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" * 2)
-    return fake
-
-
 def test_an_agent_previews_submits_reads_and_asks_why_a_job_waits(home, gflowd, fake_gpus, tmp_path):
     gflowd("--fake-gpus", fake_gpus)
     work = tmp_path / "work"
