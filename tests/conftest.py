@@ -38,6 +38,11 @@ E2E_MODULES = frozenset({
     "test_mcp.py", "test_multi_user.py", "test_nvml.py", "test_rejected_e2e.py", "test_review_for_users.py",
     "test_run_e2e.py", "test_runtime.py",
 })
+# Parallel workers (hack/test.sh: pytest -n N --dist loadgroup) share the machine: each test has its
+# own home, tmp dirs, users (random or per-pid names), cgroups (named from the home) and ports (0: the
+# kernel picks). What is one per machine is run by one worker at a time: the local Slurm cluster
+# (hack/slurm-dev.sh: one slurmctld, 4 GRES GPUs every test of it expects to be free).
+SERIAL_GROUPS = {"test_slurm_e2e.py": "slurm", "test_slurm_examples.py": "slurm"}
 SPAWNS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "os.exec"})
 _fast_lane_watch: list[list[str]] = []  # while a fast-lane test runs: the processes it tried to start
 _started = pytest.StashKey[list[str]]()
@@ -50,12 +55,15 @@ def pytest_configure(config: pytest.Config) -> None:
     sys.addaudithook(_refuse_processes)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.fspath))
         if (E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())) or path.name in E2E_MODULES
                 or TESTS / "labbox" in path.parents):
             item.add_marker(pytest.mark.e2e)
+        if path.name in SERIAL_GROUPS:
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUPS[path.name]))
 
 
 def _refuse_processes(event: str, args: tuple) -> None:

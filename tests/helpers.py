@@ -172,6 +172,16 @@ def pid_alive(pid: int | None) -> bool:
     return state not in (b"Z", b"X")
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of ``/proc/PID/stat`` (R, S, T for stopped, Z...); None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    return data[data.rindex(b")") + 2 :].split()[0].decode()
+
+
 def _environ(pid: int) -> list[bytes]:
     try:
         with open(f"/proc/{pid}/environ", "rb") as handle:
