@@ -361,8 +361,9 @@ def test_a_flood_killed_while_its_started_jobs_have_no_status_file_runs_each_job
 
     The moment lasts RUNNING_UNWRITTEN_MAX (1 s) from the start decision: too short to look and
     then kill on a busy machine. So gflowd is stopped (SIGSTOP) before the test looks: a stopped
-    gflowd writes nothing, the state seen is the state killed. And the second pass starts only 8
-    jobs, so its records take a small part of that second even when the machine is loaded."""
+    gflowd writes nothing, the state seen is the state killed. The flood lands while gflowd is
+    stopped, so one pass sees all of it (a busy gflowd could otherwise take it in pieces, none more
+    than a pass starts); its second pass starts only 8 jobs, a small part of that second."""
     unlimited = ("--max-running-cpu-jobs", "0")  # all run at once (the default lets 64)
     daemon = gflowd(*unlimited)
     go, ledger, stage = tmp_path / "go", tmp_path / "ledger", tmp_path / "stage"
@@ -378,8 +379,11 @@ env:
     names = [f"flood-{i:03d}" for i in range(count)]
     for name in names:
         (stage / f"{name}.yaml").write_text(manifest(name, spec))
-    for name in names:  # all at once, as a git pull or a sweep does
+    daemon.proc.send_signal(signal.SIGSTOP)  # all at once, as a git pull or a sweep does: one pass sees them all
+    wait_for(lambda: process_state(daemon.pid) == "T", message="gflowd to stop")
+    for name in names:
         (stage / f"{name}.yaml").rename(home / "jobs" / f"{name}.yaml")
+    daemon.proc.send_signal(signal.SIGCONT)
 
     def unwritten() -> list[str]:
         rows = (read_index(home) or {}).get("jobs", {})
