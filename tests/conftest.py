@@ -52,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: the slow lane: starts a gflowd, real processes, users or VMs, or runs "
                                        "for long (tests/conftest.py marks most by their fixtures and modules)")
     config.addinivalue_line("markers", "fake_gpus(count=2, gpu=H100): what the `fake_gpus` fixture's file holds")
+    config.addinivalue_line("markers", "xdist_group(name): run by one worker (known here also when xdist is not loaded)")
     sys.addaudithook(_refuse_processes)
 
 
