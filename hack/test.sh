@@ -12,6 +12,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/hack/setup.sh"
 cd "$ROOT"
+# Bytecode caches (__pycache__/, ignored by git) on: without them every worker rewrites the asserts
+# of every test module again (~10 s of CPU each) and every gflowd and gflowctl a test starts
+# compiles the controller package from source.
+unset PYTHONDONTWRITEBYTECODE
 lane=()
 if [ "${1-}" = "--fast" ]; then
     shift
