@@ -1,8 +1,14 @@
-"""Shared fixtures. End-to-end tests use ``home`` + ``gflowd``: a real daemon on a temp home.
+"""Shared fixtures, and the two lanes. End-to-end tests use ``home`` + ``gflowd``: a real daemon
+on a temp home.
 
 Teardown stops every daemon a test started (SIGTERM, wait, KILL if needed) and then kills every
 job process left behind, so no orphan survives a test even though stopping gflowd deliberately
 leaves jobs running.
+
+Lanes: a test is ``e2e`` (the slow lane) when it uses a fixture of ``E2E_FIXTURES``, lives in a
+module of ``E2E_MODULES`` or under ``labbox/``, or carries ``@pytest.mark.e2e``; every other test
+is the fast lane (``pytest -m "not e2e"``: pure and in-process). The fast lane is checked, not
+trusted: a test of it that starts a process fails, naming what it started (``_no_process_in_fast_lane``).
 """
 
 from __future__ import annotations
@@ -15,7 +21,85 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # `import helpers` from any test module
 
-from helpers import Daemon, home_cgroups, kill_jobs_of_home, scrub_cgroups  # noqa: E402  (kill_jobs_of_home scrubs cgroups too)
+from helpers import Daemon, fake_gpus_file, home_cgroups, kill_jobs_of_home, scrub_cgroups  # noqa: E402  (kill_jobs_of_home scrubs cgroups too)
+
+TESTS = Path(__file__).parent
+
+# -- the two lanes ----------------------------------------------------------------------------------
+
+# Fixtures that start real processes (a gflowd, a compiler, a probe, a cluster): a test using one,
+# even through another fixture, is e2e.
+E2E_FIXTURES = frozenset({"gflowd", "gpu_sim", "nvml_probe", "fake_nvml_lib", "fake_cuda_lib", "slurm", "cluster_daemon"})
+# Modules whose every test starts processes (gflowctl, gflowd, users, ptys, a browser) another way.
+E2E_MODULES = frozenset({
+    "test_apply_workdir.py", "test_cli_conventions.py", "test_completion.py", "test_edit_owner.py",
+    "test_front_door_warnings.py", "test_gflowd_service.py", "test_hostile_input.py", "test_interactive.py",
+    "test_interactive_runtime.py", "test_interactive_security.py", "test_labbox_runner.py", "test_live.py",
+    "test_mcp.py", "test_multi_user.py", "test_nvml.py", "test_rejected_e2e.py", "test_review_for_users.py",
+    "test_run_e2e.py", "test_runtime.py",
+})
+# Parallel workers (hack/test.sh: pytest -n N --dist loadgroup) share the machine: each test has its
+# own home, tmp dirs, users (random or per-pid names), cgroups (named from the home) and ports (0: the
+# kernel picks). What is one per machine is run by one worker at a time: the local Slurm cluster
+# (hack/slurm-dev.sh: one slurmctld, 4 GRES GPUs every test of it expects to be free).
+SERIAL_GROUPS = {"test_slurm_e2e.py": "slurm", "test_slurm_examples.py": "slurm"}
+SPAWNS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "os.exec"})
+_fast_lane_watch: list[list[str]] = []  # while a fast-lane test runs: the processes it tried to start
+_started = pytest.StashKey[list[str]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: the slow lane: starts a gflowd, real processes, users or VMs, or runs "
+                                       "for long (tests/conftest.py marks most by their fixtures and modules)")
+    config.addinivalue_line("markers", "fake_gpus(count=2, gpu=H100): what the `fake_gpus` fixture's file holds")
+    config.addinivalue_line("markers", "xdist_group(name): run by one worker (known here also when xdist is not loaded)")
+    sys.addaudithook(_refuse_processes)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath))
+        if (E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())) or path.name in E2E_MODULES
+                or TESTS / "labbox" in path.parents):
+            item.add_marker(pytest.mark.e2e)
+        if path.name in SERIAL_GROUPS:
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUPS[path.name]))
+
+
+def _refuse_processes(event: str, args: tuple) -> None:
+    if event in SPAWNS and _fast_lane_watch:
+        what = f"{event} {args[1] if event == 'subprocess.Popen' else ''}".rstrip()
+        _fast_lane_watch[-1].append(what)
+        raise RuntimeError(f"a fast-lane test started a process ({what}): mark it e2e (tests/conftest.py)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Watch a fast-lane test from before its first fixture (of any scope) is set up."""
+    if item.get_closest_marker("e2e") is None:
+        item.stash[_started] = started = []
+        _fast_lane_watch.append(started)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    started = item.stash.get(_started, None)
+    if started is not None:
+        _fast_lane_watch.remove(started)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_in_fast_lane(request: pytest.FixtureRequest):
+    """A test not marked e2e starts no process (even where the code under test swallows the error
+    the attempt raised): the fast lane stays pure and in-process."""
+    yield
+    started = request.node.stash.get(_started, None)
+    if started:
+        pytest.fail(f"a fast-lane test started processes ({'; '.join(started)}): mark it e2e (tests/conftest.py)")
+
+
+# -- fixtures ----------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -64,3 +148,11 @@ def gflowd(home: Path, tmp_path: Path):
         left = kill_jobs_of_home(root)
         if left:
             warnings.warn(f"job processes of {root} survived SIGKILL: {sorted(left)}")
+
+
+@pytest.fixture
+def fake_gpus(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """``tmp_path/gpus.yaml`` for ``gflowd --fake-gpus``: two H100 80GB, or what the test's (or its
+    module's) mark says: ``@pytest.mark.fake_gpus(4)``, ``fake_gpus(4, gpu="{name: X, memory: 40Gi}")``."""
+    mark = request.node.get_closest_marker("fake_gpus")
+    return fake_gpus_file(tmp_path / "gpus.yaml", *(mark.args if mark else ()), **(mark.kwargs if mark else {}))

@@ -1,7 +1,9 @@
 """Helpers for end-to-end tests that drive a real ``gflowd`` through real files.
 
 Everything here observes the way a user would: status files, logs, the index, ``/proc``.
-Waiting is always poll-with-deadline (:func:`wait_for`), never a fixed sleep.
+Waiting is always poll-with-deadline (:func:`wait_for`), never a fixed sleep. The deadlines are
+generous (60 s by default): a condition met costs no more, and a machine running four workers
+beside other work can take 15 s to start a gflowd.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ _yaml = YAML(typ="safe")
 
 def wait_for(
     predicate: Callable[[], T],
-    timeout: float = 15,
+    timeout: float = 60,
     interval: float = 0.02,
     message: str | Callable[[], str] = "",
 ) -> T:
@@ -86,7 +88,7 @@ def wait_phase(
     home: Path,
     name: str,
     phase: str | tuple[str, ...],
-    timeout: float = 15,
+    timeout: float = 60,
     reason: str | None = None,
     daemon: "Any" = None,
 ) -> dict[str, Any]:
@@ -129,6 +131,18 @@ def line_number(text: str, needle: str, start: int = 1) -> int:
     raise ValueError(f"{needle!r} not in text")
 
 
+# -- fake GPUs -------------------------------------------------------------------------------------
+
+H100 = "{name: NVIDIA H100 80GB HBM3, memory: 80Gi}"
+
+
+def fake_gpus_file(path: Path, count: int = 2, gpu: str = H100) -> Path:
+    """Write a ``--fake-gpus`` file of ``count`` identical GPUs (``gpu``: one YAML flow mapping)."""
+    path = Path(path)
+    path.write_text("gpus:\n" + f"  - {gpu}\n" * count)
+    return path
+
+
 # -- filesystems ----------------------------------------------------------------------------------
 
 def fill_filesystem(directory: Path) -> None:
@@ -158,6 +172,16 @@ def pid_alive(pid: int | None) -> bool:
         return False
     state = data[data.rindex(b")") + 2 :].split()[0]
     return state not in (b"Z", b"X")
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``/proc/PID/stat`` (R, S, T for stopped, Z...); None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    return data[data.rindex(b")") + 2 :].split()[0].decode()
 
 
 def _environ(pid: int) -> list[bytes]:
@@ -292,7 +316,7 @@ class Daemon:
         except FileNotFoundError:
             return ""
 
-    def wait_ready(self, timeout: float = 15) -> "Daemon":
+    def wait_ready(self, timeout: float = 60) -> "Daemon":
         """Until the first pass is recorded (run/index.json names this process)."""
 
         def ready():
@@ -304,7 +328,7 @@ class Daemon:
         wait_for(ready, timeout=timeout, message=lambda: f"gflowd to start\n{self.stderr()}")
         return self
 
-    def wait_pass(self, timeout: float = 15) -> None:
+    def wait_pass(self, timeout: float = 60) -> None:
         """Until a whole reconcile pass has begun and ended after this call (two index writes)."""
         seen = [(read_index(self.home) or {}).get("updated", 0)]
 

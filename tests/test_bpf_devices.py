@@ -71,6 +71,7 @@ def opened_as_nobody(cgroup: str, nodes: str) -> dict[str, int]:
     return {name: int(code) for name, code in (line.split() for line in out.splitlines())}
 
 
+@pytest.mark.e2e
 def test_a_job_bound_to_gpu_1_cannot_open_gpu_0(cgroup, nodes):
     bpf_devices.confine_gpus(cgroup, [1])
     got = opened_as_nobody(cgroup, nodes)
@@ -80,6 +81,7 @@ def test_a_job_bound_to_gpu_1_cannot_open_gpu_0(cgroup, nodes):
     assert got["null"] == 0
 
 
+@pytest.mark.e2e
 def test_a_cpu_job_can_open_no_gpu_but_the_control_nodes(cgroup, nodes):
     bpf_devices.confine_gpus(cgroup, [])
     got = opened_as_nobody(cgroup, nodes)
@@ -87,6 +89,7 @@ def test_a_cpu_job_can_open_no_gpu_but_the_control_nodes(cgroup, nodes):
     assert got["nvidiactl"] == errno.ENXIO and got["null"] == 0
 
 
+@pytest.mark.e2e
 def test_without_the_program_every_gpu_opens(cgroup, nodes):
     """The check above can fail: the same probe, no program, reaches the driver for every GPU."""
     got = opened_as_nobody(cgroup, nodes)
@@ -98,6 +101,7 @@ def test_a_refused_program_says_why_in_one_line():
         bpf_devices.load(b"\x95\0\0\0\0\0\0\0")  # exit without setting r0: the verifier refuses
 
 
+@pytest.mark.e2e
 def test_the_v1_style_deny_rules_gflowd_computes_work_as_a_program(cgroup, nodes):
     """What a v2 attempt gets: gpu_deny_rules (known GPUs 0, 1, 7; bound to 1) as a program."""
     from controller.act.runtime.cgroups.devices import gpu_deny_rules
@@ -108,6 +112,7 @@ def test_the_v1_style_deny_rules_gflowd_computes_work_as_a_program(cgroup, nodes
     assert got["nvidia1"] == errno.ENXIO and got["nvidiactl"] == errno.ENXIO and got["null"] == 0
 
 
+@pytest.mark.e2e
 def test_a_job_bound_to_every_gpu_denies_nothing_and_the_program_still_loads(cgroup, nodes):
     """No deny rule (every GPU bound): found in the lab box, where such a job's program was refused
     (its deny tail unreachable: EINVAL) and the job ran without a cgroup."""
@@ -117,6 +122,7 @@ def test_a_job_bound_to_every_gpu_denies_nothing_and_the_program_still_loads(cgr
     assert got["null"] == 0
 
 
+@pytest.mark.e2e
 def test_a_v2_attempt_cgroup_gets_the_program_from_its_limits(nodes):
     """The wiring: Cgroups.create on v2 attaches the deny rules. This machine's cgroup2 has no
     memory controller, so the probe is made by hand with only devices available."""

@@ -197,6 +197,7 @@ def test_the_leftover_check_can_fail(cgroups):
 # -- memory ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_job_over_its_memory_limit_is_oom_killed_and_its_sibling_is_not(cgroups):
     need(FOUND, "memory")
     attempt = cgroups.create("oom", Limits(memory=50 * MI))
@@ -214,6 +215,7 @@ def test_a_job_over_its_memory_limit_is_oom_killed_and_its_sibling_is_not(cgroup
         finish(sibling)
 
 
+@pytest.mark.e2e
 def test_a_job_under_its_limit_is_not_counted_as_oom(cgroups):
     need(FOUND, "memory")
     attempt = cgroups.create("fits", Limits(memory=200 * MI))
@@ -253,6 +255,7 @@ def _opens(attempt: AttemptCgroup | None, *paths: Path | str) -> list[str]:
     return out.split()
 
 
+@pytest.mark.e2e
 def test_a_job_bound_to_gpu_1_cannot_open_gpu_0(cgroups, gpu_nodes):
     need(FOUND, "devices")
     attempt = cgroups.create("gpu1", Limits(deny_devices=gpu_deny_rules([1], dev_dir=str(gpu_nodes))))
@@ -261,6 +264,7 @@ def test_a_job_bound_to_gpu_1_cannot_open_gpu_0(cgroups, gpu_nodes):
     assert _opens(None, gpu_nodes / "nvidia0", gpu_nodes / "nvidia1") == ["ENXIO", "ENXIO"]
 
 
+@pytest.mark.e2e
 def test_a_cpu_job_opens_no_gpu_node_but_every_other_device(cgroups, gpu_nodes):
     need(FOUND, "devices")
     attempt = cgroups.create("cpu-job", Limits(deny_devices=gpu_deny_rules([], dev_dir=str(gpu_nodes))))
@@ -282,6 +286,7 @@ def test_an_attempt_starts_from_its_parents_device_list_and_only_denies(cgroups)
 # -- cpus -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("which", ["first", "last"])
 def test_a_cpuset_of_one_core_is_the_jobs_affinity(cgroups, which):
     need(FOUND, "cpuset")
@@ -345,6 +350,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.e2e
 def test_a_fork_bomb_under_pids_max_gets_eagain_and_is_contained(cgroups):
     need(FOUND, "pids")
     attempt = cgroups.create("bomb", Limits(pids=50))
@@ -388,6 +394,7 @@ def _without(*keys: str) -> Probe:
     return probe_v1({key: where for key, where in located.items() if key not in keys})
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", ["cgroup.kill", "freezer", "signals"])
 def test_kill_all_kills_a_setsid_grandchild(method, request):
     if method == "cgroup.kill":
@@ -422,6 +429,7 @@ def test_kill_all_kills_a_setsid_grandchild(method, request):
 BURN = "import time\nwhile time.process_time() < 0.3:\n    pass"
 
 
+@pytest.mark.e2e
 def test_cpu_time_is_counted(cgroups):
     need(FOUND, "cputime")
     attempt = cgroups.create("burn", Limits())
@@ -430,6 +438,7 @@ def test_cpu_time_is_counted(cgroups):
     assert attempt.stats().cpu_usec >= 300_000
 
 
+@pytest.mark.e2e
 def test_remove_leaves_nothing_in_any_hierarchy(cgroups):
     attempt = cgroups.create("short", Limits(memory=64 * MI if FOUND.features["memory"].available else None))
     job = spawn(attempt, "print('done')")
@@ -442,6 +451,7 @@ def test_remove_leaves_nothing_in_any_hierarchy(cgroups):
     attempt.remove()  # again: nothing to do
 
 
+@pytest.mark.e2e
 def test_an_attempt_joins_only_the_hierarchies_its_limits_use(cgroups):
     """cgroup v1: no cpuset without cpus, no pids hierarchy without a pids limit, no freezer where
     cgroup v2 kills; each hierarchy costs a mkdir, joins and an rmdir under the kernel's one lock."""
@@ -467,6 +477,7 @@ def test_an_attempt_joins_only_the_hierarchies_its_limits_use(cgroups):
     assert cgroups.names() == []
 
 
+@pytest.mark.e2e
 def test_remove_of_a_cgroup_with_a_live_member_names_it(cgroups):
     attempt = cgroups.create("busy", Limits())
     job = spawn(attempt, SLEEP)
@@ -479,6 +490,7 @@ def test_remove_of_a_cgroup_with_a_live_member_names_it(cgroups):
         finish(job)
 
 
+@pytest.mark.e2e
 def test_a_restarted_gflowd_adopts_the_cgroup_by_name(cgroups):
     need(FOUND, "memory", "pids")
     attempt = cgroups.create("adopt-me", Limits(memory=64 * MI, pids=20))

@@ -230,6 +230,7 @@ def test_a_floods_cgroups_are_removed_once_idle_and_a_stop_removes_those_still_w
     assert home_cgroups(home) == []
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("leave", [True, False])
 def test_a_supervisor_leaves_the_emptied_cgroup_to_gflowd_only_when_the_launch_says_so(home, tmp_path, leave):
     need("memory")
@@ -407,6 +408,7 @@ def nobodys_home():
         shutil.rmtree(top, ignore_errors=True)
 
 
+@pytest.mark.e2e
 def test_without_cgroups_required_refuses_in_one_line_and_auto_falls_back_saying_so_once(nobodys_home):
     refused = _gflowd_as_nobody(nobodys_home, "--cgroups", "required")
     _, err = refused.communicate(timeout=60)

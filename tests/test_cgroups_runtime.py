@@ -57,6 +57,7 @@ def test_required_without_cgroups_refuses_in_one_line(home):
     assert str(raised.value) == "--cgroups required, but cgroup v2 at /sys/fs/cgroup offers no memory controller"
 
 
+@pytest.mark.e2e
 def test_off_says_nothing_and_get_node_shows_it_off(home, caplog):
     caplog.set_level(logging.INFO, "gflowd.runtime")
     runtime = SupervisorRuntime(home, cgroups="off")
@@ -67,6 +68,7 @@ def test_off_says_nothing_and_get_node_shows_it_off(home, caplog):
         runtime.close()
 
 
+@pytest.mark.e2e
 def test_a_launchs_cgroup_on_v2_carries_its_limits_and_the_paths_to_join(kernel, home):
     runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)
     try:
@@ -88,6 +90,7 @@ def test_a_launchs_cgroup_on_v2_carries_its_limits_and_the_paths_to_join(kernel,
         runtime.close()
 
 
+@pytest.mark.e2e
 def test_ended_attempts_cgroups_wait_while_passes_start_jobs_then_go_a_chunk_at_a_time(kernel, home, monkeypatch):
     """No rmdir while a flood's starts queue on the kernel's cgroup lock: a pass that started jobs
     removes only what exceeds ``max_unremoved``; once a pass starts nothing, the loop's ticks
@@ -120,6 +123,7 @@ def test_ended_attempts_cgroups_wait_while_passes_start_jobs_then_go_a_chunk_at_
         runtime.close()
 
 
+@pytest.mark.e2e
 def test_a_stopping_gflowd_removes_ended_attempts_cgroups_and_keeps_running_ones(kernel, home):
     """Ended, its end not recorded yet (the exit observed, or only in its record), or recorded and
     waiting: gone at close. Still running: kept, with the group, for the next gflowd."""
@@ -161,6 +165,7 @@ def test_join_cgroup_writes_the_callers_pid_to_each_file_and_names_the_one_that_
     assert raised.value.filename == str(tmp_path / "gone" / "cgroup.procs")
 
 
+@pytest.mark.e2e
 def test_the_supervisor_loads_the_cgroups_package_when_run_as_a_plain_file():
     # gflowd runs it as `python -I -S shim/main.py`: the project is not importable then
     from controller.act.runtime.shim import child

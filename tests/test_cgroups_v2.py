@@ -182,6 +182,7 @@ def _run_as_nobody(code: str) -> str | None:
     return None
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a probe as another user")
 def test_not_root_and_not_delegated_then_delegated_by_chown():
     top = tempfile.mkdtemp(prefix=f"gflow-test-{os.getpid()}-")
@@ -208,6 +209,7 @@ def test_not_root_and_not_delegated_then_delegated_by_chown():
         shutil.rmtree(top)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a read-only tmpfs")
 def test_a_read_only_mount_is_reported(tmp_path):
     point = tmp_path / f"gflow-test-{os.getpid()}-ro"
@@ -254,6 +256,7 @@ def test_prepare_moves_only_ourselves_out_of_a_base_with_processes(tmp_path):
     assert kernel.text("gflowd.service/gflow/cgroup.subtree_control").split() == ["cpuset", "memory", "pids"]
 
 
+@pytest.mark.e2e
 def test_prepare_refuses_to_move_other_processes_in_one_line(tmp_path):
     kernel = FakeCgroup2(tmp_path / "cg")
     kernel.write(str(kernel.root / "cgroup.subtree_control"), "+memory +pids +cpuset")
@@ -311,6 +314,7 @@ def test_a_write_the_kernel_refuses_says_which_file_and_why_and_undoes_the_mkdir
     assert v2.names() == []
 
 
+@pytest.mark.e2e
 def test_join_moves_a_process_in_and_pids_lists_exactly_the_members(v2, kernel):
     attempt = v2.create("a", Limits(memory=1 << 30))
     job, outsider = _sleeper(), _sleeper()
@@ -351,6 +355,7 @@ def test_stats_without_memory_peak_on_an_older_kernel(tmp_path):
     assert stats.memory_peak is None and stats.oom_kills == 0
 
 
+@pytest.mark.e2e
 def test_kill_all_uses_cgroup_kill(v2, kernel):
     attempt = v2.create("a", Limits())
     job = _sleeper()
@@ -361,6 +366,7 @@ def test_kill_all_uses_cgroup_kill(v2, kernel):
     assert kernel.written("cgroup.freeze") == []
 
 
+@pytest.mark.e2e
 def test_kill_all_without_cgroup_kill_freezes_kills_and_thaws(tmp_path):
     kernel = FakeCgroup2(tmp_path / "cg", kill_file=False)
     cgroups = Cgroups(probe_v2(str(kernel.root), kernel), "gflow", kernel)
@@ -384,6 +390,7 @@ def test_kill_all_refuses_to_kill_its_caller(v2):
     attempt.remove()
 
 
+@pytest.mark.e2e
 def test_remove_waits_for_members_then_names_them_and_is_idempotent(v2, kernel):
     attempt = v2.create("a", Limits())
     job = _sleeper()
@@ -398,6 +405,7 @@ def test_remove_waits_for_members_then_names_them_and_is_idempotent(v2, kernel):
     attempt.remove()  # gone already: fine
 
 
+@pytest.mark.e2e
 def test_adopt_after_a_restart_and_complete_a_half_made_cgroup(v2, kernel):
     attempt = v2.create("a", Limits(memory=1 << 30))
     job = _sleeper()

@@ -293,6 +293,7 @@ def test_explain(home):
     assert code == 1 and "does not exist" in err
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "argv",
     [
@@ -312,6 +313,7 @@ def test_user_errors_are_one_line_exit_1_no_traceback(home, argv):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("argv", "config", "expected"),
     [
@@ -336,6 +338,7 @@ def test_gflowd_bad_flags_and_config_are_one_line_errors(tmp_path, argv, config,
     assert expected in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
 def test_gflowd_as_a_user_who_cannot_see_the_homes_config_says_so_in_one_line(tmp_path):
     # e.g. `sudo -u nobody gflowd` with HOME still /root: the default home is under a 0700 folder
@@ -353,6 +356,7 @@ def test_gflowd_as_a_user_who_cannot_see_the_homes_config_says_so_in_one_line(tm
     ], err
 
 
+@pytest.mark.e2e
 def test_get_jobs_watch_prints_a_row_when_a_job_changes_and_stops_on_ctrl_c(home):
     import os
     import signal
@@ -444,6 +448,7 @@ def test_describe_shows_the_effective_priority_while_pending(home):
 
 # -- the machine failing -------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_apply_on_a_full_disk_is_one_line_not_a_traceback(home, tmp_path):
     """ENOSPC while writing the manifest: exit 1 and one line naming the file and the cause."""
     import os

@@ -33,11 +33,13 @@ def _loaded(tmp_path, *argv: str) -> list[str]:
     return probe.stdout.split()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("argv", [[], ["--help"], ["-h"], ["version"], ["--version"]])
 def test_version_and_help_import_nothing_heavy(tmp_path, argv):
     assert _loaded(tmp_path, *argv) == ["0"]
 
 
+@pytest.mark.e2e
 def test_get_jobs_imports_no_parser_of_yaml_or_models(tmp_path):
     loaded = _loaded(tmp_path, "get", "jobs")
     assert loaded[0] == "0"
@@ -59,6 +61,7 @@ def test_one_verb_builds_only_its_own_parser():
     assert list(sub.choices) == ["get"]
 
 
+@pytest.mark.e2e
 def test_help_is_the_same_through_the_script(tmp_path):
     env = {**os.environ, "GFLOW_HOME": str(tmp_path / "home")}
     out = subprocess.run([sys.executable, "-m", "controller.cli.main", "--help"], capture_output=True, text=True, env=env, timeout=60)
@@ -67,6 +70,7 @@ def test_help_is_the_same_through_the_script(tmp_path):
                                         text=True, env=env, timeout=60).stdout
 
 
+@pytest.mark.e2e
 def test_apply_answered_by_gflowd_needs_no_models(tmp_path):
     """The review's client side (ask) and the apply verb load neither pydantic nor the model
     documents: gflowd judges the manifest."""
@@ -78,6 +82,7 @@ def test_apply_answered_by_gflowd_needs_no_models(tmp_path):
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.e2e
 def test_apply_imports_no_dataclasses_or_tempfile(tmp_path):
     """gflowctl apply answered by gflowd writes through plain classes: ``dataclasses`` (with the
     ``inspect`` it loads, ~10 ms) stays out of its start-up, and so do the client's public objects;

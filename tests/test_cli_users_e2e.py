@@ -41,13 +41,6 @@ def shared():
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def fake_gpus(tmp_path: Path) -> Path:
-    path = tmp_path / "gpus.yaml"
-    path.write_text("gpus:\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n")
-    return path
-
-
 def put(home: Path, filename: str, text: str, uid: int = 0, mode: int = 0o644) -> Path:
     """A manifest owned by ``uid`` from its first byte visible: chown before the rename."""
     tmp = home / "jobs" / f".{filename}.tmp"

@@ -31,13 +31,6 @@ def proj(tmp_path: Path, monkeypatch) -> Path:
     return folder
 
 
-@pytest.fixture
-def fake_gpus(tmp_path: Path) -> Path:
-    fake = tmp_path / "gpus.yaml"
-    fake.write_text("gpus:\n" + "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" * 2)
-    return fake
-
-
 def test_submit_wait_logs_list_and_gpus_as_typed_objects(home, gflowd, proj, fake_gpus):
     gflowd("--fake-gpus", fake_gpus)
     client = Client(home)
@@ -349,6 +342,7 @@ def test_the_worked_example_runs(home, gflowd, fake_gpus, tmp_path):
     assert len(lines) == 5
 
 
+@pytest.mark.e2e
 def test_importing_the_client_loads_no_heavy_library():
     code = ("import sys; from controller.client import Client, GflowError; "
             "print(sorted(m for m in ('pydantic', 'ruamel.yaml', 'cloudpickle', 'mcp', 'controller.decide') if m in sys.modules))")

@@ -61,6 +61,7 @@ def test_unit_structure_and_entry_point(name):
     build_parser().parse_args(argv[1:])  # every flag it passes is one gflowd has (exits otherwise)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
 @pytest.mark.parametrize("name", sorted(UNITS))
 def test_systemd_analyze_verify_finds_nothing_to_say(name, tmp_path):
@@ -76,6 +77,7 @@ def test_systemd_analyze_verify_finds_nothing_to_say(name, tmp_path):
     assert result.returncode == 0 and not about_ours, result.stdout + result.stderr
 
 
+@pytest.mark.e2e
 def test_verify_would_catch_a_bad_unit(tmp_path):
     """The check above can fail: systemd-analyze names our file for an invalid setting."""
     if shutil.which("systemd-analyze") is None:

@@ -19,6 +19,7 @@ from helpers import (
     job_status,
     line_number,
     pid_alive,
+    process_state,
     read_index,
     read_log,
     read_status,
@@ -356,46 +357,78 @@ def test_crashed_gflowd_restarts_and_readopts(home, gflowd, tmp_path):
 def test_a_flood_killed_while_its_started_jobs_have_no_status_file_runs_each_job_once(home, gflowd, tmp_path):
     """A flood's started jobs get their status files a moment late (record/recorder.py
     ``_may_wait``); gflowd kill -9'd in that moment re-adopts them from their attempt records:
-    each job runs once, and ends Succeeded."""
-    unlimited = ("--max-running-cpu-jobs", "0")  # all 80 run at once (the default lets 64)
-    daemon = gflowd(*unlimited)
+    each job runs once, and ends Succeeded.
+
+    The moment lasts RUNNING_UNWRITTEN_MAX (1 s) from the start decision: too short to look and
+    then kill on a busy machine. So gflowd is stopped (SIGSTOP) before the test looks: a stopped
+    gflowd writes nothing, the state seen is the state killed. The flood lands while gflowd is
+    stopped, so one pass sees all of it (a busy gflowd could otherwise take it in pieces, none more
+    than a pass starts); its second pass starts only 8 jobs, a small part of that second. Where
+    the machine is so busy that the moment passes unseen (every started job got its status file),
+    a new gflowd (SIGTERM'd, the old one's jobs go on) gets another flood, up to four."""
+    unlimited = ("--max-running-cpu-jobs", "0")  # all run at once (the default lets 64)
     go, ledger, stage = tmp_path / "go", tmp_path / "ledger", tmp_path / "stage"
     stage.mkdir()
-    count = 80  # more than one pass starts (MIN_STARTS): the rest wait as Queued, with no status file
+    first = 32  # MIN_STARTS: a new gflowd's first pass starts these; the rest wait as Queued, with no status file
     spec = f"""\
 command: [sh, -c, 'echo "$GFLOW_JOB_NAME $GFLOW_ATTEMPT" >> "$LEDGER"; while [ ! -e "$GO" ]; do sleep 0.3; done']
 env:
   GO: {go}
   LEDGER: {ledger}
 """
-    names = [f"flood-{i:03d}" for i in range(count)]
-    for name in names:
-        (stage / f"{name}.yaml").write_text(manifest(name, spec))
-    for name in names:  # all at once, as a git pull or a sweep does
-        (stage / f"{name}.yaml").rename(home / "jobs" / f"{name}.yaml")
+    everyone: list[str] = []
+    for flood in range(4):
+        daemon = gflowd(*unlimited)
+        names = [f"flood{flood}-{i:03d}" for i in range(first + 8)]
+        everyone += names
+        for name in names:
+            (stage / f"{name}.yaml").write_text(manifest(name, spec))
+        daemon.proc.send_signal(signal.SIGSTOP)  # all at once, as a git pull or a sweep does: one pass sees them all
+        wait_for(lambda: process_state(daemon.pid) == "T", message="gflowd to stop")
+        for name in names:
+            (stage / f"{name}.yaml").rename(home / "jobs" / f"{name}.yaml")
+        daemon.proc.send_signal(signal.SIGCONT)
 
-    def started_without_status() -> list[str] | None:
-        rows = (read_index(home) or {}).get("jobs", {})
-        running = [n for n in names if (rows.get(n) or {}).get("phase") == "Running"]
-        unwritten = [n for n in running if job_status(home, n) is None]
-        return unwritten if len(running) > 32 and unwritten else None
+        def started(names=names) -> tuple[list[str], list[str]]:
+            """This flood's started jobs, and those of them without a status file (a cheap look)."""
+            rows = (read_index(home) or {}).get("jobs", {})
+            running = [n for n in names if (rows.get(n) or {}).get("phase") == "Running"]
+            return running, [n for n in running if not (home / "status" / f"{n}.yaml").exists()]
 
-    unwritten = wait_for(started_without_status, timeout=30, interval=0.005,
-                         message="a started job of the flood without its status file yet")
+        def caught_or_passed(daemon=daemon, names=names) -> tuple[str, list[str]] | None:
+            running, unwritten = started()
+            if len(running) > first and unwritten:
+                daemon.proc.send_signal(signal.SIGSTOP)
+                wait_for(lambda: process_state(daemon.pid) == "T", message="gflowd to stop")
+                _, unwritten = started()  # gflowd writes nothing now: what is seen stays so until the kill
+                if unwritten:
+                    return "caught", unwritten
+                daemon.proc.send_signal(signal.SIGCONT)
+            if len(running) == len(names) and not unwritten:
+                return "passed", []  # every job of the flood started and has its status file: the moment is gone
+            return None
+
+        outcome, seen = wait_for(caught_or_passed, timeout=60, interval=0.005,
+                                 message="the flood's jobs to start, some without their status file yet")
+        if outcome == "caught":
+            break
+        daemon.terminate()  # its jobs go on; the next gflowd adopts them
+    else:
+        pytest.fail("four floods started, and every started job had its status file whenever the test looked")
     daemon.proc.kill()
     daemon.proc.wait(timeout=10)
-    assert all(job_status(home, n) is None for n in unwritten)
+    assert all(job_status(home, n) is None for n in seen)
 
     again = gflowd(*unlimited)
-    wait_for(lambda: all((job_status(home, n) or {}).get("phase") == "Running" for n in names), timeout=60,
-             message=lambda: f"all {count} running; index: {(read_index(home) or {}).get('counts')}")
-    assert {(job_status(home, n) or {}).get("attempt") for n in names} == {1}
+    wait_for(lambda: all((job_status(home, n) or {}).get("phase") == "Running" for n in everyone), timeout=60,
+             message=lambda: f"all {len(everyone)} running; index: {(read_index(home) or {}).get('counts')}")
+    assert {(job_status(home, n) or {}).get("attempt") for n in everyone} == {1}
     go.touch()
-    wait_for(lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in names), timeout=60,
-             message=lambda: f"all {count} succeeded; index: {(read_index(home) or {}).get('counts')}; "
+    wait_for(lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in everyone), timeout=60,
+             message=lambda: f"all {len(everyone)} succeeded; index: {(read_index(home) or {}).get('counts')}; "
                              f"gflowd: {again.stderr()[-2000:]}")
     runs = ledger.read_text().split("\n")[:-1]
-    assert sorted(runs) == sorted(f"{n} 1" for n in names)  # each job ran once, as attempt 1
+    assert sorted(runs) == sorted(f"{n} 1" for n in everyone)  # each job ran once, as attempt 1
 
 
 def test_readopted_job_that_ends_is_recorded_with_its_exit_code(home, gflowd, tmp_path):

@@ -90,6 +90,7 @@ def test_describe_shows_the_folded_count(home):
     assert "(x3 over 10m)" in line and line.rstrip().endswith("attempt failed; retry")
 
 
+@pytest.mark.e2e
 def test_watch_follows_new_events_across_a_rotation(home):
     log_events(home, ("Normal", "Started", "before", "one"))
     env = {**os.environ, "GFLOW_HOME": str(home.root), "PYTHONUNBUFFERED": "1"}

@@ -112,6 +112,7 @@ def test_slurm_notes_say_what_does_not_map(spec, note):
     assert any(note in n for n in exported.notes), exported.notes
 
 
+@pytest.mark.e2e
 def test_slurm_script_runs_the_command_with_its_env(tmp_path: Path):
     j = job(command=["sh", "-c", 'echo "$GREETING|$GFLOW_JOB_NAME|$(pwd)"'], env={"GREETING": "hi, there 'you'"})
     script = slurm.export_job(j, "train", str(tmp_path)).text
@@ -120,6 +121,7 @@ def test_slurm_script_runs_the_command_with_its_env(tmp_path: Path):
     assert out == f"hi, there 'you'|train|{tmp_path}\n"
 
 
+@pytest.mark.e2e
 def test_slurm_script_inlines_a_script_under_set_e(tmp_path: Path):
     j = job(command=None, script="echo one\nfalse\necho never\n")
     text = slurm.export_job(j, "train", str(tmp_path)).text
@@ -127,6 +129,7 @@ def test_slurm_script_inlines_a_script_under_set_e(tmp_path: Path):
     assert result.stdout == "one\n" and result.returncode == 1
 
 
+@pytest.mark.e2e
 def test_slurm_sweep_is_an_array_whose_tasks_are_the_children(tmp_path: Path):
     sw, children = sweep(matrix={"lr": ["0.1", "1e-3"], "bs": [32, 64]}, parallelism=2,
                          template={"command": ["sh", "-c", 'echo "$1 $LR $BS $GFLOW_JOB_NAME $GFLOW_SWEEP_INDEX"', "x", "{lr}"]})
@@ -139,6 +142,7 @@ def test_slurm_sweep_is_an_array_whose_tasks_are_the_children(tmp_path: Path):
     assert missing.returncode == 2 and "no sweep child" in missing.stderr
 
 
+@pytest.mark.e2e
 def test_slurm_sweep_of_indices_keeps_its_own_numbers(tmp_path: Path):
     sw, children = sweep(indices="5,7", template={"command": ["sh", "-c", "echo $GFLOW_SWEEP_INDEX"]})
     text = slurm.export_sweep(sw, "sw", children, str(tmp_path)).text
@@ -170,6 +174,7 @@ def _run_env(script: str, env: dict[str, str], path: str | None = None) -> dict[
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+@pytest.mark.e2e
 def test_the_slurm_script_gives_the_job_every_variable_gflowd_gives_it(tmp_path: Path):
     from controller.api.jobenv import GFLOW_VARIABLES
 
@@ -188,6 +193,7 @@ def test_the_slurm_script_gives_the_job_every_variable_gflowd_gives_it(tmp_path:
     assert (seen["GFLOW_ATTEMPT"], seen["CUDA_VISIBLE_DEVICES"]) == ("3", "1,3")
 
 
+@pytest.mark.e2e
 def test_the_slurm_scripts_port_without_python_comes_from_the_job_id(tmp_path: Path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -306,6 +312,7 @@ def test_k8s_invalid_object_is_caught_by_the_schema():
         validate(data)
 
 
+@pytest.mark.e2e
 def test_k8s_sweep_is_an_indexed_job_whose_indices_are_the_children():
     sw, children = sweep(matrix={"lr": ["0.1", "a b"]}, parallelism=1,
                          template={"command": ["sh", "-c", 'echo "$1|$LR|$GFLOW_JOB_NAME"', "x", "{lr}"], "backoffLimit": 2,

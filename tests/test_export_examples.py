@@ -100,6 +100,7 @@ def run_container(job: dict, cwd: Path, index: int | None = None) -> subprocess.
     return subprocess.run(container["command"], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("python3", path=IMAGE_PATH) is None, reason="no python3 on the image's PATH here")
 def test_every_example_runs_with_only_the_environment_its_k8s_job_gives(tmp_path: Path):
     copy = tmp_path / "examples"

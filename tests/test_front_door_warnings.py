@@ -21,11 +21,7 @@ def ctl(home: Path, *argv: str, stdin: str | None = None, cwd: Path | None = Non
     )
 
 
-@pytest.fixture
-def fake_gpus(tmp_path: Path) -> Path:
-    fake = tmp_path / "gpus.yaml"
-    fake.write_text("gpus:\n" + "  - {name: NVIDIA A100-SXM4-40GB, memory: 40Gi}\n" * 4)
-    return fake
+pytestmark = pytest.mark.fake_gpus(4, gpu="{name: NVIDIA A100-SXM4-40GB, memory: 40Gi}")  # what the fake_gpus fixture writes
 
 
 BIG = "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {name: big}\nspec:\n  command: ['true']\n  resources: {gpus: 99}\n"

@@ -415,6 +415,7 @@ def test_probe_sees_what_cuda_visible_devices_allows(fake_cuda_lib, tmp_path):
     assert too_much["used"][0]["error"] == "cuMemAlloc_v2 returned CUDA_ERROR_OUT_OF_MEMORY (2)"
 
 
+@pytest.mark.e2e
 def test_probe_without_libcuda_says_so(tmp_path):
     doc = probe(dict(os.environ), "--library", str(tmp_path / "libcuda.so.1"))
     assert not doc["init"]["ok"] and doc["init"]["error"].startswith(f"cannot load {tmp_path / 'libcuda.so.1'}")
@@ -477,12 +478,14 @@ def assert_all_skipped(out: subprocess.CompletedProcess, report: dict, why: str)
     assert {c["outcome"] for c in report["checks"]} == {"SKIP"}
 
 
+@pytest.mark.e2e
 def test_no_gpu_on_this_machine_every_check_skips(tmp_path):
     env = dict(os.environ, PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nvidia-smi").exists()))
     out, report = run_script(tmp_path, env)
     assert_all_skipped(out, report, "nvidia-smi is not on the PATH")
 
 
+@pytest.mark.e2e
 def test_nvidia_smi_without_a_driver_skips(tmp_path):
     tools = fake_tool(tmp_path / "bin", "nvidia-smi", "#!/bin/sh\n"
                       "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -492,6 +495,7 @@ def test_nvidia_smi_without_a_driver_skips(tmp_path):
                                     "with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.")
 
 
+@pytest.mark.e2e
 def test_gpus_listed_but_no_libcuda_skips(tmp_path):
     if subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libcuda.so.1')"], capture_output=True).returncode == 0:
         pytest.skip("this machine has a libcuda.so.1")
@@ -501,6 +505,7 @@ def test_gpus_listed_but_no_libcuda_skips(tmp_path):
     assert_all_skipped(out, report, report["gpu"]["reason"])
 
 
+@pytest.mark.e2e
 def test_default_report_is_kept_in_the_run_folder_alone(tmp_path):
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -513,6 +518,7 @@ def test_default_report_is_kept_in_the_run_folder_alone(tmp_path):
     assert json.loads(path.read_text())["summary"]["SKIP"] == len(facts.CHECK_NAMES)
 
 
+@pytest.mark.e2e
 def test_unknown_check_name_is_one_line(tmp_path):
     out = subprocess.run([sys.executable, str(SCRIPT), "--only", "inventory,warp-drive"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr

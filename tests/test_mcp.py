@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_for
+from helpers import read_index, wait_for
 
 mcp = pytest.importorskip("mcp", reason="the [mcp] extra (hack/setup.sh installs it with [test])")
 from mcp import Client  # noqa: E402
@@ -35,13 +35,6 @@ async def call(client: Any, tool: str, **arguments: Any) -> dict[str, Any]:
 
 def run(coroutine) -> Any:
     return asyncio.run(asyncio.wait_for(coroutine, 120))
-
-
-@pytest.fixture
-def fake_gpus(tmp_path: Path) -> Path:
-    fake = tmp_path / "gpus.yaml"
-    fake.write_text("gpus:\n" + "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" * 2)
-    return fake
 
 
 def test_an_agent_previews_submits_reads_and_asks_why_a_job_waits(home, gflowd, fake_gpus, tmp_path):
@@ -82,6 +75,8 @@ def test_an_agent_previews_submits_reads_and_asks_why_a_job_waits(home, gflowd, 
             assert why["explanation"].startswith("job/small waits: Resources (needs 1 GPU")
             assert "enough GPUs free up" in why["explanation"]
 
+            # list_jobs reads the index, which may be written a moment after the status files
+            await asyncio.to_thread(wait_for, lambda: _index_phase(home, "small") == "Pending", 30)
             listed = await call(client, "list_jobs", phase="Pending")
             assert [j["name"] for j in listed["jobs"]] == ["small"]
             # a user error is the tool's error, with gflowctl's line
@@ -135,3 +130,7 @@ def _phase(home: Path, name: str) -> str | None:
 
 def _reason(home: Path, name: str) -> str | None:
     return _status(home, name).get("reason")
+
+
+def _index_phase(home: Path, name: str) -> str | None:
+    return (((read_index(home) or {}).get("jobs") or {}).get(name) or {}).get("phase")

@@ -211,6 +211,7 @@ def test_a_real_prometheus_stores_our_labels_as_served_and_runs_the_dashboards_q
         log.close()
 
 
+@pytest.mark.e2e
 def test_a_taken_metrics_port_is_a_one_line_error(home, tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -226,6 +227,7 @@ def test_a_taken_metrics_port_is_a_one_line_error(home, tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("flag, value_, message", [
     ("--metrics-port", "70000", "--metrics-port: Input should be less than or equal to 65535"),
     ("--metrics-port", "x", "invalid int value"),

@@ -114,6 +114,7 @@ webhooks:
     assert daemon.terminate(timeout=10) == 0
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("config, message", [
     ("webhooks:\n  - url: ftp://x\n", "webhooks.0.url: 'ftp://x' is not an http:// or https:// URL"),
     ("webhooks:\n  - url: http://h/x\n    events: [failed]\n", "'failed' is not a phase or reason"),

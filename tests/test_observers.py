@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from controller.model.documents import AdmissionResult
 from controller.model.plan import Event, Launch, Plan, RunObservation
 from controller.model.records import JobState
@@ -89,6 +91,7 @@ def test_a_broken_sink_is_reported_once_and_the_others_still_run(caplog):
     assert sum("sink Broken failed" in r.getMessage() for r in caplog.records) == 1
 
 
+@pytest.mark.e2e
 def test_a_plain_gflowd_does_not_import_prometheus_or_tenacity(tmp_path):
     """Metrics and webhooks cost nothing unless configured (gflowd start-up stays lean)."""
     import subprocess

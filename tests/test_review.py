@@ -55,6 +55,7 @@ def test_gflowd_judges_apply_with_what_only_it_knows_and_nothing_is_written(home
     assert os.listdir(review_dir(home)) == []  # request and answer both cleaned up
 
 
+@pytest.mark.e2e
 def test_without_gflowd_apply_checks_the_file_itself(home, tmp_path):
     src = tmp_path / "needs-conda.yaml"
     src.write_text(CONDA_JOB)
@@ -67,6 +68,7 @@ def test_without_gflowd_apply_checks_the_file_itself(home, tmp_path):
     assert refused.returncode == 1 and "spec.priority" in refused.stderr
 
 
+@pytest.mark.e2e
 def test_a_gflowd_that_does_not_answer_falls_back_to_a_local_check(home, tmp_path):
     # the instance lock is held (a gflowd seems to run) but nobody answers: after the review
     # timeout the CLI checks the file itself and leaves no request behind

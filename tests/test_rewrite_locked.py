@@ -95,6 +95,7 @@ def hold_lock(path: Path, release: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.e2e
 def test_a_held_lock_is_waited_for_and_an_endless_one_ends_in_an_error(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text("a: 1\n")
@@ -194,6 +195,7 @@ def test_create_new_never_replaces(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["n.yaml"]
 
 
+@pytest.mark.e2e
 def test_the_cli_says_in_one_line_when_a_writer_never_lets_an_edit_through(home):
     manifest = home / "jobs" / "busy.yaml"
     manifest.write_text("metadata: {name: busy}\nspec:\n  command: [sleep, '60']\n")

@@ -33,11 +33,7 @@ def proj(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-def fake_gpus(tmp_path: Path) -> Path:
-    fake = tmp_path / "gpus.yaml"
-    fake.write_text("gpus:\n" + "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" * 4)
-    return fake
+pytestmark = pytest.mark.fake_gpus(4)  # what the fake_gpus fixture writes
 
 
 def created_name(result: subprocess.CompletedProcess, kind: str = "job") -> str:

@@ -81,6 +81,7 @@ def test_generation_is_deterministic(generated):
     assert gen.generate() == generated
 
 
+@pytest.mark.e2e
 def test_check_mode_passes_on_the_committed_tree():
     result = subprocess.run(
         [sys.executable, str(ROOT / "hack" / "gen_schemas.py"), "--check"], capture_output=True, text=True
@@ -88,6 +89,7 @@ def test_check_mode_passes_on_the_committed_tree():
     assert (result.returncode, result.stderr) == (0, "")
 
 
+@pytest.mark.e2e
 def test_check_mode_fails_with_one_line_naming_the_stale_file(tmp_path, generated):
     for rel, text in generated.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

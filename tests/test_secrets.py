@@ -127,6 +127,7 @@ def submit_as(uid: int, umask: int, argv: list[str]) -> tuple[int, str]:
     return run_as(uid, work)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("umask", "argv", "mode"), [
     (0o077, ["run", "--name", "r1", "-e", f"TOKEN={SECRET}", "--", "true"], 0o600),  # the case
     (0o022, ["run", "--name", "r2", "-e", f"TOKEN={SECRET}", "--", "true"], 0o600),  # env: 0600 whatever the umask
@@ -146,6 +147,7 @@ def test_run_writes_the_manifest_with_the_users_umask_and_0600_with_env(shared_h
         assert SECRET not in err
 
 
+@pytest.mark.e2e
 def test_run_of_a_private_script_is_never_more_open_than_the_script(shared_home):
     (shared_home / "src").mkdir(mode=0o755)
     script = shared_home / "src" / "train.sh"
@@ -158,6 +160,7 @@ def test_run_of_a_private_script_is_never_more_open_than_the_script(shared_home)
     assert stat.S_IMODE((shared_home / "jobs" / "s1.yaml").stat().st_mode) == 0o600
 
 
+@pytest.mark.e2e
 def test_apply_is_never_more_open_than_the_file_applied(shared_home):
     (shared_home / "src").mkdir(mode=0o755)
     source = shared_home / "src" / "private.yaml"
@@ -182,6 +185,7 @@ def alices_log(home: Path) -> Path:
     return log
 
 
+@pytest.mark.e2e
 def test_logs_of_another_users_job_is_one_line_naming_the_owner(shared_home):
     log = alices_log(shared_home)
     main(["--home", str(shared_home), "logs", "alice-train"])  # load what the child uses
@@ -194,6 +198,7 @@ def test_logs_of_another_users_job_is_one_line_naming_the_owner(shared_home):
     assert SECRET not in err and str(log) not in err
 
 
+@pytest.mark.e2e
 def test_mcp_get_logs_of_another_users_job_is_one_line(shared_home):
     pytest.importorskip("mcp")
     from controller.cli.mcp import build_server
@@ -228,6 +233,7 @@ def _home(root: Path):
 # -- hole 10: functions/ of another user ---------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_submit_function_works_beside_a_hostile_user_and_refuses_a_squatted_folder(shared_home):
     pytest.importorskip("cloudpickle")
     from controller.client import Client

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # -- the spec directory's own permissions -----------------------------------------------------------
 
+@pytest.mark.e2e
 def test_world_writable_spec_dir_without_sticky_bit_is_refused_with_one_line(home, tmp_path):
     os.chmod(home / "jobs", 0o777)
     result = subprocess.run([sys.executable, "-m", "controller.daemon", "--home", str(home)],
@@ -129,6 +130,7 @@ def test_every_accepted_name_stays_inside_the_state_dir(name):
         assert os.path.dirname(os.path.normpath(path)) == str(folder)
 
 
+@pytest.mark.e2e
 def test_gflowctl_refuses_a_name_that_would_leave_the_state_dir(home):
     result = subprocess.run([sys.executable, "-m", "controller.cli.main", "--home", str(home), "logs", "../../etc/passwd"],
                             capture_output=True, text=True, timeout=30)
@@ -198,6 +200,7 @@ def as_nobody():
     shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.e2e
 def test_ordinary_user_gflowd_forbids_foreign_manifests_and_rejects_unreadable_ones(as_nobody):
     home, nobody, start = as_nobody
     mine = write_manifest(home / "jobs", "mine.yaml", "metadata: {name: mine}\nspec:\n  command: [id, -u]\n")

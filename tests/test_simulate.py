@@ -118,6 +118,7 @@ def test_user_quota_in_the_simulator(tmp_path):
     assert [j.start for j in jobs] == [0.0, 100.0, 0.0]
 
 
+@pytest.mark.e2e
 def test_committed_philly_shaped_trace_meets_the_targets_for_the_default():
     figures = {p: run(PHILLY, 64, p) for p in ("priority", "firstfit", "default")}
     default = figures["default"]
@@ -190,6 +191,7 @@ def test_plot_writes_a_gantt_chart_and_a_wait_cdf(tmp_path, capsys):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
 
 
+@pytest.mark.e2e
 def test_trace_generator_is_reproducible_and_readable(tmp_path):
     gen = ROOT / "hack" / "traces" / "gen_trace.py"
     outputs = [

@@ -298,6 +298,7 @@ def test_gflowd_flags_are_generated_for_the_slurm_section():
         "slurm", "gpu", ["--qos=a", "--exclusive"])
 
 
+@pytest.mark.e2e
 def test_gflowd_with_the_slurm_backend_and_no_slurm_exits_with_one_line(tmp_path: Path):
     import os
     import subprocess
@@ -309,6 +310,7 @@ def test_gflowd_with_the_slurm_backend_and_no_slurm_exits_with_one_line(tmp_path
     assert result.stderr.startswith("gflowd: --backend slurm: squeue not found") and result.stderr.count("\n") == 1
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "backend, leftover, message",
     [

@@ -132,6 +132,7 @@ def test_spares_take_at_most_a_share_of_the_free_space_and_none_when_little_is_f
     assert len(fresh) == 0 and not [n for n in os.listdir(tmp_path) if n.startswith(PREFIX)]
 
 
+@pytest.mark.e2e
 def test_a_full_disk_gets_the_spares_blocks_back_before_the_write_is_retried(small):
     from controller.util.spares import Spares
 

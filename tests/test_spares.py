@@ -166,6 +166,7 @@ def _whole(text: str, name: str) -> bool:
         and len(lines[1]) == int(lines[0].split()[1]) * 37 % 3000
 
 
+@pytest.mark.e2e
 def test_a_writer_killed_at_any_instant_leaves_every_status_file_whole(tmp_path):
     rng = random.Random(7)
     script = tmp_path / "writer.py"

@@ -79,6 +79,7 @@ def test_compute_with_a_selector_and_a_window_that_cuts_an_attempt():
     assert r["wait"]["count"] == 1  # a started before the window: only r's start counts
 
 
+@pytest.mark.e2e
 def test_gpu_hours_used_against_allocated_on_a_scripted_history(home):
     # alice: "ddp" held 4 GPUs for 2 h and used 2 GPU-hours (one GPU busy); "ok" 1 GPU for 1 h, 0.9 used;
     # bob: "nb" 2 GPUs for 1 h, 0.1 used; "cpu" no GPUs; "old" had no samples (no NVML): unmeasured;

@@ -122,6 +122,7 @@ def _cgroup_of(pid: int) -> str:
         return next(line.split(":", 2)[2].strip() for line in own if line.startswith("0::"))
 
 
+@pytest.mark.e2e
 def test_settle_moves_the_keeper_out_of_the_scope_root_into_supervisors(cgroup2):
     base, made = cgroup2
     keeper = subprocess.Popen(systemd_scope.KEEPER)
@@ -146,6 +147,7 @@ def _fake_systemd_run(tmp_path: Path, script: str) -> str:
     return f"{bin_dir}:{os.environ['PATH']}"
 
 
+@pytest.mark.e2e
 def test_create_waits_until_the_keeper_runs_in_the_scope(cgroup2, tmp_path, monkeypatch):
     base, _ = cgroup2
     unit = "gflow-0123456789.scope"
@@ -167,6 +169,7 @@ def test_create_waits_until_the_keeper_runs_in_the_scope(cgroup2, tmp_path, monk
         os.kill(keeper, signal.SIGKILL)
 
 
+@pytest.mark.e2e
 def test_a_refused_scope_is_one_line_naming_what_systemd_run_said(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", _fake_systemd_run(tmp_path, 'echo "Failed to start transient scope unit: Access denied" >&2\nexit 1\n'))
     with pytest.raises(CgroupError, match=r"^systemd scope: systemd-run --scope --unit=gflow-a.scope failed: "
@@ -174,6 +177,7 @@ def test_a_refused_scope_is_one_line_naming_what_systemd_run_said(tmp_path, monk
         systemd_scope.create("gflow-a.scope", "system", "d", Cgroupfs())
 
 
+@pytest.mark.e2e
 def test_the_launcher_enters_the_scope_leaf_before_it_forks_any_supervisor(cgroup2):
     base, made = cgroup2
     leaf = os.path.join(base, "supervisors")

@@ -7,6 +7,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -21,6 +23,7 @@ def _torture():
 torture = _torture()
 
 
+@pytest.mark.e2e
 def test_short_torture_run_keeps_every_invariant(tmp_path):
     report = torture.run_torture(cycles=5, jobs=18, seed=7, workdir=tmp_path, drain_timeout=90, flood=40)
     assert report.violations == [], "\n".join(report.violations)

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import job_status, read_status, run_as, wait_for, wait_phase
+from helpers import fake_gpus_file, job_status, read_status, run_as, wait_for, wait_phase
 
 from controller.cli.main import main
 
@@ -60,12 +60,6 @@ def shared():
     shutil.rmtree(root, ignore_errors=True)
 
 
-def fake_gpus(tmp_path: Path, n: int) -> Path:
-    path = tmp_path / "gpus.yaml"
-    path.write_text("gpus:\n" + "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" * n)
-    return path
-
-
 def submit_as(uid: int, spec_dir: Path, filename: str, text: str) -> None:
     """The user writes the manifest (so it is theirs), temp file and rename, as an editor does."""
 
@@ -93,7 +87,7 @@ def phases(home: Path, prefix: str, n: int) -> list[tuple[str | None, str | None
 
 def test_mallorys_top_priority_jobs_do_not_run_before_alices(users, shared, gflowd, tmp_path):
     (_, alice), (_, mallory) = users["alice"], users["mallory"]
-    daemon = gflowd("--fake-gpus", fake_gpus(tmp_path, 1), home=shared)
+    daemon = gflowd("--fake-gpus", fake_gpus_file(tmp_path / "gpus.yaml", 1), home=shared)
     spec = shared / "jobs"
     (spec / "blocker.yaml").write_text("metadata: {name: blocker}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n")
     wait_phase(shared, "blocker", "Running", daemon=daemon, timeout=60)
@@ -114,7 +108,7 @@ def test_mallorys_top_priority_jobs_do_not_run_before_alices(users, shared, gflo
 
 def test_mallorys_decade_long_reservation_is_forbidden_and_blocks_nobody(users, shared, gflowd, tmp_path):
     (mallory_name, mallory), (_, alice) = users["mallory"], users["alice"]
-    daemon = gflowd("--fake-gpus", fake_gpus(tmp_path, 2), home=shared)
+    daemon = gflowd("--fake-gpus", fake_gpus_file(tmp_path / "gpus.yaml", 2), home=shared)
     spec = shared / "jobs"
     submit_as(mallory, spec, "hog.yaml", f"kind: Reservation\nmetadata: {{name: hog}}\nspec:\n  users: [{mallory_name}]\n"
                                          "  gpus: 2\n  start: '+3650d'\n  duration: 36500d\n")
@@ -130,7 +124,7 @@ def test_mallorys_decade_long_reservation_is_forbidden_and_blocks_nobody(users, 
 
 def test_mallorys_1001st_waiting_job_is_rejected(users, shared, gflowd, tmp_path):
     (_, mallory), (_, alice) = users["mallory"], users["alice"]
-    daemon = gflowd("--fake-gpus", fake_gpus(tmp_path, 1), home=shared)
+    daemon = gflowd("--fake-gpus", fake_gpus_file(tmp_path / "gpus.yaml", 1), home=shared)
     spec = shared / "jobs"
     submit_as(mallory, spec, "flood.yaml", jobs("m-", 1001, "  command: ['true']\n  resources: {gpus: 1}\n  startAfter: '+1d'\n"))
     status = wait_phase(shared, "m-1000", "Rejected", daemon=daemon, timeout=180)
@@ -144,7 +138,7 @@ def test_mallorys_1001st_waiting_job_is_rejected(users, shared, gflowd, tmp_path
 
 def test_300_cpu_only_jobs_run_at_most_64_at_once(users, shared, gflowd, tmp_path):
     (_, mallory) = users["mallory"]
-    daemon = gflowd("--fake-gpus", fake_gpus(tmp_path, 0), home=shared)
+    daemon = gflowd("--fake-gpus", fake_gpus_file(tmp_path / "gpus.yaml", 0), home=shared)
     submit_as(mallory, shared / "jobs", "cpu.yaml", jobs("c", 300, "  command: [sleep, '600']\n"))
 
     def settled():

@@ -17,7 +17,6 @@ import pytest
 
 from helpers import wait_for, wait_phase, write_manifest
 
-TWO_GPUS = "gpus:\n" + "".join("  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" for _ in range(2))
 XSS = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 
 
@@ -67,13 +66,6 @@ def state(address, hours: float | None = None) -> dict:
     status, _, body = request(address, "/api/state" + (f"?hours={hours}" if hours else ""))
     assert status == 200, body
     return json.loads(body)
-
-
-@pytest.fixture
-def fake_gpus(tmp_path: Path) -> Path:
-    path = tmp_path / "gpus.yaml"
-    path.write_text(TWO_GPUS)
-    return path
 
 
 def test_state_shows_gpus_queue_with_reasons_running_jobs_and_the_timeline(home, gflowd, fake_gpus, tmp_path):
