@@ -65,7 +65,9 @@ def invalid(name: str = "a", **spec: Any) -> Rejection:
 
 def documents(text: str, stem: str = "x") -> list:
     """Every document of one manifest file's text (a Sweep expands into its record and children)."""
-    return validate_any(load_one(text), source=f"jobs/{stem}.yaml", path=f"/h/jobs/{stem}.yaml", stem=stem, single=True, text=text)
+    return validate_any(
+        load_one(text), source=f"jobs/{stem}.yaml", path=f"/h/jobs/{stem}.yaml", stem=stem, single=True, text=text
+    )
 
 
 # --- the machine and its processes -----------------------------------------------------------------
@@ -83,7 +85,9 @@ def running(name: str, attempt: int = 1, pid: int = 4242, started_at: float = T0
     return RunObservation(name, attempt, pid, started_at, True, **facts)
 
 
-def exited(name: str, code: int, at: float, attempt: int = 1, signal: int | None = None, **facts: Any) -> RunObservation:
+def exited(
+    name: str, code: int, at: float, attempt: int = 1, signal: int | None = None, **facts: Any
+) -> RunObservation:
     return RunObservation(name, attempt, 4242, at - 1, False, code, signal, at, **facts)
 
 
@@ -92,7 +96,9 @@ def state(name: str = "a", **fields: Any) -> JobState:
     return JobState(name=name, **fields)
 
 
-def snapshot(*docs: AdmittedJob | Rejection, states: dict | None = None, runs: dict | None = None, **fields: Any) -> Snapshot:
+def snapshot(
+    *docs: AdmittedJob | Rejection, states: dict | None = None, runs: dict | None = None, **fields: Any
+) -> Snapshot:
     """A snapshot of these documents (admitted together) and records, for one pass of reconcile."""
     states = states or {}
     current = {n: s.manifest for n, s in states.items() if s.manifest and not s.owner}
@@ -119,8 +125,14 @@ class FakeRuntime:
         self.started.append(launch)
         self.stops.pop(launch.name, None)
         self.runs[launch.name] = RunObservation(
-            launch.name, launch.attempt, self._pid, self.now, True,
-            devices=tuple(launch.devices), device_uuids=tuple(launch.device_uuids), run_hash=launch.job.run_hash,
+            launch.name,
+            launch.attempt,
+            self._pid,
+            self.now,
+            True,
+            devices=tuple(launch.devices),
+            device_uuids=tuple(launch.device_uuids),
+            run_hash=launch.job.run_hash,
         )
 
     def stop(self, name: str, grace: float, reason: str) -> None:
@@ -168,7 +180,9 @@ class FakeRuntime:
     def exit(self, name: str, code: int | None, at: float, signal: int | None = None, **facts: Any) -> None:
         """The attempt ends; like a supervisor's exit record, it says which stop it acted on."""
         facts.setdefault("stop_reason", self.stops.pop(name, ""))
-        self.runs[name] = replace(self.runs[name], running=False, exit_code=code, signal=signal, finished_at=at, **facts)
+        self.runs[name] = replace(
+            self.runs[name], running=False, exit_code=code, signal=signal, finished_at=at, **facts
+        )
 
 
 class World:

@@ -42,7 +42,13 @@ _CONTROLLER_FILES = {
 class FakeCgroup2(Cgroupfs):
     """cgroupfs semantics for the tree under ``root``; ``kill_file``/``peak_file`` off = older kernel."""
 
-    def __init__(self, root: Path, controllers: str = "cpuset cpu io memory hugetlb pids", kill_file: bool = True, peak_file: bool = True):
+    def __init__(
+        self,
+        root: Path,
+        controllers: str = "cpuset cpu io memory hugetlb pids",
+        kill_file: bool = True,
+        peak_file: bool = True,
+    ):
         self.root = Path(root)
         self.kill_file = kill_file
         self.peak_file = peak_file
@@ -148,7 +154,9 @@ class FakeCgroup2(Cgroupfs):
             if value.strip() not in ("0", "1"):
                 raise OSError(errno.EINVAL, "Invalid argument", path)
             target.write_text(value.strip() + "\n")
-            (directory / "cgroup.events").write_text(f"populated {int(bool(self._members(directory)))}\nfrozen {value.strip()}\n")
+            (directory / "cgroup.events").write_text(
+                f"populated {int(bool(self._members(directory)))}\nfrozen {value.strip()}\n"
+            )
         elif name in ("memory.max", "memory.swap.max", "pids.max"):
             if value.strip() != "max" and not value.strip().isdigit():
                 raise OSError(errno.EINVAL, "Invalid argument", path)

@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # `import helpers` from any test module
 
-from helpers import Daemon, fake_gpus_file, home_cgroups, kill_jobs_of_home, scrub_cgroups  # noqa: E402  (kill_jobs_of_home scrubs cgroups too)
+from helpers import Daemon, fake_gpus_file, home_cgroups, kill_jobs_of_home, scrub_cgroups
 
 TESTS = Path(__file__).parent
 
@@ -29,15 +29,33 @@ TESTS = Path(__file__).parent
 
 # Fixtures that start real processes (a gflowd, a compiler, a probe, a cluster): a test using one,
 # even through another fixture, is e2e.
-E2E_FIXTURES = frozenset({"gflowd", "gpu_sim", "nvml_probe", "fake_nvml_lib", "fake_cuda_lib", "slurm", "cluster_daemon"})
+E2E_FIXTURES = frozenset(
+    {"gflowd", "gpu_sim", "nvml_probe", "fake_nvml_lib", "fake_cuda_lib", "slurm", "cluster_daemon"}
+)
 # Modules whose every test starts processes (gflowctl, gflowd, users, ptys, a browser) another way.
-E2E_MODULES = frozenset({
-    "test_apply_workdir.py", "test_cli_conventions.py", "test_completion.py", "test_edit_owner.py",
-    "test_front_door_warnings.py", "test_gflowd_service.py", "test_hostile_input.py", "test_interactive.py",
-    "test_interactive_runtime.py", "test_interactive_security.py", "test_labbox_runner.py", "test_live.py",
-    "test_mcp.py", "test_multi_user.py", "test_nvml.py", "test_rejected_e2e.py", "test_review_for_users.py",
-    "test_run_e2e.py", "test_runtime.py",
-})
+E2E_MODULES = frozenset(
+    {
+        "test_apply_workdir.py",
+        "test_cli_conventions.py",
+        "test_completion.py",
+        "test_edit_owner.py",
+        "test_front_door_warnings.py",
+        "test_gflowd_service.py",
+        "test_hostile_input.py",
+        "test_interactive.py",
+        "test_interactive_runtime.py",
+        "test_interactive_security.py",
+        "test_labbox_runner.py",
+        "test_live.py",
+        "test_mcp.py",
+        "test_multi_user.py",
+        "test_nvml.py",
+        "test_rejected_e2e.py",
+        "test_review_for_users.py",
+        "test_run_e2e.py",
+        "test_runtime.py",
+    }
+)
 # Parallel workers (hack/test.sh: pytest -n N --dist loadgroup) share the machine: each test has its
 # own home, tmp dirs, users (random or per-pid names), cgroups (named from the home) and ports (0: the
 # kernel picks). What is one per machine is run by one worker at a time: the local Slurm cluster
@@ -49,10 +67,15 @@ _started = pytest.StashKey[list[str]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "e2e: the slow lane: starts a gflowd, real processes, users or VMs, or runs "
-                                       "for long (tests/conftest.py marks most by their fixtures and modules)")
+    config.addinivalue_line(
+        "markers",
+        "e2e: the slow lane: starts a gflowd, real processes, users or VMs, or runs "
+        "for long (tests/conftest.py marks most by their fixtures and modules)",
+    )
     config.addinivalue_line("markers", "fake_gpus(count=2, gpu=H100): what the `fake_gpus` fixture's file holds")
-    config.addinivalue_line("markers", "xdist_group(name): run by one worker (known here also when xdist is not loaded)")
+    config.addinivalue_line(
+        "markers", "xdist_group(name): run by one worker (known here also when xdist is not loaded)"
+    )
     sys.addaudithook(_refuse_processes)
 
 
@@ -60,8 +83,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.fspath))
-        if (E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())) or path.name in E2E_MODULES
-                or TESTS / "labbox" in path.parents):
+        if (
+            E2E_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or path.name in E2E_MODULES
+            or TESTS / "labbox" in path.parents
+        ):
             item.add_marker(pytest.mark.e2e)
         if path.name in SERIAL_GROUPS:
             item.add_marker(pytest.mark.xdist_group(SERIAL_GROUPS[path.name]))

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from nvml_fixtures import build_stub, write_fake_nvml
 
 SIM_DIR = Path(__file__).parent / "gpu_sim"
@@ -65,13 +64,15 @@ class SimDriver:
         gpus = ";".join(f"{g['pciBusId'][4:]}|{g['name']}|{g['memoryTotal']}" for g in self.gpus)
         return {
             "PATH": f"{SIM_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
-            "LD_LIBRARY_PATH": os.pathsep.join([str(cuda_lib), str(nvml_lib), os.environ.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep),
+            "LD_LIBRARY_PATH": os.pathsep.join(
+                [str(cuda_lib), str(nvml_lib), os.environ.get("LD_LIBRARY_PATH", "")]
+            ).rstrip(os.pathsep),
             "FAKE_NVML_FILE": str(self.nvml_file),
             "FAKE_CUDA_GPUS": gpus,  # CUDA spells the domain with 4 digits: 0000:3B:00.0
             "FAKE_CUDA_STATE": str(self.state_dir),
         }
 
-    def start(self) -> "SimDriver":
+    def start(self) -> SimDriver:
         self._thread.start()
         return self
 
@@ -117,7 +118,9 @@ def gpu_sim(fake_cuda_lib: Path, fake_nvml_lib: Path, tmp_path: Path):
     def make(count: int) -> tuple[SimDriver, dict[str, str]]:
         state = tmp_path / f"cuda-state-{len(drivers)}"
         state.mkdir()
-        driver = SimDriver([sim_gpu(i) for i in range(count)], state, tmp_path / f"fake-nvml-{len(drivers)}.json").start()
+        driver = SimDriver(
+            [sim_gpu(i) for i in range(count)], state, tmp_path / f"fake-nvml-{len(drivers)}.json"
+        ).start()
         drivers.append(driver)
         return driver, driver.env(fake_cuda_lib, fake_nvml_lib)
 

@@ -14,8 +14,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
@@ -25,6 +26,7 @@ _yaml = YAML(typ="safe")
 
 
 # -- waiting ------------------------------------------------------------------------------------
+
 
 def wait_for(
     predicate: Callable[[], T],
@@ -48,6 +50,7 @@ def wait_for(
 
 
 # -- reading what the controller wrote ----------------------------------------------------------
+
 
 def read_status(home: Path, name: str) -> dict[str, Any] | None:
     """The whole document of ``status/<name>.yaml``; None when missing, partial or unparseable."""
@@ -90,7 +93,7 @@ def wait_phase(
     phase: str | tuple[str, ...],
     timeout: float = 60,
     reason: str | None = None,
-    daemon: "Any" = None,
+    daemon: Any = None,
 ) -> dict[str, Any]:
     """Wait until job ``name`` shows ``phase`` (and ``reason``, if given); return its status."""
     phases = (phase,) if isinstance(phase, str) else phase
@@ -111,6 +114,7 @@ def wait_phase(
 
 
 # -- writing manifests the way users and git do ----------------------------------------------------
+
 
 def write_manifest(spec_dir: Path, filename: str, text: str) -> Path:
     """Write ``text`` to a hidden temp name in ``spec_dir`` and rename it into place (atomic)."""
@@ -145,6 +149,7 @@ def fake_gpus_file(path: Path, count: int = 2, gpu: str = H100) -> Path:
 
 # -- filesystems ----------------------------------------------------------------------------------
 
+
 def fill_filesystem(directory: Path) -> None:
     """Write until the filesystem under ``directory`` says ENOSPC, in big then small pieces (to the
     last block). The files are ``filler`` and ``filler2``: delete them to give the space back."""
@@ -160,6 +165,7 @@ def fill_filesystem(directory: Path) -> None:
 
 
 # -- processes ------------------------------------------------------------------------------------
+
 
 def pid_alive(pid: int | None) -> bool:
     """True while ``pid`` is a live process (a zombie is not alive: it only awaits reaping)."""
@@ -256,6 +262,7 @@ def kill_jobs_of_home(home: Path, timeout: float = 5) -> set[int]:
 
 # -- other users ----------------------------------------------------------------------------------
 
+
 def run_as(uid: int, work: Callable[[], int]) -> tuple[int, str]:
     """Run ``work()`` in a forked child that dropped to ``uid`` (its group: the same number):
     (its return value as the exit code, what it wrote to stderr). Needs root. Load what ``work``
@@ -289,6 +296,7 @@ def run_as(uid: int, work: Callable[[], int]) -> tuple[int, str]:
 
 # -- the daemon -----------------------------------------------------------------------------------
 
+
 class Daemon:
     """A ``gflowd`` subprocess on one home, with its stderr in a file."""
 
@@ -316,7 +324,7 @@ class Daemon:
         except FileNotFoundError:
             return ""
 
-    def wait_ready(self, timeout: float = 60) -> "Daemon":
+    def wait_ready(self, timeout: float = 60) -> Daemon:
         """Until the first pass is recorded (run/index.json names this process)."""
 
         def ready():
@@ -356,10 +364,11 @@ class Daemon:
 
 # -- cgroups ----------------------------------------------------------------------------------------
 
+
 def home_cgroups(home: Path) -> list[str]:
     """The cgroup directories gflowd made for ``home`` (its group, in every hierarchy), that exist."""
-    from controller.act.runtime.cgroups import probe  # lazy: only tests of cgroups need the probe
     from controller.act.runtime.backends.local.attempt_cgroups import cgroup_group  # lazy: as above
+    from controller.act.runtime.cgroups import probe  # lazy: only tests of cgroups need the probe
 
     found = probe()
     group = cgroup_group(Path(home) / "")

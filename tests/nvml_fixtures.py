@@ -33,7 +33,9 @@ def build_stub(source: Path, library: str, folder: Path) -> Path:
         pytest.skip(f"gcc is not installed: cannot build the stand-in {library}")
     result = subprocess.run(
         [gcc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(folder / library), str(source)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if result.returncode != 0:
         pytest.fail(f"compiling {source} failed:\n{result.stderr}")
@@ -126,8 +128,14 @@ class NvmlProbe:
         self.stderr_path = Path(cwd) / "probe.stderr"
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", PROBE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, env=full_env, cwd=str(cwd), text=True, bufsize=1,
+            [sys.executable, "-c", PROBE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=full_env,
+            cwd=str(cwd),
+            text=True,
+            bufsize=1,
         )
         self.last_seconds = 0.0
 

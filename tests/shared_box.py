@@ -34,24 +34,49 @@ class Box:
     def env(self, activated: bool = True, **extra: str) -> dict[str, str]:
         """A login shell's environment of the user, with their venv activated (as `source activate`)."""
         path = "/usr/local/bin:/usr/bin:/bin"
-        env = {"HOME": self.user.pw_dir, "USER": self.user.pw_name, "LOGNAME": self.user.pw_name,
-               "SHELL": "/bin/sh", "PATH": path, "LANG": "C.UTF-8", "PYTHONPATH": self.pythonpath,
-               "GFLOW_HOME": str(self.home)}
+        env = {
+            "HOME": self.user.pw_dir,
+            "USER": self.user.pw_name,
+            "LOGNAME": self.user.pw_name,
+            "SHELL": "/bin/sh",
+            "PATH": path,
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": self.pythonpath,
+            "GFLOW_HOME": str(self.home),
+        }
         if activated:
             env.update(PATH=f"{self.venv}/bin:{path}", VIRTUAL_ENV=str(self.venv))
         env.update(extra)
         return env
 
-    def gflowctl(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-                 timeout: float = 60) -> subprocess.CompletedProcess:
+    def gflowctl(
+        self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
         """``gflowctl ARGS`` run by the user, from their venv's python."""
-        return subprocess.run([str(self.venv / "bin" / "python"), "-m", "controller.cli.main", *args],
-                              env=env or self.env(), cwd=str(cwd or self.project), capture_output=True, text=True,
-                              timeout=timeout, user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[])
+        return subprocess.run(
+            [str(self.venv / "bin" / "python"), "-m", "controller.cli.main", *args],
+            env=env or self.env(),
+            cwd=str(cwd or self.project),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            user=self.user.pw_uid,
+            group=self.user.pw_gid,
+            extra_groups=[],
+        )
 
     def as_user(self, *argv: str, cwd: Path | None = None) -> None:
-        subprocess.run(list(argv), cwd=str(cwd or self.project), check=True, capture_output=True, timeout=60,
-                       user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[], env=self.env(activated=False))
+        subprocess.run(
+            list(argv),
+            cwd=str(cwd or self.project),
+            check=True,
+            capture_output=True,
+            timeout=60,
+            user=self.user.pw_uid,
+            group=self.user.pw_gid,
+            extra_groups=[],
+            env=self.env(activated=False),
+        )
 
 
 def make_box() -> Box:
@@ -59,8 +84,9 @@ def make_box() -> Box:
         pytest.skip("needs root and useradd to run gflowd as root for an ordinary user")
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         pytest.skip(f"no {SYSTEM_PYTHON} to make the user's venv from")
-    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    version = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     if version != str(sys.version_info[:2]):
         pytest.skip(f"{SYSTEM_PYTHON} is not this Python's version: its venv cannot use the test venv's packages")
     root = Path(tempfile.mkdtemp(prefix="gflow-box-"))

@@ -336,7 +336,10 @@ def test_time_limit_must_be_finite(value):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("kind: Deployment\nspec: {}\n", "kind: 'Deployment' is not supported; use Job, Sweep or Reservation (jobs/a.yaml line 1)"),
+        (
+            "kind: Deployment\nspec: {}\n",
+            "kind: 'Deployment' is not supported; use Job, Sweep or Reservation (jobs/a.yaml line 1)",
+        ),
         ("- a\n- b\n", "document is a list, not a Job mapping (jobs/a.yaml)"),
         ("just text\n", "document is a str, not a Job mapping (jobs/a.yaml)"),
         ("metadata: {name: a}\n", "spec: required field is missing (jobs/a.yaml line 1)"),
@@ -375,7 +378,7 @@ BASE = "metadata:\n  name: a\nspec:\n  command: [python, train.py, '1']\n  prior
 SAME_SPEC = [
     pytest.param(
         "# reformatted, reordered, commented\nspec:\n  resources:\n    gpus: 1   # one\n  priority: 1\n"
-        "  command:\n    - python\n    - \"train.py\"\n    - 1\nmetadata: {name: a}\n",
+        '  command:\n    - python\n    - "train.py"\n    - 1\nmetadata: {name: a}\n',
         id="formatting-order-comments",
     ),
     pytest.param(BASE.replace("  name: a\n", "  name: a\n  labels: {team: vision}\n"), id="labels"),
@@ -505,7 +508,9 @@ def test_documents_without_a_name_become_warnings():
 def _owned(uid: int, text: str = "spec:\n  command: [x]\n") -> AdmittedJob:
     from controller.util.yamlio import load_one as _load
 
-    result = validate_document(_load(text), source="jobs/o.yaml", path="/x/o.yaml", stem="o", single=True, owner_uid=uid)
+    result = validate_document(
+        _load(text), source="jobs/o.yaml", path="/x/o.yaml", stem="o", single=True, owner_uid=uid
+    )
     assert isinstance(result, AdmittedJob)
     return result
 

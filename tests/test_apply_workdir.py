@@ -17,8 +17,15 @@ from controller.util.yamlio import load_one
 
 def ctl(home: Path, *argv: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], input=stdin,
-                          capture_output=True, text=True, env=env, timeout=60, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=cwd,
+    )
 
 
 JOB = """\
@@ -45,13 +52,29 @@ def test_apply_runs_a_manifest_where_the_user_keeps_it(home, gflowd, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
-    applied = ctl(home, "apply", "-f", str(proj / "job.yaml"), "-f", "../proj/dot.yaml", "-f", str(proj / "sub.yaml"),
-                  "-f", str(proj / "abs.yaml"), cwd=elsewhere)
+    applied = ctl(
+        home,
+        "apply",
+        "-f",
+        str(proj / "job.yaml"),
+        "-f",
+        "../proj/dot.yaml",
+        "-f",
+        str(proj / "sub.yaml"),
+        "-f",
+        str(proj / "abs.yaml"),
+        cwd=elsewhere,
+    )
     assert applied.returncode == 0, applied.stderr
     piped = ctl(home, "apply", "-f", "-", cwd=proj, stdin=JOB.format(name="piped", extra=""))
     assert piped.returncode == 0, piped.stderr
-    expected = {"plain": (proj, "proj"), "dot": (proj, "proj"), "sub": (proj / "data", "data"),
-                "abs": (proj / "data", "data"), "piped": (proj, "proj")}
+    expected = {
+        "plain": (proj, "proj"),
+        "dot": (proj, "proj"),
+        "sub": (proj / "data", "data"),
+        "abs": (proj / "data", "data"),
+        "piped": (proj, "proj"),
+    }
     for name, (folder, which) in expected.items():
         wait_phase(home, name, ("Succeeded", "Failed"), daemon=daemon)
         assert read_log(home, name) == f"in {folder}\n{which} input\n", name

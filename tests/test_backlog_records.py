@@ -31,8 +31,9 @@ def _pass(world: World, writer: PassWriter, now: float, full: bool = False):
     snap = world.snapshot()
     last = world.last
     if last is not None and not full:
-        snap = replace(snap, previous=last.admission, unsettled=last.unsettled, queue_memo=last.queue_memo,
-                       parked=last.parked)
+        snap = replace(
+            snap, previous=last.admission, unsettled=last.unsettled, queue_memo=last.queue_memo, parked=last.parked
+        )
     plan = reconcile(snap, now)
     world.last = plan
     plan.admission = snap.admission
@@ -91,7 +92,10 @@ def test_the_folder_keeps_each_owner_to_its_budget_per_window():
     assert folder.fold([], owners.get, T0 + 5) == []  # the window is still open
     summary = folder.fold([], owners.get, T0 + 10)
     assert len(summary) == 1 and summary[0].object == "mallory" and summary[0].kind == "user"
-    assert summary[0].message.startswith("97 more waiting-job events of mallory") and "m3, m4, m5, ..." in summary[0].message
+    assert (
+        summary[0].message.startswith("97 more waiting-job events of mallory")
+        and "m3, m4, m5, ..." in summary[0].message
+    )
     # a new window: the budget is back
     assert len(folder.fold(flood[:5], owners.get, T0 + 11)) == 3
 

@@ -30,8 +30,14 @@ def _why_not() -> str:
 
 pytestmark = pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "-")
 
-NODES = {"nvidia0": (195, 0), "nvidia1": (195, 1), "nvidia7": (195, 7), "nvidiactl": (195, 255),
-         "nvidia-modeset": (195, 254), "null": (1, 3)}
+NODES = {
+    "nvidia0": (195, 0),
+    "nvidia1": (195, 1),
+    "nvidia7": (195, 7),
+    "nvidiactl": (195, 255),
+    "nvidia-modeset": (195, 254),
+    "null": (1, 3),
+}
 
 # Joins the cgroup, drops to nobody, then tries each node; prints "name errno" (0: opened).
 PROBE = """
@@ -66,8 +72,9 @@ def cgroup():
 
 
 def opened_as_nobody(cgroup: str, nodes: str) -> dict[str, int]:
-    out = subprocess.run([sys.executable, "-c", PROBE, cgroup, nodes, *NODES], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, cgroup, nodes, *NODES], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     return {name: int(code) for name, code in (line.split() for line in out.splitlines())}
 
 

@@ -49,7 +49,9 @@ pytestmark = [
 def leftovers(found: Probe) -> list[str]:
     """Our test cgroups still present in any hierarchy."""
     fs = Cgroupfs()
-    return [os.path.join(base, name) for base in found.dirs.values() for name in fs.subdirs(base) if name.startswith(PREFIX)]
+    return [
+        os.path.join(base, name) for base in found.dirs.values() for name in fs.subdirs(base) if name.startswith(PREFIX)
+    ]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -268,7 +270,9 @@ def test_a_job_bound_to_gpu_1_cannot_open_gpu_0(cgroups, gpu_nodes):
 def test_a_cpu_job_opens_no_gpu_node_but_every_other_device(cgroups, gpu_nodes):
     need(FOUND, "devices")
     attempt = cgroups.create("cpu-job", Limits(deny_devices=gpu_deny_rules([], dev_dir=str(gpu_nodes))))
-    opened = _opens(attempt, gpu_nodes / "nvidia0", gpu_nodes / "nvidia1", gpu_nodes / "other", "/dev/null", "/dev/ptmx")
+    opened = _opens(
+        attempt, gpu_nodes / "nvidia0", gpu_nodes / "nvidia1", gpu_nodes / "other", "/dev/null", "/dev/ptmx"
+    )
     # ENXIO, not EPERM: the devices controller let the open through to the (missing) driver
     assert opened == ["EPERM", "EPERM", "ENXIO", "ok", "ok"]
 
@@ -278,7 +282,7 @@ def test_an_attempt_starts_from_its_parents_device_list_and_only_denies(cgroups)
     if FOUND.mode != "v1":
         pytest.skip("devices.list is cgroup v1")
     attempt = cgroups.create("list", Limits(deny_devices=[DeviceRule("c", 195, 0)]))
-    read = lambda directory: Cgroupfs().read(os.path.join(directory, "devices.list"))  # noqa: E731
+    read = lambda directory: Cgroupfs().read(os.path.join(directory, "devices.list"))
     # with an allow-all parent the list stays "a *:* rwm" (the kernel lists no deny exceptions)
     assert read(attempt.dirs["devices"]) == read(os.path.dirname(attempt.dirs["devices"]))
 
@@ -324,8 +328,12 @@ def test_a_cpuset_the_machine_lacks_is_refused_in_one_line_and_leaves_nothing(cg
         cgroups.create("no-such-core", Limits(cpus={4095}))
     message = str(raised.value)
     assert message.startswith("cannot write '4095' to ") and "\n" not in message
-    assert message.endswith(("/no-such-core/cpuset.cpus: ERANGE (no such CPU or memory node on this machine)",
-                             "/no-such-core/cpuset.cpus: EINVAL (the kernel rejected the value)"))
+    assert message.endswith(
+        (
+            "/no-such-core/cpuset.cpus: ERANGE (no such CPU or memory node on this machine)",
+            "/no-such-core/cpuset.cpus: EINVAL (the kernel rejected the value)",
+        )
+    )
     assert cgroups.names() == []
 
 
@@ -463,8 +471,10 @@ def test_an_attempt_joins_only_the_hierarchies_its_limits_use(cgroups):
     for key in ("memory", "devices", "cpuacct"):
         assert (key in plain.dirs) == (key in FOUND.dirs)
     assert sorted(cgroups.names()) == ["plain"] and sorted(plain.existing()) == sorted(plain.dirs)
-    wanted = Limits(cpus={sorted(os.sched_getaffinity(0))[0]} if FOUND.features["cpuset"].available else None,
-                    pids=20 if FOUND.features["pids"].available else None)
+    wanted = Limits(
+        cpus={sorted(os.sched_getaffinity(0))[0]} if FOUND.features["cpuset"].available else None,
+        pids=20 if FOUND.features["pids"].available else None,
+    )
     limited = cgroups.create("limited", wanted)
     for key in ("cpuset", "pids"):
         assert (key in limited.dirs) == FOUND.features[key].available

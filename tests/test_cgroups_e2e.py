@@ -53,7 +53,11 @@ def python_job(name: str, code: str, extra: str = "") -> str:
 
 
 def attempt_dirs(home: Path, name: str) -> list[str]:
-    return [os.path.join(group, f"{name}-1") for group in home_cgroups(home) if os.path.isdir(os.path.join(group, f"{name}-1"))]
+    return [
+        os.path.join(group, f"{name}-1")
+        for group in home_cgroups(home)
+        if os.path.isdir(os.path.join(group, f"{name}-1"))
+    ]
 
 
 def test_a_job_over_its_memory_limit_is_oom_killed_from_the_counter_and_its_sibling_is_untouched(home, gflowd):
@@ -61,7 +65,9 @@ def test_a_job_over_its_memory_limit_is_oom_killed_from_the_counter_and_its_sibl
     daemon = gflowd()
     hog = "import time; print(time.time(), flush=True); b = bytearray(200 << 20); print('survived', flush=True)"
     sibling = "import os, time\nb = bytearray(20 << 20)\nwhile not os.path.exists('release'): time.sleep(0.02)\nprint('sibling done')"
-    write_manifest(home / "jobs", "sibling.yaml", python_job("sibling", sibling, "  workingDir: .\n  resources: {memory: 50Mi}\n"))
+    write_manifest(
+        home / "jobs", "sibling.yaml", python_job("sibling", sibling, "  workingDir: .\n  resources: {memory: 50Mi}\n")
+    )
     wait_phase(home, "sibling", "Running", daemon=daemon)
     write_manifest(home / "jobs", "hog.yaml", python_job("hog", hog, "  resources: {memory: 50Mi}\n"))
     status = wait_phase(home, "hog", "Failed", timeout=30, daemon=daemon)
@@ -78,12 +84,16 @@ def test_a_job_over_its_memory_limit_is_oom_killed_from_the_counter_and_its_sibl
     done = wait_phase(home, "sibling", "Succeeded", timeout=30, daemon=daemon)
     assert "sibling done" in read_log(home, "sibling")
     assert done["usage"]["peakMemoryBytes"] >= 20 * MI  # it did hold its 20 Mi
-    wait_for(lambda: not attempt_dirs(home, "hog") and not attempt_dirs(home, "sibling"), timeout=10,
-             message="the jobs' cgroups to be removed")
+    wait_for(
+        lambda: not attempt_dirs(home, "hog") and not attempt_dirs(home, "sibling"),
+        timeout=10,
+        message="the jobs' cgroups to be removed",
+    )
 
 
 def read_exit_record_time(home: Path, name: str) -> float | None:
     from helpers import read_status  # the status's completionTime is the exit record's finishedAt
+
     from controller.model.records import from_rfc3339
 
     data = read_status(home, name)
@@ -113,7 +123,9 @@ OPENS = (
 )
 
 
-def test_a_job_bound_to_gpu_1_cannot_open_gpu_0_a_cpu_job_no_gpu_and_both_any_other_device(home, gflowd, gpu_nodes, tmp_path):
+def test_a_job_bound_to_gpu_1_cannot_open_gpu_0_a_cpu_job_no_gpu_and_both_any_other_device(
+    home, gflowd, gpu_nodes, tmp_path
+):
     need("devices")
     fake = tmp_path / "gpus.yaml"
     # GPU C (minor 7) has no node in the device folder: denied all the same, from the inventory
@@ -123,15 +135,37 @@ def test_a_job_bound_to_gpu_1_cannot_open_gpu_0_a_cpu_job_no_gpu_and_both_any_ot
     os.mknod(elsewhere / "nvidia7", 0o666 | stat.S_IFCHR, os.makedev(195, 7))
     daemon = gflowd("--fake-gpus", fake, "--gpus", "1", "--device-dir", gpu_nodes)
     nodes = [str(gpu_nodes / n) for n in ("nvidia0", "nvidia1", "nvidiactl", "other")] + [str(elsewhere / "nvidia7")]
-    command = lambda name: f"  command: [python3, -c, {OPENS!r}, {', '.join(nodes)}]\n"  # noqa: E731
+    command = lambda name: f"  command: [python3, -c, {OPENS!r}, {', '.join(nodes)}]\n"
     write_manifest(home / "jobs", "gpu.yaml", job("gpu", command("gpu") + "  resources: {gpus: 1}\n"))
     write_manifest(home / "jobs", "cpu.yaml", job("cpu", command("cpu")))
     assert wait_phase(home, "gpu", "Succeeded", timeout=30, daemon=daemon)["devices"] == [1]
     wait_phase(home, "cpu", "Succeeded", timeout=30, daemon=daemon)
-    assert read_log(home, "gpu").split() == ["nvidia0", "EPERM", "nvidia1", "ENXIO", "nvidiactl", "ENXIO", "other", "ENXIO", "nvidia7", "EPERM"]
+    assert read_log(home, "gpu").split() == [
+        "nvidia0",
+        "EPERM",
+        "nvidia1",
+        "ENXIO",
+        "nvidiactl",
+        "ENXIO",
+        "other",
+        "ENXIO",
+        "nvidia7",
+        "EPERM",
+    ]
     # only GPUs are constrained (Slurm's ConstrainDevices): the control node and any other device
     # get through to their (missing) driver
-    assert read_log(home, "cpu").split() == ["nvidia0", "EPERM", "nvidia1", "EPERM", "nvidiactl", "ENXIO", "other", "ENXIO", "nvidia7", "EPERM"]
+    assert read_log(home, "cpu").split() == [
+        "nvidia0",
+        "EPERM",
+        "nvidia1",
+        "EPERM",
+        "nvidiactl",
+        "ENXIO",
+        "other",
+        "ENXIO",
+        "nvidia7",
+        "EPERM",
+    ]
 
 
 AFFINITY = "import os, time\nprint(sorted(os.sched_getaffinity(0)), os.environ.get('OMP_NUM_THREADS'), flush=True)\nwhile not os.path.exists('release'): time.sleep(0.02)\n"
@@ -142,7 +176,9 @@ def test_cpus_pin_each_job_to_a_core_on_its_gpus_numa_node_and_a_third_waits(hom
     need("cpuset")
     first, second = sorted(os.sched_getaffinity(0))[:2]
     fake = tmp_path / "gpus.yaml"  # two NUMA nodes of one core each, GPU 0 on the second one
-    fake.write_text(f"numaNodes: {{0: '{second}', 1: '{first}'}}\ngpus:\n  - {{name: A, numaNode: 0}}\n  - {{name: B, numaNode: 1}}\n")
+    fake.write_text(
+        f"numaNodes: {{0: '{second}', 1: '{first}'}}\ngpus:\n  - {{name: A, numaNode: 0}}\n  - {{name: B, numaNode: 1}}\n"
+    )
     mine = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {first, second})  # gflowd inherits it: its machine has exactly these 2 cores
     try:
@@ -161,13 +197,23 @@ def test_cpus_pin_each_job_to_a_core_on_its_gpus_numa_node_and_a_third_waits(hom
     write_manifest(home / "jobs", "c.yaml", python_job("c", AFFINITY, "  workingDir: .\n  resources: {cpus: 1}\n"))
     waiting = wait_phase(home, "c", "Pending", reason="Resources", daemon=daemon)
     assert waiting["message"].startswith("needs 1 CPU, 0 free"), waiting
-    node = subprocess.run([str(Path(sys.executable).parent / "gflowctl"), "--home", str(home), "get", "node"],
-                          capture_output=True, text=True, timeout=30)
+    node = subprocess.run(
+        [str(Path(sys.executable).parent / "gflowctl"), "--home", str(home), "get", "node"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     footer = node.stderr.splitlines()
-    assert f"CPU cores: 0 free of 2 ({format_cpu_list({first, second})})" in footer[0] and "bound:" in footer[0], node.stderr
+    assert f"CPU cores: 0 free of 2 ({format_cpu_list({first, second})})" in footer[0] and "bound:" in footer[0], (
+        node.stderr
+    )
     assert footer[1].startswith("Limits: cgroup v1: memory, cpuset, pids, devices") or FOUND.mode != "v1", node.stderr
-    wide = subprocess.run([str(Path(sys.executable).parent / "gflowctl"), "--home", str(home), "get", "jobs", "-o", "wide"],
-                          capture_output=True, text=True, timeout=30).stdout.splitlines()
+    wide = subprocess.run(
+        [str(Path(sys.executable).parent / "gflowctl"), "--home", str(home), "get", "jobs", "-o", "wide"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.splitlines()
     column = wide[0].split().index("CPUS")
     assert [line.split()[column] for line in wide[1:]] == ["1", "1", "1"]
     (home / "jobs" / "release").touch()
@@ -215,17 +261,25 @@ def test_a_floods_cgroups_are_removed_once_idle_and_a_stop_removes_those_still_w
         (stage / f"{name}.yaml").write_text(job(name, "  command: ['true']\n"))
     for name in names:
         (stage / f"{name}.yaml").rename(home / "jobs" / f"{name}.yaml")
-    wait_for(lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in names), timeout=60,
-             message="the flood to succeed")
+    wait_for(
+        lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in names),
+        timeout=60,
+        message="the flood to succeed",
+    )
     assert all("cpuSeconds" in (job_status(home, n).get("usage") or {}) for n in names)  # read before removal
     wait_for(lambda: not any(attempt_dirs(home, n) for n in names), timeout=30, message="the flood's cgroups to go")
     # a second flood (a changed command reruns each job), stopped as soon as it is done: whatever
     # still waits goes with gflowd
     for name in names:
         (home / "jobs" / f"{name}.yaml").write_text(job(name, "  command: [sh, -c, 'true']\n"))
-    wait_for(lambda: all((job_status(home, n) or {}).get("attempt") == 2
-                         and job_status(home, n).get("phase") == "Succeeded" for n in names), timeout=60,
-             message="the reruns to succeed")
+    wait_for(
+        lambda: all(
+            (job_status(home, n) or {}).get("attempt") == 2 and job_status(home, n).get("phase") == "Succeeded"
+            for n in names
+        ),
+        timeout=60,
+        message="the reruns to succeed",
+    )
     assert daemon.terminate() == 0
     assert home_cgroups(home) == []
 
@@ -244,12 +298,26 @@ def test_a_supervisor_leaves_the_emptied_cgroup_to_gflowd_only_when_the_launch_s
         assert cgroup["leave"] is True  # what gflowd writes
         cgroup["leave"] = leave
         path = home / "run" / "attempts" / "solo.1"
-        record.create(str(path), {
-            "name": "solo", "attempt": 1, "generation": 1, "argv": ["true"], "env": {"PATH": os.environ["PATH"]},
-            "cwd": str(tmp_path), "log": str(tmp_path / "solo.log"), "uid": None, "gid": None, "groups": [],
-            "timeLimit": None, "memoryLimit": 64 * MI, "grace": 1.0, "notify": str(tmp_path / "no.sock"),
-            "cgroup": cgroup,
-        })
+        record.create(
+            str(path),
+            {
+                "name": "solo",
+                "attempt": 1,
+                "generation": 1,
+                "argv": ["true"],
+                "env": {"PATH": os.environ["PATH"]},
+                "cwd": str(tmp_path),
+                "log": str(tmp_path / "solo.log"),
+                "uid": None,
+                "gid": None,
+                "groups": [],
+                "timeLimit": None,
+                "memoryLimit": 64 * MI,
+                "grace": 1.0,
+                "notify": str(tmp_path / "no.sock"),
+                "cgroup": cgroup,
+            },
+        )
         subprocess.run([sys.executable, "-I", "-S", SUPERVISOR_FILE, str(path)], check=True, timeout=30)
         ended = (record.read(str(path), ("exit",)) or {}).get("exit")
         assert ended is not None and ended["exitCode"] == 0
@@ -265,8 +333,12 @@ def test_a_supervisor_leaves_the_emptied_cgroup_to_gflowd_only_when_the_launch_s
 def test_a_restarted_gflowd_adopts_the_cgroup_its_limits_still_hold_and_it_is_removed_after(home, gflowd):
     need("memory")
     daemon = gflowd()
-    code = "import os, time\nwhile not os.path.exists('go'): time.sleep(0.02)\nb = bytearray(200 << 20)\nprint('survived')"
-    write_manifest(home / "jobs", "late.yaml", python_job("late", code, "  workingDir: .\n  resources: {memory: 50Mi}\n"))
+    code = (
+        "import os, time\nwhile not os.path.exists('go'): time.sleep(0.02)\nb = bytearray(200 << 20)\nprint('survived')"
+    )
+    write_manifest(
+        home / "jobs", "late.yaml", python_job("late", code, "  workingDir: .\n  resources: {memory: 50Mi}\n")
+    )
     wait_phase(home, "late", "Running", daemon=daemon)
     assert attempt_dirs(home, "late")
     os.kill(daemon.pid, signal.SIGKILL)
@@ -284,7 +356,11 @@ def test_a_job_whose_supervisor_died_is_found_by_its_cgroup_and_stopped(home, gf
     daemon = gflowd()
     # setsid and a cleared environment: only the cgroup still knows this process is the job's
     code = "import os, subprocess, time\nsubprocess.Popen(['setsid', 'env', '-i', 'sleep', '300'])\ntime.sleep(300)"
-    write_manifest(home / "jobs", "gone.yaml", python_job("gone", code, "  resources: {memory: 100Mi}\n  terminationGracePeriod: 1\n"))
+    write_manifest(
+        home / "jobs",
+        "gone.yaml",
+        python_job("gone", code, "  resources: {memory: 100Mi}\n  terminationGracePeriod: 1\n"),
+    )
     wait_phase(home, "gone", "Running", daemon=daemon)
     procs = [os.path.join(d, "cgroup.procs") for d in attempt_dirs(home, "gone")]
     wait_for(lambda: len(Path(procs[0]).read_text().split()) >= 2, timeout=10, message="the job and its sleep")
@@ -304,7 +380,11 @@ def test_a_directly_spawned_job_starts_in_its_cgroup_and_its_supervisor_steps_ba
     the job's, while the job is inside from its first instruction."""
     need("memory")
     daemon = gflowd()
-    write_manifest(home / "jobs", "direct.yaml", python_job("direct", "import time\ntime.sleep(300)", "  resources: {memory: 100Mi}\n"))
+    write_manifest(
+        home / "jobs",
+        "direct.yaml",
+        python_job("direct", "import time\ntime.sleep(300)", "  resources: {memory: 100Mi}\n"),
+    )
     wait_phase(home, "direct", "Running", daemon=daemon)
 
     def run_record_with_pid() -> dict | None:
@@ -333,8 +413,14 @@ def test_each_job_leads_its_own_session_while_the_supervisors_share_the_launcher
     need("memory")
     need("pids")
     daemon = gflowd()
-    write_manifest(home / "jobs", "spawned.yaml", python_job("spawned", "import time\ntime.sleep(300)", "  resources: {memory: 100Mi}\n"))
-    write_manifest(home / "jobs", "forked.yaml", python_job("forked", "import time\ntime.sleep(300)", "  resources: {pids: 1}\n"))
+    write_manifest(
+        home / "jobs",
+        "spawned.yaml",
+        python_job("spawned", "import time\ntime.sleep(300)", "  resources: {memory: 100Mi}\n"),
+    )
+    write_manifest(
+        home / "jobs", "forked.yaml", python_job("forked", "import time\ntime.sleep(300)", "  resources: {pids: 1}\n")
+    )
     runs = {}
     for name in ("spawned", "forked"):
         wait_phase(home, name, "Running", daemon=daemon)
@@ -351,15 +437,18 @@ def test_each_job_leads_its_own_session_while_the_supervisors_share_the_launcher
     assert os.getsid(runs["spawned"]["supervisorPid"]) == os.getsid(runs["forked"]["supervisorPid"])
     for name in runs:
         (home / "jobs" / f"{name}.yaml").unlink()
-    wait_for(lambda: not attempt_dirs(home, "spawned") and not attempt_dirs(home, "forked"), timeout=30,
-             message="the jobs' cgroups to go")
+    wait_for(
+        lambda: not attempt_dirs(home, "spawned") and not attempt_dirs(home, "forked"),
+        timeout=30,
+        message="the jobs' cgroups to go",
+    )
 
 
 def test_the_left_behind_check_finds_an_attempt_cgroup_of_a_home_and_removes_it(home):
     from helpers import scrub_cgroups
 
-    from controller.act.runtime.cgroups import Cgroups, Limits
     from controller.act.runtime.backends.local.attempt_cgroups import cgroup_group
+    from controller.act.runtime.cgroups import Cgroups, Limits
 
     cgroups = Cgroups(FOUND, cgroup_group(home))
     cgroups.prepare()
@@ -378,8 +467,19 @@ def _as_nobody(argv: list[str], **kwargs) -> subprocess.Popen:
     site = next(p for p in sys.path if p.endswith("site-packages"))
     python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{site}"}
-    return subprocess.Popen([python, *argv], cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, user=65534, group=65534, extra_groups=[], env=env, **kwargs)
+    return subprocess.Popen(
+        [python, *argv],
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        env=env,
+        **kwargs,
+    )
 
 
 def _gflowd_as_nobody(home: Path, *args: str) -> subprocess.Popen:
@@ -417,7 +517,9 @@ def test_without_cgroups_required_refuses_in_one_line_and_auto_falls_back_saying
     assert "not writable by uid 65534" in err or "not delegated" in err, err
     daemon = _gflowd_as_nobody(nobodys_home)  # auto
     try:
-        wait_for(lambda: (nobodys_home / "node.yaml").exists(), timeout=30, message="gflowd as nobody to write node.yaml")
+        wait_for(
+            lambda: (nobodys_home / "node.yaml").exists(), timeout=30, message="gflowd as nobody to write node.yaml"
+        )
         node = (nobodys_home / "node.yaml").read_text()
         assert "limits: " in node and "cgroups unavailable" in node and "memory polled" in node, node
     finally:

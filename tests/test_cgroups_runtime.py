@@ -12,9 +12,9 @@ import sys
 import pytest
 from cgroupfs_fake import FakeCgroup2
 
-from controller.act.runtime.cgroups import CgroupError, Probe, probe_v2
 from controller.act.runtime.backends.local.attempt_cgroups import cgroup_group, start_cgroups
 from controller.act.runtime.backends.local.runtime import SupervisorRuntime
+from controller.act.runtime.cgroups import CgroupError, Probe, probe_v2
 from controller.act.runtime.shim.child import attempt_cgroup, join_cgroup
 from controller.paths import Home
 

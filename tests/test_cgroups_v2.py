@@ -161,12 +161,20 @@ def test_a_missing_controller_is_reported_and_every_unenforceable_limit_named_at
 def _run_as_nobody(code: str) -> str | None:
     """Run ``code`` as uid 65534 with the cgroups package importable on its own (as the stdlib-only
     supervisor will load it) and return its stdout; None when no interpreter is usable by nobody."""
-    for python in (sys.executable, shutil.which(f"python{sys.version_info.major}.{sys.version_info.minor}", path="/usr/local/bin:/usr/bin:/bin")):
+    for python in (
+        sys.executable,
+        shutil.which(f"python{sys.version_info.major}.{sys.version_info.minor}", path="/usr/local/bin:/usr/bin:/bin"),
+    ):
         if not python:
             continue
         try:
             result = subprocess.run(
-                [python, "-I", "-c", f"import sys; sys.path.insert(0, {str(ROOT / 'controller' / 'act' / 'runtime')!r})\n{code}"],
+                [
+                    python,
+                    "-I",
+                    "-c",
+                    f"import sys; sys.path.insert(0, {str(ROOT / 'controller' / 'act' / 'runtime')!r})\n{code}",
+                ],
                 cwd="/",
                 capture_output=True,
                 text=True,
@@ -195,13 +203,19 @@ def test_not_root_and_not_delegated_then_delegated_by_chown():
             pytest.skip("no Python that uid 65534 can run")
         mode, reason = output.split(" | ")
         assert mode == "none"
-        assert reason == f"cgroup v2: {kernel.root} is not writable by uid 65534 (not root, and not delegated to this user)"
+        assert (
+            reason
+            == f"cgroup v2: {kernel.root} is not writable by uid 65534 (not root, and not delegated to this user)"
+        )
         write = (
             "from cgroups import Cgroupfs, CgroupError\n"
             f"try:\n    Cgroupfs().write({str(kernel.root / 'cgroup.procs')!r}, '0')\n"
             "except CgroupError as exc:\n    print(exc)"
         )
-        assert _run_as_nobody(write) == f"cannot write '0' to {kernel.root}/cgroup.procs: EACCES (not root and not delegated to uid 65534)"
+        assert (
+            _run_as_nobody(write)
+            == f"cannot write '0' to {kernel.root}/cgroup.procs: EACCES (not root and not delegated to uid 65534)"
+        )
         for path in (kernel.root, kernel.root / "cgroup.procs", kernel.root / "cgroup.subtree_control"):
             os.chown(path, 65534, 65534)  # what systemd's Delegate=yes does for the service's user
         assert _run_as_nobody(code).split("|")[0].strip() == "v2"
@@ -455,7 +469,9 @@ def test_limits_report_every_problem_at_once():
     assert text.count(";") == 3 and "memory must be" in text and "cpus must be" in text and "pids must be" in text
 
 
-@pytest.mark.parametrize("cpus,text", [({0}, "0"), ({0, 1, 2, 5}, "0-2,5"), ({3, 1}, "1,3"), ({7, 8, 9, 10, 12}, "7-10,12")])
+@pytest.mark.parametrize(
+    "cpus,text", [({0}, "0"), ({0, 1, 2, 5}, "0-2,5"), ({3, 1}, "1,3"), ({7, 8, 9, 10, 12}, "7-10,12")]
+)
 def test_cpu_lists_round_trip(cpus, text):
     assert format_cpus(cpus) == text
     assert parse_cpus(text + "\n") == frozenset(cpus)
@@ -475,8 +491,13 @@ def device_folder(tmp_path):
     named nvidia7 and a char node nvidia9 of another major: only the first two are GPUs."""
     if os.geteuid() != 0:
         pytest.skip("needs root to mknod")
-    for name, major, minor in (("nvidia0", 195, 0), ("nvidia2", 195, 2), ("nvidiactl", 195, 255), ("nvidia-uvm", 237, 0),
-                               ("nvidia9", 240, 9)):
+    for name, major, minor in (
+        ("nvidia0", 195, 0),
+        ("nvidia2", 195, 2),
+        ("nvidiactl", 195, 255),
+        ("nvidia-uvm", 237, 0),
+        ("nvidia9", 240, 9),
+    ):
         os.mknod(tmp_path / name, 0o600 | stat.S_IFCHR, os.makedev(major, minor))
     (tmp_path / "nvidia7").write_text("")
     return tmp_path

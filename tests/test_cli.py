@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.client.read.usage import series_json
 from controller.cli.main import main
+from controller.client.read.usage import series_json
 from controller.model.records import JobState
 from controller.paths import Home
 from controller.record.recorder import Recorder
@@ -63,11 +63,14 @@ def record(home: Home, *states: JobState) -> None:
 
 # -- apply --------------------------------------------------------------------------------------
 
+
 def test_apply_creates_then_unchanged_then_configured_keeping_text(home, tmp_path):
     src = tmp_path / "train.yaml"
     src.write_text(JOB.format(name="train"))
     assert run("apply", "-f", str(src)) == (
-        0, "job/train created\n", f"warning: gflowd is not running for {home.root}; the jobs start when it runs (gflowd up)\n",
+        0,
+        "job/train created\n",
+        f"warning: gflowd is not running for {home.root}; the jobs start when it runs (gflowd up)\n",
     )
     stored = home.spec_dir / "train.yaml"
     # comments and order kept verbatim; one line says where it runs: the folder it was applied from
@@ -149,6 +152,7 @@ def test_apply_updates_a_job_inside_a_multi_document_file_in_place(home, tmp_pat
 
 # -- delete -------------------------------------------------------------------------------------
 
+
 def test_delete_removes_single_file_and_one_document(home):
     (home.spec_dir / "solo.yaml").write_text(JOB.format(name="solo"))
     multi = home.spec_dir / "pair.yaml"
@@ -174,6 +178,7 @@ def test_delete_by_file(home, tmp_path):
 
 
 # -- in-place edits -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "argv, expect_line",
@@ -219,13 +224,30 @@ def test_set_priority_rejects_non_integer(home):
 
 # -- get / describe / logs / wait ----------------------------------------------------------------
 
+
 def _states() -> list[JobState]:
     now = time.time()
     return [
-        JobState(name="alpha", phase="Running", reason="Started", gpus=2, devices=[1, 3], priority=5, created=now - 30,
-                 labels={"team": "vision"}, attempt=1),
-        JobState(name="beta", phase="Pending", reason="Resources", message="needs 4 GPUs, 1 free", gpus=4, created=now - 20,
-                 labels={"team": "nlp"}),
+        JobState(
+            name="alpha",
+            phase="Running",
+            reason="Started",
+            gpus=2,
+            devices=[1, 3],
+            priority=5,
+            created=now - 30,
+            labels={"team": "vision"},
+            attempt=1,
+        ),
+        JobState(
+            name="beta",
+            phase="Pending",
+            reason="Resources",
+            message="needs 4 GPUs, 1 free",
+            gpus=4,
+            created=now - 20,
+            labels={"team": "nlp"},
+        ),
         JobState(name="gamma", phase="Failed", reason="Error", exit_code=3, created=now - 10, attempt=1),
     ]
 
@@ -307,7 +329,9 @@ def test_explain(home):
     ],
 )
 def test_user_errors_are_one_line_exit_1_no_traceback(home, argv):
-    proc = subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -332,7 +356,10 @@ def test_gflowd_bad_flags_and_config_are_one_line_errors(tmp_path, argv, config,
     if config:
         (home / "config.yaml").write_text(config)
     proc = subprocess.run(
-        [sys.executable, "-m", "controller.daemon", "--home", str(home), *argv], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "controller.daemon", "--home", str(home), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 1
     assert expected in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -367,7 +394,10 @@ def test_get_jobs_watch_prints_a_row_when_a_job_changes_and_stops_on_ctrl_c(home
     env = {**os.environ, "GFLOW_HOME": str(home.root), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "controller.cli.main", "get", "jobs", "-w"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
         # a shell's background job inherits SIGINT ignored, and Python then never raises
         # KeyboardInterrupt: give the CLI the terminal's default, as a user's shell would
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -385,7 +415,9 @@ def test_get_jobs_watch_prints_a_row_when_a_job_changes_and_stops_on_ctrl_c(home
         wait_for(lambda: len(read_lines()) >= 2, timeout=15, message="the initial table")
         assert lines[0].split()[:3] == ["NAME", "USER", "PHASE"] and lines[1].split()[:3] == ["w", "?", "Pending"]
         record(home, JobState(name="w", phase="Running", reason="Started", created=time.time()))
-        wait_for(lambda: any(l.split()[:3] == ["w", "?", "Running"] for l in read_lines()), timeout=15, message="a new row")
+        wait_for(
+            lambda: any(l.split()[:3] == ["w", "?", "Running"] for l in read_lines()), timeout=15, message="a new row"
+        )
         assert sum(1 for l in lines if l.startswith("NAME")) == 1  # the header once, then rows
     finally:
         proc.send_signal(signal.SIGINT)
@@ -396,7 +428,9 @@ def test_get_jobs_wide_shows_the_effective_priority_of_pending_jobs(home):
     now = time.time()
     record(
         home,
-        JobState(name="old", phase="Pending", reason="Priority", priority=1, effective_priority=6, created=now - 5 * 3600),
+        JobState(
+            name="old", phase="Pending", reason="Priority", priority=1, effective_priority=6, created=now - 5 * 3600
+        ),
         JobState(name="busy", phase="Running", reason="Started", priority=2, effective_priority=2, created=now),
     )
     lines = run("get", "jobs", "-o", "wide")[1].splitlines()
@@ -408,17 +442,34 @@ def test_get_jobs_wide_shows_the_effective_priority_of_pending_jobs(home):
 
 
 USAGE = {
-    "attempt": 1, "sampledAt": "2026-11-23T10:00:00.000Z", "samples": 12, "utilMean": 41.5,
-    "gpuHoursAllocated": 2.0, "gpuHoursUsed": 0.5,
-    "gpus": [{"index": 2, "utilMean": 83.0, "utilPeak": 100, "memoryMean": 10 * 2**30, "memoryPeak": 12 * 2**30},
-             {"index": 3, "utilMean": 0.0, "utilPeak": 0, "memoryMean": 0, "memoryPeak": 0}],
+    "attempt": 1,
+    "sampledAt": "2026-11-23T10:00:00.000Z",
+    "samples": 12,
+    "utilMean": 41.5,
+    "gpuHoursAllocated": 2.0,
+    "gpuHoursUsed": 0.5,
+    "gpus": [
+        {"index": 2, "utilMean": 83.0, "utilPeak": 100, "memoryMean": 10 * 2**30, "memoryPeak": 12 * 2**30},
+        {"index": 3, "utilMean": 0.0, "utilPeak": 0, "memoryMean": 0, "memoryPeak": 0},
+    ],
 }
 
 
 def test_get_jobs_wide_shows_the_mean_gpu_utilization(home):
-    record(home, JobState(name="ddp", phase="Running", reason="Started", gpus=2, devices=[2, 3], created=time.time(),
-                          attempt=1, gpu_usage=USAGE),
-           JobState(name="cpu", phase="Running", reason="Started", created=time.time()))
+    record(
+        home,
+        JobState(
+            name="ddp",
+            phase="Running",
+            reason="Started",
+            gpus=2,
+            devices=[2, 3],
+            created=time.time(),
+            attempt=1,
+            gpu_usage=USAGE,
+        ),
+        JobState(name="cpu", phase="Running", reason="Started", created=time.time()),
+    )
     lines = run("get", "jobs", "-o", "wide")[1].splitlines()
     column = lines[0].split().index("UTIL")
     rows = {line.split()[0]: line.split() for line in lines[1:]}
@@ -427,11 +478,24 @@ def test_get_jobs_wide_shows_the_mean_gpu_utilization(home):
 
 def test_describe_shows_gpu_usage_per_gpu_with_a_sparkline_of_recent_samples(home):
     (home.spec_dir / "ddp.yaml").write_text(JOB.format(name="ddp"))
-    record(home, JobState(name="ddp", phase="Running", reason="Started", gpus=2, devices=[2, 3], created=time.time(),
-                          attempt=1, gpu_usage=USAGE))
+    record(
+        home,
+        JobState(
+            name="ddp",
+            phase="Running",
+            reason="Started",
+            gpus=2,
+            devices=[2, 3],
+            created=time.time(),
+            attempt=1,
+            gpu_usage=USAGE,
+        ),
+    )
     series = [(1.0 + k, [(k * 10, 1024), (0, 0)]) for k in range(11)]
     live = {**USAGE, "samples": 20, "gpuHoursAllocated": 2.5, "gpuHoursUsed": 0.75}  # gflowd's latest sample
-    home.gpu_usage_file.write_text(json.dumps({"jobs": {"ddp": {**series_json(series, [2, 3], since=1.0), "summary": live}}}))
+    home.gpu_usage_file.write_text(
+        json.dumps({"jobs": {"ddp": {**series_json(series, [2, 3], since=1.0), "summary": live}}})
+    )
     out = run("describe", "job", "ddp")[1].splitlines()
     start = next(i for i, line in enumerate(out) if line.startswith("GPU Usage:"))
     assert "20 samples, 0.75 of 2.50 GPU-hours used (30%)" in out[start]  # live, not the status's minute-old copy
@@ -441,23 +505,29 @@ def test_describe_shows_gpu_usage_per_gpu_with_a_sparkline_of_recent_samples(hom
 
 def test_describe_shows_the_effective_priority_while_pending(home):
     (home.spec_dir / "old.yaml").write_text(JOB.format(name="old"))
-    record(home, JobState(name="old", phase="Pending", reason="Priority", priority=1, effective_priority=6, created=time.time()))
+    record(
+        home,
+        JobState(name="old", phase="Pending", reason="Priority", priority=1, effective_priority=6, created=time.time()),
+    )
     out = run("describe", "job", "old")[1]
     assert any(line.split() == ["Effective", "Priority:", "6"] for line in out.splitlines()), out
 
 
 # -- the machine failing -------------------------------------------------------------------------
 
+
 @pytest.mark.e2e
 def test_apply_on_a_full_disk_is_one_line_not_a_traceback(home, tmp_path):
     """ENOSPC while writing the manifest: exit 1 and one line naming the file and the cause."""
     import os
     import shutil
+
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("needs root and mount(8) for a size-limited tmpfs")
     jobs = Path(home.spec_dir)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(jobs)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(jobs)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml  # PyYAML: the reader the issue tried; installed with kubernetes-validate (test extra)
-
 from helpers import wait_for, wait_phase
 
 JOB = """\
@@ -38,8 +37,13 @@ spec:
 
 
 def ctl(home: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True,
-                          env={**os.environ, "GFLOW_HOME": str(home)}, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GFLOW_HOME": str(home)},
+        timeout=timeout,
+    )
 
 
 def shell(home: Path, pipeline: str) -> subprocess.CompletedProcess:
@@ -83,7 +87,9 @@ def test_get_o_name_piped_to_xargs_describe_describes_every_job(home, finished):
     assert sweeps.stdout.splitlines()[0].split() == ["Name:", "grid"]
     assert "Succeeded=2" in sweeps.stdout
     assert [line.split() for line in sweeps.stdout.splitlines() if line.startswith("  grid-")] == [
-        ["grid-0", "Succeeded"], ["grid-1", "Succeeded"]]
+        ["grid-0", "Succeeded"],
+        ["grid-1", "Succeeded"],
+    ]
 
 
 def test_o_yaml_is_one_list_document_with_the_items_of_o_json(home, finished):
@@ -105,8 +111,9 @@ def test_type_slash_name_is_accepted_by_the_reading_verbs(home, finished):
     assert ctl(home, "get", "j/alpha", "-o", "name").stdout == "job/alpha\n"
     assert ctl(home, "get", "sweep/grid", "-o", "name").stdout == "sweep/grid\n"
     assert ctl(home, "logs", "job/alpha").stdout == "alpha out\n"
-    assert ctl(home, "wait", "job/alpha", "jobs/grid-0", "sweep/grid", "--for=phase=Succeeded", "--timeout", "5s").stdout \
-        .splitlines() == ["job/alpha Succeeded", "job/grid-0 Succeeded", "sweep/grid Succeeded"]
+    assert ctl(
+        home, "wait", "job/alpha", "jobs/grid-0", "sweep/grid", "--for=phase=Succeeded", "--timeout", "5s"
+    ).stdout.splitlines() == ["job/alpha Succeeded", "job/grid-0 Succeeded", "sweep/grid Succeeded"]
     exported = ctl(home, "export", "slurm", "job/alpha")
     assert exported.returncode == 0 and "#SBATCH --job-name=alpha" in exported.stdout, exported.stderr
 
@@ -124,26 +131,49 @@ def test_acting_verbs_take_several_type_slash_names(home, finished):
     assert ctl(home, "set", "priority", "job/beta", "7").stdout == "job/beta priority set to 7\n"
     assert "priority: 7" in (jobs / "beta.yaml").read_text()
     assert ctl(home, "patch", "job/beta", "-p", '{"spec": {"priority": 8}}').stdout == "job/beta patched\n"
-    assert ctl(home, "cancel", "job/alpha", "job/beta").stdout.splitlines() == ["job/alpha cancelled", "job/beta cancelled"]
+    assert ctl(home, "cancel", "job/alpha", "job/beta").stdout.splitlines() == [
+        "job/alpha cancelled",
+        "job/beta cancelled",
+    ]
     gone = ctl(home, "delete", "job/alpha", "sweep/grid", "job/ghost")
     assert gone.returncode == 1
     assert gone.stdout.splitlines() == ["job/alpha deleted", "sweep/grid deleted"]
     assert gone.stderr == "error: job/ghost not found\n"
     assert sorted(p.name for p in jobs.iterdir()) == ["beta.yaml"]
-    wait_for(lambda: "grid-0" not in (ctl(home, "get", "jobs", "-o", "name").stdout), message="the sweep's children gone")
+    wait_for(
+        lambda: "grid-0" not in (ctl(home, "get", "jobs", "-o", "name").stdout), message="the sweep's children gone"
+    )
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["logs", "job/a", "b"], "error: logs prints one job's output, not 2 (job/a job/b); run it once per job, e.g. xargs -n1\n"),
-    (["logs", "sweep/s"], "error: logs prints one job's output; sweep/s is a sweep: its jobs are listed by gflowctl describe sweep/s\n"),
-    (["describe", "pod/x", "job/"], "error: 'pod/x': unknown resource type 'pod'; use job/NAME, sweep/NAME or reservation/NAME; 'job/': use job/NAME\n"),
-    (["describe", "job/a", "b"], "error: 'b': give a type, as the other names do (job/a)\n"),
-    (["describe", "job"], "error: name what to describe: gflowctl describe job NAME...\n"),
-    (["describe", "pods", "x"], "error: unknown resource type 'pods'; use job, sweep or reservation (or TYPE/NAME)\n"),
-    (["get", "jobs", "sweep/grid"], "error: get jobs lists jobs, not sweep/grid; use get sweeps\n"),
-    (["get", "job/a", "sweep/grid"], "error: get lists one type at a time: sweep/grid are sweeps; use get sweeps\n"),
-    (["patch", "sweep/grid", "-p", "{}"], "error: 'sweep/grid': this verb takes jobs, not sweeps\n"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["logs", "job/a", "b"],
+            "error: logs prints one job's output, not 2 (job/a job/b); run it once per job, e.g. xargs -n1\n",
+        ),
+        (
+            ["logs", "sweep/s"],
+            "error: logs prints one job's output; sweep/s is a sweep: its jobs are listed by gflowctl describe sweep/s\n",
+        ),
+        (
+            ["describe", "pod/x", "job/"],
+            "error: 'pod/x': unknown resource type 'pod'; use job/NAME, sweep/NAME or reservation/NAME; 'job/': use job/NAME\n",
+        ),
+        (["describe", "job/a", "b"], "error: 'b': give a type, as the other names do (job/a)\n"),
+        (["describe", "job"], "error: name what to describe: gflowctl describe job NAME...\n"),
+        (
+            ["describe", "pods", "x"],
+            "error: unknown resource type 'pods'; use job, sweep or reservation (or TYPE/NAME)\n",
+        ),
+        (["get", "jobs", "sweep/grid"], "error: get jobs lists jobs, not sweep/grid; use get sweeps\n"),
+        (
+            ["get", "job/a", "sweep/grid"],
+            "error: get lists one type at a time: sweep/grid are sweeps; use get sweeps\n",
+        ),
+        (["patch", "sweep/grid", "-p", "{}"], "error: 'sweep/grid': this verb takes jobs, not sweeps\n"),
+    ],
+)
 def test_a_bad_name_is_one_clear_line(home, argv, message):
     result = ctl(home, *argv)
     assert (result.returncode, result.stdout, result.stderr) == (1, "", message)
@@ -174,10 +204,18 @@ def test_o_json_is_the_status_files_and_comes_from_gflowds_records_journal(home,
     assert sweeps["items"] == _status_documents(home, ["grid"])
     # served from run/records.journal: no status file parsed (the YAML reader is not even imported)
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys, io; from controller.cli.main import main; sys.stdout = io.StringIO(); "
-                               "code = main(['get', 'jobs', '-o', 'json']); sys.stdout = sys.__stdout__; "
-                               "print(code, 'controller.util.yamlio' in sys.modules)"],
-        capture_output=True, text=True, env={**os.environ, "GFLOW_HOME": str(home)}, timeout=60)
+        [
+            sys.executable,
+            "-c",
+            "import sys, io; from controller.cli.main import main; sys.stdout = io.StringIO(); "
+            "code = main(['get', 'jobs', '-o', 'json']); sys.stdout = sys.__stdout__; "
+            "print(code, 'controller.util.yamlio' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GFLOW_HOME": str(home)},
+        timeout=60,
+    )
     assert probe.stdout.split() == ["0", "False"], probe.stderr
 
 

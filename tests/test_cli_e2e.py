@@ -14,7 +14,11 @@ def ctl(home: Path, *argv: str, stdin: str | None = None, timeout: float = 60) -
     env = {**os.environ, "GFLOW_HOME": str(home)}
     return subprocess.run(
         [sys.executable, "-m", "controller.cli.main", *argv],
-        input=stdin, capture_output=True, text=True, env=env, timeout=timeout,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
     )
 
 
@@ -77,12 +81,16 @@ def test_rerun_runs_a_finished_job_again(home, gflowd, tmp_path):
 
 def test_get_gpus_lists_fake_gpus_with_their_jobs(home, gflowd, tmp_path):
     fake = tmp_path / "gpus.yaml"
-    fake.write_text("gpus:\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n")
+    fake.write_text(
+        "gpus:\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n"
+    )
     daemon = gflowd("--fake-gpus", str(fake))
     ctl(home, "apply", "-f", "-", stdin=JOB.format(name="gpu", command="[sleep, '300']") + "  resources: {gpus: 1}\n")
     wait_phase(home, "gpu", "Running", daemon=daemon)
-    shown = wait_for(lambda: (out := ctl(home, "get", "gpus").stdout) and "gpu" in out.splitlines()[1] and out,
-                     message="get gpus to show the job")
+    shown = wait_for(
+        lambda: (out := ctl(home, "get", "gpus").stdout) and "gpu" in out.splitlines()[1] and out,
+        message="get gpus to show the job",
+    )
     header, first, second = shown.splitlines()
     assert header.split() == ["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS", "USER"]
     assert first.split()[0] == "0" and "Allocated" in first and first.split()[-2:] == ["gpu", "root"]
@@ -91,7 +99,13 @@ def test_get_gpus_lists_fake_gpus_with_their_jobs(home, gflowd, tmp_path):
 
 def test_ttl_after_finished_removes_manifest_and_status_but_keeps_the_log(home, gflowd):
     daemon = gflowd()
-    ctl(home, "apply", "-f", "-", stdin=JOB.format(name="brief", command="[echo, bye]") + "  ttlSecondsAfterFinished: 1s\n")
+    ctl(
+        home,
+        "apply",
+        "-f",
+        "-",
+        stdin=JOB.format(name="brief", command="[echo, bye]") + "  ttlSecondsAfterFinished: 1s\n",
+    )
     wait_phase(home, "brief", "Succeeded", daemon=daemon)
     wait_for(lambda: not (home / "jobs" / "brief.yaml").exists(), timeout=10, message="the manifest to be removed")
     wait_for(lambda: not (home / "status" / "brief.yaml").exists(), timeout=10, message="the status to be removed")

@@ -50,7 +50,11 @@ def test_static_help_lists_every_verb_the_parser_accepts():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "verb")  # argparse has no public accessor
     assert list(sub.choices) == list(VERBS)
-    listed = [line.split()[0] for line in help_text().split("positional arguments:")[1].split("options:")[0].splitlines()[2:] if line.strip()]
+    listed = [
+        line.split()[0]
+        for line in help_text().split("positional arguments:")[1].split("options:")[0].splitlines()[2:]
+        if line.strip()
+    ]
     assert listed == list(VERBS)
     for verb, (what, _, _) in VERBS.items():
         assert f"{verb}" in help_text() and what in help_text()
@@ -64,19 +68,31 @@ def test_one_verb_builds_only_its_own_parser():
 @pytest.mark.e2e
 def test_help_is_the_same_through_the_script(tmp_path):
     env = {**os.environ, "GFLOW_HOME": str(tmp_path / "home")}
-    out = subprocess.run([sys.executable, "-m", "controller.cli.main", "--help"], capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "--help"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert out.returncode == 0 and out.stdout == help_text()
-    assert "gflowctl" in subprocess.run([sys.executable, "-m", "controller.cli.main", "version"], capture_output=True,
-                                        text=True, env=env, timeout=60).stdout
+    assert (
+        "gflowctl"
+        in subprocess.run(
+            [sys.executable, "-m", "controller.cli.main", "version"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        ).stdout
+    )
 
 
 @pytest.mark.e2e
 def test_apply_answered_by_gflowd_needs_no_models(tmp_path):
     """The review's client side (ask) and the apply verb load neither pydantic nor the model
     documents: gflowd judges the manifest."""
-    code = ("import sys\nbefore = set(sys.modules)\nimport controller.cli.apply, controller.client.review\n"
-            "print(sorted(m for m in ('controller.model.documents', 'pydantic') "
-            "if m in sys.modules and m not in before))\n")
+    code = (
+        "import sys\nbefore = set(sys.modules)\nimport controller.cli.apply, controller.client.review\n"
+        "print(sorted(m for m in ('controller.model.documents', 'pydantic') "
+        "if m in sys.modules and m not in before))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -87,11 +103,13 @@ def test_apply_imports_no_dataclasses_or_tempfile(tmp_path):
     """gflowctl apply answered by gflowd writes through plain classes: ``dataclasses`` (with the
     ``inspect`` it loads, ~10 ms) stays out of its start-up, and so do the client's public objects;
     its atomic writes name their temp files themselves (``tempfile`` loads shutil and random)."""
-    code = ("import sys\nbefore = set(sys.modules)\n"
-            "import controller.cli.main, controller.cli.apply, controller.client.write.manifests, controller.client.review\n"
-            "print(sorted(m for m in ('dataclasses', 'inspect', 'controller.client.read.objects', 'tempfile', 'shutil', "
-            "'random') "
-            "if m in sys.modules and m not in before))\n")
+    code = (
+        "import sys\nbefore = set(sys.modules)\n"
+        "import controller.cli.main, controller.cli.apply, controller.client.write.manifests, controller.client.review\n"
+        "print(sorted(m for m in ('dataclasses', 'inspect', 'controller.client.read.objects', 'tempfile', 'shutil', "
+        "'random') "
+        "if m in sys.modules and m not in before))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -104,11 +122,13 @@ def test_apply_from_a_project_folder_with_gflowd_loads_no_yaml_parser(home, gflo
     proj = tmp_path / "proj"
     proj.mkdir()
     manifest = proj / "job.yaml"
-    manifest.write_text("apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: lean  # mine\n"
-                        "spec:\n  command: [sleep, '30']\n")
+    manifest.write_text(
+        "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: lean  # mine\nspec:\n  command: [sleep, '30']\n"
+    )
     env = {**os.environ, "GFLOW_HOME": str(home)}
-    probe = subprocess.run([sys.executable, "-c", PROBE, "apply", "-f", str(manifest)], capture_output=True, text=True,
-                           env=env, timeout=60)
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, "apply", "-f", str(manifest)], capture_output=True, text=True, env=env, timeout=60
+    )
     assert probe.returncode == 0, probe.stderr
     loaded = probe.stdout.split()
     assert loaded[0] == "0" and "ruamel.yaml" not in loaded[1:] and "dataclasses" not in loaded[1:], loaded

@@ -94,8 +94,13 @@ def test_user_column_and_user_filters(shared, gflowd, fake_gpus):
     put(shared, "theirs.yaml", job("theirs", gpus=1), uid=NOBODY)
     wait_phase(shared, "mine", "Running", daemon=daemon)
     wait_phase(shared, "theirs", "Running", daemon=daemon)
-    for verb in (["get", "jobs", "-o", "wide"], ["get", "jobs", "-o", "json"], ["describe", "job", "theirs"], ["get", "gpus"],
-                 ["top", "--once"]):
+    for verb in (
+        ["get", "jobs", "-o", "wide"],
+        ["get", "jobs", "-o", "json"],
+        ["describe", "job", "theirs"],
+        ["get", "gpus"],
+        ["top", "--once"],
+    ):
         warm(shared, *verb)
 
     code, out, err = ctl_as(NOBODY, shared, "get", "jobs")
@@ -113,7 +118,10 @@ def test_user_column_and_user_filters(shared, gflowd, fake_gpus):
     assert re.search(r"^User:\s+nobody$", ctl_as(NOBODY, shared, "describe", "job", "theirs")[1], re.M)
     gpus = ctl_as(NOBODY, shared, "get", "gpus")[1]
     assert table(gpus)["INDEX"][5:7] == ["JOBS", "USER"], gpus
-    assert sorted(row[-2:] for name, row in table(gpus).items() if name != "INDEX") == [["mine", "root"], ["theirs", "nobody"]], gpus
+    assert sorted(row[-2:] for name, row in table(gpus).items() if name != "INDEX") == [
+        ["mine", "root"],
+        ["theirs", "nobody"],
+    ], gpus
     top = ctl_as(NOBODY, shared, "top", "--once")[1]
     assert table(top)["JOB"][:2] == ["JOB", "USER"] and table(top)["theirs"][1] == "nobody", top
 
@@ -152,19 +160,38 @@ def test_run_takes_the_flags_of_sbatch_and_gbatch_and_suggests_the_rest(shared, 
     wait_phase(shared, "first", "Succeeded", daemon=daemon)
     warm(shared, "run", "--dry-run", "-o", "yaml", "--gres=gpu:1", "--", "true")
 
-    code, out, err = ctl_as(NOBODY, shared, "run", "-J", "second", "--gres=gpu:1", "--cpus-per-task", "1",
-                            "--depends-on", "first", "--", "sh", "-c", "echo gpus=$CUDA_VISIBLE_DEVICES")
+    code, out, err = ctl_as(
+        NOBODY,
+        shared,
+        "run",
+        "-J",
+        "second",
+        "--gres=gpu:1",
+        "--cpus-per-task",
+        "1",
+        "--depends-on",
+        "first",
+        "--",
+        "sh",
+        "-c",
+        "echo gpus=$CUDA_VISIBLE_DEVICES",
+    )
     assert (code, out.strip()) == (0, "job/second created"), err
     manifest = shared / "jobs" / "second.yaml"
     assert manifest.stat().st_uid == NOBODY
     assert re.search(r"gpus: 1\n\s+cpus: 1\n", manifest.read_text()) and "job: first" in manifest.read_text()
     status = wait_phase(shared, "second", "Succeeded", daemon=daemon)
     assert len(status["devices"]) == 1
-    code, out, err = ctl_as(NOBODY, shared, "run", "--job-name", "third", "--cpus", "2", "--dry-run", "-o", "yaml", "--", "true")
+    code, out, err = ctl_as(
+        NOBODY, shared, "run", "--job-name", "third", "--cpus", "2", "--dry-run", "-o", "yaml", "--", "true"
+    )
     assert code == 0 and "name: third" in out and "cpus: 2" in out, err
 
-    for flags, hint in ((["--dependency", "afterok:first"], "did you mean --after JOB"), (["--gpu", "1"], "did you mean --gpus"),
-                        (["--gres=tpu:1"], "only GPUs, written gpu:N")):
+    for flags, hint in (
+        (["--dependency", "afterok:first"], "did you mean --after JOB"),
+        (["--gpu", "1"], "did you mean --gpus"),
+        (["--gres=tpu:1"], "only GPUs, written gpu:N"),
+    ):
         code, out, err = ctl_as(NOBODY, shared, "run", *flags, "--", "true")
         assert code == 1 and len(err.splitlines()) == 1 and hint in err, (flags, err)
 
@@ -248,12 +275,19 @@ def test_parallelism_reason_counts_only_the_running_children(shared, gflowd, tmp
     daemon = gflowd("--fake-gpus", one, home=shared)
     put(shared, "busy.yaml", job("busy", gpus=1))
     wait_phase(shared, "busy", "Running", daemon=daemon)
-    put(shared, "p.yaml", "kind: Sweep\nmetadata: {name: p}\nspec:\n  parallelism: 2\n  indices: 0-3\n"
-                          "  template:\n    command: [sleep, '300']\n    resources: {gpus: 1}\n", uid=NOBODY)
+    put(
+        shared,
+        "p.yaml",
+        "kind: Sweep\nmetadata: {name: p}\nspec:\n  parallelism: 2\n  indices: 0-3\n"
+        "  template:\n    command: [sleep, '300']\n    resources: {gpus: 1}\n",
+        uid=NOBODY,
+    )
     wait_phase(shared, "p-0", "Pending", reason="Resources", daemon=daemon)
     status = wait_phase(shared, "p-2", "Pending", reason="Parallelism", daemon=daemon)
     # nothing of p runs: two children wait for the GPU, the others for them
-    assert status["message"] == "sweep p runs at most 2 children at once: 0 running, 2 ahead of it waiting to start", status
+    assert status["message"] == "sweep p runs at most 2 children at once: 0 running, 2 ahead of it waiting to start", (
+        status
+    )
 
 
 def test_reading_another_users_log_says_read(shared, gflowd, fake_gpus):
@@ -263,6 +297,7 @@ def test_reading_another_users_log_says_read(shared, gflowd, fake_gpus):
     log = shared / "logs" / "private.log"
     os.chmod(log, 0o600)  # root's output, kept from others
     from controller.cli import logs  # noqa: F401  (loaded before the fork)
+
     code, out, err = ctl_as(NOBODY, shared, "logs", "private")
     assert code == 1 and out == "", (out, err)
     assert len(err.splitlines()) == 1 and "may read it" in err and "change" not in err, err
@@ -310,14 +345,24 @@ def test_gflowd_status_into_a_closed_pipe_and_under_systemd(shared, gflowd, fake
 
 def test_expected_start_comes_from_the_time_limits_ahead(shared, gflowd, fake_gpus):
     daemon = gflowd("--fake-gpus", fake_gpus, home=shared)
-    put(shared, "a.yaml", "metadata: {name: a}\nspec:\n  command: [sleep, '300']\n  timeLimit: 1h\n  resources: {gpus: 2}\n")
+    put(
+        shared,
+        "a.yaml",
+        "metadata: {name: a}\nspec:\n  command: [sleep, '300']\n  timeLimit: 1h\n  resources: {gpus: 2}\n",
+    )
     started = wait_phase(shared, "a", "Running", daemon=daemon)
-    put(shared, "b.yaml", "metadata: {name: b}\nspec:\n  command: ['true']\n  timeLimit: 30m\n  resources: {gpus: 1}\n"
-                          "  priority: 5\n", uid=NOBODY)
+    put(
+        shared,
+        "b.yaml",
+        "metadata: {name: b}\nspec:\n  command: ['true']\n  timeLimit: 30m\n  resources: {gpus: 1}\n  priority: 5\n",
+        uid=NOBODY,
+    )
     wait_phase(shared, "b", "Pending", reason="Resources", daemon=daemon)
     put(shared, "c.yaml", "metadata: {name: c}\nspec:\n  command: ['true']\n  resources: {gpus: 2}\n", uid=NOBODY)
-    wait_for(lambda: (ctl(shared, "describe", "job", "c")[1].count("Queue Position") == 1) or None,
-             message=lambda: f"c to be queued behind b: {ctl(shared, 'describe', 'job', 'c')[1]}")
+    wait_for(
+        lambda: (ctl(shared, "describe", "job", "c")[1].count("Queue Position") == 1) or None,
+        message=lambda: f"c to be queued behind b: {ctl(shared, 'describe', 'job', 'c')[1]}",
+    )
     for verb in (["describe", "job", "b"], ["get", "jobs", "-o", "wide"]):
         warm(shared, *verb)
     from controller.model.records import from_rfc3339
@@ -327,12 +372,16 @@ def test_expected_start_comes_from_the_time_limits_ahead(shared, gflowd, fake_gp
     expected_c = time.strftime("%Y-%m-%d %H:%M", time.localtime(a_ends_at + 1800))
 
     described = ctl_as(NOBODY, shared, "describe", "job", "b")[1]
-    assert re.search(rf"^Expected Start:\s+{expected_b} \(in \S+\), when job/a reaches its timeLimit$", described, re.M), described
+    assert re.search(
+        rf"^Expected Start:\s+{expected_b} \(in \S+\), when job/a reaches its timeLimit$", described, re.M
+    ), described
     described = ctl_as(NOBODY, shared, "describe", "job", "c")[1]
-    assert re.search(rf"^Expected Start:\s+{expected_c} \(in \S+\), when job/a, job/b reach their timeLimit$", described, re.M), described
+    assert re.search(
+        rf"^Expected Start:\s+{expected_c} \(in \S+\), when job/a, job/b reach their timeLimit$", described, re.M
+    ), described
     wide = table(ctl_as(NOBODY, shared, "get", "jobs", "-o", "wide")[1])
     start = wide["NAME"].index("START")
-    assert " ".join(wide["b"][start:start + 2]) == expected_b[5:] and wide["a"][start] == "-", wide
+    assert " ".join(wide["b"][start : start + 2]) == expected_b[5:] and wide["a"][start] == "-", wide
 
 
 def test_get_jobs_lists_active_and_recent_jobs_unless_asked_for_all(shared, gflowd, fake_gpus):
@@ -366,9 +415,29 @@ def test_keys_typed_while_run_it_waits_are_not_replayed_into_the_shell(home, gfl
     env = {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(home.parent / "state"), "TERM": "xterm"}
     put(home, "blocker.yaml", job("blocker", gpus=2))
     wait_phase(home, "blocker", "Running", daemon=daemon)
-    child = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", "run", "-it", "--name", "sess", "--gpus", "1",
-                                           "-e", "PS1=gflow$ ", "--", "bash", "--norc", "--noprofile"],
-                          env=env, cwd=str(home.parent), encoding="utf-8", timeout=60)
+    child = pexpect.spawn(
+        sys.executable,
+        [
+            "-m",
+            "controller.cli.main",
+            "run",
+            "-it",
+            "--name",
+            "sess",
+            "--gpus",
+            "1",
+            "-e",
+            "PS1=gflow$ ",
+            "--",
+            "bash",
+            "--norc",
+            "--noprofile",
+        ],
+        env=env,
+        cwd=str(home.parent),
+        encoding="utf-8",
+        timeout=60,
+    )
     child.logfile_read = shown = io.StringIO()  # everything the terminal showed
     try:
         child.expect(r"job/sess is Pending")
@@ -408,7 +477,9 @@ def test_wide_util_is_the_latest_sample_as_describe_shows_it(home, gflowd, tmp_p
             return summary.get("utilMean") if summary else None
 
         # the mean climbs toward 60% (the first samples saw no process): -o wide shows it as of now
-        wait_for(lambda: (live() or 0) >= 20, timeout=30, message=lambda: f"live samples of 60%\n{daemon.stderr()[-2000:]}")
+        wait_for(
+            lambda: (live() or 0) >= 20, timeout=30, message=lambda: f"live samples of 60%\n{daemon.stderr()[-2000:]}"
+        )
         before = live()
         wide = table(ctl(home, "get", "jobs", "-o", "wide")[1])
         after = live()

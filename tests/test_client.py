@@ -18,8 +18,12 @@ from controller.client import Client, GflowError, Gpu, Job, JobError, NotFound, 
 
 
 def ctl(home: Path, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "controller.cli.main", "--home", str(home), *argv],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "--home", str(home), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -34,8 +38,12 @@ def proj(tmp_path: Path, monkeypatch) -> Path:
 def test_submit_wait_logs_list_and_gpus_as_typed_objects(home, gflowd, proj, fake_gpus):
     gflowd("--fake-gpus", fake_gpus)
     client = Client(home)
-    submitted = client.submit([sys.executable, "-c", "import os; print('in', os.getcwd(), os.environ['CUDA_VISIBLE_DEVICES'])"],
-                              gpus=1, labels={"team": "vision"}, priority=3)
+    submitted = client.submit(
+        [sys.executable, "-c", "import os; print('in', os.getcwd(), os.environ['CUDA_VISIBLE_DEVICES'])"],
+        gpus=1,
+        labels={"team": "vision"},
+        priority=3,
+    )
     assert isinstance(submitted, Submitted) and submitted.kind == "job" and submitted.verb == "created"
     job = client.wait(submitted.name, "Succeeded", timeout=30)
     assert isinstance(job, Job) and job.phase == "Succeeded" and job.exit_code == 0 and job.priority == 3
@@ -45,7 +53,9 @@ def test_submit_wait_logs_list_and_gpus_as_typed_objects(home, gflowd, proj, fak
     # the same job gflowctl sees: an ordinary manifest in the spec dir
     assert ctl(home, "get", "jobs", "-o", "name").stdout.split() == [f"job/{submitted.name}"]
 
-    other = client.submit(f"{sys.executable} -c 'print(1)'", labels={"team": "audio"})  # a string: split like a shell line
+    other = client.submit(
+        f"{sys.executable} -c 'print(1)'", labels={"team": "audio"}
+    )  # a string: split like a shell line
     client.wait(other.name, timeout=30)
     assert [j.name for j in client.list(labels={"team": "vision"})] == [submitted.name]
     assert [j.name for j in client.list(labels="team!=vision")] == [other.name]
@@ -110,11 +120,17 @@ def test_user_errors_raise_one_type_with_gflowctls_line(home, gflowd, proj, fake
 def test_apply_takes_text_a_dict_and_a_path(home, gflowd, proj, fake_gpus):
     gflowd("--fake-gpus", fake_gpus)
     client = Client(home)
-    manifest = {"apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": {"name": "from-dict"},
-                "spec": {"command": ["true"]}}
+    manifest = {
+        "apiVersion": "gflow.dev/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "from-dict"},
+        "spec": {"command": ["true"]},
+    }
     assert client.apply(manifest) == [Submitted("job", "from-dict", "created")]
     assert client.apply(manifest) == [Submitted("job", "from-dict", "unchanged")]
-    (proj / "a.yaml").write_text("# kept\napiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {name: from-file}\nspec: {command: [pwd]}\n")
+    (proj / "a.yaml").write_text(
+        "# kept\napiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {name: from-file}\nspec: {command: [pwd]}\n"
+    )
     assert client.apply(proj / "a.yaml") == [Submitted("job", "from-file", "created")]
     assert (home / "jobs" / "from-file.yaml").read_text().startswith("# kept\n")  # the user's text
     text = "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {name: from-text}\nspec: {command: [pwd]}\n"
@@ -128,7 +144,9 @@ def test_a_sweep_with_params_and_a_followed_log(home, gflowd, proj, fake_gpus):
     client = Client(home)
     sweep = client.sweep(["sh", "-c", "echo lr=$LR"], params={"lr": [0.1, 0.2]}, parallelism=1, name="grid")
     assert sweep == Submitted("sweep", "grid", "created")
-    children = wait_for(lambda: [j for j in client.list(labels={"gflow.dev/sweep": "grid"}) if j.finished] or None, timeout=30)
+    children = wait_for(
+        lambda: [j for j in client.list(labels={"gflow.dev/sweep": "grid"}) if j.finished] or None, timeout=30
+    )
     wait_for(lambda: len([j for j in client.list(phase="Succeeded") if j.sweep == "grid"]) == 2, timeout=30)
     assert sorted(client.logs(j.name) for j in client.list() if j.sweep == "grid") == ["lr=0.1\n", "lr=0.2\n"]
     assert children[0].sweep == "grid" and client.get("grid").counts == {"Succeeded": 2}
@@ -147,10 +165,14 @@ def test_submit_function_returns_the_value_and_reraises_the_remote_exception(hom
     (proj / "data.txt").write_text("42")
     os.environ["GFLOW_TEST_TOKEN"] = "from-the-submitter"
     try:
+
         def read_and_scale(factor, *, offset=0):
-            return {"value": int(Path("data.txt").read_text()) * factor + offset,
-                    "gpus": os.environ["CUDA_VISIBLE_DEVICES"], "token": os.environ.get("GFLOW_TEST_TOKEN"),
-                    "python": sys.executable}
+            return {
+                "value": int(Path("data.txt").read_text()) * factor + offset,
+                "gpus": os.environ["CUDA_VISIBLE_DEVICES"],
+                "token": os.environ.get("GFLOW_TEST_TOKEN"),
+                "python": sys.executable,
+            }
 
         future = client.submit_function(read_and_scale, 2, offset=1, gpus=1)
     finally:
@@ -196,8 +218,12 @@ def test_a_remote_traceback_shows_the_submitters_source_lines_through_a_chain():
     with pytest.raises(ValueError) as caught:
         shipped(["a"])
     text = format_traceback(caught.value, source_files(work))
-    for line in ("return table[key]", "return lookup(key)", 'raise ValueError(f"no such key: {key}") from exc',
-                 "return [(lambda k: parse(k))(k) for k in keys]"):
+    for line in (
+        "return table[key]",
+        "return lookup(key)",
+        'raise ValueError(f"no such key: {key}") from exc',
+        "return [(lambda k: parse(k))(k) for k in keys]",
+    ):
         assert line in text, text
     assert "<dynamic-code>" not in text and f'File "{__file__}"' in text
     assert "The above exception was the direct cause" in text and text.rstrip().endswith("ValueError: no such key: a")
@@ -232,6 +258,7 @@ def test_map_runs_six_items_as_one_sweep_never_more_than_two_at_once(home, gflow
 
     def square(x):
         import time
+
         time.sleep(0.3)
         return x * x
 
@@ -242,7 +269,9 @@ def test_map_runs_six_items_as_one_sweep_never_more_than_two_at_once(home, gflow
     assert sweep.parallelism == 2 and sweep.counts.get("Succeeded") == 6
     jobs = [client.get(f.job) for f in futures]
     assert [j.sweep for j in jobs] == [futures[0].sweep] * 6
-    events = sorted([(j.start_time, 1) for j in jobs] + [(j.completion_time, -1) for j in jobs])  # an end before a start at a tie
+    events = sorted(
+        [(j.start_time, 1) for j in jobs] + [(j.completion_time, -1) for j in jobs]
+    )  # an end before a start at a tie
     running, most = 0, 0
     for _, step in events:
         running += step
@@ -260,6 +289,7 @@ def test_functions_that_cannot_travel_or_die_say_which_job_and_why(home, gflowd,
 
     def returns_a_lock():
         import threading
+
         return threading.Lock()
 
     future = client.submit_function(returns_a_lock, gpus=0)
@@ -269,6 +299,7 @@ def test_functions_that_cannot_travel_or_die_say_which_job_and_why(home, gflowd,
 
     def sleeps():
         import time
+
         time.sleep(60)
 
     late = client.submit_function(sleeps, gpus=0, job_options={"time": 1})
@@ -298,7 +329,9 @@ def test_functions_that_cannot_travel_or_die_say_which_job_and_why(home, gflowd,
         return _Trap()
 
     trapped = client.submit_function(returns_a_trap, gpus=0)
-    with pytest.raises(JobError, match=f"job/{trapped.job}: its result cannot be unpickled here: RuntimeError: no way back"):
+    with pytest.raises(
+        JobError, match=f"job/{trapped.job}: its result cannot be unpickled here: RuntimeError: no way back"
+    ):
         trapped.result(timeout=60)
 
     waiting = client.submit_function(sleeps, gpus=0)
@@ -331,11 +364,16 @@ def test_the_worked_example_runs(home, gflowd, fake_gpus, tmp_path):
     gflowd("--fake-gpus", fake_gpus)
     example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "python_client.py"
     env = {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "state")}
-    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("job/train-") and lines[0].endswith(" submitted")
-    assert lines[1] in ("one run: {'lr': 0.1, 'loss': 0.5905, 'gpu': '0'}", "one run: {'lr': 0.1, 'loss': 0.5905, 'gpu': '1'}")
+    assert lines[1] in (
+        "one run: {'lr': 0.1, 'loss': 0.5905, 'gpu': '0'}",
+        "one run: {'lr': 0.1, 'loss': 0.5905, 'gpu': '1'}",
+    )
     assert lines[2].startswith("sweep/train-") and lines[2].endswith(": 4 jobs")
     assert lines[3] == "best lr 0.3: loss 0.343"
     assert lines[4].startswith("job/sqrt-") and lines[4].endswith(" raised ValueError: math domain error")
@@ -344,7 +382,9 @@ def test_the_worked_example_runs(home, gflowd, fake_gpus, tmp_path):
 
 @pytest.mark.e2e
 def test_importing_the_client_loads_no_heavy_library():
-    code = ("import sys; from controller.client import Client, GflowError; "
-            "print(sorted(m for m in ('pydantic', 'ruamel.yaml', 'cloudpickle', 'mcp', 'controller.decide') if m in sys.modules))")
+    code = (
+        "import sys; from controller.client import Client, GflowError; "
+        "print(sorted(m for m in ('pydantic', 'ruamel.yaml', 'cloudpickle', 'mcp', 'controller.decide') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout == "[]\n", done.stderr

@@ -19,7 +19,9 @@ BIN = str(Path(sys.executable).parent)
 
 
 def script(shell: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "controller.cli.main", "completion", shell], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "completion", shell], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -91,14 +93,23 @@ def test_every_alias_a_verb_accepts_is_offered_and_every_offered_kind_is_accepte
     from controller.cli import get
     from controller.cli.completion import KINDS, kinds_with_aliases
 
-    accepted = {k for k in get.JOB_KINDS + get.GPU_KINDS + get.SWEEP_KINDS + get.RESERVATION_KINDS + get.EVENT_KINDS if len(k) > 2}
+    accepted = {
+        k
+        for k in get.JOB_KINDS + get.GPU_KINDS + get.SWEEP_KINDS + get.RESERVATION_KINDS + get.EVENT_KINDS
+        if len(k) > 2
+    }
     assert set(kinds_with_aliases("get")) == accepted  # one- and two-letter shorthands are for typing
     for verb in KINDS:
         for kind in kinds_with_aliases(verb):
-            argv = {"get": ["get", kind], "describe": ["describe", kind, "x"], "delete": ["delete", kind, "x"],
-                    "patch": ["patch", kind, "x", "-p", "{}"]}[verb]
-            result = subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True,
-                                    timeout=30)
+            argv = {
+                "get": ["get", kind],
+                "describe": ["describe", kind, "x"],
+                "delete": ["delete", kind, "x"],
+                "patch": ["patch", kind, "x", "-p", "{}"],
+            }[verb]
+            result = subprocess.run(
+                [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, timeout=30
+            )
             assert "unknown resource type" not in result.stderr, (argv, result.stderr)
 
 
@@ -170,5 +181,7 @@ def test_zsh_and_fish_scripts(shell, tmp_path, homes):
 
 
 def test_unknown_shell_is_a_one_line_error():
-    result = subprocess.run([sys.executable, "-m", "controller.cli.main", "completion", "tcsh"], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "completion", "tcsh"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 1 and result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import (
     job_status,
     line_number,
@@ -58,6 +57,7 @@ def running_pid(home: Path, name: str, daemon) -> int:
 
 
 # -- the happy path --------------------------------------------------------------------------------
+
 
 def test_dropped_manifest_runs_then_succeeds(home, gflowd, tmp_path):
     daemon = gflowd()
@@ -103,20 +103,29 @@ def test_name_defaults_to_file_stem(home, gflowd):
 
 # -- bad input -------------------------------------------------------------------------------------
 
-BAD_TYPE = manifest("bad-type", """\
+BAD_TYPE = manifest(
+    "bad-type",
+    """\
 command: [sh, -c, 'exit 0']
 resources:
   gpus: "two"
-""")
-NEGATIVE = manifest("negative", """\
+""",
+)
+NEGATIVE = manifest(
+    "negative",
+    """\
 command: [sh, -c, 'exit 0']
 resources:
   gpus: -1
-""")
-UNKNOWN_FIELD = manifest("unknown-field", """\
+""",
+)
+UNKNOWN_FIELD = manifest(
+    "unknown-field",
+    """\
 command: [sh, -c, 'exit 0']
 priorty: 5
-""")
+""",
+)
 SYNTAX_ERROR = """\
 apiVersion: gflow.dev/v1alpha1
 kind: Job
@@ -145,7 +154,10 @@ def test_invalid_manifests_are_rejected_with_field_and_line_while_good_jobs_run(
 
     status = wait_phase(home, "negative", "Rejected", daemon=daemon)
     assert status["reason"] == "Invalid"
-    assert status["message"] == f"spec.resources.gpus: must be >= 0 (jobs/negative.yaml line {line_number(NEGATIVE, 'gpus:')})"
+    assert (
+        status["message"]
+        == f"spec.resources.gpus: must be >= 0 (jobs/negative.yaml line {line_number(NEGATIVE, 'gpus:')})"
+    )
 
     status = wait_phase(home, "unknown-field", "Rejected", daemon=daemon)
     assert status["reason"] == "Invalid"
@@ -206,13 +218,16 @@ def test_fixing_a_rejected_manifest_admits_it(home, gflowd):
 
 # -- acting on a running job by editing files ------------------------------------------------------------
 
+
 def test_deleting_the_manifest_stops_the_job_and_removes_its_status(home, gflowd):
     daemon = gflowd()
     path = write_manifest(home / "jobs", "sleeper.yaml", manifest("sleeper", sleeper_spec()))
     pid = running_pid(home, "sleeper", daemon)
 
     path.unlink()
-    wait_for(lambda: not (home / "status" / "sleeper.yaml").exists(), message=lambda: f"status removed\n{daemon.stderr()}")
+    wait_for(
+        lambda: not (home / "status" / "sleeper.yaml").exists(), message=lambda: f"status removed\n{daemon.stderr()}"
+    )
     assert not pid_alive(pid), f"pid {pid} still runs after its manifest was deleted"
     assert (home / "logs" / "sleeper.log").exists(), "logs stay after a delete"
 
@@ -301,11 +316,15 @@ terminationGracePeriod: 10s
 
 # -- the daemon's own life ---------------------------------------------------------------------------
 
+
 def test_second_gflowd_on_the_same_home_exits_1_with_one_line(home, gflowd):
     first = gflowd()
     second = subprocess.run(
         [sys.executable, "-m", "controller.daemon", "--home", str(home), "--resync", "1s"],
-        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
     )
     assert second.returncode == 1
     lines = second.stderr.strip().splitlines()
@@ -408,8 +427,12 @@ env:
                 return "passed", []  # every job of the flood started and has its status file: the moment is gone
             return None
 
-        outcome, seen = wait_for(caught_or_passed, timeout=60, interval=0.005,
-                                 message="the flood's jobs to start, some without their status file yet")
+        outcome, seen = wait_for(
+            caught_or_passed,
+            timeout=60,
+            interval=0.005,
+            message="the flood's jobs to start, some without their status file yet",
+        )
         if outcome == "caught":
             break
         daemon.terminate()  # its jobs go on; the next gflowd adopts them
@@ -420,13 +443,21 @@ env:
     assert all(job_status(home, n) is None for n in seen)
 
     again = gflowd(*unlimited)
-    wait_for(lambda: all((job_status(home, n) or {}).get("phase") == "Running" for n in everyone), timeout=60,
-             message=lambda: f"all {len(everyone)} running; index: {(read_index(home) or {}).get('counts')}")
+    wait_for(
+        lambda: all((job_status(home, n) or {}).get("phase") == "Running" for n in everyone),
+        timeout=60,
+        message=lambda: f"all {len(everyone)} running; index: {(read_index(home) or {}).get('counts')}",
+    )
     assert {(job_status(home, n) or {}).get("attempt") for n in everyone} == {1}
     go.touch()
-    wait_for(lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in everyone), timeout=60,
-             message=lambda: f"all {len(everyone)} succeeded; index: {(read_index(home) or {}).get('counts')}; "
-                             f"gflowd: {again.stderr()[-2000:]}")
+    wait_for(
+        lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in everyone),
+        timeout=60,
+        message=lambda: (
+            f"all {len(everyone)} succeeded; index: {(read_index(home) or {}).get('counts')}; "
+            f"gflowd: {again.stderr()[-2000:]}"
+        ),
+    )
     runs = ledger.read_text().split("\n")[:-1]
     assert sorted(runs) == sorted(f"{n} 1" for n in everyone)  # each job ran once, as attempt 1
 
@@ -487,18 +518,22 @@ def test_fake_gpus_bind_devices_and_refuse_what_never_fits(home, gflowd, tmp_pat
     write_manifest(
         home / "jobs", "one-gpu.yaml", manifest("one-gpu", gated_spec(go, "resources:\n  gpus: 1\n", prelude="env; "))
     )
-    write_manifest(home / "jobs", "eight-gpus.yaml", manifest("eight-gpus", "command: ['true']\nresources:\n  gpus: 8\n"))
+    write_manifest(
+        home / "jobs", "eight-gpus.yaml", manifest("eight-gpus", "command: ['true']\nresources:\n  gpus: 8\n")
+    )
 
     running_pid(home, "one-gpu", daemon)
     status = job_status(home, "one-gpu")
     assert status["devices"] == [0]
     assert len(status["deviceUUIDs"]) == 1
-    log = wait_for(lambda: "CUDA_VISIBLE_DEVICES=0" in read_log(home, "one-gpu").splitlines() and read_log(home, "one-gpu"),
-                   message=lambda: f"CUDA_VISIBLE_DEVICES=0 in the log: {read_log(home, 'one-gpu')!r}")
+    log = wait_for(
+        lambda: "CUDA_VISIBLE_DEVICES=0" in read_log(home, "one-gpu").splitlines() and read_log(home, "one-gpu"),
+        message=lambda: f"CUDA_VISIBLE_DEVICES=0 in the log: {read_log(home, 'one-gpu')!r}",
+    )
     lines = log.splitlines()
     assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in lines
     assert "MASTER_ADDR=127.0.0.1" in lines
-    assert any(line.startswith("MASTER_PORT=") and line[len("MASTER_PORT="):].isdigit() for line in lines)
+    assert any(line.startswith("MASTER_PORT=") and line[len("MASTER_PORT=") :].isdigit() for line in lines)
 
     status = wait_phase(home, "eight-gpus", "Pending", reason="Unschedulable", daemon=daemon)
     assert "8" in status["message"] and "2" in status["message"], status["message"]

@@ -14,17 +14,21 @@ import sys
 import textwrap
 from pathlib import Path
 
+from helpers import wait_phase
 from ruamel.yaml import YAML
-
-from helpers import wait_for, wait_phase
 
 _yaml = YAML(typ="safe")
 
 
 def start_ctl(home: Path, *argv: str) -> subprocess.Popen:
     env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.Popen([sys.executable, "-m", "controller.cli.main", *argv], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "controller.cli.main", *argv],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def run_all(procs: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
@@ -57,7 +61,11 @@ def test_a_cancel_among_priority_edits_lands_or_says_it_failed_while_a_script_wr
     wait_phase(home, "one", "Pending", daemon=daemon)
     stop = home / "stop-writer"
     # a user's script: appends a comment in place every few ms, never taking gflowctl's lock
-    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import os, random, time
         n = 0
         while not os.path.exists({str(stop)!r}):
@@ -65,7 +73,9 @@ def test_a_cancel_among_priority_edits_lands_or_says_it_failed_while_a_script_wr
             with open({str(manifest)!r}, "a") as f:
                 f.write(f"# script {{n}}\\n")
             time.sleep(random.uniform(0.02, 0.08))
-        """)])
+        """),
+        ]
+    )
     try:
         edits = [start_ctl(home, "set", "priority", "one", str(p)) for p in range(1, 10)]
         edits.append(start_ctl(home, "cancel", "one"))
@@ -119,28 +129,35 @@ def test_twenty_parallel_edits_to_a_ten_job_file_all_land(home, gflowd):
     for code, out, err in run_all(procs):
         assert code == 0, err
     docs = documents(manifest)
-    lost = [n for i, n in enumerate(names)
-            if docs[n]["spec"].get("priority") != 100 + i or (docs[n]["metadata"].get("labels") or {}).get("n") != f"v{i}"]
+    lost = [
+        n
+        for i, n in enumerate(names)
+        if docs[n]["spec"].get("priority") != 100 + i or (docs[n]["metadata"].get("labels") or {}).get("n") != f"v{i}"
+    ]
     assert not lost, f"edits lost on {lost}:\n{manifest.read_text()}"
 
 
 def test_two_concurrent_applies_into_one_file_never_lose_a_change(home, gflowd, tmp_path):
     daemon = gflowd()
     manifest = home / "jobs" / "pair.yaml"
-    manifest.write_text("metadata: {name: x}\nspec:\n  command: [sleep, '60']\n  suspend: true\n---\n"
-                        "metadata: {name: y}\nspec:\n  command: [sleep, '60']\n  suspend: true\n")
+    manifest.write_text(
+        "metadata: {name: x}\nspec:\n  command: [sleep, '60']\n  suspend: true\n---\n"
+        "metadata: {name: y}\nspec:\n  command: [sleep, '60']\n  suspend: true\n"
+    )
     wait_phase(home, "x", "Pending", daemon=daemon)
     wait_phase(home, "y", "Pending", daemon=daemon)
     for trial in range(1, 11):
         sources = []
         for name in ("x", "y"):
             source = tmp_path / f"{name}-{trial}.yaml"
-            source.write_text(f"metadata: {{name: {name}}}\nspec:\n  command: [sleep, '60']\n  suspend: true\n"
-                              f"  priority: {trial}\n")
+            source.write_text(
+                f"metadata: {{name: {name}}}\nspec:\n  command: [sleep, '60']\n  suspend: true\n  priority: {trial}\n"
+            )
             sources.append(source)
         results = run_all([start_ctl(home, "apply", "-f", str(s)) for s in sources])
         for (code, out, err), name in zip(results, ("x", "y")):
             assert (code, out) == (0, f"job/{name} configured\n"), f"trial {trial}: {err}"
         docs = documents(manifest)
-        assert [docs["x"]["spec"].get("priority"), docs["y"]["spec"].get("priority")] == [trial, trial], \
+        assert [docs["x"]["spec"].get("priority"), docs["y"]["spec"].get("priority")] == [trial, trial], (
             f"trial {trial}: both applies said configured, the file has:\n{manifest.read_text()}"
+        )

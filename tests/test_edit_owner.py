@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from helpers import read_log, wait_for, wait_phase
 from test_multi_user import as_user, warm_up  # gflowctl in a forked child that dropped to another uid
 
@@ -49,18 +48,22 @@ def users_file(path: Path, text: str, uid: int = USER, mode: int = MODE) -> Path
 
 def assert_still_theirs(path: Path, uid: int = USER, mode: int = MODE) -> None:
     st = path.stat()
-    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (uid, uid, mode), \
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (uid, uid, mode), (
         f"{path} is now uid {st.st_uid} gid {st.st_gid} mode {oct(stat.S_IMODE(st.st_mode))}"
+    )
 
 
 def ctl(home: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True,
-                          env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_ttl_pruning_keeps_the_owner_and_the_users_next_job_runs_as_the_user(shared_home, gflowd):
-    mine = users_file(shared_home / "jobs" / "mine.yaml", """\
+    mine = users_file(
+        shared_home / "jobs" / "mine.yaml",
+        """\
 metadata: {name: ttl-a}
 spec:
   command: ['true']
@@ -70,10 +73,14 @@ metadata: {name: later-b}
 spec:
   command: [id, -u]
   startAfter: +10s
-""")
+""",
+    )
     daemon = gflowd(home=shared_home)
-    wait_for(lambda: "ttl-a" not in mine.read_text(), timeout=10,
-             message=lambda: f"gflowd to cut the expired ttl-a out of mine.yaml\n{daemon.stderr()[-2000:]}")
+    wait_for(
+        lambda: "ttl-a" not in mine.read_text(),
+        timeout=10,
+        message=lambda: f"gflowd to cut the expired ttl-a out of mine.yaml\n{daemon.stderr()[-2000:]}",
+    )
     assert_still_theirs(mine)
     later = wait_phase(shared_home, "later-b", ("Pending", "Succeeded"), daemon=daemon)
     assert later["phase"] == "Pending", "later-b started before the pruning: the test proves nothing; raise startAfter"
@@ -83,7 +90,9 @@ spec:
 
 
 def test_an_admins_set_priority_leaves_the_job_the_users(shared_home, gflowd):
-    pend = users_file(shared_home / "jobs" / "pend.yaml", "metadata: {name: pend}\nspec:\n  command: [id, -u]\n  startAfter: +6s\n")
+    pend = users_file(
+        shared_home / "jobs" / "pend.yaml", "metadata: {name: pend}\nspec:\n  command: [id, -u]\n  startAfter: +6s\n"
+    )
     daemon = gflowd(home=shared_home)
     wait_phase(shared_home, "pend", "Pending", daemon=daemon)
     edited = ctl(shared_home, "set", "priority", "pend", "50")
@@ -95,7 +104,9 @@ def test_an_admins_set_priority_leaves_the_job_the_users(shared_home, gflowd):
 
 
 def test_every_edit_verb_and_deleting_one_document_keep_owner_and_mode(shared_home):
-    two = users_file(shared_home / "jobs" / "a.yaml", """\
+    two = users_file(
+        shared_home / "jobs" / "a.yaml",
+        """\
 # a comment the edits keep
 metadata: {name: a}
 spec:
@@ -104,12 +115,19 @@ spec:
 metadata: {name: b}
 spec:
   command: [sleep, '60']
-""")
+""",
+    )
     single = users_file(shared_home / "jobs" / "c.yaml", "metadata: {name: c}\nspec:\n  command: [sleep, '60']\n")
     source = shared_home / "c-new.yaml"
     source.write_text("metadata: {name: c}\nspec:\n  command: [sleep, '61']\n")
-    for verb in (["cancel", "a"], ["suspend", "a"], ["resume", "a"], ["rerun", "a"], ["set", "priority", "a", "7"],
-                 ["patch", "job", "a", "-p", '{"metadata": {"labels": {"team": "x"}}}']):
+    for verb in (
+        ["cancel", "a"],
+        ["suspend", "a"],
+        ["resume", "a"],
+        ["rerun", "a"],
+        ["set", "priority", "a", "7"],
+        ["patch", "job", "a", "-p", '{"metadata": {"labels": {"team": "x"}}}'],
+    ):
         done = ctl(shared_home, *verb)
         assert done.returncode == 0, (verb, done.stderr)
         assert_still_theirs(two)
@@ -135,6 +153,8 @@ def test_an_editor_who_cannot_keep_the_owner_is_refused(shared_home, tmp_path):
     before = manifest.read_text()
     code, err = as_user(OTHER, ["--home", str(shared_home), "--spec-dir", str(folder), "set", "priority", "t", "5"])
     assert code == 1
-    assert err.strip().splitlines() == [f"error: {manifest}: permission denied (only its owner or root may change it)"], err
+    assert err.strip().splitlines() == [
+        f"error: {manifest}: permission denied (only its owner or root may change it)"
+    ], err
     assert manifest.read_text() == before
     assert_still_theirs(manifest, mode=0o666)

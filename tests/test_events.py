@@ -40,7 +40,11 @@ def test_get_events_lists_filters_and_prints_json(home):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
-    assert lines[1].split()[1:4] == ["Normal", "Started", "job/a"] and lines[2].split()[1:4] == ["Warning", "Error", "job/b"]
+    assert lines[1].split()[1:4] == ["Normal", "Started", "job/a"] and lines[2].split()[1:4] == [
+        "Warning",
+        "Error",
+        "job/b",
+    ]
     code, out, _ = run("get", "events", "--for", "job/b", "-o", "json")
     assert code == 0
     items = json.loads(out)["items"]
@@ -96,13 +100,16 @@ def test_watch_follows_new_events_across_a_rotation(home):
     env = {**os.environ, "GFLOW_HOME": str(home.root), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "controller.cli.main", "get", "events", "-w", "-o", "json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
     try:
-        objects = lambda: [json.loads(l)["object"] for l in list(lines)]  # noqa: E731
+        objects = lambda: [json.loads(l)["object"] for l in list(lines)]
         wait_for(lambda: objects() == ["job/before"], message="the existing event")
         log_events(home, ("Normal", "Started", "second", "two"))
         wait_for(lambda: objects() == ["job/before", "job/second"], message="a new event")
@@ -110,7 +117,10 @@ def test_watch_follows_new_events_across_a_rotation(home):
         log_events(home, ("Normal", "Started", "third", "three"))
         os.replace(home.events_file, home.events_file.with_name("events.jsonl.1"))
         log_events(home, ("Normal", "Started", "fourth", "four"))
-        wait_for(lambda: objects() == ["job/before", "job/second", "job/third", "job/fourth"], message=lambda: f"all events once: {objects()}")
+        wait_for(
+            lambda: objects() == ["job/before", "job/second", "job/third", "job/fourth"],
+            message=lambda: f"all events once: {objects()}",
+        )
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0

@@ -34,7 +34,14 @@ CASES = [
     ("failure, retries used", ended(3), None, 2, 2, ("Failed", "BackoffLimitExceeded", 3, True)),
     ("OOM, a retry left", ended(137, signal=9, reason="OOMKilled"), None, 1, 0, ("Pending", "BackOff", 1, False)),
     ("OOM, no retries", ended(137, signal=9, reason="OOMKilled"), None, 0, 0, ("Failed", "OOMKilled", 1, True)),
-    ("supervisor's own time limit", ended(**TERM, reason="DeadlineExceeded"), None, 3, 0, ("Failed", "DeadlineExceeded", 0, True)),
+    (
+        "supervisor's own time limit",
+        ended(**TERM, reason="DeadlineExceeded"),
+        None,
+        3,
+        0,
+        ("Failed", "DeadlineExceeded", 0, True),
+    ),
     ("lost", ended(None, lost=True, error="supervisor vanished"), None, 3, 0, ("Failed", "Lost", 0, True)),
     ("could not start", ended(127, error="command not found: x"), None, 0, 0, ("Failed", "Error", 1, True)),
     ("stopped: suspended", ended(**TERM), stop("Suspended"), 0, 0, ("Pending", "Suspended", 0, False)),
@@ -48,7 +55,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("run", "stop_", "limit", "failed", "outcome"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("run", "stop_", "limit", "failed", "outcome"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_an_ended_attempt_becomes_a_phase(run, stop_, limit, failed, outcome):
     record = state("a", phase="Running", attempt=1, failed=failed, conditions=[stop_] if stop_ else [])
     record_exit(record, run, stop_, limit)

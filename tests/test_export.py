@@ -24,7 +24,7 @@ from controller.export import k8s, slurm
 from controller.util.yamlio import load_one
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_cli import run  # noqa: E402
+from test_cli import run
 
 K8S_VERSION = "1.30"
 
@@ -47,10 +47,15 @@ def validate(data: dict) -> None:
 
 # -- Slurm -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "spec, expected, absent",
     [
-        ({}, ["--job-name=train", "--chdir=/lab", "--output=out.log", "--export=ALL"], ["--gres", "--time", "--mem", "--nice"]),
+        (
+            {},
+            ["--job-name=train", "--chdir=/lab", "--output=out.log", "--export=ALL"],
+            ["--gres", "--time", "--mem", "--nice"],
+        ),
         ({"resources": {"gpus": 2}}, ["--gres=gpu:2"], []),
         ({"resources": {"gpus": 0, "gpuType": "a100"}}, [], ["--gres"]),
         ({"timeLimit": "4h30m"}, ["--time=04:30:00"], []),
@@ -89,7 +94,9 @@ def test_sbatch_options_for_the_backend_leave_the_gates_to_gflowd():
 
 def test_sbatch_options_partition_account_and_unprivileged_nice():
     j = job(priority=5)
-    opts = slurm.sbatch_options(j.spec, "t", chdir="/", output="o", partition="gpu", account="lab", allow_negative_nice=False)
+    opts = slurm.sbatch_options(
+        j.spec, "t", chdir="/", output="o", partition="gpu", account="lab", allow_negative_nice=False
+    )
     assert "--partition=gpu" in opts and "--account=lab" in opts
     assert not any(o.startswith("--nice") for o in opts)  # clamped to 0: omitted
 
@@ -131,14 +138,23 @@ def test_slurm_script_inlines_a_script_under_set_e(tmp_path: Path):
 
 @pytest.mark.e2e
 def test_slurm_sweep_is_an_array_whose_tasks_are_the_children(tmp_path: Path):
-    sw, children = sweep(matrix={"lr": ["0.1", "1e-3"], "bs": [32, 64]}, parallelism=2,
-                         template={"command": ["sh", "-c", 'echo "$1 $LR $BS $GFLOW_JOB_NAME $GFLOW_SWEEP_INDEX"', "x", "{lr}"]})
+    sw, children = sweep(
+        matrix={"lr": ["0.1", "1e-3"], "bs": [32, 64]},
+        parallelism=2,
+        template={"command": ["sh", "-c", 'echo "$1 $LR $BS $GFLOW_JOB_NAME $GFLOW_SWEEP_INDEX"', "x", "{lr}"]},
+    )
     text = slurm.export_sweep(sw, "sw", children, str(tmp_path)).text
     assert "#SBATCH --array=0-3%2" in text
-    for task, expected in enumerate(["0.1 0.1 32 sw-0 0", "0.1 0.1 64 sw-1 1", "1e-3 1e-3 32 sw-2 2", "1e-3 1e-3 64 sw-3 3"]):
-        out = subprocess.run(["bash", "-c", text], capture_output=True, text=True, env={**os.environ, "SLURM_ARRAY_TASK_ID": str(task)})
+    for task, expected in enumerate(
+        ["0.1 0.1 32 sw-0 0", "0.1 0.1 64 sw-1 1", "1e-3 1e-3 32 sw-2 2", "1e-3 1e-3 64 sw-3 3"]
+    ):
+        out = subprocess.run(
+            ["bash", "-c", text], capture_output=True, text=True, env={**os.environ, "SLURM_ARRAY_TASK_ID": str(task)}
+        )
         assert out.stdout == expected + "\n", out.stderr
-    missing = subprocess.run(["bash", "-c", text], capture_output=True, text=True, env={**os.environ, "SLURM_ARRAY_TASK_ID": "9"})
+    missing = subprocess.run(
+        ["bash", "-c", text], capture_output=True, text=True, env={**os.environ, "SLURM_ARRAY_TASK_ID": "9"}
+    )
     assert missing.returncode == 2 and "no sweep child" in missing.stderr
 
 
@@ -147,7 +163,9 @@ def test_slurm_sweep_of_indices_keeps_its_own_numbers(tmp_path: Path):
     sw, children = sweep(indices="5,7", template={"command": ["sh", "-c", "echo $GFLOW_SWEEP_INDEX"]})
     text = slurm.export_sweep(sw, "sw", children, str(tmp_path)).text
     assert "#SBATCH --array=0-1\n" in text
-    out = subprocess.run(["bash", "-c", text], capture_output=True, text=True, env={**os.environ, "SLURM_ARRAY_TASK_ID": "1"})
+    out = subprocess.run(
+        ["bash", "-c", text], capture_output=True, text=True, env={**os.environ, "SLURM_ARRAY_TASK_ID": "1"}
+    )
     assert out.stdout == "7\n"
 
 
@@ -205,16 +223,25 @@ def test_the_slurm_scripts_port_without_python_comes_from_the_job_id(tmp_path: P
 
 
 def test_the_local_runtime_and_the_exports_share_one_list_of_variables(tmp_path: Path):
+    from controller.act.runtime.command import GFLOW_VARIABLES, build_process, job_env
     from controller.api.validation import validate_any
     from controller.model.plan import Launch
-    from controller.act.runtime.command import GFLOW_VARIABLES, build_process, job_env
 
     data = {"metadata": {"name": "train"}, "spec": {"command": ["true"], "resources": {"gpus": 1}}}
-    admitted = validate_any(data, source="t.yaml", path=str(tmp_path / "t.yaml"), stem="t", single=True, doc_index=0, text="")[0]
-    local = build_process(Launch("train", 2, 1, admitted, [3], ["GPU-x"]), {"PATH": os.environ["PATH"]}, tmp_path / "s", 29501).env
+    admitted = validate_any(
+        data, source="t.yaml", path=str(tmp_path / "t.yaml"), stem="t", single=True, doc_index=0, text=""
+    )[0]
+    local = build_process(
+        Launch("train", 2, 1, admitted, [3], ["GPU-x"]), {"PATH": os.environ["PATH"]}, tmp_path / "s", 29501
+    ).env
     assert {k: local[k] for k in ("CUDA_VISIBLE_DEVICES", "GFLOW_ATTEMPT", "MASTER_PORT")} == {
-        "CUDA_VISIBLE_DEVICES": "3", "GFLOW_ATTEMPT": "2", "MASTER_PORT": "29501"}
-    container = k8s.export_job(admitted.job, "train", str(tmp_path), image="img").data["spec"]["template"]["spec"]["containers"][0]
+        "CUDA_VISIBLE_DEVICES": "3",
+        "GFLOW_ATTEMPT": "2",
+        "MASTER_PORT": "29501",
+    }
+    container = k8s.export_job(admitted.job, "train", str(tmp_path), image="img").data["spec"]["template"]["spec"][
+        "containers"
+    ][0]
     in_k8s = {e["name"] for e in container["env"]}
     assert set(GFLOW_VARIABLES) <= set(local) and set(GFLOW_VARIABLES) <= in_k8s
     given = job_env("train", admitted.job.spec, devices="", attempt="1", generation="1", master_port="1")
@@ -222,6 +249,7 @@ def test_the_local_runtime_and_the_exports_share_one_list_of_variables(tmp_path:
 
 
 # -- Kubernetes ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "spec, path, value",
@@ -239,13 +267,21 @@ def test_the_local_runtime_and_the_exports_share_one_list_of_variables(tmp_path:
         ({"terminationGracePeriod": "30s"}, "spec.template.spec.terminationGracePeriodSeconds", 30),
         ({"workingDir": "sub"}, "spec.template.spec.containers.0.workingDir", "/lab/sub"),
         ({"env": {"A": "1"}}, "spec.template.spec.containers.0.env.0", {"name": "A", "value": "1"}),
-        ({"command": None, "script": "echo hi\n"}, "spec.template.spec.containers.0.command", ["bash", "-e", "-c", "echo hi\n"]),
+        (
+            {"command": None, "script": "echo hi\n"},
+            "spec.template.spec.containers.0.command",
+            ["bash", "-e", "-c", "echo hi\n"],
+        ),
         ({"condaEnv": "torch"}, "spec.template.spec.containers.0.command.0", "conda"),
         ({}, "spec.template.spec.restartPolicy", "Never"),
         ({"resources": {"cpus": 4}}, "spec.template.spec.containers.0.resources.limits.cpu", "4"),
         ({"resources": {"cpus": 4}}, "spec.template.spec.containers.0.resources.requests.cpu", "4"),
         ({"resources": {"cpus": 4}}, "spec.template.spec.containers.0.env.OMP_NUM_THREADS", "4"),
-        ({"resources": {"cpus": 4}, "env": {"OMP_NUM_THREADS": "1"}}, "spec.template.spec.containers.0.env.OMP_NUM_THREADS", "1"),
+        (
+            {"resources": {"cpus": 4}, "env": {"OMP_NUM_THREADS": "1"}},
+            "spec.template.spec.containers.0.env.OMP_NUM_THREADS",
+            "1",
+        ),
     ],
 )
 def test_k8s_job_fields(spec, path, value):
@@ -270,7 +306,9 @@ def _split(path: str) -> list[str]:
 def test_k8s_container_sees_the_gpus_the_device_plugin_gave_as_cuda_devices_from_0(gpus, visible):
     # the NVIDIA device plugin exposes the allocated GPUs (NVIDIA_VISIBLE_DEVICES); CUDA numbers
     # them from 0 and nothing sets CUDA_VISIBLE_DEVICES, which jobs read to count their GPUs
-    container = k8s.export_job(job(resources={"gpus": gpus}), "train", "/lab", image="i").data["spec"]["template"]["spec"]["containers"][0]
+    container = k8s.export_job(job(resources={"gpus": gpus}), "train", "/lab", image="i").data["spec"]["template"][
+        "spec"
+    ]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["CUDA_VISIBLE_DEVICES"] == visible
     assert (env["MASTER_ADDR"], env["GFLOW_ATTEMPT"], env["GFLOW_JOB_NAME"]) == ("127.0.0.1", "1", "train")
@@ -278,7 +316,9 @@ def test_k8s_container_sees_the_gpus_the_device_plugin_gave_as_cuda_devices_from
 
 
 def test_k8s_labels_queue_namespace_and_priority():
-    j = Job.model_validate({"metadata": {"name": "train", "labels": {"team": "vision"}}, "spec": {"command": ["x"], "priority": 7}})
+    j = Job.model_validate(
+        {"metadata": {"name": "train", "labels": {"team": "vision"}}, "spec": {"command": ["x"], "priority": 7}}
+    )
     data = k8s.export_job(j, "train", "/lab", image="img", queue="team-a", namespace="ml").data
     validate(data)
     assert data["metadata"]["labels"] == {"team": "vision", "kueue.x-k8s.io/queue-name": "team-a"}
@@ -314,24 +354,37 @@ def test_k8s_invalid_object_is_caught_by_the_schema():
 
 @pytest.mark.e2e
 def test_k8s_sweep_is_an_indexed_job_whose_indices_are_the_children():
-    sw, children = sweep(matrix={"lr": ["0.1", "a b"]}, parallelism=1,
-                         template={"command": ["sh", "-c", 'echo "$1|$LR|$GFLOW_JOB_NAME"', "x", "{lr}"], "backoffLimit": 2,
-                                   "resources": {"gpus": 1}})
+    sw, children = sweep(
+        matrix={"lr": ["0.1", "a b"]},
+        parallelism=1,
+        template={
+            "command": ["sh", "-c", 'echo "$1|$LR|$GFLOW_JOB_NAME"', "x", "{lr}"],
+            "backoffLimit": 2,
+            "resources": {"gpus": 1},
+        },
+    )
     exported = k8s.export_sweep(sw, "sw", children, "/lab", image="img")
     data = exported.data
     validate(data)
     spec = data["spec"]
-    assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["backoffLimitPerIndex"]) == ("Indexed", 2, 1, 2)
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["backoffLimitPerIndex"]) == (
+        "Indexed",
+        2,
+        1,
+        2,
+    )
     assert "backoffLimit" not in spec
     container = spec["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     for index, expected in enumerate(["0.1|0.1|sw-0", "a b|a b|sw-1"]):
-        out = subprocess.run(container["command"], capture_output=True, text=True,
-                             env={**os.environ, "JOB_COMPLETION_INDEX": str(index)})
+        out = subprocess.run(
+            container["command"], capture_output=True, text=True, env={**os.environ, "JOB_COMPLETION_INDEX": str(index)}
+        )
         assert out.stdout == expected + "\n", out.stderr
 
 
 # -- the verb --------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def files(tmp_path: Path, monkeypatch):
@@ -398,7 +451,8 @@ def test_export_slurm_of_an_unmapped_gpu_type_is_one_line_naming_the_setting_and
 def test_export_reads_the_cluster_settings_from_the_homes_config(files):
     (files / "typed.yaml").write_text(GPU_TYPED)
     (files / "home" / "config.yaml").write_text(
-        "slurm: {partition: gpu, gpuTypes: {H100: h100}}\nk8s: {image: 'reg.lab/train:1', namespace: ml}\n")
+        "slurm: {partition: gpu, gpuTypes: {H100: h100}}\nk8s: {image: 'reg.lab/train:1', namespace: ml}\n"
+    )
     code, out, err = run("export", "slurm", "-f", str(files / "typed.yaml"))
     assert code == 0, err
     assert "#SBATCH --gres=gpu:h100:1" in out and "#SBATCH --partition=gpu" in out
@@ -431,7 +485,9 @@ def test_export_takes_folders_recursion_and_stdin_like_apply(files):
     assert [load_one(d)["metadata"]["name"] for d in out.split("---\n")] == ["one", "two"]
     code, out, err = run("export", "slurm", "two", "-f", str(folder), "-R")
     assert code == 0 and "#SBATCH --job-name=two" in out, err
-    code, out, err = run("export", "k8s", "-f", "-", "--image", "i", stdin="metadata: {name: piped}\nspec: {command: [z]}\n")
+    code, out, err = run(
+        "export", "k8s", "-f", "-", "--image", "i", stdin="metadata: {name: piped}\nspec: {command: [z]}\n"
+    )
     assert code == 0 and load_one(out)["metadata"]["name"] == "piped", err
     # every bad file is named at once, one line each
     (folder / "bad1.yaml").write_text("spec: {command: [x], resources: {gpus: -1}}\n")

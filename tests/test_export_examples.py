@@ -22,7 +22,7 @@ import pytest
 from controller.util.yamlio import iter_documents_text, load_one
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_cli import run  # noqa: E402
+from test_cli import run
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "manifests" / "examples"
@@ -106,8 +106,17 @@ def test_every_example_runs_with_only_the_environment_its_k8s_job_gives(tmp_path
     copy = tmp_path / "examples"
     shutil.copytree(EXAMPLES, copy)
     outcomes = {}
-    order = ["hello-cpu", "fail-demo", "train-1gpu", "ddp-2gpu", "infer-shared", "eval-after-train",
-             "pipeline/preprocess", "pipeline/train-sweep", "pipeline/evaluate"]
+    order = [
+        "hello-cpu",
+        "fail-demo",
+        "train-1gpu",
+        "ddp-2gpu",
+        "infer-shared",
+        "eval-after-train",
+        "pipeline/preprocess",
+        "pipeline/train-sweep",
+        "pipeline/evaluate",
+    ]
     assert {str(p.relative_to(EXAMPLES).with_suffix("")) for p in MANIFESTS} == set(order), "a new example: add it here"
     for name in order:
         path = copy / f"{name}.yaml"

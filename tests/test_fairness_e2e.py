@@ -48,7 +48,8 @@ def shared():
 def _backlog(folder: Path) -> int:
     for k in range(BACKLOG):
         (folder / f"m-{k:05d}.yaml").write_text(
-            f"metadata: {{name: m-{k:05d}}}\nspec:\n  command: [sleep, '1']\n  resources: {{gpus: 1}}\n")
+            f"metadata: {{name: m-{k:05d}}}\nspec:\n  command: [sleep, '1']\n  resources: {{gpus: 1}}\n"
+        )
     return 0
 
 
@@ -102,16 +103,23 @@ def _stamp(path: Path) -> tuple[int, int, bytes]:
 
 def _waiting_events(home: Path) -> list[str]:
     lines = (home / "events.jsonl").read_text().splitlines()
-    return [line for line in lines if '"object":"job/m-' in line.replace(" ", "")
-            and any(f'"reason":"{r}"' in line.replace(" ", "") for r in ("Resources", "Priority", "Queued"))]
+    return [
+        line
+        for line in lines
+        if '"object":"job/m-' in line.replace(" ", "")
+        and any(f'"reason":"{r}"' in line.replace(" ", "") for r in ("Resources", "Priority", "Queued"))
+    ]
 
 
 def test_alice_runs_promptly_while_mallory_floods_and_churns(shared, gflowd):
     home = shared / "home"
     daemon = gflowd("--fake-gpus", shared / "gpus.yaml", home=home)
     assert run_as(MALLORY, lambda: _backlog(home / "jobs" / "mallory")) == (0, "")
-    wait_for(lambda: len((read_index(home) or {}).get("jobs", {})) >= BACKLOG, timeout=120,
-             message="gflowd to see mallory's backlog")
+    wait_for(
+        lambda: len((read_index(home) or {}).get("jobs", {})) >= BACKLOG,
+        timeout=120,
+        message="gflowd to see mallory's backlog",
+    )
     churner = _fork_as(MALLORY, lambda: _churn(home / "jobs" / "mallory"))
     try:
         last = home / "status" / f"m-{BACKLOG - 1:05d}.yaml"  # deep in her backlog: waits all along

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from helpers import fill_filesystem, job_status, pid_alive, read_index, wait_for, wait_phase, write_manifest
 from nvml_fixtures import fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
 
@@ -32,6 +31,7 @@ def event(home, reason: str) -> dict | None:
 
 # -- the backoff itself ------------------------------------------------------------------------------
 
+
 def test_write_failures_back_off_exponentially_to_a_cap_and_report_the_first():
     failures = WriteFailures(base=0.5, cap=4.0)
     full = OSError(28, "No space left on device", "/h/status/a.yaml")
@@ -45,6 +45,7 @@ def test_write_failures_back_off_exponentially_to_a_cap_and_report_the_first():
 
 # -- a full state directory (a real small filesystem) ----------------------------------------------------
 
+
 def _can_mount() -> bool:
     return os.geteuid() == 0 and shutil.which("mount") is not None
 
@@ -56,8 +57,9 @@ def small_status_fs(home):
         pytest.skip("needs root and mount(8) for a size-limited tmpfs")
     status = home / "status"
     status.mkdir(exist_ok=True)
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", str(status)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", str(status)], capture_output=True, text=True
+    )
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     yield status
@@ -105,6 +107,7 @@ def test_read_only_status_dir_backs_off_and_catches_up(home, gflowd, small_statu
 
 # -- the spec directory ----------------------------------------------------------------------------------
 
+
 def test_spec_dir_deleted_and_recreated(home, gflowd):
     write_manifest(home / "jobs", "first.yaml", QUICK.format(name="first"))
     daemon = gflowd()
@@ -150,11 +153,15 @@ def test_burst_of_2000_file_changes_loses_no_update(home, gflowd, tmp_path):
 
 # -- GPUs ------------------------------------------------------------------------------------------------
 
+
 def test_gpu_lost_mid_run_is_reported_on_the_job_and_the_gpu_is_not_reused(home, gflowd, tmp_path):
     fake = tmp_path / "gpus.yaml"
     fake.write_text("gpus:\n  - {name: NVIDIA H100, memory: 80Gi}\n  - {name: NVIDIA H100, memory: 80Gi}\n")
-    write_manifest(home / "jobs", "trainer.yaml",
-                   "metadata: {name: trainer}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n")
+    write_manifest(
+        home / "jobs",
+        "trainer.yaml",
+        "metadata: {name: trainer}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n",
+    )
     daemon = gflowd("--fake-gpus", fake)
     status = wait_for(lambda: (job_status(home, "trainer") or {}).get("pid") and job_status(home, "trainer"))
     lost = status["devices"][0]
@@ -170,18 +177,21 @@ def test_gpu_lost_mid_run_is_reported_on_the_job_and_the_gpu_is_not_reused(home,
     condition = wait_for(unhealthy, message=lambda: f"GPUUnhealthy on trainer; {job_status(home, 'trainer')}")
     assert f"GPU {lost}" in condition["message"]
     assert pid_alive(status["pid"])  # the job decides what a lost GPU means; gflowd does not kill it
-    write_manifest(home / "jobs", "next.yaml",
-                   "metadata: {name: next}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n")
+    write_manifest(
+        home / "jobs", "next.yaml", "metadata: {name: next}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n"
+    )
     nxt = wait_for(lambda: (job_status(home, "next") or {}).get("pid") and job_status(home, "next"))
     assert nxt["devices"] == [1 - lost]
-    write_manifest(home / "jobs", "third.yaml",
-                   "metadata: {name: third}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n")
+    write_manifest(
+        home / "jobs", "third.yaml", "metadata: {name: third}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n"
+    )
     third = wait_phase(home, "third", "Pending", daemon=daemon)
     assert third["reason"] == "Resources" and not third.get("devices")  # the lost GPU is never handed out
     assert f"GPU {lost}" in third["message"]
 
 
 # -- NVML through the stand-in libnvidia-ml (tests/nvml_stub) ------------------------------------------
+
 
 def _node(home) -> dict:
     from ruamel.yaml import YAML
@@ -195,8 +205,11 @@ def _node(home) -> dict:
 def test_nvml_init_failure_runs_cpu_jobs_and_says_why(home, gflowd, nvml_env):
     write_fake_nvml(nvml_env["FAKE_NVML_FILE"], {"initError": 9, "gpus": [gpu(0)]})  # DRIVER_NOT_LOADED
     write_manifest(home / "jobs", "cpu.yaml", QUICK.format(name="cpu"))
-    write_manifest(home / "jobs", "wants-gpu.yaml",
-                   "metadata: {name: wants-gpu}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n")
+    write_manifest(
+        home / "jobs",
+        "wants-gpu.yaml",
+        "metadata: {name: wants-gpu}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n",
+    )
     daemon = gflowd(env=nvml_env)
     wait_phase(home, "cpu", "Succeeded", daemon=daemon)
     status = wait_phase(home, "wants-gpu", "Pending", reason="Unschedulable", daemon=daemon)
@@ -207,8 +220,11 @@ def test_nvml_init_failure_runs_cpu_jobs_and_says_why(home, gflowd, nvml_env):
 def test_a_hung_nvml_call_never_stalls_the_loop(home, gflowd, nvml_env):
     nvml_file = nvml_env["FAKE_NVML_FILE"]
     write_fake_nvml(nvml_file, {"gpus": [gpu(0), gpu(1)]})
-    write_manifest(home / "jobs", "trainer.yaml",
-                   "metadata: {name: trainer}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n")
+    write_manifest(
+        home / "jobs",
+        "trainer.yaml",
+        "metadata: {name: trainer}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n",
+    )
     daemon = gflowd(env=nvml_env)
     trainer = wait_for(lambda: (job_status(home, "trainer") or {}).get("pid") and job_status(home, "trainer"))
     write_fake_nvml(nvml_file, {"gpus": [gpu(0), gpu(1)], "hangMs": 600_000})  # every NVML call now hangs 10 min
@@ -216,16 +232,22 @@ def test_a_hung_nvml_call_never_stalls_the_loop(home, gflowd, nvml_env):
     # the loop goes on: new CPU jobs start and end, edits are acted on, the node says what is wrong
     write_manifest(home / "jobs", "cpu.yaml", QUICK.format(name="cpu"))
     wait_phase(home, "cpu", "Succeeded", timeout=30, daemon=daemon)
-    wait_for(lambda: "NVML is not answering" in _node(home).get("inventory", ""), timeout=30,
-             message=lambda: f"node.yaml to say NVML hangs: {_node(home)}")
+    wait_for(
+        lambda: "NVML is not answering" in _node(home).get("inventory", ""),
+        timeout=30,
+        message=lambda: f"node.yaml to say NVML hangs: {_node(home)}",
+    )
     assert all(g["state"] == "Unhealthy" for g in _node(home)["gpus"])
-    write_manifest(home / "jobs", "second.yaml",
-                   "metadata: {name: second}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n")
+    write_manifest(
+        home / "jobs", "second.yaml", "metadata: {name: second}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n"
+    )
     second = wait_phase(home, "second", "Pending", timeout=30, daemon=daemon)
     assert not second.get("devices")  # no GPU is handed out while NVML cannot vouch for it
-    write_manifest(home / "jobs", "trainer.yaml",
-                   "metadata: {name: trainer}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n"
-                   "  cancelled: true\n")
+    write_manifest(
+        home / "jobs",
+        "trainer.yaml",
+        "metadata: {name: trainer}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n  cancelled: true\n",
+    )
     wait_phase(home, "trainer", "Cancelled", timeout=30, daemon=daemon)
     assert not pid_alive(trainer["pid"])
     assert daemon.proc.poll() is None

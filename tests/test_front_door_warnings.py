@@ -17,11 +17,18 @@ def ctl(home: Path, *argv: str, stdin: str | None = None, cwd: Path | None = Non
     env = {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(Path(home).parent / "state")}
     return subprocess.run(
         [sys.executable, "-m", "controller.cli.main", *argv],
-        input=stdin, capture_output=True, text=True, env=env, timeout=60, cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=cwd,
     )
 
 
-pytestmark = pytest.mark.fake_gpus(4, gpu="{name: NVIDIA A100-SXM4-40GB, memory: 40Gi}")  # what the fake_gpus fixture writes
+pytestmark = pytest.mark.fake_gpus(
+    4, gpu="{name: NVIDIA A100-SXM4-40GB, memory: 40Gi}"
+)  # what the fake_gpus fixture writes
 
 
 BIG = "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {name: big}\nspec:\n  command: ['true']\n  resources: {gpus: 99}\n"
@@ -49,7 +56,11 @@ def test_apply_warns_when_gflowd_finds_the_job_can_never_start(home, gflowd, fak
         "(it has: NVIDIA A100-SXM4-40GB)\n"
     )
     memory = ctl(home, "run", "--name", "roomy", "--gpus", "1", "--shared", "--gpu-memory", "80Gi", "--", "true")
-    assert memory.returncode == 0 and "job/roomy can never start: needs 1 GPU with 80Gi memory each, 0 GPUs this large (largest 40Gi)" in memory.stderr
+    assert (
+        memory.returncode == 0
+        and "job/roomy can never start: needs 1 GPU with 80Gi memory each, 0 GPUs this large (largest 40Gi)"
+        in memory.stderr
+    )
 
 
 def test_run_warns_when_the_job_can_never_start(home, gflowd, fake_gpus, tmp_path):

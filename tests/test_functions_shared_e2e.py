@@ -11,7 +11,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from helpers import wait_for
 from shared_box import make_box, remove_box
 
@@ -43,9 +42,17 @@ def box():
 
 
 def submit(box) -> subprocess.CompletedProcess:
-    return subprocess.run([str(box.venv / "bin" / "python"), "-c", SCRIPT], env=box.env(), cwd=str(box.project),
-                          capture_output=True, text=True, timeout=180, user=box.user.pw_uid,
-                          group=box.user.pw_gid, extra_groups=[])
+    return subprocess.run(
+        [str(box.venv / "bin" / "python"), "-c", SCRIPT],
+        env=box.env(),
+        cwd=str(box.project),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        user=box.user.pw_uid,
+        group=box.user.pw_gid,
+        extra_groups=[],
+    )
 
 
 def start(box, gflowd, tmp_path):

@@ -18,7 +18,11 @@ from helpers import job_status, kill_jobs_of_home, pid_alive, read_index, wait_f
 def gflowd_cmd(home: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {**os.environ, "GFLOW_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "controller.daemon", *argv], capture_output=True, text=True, env=env, timeout=timeout,
+        [sys.executable, "-m", "controller.daemon", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
 

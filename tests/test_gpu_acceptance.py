@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from gpu_sim_fixtures import fake_cuda_lib, gpu_sim  # noqa: F401
 from nvml_fixtures import fake_nvml_lib  # noqa: F401
 
@@ -89,14 +88,18 @@ PMON_MU_FB_FIRST = """\
 
 # -- parsing -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, want", [
-    ("00000000:3B:00.0", "0000:3b:00.0"),  # NVML / nvidia-smi
-    ("0000:3B:00.0", "0000:3b:00.0"),  # CUDA
-    ("0000:3b:00.0", "0000:3b:00.0"),
-    ("00000001:af:1f.7", "0001:af:1f.7"),  # a second PCI domain
-    ("3b:00.0", "0000:3b:00.0"),  # lspci's short form
-    (" 00000000:07:00.0\n", "0000:07:00.0"),
-])
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("00000000:3B:00.0", "0000:3b:00.0"),  # NVML / nvidia-smi
+        ("0000:3B:00.0", "0000:3b:00.0"),  # CUDA
+        ("0000:3b:00.0", "0000:3b:00.0"),
+        ("00000001:af:1f.7", "0001:af:1f.7"),  # a second PCI domain
+        ("3b:00.0", "0000:3b:00.0"),  # lspci's short form
+        (" 00000000:07:00.0\n", "0000:07:00.0"),
+    ],
+)
 def test_bus_ids_from_nvml_and_cuda_compare_equal(text, want):
     assert normalize_bus_id(text) == want
 
@@ -110,7 +113,9 @@ def test_a_bus_id_that_is_not_one_is_refused(text):
 def test_query_gpu_csv_of_a_dgx_and_a_workstation():
     dgx = facts.parse_query_gpu_csv(QUERY_GPU_DGX)
     assert [g.index for g in dgx] == list(range(8))
-    assert dgx[0] == facts.SmiGpu(0, "GPU-1d5f5c6b-8b3c-3f5e-0f6a-7a1e6e0b9a11", "NVIDIA A100-SXM4-80GB", 81920, "0000:07:00.0")
+    assert dgx[0] == facts.SmiGpu(
+        0, "GPU-1d5f5c6b-8b3c-3f5e-0f6a-7a1e6e0b9a11", "NVIDIA A100-SXM4-80GB", 81920, "0000:07:00.0"
+    )
     assert dgx[7].pci_bus_id == "0000:bd:00.0"
     mixed = facts.parse_query_gpu_csv(QUERY_GPU_MIXED)
     assert [(g.name, g.memory_mib) for g in mixed] == [("NVIDIA H100 PCIe", 81559), ("NVIDIA GeForce RTX 4090", 24564)]
@@ -128,8 +133,10 @@ def test_query_gpu_csv_unsupported_memory_and_every_bad_line_at_once():
 
 def test_compute_apps_csv():
     apps = facts.parse_compute_apps_csv(COMPUTE_APPS)
-    assert apps == [facts.ComputeApp(31337, "GPU-1d5f5c6b-8b3c-3f5e-0f6a-7a1e6e0b9a11", 1536),
-                    facts.ComputeApp(31338, "GPU-2a7c1e90-44b1-9d2e-51c3-0e8f7b6a5d22", None)]
+    assert apps == [
+        facts.ComputeApp(31337, "GPU-1d5f5c6b-8b3c-3f5e-0f6a-7a1e6e0b9a11", 1536),
+        facts.ComputeApp(31338, "GPU-2a7c1e90-44b1-9d2e-51c3-0e8f7b6a5d22", None),
+    ]
     assert facts.parse_compute_apps_csv("") == []
     assert facts.parse_compute_apps_csv("No running processes found\n") == []
     with pytest.raises(ValueError, match="line 1: expected 3 fields"):
@@ -147,7 +154,10 @@ def test_pmon_of_a_recent_driver():
 def test_pmon_of_an_older_driver_and_of_fb_first():
     assert facts.parse_pmon(PMON_R470) == [facts.PmonRow(0, 48213, "C", 97, 40, 1007, "python3")]
     rows = facts.parse_pmon(PMON_MU_FB_FIRST)
-    assert [(r.pid, r.sm, r.fb_mib, r.command) for r in rows] == [(25985, 0, 893, "python3.7"), (92760, 12, 893, "my job")]
+    assert [(r.pid, r.sm, r.fb_mib, r.command) for r in rows] == [
+        (25985, 0, 893, "python3.7"),
+        (92760, 12, 893, "my job"),
+    ]
 
 
 def test_pmon_without_a_header_or_with_short_rows_is_refused():
@@ -159,9 +169,20 @@ def test_pmon_without_a_header_or_with_short_rows_is_refused():
         facts.parse_pmon("# gpu pid type sm mem command\n# Idx # C/G % % name\n 0 1 C\n")
 
 
-@pytest.mark.parametrize("n_bytes", [
-    81920 * MIB, 81559 * MIB, 24564 * MIB, 40 * GIB, 16 * GIB, 512 * MIB, 1023, 150 * GIB + 7, 2 * (1 << 40),
-])
+@pytest.mark.parametrize(
+    "n_bytes",
+    [
+        81920 * MIB,
+        81559 * MIB,
+        24564 * MIB,
+        40 * GIB,
+        16 * GIB,
+        512 * MIB,
+        1023,
+        150 * GIB + 7,
+        2 * (1 << 40),
+    ],
+)
 def test_memory_is_written_the_way_gflow_writes_node_yaml(n_bytes):
     from controller.api.units import format_quantity  # the test may import gflow; the script must not
 
@@ -178,10 +199,21 @@ def test_quantities():
 
 # -- the inventory comparison ------------------------------------------------------------------------
 
+
 def node_of(smi: list[facts.SmiGpu]) -> list[dict]:
     """What gflow's node.yaml says for these GPUs when it is right."""
-    return [{"index": g.index, "uuid": g.uuid, "name": g.name, "memory": facts.format_binary(g.memory_mib * MIB),
-             "memoryUsed": "0", "state": "Free", "jobs": []} for g in smi]
+    return [
+        {
+            "index": g.index,
+            "uuid": g.uuid,
+            "name": g.name,
+            "memory": facts.format_binary(g.memory_mib * MIB),
+            "memoryUsed": "0",
+            "state": "Free",
+            "jobs": [],
+        }
+        for g in smi
+    ]
 
 
 def test_inventory_match():
@@ -204,18 +236,24 @@ def test_inventory_each_kind_of_mismatch():
 
     swapped = [dict(good[0], index=1), dict(good[1], index=0)]
     problems = facts.compare_inventory(smi, swapped)
-    assert any("GPU 0: index order differs: get gpus has GPU-a04b7b82" in p and "nvidia-smi calls GPU 1" in p for p in problems)
+    assert any(
+        "GPU 0: index order differs: get gpus has GPU-a04b7b82" in p and "nvidia-smi calls GPU 1" in p for p in problems
+    )
 
     uuid = [dict(good[0], uuid="GPU-00000000-0000-0000-0000-000000000000"), good[1]]
     assert facts.compare_inventory(smi, uuid) == [
-        "GPU 0: UUID 'GPU-00000000-0000-0000-0000-000000000000' in get gpus, 'GPU-9e3f6a71-0c2b-4d8e-a5f1-7b2c3d4e5f60' in nvidia-smi"]
+        "GPU 0: UUID 'GPU-00000000-0000-0000-0000-000000000000' in get gpus, 'GPU-9e3f6a71-0c2b-4d8e-a5f1-7b2c3d4e5f60' in nvidia-smi"
+    ]
 
     name = [good[0], dict(good[1], name="NVIDIA GeForce RTX 4080")]
     assert facts.compare_inventory(smi, name) == [
-        "GPU 1: name 'NVIDIA GeForce RTX 4080' in get gpus, 'NVIDIA GeForce RTX 4090' in nvidia-smi"]
+        "GPU 1: name 'NVIDIA GeForce RTX 4080' in get gpus, 'NVIDIA GeForce RTX 4090' in nvidia-smi"
+    ]
 
     memory = [dict(good[0], memory="80Gi"), good[1]]
-    assert facts.compare_inventory(smi, memory) == ["GPU 0: memory '80Gi' in get gpus, nvidia-smi's 81559 MiB is 79.6Gi"]
+    assert facts.compare_inventory(smi, memory) == [
+        "GPU 0: memory '80Gi' in get gpus, nvidia-smi's 81559 MiB is 79.6Gi"
+    ]
 
     duplicate = facts.compare_inventory(smi, [good[0], good[0], good[1]])
     assert duplicate == ["get gpus lists GPU 0 twice"]
@@ -227,9 +265,12 @@ def test_inventory_exact_bytes_when_gflow_gives_them_and_no_memory_from_nvidia_s
     assert facts.compare_inventory(smi, exact) == []
     exact[1]["memoryBytes"] -= MIB
     assert facts.compare_inventory(smi, exact) == [
-        f"GPU 1: memory {24563 * MIB} bytes (24563 MiB) in get gpus, 24564 MiB in nvidia-smi"]
+        f"GPU 1: memory {24563 * MIB} bytes (24563 MiB) in get gpus, 24564 MiB in nvidia-smi"
+    ]
     unknown = [facts.SmiGpu(0, smi[0].uuid, smi[0].name, None, smi[0].pci_bus_id)]
-    assert facts.compare_inventory(unknown, node_of(smi)[:1]) == ["GPU 0: nvidia-smi gives no memory.total to compare with"]
+    assert facts.compare_inventory(unknown, node_of(smi)[:1]) == [
+        "GPU 0: nvidia-smi gives no memory.total to compare with"
+    ]
 
 
 # -- verdicts on what the probe saw ------------------------------------------------------------------
@@ -237,8 +278,15 @@ def test_inventory_exact_bytes_when_gflow_gives_them_and_no_memory_from_nvidia_s
 SMI = {g.index: g for g in facts.parse_query_gpu_csv(QUERY_GPU_DGX)}
 
 
-def probe_doc(*bus_ids: str, visible: str | None, order: str | None = "PCI_BUS_ID", init_error: str | None = None,
-              used: list[str] | None = None, nodes: dict | None = None, cleared: bool = False) -> dict:
+def probe_doc(
+    *bus_ids: str,
+    visible: str | None,
+    order: str | None = "PCI_BUS_ID",
+    init_error: str | None = None,
+    used: list[str] | None = None,
+    nodes: dict | None = None,
+    cleared: bool = False,
+) -> dict:
     return {
         "env": {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": order},
         "clearedVisible": cleared,
@@ -257,8 +305,9 @@ def test_binding_right_and_each_way_wrong():
         "bound to 1 GPU(s) (2) but CUDA sees 2": probe_doc("0000:47:00.0", "0000:07:00.0", visible="2"),
         "CUDA_DEVICE_ORDER is None, not PCI_BUS_ID": probe_doc("0000:47:00.0", visible="2", order=None),
         "CUDA_VISIBLE_DEVICES is '0', bound devices are 2": probe_doc("0000:47:00.0", visible="0"),
-        "cuInit failed in the job: cuInit returned CUDA_ERROR_NO_DEVICE (100)":
-            probe_doc(visible="2", init_error="cuInit returned CUDA_ERROR_NO_DEVICE (100)"),
+        "cuInit failed in the job: cuInit returned CUDA_ERROR_NO_DEVICE (100)": probe_doc(
+            visible="2", init_error="cuInit returned CUDA_ERROR_NO_DEVICE (100)"
+        ),
     }
     for want, doc in cases.items():
         verdict = facts.judge_binding(doc, [2], SMI)
@@ -279,16 +328,30 @@ def test_concurrent_jobs_must_not_share_a_device():
 
 def test_isolation_verdicts():
     own = [1]
-    fails = facts.judge_isolation(probe_doc(visible=None, init_error="cuInit returned CUDA_ERROR_NO_DEVICE (100)", cleared=True,
-                                            nodes={"/dev/nvidia0": "EPERM"}), own, SMI)
+    fails = facts.judge_isolation(
+        probe_doc(
+            visible=None,
+            init_error="cuInit returned CUDA_ERROR_NO_DEVICE (100)",
+            cleared=True,
+            nodes={"/dev/nvidia0": "EPERM"},
+        ),
+        own,
+        SMI,
+    )
     assert fails.ok and "cuInit fails" in fails.reason and "/dev/nvidia0 EPERM" in fails.reason
-    only_own = facts.judge_isolation(probe_doc("0000:0f:00.0", visible=None, cleared=True, used=["0000:0f:00.0"]), own, SMI)
+    only_own = facts.judge_isolation(
+        probe_doc("0000:0f:00.0", visible=None, cleared=True, used=["0000:0f:00.0"]), own, SMI
+    )
     assert only_own.ok and "CUDA sees only 0000:0f:00.0" in only_own.reason
     sees_all = facts.judge_isolation(probe_doc("0000:07:00.0", "0000:0f:00.0", visible=None, cleared=True), own, SMI)
     assert not sees_all.ok and sees_all.reason == "CUDA sees 0000:07:00.0 besides the job's own GPUs"
-    uses = facts.judge_isolation(probe_doc("0000:07:00.0", "0000:0f:00.0", visible=None, cleared=True, used=["0000:07:00.0"]), own, SMI)
+    uses = facts.judge_isolation(
+        probe_doc("0000:07:00.0", "0000:0f:00.0", visible=None, cleared=True, used=["0000:07:00.0"]), own, SMI
+    )
     assert not uses.ok and "allocated memory on 0000:07:00.0" in uses.reason
-    opened = facts.judge_isolation(probe_doc("0000:0f:00.0", visible=None, cleared=True, nodes={"/dev/nvidia0": "ok"}), own, SMI)
+    opened = facts.judge_isolation(
+        probe_doc("0000:0f:00.0", visible=None, cleared=True, nodes={"/dev/nvidia0": "ok"}), own, SMI
+    )
     assert not opened.ok and "could open /dev/nvidia0" in opened.reason
     cpu_job = facts.judge_isolation(probe_doc("0000:07:00.0", visible=None, cleared=True), [], SMI)
     assert not cpu_job.ok
@@ -296,11 +359,26 @@ def test_isolation_verdicts():
     assert not not_cleared.ok and "did not clear" in not_cleared.reason
 
 
-@pytest.mark.parametrize("usage", [
-    [{"index": 2, "utilMean": 96.5, "utilPeak": 100, "memoryMean": "900Mi", "memoryPeak": "1Gi"}],
-    {"gpus": [{"gpu": 2, "utilization": {"mean": "96.5%", "peak": 100}, "memory": {"mean": "900Mi", "peak": "1Gi"}}]},
-    {"2": {"meanUtilization": 96.5, "peakUtilization": 100, "memUtilMean": 40, "meanMemory": "900Mi", "maxMemory": 1 * GIB}},
-])
+@pytest.mark.parametrize(
+    "usage",
+    [
+        [{"index": 2, "utilMean": 96.5, "utilPeak": 100, "memoryMean": "900Mi", "memoryPeak": "1Gi"}],
+        {
+            "gpus": [
+                {"gpu": 2, "utilization": {"mean": "96.5%", "peak": 100}, "memory": {"mean": "900Mi", "peak": "1Gi"}}
+            ]
+        },
+        {
+            "2": {
+                "meanUtilization": 96.5,
+                "peakUtilization": 100,
+                "memUtilMean": 40,
+                "meanMemory": "900Mi",
+                "maxMemory": 1 * GIB,
+            }
+        },
+    ],
+)
 def test_gpu_usage_is_read_in_any_reasonable_shape(usage):
     entry = facts.gpu_usage_entry(usage, 2)
     assert entry == {"utilMean": 96.5, "utilPeak": 100.0, "memoryMean": 900.0 * MIB, "memoryPeak": float(GIB)}
@@ -323,53 +401,90 @@ def test_usage_figures_against_nvidia_smi():
 
 
 def test_metric_and_minor_and_cgroup_parsing(tmp_path):
-    text = ("# HELP gflow_gpu_sample_duration_seconds one NVML sweep\n"
-            "gflow_gpu_sample_duration_seconds_bucket{le=\"0.005\"} 40\n"
-            "gflow_gpu_sample_duration_seconds_sum 0.08\ngflow_gpu_sample_duration_seconds_count 40\n"
-            "gflow_reconcile_duration_seconds_sum 9\ngflow_reconcile_duration_seconds_count 3\n")
+    text = (
+        "# HELP gflow_gpu_sample_duration_seconds one NVML sweep\n"
+        'gflow_gpu_sample_duration_seconds_bucket{le="0.005"} 40\n'
+        "gflow_gpu_sample_duration_seconds_sum 0.08\ngflow_gpu_sample_duration_seconds_count 40\n"
+        "gflow_reconcile_duration_seconds_sum 9\ngflow_reconcile_duration_seconds_count 3\n"
+    )
     assert facts.metric_mean_ms(text) == pytest.approx(2.0)
     assert facts.metric_mean_ms("gflow_reconcile_duration_seconds_sum 9\n") is None
 
     info = tmp_path / "0000:3b:00.0"
     info.mkdir()
-    (info / "information").write_text("Model: \t\t NVIDIA H100 PCIe\nIRQ:   \t\t 156\nGPU UUID: \t GPU-9e3f\n"
-                                       "Video BIOS: \t 96.00.30.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
-                                       "DMA Mask: \t 0xfffffffffffff\nBus Location: \t 0000:3b:00.0\nDevice Minor: \t 3\n")
+    (info / "information").write_text(
+        "Model: \t\t NVIDIA H100 PCIe\nIRQ:   \t\t 156\nGPU UUID: \t GPU-9e3f\n"
+        "Video BIOS: \t 96.00.30.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+        "DMA Mask: \t 0xfffffffffffff\nBus Location: \t 0000:3b:00.0\nDevice Minor: \t 3\n"
+    )
     assert facts.device_minor("0000:3b:00.0", tmp_path) == 3
     assert facts.device_minor("0000:5e:00.0", tmp_path) is None
 
-    hybrid = ("cgroup /sys/fs/cgroup/memory cgroup rw,nosuid,nodev,noexec,relatime,memory 0 0\n"
-              "cgroup /sys/fs/cgroup/devices cgroup rw,relatime,devices 0 0\n"
-              "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,relatime,cpu,cpuacct 0 0\n"
-              "cgroup /sys/fs/cgroup/systemd cgroup rw,relatime,xattr,name=systemd 0 0\n"
-              "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate 0 0\n"
-              "proc /proc proc rw 0 0\n")
+    hybrid = (
+        "cgroup /sys/fs/cgroup/memory cgroup rw,nosuid,nodev,noexec,relatime,memory 0 0\n"
+        "cgroup /sys/fs/cgroup/devices cgroup rw,relatime,devices 0 0\n"
+        "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,relatime,cpu,cpuacct 0 0\n"
+        "cgroup /sys/fs/cgroup/systemd cgroup rw,relatime,xattr,name=systemd 0 0\n"
+        "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate 0 0\n"
+        "proc /proc proc rw 0 0\n"
+    )
     mounts = facts.cgroup_mounts(hybrid)
-    assert mounts == {"memory": Path("/sys/fs/cgroup/memory"), "devices": Path("/sys/fs/cgroup/devices"),
-                      "cpu": Path("/sys/fs/cgroup/cpu,cpuacct"), "cpuacct": Path("/sys/fs/cgroup/cpu,cpuacct"),
-                      "name=systemd": Path("/sys/fs/cgroup/systemd"), "": Path("/sys/fs/cgroup/unified")}
-    lines = ["5:devices:/gflow/acc-iso-gpu", "4:memory:/gflow/acc-iso-gpu", "2:cpu,cpuacct:/gflow/x", "0::/", "3:pids:/gflow/y"]
+    assert mounts == {
+        "memory": Path("/sys/fs/cgroup/memory"),
+        "devices": Path("/sys/fs/cgroup/devices"),
+        "cpu": Path("/sys/fs/cgroup/cpu,cpuacct"),
+        "cpuacct": Path("/sys/fs/cgroup/cpu,cpuacct"),
+        "name=systemd": Path("/sys/fs/cgroup/systemd"),
+        "": Path("/sys/fs/cgroup/unified"),
+    }
+    lines = [
+        "5:devices:/gflow/acc-iso-gpu",
+        "4:memory:/gflow/acc-iso-gpu",
+        "2:cpu,cpuacct:/gflow/x",
+        "0::/",
+        "3:pids:/gflow/y",
+    ]
     assert facts.cgroup_dirs(lines, mounts) == [
-        Path("/sys/fs/cgroup/cpu,cpuacct/gflow/x"), Path("/sys/fs/cgroup/devices/gflow/acc-iso-gpu"),
-        Path("/sys/fs/cgroup/memory/gflow/acc-iso-gpu")]  # pids is not mounted in this sample; / is the root
+        Path("/sys/fs/cgroup/cpu,cpuacct/gflow/x"),
+        Path("/sys/fs/cgroup/devices/gflow/acc-iso-gpu"),
+        Path("/sys/fs/cgroup/memory/gflow/acc-iso-gpu"),
+    ]  # pids is not mounted in this sample; / is the root
     v2 = facts.cgroup_mounts("cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime 0 0\n")
-    assert facts.cgroup_dirs(["0::/system.slice/gflow.slice/acc-usage"], v2) == [Path("/sys/fs/cgroup/system.slice/gflow.slice/acc-usage")]
+    assert facts.cgroup_dirs(["0::/system.slice/gflow.slice/acc-usage"], v2) == [
+        Path("/sys/fs/cgroup/system.slice/gflow.slice/acc-usage")
+    ]
 
 
 # -- the report ----------------------------------------------------------------------------------------
 
+
 def test_report_json_and_exit_codes():
-    results = [facts.Result("venv", "PASS", "ready", {"x": 1}, 0.5),
-               facts.Result("inventory", "FAIL", "GPU 0: name differs", detail="gflowd.log (tail): ..."),
-               facts.Result("two-gpu-job", "SKIP", "needs 2 GPUs, this machine has 1")]
-    report = facts.build_report(results, gpu={"present": True, "driver": "550.54.15"}, gflowd={"version": "gflowd 0.1.0"},
-                                started=1_700_000_000.0, finished=1_700_000_075.5, interrupted=False, run_dir="/tmp/x")
+    results = [
+        facts.Result("venv", "PASS", "ready", {"x": 1}, 0.5),
+        facts.Result("inventory", "FAIL", "GPU 0: name differs", detail="gflowd.log (tail): ..."),
+        facts.Result("two-gpu-job", "SKIP", "needs 2 GPUs, this machine has 1"),
+    ]
+    report = facts.build_report(
+        results,
+        gpu={"present": True, "driver": "550.54.15"},
+        gflowd={"version": "gflowd 0.1.0"},
+        started=1_700_000_000.0,
+        finished=1_700_000_075.5,
+        interrupted=False,
+        run_dir="/tmp/x",
+    )
     decoded = json.loads(json.dumps(report))
     assert decoded["kind"] == "GpuAcceptanceReport" and decoded["version"] == 1
     assert decoded["started"] == "2023-11-14T22:13:20Z" and decoded["seconds"] == 75.5
     assert decoded["summary"] == {"PASS": 1, "FAIL": 1, "SKIP": 1} and decoded["exitCode"] == 1
-    assert decoded["checks"][1] == {"name": "inventory", "outcome": "FAIL", "reason": "GPU 0: name differs", "numbers": {},
-                                    "seconds": 0.0, "detail": "gflowd.log (tail): ..."}
+    assert decoded["checks"][1] == {
+        "name": "inventory",
+        "outcome": "FAIL",
+        "reason": "GPU 0: name differs",
+        "numbers": {},
+        "seconds": 0.0,
+        "detail": "gflowd.log (tail): ...",
+    }
     assert results[1].line() == "FAIL inventory — GPU 0: name differs"
     assert facts.exit_code(results[:1], interrupted=False) == 0
     assert facts.exit_code(results[:1], interrupted=True) == 130
@@ -379,17 +494,22 @@ def test_report_json_and_exit_codes():
 
 # -- the probe against a stand-in libcuda ----------------------------------------------------------------
 
+
 def probe(env: dict[str, str], *args: str, timeout: float = 60) -> dict:
-    out = subprocess.run([sys.executable, str(HACK / "gpu_probe.py"), *args], env=env, capture_output=True, text=True,
-                         timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, str(HACK / "gpu_probe.py"), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def cuda_env(lib: Path, state: Path, visible: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    env.update(LD_LIBRARY_PATH=str(lib), FAKE_CUDA_STATE=str(state),
-               FAKE_CUDA_GPUS="0000:3B:00.0|NVIDIA H100 PCIe|85520809984;0000:5E:00.0|NVIDIA H100 PCIe|85520809984")
+    env.update(
+        LD_LIBRARY_PATH=str(lib),
+        FAKE_CUDA_STATE=str(state),
+        FAKE_CUDA_GPUS="0000:3B:00.0|NVIDIA H100 PCIe|85520809984;0000:5E:00.0|NVIDIA H100 PCIe|85520809984",
+    )
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
     return env
@@ -398,16 +518,27 @@ def cuda_env(lib: Path, state: Path, visible: str | None) -> dict[str, str]:
 def test_probe_sees_what_cuda_visible_devices_allows(fake_cuda_lib, tmp_path):
     all_gpus = probe(cuda_env(fake_cuda_lib, tmp_path, None), "--use", "none")
     assert [d["pciBusId"] for d in all_gpus["devices"]] == ["0000:3b:00.0", "0000:5e:00.0"]
-    assert all_gpus["devices"][0]["rawPciBusId"] == "0000:3B:00.0" and all_gpus["devices"][0]["totalMemory"] == 85520809984
+    assert (
+        all_gpus["devices"][0]["rawPciBusId"] == "0000:3B:00.0" and all_gpus["devices"][0]["totalMemory"] == 85520809984
+    )
 
     second = probe(cuda_env(fake_cuda_lib, tmp_path, "1"), "--use", "first", "--alloc-mib", "64", "--busy", "0.2")
     assert [d["pciBusId"] for d in second["devices"]] == ["0000:5e:00.0"]
-    assert second["used"] == [{"ordinal": 0, "pciBusId": "0000:5e:00.0", "context": True, "allocated": 64 * MIB, "error": None}]
+    assert second["used"] == [
+        {"ordinal": 0, "pciBusId": "0000:5e:00.0", "context": True, "allocated": 64 * MIB, "error": None}
+    ]
     assert second["busy"]["memsets"] > 0 and second["phase"] == "done"
 
     none = probe(cuda_env(fake_cuda_lib, tmp_path, ""), "--use", "all")
     assert none["init"] == {"ok": False, "error": "cuInit returned CUDA_ERROR_NO_DEVICE (100)", "code": 100}
-    cleared = probe(cuda_env(fake_cuda_lib, tmp_path, ""), "--clear-visible", "--use", "none", "--open-node", str(tmp_path / "nvidia9"))
+    cleared = probe(
+        cuda_env(fake_cuda_lib, tmp_path, ""),
+        "--clear-visible",
+        "--use",
+        "none",
+        "--open-node",
+        str(tmp_path / "nvidia9"),
+    )
     assert cleared["clearedVisible"] and len(cleared["devices"]) == 2
     assert cleared["nodes"] == {str(tmp_path / "nvidia9"): "ENOENT"}
 
@@ -424,9 +555,25 @@ def test_probe_without_libcuda_says_so(tmp_path):
 def test_probe_stopped_mid_allocation_frees_its_memory(fake_cuda_lib, tmp_path):
     state, out = tmp_path / "state", tmp_path / "probe.json"
     state.mkdir()
-    proc = subprocess.Popen([sys.executable, str(HACK / "gpu_probe.py"), "--out", str(out), "--use", "first", "--alloc-mib", "8192",
-                             "--alloc-step-mib", "256", "--step-interval", "0.2"],
-                            env=cuda_env(fake_cuda_lib, state, "0"), stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(HACK / "gpu_probe.py"),
+            "--out",
+            str(out),
+            "--use",
+            "first",
+            "--alloc-mib",
+            "8192",
+            "--alloc-step-mib",
+            "256",
+            "--step-interval",
+            "0.2",
+        ],
+        env=cuda_env(fake_cuda_lib, state, "0"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not (out.exists() and json.loads(out.read_text())["used"][0]["allocated"] >= 512 * MIB):
@@ -447,12 +594,20 @@ def test_probe_stopped_mid_allocation_frees_its_memory(fake_cuda_lib, tmp_path):
 
 # -- the script, for real -----------------------------------------------------------------------------------
 
-def run_script(tmp_path: Path, env: dict[str, str], *args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, dict]:
+
+def run_script(
+    tmp_path: Path, env: dict[str, str], *args: str, timeout: float = 600
+) -> tuple[subprocess.CompletedProcess, dict]:
     temp = tmp_path / "tmp"
     temp.mkdir(exist_ok=True)
     report = tmp_path / "report.json"
-    out = subprocess.run([sys.executable, str(SCRIPT), "--report", str(report), *args], env=dict(env, TMPDIR=str(temp)),
-                         capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--report", str(report), *args],
+        env=dict(env, TMPDIR=str(temp)),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert out.stderr == "" or "Traceback" not in out.stderr, out.stderr
     assert report.exists(), (out.stdout, out.stderr)
     assert list(temp.iterdir()) == [], "the run left files in the temp folder"
@@ -480,28 +635,46 @@ def assert_all_skipped(out: subprocess.CompletedProcess, report: dict, why: str)
 
 @pytest.mark.e2e
 def test_no_gpu_on_this_machine_every_check_skips(tmp_path):
-    env = dict(os.environ, PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nvidia-smi").exists()))
+    env = dict(
+        os.environ,
+        PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nvidia-smi").exists()),
+    )
     out, report = run_script(tmp_path, env)
     assert_all_skipped(out, report, "nvidia-smi is not on the PATH")
 
 
 @pytest.mark.e2e
 def test_nvidia_smi_without_a_driver_skips(tmp_path):
-    tools = fake_tool(tmp_path / "bin", "nvidia-smi", "#!/bin/sh\n"
-                      "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-                      "Make sure that the latest NVIDIA driver is installed and running.\"\nexit 9\n")
+    tools = fake_tool(
+        tmp_path / "bin",
+        "nvidia-smi",
+        "#!/bin/sh\n"
+        "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        'Make sure that the latest NVIDIA driver is installed and running."\nexit 9\n',
+    )
     out, report = run_script(tmp_path, dict(os.environ, PATH=f"{tools}{os.pathsep}{os.environ['PATH']}"))
-    assert_all_skipped(out, report, "nvidia-smi failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate "
-                                    "with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.")
+    assert_all_skipped(
+        out,
+        report,
+        "nvidia-smi failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate "
+        "with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.",
+    )
 
 
 @pytest.mark.e2e
 def test_gpus_listed_but_no_libcuda_skips(tmp_path):
-    if subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libcuda.so.1')"], capture_output=True).returncode == 0:
+    if (
+        subprocess.run(
+            [sys.executable, "-c", "import ctypes; ctypes.CDLL('libcuda.so.1')"], capture_output=True
+        ).returncode
+        == 0
+    ):
         pytest.skip("this machine has a libcuda.so.1")
     tools = fake_tool(tmp_path / "bin", "nvidia-smi", f"#!/bin/sh\nprintf '%s' '{QUERY_GPU_MIXED}'\n")
     out, report = run_script(tmp_path, dict(os.environ, PATH=f"{tools}{os.pathsep}{os.environ['PATH']}"))
-    assert report["gpu"]["reason"].startswith("libcuda.so.1 cannot be loaded (libcuda.so.1: cannot open shared object file")
+    assert report["gpu"]["reason"].startswith(
+        "libcuda.so.1 cannot be loaded (libcuda.so.1: cannot open shared object file"
+    )
     assert_all_skipped(out, report, report["gpu"]["reason"])
 
 
@@ -520,13 +693,17 @@ def test_default_report_is_kept_in_the_run_folder_alone(tmp_path):
 
 @pytest.mark.e2e
 def test_unknown_check_name_is_one_line(tmp_path):
-    out = subprocess.run([sys.executable, str(SCRIPT), "--only", "inventory,warp-drive"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--only", "inventory,warp-drive"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "--only: unknown check(s) warp-drive" in out.stderr.splitlines()[-1]
 
 
 def gflowd_features() -> dict[str, bool]:
-    help_text = subprocess.run([str(Path(sys.executable).parent / "gflowd"), "--help"], capture_output=True, text=True).stdout
+    help_text = subprocess.run(
+        [str(Path(sys.executable).parent / "gflowd"), "--help"], capture_output=True, text=True
+    ).stdout
     return {"cgroups": "--cgroups" in help_text, "unusedGpuWindow": "--unused-gpu-window" in help_text}
 
 
@@ -567,8 +744,13 @@ def test_simulated_two_gpu_machine_every_check_reaches_its_outcome(gpu_sim, tmp_
     _, env = gpu_sim(2)
     temp = short_tmp
     report_path = tmp_path / "report.json"
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--report", str(report_path), "--timeout-scale", "3"],
-                            env=dict(os.environ, **env, TMPDIR=str(temp)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--report", str(report_path), "--timeout-scale", "3"],
+        env=dict(os.environ, **env, TMPDIR=str(temp)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=900)
     finally:
@@ -579,8 +761,20 @@ def test_simulated_two_gpu_machine_every_check_reaches_its_outcome(gpu_sim, tmp_
     outcome = {c["name"]: c for c in report["checks"]}
     assert list(outcome) == facts.CHECK_NAMES
 
-    passes = ["venv", "cuda-driver", "gflowd-nvml", "inventory", "one-gpu-job", "two-gpu-job", "concurrent-jobs",
-              "shared-gpu-memory", "foreign-process", "apply-to-first-cuda", "nvml-sampling-cost", "cleanup"]
+    passes = [
+        "venv",
+        "cuda-driver",
+        "gflowd-nvml",
+        "inventory",
+        "one-gpu-job",
+        "two-gpu-job",
+        "concurrent-jobs",
+        "shared-gpu-memory",
+        "foreign-process",
+        "apply-to-first-cuda",
+        "nvml-sampling-cost",
+        "cleanup",
+    ]
     assert {n: outcome[n]["outcome"] for n in passes} == {n: "PASS" for n in passes}, stdout
     assert outcome["inventory"]["reason"].startswith("2 GPU(s) match (NVIDIA H100 80GB HBM3)")
     assert outcome["two-gpu-job"]["reason"] == "GPUs 0,1 -> CUDA sees 0000:3b:00.0, 0000:5e:00.0"
@@ -589,18 +783,25 @@ def test_simulated_two_gpu_machine_every_check_reaches_its_outcome(gpu_sim, tmp_
     assert outcome["foreign-process"]["numbers"]["gpu"] in (0, 1)
 
     features = gflowd_features()
-    later = {"isolation-gpu-job": ("cgroups", "gflowd --cgroups"), "isolation-cpu-job": ("cgroups", "gflowd --cgroups"),
-             "gpus-unused": ("unusedGpuWindow", "gflowd --unused-gpu-window")}
+    later = {
+        "isolation-gpu-job": ("cgroups", "gflowd --cgroups"),
+        "isolation-cpu-job": ("cgroups", "gflowd --cgroups"),
+        "gpus-unused": ("unusedGpuWindow", "gflowd --unused-gpu-window"),
+    }
     for name, (feature, what) in later.items():
         if not features[feature]:
-            assert outcome[name]["outcome"] == "FAIL" and outcome[name]["reason"].startswith(f"feature missing in this build: {what}")
+            assert outcome[name]["outcome"] == "FAIL" and outcome[name]["reason"].startswith(
+                f"feature missing in this build: {what}"
+            )
         else:  # the stand-in libcuda ignores device cgroups: only "it ran and judged" can be asserted
             assert outcome[name]["outcome"] != "SKIP" and outcome[name]["reason"]
     if not features["unusedGpuWindow"]:
         assert outcome["gpu-usage-figures"]["reason"].startswith("feature missing in this build: status.gpuUsage")
         assert len(outcome["gpu-usage-figures"]["numbers"]["pmonSm"]) >= 5  # pmon was sampled all the same
     assert proc.returncode == (1 if "FAIL" in {c["outcome"] for c in outcome.values()} else 0)
-    assert stdout.splitlines()[-1].startswith(f"summary: {report['summary']['PASS']} PASS, {report['summary']['FAIL']} FAIL")
+    assert stdout.splitlines()[-1].startswith(
+        f"summary: {report['summary']['PASS']} PASS, {report['summary']['FAIL']} FAIL"
+    )
     assert list(temp.iterdir()) == []
 
 
@@ -614,24 +815,40 @@ def test_isolation_checks_fail_when_a_job_can_reach_another_gpu(gpu_sim, tmp_pat
     real = Path(sys.executable).parent
     for tool in ("gflowctl", "python"):
         (venv / tool).symlink_to(real / tool)
-    fake_tool(venv, "gflowd", f"""#!{sys.executable}
+    fake_tool(
+        venv,
+        "gflowd",
+        f"""#!{sys.executable}
 import os, subprocess, sys
-real, args = "{real / 'gflowd'}", sys.argv[1:]
+real, args = "{real / "gflowd"}", sys.argv[1:]
 if "--help" in args:
     print(subprocess.run([real, "--help"], capture_output=True, text=True).stdout + "  --cgroups {{auto,required,off}}")
     sys.exit(0)
 if "--cgroups" in args:
     del args[args.index("--cgroups"):args.index("--cgroups") + 2]
 os.execv(real, [real, *args])
-""")
-    out, report = run_script(short_tmp, dict(os.environ, **env), "--venv", str(venv.parent), "--timeout-scale", "3",
-                             "--only", "isolation-gpu-job,isolation-cpu-job")
+""",
+    )
+    out, report = run_script(
+        short_tmp,
+        dict(os.environ, **env),
+        "--venv",
+        str(venv.parent),
+        "--timeout-scale",
+        "3",
+        "--only",
+        "isolation-gpu-job,isolation-cpu-job",
+    )
     outcome = {c["name"]: c for c in report["checks"]}
     assert outcome["venv"]["reason"].endswith("given with --venv, not rebuilt)")
     gpu_job, cpu_job = outcome["isolation-gpu-job"], outcome["isolation-cpu-job"]
-    assert gpu_job["outcome"] == "FAIL" and gpu_job["reason"].startswith("the job allocated memory on 0000:3b:00.0, not its own GPU")
+    assert gpu_job["outcome"] == "FAIL" and gpu_job["reason"].startswith(
+        "the job allocated memory on 0000:3b:00.0, not its own GPU"
+    )
     assert gpu_job["numbers"]["own"] == [1] and gpu_job["numbers"]["otherJobGpu"] == 0
-    assert cpu_job["outcome"] == "FAIL" and cpu_job["reason"].startswith("the job allocated memory on 0000:3b:00.0, 0000:5e:00.0")
+    assert cpu_job["outcome"] == "FAIL" and cpu_job["reason"].startswith(
+        "the job allocated memory on 0000:3b:00.0, 0000:5e:00.0"
+    )
     assert "gflowd says nothing about cgroups in get node" in cpu_job["reason"]
     assert outcome["cleanup"]["outcome"] == "PASS" and out.returncode == 1
 
@@ -640,9 +857,22 @@ def test_ctrl_c_mid_run_still_cleans_up(gpu_sim, tmp_path, short_tmp):
     _, env = gpu_sim(1)
     temp = short_tmp
     report_path = tmp_path / "report.json"
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--report", str(report_path), "--timeout-scale", "3",
-                             "--only", "concurrent-jobs,foreign-process"],
-                            env=dict(os.environ, **env, TMPDIR=str(temp)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--report",
+            str(report_path),
+            "--timeout-scale",
+            "3",
+            "--only",
+            "concurrent-jobs,foreign-process",
+        ],
+        env=dict(os.environ, **env, TMPDIR=str(temp)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         for line in proc.stdout:

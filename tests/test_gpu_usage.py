@@ -252,7 +252,9 @@ def test_the_sampler_keeps_a_bounded_series_and_survives_a_restart_through_its_f
 def test_the_fake_gpu_file_takes_a_per_process_utilization_and_says_what_is_wrong_with_a_bad_one():
     from controller.observe.gpus.inventory import parse_fake_gpus
 
-    [gpu] = parse_fake_gpus("gpus:\n  - {memory: 80Gi, processes: [{pid: 7, usedMemory: 2Gi, utilization: 45}, {pid: 8}]}\n")
+    [gpu] = parse_fake_gpus(
+        "gpus:\n  - {memory: 80Gi, processes: [{pid: 7, usedMemory: 2Gi, utilization: 45}, {pid: 8}]}\n"
+    )
     assert [(p.pid, p.used_memory, p.utilization) for p in gpu.processes] == [(7, 2 * GIB, 45), (8, 0, None)]
     with pytest.raises(ValueError, match=r"gpus\[0\]\.processes: utilization must be an integer percent \(0-100\)"):
         parse_fake_gpus("gpus:\n  - {processes: [{pid: 7, utilization: 150}]}\n")
@@ -262,8 +264,14 @@ def test_a_process_without_per_process_utilization_counts_the_devices_and_a_fore
     from controller.model.gpus import Gpu
     from controller.observe.gpu_usage import job_share
 
-    gpu = Gpu(0, "GPU-0", "H100", 80 * GIB, utilization=70,
-              processes=(GpuProcess(5, GIB, "python", None), GpuProcess(6, 3 * GIB, "other", 20)))
+    gpu = Gpu(
+        0,
+        "GPU-0",
+        "H100",
+        80 * GIB,
+        utilization=70,
+        processes=(GpuProcess(5, GIB, "python", None), GpuProcess(6, 3 * GIB, "other", 20)),
+    )
     assert job_share(gpu, {5}) == (70, GIB, True)  # NVML cannot say per process: the device's
     assert job_share(gpu, {6}) == (20, 3 * GIB, True)
     assert job_share(gpu, {9}) == (0, 0, False)  # no process of the job: 0 %, whatever the device does
@@ -295,4 +303,6 @@ def test_the_jobs_process_trees_are_walked_again_only_when_something_new_shows()
     assert len(walks) == 3  # the running jobs changed
     cache.get(on_gpu(11, 12), {**runs, "b": runs["a"]}, T0 + 11 + PIDS_REFRESH)
     assert len(walks) == 4  # and at least every PIDS_REFRESH seconds
-    assert cache.get(on_gpu(11), runs, T0 + 50, fresh={"a": {10, 11}}) == {"a": {10, 11}} and len(walks) == 4  # a pass's walk
+    assert (
+        cache.get(on_gpu(11), runs, T0 + 50, fresh={"a": {10, 11}}) == {"a": {10, 11}} and len(walks) == 4
+    )  # a pass's walk

@@ -36,8 +36,10 @@ spec:
 
 def running_with_pid(home: Path, name: str) -> dict:
     """The status once the job runs and its pid is recorded (the job's process, in its process tree)."""
-    return wait_for(lambda: (s := job_status(home, name)) and s.get("phase") == "Running" and s.get("pid") and s,
-                    message=lambda: f"{name} to run with a pid; status {job_status(home, name)}")
+    return wait_for(
+        lambda: (s := job_status(home, name)) and s.get("phase") == "Running" and s.get("pid") and s,
+        message=lambda: f"{name} to run with a pid; status {job_status(home, name)}",
+    )
 
 
 def condition(home: Path, name: str, type_: str) -> dict | None:
@@ -64,7 +66,8 @@ def test_a_two_gpu_job_using_one_gpu_gets_gpus_unused_and_loses_it_when_both_are
     pid = status["pid"]
     write_gpus(fake, [{"pid": pid, "usedMemory": "10Gi", "utilization": 60}], [])
     found = wait_for(
-        lambda: condition(home, "ddp", "GPUsUnused"), timeout=20,
+        lambda: condition(home, "ddp", "GPUsUnused"),
+        timeout=20,
         message=lambda: f"GPUsUnused on ddp; status {job_status(home, 'ddp')}\n{daemon.stderr()[-2000:]}",
     )
     assert found["status"] == "True"
@@ -74,8 +77,11 @@ def test_a_two_gpu_job_using_one_gpu_gets_gpus_unused_and_loses_it_when_both_are
     usage = json.loads((home / "run" / "gpu-usage.json").read_text())
     assert usage["jobs"]["ddp"]["devices"] == [0, 1]
     assert [(60, 10240), (0, 0)] in [point for _, point in job_series(usage, "ddp", attempt=1)]
-    write_gpus(fake, [{"pid": pid, "usedMemory": "10Gi", "utilization": 60}],
-               [{"pid": pid, "usedMemory": "9Gi", "utilization": 55}])
+    write_gpus(
+        fake,
+        [{"pid": pid, "usedMemory": "10Gi", "utilization": 60}],
+        [{"pid": pid, "usedMemory": "9Gi", "utilization": 55}],
+    )
     wait_for(lambda: condition(home, "ddp", "GPUsUnused") is None, timeout=20, message="GPUsUnused to clear")
     assert len(events(home, "GPUsUnused")) == 1  # reported once, not once per pass
     assert condition(home, "ddp", "GPUIdle") is None

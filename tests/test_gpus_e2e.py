@@ -47,7 +47,9 @@ def test_jobs_see_their_devices_and_exclusive_jobs_never_share_a_gpu(home, gflow
                 (release / name).touch()
         return finished == set(jobs)
 
-    wait_for(step, timeout=60, message=lambda: f"all jobs to finish; done: {sorted(finished)}\n{daemon.stderr()[-2000:]}")
+    wait_for(
+        step, timeout=60, message=lambda: f"all jobs to finish; done: {sorted(finished)}\n{daemon.stderr()[-2000:]}"
+    )
     intervals: dict[str, list[tuple[float, float]]] = {}
     opened: dict[tuple[str, str], float] = {}
     for line in record.read_text().splitlines():
@@ -90,7 +92,10 @@ def test_foreign_process_and_lost_gpu_appearing_mid_run(home, gflowd, tmp_path):
             return None
         return [g["state"] for g in node["gpus"]]
 
-    wait_for(lambda: node_states() == ["Unhealthy", "Unmanaged", "Free", "Free"], message=lambda: f"node states {node_states()}")
+    wait_for(
+        lambda: node_states() == ["Unhealthy", "Unmanaged", "Free", "Free"],
+        message=lambda: f"node states {node_states()}",
+    )
     status = wait_for(
         lambda: (s := job_status(home, "resident")) and any(c["type"] == "GPUUnhealthy" for c in s["conditions"]) and s,
         message="the running job to report its lost GPU",

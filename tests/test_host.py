@@ -58,8 +58,11 @@ def test_local_time_converts_a_moment_to_the_wall_clock_as_the_machine_does(zone
 
 
 def test_reservation_users_are_looked_up_and_unknown_ones_again_on_a_resync():
-    (doc,) = documents("kind: Reservation\nmetadata: {name: r}\nspec:\n  users: [root, no-such-user-res]\n  gpus: 1\n"
-                       "  start: '+1h'\n  duration: 1h\n", stem="r")
+    (doc,) = documents(
+        "kind: Reservation\nmetadata: {name: r}\nspec:\n  users: [root, no-such-user-res]\n  gpus: 1\n"
+        "  start: '+1h'\n  duration: 1h\n",
+        stem="r",
+    )
     host = HostFacts()
     assert host.read(False, [doc]).user_ids == {"root": 0, "no-such-user-res": None}
     assert host.read(True, []).user_ids == {"root": 0}  # a resync forgets the misses: the user may exist now

@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from helpers import Daemon, job_status, kill_jobs_of_home, pid_alive, wait_for, wait_phase, write_manifest
 from test_security import as_nobody  # noqa: F401  (gflowd as user nobody)
 
@@ -29,8 +28,10 @@ def world(tmp_path_factory):
     write_manifest(home / "jobs", "neighbour.yaml", GOOD.format(name="neighbour", cmd="sleep, '600'"))
     write_manifest(home / "jobs", "done.yaml", GOOD.format(name="done", cmd="'true'"))
     daemon = Daemon(home, [], root, 1).wait_ready()
-    running = wait_for(lambda: (job_status(home, "neighbour") or {}).get("pid") and job_status(home, "neighbour"),
-                       message="the neighbour job to run")
+    running = wait_for(
+        lambda: (job_status(home, "neighbour") or {}).get("pid") and job_status(home, "neighbour"),
+        message="the neighbour job to run",
+    )
     wait_phase(home, "done", "Succeeded", daemon=daemon)
     world = World(home, daemon, running["pid"], root)
     yield world
@@ -40,7 +41,13 @@ def world(tmp_path_factory):
 
 class World:
     def __init__(self, home: Path, daemon: Daemon, neighbour_pid: int, root: Path):
-        self.home, self.spec, self.daemon, self.neighbour_pid, self.root = home, home / "jobs", daemon, neighbour_pid, root
+        self.home, self.spec, self.daemon, self.neighbour_pid, self.root = (
+            home,
+            home / "jobs",
+            daemon,
+            neighbour_pid,
+            root,
+        )
         self.created: list[Path] = []
 
     def events(self) -> list[dict]:
@@ -61,8 +68,14 @@ class World:
                     return status
             return None
 
-        return wait_for(check, timeout=timeout, message=lambda: f"{name} Rejected with {needle!r}; "
-                        f"status: {job_status(self.home, name)!r}\n{self.daemon.stderr()[-2000:]}")
+        return wait_for(
+            check,
+            timeout=timeout,
+            message=lambda: (
+                f"{name} Rejected with {needle!r}; "
+                f"status: {job_status(self.home, name)!r}\n{self.daemon.stderr()[-2000:]}"
+            ),
+        )
 
     def contained(self, full_pass: bool = False) -> None:
         """The controller still serves and neighbours are as they were."""
@@ -180,8 +193,12 @@ def test_fifo_named_like_a_manifest_never_blocks_the_loop(w):
 
 @pytest.mark.parametrize(
     ("filename", "name", "where"),
-    [("slash.yaml", "a/b", "slash"), ("dots.yaml", "..", "dots"), ("long.yaml", "x" * 64, "long"),
-     ("Upper.yaml", "Bad_Name", None)],
+    [
+        ("slash.yaml", "a/b", "slash"),
+        ("dots.yaml", "..", "dots"),
+        ("long.yaml", "x" * 64, "long"),
+        ("Upper.yaml", "Bad_Name", None),
+    ],
 )
 def test_invalid_names(w, filename, name, where):
     w.put(filename, GOOD.format(name=json.dumps(name), cmd="'true'"))
@@ -202,8 +219,14 @@ def test_same_name_in_two_files(w):
 
 @pytest.mark.parametrize(
     ("filename", "text", "needle"),
-    [("kind.yaml", "apiVersion: gflow.dev/v1alpha1\nkind: Pod\nspec: {command: ['true']}\n", "kind: 'Pod' is not supported"),
-     ("api.yaml", "apiVersion: v1\nkind: Job\nspec: {command: ['true']}\n", "apiVersion")],
+    [
+        (
+            "kind.yaml",
+            "apiVersion: gflow.dev/v1alpha1\nkind: Pod\nspec: {command: ['true']}\n",
+            "kind: 'Pod' is not supported",
+        ),
+        ("api.yaml", "apiVersion: v1\nkind: Job\nspec: {command: ['true']}\n", "apiVersion"),
+    ],
 )
 def test_wrong_kind_or_api_version(w, filename, text, needle):
     w.put(filename, text)
@@ -213,13 +236,15 @@ def test_wrong_kind_or_api_version(w, filename, text, needle):
 
 @pytest.mark.parametrize(
     ("field", "value", "needle"),
-    [("priority", "1" + "0" * 40, "spec.priority"),
-     ("timeLimit", "9" * 400, "spec.timeLimit"),
-     ("resources", "{memory: " + "9" * 30 + "Gi}", "spec.resources.memory"),
-     ("backoffLimit", "9" * 30, "spec.backoffLimit"),
-     ("timeLimit", "-5s", "spec.timeLimit"),
-     ("timeLimit", "-30", "spec.timeLimit"),
-     ("terminationGracePeriod", "-1s", "spec.terminationGracePeriod")],
+    [
+        ("priority", "1" + "0" * 40, "spec.priority"),
+        ("timeLimit", "9" * 400, "spec.timeLimit"),
+        ("resources", "{memory: " + "9" * 30 + "Gi}", "spec.resources.memory"),
+        ("backoffLimit", "9" * 30, "spec.backoffLimit"),
+        ("timeLimit", "-5s", "spec.timeLimit"),
+        ("timeLimit", "-30", "spec.timeLimit"),
+        ("terminationGracePeriod", "-1s", "spec.terminationGracePeriod"),
+    ],
 )
 def test_huge_integers_and_negative_durations(w, field, value, needle):
     w.put("numbers.yaml", GOOD.format(name="numbers", cmd="'true'") + f"  {field}: {value}\n")

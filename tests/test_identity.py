@@ -15,13 +15,13 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from helpers import job_status, wait_for, wait_phase, write_manifest
+
 from controller.model.documents import AdmittedJob
 
 NOBODY = 65534
@@ -95,7 +95,7 @@ def as_nobody(work: Callable[[], None]) -> int:
             os.setuid(NOBODY)
             work()
             code = 0
-        except BaseException:  # noqa: BLE001  the exit code says it; the parent asserts on it
+        except BaseException:
             import traceback
 
             traceback.print_exc()
@@ -130,6 +130,7 @@ def forbidden(home: Path, name: str) -> str | None:
 
 # -- finding 2: owner and text come from one open file -------------------------------------------------
 
+
 def test_swapping_a_manifest_with_a_symlink_to_roots_never_records_or_runs_it_as_root(lab, gflowd):
     write_manifest(lab.admin, "target.yaml", f"metadata: {{name: admin-target}}\nspec:\n  command: {record(lab)}\n")
     evil = write_manifest(lab.mine, "evil.yaml", f"metadata: {{name: evil}}\nspec:\n  command: {record(lab)}\n")
@@ -150,8 +151,10 @@ def test_swapping_a_manifest_with_a_symlink_to_roots_never_records_or_runs_it_as
             burst += 1
             # at rest the regular file is at .swap: edit it in place (same inode, still nobody's)
             with open(swap, "w") as handle:
-                handle.write(f"metadata:\n  name: evil\n  annotations: {{gflow.dev/rerun: '{burst}'}}\n"
-                             f"spec:\n  command: {record(lab)}\n")
+                handle.write(
+                    f"metadata:\n  name: evil\n  annotations: {{gflow.dev/rerun: '{burst}'}}\n"
+                    f"spec:\n  command: {record(lab)}\n"
+                )
             flips = 0
             until = time.monotonic() + 0.25
             while time.monotonic() < until or flips % 2 == 1:
@@ -165,18 +168,26 @@ def test_swapping_a_manifest_with_a_symlink_to_roots_never_records_or_runs_it_as
     assert wait_child(attacker, RACE_SECONDS + 30) == 0
     assert evil.is_symlink()  # the attacker's last move: root's manifest under its name
     daemon.wait_pass()
-    wait_for(lambda: (job_status(lab.home, "evil") or {}).get("phase") in ("Rejected", "Succeeded", "Failed"),
-             timeout=15, message=lambda: f"evil to settle: {job_status(lab.home, 'evil')!r}")
+    wait_for(
+        lambda: (job_status(lab.home, "evil") or {}).get("phase") in ("Rejected", "Succeeded", "Failed"),
+        timeout=15,
+        message=lambda: f"evil to settle: {job_status(lab.home, 'evil')!r}",
+    )
     as_root = [line for line in lab.run_lines() if line.split()[:2] == ["evil", "0"]]
     assert not as_root, f"the attacker's job ran as root {len(as_root)} time(s)"
     # root's manifest under the attacker's name is refused; the attacker's last own spec is kept
-    refusal = wait_for(lambda: forbidden(lab.home, "evil"), message=lambda: f"evil refused: {job_status(lab.home, 'evil')!r}")
-    assert refusal.startswith("jobs/mine/evil.yaml is a symlink owned by nobody to jobs/admin/target.yaml, owned by root")
+    refusal = wait_for(
+        lambda: forbidden(lab.home, "evil"), message=lambda: f"evil refused: {job_status(lab.home, 'evil')!r}"
+    )
+    assert refusal.startswith(
+        "jobs/mine/evil.yaml is a symlink owned by nobody to jobs/admin/target.yaml, owned by root"
+    )
     assert "reconcile pass failed" not in daemon.stderr()
     assert daemon.proc.poll() is None
 
 
 # -- finding 3 and the symlink rule ---------------------------------------------------------------------
+
 
 def test_a_symlink_to_another_users_manifest_is_refused_and_a_job_runs_where_its_file_lives(lab, gflowd):
     # root's backup job: no metadata.name, runs run.sh from its own folder
@@ -204,11 +215,13 @@ def test_a_symlink_to_another_users_manifest_is_refused_and_a_job_runs_where_its
     wait_phase(lab.home, "own", "Succeeded", daemon=daemon)
     wait_phase(lab.home, "mybackup", ("Rejected", "Succeeded", "Failed"), daemon=daemon)
     daemon.wait_pass()
-    assert sorted(lab.run_lines()) == sorted([
-        f"backup 0 {lab.admin} ADMIN-CODE",
-        f"alias {NOBODY} {real} REAL-FOLDER",
-        f"own {NOBODY} {real} REAL-FOLDER",
-    ])
+    assert sorted(lab.run_lines()) == sorted(
+        [
+            f"backup 0 {lab.admin} ADMIN-CODE",
+            f"alias {NOBODY} {real} REAL-FOLDER",
+            f"own {NOBODY} {real} REAL-FOLDER",
+        ]
+    )
     refused = wait_phase(lab.home, "mybackup", "Rejected", reason="Forbidden", daemon=daemon)
     assert refused["message"] == (
         "jobs/mine/mybackup.yaml is a symlink owned by nobody to jobs/admin/backup.yaml, owned by root: "
@@ -221,6 +234,7 @@ def test_a_symlink_to_another_users_manifest_is_refused_and_a_job_runs_where_its
 
 
 # -- finding 7: one entry's trouble is that entry's -----------------------------------------------------
+
 
 def test_a_user_flipping_an_entry_between_file_and_symlink_never_fails_the_pass_for_others(lab, gflowd):
     flip = write_manifest(lab.mine, "flip.yaml", "spec:\n  command: ['true']\n")
@@ -254,6 +268,7 @@ def test_a_user_flipping_an_entry_between_file_and_symlink_never_fails_the_pass_
 
 
 # -- the store, in process: the rule case by case ------------------------------------------------------
+
 
 @pytest.fixture
 def spec(tmp_path):
@@ -323,8 +338,8 @@ def test_a_folder_is_read_under_its_own_path_before_anyones_symlink_to_it(spec):
 
 
 def test_a_job_reached_through_a_symlink_runs_in_the_folder_its_file_lives_in(spec, tmp_path):
-    from controller.model.plan import Launch
     from controller.act.runtime.command import build_process
+    from controller.model.plan import Launch
 
     spec.write("real/plain.yaml", "spec:\n  command: ['true']\n")
     spec.write("real/relative.yaml", "spec:\n  command: ['true']\n  workingDir: sub\n")
@@ -333,8 +348,12 @@ def test_a_job_reached_through_a_symlink_runs_in_the_folder_its_file_lives_in(sp
         os.symlink(f"real/{name}.yaml", spec.path(f"link-{name}.yaml"))
     spec.store.scan()
     real = os.path.realpath(spec.path("real"))
-    for name, cwd in (("link-plain", real), ("link-relative", os.path.join(real, "sub")),
-                      ("plain", str(spec.path("real"))), ("relative", str(spec.path("real/sub")))):
+    for name, cwd in (
+        ("link-plain", real),
+        ("link-relative", os.path.join(real, "sub")),
+        ("plain", str(spec.path("real"))),
+        ("relative", str(spec.path("real/sub"))),
+    ):
         job = only(spec, name)
         process = build_process(Launch(name, 1, 1, job, [], []), {"PATH": os.environ["PATH"]}, tmp_path / "s.sh", 29500)
         assert process.cwd == cwd, name

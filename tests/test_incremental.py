@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from builders import T0, FakeRuntime, gpus, invalid, job
@@ -68,15 +68,25 @@ class Twin:
             patch.setattr(lifecycle_module, "_finished_and_current", lambda old, job: False)
             current = {n: s.manifest for n, s in self.full_states.items() if s.manifest and not s.owner}
             full = reconcile(
-                Snapshot(admission=admit(list(self.docs.values()), current), states=dict(self.full_states),
-                         runs=self.full_runtime.observe(), gpus=self.gpus),
+                Snapshot(
+                    admission=admit(list(self.docs.values()), current),
+                    states=dict(self.full_states),
+                    runs=self.full_runtime.observe(),
+                    gpus=self.gpus,
+                ),
                 now,
             )
         # gflowd's way: the changed documents patch the previous admission when they can
         self.serial += 1
         snap = Snapshot(
-            admission=None, states=self.inc_states, runs=self.inc_runtime.observe(), gpus=self.gpus,
-            previous=self.previous, unsettled=self.unsettled, serial=self.serial, queue_memo=self.queue_memo,
+            admission=None,
+            states=self.inc_states,
+            runs=self.inc_runtime.observe(),
+            gpus=self.gpus,
+            previous=self.previous,
+            unsettled=self.unsettled,
+            serial=self.serial,
+            queue_memo=self.queue_memo,
             manifests=Manifests(list(self.docs.values()), self.gone, self.came, full=False),
         )
         admission = admit_observed(snap)
@@ -96,7 +106,9 @@ class Twin:
     @staticmethod
     def _check_same(full: Plan, inc: Plan) -> None:
         assert {n: s.to_status() for n, s in inc.states.items()} == {n: s.to_status() for n, s in full.states.items()}
-        assert [(x.name, x.attempt, x.devices) for x in inc.starts] == [(x.name, x.attempt, x.devices) for x in full.starts]
+        assert [(x.name, x.attempt, x.devices) for x in inc.starts] == [
+            (x.name, x.attempt, x.devices) for x in full.starts
+        ]
         assert [(x.name, x.reason) for x in inc.stops] == [(x.name, x.reason) for x in full.stops]
         assert sorted(inc.removed) == sorted(full.removed)
         assert sorted(inc.consumed) == sorted(full.consumed)
@@ -140,7 +152,9 @@ def test_an_edit_among_finished_jobs_is_patched_and_looks_only_at_that_job():
         pytest.param(lambda t: t.put("c", job("b")), id="a second file defines an existing name"),
         pytest.param(lambda t: t.put("d", job("d", dependsOn=["a"])), id="a job with dependsOn"),
         pytest.param(lambda t: t.put("a", job("a", dependsOn=["b"])), id="an edit adds dependsOn"),
-        pytest.param(lambda t: t.put("n", Rejection(None, "YAMLError", "bad", "jobs/x y.yaml")), id="a nameless rejection"),
+        pytest.param(
+            lambda t: t.put("n", Rejection(None, "YAMLError", "bad", "jobs/x y.yaml")), id="a nameless rejection"
+        ),
     ],
 )
 def test_changes_that_need_every_document_fall_back_to_a_full_admit(change):
@@ -211,7 +225,7 @@ def test_random_walks_decide_the_same_incrementally_and_from_scratch(seed):
             if rng.random() < 0.1:  # a running job's limit: backfill hints count down
                 spec["timeLimit"] = rng.choice([3, 30])
             if rng.random() < 0.1:  # a time gate that opens during the walk
-                spec["startAfter"] = datetime.fromtimestamp(now + rng.choice([1, 5]), timezone.utc).isoformat()
+                spec["startAfter"] = datetime.fromtimestamp(now + rng.choice([1, 5]), UTC).isoformat()
             twin.put(key, job(name, **spec))
         elif action < 0.45:
             twin.put(key, invalid(name, bogus=rng.randint(0, 9)))

@@ -26,14 +26,27 @@ def env_for(home: Path) -> dict[str, str]:
 
 
 def ctl(home: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True,
-                          env=env_for(home), timeout=timeout, cwd=Path(home).parent)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        env=env_for(home),
+        timeout=timeout,
+        cwd=Path(home).parent,
+    )
 
 
 def spawn(home: Path, *argv: str, size: tuple[int, int] = (24, 80)) -> pexpect.spawn:
     """gflowctl on a pseudo-terminal of its own, as if typed at one."""
-    child = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", *argv], env=env_for(home),
-                          cwd=str(Path(home).parent), encoding="utf-8", timeout=60, dimensions=size)
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "controller.cli.main", *argv],
+        env=env_for(home),
+        cwd=str(Path(home).parent),
+        encoding="utf-8",
+        timeout=60,
+        dimensions=size,
+    )
     child.logfile_read = _Transcript()
     return child
 
@@ -66,8 +79,9 @@ def gpus(tmp_path: Path) -> Path:
 
 def tty_job(home: Path, daemon, name: str, command: str, extra: str = "") -> None:
     """A ``tty: true`` manifest in the spec dir (``extra``: more spec lines), once it runs."""
-    write_manifest(home / "jobs", f"{name}.yaml",
-                   f"metadata: {{name: {name}}}\nspec:\n  tty: true\n  command: {command}\n{extra}")
+    write_manifest(
+        home / "jobs", f"{name}.yaml", f"metadata: {{name: {name}}}\nspec:\n  tty: true\n  command: {command}\n{extra}"
+    )
     wait_phase(home, name, "Running", daemon=daemon)
 
 
@@ -188,8 +202,10 @@ def test_attach_needs_a_running_tty_job_and_exec_works_on_batch_jobs_too(home, g
     wait_phase(home, "tty-batch", "Running", daemon=daemon)
     batch = ctl(home, "attach", "tty-batch")
     assert batch.returncode == 1
-    assert batch.stderr.strip() == ("error: job/tty-batch has no terminal (spec.tty is false): gflowctl logs -f tty-batch "
-                                    "follows its output; gflowctl exec tty-batch -- CMD runs a command beside it")
+    assert batch.stderr.strip() == (
+        "error: job/tty-batch has no terminal (spec.tty is false): gflowctl logs -f tty-batch "
+        "follows its output; gflowctl exec tty-batch -- CMD runs a command beside it"
+    )
     # exec works on batch jobs too
     beside = ctl(home, "exec", "tty-batch", "--", "sh", "-c", "echo in=$GFLOW_JOB_NAME")
     assert (beside.returncode, beside.stdout) == (0, "in=tty-batch\n"), beside.stderr
@@ -322,6 +338,7 @@ def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
 
     os.chmod(sock_path, 0o666)  # a socket someone opened up: the supervisor still refuses
     try:
+
         def sneak() -> int:
             sock = connect(sock_path)
             sock.settimeout(10)  # an attach let through would never end by itself
@@ -380,4 +397,7 @@ def test_run_it_writes_a_tty_job_running_the_login_shell_and_refuses_what_does_n
         refused = ctl(home, "run", "-it", *flags, "--", "bash")
         assert (refused.returncode, refused.stderr.strip()) == (1, message)
     exec_nothing = ctl(home, "exec", "somejob")
-    assert (exec_nothing.returncode, exec_nothing.stderr.strip()) == (1, "error: exec needs a command: gflowctl exec somejob -- CMD [ARGS...]")
+    assert (exec_nothing.returncode, exec_nothing.stderr.strip()) == (
+        1,
+        "error: exec needs a command: gflowctl exec somejob -- CMD [ARGS...]",
+    )

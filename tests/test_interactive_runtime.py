@@ -58,7 +58,9 @@ def test_notify_reaches_the_viewers_not_the_job_and_last_input_follows_typing(tm
     home.ensure()
     runtime = SupervisorRuntime(home)
     try:
-        talk = job("talk", tty=True, command=["sh", "-c", "read line; echo got:$line; read end"], workingDir=str(tmp_path))
+        talk = job(
+            "talk", tty=True, command=["sh", "-c", "read line; echo got:$line; read end"], workingDir=str(tmp_path)
+        )
         calm = job("calm", command=["sleep", "30"], workingDir=str(tmp_path))
         runtime.start(Launch("talk", 1, 1, talk, [], []))
         runtime.start(Launch("calm", 1, 1, calm, [], []))
@@ -66,8 +68,10 @@ def test_notify_reaches_the_viewers_not_the_job_and_last_input_follows_typing(tm
         runtime.purge()  # as a pass does: its starts reach the launcher after its purge
         path = home.control_socket(os.geteuid(), "talk")
         wait_for(path.exists, message="the control socket")
-        run = wait_for(lambda: (r := runtime.observe().get("talk")) is not None and r.running and r.last_input and r,
-                       message="the tty job's first last_input")
+        run = wait_for(
+            lambda: (r := runtime.observe().get("talk")) is not None and r.running and r.last_input and r,
+            message="the tty job's first last_input",
+        )
         started = run.last_input
         assert abs(started - time.time()) < 30  # the session's start: nobody typed yet
         assert runtime.observe()["calm"].last_input is None  # not a tty job: no terminal, no input
@@ -85,8 +89,11 @@ def test_notify_reaches_the_viewers_not_the_job_and_last_input_follows_typing(tm
 
         viewer.sock.sendall(frame(b"I", b"hello\n"))
         wait_for(lambda: b"got:hello" in viewer.output(), message=lambda: f"the job's answer; saw {viewer.output()!r}")
-        wait_for(lambda: (runtime.observe()["talk"].last_input or 0) > started, timeout=10,
-                 message="last_input to move past the start")
+        wait_for(
+            lambda: (runtime.observe()["talk"].last_input or 0) > started,
+            timeout=10,
+            message="last_input to move past the start",
+        )
         assert runtime.observe()["talk"].last_input <= time.time()
         viewer.sock.sendall(frame(b"I", b"bye\n"))
         wait_for(lambda: viewer.of_kind(b"X"), message="the job's end on the viewer")
@@ -107,16 +114,27 @@ def test_a_killed_supervisors_socket_goes_with_its_attempts_records(tmp_path: Pa
     home.ensure()
     runtime = SupervisorRuntime(home)
     try:
-        runtime.start(Launch("gone", 1, 1, job("gone", tty=True, command=["sleep", "60"], workingDir=str(tmp_path),
-                                                 terminationGracePeriod="1s"), [], []))
+        runtime.start(
+            Launch(
+                "gone",
+                1,
+                1,
+                job("gone", tty=True, command=["sleep", "60"], workingDir=str(tmp_path), terminationGracePeriod="1s"),
+                [],
+                [],
+            )
+        )
         runtime.observe()
         runtime.purge()  # as a pass does: its starts reach the launcher after its purge
         path = home.control_socket(os.geteuid(), "gone")
         wait_for(path.exists, message="the control socket")
         run_record = record.read(str(home.run_dir / "attempts" / "gone.1"), ("run",))["run"]
         os.kill(run_record["supervisorPid"], signal.SIGKILL)  # no chance to remove its socket
-        run = wait_for(lambda: (r := runtime.observe().get("gone")) is not None and not r.running and r, timeout=20,
-                       message="the attempt to be found Lost")
+        run = wait_for(
+            lambda: (r := runtime.observe().get("gone")) is not None and not r.running and r,
+            timeout=20,
+            message="the attempt to be found Lost",
+        )
         assert run.lost and path.exists()
         runtime.forget("gone")
         runtime.purge()

@@ -46,7 +46,9 @@ def open_home():
     os.chown(root / "mallory", MALLORY, MALLORY)
     yield root
     kill_jobs_of_home(root)
-    wait_for(lambda: not shutil.rmtree(root, ignore_errors=True) and not root.exists(), timeout=10, message=f"{root} to go")
+    wait_for(
+        lambda: not shutil.rmtree(root, ignore_errors=True) and not root.exists(), timeout=10, message=f"{root} to go"
+    )
 
 
 def mallorys_job(home: Path, daemon, name: str, env: str = "") -> None:
@@ -134,8 +136,14 @@ class Eavesdropper:
 
 def exec_as_root(home: Path, name: str, *argv: str) -> pexpect.spawn:
     """Root's ``gflowctl exec`` on a terminal of its own (a real pty, as root would type it)."""
-    return pexpect.spawn(sys.executable, ["-m", "controller.cli.main", "exec", name, "--", *argv], env=env_for(home),
-                         cwd=str(Path(home).parent), encoding="utf-8", timeout=60)
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "controller.cli.main", "exec", name, "--", *argv],
+        env=env_for(home),
+        cwd=str(Path(home).parent),
+        encoding="utf-8",
+        timeout=60,
+    )
 
 
 def finished(child: pexpect.spawn) -> tuple[int, str]:
@@ -172,11 +180,19 @@ def test_mallorys_own_listener_at_her_jobs_socket_gets_nothing_from_roots_exec(o
     spy = Eavesdropper(path)
     try:
         assert spy.bound == "bound"
-        refusal = (f"error: {path.parent} belongs to nobody, not to gflowd's user root (a supervisor from "
-                   "before gflow checked this, or a replaced folder): restart the job to reach it")
+        refusal = (
+            f"error: {path.parent} belongs to nobody, not to gflowd's user root (a supervisor from "
+            "before gflow checked this, or a replaced folder): restart the job to reach it"
+        )
         assert finished(exec_as_root(home, "mjob", "nvidia-smi")) == (1, refusal + "\r\n")
-        attach = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", "attach", "mjob"], env=env_for(home),
-                               cwd=str(home.parent), encoding="utf-8", timeout=60)
+        attach = pexpect.spawn(
+            sys.executable,
+            ["-m", "controller.cli.main", "attach", "mjob"],
+            env=env_for(home),
+            cwd=str(home.parent),
+            encoding="utf-8",
+            timeout=60,
+        )
         assert finished(attach) == (1, refusal + "\r\n")  # attach asks the same before it sends a key
     finally:
         assert spy.stop() == NOTHING
@@ -188,8 +204,10 @@ def test_mallorys_own_listener_at_her_jobs_socket_gets_nothing_from_roots_exec(o
     try:
         code, out = finished(exec_as_root(home, "mjob", "nvidia-smi"))
         assert code == 1
-        assert out.strip() == (f"error: job/mjob: its control socket is served by nobody's process {spy.pid}, "
-                               "not by a supervisor of gflowd's user root: nothing sent")
+        assert out.strip() == (
+            f"error: job/mjob: its control socket is served by nobody's process {spy.pid}, "
+            "not by a supervisor of gflowd's user root: nothing sent"
+        )
     finally:
         seen = spy.stop()
     assert (seen["bytes"], seen["fds"]) == (0, 0)
@@ -222,7 +240,9 @@ def test_a_fake_nvidia_smi_reads_only_the_relayed_session_never_roots_terminal_a
 
     # root's own terminal: a shell that runs the exec, then reads root's next lines itself
     gflowctl = f"{sys.executable} -m controller.cli.main exec mjob -- nvidia-smi"
-    script = f'{gflowctl}; echo "exec-ended $?"; while IFS= read -r l; do echo "root-got:$l"; [ "$l" = end ] && break; done'
+    script = (
+        f'{gflowctl}; echo "exec-ended $?"; while IFS= read -r l; do echo "root-got:$l"; [ "$l" = end ] && break; done'
+    )
     root = pexpect.spawn("sh", ["-c", script], env=env_for(home), cwd=str(home.parent), encoding="utf-8", timeout=60)
     root.sendline("session-line")  # typed into the exec'd session: the fake may read that
     root.expect("fake-smi saw: session-line")
@@ -234,7 +254,10 @@ def test_a_fake_nvidia_smi_reads_only_the_relayed_session_never_roots_terminal_a
     root.sendline("end")
     root.expect(pexpect.EOF)
     # her reader was left a terminal that hung up with the session, not root's: it ended
-    wait_for(lambda: "reader-ended" in caught.read_text(), message=lambda: f"mallory's reader to lose its terminal: {caught.read_text()!r}")
+    wait_for(
+        lambda: "reader-ended" in caught.read_text(),
+        message=lambda: f"mallory's reader to lose its terminal: {caught.read_text()!r}",
+    )
     assert "secret" not in caught.read_text()
 
 
@@ -242,10 +265,25 @@ def test_exec_on_a_terminal_gets_a_pty_of_its_own_with_roots_window_and_ctrl_c(o
     home = open_home
     daemon = gflowd(home=home)
     mallorys_job(home, daemon, "mjob")
-    child = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", "exec", "mjob", "--", "sh", "-c",
-                                           "echo tty=$(tty) owner=$(stat -c %u $(tty)) size=$(stty size) uid=$(id -u); "
-                                           "trap 'echo got-INT; exit 5' INT; echo ready; while :; do sleep 0.1; done"],
-                          env=env_for(home), cwd=str(home.parent), encoding="utf-8", timeout=60, dimensions=(33, 101))
+    child = pexpect.spawn(
+        sys.executable,
+        [
+            "-m",
+            "controller.cli.main",
+            "exec",
+            "mjob",
+            "--",
+            "sh",
+            "-c",
+            "echo tty=$(tty) owner=$(stat -c %u $(tty)) size=$(stty size) uid=$(id -u); "
+            "trap 'echo got-INT; exit 5' INT; echo ready; while :; do sleep 0.1; done",
+        ],
+        env=env_for(home),
+        cwd=str(home.parent),
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(33, 101),
+    )
     child.expect(r"tty=/dev/pts/\d+ owner=(\d+) size=33 101 uid=(\d+)")  # not root's terminal: one handed to her
     assert (int(child.match.group(1)), int(child.match.group(2))) == (MALLORY, MALLORY)
     child.expect("ready")
@@ -258,9 +296,23 @@ def test_a_signal_to_gflowctl_exec_reaches_the_command(open_home, gflowd):
     home = open_home
     daemon = gflowd(home=home)
     mallorys_job(home, daemon, "mjob")
-    child = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", "exec", "mjob", "--", "sh", "-c",
-                                           "trap 'echo got-TERM; exit 7' TERM; echo ready; while :; do sleep 0.1; done"],
-                          env=env_for(home), cwd=str(home.parent), encoding="utf-8", timeout=60)
+    child = pexpect.spawn(
+        sys.executable,
+        [
+            "-m",
+            "controller.cli.main",
+            "exec",
+            "mjob",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-TERM; exit 7' TERM; echo ready; while :; do sleep 0.1; done",
+        ],
+        env=env_for(home),
+        cwd=str(home.parent),
+        encoding="utf-8",
+        timeout=60,
+    )
     child.expect("ready")
     child.kill(signal.SIGTERM)  # to gflowctl (a closing terminal, a kill): forwarded, not fatal to it
     child.expect("got-TERM")
@@ -270,8 +322,8 @@ def test_a_signal_to_gflowctl_exec_reaches_the_command(open_home, gflowd):
 def test_exec_relays_exactly_both_ways_at_once_for_the_jobs_own_user(open_home, gflowd):
     """3 MiB through ``cat`` while it echoes them back (each way's window is 256 KiB: neither side
     may wait for the other), stderr apart, the exit code; run by mallory on her own job."""
-    import controller.act.runtime.record  # noqa: F401  loaded before the fork: she may not read this interpreter's files
-    import controller.cli.attach  # noqa: F401
+    import controller.act.runtime.record
+    import controller.cli.attach
     import controller.client.control_peer  # noqa: F401
     from controller.cli.main import main
 
@@ -300,8 +352,8 @@ def test_a_command_that_outpaces_its_caller_is_held_at_the_window(tmp_path: Path
     that sends more than the window is dropped."""
     from builders import job
 
-    from controller.act.runtime.control_socket import EXEC_WINDOW
     from controller.act.runtime.backends.local.runtime import SupervisorRuntime
+    from controller.act.runtime.control_socket import EXEC_WINDOW
     from controller.client.terminal import connect, frame
     from controller.model.plan import Launch
     from controller.paths import Home
@@ -337,8 +389,13 @@ def test_a_command_that_outpaces_its_caller_is_held_at_the_window(tmp_path: Path
             pump()
             for pid in os.listdir("/proc"):
                 try:
-                    if pid.isdigit() and Path(f"/proc/{pid}/cmdline").read_bytes() == f"head\0-c\0{total}\0/dev/zero\0".encode():
-                        return "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()  # (anon_)pipe_write: asleep on a full pipe
+                    if (
+                        pid.isdigit()
+                        and Path(f"/proc/{pid}/cmdline").read_bytes() == f"head\0-c\0{total}\0/dev/zero\0".encode()
+                    ):
+                        return (
+                            "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()
+                        )  # (anon_)pipe_write: asleep on a full pipe
                 except OSError:
                     continue
             return False
@@ -392,9 +449,26 @@ def test_exec_of_a_shell_on_a_terminal_has_job_control(open_home, gflowd):
     home = open_home
     daemon = gflowd(home=home)
     mallorys_job(home, daemon, "mjob")
-    child = pexpect.spawn(sys.executable, ["-m", "controller.cli.main", "exec", "mjob", "--", "env", "PS1=in-job$ ",
-                                           "bash", "--norc", "--noprofile", "-i"],
-                          env=env_for(home), cwd=str(home.parent), encoding="utf-8", timeout=60)
+    child = pexpect.spawn(
+        sys.executable,
+        [
+            "-m",
+            "controller.cli.main",
+            "exec",
+            "mjob",
+            "--",
+            "env",
+            "PS1=in-job$ ",
+            "bash",
+            "--norc",
+            "--noprofile",
+            "-i",
+        ],
+        env=env_for(home),
+        cwd=str(home.parent),
+        encoding="utf-8",
+        timeout=60,
+    )
     child.expect(r"in-job\$ ")
     child.sendline("sh -c 'echo under-way; exec sleep 600'")
     child.expect("under-way\r\n")  # its output, not the echo of its line: it runs, in the foreground

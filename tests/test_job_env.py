@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from helpers import read_log, wait_phase
 
-from controller.act.runtime.login import USER_PATH, SystemFiles, Account, login_env
+from controller.act.runtime.login import USER_PATH, Account, SystemFiles, login_env
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
-                                reason="needs root and useradd to run gflowd as root for an ordinary user")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("useradd") is None,
+    reason="needs root and useradd to run gflowd as root for an ordinary user",
+)
 
 SECRET = "GFLOW_TEST_ROOT_SECRET"
 
@@ -88,14 +89,20 @@ def manifest(name: str, spec: str) -> str:
 
 
 def test_a_users_job_sees_its_owners_login_environment_never_gflowds(lab, gflowd):
-    daemon = gflowd(home=lab.home, env={SECRET: "root-only-token", "HOME": "/root", "PATH": f"/root/bin:{os.environ['PATH']}"})
+    daemon = gflowd(
+        home=lab.home, env={SECRET: "root-only-token", "HOME": "/root", "PATH": f"/root/bin:{os.environ['PATH']}"}
+    )
     as_user(lab.user, lab.mine / "env.yaml", manifest("env", "  command: [env]\n  env: {FROM_MANIFEST: yes}\n"))
     wait_phase(lab.home, "env", "Succeeded", daemon=daemon, timeout=30)
     seen = dict(line.split("=", 1) for line in read_log(lab.home, "env").splitlines() if "=" in line)
     assert SECRET not in seen, "gflowd's own environment leaked into the job"
     assert not [key for key in seen if key.startswith("PYENV")], seen
     assert (seen["HOME"], seen["USER"], seen["LOGNAME"], seen["SHELL"]) == (
-        lab.user.pw_dir, lab.user.pw_name, lab.user.pw_name, "/bin/sh")
+        lab.user.pw_dir,
+        lab.user.pw_name,
+        lab.user.pw_name,
+        "/bin/sh",
+    )
     assert "/root" not in seen["PATH"] and seen["PATH"].startswith("/usr/local/bin:"), seen["PATH"]
     assert seen["FROM_MANIFEST"] == "yes" and seen["GFLOW_JOB_NAME"] == "env"
 
@@ -121,11 +128,22 @@ def test_a_start_error_does_not_tell_whether_a_root_only_folder_exists(lab, gflo
 
 
 def test_login_env_reads_login_defs_and_the_locale_and_nothing_else():
-    files = SystemFiles(login_defs="# comment\nENV_SUPATH\tPATH=/sbin:/bin\nENV_PATH PATH=/opt/bin:/bin\n",
-                        locale='LANG="de_DE.UTF-8"\nLC_TIME=en_GB.UTF-8\nBOGUS=1\n', tz="Europe/Berlin")
+    files = SystemFiles(
+        login_defs="# comment\nENV_SUPATH\tPATH=/sbin:/bin\nENV_PATH PATH=/opt/bin:/bin\n",
+        locale='LANG="de_DE.UTF-8"\nLC_TIME=en_GB.UTF-8\nBOGUS=1\n',
+        tz="Europe/Berlin",
+    )
     user = Account(1000, "alice", "/home/alice", "/bin/zsh")
     assert login_env(user, files, tty=True) == {
-        "HOME": "/home/alice", "USER": "alice", "LOGNAME": "alice", "SHELL": "/bin/zsh", "PATH": "/opt/bin:/bin",
-        "LANG": "de_DE.UTF-8", "LC_TIME": "en_GB.UTF-8", "TERM": "xterm-256color", "TZ": "Europe/Berlin"}
+        "HOME": "/home/alice",
+        "USER": "alice",
+        "LOGNAME": "alice",
+        "SHELL": "/bin/zsh",
+        "PATH": "/opt/bin:/bin",
+        "LANG": "de_DE.UTF-8",
+        "LC_TIME": "en_GB.UTF-8",
+        "TERM": "xterm-256color",
+        "TZ": "Europe/Berlin",
+    }
     assert login_env(Account(0, "root", "/root", ""), files)["PATH"] == "/sbin:/bin"
     assert login_env(user, SystemFiles())["PATH"] == USER_PATH

@@ -25,14 +25,18 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_without_qemu_it_says_skipped_in_one_line_and_exits_0(tmp_path):
     done = _run(tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["labbox: skipped: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86 qemu-utils)"]
+    assert done.stdout.splitlines() == [
+        "labbox: skipped: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86 qemu-utils)"
+    ]
     assert not (tmp_path / "cache").exists()
 
 
 def test_with_require_a_missing_qemu_fails_the_run(tmp_path):
     done = _run(tmp_path, "--require")
     assert done.returncode == 1
-    assert done.stderr.splitlines() == ["labbox: FAILED: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86 qemu-utils)"]
+    assert done.stderr.splitlines() == [
+        "labbox: FAILED: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86 qemu-utils)"
+    ]
 
 
 def test_an_unknown_argument_is_named(tmp_path):

@@ -44,8 +44,26 @@ MAY_IMPORT: dict[str, set[str]] = {
 MAY_IMPORT_FOR_TYPES = {"model": {"api"}}
 # decide is pure: it reads no file, clock, process, user database or network
 IO_MODULES = {
-    "os", "sys", "io", "time", "pwd", "grp", "subprocess", "socket", "shutil", "pathlib", "tempfile",
-    "fcntl", "select", "selectors", "threading", "multiprocessing", "urllib", "http", "logging", "glob",
+    "os",
+    "sys",
+    "io",
+    "time",
+    "pwd",
+    "grp",
+    "subprocess",
+    "socket",
+    "shutil",
+    "pathlib",
+    "tempfile",
+    "fcntl",
+    "select",
+    "selectors",
+    "threading",
+    "multiprocessing",
+    "urllib",
+    "http",
+    "logging",
+    "glob",
 }
 IO_CALLS = {"open", "print", "input"}
 CLOCK_CALLS = {"now", "today", "utcnow", "time", "monotonic", "perf_counter", "localtime"}
@@ -148,9 +166,11 @@ def unexplained_lazy_imports(paths: list[Path]) -> list[str]:
                 first -= 1
             while last < len(lines) and lines[last].strip().startswith(("import ", "from ")):
                 last += 1
-            block = lines[max(first - 2, 0):last]
+            block = lines[max(first - 2, 0) : last]
             if not any("# lazy:" in line for line in block):
-                problems.append(f"{path.relative_to(ROOT.parent)}:{imp.line}: import {imp.module} inside a function, no '# lazy: reason'")
+                problems.append(
+                    f"{path.relative_to(ROOT.parent)}:{imp.line}: import {imp.module} inside a function, no '# lazy: reason'"
+                )
     return problems
 
 
@@ -165,7 +185,9 @@ def private_imports(paths: list[Path]) -> list[str]:
             target = node.module.split(".")[1]
             private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
             if private and (target != package or package == "cli"):
-                problems.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: imports {', '.join(private)} from {node.module}")
+                problems.append(
+                    f"{path.relative_to(ROOT.parent)}:{node.lineno}: imports {', '.join(private)} from {node.module}"
+                )
     return problems
 
 
@@ -176,7 +198,9 @@ def long_functions(paths: list[Path], limit: int) -> list[str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
                 if length > limit:
-                    problems.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {node.name} is {length} lines (at most {limit})")
+                    problems.append(
+                        f"{path.relative_to(ROOT.parent)}:{node.lineno}: {node.name} is {length} lines (at most {limit})"
+                    )
     return problems
 
 
@@ -192,7 +216,9 @@ def function_length(path: Path, name: str) -> int:
 
 def test_every_package_has_a_row():
     packages = {package_of(p) for p in sources()} - {"__init__"}
-    assert packages <= MAY_IMPORT.keys(), f"add a row to MAY_IMPORT (and docs/design.md) for {packages - MAY_IMPORT.keys()}"
+    assert packages <= MAY_IMPORT.keys(), (
+        f"add a row to MAY_IMPORT (and docs/design.md) for {packages - MAY_IMPORT.keys()}"
+    )
 
 
 def test_each_package_imports_only_what_its_row_allows():
@@ -224,12 +250,20 @@ def test_decide_functions_are_short_and_the_driver_shorter():
     [
         ("model", "from controller.decide.queue import schedule_pending\n", "model imports controller.decide.queue"),
         ("act", "from controller.decide.reconcile import decide\n", "act imports controller.decide.reconcile"),
-        ("cli", "def f():\n    from controller.daemon.loop import Controller  # lazy: x\n", "cli imports controller.daemon.loop"),
+        (
+            "cli",
+            "def f():\n    from controller.daemon.loop import Controller  # lazy: x\n",
+            "cli imports controller.daemon.loop",
+        ),
         ("web", "from controller.cli.common import CliError\n", "web imports controller.cli.common"),
         ("decide", "from controller.observe.host import HostFacts\n", "decide imports controller.observe.host"),
         # validation is api's (api/validation.py): a reader of manifests needs no decision
         ("observe", "from controller.decide.admission import admit\n", "observe imports controller.decide.admission"),
-        ("client", "def f():\n    from controller.decide.admission import admit  # lazy: x\n", "client imports controller.decide.admission"),
+        (
+            "client",
+            "def f():\n    from controller.decide.admission import admit  # lazy: x\n",
+            "client imports controller.decide.admission",
+        ),
     ],
 )
 def test_a_forbidden_import_is_reported(tmp_path, monkeypatch, package, source, complaint):
@@ -263,7 +297,9 @@ def test_an_unexplained_lazy_import_is_reported(tmp_path, monkeypatch):
     path = tmp_path / "cli" / "bad.py"
     path.parent.mkdir()
     path.write_text("def f():\n    import json\n\n\ndef g():\n    import json  # lazy: only g needs it\n")
-    assert [p.split(": ", 1)[1] for p in unexplained_lazy_imports([path])] == ["import json inside a function, no '# lazy: reason'"]
+    assert [p.split(": ", 1)[1] for p in unexplained_lazy_imports([path])] == [
+        "import json inside a function, no '# lazy: reason'"
+    ]
 
 
 @pytest.mark.parametrize(

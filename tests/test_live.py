@@ -42,8 +42,11 @@ def spawn(home: Path, argv: list[str], tty_stdout: bool, tty_stderr: bool = Fals
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "controller.cli.main", *argv], env=env, stdin=subprocess.DEVNULL,
-        stdout=slave if tty_stdout else subprocess.PIPE, stderr=slave if tty_stderr else subprocess.PIPE,
+        [sys.executable, "-m", "controller.cli.main", *argv],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=slave if tty_stdout else subprocess.PIPE,
+        stderr=slave if tty_stderr else subprocess.PIPE,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     os.close(slave)
@@ -159,6 +162,11 @@ def test_apply_of_many_files_shows_progress_on_a_terminal_only(tmp_path):
     progress, warning = out[1].split("warning: ")
     assert progress.endswith("\r\x1b[K")
     assert warning.startswith("gflowd is not running") and warning.endswith("(gflowd up)\r\n")
-    plain = subprocess.run([sys.executable, "-m", "controller.cli.main", "apply", "-f", str(folder)],
-                           env={**os.environ, "GFLOW_HOME": str(home)}, capture_output=True, text=True, timeout=60)
+    plain = subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "apply", "-f", str(folder)],
+        env={**os.environ, "GFLOW_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert plain.returncode == 0 and plain.stderr == "" and plain.stdout.count(" unchanged") == 25

@@ -23,8 +23,11 @@ ACTING = {"submit", "cancel", "suspend", "resume", "set_priority"}
 
 
 def server(home: Path, *flags: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "controller.cli.main", "--home", str(home), "mcp", *flags],
-                                 env=dict(os.environ))
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "controller.cli.main", "--home", str(home), "mcp", *flags],
+        env=dict(os.environ),
+    )
 
 
 async def call(client: Any, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -47,7 +50,9 @@ def test_an_agent_previews_submits_reads_and_asks_why_a_job_waits(home, gflowd, 
             tools = {t.name for t in (await client.list_tools()).tools}
             assert tools == READING | ACTING
 
-            preview = await call(client, "preview_submit", command=["sleep", "60"], workdir=str(work), gpus=2, name="big")
+            preview = await call(
+                client, "preview_submit", command=["sleep", "60"], workdir=str(work), gpus=2, name="big"
+            )
             assert preview["valid"] and preview["errors"] == [] and preview["fitsNow"] is True
             assert "name: big" in preview["manifest"] and "gpus: 2" in preview["manifest"]
             assert "gflow.dev/environment" not in preview["manifest"]  # no file is written: apply -f of it must run
@@ -56,7 +61,8 @@ def test_an_agent_previews_submits_reads_and_asks_why_a_job_waits(home, gflowd, 
             assert never["fitsNow"] is False and never["why"] == "can never start: needs 8 GPUs, this machine has 2"
             invalid = await call(client, "preview_submit", command=["true"], workdir=str(work), memory="lots")
             assert not invalid["valid"] and invalid["errors"] == [
-                "--memory: 'lots' is not a quantity; use a number with a unit like 16Gi, 500M or 512Mi"]
+                "--memory: 'lots' is not a quantity; use a number with a unit like 16Gi, 500M or 512Mi"
+            ]
             rejected = await call(client, "preview_submit", command=["true"], workdir=str(work), env={"A B": "1"})
             assert not rejected["valid"] and "spec.env" in rejected["errors"][0] and rejected["manifest"]
 
@@ -112,8 +118,14 @@ def test_without_the_sdk_gflowctl_mcp_says_what_to_install(home, tmp_path):
     (shadow / "mcp").mkdir(parents=True)
     (shadow / "mcp" / "__init__.py").write_text("raise ImportError('no mcp here')\n")
     env = {**os.environ, "PYTHONPATH": str(shadow)}
-    done = subprocess.run([sys.executable, "-m", "controller.cli.main", "--home", str(home), "mcp"],
-                          capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "--home", str(home), "mcp"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 1
     assert done.stderr == "error: gflowctl mcp needs the MCP Python SDK: pip install 'gflow-controller[mcp]'\n"
 

@@ -17,7 +17,9 @@ import pytest
 from helpers import wait_for, wait_phase, write_manifest
 from prometheus_client.parser import text_string_to_metric_families
 
-TWO_GPUS = "gpus:\n" + "".join(f"  - {{name: NVIDIA H100 80GB HBM3, memory: 80Gi, utilization: {u}}}\n" for u in (37, 5))
+TWO_GPUS = "gpus:\n" + "".join(
+    f"  - {{name: NVIDIA H100 80GB HBM3, memory: 80Gi, utilization: {u}}}\n" for u in (37, 5)
+)
 
 
 def held_job(name: str, gpus: int, release: Path, labels: str = "{}") -> str:
@@ -31,7 +33,9 @@ spec:
 
 
 def metrics_url(daemon) -> str:
-    found = wait_for(lambda: re.search(r"metrics on (http://\S+/metrics)", daemon.stderr()), message="the metrics URL in the log")
+    found = wait_for(
+        lambda: re.search(r"metrics on (http://\S+/metrics)", daemon.stderr()), message="the metrics URL in the log"
+    )
     return found.group(1)
 
 
@@ -137,17 +141,25 @@ def busy(home, gflowd, tmp_path):
 def test_no_label_is_named_job_or_instance(busy):
     """Prometheus gives every scraped series ``job`` and ``instance`` (the target's); a label of
     ours with either name would be stored as ``exported_job``/``exported_instance``."""
-    labels = {name for family in text_string_to_metric_families(scrape_text(busy)) for sample in family.samples
-              for name in sample.labels}
+    labels = {
+        name
+        for family in text_string_to_metric_families(scrape_text(busy))
+        for sample in family.samples
+        for name in sample.labels
+    }
     assert not labels & {"job", "instance"}, labels
     assert "gpu" in labels and "job_name" in labels  # the scrape has the per-job series
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian: apt-get install prometheus)")
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool is not installed (Debian: apt-get install prometheus)"
+)
 def test_promtool_accepts_a_real_scrape(busy, tmp_path):
     text = scrape_text(busy)
     result = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
-    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), result.stdout + result.stderr
+    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), (
+        result.stdout + result.stderr
+    )
 
 
 def test_every_phase_and_pending_reason_is_served_at_0_from_the_first_scrape(home, gflowd):
@@ -166,7 +178,9 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="Prometheus is not installed (Debian: apt-get install prometheus)")
+@pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="Prometheus is not installed (Debian: apt-get install prometheus)"
+)
 def test_a_real_prometheus_stores_our_labels_as_served_and_runs_the_dashboards_queries(busy, tmp_path):
     """Prometheus scrapes gflowd: ``gflow_gpu_job_info`` keeps ``job_name`` (no ``exported_job``)
     beside the scrape's own ``job``; every query of the shipped Grafana dashboard evaluates."""
@@ -179,8 +193,14 @@ def test_a_real_prometheus_stores_our_labels_as_served_and_runs_the_dashboards_q
     port = _free_port()
     log = open(tmp_path / "prometheus.log", "w")
     server = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log,
+        [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=log,
     )
     api = f"http://127.0.0.1:{port}/api/v1/query?query="
 
@@ -194,13 +214,24 @@ def test_a_real_prometheus_stores_our_labels_as_served_and_runs_the_dashboards_q
         return answer["data"]["result"]
 
     try:
-        [series] = wait_for(lambda: query("gflow_gpu_job_info"), timeout=60, interval=0.2,
-                            message=lambda: "Prometheus to scrape gflowd: " + (tmp_path / "prometheus.log").read_text()[-2000:])
+        [series] = wait_for(
+            lambda: query("gflow_gpu_job_info"),
+            timeout=60,
+            interval=0.2,
+            message=lambda: "Prometheus to scrape gflowd: " + (tmp_path / "prometheus.log").read_text()[-2000:],
+        )
         labels = series["metric"]
-        assert (labels["job"], labels["instance"], labels["job_name"], labels["gpu"]) == ("gflow", target, "big", "0"), labels
+        assert (labels["job"], labels["instance"], labels["job_name"], labels["gpu"]) == (
+            "gflow",
+            target,
+            "big",
+            "0",
+        ), labels
         assert not any(name.startswith("exported_") for name in labels), labels
         assert query('gflow_gpu_job_info{job_name="big"}')  # the query docs/operations.md shows
-        dashboard = json.loads((Path(__file__).parent.parent / "manifests" / "deploy" / "grafana-dashboard.json").read_text())
+        dashboard = json.loads(
+            (Path(__file__).parent.parent / "manifests" / "deploy" / "grafana-dashboard.json").read_text()
+        )
         for panel in dashboard["panels"]:
             for t in panel["targets"]:
                 expr = t["expr"].replace("$__rate_interval", "1m")
@@ -219,7 +250,9 @@ def test_a_taken_metrics_port_is_a_one_line_error(home, tmp_path):
         port = taken.getsockname()[1]
         result = subprocess.run(
             [sys.executable, "-m", "controller.daemon", "--home", str(home), "--metrics-port", str(port)],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [result.stderr.strip().splitlines()[-1]]
@@ -228,14 +261,19 @@ def test_a_taken_metrics_port_is_a_one_line_error(home, tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("flag, value_, message", [
-    ("--metrics-port", "70000", "--metrics-port: Input should be less than or equal to 65535"),
-    ("--metrics-port", "x", "invalid int value"),
-])
+@pytest.mark.parametrize(
+    "flag, value_, message",
+    [
+        ("--metrics-port", "70000", "--metrics-port: Input should be less than or equal to 65535"),
+        ("--metrics-port", "x", "invalid int value"),
+    ],
+)
 def test_bad_metrics_flags(home, flag, value_, message):
     result = subprocess.run(
         [sys.executable, "-m", "controller.daemon", "--home", str(home), flag, value_],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr
 
@@ -247,7 +285,9 @@ def test_the_grafana_dashboard_only_queries_metrics_gflowd_serves():
 
     import controller.sinks.metrics as metrics
 
-    dashboard = json.loads((Path(__file__).parent.parent / "manifests" / "deploy" / "grafana-dashboard.json").read_text())
+    dashboard = json.loads(
+        (Path(__file__).parent.parent / "manifests" / "deploy" / "grafana-dashboard.json").read_text()
+    )
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     queried = {re.sub(r"_(bucket|sum|count)$", "", name) for e in exprs for name in re.findall(r"gflow_\w+", e)}
     served = set(re.findall(r"``(gflow_\w+)``", metrics.__doc__))
@@ -266,6 +306,10 @@ def test_a_stuck_scraper_does_not_hold_up_the_loop_or_other_scrapes(home, gflowd
         stuck.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # the request never ends
         write_manifest(home / "jobs", "quick.yaml", "metadata: {name: quick}\nspec:\n  command: [true]\n")
         wait_phase(home, "quick", "Succeeded", daemon=daemon)
-        s = wait_for(lambda: (lambda v: v if value(v, "gflow_jobs_finished_total", phase="Succeeded") == 1 else None)(scrape(url)),
-                     message="a scrape counting the finished job")
+        s = wait_for(
+            lambda: (lambda v: v if value(v, "gflow_jobs_finished_total", phase="Succeeded") == 1 else None)(
+                scrape(url)
+            ),
+            message="a scrape counting the finished job",
+        )
         assert value(s, "gflow_jobs", phase="Succeeded") == 1

@@ -58,7 +58,9 @@ def test_only_the_owner_may_edit_or_delete_a_manifest(shared_home, tmp_path):
     for verb in verbs:
         code, err = as_user(OTHER, home + verb)
         assert code == 1, (verb, err)
-        assert err.strip().splitlines() == [f"error: {manifest}: permission denied (only its owner or root may change it)"], err
+        assert err.strip().splitlines() == [
+            f"error: {manifest}: permission denied (only its owner or root may change it)"
+        ], err
     assert "cancelled" not in manifest.read_text() and manifest.stat().st_uid == OWNER
     code, err = as_user(OWNER, home + ["cancel", "a1"])
     assert code == 0, err

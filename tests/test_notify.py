@@ -115,13 +115,16 @@ webhooks:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("config, message", [
-    ("webhooks:\n  - url: ftp://x\n", "webhooks.0.url: 'ftp://x' is not an http:// or https:// URL"),
-    ("webhooks:\n  - url: http://h/x\n    events: [failed]\n", "'failed' is not a phase or reason"),
-    ("webhooks:\n  - url: http://h/x\n    selector: team\n", "bad label selector term 'team'"),
-    ("webhooks:\n  - url: http://h/x\n    timeout: 0s\n", "webhooks.0.timeout"),
-    ("webhooks:\n  - {}\n", "webhooks.0.url"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ("webhooks:\n  - url: ftp://x\n", "webhooks.0.url: 'ftp://x' is not an http:// or https:// URL"),
+        ("webhooks:\n  - url: http://h/x\n    events: [failed]\n", "'failed' is not a phase or reason"),
+        ("webhooks:\n  - url: http://h/x\n    selector: team\n", "bad label selector term 'team'"),
+        ("webhooks:\n  - url: http://h/x\n    timeout: 0s\n", "webhooks.0.timeout"),
+        ("webhooks:\n  - {}\n", "webhooks.0.url"),
+    ],
+)
 def test_bad_webhook_config_is_a_one_line_error(home, config, message):
     (home / "config.yaml").write_text(config)
     result = subprocess.run(
@@ -159,7 +162,9 @@ def test_a_full_queue_drops_instead_of_waiting(endpoints, monkeypatch):
     monkeypatch.setattr(notify, "QUEUE_SIZE", 2)
     notifier = notify.Notifier([Webhook(url=f"{endpoints.base}/hang", timeout=60.0, retries=0)], host="box")
     facts = PassFacts(PassRecord({}, None, {}, None, 1.0, 0.0))
-    facts.transitions = [Transition(f"j{i}", "Running", JobState(name=f"j{i}", phase="Failed", reason="Error")) for i in range(50)]
+    facts.transitions = [
+        Transition(f"j{i}", "Running", JobState(name=f"j{i}", phase="Failed", reason="Error")) for i in range(50)
+    ]
     began = time.monotonic()
     notifier.consume(facts)
     assert time.monotonic() - began < 1.0
@@ -179,7 +184,11 @@ def test_the_config_examples_in_the_docs_load(tmp_path):
     from controller.api.config import load_config
 
     docs = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
-    blocks = [textwrap.dedent(b) for b in re.findall(r"```yaml\n(.*?)```", docs, re.S) if "webhooks:" in b or "metricsPort" in b]
+    blocks = [
+        textwrap.dedent(b)
+        for b in re.findall(r"```yaml\n(.*?)```", docs, re.S)
+        if "webhooks:" in b or "metricsPort" in b
+    ]
     assert len(blocks) >= 2
     for number, block in enumerate(blocks):
         path = tmp_path / f"config{number}.yaml"

@@ -32,13 +32,17 @@ def by_index(gpus: list[dict]) -> dict[int, dict]:
 
 # -- reading -------------------------------------------------------------------------------------
 
+
 def test_four_gpus_read_through_the_real_pynvml_path(nvml_env, nvml_probe, fake_nvml_lib):
-    write_fake_nvml(Path(nvml_env["FAKE_NVML_FILE"]), machine(
-        gpu(0, utilization=12, processes=[{"pid": 4242, "usedMemory": 2 * GiB}]),
-        gpu(1, name="NVIDIA A100-SXM4-40GB", memoryTotal=40 * GiB, memoryUsed=3 * GiB, utilization=97),
-        gpu(2, utilization=None),  # utilization unsupported -> None
-        gpu(3, processes=[{"pid": 7, "usedMemory": GiB}, {"pid": 8, "usedMemory": 18446744073709551615}]),
-    ))
+    write_fake_nvml(
+        Path(nvml_env["FAKE_NVML_FILE"]),
+        machine(
+            gpu(0, utilization=12, processes=[{"pid": 4242, "usedMemory": 2 * GiB}]),
+            gpu(1, name="NVIDIA A100-SXM4-40GB", memoryTotal=40 * GiB, memoryUsed=3 * GiB, utilization=97),
+            gpu(2, utilization=None),  # utilization unsupported -> None
+            gpu(3, processes=[{"pid": 7, "usedMemory": GiB}, {"pid": 8, "usedMemory": 18446744073709551615}]),
+        ),
+    )
     probe = nvml_probe(nvml_env)
     # it is the stub that got loaded, not some system library
     assert probe.call("loaded") == [str(fake_nvml_lib / "libnvidia-ml.so.1")]
@@ -70,10 +74,15 @@ def test_four_gpus_read_through_the_real_pynvml_path(nvml_env, nvml_probe, fake_
 
 def test_minor_numbers_and_cpu_affinity_come_from_nvml(nvml_env, nvml_probe):
     # the devices cgroup needs the node's minor (not the index); the cpuset the GPU's near cores
-    write_fake_nvml(Path(nvml_env["FAKE_NVML_FILE"]), machine(
-        gpu(0, numaNode=0), gpu(1, minor=5, numaNode=1), gpu(2, numaNode=3),
-        numaNodes={"0": "0-3", "1": "4-5,7"},
-    ))
+    write_fake_nvml(
+        Path(nvml_env["FAKE_NVML_FILE"]),
+        machine(
+            gpu(0, numaNode=0),
+            gpu(1, minor=5, numaNode=1),
+            gpu(2, numaNode=3),
+            numaNodes={"0": "0-3", "1": "4-5,7"},
+        ),
+    )
     gpus = by_index(nvml_probe(nvml_env).call("read"))
     assert [gpus[i]["minor"] for i in range(3)] == [0, 5, 2]  # the stub's default minor is the index
     assert gpus[0]["cpus"] == [0, 1, 2, 3]
@@ -113,12 +122,15 @@ def test_lost_before_ever_seen_still_gets_a_record(nvml_env, nvml_probe):
 
 
 def test_transient_errors_are_retried_quickly(nvml_env, nvml_probe):
-    write_fake_nvml(Path(nvml_env["FAKE_NVML_FILE"]), machine(
-        gpu(0, transientErrors=2),  # Unknown twice, then fine: retried away
-        gpu(1, transientErrors=2, transientCode=10),  # Timeout twice
-        gpu(2, transientErrors=10_000),  # Unknown for good: unhealthy after a few attempts
-        gpu(3),
-    ))
+    write_fake_nvml(
+        Path(nvml_env["FAKE_NVML_FILE"]),
+        machine(
+            gpu(0, transientErrors=2),  # Unknown twice, then fine: retried away
+            gpu(1, transientErrors=2, transientCode=10),  # Timeout twice
+            gpu(2, transientErrors=10_000),  # Unknown for good: unhealthy after a few attempts
+            gpu(3),
+        ),
+    )
     probe = nvml_probe(nvml_env)
     gpus = by_index(probe.call("read"))
     assert probe.last_seconds < 1.0, f"retrying took {probe.last_seconds:.2f}s"
@@ -150,10 +162,17 @@ def test_process_names_come_from_proc_for_ignore_processes(nvml_env, nvml_probe)
 
 def test_per_process_utilization_comes_from_nvmlDeviceGetProcessUtilization(nvml_env, nvml_probe):
     path = Path(nvml_env["FAKE_NVML_FILE"])
-    write_fake_nvml(path, machine(
-        gpu(0, utilization=70, processes=[{"pid": 11, "usedMemory": GiB, "utilization": 55}, {"pid": 12, "usedMemory": GiB}]),
-        gpu(1, processes=[{"pid": 13, "usedMemory": 2 * GiB}]),  # no samples at all: NOT_FOUND, i.e. idle
-    ))
+    write_fake_nvml(
+        path,
+        machine(
+            gpu(
+                0,
+                utilization=70,
+                processes=[{"pid": 11, "usedMemory": GiB, "utilization": 55}, {"pid": 12, "usedMemory": GiB}],
+            ),
+            gpu(1, processes=[{"pid": 13, "usedMemory": 2 * GiB}]),  # no samples at all: NOT_FOUND, i.e. idle
+        ),
+    )
     probe = nvml_probe(nvml_env)
     gpus = by_index(probe.call("read"))
     assert [(p["pid"], p["utilization"]) for p in gpus[0]["processes"]] == [(11, 55), (12, 0)]
@@ -195,6 +214,7 @@ def test_topology_pairs(nvml_env, nvml_probe):
 
 # -- no NVML -----------------------------------------------------------------------------------
 
+
 def _real_nvml_installed() -> bool:
     try:
         ctypes.CDLL("libnvidia-ml.so.1")
@@ -209,8 +229,7 @@ def test_no_library_means_no_gpus_and_one_clear_sentence(nvml_probe, tmp_path):
     described = probe.call("describe")
     assert described["available"] is False
     assert described["text"] == (
-        "no NVML: the NVML library libnvidia-ml.so.1 was not found (no NVIDIA driver installed); "
-        "running CPU jobs only"
+        "no NVML: the NVML library libnvidia-ml.so.1 was not found (no NVIDIA driver installed); running CPU jobs only"
     )
     assert probe.call("read") == []
     assert probe.call("topology") == {}
@@ -257,15 +276,21 @@ def read_node(home: Path) -> dict | None:
 
 def test_gflowd_on_nvml_binds_a_gpu_job_to_a_usable_gpu(home, gflowd, nvml_env, tmp_path):
     """Needs gflowd to use controller.observe.gpus.nvml.NvmlInventory (the import in controller/daemon/main.py)."""
-    write_fake_nvml(Path(nvml_env["FAKE_NVML_FILE"]), machine(
-        gpu(0, processes=[{"pid": 4242, "usedMemory": 4 * GiB}]),  # someone else's process: Unmanaged
-        gpu(1, lost=True),  # Unhealthy
-        gpu(2),
-        gpu(3),
-    ))
+    write_fake_nvml(
+        Path(nvml_env["FAKE_NVML_FILE"]),
+        machine(
+            gpu(0, processes=[{"pid": 4242, "usedMemory": 4 * GiB}]),  # someone else's process: Unmanaged
+            gpu(1, lost=True),  # Unhealthy
+            gpu(2),
+            gpu(3),
+        ),
+    )
     daemon = gflowd(env=nvml_env)
     go = tmp_path / "go"
-    write_manifest(home / "jobs", "train.yaml", f"""\
+    write_manifest(
+        home / "jobs",
+        "train.yaml",
+        f"""\
 apiVersion: gflow.dev/v1alpha1
 kind: Job
 metadata:
@@ -274,13 +299,16 @@ spec:
   resources:
     gpus: 1
   command: [sh, -c, 'echo "devices=$CUDA_VISIBLE_DEVICES"; while [ ! -e "{go}" ]; do sleep 0.02; done']
-""")
+""",
+    )
     status = wait_phase(home, "train", "Running", daemon=daemon)
     assert len(status["devices"]) == 1 and status["devices"][0] in (2, 3), status
     device = status["devices"][0]
     assert status["deviceUUIDs"] == [gpu(device)["uuid"]]
-    seen = wait_for(lambda: "devices=" in read_log(home, "train") and read_log(home, "train"),
-                    message=lambda: f"the job to print its devices; log: {read_log(home, 'train')!r}")
+    seen = wait_for(
+        lambda: "devices=" in read_log(home, "train") and read_log(home, "train"),
+        message=lambda: f"the job to print its devices; log: {read_log(home, 'train')!r}",
+    )
     assert seen.split("devices=")[1].split()[0] == str(device)
 
     def node_settled():
@@ -302,5 +330,7 @@ spec:
 
     go.touch()
     wait_phase(home, "train", "Succeeded", daemon=daemon)
-    wait_for(lambda: {g["index"]: g["state"] for g in (read_node(home) or {}).get("gpus") or []}.get(device) == "Free",
-             message=lambda: f"GPU {device} to be Free again: {read_node(home)!r}")
+    wait_for(
+        lambda: {g["index"]: g["state"] for g in (read_node(home) or {}).get("gpus") or []}.get(device) == "Free",
+        message=lambda: f"GPU {device} to be Free again: {read_node(home)!r}",
+    )

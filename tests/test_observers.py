@@ -29,20 +29,49 @@ def plan_of(states: list[JobState], events=(), starts=(), consumed=(), removed=(
 def test_wait_runs_from_creation_then_from_requeue():
     digest = Digest()
     new = st("a", "Pending", "Resources", created=100.0)
-    facts = digest.digest(PassRecord({}, plan_of([new], events=[("a", "Resources")]), {}, AdmissionResult(), 100.0, 0.01))
+    facts = digest.digest(
+        PassRecord({}, plan_of([new], events=[("a", "Resources")]), {}, AdmissionResult(), 100.0, 0.01)
+    )
     assert [t.name for t in facts.transitions] == ["a"] and facts.transitions[0].old_phase is None
     running = st("a", "Running", "Started", attempt=1, labels={"team": "vision"})
-    facts = digest.digest(PassRecord({"a": new}, plan_of([running], events=[("a", "Started")], starts=[("a", 1)]), {}, AdmissionResult(), 130.0, 0.01))
+    facts = digest.digest(
+        PassRecord(
+            {"a": new},
+            plan_of([running], events=[("a", "Started")], starts=[("a", 1)]),
+            {},
+            AdmissionResult(),
+            130.0,
+            0.01,
+        )
+    )
     assert [(s.name, s.attempt, s.wait) for s in facts.started] == [("a", 1, 30.0)]
     # the attempt fails and is retried after a 2 s back-off: its wait counts from then
     retry = st("a", "Pending", "BackOff", attempt=1, next_attempt_time=202.0, labels={"team": "vision"})
     run = RunObservation("a", 1, 42, started_at=130.0, running=False, exit_code=3, finished_at=200.0, devices=(0, 1))
-    facts = digest.digest(PassRecord({"a": running}, plan_of([retry], events=[("a", "BackOff")], consumed=["a"]), {"a": run}, AdmissionResult(), 200.0, 0.01))
+    facts = digest.digest(
+        PassRecord(
+            {"a": running},
+            plan_of([retry], events=[("a", "BackOff")], consumed=["a"]),
+            {"a": run},
+            AdmissionResult(),
+            200.0,
+            0.01,
+        )
+    )
     [end] = facts.ended
     assert (end.attempt, end.phase, end.final, end.exit_code, end.gpus, end.wait) == (1, "Pending", False, 3, 2, 30.0)
     assert end.labels == {"team": "vision"}
     again = st("a", "Running", "Started", attempt=2)
-    facts = digest.digest(PassRecord({"a": retry}, plan_of([again], events=[("a", "Started")], starts=[("a", 2)]), {}, AdmissionResult(), 210.0, 0.01))
+    facts = digest.digest(
+        PassRecord(
+            {"a": retry},
+            plan_of([again], events=[("a", "Started")], starts=[("a", 2)]),
+            {},
+            AdmissionResult(),
+            210.0,
+            0.01,
+        )
+    )
     assert facts.started[0].wait == 8.0
 
 
@@ -61,9 +90,17 @@ def test_a_job_that_ends_without_running_is_an_ended_record():
     digest = Digest()
     old = st("d", "Pending", "Dependency")
     failed = st("d", "Cancelled", "DependencyFailed", completion_time=300.0)
-    facts = digest.digest(PassRecord({"d": old}, plan_of([failed], events=[("d", "DependencyFailed")]), {}, AdmissionResult(), 300.0, 0.0))
+    facts = digest.digest(
+        PassRecord({"d": old}, plan_of([failed], events=[("d", "DependencyFailed")]), {}, AdmissionResult(), 300.0, 0.0)
+    )
     [end] = facts.ended
-    assert (end.phase, end.reason, end.started, end.finished, end.final) == ("Cancelled", "DependencyFailed", None, 300.0, True)
+    assert (end.phase, end.reason, end.started, end.finished, end.final) == (
+        "Cancelled",
+        "DependencyFailed",
+        None,
+        300.0,
+        True,
+    )
 
 
 def test_a_broken_sink_is_reported_once_and_the_others_still_run(caplog):

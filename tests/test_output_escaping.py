@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import wait_phase, write_manifest
 
 NASTY = "ev\x1b[2J\x1b]0;pwned\x07il\nline.yaml"  # clear screen, set the window title, a new line
@@ -24,8 +23,9 @@ SHOWN = r"ev\x1b[2J\x1b]0;pwned\x07il\nline.yaml"
 
 def ctl(home: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True,
-                          env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def assert_clean(text: str, what: str) -> None:
@@ -61,7 +61,9 @@ def test_describe_escapes_the_manifest_the_message_and_conditions(nasty_jobs):
         assert out.returncode == 0, out.stderr
         assert_clean(out.stdout, f"describe job {name}")
         assert SHOWN in out.stdout
-    manifest_line = [line for line in ctl(nasty_jobs, "describe", "job", "evil").stdout.splitlines() if line.startswith("Manifest:")]
+    manifest_line = [
+        line for line in ctl(nasty_jobs, "describe", "job", "evil").stdout.splitlines() if line.startswith("Manifest:")
+    ]
     assert manifest_line and manifest_line[0].endswith("jobs/" + SHOWN)
 
 

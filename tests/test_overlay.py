@@ -25,7 +25,7 @@ def test_an_overlay_reads_through_and_leaves_its_base_as_it_was():
     assert dict(layer.items()) == {"a": 10, "d": 4} and len(layer) == 2 and sorted(layer) == ["a", "d"]
     assert "b" not in layer and layer.get("b", "x") == "x" and layer["a"] == 10
     with pytest.raises(KeyError):
-        layer["b"]  # noqa: B018
+        layer["b"]
     assert layer.keys() - {"a"} == {"d"} and sorted(layer.values()) == [4, 10]
     assert layer == {"a": 10, "d": 4} and layer != {"a": 10}
     layer["b"] = 20  # back after a delete

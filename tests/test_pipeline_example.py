@@ -47,7 +47,9 @@ def test_pipeline_example_runs_in_dependency_order_on_fake_gpus(home, gflowd):
 
     # dependency order, from the controller's own record of each attempt
     for name, status in children.items():
-        assert when(status["startTime"]) >= when(preprocess["completionTime"]), f"{name} started before preprocess ended"
+        assert when(status["startTime"]) >= when(preprocess["completionTime"]), (
+            f"{name} started before preprocess ended"
+        )
         assert when(evaluate["startTime"]) >= when(status["completionTime"]), f"evaluate started before {name} ended"
         assert len(status["devices"]) == 1, status
     # parallelism: 2 -> never more than two children at once
@@ -67,7 +69,9 @@ def test_pipeline_example_runs_in_dependency_order_on_fake_gpus(home, gflowd):
     assert "evaluated 4 results" in log, log
     assert "best: lr=0.01 batch=32" in log, log
 
-    sweep = wait_for(lambda: (s := job_status(home, "train-sweep")) and s.get("phase") == "Succeeded" and s,
-                     message=lambda: f"the SweepStatus to say Succeeded: {read_status(home, 'train-sweep')}")
+    sweep = wait_for(
+        lambda: (s := job_status(home, "train-sweep")) and s.get("phase") == "Succeeded" and s,
+        message=lambda: f"the SweepStatus to say Succeeded: {read_status(home, 'train-sweep')}",
+    )
     assert read_status(home, "train-sweep")["kind"] == "SweepStatus"
     assert sweep["children"] == 4 and sweep["counts"].get("Succeeded") == 4, sweep

@@ -65,49 +65,57 @@ NOW = 1000.0
     ("mode", "holders", "queue", "expected"),
     [
         pytest.param(
-            "backfill", [run("r", (0, 1, 2), NOW + 100)],
+            "backfill",
+            [run("r", (0, 1, 2), NOW + 100)],
             [req("big", 4, 3600), req("short", 1, 50), req("long", 1, 200), req("nolimit", 1)],
             {"big": "Resources", "short": "bound 3", "long": "Priority", "nolimit": "Priority"},
             id="short-job-backfills-before-the-reservation-long-and-unlimited-ones-wait",
         ),
         pytest.param(
-            "backfill", [run("r", (0, 1, 2), NOW + 100)],
+            "backfill",
+            [run("r", (0, 1, 2), NOW + 100)],
             [req("big", 4, 3600), req("exact", 1, 100)],
             {"big": "Resources", "exact": "bound 3"},
             id="ending-exactly-at-the-reservation-is-in-time",
         ),
         pytest.param(
-            "backfill", [run("r", (0, 1), NOW + 100)],
+            "backfill",
+            [run("r", (0, 1), NOW + 100)],
             [req("big", 3, 3600), req("long", 1, 9999), req("long2", 1, 9999)],
             {"big": "Resources", "long": "bound 3", "long2": "Priority"},
             id="a-gpu-the-reservation-does-not-need-is-free-for-a-long-job",
         ),
         pytest.param(
-            "backfill", [run("r", (0, 1), NOW + 100)],
+            "backfill",
+            [run("r", (0, 1), NOW + 100)],
             [req("big", 3, 3600), req("nolimit", 1), req("short", 1, 10)],
             {"big": "Resources", "nolimit": "bound 3", "short": "bound 2"},
             id="a-job-without-time-limit-takes-only-unneeded-gpus",
         ),
         pytest.param(
-            "backfill", [run("r", (0, 1, 2))],
+            "backfill",
+            [run("r", (0, 1, 2))],
             [req("big", 4, 3600), req("short", 1, 10)],
             {"big": "Resources", "short": "Priority"},
             id="reservation-time-unknown-when-a-needed-gpu-runs-without-time-limit",
         ),
         pytest.param(
-            "backfill", [run("r", (0,), NOW + 50), run("s", (1, 2), NOW + 500)],
+            "backfill",
+            [run("r", (0,), NOW + 50), run("s", (1, 2), NOW + 500)],
             [req("big", 3, 3600), req("mid", 1, 400), req("longer", 1, 600)],
             {"big": "Resources", "mid": "bound 3", "longer": "Priority"},
             id="reservation-waits-for-the-latest-of-the-gpus-it-needs",
         ),
         pytest.param(
-            "strict", [run("r", (0, 1, 2), NOW + 100)],
+            "strict",
+            [run("r", (0, 1, 2), NOW + 100)],
             [req("big", 4, 3600), req("short", 1, 10)],
             {"big": "Resources", "short": "Priority"},
             id="strict-priority-holds-everything",
         ),
         pytest.param(
-            "firstfit", [run("r", (0, 1, 2), NOW + 100)],
+            "firstfit",
+            [run("r", (0, 1, 2), NOW + 100)],
             [req("big", 4, 3600), req("nolimit", 1)],
             {"big": "Resources", "nolimit": "bound 3"},
             id="firstfit-holds-nothing",
@@ -130,10 +138,14 @@ def test_backfill_wait_message_says_what_the_gpus_are_held_for():
 @settings(max_examples=300, deadline=None)
 @given(
     running=st.lists(
-        st.tuples(st.integers(1, 3), st.one_of(st.none(), st.integers(1, 1000))), min_size=0, max_size=6,
+        st.tuples(st.integers(1, 3), st.one_of(st.none(), st.integers(1, 1000))),
+        min_size=0,
+        max_size=6,
     ),
     queue=st.lists(
-        st.tuples(st.integers(1, 8), st.one_of(st.none(), st.integers(1, 2000))), min_size=1, max_size=12,
+        st.tuples(st.integers(1, 8), st.one_of(st.none(), st.integers(1, 2000))),
+        min_size=1,
+        max_size=12,
     ),
 )
 def test_a_backfilled_job_never_delays_the_reservation(running, queue):
@@ -151,7 +163,7 @@ def test_a_backfilled_job_never_delays_the_reservation(running, queue):
     def earliest_start(decisions: dict, upto: int | None) -> float:
         """When ``blocked`` fits, by the ends of what runs now plus what this pass bound."""
         ends = [math.inf if h.ends_at == INF else h.ends_at for h in holders for _ in h.devices]
-        for r in requests[: upto]:
+        for r in requests[:upto]:
             if isinstance(decisions.get(r.name), Binding):
                 ends += [NOW + r.time_limit if r.time_limit is not None else INF] * r.gpus
         ends += [NOW] * (n - len(ends))
@@ -162,7 +174,9 @@ def test_a_backfilled_job_never_delays_the_reservation(running, queue):
     if blocked_at is None:
         return
     blocked = requests[blocked_at]
-    ahead = schedule(requests[:blocked_at], build_slots(machine(n), holders, None, set(), GIB), mode="backfill", now=NOW)
+    ahead = schedule(
+        requests[:blocked_at], build_slots(machine(n), holders, None, set(), GIB), mode="backfill", now=NOW
+    )
     without_backfill = earliest_start(ahead, blocked_at)
     with_backfill = earliest_start(result, None)
     assert with_backfill <= without_backfill
@@ -199,7 +213,8 @@ def test_an_aged_low_priority_job_passes_a_fresh_high_priority_one():
 def test_aging_reorders_the_controller_queue_and_shows_in_status():
     world = World(
         job("running", command=["sleep", "1"], resources={"gpus": 4}),
-        n_gpus=4, policy=Policy(aging_interval=600, aging_max=10),
+        n_gpus=4,
+        policy=Policy(aging_interval=600, aging_max=10),
     )
     world.tick(T0)
     world.put(job("low", resources={"gpus": 4}, priority=0))
@@ -269,7 +284,8 @@ def test_fair_share_in_the_controller_lets_the_lighter_user_go_first():
     me, other = os.getuid(), _other_uid()
     world = World(
         replace(job("heavy-run", command=["sleep", "1"], resources={"gpus": 1}), owner_uid=me),
-        n_gpus=2, policy=Policy(fair_share_half_life=86400),
+        n_gpus=2,
+        policy=Policy(fair_share_half_life=86400),
     )
     world.tick(T0)
     world.exit("heavy-run", 0, T0 + 3600)
@@ -302,8 +318,11 @@ def _other_uid() -> int:
         ),
         pytest.param(
             {"label team=vision": QuotaUse(2)},
-            [req("v1", 1, quota=("label team=vision",)), req("v2", 1, quota=("label team=vision",)),
-             req("v3", 1, quota=("label team=vision",))],
+            [
+                req("v1", 1, quota=("label team=vision",)),
+                req("v2", 1, quota=("label team=vision",)),
+                req("v3", 1, quota=("label team=vision",)),
+            ],
             {"v1": "bound 0", "v2": "bound 1", "v3": "Quota"},
             id="label-quota-counts-this-pass-bindings",
         ),
@@ -323,8 +342,11 @@ def test_quotas(quotas, queue, expected):
 
 def test_quota_message_has_the_numbers_and_says_never_when_it_cannot_fit():
     slots = build_slots(machine(8), [], None, set(), GIB)
-    result = schedule([req("a", 2, quota=("user alice",)), req("b", 6, quota=("user alice",))], slots,
-                      quotas={"user alice": QuotaUse(4, 3)})
+    result = schedule(
+        [req("a", 2, quota=("user alice",)), req("b", 6, quota=("user alice",))],
+        slots,
+        quotas={"user alice": QuotaUse(4, 3)},
+    )
     assert result["a"].message == "needs 2 GPUs; user alice may use 4 GPUs at once and 3 are in use"
     assert "can never start" in result["b"].message
 
@@ -398,7 +420,8 @@ def test_default_policy_is_backfill_with_aging_and_fair_share():
 def test_preemption_stops_a_low_priority_job_which_returns_to_pending_without_a_failure():
     world = World(
         job("low", command=["sleep", "1"], resources={"gpus": 4}, priority=0, backoffLimit=0),
-        n_gpus=4, policy=Policy(preemption_threshold=5),
+        n_gpus=4,
+        policy=Policy(preemption_threshold=5),
     )
     world.tick(T0)
     world.put(job("mid", resources={"gpus": 4}, priority=4))  # not enough above low: waits
@@ -452,19 +475,49 @@ def test_preemption_victims(running, gpus, free, expected):
 def test_gflowd_flags_carry_every_policy_key(tmp_path):
     from controller.daemon.main import build_parser
 
-    args = build_parser().parse_args([
-        "--scheduling-policy", "priority", "--aging-interval", "30m", "--aging-max", "4",
-        "--fair-share-half-life", "0", "--user-quotas", "alice:4,bob:2", "--label-quotas", "team=vision:8",
-        "--preemption-threshold", "5", "--max-running-jobs-per-user", "3", "--max-running-cpu-jobs", "8",
-        "--reservations-max-gpus", "2", "--reservations-horizon", "2h",
-    ])
+    args = build_parser().parse_args(
+        [
+            "--scheduling-policy",
+            "priority",
+            "--aging-interval",
+            "30m",
+            "--aging-max",
+            "4",
+            "--fair-share-half-life",
+            "0",
+            "--user-quotas",
+            "alice:4,bob:2",
+            "--label-quotas",
+            "team=vision:8",
+            "--preemption-threshold",
+            "5",
+            "--max-running-jobs-per-user",
+            "3",
+            "--max-running-cpu-jobs",
+            "8",
+            "--reservations-max-gpus",
+            "2",
+            "--reservations-horizon",
+            "2h",
+        ]
+    )
     from controller.api.config import flag_fields, flag_overrides
 
-    config = load_config(tmp_path / "config.yaml", flag_overrides({path: getattr(args, ".".join(path)) for path, _ in flag_fields()}))
+    config = load_config(
+        tmp_path / "config.yaml", flag_overrides({path: getattr(args, ".".join(path)) for path, _ in flag_fields()})
+    )
     policy = policy_from_config(config)
     assert policy == Policy(
-        mode="strict", order="priority", aging_interval=1800.0, aging_max=4, fair_share_half_life=None,
-        user_quotas={"alice": 4, "bob": 2}, label_quotas={"team=vision": 8}, preemption_threshold=5,
-        max_pending_per_user=1000, max_running_per_user=3, max_running_cpu_jobs=8,
+        mode="strict",
+        order="priority",
+        aging_interval=1800.0,
+        aging_max=4,
+        fair_share_half_life=None,
+        user_quotas={"alice": 4, "bob": 2},
+        label_quotas={"team=vision": 8},
+        preemption_threshold=5,
+        max_pending_per_user=1000,
+        max_running_per_user=3,
+        max_running_cpu_jobs=8,
         reservations=ReservationLimits(max_gpus=2, horizon=7200.0),
     )

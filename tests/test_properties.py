@@ -33,7 +33,7 @@ def names_a_field(message: str, data) -> bool:
     if message.startswith(OTHER_PREFIXES):
         return True
     roots = set(ROOTS) | ({str(k) if k != "" else '""' for k in data} if isinstance(data, dict) else set())
-    return any(message.startswith(root) and message[len(root):len(root) + 1] in (".", "[", ":") for root in roots)
+    return any(message.startswith(root) and message[len(root) : len(root) + 1] in (".", "[", ":") for root in roots)
 
 
 VALID = {
@@ -56,15 +56,42 @@ VALID = {
 }
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
     st.sampled_from(["", "Job", "Sweep", "16Gi", "-5s", "4h", "Shared", "a/b", "..", "x" * 64, "$(touch x)"]),
 )
-keys = st.one_of(st.text(max_size=12), st.sampled_from(
-    ["apiVersion", "kind", "metadata", "name", "spec", "command", "script", "resources", "gpus", "env",
-     "timeLimit", "priority", "sharing", "gpuMemory", "dependsOn", "matrix", "template"]))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                      st.dictionaries(keys, inner, max_size=4)), max_leaves=25)
+keys = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "apiVersion",
+            "kind",
+            "metadata",
+            "name",
+            "spec",
+            "command",
+            "script",
+            "resources",
+            "gpus",
+            "env",
+            "timeLimit",
+            "priority",
+            "sharing",
+            "gpuMemory",
+            "dependsOn",
+            "matrix",
+            "template",
+        ]
+    ),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)),
+    max_leaves=25,
+)
 
 
 def _check(results: list, source: str, data=None) -> None:
@@ -151,13 +178,39 @@ def test_any_yaml_document_through_the_store_never_raises(tmp_path_factory, data
 
 
 @SETTINGS
-@given(text=st.one_of(
-    st.text(max_size=300),
-    st.binary(max_size=300).map(lambda b: b.decode("latin-1")),
-    st.lists(st.sampled_from(["a:", " b:", "- ", "&x ", "*x", "[", "]", "{", "}", "---\n", "\n", ":", "'", '"',
-                              "!!python/object:os.system", "kind: Job\n", "spec:\n", "  command: [x]\n", "\t", "%YAML 1.2\n"]),
-             max_size=40).map("".join),
-))
+@given(
+    text=st.one_of(
+        st.text(max_size=300),
+        st.binary(max_size=300).map(lambda b: b.decode("latin-1")),
+        st.lists(
+            st.sampled_from(
+                [
+                    "a:",
+                    " b:",
+                    "- ",
+                    "&x ",
+                    "*x",
+                    "[",
+                    "]",
+                    "{",
+                    "}",
+                    "---\n",
+                    "\n",
+                    ":",
+                    "'",
+                    '"',
+                    "!!python/object:os.system",
+                    "kind: Job\n",
+                    "spec:\n",
+                    "  command: [x]\n",
+                    "\t",
+                    "%YAML 1.2\n",
+                ]
+            ),
+            max_size=40,
+        ).map("".join),
+    )
+)
 def test_any_text_through_the_store_never_raises(tmp_path_factory, text):
     spec = tmp_path_factory.mktemp("props")
     path = spec / "p.yaml"

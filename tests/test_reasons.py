@@ -70,14 +70,14 @@ def test_every_condition_has_its_text_and_a_docs_line(condition):
 
 
 def test_the_phase_sets_are_derived_from_the_rows():
-    assert TERMINAL_PHASES == {Phase.Succeeded, Phase.Failed, Phase.Cancelled}
-    assert SETTLED_PHASES == TERMINAL_PHASES | {Phase.Rejected}
+    assert {Phase.Succeeded, Phase.Failed, Phase.Cancelled} == TERMINAL_PHASES
+    assert TERMINAL_PHASES | {Phase.Rejected} == SETTLED_PHASES
     assert [str(p) for p in Phase] == ["Pending", "Running", "Succeeded", "Failed", "Cancelled", "Rejected"]
 
 
 def test_stop_reasons_are_the_rows_marked_stop_not_a_second_list():
     assert list(StopReason) == [r for r in Reason if r.stop]
-    assert STOP_REASONS == {r for r in Reason if r.stop}
+    assert {r for r in Reason if r.stop} == STOP_REASONS
     assert StopReason.Deleted == Reason.Deleted == "Deleted" and hash(StopReason.Deleted) == hash("Deleted")
     assert StopReason("Preempted") == Reason.Preempted
 
@@ -85,7 +85,7 @@ def test_stop_reasons_are_the_rows_marked_stop_not_a_second_list():
 def test_the_queues_answers_and_the_warnings_are_rows_too():
     from controller.record import fold, recorder
 
-    assert QUEUE_REASONS == {Reason.Resources, Reason.Priority, Reason.Queued, Reason.GPUMemory, Reason.Quota}
+    assert {Reason.Resources, Reason.Priority, Reason.Queued, Reason.GPUMemory, Reason.Quota} == QUEUE_REASONS
     assert all(r.phases == (Phase.Pending,) for r in QUEUE_REASONS)
     assert recorder.QUEUE_REASONS is QUEUE_REASONS and fold.WAITING_REASONS is QUEUE_REASONS
     assert {Reason.Unschedulable, Reason.DependencyFailed, Reason.DiskFull} <= WARNING_REASONS  # announced as Warnings
@@ -113,14 +113,17 @@ def test_a_stop_reason_ends_the_attempt_in_a_phase_its_row_names(reason):
     assert record.reason == reason and record.phase in Reason[reason].phases, (record.phase, record.reason)
 
 
-@pytest.mark.parametrize(("code", "facts", "limit", "failed"), [
-    (0, {}, 0, 0),                                   # Completed
-    (3, {}, 0, 0),                                   # Error
-    (3, {}, 2, 0),                                   # BackOff
-    (3, {}, 2, 2),                                   # BackoffLimitExceeded
-    (137, {"signal": 9, "reason": "OOMKilled"}, 0, 0),  # OOMKilled
-    (None, {"lost": True, "error": "supervisor vanished"}, 0, 0),  # Lost
-])
+@pytest.mark.parametrize(
+    ("code", "facts", "limit", "failed"),
+    [
+        (0, {}, 0, 0),  # Completed
+        (3, {}, 0, 0),  # Error
+        (3, {}, 2, 0),  # BackOff
+        (3, {}, 2, 2),  # BackoffLimitExceeded
+        (137, {"signal": 9, "reason": "OOMKilled"}, 0, 0),  # OOMKilled
+        (None, {"lost": True, "error": "supervisor vanished"}, 0, 0),  # Lost
+    ],
+)
 def test_an_ended_attempt_gets_a_reason_whose_row_names_its_phase(code, facts, limit, failed):
     record = state("a", phase="Running", attempt=1, failed=failed)
     record_exit(record, exited("a", code, T0 + 10, **facts), None, limit)
@@ -146,13 +149,13 @@ def test_every_pending_reason_has_a_metric_label_served_from_the_start():
 
     assert set(metrics.PENDING_REASONS) == {r for r in Reason if Phase.Pending in r.phases}
     assert {"DiskFull", "DiskError", "JobLimit", "Held", "Reserved"} <= set(metrics.PENDING_REASONS)  # missing before
-    assert metrics.PHASES == tuple(Phase) and set(metrics.FINISHED) == TERMINAL_PHASES
+    assert tuple(Phase) == metrics.PHASES and set(metrics.FINISHED) == TERMINAL_PHASES
 
 
 def test_the_status_schema_lists_the_phases_of_the_table():
     from controller.api.status import PHASES
 
-    assert PHASES == tuple(Phase)
+    assert tuple(Phase) == PHASES
 
 
 @pytest.mark.parametrize("reason", PENDING_REASONS, ids=str)
@@ -187,7 +190,9 @@ def test_committed_reasons_doc_matches_the_table():
 
 
 def test_check_mode_passes_on_the_committed_tree():
-    result = subprocess.run([sys.executable, str(ROOT / "hack" / "gen_reasons.py"), "--check"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "gen_reasons.py"), "--check"], capture_output=True, text=True
+    )
     assert (result.returncode, result.stderr) == (0, "")
 
 
@@ -197,9 +202,14 @@ def test_check_mode_fails_with_one_line_naming_the_stale_file(tmp_path):
     doc = tmp_path / "docs" / "reasons.md"
     doc.write_text(doc.read_text().replace("`Reserved`", "`Held back`"))
     result = subprocess.run(
-        [sys.executable, str(ROOT / "hack" / "gen_reasons.py"), "--check", "--root", str(tmp_path)], capture_output=True, text=True,
+        [sys.executable, str(ROOT / "hack" / "gen_reasons.py"), "--check", "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 1
-    assert result.stderr == "docs/reasons.md is out of date with controller/model/reasons.py; run: python hack/gen_reasons.py\n"
+    assert (
+        result.stderr
+        == "docs/reasons.md is out of date with controller/model/reasons.py; run: python hack/gen_reasons.py\n"
+    )
     doc.unlink()
     assert gen.main(["--check", "--root", str(tmp_path)]) == 1

@@ -90,7 +90,9 @@ def test_killed_by_a_signal_names_the_signal():
 def test_process_that_could_not_start_fails_with_its_error():
     world = World(job("a"))
     world.tick(T0)
-    world.runs["a"] = replace(world.runs["a"], running=False, exit_code=None, finished_at=T0, error="command not found: nope")
+    world.runs["a"] = replace(
+        world.runs["a"], running=False, exit_code=None, finished_at=T0, error="command not found: nope"
+    )
     world.tick(T0 + 1)
     assert world.phase() == ("Failed", "Error")
     assert world.state().message == "command not found: nope"
@@ -182,8 +184,10 @@ def test_cancel_while_running_stops_then_ends_cancelled():
 
 @pytest.mark.parametrize(
     ("stop_reason", "edit", "outcome"),
-    [("UserCancelled", {"cancelled": True}, ("Cancelled", "UserCancelled")),
-     ("Suspended", {"suspend": True}, ("Pending", "Suspended"))],
+    [
+        ("UserCancelled", {"cancelled": True}, ("Cancelled", "UserCancelled")),
+        ("Suspended", {"suspend": True}, ("Pending", "Suspended")),
+    ],
 )
 def test_stop_whose_terminating_record_was_lost_in_a_crash_keeps_its_reason(stop_reason, edit, outcome):
     # gflowd sent the stop, then died before writing the Terminating condition; the supervisor's
@@ -203,9 +207,11 @@ def test_stop_whose_terminating_record_was_lost_in_a_crash_keeps_its_reason(stop
 
 @pytest.mark.parametrize(
     ("stop_reason", "outcome"),
-    [("Preempted", ("Pending", "Preempted")),
-     ("DeadlineExceeded", ("Failed", "DeadlineExceeded")),
-     ("GPUMemoryExceeded", ("Failed", "GPUMemoryExceeded"))],
+    [
+        ("Preempted", ("Pending", "Preempted")),
+        ("DeadlineExceeded", ("Failed", "DeadlineExceeded")),
+        ("GPUMemoryExceeded", ("Failed", "GPUMemoryExceeded")),
+    ],
 )
 def test_a_stop_sent_just_before_a_crash_is_never_counted_against_backoff_limit(stop_reason, outcome):
     # gflowd sent the stop (a preemption, a time limit, GPU memory) and died before any status
@@ -256,7 +262,9 @@ def test_a_retry_whose_start_went_unrecorded_is_recorded_as_that_attempt():
     world.exit("a", 1, T0 + 1)
     world.tick(T0 + 1.5)
     assert world.phase() == ("Pending", "BackOff") and world.state().attempt == 1
-    world.runs["a"] = RunObservation("a", 2, 777, T0 + 2.5, False, 1, None, T0 + 3, devices=(3,), device_uuids=("GPU-0003",))
+    world.runs["a"] = RunObservation(
+        "a", 2, 777, T0 + 2.5, False, 1, None, T0 + 3, devices=(3,), device_uuids=("GPU-0003",)
+    )
     world.tick(T0 + 4)
     st = world.state()
     assert world.phase() == ("Failed", "BackoffLimitExceeded")
@@ -647,7 +655,9 @@ def test_running_record_without_a_run_observation_is_lost():
 def test_lost_run_observation_is_failed_lost():
     world = World(job("a"))
     world.tick(T0)
-    world.runs["a"] = replace(world.runs["a"], running=False, lost=True, error="supervisor vanished", finished_at=T0 + 5)
+    world.runs["a"] = replace(
+        world.runs["a"], running=False, lost=True, error="supervisor vanished", finished_at=T0 + 5
+    )
     world.tick(T0 + 6)
     assert world.phase() == ("Failed", "Lost")
 

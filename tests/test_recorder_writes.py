@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 import os
 
-from controller.model.reasons import Condition, Phase, Reason
-from controller.model.conditions import set_condition
-from controller.model.records import JOB_FIELDS, FrozenConditions, FrozenMapping, JobState
-from controller.paths import Home
-from controller.util import records_journal as journal
 from controller.client.read.objects import Job
 from controller.client.read.state import read_status
+from controller.model.conditions import set_condition
+from controller.model.reasons import Condition, Phase, Reason
+from controller.model.records import JOB_FIELDS, FrozenConditions, FrozenMapping, JobState
+from controller.paths import Home
 from controller.record.recorder import QUEUED_UNWRITTEN_MAX, RUNNING_UNWRITTEN_MAX, Recorder
+from controller.util import records_journal as journal
 from controller.util.yamlio import dump, load_own
 
 T0 = 1_800_000_000.0
@@ -132,10 +132,25 @@ def test_journal_entries_are_written_for_finished_jobs_only(tmp_path):
     recorder.write_states({"a": running}, [])
     assert home.status_file("a").exists() and "a" not in _journal(home)
     # as the controller makes them: StrEnum members, which the journal stores as their text
-    done = JobState(name="a", phase=Phase.Succeeded, reason=Reason.Completed, created=T0, attempt=1, start_time=T0,
-                    completion_time=T0 + 1, exit_code=0,
-                    conditions=[{"type": Condition.Admitted, "status": "True", "reason": "Valid", "message": "ok",
-                                 "lastTransitionTime": "2027-01-15T08:00:00.000Z"}])
+    done = JobState(
+        name="a",
+        phase=Phase.Succeeded,
+        reason=Reason.Completed,
+        created=T0,
+        attempt=1,
+        start_time=T0,
+        completion_time=T0 + 1,
+        exit_code=0,
+        conditions=[
+            {
+                "type": Condition.Admitted,
+                "status": "True",
+                "reason": "Valid",
+                "message": "ok",
+                "lastTransitionTime": "2027-01-15T08:00:00.000Z",
+            }
+        ],
+    )
     recorder.write_states({"a": done}, [])
     entry = _journal(home)["a"]
     row = entry[4]
@@ -153,16 +168,42 @@ def test_a_record_read_back_from_the_journal_is_compact_and_reads_as_written(tmp
     recorder.load()
     when = "2027-01-15T08:00:00.000Z"
     conditions = [
-        {"type": Condition.Admitted, "status": "True", "reason": "Valid", "message": "manifest is valid",
-         "lastTransitionTime": when},
-        {"type": Condition.Scheduled, "status": "True", "reason": "Bound", "message": "started on GPU 0",
-         "lastTransitionTime": "".join(when)},  # equal, not the same string
+        {
+            "type": Condition.Admitted,
+            "status": "True",
+            "reason": "Valid",
+            "message": "manifest is valid",
+            "lastTransitionTime": when,
+        },
+        {
+            "type": Condition.Scheduled,
+            "status": "True",
+            "reason": "Bound",
+            "message": "started on GPU 0",
+            "lastTransitionTime": "".join(when),
+        },  # equal, not the same string
     ]
-    done = JobState(name="a", phase=Phase.Succeeded, reason=Reason.Completed, created=T0, attempt=1, start_time=T0,
-                    completion_time=T0 + 1, exit_code=0, conditions=conditions,
-                    usage={"cpuSeconds": 1.5, "peakMemoryBytes": 1 << 20})
-    odd = JobState(name="b", phase=Phase.Failed, reason=Reason.Error, created=T0, attempt=1, exit_code=1,
-                   conditions=[{"type": "Custom", "status": "True"}])  # not the five keys: kept as it is
+    done = JobState(
+        name="a",
+        phase=Phase.Succeeded,
+        reason=Reason.Completed,
+        created=T0,
+        attempt=1,
+        start_time=T0,
+        completion_time=T0 + 1,
+        exit_code=0,
+        conditions=conditions,
+        usage={"cpuSeconds": 1.5, "peakMemoryBytes": 1 << 20},
+    )
+    odd = JobState(
+        name="b",
+        phase=Phase.Failed,
+        reason=Reason.Error,
+        created=T0,
+        attempt=1,
+        exit_code=1,
+        conditions=[{"type": "Custom", "status": "True"}],
+    )  # not the five keys: kept as it is
     recorder.write_states({"a": done, "b": odd}, [])
     written = home.status_file("a").read_text()
     states = Recorder(home).load()[0]
@@ -182,8 +223,17 @@ def test_a_record_read_back_from_the_journal_is_compact_and_reads_as_written(tmp
 
 
 def _finished(name: str, message: str = "attempt 1 exited with code 0") -> JobState:
-    return JobState(name=name, phase="Succeeded", reason="Completed", message=message, created=T0, attempt=1,
-                    start_time=T0, completion_time=T0 + 1, exit_code=0)
+    return JobState(
+        name=name,
+        phase="Succeeded",
+        reason="Completed",
+        message=message,
+        created=T0,
+        attempt=1,
+        start_time=T0,
+        completion_time=T0 + 1,
+        exit_code=0,
+    )
 
 
 def _replace_status(home: Home, name: str, old: str, new: str) -> None:
@@ -199,8 +249,10 @@ def _journal_saying(home: Home, name: str, message: str) -> None:
     load then reports shows which of the two it read."""
     state = JobState.from_status(load_own(home.status_file(name).read_text()))
     state.message = message
-    journal.append(str(home.records_journal),
-                   journal.frame([(name, *journal.key_of(os.stat(home.status_file(name))), state.to_row())]))
+    journal.append(
+        str(home.records_journal),
+        journal.frame([(name, *journal.key_of(os.stat(home.status_file(name))), state.to_row())]),
+    )
 
 
 def test_a_restart_reads_finished_jobs_from_the_journal_and_never_a_stale_entry(tmp_path):

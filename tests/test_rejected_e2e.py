@@ -15,8 +15,14 @@ from helpers import wait_for, wait_phase, write_manifest
 
 def ctl(home: Path, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], input=stdin,
-                          capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 TYPOS = """\
@@ -70,8 +76,10 @@ def test_delete_cancel_and_describe_work_on_rejected_jobs(home, gflowd):
     deleted = ctl(home, "delete", "job", "broken", "typo")
     assert (deleted.returncode, deleted.stdout, deleted.stderr) == (0, "job/broken deleted\njob/typo deleted\n", "")
     assert list((home / "jobs").iterdir()) == []
-    wait_for(lambda: not (home / "status" / "broken.yaml").exists() and not (home / "status" / "typo.yaml").exists(),
-             message="the Rejected statuses to go")
+    wait_for(
+        lambda: not (home / "status" / "broken.yaml").exists() and not (home / "status" / "typo.yaml").exists(),
+        message="the Rejected statuses to go",
+    )
 
 
 def test_delete_never_takes_a_file_that_names_another_job(home):

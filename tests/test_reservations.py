@@ -19,7 +19,9 @@ ALICE, BOB = 1000, 1001
 HOST = Host(user_names={ALICE: "alice", BOB: "bob"})
 
 
-def reservation(name: str = "r", *, users=("alice",), start: str | float = T0 + HOUR, duration: str = "2h", **form) -> object:
+def reservation(
+    name: str = "r", *, users=("alice",), start: str | float = T0 + HOUR, duration: str = "2h", **form
+) -> object:
     form = form or {"devices": [0, 1]}
     when = start if isinstance(start, str) else rfc3339(start)
     body = "\n".join(f"  {k}: {v}" for k, v in form.items())
@@ -44,12 +46,24 @@ WINDOW = "09:00-11:00"  # T0 + 1h .. T0 + 3h, UTC
     "now, owner, time_limit, runs, message",
     [
         # before the window: others only when their timeLimit ends by its start
-        (T0, BOB, None, False, f"needs 1 GPU, none free for it: GPUs 0,1 reserved for alice {WINDOW} "
-                               "(with a timeLimit of at most 1h it could use them now)"),
+        (
+            T0,
+            BOB,
+            None,
+            False,
+            f"needs 1 GPU, none free for it: GPUs 0,1 reserved for alice {WINDOW} "
+            "(with a timeLimit of at most 1h it could use them now)",
+        ),
         (T0, BOB, "30m", True, None),
         (T0, BOB, "1h", True, None),  # ends exactly as the window opens
-        (T0, BOB, "2h", False, f"needs 1 GPU, none free for it: GPUs 0,1 reserved for alice {WINDOW} "
-                               "(with a timeLimit of at most 1h it could use them now)"),
+        (
+            T0,
+            BOB,
+            "2h",
+            False,
+            f"needs 1 GPU, none free for it: GPUs 0,1 reserved for alice {WINDOW} "
+            "(with a timeLimit of at most 1h it could use them now)",
+        ),
         (T0 + HOUR - 600, BOB, "20m", False, "(with a timeLimit of at most 10m it could use them now)"),
         (T0, ALICE, None, True, None),  # the listed user may always use her GPUs
         # inside the window: only the listed users
@@ -77,8 +91,11 @@ def test_a_window_fences_others_off_its_gpus(now, owner, time_limit, runs, messa
 
 def test_listed_users_jobs_run_while_others_wait_and_the_window_end_frees_the_gpus():
     world = World(
-        reservation(), owned(job("bob", resources={"gpus": 1}), BOB), owned(job("alice", resources={"gpus": 2}), ALICE),
-        n_gpus=2, host=HOST,
+        reservation(),
+        owned(job("bob", resources={"gpus": 1}), BOB),
+        owned(job("alice", resources={"gpus": 2}), ALICE),
+        n_gpus=2,
+        host=HOST,
     )
     plan = world.tick(T0 + HOUR)
     assert world.phase("alice") == ("Running", "Started") and world.state("alice").devices == [0, 1]
@@ -93,8 +110,13 @@ def test_listed_users_jobs_run_while_others_wait_and_the_window_end_frees_the_gp
 
 
 def test_a_job_with_a_timelimit_backfills_into_the_gap_before_the_window_only():
-    world = World(reservation(), owned(job("short", resources={"gpus": 2}, timeLimit="50m"), BOB),
-                  owned(job("long", resources={"gpus": 2}, timeLimit="3h"), BOB), n_gpus=2, host=HOST)
+    world = World(
+        reservation(),
+        owned(job("short", resources={"gpus": 2}, timeLimit="50m"), BOB),
+        owned(job("long", resources={"gpus": 2}, timeLimit="3h"), BOB),
+        n_gpus=2,
+        host=HOST,
+    )
     plan = world.tick(T0)
     assert world.phase("short") == ("Running", "Started")
     assert world.phase("long")[1] in ("Reserved", "Priority", "Resources")
@@ -106,8 +128,13 @@ def test_a_job_with_a_timelimit_backfills_into_the_gap_before_the_window_only():
 
 
 def test_gpus_n_takes_the_lowest_free_gpus_and_leaves_the_rest_to_anyone():
-    world = World(reservation(gpus=1), owned(job("one", resources={"gpus": 1}), BOB),
-                  owned(job("two", resources={"gpus": 2}), BOB), n_gpus=2, host=HOST)
+    world = World(
+        reservation(gpus=1),
+        owned(job("one", resources={"gpus": 1}), BOB),
+        owned(job("two", resources={"gpus": 2}), BOB),
+        n_gpus=2,
+        host=HOST,
+    )
     world.tick(T0 + HOUR)
     assert world.memory.reservation_states["r"].devices == [0]
     assert world.phase("one") == ("Running", "Started") and world.state("one").devices == [1]
@@ -179,8 +206,18 @@ def test_an_expired_reservation_is_kept_until_its_ttl_then_its_manifest_goes():
     "form, users, host, message",
     [
         ({"gpus": 3}, ("alice",), HOST, "spec.gpus: reserves 3 GPUs, this machine has 2 (jobs/r.yaml)"),
-        ({"devices": [1, 5]}, ("alice",), HOST, "spec.devices: GPU 5 not on this machine (it has GPUs 0,1 to reserve) (jobs/r.yaml)"),
-        ({"devices": [0]}, ("alice", "zed"), Host(user_ids={"alice": ALICE, "zed": None}), "spec.users: no such user zed (jobs/r.yaml)"),
+        (
+            {"devices": [1, 5]},
+            ("alice",),
+            HOST,
+            "spec.devices: GPU 5 not on this machine (it has GPUs 0,1 to reserve) (jobs/r.yaml)",
+        ),
+        (
+            {"devices": [0]},
+            ("alice", "zed"),
+            Host(user_ids={"alice": ALICE, "zed": None}),
+            "spec.users: no such user zed (jobs/r.yaml)",
+        ),
     ],
 )
 def test_an_impossible_reservation_is_rejected_with_the_numbers(form, users, host, message):
@@ -197,7 +234,10 @@ def test_an_overlapping_reservation_is_rejected_and_the_first_keeps_its_gpus():
     world.tick(T0 + 2 * HOUR)
     b = world.memory.reservation_states["b"]
     assert (b.phase, b.reason) == ("Rejected", "Overlap")
-    assert b.message == "spec.devices: GPU 0 reserved by a for alice 09:00-11:00, overlapping this window 10:00-12:00 (jobs/b.yaml)"
+    assert (
+        b.message
+        == "spec.devices: GPU 0 reserved by a for alice 09:00-11:00, overlapping this window 10:00-12:00 (jobs/b.yaml)"
+    )
     assert world.memory.reservation_states["a"].phase == "Active"
     assert world.state("j").devices == [1]  # a rejected reservation holds nothing
 
@@ -207,7 +247,10 @@ def test_gpus_n_overlapping_is_rejected_with_what_is_left():
     world.tick(T0)
     b = world.memory.reservation_states["b"]
     assert (b.phase, b.reason) == ("Rejected", "Overlap")
-    assert b.message == "spec.gpus: reserves 2 GPUs 10:00-12:00, 1 not reserved by others then (GPU 0 by a 09:00-11:00) (jobs/b.yaml)"
+    assert (
+        b.message
+        == "spec.gpus: reserves 2 GPUs 10:00-12:00, 1 not reserved by others then (GPU 0 by a 09:00-11:00) (jobs/b.yaml)"
+    )
 
 
 def test_back_to_back_windows_do_not_overlap_and_an_accepted_one_keeps_its_gpus_against_newcomers():
@@ -225,12 +268,20 @@ def test_back_to_back_windows_do_not_overlap_and_an_accepted_one_keeps_its_gpus_
 @pytest.mark.parametrize(
     "body, message",
     [
-        ("users: [alice]\n  gpus: 1\n  devices: [0]\n  start: '+1h'\n  duration: 1h",
-         "spec: exactly one of gpus and devices is required"),
-        ("users: [alice]\n  gpus: 1\n  start: '+1h'\n  duration: 0s", "spec.duration: must be > 0.0 (jobs/r.yaml line 7)"),
+        (
+            "users: [alice]\n  gpus: 1\n  devices: [0]\n  start: '+1h'\n  duration: 1h",
+            "spec: exactly one of gpus and devices is required",
+        ),
+        (
+            "users: [alice]\n  gpus: 1\n  start: '+1h'\n  duration: 0s",
+            "spec.duration: must be > 0.0 (jobs/r.yaml line 7)",
+        ),
         ("users: []\n  gpus: 1\n  start: '+1h'\n  duration: 1h", "spec.users: needs at least one user"),
         ("users: [alice]\n  gpus: 1\n  start: tomorrow\n  duration: 1h", "spec.start: 'tomorrow' is not a time"),
-        ("users: [alice]\n  gpus: 1\n  start: '+1h'\n  duration: 1h\n  gpu: 2", "spec.gpu: unknown field; did you mean gpus?"),
+        (
+            "users: [alice]\n  gpus: 1\n  start: '+1h'\n  duration: 1h\n  gpu: 2",
+            "spec.gpu: unknown field; did you mean gpus?",
+        ),
     ],
 )
 def test_a_malformed_reservation_is_rejected_invalid(body, message):
@@ -252,11 +303,18 @@ def test_window_text_adds_the_date_when_not_today():
 )
 def test_a_job_allowed_on_reserved_gpus_takes_them_first_and_leaves_the_others_open(now, owner, time_limit):
     spec = {"resources": {"gpus": 1}, **({"timeLimit": time_limit} if time_limit else {})}
-    world = World(reservation(devices=[1]), owned(job("first", **spec), owner), owned(job("other", resources={"gpus": 1}), BOB),
-                  n_gpus=2, host=HOST)
+    world = World(
+        reservation(devices=[1]),
+        owned(job("first", **spec), owner),
+        owned(job("other", resources={"gpus": 1}), BOB),
+        n_gpus=2,
+        host=HOST,
+    )
     world.tick(now)
     assert world.state("first").devices == [1]
-    assert world.phase("other") == ("Running", "Started") and world.state("other").devices == [0]  # ...so bob's runs too
+    assert world.phase("other") == ("Running", "Started") and world.state("other").devices == [
+        0
+    ]  # ...so bob's runs too
 
 
 def test_explain_reservation_reads_the_model(capsys):
@@ -272,6 +330,9 @@ def test_explain_reservation_reads_the_model(capsys):
 def test_a_gflowd_that_is_not_root_refuses_another_users_reservation():
     from controller.decide.admission import admit
 
-    result = admit([owned(reservation("theirs"), BOB), owned(reservation("mine", devices=[2], start=T0), ALICE)], controller_uid=ALICE)
+    result = admit(
+        [owned(reservation("theirs"), BOB), owned(reservation("mine", devices=[2], start=T0), ALICE)],
+        controller_uid=ALICE,
+    )
     assert list(result.reservations) == ["mine"]
     assert result.rejected["theirs"].reason == "Forbidden" and "owned by uid 1001" in result.rejected["theirs"].message

@@ -54,19 +54,39 @@ def gflowctl(home: Path, *argv: str) -> tuple[int, str]:
 @as_root
 def test_another_users_job_waits_reserved_while_the_listed_users_job_runs(shared, gflowd, tmp_path):
     fake = tmp_path / "gpus.yaml"
-    fake.write_text("gpus:\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n")
+    fake.write_text(
+        "gpus:\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n"
+    )
     daemon = gflowd("--fake-gpus", fake, home=shared)
     spec = shared / "jobs"
-    put(spec, "hold.yaml", "kind: Reservation\nmetadata: {name: hold}\nspec:\n  users: [root]\n  devices: [1]\n"
-                           "  start: '+0s'\n  duration: 1h\n")
-    wait_for(lambda: (read_status(shared, "hold") or {}).get("status", {}).get("phase") == "Active",
-             message=lambda: f"the reservation to be Active: {read_status(shared, 'hold')}\n{daemon.stderr()[-2000:]}")
+    put(
+        spec,
+        "hold.yaml",
+        "kind: Reservation\nmetadata: {name: hold}\nspec:\n  users: [root]\n  devices: [1]\n"
+        "  start: '+0s'\n  duration: 1h\n",
+    )
+    wait_for(
+        lambda: (read_status(shared, "hold") or {}).get("status", {}).get("phase") == "Active",
+        message=lambda: f"the reservation to be Active: {read_status(shared, 'hold')}\n{daemon.stderr()[-2000:]}",
+    )
     # nobody's long job goes on GPU 0 (kept off the reserved GPU 1), so nobody's next job could only go on GPU 1
-    put(spec, "busy.yaml", "metadata: {name: busy}\nspec:\n  command: [sleep, '300']\n  resources: {gpus: 1}\n", uid=NOBODY)
+    put(
+        spec,
+        "busy.yaml",
+        "metadata: {name: busy}\nspec:\n  command: [sleep, '300']\n  resources: {gpus: 1}\n",
+        uid=NOBODY,
+    )
     assert wait_phase(shared, "busy", "Running", daemon=daemon)["devices"] == [0]
-    put(spec, "theirs.yaml", "metadata: {name: theirs}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n", uid=NOBODY)
+    put(
+        spec,
+        "theirs.yaml",
+        "metadata: {name: theirs}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n",
+        uid=NOBODY,
+    )
     status = wait_phase(shared, "theirs", "Pending", reason="Reserved", daemon=daemon)
-    assert re.search(r"^needs 1 GPU, none free for it: GPU 1 reserved for root \S+-\S+", status["message"]), status["message"]
+    assert re.search(r"^needs 1 GPU, none free for it: GPU 1 reserved for root \S+-\S+", status["message"]), status[
+        "message"
+    ]
     code, described = gflowctl(shared, "describe", "job", "theirs")
     assert "Reserved By:" in described and "hold: GPU 1 reserved for root" in described
     code, described = gflowctl(shared, "describe", "reservation/hold")
@@ -101,20 +121,29 @@ def test_apply_asks_gflowd_and_a_restart_keeps_the_window_of_a_relative_start(ho
     fake.write_text("gpus:\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n")
     daemon = gflowd("--fake-gpus", fake)
     good, bad = tmp_path / "soon.yaml", tmp_path / "bad.yaml"
-    good.write_text("kind: Reservation\nmetadata: {name: soon}\nspec:\n  users: [root]\n  gpus: 1\n  start: '+2h'\n  duration: 1h\n")
-    bad.write_text("kind: Reservation\nmetadata: {name: bad}\nspec:\n  users: [root]\n  gpus: 1\n  start: '+2h'\n  duration: 0s\n  gpu: 1\n")
+    good.write_text(
+        "kind: Reservation\nmetadata: {name: soon}\nspec:\n  users: [root]\n  gpus: 1\n  start: '+2h'\n  duration: 1h\n"
+    )
+    bad.write_text(
+        "kind: Reservation\nmetadata: {name: bad}\nspec:\n  users: [root]\n  gpus: 1\n  start: '+2h'\n  duration: 0s\n  gpu: 1\n"
+    )
     assert gflowctl(home, "apply", "-f", str(good)) == (0, "reservation/soon created\n")
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         assert gflowctl(home, "apply", "-f", str(bad))[0] == 1
-    assert "spec.duration: must be > 0.0" in err.getvalue() and "spec.gpu: unknown field; did you mean gpus?" in err.getvalue()
+    assert (
+        "spec.duration: must be > 0.0" in err.getvalue()
+        and "spec.gpu: unknown field; did you mean gpus?" in err.getvalue()
+    )
     assert not (home / "jobs" / "bad.yaml").exists()
 
     def recorded():
         status = (read_status(home, "soon") or {}).get("status") or {}
         return status if status.get("phase") == "Pending" else None
 
-    first = wait_for(recorded, message=lambda: f"soon to be recorded: {read_status(home, 'soon')}\n{daemon.stderr()[-2000:]}")
+    first = wait_for(
+        recorded, message=lambda: f"soon to be recorded: {read_status(home, 'soon')}\n{daemon.stderr()[-2000:]}"
+    )
     assert first["devices"] == [0] and first["reason"] == "Upcoming"
     assert daemon.terminate() == 0
     again = gflowd("--fake-gpus", fake)

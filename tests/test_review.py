@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from controller.paths import Home
 from helpers import wait_for
 from test_cli_e2e import ctl
+
+from controller.paths import Home
 
 CONDA_JOB = """\
 apiVersion: gflow.dev/v1alpha1
@@ -94,8 +94,13 @@ def test_apply_answered_by_gflowd_does_not_import_pydantic(home, gflowd, tmp_pat
         "print('pydantic' in sys.modules, rc)"
     )
     for _ in range(2):  # created, then unchanged: both paths
-        out = subprocess.run([sys.executable, "-c", probe, str(src)], capture_output=True, text=True,
-                             env={**os.environ, "GFLOW_HOME": str(home)}, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", probe, str(src)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "GFLOW_HOME": str(home)},
+            timeout=60,
+        )
         assert out.stdout.splitlines()[-1] == "False 0", out.stdout + out.stderr
     wait_for(lambda: (home / "status" / "plain.yaml").exists(), timeout=30, message="the job's status")
 
@@ -106,7 +111,7 @@ def test_an_answer_that_did_not_place_the_working_dir_is_placed_by_gflowctl(home
 
     proj = tmp_path / "proj"
     proj.mkdir()
-    text = "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: old\nspec:\n  command: [\"true\"]\n"
+    text = 'apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: old\nspec:\n  command: ["true"]\n'
     placed = run_where_applied(Home(home, home / "jobs"), Doc("old", text, None, str(proj / "old.yaml")))
     assert placed.placed and placed.data["spec"]["workingDir"] == str(proj)
     assert placed.text.startswith(text[: text.index("spec:")])

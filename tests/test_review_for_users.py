@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 
 import pytest
-
 from helpers import wait_for
 from shared_box import make_box, remove_box
 
@@ -44,12 +42,22 @@ def test_the_caller_is_who_the_kernel_says(box):
     listener = serve(path, lambda uid, request: seen.append(uid) or {"inputs": [{"docs": [], "errors": []}]})
     try:
         assert oct(os.stat(path).st_mode & 0o777) == "0o666"
-        probe = ("import json, socket, sys\n"
-                 "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
-                 "s.sendall(json.dumps({'uid': 0, 'owner_uid': 0, 'inputs': [{'origin': 'x.yaml', 'text': ''}]}).encode())\n"
-                 "s.shutdown(socket.SHUT_WR); print(s.recv(1 << 20).decode())\n")
-        result = subprocess.run([str(box.venv / "bin" / "python"), "-c", probe, str(path)], user=box.user.pw_uid,
-                                group=box.user.pw_gid, extra_groups=[], capture_output=True, text=True, timeout=30, env=box.env())
+        probe = (
+            "import json, socket, sys\n"
+            "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
+            "s.sendall(json.dumps({'uid': 0, 'owner_uid': 0, 'inputs': [{'origin': 'x.yaml', 'text': ''}]}).encode())\n"
+            "s.shutdown(socket.SHUT_WR); print(s.recv(1 << 20).decode())\n"
+        )
+        result = subprocess.run(
+            [str(box.venv / "bin" / "python"), "-c", probe, str(path)],
+            user=box.user.pw_uid,
+            group=box.user.pw_gid,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=box.env(),
+        )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout) == {"inputs": [{"docs": [], "errors": []}]}
         assert seen == [box.user.pw_uid], "gflowd did not judge the request as its sender's"

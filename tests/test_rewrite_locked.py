@@ -16,9 +16,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 
 from controller.util.fsutil import LockBusy, RewriteError, create_new, rewrite_locked
-from helpers import wait_for
 
 
 def test_a_change_made_between_our_read_and_our_rename_is_kept_and_the_edit_redone(tmp_path):
@@ -65,7 +65,10 @@ def test_a_writer_that_never_stops_makes_the_edit_fail_and_its_writes_survive(tm
             other.write(f"# other {count[0]}\n")
         return "a: 2\n"
 
-    with pytest.raises(RewriteError, match=r"changed while it was being edited, 3 times in a row \(another program keeps writing it\); try again"):
+    with pytest.raises(
+        RewriteError,
+        match=r"changed while it was being edited, 3 times in a row \(another program keeps writing it\); try again",
+    ):
         rewrite_locked(path, change, attempts=3)
     assert path.read_text() == "a: 1\n# other 1\n# other 2\n# other 3\n"
 
@@ -106,7 +109,9 @@ def test_a_held_lock_is_waited_for_and_an_endless_one_ends_in_an_error(tmp_path)
             rewrite_locked(path, lambda text: "a: 2\n", wait=0.2)
         assert path.read_text() == "a: 1\n"
         done = []
-        waiter = threading.Thread(target=lambda: done.append(rewrite_locked(path, lambda text: text + "b: 2\n", wait=30)))
+        waiter = threading.Thread(
+            target=lambda: done.append(rewrite_locked(path, lambda text: text + "b: 2\n", wait=30))
+        )
         waiter.start()
         release.touch()
         waiter.join(timeout=30)
@@ -200,22 +205,35 @@ def test_the_cli_says_in_one_line_when_a_writer_never_lets_an_edit_through(home)
     manifest = home / "jobs" / "busy.yaml"
     manifest.write_text("metadata: {name: busy}\nspec:\n  command: [sleep, '60']\n")
     stop = home / "stop"
-    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import os, time
         while not os.path.exists({str(stop)!r}):
             with open({str(manifest)!r}, "a") as f:
                 f.write("# busy\\n")
             time.sleep(0.001)
-        """)])
+        """),
+        ]
+    )
     try:
         wait_for(lambda: "# busy" in manifest.read_text(), message="the writer to start")
         env = {**os.environ, "GFLOW_HOME": str(home)}
-        edit = subprocess.run([sys.executable, "-m", "controller.cli.main", "set", "priority", "busy", "5"],
-                              capture_output=True, text=True, env=env, timeout=120)
+        edit = subprocess.run(
+            [sys.executable, "-m", "controller.cli.main", "set", "priority", "busy", "5"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
     finally:
         stop.touch()
         writer.wait(timeout=30)
     assert edit.returncode == 1
-    assert edit.stderr == (f"error: job/busy: not changed: {manifest} changed while it was being edited, 5 times in a row "
-                           "(another program keeps writing it); try again\n")
+    assert edit.stderr == (
+        f"error: job/busy: not changed: {manifest} changed while it was being edited, 5 times in a row "
+        "(another program keeps writing it); try again\n"
+    )
     assert "priority" not in manifest.read_text()

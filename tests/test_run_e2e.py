@@ -12,16 +12,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import job_status, read_log, wait_for, wait_phase
+from helpers import job_status, read_log, wait_phase
 
 from controller.util.yamlio import load_one
 
 
-def ctl(home: Path, *argv: str, cwd: Path | None = None, timeout: float = 60, state: Path | None = None) -> subprocess.CompletedProcess:
+def ctl(
+    home: Path, *argv: str, cwd: Path | None = None, timeout: float = 60, state: Path | None = None
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(state or Path(home).parent / "state")}
     return subprocess.run(
         [sys.executable, "-m", "controller.cli.main", *argv],
-        capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=cwd,
     )
 
 
@@ -29,7 +35,9 @@ def ctl(home: Path, *argv: str, cwd: Path | None = None, timeout: float = 60, st
 def proj(tmp_path: Path) -> Path:
     folder = tmp_path / "proj"
     folder.mkdir()
-    (folder / "train.py").write_text("import os, sys\nprint('ran in', os.getcwd(), 'gpus', os.environ.get('CUDA_VISIBLE_DEVICES'), *sys.argv[1:])\n")
+    (folder / "train.py").write_text(
+        "import os, sys\nprint('ran in', os.getcwd(), 'gpus', os.environ.get('CUDA_VISIBLE_DEVICES'), *sys.argv[1:])\n"
+    )
     return folder
 
 
@@ -74,13 +82,34 @@ def test_quiet_wait_and_follow_exit_with_the_jobs_code(home, gflowd, proj):
 
 
 def test_dry_run_prints_the_manifest_and_writes_nothing(home, proj):
-    shown = ctl(home, "run", "--dry-run", "-o", "yaml", "--gpus", "2", "--time", "1:30:00", "--name", "look",
-                "--", "python3", "train.py", cwd=proj)
+    shown = ctl(
+        home,
+        "run",
+        "--dry-run",
+        "-o",
+        "yaml",
+        "--gpus",
+        "2",
+        "--time",
+        "1:30:00",
+        "--name",
+        "look",
+        "--",
+        "python3",
+        "train.py",
+        cwd=proj,
+    )
     assert shown.returncode == 0, shown.stderr
     assert load_one(shown.stdout) == {
-        "apiVersion": "gflow.dev/v1alpha1", "kind": "Job",
+        "apiVersion": "gflow.dev/v1alpha1",
+        "kind": "Job",
         "metadata": {"name": "look"},  # no environment file: a dry run writes none (applied, login basics)
-        "spec": {"command": ["python3", "train.py"], "workingDir": str(proj), "resources": {"gpus": 2}, "timeLimit": "1h30m"},
+        "spec": {
+            "command": ["python3", "train.py"],
+            "workingDir": str(proj),
+            "resources": {"gpus": 2},
+            "timeLimit": "1h30m",
+        },
     }
     assert list((home / "jobs").iterdir()) == []
     assert "gflowd is not running" not in shown.stderr
@@ -110,7 +139,7 @@ def test_an_unchanged_sbatch_script_is_honoured_and_pinned(home, gflowd, proj, f
         "#SBATCH --mem=2G\n"
         "#SBATCH --partition=gpu\n"
         "#SBATCH --output=%x-%j.log\n"
-        "echo \"version 1 in $PWD with $CUDA_VISIBLE_DEVICES args $*\"\n"
+        'echo "version 1 in $PWD with $CUDA_VISIBLE_DEVICES args $*"\n'
         "false\n"
         "echo 'no -e, as in sbatch'\n"
     )
@@ -148,22 +177,45 @@ def test_flags_override_directives_and_a_typo_in_gflow_directives_stops(home, pr
 
 def test_a_param_sweep_substitutes_each_value(home, gflowd, proj):
     daemon = gflowd()
-    submitted = ctl(home, "run", "--param", "lr=0.1,0.01", "--param", "bs=32,64", "--",
-                    "sh", "-c", "echo lr={lr} bs={bs} env=$LR", cwd=proj)
+    submitted = ctl(
+        home,
+        "run",
+        "--param",
+        "lr=0.1,0.01",
+        "--param",
+        "bs=32,64",
+        "--",
+        "sh",
+        "-c",
+        "echo lr={lr} bs={bs} env=$LR",
+        cwd=proj,
+    )
     name = created_name(submitted, "sweep")
     children = [f"{name}-{i}" for i in range(4)]
     for child in children:
         wait_phase(home, child, "Succeeded", daemon=daemon)
     assert [read_log(home, c) for c in children] == [
-        "lr=0.1 bs=32 env=0.1\n", "lr=0.1 bs=64 env=0.1\n", "lr=0.01 bs=32 env=0.01\n", "lr=0.01 bs=64 env=0.01\n",
+        "lr=0.1 bs=32 env=0.1\n",
+        "lr=0.1 bs=64 env=0.1\n",
+        "lr=0.01 bs=32 env=0.01\n",
+        "lr=0.01 bs=64 env=0.01\n",
     ]
 
 
 def test_an_array_with_a_parallelism_limit(home, gflowd, proj):
     daemon = gflowd()
     marker = proj / "go"
-    submitted = ctl(home, "run", "--array", "0-3%2", "--", "sh", "-c",
-                    f"while [ ! -e {marker} ]; do sleep 0.05; done; echo $SLURM_ARRAY_TASK_ID $GFLOW_ARRAY_TASK_ID", cwd=proj)
+    submitted = ctl(
+        home,
+        "run",
+        "--array",
+        "0-3%2",
+        "--",
+        "sh",
+        "-c",
+        f"while [ ! -e {marker} ]; do sleep 0.05; done; echo $SLURM_ARRAY_TASK_ID $GFLOW_ARRAY_TASK_ID",
+        cwd=proj,
+    )
     name = created_name(submitted, "sweep")
     wait_phase(home, f"{name}-0", "Running", daemon=daemon)
     wait_phase(home, f"{name}-1", "Running", daemon=daemon)
@@ -185,10 +237,19 @@ def test_after_the_last_job_and_bad_input(home, gflowd, proj):
     for argv, message in [
         (["--gpu", "1", "--", "x"], "error: unknown flag --gpu; did you mean --gpus? (gflowctl run --help)"),
         (["--param", "lr=", "--", "x"], "error: --param lr: give at least one value, e.g. --param lr=0.1,0.01"),
-        (["--time", "soon", "--", "x"], "error: --time 'soon' does not parse; use e.g. 4h, 90m, 1h30m, or Slurm's 30, 1:30:00, 2-12"),
+        (
+            ["--time", "soon", "--", "x"],
+            "error: --time 'soon' does not parse; use e.g. 4h, 90m, 1h30m, or Slurm's 30, 1:30:00, 2-12",
+        ),
         (["--after", "ghost", "--", "x"], f"error: --after ghost: no job or sweep of that name on {home}"),
-        (["missing.sh"], "error: missing.sh: no such script; to run a command put it after --: gflowctl run -- CMD [ARGS...]"),
-        (["--name", first, "--", "x"], f"error: {first} already exists; choose another --name (gflowctl apply changes an existing job)"),
+        (
+            ["missing.sh"],
+            "error: missing.sh: no such script; to run a command put it after --: gflowctl run -- CMD [ARGS...]",
+        ),
+        (
+            ["--name", first, "--", "x"],
+            f"error: {first} already exists; choose another --name (gflowctl apply changes an existing job)",
+        ),
     ]:
         result = ctl(home, "run", *argv, cwd=proj)
         assert (result.returncode, result.stdout, result.stderr) == (1, "", message + "\n")

@@ -46,8 +46,11 @@ def pids_in_log(home: Path, name: str, key: str) -> list[int]:
 def test_time_limit_ends_deadline_exceeded_and_leaves_no_process(home, gflowd):
     daemon = gflowd()
     write_manifest(
-        home / "jobs", "slow.yaml",
-        script_job("slow", "echo pid=$$\nsleep 300 &\necho child=$!\nwait", "  timeLimit: 1s\n  terminationGracePeriod: 1s\n"),
+        home / "jobs",
+        "slow.yaml",
+        script_job(
+            "slow", "echo pid=$$\nsleep 300 &\necho child=$!\nwait", "  timeLimit: 1s\n  terminationGracePeriod: 1s\n"
+        ),
     )
     status = wait_phase(home, "slow", "Failed", timeout=20, daemon=daemon)
     assert status["reason"] == "DeadlineExceeded"
@@ -58,7 +61,7 @@ def test_time_limit_ends_deadline_exceeded_and_leaves_no_process(home, gflowd):
 
 def test_memory_limit_ends_oomkilled(home, gflowd):
     daemon = gflowd()
-    hog = "python3 -c \"import time; x = bytearray(600 * 1024 * 1024); [x.__setitem__(i, 1) for i in range(0, len(x), 4096)]; time.sleep(60)\""
+    hog = 'python3 -c "import time; x = bytearray(600 * 1024 * 1024); [x.__setitem__(i, 1) for i in range(0, len(x), 4096)]; time.sleep(60)"'
     write_manifest(home / "jobs", "hog.yaml", script_job("hog", hog, "  resources:\n    memory: 200Mi\n"))
     status = wait_phase(home, "hog", "Failed", timeout=30, daemon=daemon)
     assert status["reason"] == "OOMKilled", status
@@ -73,7 +76,9 @@ def test_cancel_kills_a_term_ignoring_job_and_its_setsid_grandchild(home, gflowd
         "setsid sh -c 'trap \"\" TERM; echo grandchild=$$; exec sleep 300' &\n"
         "while true; do sleep 0.1; done\n"
     )
-    path = write_manifest(home / "jobs", "stubborn.yaml", script_job("stubborn", script, "  terminationGracePeriod: 1s\n"))
+    path = write_manifest(
+        home / "jobs", "stubborn.yaml", script_job("stubborn", script, "  terminationGracePeriod: 1s\n")
+    )
     wait_phase(home, "stubborn", "Running", daemon=daemon)
     wait_for(lambda: pids_in_log(home, "stubborn", "grandchild"), timeout=10, message="the grandchild to start")
     pids = pids_in_log(home, "stubborn", "pid") + pids_in_log(home, "stubborn", "grandchild")
@@ -123,7 +128,9 @@ def test_gflowd_killed_mid_job_readopts_it_and_it_succeeds_exactly_once(home, gf
 def test_exit_code_of_a_job_that_ends_while_gflowd_is_down_survives(home, gflowd, tmp_path):
     release = tmp_path / "release"
     first = gflowd()
-    write_manifest(home / "jobs", "seven.yaml", script_job("seven", f"while [ ! -e {release} ]; do sleep 0.05; done\nexit 7"))
+    write_manifest(
+        home / "jobs", "seven.yaml", script_job("seven", f"while [ ! -e {release} ]; do sleep 0.05; done\nexit 7")
+    )
     wait_phase(home, "seven", "Running", daemon=first)
     assert first.terminate() == 0
     release.touch()  # the job ends now, while no gflowd runs
@@ -137,7 +144,8 @@ def test_backoff_limit_2_means_exactly_three_attempts(home, gflowd, tmp_path):
     marker = tmp_path / "attempts.txt"
     daemon = gflowd()
     write_manifest(
-        home / "jobs", "flaky.yaml",
+        home / "jobs",
+        "flaky.yaml",
         script_job("flaky", f"echo attempt $GFLOW_ATTEMPT >> {marker}\nexit 1", "  backoffLimit: 2\n"),
     )
     status = wait_phase(home, "flaky", "Failed", timeout=30, daemon=daemon)
@@ -154,14 +162,27 @@ def test_a_start_decided_but_never_begun_is_started_after_a_crash(home, gflowd, 
     (home / "run" / "attempts").mkdir(parents=True)
     (home / "logs").mkdir(exist_ok=True)
     launch = {
-        "name": "late", "attempt": 1, "generation": 1,
-        "argv": ["sh", "-c", f"echo ran adopted >> {marker}"], "env": dict(os.environ), "cwd": str(tmp_path),
-        "log": str(home / "logs" / "late.log"), "uid": None, "gid": None, "groups": [],
-        "timeLimit": None, "memoryLimit": None, "grace": 1.0,
-        "notify": str(home / "run" / "notify.sock"), "devices": [], "deviceUUIDs": [],
+        "name": "late",
+        "attempt": 1,
+        "generation": 1,
+        "argv": ["sh", "-c", f"echo ran adopted >> {marker}"],
+        "env": dict(os.environ),
+        "cwd": str(tmp_path),
+        "log": str(home / "logs" / "late.log"),
+        "uid": None,
+        "gid": None,
+        "groups": [],
+        "timeLimit": None,
+        "memoryLimit": None,
+        "grace": 1.0,
+        "notify": str(home / "run" / "notify.sock"),
+        "devices": [],
+        "deviceUUIDs": [],
     }
     text = manifest("late", f"  command: [sh, -c, 'echo ran >> {marker}']\n")
-    launch["runHash"] = validate_document(load_one(text), source="jobs/late.yaml", path="", stem="late", single=True).run_hash
+    launch["runHash"] = validate_document(
+        load_one(text), source="jobs/late.yaml", path="", stem="late", single=True
+    ).run_hash
     record.create(str(home / "run" / "attempts" / "late.1"), launch)
     write_manifest(home / "jobs", "late.yaml", text)
     daemon = gflowd()
@@ -194,8 +215,9 @@ def test_attempts_of_an_older_gflowd_are_not_lost_it_refuses_to_start_with_one_l
     old = home / "run" / "jobs" / "train"
     old.mkdir(parents=True)
     (old / "launch-1.json").write_text("{}")
-    result = subprocess.run([sys.executable, "-m", "controller.daemon", "--home", str(home)],
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.daemon", "--home", str(home)], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 1
     assert result.stderr.startswith(f"gflowd: {home / 'run' / 'jobs'} holds 1 attempt(s) of an older gflowd (train); ")
     assert result.stderr.count("\n") == 1 and (old / "launch-1.json").exists()
@@ -231,7 +253,8 @@ def test_command_not_found_fails_with_a_clear_message(home, gflowd):
 def test_job_environment(home, gflowd):
     daemon = gflowd()
     write_manifest(
-        home / "jobs", "envy.yaml",
+        home / "jobs",
+        "envy.yaml",
         manifest("envy", "  command: [sh, -c, 'env | sort']\n  env: {SEED: 42, MODE: fast}\n"),
     )
     wait_phase(home, "envy", "Succeeded", daemon=daemon)
@@ -284,8 +307,11 @@ def test_exit_record_stays_until_the_status_showing_it_is_written(tmp_path):
     try:
         admitted = job("r", command=[sys.executable, "-c", "raise SystemExit(3)"], workingDir=str(tmp_path))
         runtime.start(Launch("r", 1, 1, admitted, [], []))
-        wait_for(lambda: (run := runtime.observe().get("r")) is not None and not run.running, timeout=20,
-                 message="the attempt to end")
+        wait_for(
+            lambda: (run := runtime.observe().get("r")) is not None and not run.running,
+            timeout=20,
+            message="the attempt to end",
+        )
         assert runtime.observe()["r"].exit_code == 3
         attempts = home.run_dir / "attempts"
         assert record.read(str(attempts / "r.1"), ("exit",))["exit"]["exitCode"] == 3
@@ -321,8 +347,11 @@ def test_a_later_attempt_is_recorded_over_a_purged_record_never_reading_its_old_
     try:
         first = job("first", command=[sys.executable, "-c", "raise SystemExit(3)"], workingDir=str(tmp_path))
         runtime.start(Launch("first", 1, 1, first, [], []))
-        wait_for(lambda: (run := runtime.observe().get("first")) is not None and not run.running, timeout=20,
-                 message="the first attempt to end")
+        wait_for(
+            lambda: (run := runtime.observe().get("first")) is not None and not run.running,
+            timeout=20,
+            message="the first attempt to end",
+        )
         inode = os.stat(attempts / "first.1").st_ino
         runtime.forget("first")
         fd = os.open(attempts / "first.1", os.O_RDONLY | os.O_CLOEXEC)
@@ -337,8 +366,11 @@ def test_a_later_attempt_is_recorded_over_a_purged_record_never_reading_its_old_
         runtime.observe()
         runtime.purge()  # as a pass does: its starts reach the launcher after its purge
         assert os.stat(attempts / "second.1").st_ino == inode  # the recycled inode
-        wait_for(lambda: (run := runtime.observe().get("second")) is not None and not run.running, timeout=20,
-                 message="the second attempt to end")
+        wait_for(
+            lambda: (run := runtime.observe().get("second")) is not None and not run.running,
+            timeout=20,
+            message="the second attempt to end",
+        )
         assert runtime.observe()["second"].exit_code == 5
         assert record.read(str(attempts / "second.1"), ("launch",))["launch"]["name"] == "second"
         assert [n for n in os.listdir(attempts) if n.startswith(".spare.")] == []
@@ -347,8 +379,11 @@ def test_a_later_attempt_is_recorded_over_a_purged_record_never_reading_its_old_
 
 
 def _ended(runtime, name: str) -> None:
-    wait_for(lambda: (run := runtime.observe().get(name)) is not None and not run.running, timeout=20,
-             message=f"{name} to end")
+    wait_for(
+        lambda: (run := runtime.observe().get(name)) is not None and not run.running,
+        timeout=20,
+        message=f"{name} to end",
+    )
 
 
 def _supervisor_of(home, name: str) -> int:
@@ -444,4 +479,6 @@ def _reading(pid: int) -> bool:
 
 
 def _record_has_run(home, name: str) -> bool:
-    return ((record.read(str(home.run_dir / "attempts" / f"{name}.1"), ("run",)) or {}).get("run") or {}).get("supervisorPid") is not None
+    return ((record.read(str(home.run_dir / "attempts" / f"{name}.1"), ("run",)) or {}).get("run") or {}).get(
+        "supervisorPid"
+    ) is not None

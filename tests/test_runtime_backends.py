@@ -11,14 +11,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tarfile
 import time
 import typing
 from pathlib import Path
 
 import pytest
-
 from helpers import wait_for
 
 from controller.act.runtime.backends import BACKENDS, backend, switch_problem
@@ -64,8 +62,11 @@ def _previous_release(tmp_path: Path) -> Path:
     cgroups), as ``git archive`` gives it; skipped where the repository's history is not at hand."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS, "controller/act/runtime", "controller/util/frames.py"],
-                             capture_output=True, timeout=60)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", PREVIOUS, "controller/act/runtime", "controller/util/frames.py"],
+        capture_output=True,
+        timeout=60,
+    )
     if archive.returncode != 0:
         pytest.skip(f"commit {PREVIOUS} is not in this checkout's history")
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
@@ -95,8 +96,11 @@ def test_an_attempt_supervised_by_the_previous_release_is_adopted_by_this_one_an
         assert before.launcher.process is not None and str(old_supervisor) in before.launcher.process.args
         admitted = job("u", command=["sleep", "300"], workingDir=str(tmp_path))
         before.start(Launch("u", 1, 1, admitted, [], []))
-        running = wait_for(lambda: (run := before.observe().get("u")) is not None and run.running and run.pid and run,
-                           timeout=60, message="the job to run under the old supervisor")
+        running = wait_for(
+            lambda: (run := before.observe().get("u")) is not None and run.running and run.pid and run,
+            timeout=60,
+            message="the job to run under the old supervisor",
+        )
     finally:
         before.close()  # gflowd stops for the upgrade; the supervisor and the job live on
     monkeypatch.undo()
@@ -106,8 +110,11 @@ def test_an_attempt_supervised_by_the_previous_release_is_adopted_by_this_one_an
         adopted = after.observe()["u"]
         assert adopted.running and adopted.pid == running.pid
         after.stop("u", 5.0, "Stopped")
-        ended = wait_for(lambda: (run := after.observe()["u"]) is not None and not run.running and run, timeout=60,
-                         message="the adopted job to end")
+        ended = wait_for(
+            lambda: (run := after.observe()["u"]) is not None and not run.running and run,
+            timeout=60,
+            message="the adopted job to end",
+        )
         assert (ended.signal, ended.stop_reason, ended.lost) == (signal.SIGTERM, "Stopped", False)
         wait_for(lambda: not os.path.exists(f"/proc/{running.pid}"), timeout=30, message="the job's process to be gone")
         after.forget("u")
@@ -127,15 +134,40 @@ def test_a_slurm_job_recorded_by_the_previous_release_keeps_its_job_id_across_th
     home.ensure()
     comment = comment_for(home_id(home), "train", 1, 1)
     (home.run_dir / "slurm").mkdir(parents=True)
-    (home.run_dir / "slurm" / "train.json").write_text(json.dumps({  # as the previous release's _Record, asdict
-        "name": "train", "attempt": 1, "generation": 1, "comment": comment, "options": ["--job-name=train"],
-        "script": "#!/bin/bash\nsleep 600\n", "run_hash": "h", "time_limit": None, "job_id": "4242",
-        "devices": [], "node": "", "submitted_at": time.time() - 60, "error": "", "stop_sent": False,
-    }))
+    (home.run_dir / "slurm" / "train.json").write_text(
+        json.dumps(
+            {  # as the previous release's _Record, asdict
+                "name": "train",
+                "attempt": 1,
+                "generation": 1,
+                "comment": comment,
+                "options": ["--job-name=train"],
+                "script": "#!/bin/bash\nsleep 600\n",
+                "run_hash": "h",
+                "time_limit": None,
+                "job_id": "4242",
+                "devices": [],
+                "node": "",
+                "submitted_at": time.time() - 60,
+                "error": "",
+                "stop_sent": False,
+            }
+        )
+    )
     bin_dir = tmp_path / "bin"  # the cluster's edge: squeue says the job runs on node vm1
     bin_dir.mkdir()
-    listing = {"jobs": [{"job_id": 4242, "job_state": "RUNNING", "comment": comment, "nodes": "vm1",
-                         "gres_detail": ["gpu:1(IDX:0)"], "start_time": int(time.time()) - 30}]}
+    listing = {
+        "jobs": [
+            {
+                "job_id": 4242,
+                "job_state": "RUNNING",
+                "comment": comment,
+                "nodes": "vm1",
+                "gres_detail": ["gpu:1(IDX:0)"],
+                "start_time": int(time.time()) - 30,
+            }
+        ]
+    }
     squeue = bin_dir / "squeue"
     squeue.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(listing)}\nEOF\n")
     squeue.chmod(0o755)
@@ -144,8 +176,12 @@ def test_a_slurm_job_recorded_by_the_previous_release_keeps_its_job_id_across_th
     run = runtime.observe()["train"]
     assert (run.running, run.external_id, run.node, run.devices) == (True, "4242", "vm1", (0,))
 
-    old_status = {"apiVersion": "gflow.dev/v1", "kind": "JobStatus", "metadata": {"name": "train"},
-                  "status": {"phase": "Running", "attempt": 1, "slurmJobId": "4242", "node": "vm1"}}
+    old_status = {
+        "apiVersion": "gflow.dev/v1",
+        "kind": "JobStatus",
+        "metadata": {"name": "train"},
+        "status": {"phase": "Running", "attempt": 1, "slurmJobId": "4242", "node": "vm1"},
+    }
     state = JobState.from_status(old_status)
     assert state.backend_id == "4242"
     written = state.to_status()["status"]

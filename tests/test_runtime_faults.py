@@ -75,11 +75,13 @@ def temp_files(root: Path) -> list[str]:
 
 # -- a filesystem that really fills up -----------------------------------------------------------
 
+
 def mount_tmpfs(point: Path, size: str) -> None:
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("needs root and mount(8) for a size-limited tmpfs")
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(point)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(point)], capture_output=True, text=True
+    )
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
 
@@ -130,6 +132,7 @@ def free_space(directory: Path) -> None:
 
 # -- finding 4: a full disk ----------------------------------------------------------------------------
 
+
 def test_a_full_disk_loses_no_exit_code_and_no_launch(tiny_home, gflowd, tmp_path):
     """The issue's repro: a 2 MiB home, one job's output fills it, four jobs end meanwhile (exit codes
     0/3/5/0), one job is submitted while it is full, gflowd is killed and restarted; once space is
@@ -140,35 +143,52 @@ def test_a_full_disk_loses_no_exit_code_and_no_launch(tiny_home, gflowd, tmp_pat
         folder.mkdir()
     codes = {"exit0": 0, "exit3": 3, "exit5": 5, "exit0b": 0}
     for name, code in codes.items():
-        write_manifest(spec, f"{name}.yaml", script_job(name, f"while [ ! -e {release}/{name} ]; do sleep 0.05; done\nexit {code}"))
+        write_manifest(
+            spec, f"{name}.yaml", script_job(name, f"while [ ! -e {release}/{name} ]; do sleep 0.05; done\nexit {code}")
+        )
     first = gflowd("--spec-dir", spec, home=home)
     runs = {}
     for name in codes:
         wait_phase(home, name, "Running", daemon=first)
-        runs[name] = wait_for(lambda n=name: region(home / "run" / "attempts" / f"{n}.1", "run"), message=f"{name}'s run record")
+        runs[name] = wait_for(
+            lambda n=name: region(home / "run" / "attempts" / f"{n}.1", "run"), message=f"{name}'s run record"
+        )
         # the room for its exit record was taken with the record, before the job started: real blocks
         assert os.stat(home / "run" / "attempts" / f"{name}.1").st_blocks * 512 >= record.LAUNCH_AT
-    write_manifest(spec, "hog.yaml", script_job(  # its tr fails when the disk is full: it says so outside it
-        "hog", f"head -c 5000000 /dev/zero | tr '\\0' x || touch {ran}/hog-full\nwhile [ ! -e {release}/hog ]; do sleep 0.05; done",
-    ))
+    write_manifest(
+        spec,
+        "hog.yaml",
+        script_job(  # its tr fails when the disk is full: it says so outside it
+            "hog",
+            f"head -c 5000000 /dev/zero | tr '\\0' x || touch {ran}/hog-full\nwhile [ ! -e {release}/hog ]; do sleep 0.05; done",
+        ),
+    )
     # not statvfs: the disk is full only until gflowd's next write gives its spares back (util/spares.py)
     wait_for(lambda: (ran / "hog-full").exists(), timeout=180, message="the hog's output to fill the disk")
     fill_filesystem(home)  # to the last byte
     write_manifest(spec, "late.yaml", manifest("late", f"  command: [touch, {ran}/late]\n"))
-    wait_for(lambda: "job/late DiskFull" in first.stderr(), timeout=20,
-             message=lambda: f"gflowd to hold back late's launch\n{first.stderr()[-3000:]}")
+    wait_for(
+        lambda: "job/late DiskFull" in first.stderr(),
+        timeout=20,
+        message=lambda: f"gflowd to hold back late's launch\n{first.stderr()[-3000:]}",
+    )
 
     first.proc.send_signal(signal.SIGKILL)  # the jobs end while no gflowd runs: only their records can tell
     first.proc.wait(10)
     for name in codes:
         (release / name).touch()
     for name, run in runs.items():
-        wait_for(lambda r=run: not pid_alive(r["jobPid"]) and not pid_alive(r["supervisorPid"]),
-                 message=f"{name}'s process and supervisor to end")
+        wait_for(
+            lambda r=run: not pid_alive(r["jobPid"]) and not pid_alive(r["supervisorPid"]),
+            message=f"{name}'s process and supervisor to end",
+        )
     fill_filesystem(home)  # what their records gave back, the hog would have taken
     second = gflowd("--spec-dir", spec, home=home, ready=False)  # restarted on the full disk
-    wait_for(lambda: "job/late DiskFull" in second.stderr(), timeout=20,
-             message=lambda: f"the new gflowd to hold back late's launch\n{second.stderr()[-3000:]}")
+    wait_for(
+        lambda: "job/late DiskFull" in second.stderr(),
+        timeout=20,
+        message=lambda: f"the new gflowd to hold back late's launch\n{second.stderr()[-3000:]}",
+    )
     assert not (ran / "late").exists() and second.proc.poll() is None
 
     (release / "hog").touch()
@@ -205,16 +225,22 @@ def test_a_launch_the_disk_refuses_stays_pending_and_starts_once_space_returns(h
         seen.add(status.get("phase", ""))
         return status if status.get("phase") == phase and reason in (None, status.get("reason")) else None
 
-    status = wait_for(lambda: late_is("Pending", "DiskFull"), message=lambda: f"late held back: {job_status(home, 'late')}")
+    status = wait_for(
+        lambda: late_is("Pending", "DiskFull"), message=lambda: f"late held back: {job_status(home, 'late')}"
+    )
     assert "No space left on device" in status["message"] and "/run/attempts/late.1" in status["message"], status
     release.touch()  # the runner ends while the disk is full: its exit code is recorded all the same
-    wait_for(lambda: (job_status(home, "runner") or {}).get("phase") == "Succeeded" and late_is("Pending", "DiskFull"),
-             message=lambda: f"runner Succeeded: {job_status(home, 'runner')}")
+    wait_for(
+        lambda: (job_status(home, "runner") or {}).get("phase") == "Succeeded" and late_is("Pending", "DiskFull"),
+        message=lambda: f"runner Succeeded: {job_status(home, 'runner')}",
+    )
     assert job_status(home, "runner")["exitCode"] == 0
     assert "Running" not in seen and not marker.exists()
 
     free_space(small_run_dir)
-    status = wait_for(lambda: late_is("Succeeded"), timeout=180, message=lambda: f"late to run: {job_status(home, 'late')}")
+    status = wait_for(
+        lambda: late_is("Succeeded"), timeout=180, message=lambda: f"late to run: {job_status(home, 'late')}"
+    )
     assert status["attempt"] == 1 and marker.read_text() == "ran 1\n"
     warnings = [e for e in events(home) if e["object"] == "job/late" and e["reason"] == "DiskFull"]
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning", warnings
@@ -223,9 +249,12 @@ def test_a_launch_the_disk_refuses_stays_pending_and_starts_once_space_returns(h
 
 
 def test_an_exit_the_disk_refuses_reaches_gflowd_at_once_and_the_supervisor_goes_once_it_is_recorded(
-        home, small_run_dir, gflowd, tmp_path):
+    home, small_run_dir, gflowd, tmp_path
+):
     release = tmp_path / "release"
-    write_manifest(home / "jobs", "three.yaml", script_job("three", f"while [ ! -e {release} ]; do sleep 0.05; done\nexit 3"))
+    write_manifest(
+        home / "jobs", "three.yaml", script_job("three", f"while [ ! -e {release} ]; do sleep 0.05; done\nexit 3")
+    )
     daemon = gflowd()
     attempt = small_run_dir / "attempts" / "three.1"
     run = wait_for(lambda: region(attempt, "run"), message="the job to begin")
@@ -253,8 +282,9 @@ def test_a_held_launch_is_pending_keeps_its_gpu_and_runs_once_recorded():
     plan = reconcile(world.snapshot(), T0)
     (launch,) = plan.starts
     why = "cannot record its launch: No space left on device (ENOSPC) writing /h/run/attempts/a.1"
-    held = RunObservation("a", launch.attempt, None, T0, True, queued="DiskFull", message=why, held=True,
-                          devices=tuple(launch.devices))
+    held = RunObservation(
+        "a", launch.attempt, None, T0, True, queued="DiskFull", message=why, held=True, devices=tuple(launch.devices)
+    )
     hold_start(plan, held)  # what gflowd does when the runtime held the start it was asked for
     assert (plan.states["a"].phase, plan.states["a"].reason, plan.states["a"].message) == ("Pending", "DiskFull", why)
     assert [(e.type, e.reason) for e in plan.events if e.object == "a"] == [("Warning", "DiskFull")]
@@ -266,8 +296,15 @@ def test_a_held_launch_is_pending_keeps_its_gpu_and_runs_once_recorded():
     assert world.phase("b") == ("Pending", "Resources")
     assert not [e for e in plan.events if e.object == "a"]  # said once, not every pass
 
-    world.runs["a"] = RunObservation("a", launch.attempt, 777, T0 + 2, True, devices=tuple(launch.devices),
-                                     message="started once its launch could be recorded")
+    world.runs["a"] = RunObservation(
+        "a",
+        launch.attempt,
+        777,
+        T0 + 2,
+        True,
+        devices=tuple(launch.devices),
+        message="started once its launch could be recorded",
+    )
     world.tick(T0 + 2)
     assert world.phase("a") == ("Running", "Started") and world.state("a").pid == 777
     assert world.state("a").message == "started once its launch could be recorded"
@@ -275,6 +312,7 @@ def test_a_held_launch_is_pending_keeps_its_gpu_and_runs_once_recorded():
 
 
 # -- the supervisor alone on a full disk -------------------------------------------------------------
+
 
 @pytest.fixture
 def tiny_dir():
@@ -287,11 +325,25 @@ def _launch(folder: Path, notify: str, argv: list[str], cwd: str) -> Path:
     attempts.mkdir(parents=True)
     (folder / "logs").mkdir()
     path = attempts / "solo.1"
-    record.create(str(path), {
-        "name": "solo", "attempt": 1, "generation": 1, "argv": argv, "env": {"PATH": os.environ["PATH"]},
-        "cwd": cwd, "log": str(folder / "logs" / "solo.log"), "uid": None, "gid": None, "groups": [],
-        "timeLimit": None, "memoryLimit": None, "grace": 1.0, "notify": notify,
-    })
+    record.create(
+        str(path),
+        {
+            "name": "solo",
+            "attempt": 1,
+            "generation": 1,
+            "argv": argv,
+            "env": {"PATH": os.environ["PATH"]},
+            "cwd": cwd,
+            "log": str(folder / "logs" / "solo.log"),
+            "uid": None,
+            "gid": None,
+            "groups": [],
+            "timeLimit": None,
+            "memoryLimit": None,
+            "grace": 1.0,
+            "notify": notify,
+        },
+    )
     return path
 
 
@@ -306,7 +358,7 @@ def _datagrams(sock: socket.socket, into: list[str]) -> list[str]:
     while True:
         try:
             into.append(sock.recv(65536).decode())
-        except (socket.timeout, BlockingIOError):
+        except (TimeoutError, BlockingIOError):
             return into
 
 
@@ -367,8 +419,12 @@ def test_a_supervisor_whose_record_was_recycled_after_it_opened_it_runs_nothing(
 def test_an_exit_the_disk_refuses_is_kept_sent_to_gflowd_and_written_once_there_is_room(tiny_dir, tmp_path):
     release = tmp_path / "release"
     sock = _listen(tmp_path / "notify.sock")
-    launch = _launch(tiny_dir, str(tmp_path / "notify.sock"),
-                     ["sh", "-c", f"while [ ! -e {release} ]; do sleep 0.05; done; exit 3"], str(tmp_path))
+    launch = _launch(
+        tiny_dir,
+        str(tmp_path / "notify.sock"),
+        ["sh", "-c", f"while [ ! -e {release} ]; do sleep 0.05; done; exit 3"],
+        str(tmp_path),
+    )
     supervisor = subprocess.Popen([sys.executable, "-I", "-S", str(SUPERVISOR), str(launch)])
     try:
         got: list[str] = []
@@ -426,21 +482,32 @@ def test_a_killed_supervisor_never_leaves_the_job_running_on_a_gpu_given_to_anot
         "echo child=$!\n"
         "while true; do sleep 0.1; done\n"
     )
-    write_manifest(home / "jobs", "first.yaml", script_job(
-        "first", stubborn, "  resources: {gpus: 1}\n  terminationGracePeriod: 1s\n"))
+    write_manifest(
+        home / "jobs",
+        "first.yaml",
+        script_job("first", stubborn, "  resources: {gpus: 1}\n  terminationGracePeriod: 1s\n"),
+    )
     wait_phase(home, "first", "Running", daemon=daemon)
     wait_for(lambda: _pids(home, "first", "grandchild") and _pids(home, "first", "child"), message="the job's tree")
     tree = {pid: start_ticks(pid) for key in ("pid", "child", "grandchild") for pid in _pids(home, "first", key)}
     assert len(tree) == 3 and all(tree.values())
     checks = " ".join(f"{pid}:{ticks}" for pid, ticks in tree.items())
     # the second job itself looks, first thing, for any of the first job's processes
-    write_manifest(home / "jobs", "second.yaml", script_job("second", (
-        f"for p in {checks}; do\n"
-        "  pid=${p%:*}; ticks=${p#*:}\n"
-        "  if [ -r /proc/$pid/stat ] && [ \"$(cut -d' ' -f22 /proc/$pid/stat)\" = \"$ticks\" ] "
-        "&& ! grep -q '^State:[[:space:]]*Z' /proc/$pid/status; then echo still-alive=$pid; fi\n"
-        "done\necho checked\n"
-    ), "  resources: {gpus: 1}\n"))
+    write_manifest(
+        home / "jobs",
+        "second.yaml",
+        script_job(
+            "second",
+            (
+                f"for p in {checks}; do\n"
+                "  pid=${p%:*}; ticks=${p#*:}\n"
+                '  if [ -r /proc/$pid/stat ] && [ "$(cut -d\' \' -f22 /proc/$pid/stat)" = "$ticks" ] '
+                "&& ! grep -q '^State:[[:space:]]*Z' /proc/$pid/status; then echo still-alive=$pid; fi\n"
+                "done\necho checked\n"
+            ),
+            "  resources: {gpus: 1}\n",
+        ),
+    )
     wait_phase(home, "second", "Pending", reason="Resources", daemon=daemon)
     supervisor = region(home / "run" / "attempts" / "first.1", "run")["supervisorPid"]
     os.kill(supervisor, signal.SIGKILL)
@@ -472,15 +539,21 @@ def test_an_attempts_processes_are_found_by_group_and_marker_and_never_by_a_reus
     marker = f"test.1.{os.getpid()}"
     env = {**os.environ, "GFLOW_ATTEMPT_ID": marker}
     before = subprocess.Popen(["sleep", "60"], env=env)  # carries the marker but started before the job
-    wait_for(lambda: start_ticks(before.pid) is not None and uptime_ticks() > start_ticks(before.pid) + 1,
-             message="a clock tick to pass (start times count in ticks)")
-    leader = subprocess.Popen(["sh", "-c", "sleep 60 & setsid sleep 60 & env -i sleep 60 & wait"], env=env,
-                              start_new_session=True)
+    wait_for(
+        lambda: start_ticks(before.pid) is not None and uptime_ticks() > start_ticks(before.pid) + 1,
+        message="a clock tick to pass (start times count in ticks)",
+    )
+    leader = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & setsid sleep 60 & env -i sleep 60 & wait"], env=env, start_new_session=True
+    )
     stranger = None
     try:
         job_ticks = start_ticks(leader.pid)
-        wait_for(lambda: len(attempt_processes(leader.pid, job_ticks, marker)) == 4, timeout=10,
-                 message=lambda: f"the job's 4 processes: {attempt_processes(leader.pid, job_ticks, marker)}")
+        wait_for(
+            lambda: len(attempt_processes(leader.pid, job_ticks, marker)) == 4,
+            timeout=10,
+            message=lambda: f"the job's 4 processes: {attempt_processes(leader.pid, job_ticks, marker)}",
+        )
         found = attempt_processes(leader.pid, job_ticks, marker)
         assert before.pid not in found and os.getpid() not in found
         assert all(start_ticks(pid) == ticks for pid, ticks in found.items())
@@ -534,7 +607,9 @@ def test_a_log_file_planted_as_a_symlink_is_refused_and_its_target_untouched(hom
     (home / "logs").mkdir(exist_ok=True)
     os.symlink(target, home / "logs" / "planted.log")
     daemon = gflowd()
-    write_owned(home / "jobs", "planted.yaml", manifest("planted", "  command: [echo, overwritten]\n  workingDir: /\n"), nobody)
+    write_owned(
+        home / "jobs", "planted.yaml", manifest("planted", "  command: [echo, overwritten]\n  workingDir: /\n"), nobody
+    )
     status = wait_phase(home, "planted", "Failed", daemon=daemon)
     assert "log file" in status["message"] and "symbolic link" in status["message"], status["message"]
     assert target.read_text() == "root's own data\n"
@@ -546,10 +621,14 @@ def test_a_log_file_planted_as_a_symlink_is_refused_and_its_target_untouched(hom
 def test_a_working_dir_the_user_may_not_enter_is_named_in_the_error(home, gflowd, tmp_path):
     nobody = _nobody()
     daemon = gflowd()
-    write_owned(home / "jobs", "private.yaml", manifest("private", "  command: ['true']\n  workingDir: /root\n"), nobody)
+    write_owned(
+        home / "jobs", "private.yaml", manifest("private", "  command: ['true']\n  workingDir: /root\n"), nobody
+    )
     status = wait_phase(home, "private", "Failed", daemon=daemon)
     # the same words whether /root/... exists or not: see test_job_env.py
-    assert status["message"] == f"workingDir /root: not found or not accessible to {pwd.getpwuid(nobody).pw_name}", status["message"]
+    assert status["message"] == f"workingDir /root: not found or not accessible to {pwd.getpwuid(nobody).pw_name}", (
+        status["message"]
+    )
     # the command step is named as such: a file nobody may not execute
     tool = tmp_path / "tool"
     tool.write_text("#!/bin/sh\necho hi\n")
@@ -566,9 +645,9 @@ def test_the_slurm_backend_holds_a_submission_the_disk_refuses_and_retries_it(tm
     disk; it is held (Pending, DiskFull) and tried again once there is room."""
     from test_reconcile import job
 
-    from controller.paths import Home
     from controller.act.runtime.backends.slurm.runtime import SlurmRuntime
     from controller.model.plan import Launch
+    from controller.paths import Home
 
     home = Home.resolve(str(tmp_path / "home"), None)
     home.ensure()

@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from helpers import read_log, wait_for, wait_phase
+from helpers import read_log, wait_phase
 from shared_box import make_box, remove_box
 
 from controller.api.submit import read_directives, slurm_job
@@ -36,10 +35,14 @@ def owned_text(box, path):
 
 def test_an_sbatch_script_gets_slurm_variables_and_its_output_files(box, gflowd):
     daemon = gflowd(home=box.home)
-    script(box, "exp.sh", "#!/bin/bash\n#SBATCH --job-name=exp\n#SBATCH --output=out/%x-%j.out\n"
-                          "#SBATCH --error=out/%x-%j.err\n#SBATCH --cpus-per-task=1\n"
-                          "echo id=$SLURM_JOB_ID name=$SLURM_JOB_NAME cpus=$SLURM_CPUS_PER_TASK dir=$SLURM_SUBMIT_DIR\n"
-                          "echo oops >&2\n")
+    script(
+        box,
+        "exp.sh",
+        "#!/bin/bash\n#SBATCH --job-name=exp\n#SBATCH --output=out/%x-%j.out\n"
+        "#SBATCH --error=out/%x-%j.err\n#SBATCH --cpus-per-task=1\n"
+        "echo id=$SLURM_JOB_ID name=$SLURM_JOB_NAME cpus=$SLURM_CPUS_PER_TASK dir=$SLURM_SUBMIT_DIR\n"
+        "echo oops >&2\n",
+    )
     result = box.gflowctl("run", "-q", "exp.sh")
     assert result.returncode == 0, result.stderr
     name = result.stdout.strip()
@@ -52,8 +55,12 @@ def test_an_sbatch_script_gets_slurm_variables_and_its_output_files(box, gflowd)
 
 def test_an_array_script_names_its_tasks_files(box, gflowd):
     daemon = gflowd(home=box.home)
-    script(box, "arr.sh", "#!/bin/bash\n#SBATCH --array=0-1\n#SBATCH -o logs/%A_%a.log\n"
-                          "echo task=$SLURM_ARRAY_TASK_ID of=$SLURM_ARRAY_JOB_ID id=$SLURM_JOB_ID\n")
+    script(
+        box,
+        "arr.sh",
+        "#!/bin/bash\n#SBATCH --array=0-1\n#SBATCH -o logs/%A_%a.log\n"
+        "echo task=$SLURM_ARRAY_TASK_ID of=$SLURM_ARRAY_JOB_ID id=$SLURM_JOB_ID\n",
+    )
     result = box.gflowctl("run", "-q", "arr.sh")
     assert result.returncode == 0, result.stderr
     sweep = result.stdout.strip()
@@ -69,8 +76,13 @@ def test_a_plain_script_gets_no_slurm_variables():
 
 
 def test_percent_fields_follow_sbatch():
-    job = slurm_job({"name": "exp", "slurm_output": "o/%x.%j.%%.out", "slurm_error": "e/%A-%3a.err"}, "exp-ab12c", "/p/s.sh",
-                    "/p", array=False)
+    job = slurm_job(
+        {"name": "exp", "slurm_output": "o/%x.%j.%%.out", "slurm_error": "e/%A-%3a.err"},
+        "exp-ab12c",
+        "/p/s.sh",
+        "/p",
+        array=False,
+    )
     assert (job.output, job.error) == ("o/exp.exp-ab12c.%.out", "e/exp-ab12c-000.err")
     array = slurm_job({"slurm_output": "%A_%a.out"}, "s-x", "/p/train.sh", "/p", array=True)
     assert array.output == "{sweep}_{index}.out" and array.env["SLURM_JOB_NAME"] == "train.sh"

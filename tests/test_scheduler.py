@@ -64,16 +64,20 @@ def waits(decision, reason: str) -> str:
     ("gpus", "holders", "allowed", "managed", "states"),
     [
         pytest.param(machine(2), [], None, [], ["Free", "Free"], id="all-free"),
-        pytest.param(machine(3), [Holder("a", (0, 2), False)], None, [], ["Allocated", "Free", "Allocated"], id="allocated"),
+        pytest.param(
+            machine(3), [Holder("a", (0, 2), False)], None, [], ["Allocated", "Free", "Allocated"], id="allocated"
+        ),
         pytest.param(machine(2), [Holder("s", (1,), True, 10 * GIB)], None, [], ["Free", "Shared"], id="shared"),
         pytest.param(machine(3), [], {0, 2}, [], ["Free", "Restricted", "Free"], id="restricted"),
         pytest.param([gpu(0, healthy=False), gpu(1)], [], None, [], ["Unhealthy", "Free"], id="unhealthy"),
         pytest.param([gpu(0, processes=[foreign(99, 2)]), gpu(1)], [], None, [], ["Unmanaged", "Free"], id="unmanaged"),
+        pytest.param([gpu(0, processes=[foreign(99, 0.5)])], [], None, [], ["Free"], id="foreign-below-threshold"),
         pytest.param(
-            [gpu(0, processes=[foreign(99, 0.5)])], [], None, [], ["Free"], id="foreign-below-threshold"
-        ),
-        pytest.param(
-            [gpu(0, processes=[foreign(99, 0.5), foreign(98, 0.6)])], [], None, [], ["Unmanaged"],
+            [gpu(0, processes=[foreign(99, 0.5), foreign(98, 0.6)])],
+            [],
+            None,
+            [],
+            ["Unmanaged"],
             id="foreign-together-above-threshold",
         ),
         pytest.param([gpu(0, processes=[foreign(99, 8)])], [], None, [99], ["Free"], id="own-process"),
@@ -155,7 +159,10 @@ def test_a_job_blocked_by_foreign_processes_holds_nothing():
 
 def test_priority_reason_names_the_jobs_ahead():
     result = schedule([excl("hi", 3), excl("lo", 2)], slots_for(machine(4)))
-    assert waits(result["lo"], "Priority") == "waiting behind higher-priority job hi: needs 2 GPUs, 1 free after it took GPUs"
+    assert (
+        waits(result["lo"], "Priority")
+        == "waiting behind higher-priority job hi: needs 2 GPUs, 1 free after it took GPUs"
+    )
 
 
 def test_priority_reason_names_every_job_that_took_gpus_this_pass():
@@ -190,28 +197,46 @@ def test_resources_message_mentions_foreign_processes_and_unhealthy_gpus():
         pytest.param(machine(1), None, excl("x", 2), "needs 2 GPUs, this machine has 1", id="singular"),
         pytest.param([], None, excl("x", 1), "needs 1 GPU, this machine has no GPUs", id="no-gpus"),
         pytest.param(
-            machine(4), {0, 1}, excl("x", 3), "needs 3 GPUs, this machine has 2 usable of 4 (GPUs 2,3 restricted by the controller's gpus setting)",
+            machine(4),
+            {0, 1},
+            excl("x", 3),
+            "needs 3 GPUs, this machine has 2 usable of 4 (GPUs 2,3 restricted by the controller's gpus setting)",
             id="restricted",
         ),
         pytest.param(
-            [gpu(0), gpu(1, healthy=False)], None, excl("x", 2),
-            "needs 2 GPUs, this machine has 1 usable of 2 (GPU 1 unhealthy)", id="unhealthy",
+            [gpu(0), gpu(1, healthy=False)],
+            None,
+            excl("x", 2),
+            "needs 2 GPUs, this machine has 1 usable of 2 (GPU 1 unhealthy)",
+            id="unhealthy",
         ),
         pytest.param(
-            machine(2), None, excl("x", 1, gpu_type="A100"),
-            f"needs 1 GPU of type A100, no GPU on this machine matches (it has: {H100})", id="no-type-match",
+            machine(2),
+            None,
+            excl("x", 1, gpu_type="A100"),
+            f"needs 1 GPU of type A100, no GPU on this machine matches (it has: {H100})",
+            id="no-type-match",
         ),
         pytest.param(
-            [gpu(0, A100, 40 * GIB), gpu(1), gpu(2)], None, excl("x", 2, gpu_type="a100"),
-            "needs 2 GPUs a100, this machine has 1", id="too-few-of-type",
+            [gpu(0, A100, 40 * GIB), gpu(1), gpu(2)],
+            None,
+            excl("x", 2, gpu_type="a100"),
+            "needs 2 GPUs a100, this machine has 1",
+            id="too-few-of-type",
         ),
         pytest.param(
-            machine(2), None, excl("x", 1, gpu_memory=100),
-            "needs 1 GPU with 100Gi memory each, 0 GPUs this large (largest 80Gi)", id="too-little-memory",
+            machine(2),
+            None,
+            excl("x", 1, gpu_memory=100),
+            "needs 1 GPU with 100Gi memory each, 0 GPUs this large (largest 80Gi)",
+            id="too-little-memory",
         ),
         pytest.param(
-            [gpu(0, A100, 40 * GIB), gpu(1)], None, shared("x", 2, 50),
-            "needs 2 GPUs with 50Gi memory each, 1 GPU this large (largest 80Gi)", id="shared-too-large",
+            [gpu(0, A100, 40 * GIB), gpu(1)],
+            None,
+            shared("x", 2, 50),
+            "needs 2 GPUs with 50Gi memory each, 1 GPU this large (largest 80Gi)",
+            id="shared-too-large",
         ),
     ],
 )

@@ -11,8 +11,8 @@ import subprocess
 import tempfile
 
 import pytest
-
 from builders import GIB, T0, World, invalid, job, started
+
 from controller.decide.scheduler import Binding, Wait, build_slots, schedule
 from controller.model.gpus import Gpu
 from controller.model.plan import Host
@@ -29,8 +29,14 @@ def shm(name: str, gib: float, gpus: int = 0, time_limit: float | None = None, c
 
 def pool(gib: float, **booked: tuple[float, float]) -> dict[str, CountPool]:
     """/dev/shm of ``gib``; ``booked``: job -> (GiB, when its timeLimit ends)."""
-    return {"shm": CountPool("shm", int(gib * GIB), {n: int(g * GIB) for n, (g, _) in booked.items()},
-                             {n: end for n, (_, end) in booked.items()})}
+    return {
+        "shm": CountPool(
+            "shm",
+            int(gib * GIB),
+            {n: int(g * GIB) for n, (g, _) in booked.items()},
+            {n: end for n, (_, end) in booked.items()},
+        )
+    }
 
 
 def one_gpu() -> list:
@@ -72,35 +78,51 @@ CASES = [
     # (what the machine has and who booked it, the requests in queue order, what each gets)
     pytest.param(pool(4), [shm("a", 3), shm("b", 1)], {"a": Binding([], []), "b": Binding([], [])}, id="fits-exactly"),
     pytest.param(
-        pool(4, x=(3, math.inf)), [shm("a", 2)],
-        {"a": Wait("Resources", "needs 2Gi of /dev/shm, 1Gi free (booked by x)")}, id="waits-with-numbers",
+        pool(4, x=(3, math.inf)),
+        [shm("a", 2)],
+        {"a": Wait("Resources", "needs 2Gi of /dev/shm, 1Gi free (booked by x)")},
+        id="waits-with-numbers",
     ),
     pytest.param(
-        pool(4), [shm("big", 8)], {"big": Wait("Unschedulable", "needs 8Gi of /dev/shm, this machine has 4Gi")},
+        pool(4),
+        [shm("big", 8)],
+        {"big": Wait("Unschedulable", "needs 8Gi of /dev/shm, this machine has 4Gi")},
         id="never-fits",
     ),
     pytest.param(
-        pool(4, x=(4, math.inf)), [shm("a", 0.5)],
-        {"a": Wait("Resources", "needs 512Mi of /dev/shm, 0 free (booked by x)")}, id="none-free",
+        pool(4, x=(4, math.inf)),
+        [shm("a", 0.5)],
+        {"a": Wait("Resources", "needs 512Mi of /dev/shm, 0 free (booked by x)")},
+        id="none-free",
     ),
     pytest.param(
         # a waits for x (ends at T0+100); b ends before then: it backfills; c would outlive it: waits
-        pool(4, x=(3, T0 + 100)), [shm("a", 2), shm("b", 1, time_limit=50), shm("c", 1, time_limit=500)],
-        {"a": Wait("Resources", "needs 2Gi of /dev/shm, 1Gi free (booked by x)"), "b": Binding([], []),
-         "c": Wait("Resources", "needs 1Gi of /dev/shm, 0 free (booked by b, x)")},
+        pool(4, x=(3, T0 + 100)),
+        [shm("a", 2), shm("b", 1, time_limit=50), shm("c", 1, time_limit=500)],
+        {
+            "a": Wait("Resources", "needs 2Gi of /dev/shm, 1Gi free (booked by x)"),
+            "b": Binding([], []),
+            "c": Wait("Resources", "needs 1Gi of /dev/shm, 0 free (booked by b, x)"),
+        },
         id="backfill",
     ),
     pytest.param(
         # once x ends, a takes 3 of the 4: 1Gi is spare even then, so a job that runs longer may take it
-        pool(4, x=(3, T0 + 100)), [shm("a", 3), shm("b", 1, time_limit=500)],
+        pool(4, x=(3, T0 + 100)),
+        [shm("a", 3), shm("b", 1, time_limit=500)],
         {"a": Wait("Resources", "needs 3Gi of /dev/shm, 1Gi free (booked by x)"), "b": Binding([], [])},
         id="spare-past-the-reservation",
     ),
     pytest.param(
         # a needs all 4 once x ends: nothing is spare, the free 1Gi is held for it
-        pool(4, x=(3, T0 + 100)), [shm("a", 4), shm("b", 1, time_limit=500)],
-        {"a": Wait("Resources", "needs 4Gi of /dev/shm, 1Gi free (booked by x)"),
-         "b": Wait("Priority", "waiting behind higher-priority job a: needs 1Gi of /dev/shm, 1Gi free but held for it")},
+        pool(4, x=(3, T0 + 100)),
+        [shm("a", 4), shm("b", 1, time_limit=500)],
+        {
+            "a": Wait("Resources", "needs 4Gi of /dev/shm, 1Gi free (booked by x)"),
+            "b": Wait(
+                "Priority", "waiting behind higher-priority job a: needs 1Gi of /dev/shm, 1Gi free but held for it"
+            ),
+        },
         id="held-for-the-first",
     ),
     pytest.param(pool(4), [Request("cpu", 0)], {"cpu": Binding([], [])}, id="asks-none"),
@@ -113,7 +135,9 @@ def test_a_counted_kind_is_booked_against_the_machines_capacity(pools, requests,
 
 
 def test_firstfit_holds_nothing_for_a_waiting_job():
-    out = schedule([shm("a", 3), shm("b", 1, time_limit=500)], [], mode="firstfit", now=T0, counted=pool(4, x=(3, T0 + 100)))
+    out = schedule(
+        [shm("a", 3), shm("b", 1, time_limit=500)], [], mode="firstfit", now=T0, counted=pool(4, x=(3, T0 + 100))
+    )
     assert isinstance(out["a"], Wait) and out["b"] == Binding([], [])
 
 
@@ -151,7 +175,8 @@ def test_the_apply_review_warns_of_more_shm_than_the_machine_has():
 
 def test_a_job_waits_for_shm_until_the_job_holding_it_ends():
     world = World(
-        job("a", resources={"shm": "3Gi"}), job("b", resources={"shm": "2Gi"}),
+        job("a", resources={"shm": "3Gi"}),
+        job("b", resources={"shm": "2Gi"}),
         host=Host(capacity={"shm": 4 * GIB}),
     )
     plan = world.tick(T0)

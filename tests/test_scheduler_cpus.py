@@ -74,9 +74,13 @@ def test_backfill_a_short_job_takes_cores_held_for_the_blocked_one_a_long_job_do
     # 4 cores; x holds 3 until t=100. "big" needs 4: reserved at t=100 (1 free now, 3 freed then).
     now = 0.0
     cores = pool(4, taken={0: "x", 1: "x", 2: "x"}, free_at={0: 100.0, 1: 100.0, 2: 100.0})
-    out = schedule([req("big", 4), req("long", 1, time_limit=500), req("short", 1, time_limit=50)], [], now=now, cores=cores)
+    out = schedule(
+        [req("big", 4), req("long", 1, time_limit=500), req("short", 1, time_limit=50)], [], now=now, cores=cores
+    )
     assert out["big"].reason == "Resources"
-    assert out["long"] == Wait("Priority", "waiting behind higher-priority job big: needs 1 CPU, 1 free but held for it")
+    assert out["long"] == Wait(
+        "Priority", "waiting behind higher-priority job big: needs 1 CPU, 1 free but held for it"
+    )
     assert out["short"] == Binding([], [], (3,))
 
 
@@ -115,8 +119,13 @@ def _job(name: str, **spec):
     from controller.api.validation import validate_document
 
     spec.setdefault("command", ["true"])
-    return validate_document({"metadata": {"name": name}, "spec": spec}, source=f"jobs/{name}.yaml",
-                             path=f"/h/jobs/{name}.yaml", stem=name, single=True)
+    return validate_document(
+        {"metadata": {"name": name}, "spec": spec},
+        source=f"jobs/{name}.yaml",
+        path=f"/h/jobs/{name}.yaml",
+        stem=name,
+        single=True,
+    )
 
 
 def test_reconcile_binds_cores_near_the_gpu_and_launches_with_its_minor_and_the_running_job_keeps_them():
@@ -150,7 +159,9 @@ def test_the_fake_gpu_file_places_gpus_on_declared_numa_nodes_and_gives_minors()
         "gpus:\n  - {name: A, numaNode: 1, minor: 9}\n  - {name: B, numaNode: 0}\n  - {name: C}\n"
     )
     assert [(g.cpus, g.device_minor) for g in listed] == [
-        ((4, 5, 6, 7, 12), 9), ((0, 1, 2, 3), 1), ((), 2),
+        ((4, 5, 6, 7, 12), 9),
+        ((0, 1, 2, 3), 1),
+        ((), 2),
     ]
 
 
@@ -162,12 +173,15 @@ def test_a_node_the_file_does_not_declare_is_this_machines_own():
     assert parse_fake_gpus("gpus:\n  - {name: A, numaNode: 0}\n")[0].cpus == expected
 
 
-@pytest.mark.parametrize("text, message", [
-    ("gpus:\n  - {name: A, numaNode: -1}\n", "gpus[0].numaNode: must be an integer >= 0"),
-    ("gpus:\n  - {name: A, minor: x}\n", "gpus[0].minor: must be an integer >= 0"),
-    ("numaNodes: {0: 'a-b'}\ngpus: []\n", "numaNodes.0: expected a CPU list like 0-7,16, not 'a-b'"),
-    ("numaNodes: [0]\ngpus: []\n", "numaNodes: expected a mapping of node number to a CPU list like 0-7,16"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("gpus:\n  - {name: A, numaNode: -1}\n", "gpus[0].numaNode: must be an integer >= 0"),
+        ("gpus:\n  - {name: A, minor: x}\n", "gpus[0].minor: must be an integer >= 0"),
+        ("numaNodes: {0: 'a-b'}\ngpus: []\n", "numaNodes.0: expected a CPU list like 0-7,16, not 'a-b'"),
+        ("numaNodes: [0]\ngpus: []\n", "numaNodes: expected a mapping of node number to a CPU list like 0-7,16"),
+    ],
+)
 def test_bad_placement_in_the_fake_gpu_file_is_one_line_naming_the_field(text, message):
     from controller.observe.gpus.inventory import parse_fake_gpus
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from builders import GIB, gpus
+
 from controller.decide.placement import Placer
 from controller.decide.placement.counted import CountBooking
 from controller.decide.placement.cpus import CoreBooking

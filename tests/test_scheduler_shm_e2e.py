@@ -24,13 +24,20 @@ pytestmark = pytest.mark.skipif(CAPACITY < 4 * GIB, reason="needs a /dev/shm of 
 def ctl(home: Path, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(Path(home).parent / "state")}
     return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv], input=stdin, capture_output=True, text=True, env=env, timeout=120,
+        [sys.executable, "-m", "controller.cli.main", *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
 
 
 def manifest(name: str, shm: int, command: str = "['true']") -> str:
-    return (f"apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {{name: {name}}}\n"
-            f"spec:\n  command: {command}\n  resources: {{shm: {shm}}}\n")
+    return (
+        f"apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {{name: {name}}}\n"
+        f"spec:\n  command: {command}\n  resources: {{shm: {shm}}}\n"
+    )
 
 
 def test_shm_is_booked_against_dev_shm_from_apply_to_start(home, gflowd):

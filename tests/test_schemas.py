@@ -163,6 +163,7 @@ def test_crd_schema_is_structural(crd):
         for option in node.get("anyOf", []):
             assert option.get("type") != "null", path
             assert "description" not in option and "default" not in option, path
+
     # every field declares its type, or is an int-or-string
     def fields(node, path="spec"):
         for name, sub in node.get("properties", {}).items():
@@ -282,7 +283,9 @@ MODEL_VALID = [
         id="spec-example",
     ),
     pytest.param({"spec": {"command": ["x"], "timeLimit": 90, "resources": {"memory": 1024}}}, id="numbers"),
-    pytest.param({"spec": {"command": ["x"], "sharing": "Shared", "resources": {"gpus": 1, "gpuMemory": "10Gi"}}}, id="shared"),
+    pytest.param(
+        {"spec": {"command": ["x"], "sharing": "Shared", "resources": {"gpus": 1, "gpuMemory": "10Gi"}}}, id="shared"
+    ),
     # the shorthands the models document and accept must be accepted by the published schema too
     pytest.param({"spec": {"command": ["x"], "dependsOn": ["preprocess"]}}, id="dependsOn-bare-name"),
     pytest.param({"spec": {"command": ["sleep", 30]}}, id="command-integer-argument"),
@@ -304,7 +307,9 @@ def test_what_the_models_admit_the_json_schema_accepts(document, job_schema):
 def _example_files() -> list:
     files = sorted(EXAMPLES.glob("**/*.yaml")) + sorted(EXAMPLES.glob("**/*.yml"))
     if not files:
-        return [pytest.param(None, marks=pytest.mark.skip(reason="manifests/examples/ holds no manifests yet"), id="none")]
+        return [
+            pytest.param(None, marks=pytest.mark.skip(reason="manifests/examples/ holds no manifests yet"), id="none")
+        ]
     return [pytest.param(f, id=str(f.relative_to(EXAMPLES))) for f in files]
 
 
@@ -343,7 +348,13 @@ def test_example_manifest_is_valid(path: Path):
     jobs = _example_jobs(path)
     for text, index, data, single in jobs:
         result = validate_any(
-            data, source=source, path=str(path), stem=path.name.rsplit(".", 1)[0], single=single, doc_index=index, text=text
+            data,
+            source=source,
+            path=str(path),
+            stem=path.name.rsplit(".", 1)[0],
+            single=single,
+            doc_index=index,
+            text=text,
         )[0]
         assert not isinstance(result, Rejection), f"{source}: {result.message}"
     if not jobs:
@@ -356,8 +367,13 @@ def test_example_manifests_have_distinct_names():
         for text, index, data, single in _example_jobs(path):
             documents.extend(
                 validate_any(
-                    data, source=str(path.relative_to(ROOT)), path=str(path),
-                    stem=path.name.rsplit(".", 1)[0], single=single, doc_index=index, text=text,
+                    data,
+                    source=str(path.relative_to(ROOT)),
+                    path=str(path),
+                    stem=path.name.rsplit(".", 1)[0],
+                    single=single,
+                    doc_index=index,
+                    text=text,
                 )
             )
     if not documents:
@@ -380,18 +396,27 @@ def _statuses() -> dict:
     def job(name, **spec):
         spec.setdefault("command", ["true"])
         return validate_document(
-            {"metadata": {"name": name}, "spec": spec}, source=f"jobs/{name}.yaml", path=f"/h/jobs/{name}.yaml",
-            stem=name, single=True,
+            {"metadata": {"name": name}, "spec": spec},
+            source=f"jobs/{name}.yaml",
+            path=f"/h/jobs/{name}.yaml",
+            stem=name,
+            single=True,
         )
 
-    jobs = [job("gpu", resources={"gpus": 2}), job("cpu"), job("retry", backoffLimit=1), job("huge", resources={"gpus": 9})]
+    jobs = [
+        job("gpu", resources={"gpus": 2}),
+        job("cpu"),
+        job("retry", backoffLimit=1),
+        job("huge", resources={"gpus": 9}),
+    ]
     gpus = [Gpu(i, f"GPU-{i}", "NVIDIA H100 80GB HBM3", 80 * 2**30) for i in range(2)]
     first = reconcile(Snapshot(admit(jobs), {}, {}, gpus), 1000.0)
     runs = {
         "gpu": RunObservation("gpu", 1, 5, 1000.0, True),
         "cpu": RunObservation("cpu", 1, 6, 1000.0, True),
-        "retry": RunObservation("retry", 1, 7, 1000.0, False, 1, None, 1001.0,
-                                usage={"cpuSeconds": 0.25, "peakMemoryBytes": 52428800}),
+        "retry": RunObservation(
+            "retry", 1, 7, 1000.0, False, 1, None, 1001.0, usage={"cpuSeconds": 0.25, "peakMemoryBytes": 52428800}
+        ),
     }
     second = reconcile(Snapshot(admit(jobs), first.states, runs, gpus), 1001.0)
     phases = {name: (state.phase, state.reason) for name, state in second.states.items()}

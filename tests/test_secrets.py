@@ -128,13 +128,16 @@ def submit_as(uid: int, umask: int, argv: list[str]) -> tuple[int, str]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize(("umask", "argv", "mode"), [
-    (0o077, ["run", "--name", "r1", "-e", f"TOKEN={SECRET}", "--", "true"], 0o600),  # the case
-    (0o022, ["run", "--name", "r2", "-e", f"TOKEN={SECRET}", "--", "true"], 0o600),  # env: 0600 whatever the umask
-    (0o077, ["run", "--name", "r3", "--", "true"], 0o600),  # the user's umask
-    (0o027, ["run", "--name", "r4", "--", "true"], 0o640),
-    (0o022, ["run", "--name", "r5", "--", "true"], 0o644),
-])
+@pytest.mark.parametrize(
+    ("umask", "argv", "mode"),
+    [
+        (0o077, ["run", "--name", "r1", "-e", f"TOKEN={SECRET}", "--", "true"], 0o600),  # the case
+        (0o022, ["run", "--name", "r2", "-e", f"TOKEN={SECRET}", "--", "true"], 0o600),  # env: 0600 whatever the umask
+        (0o077, ["run", "--name", "r3", "--", "true"], 0o600),  # the user's umask
+        (0o027, ["run", "--name", "r4", "--", "true"], 0o640),
+        (0o022, ["run", "--name", "r5", "--", "true"], 0o644),
+    ],
+)
 def test_run_writes_the_manifest_with_the_users_umask_and_0600_with_env(shared_home, umask, argv, mode):
     name = argv[2]
     main(["--home", str(shared_home), "run", "--dry-run", "-o", "yaml", "--", "true"])  # load what the child uses
@@ -212,7 +215,7 @@ def test_mcp_get_logs_of_another_users_job_is_one_line(shared_home):
 
         try:
             asyncio.run(server.call_tool("get_logs", {"name": "alice-train"}))
-        except Exception as exc:  # noqa: BLE001 - the tool's error, as the SDK hands it to the model
+        except Exception as exc:
             sys.stderr.write(str(exc))
             return 0
         sys.stderr.write("no error")
@@ -287,8 +290,17 @@ def test_submit_function_works_beside_a_hostile_user_and_refuses_a_squatted_fold
 # -- messages everyone can read never quote an env value ----------------------------------------------------
 
 
-@pytest.mark.parametrize("env", ["{TOKEN: 31415.926535}", f"{{TOKEN: [{SECRET}]}}", f"{{TOKEN: {{k: {SECRET}}}}}", f"[{SECRET}]",
-                                 f"{{'bad name': {SECRET}}}", f"{{TOKEN: {SECRET}, TOKEN: {SECRET}}}"])
+@pytest.mark.parametrize(
+    "env",
+    [
+        "{TOKEN: 31415.926535}",
+        f"{{TOKEN: [{SECRET}]}}",
+        f"{{TOKEN: {{k: {SECRET}}}}}",
+        f"[{SECRET}]",
+        f"{{'bad name': {SECRET}}}",
+        f"{{TOKEN: {SECRET}, TOKEN: {SECRET}}}",
+    ],
+)
 def test_a_bad_env_is_rejected_without_quoting_its_value(tmp_path, capsys, env):
     manifest = tmp_path / "bad.yaml"
     manifest.write_text(f"metadata: {{name: bad}}\nspec:\n  command: ['true']\n  env: {env}\n")

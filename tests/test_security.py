@@ -17,10 +17,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import Daemon, job_status, kill_jobs_of_home, read_log, wait_for, wait_phase, write_manifest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import Daemon, job_status, kill_jobs_of_home, read_log, wait_for, wait_phase, write_manifest
 from controller.api.job import is_valid_name
 from controller.paths import Home, UnsafeName
 
@@ -29,11 +29,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # -- the spec directory's own permissions -----------------------------------------------------------
 
+
 @pytest.mark.e2e
 def test_world_writable_spec_dir_without_sticky_bit_is_refused_with_one_line(home, tmp_path):
     os.chmod(home / "jobs", 0o777)
-    result = subprocess.run([sys.executable, "-m", "controller.daemon", "--home", str(home)],
-                            capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.daemon", "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert "is world-writable without the sticky bit" in result.stderr
@@ -49,25 +55,40 @@ def test_world_writable_spec_dir_with_sticky_bit_is_served(home, gflowd):
 
 # -- no shell anywhere -------------------------------------------------------------------------------
 
+
 def test_no_manifest_field_is_interpolated_by_a_shell(home, gflowd, tmp_path):
     bait = tmp_path / "bait"
     bait.mkdir()
-    payloads = [f"$(touch {bait}/a)", f"; touch {bait}/b", f"`touch {bait}/c`", f"| touch {bait}/d", f"&& touch {bait}/e"]
+    payloads = [
+        f"$(touch {bait}/a)",
+        f"; touch {bait}/b",
+        f"`touch {bait}/c`",
+        f"| touch {bait}/d",
+        f"&& touch {bait}/e",
+    ]
     quoted = ", ".join(f"'{p}'" for p in payloads)
-    write_manifest(home / "jobs", "argv.yaml", f"""\
+    write_manifest(
+        home / "jobs",
+        "argv.yaml",
+        f"""\
 metadata: {{name: argv}}
 spec:
   command: [printf, '%s\\n', {quoted}]
   env: {{EVIL: '$(touch {bait}/f)'}}
-""")
-    write_manifest(home / "jobs", "script.yaml", f"""\
+""",
+    )
+    write_manifest(
+        home / "jobs",
+        "script.yaml",
+        f"""\
 metadata: {{name: script}}
 spec:
   env: {{EVIL: '$(touch {bait}/g); touch {bait}/h'}}
   script: |
     printf '%s\\n' "$EVIL"
     echo $EVIL
-""")
+""",
+    )
     daemon = gflowd()
     wait_phase(home, "argv", "Succeeded", daemon=daemon)
     wait_phase(home, "script", "Succeeded", daemon=daemon)
@@ -77,6 +98,7 @@ spec:
 
 
 # -- modes ---------------------------------------------------------------------------------------------
+
 
 def test_state_files_and_logs_are_never_world_writable_even_under_umask_0(home, gflowd):
     write_manifest(home / "jobs", "ok.yaml", "metadata: {name: ok}\nspec:\n  command: [echo, hi]\n")
@@ -108,6 +130,7 @@ def test_state_files_and_logs_are_never_world_writable_even_under_umask_0(home, 
 
 # -- paths ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", ".", "", ".hidden", "x\0y", "/etc/passwd"])
 def test_status_and_log_paths_refuse_names_that_would_leave_their_folder(name):
     home = Home.resolve("/srv/gflow")
@@ -132,13 +155,21 @@ def test_every_accepted_name_stays_inside_the_state_dir(name):
 
 @pytest.mark.e2e
 def test_gflowctl_refuses_a_name_that_would_leave_the_state_dir(home):
-    result = subprocess.run([sys.executable, "-m", "controller.cli.main", "--home", str(home), "logs", "../../etc/passwd"],
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "--home", str(home), "logs", "../../etc/passwd"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == "error: '../../etc/passwd' is not a job name (a job name is one word of a-z, 0-9 and '-')"
+    assert (
+        result.stderr.strip()
+        == "error: '../../etc/passwd' is not a job name (a job name is one word of a-z, 0-9 and '-')"
+    )
 
 
 # -- gflowd as an ordinary user ------------------------------------------------------------------------
+
 
 def python_for(user: pwd.struct_passwd) -> tuple[str, dict[str, str]] | None:
     """An interpreter (and PYTHONPATH) with which ``user`` can run gflowd, or None. The test venv's
@@ -150,9 +181,16 @@ def python_for(user: pwd.struct_passwd) -> tuple[str, dict[str, str]] | None:
         if not candidate:
             continue
         try:
-            probe = subprocess.run([candidate, "-c", "import controller.daemon, pydantic, ruamel.yaml"],
-                                   user=user.pw_uid, group=user.pw_gid, extra_groups=[], capture_output=True,
-                                   cwd="/", env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": paths}, timeout=60)
+            probe = subprocess.run(
+                [candidate, "-c", "import controller.daemon, pydantic, ruamel.yaml"],
+                user=user.pw_uid,
+                group=user.pw_gid,
+                extra_groups=[],
+                capture_output=True,
+                cwd="/",
+                env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": paths},
+                timeout=60,
+            )
         except (PermissionError, OSError):
             continue
         if probe.returncode == 0:
@@ -188,8 +226,17 @@ def as_nobody():
         full_env = {**os.environ, "GFLOW_HOME": str(home), "PYTHONUNBUFFERED": "1", "HOME": str(root), **env}
         full_env.pop("CUDA_VISIBLE_DEVICES", None)
         with open(daemon.stderr_path, "wb") as err:
-            daemon.proc = subprocess.Popen(daemon.argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=full_env,
-                                           cwd=str(root), user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[])
+            daemon.proc = subprocess.Popen(
+                daemon.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+                env=full_env,
+                cwd=str(root),
+                user=nobody.pw_uid,
+                group=nobody.pw_gid,
+                extra_groups=[],
+            )
         started.append(daemon)
         return daemon.wait_ready()
 

@@ -134,7 +134,16 @@ def test_committed_philly_shaped_trace_meets_the_targets_for_the_default():
 def test_cli_json_has_the_documented_keys(capsys):
     assert main(["simulate", "--trace", str(SMALL), "--gpus", "8", "--policy", "backfill", "-o", "json"]) == 0
     figures = json.loads(capsys.readouterr().out)
-    for key in ("jobs", "makespan_s", "lower_bound_s", "utilization", "mean_wait_s", "p95_wait_s", "max_wait_s", "mean_slowdown"):
+    for key in (
+        "jobs",
+        "makespan_s",
+        "lower_bound_s",
+        "utilization",
+        "mean_wait_s",
+        "p95_wait_s",
+        "max_wait_s",
+        "mean_slowdown",
+    ):
         assert key in figures
     assert figures["jobs"] == 200 and figures["makespan_s"] >= figures["lower_bound_s"]
 
@@ -185,7 +194,9 @@ def test_a_trace_that_can_never_finish_is_an_error_not_a_hang(tmp_path):
 
 def test_plot_writes_a_gantt_chart_and_a_wait_cdf(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    assert main(["simulate", "--trace", str(SMALL), "--gpus", "8", "--policy", "backfill", "--plot", str(tmp_path)]) == 0
+    assert (
+        main(["simulate", "--trace", str(SMALL), "--gpus", "8", "--policy", "backfill", "--plot", str(tmp_path)]) == 0
+    )
     for name in ("gantt-backfill.png", "wait-cdf-backfill.png"):
         data = (tmp_path / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
@@ -195,7 +206,12 @@ def test_plot_writes_a_gantt_chart_and_a_wait_cdf(tmp_path, capsys):
 def test_trace_generator_is_reproducible_and_readable(tmp_path):
     gen = ROOT / "hack" / "traces" / "gen_trace.py"
     outputs = [
-        subprocess.run([sys.executable, str(gen), "--jobs", "50", "--gpus", "8", "--seed", "3"], capture_output=True, text=True, check=True).stdout
+        subprocess.run(
+            [sys.executable, str(gen), "--jobs", "50", "--gpus", "8", "--seed", "3"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         for _ in range(2)
     ]
     assert outputs[0] == outputs[1]
@@ -255,8 +271,24 @@ def test_simulate_cli_takes_reservations_and_refuses_a_gpu_it_lacks(tmp_path, ca
     window = tmp_path / "reservations.csv"
     window.write_text(WINDOW)
     path = trace(tmp_path, RESERVED)
-    assert main(["simulate", "--trace", str(path), "--gpus", "2", "--policy", "backfill", "-o", "json",
-                 "--reservations", str(window)]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--trace",
+                str(path),
+                "--gpus",
+                "2",
+                "--policy",
+                "backfill",
+                "-o",
+                "json",
+                "--reservations",
+                str(window),
+            ]
+        )
+        == 0
+    )
     figures = json.loads(capsys.readouterr().out)
     assert figures["max_wait_s"] == 300.0
     window.write_text("start_s,duration_s,devices,users\n100,200,0 3,alice\n")

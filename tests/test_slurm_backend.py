@@ -15,21 +15,31 @@ import pytest
 
 from controller.act.runtime.backends.slurm.words import (
     SlurmJob,
-    SlurmRecord as _Record,
     gres_devices,
     observation,
     parse_squeue,
+)
+from controller.act.runtime.backends.slurm.words import (
+    SlurmRecord as _Record,
 )
 from controller.api.config import ConfigError, load_config
 from controller.model.plan import RunObservation
 
 sys.path.insert(0, str(Path(__file__).parent))
-from builders import T0, World, job  # noqa: E402
+from builders import T0, World, job
 
 
 def record(**kw) -> _Record:
-    base = dict(name="a", attempt=2, generation=1, comment="gflow:x:a:g1:a2", options=[], script="", job_id="41",
-                submitted_at=T0)
+    base = dict(
+        name="a",
+        attempt=2,
+        generation=1,
+        comment="gflow:x:a:g1:a2",
+        options=[],
+        script="",
+        job_id="41",
+        submitted_at=T0,
+    )
     base.update(kw)
     return _Record(**base)
 
@@ -40,21 +50,48 @@ def sjob(state: str, **kw) -> SlurmJob:
 
 # -- squeue --json ----------------------------------------------------------------------------------
 
+
 def test_parse_squeue_22_05_shape():
-    text = json.dumps({"jobs": [{
-        "job_id": 41, "job_state": "FAILED", "state_reason": "NonZeroExitCode", "comment": "gflow:x:a:g1:a2",
-        "exit_code": 768, "nodes": "vm", "gres_detail": [], "submit_time": 10, "start_time": 11, "end_time": 14,
-    }]})
+    text = json.dumps(
+        {
+            "jobs": [
+                {
+                    "job_id": 41,
+                    "job_state": "FAILED",
+                    "state_reason": "NonZeroExitCode",
+                    "comment": "gflow:x:a:g1:a2",
+                    "exit_code": 768,
+                    "nodes": "vm",
+                    "gres_detail": [],
+                    "submit_time": 10,
+                    "start_time": 11,
+                    "end_time": 14,
+                }
+            ]
+        }
+    )
     [parsed] = parse_squeue(text)
     assert parsed == SlurmJob("41", "FAILED", "NonZeroExitCode", "gflow:x:a:g1:a2", 768, "vm", (), 10.0, 11.0, 14.0)
 
 
 def test_parse_squeue_newer_shape_with_lists_and_numbers():
-    text = json.dumps({"jobs": [{
-        "job_id": 7, "job_state": ["TIMEOUT"], "exit_code": {"status": ["SIGNALED"], "return_code": {"set": True, "number": 0},
-                                                            "signal": {"id": {"set": True, "number": 15}}},
-        "start_time": {"set": True, "number": 5}, "end_time": {"set": True, "number": 9},
-    }]})
+    text = json.dumps(
+        {
+            "jobs": [
+                {
+                    "job_id": 7,
+                    "job_state": ["TIMEOUT"],
+                    "exit_code": {
+                        "status": ["SIGNALED"],
+                        "return_code": {"set": True, "number": 0},
+                        "signal": {"id": {"set": True, "number": 15}},
+                    },
+                    "start_time": {"set": True, "number": 5},
+                    "end_time": {"set": True, "number": 9},
+                }
+            ]
+        }
+    )
     [parsed] = parse_squeue(text)
     assert (parsed.state, parsed.exit_status, parsed.start_time, parsed.end_time) == ("TIMEOUT", 15, 5.0, 9.0)
 
@@ -100,6 +137,7 @@ def test_gres_devices(detail, devices):
 
 # -- Slurm states -> observations --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "job, expect",
     [
@@ -113,13 +151,22 @@ def test_gres_devices(detail, devices):
         (sjob("REQUEUED"), dict(running=True, queued="Queued")),
         (sjob("RUNNING", nodes="vm", start_time=T0 + 5), dict(running=True, queued="", node="", started_at=T0 + 5)),
         (sjob("COMPLETING"), dict(running=True, queued="")),
-        (sjob("COMPLETED", exit_status=0, end_time=T0 + 9), dict(running=False, exit_code=0, error="", finished_at=T0 + 9)),
+        (
+            sjob("COMPLETED", exit_status=0, end_time=T0 + 9),
+            dict(running=False, exit_code=0, error="", finished_at=T0 + 9),
+        ),
         (sjob("FAILED", exit_status=3 << 8), dict(running=False, exit_code=3, error="", reason="")),
         (sjob("FAILED", exit_status=9), dict(running=False, exit_code=137, signal=9)),
         (sjob("TIMEOUT", exit_status=15), dict(running=False, reason="DeadlineExceeded", exit_code=143)),
         (sjob("OUT_OF_MEMORY", exit_status=0), dict(running=False, reason="OOMKilled", exit_code=137)),
-        (sjob("CANCELLED", exit_status=15), dict(running=False, exit_code=143, error="Slurm job 41 was cancelled in Slurm")),
-        (sjob("NODE_FAIL", nodes="n3"), dict(running=False, lost=True, error="Slurm job 41: node n3 failed (Slurm NODE_FAIL)")),
+        (
+            sjob("CANCELLED", exit_status=15),
+            dict(running=False, exit_code=143, error="Slurm job 41 was cancelled in Slurm"),
+        ),
+        (
+            sjob("NODE_FAIL", nodes="n3"),
+            dict(running=False, lost=True, error="Slurm job 41: node n3 failed (Slurm NODE_FAIL)"),
+        ),
         (sjob("PREEMPTED"), dict(running=False, error="Slurm job 41 ended PREEMPTED in Slurm")),
         (None, dict(running=False, lost=True)),
     ],
@@ -149,6 +196,7 @@ def test_observation_carries_the_devices_and_node_seen_while_running():
 
 # -- reconcile with a backend that allocates ---------------------------------------------------------
 
+
 def ClusterWorld(*docs, **fields) -> World:
     """gflowd with a cluster backend: nothing is bound, runs come back from the cluster, and
     gflowd's own machine may have no GPU at all."""
@@ -167,14 +215,31 @@ def test_a_gpu_job_is_handed_over_unbound_when_the_backend_allocates():
 def test_a_job_queued_in_the_cluster_is_pending_with_its_reason_then_runs():
     world = ClusterWorld(job("a", resources={"gpus": 1}, timeLimit="10s"))
     world.tick(T0)
-    world.runs["a"] = RunObservation("a", 1, None, T0, True, queued="Resources", message="Slurm job 7 is pending in Slurm (Resources)",
-                                     external_id="7")
+    world.runs["a"] = RunObservation(
+        "a",
+        1,
+        None,
+        T0,
+        True,
+        queued="Resources",
+        message="Slurm job 7 is pending in Slurm (Resources)",
+        external_id="7",
+    )
     plan = world.tick(T0 + 60)  # far past the time limit: it does not count while queued
     st = world.state()
     assert (st.phase, st.reason, st.message) == ("Pending", "Resources", "Slurm job 7 is pending in Slurm (Resources)")
     assert (st.backend_id, st.start_time, plan.stops) == ("7", None, [])
-    world.runs["a"] = RunObservation("a", 1, None, T0 + 61, True, message="Slurm job 7 running on vm, GPUs 3",
-                                     node="vm", external_id="7", devices=(3,))
+    world.runs["a"] = RunObservation(
+        "a",
+        1,
+        None,
+        T0 + 61,
+        True,
+        message="Slurm job 7 running on vm, GPUs 3",
+        node="vm",
+        external_id="7",
+        devices=(3,),
+    )
     world.tick(T0 + 62)
     st = world.state()
     assert (st.phase, st.reason, st.message) == ("Running", "Started", "Slurm job 7 running on vm, GPUs 3")
@@ -191,8 +256,15 @@ def test_a_cancelled_queued_job_is_stopped():
     world.put(job("a", cancelled=True))
     plan = world.tick(T0 + 2)
     assert [s.reason for s in plan.stops] == ["UserCancelled"]
-    world.runs["a"] = replace(world.runs["a"], running=False, queued="", exit_code=143, signal=15, finished_at=T0 + 3,
-                              error="Slurm job 7 was cancelled in Slurm")
+    world.runs["a"] = replace(
+        world.runs["a"],
+        running=False,
+        queued="",
+        exit_code=143,
+        signal=15,
+        finished_at=T0 + 3,
+        error="Slurm job 7 was cancelled in Slurm",
+    )
     world.tick(T0 + 3)
     assert world.phase() == ("Cancelled", "UserCancelled")
 
@@ -225,8 +297,13 @@ def test_sweep_parallelism_counts_children_queued_in_the_cluster():
     from controller.api.sweep import Sweep
     from controller.api.sweep_children import expand
 
-    sweep = Sweep.model_validate({"kind": "Sweep", "metadata": {"name": "s"},
-                                  "spec": {"indices": "0-3", "parallelism": 2, "template": {"command": ["true"]}}})
+    sweep = Sweep.model_validate(
+        {
+            "kind": "Sweep",
+            "metadata": {"name": "s"},
+            "spec": {"indices": "0-3", "parallelism": 2, "template": {"command": ["true"]}},
+        }
+    )
     record_, children = expand(sweep, "s", source="s.yaml", path="/s.yaml", doc_index=0, owner_uid=-1, mtime_ns=0)
     world = ClusterWorld(record_, *children)
     assert len(world.tick(T0).starts) == 2
@@ -239,6 +316,7 @@ def test_sweep_parallelism_counts_children_queued_in_the_cluster():
 
 # -- configuration -----------------------------------------------------------------------------------
 
+
 def test_config_selects_the_slurm_backend_and_flags_override_keys(tmp_path: Path):
     from controller.api.config import flag_overrides
 
@@ -246,7 +324,11 @@ def test_config_selects_the_slurm_backend_and_flags_override_keys(tmp_path: Path
     path.write_text("backend: slurm\nslurm: {partition: gpu, extraArgs: [--qos=high]}\n")
     config = load_config(path, flag_overrides({("slurm", "account"): "lab", ("slurm", "partition"): "a100"}))
     assert (config.backend, config.slurm.partition, config.slurm.account, config.slurm.extra_args) == (
-        "slurm", "a100", "lab", ["--qos=high"])
+        "slurm",
+        "a100",
+        "lab",
+        ["--qos=high"],
+    )
     assert load_config(tmp_path / "none.yaml", {}).backend == "local"
 
 
@@ -256,7 +338,11 @@ def test_a_flag_overrides_the_same_key_spelt_camelcase_in_config_yaml(tmp_path: 
     path = tmp_path / "config.yaml"
     path.write_text("metricsPort: 5\nslurm: {extraArgs: [--qos=low], gpuTypes: {H100: h100}}\n")
     config = load_config(path, flag_overrides({("metrics_port",): 7, ("slurm", "extra_args"): ["--qos=high"]}))
-    assert (config.metrics_port, config.slurm.extra_args, config.slurm.gpu_types) == (7, ["--qos=high"], {"H100": "h100"})
+    assert (config.metrics_port, config.slurm.extra_args, config.slurm.gpu_types) == (
+        7,
+        ["--qos=high"],
+        {"H100": "h100"},
+    )
 
 
 def test_gpu_types_from_config_yaml_or_the_flag(tmp_path: Path):
@@ -267,7 +353,9 @@ def test_gpu_types_from_config_yaml_or_the_flag(tmp_path: Path):
     path.write_text("slurm: {gpuTypes: {H100: h100, A100: a100}}\n")
     assert load_config(path, {}).slurm.gpu_types == {"H100": "h100", "A100": "a100"}
     args = build_parser().parse_args(["--slurm-gpu-types", "H100=nvidia_h100, L4=l4"])
-    config = load_config(tmp_path / "none.yaml", flag_overrides({("slurm", "gpu_types"): getattr(args, "slurm.gpu_types")}))
+    config = load_config(
+        tmp_path / "none.yaml", flag_overrides({("slurm", "gpu_types"): getattr(args, "slurm.gpu_types")})
+    )
     assert config.slurm.gpu_types == {"H100": "nvidia_h100", "L4": "l4"}
 
 
@@ -293,9 +381,14 @@ def test_bad_slurm_config_is_one_line_naming_the_key(tmp_path: Path, text, messa
 def test_gflowd_flags_are_generated_for_the_slurm_section():
     from controller.daemon.main import build_parser
 
-    args = build_parser().parse_args(["--backend", "slurm", "--slurm-partition", "gpu", "--slurm-extra-args=--qos=a,--exclusive"])
+    args = build_parser().parse_args(
+        ["--backend", "slurm", "--slurm-partition", "gpu", "--slurm-extra-args=--qos=a,--exclusive"]
+    )
     assert (args.backend, getattr(args, "slurm.partition"), getattr(args, "slurm.extra_args")) == (
-        "slurm", "gpu", ["--qos=a", "--exclusive"])
+        "slurm",
+        "gpu",
+        ["--qos=a", "--exclusive"],
+    )
 
 
 @pytest.mark.e2e
@@ -304,8 +397,13 @@ def test_gflowd_with_the_slurm_backend_and_no_slurm_exits_with_one_line(tmp_path
     import subprocess
 
     env = {**os.environ, "PATH": "/nonexistent", "GFLOW_HOME": str(tmp_path / "h")}
-    result = subprocess.run([sys.executable, "-m", "controller.daemon", "--backend", "slurm"], env=env,
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.daemon", "--backend", "slurm"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1
     assert result.stderr.startswith("gflowd: --backend slurm: squeue not found") and result.stderr.count("\n") == 1
 
@@ -325,7 +423,15 @@ def test_switching_backend_with_unfinished_jobs_is_refused(tmp_path: Path, backe
     home = tmp_path / "h"
     (home / leftover).parent.mkdir(parents=True)
     (home / leftover).write_text("{}")
-    result = subprocess.run([sys.executable, "-m", "controller.daemon", "--home", str(home), "--backend", backend],
-                            env={**os.environ, "PATH": "/nonexistent"}, capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.daemon", "--home", str(home), "--backend", backend],
+        env={**os.environ, "PATH": "/nonexistent"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1
-    assert result.stderr == f"gflowd: --backend {backend}: {message}; run with --backend {'local' if backend == 'slurm' else 'slurm'} until they are\n"
+    assert (
+        result.stderr
+        == f"gflowd: --backend {backend}: {message}; run with --backend {'local' if backend == 'slurm' else 'slurm'} until they are\n"
+    )

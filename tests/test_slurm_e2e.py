@@ -30,7 +30,11 @@ SLURM_ENV = {"SLURM_CONF": f"{SLURM_DIR}/slurm.conf"}
 def _why_not() -> str | None:
     if os.geteuid() != 0:
         return "the Slurm tests need root (slurmd runs jobs as their users)"
-    missing = [c for c in ("slurmctld", "slurmd", "sbatch", "munged") if not (shutil.which(c) or os.path.exists(f"/usr/sbin/{c}"))]
+    missing = [
+        c
+        for c in ("slurmctld", "slurmd", "sbatch", "munged")
+        if not (shutil.which(c) or os.path.exists(f"/usr/sbin/{c}"))
+    ]
     if missing:
         return f"Slurm is not installed (missing {', '.join(missing)}): apt-get install -y slurmctld slurmd slurm-client munge"
     return None
@@ -68,7 +72,9 @@ def slurm():
 
 
 def squeue(env: dict[str, str]) -> list[dict]:
-    out = subprocess.run(["squeue", "--json", "--states=all"], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["squeue", "--json", "--states=all"], env=env, capture_output=True, text=True, check=True
+    ).stdout
     return json.loads(out)["jobs"]
 
 
@@ -101,20 +107,27 @@ def cluster_daemon(slurm, gflowd, home: Path):
     from controller.paths import Home
 
     prefix = f"gflow:{home_id(Home.resolve(home))}:"
-    live = [str(j["job_id"]) for j in squeue(slurm)
-            if str(j.get("comment") or "").startswith(prefix) and j["job_state"] in ("PENDING", "RUNNING", "CONFIGURING")]
+    live = [
+        str(j["job_id"])
+        for j in squeue(slurm)
+        if str(j.get("comment") or "").startswith(prefix) and j["job_state"] in ("PENDING", "RUNNING", "CONFIGURING")
+    ]
     if live:
         subprocess.run(["scancel", *live], env=slurm, capture_output=True)
 
 
 def test_a_gpu_job_runs_on_slurm_and_reports_its_slurm_job_and_devices(slurm, cluster_daemon, home: Path):
     daemon = cluster_daemon()
-    write_manifest(home / "jobs", "g1.yaml", (
-        "spec:\n"
-        "  script: |\n"
-        '    echo "devices=$CUDA_VISIBLE_DEVICES job=$GFLOW_JOB_NAME attempt=$GFLOW_ATTEMPT"\n'
-        "  resources: {gpus: 1}\n"
-    ))
+    write_manifest(
+        home / "jobs",
+        "g1.yaml",
+        (
+            "spec:\n"
+            "  script: |\n"
+            '    echo "devices=$CUDA_VISIBLE_DEVICES job=$GFLOW_JOB_NAME attempt=$GFLOW_ATTEMPT"\n'
+            "  resources: {gpus: 1}\n"
+        ),
+    )
     status = wait_phase(home, "g1", "Succeeded", timeout=30, daemon=daemon)
     assert status["exitCode"] == 0
     job_id = status["backendJobId"]
@@ -126,8 +139,12 @@ def test_a_gpu_job_runs_on_slurm_and_reports_its_slurm_job_and_devices(slurm, cl
     assert "job=g1 attempt=1" in log
     [submitted] = slurm_jobs_of(slurm, home, "g1")
     assert str(submitted["job_id"]) == job_id and submitted["comment"].endswith(":g1:a1")
-    described = subprocess.run([sys.executable, "-m", "controller.cli.main", "--home", str(home), "describe", "job", "g1"],
-                               capture_output=True, text=True, check=True).stdout
+    described = subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "--home", str(home), "describe", "job", "g1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     slurm_line = next(line for line in described.splitlines() if line.startswith("Backend Job"))
     assert slurm_line.split()[-1] == job_id
 
@@ -164,11 +181,15 @@ def test_cancel_by_edit_cancels_the_slurm_job(slurm, cluster_daemon, home: Path)
 
 def test_a_dependent_job_is_submitted_after_its_parent_succeeded(slurm, cluster_daemon, home: Path):
     daemon = cluster_daemon()
-    write_manifest(home / "jobs", "flow.yaml", (
-        "metadata: {name: parent}\nspec:\n  command: [sleep, '2']\n"
-        "---\n"
-        "metadata: {name: child}\nspec:\n  command: [echo, child ran]\n  dependsOn: [parent]\n"
-    ))
+    write_manifest(
+        home / "jobs",
+        "flow.yaml",
+        (
+            "metadata: {name: parent}\nspec:\n  command: [sleep, '2']\n"
+            "---\n"
+            "metadata: {name: child}\nspec:\n  command: [echo, child ran]\n  dependsOn: [parent]\n"
+        ),
+    )
     waiting = wait_phase(home, "child", "Pending", reason="Dependency", timeout=30, daemon=daemon)
     assert "parent" in waiting["message"]
     child = wait_phase(home, "child", "Succeeded", timeout=40, daemon=daemon)
@@ -224,11 +245,23 @@ def test_an_interrupted_submission_is_adopted_by_comment_not_resubmitted(slurm, 
     h.ensure()
     env = {**os.environ, **SLURM_ENV}
     comment = comment_for(home_id(h), "lost", 1, 1)
-    out = subprocess.run(["sbatch", "--parsable", f"--comment={comment}", f"--output={tmp_path}/o.log", "--wrap", "sleep 1"],
-                         env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["sbatch", "--parsable", f"--comment={comment}", f"--output={tmp_path}/o.log", "--wrap", "sleep 1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     existing = out.strip().split(";")[0]
-    record = {"name": "lost", "attempt": 1, "generation": 1, "comment": comment, "options": [f"--output={tmp_path}/o.log"],
-              "script": "#!/bin/bash\nsleep 1\n", "submitted_at": time.time()}
+    record = {
+        "name": "lost",
+        "attempt": 1,
+        "generation": 1,
+        "comment": comment,
+        "options": [f"--output={tmp_path}/o.log"],
+        "script": "#!/bin/bash\nsleep 1\n",
+        "submitted_at": time.time(),
+    }
     (h.run_dir / "slurm").mkdir(parents=True, exist_ok=True)
     (h.run_dir / "slurm" / "lost.json").write_text(json.dumps(record))
     runtime = SlurmRuntime(h, base_env=env)
@@ -248,8 +281,16 @@ def test_a_slurm_job_slurm_has_forgotten_is_lost(slurm, home: Path):
     h = Home.resolve(home)
     h.ensure()
     (h.run_dir / "slurm").mkdir(parents=True, exist_ok=True)
-    record = {"name": "old", "attempt": 3, "generation": 2, "comment": "gflow:x:old:g2:a3", "options": [],
-              "script": "", "job_id": "987654", "submitted_at": time.time()}
+    record = {
+        "name": "old",
+        "attempt": 3,
+        "generation": 2,
+        "comment": "gflow:x:old:g2:a3",
+        "options": [],
+        "script": "",
+        "job_id": "987654",
+        "submitted_at": time.time(),
+    }
     (h.run_dir / "slurm" / "old.json").write_text(json.dumps(record))
     runtime = SlurmRuntime(h, base_env={**os.environ, **SLURM_ENV})
     assert runtime.adopt() == ["old"]
@@ -293,7 +334,9 @@ def test_a_job_runs_in_slurm_as_the_owner_of_its_manifest(slurm, gflowd):
     try:
         root.chmod(0o755)
         (root / "jobs").mkdir()
-        path = write_manifest(root / "jobs", "who.yaml", "spec:\n  command: [sh, -c, 'echo \"uid=$(id -u) gid=$(id -g)\"']\n")
+        path = write_manifest(
+            root / "jobs", "who.yaml", "spec:\n  command: [sh, -c, 'echo \"uid=$(id -u) gid=$(id -g)\"']\n"
+        )
         os.chown(path, 65534, 65534)
         daemon = gflowd("--backend", "slurm", env=SLURM_ENV, home=root)
         wait_phase(root, "who", "Succeeded", timeout=30, daemon=daemon)
@@ -306,11 +349,15 @@ def test_a_job_runs_in_slurm_as_the_owner_of_its_manifest(slurm, gflowd):
 
 def test_a_job_over_its_memory_is_oomkilled(slurm, cluster_daemon, home: Path):
     daemon = cluster_daemon()
-    write_manifest(home / "jobs", "hog.yaml", (
-        "spec:\n"
-        "  command: [python3, -c, 'import time; x = bytearray(300 * 2**20); time.sleep(30)']\n"
-        "  resources: {memory: 50Mi}\n"
-    ))
+    write_manifest(
+        home / "jobs",
+        "hog.yaml",
+        (
+            "spec:\n"
+            "  command: [python3, -c, 'import time; x = bytearray(300 * 2**20); time.sleep(30)']\n"
+            "  resources: {memory: 50Mi}\n"
+        ),
+    )
     status = wait_phase(home, "hog", "Failed", timeout=40, daemon=daemon)
     assert status["reason"] == "OOMKilled", status
     assert "memory" in status["message"]

@@ -15,22 +15,40 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from helpers import job_status, read_log, wait_for, wait_phase
-from test_slurm_e2e import cluster_daemon, pytestmark, slurm, squeue  # noqa: F401  (fixtures, skip mark)
 from test_cli import run
+from test_slurm_e2e import cluster_daemon, pytestmark, slurm, squeue  # noqa: F401  (fixtures, skip mark)
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "manifests" / "examples"
 GPU_TYPES = "H100=h100,A100=a100"  # the dev cluster's gres.conf types for what the examples ask for
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "DEADLINE"}
+FINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "BOOT_FAIL",
+    "PREEMPTED",
+    "DEADLINE",
+}
 
 
 def export_slurm(path: Path, logs: Path, name: str | None = None) -> str:
-    args = ["export", "slurm", *([name] if name else []), "-f", str(path), "--gpu-types", GPU_TYPES,
-            "--output", str(logs / "%x-%A_%a.log" if "sweep" in path.stem else logs / "%x.log")]
+    args = [
+        "export",
+        "slurm",
+        *([name] if name else []),
+        "-f",
+        str(path),
+        "--gpu-types",
+        GPU_TYPES,
+        "--output",
+        str(logs / "%x-%A_%a.log" if "sweep" in path.stem else logs / "%x.log"),
+    ]
     code, out, err = run(*args)
     assert code == 0, err
     return out
@@ -50,7 +68,9 @@ def ended(env: dict[str, str], ids: dict[str, str], tasks: dict[str, int]) -> di
     out = {}
     for name, job_id in ids.items():
         mine = [j for j in jobs if str(j["job_id"]) == job_id or str(j.get("array_job_id")) == job_id]
-        mine = [j for j in mine if not (tasks.get(name) and j.get("array_task_id") in (None, ""))]  # the array's own record
+        mine = [
+            j for j in mine if not (tasks.get(name) and j.get("array_task_id") in (None, ""))
+        ]  # the array's own record
         if len(mine) < tasks.get(name, 1) or any(j["job_state"] not in FINAL for j in mine):
             return None
         out[name] = mine
@@ -75,18 +95,30 @@ def test_every_examples_slurm_export_runs_unchanged_on_slurm(slurm, tmp_path: Pa
     submit("pipeline/evaluate", f"--dependency=afterok:{ids['pipeline/train-sweep']}")  # every task of the array
 
     def states() -> str:
-        return "; ".join(f"{j['job_id']} {j.get('name')} {j['job_state']} {j.get('state_reason')}" for j in squeue(slurm)
-                         if str(j["job_id"]) in ids.values() or str(j.get("array_job_id")) in ids.values())
+        return "; ".join(
+            f"{j['job_id']} {j.get('name')} {j['job_state']} {j.get('state_reason')}"
+            for j in squeue(slurm)
+            if str(j["job_id"]) in ids.values() or str(j.get("array_job_id")) in ids.values()
+        )
 
-    done = wait_for(lambda: ended(slurm, ids, {"pipeline/train-sweep": 4}), timeout=180, interval=0.5,
-                    message=lambda: f"every example to end in Slurm: {states()}")
+    done = wait_for(
+        lambda: ended(slurm, ids, {"pipeline/train-sweep": 4}),
+        timeout=180,
+        interval=0.5,
+        message=lambda: f"every example to end in Slurm: {states()}",
+    )
 
     def log(name: str) -> str:
         return (logs / f"{name}.log").read_text()
 
     outcome = {name: sorted(j["job_state"] for j in jobs) for name, jobs in done.items()}
-    expected = {name: ["COMPLETED"] for name in ids} | {"fail-demo": ["FAILED"], "pipeline/train-sweep": ["COMPLETED"] * 4}
-    assert outcome == expected, {n: log(n.split("/")[-1]) for n in outcome if outcome[n] != expected[n] and "sweep" not in n}
+    expected = {name: ["COMPLETED"] for name in ids} | {
+        "fail-demo": ["FAILED"],
+        "pipeline/train-sweep": ["COMPLETED"] * 4,
+    }
+    assert outcome == expected, {
+        n: log(n.split("/")[-1]) for n in outcome if outcome[n] != expected[n] and "sweep" not in n
+    }
     assert done["fail-demo"][0]["exit_code"] == 3 << 8 and log("fail-demo") == "hi\n"
     hello = log("hello-cpu")
     assert "hello from job hello-cpu (attempt 1)" in hello and "CUDA_VISIBLE_DEVICES='' (empty: a CPU job)" in hello

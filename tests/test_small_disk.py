@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import fill_filesystem, job_status, wait_for, wait_phase, write_manifest
 
 from controller.util.spares import FREE_FLOOR, FREE_SHARE, PREFIX
@@ -97,8 +96,12 @@ def test_a_full_small_home_recovers_once_space_is_freed_and_spares_never_hold_it
     submit(spec, late)
     # until gflowd's backoff says its next try is 30 s away (a disk full for ~30 s): the old code
     # then waited that long after the free; now the loop sees the space come back within a pass
-    wait_for(lambda: "retrying in 30.0s" in daemon.stderr(), timeout=120, interval=0.2,
-             message=lambda: f"gflowd's backoff to reach its cap on the full disk\n{daemon.stderr()[-2000:]}")
+    wait_for(
+        lambda: "retrying in 30.0s" in daemon.stderr(),
+        timeout=120,
+        interval=0.2,
+        message=lambda: f"gflowd's backoff to reach its cap on the full disk\n{daemon.stderr()[-2000:]}",
+    )
     assert within_bound(home), spare_bytes(home)
     (home / "filler").unlink()
     (home / "filler2").unlink()

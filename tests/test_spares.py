@@ -15,14 +15,13 @@ import textwrap
 import time
 
 import pytest
-
 from helpers import wait_for
 
 from controller.model.records import JobState
 from controller.paths import Home
 from controller.record.recorder import Recorder
-from controller.util.spares import PREFIX, QUIET, Spares
 from controller.util.fsutil import fsync_dir
+from controller.util.spares import PREFIX, QUIET, Spares
 
 T0 = 1_800_000_000.0
 
@@ -162,8 +161,13 @@ WRITER = textwrap.dedent("""
 
 def _whole(text: str, name: str) -> bool:
     lines = text.split("\n")
-    return len(lines) == 4 and lines[0].startswith(f"{name} ") and lines[2] == "end" and lines[3] == "" \
+    return (
+        len(lines) == 4
+        and lines[0].startswith(f"{name} ")
+        and lines[2] == "end"
+        and lines[3] == ""
         and len(lines[1]) == int(lines[0].split()[1]) * 37 % 3000
+    )
 
 
 @pytest.mark.e2e
@@ -175,8 +179,9 @@ def test_a_writer_killed_at_any_instant_leaves_every_status_file_whole(tmp_path)
     folder.mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for round_ in range(12):
-        writer = subprocess.Popen([sys.executable, str(script), str(folder), str(round_ * 100_000)],
-                                  stdout=subprocess.PIPE, env=env)
+        writer = subprocess.Popen(
+            [sys.executable, str(script), str(folder), str(round_ * 100_000)], stdout=subprocess.PIPE, env=env
+        )
         assert writer.stdout.readline() == b"ready\n"
         time.sleep(rng.uniform(0.01, 0.15))  # a random instant: not a wait for a condition
         writer.send_signal(signal.SIGKILL)
@@ -187,7 +192,8 @@ def test_a_writer_killed_at_any_instant_leaves_every_status_file_whole(tmp_path)
             if path.exists():
                 assert _whole(path.read_text(), name), (round_, name)
                 assert os.stat(path).st_nlink == 1 or any(
-                    n.startswith(PREFIX) for n in os.listdir(folder))  # killed between link and rename
+                    n.startswith(PREFIX) for n in os.listdir(folder)
+                )  # killed between link and rename
     assert all(n.endswith(".yaml") or n.startswith(PREFIX) or n.endswith(".tmp") for n in os.listdir(folder))
     Spares(folder).adopt(n for n in os.listdir(folder) if n.startswith(PREFIX))  # what the next start does
     assert all(os.stat(folder / f"{name}.yaml").st_nlink == 1 for name in ("a", "b", "c"))
@@ -276,8 +282,13 @@ def test_a_batch_puts_files_in_place_in_order_after_fsyncing_the_durable_ones_to
     done: list[str] = []
     with spares.batch() as batch:
         for k in range(5):
-            batch.add(tmp_path / f"f{k}.yaml", f"text {k}\n".encode(), durable=k != 2, new=True,
-                      then=lambda k=k: done.append(f"f{k}") or None)
+            batch.add(
+                tmp_path / f"f{k}.yaml",
+                f"text {k}\n".encode(),
+                durable=k != 2,
+                new=True,
+                then=lambda k=k: done.append(f"f{k}") or None,
+            )
             assert not (tmp_path / f"f{k}.yaml").exists()  # staged only
         # the durable files' fsyncs are under way before the batch commits: the disk works while
         # the pass writes the rest
@@ -294,10 +305,9 @@ def test_a_batch_puts_files_in_place_in_order_after_fsyncing_the_durable_ones_to
         return real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    with pytest.raises(OSError) as raised:
-        with spares.batch() as batch:
-            for k in range(3):
-                batch.add(tmp_path / f"g{k}.yaml", b"new\n", durable=True, new=True)
+    with pytest.raises(OSError) as raised, spares.batch() as batch:
+        for k in range(3):
+            batch.add(tmp_path / f"g{k}.yaml", b"new\n", durable=True, new=True)
     assert raised.value.filename == str(tmp_path / "g1.yaml") and raised.value.errno == errno.EIO
     assert not any((tmp_path / f"g{k}.yaml").exists() for k in range(3))
     monkeypatch.setattr(os, "fsync", real_fsync)

@@ -20,12 +20,18 @@ def test_a_restarted_gflowd_removes_the_temp_files_a_killed_one_left_and_nothing
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(10)
     token = "0123456789ab"
-    stale = [home / "status" / f".a.yaml.{token}.tmp", home / "run" / f".index.json.{token}.tmp",
-             home / "run" / "attempts" / f".a.1.{token}.tmp", home / f".node.yaml.{token}.tmp"]
-    kept = [home / "jobs" / f".a.yaml.{token}.tmp",  # the spec dir is the users': an editor's file
-            home / f".config.yaml.{token}.tmp",  # the admin's, not gflowd's
-            home / "status" / ".a.yaml.tmp",  # not the pattern of gflowd's temp files
-            home / "status" / f".a.yaml.{token}x.tmp"]
+    stale = [
+        home / "status" / f".a.yaml.{token}.tmp",
+        home / "run" / f".index.json.{token}.tmp",
+        home / "run" / "attempts" / f".a.1.{token}.tmp",
+        home / f".node.yaml.{token}.tmp",
+    ]
+    kept = [
+        home / "jobs" / f".a.yaml.{token}.tmp",  # the spec dir is the users': an editor's file
+        home / f".config.yaml.{token}.tmp",  # the admin's, not gflowd's
+        home / "status" / ".a.yaml.tmp",  # not the pattern of gflowd's temp files
+        home / "status" / f".a.yaml.{token}x.tmp",
+    ]
     for path in stale + kept:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("half a file")

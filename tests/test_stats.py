@@ -19,23 +19,56 @@ SINCE = 10_000.0
 
 
 def rec(job, phase, start, end, gpus=1, wait=None, attempt=1, user="alice", labels=None, final=None):
-    return {"job": job, "attempt": attempt, "phase": phase, "final": phase in ("Succeeded", "Failed", "Cancelled") if final is None else final,
-            "start": start, "end": end, "gpus": gpus, "wait": wait, "user": user, "labels": labels or {}}
+    return {
+        "job": job,
+        "attempt": attempt,
+        "phase": phase,
+        "final": phase in ("Succeeded", "Failed", "Cancelled") if final is None else final,
+        "start": start,
+        "end": end,
+        "gpus": gpus,
+        "wait": wait,
+        "user": user,
+        "labels": labels or {},
+    }
 
 
 HISTORY = [
-    rec("old", "Succeeded", 1000.0, 2000.0, gpus=8, wait=5.0),                          # before the window
+    rec("old", "Succeeded", 1000.0, 2000.0, gpus=8, wait=5.0),  # before the window
     rec("a", "Succeeded", 20_000.0, 23_600.0, gpus=2, wait=60.0, labels={"team": "vision"}),
     rec("b", "Failed", 30_000.0, 33_600.0, gpus=1, wait=120.0, user="bob", labels={"team": "nlp"}),
-    rec("c", "Pending", 40_000.0, 41_800.0, gpus=1, wait=10.0, user="bob"),              # failed attempt, retried
+    rec("c", "Pending", 40_000.0, 41_800.0, gpus=1, wait=10.0, user="bob"),  # failed attempt, retried
     rec("c", "Succeeded", 42_000.0, 43_800.0, gpus=1, wait=100.0, attempt=2, user="bob"),
-    rec("d", "Cancelled", None, 50_000.0, gpus=0, labels={"team": "vision"}),            # dependency failed
+    rec("d", "Cancelled", None, 50_000.0, gpus=0, labels={"team": "vision"}),  # dependency failed
 ]
 ROWS = {
-    "a": {"phase": "Succeeded", "attempt": 1, "startTime": 20_000.0, "completionTime": 23_600.0004, "gpus": 2, "labels": {"team": "vision"}},
-    "r": {"phase": "Running", "attempt": 1, "startTime": NOW - 1800, "created": NOW - 1900, "gpus": 4, "labels": {"team": "vision"}, "manifest": "jobs/r.yaml"},
+    "a": {
+        "phase": "Succeeded",
+        "attempt": 1,
+        "startTime": 20_000.0,
+        "completionTime": 23_600.0004,
+        "gpus": 2,
+        "labels": {"team": "vision"},
+    },
+    "r": {
+        "phase": "Running",
+        "attempt": 1,
+        "startTime": NOW - 1800,
+        "created": NOW - 1900,
+        "gpus": 4,
+        "labels": {"team": "vision"},
+        "manifest": "jobs/r.yaml",
+    },
     "p": {"phase": "Pending", "attempt": 0, "gpus": 1},
-    "f": {"phase": "Failed", "attempt": 1, "startTime": 60_000.0, "completionTime": 60_360.0, "created": 59_990.0, "gpus": 0, "manifest": "jobs/f.yaml"},
+    "f": {
+        "phase": "Failed",
+        "attempt": 1,
+        "startTime": 60_000.0,
+        "completionTime": 60_360.0,
+        "created": 59_990.0,
+        "gpus": 0,
+        "manifest": "jobs/f.yaml",
+    },
 }
 
 
@@ -49,7 +82,9 @@ def test_compute_counts_outcomes_waits_runtimes_and_gpu_hours():
     # waits: a 60, b 120, c 10 and 100, f 10 (start - created, attempt 1), r 100
     assert r["wait"]["count"] == 6 and r["wait"]["mean"] == pytest.approx(400 / 6) and r["wait"]["p95"] == 120
     # runtimes of finished attempts: 3600, 3600, 1800, 1800, 360
-    assert r["runtime"]["count"] == 5 and r["runtime"]["mean"] == pytest.approx(11160 / 5) and r["runtime"]["p95"] == 3600
+    assert (
+        r["runtime"]["count"] == 5 and r["runtime"]["mean"] == pytest.approx(11160 / 5) and r["runtime"]["p95"] == 3600
+    )
     # GPU-hours: a 2, b 1, c 0.5 + 0.5, r 4 x 0.5 so far = 6
     assert r["gpuHours"] == pytest.approx(6.0)
     unmeasured = {"gpuHoursUsed": 0.0, "gpuHoursMeasured": 0.0, "cpuHours": 0.0}  # no usage samples, no cgroups
@@ -68,7 +103,9 @@ def test_compute_sums_the_cgroups_cpu_time_and_peak_memory_of_ended_attempts():
     ]
     r = compute(history, {}, SINCE, NOW)
     assert r["cpuHours"] == pytest.approx(2.0)
-    assert r["byUser"]["alice"]["cpuHours"] == pytest.approx(1.5) and r["byUser"]["bob"]["cpuHours"] == pytest.approx(0.5)
+    assert r["byUser"]["alice"]["cpuHours"] == pytest.approx(1.5) and r["byUser"]["bob"]["cpuHours"] == pytest.approx(
+        0.5
+    )
     assert r["peakMemory"] == {"mean": 1.5 * (1 << 30), "max": 2 << 30, "count": 2}
 
 
@@ -94,8 +131,18 @@ def test_gpu_hours_used_against_allocated_on_a_scripted_history(home):
     ]
     (home / "run").mkdir()
     (home / "run" / "history.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    index = {"jobs": {"run": {"phase": "Running", "attempt": 1, "startTime": now - 1800, "gpus": 2,
-                              "labels": {"team": "nlp"}, "gpuHoursUsed": 0.75}}}
+    index = {
+        "jobs": {
+            "run": {
+                "phase": "Running",
+                "attempt": 1,
+                "startTime": now - 1800,
+                "gpus": 2,
+                "labels": {"team": "nlp"},
+                "gpuHoursUsed": 0.75,
+            }
+        }
+    }
     (home / "run" / "index.json").write_text(json.dumps(index))
     r = compute([*lines], index["jobs"], 0.0, now, users=lambda m: "carol")
     assert r["gpuHours"] == pytest.approx(8 + 1 + 2 + 1 + 1)
@@ -103,7 +150,9 @@ def test_gpu_hours_used_against_allocated_on_a_scripted_history(home):
     assert r["gpuHoursMeasured"] == pytest.approx(8 + 1 + 2 + 1)  # "old" was never sampled
     assert r["byUser"]["alice"]["gpuHoursUsed"] == pytest.approx(2.9) and r["byUser"]["alice"]["gpuHours"] == 9.0
     assert r["byUser"]["bob"]["gpuHoursUsed"] == pytest.approx(0.1) and r["byUser"]["bob"]["gpuHoursMeasured"] == 2.0
-    assert r["byLabel"]["team=nlp"]["gpuHoursUsed"] == pytest.approx(0.85) and r["byLabel"]["team=nlp"]["gpuHours"] == 3.0
+    assert (
+        r["byLabel"]["team=nlp"]["gpuHoursUsed"] == pytest.approx(0.85) and r["byLabel"]["team=nlp"]["gpuHours"] == 3.0
+    )
     # a window that cuts ddp's 2 h in half counts half of its used hours
     cut = compute([lines[0]], {}, now - 10_000 + 3600, now, users=lambda m: "alice")
     assert (cut["gpuHours"], cut["gpuHoursUsed"]) == (pytest.approx(4.0), pytest.approx(1.0))
@@ -121,20 +170,36 @@ def test_gpu_hours_used_against_allocated_on_a_scripted_history(home):
 
 def gflowctl(home, *args):
     env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "controller.cli.main", *args], capture_output=True, text=True, env=env, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *args], capture_output=True, text=True, env=env, timeout=30
+    )
 
 
 def test_finished_jobs_deleted_later_still_count(home, gflowd):
     daemon = gflowd()
-    write_manifest(home / "jobs", "ok.yaml", "metadata: {name: ok, labels: {team: vision}}\nspec:\n  command: [sh, -c, 'sleep 0.2']\n")
-    write_manifest(home / "jobs", "bad.yaml", "metadata: {name: bad, labels: {team: nlp}}\nspec:\n  command: [sh, -c, 'exit 2']\n")
+    write_manifest(
+        home / "jobs",
+        "ok.yaml",
+        "metadata: {name: ok, labels: {team: vision}}\nspec:\n  command: [sh, -c, 'sleep 0.2']\n",
+    )
+    write_manifest(
+        home / "jobs", "bad.yaml", "metadata: {name: bad, labels: {team: nlp}}\nspec:\n  command: [sh, -c, 'exit 2']\n"
+    )
     wait_phase(home, "ok", "Succeeded", daemon=daemon)
     wait_phase(home, "bad", "Failed", daemon=daemon)
-    wait_for(lambda: (home / "run" / "history.jsonl").exists() and len((home / "run" / "history.jsonl").read_text().splitlines()) == 2,
-             message="two history lines")
+    wait_for(
+        lambda: (
+            (home / "run" / "history.jsonl").exists()
+            and len((home / "run" / "history.jsonl").read_text().splitlines()) == 2
+        ),
+        message="two history lines",
+    )
     (home / "jobs" / "ok.yaml").unlink()
     (home / "jobs" / "bad.yaml").unlink()
-    wait_for(lambda: not (home / "status" / "ok.yaml").exists() and not (home / "status" / "bad.yaml").exists(), message="statuses removed")
+    wait_for(
+        lambda: not (home / "status" / "ok.yaml").exists() and not (home / "status" / "bad.yaml").exists(),
+        message="statuses removed",
+    )
     result = gflowctl(home, "stats", "-o", "json")
     assert result.returncode == 0, result.stderr
     r = json.loads(result.stdout)

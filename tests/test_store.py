@@ -200,7 +200,9 @@ def test_replacing_a_file_atomically_is_seen(spec):
 BAD_FILES = [
     pytest.param(b"# " + b"x" * MAX_MANIFEST_BYTES + b"\n", "Invalid", "over the 1 MiB limit", id="oversized"),
     pytest.param(b"spec:\x00\x01\x02", "Invalid", "file is binary, not YAML text", id="binary"),
-    pytest.param(b"spec:\n  command: [caf\xe9]\n", "Invalid", "file is not UTF-8 text (bad byte at offset 21)", id="latin-1"),
+    pytest.param(
+        b"spec:\n  command: [caf\xe9]\n", "Invalid", "file is not UTF-8 text (bad byte at offset 21)", id="latin-1"
+    ),
     pytest.param(b"spec: {command: [a]\n", "YAMLError", "YAML syntax error: ", id="yaml-syntax"),
     pytest.param(b"spec:\n  command: [a]\n bad: indent\n", "YAMLError", "YAML syntax error: ", id="yaml-indent"),
 ]
@@ -449,7 +451,7 @@ def test_parse_cache_spares_a_restart_from_reparsing_unchanged_files(tmp_path):
     assert "line 3" in bad.message
     assert sorted(d.name for d in second.documents()) == sorted(d.name for d in first.documents())
     # the spec hashes come from the cache too, and are the ones a parse computes
-    hashes = lambda store: {d.name: (d.spec_hash, d.run_hash) for d in store.documents() if d.name != "bad"}  # noqa: E731
+    hashes = lambda store: {d.name: (d.spec_hash, d.run_hash) for d in store.documents() if d.name != "bad"}
     assert hashes(second) == hashes(first) and len(hashes(first)) == 5
 
     (spec / "j0.yaml").write_text("spec:\n  command: [echo, changed]\n")
@@ -492,7 +494,7 @@ def test_a_restart_admits_cached_jobs_from_their_facts_and_builds_each_model_onl
         "metadata: {name: first}\nspec: {command: [echo, '1']}\n---\n---\nmetadata: {name: second}\nspec: {script: 'echo 2'}\n"
     )
     (spec / "sweep.yaml").write_text(
-"kind: Sweep\nmetadata: {name: sw}\nspec:\n  template: {command: [echo, '{x}']}\n  matrix: {x: ['1', '2']}\n"
+        "kind: Sweep\nmetadata: {name: sw}\nspec:\n  template: {command: [echo, '{x}']}\n  matrix: {x: ['1', '2']}\n"
     )
     cache = tmp_path / "cache.json"
     first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
@@ -511,7 +513,11 @@ def test_a_restart_admits_cached_jobs_from_their_facts_and_builds_each_model_onl
     for name, job in jobs.items():
         assert job.facts == before[name].facts
         assert (job.spec_hash, job.run_hash, job.doc_index, job.source) == (
-            before[name].spec_hash, before[name].run_hash, before[name].doc_index, before[name].source)
+            before[name].spec_hash,
+            before[name].run_hash,
+            before[name].doc_index,
+            before[name].source,
+        )
         assert job.job == before[name].job  # built on first read, as a parse builds it
     assert jobs["plain"].job.metadata.name == "plain" and model_built(jobs["rich"])
 
@@ -552,7 +558,9 @@ def test_a_cache_line_that_is_not_an_entry_costs_a_parse(tmp_path):
     (spec / "b.yaml").write_text("spec:\n  command: [echo]\n")
     cache = tmp_path / "cache.json"
     head = _json.dumps({"version": CACHE_VERSION, "specDir": str(spec)})
-    cache.write_text(f"{head}\nno tab here\n{_json.dumps(str(spec / 'a.yaml'))}\t[[1, 2\n{_json.dumps(str(spec / 'b.yaml'))}\t5\n")
+    cache.write_text(
+        f"{head}\nno tab here\n{_json.dumps(str(spec / 'a.yaml'))}\t[[1, 2\n{_json.dumps(str(spec / 'b.yaml'))}\t5\n"
+    )
     store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     store.scan()
     assert (store.parses, store.cache_hits) == (2, 0) and sorted(d.name for d in store.documents()) == ["a", "b"]

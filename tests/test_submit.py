@@ -41,8 +41,10 @@ def manifest_of(argv: list[str], **kwargs):
         (["--", "python3", "train.py"], {"command": ["python3", "train.py"], "workingDir": "/home/ada/proj"}),
         (["--gpus", "2", "--gpu-type", "H100", "--", "x"], {"resources": {"gpus": 2, "gpuType": "H100"}}),
         (["-G2", "--", "x"], {"resources": {"gpus": 2}}),
-        (["--shared", "--gpus=1", "--gpu-memory", "20Gi", "--", "x"],
-         {"sharing": "Shared", "resources": {"gpus": 1, "gpuMemory": "20Gi"}}),
+        (
+            ["--shared", "--gpus=1", "--gpu-memory", "20Gi", "--", "x"],
+            {"sharing": "Shared", "resources": {"gpus": 1, "gpuMemory": "20Gi"}},
+        ),
         (["--memory", "16Gi", "--", "x"], {"resources": {"memory": "16Gi"}}),
         (["--mem", "4096", "--", "x"], {"resources": {"memory": "4096Mi"}}),
         (["--time", "4h", "--", "x"], {"timeLimit": "4h"}),
@@ -55,8 +57,10 @@ def manifest_of(argv: list[str], **kwargs):
         (["--workdir", "sub/dir", "--", "x"], {"workingDir": "/home/ada/proj/sub/dir"}),
         (["--workdir", "~/data", "--", "x"], {"workingDir": "~/data"}),
         (["--workdir", "/abs", "--", "x"], {"workingDir": "/abs"}),
-        (["--after", "prep", "--after", "other:failed", "--", "x"],
-         {"dependsOn": [{"job": "prep"}, {"job": "other", "condition": "Failed"}]}),
+        (
+            ["--after", "prep", "--after", "other:failed", "--", "x"],
+            {"dependsOn": [{"job": "prep"}, {"job": "other", "condition": "Failed"}]},
+        ),
         (["--after", "@:Finished", "--", "x"], {"dependsOn": [{"job": "last-one", "condition": "Finished"}]}),
     ],
 )
@@ -124,22 +128,36 @@ def test_bad_input_gets_one_line_naming_the_fix(argv, message):
 
 @pytest.mark.parametrize(
     "text, seconds",
-    [("30", 1800), ("5:30", 330), ("1:00:00", 3600), ("2-12", 216000), ("1-02:30", 95400),
-     ("1-00:00:05", 86405), ("4h30m", 16200), ("90s", 90), ("1.5h", 5400)],
+    [
+        ("30", 1800),
+        ("5:30", 330),
+        ("1:00:00", 3600),
+        ("2-12", 216000),
+        ("1-02:30", 95400),
+        ("1-00:00:05", 86405),
+        ("4h30m", 16200),
+        ("90s", 90),
+        ("1.5h", 5400),
+    ],
 )
 def test_time_in_slurm_and_go_formats(text, seconds):
     assert parse_time(text) == seconds
 
 
 def test_sweeps_from_params_and_arrays():
-    sweep = manifest_of(["--param", "lr=0.1,0.01", "--param", "bs=32,64", "--gpus", "1", "--", "python3", "t.py", "--lr", "{lr}"])
+    sweep = manifest_of(
+        ["--param", "lr=0.1,0.01", "--param", "bs=32,64", "--gpus", "1", "--", "python3", "t.py", "--lr", "{lr}"]
+    )
     assert sweep.kind == "sweep" and sweep.manifest["kind"] == "Sweep"
     assert sweep.manifest["spec"]["matrix"] == {"lr": ["0.1", "0.01"], "bs": ["32", "64"]}
     assert sweep.manifest["spec"]["template"]["command"][-1] == "{lr}"
     assert sweep.manifest["spec"]["template"]["resources"] == {"gpus": 1}
     array = manifest_of(["--array", "0-9%2", "--", "x"])
     assert array.manifest["spec"]["indices"] == "0-9" and array.manifest["spec"]["parallelism"] == 2
-    assert array.manifest["spec"]["template"]["env"] == {"SLURM_ARRAY_TASK_ID": "{index}", "GFLOW_ARRAY_TASK_ID": "{index}"}
+    assert array.manifest["spec"]["template"]["env"] == {
+        "SLURM_ARRAY_TASK_ID": "{index}",
+        "GFLOW_ARRAY_TASK_ID": "{index}",
+    }
     limited = manifest_of(["--param", "a=1,2,3", "--max-concurrent", "1", "--", "x"])
     assert limited.manifest["spec"]["parallelism"] == 1
 
@@ -166,8 +184,14 @@ python3 train.py
 def test_sbatch_directives_of_the_leading_block_only():
     directives = read_directives(SBATCH, "train.sh")
     assert directives.options == {
-        "name": "My_Train", "gpu_type": "a100", "gpus": "1", "time": "2-00:30:00", "memory": "16G",
-        "after": ["prep:Succeeded", "clean:Succeeded", "eval:Finished"], "array": "0-3%2", "priority": "5",
+        "name": "My_Train",
+        "gpu_type": "a100",
+        "gpus": "1",
+        "time": "2-00:30:00",
+        "memory": "16G",
+        "after": ["prep:Succeeded", "clean:Succeeded", "eval:Finished"],
+        "array": "0-3%2",
+        "priority": "5",
         "sbatch_script": True,
     }
     assert directives.warnings == [
@@ -176,8 +200,7 @@ def test_sbatch_directives_of_the_leading_block_only():
     ]
     assert directives.name_from_sbatch
     options = merge(directives.options, parse_flags(["--gpus", "3", "--array", "0-1"])[0])
-    sub = build(options, script_text=SBATCH, script_path="/p/train.sh", cwd="/p", suffix="zz9",
-                name_from_sbatch=True)
+    sub = build(options, script_text=SBATCH, script_path="/p/train.sh", cwd="/p", suffix="zz9", name_from_sbatch=True)
     assert sub.name == "my-train-zz9"
     spec = sub.manifest["spec"]
     assert spec["indices"] == "0-1" and "parallelism" not in spec  # the flag's array replaced the directive's
@@ -187,7 +210,10 @@ def test_sbatch_directives_of_the_leading_block_only():
 
 
 def test_gflow_directives_are_gflow_flags_and_typos_stop():
-    assert read_directives("#!/bin/sh\n# GFLOW --gpus 1 --env A=1 # comment\n", "s").options == {"gpus": "1", "env": ["A=1"]}
+    assert read_directives("#!/bin/sh\n# GFLOW --gpus 1 --env A=1 # comment\n", "s").options == {
+        "gpus": "1",
+        "env": ["A=1"],
+    }
     with pytest.raises(SubmitError, match="s line 2: unknown flag --gpu"):
         read_directives("#!/bin/sh\n# GFLOW --gpu 1\n", "s")
     with pytest.raises(SubmitError, match="--wait is not allowed in a # GFLOW directive"):
@@ -196,8 +222,13 @@ def test_gflow_directives_are_gflow_flags_and_typos_stop():
 
 @pytest.mark.parametrize(
     "script",
-    ["#!/bin/bash\necho a\n", "echo no shebang, no final newline", "  indented first\n\n\n",
-     "#!/usr/bin/env python3\nprint('x')\nGFLOW_PINNED_SCRIPT\n", "\ttab\n"],
+    [
+        "#!/bin/bash\necho a\n",
+        "echo no shebang, no final newline",
+        "  indented first\n\n\n",
+        "#!/usr/bin/env python3\nprint('x')\nGFLOW_PINNED_SCRIPT\n",
+        "\ttab\n",
+    ],
 )
 def test_a_pinned_script_survives_the_yaml_round_trip(script):
     sub = manifest_of(["x", "--lr", "it's"], script_text=script, script_path="/p/x", script_args=["--lr", "it's"])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from helpers import wait_phase
 from shared_box import make_box, remove_box
 
@@ -33,11 +32,25 @@ def test_mistakes_are_refused_with_the_fix_and_no_check_submits_anyway(box, gflo
     write(box, "notexecutable.sh", "echo hi\n")
     write(box, "tool", "#!/bin/sh\necho tool\n", 0o755)
     expected = {
-        ("--", "trian.py"): "trian.py: not found on the job's PATH (yours, as --export carries it); did you mean: -- python3 train.py",
-        ("--", "./notexecutable.sh"): "./notexecutable.sh is not executable: chmod +x ./notexecutable.sh, or did you mean: -- bash ./notexecutable.sh",
-        ("train.py",): "train.py has no #! line and looks like Python (bash would run it): did you mean: gflowctl run -- python3 train.py",
+        (
+            "--",
+            "trian.py",
+        ): "trian.py: not found on the job's PATH (yours, as --export carries it); did you mean: -- python3 train.py",
+        (
+            "--",
+            "./notexecutable.sh",
+        ): "./notexecutable.sh is not executable: chmod +x ./notexecutable.sh, or did you mean: -- bash ./notexecutable.sh",
+        (
+            "train.py",
+        ): "train.py has no #! line and looks like Python (bash would run it): did you mean: gflowctl run -- python3 train.py",
         ("--", "./missing.sh"): f"./missing.sh: no such file in {box.project}",
-        ("--", "python3", "trian.py", "--lr", "1"): f"trian.py: no such file in {box.project}; did you mean: -- python3 train.py --lr 1",
+        (
+            "--",
+            "python3",
+            "trian.py",
+            "--lr",
+            "1",
+        ): f"trian.py: no such file in {box.project}; did you mean: -- python3 train.py --lr 1",
         ("--export=NONE", "--", "./train.py"): "./train.py is not executable",
     }
     for argv, message in expected.items():

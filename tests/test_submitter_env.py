@@ -10,7 +10,6 @@ import stat
 import subprocess
 
 import pytest
-
 from helpers import read_log, wait_phase
 from shared_box import make_box, remove_box
 
@@ -46,7 +45,9 @@ def test_run_carries_the_activated_venv_and_the_users_variables(box, gflowd):
     assert (seen["token"], seen["mine"]) == ("the-users", "spec")
     kept = box.home / "jobs" / f".{name}.env"
     info = kept.stat()
-    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (box.user.pw_uid, 0o600), "the environment is readable by others"
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (box.user.pw_uid, 0o600), (
+        "the environment is readable by others"
+    )
     assert b"SLURM_JOB_ID" not in kept.read_bytes() and b"TERM=" not in kept.read_bytes()
     result = box.gflowctl("delete", "job", name)
     assert result.returncode == 0, result.stderr
@@ -65,7 +66,9 @@ def test_export_none_gives_the_login_basics_only(box, gflowd):
 def test_sbatch_export_line_and_a_variable_list(box, gflowd):
     daemon = gflowd(home=box.home)
     script = box.project / "job.sh"
-    script.write_text("#!/bin/bash\n#SBATCH --export=MY_TOKEN,EXTRA=set-here\necho token=${MY_TOKEN:-} extra=$EXTRA other=${OTHER:--}\n")
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --export=MY_TOKEN,EXTRA=set-here\necho token=${MY_TOKEN:-} extra=$EXTRA other=${OTHER:--}\n"
+    )
     os.chown(script, box.user.pw_uid, box.user.pw_gid)
     name = submit(box, str(script), env=box.env(MY_TOKEN="t1", OTHER="o"))
     wait_phase(box.home, name, "Succeeded", daemon=daemon, timeout=60)
@@ -80,22 +83,27 @@ def test_a_file_not_the_job_owners_is_never_read(box, gflowd):
     secret.write_bytes(b"ROOT_SECRET=hunter2\0")
     os.chmod(secret, 0o600)
     manifest = jobs / "steal.yaml"
-    manifest.write_text("apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: steal\n"
-                        "  annotations: {gflow.dev/environment: .roots.env}\nspec:\n  command: [env]\n")
+    manifest.write_text(
+        "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: steal\n"
+        "  annotations: {gflow.dev/environment: .roots.env}\nspec:\n  command: [env]\n"
+    )
     os.chown(manifest, box.user.pw_uid, box.user.pw_gid)
     status = wait_phase(box.home, "steal", "Failed", daemon=daemon, timeout=60)
     assert "hunter2" not in read_log(box.home, "steal")
     assert "environment" in status["message"], status
 
 
-@pytest.mark.parametrize("export, want", [
-    (None, {"A": "1", "PATH": "/v/bin"}),
-    ("ALL", {"A": "1", "PATH": "/v/bin"}),
-    ("NONE", None),
-    ("A", {"A": "1"}),
-    ("A,B=2", {"A": "1", "B": "2"}),
-    ("ALL,B=2", {"A": "1", "PATH": "/v/bin", "B": "2"}),
-])
+@pytest.mark.parametrize(
+    "export, want",
+    [
+        (None, {"A": "1", "PATH": "/v/bin"}),
+        ("ALL", {"A": "1", "PATH": "/v/bin"}),
+        ("NONE", None),
+        ("A", {"A": "1"}),
+        ("A,B=2", {"A": "1", "B": "2"}),
+        ("ALL,B=2", {"A": "1", "PATH": "/v/bin", "B": "2"}),
+    ],
+)
 def test_exported_env_follows_sbatch(export, want):
     environ = {"A": "1", "PATH": "/v/bin", "PWD": "/x", "SLURM_JOB_ID": "3", "GFLOW_HOME": "/h", "TERM": "xterm"}
     assert exported_env(export, environ) == want
@@ -109,11 +117,21 @@ def test_a_bad_export_names_the_fix(export):
 
 def test_the_python_clients_submit_carries_it_too(box, gflowd):
     daemon = gflowd(home=box.home)
-    code = ("from controller.client import Client; import sys; "
-            f"print(Client(home={str(box.home)!r}).submit(['python3', '-c', sys.argv[1]]).name)")
-    result = subprocess.run([str(box.venv / "bin" / "python"), "-c", code, PROBE], env=box.env(MY_TOKEN="from-client"),
-                            cwd=str(box.project), capture_output=True, text=True, timeout=60,
-                            user=box.user.pw_uid, group=box.user.pw_gid, extra_groups=[])
+    code = (
+        "from controller.client import Client; import sys; "
+        f"print(Client(home={str(box.home)!r}).submit(['python3', '-c', sys.argv[1]]).name)"
+    )
+    result = subprocess.run(
+        [str(box.venv / "bin" / "python"), "-c", code, PROBE],
+        env=box.env(MY_TOKEN="from-client"),
+        cwd=str(box.project),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        user=box.user.pw_uid,
+        group=box.user.pw_gid,
+        extra_groups=[],
+    )
     assert result.returncode == 0, result.stderr
     name = result.stdout.strip()
     wait_phase(box.home, name, "Succeeded", daemon=daemon, timeout=60)

@@ -25,7 +25,9 @@ spec:
 
 
 def docs(text: str, stem: str = "lr") -> list:
-    return validate_any(load_one(text), source=f"jobs/{stem}.yaml", path=f"/h/jobs/{stem}.yaml", stem=stem, single=True, text=text)
+    return validate_any(
+        load_one(text), source=f"jobs/{stem}.yaml", path=f"/h/jobs/{stem}.yaml", stem=stem, single=True, text=text
+    )
 
 
 def test_matrix_expands_in_order_with_env_and_substitution():
@@ -35,7 +37,13 @@ def test_matrix_expands_in_order_with_env_and_substitution():
     first, last = children[0], children[-1]
     assert first.spec.command == ["python3", "train.py", "--lr", "0.1", "--bs", "32"]
     assert last.spec.command == ["python3", "train.py", "--lr", "0.01", "--bs", "128"]
-    assert last.spec.env == {"TAG": "run-5", "LR": "0.01", "BATCH": "128", "GFLOW_SWEEP_NAME": "lr", "GFLOW_SWEEP_INDEX": "5"}
+    assert last.spec.env == {
+        "TAG": "run-5",
+        "LR": "0.01",
+        "BATCH": "128",
+        "GFLOW_SWEEP_NAME": "lr",
+        "GFLOW_SWEEP_INDEX": "5",
+    }
     assert all(c.owner == "lr" for c in children)
     assert first.job.metadata.labels["gflow.dev/sweep"] == "lr"
 
@@ -71,7 +79,9 @@ def test_invalid_sweeps_are_rejected_with_the_field(extra, message):
 
 
 def test_a_job_named_like_a_child_is_a_duplicate_and_the_first_owner_keeps_it():
-    job = validate_any(load_one("spec: {command: [x]}"), source="jobs/lr-1.yaml", path="/h/jobs/lr-1.yaml", stem="lr-1", single=True)
+    job = validate_any(
+        load_one("spec: {command: [x]}"), source="jobs/lr-1.yaml", path="/h/jobs/lr-1.yaml", stem="lr-1", single=True
+    )
     result = admit([*docs(SWEEP), *job], current_sources={"lr-1": "jobs/lr-1.yaml"})
     assert result.jobs["lr-1"].owner is None  # the standalone job owned the name first
     assert "lr-0" in result.jobs and "lr" in result.sweeps

@@ -20,9 +20,9 @@ import pytest
 from helpers import pid_alive, wait_for, wait_phase, write_manifest
 
 from controller.act.runtime import record
+from controller.act.runtime.backends.local.attempt import rebooted_since
 from controller.act.runtime.cgroups import CgroupError, Cgroupfs, systemd_scope
 from controller.act.runtime.cgroups.discover import parse_mountinfo
-from controller.act.runtime.backends.local.attempt import rebooted_since
 from controller.act.runtime.shim import MAIN_FILE as SUPERVISOR_FILE
 from controller.daemon.main import JournalFormatter, on_journal
 
@@ -51,8 +51,16 @@ def test_decide_uses_a_scope_only_under_systemd_on_pure_cgroup_v2(booted, proc_c
 
 def test_scope_argv_is_systemd_run_scope_delegated_collected_exec_ing_the_keeper():
     assert systemd_scope.scope_argv("system", "gflow-0123456789.scope", "gflow jobs") == [
-        "systemd-run", "--scope", "--quiet", "--collect", "--unit=gflow-0123456789.scope", "--property=Delegate=yes",
-        "--description=gflow jobs", "--", "sleep", "infinity",
+        "systemd-run",
+        "--scope",
+        "--quiet",
+        "--collect",
+        "--unit=gflow-0123456789.scope",
+        "--property=Delegate=yes",
+        "--description=gflow jobs",
+        "--",
+        "sleep",
+        "infinity",
     ]
     assert systemd_scope.scope_argv("user", "x.scope", "d")[:3] == ["systemd-run", "--user", "--scope"]
     assert systemd_scope.show_argv("user", "x.scope")[:3] == ["systemctl", "--user", "show"]
@@ -67,8 +75,15 @@ def test_from_systemd_253_the_scope_continues_past_a_jobs_oom_kill_instead_of_st
 
 
 def test_parse_show_reads_key_value_lines():
-    shown = systemd_scope.parse_show("ActiveState=active\nControlGroup=/system.slice/gflow-a.scope\nDelegate=yes\nX=a=b\n")
-    assert shown == {"ActiveState": "active", "ControlGroup": "/system.slice/gflow-a.scope", "Delegate": "yes", "X": "a=b"}
+    shown = systemd_scope.parse_show(
+        "ActiveState=active\nControlGroup=/system.slice/gflow-a.scope\nDelegate=yes\nX=a=b\n"
+    )
+    assert shown == {
+        "ActiveState": "active",
+        "ControlGroup": "/system.slice/gflow-a.scope",
+        "Delegate": "yes",
+        "X": "a=b",
+    }
 
 
 def test_the_user_hint_names_linger_and_the_delegate_dropin():
@@ -154,9 +169,15 @@ def test_create_waits_until_the_keeper_runs_in_the_scope(cgroup2, tmp_path, monk
     scope_dir = os.path.join(base, unit)
     argv_file = tmp_path / "argv"
     # the job queue: the move comes a little after the call; then systemd-run execs the command
-    monkeypatch.setenv("PATH", _fake_systemd_run(tmp_path, f'echo "$@" > {argv_file}\nsleep 0.3\nmkdir -p {scope_dir}\n'
-                                                          f'echo $$ > {scope_dir}/cgroup.procs\n'
-                                                          'while [ "$1" != -- ]; do shift; done; shift; exec "$@"\n'))
+    monkeypatch.setenv(
+        "PATH",
+        _fake_systemd_run(
+            tmp_path,
+            f'echo "$@" > {argv_file}\nsleep 0.3\nmkdir -p {scope_dir}\n'
+            f"echo $$ > {scope_dir}/cgroup.procs\n"
+            'while [ "$1" != -- ]; do shift; done; shift; exec "$@"\n',
+        ),
+    )
     scope = systemd_scope.create(unit, "system", "gflow jobs")
     keeper = int(Path(scope_dir, "cgroup.procs").read_text().split()[0])
     try:
@@ -171,9 +192,14 @@ def test_create_waits_until_the_keeper_runs_in_the_scope(cgroup2, tmp_path, monk
 
 @pytest.mark.e2e
 def test_a_refused_scope_is_one_line_naming_what_systemd_run_said(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", _fake_systemd_run(tmp_path, 'echo "Failed to start transient scope unit: Access denied" >&2\nexit 1\n'))
-    with pytest.raises(CgroupError, match=r"^systemd scope: systemd-run --scope --unit=gflow-a.scope failed: "
-                                          r"Failed to start transient scope unit: Access denied$"):
+    monkeypatch.setenv(
+        "PATH", _fake_systemd_run(tmp_path, 'echo "Failed to start transient scope unit: Access denied" >&2\nexit 1\n')
+    )
+    with pytest.raises(
+        CgroupError,
+        match=r"^systemd scope: systemd-run --scope --unit=gflow-a.scope failed: "
+        r"Failed to start transient scope unit: Access denied$",
+    ):
         systemd_scope.create("gflow-a.scope", "system", "d", Cgroupfs())
 
 
@@ -183,12 +209,18 @@ def test_the_launcher_enters_the_scope_leaf_before_it_forks_any_supervisor(cgrou
     leaf = os.path.join(base, "supervisors")
     os.mkdir(leaf)
     wake_r, wake_w = os.pipe()
-    launcher = subprocess.Popen([sys.executable, "-I", "-S", SUPERVISOR_FILE, "--launcher", str(wake_w),
-                                 os.path.join(leaf, "cgroup.procs")], stdin=subprocess.PIPE, pass_fds=(wake_w,))
+    launcher = subprocess.Popen(
+        [sys.executable, "-I", "-S", SUPERVISOR_FILE, "--launcher", str(wake_w), os.path.join(leaf, "cgroup.procs")],
+        stdin=subprocess.PIPE,
+        pass_fds=(wake_w,),
+    )
     made.append(launcher)
     os.close(wake_w)
-    wait_for(lambda: _cgroup_of(launcher.pid).endswith(f"/{os.path.basename(base)}/supervisors"), timeout=20,
-             message="the launcher in the scope's supervisors leaf")
+    wait_for(
+        lambda: _cgroup_of(launcher.pid).endswith(f"/{os.path.basename(base)}/supervisors"),
+        timeout=20,
+        message="the launcher in the scope's supervisors leaf",
+    )
     launcher.stdin.close()  # gflowd gone: the launcher ends, its (no) supervisors live on
     assert launcher.wait(20) == 0
     os.close(wake_r)
@@ -199,7 +231,8 @@ def test_the_launcher_enters_the_scope_leaf_before_it_forks_any_supervisor(cgrou
 
 def test_rebooted_since_names_both_boots_or_nothing():
     assert rebooted_since("aaaaaaaa-1", "bbbbbbbb-2") == (
-        "lost to a reboot of the machine: it was started in boot aaaaaaaa, this is boot bbbbbbbb")
+        "lost to a reboot of the machine: it was started in boot aaaaaaaa, this is boot bbbbbbbb"
+    )
     assert rebooted_since("same", "same") == ""
     assert rebooted_since(None, "b") == "" and rebooted_since("a", "") == ""  # an older record; no boot id
 
@@ -218,8 +251,13 @@ def test_a_job_recorded_in_another_boot_is_lost_to_the_reboot_and_its_old_pids_a
     write_manifest(home / "jobs", "long.yaml", _script_job("long", "sleep 300"))
     wait_phase(home, "long", "Running", daemon=first)
     path = home / "run" / "attempts" / "long.1"
-    run = wait_for(lambda: ((record.read(str(path), ("run",)) or {}).get("run") or {}).get("jobPid") and
-                   record.read(str(path), ("run",))["run"], message="the run record with the job's pid")
+    run = wait_for(
+        lambda: (
+            ((record.read(str(path), ("run",)) or {}).get("run") or {}).get("jobPid")
+            and record.read(str(path), ("run",))["run"]
+        ),
+        message="the run record with the job's pid",
+    )
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(10)
     os.kill(run["supervisorPid"], signal.SIGKILL)
@@ -253,8 +291,13 @@ def test_a_job_its_supervisor_stopped_at_shutdown_says_so_after_the_reboot(home,
     write_manifest(home / "jobs", "long.yaml", _script_job("long", "sleep 300"))
     wait_phase(home, "long", "Running", daemon=first)
     path = home / "run" / "attempts" / "long.1"
-    run = wait_for(lambda: ((record.read(str(path), ("run",)) or {}).get("run") or {}).get("jobPid") and
-                   record.read(str(path), ("run",))["run"], message="the run record with the job's pid")
+    run = wait_for(
+        lambda: (
+            ((record.read(str(path), ("run",)) or {}).get("run") or {}).get("jobPid")
+            and record.read(str(path), ("run",))["run"]
+        ),
+        message="the run record with the job's pid",
+    )
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(10)
     os.kill(run["supervisorPid"], signal.SIGTERM)

@@ -45,11 +45,20 @@ def _plan(name: str, shared: bool = False, memory: int = 8, kind: str = "ok", gp
 
 def test_checker_reports_exclusive_overlap_memory_overcommit_and_double_start(tmp_path):
     plans = [_plan("a"), _plan("b"), _plan("s1", True, 10), _plan("s2", True, 10)]
-    ledger = _ledger(tmp_path, [
-        "start a 1 0 10.0 1", "start b 1 0 10.5 2", "end a 1 0 11.0 1 0", "end b 1 0 12.0 2 0",
-        "start s1 1 1 20.0 3", "start s2 1 1 20.1 4", "end s1 1 1 21.0 3 0", "end s2 1 1 21.0 4 0",
-        "start a 1 0 30.0 5",
-    ])
+    ledger = _ledger(
+        tmp_path,
+        [
+            "start a 1 0 10.0 1",
+            "start b 1 0 10.5 2",
+            "end a 1 0 11.0 1 0",
+            "end b 1 0 12.0 2 0",
+            "start s1 1 1 20.0 3",
+            "start s2 1 1 20.1 4",
+            "end s1 1 1 21.0 3 0",
+            "end s2 1 1 21.0 4 0",
+            "start a 1 0 30.0 5",
+        ],
+    )
     final = {p.name: {"phase": "Succeeded", "attempt": 1} for p in plans}
     violations = torture.check(plans, {p.name: p for p in plans}, ledger, final, {}, tmp_path)
     text = "\n".join(violations)

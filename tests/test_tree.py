@@ -23,8 +23,9 @@ PIPELINE = {
 
 def ctl(home: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True,
-                          env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_get_jobs_tree_draws_dependencies_and_sweeps(home, gflowd):
@@ -32,7 +33,10 @@ def test_get_jobs_tree_draws_dependencies_and_sweeps(home, gflowd):
         write_manifest(home / "jobs", name, text)
     daemon = gflowd()
     wait_phase(home, "report", "Succeeded", timeout=60, daemon=daemon)
-    wait_for(lambda: "dependsOn" in (ctl(home, "get", "jobs", "report", "-o", "json").stdout), message="dependsOn in the status")
+    wait_for(
+        lambda: "dependsOn" in (ctl(home, "get", "jobs", "report", "-o", "json").stdout),
+        message="dependsOn in the status",
+    )
 
     result = ctl(home, "get", "jobs", "--tree")
     assert result.returncode == 0, result.stderr
@@ -59,4 +63,7 @@ def test_get_jobs_tree_draws_dependencies_and_sweeps(home, gflowd):
     assert "2 children: 2 Succeeded" in result.stdout
 
     wrong = ctl(home, "get", "jobs", "--tree", "-o", "json")
-    assert wrong.returncode == 1 and wrong.stderr.strip() == "error: --tree draws the table; use it without -o json (or with -o wide)"
+    assert (
+        wrong.returncode == 1
+        and wrong.stderr.strip() == "error: --tree draws the table; use it without -o json (or with -o wide)"
+    )

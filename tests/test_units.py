@@ -245,4 +245,3 @@ def test_canonical_duration_text_is_a_fixed_point(d, h, m, s):
 )
 def test_format_age(seconds, expected):
     assert format_age(seconds) == expected
-

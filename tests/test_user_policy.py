@@ -31,7 +31,9 @@ def owned(doc, uid: int):
     return replace(doc, owner_uid=uid)
 
 
-def entry(name: str, owner: int, priority: int = 0, created: float = T0, usage: float = 0.0, cls: UserClass = UserClass()):
+def entry(
+    name: str, owner: int, priority: int = 0, created: float = T0, usage: float = 0.0, cls: UserClass = UserClass()
+):
     low, high = cls.priority_range
     return QueueEntry(name, owner, priority, created, usage, cls.rank, min(max(priority, low), high), cls.name)
 
@@ -53,7 +55,13 @@ def test_a_users_priority_orders_only_that_users_own_jobs():
         entry("alice-2", ALICE, 0, T0 + 3),
         entry("mallory-2", MALLORY, MAX_PRIORITY, T0 + 4),
     ]
-    assert names(order_queue(queue, DEFAULTS, T0 + 10)) == ["alice-1", "mallory-1", "mallory-2", "alice-2", "mallory-low"]
+    assert names(order_queue(queue, DEFAULTS, T0 + 10)) == [
+        "alice-1",
+        "mallory-1",
+        "mallory-2",
+        "alice-2",
+        "mallory-low",
+    ]
 
 
 def test_fair_share_puts_the_lighter_user_first_whatever_the_heavier_ones_priority():
@@ -84,9 +92,14 @@ def test_the_order_reason_says_what_stands_ahead():
     why = order_reasons(waiting)
     assert why["c"] == "class staff (rank 10); first in the queue"
     assert why["a1"] == "class default (rank 0); behind jobs of higher-ranked classes"
-    assert why["a2"] == ("class default (rank 0); behind jobs of the same user (its priority orders only its own jobs), "
-                         "higher-ranked classes")
-    assert why["m"] == "class default (rank 0); behind jobs of higher-ranked classes, users with less recent GPU use (fair share)"
+    assert why["a2"] == (
+        "class default (rank 0); behind jobs of the same user (its priority orders only its own jobs), "
+        "higher-ranked classes"
+    )
+    assert (
+        why["m"]
+        == "class default (rank 0); behind jobs of higher-ranked classes, users with less recent GPU use (fair share)"
+    )
 
 
 def test_in_the_controller_mallorys_60_top_priority_jobs_do_not_pass_alices():
@@ -100,7 +113,9 @@ def test_in_the_controller_mallorys_60_top_priority_jobs_do_not_pass_alices():
     world.tick(T0 + 2)
     assert world.state("alice").queue_position == 1
     order = condition(world.state("m0"), "QueueOrder")
-    assert order is not None and order["message"].endswith("behind jobs of users whose jobs waited longer or have a class-granted priority")
+    assert order is not None and order["message"].endswith(
+        "behind jobs of users whose jobs waited longer or have a class-granted priority"
+    )
     world.exit("blocker", 0, T0 + 3)
     plan = world.tick(T0 + 3)
     assert "alice" in started(plan)  # and one of mallory's beside it: two GPUs
@@ -132,8 +147,10 @@ def test_queue_limit_rejects_only_arrivals_beyond_it():
     waiting += [Waiting("a", "alice", ALICE, T0, established=False)]
     over = over_queue_limit(waiting, policy)
     assert sorted(over) == ["m3", "m4"]
-    assert over["m3"] == ("user mallory already has 3 jobs waiting to start, the most maxPendingJobsPerUser allows; "
-                          "delete this manifest and submit it again once fewer of yours wait")
+    assert over["m3"] == (
+        "user mallory already has 3 jobs waiting to start, the most maxPendingJobsPerUser allows; "
+        "delete this manifest and submit it again once fewer of yours wait"
+    )
     # established jobs are never taken back, even over a lowered limit
     assert over_queue_limit([Waiting(f"m{i}", "mallory", MALLORY, T0, True) for i in range(5)], policy) == {}
     # admins (root always) and a class's own limit
@@ -166,8 +183,12 @@ def test_the_1001st_waiting_job_is_rejected_and_stays_so_until_its_manifest_chan
 
 
 def test_a_retry_is_never_refused_by_the_queue_limit():
-    world = World(owned(job("a", resources={"gpus": 1}, backoffLimit=1), MALLORY), n_gpus=1, host=HOST,
-                  policy=Policy(max_pending_per_user=1))
+    world = World(
+        owned(job("a", resources={"gpus": 1}, backoffLimit=1), MALLORY),
+        n_gpus=1,
+        host=HOST,
+        policy=Policy(max_pending_per_user=1),
+    )
     world.tick(T0)
     world.put(owned(job("b", resources={"gpus": 1}), MALLORY))
     world.tick(T0 + 1)
@@ -187,7 +208,9 @@ def test_sweep_children_count_and_wait_beyond_the_limit():
     world = World(*docs, n_gpus=1, host=HOST, policy=Policy(max_pending_per_user=2))
     world.tick(T0)  # five arrive: two may wait (one of them starts at once)
     world.tick(T0 + 1)  # one waits now: one more may
-    phases = Counter(world.phase(f"sw-{i}")[0] if world.phase(f"sw-{i}")[1] != "QueueLimit" else "QueueLimit" for i in range(5))
+    phases = Counter(
+        world.phase(f"sw-{i}")[0] if world.phase(f"sw-{i}")[1] != "QueueLimit" else "QueueLimit" for i in range(5)
+    )
     assert phases == {"Running": 1, "Pending": 2, "QueueLimit": 2}  # a child waits, never Rejected
 
 
@@ -200,7 +223,9 @@ def test_running_limits_per_user_and_for_cpu_only_jobs():
     offers += [Offer(f"a{i}", "alice", ALICE, cpu_only=True) for i in range(3)]
     over = over_running_limits(offers, Counter({("mallory", MALLORY): 1}), running_cpu_jobs=2, policy=policy)
     assert sorted(over) == ["a1", "a2", "m1", "m2"]
-    assert over["m1"].startswith("user mallory has 2 jobs running or starting, the most maxRunningJobsPerUser allows (2)")
+    assert over["m1"].startswith(
+        "user mallory has 2 jobs running or starting, the most maxRunningJobsPerUser allows (2)"
+    )
     assert over["a1"].startswith("3 CPU-only jobs are running or starting, the most maxRunningCpuJobs allows (3)")
 
 
@@ -230,7 +255,9 @@ def reservation(name: str, users: tuple[str, ...], start: float, duration: str, 
 
 def test_reservation_violations_name_every_bound_and_spare_admins():
     limits = Policy(reservations=ReservationLimits())
-    problems = reservation_violations(limits, "mallory", MALLORY, ["mallory", "alice"], 4, T0 + 3650 * DAY, 36500 * DAY, T0)
+    problems = reservation_violations(
+        limits, "mallory", MALLORY, ["mallory", "alice"], 4, T0 + 3650 * DAY, 36500 * DAY, T0
+    )
     assert problems == [
         "spec.users: only an admin may reserve GPUs for others (alice)",
         "spec.gpus: 4 GPUs, at most 1 (reservations.maxGpus)",
@@ -295,18 +322,27 @@ def test_whoever_runs_gflowd_is_an_admin_of_its_instance():
 
 
 def test_defaults_are_conservative():
-    assert (DEFAULTS.max_pending_per_user, DEFAULTS.max_running_per_user, DEFAULTS.max_running_cpu_jobs) == (1000, None, 64)
+    assert (DEFAULTS.max_pending_per_user, DEFAULTS.max_running_per_user, DEFAULTS.max_running_cpu_jobs) == (
+        1000,
+        None,
+        64,
+    )
     assert DEFAULTS.reservations == ReservationLimits(("*",), 1, DAY, 7 * DAY, DAY)
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("classes: {staff: {priorityRange: [5, 1]}}", "config.yaml: classes.staff.priorityRange: expected [LOW, HIGH] with LOW <= HIGH, got [5, 1]"),
+        (
+            "classes: {staff: {priorityRange: [5, 1]}}",
+            "config.yaml: classes.staff.priorityRange: expected [LOW, HIGH] with LOW <= HIGH, got [5, 1]",
+        ),
         ("maxPendingJobsPerUser: -1", "config.yaml: maxPendingJobsPerUser: Input should be greater than or equal to 0"),
         ("reservations: {maxGpu: 2}", "config.yaml: reservations.maxGpu: Extra inputs are not permitted"),
-        ("classes: {a: {users: [carol]}, b: {users: [carol, dave]}}",
-         "config.yaml: classes: a user belongs to one class: carol is in a and b"),
+        (
+            "classes: {a: {users: [carol]}, b: {users: [carol, dave]}}",
+            "config.yaml: classes: a user belongs to one class: carol is in a and b",
+        ),
     ],
 )
 def test_a_bad_policy_setting_is_one_line_naming_it(tmp_path, text, message):

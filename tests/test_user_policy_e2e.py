@@ -27,7 +27,9 @@ from helpers import fake_gpus_file, job_status, read_status, run_as, wait_for, w
 
 from controller.cli.main import main
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: useradd, and gflowd as root running jobs as users")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: useradd, and gflowd as root running jobs as users"
+)
 
 TOP = 2**31 - 1
 
@@ -89,13 +91,25 @@ def test_mallorys_top_priority_jobs_do_not_run_before_alices(users, shared, gflo
     (_, alice), (_, mallory) = users["alice"], users["mallory"]
     daemon = gflowd("--fake-gpus", fake_gpus_file(tmp_path / "gpus.yaml", 1), home=shared)
     spec = shared / "jobs"
-    (spec / "blocker.yaml").write_text("metadata: {name: blocker}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n")
+    (spec / "blocker.yaml").write_text(
+        "metadata: {name: blocker}\nspec:\n  command: [sleep, '600']\n  resources: {gpus: 1}\n"
+    )
     wait_phase(shared, "blocker", "Running", daemon=daemon, timeout=60)
-    submit_as(alice, spec, "a.yaml", "metadata: {name: alice-job}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n")
+    submit_as(
+        alice, spec, "a.yaml", "metadata: {name: alice-job}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n"
+    )
     wait_phase(shared, "alice-job", "Pending", daemon=daemon, timeout=60)
-    submit_as(mallory, spec, "m.yaml", jobs("m", 60, f"  command: [sleep, '600']\n  resources: {{gpus: 1}}\n  priority: {TOP}\n"))
-    wait_for(lambda: all(p == "Pending" for p, _ in phases(shared, "m", 60)), timeout=90,
-             message=lambda: f"mallory's 60 jobs to wait: {phases(shared, 'm', 60)}\n{daemon.stderr()[-2000:]}")
+    submit_as(
+        mallory,
+        spec,
+        "m.yaml",
+        jobs("m", 60, f"  command: [sleep, '600']\n  resources: {{gpus: 1}}\n  priority: {TOP}\n"),
+    )
+    wait_for(
+        lambda: all(p == "Pending" for p, _ in phases(shared, "m", 60)),
+        timeout=90,
+        message=lambda: f"mallory's 60 jobs to wait: {phases(shared, 'm', 60)}\n{daemon.stderr()[-2000:]}",
+    )
     (spec / "blocker.yaml").unlink()  # the GPU frees: alice's job is next, whatever mallory's priority
     wait_phase(shared, "alice-job", "Succeeded", daemon=daemon, timeout=90)
     # (before the policy, mallory's first job took the GPU and held it: alice's never ran)
@@ -103,22 +117,36 @@ def test_mallorys_top_priority_jobs_do_not_run_before_alices(users, shared, gflo
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["--home", str(shared), "describe", "job", "m59"]) == 0
-    assert re.search(r"^Queue Order: +#\d+: class default \(rank 0\); behind jobs of the same user", out.getvalue(), re.M), out.getvalue()
+    assert re.search(
+        r"^Queue Order: +#\d+: class default \(rank 0\); behind jobs of the same user", out.getvalue(), re.M
+    ), out.getvalue()
 
 
 def test_mallorys_decade_long_reservation_is_forbidden_and_blocks_nobody(users, shared, gflowd, tmp_path):
     (mallory_name, mallory), (_, alice) = users["mallory"], users["alice"]
     daemon = gflowd("--fake-gpus", fake_gpus_file(tmp_path / "gpus.yaml", 2), home=shared)
     spec = shared / "jobs"
-    submit_as(mallory, spec, "hog.yaml", f"kind: Reservation\nmetadata: {{name: hog}}\nspec:\n  users: [{mallory_name}]\n"
-                                         "  gpus: 2\n  start: '+3650d'\n  duration: 36500d\n")
-    record = wait_for(lambda: (read_status(shared, "hog") or {}).get("status", {}).get("phase") in ("Rejected", "Pending", "Active")
-                      and read_status(shared, "hog")["status"], timeout=60,
-                      message=lambda: f"the reservation's status\n{daemon.stderr()[-2000:]}")
+    submit_as(
+        mallory,
+        spec,
+        "hog.yaml",
+        f"kind: Reservation\nmetadata: {{name: hog}}\nspec:\n  users: [{mallory_name}]\n"
+        "  gpus: 2\n  start: '+3650d'\n  duration: 36500d\n",
+    )
+    record = wait_for(
+        lambda: (
+            (read_status(shared, "hog") or {}).get("status", {}).get("phase") in ("Rejected", "Pending", "Active")
+            and read_status(shared, "hog")["status"]
+        ),
+        timeout=60,
+        message=lambda: f"the reservation's status\n{daemon.stderr()[-2000:]}",
+    )
     assert (record["phase"], record["reason"]) == ("Rejected", "Forbidden"), record
     for bound in ("reservations.maxGpus", "reservations.maxDuration", "reservations.maxStartAhead"):
         assert bound in record["message"], record["message"]
-    submit_as(alice, spec, "a.yaml", "metadata: {name: alice-job}\nspec:\n  command: ['true']\n  resources: {gpus: 2}\n")
+    submit_as(
+        alice, spec, "a.yaml", "metadata: {name: alice-job}\nspec:\n  command: ['true']\n  resources: {gpus: 2}\n"
+    )
     wait_phase(shared, "alice-job", "Succeeded", daemon=daemon, timeout=90)
 
 
@@ -126,13 +154,21 @@ def test_mallorys_1001st_waiting_job_is_rejected(users, shared, gflowd, tmp_path
     (_, mallory), (_, alice) = users["mallory"], users["alice"]
     daemon = gflowd("--fake-gpus", fake_gpus_file(tmp_path / "gpus.yaml", 1), home=shared)
     spec = shared / "jobs"
-    submit_as(mallory, spec, "flood.yaml", jobs("m-", 1001, "  command: ['true']\n  resources: {gpus: 1}\n  startAfter: '+1d'\n"))
+    submit_as(
+        mallory,
+        spec,
+        "flood.yaml",
+        jobs("m-", 1001, "  command: ['true']\n  resources: {gpus: 1}\n  startAfter: '+1d'\n"),
+    )
     status = wait_phase(shared, "m-1000", "Rejected", daemon=daemon, timeout=180)
     assert status["reason"] == "QueueLimit", status
-    assert status["message"].startswith(f"user {users['mallory'][0]} already has 1000 jobs waiting to start, "
-                                        "the most maxPendingJobsPerUser allows"), status["message"]
+    assert status["message"].startswith(
+        f"user {users['mallory'][0]} already has 1000 jobs waiting to start, the most maxPendingJobsPerUser allows"
+    ), status["message"]
     wait_phase(shared, "m-999", "Pending", reason="StartAfter", daemon=daemon, timeout=60)
-    submit_as(alice, spec, "a.yaml", "metadata: {name: alice-job}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n")
+    submit_as(
+        alice, spec, "a.yaml", "metadata: {name: alice-job}\nspec:\n  command: ['true']\n  resources: {gpus: 1}\n"
+    )
     wait_phase(shared, "alice-job", "Succeeded", daemon=daemon, timeout=90)  # her own queue is hers
 
 
@@ -148,7 +184,11 @@ def test_300_cpu_only_jobs_run_at_most_64_at_once(users, shared, gflowd, tmp_pat
         assert running <= 64, f"{running} CPU-only jobs running"
         return running == 64 and limited == 236
 
-    wait_for(settled, timeout=240, interval=0.5,
-             message=lambda: f"64 running, 236 JobLimit: {sorted(set(phases(shared, 'c', 300)))}\n{daemon.stderr()[-2000:]}")
+    wait_for(
+        settled,
+        timeout=240,
+        interval=0.5,
+        message=lambda: f"64 running, 236 JobLimit: {sorted(set(phases(shared, 'c', 300)))}\n{daemon.stderr()[-2000:]}",
+    )
     daemon.wait_pass(timeout=60)
     assert sum(p == "Running" for p, _ in phases(shared, "c", 300)) == 64

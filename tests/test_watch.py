@@ -9,9 +9,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 
 from controller.observe.watch import start_watching
-from helpers import wait_for
 
 IN_CLOSE_NOWRITE, IN_OPEN = 0x10, 0x20
 
@@ -116,7 +116,7 @@ def test_files_no_manifest_is_behind_wake_nothing(watched):
     wait_for(lambda: seen.has(folder), timeout=10, message="the new folder")
     seen.clear()
     for k in range(200):
-        for name in (f"f-{k}.txt", f".a.yaml.swp", f"b-{k}.yaml~", f".tmp-{k}"):
+        for name in (f"f-{k}.txt", ".a.yaml.swp", f"b-{k}.yaml~", f".tmp-{k}"):
             path = folder / name
             path.write_text("x")
             path.unlink()

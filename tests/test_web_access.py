@@ -28,7 +28,9 @@ from test_web_e2e import dashboard_address
 ALICE, MALLORY = 65534, 65533
 SECRET = "alice-private-output-7f3a"
 
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: gflowd runs jobs as their owners, the test acts as two users")
+root_only = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: gflowd runs jobs as their owners, the test acts as two users"
+)
 
 
 @pytest.fixture
@@ -119,6 +121,7 @@ def test_peer_uid_over_tcp_comes_from_the_client_sockets_row():
     """The rule's two halves, without root: the client's uid from sock_diag (else /proc/net/tcp[6]),
     or SO_PEERCRED."""
     from controller.web.access import peer_uid_tcp, peer_uid_unix
+
     for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
         try:
             server = socket.socket(family)
@@ -139,14 +142,17 @@ def test_peer_uid_over_tcp_comes_from_the_client_sockets_row():
         assert peer_uid_unix(left) == os.geteuid()
 
 
-@pytest.mark.parametrize(("viewer", "owner", "allowed"), [
-    (0, 1000, True),        # root reads every log
-    (1000, 1000, True),     # the owner reads hers
-    (1001, 1000, False),    # another user does not
-    (None, 1000, False),    # a viewer the kernel could not name (from elsewhere): shared view only
-    (1000, None, False),    # a job whose owner is unknown (manifest and log gone): root only
-    (0, None, True),
-])
+@pytest.mark.parametrize(
+    ("viewer", "owner", "allowed"),
+    [
+        (0, 1000, True),  # root reads every log
+        (1000, 1000, True),  # the owner reads hers
+        (1001, 1000, False),  # another user does not
+        (None, 1000, False),  # a viewer the kernel could not name (from elsewhere): shared view only
+        (1000, None, False),  # a job whose owner is unknown (manifest and log gone): root only
+        (0, None, True),
+    ],
+)
 def test_who_may_read_a_jobs_page(viewer, owner, allowed):
     from controller.web.access import may_read_job
 
@@ -158,13 +164,17 @@ def test_peer_uid_reads_the_client_rows_uid_column(tmp_path):
     from controller.web.access import peer_uid_tcp
 
     header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-    (tmp_path / "tcp").write_text(header
+    (tmp_path / "tcp").write_text(
+        header
         + "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 100 1 0 100 0 0 10 0\n"
         + "   1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 101 1 0 20 4 30 10 -1\n"
-        + "   2: 0100007F:D431 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1000        0 102 1 0 20 4 30 10 -1\n")
-    (tmp_path / "tcp6").write_text(header
+        + "   2: 0100007F:D431 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1000        0 102 1 0 20 4 30 10 -1\n"
+    )
+    (tmp_path / "tcp6").write_text(
+        header
         + "   0: 0000000000000000FFFF00000100007F:C350 0000000000000000FFFF00000100007F:1F90 01 00000000:00000000 "
-          "00:00000000 00000000  1001        0 103 1 0 20 4 30 10 -1\n")
+        "00:00000000 00000000  1001        0 103 1 0 20 4 30 10 -1\n"
+    )
     assert peer_uid_tcp(("127.0.0.1", 0xD431), ("127.0.0.1", 8080), proc_net=str(tmp_path)) == 1000
     assert peer_uid_tcp(("::ffff:127.0.0.1", 0xC350), ("::ffff:127.0.0.1", 8080), proc_net=str(tmp_path)) == 1001
     assert peer_uid_tcp(("127.0.0.1", 0xD432), ("127.0.0.1", 8080), proc_net=str(tmp_path)) is None

@@ -22,9 +22,16 @@ gpus:
   - {name: NVIDIA A100-SXM4-40GB, memory: 40Gi}
 """
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox",  # root (CI) has no sandbox
-    "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1400,1000",
+    "--headless",
+    "--no-sandbox",  # root (CI) has no sandbox
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1400,1000",
 ]
 
 
@@ -78,8 +85,11 @@ def console_errors(driver) -> list[str]:
     """SEVERE console messages of the page now open, leaving out those about another origin (a
     page of an earlier test, whose gflowd is gone, may still log a refused request)."""
     origin = js(driver, "return location.origin")
-    return [e["message"] for e in driver.get_log("browser")
-            if e["level"] == "SEVERE" and ("://" not in e["message"] or origin in e["message"])]
+    return [
+        e["message"]
+        for e in driver.get_log("browser")
+        if e["level"] == "SEVERE" and ("://" not in e["message"] or origin in e["message"])
+    ]
 
 
 def until(driver, condition, message: str, timeout: float = 20):
@@ -111,16 +121,25 @@ def test_dashboard_renders_gpus_queue_reasons_timeline_live_and_escaped(browser,
     write_manifest(home / "jobs", "train.yaml", held_job("train", 1, release))
     wait_phase(home, "train", "Running", daemon=daemon)
     write_manifest(home / "jobs", "big.yaml", held_job("big", 2, release))
-    write_manifest(home / "jobs", "xss.yaml",
-                   f"metadata: {{name: xss}}\nspec:\n  resources: {{gpus: 1, gpuType: {json.dumps(XSS)}}}\n  command: [sleep, '1']\n")
+    write_manifest(
+        home / "jobs",
+        "xss.yaml",
+        f"metadata: {{name: xss}}\nspec:\n  resources: {{gpus: 1, gpuType: {json.dumps(XSS)}}}\n  command: [sleep, '1']\n",
+    )
     wait_phase(home, "big", "Pending", reason="Resources", daemon=daemon)
     wait_phase(home, "xss", "Pending", reason="Unschedulable", daemon=daemon)
     url = json.loads((home / "run" / "web.json").read_text())["url"]
 
     browser.get(url)
-    until(browser, lambda d: js(d, "return document.body.dataset.ready === '1' && "
-                                   "document.querySelectorAll('#queue tr[data-job]').length === 2"),
-          "the dashboard to render the queue")
+    until(
+        browser,
+        lambda d: js(
+            d,
+            "return document.body.dataset.ready === '1' && "
+            "document.querySelectorAll('#queue tr[data-job]').length === 2",
+        ),
+        "the dashboard to render the queue",
+    )
 
     # GPU rows: one per GPU, with state, memory and jobs
     assert js(browser, "return document.querySelectorAll('#gpus tbody tr[data-gpu]').length") == 3
@@ -135,10 +154,19 @@ def test_dashboard_renders_gpus_queue_reasons_timeline_live_and_escaped(browser,
     assert "Resources" in big and "needs 2 GPUs, 1 free" in big
     assert "Unschedulable" in text_of(browser, '#queue tr[data-job="xss"]')
     assert "train" in text_of(browser, '#running tr[data-job="train"]')
-    assert js(browser, "return document.querySelector('#timeline .tl-row[data-gpu=\"0\"] .tl-bar[data-job=\"train\"]').className") == "tl-bar Running"
+    assert (
+        js(
+            browser,
+            'return document.querySelector(\'#timeline .tl-row[data-gpu="0"] .tl-bar[data-job="train"]\').className',
+        )
+        == "tl-bar Running"
+    )
     # a bar of a few seconds in a 6-hour window is still drawn inside its track, at its right end
-    bar, track = js(browser, "const b = document.querySelector('.tl-bar[data-job=\"train\"]');"
-                             "return [b.getBoundingClientRect().toJSON(), b.parentElement.getBoundingClientRect().toJSON()]")
+    bar, track = js(
+        browser,
+        "const b = document.querySelector('.tl-bar[data-job=\"train\"]');"
+        "return [b.getBoundingClientRect().toJSON(), b.parentElement.getBoundingClientRect().toJSON()]",
+    )
     assert bar["width"] >= 2 and track["left"] <= bar["left"] and bar["right"] <= track["right"] + 0.5, (bar, track)
     assert bar["right"] >= track["right"] - 2
 
@@ -152,11 +180,22 @@ def test_dashboard_renders_gpus_queue_reasons_timeline_live_and_escaped(browser,
     # live: the page follows gflowd without a reload
     (release / "train").touch()
     wait_phase(home, "train", "Succeeded", daemon=daemon)
-    until(browser, lambda d: js(d, "const b = document.querySelector('.tl-row[data-gpu=\"0\"] .tl-bar[data-job=\"train\"]');"
-                                   "return b && b.className === 'tl-bar Succeeded'"),
-          "train's timeline bar to turn Succeeded")
-    until(browser, lambda d: text_of(d, '#running tr[data-job="big"]') is not None
-          and text_of(d, '#queue tr[data-job="big"]') is None, "big to move from the queue to running")
+    until(
+        browser,
+        lambda d: js(
+            d,
+            'const b = document.querySelector(\'.tl-row[data-gpu="0"] .tl-bar[data-job="train"]\');'
+            "return b && b.className === 'tl-bar Succeeded'",
+        ),
+        "train's timeline bar to turn Succeeded",
+    )
+    until(
+        browser,
+        lambda d: (
+            text_of(d, '#running tr[data-job="big"]') is not None and text_of(d, '#queue tr[data-job="big"]') is None
+        ),
+        "big to move from the queue to running",
+    )
     assert js(browser, "return document.querySelectorAll('.tl-bar[data-job=\"big\"]').length") == 2  # GPUs 0 and 2
     assert js(browser, "return document.title") == "gflow · 1 running · 1 pending"
 
@@ -183,8 +222,11 @@ def test_dashboard_shows_control_characters_escaped_and_the_api_keeps_them(brows
     fake.write_text(GPUS)
     daemon = gflowd("--fake-gpus", fake, "--web-port", "0")
     nasty = "H\x1b[2J\x1b]0;pwned\x07100\nforged row\u202e"  # clear screen, set the title, a newline, RTL override
-    write_manifest(home / "jobs", "ctrl.yaml",
-                   f"metadata: {{name: ctrl}}\nspec:\n  resources: {{gpus: 1, gpuType: {json.dumps(nasty)}}}\n  command: [sleep, '1']\n")
+    write_manifest(
+        home / "jobs",
+        "ctrl.yaml",
+        f"metadata: {{name: ctrl}}\nspec:\n  resources: {{gpus: 1, gpuType: {json.dumps(nasty)}}}\n  command: [sleep, '1']\n",
+    )
     wait_phase(home, "ctrl", "Pending", reason="Unschedulable", daemon=daemon)
     assert any(nasty in q["message"] for q in state(dashboard_address(daemon))["queue"])  # the API: exact data
 
@@ -201,31 +243,61 @@ def test_owner_devices_filter_folded_events_and_the_job_page(browser, home, gflo
     import pwd
 
     daemon, release = start_with_dashboard(gflowd, tmp_path)
-    write_manifest(home / "jobs", "chatty.yaml", "metadata: {name: chatty}\nspec:\n  resources: {gpus: 1}\n"
-                   "  script: printf 'hello <b>world</b>\\n\\033[31mred\\n'\n")
+    write_manifest(
+        home / "jobs",
+        "chatty.yaml",
+        "metadata: {name: chatty}\nspec:\n  resources: {gpus: 1}\n"
+        "  script: printf 'hello <b>world</b>\\n\\033[31mred\\n'\n",
+    )
     wait_phase(home, "chatty", "Succeeded", daemon=daemon)
     write_manifest(home / "jobs", "hold.yaml", held_job("hold", 1, release))
     wait_phase(home, "hold", "Running", daemon=daemon)
     write_manifest(home / "jobs", "waiter.yaml", held_job("waiter", 3, release))
     wait_phase(home, "waiter", "Pending", reason="Resources", daemon=daemon)
     # a flood of one identical event, as events.jsonl holds them (one JSON object a line)
-    flood = json.dumps({"time": "2027-01-15T08:00:00.000Z", "type": "Normal", "reason": "Resources",
-                        "object": "job/waiter", "message": "needs 3 GPUs, 2 free"}) + "\n"
+    flood = (
+        json.dumps(
+            {
+                "time": "2027-01-15T08:00:00.000Z",
+                "type": "Normal",
+                "reason": "Resources",
+                "object": "job/waiter",
+                "message": "needs 3 GPUs, 2 free",
+            }
+        )
+        + "\n"
+    )
     with open(home / "events.jsonl", "a") as events:
         events.write(flood * 1500)
     me = pwd.getpwuid(os.getuid()).pw_name
     browser.get(json.loads((home / "run" / "web.json").read_text())["url"])
-    until(browser, lambda d: js(d, "return document.body.dataset.ready === '1' && "
-                                   "document.querySelector('#events tr[data-count=\"1500\"]') !== null"),
-          "the dashboard with the folded flood of events")
+    until(
+        browser,
+        lambda d: js(
+            d,
+            "return document.body.dataset.ready === '1' && "
+            "document.querySelector('#events tr[data-count=\"1500\"]') !== null",
+        ),
+        "the dashboard with the folded flood of events",
+    )
 
     # honest headers and an owner column
     assert js(browser, "return [...document.querySelectorAll('#running th')].map(t => t.textContent)") == [
-        "Job", "Owner", "Devices", "Priority", "Attempt", "For", "Message"]
+        "Job",
+        "Owner",
+        "Devices",
+        "Priority",
+        "Attempt",
+        "For",
+        "Message",
+    ]
     assert text_of(browser, '#running tr[data-job="hold"]').startswith(f"hold{me}")
     assert me in text_of(browser, '#queue tr[data-job="waiter"]')
     # 1,500 identical events are one row that says so
-    flood_rows = js(browser, "return [...document.querySelectorAll('#events tbody tr')].filter(r => r.textContent.includes('needs 3 GPUs, 2 free')).map(r => r.textContent)")
+    flood_rows = js(
+        browser,
+        "return [...document.querySelectorAll('#events tbody tr')].filter(r => r.textContent.includes('needs 3 GPUs, 2 free')).map(r => r.textContent)",
+    )
     assert len(flood_rows) == 1 and "×1500" in flood_rows[0], flood_rows
     # the timeline fits the jobs: no fixed 6 hours
     assert js(browser, "return document.getElementById('hours').value") == "fit"
@@ -233,15 +305,27 @@ def test_owner_devices_filter_folded_events_and_the_job_page(browser, home, gflo
     # the filter box narrows every list
     box = browser.find_element("id", "filter")
     box.send_keys("waiter")
-    until(browser, lambda d: js(d, "return document.querySelectorAll('#running tr[data-job]').length") == 0,
-          "the filter to hide the running job")
+    until(
+        browser,
+        lambda d: js(d, "return document.querySelectorAll('#running tr[data-job]').length") == 0,
+        "the filter to hide the running job",
+    )
     assert text_of(browser, "#running tbody") == "No running job matches the filter."
-    assert js(browser, "return [...document.querySelectorAll('#queue tr[data-job]')].map(r => r.dataset.job)") == ["waiter"]
+    assert js(browser, "return [...document.querySelectorAll('#queue tr[data-job]')].map(r => r.dataset.job)") == [
+        "waiter"
+    ]
     assert js(browser, "return document.querySelector('.tl-bar[data-job=\"hold\"]').classList.contains('dim')") is True
     box.clear()
     box.send_keys(me + " running")
-    until(browser, lambda d: js(d, "return [...document.querySelectorAll('#running tr[data-job]')].map(r => r.dataset.job).join()") == "hold"
-          and js(d, "return document.querySelectorAll('#queue tr[data-job]').length") == 0, "owner + phase filter")
+    until(
+        browser,
+        lambda d: (
+            js(d, "return [...document.querySelectorAll('#running tr[data-job]')].map(r => r.dataset.job).join()")
+            == "hold"
+            and js(d, "return document.querySelectorAll('#queue tr[data-job]').length") == 0
+        ),
+        "owner + phase filter",
+    )
     js(browser, "const f = document.getElementById('filter'); f.value = ''; f.dispatchEvent(new Event('input'));")
 
     # every row links to the job's page: describe + log tail
@@ -280,12 +364,20 @@ def test_a_running_bar_shows_its_gpu_utilization_and_recent_samples(browser, hom
     write_manifest(home / "jobs", "train.yaml", held_job("train", 1, release))
     pid = wait_for(lambda: (s := job_status(home, "train")) and s.get("pid"), message="train's pid")
     write_gpus(fake, [{"pid": pid, "usedMemory": "8Gi", "utilization": 70}])
-    wait_for(lambda: (job_status(home, "train") or {}).get("gpuUsage"), timeout=20, message=lambda: daemon.stderr()[-2000:])
+    wait_for(
+        lambda: (job_status(home, "train") or {}).get("gpuUsage"), timeout=20, message=lambda: daemon.stderr()[-2000:]
+    )
     browser.get(json.loads((home / "run" / "web.json").read_text())["url"])
     # the line of samples inside the bar: two or more points, the newest at 70 % (y = 100 - 70)
-    points = until(browser, lambda d: js(d, "const p = document.querySelector('.tl-bar[data-job=\"train\"] svg.tl-util polyline');"
-                                            "return p && p.getAttribute('points').split(' ').length >= 2 && p.getAttribute('points')"),
-                   "the bar to draw its utilization samples")
+    points = until(
+        browser,
+        lambda d: js(
+            d,
+            "const p = document.querySelector('.tl-bar[data-job=\"train\"] svg.tl-util polyline');"
+            "return p && p.getAttribute('points').split(' ').length >= 2 && p.getAttribute('points')",
+        ),
+        "the bar to draw its utilization samples",
+    )
     assert points.split(" ")[-1].endswith(",30.0"), points
     assert "mean GPU utilization" in js(browser, "return document.querySelector('.tl-bar[data-job=\"train\"]').title")
     (release / "train").touch()
@@ -296,21 +388,40 @@ def test_the_timeline_draws_a_reservation_window_behind_the_bars(browser, home, 
 
     daemon, _ = start_with_dashboard(gflowd, tmp_path)
     me = pwd.getpwuid(os.getuid()).pw_name
-    write_manifest(home / "jobs", "hold.yaml", f"kind: Reservation\nmetadata: {{name: hold}}\nspec:\n  users: [{me}]\n"
-                   "  devices: [2]\n  start: '+0s'\n  duration: 1h\n")
-    write_manifest(home / "jobs", "soon.yaml", f"kind: Reservation\nmetadata: {{name: soon}}\nspec:\n  users: [{me}]\n"
-                   "  devices: [0]\n  start: '+2h'\n  duration: 1h\n")
+    write_manifest(
+        home / "jobs",
+        "hold.yaml",
+        f"kind: Reservation\nmetadata: {{name: hold}}\nspec:\n  users: [{me}]\n"
+        "  devices: [2]\n  start: '+0s'\n  duration: 1h\n",
+    )
+    write_manifest(
+        home / "jobs",
+        "soon.yaml",
+        f"kind: Reservation\nmetadata: {{name: soon}}\nspec:\n  users: [{me}]\n"
+        "  devices: [0]\n  start: '+2h'\n  duration: 1h\n",
+    )
     browser.get(json.loads((home / "run" / "web.json").read_text())["url"])
     browser.get_log("browser")  # drained: what the previous test's page logged as its gflowd went away is not ours
-    until(browser, lambda d: js(d, "return document.querySelector('.tl-row[data-gpu=\"2\"] .tl-reserved[data-reservation=\"hold\"]') !== null"),
-          "the reservation's band on GPU 2")
-    band, track = js(browser, "const b = document.querySelector('.tl-reserved[data-reservation=\"hold\"]');"
-                              "return [b.getBoundingClientRect().toJSON(), b.parentElement.getBoundingClientRect().toJSON()]")
+    until(
+        browser,
+        lambda d: js(
+            d, 'return document.querySelector(\'.tl-row[data-gpu="2"] .tl-reserved[data-reservation="hold"]\') !== null'
+        ),
+        "the reservation's band on GPU 2",
+    )
+    band, track = js(
+        browser,
+        "const b = document.querySelector('.tl-reserved[data-reservation=\"hold\"]');"
+        "return [b.getBoundingClientRect().toJSON(), b.parentElement.getBoundingClientRect().toJSON()]",
+    )
     assert track["left"] <= band["left"] and band["right"] <= track["right"] + 0.5, (band, track)
     assert band["right"] >= track["right"] - 2  # it began moments ago and runs on past the window's end
     title = js(browser, "return document.querySelector('.tl-reserved[data-reservation=\"hold\"]').title")
     assert title.startswith(f"reserved for {me} · ") and "(hold, Active)" in title
-    assert js(browser, "return document.querySelector('.tl-row[data-gpu=\"0\"] .tl-reserved.upcoming[data-reservation=\"soon\"]') !== null")
+    assert js(
+        browser,
+        'return document.querySelector(\'.tl-row[data-gpu="0"] .tl-reserved.upcoming[data-reservation="soon"]\') !== null',
+    )
     assert js(browser, "return document.querySelectorAll('.tl-row[data-gpu=\"1\"] .tl-reserved').length") == 0
     errors = console_errors(browser)
     assert errors == [], errors

@@ -14,7 +14,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-
 from helpers import wait_for, wait_phase, write_manifest
 
 XSS = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
@@ -127,7 +126,10 @@ def test_state_shows_gpus_queue_with_reasons_running_jobs_and_the_timeline(home,
     view = wait_for(finished_bar, message="hold's bar to end in the timeline")
     (bar,) = [s for r in view["timeline"]["rows"] for s in r["spans"] if s["job"] == "hold"]
     assert bar["gpu"] == 0 and bar["start"] < bar["end"] <= view["now"]
-    assert {(s["job"], s["gpu"]) for r in view["timeline"]["rows"] for s in r["spans"] if s["job"] == "big"} == {("big", 0), ("big", 1)}
+    assert {(s["job"], s["gpu"]) for r in view["timeline"]["rows"] for s in r["spans"] if s["job"] == "big"} == {
+        ("big", 0),
+        ("big", 1),
+    }
     assert [q["name"] for q in view["queue"]] == ["xss"]
     (release / "big").touch()
 
@@ -167,13 +169,28 @@ def test_read_only_and_no_path_leads_to_a_file(home, gflowd, fake_gpus):
     address = dashboard_address(daemon)
     write_manifest(home / "jobs", "a.yaml", "metadata: {name: a}\nspec: {command: [sleep, '0']}\n")
     wait_phase(home, "a", "Succeeded", daemon=daemon)
-    secrets = [(home / "status" / "a.yaml").read_bytes(), (home / "run" / "index.json").read_bytes()[:40], b"root:x:0:0"]
+    secrets = [
+        (home / "status" / "a.yaml").read_bytes(),
+        (home / "run" / "index.json").read_bytes()[:40],
+        b"root:x:0:0",
+    ]
     for method in ("POST", "PUT", "DELETE", "PATCH"):
         status, headers, _ = request(address, "/api/state", method)
         assert status == 405 and headers["allow"] == "GET, HEAD", method
-    for path in ("/../status/a.yaml", "/%2e%2e/status/a.yaml", "/api/../../../../etc/passwd", "//etc/passwd",
-                 "/status/a.yaml", "/run/index.json", "/node.yaml", "/events.jsonl", "/jobs/a.yaml",
-                 "/dashboard.html", "/api/state/../../status/a.yaml", "/..%2f..%2fetc%2fpasswd"):
+    for path in (
+        "/../status/a.yaml",
+        "/%2e%2e/status/a.yaml",
+        "/api/../../../../etc/passwd",
+        "//etc/passwd",
+        "/status/a.yaml",
+        "/run/index.json",
+        "/node.yaml",
+        "/events.jsonl",
+        "/jobs/a.yaml",
+        "/dashboard.html",
+        "/api/state/../../status/a.yaml",
+        "/..%2f..%2fetc%2fpasswd",
+    ):
         status, _, body = request(address, path)
         assert status == 404, path
         assert not any(secret in body for secret in secrets), path
@@ -222,12 +239,18 @@ def test_a_taken_port_is_a_one_line_error(home, gflowd, fake_gpus):
     assert gflowd("--fake-gpus", fake_gpus).proc.poll() is None  # the lock was released: a new gflowd starts
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--web-port", "70000"], "--web-port: Input should be less than or equal to 65535"),
-    (["--web-port", "x"], "argument --web-port: invalid int value: 'x'"),
-    # 192.0.2.0/24 is reserved for documentation: no machine has it
-    (["--web-port", "0", "--web-address", "192.0.2.1"], "--web-address 192.0.2.1: cannot listen on 192.0.2.1: Cannot assign requested address"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--web-port", "70000"], "--web-port: Input should be less than or equal to 65535"),
+        (["--web-port", "x"], "argument --web-port: invalid int value: 'x'"),
+        # 192.0.2.0/24 is reserved for documentation: no machine has it
+        (
+            ["--web-port", "0", "--web-address", "192.0.2.1"],
+            "--web-address 192.0.2.1: cannot listen on 192.0.2.1: Cannot assign requested address",
+        ),
+    ],
+)
 def test_bad_web_port_flags(home, gflowd, fake_gpus, args, message):
     daemon = gflowd("--fake-gpus", fake_gpus, *args, ready=False)
     assert daemon.proc.wait(15) == 1

@@ -33,18 +33,35 @@ def state_home(tmp_path: Path) -> Home:
 
 
 def test_without_an_index_the_status_files_are_read(state_home):
-    Recorder(state_home).write_states({
-        "a": JobState("a", phase="Succeeded", reason="Completed", devices=[1], gpus=1,
-                      start_time=T0 - 600, completion_time=T0 - 60, created=T0 - 700),
-        "b": JobState("b", phase="Pending", reason="Resources", message="needs 2 GPUs, 1 free", queue_position=1, gpus=2),
-    }, [])
+    Recorder(state_home).write_states(
+        {
+            "a": JobState(
+                "a",
+                phase="Succeeded",
+                reason="Completed",
+                devices=[1],
+                gpus=1,
+                start_time=T0 - 600,
+                completion_time=T0 - 60,
+                created=T0 - 700,
+            ),
+            "b": JobState(
+                "b", phase="Pending", reason="Resources", message="needs 2 GPUs, 1 free", queue_position=1, gpus=2
+            ),
+        },
+        [],
+    )
     assert not state_home.index_file.exists()
     _, body = StateView(state_home, Clock(T0)).render(1.0)
     view = json.loads(body)
-    assert [(q["name"], q["reason"], q["message"]) for q in view["queue"]] == [("b", "Resources", "needs 2 GPUs, 1 free")]
+    assert [(q["name"], q["reason"], q["message"]) for q in view["queue"]] == [
+        ("b", "Resources", "needs 2 GPUs, 1 free")
+    ]
     (row,) = view["timeline"]["rows"]
     assert row["gpu"] == 1
-    assert [(s["job"], s["start"], s["end"], s["phase"]) for s in row["spans"]] == [("a", T0 - 600, T0 - 60, "Succeeded")]
+    assert [(s["job"], s["start"], s["end"], s["phase"]) for s in row["spans"]] == [
+        ("a", T0 - 600, T0 - 60, "Succeeded")
+    ]
     assert view["updated"] is None
 
 
@@ -56,7 +73,9 @@ def test_rebuilt_when_a_state_file_changes_not_more_than_once_a_second(state_hom
     view = StateView(state_home, clock)
     etag1, body1 = view.render(6.0)
     assert view.render(6.0) == (etag1, body1)
-    recorder.write_states({"a": JobState("a", phase="Succeeded", devices=[0], start_time=T0 - 5, completion_time=T0)}, [])
+    recorder.write_states(
+        {"a": JobState("a", phase="Succeeded", devices=[0], start_time=T0 - 5, completion_time=T0)}, []
+    )
     recorder.write_index({"pid": 1})
     assert view.render(6.0)[0] == etag1  # within a second: the same answer for every client
     clock.now += 1.5
@@ -71,7 +90,10 @@ def test_rebuilt_when_a_state_file_changes_not_more_than_once_a_second(state_hom
 
 def test_events_tail_skips_a_cut_first_line_and_garbage(tmp_path):
     path = tmp_path / "events.jsonl"
-    lines = [json.dumps({"time": f"t{i}", "reason": "Started", "object": f"job/j{i}", "message": "x" * 50}) for i in range(100)]
+    lines = [
+        json.dumps({"time": f"t{i}", "reason": "Started", "object": f"job/j{i}", "message": "x" * 50})
+        for i in range(100)
+    ]
     path.write_text("\n".join(lines[:99]) + "\nnot json\n[1, 2]\n" + lines[99] + "\n")
     tail = read_events_tail(path, max_bytes=1000)
     assert tail and tail[-1]["object"] == "job/j99"
@@ -87,12 +109,39 @@ def test_job_detail_is_the_status_the_folded_events_and_the_end_of_the_log(state
     recorder = Recorder(state_home)
     recorder.write_states({"a": JobState("a", phase="Running", reason="Started", devices=[0], start_time=T0 - 5)}, [])
     recorder.write_index({"pid": 1})
-    lines = [json.dumps({"time": "2027-01-15T08:00:00.000Z", "type": "Normal", "reason": "Resources", "object": "job/a",
-                         "message": "needs 1 GPU, 0 free"})] * 30
-    lines.append(json.dumps({"time": "2027-01-15T08:01:00.000Z", "type": "Normal", "reason": "Started", "object": "job/a",
-                             "message": "on GPU 0"}))
-    lines.append(json.dumps({"time": "2027-01-15T08:02:00.000Z", "type": "Normal", "reason": "Started", "object": "job/b",
-                             "message": "other job"}))
+    lines = [
+        json.dumps(
+            {
+                "time": "2027-01-15T08:00:00.000Z",
+                "type": "Normal",
+                "reason": "Resources",
+                "object": "job/a",
+                "message": "needs 1 GPU, 0 free",
+            }
+        )
+    ] * 30
+    lines.append(
+        json.dumps(
+            {
+                "time": "2027-01-15T08:01:00.000Z",
+                "type": "Normal",
+                "reason": "Started",
+                "object": "job/a",
+                "message": "on GPU 0",
+            }
+        )
+    )
+    lines.append(
+        json.dumps(
+            {
+                "time": "2027-01-15T08:02:00.000Z",
+                "type": "Normal",
+                "reason": "Started",
+                "object": "job/b",
+                "message": "other job",
+            }
+        )
+    )
     state_home.events_file.write_text("\n".join(lines) + "\n")
     state_home.log_file("a").write_bytes(b"".join(b"line %d <b>\n" % i for i in range(5000)) + b"\x1b[31mlast\n")
 

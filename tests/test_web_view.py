@@ -17,20 +17,45 @@ def job(phase: str, **fields) -> dict:
 
 
 def node(*gpus: dict) -> dict:
-    return {"apiVersion": "gflow.dev/v1alpha1", "kind": "Node", "inventory": "fake GPUs from x.yaml", "gpus": list(gpus)}
+    return {
+        "apiVersion": "gflow.dev/v1alpha1",
+        "kind": "Node",
+        "inventory": "fake GPUs from x.yaml",
+        "gpus": list(gpus),
+    }
 
 
 def test_gpus_carry_memory_in_bytes_state_jobs_and_foreign_processes():
     view = build_view(
         node(
-            {"index": 0, "name": "H100", "memory": "80Gi", "memoryUsed": "2Gi", "utilization": 35, "state": "Allocated", "jobs": ["a"]},
-            {"index": 1, "name": "H100", "memory": "80Gi", "memoryUsed": "0", "state": "Unmanaged", "jobs": [],
-             "processes": [{"pid": 1, "usedMemory": "4Gi"}, {"pid": 2, "usedMemory": "1Gi"}]},
+            {
+                "index": 0,
+                "name": "H100",
+                "memory": "80Gi",
+                "memoryUsed": "2Gi",
+                "utilization": 35,
+                "state": "Allocated",
+                "jobs": ["a"],
+            },
+            {
+                "index": 1,
+                "name": "H100",
+                "memory": "80Gi",
+                "memoryUsed": "0",
+                "state": "Unmanaged",
+                "jobs": [],
+                "processes": [{"pid": 1, "usedMemory": "4Gi"}, {"pid": 2, "usedMemory": "1Gi"}],
+            },
             {"index": 2, "name": "A100", "memory": "lots", "state": "Unhealthy", "error": "NVML: GPU is lost"},
         ),
-        {}, [], NOW, 6,
+        {},
+        [],
+        NOW,
+        6,
     )
-    assert [(g["index"], g["state"], g["memory"], g["memoryUsed"], g["jobs"], g["foreignProcesses"]) for g in view["gpus"]] == [
+    assert [
+        (g["index"], g["state"], g["memory"], g["memoryUsed"], g["jobs"], g["foreignProcesses"]) for g in view["gpus"]
+    ] == [
         (0, "Allocated", 80 * 2**30, 2 * 2**30, ["a"], 0),
         (1, "Unmanaged", 80 * 2**30, 0, [], 2),
         (2, "Unhealthy", None, None, [], 0),  # an unreadable quantity is shown as unknown, not a crash
@@ -47,7 +72,15 @@ def test_no_node_file_yet_is_an_empty_machine():
 def test_queue_is_in_scheduler_order_then_held_jobs_by_age_with_reason_and_message():
     jobs = {
         "held-new": job("Pending", reason="Dependency", message="waits for prep", created=NOW - 10),
-        "second": job("Pending", reason="Resources", message="needs 4 GPUs, 1 free", queuePosition=2, gpus=4, priority=1, created=NOW - 5),
+        "second": job(
+            "Pending",
+            reason="Resources",
+            message="needs 4 GPUs, 1 free",
+            queuePosition=2,
+            gpus=4,
+            priority=1,
+            created=NOW - 5,
+        ),
         "first": job("Pending", reason="Priority", message="behind x", queuePosition=1, created=NOW - 1),
         "held-old": job("Pending", reason="Suspended", message="suspended", created=NOW - 100),
         "running": job("Running", startTime=NOW - 50, devices=[0]),
@@ -55,13 +88,28 @@ def test_queue_is_in_scheduler_order_then_held_jobs_by_age_with_reason_and_messa
     }
     view = build_view(None, jobs, [], NOW, 6)
     assert [(q["name"], q["position"], q["reason"]) for q in view["queue"]] == [
-        ("first", 1, "Priority"), ("second", 2, "Resources"), ("held-old", None, "Suspended"), ("held-new", None, "Dependency"),
+        ("first", 1, "Priority"),
+        ("second", 2, "Resources"),
+        ("held-old", None, "Suspended"),
+        ("held-new", None, "Dependency"),
     ]
     second = view["queue"][1]
-    assert (second["message"], second["gpus"], second["priority"], second["created"]) == ("needs 4 GPUs, 1 free", 4, 1, NOW - 5)
+    assert (second["message"], second["gpus"], second["priority"], second["created"]) == (
+        "needs 4 GPUs, 1 free",
+        4,
+        1,
+        NOW - 5,
+    )
     assert view["queueTotal"] == 4
     assert view["counts"] == {"Pending": 4, "Running": 1, "Rejected": 1}
-    assert view["attention"] == [{"name": "broken", "reason": "Invalid", "message": "spec.resources.gpus: must be >= 0 (jobs/b.yaml line 9)", "owner": ""}]
+    assert view["attention"] == [
+        {
+            "name": "broken",
+            "reason": "Invalid",
+            "message": "spec.resources.gpus: must be >= 0 (jobs/b.yaml line 9)",
+            "owner": "",
+        }
+    ]
     assert [r["name"] for r in view["running"]] == ["running"]
 
 
@@ -72,7 +120,8 @@ def test_running_jobs_oldest_first_with_devices_and_start():
     }
     running = build_view(None, jobs, [], NOW, 6)["running"]
     assert [(r["name"], r["devices"], r["startTime"], r["attempt"]) for r in running] == [
-        ("old", [], NOW - 500, 0), ("young", [2, 3], NOW - 5, 2),
+        ("old", [], NOW - 500, 0),
+        ("young", [2, 3], NOW - 5, 2),
     ]
 
 
@@ -89,10 +138,18 @@ def test_status_file_times_in_rfc3339_count_like_index_epochs():
     "row, drawn",
     [
         (job("Running", startTime=NOW - 60, devices=[0]), [(0, NOW - 60, None)]),
-        (job("Succeeded", startTime=NOW - 2 * HOUR, completionTime=NOW - HOUR, devices=[0, 1]),
-         [(0, NOW - 2 * HOUR, NOW - HOUR), (1, NOW - 2 * HOUR, NOW - HOUR)]),
-        (job("Failed", startTime=NOW - 7 * HOUR, completionTime=NOW - 5 * HOUR, devices=[1]), [(1, NOW - 7 * HOUR, NOW - 5 * HOUR)]),
-        (job("Cancelled", startTime=NOW - 9 * HOUR, completionTime=NOW - 7 * HOUR, devices=[1]), []),  # ended before the window
+        (
+            job("Succeeded", startTime=NOW - 2 * HOUR, completionTime=NOW - HOUR, devices=[0, 1]),
+            [(0, NOW - 2 * HOUR, NOW - HOUR), (1, NOW - 2 * HOUR, NOW - HOUR)],
+        ),
+        (
+            job("Failed", startTime=NOW - 7 * HOUR, completionTime=NOW - 5 * HOUR, devices=[1]),
+            [(1, NOW - 7 * HOUR, NOW - 5 * HOUR)],
+        ),
+        (
+            job("Cancelled", startTime=NOW - 9 * HOUR, completionTime=NOW - 7 * HOUR, devices=[1]),
+            [],
+        ),  # ended before the window
         (job("Succeeded", startTime=NOW - 60, devices=[0]), []),  # finished without a recorded end
         (job("Pending", startTime=NOW - 60, devices=[]), []),  # a retry waiting to be bound again
         (job("Succeeded", startTime=NOW - 60, completionTime=NOW - 1, devices=[]), []),  # a CPU job: no GPU row
@@ -131,14 +188,20 @@ def test_bars_carry_mean_gpu_utilization_and_a_running_bar_its_recent_samples_pe
     }
     series = [(NOW - 300 + 5 * k, [(k % 100, 1024), (0, 0)]) for k in range(150)]
     usage = {"jobs": {"ddp": series_json(series, [0, 1], since=NOW - 300, attempt=2)}}
-    spans = {(s["job"], s["gpu"]): s for r in timeline(jobs, [0, 1, 2], NOW - HOUR, NOW, usage)["rows"] for s in r["spans"]}
+    spans = {
+        (s["job"], s["gpu"]): s for r in timeline(jobs, [0, 1, 2], NOW - HOUR, NOW, usage)["rows"] for s in r["spans"]
+    }
     ddp0, ddp1 = spans[("ddp", 0)], spans[("ddp", 1)]
     assert ddp0["util"] == ddp1["util"] == 40.0 and spans[("old", 1)]["util"] == 90.0
     # 150 samples thinned to every 3rd, counted back from the newest (which is always drawn)
     assert len(ddp0["series"]) == 50 <= SERIES_POINTS and ddp0["series"][-1] == [NOW - 300 + 5 * 149, 49.0]
     assert ddp0["series"][:2] == [[NOW - 290, 2.0], [NOW - 275, 5.0]]
     assert {u for _, u in ddp1["series"]} == {0.0}  # the second GPU's own samples, not the first's
-    assert "series" not in spans[("old", 1)] and spans[("cpu_less", 2)]["util"] is None and spans[("cpu_less", 2)]["series"] == []
+    assert (
+        "series" not in spans[("old", 1)]
+        and spans[("cpu_less", 2)]["util"] is None
+        and spans[("cpu_less", 2)]["series"] == []
+    )
     stale = {"jobs": {"ddp": series_json(series, [0, 1], since=NOW - 300, attempt=1)}}  # the previous attempt's samples
     assert timeline(jobs, [0], NOW - HOUR, NOW, stale)["rows"][0]["spans"][0]["series"] == []
 
@@ -150,13 +213,30 @@ def test_an_open_span_holds_its_lane():
 
 
 def test_identical_events_fold_into_one_row_with_their_count():
-    flood = [{"time": f"2027-01-15T08:{i // 60:02d}:{i % 60:02d}.000Z", "type": "Normal", "reason": "Resources",
-              "object": "job/big", "message": "needs 8 GPUs, 2 free"} for i in range(1500)]
-    other = {"time": "2027-01-15T09:00:00.000Z", "type": "Normal", "reason": "Started", "object": "job/small", "message": "m"}
+    flood = [
+        {
+            "time": f"2027-01-15T08:{i // 60:02d}:{i % 60:02d}.000Z",
+            "type": "Normal",
+            "reason": "Resources",
+            "object": "job/big",
+            "message": "needs 8 GPUs, 2 free",
+        }
+        for i in range(1500)
+    ]
+    other = {
+        "time": "2027-01-15T09:00:00.000Z",
+        "type": "Normal",
+        "reason": "Started",
+        "object": "job/small",
+        "message": "m",
+    }
     same_text_other_job = {**flood[0], "object": "job/big2", "time": "2027-01-15T07:00:00.000Z"}
     shown = build_view(None, {}, [same_text_other_job, *flood, other], NOW, 6)["events"]
     assert [(e["object"], e["reason"], e["count"]) for e in shown] == [
-        ("job/small", "Started", 1), ("job/big", "Resources", 1500), ("job/big2", "Resources", 1)]
+        ("job/small", "Started", 1),
+        ("job/big", "Resources", 1500),
+        ("job/big2", "Resources", 1),
+    ]
     assert shown[1]["time"] == flood[-1]["time"]  # the row says when it last happened
 
 
@@ -180,8 +260,11 @@ def test_a_fitted_timeline_starts_just_before_the_earliest_job_there_is():
 
 
 def test_rows_carry_the_owner_of_their_manifest():
-    jobs = {"p": job("Pending", queuePosition=1), "r": job("Running", devices=[0], startTime=NOW - 5),
-            "x": job("Rejected", reason="Invalid")}
+    jobs = {
+        "p": job("Pending", queuePosition=1),
+        "r": job("Running", devices=[0], startTime=NOW - 5),
+        "x": job("Rejected", reason="Invalid"),
+    }
     view = build_view(None, jobs, [], NOW, 6, owners={"p": "alice", "r": "bob"})
     assert [(q["name"], q["owner"]) for q in view["queue"]] == [("p", "alice")]
     assert [(q["name"], q["owner"]) for q in view["running"]] == [("r", "bob")]
@@ -189,7 +272,10 @@ def test_rows_carry_the_owner_of_their_manifest():
 
 
 def test_events_newest_first_and_limited():
-    events = [{"time": f"t{i}", "type": "Normal", "reason": "Started", "object": f"job/j{i}", "message": "m"} for i in range(100)]
+    events = [
+        {"time": f"t{i}", "type": "Normal", "reason": "Started", "object": f"job/j{i}", "message": "m"}
+        for i in range(100)
+    ]
     shown = build_view(None, {}, events, NOW, 6)["events"]
     assert len(shown) == EVENTS_LIMIT
     assert shown[0]["object"] == "job/j99" and shown[-1]["object"] == f"job/j{100 - EVENTS_LIMIT}"
@@ -208,8 +294,12 @@ def test_every_file_the_dashboard_serves_is_package_data():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["controller.web"]
-    served = [p.name for p in (root / "controller" / "web").iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "controller.web"
+    ]
+    served = [
+        p.name for p in (root / "controller" / "web").iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")
+    ]
     assert "dashboard.html" in served
     assert [name for name in served if not any(fnmatch.fnmatch(name, pat) for pat in patterns)] == []
 
@@ -218,10 +308,20 @@ def test_the_timeline_carries_reservation_windows_per_gpu():
     reservations = {
         "now": {"phase": "Active", "users": ["alice"], "devices": [0, 1], "start": NOW - HOUR, "end": NOW + HOUR},
         "later": {"phase": "Pending", "users": ["bob"], "devices": [1], "start": NOW + 5 * HOUR, "end": NOW + 6 * HOUR},
-        "old": {"phase": "Expired", "users": ["carol"], "devices": [0], "start": NOW - 30 * HOUR, "end": NOW - 20 * HOUR},
+        "old": {
+            "phase": "Expired",
+            "users": ["carol"],
+            "devices": [0],
+            "start": NOW - 30 * HOUR,
+            "end": NOW - 20 * HOUR,
+        },
         "refused": {"phase": "Rejected", "users": ["dan"], "devices": [0], "start": NOW, "end": NOW + HOUR},
     }
-    view = build_view(node({"index": 0, "state": "Free"}, {"index": 1, "state": "Free"}), {}, [], NOW, 6, reservations=reservations)
+    view = build_view(
+        node({"index": 0, "state": "Free"}, {"index": 1, "state": "Free"}), {}, [], NOW, 6, reservations=reservations
+    )
     rows = {r["gpu"]: r["reserved"] for r in view["timeline"]["rows"]}
-    assert [(w["name"], w["users"], w["start"], w["end"]) for w in rows[0]] == [("now", ["alice"], NOW - HOUR, NOW + HOUR)]
+    assert [(w["name"], w["users"], w["start"], w["end"]) for w in rows[0]] == [
+        ("now", ["alice"], NOW - HOUR, NOW + HOUR)
+    ]
     assert [w["name"] for w in rows[1]] == ["later", "now"]  # an upcoming window too: the page marks its edge

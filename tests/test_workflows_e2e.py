@@ -15,11 +15,10 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from helpers import (
     job_status,
     pid_alive,
@@ -36,6 +35,7 @@ ONE_FAKE_GPU = "gpus:\n  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n"
 
 # -- building manifests ------------------------------------------------------------------------------
 
+
 def job(name: str, spec: str, *, depends: str | None = None) -> str:
     """A Job manifest; ``spec`` is the YAML body under ``spec:``; ``depends`` a ``dependsOn`` value."""
     body = textwrap.dedent(spec).strip("\n")
@@ -43,7 +43,8 @@ def job(name: str, spec: str, *, depends: str | None = None) -> str:
         body += f"\ndependsOn: {depends}"
     return (
         f"apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: {name}\nspec:\n"
-        + textwrap.indent(body, "  ") + "\n"
+        + textwrap.indent(body, "  ")
+        + "\n"
     )
 
 
@@ -91,7 +92,11 @@ def ctl(home: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProc
     env = {**os.environ, "GFLOW_HOME": str(home)}
     return subprocess.run(
         [sys.executable, "-m", "controller.cli.main", *argv],
-        capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -105,6 +110,7 @@ def phase_of(home: Path, name: str) -> str | None:
 
 
 # -- dependencies --------------------------------------------------------------------------------------
+
 
 def test_chain_runs_strictly_in_order(home, gflowd, tmp_path):
     daemon = gflowd()
@@ -158,7 +164,9 @@ def test_fan_out_fan_in(home, gflowd, tmp_path):
     wait_phase(home, "b1", "Succeeded", daemon=daemon)
     wait_phase(home, "b2", "Succeeded", daemon=daemon)
     status = wait_for(
-        lambda: (s := job_status(home, "c")) and "b3" in s.get("message", "") and "b1" not in s.get("message", "") and s,
+        lambda: (
+            (s := job_status(home, "c")) and "b3" in s.get("message", "") and "b1" not in s.get("message", "") and s
+        ),
         message=lambda: f"c to wait for b3 only: {job_status(home, 'c')}",
     )
     assert (status["phase"], status["reason"]) == ("Pending", "Dependency"), status
@@ -197,11 +205,17 @@ def test_cleanup_job_with_condition_failed_runs_only_when_its_parent_fails(home,
     daemon = gflowd()
     jobs = home / "jobs"
     write_manifest(jobs, "work-fails.yaml", job("work-fails", "command: [sh, -c, 'exit 3']"))
-    write_manifest(jobs, "cleanup-after-failure.yaml", job(
-        "cleanup-after-failure", "command: [echo, cleaning up]", depends="[{job: work-fails, condition: Failed}]"))
+    write_manifest(
+        jobs,
+        "cleanup-after-failure.yaml",
+        job("cleanup-after-failure", "command: [echo, cleaning up]", depends="[{job: work-fails, condition: Failed}]"),
+    )
     write_manifest(jobs, "work-ok.yaml", job("work-ok", "command: ['true']"))
-    write_manifest(jobs, "cleanup-after-success.yaml", job(
-        "cleanup-after-success", "command: [echo, cleaning up]", depends="[{job: work-ok, condition: Failed}]"))
+    write_manifest(
+        jobs,
+        "cleanup-after-success.yaml",
+        job("cleanup-after-success", "command: [echo, cleaning up]", depends="[{job: work-ok, condition: Failed}]"),
+    )
 
     wait_phase(home, "work-fails", "Failed", daemon=daemon)
     status = wait_phase(home, "cleanup-after-failure", ("Succeeded", "Failed", "Cancelled"), daemon=daemon)
@@ -239,10 +253,11 @@ def test_dependency_cycle_is_rejected_and_an_unrelated_job_still_runs(home, gflo
 
 # -- startAfter --------------------------------------------------------------------------------------------
 
+
 def test_start_after_starts_the_job_within_100ms_of_the_requested_time(home, gflowd):
     daemon = gflowd()
     target = round(time.time() + 1.5, 3)
-    when = datetime.fromtimestamp(target, timezone.utc)
+    when = datetime.fromtimestamp(target, UTC)
     text = when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
     write_manifest(home / "jobs", "later.yaml", job("later", f'command: [date, "+%s.%N"]\nstartAfter: "{text}"'))
 
@@ -258,6 +273,7 @@ def test_start_after_starts_the_job_within_100ms_of_the_requested_time(home, gfl
 
 # -- priority edits --------------------------------------------------------------------------------------
 
+
 def test_priority_edit_reorders_a_blocked_queue(home, gflowd, tmp_path):
     fake = tmp_path / "gpus.yaml"
     fake.write_text(ONE_FAKE_GPU)
@@ -271,7 +287,10 @@ def test_priority_edit_reorders_a_blocked_queue(home, gflowd, tmp_path):
     write_manifest(jobs, "high.yaml", job("high", recorded(record, seconds=0.1) + "priority: 2\nresources: {gpus: 1}"))
 
     def positions():
-        return ((job_status(home, "high") or {}).get("queuePosition"), (job_status(home, "low") or {}).get("queuePosition"))
+        return (
+            (job_status(home, "high") or {}).get("queuePosition"),
+            (job_status(home, "low") or {}).get("queuePosition"),
+        )
 
     wait_for(lambda: positions() == (1, 2), message=lambda: f"high first in the queue; (high, low) = {positions()}")
     edited = ctl(home, "set", "priority", "low", "5")
@@ -296,18 +315,22 @@ BATCHES = [32, 64, 128]
 def sweep(name: str, body: str) -> str:
     return (
         f"apiVersion: gflow.dev/v1alpha1\nkind: Sweep\nmetadata: {{name: {name}}}\nspec:\n"
-        + textwrap.indent(textwrap.dedent(body).strip("\n"), "  ") + "\n"
+        + textwrap.indent(textwrap.dedent(body).strip("\n"), "  ")
+        + "\n"
     )
 
 
 def matrix_sweep(name: str, template: str, extra: str = "") -> str:
-    return sweep(name, f"""\
+    return sweep(
+        name,
+        f"""\
 template:
 {textwrap.indent(textwrap.dedent(template).strip(chr(10)), "  ")}
 matrix:
   lr: ["0.1", "0.01"]
   batch: [32, 64, 128]
-{extra}""")
+{extra}""",
+    )
 
 
 def sweep_status(home: Path, name: str) -> dict | None:
@@ -348,12 +371,20 @@ env:
     def first_wave():
         index = index_jobs(home)
         phases = [(index.get(c) or {}).get("phase") for c in children]
-        reasons = [(index.get(c) or {}).get("reason") for c in children if (index.get(c) or {}).get("phase") == "Pending"]
+        reasons = [
+            (index.get(c) or {}).get("reason") for c in children if (index.get(c) or {}).get("phase") == "Pending"
+        ]
         return phases.count("Running") == 2 and phases.count("Pending") == 4 and set(reasons) == {"Parallelism"}
 
-    wait_for(first_wave, timeout=20, message=lambda: f"2 Running, 4 Pending/Parallelism; index: "
-             f"{ {c: ((index_jobs(home).get(c) or {}).get('phase'), (index_jobs(home).get(c) or {}).get('reason')) for c in children} }"
-             f"\n{daemon.stderr()[-2000:]}")
+    wait_for(
+        first_wave,
+        timeout=20,
+        message=lambda: (
+            f"2 Running, 4 Pending/Parallelism; index: "
+            f"{ {c: ((index_jobs(home).get(c) or {}).get('phase'), (index_jobs(home).get(c) or {}).get('reason')) for c in children} }"
+            f"\n{daemon.stderr()[-2000:]}"
+        ),
+    )
     for child in children:
         data = read_status(home, child)
         assert data["metadata"]["ownerReferences"] == [
@@ -375,7 +406,9 @@ env:
                 (release / child.rsplit("-", 1)[1]).touch()
         return all((index.get(c) or {}).get("phase") == "Succeeded" for c in children)
 
-    wait_for(step, timeout=30, message=lambda: f"all children to succeed: {index_jobs(home)}\n{daemon.stderr()[-2000:]}")
+    wait_for(
+        step, timeout=30, message=lambda: f"all children to succeed: {index_jobs(home)}\n{daemon.stderr()[-2000:]}"
+    )
     times = spans(record)
     assert sorted(times) == sorted(children), times
     assert all(end is not None for _, end in times.values()), times
@@ -396,7 +429,9 @@ env:
     listed = ctl(home, "get", "sweeps")
     assert listed.returncode == 0, listed.stderr
     header, *rows = listed.stdout.splitlines()
-    assert header.split() == ["NAME", "USER", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE", "PARAMS"], listed.stdout
+    assert header.split() == ["NAME", "USER", "PHASE", "CHILDREN", "RUNNING", "SUCCEEDED", "FAILED", "AGE", "PARAMS"], (
+        listed.stdout
+    )
     assert [r.split()[:7] for r in rows] == [["lr-sweep", "root", "Succeeded", "6", "0", "6", "0"]], listed.stdout
     assert rows[0].split()[-2:] == ["lr=0.1,0.01", "batch=32,64,128"], listed.stdout
     jobs = ctl(home, "get", "jobs")
@@ -424,11 +459,18 @@ def test_sweep_exclude_drops_a_combination(home, gflowd):
 @pytest.mark.parametrize("how", ["delete-file", "gflowctl-delete"])
 def test_deleting_a_sweep_stops_its_running_children_and_removes_their_statuses(home, gflowd, how):
     daemon = gflowd()
-    path = write_manifest(home / "jobs", "doomed.yaml", sweep("doomed", """\
+    path = write_manifest(
+        home / "jobs",
+        "doomed.yaml",
+        sweep(
+            "doomed",
+            """\
 template:
   command: [sleep, "300"]
 indices: "0-2"
-"""))
+""",
+        ),
+    )
     children = ["doomed-0", "doomed-1", "doomed-2"]
     pids = {}
     for child in children:
@@ -445,8 +487,12 @@ indices: "0-2"
         assert "doomed" in deleted.stdout, deleted.stdout
         assert not path.exists(), "gflowctl delete sweep removes the manifest"
 
-    gone = lambda: [n for n in ["doomed", *children] if (home / "status" / f"{n}.yaml").exists()]  # noqa: E731
-    wait_for(lambda: not gone(), timeout=20, message=lambda: f"status files removed; left: {gone()}\n{daemon.stderr()[-2000:]}")
+    gone = lambda: [n for n in ["doomed", *children] if (home / "status" / f"{n}.yaml").exists()]
+    wait_for(
+        lambda: not gone(),
+        timeout=20,
+        message=lambda: f"status files removed; left: {gone()}\n{daemon.stderr()[-2000:]}",
+    )
     alive = [c for c, pid in pids.items() if pid_alive(pid)]
     assert not alive, f"children still running after their Sweep was deleted: {alive}"
     wait_for(lambda: not any(c in index_jobs(home) for c in children), message="the children to leave the index")
@@ -456,12 +502,15 @@ def test_editing_a_sweeps_parallelism_applies_to_its_children(home, gflowd, tmp_
     daemon = gflowd()
     release = tmp_path / "release"
     release.mkdir()
-    text = sweep("wide", f"""\
+    text = sweep(
+        "wide",
+        f"""\
 template:
   command: [sh, -c, 'while [ ! -e {release}/$GFLOW_SWEEP_INDEX ]; do sleep 0.02; done']
 indices: "0-2"
 parallelism: 1
-""")
+""",
+    )
     write_manifest(home / "jobs", "wide.yaml", text)
     children = ["wide-0", "wide-1", "wide-2"]
 
@@ -469,7 +518,10 @@ parallelism: 1
         index = index_jobs(home)
         return [(index.get(c) or {}).get("phase") for c in children]
 
-    wait_for(lambda: sorted(phases(), key=str) == ["Pending", "Pending", "Running"], message=lambda: f"one running: {phases()}")
+    wait_for(
+        lambda: sorted(phases(), key=str) == ["Pending", "Pending", "Running"],
+        message=lambda: f"one running: {phases()}",
+    )
     write_manifest(home / "jobs", "wide.yaml", text.replace("parallelism: 1", "parallelism: 3"))
     wait_for(lambda: phases() == ["Running"] * 3, message=lambda: f"all three running after the edit: {phases()}")
     for i in range(3):
@@ -482,14 +534,21 @@ def test_job_depending_on_a_sweep_starts_only_after_every_child_succeeded(home, 
     record = tmp_path / "record"
     release = tmp_path / "release"
     release.mkdir()
-    write_manifest(home / "jobs", "pair.yaml", sweep("pair", f"""\
+    write_manifest(
+        home / "jobs",
+        "pair.yaml",
+        sweep(
+            "pair",
+            f"""\
 template:
   script: |
     echo "$GFLOW_JOB_NAME start $(date +%s.%N)" >> {record}
     while [ ! -e {release}/$GFLOW_SWEEP_INDEX ]; do sleep 0.02; done
     echo "$GFLOW_JOB_NAME end $(date +%s.%N)" >> {record}
 indices: "0-1"
-"""))
+""",
+        ),
+    )
     write_manifest(home / "jobs", "after.yaml", job("after", recorded(record, seconds=0.05), depends="[pair]"))
 
     wait_phase(home, "pair-0", "Running", daemon=daemon)
@@ -502,7 +561,9 @@ indices: "0-1"
         lambda: (index := index_jobs(home)) and (index.get("pair-0") or {}).get("phase") == "Succeeded" and index,
         message="pair-0 to succeed",
     )
-    assert snapshot["after"]["phase"] == "Pending", f"after started with only one of two children done: {snapshot['after']}"
+    assert snapshot["after"]["phase"] == "Pending", (
+        f"after started with only one of two children done: {snapshot['after']}"
+    )
 
     (release / "1").touch()
     wait_phase(home, "after", "Succeeded", timeout=20, daemon=daemon)
@@ -512,6 +573,7 @@ indices: "0-1"
 
 
 # -- CLI: wait, logs -f, patch ---------------------------------------------------------------------------
+
 
 def test_wait_exit_codes(home, gflowd, tmp_path):
     daemon = gflowd()
@@ -551,7 +613,12 @@ def test_wait_exit_codes(home, gflowd, tmp_path):
 def test_logs_follow_prints_both_attempts_in_order_and_exits_by_itself(home, gflowd, tmp_path):
     daemon = gflowd()
     go = tmp_path / "go"
-    write_manifest(home / "jobs", "flaky.yaml", job("flaky", f"""\
+    write_manifest(
+        home / "jobs",
+        "flaky.yaml",
+        job(
+            "flaky",
+            f"""\
 script: |
   echo "attempt $GFLOW_ATTEMPT begins"
   if [ "$GFLOW_ATTEMPT" = 1 ]; then
@@ -561,12 +628,18 @@ script: |
   fi
   echo "attempt 2 succeeds"
 backoffLimit: 1
-"""))
+""",
+        ),
+    )
     wait_for(lambda: "attempt 1 begins" in read_log(home, "flaky"), message="attempt 1 to start")
     env = {**os.environ, "GFLOW_HOME": str(home)}
     follower = subprocess.Popen(
         [sys.executable, "-m", "controller.cli.main", "logs", "flaky", "-f"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
     )
     try:
         go.touch()
@@ -574,7 +647,9 @@ backoffLimit: 1
     except subprocess.TimeoutExpired:
         follower.kill()
         out, err = follower.communicate()
-        raise AssertionError(f"logs -f did not exit after the job finished; printed {out!r}; job: {job_status(home, 'flaky')}")
+        raise AssertionError(
+            f"logs -f did not exit after the job finished; printed {out!r}; job: {job_status(home, 'flaky')}"
+        )
     assert follower.returncode == 0, err
     assert out == "attempt 1 begins\nattempt 1 fails\nattempt 2 begins\nattempt 2 succeeds\n", out
     status = wait_phase(home, "flaky", "Succeeded", daemon=daemon)
@@ -612,8 +687,10 @@ def test_patch_changes_priority_and_time_limit_keeping_comments(home, gflowd, tm
     spec = YAML(typ="safe").load(text)["spec"]
     assert spec["priority"] == 5 and str(spec["timeLimit"]) == "1h", spec
 
-    status = wait_for(lambda: (s := job_status(home, "patched")) and s.get("priority") == 5 and s,
-                      message=lambda: f"the controller to see priority 5: {job_status(home, 'patched')}")
+    status = wait_for(
+        lambda: (s := job_status(home, "patched")) and s.get("priority") == 5 and s,
+        message=lambda: f"the controller to see priority 5: {job_status(home, 'patched')}",
+    )
     assert status["phase"] == "Running" and status["pid"] == pid, "priority and timeLimit act on the running attempt"
     go.touch()
     wait_phase(home, "patched", "Succeeded", daemon=daemon)

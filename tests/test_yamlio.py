@@ -58,10 +58,26 @@ def test_load_own_refuses_what_dump_never_writes(text):
 def test_a_status_file_round_trips_through_the_fast_reader():
     from controller.model.records import JobState
 
-    state = JobState(name="a", phase="Failed", reason="Error", message='exited with code 3: "quoted", colon: here',
-                     devices=[0, 2], device_uuids=["GPU-1", "GPU-2"], labels={"team": "vision", "x/y": "true"},
-                     conditions=[{"type": "Admitted", "status": "True", "reason": "Valid", "message": "ok",
-                                  "lastTransitionTime": "2026-01-01T00:00:00.000Z"}], exit_code=3, owner="sweep")
+    state = JobState(
+        name="a",
+        phase="Failed",
+        reason="Error",
+        message='exited with code 3: "quoted", colon: here',
+        devices=[0, 2],
+        device_uuids=["GPU-1", "GPU-2"],
+        labels={"team": "vision", "x/y": "true"},
+        conditions=[
+            {
+                "type": "Admitted",
+                "status": "True",
+                "reason": "Valid",
+                "message": "ok",
+                "lastTransitionTime": "2026-01-01T00:00:00.000Z",
+            }
+        ],
+        exit_code=3,
+        owner="sweep",
+    )
     text = dump(state.to_status())
     assert load_own(text) == load_one(text) == state.to_status()
     assert JobState.from_status(load_own(text)) == state

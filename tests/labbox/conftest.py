@@ -52,7 +52,9 @@ def run_as_fixture():
     return run_as
 
 
-def run_as(user: str, *argv: str, env: dict[str, str] | None = None, input: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_as(
+    user: str, *argv: str, env: dict[str, str] | None = None, input: str | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """Run ``argv`` as ``user`` with the environment a login gives them (not root's), and capture it.
 
     ``runuser -u`` drops to the user's uid, gid and groups without a shell in between, so argv

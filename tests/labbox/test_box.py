@@ -23,8 +23,12 @@ def test_pid_1_is_systemd_and_cgroup_v2_is_the_only_hierarchy():
 
 def test_gflowd_runs_as_the_shipped_system_unit():
     active = subprocess.run(["systemctl", "is-active", "gflowd"], capture_output=True, text=True)
-    assert active.stdout.strip() == "active", subprocess.run(["systemctl", "status", "gflowd"], capture_output=True, text=True).stdout
-    fragment = subprocess.run(["systemctl", "show", "-p", "FragmentPath", "--value", "gflowd"], capture_output=True, text=True)
+    assert active.stdout.strip() == "active", subprocess.run(
+        ["systemctl", "status", "gflowd"], capture_output=True, text=True
+    ).stdout
+    fragment = subprocess.run(
+        ["systemctl", "show", "-p", "FragmentPath", "--value", "gflowd"], capture_output=True, text=True
+    )
     unit = Path(fragment.stdout.strip()).read_text()
     shipped = Path("/mnt/gflow/manifests/deploy/gflowd-system.service").read_text()
     assert unit == shipped

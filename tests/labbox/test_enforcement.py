@@ -85,7 +85,9 @@ def processes_of_job(name: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and f"GFLOW_JOB_NAME={name}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+            if entry.name.isdigit() and f"GFLOW_JOB_NAME={name}".encode() in (entry / "environ").read_bytes().split(
+                b"\0"
+            ):
                 found.append(int(entry.name))
         except OSError:
             pass
@@ -103,7 +105,9 @@ def test_a_fork_bomb_under_pids_50_is_contained_the_job_ends_and_the_box_stays_f
     assert done["phase"] == "Succeeded", done
     # its sleeping children went with it
     wait_for(lambda: not processes_of_job(bomb), 300, "the bomb's children to be gone")
-    assert subprocess.run(["systemctl", "is-active", "gflowd"], capture_output=True, text=True).stdout.strip() == "active"
+    assert (
+        subprocess.run(["systemctl", "is-active", "gflowd"], capture_output=True, text=True).stdout.strip() == "active"
+    )
     apply("alice", manifest(after, ["python3", "-c", "print('fine')"]))
     jobs.append(("alice", after))
     assert wait_phase("alice", after, "Succeeded", "Failed")["phase"] == "Succeeded"
@@ -157,7 +161,9 @@ def test_a_gpu_job_opens_only_its_gpu_a_cpu_job_none_and_other_devices_are_as_ou
     gpu_saw, cpu_saw = opened(logs("alice", gpu)), opened(logs("bob", cpu))
     (own,) = bound["devices"]
     print(f"bound to GPU {own}: {gpu_saw}\nCPU job: {cpu_saw}")
-    assert {n: gpu_saw[n] for n in gpu_nodes} == {n: ("ENXIO" if n == f"/dev/nvidia{own}" else "EPERM") for n in gpu_nodes}
+    assert {n: gpu_saw[n] for n in gpu_nodes} == {
+        n: ("ENXIO" if n == f"/dev/nvidia{own}" else "EPERM") for n in gpu_nodes
+    }
     assert {n: cpu_saw[n] for n in gpu_nodes} == {n: "EPERM" for n in gpu_nodes}
     # only GPUs are constrained: the rest opens (or not) as it does for alice outside gflow
     others = {n: outside[n] for n in OTHER_DEVICES}
@@ -170,15 +176,19 @@ def test_a_gpu_job_opens_only_its_gpu_a_cpu_job_none_and_other_devices_are_as_ou
 def test_a_job_over_50mi_is_oom_killed_at_its_limit_and_a_sibling_beside_it_is_untouched(jobs):
     sibling, hog = unique("sibling"), unique("hog")
     release = release_file("bob", sibling)
-    holder = (f"import os, time\nb = bytearray(20 << 20)\nprint('holding', flush=True)\n"
-              f"while not os.path.exists({str(release)!r}): time.sleep(0.05)\nprint('sibling done', len(b) >> 20, flush=True)\n")
+    holder = (
+        f"import os, time\nb = bytearray(20 << 20)\nprint('holding', flush=True)\n"
+        f"while not os.path.exists({str(release)!r}): time.sleep(0.05)\nprint('sibling done', len(b) >> 20, flush=True)\n"
+    )
     apply("bob", manifest(sibling, ["python3", "-c", holder], resources={"memory": "50Mi"}))
     jobs.append(("bob", sibling))
     wait_phase("bob", sibling, "Running")
     wait_for(lambda: "holding" in log_file(sibling), 300, "the sibling to hold its 20 Mi")
 
-    grab = ("chunks = []\nfor i in range(300):\n    chunks.append(bytearray(1 << 20))\n"
-            "    if i % 50 == 0: print('allocated', i, 'Mi', flush=True)\nprint('survived', flush=True)\n")
+    grab = (
+        "chunks = []\nfor i in range(300):\n    chunks.append(bytearray(1 << 20))\n"
+        "    if i % 50 == 0: print('allocated', i, 'Mi', flush=True)\nprint('survived', flush=True)\n"
+    )
     apply("alice", manifest(hog, ["python3", "-c", grab], resources={"memory": "50Mi"}))
     jobs.append(("alice", hog))
     done = wait_phase("alice", hog, "Failed", "Succeeded")

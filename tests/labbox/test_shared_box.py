@@ -25,8 +25,25 @@ import sys
 import time
 from pathlib import Path
 
-from users import (HOME, apply, as_user, gflowctl, in_box, jobs, log_file, login_env, logs, manifest, ok,  # noqa: F401
-                   run_as, status, status_file, unique, wait_for, wait_phase)
+from users import (  # noqa: F401
+    HOME,
+    apply,
+    as_user,
+    gflowctl,
+    in_box,
+    jobs,
+    log_file,
+    login_env,
+    logs,
+    manifest,
+    ok,
+    run_as,
+    status,
+    status_file,
+    unique,
+    wait_for,
+    wait_phase,
+)
 
 pytestmark = in_box
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,8 +58,10 @@ def project(user: str) -> Path:
 
 def test_a_job_submitted_with_a_venv_active_runs_that_venvs_python_as_its_user_in_the_project(jobs):
     home, proj, name = pwd.getpwnam("alice").pw_dir, project("alice"), unique("venv")
-    probe = ("import os, pwd, sys; print(json.dumps({'prefix': sys.prefix, 'venv': os.environ.get('VIRTUAL_ENV'), "
-             "'user': pwd.getpwuid(os.getuid()).pw_name, 'cwd': os.getcwd(), 'home': os.environ['HOME']}))")
+    probe = (
+        "import os, pwd, sys; print(json.dumps({'prefix': sys.prefix, 'venv': os.environ.get('VIRTUAL_ENV'), "
+        "'user': pwd.getpwuid(os.getuid()).pw_name, 'cwd': os.getcwd(), 'home': os.environ['HOME']}))"
+    )
     out = gflowctl("alice", "run", "--name", name, "--", "python", "-c", "import json; " + probe, cwd=proj, venv=True)
     jobs.append(("alice", name))
     assert f"job/{name} created" in ok(out)
@@ -78,17 +97,29 @@ def on_a_terminal(user: str, *argv: str, cwd: Path) -> tuple[subprocess.Popen, i
     def take_terminal() -> None:  # runs after setsid and the drop to the user
         import fcntl
         import termios
+
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-    proc = subprocess.Popen(list(argv), stdin=slave, stdout=slave, stderr=slave, env=login_env(user, venv=True),
-                            cwd=str(cwd), start_new_session=True, preexec_fn=take_terminal, **as_user(user))
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=login_env(user, venv=True),
+        cwd=str(cwd),
+        start_new_session=True,
+        preexec_fn=take_terminal,
+        **as_user(user),
+    )
     os.close(slave)
     return proc, master
 
 
 def test_run_it_gives_an_interactive_shell_on_a_terminal_of_its_own(jobs):
     name = unique("shell")
-    proc, master = on_a_terminal("alice", "gflowctl", "run", "-it", "--name", name, "--", "/bin/sh", cwd=project("alice"))
+    proc, master = on_a_terminal(
+        "alice", "gflowctl", "run", "-it", "--name", name, "--", "/bin/sh", cwd=project("alice")
+    )
     jobs.append(("alice", name))
     seen = bytearray()
     try:
@@ -108,7 +139,11 @@ def test_run_it_gives_an_interactive_shell_on_a_terminal_of_its_own(jobs):
 
 def test_exec_runs_in_alices_running_job_as_her_and_is_refused_to_mallory(jobs):
     name = unique("sleeper")
-    ok(gflowctl("alice", "run", "--name", name, "--env", "STAGE=exec-check", "--", "sleep", "600", cwd=project("alice")))
+    ok(
+        gflowctl(
+            "alice", "run", "--name", name, "--env", "STAGE=exec-check", "--", "sleep", "600", cwd=project("alice")
+        )
+    )
     jobs.append(("alice", name))
     wait_phase("alice", name, "Running")
     out = ok(gflowctl("alice", "exec", name, "--", "sh", "-c", "id -un; echo $STAGE $GFLOW_JOB_NAME; pwd"))
@@ -121,11 +156,13 @@ def test_exec_runs_in_alices_running_job_as_her_and_is_refused_to_mallory(jobs):
 
 def test_the_python_client_of_the_admins_install_submits_waits_and_reads_logs_as_the_user(jobs):
     name = unique("client")
-    code = ("from controller.client import Client\n"
-            "c = Client()\n"
-            f"job = c.submit(['python3', '-c', 'import os; print(\"from the client\", os.getuid())'], name={name!r})\n"
-            f"done = c.wait({name!r}, 'Succeeded', timeout=500)\n"
-            f"print(done.phase, c.logs({name!r}).strip())\n")
+    code = (
+        "from controller.client import Client\n"
+        "c = Client()\n"
+        f"job = c.submit(['python3', '-c', 'import os; print(\"from the client\", os.getuid())'], name={name!r})\n"
+        f"done = c.wait({name!r}, 'Succeeded', timeout=500)\n"
+        f"print(done.phase, c.logs({name!r}).strip())\n"
+    )
     out = run_as("bob", "/opt/gflow/bin/python", "-c", code, cwd=project("bob"), timeout=600)
     jobs.append(("bob", name))
     assert ok(out).split() == ["Succeeded", "from", "the", "client", str(pwd.getpwnam("bob").pw_uid)]
@@ -133,7 +170,9 @@ def test_the_python_client_of_the_admins_install_submits_waits_and_reads_logs_as
 
 
 def reservation(name: str, **spec) -> str:
-    return json.dumps({"apiVersion": "gflow.dev/v1alpha1", "kind": "Reservation", "metadata": {"name": name}, "spec": spec})
+    return json.dumps(
+        {"apiVersion": "gflow.dev/v1alpha1", "kind": "Reservation", "metadata": {"name": name}, "spec": spec}
+    )
 
 
 def reservation_status(user: str, name: str) -> dict | None:
@@ -146,19 +185,35 @@ def test_alices_reservation_fences_a_gpu_from_bobs_job_and_mallorys_decade_is_fo
     gpus = len(json.loads(ok(gflowctl("bob", "get", "gpus", "-o", "json")))["gpus"])
     apply("alice", reservation(mine, users=["alice"], devices=[gpus - 1], start="+0s", duration="1h"))
     try:
-        active = wait_for(lambda: (reservation_status("alice", mine) or {}).get("phase") == "Active", 300,
-                          "alice's reservation to be Active", interval=2)
+        active = wait_for(
+            lambda: (reservation_status("alice", mine) or {}).get("phase") == "Active",
+            300,
+            "alice's reservation to be Active",
+            interval=2,
+        )
         assert active
         apply("bob", manifest(big, ["true"], resources={"gpus": gpus}))
         jobs.append(("bob", big))
-        waiting = wait_for(lambda: (s := status_file(big)) and s.get("reason") == "Reserved" and s, 300,
-                           "bob's job to wait for the reservation")
+        waiting = wait_for(
+            lambda: (s := status_file(big)) and s.get("reason") == "Reserved" and s,
+            300,
+            "bob's job to wait for the reservation",
+        )
         assert waiting["phase"] == "Pending", waiting
 
-        out = gflowctl("mallory", "apply", "-f", "-",
-                       input=reservation(decade, users=["mallory"], gpus=2, start="+3650d", duration="36500d"))
-        rejected = wait_for(lambda: out.returncode != 0 or (reservation_status("mallory", decade) or {}).get("phase") == "Rejected",
-                            300, "mallory's reservation to be refused", interval=2)
+        out = gflowctl(
+            "mallory",
+            "apply",
+            "-f",
+            "-",
+            input=reservation(decade, users=["mallory"], gpus=2, start="+3650d", duration="36500d"),
+        )
+        rejected = wait_for(
+            lambda: out.returncode != 0 or (reservation_status("mallory", decade) or {}).get("phase") == "Rejected",
+            300,
+            "mallory's reservation to be refused",
+            interval=2,
+        )
         assert rejected
         said = out.stderr + json.dumps(reservation_status("mallory", decade) or {})
         assert "Forbidden" in said or "may" in said, said
@@ -174,9 +229,11 @@ SECRET = "s3cr3t-" + os.urandom(8).hex()
 
 def readable_files_of(user: str, top: Path) -> str:
     """Every file under TOP that USER can open, concatenated (what she can read of it, as herself)."""
-    code = ("import os, sys\nfor d, _, files in os.walk(sys.argv[1]):\n    for f in files:\n        p = os.path.join(d, f)\n"
-            "        try:\n            with open(p, 'rb') as fh: sys.stdout.write(p + '\\n' + fh.read(1 << 20).decode('latin-1') + '\\n')\n"
-            "        except OSError:\n            pass\n")
+    code = (
+        "import os, sys\nfor d, _, files in os.walk(sys.argv[1]):\n    for f in files:\n        p = os.path.join(d, f)\n"
+        "        try:\n            with open(p, 'rb') as fh: sys.stdout.write(p + '\\n' + fh.read(1 << 20).decode('latin-1') + '\\n')\n"
+        "        except OSError:\n            pass\n"
+    )
     return run_as(user, "python3", "-c", code, str(top), timeout=300).stdout
 
 
@@ -184,8 +241,22 @@ def test_mallory_gets_nothing_of_alices_job_secrets_logs_socket_or_control(jobs)
     name = unique("private")
     proc = project("alice")
     script = "echo token=$TOKEN carried=$CARRIED; sleep 600"
-    ok(gflowctl("alice", "run", "--name", name, "-e", f"TOKEN={SECRET}", "--", "sh", "-c", script, cwd=proc,
-                env=login_env("alice", venv=True, CARRIED=SECRET + "-env")))
+    ok(
+        gflowctl(
+            "alice",
+            "run",
+            "--name",
+            name,
+            "-e",
+            f"TOKEN={SECRET}",
+            "--",
+            "sh",
+            "-c",
+            script,
+            cwd=proc,
+            env=login_env("alice", venv=True, CARRIED=SECRET + "-env"),
+        )
+    )
     jobs.append(("alice", name))
     running = wait_phase("alice", name, "Running")
     wait_for(lambda: SECRET in log_file(name), 300, "alice's job to print its token to her log")
@@ -193,8 +264,13 @@ def test_mallory_gets_nothing_of_alices_job_secrets_logs_socket_or_control(jobs)
 
     # every file under the home mallory can open, and what every read-only verb shows her
     assert SECRET not in readable_files_of("mallory", HOME)
-    for verb in (["get", "jobs", name, "-o", "json"], ["get", "jobs", name, "-o", "yaml"], ["describe", "job", name],
-                 ["get", "events"], ["get", "jobs", "-A", "-o", "wide"]):
+    for verb in (
+        ["get", "jobs", name, "-o", "json"],
+        ["get", "jobs", name, "-o", "yaml"],
+        ["describe", "job", name],
+        ["get", "events"],
+        ["get", "jobs", "-A", "-o", "wide"],
+    ):
         out = gflowctl("mallory", *verb)
         assert SECRET not in out.stdout + out.stderr, verb
     refused = gflowctl("mallory", "logs", name)
@@ -202,15 +278,23 @@ def test_mallory_gets_nothing_of_alices_job_secrets_logs_socket_or_control(jobs)
     assert len(refused.stderr.strip().splitlines()) == 1 and "alice" in refused.stderr, refused.stderr
     # the job's own process: its environment and memory are alice's alone
     pid = running["pid"]
-    peek = run_as("mallory", "python3", "-c", "import sys\ntry:\n    open(f'/proc/{sys.argv[1]}/environ', 'rb').read()\n"
-                  "    print('read')\nexcept OSError as exc:\n    print(type(exc).__name__)", str(pid))
+    peek = run_as(
+        "mallory",
+        "python3",
+        "-c",
+        "import sys\ntry:\n    open(f'/proc/{sys.argv[1]}/environ', 'rb').read()\n"
+        "    print('read')\nexcept OSError as exc:\n    print(type(exc).__name__)",
+        str(pid),
+    )
     assert peek.stdout.strip() == "PermissionError", peek
 
     # alice's control socket: mallory cannot connect (folder gflowd's 0711, socket alice's 0600)
     sockets = [p for p in (HOME / "run" / "control" / str(pwd.getpwnam("alice").pw_uid)).iterdir() if p.is_socket()]
     assert sockets, "alice's running job has a control socket"
-    code = ("import socket, sys\nfor path in sys.argv[1:]:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n"
-            "        s.connect(path); print('connected')\n    except OSError as exc:\n        print(type(exc).__name__)\n")
+    code = (
+        "import socket, sys\nfor path in sys.argv[1:]:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n"
+        "        s.connect(path); print('connected')\n    except OSError as exc:\n        print(type(exc).__name__)\n"
+    )
     tried = run_as("mallory", "python3", "-c", code, *map(str, sockets)).stdout.split()
     assert tried == ["PermissionError"] * len(sockets), tried
 
@@ -228,11 +312,26 @@ def test_mallory_gets_nothing_of_alices_job_secrets_logs_socket_or_control(jobs)
 def test_gpu_acceptance_without_a_gpu_skips_every_check_and_passes(tmp_path):
     script = ROOT / "hack" / "gpu-acceptance.py"
     report = tmp_path / "report.json"
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) if not (Path(p) / "nvidia-smi").exists())
-    out = subprocess.run([sys.executable, str(script), "--report", str(report)], capture_output=True, text=True, timeout=900,
-                         env=dict(os.environ, PATH=path, TMPDIR=str(tmp_path)))
+    path = os.pathsep.join(
+        p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) if not (Path(p) / "nvidia-smi").exists()
+    )
+    out = subprocess.run(
+        [sys.executable, str(script), "--report", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, PATH=path, TMPDIR=str(tmp_path)),
+    )
     print(out.stdout)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.splitlines()[0] == "gpu-acceptance: no NVIDIA GPU here (nvidia-smi is not on the PATH): every check SKIP"
+    assert (
+        out.stdout.splitlines()[0]
+        == "gpu-acceptance: no NVIDIA GPU here (nvidia-smi is not on the PATH): every check SKIP"
+    )
     doc = json.loads(report.read_text())
-    assert doc["exitCode"] == 0 and doc["summary"]["FAIL"] == 0 and doc["summary"]["PASS"] == 0 and doc["summary"]["SKIP"] > 0
+    assert (
+        doc["exitCode"] == 0
+        and doc["summary"]["FAIL"] == 0
+        and doc["summary"]["PASS"] == 0
+        and doc["summary"]["SKIP"] > 0
+    )

@@ -17,8 +17,9 @@ import os
 import pwd
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -39,18 +40,35 @@ def sh(*argv: str, check: bool = False, timeout: float = 120, **kwargs: Any) -> 
 
 def env_of(user: str, **extra: str) -> dict[str, str]:
     pw = pwd.getpwnam(user)
-    env = {"HOME": pw.pw_dir, "USER": user, "LOGNAME": user, "PATH": "/usr/local/bin:/usr/bin:/bin",
-           "LANG": "C.UTF-8", "GFLOW_HOME": str(HOME), "XDG_RUNTIME_DIR": f"/run/user/{pw.pw_uid}"}
+    env = {
+        "HOME": pw.pw_dir,
+        "USER": user,
+        "LOGNAME": user,
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "GFLOW_HOME": str(HOME),
+        "XDG_RUNTIME_DIR": f"/run/user/{pw.pw_uid}",
+    }
     env.update(extra)
     return env
 
 
-def as_user(user: str, *argv: str, env: dict[str, str] | None = None, input: str | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess:
+def as_user(
+    user: str, *argv: str, env: dict[str, str] | None = None, input: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     pw = pwd.getpwnam(user)
-    return subprocess.run(list(argv), env=env or env_of(user), input=input, cwd=pw.pw_dir, capture_output=True,
-                          text=True, timeout=timeout, user=pw.pw_uid, group=pw.pw_gid,
-                          extra_groups=os.getgrouplist(user, pw.pw_gid))
+    return subprocess.run(
+        list(argv),
+        env=env or env_of(user),
+        input=input,
+        cwd=pw.pw_dir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        user=pw.pw_uid,
+        group=pw.pw_gid,
+        extra_groups=os.getgrouplist(user, pw.pw_gid),
+    )
 
 
 def wait_for(check: Callable[[], Any], timeout: float, message: str) -> Any:
@@ -65,8 +83,9 @@ def wait_for(check: Callable[[], Any], timeout: float, message: str) -> Any:
 
 
 def manifest(name: str, script: str) -> str:
-    return json.dumps({"apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": {"name": name},
-                       "spec": {"script": script}})
+    return json.dumps(
+        {"apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": {"name": name}, "spec": {"script": script}}
+    )
 
 
 def submit(user: str, name: str, script: str, env: dict[str, str] | None = None) -> None:
@@ -117,8 +136,11 @@ def show(unit: str, *props: str, user: str | None = None) -> dict[str, str]:
 
 
 def cgroup_of(pid: int) -> str:
-    return next(line.split(":", 2)[2].strip() for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-                if line.startswith("0::"))
+    return next(
+        line.split(":", 2)[2].strip()
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        if line.startswith("0::")
+    )
 
 
 def alive(pid: int) -> bool:
@@ -244,8 +266,12 @@ def bobs_gflowd():
 
     def settled():
         state = sh("systemctl", "is-active", manager).stdout.strip()
-        return state if state in ("active", "failed") and (state == "failed" or
-                                                          Path(f"/run/user/{pw.pw_uid}/systemd/private").exists()) else None
+        return (
+            state
+            if state in ("active", "failed")
+            and (state == "failed" or Path(f"/run/user/{pw.pw_uid}/systemd/private").exists())
+            else None
+        )
 
     if wait_for(settled, 120, f"{manager} to start or fail") == "failed":
         why = sh("systemctl", "status", manager, "--no-pager", "-l").stdout.splitlines()
@@ -281,7 +307,9 @@ def test_a_users_own_gflowd_puts_jobs_in_a_scope_of_the_user_manager_and_survive
     # bob's user journal needs persistent storage; the system journal has his units' lines either way
     journal = sh("journalctl", f"_UID={uid}", "_SYSTEMD_USER_UNIT=gflowd.service", "--no-pager", "-o", "cat").stdout
     assert "systemd scope gflow-" in journal, journal[-3000:]
-    offered = (Path("/sys/fs/cgroup") / where.lstrip("/")).parent.parent.joinpath("cgroup.controllers").read_text().split()
+    offered = (
+        (Path("/sys/fs/cgroup") / where.lstrip("/")).parent.parent.joinpath("cgroup.controllers").read_text().split()
+    )
     if not {"memory", "pids", "cpuset"} <= set(offered):  # not delegated by default: one line names the fix
         assert "loginctl enable-linger bob" in journal and "Delegate=cpu cpuset io memory pids" in journal
     assert as_user("bob", "systemctl", "--user", "restart", "gflowd", env=env).returncode == 0

@@ -14,15 +14,18 @@ import os
 import pwd
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 MARKER = Path("/etc/gflow-labbox")
 HOME = Path("/var/lib/gflow")
 MI = 1 << 20
-in_box = pytest.mark.skipif(not MARKER.exists(), reason=f"lab-box test: runs inside the VM (no {MARKER}; hack/labbox/run.sh)")
+in_box = pytest.mark.skipif(
+    not MARKER.exists(), reason=f"lab-box test: runs inside the VM (no {MARKER}; hack/labbox/run.sh)"
+)
 
 _names = itertools.count(1)
 
@@ -36,8 +39,16 @@ def login_env(user: str, venv: bool = False, **extra: str) -> dict[str, str]:
     """What `su - USER` gives (profile.d sets GFLOW_HOME), with ~/venv activated when asked."""
     pw = pwd.getpwnam(user)
     path = "/usr/local/bin:/usr/bin:/bin"
-    env = {"HOME": pw.pw_dir, "USER": user, "LOGNAME": user, "SHELL": pw.pw_shell or "/bin/sh", "PATH": path,
-           "LANG": "C.UTF-8", "GFLOW_HOME": str(HOME), "TERM": "xterm"}
+    env = {
+        "HOME": pw.pw_dir,
+        "USER": user,
+        "LOGNAME": user,
+        "SHELL": pw.pw_shell or "/bin/sh",
+        "PATH": path,
+        "LANG": "C.UTF-8",
+        "GFLOW_HOME": str(HOME),
+        "TERM": "xterm",
+    }
     if venv:
         env.update(PATH=f"{pw.pw_dir}/venv/bin:{path}", VIRTUAL_ENV=f"{pw.pw_dir}/venv")
     env.update(extra)
@@ -50,11 +61,25 @@ def as_user(user: str) -> dict[str, Any]:
     return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": os.getgrouplist(user, pw.pw_gid)}
 
 
-def run_as(user: str, *argv: str, env: dict[str, str] | None = None, input: str | None = None,
-           cwd: str | Path | None = None, timeout: float = 300, venv: bool = False) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), env=env or login_env(user, venv=venv), input=input,
-                          cwd=str(cwd or pwd.getpwnam(user).pw_dir), capture_output=True, text=True, timeout=timeout,
-                          **as_user(user))
+def run_as(
+    user: str,
+    *argv: str,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    cwd: str | Path | None = None,
+    timeout: float = 300,
+    venv: bool = False,
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        list(argv),
+        env=env or login_env(user, venv=venv),
+        input=input,
+        cwd=str(cwd or pwd.getpwnam(user).pw_dir),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **as_user(user),
+    )
 
 
 def gflowctl(user: str, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
@@ -68,8 +93,14 @@ def ok(out: subprocess.CompletedProcess) -> str:
 
 def manifest(name: str, command: list[str], **spec: Any) -> str:
     """A Job manifest (JSON is YAML: every quote and escape survives)."""
-    return json.dumps({"apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": {"name": name},
-                       "spec": {"command": command, **spec}})
+    return json.dumps(
+        {
+            "apiVersion": "gflow.dev/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": name},
+            "spec": {"command": command, **spec},
+        }
+    )
 
 
 def apply(user: str, text: str) -> str:
