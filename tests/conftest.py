@@ -173,7 +173,7 @@ def gflowd(home: Path, tmp_path: Path):
     for root in {d.home for d in started}:
         left = kill_jobs_of_home(root)
         if left:
-            warnings.warn(f"job processes of {root} survived SIGKILL: {sorted(left)}")
+            warnings.warn(f"job processes of {root} survived SIGKILL: {sorted(left)}", stacklevel=2)
 
 
 @pytest.fixture

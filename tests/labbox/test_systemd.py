@@ -167,7 +167,6 @@ def released(tmp_path_factory):
     def make(user: str) -> tuple[str, Path, Path]:
         name = unique("held")
         runs, release = Path(f"/tmp/{name}.runs"), Path(f"/tmp/{name}.release")
-        script = f"echo started >> {runs}\nwhile [ ! -e {release} ]; do sleep 0.2; done\necho done"
         made.append((user, name, runs, release))
         return name, runs, release
 
