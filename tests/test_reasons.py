@@ -189,6 +189,7 @@ def test_committed_reasons_doc_matches_the_table():
         assert path.read_text(encoding="utf-8") == text, f"{rel} is out of date: run python hack/gen_reasons.py"
 
 
+@pytest.mark.e2e  # runs a process
 def test_check_mode_passes_on_the_committed_tree():
     result = subprocess.run(
         [sys.executable, str(ROOT / "hack" / "gen_reasons.py"), "--check"], capture_output=True, text=True
@@ -196,6 +197,7 @@ def test_check_mode_passes_on_the_committed_tree():
     assert (result.returncode, result.stderr) == (0, "")
 
 
+@pytest.mark.e2e  # runs a process
 def test_check_mode_fails_with_one_line_naming_the_stale_file(tmp_path):
     assert gen.main(["--root", str(tmp_path)]) == 0
     assert gen.stale(tmp_path) == []

@@ -77,6 +77,7 @@ def _previous_release(tmp_path: Path) -> Path:
     return folder / "supervisor.py"
 
 
+@pytest.mark.e2e  # runs a process
 def test_an_attempt_supervised_by_the_previous_release_is_adopted_by_this_one_and_stops_cleanly(tmp_path, monkeypatch):
     """gflowd upgraded while a job runs: the running supervisor is the old release's code, the
     gflowd that adopts it is this one. Same record, same signals, same notices: it is found
@@ -123,6 +124,7 @@ def test_an_attempt_supervised_by_the_previous_release_is_adopted_by_this_one_an
         after.close()
 
 
+@pytest.mark.e2e  # runs a process
 def test_a_slurm_job_recorded_by_the_previous_release_keeps_its_job_id_across_the_upgrade(tmp_path):
     """The previous release wrote the job id as ``slurmJobId`` in the status and ``job_id`` in
     ``run/slurm/<name>.json``. This one reads both, adopts the running Slurm job, and writes the

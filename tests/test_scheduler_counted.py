@@ -209,6 +209,7 @@ def test_shm_is_a_quantity_and_a_bad_one_is_rejected_naming_the_field():
 # -- the capacity, as observe reads it -------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # runs a process
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
 def test_the_capacity_is_the_size_of_the_shm_filesystem():
     with tempfile.TemporaryDirectory() as where:
