@@ -64,6 +64,25 @@ class _Transcript:
         pass
 
 
+def in_foreground(argv: list[str]) -> bool:
+    """A process running ``argv`` leads its terminal's foreground process group (a Ctrl-C reaches it)."""
+    wanted = "\0".join(argv) + "\0"
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline") as handle:
+                if handle.read() != wanted:
+                    continue
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[5]) == int(entry):  # tpgid, the terminal's foreground group: this process's own
+            return True
+    return False
+
+
 def ended(child: pexpect.spawn) -> int:
     child.expect(pexpect.EOF, timeout=60)
     child.close()
@@ -120,8 +139,11 @@ def test_run_it_waits_in_the_queue_then_gives_a_shell_on_the_bound_gpu(home, gfl
     child.expect("37 111")
     child.expect(PROMPT)
 
-    # Ctrl-C goes to the job (it interrupts the job's sleep; the session lives on)
-    child.sendline("sleep 60; echo not-interrupted")
+    # Ctrl-C goes to the job (it interrupts the job's sleep; the session lives on). Sent once the
+    # sleep is the terminal's foreground: a ^C that reaches the shell while it forks is the shell's
+    seconds = str(3600 + os.getpid() % 997)  # this test's own sleep among the workers'
+    child.sendline(f"sleep {seconds}; echo not-interrupted")
+    wait_for(lambda: in_foreground(["sleep", seconds]), message="the sleep in the foreground of the job's terminal")
     child.sendintr()
     child.expect(PROMPT)
     child.sendline("echo after-interrupt")
