@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import wait_phase, write_manifest
+from helpers import wait_for, wait_phase, write_manifest
 from test_web_e2e import XSS, held_job  # the same jobs the HTTP tests use
 
 GPUS = """\
@@ -228,7 +228,9 @@ def test_dashboard_shows_control_characters_escaped_and_the_api_keeps_them(brows
         f"metadata: {{name: ctrl}}\nspec:\n  resources: {{gpus: 1, gpuType: {json.dumps(nasty)}}}\n  command: [sleep, '1']\n",
     )
     wait_phase(home, "ctrl", "Pending", reason="Unschedulable", daemon=daemon)
-    assert any(nasty in q["message"] for q in state(dashboard_address(daemon))["queue"])  # the API: exact data
+    # the API keeps the exact data; it reads the index, written just after the status files
+    address = dashboard_address(daemon)
+    wait_for(lambda: any(nasty in q["message"] for q in state(address)["queue"]), message="ctrl in the API's queue")
 
     browser.get(json.loads((home / "run" / "web.json").read_text())["url"])
     until(browser, lambda d: text_of(d, '#queue tr[data-job="ctrl"] td.msg') is not None, "the queue row of ctrl")
