@@ -12,7 +12,6 @@ its output with the committed file).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +19,8 @@ from typing import TYPE_CHECKING
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere without installing the package
     sys.path.insert(0, str(ROOT))
+
+from hack import generated  # noqa: E402  (after the path is set)
 
 if TYPE_CHECKING:
     from controller.model.reasons import Reason
@@ -95,38 +96,19 @@ def generate() -> dict[str, str]:
 
 
 def stale(root: Path = ROOT) -> list[str]:
-    """Relative paths whose committed text differs from what the tables generate (or that are missing)."""
-    out = []
-    for rel, text in generate().items():
-        try:
-            current = (root / rel).read_text(encoding="utf-8")
-        except OSError:
-            current = None
-        if current != text:
-            out.append(rel)
-    return out
+    """Relative paths whose committed text differs from what is generated (or that are missing)."""
+    return generated.stale(generate, root)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="do not write; exit 1 if a file is stale")
-    parser.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
-    args = parser.parse_args(argv)
-    root: Path = args.root
-    if args.check:
-        outdated = stale(root)
-        if outdated:
-            first = outdated[0]
-            state = "is missing" if not (root / first).exists() else "is out of date with controller/model/reasons.py"
-            print(f"{first} {state}; run: python hack/gen_reasons.py", file=sys.stderr)
-            return 1
-        return 0
-    for rel, text in generate().items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        print(f"wrote {rel}")
-    return 0
+    return generated.main(
+        argv,
+        doc=__doc__ or "",
+        generate=generate,
+        root=ROOT,
+        source="controller/model/reasons.py",
+        script="hack/gen_reasons.py",
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ hand. :func:`generate` is importable (tests compare its output with the committe
 
 from __future__ import annotations
 
-import argparse
 import copy
 import io
 import json
@@ -31,6 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere without installing the package
     sys.path.insert(0, str(ROOT))
+
+from hack import generated  # noqa: E402  (after the path is set)
 
 OUT_DIR = "crd-schemas"
 JOB_SCHEMA = f"{OUT_DIR}/job.schema.json"
@@ -328,40 +329,14 @@ def generate() -> dict[str, str]:
 
 
 def stale(root: Path = ROOT) -> list[str]:
-    """Relative paths whose committed text differs from what the models generate (or that are missing)."""
-    out = []
-    for rel, text in generate().items():
-        path = root / rel
-        try:
-            current = path.read_text(encoding="utf-8")
-        except OSError:
-            current = None
-        if current != text:
-            out.append(rel)
-    return out
+    """Relative paths whose committed text differs from what is generated (or that are missing)."""
+    return generated.stale(generate, root)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="do not write; exit 1 if a file is stale")
-    parser.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
-    args = parser.parse_args(argv)
-    root: Path = args.root
-    if args.check:
-        outdated = stale(root)
-        if outdated:
-            first = outdated[0]
-            state = "is missing" if not (root / first).exists() else "is out of date with the models"
-            more = f" (and {len(outdated) - 1} more)" if len(outdated) > 1 else ""
-            print(f"{first}{more} {state}; run: python hack/gen_schemas.py", file=sys.stderr)
-            return 1
-        return 0
-    for rel, text in generate().items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        print(f"wrote {rel}")
-    return 0
+    return generated.main(
+        argv, doc=__doc__ or "", generate=generate, root=ROOT, source="the models", script="hack/gen_schemas.py"
+    )
 
 
 if __name__ == "__main__":
