@@ -380,7 +380,7 @@ def scrub_cgroups(paths: list[str]) -> list[str]:
     Returns the attempt cgroups that were found inside (what a test left behind)."""
     attempts = []
     for path in paths:
-        for root, dirs, files in os.walk(path, topdown=False):
+        for root, _dirs, files in os.walk(path, topdown=False):
             if root != path:
                 attempts.append(root)
             if "cgroup.procs" in files:

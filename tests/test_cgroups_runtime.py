@@ -43,7 +43,7 @@ def test_v2_says_once_that_device_isolation_is_unavailable_and_why(kernel, home,
 
 def test_auto_without_cgroups_falls_back_to_polling_and_says_so_once(home, caplog):
     caplog.set_level(logging.INFO, "gflowd.runtime")
-    cgroups, found = start_cgroups("auto", home, Probe.none("/sys/fs/cgroup is on a read-only mount"))
+    cgroups, _found = start_cgroups("auto", home, Probe.none("/sys/fs/cgroup is on a read-only mount"))
     assert cgroups is None
     assert [r.getMessage() for r in caplog.records] == [
         "cgroups unavailable: /sys/fs/cgroup is on a read-only mount; memory limits are enforced by polling "

@@ -117,7 +117,7 @@ def test_apply_uses_file_stem_when_name_is_omitted(home, tmp_path):
 def test_apply_invalid_manifest_is_refused_with_field_and_line(home, tmp_path):
     src = tmp_path / "bad.yaml"
     src.write_text("metadata:\n  name: bad\nspec:\n  command: [echo]\n  resources:\n    gpus: -2\n")
-    code, out, err = run("apply", "-f", str(src))
+    code, _out, err = run("apply", "-f", str(src))
     assert code == 1
     assert "spec.resources.gpus: must be >= 0" in err and "line 6" in err
     assert not (home.spec_dir / "bad.yaml").exists()
@@ -196,7 +196,7 @@ def test_edit_verbs_change_one_line_and_keep_comments(home, argv, expect_line):
     assert code == 0, err
     after = path.read_text().splitlines()
     assert expect_line in [line.split("#")[0].rstrip() for line in after]
-    assert "# training run for the paper" in after and any("# keep it short" in l for l in after)
+    assert "# training run for the paper" in after and any("# keep it short" in ln for ln in after)
     assert len(after) - len(before) in (0, 1)
 
 
@@ -259,7 +259,7 @@ def test_get_jobs_table(home):
     assert code == 0
     assert lines[0].split() == ["NAME", "USER", "PHASE", "GPUS", "DEVICES", "PRIORITY", "AGE", "REASON"]
     assert lines[1].split()[:6] == ["alpha", "?", "Running", "2", "1,3", "5"]  # ?: no manifest left to own it
-    assert [l.split()[0] for l in lines[1:]] == ["alpha", "beta", "gamma"]
+    assert [ln.split()[0] for ln in lines[1:]] == ["alpha", "beta", "gamma"]
 
 
 def test_get_jobs_selectors_and_formats(home):
@@ -416,9 +416,9 @@ def test_get_jobs_watch_prints_a_row_when_a_job_changes_and_stops_on_ctrl_c(home
         assert lines[0].split()[:3] == ["NAME", "USER", "PHASE"] and lines[1].split()[:3] == ["w", "?", "Pending"]
         record(home, JobState(name="w", phase="Running", reason="Started", created=time.time()))
         wait_for(
-            lambda: any(l.split()[:3] == ["w", "?", "Running"] for l in read_lines()), timeout=15, message="a new row"
+            lambda: any(ln.split()[:3] == ["w", "?", "Running"] for ln in read_lines()), timeout=15, message="a new row"
         )
-        assert sum(1 for l in lines if l.startswith("NAME")) == 1  # the header once, then rows
+        assert sum(1 for ln in lines if ln.startswith("NAME")) == 1  # the header once, then rows
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0

@@ -217,7 +217,7 @@ def test_a_sweeps_parameters_are_shown_to_whoever_may_read_its_manifest(shared, 
     for verb in (["get", "jobs", "-o", "wide"], ["describe", "job", "grid-1"], ["get", "sweeps"]):
         warm(shared, *verb)
 
-    code, out, err = ctl_as(NOBODY, shared, "get", "jobs", "-o", "wide")
+    _code, out, _err = ctl_as(NOBODY, shared, "get", "jobs", "-o", "wide")
     wide = table(out)
     params = wide["NAME"].index("PARAMS")
     assert [wide["grid-0"][params], wide["grid-0"][params + 1]] == ["lr=0.1", "bs=64"], out
@@ -230,7 +230,7 @@ def test_a_sweeps_parameters_are_shown_to_whoever_may_read_its_manifest(shared, 
     sweeps = ctl_as(NOBODY, shared, "get", "sweeps")[1]
     assert table(sweeps)["grid"][1] == "nobody" and sweeps.splitlines()[1].endswith("lr=0.1,0.01 bs=64"), sweeps
     assert table(sweeps)["secret"][-1] == "hidden", sweeps
-    code, out, _ = ctl(shared, "get", "jobs", "-o", "wide")  # root may read root's manifest
+    _code, out, _ = ctl(shared, "get", "jobs", "-o", "wide")  # root may read root's manifest
     assert "lr=0.01" in out.split("secret-1", 1)[1].splitlines()[0], out
     # the dashboard reads as gflowd's user (root): a job's page goes only to its owner and root
     # (web/access.py), who may both read the Sweep manifest, so a private one is shown too

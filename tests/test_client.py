@@ -113,7 +113,7 @@ def test_user_errors_raise_one_type_with_gflowctls_line(home, gflowd, proj, fake
         client.apply(bad)
     assert "spec.resources.gpus" in str(caught.value) and "colour" in str(caught.value)
     assert "\n" not in str(caught.value) and not (home / "jobs" / "bad.yaml").exists()
-    with pytest.raises(GflowError, match="timed out after 0.2s waiting for job/nope phase=Succeeded; it is not found"):
+    with pytest.raises(GflowError, match=r"timed out after 0.2s waiting for job/nope phase=Succeeded; it is not found"):
         client.wait("nope", timeout=0.2)
 
 
@@ -283,7 +283,7 @@ def test_functions_that_cannot_travel_or_die_say_which_job_and_why(home, gflowd,
     gflowd("--fake-gpus", fake_gpus)
     client = Client(home)
     lock = threading.Lock()
-    with pytest.raises(GflowError, match="cannot pickle the function .*holds_a_lock.* for a job: TypeError"):
+    with pytest.raises(GflowError, match=r"cannot pickle the function .*holds_a_lock.* for a job: TypeError"):
         client.submit_function(_holder(lock), gpus=0)
     assert not list((home / "jobs").glob("*.yaml"))  # nothing submitted
 

@@ -403,7 +403,7 @@ env:
         for name in names:
             (stage / f"{name}.yaml").write_text(manifest(name, spec))
         daemon.proc.send_signal(signal.SIGSTOP)  # all at once, as a git pull or a sweep does: one pass sees them all
-        wait_for(lambda: process_state(daemon.pid) == "T", message="gflowd to stop")
+        wait_for(lambda daemon=daemon: process_state(daemon.pid) == "T", message="gflowd to stop")
         for name in names:
             (stage / f"{name}.yaml").rename(home / "jobs" / f"{name}.yaml")
         daemon.proc.send_signal(signal.SIGCONT)

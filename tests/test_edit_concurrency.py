@@ -109,7 +109,7 @@ def test_priority_and_cancel_on_nine_jobs_of_one_file_all_land(home, gflowd):
     for name in names:
         procs.append(start_ctl(home, "set", "priority", name, "7"))
         procs.append(start_ctl(home, "cancel", name))
-    for code, out, err in run_all(procs):
+    for code, _out, err in run_all(procs):
         assert code == 0, err
     docs = documents(manifest)
     lost = [n for n in names if docs[n]["spec"].get("priority") != 7 or docs[n]["spec"].get("cancelled") is not True]
@@ -126,7 +126,7 @@ def test_twenty_parallel_edits_to_a_ten_job_file_all_land(home, gflowd):
     for i, name in enumerate(names):
         procs.append(start_ctl(home, "set", "priority", name, str(100 + i)))
         procs.append(start_ctl(home, "patch", "job", name, "-p", f'{{"metadata": {{"labels": {{"n": "v{i}"}}}}}}'))
-    for code, out, err in run_all(procs):
+    for code, _out, err in run_all(procs):
         assert code == 0, err
     docs = documents(manifest)
     lost = [

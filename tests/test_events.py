@@ -90,7 +90,7 @@ def test_describe_shows_the_folded_count(home):
         log_events(home, ("Warning", "BackOff", "r", "attempt failed; retry"), at=now - ago)
     code, out, _ = run("describe", "job", "r")
     assert code == 0
-    [line] = [l for l in out.splitlines() if "BackOff" in l]
+    [line] = [row for row in out.splitlines() if "BackOff" in row]
     assert "(x3 over 10m)" in line and line.rstrip().endswith("attempt failed; retry")
 
 
@@ -109,7 +109,7 @@ def test_watch_follows_new_events_across_a_rotation(home):
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
     try:
-        objects = lambda: [json.loads(l)["object"] for l in list(lines)]
+        objects = lambda: [json.loads(ln)["object"] for ln in list(lines)]
         wait_for(lambda: objects() == ["job/before"], message="the existing event")
         log_events(home, ("Normal", "Started", "second", "two"))
         wait_for(lambda: objects() == ["job/before", "job/second"], message="a new event")

@@ -131,7 +131,9 @@ def test_alice_runs_promptly_while_mallory_floods_and_churns(shared, gflowd):
         for k in range(5):
             name = f"alice-{k}"
             text = f"metadata: {{name: {name}}}\nspec:\n  command: [sleep, '600']\n"
-            assert run_as(ALICE, lambda: (home / "jobs" / "alice" / f"{name}.yaml").write_text(text) and 0) == (0, "")
+            assert run_as(
+                ALICE, lambda name=name, text=text: (home / "jobs" / "alice" / f"{name}.yaml").write_text(text) and 0
+            ) == (0, "")
             wait_phase(home, name, "Running", timeout=30)
         # mallory's jobs did turn over meanwhile: her backlog waited as it was, not rewritten each time
         wait_for(lambda: _counters(home)[2] >= moved0 + 8, timeout=60, message="mallory's GPUs to turn over")

@@ -23,8 +23,8 @@ STEP = 5.0  # seconds between samples, as gflowd's default
 class UsageWorld(World):
     """A World whose every tick first takes a usage sample of its GPUs, as gflowd's observe does."""
 
-    def __init__(self, *docs, settings: UsageSettings = UsageSettings(), **fields) -> None:
-        super().__init__(*docs, usage_settings=settings, **fields)
+    def __init__(self, *docs, settings: UsageSettings | None = None, **fields) -> None:
+        super().__init__(*docs, usage_settings=settings or UsageSettings(), **fields)
         self.sampler = UsageSampler(STEP)
 
     def place(self, gpu: int, name: str, util: int | None, gib: float = 1.0) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from helpers import job_status, read_log, wait_for, wait_phase, write_manifest
@@ -62,7 +63,7 @@ def test_jobs_see_their_devices_and_exclusive_jobs_never_share_a_gpu(home, gflow
     assert sum(len(v) for v in intervals.values()) == sum(jobs.values())
     for device, spans in intervals.items():
         spans.sort()
-        for (_, end), (start, _) in zip(spans, spans[1:]):
+        for (_, end), (start, _) in itertools.pairwise(spans):
             assert start >= end, f"two exclusive jobs overlapped on GPU {device}: {spans}"
 
 

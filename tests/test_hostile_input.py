@@ -63,9 +63,13 @@ class World:
     def rejected(self, name: str, needle: str, reason: str | None = None, timeout: float = 15) -> dict:
         def check():
             status = job_status(self.home, name)
-            if status and status.get("phase") == "Rejected" and needle in status.get("message", ""):
-                if reason is None or status.get("reason") == reason:
-                    return status
+            if (
+                status
+                and status.get("phase") == "Rejected"
+                and needle in status.get("message", "")
+                and (reason is None or status.get("reason") == reason)
+            ):
+                return status
             return None
 
         return wait_for(

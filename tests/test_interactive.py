@@ -342,7 +342,7 @@ def test_another_users_attach_and_exec_are_refused(open_home, gflowd):
     assert (oct(sock_path.parent.stat().st_mode & 0o777), sock_path.parent.stat().st_uid) == ("0o711", 0)
     assert (oct(sock_path.stat().st_mode & 0o777), sock_path.stat().st_uid) == ("0o600", 0)
     for verb in (["attach", "tty-root"], ["exec", "tty-root", "--", "id"]):
-        code, err = as_nobody(lambda: main(["--home", str(home), *verb]))
+        code, err = as_nobody(lambda verb=verb: main(["--home", str(home), *verb]))
         assert code == 1, err
         assert err.strip() == f"error: job/tty-root runs as root: only its owner or root may {verb[0]} it", err
 

@@ -95,7 +95,7 @@ def test_get_gpus_watch_redraws_in_place_on_a_terminal(tmp_path):
         assert "\x1b[" not in out[0].split("INDEX")[0]  # nothing to erase before the first draw
         write_node(home, "Allocated", "train")
         wait_for(lambda: "train" in out[0], message=lambda: f"the redrawn table: {out[0]!r}")
-        before, after = out[0].rsplit("\x1b[4F\x1b[J", 1)  # up over header + 2 GPUs + footer, clear
+        _before, after = out[0].rsplit("\x1b[4F\x1b[J", 1)  # up over header + 2 GPUs + footer, clear
         assert "INDEX" in after and "Allocated" in after and "train" in after
         assert after.count("INDEX") == 1
     finally:
@@ -114,7 +114,7 @@ def test_get_gpus_watch_appends_changed_rows_into_a_pipe(tmp_path):
         time.sleep(0.5)  # would another (unchanged) row or a header follow? give it the chance
         lines = out[0].splitlines()
         assert "\x1b" not in out[0]
-        assert [l.split()[0] for l in lines] == ["INDEX", "0", "1", "0"]
+        assert [ln.split()[0] for ln in lines] == ["INDEX", "0", "1", "0"]
         assert lines[-1].split()[-3:] == ["Allocated", "train", "?"]  # ?: no job of that name to own it
     finally:
         assert stop(proc, thread, master) == 0

@@ -177,7 +177,7 @@ def test_symlinks_edit_their_target_inside_and_are_refused_outside(tmp_path):
     (spec / "out.yaml").symlink_to(outside / "o.yaml")
     assert rewrite_locked(spec / "link.yaml", lambda text: "a: 2\n", within=spec) is True
     assert (spec / "link.yaml").is_symlink() and (spec / "real.yaml").read_text() == "a: 2\n"
-    with pytest.raises(RewriteError, match="is a symlink to .*elsewhere/o.yaml, outside .*; edit that file instead"):
+    with pytest.raises(RewriteError, match=r"is a symlink to .*elsewhere/o.yaml, outside .*; edit that file instead"):
         rewrite_locked(spec / "out.yaml", lambda text: "o: 2\n", within=spec)
     assert (outside / "o.yaml").read_text() == "o: 1\n"
     assert rewrite_locked(spec / "link.yaml", lambda text: None, within=spec) is True

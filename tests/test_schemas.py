@@ -206,9 +206,8 @@ def schema_errors(value: Any, schema: dict, root: dict, path: str = "") -> list[
         name = schema["$ref"].removeprefix("#/$defs/")
         return schema_errors(value, root["$defs"][name], root, path)
     where = path or "document"
-    if "anyOf" in schema:
-        if all(schema_errors(value, option, root, path) for option in schema["anyOf"]):
-            return [f"{where}: matches no alternative"]
+    if "anyOf" in schema and all(schema_errors(value, option, root, path) for option in schema["anyOf"]):
+        return [f"{where}: matches no alternative"]
     if "type" in schema and not _TYPES[schema["type"]](value):
         return [f"{where}: not {schema['type']}"]
     errors = []

@@ -39,7 +39,7 @@ def small():
     try:
         yield home, spec
     finally:
-        for attempt in range(50):  # the daemon fixture stops gflowd and its jobs first
+        for _attempt in range(50):  # the daemon fixture stops gflowd and its jobs first
             if subprocess.run(["umount", str(home)], capture_output=True).returncode == 0:
                 break
             time.sleep(0.1)
@@ -65,7 +65,7 @@ def spare_bytes(home: Path) -> tuple[int, int]:
 def within_bound(home: Path) -> bool:
     st = os.statvfs(home)
     free = st.f_bavail * st.f_frsize
-    count, size = spare_bytes(home)
+    _count, size = spare_bytes(home)
     allowed = 0 if free + size < FREE_FLOOR else (free + size) // FREE_SHARE
     return size <= allowed
 

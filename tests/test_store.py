@@ -447,7 +447,7 @@ def test_parse_cache_spares_a_restart_from_reparsing_unchanged_files(tmp_path):
     second = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     second.scan()
     assert (second.cache_hits, second.parses) == (5, 1)  # the invalid one is parsed again for its line
-    bad = [d for f in second.files.values() for d in f.documents if d.name == "bad"][0]
+    bad = next(d for f in second.files.values() for d in f.documents if d.name == "bad")
     assert "line 3" in bad.message
     assert sorted(d.name for d in second.documents()) == sorted(d.name for d in first.documents())
     # the spec hashes come from the cache too, and are the ones a parse computes
@@ -471,7 +471,7 @@ def test_a_corrupt_parse_cache_is_ignored(tmp_path):
     cache = tmp_path / "cache.json"
     from controller.observe.manifests import CACHE_VERSION
 
-    cache.write_text('{"version": %d, "specDir": "%s", "files": {"x": 5}}' % (CACHE_VERSION, spec))
+    cache.write_text(f'{{"version": {CACHE_VERSION}, "specDir": "{spec}", "files": {{"x": 5}}}}')
     store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     store.scan()
     assert store.parses == 1 and [d.name for d in store.documents()] == ["a"]

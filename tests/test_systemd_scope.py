@@ -118,7 +118,11 @@ def cgroup2(tmp_path):
         proc.wait()
     for root, dirs, _ in sorted(os.walk(base), key=lambda entry: -entry[0].count("/")):
         for name in dirs:
-            wait_for(lambda: _rmdir(os.path.join(root, name)), timeout=10, message=f"{root}/{name} to be empty")
+            wait_for(
+                lambda root=root, name=name: _rmdir(os.path.join(root, name)),
+                timeout=10,
+                message=f"{root}/{name} to be empty",
+            )
     wait_for(lambda: _rmdir(base), timeout=10, message=f"{base} to be empty")
 
 

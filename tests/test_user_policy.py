@@ -32,8 +32,9 @@ def owned(doc, uid: int):
 
 
 def entry(
-    name: str, owner: int, priority: int = 0, created: float = T0, usage: float = 0.0, cls: UserClass = UserClass()
+    name: str, owner: int, priority: int = 0, created: float = T0, usage: float = 0.0, cls: UserClass | None = None
 ):
+    cls = cls or UserClass()
     low, high = cls.priority_range
     return QueueEntry(name, owner, priority, created, usage, cls.rank, min(max(priority, low), high), cls.name)
 

@@ -211,7 +211,7 @@ def test_host_header_must_be_loopback_while_listening_on_loopback(home, gflowd, 
 def test_conditional_polls_and_bad_window(home, gflowd, fake_gpus):
     daemon = gflowd("--fake-gpus", fake_gpus, "--web-port", "0")
     address = dashboard_address(daemon)
-    status, headers, _ = request(address, "/api/state?hours=2")
+    status, _headers, _ = request(address, "/api/state?hours=2")
     assert status == 200
 
     def revalidated() -> bool:

@@ -161,5 +161,5 @@ def test_job_detail_is_the_status_the_folded_events_and_the_end_of_the_log(state
     from controller.web.server import Forbidden
 
     for stranger in (os.geteuid() + 4242, None):
-        with pytest.raises(Forbidden, match="job/a is .*: its log and events are shown only to"):
+        with pytest.raises(Forbidden, match=r"job/a is .*: its log and events are shown only to"):
             job_detail(state_home, "a", stranger)

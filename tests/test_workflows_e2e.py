@@ -475,7 +475,9 @@ indices: "0-2"
     pids = {}
     for child in children:
         wait_phase(home, child, "Running", daemon=daemon)
-        pids[child] = wait_for(lambda: (job_status(home, child) or {}).get("pid"), message=f"a pid for {child}")
+        pids[child] = wait_for(
+            lambda child=child: (job_status(home, child) or {}).get("pid"), message=f"a pid for {child}"
+        )
         assert pid_alive(pids[child])
     wait_sweep(home, "doomed", "Running", daemon)
 
@@ -649,7 +651,7 @@ backoffLimit: 1
         out, err = follower.communicate()
         raise AssertionError(
             f"logs -f did not exit after the job finished; printed {out!r}; job: {job_status(home, 'flaky')}"
-        )
+        ) from None
     assert follower.returncode == 0, err
     assert out == "attempt 1 begins\nattempt 1 fails\nattempt 2 begins\nattempt 2 succeeds\n", out
     status = wait_phase(home, "flaky", "Succeeded", daemon=daemon)

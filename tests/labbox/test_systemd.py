@@ -198,7 +198,7 @@ def _no_cgroup_failure() -> None:
 
 
 def test_jobs_and_supervisors_live_in_a_delegated_scope_not_in_gflowds_unit(released):
-    name, runs, release, pid = _start_held("alice", released)
+    name, _runs, release, pid = _start_held("alice", released)
     service = show("gflowd.service", "ControlGroup", "KillMode")["ControlGroup"]
     where = cgroup_of(pid)
     assert not where.startswith(service + "/"), f"the job is in gflowd's unit: {where}"

@@ -172,8 +172,8 @@ def jobs():
     yield made
     for user, name in made:
         gflowctl(user, "delete", "job", name)
-    for user, name in made:
+    for _user, name in made:
         try:
-            wait_for(lambda: status_file(name) is None, 300, f"job/{name} to be gone")
+            wait_for(lambda name=name: status_file(name) is None, 300, f"job/{name} to be gone")
         except AssertionError:
             pass
