@@ -406,8 +406,11 @@ def run(argv: list[str]) -> int:
     if verb == "run" and position is not None:  # its own flag parser: directives use it too
         from controller.cli.run import run_verb  # lazy: gflowctl loads only the verb it runs
 
-        instance = build_parser("run").parse_args(argv[:position])
-        return run_verb(argv[position + 1 :], instance.home, instance.spec_dir)
+        instance = _instance_options(argv[:position])
+        if instance is None:  # something argparse words better (--home without a value)
+            parsed = build_parser("run").parse_args(argv[:position])
+            instance = parsed.home, parsed.spec_dir
+        return run_verb(argv[position + 1 :], *instance)
     parser = build_parser(verb if verb in VERBS else None)
     args, extra = parser.parse_known_args(argv)
     stray = [word for word in extra if word.startswith("-") or not hasattr(args, "names")]
@@ -435,6 +438,23 @@ def _answer_at_once(argv: list[str]) -> bool:
     else:
         return False
     return True
+
+
+def _instance_options(words: list[str]) -> tuple[str | None, str | None] | None:
+    """(--home, --spec-dir) given before ``run``, read without argparse (~10 ms of run's start-up:
+    argparse, gettext, locale, shutil); None when a value looks like a flag, for argparse's error."""
+    given: dict[str, str | None] = {"--home": None, "--spec-dir": None}
+    i = 0
+    while i < len(words):
+        flag, eq, value = words[i].partition("=")
+        if not eq:
+            i += 1
+            value = words[i] if i < len(words) else ""
+        if flag not in given or not value or (not eq and value.startswith("-")):
+            return None
+        given[flag] = value  # the last one wins, as with argparse
+        i += 1
+    return given["--home"], given["--spec-dir"]
 
 
 def _verb_position(argv: list[str]) -> int | None:
