@@ -173,7 +173,7 @@ def ask_socket(
 ) -> list[dict[str, Any]] | None:
     """The running gflowd's verdict over its review socket (any user: ``daemon/review.py``),
     or None (no socket, no answer in ``timeout``: the file protocol or a local check follows)."""
-    import _socket  # lazy, and not socket.py: its enums and selectors cost gflowctl ~2 ms
+    import _socket  # lazy: only when a gflowd runs; not socket.py, whose enums and selectors cost ~2 ms
 
     items = [{"origin": o, "text": t} for o, t in inputs]
     for item, folder in zip(items, folders or []):
