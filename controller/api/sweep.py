@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, StrictInt, StrictStr, model_validator
 
 from controller import API_VERSION
-from controller.api.indices import MAX_CHILDREN, parse_indices  # noqa: F401  (sweep_children imports it from here)
+from controller.api.indices import MAX_CHILDREN, parse_indices
 from controller.api.job import JobSpec, ObjectMeta, _Model
 
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
