@@ -207,3 +207,67 @@ def test_the_python_clients_submit_answered_by_gflowd_loads_no_models_nor_yaml(h
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert (home / "jobs" / "from-python.yaml").exists() and (home / "jobs" / "array-from-python.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["apply", "-f", "a.yaml"],
+        ["apply", "-f", "a.yaml", "--filename", "b/", "-R", "--dry-run"],
+        ["apply", "--recursive", "-f", "-"],
+        ["--home", "/h", "apply", "-f", "a.yaml"],
+        ["--home=/h", "--spec-dir", "/s", "apply", "-f", "a.yaml", "--home", "/h2"],
+        ["apply", "--spec-dir", "/s", "-f", "a.yaml"],
+    ],
+)
+def test_apply_read_without_argparse_reads_what_argparse_reads(argv):
+    from controller.cli.main import _plain_apply, _verb_position
+
+    plain = _plain_apply(argv, _verb_position(argv))
+    assert plain is not None
+    home, spec_dir, args = plain
+    parsed = build_parser("apply").parse_args(argv)
+    assert (home, spec_dir) == (parsed.home, parsed.spec_dir)
+    assert (args.filename, args.recursive, args.dry_run) == (parsed.filename, parsed.recursive, parsed.dry_run)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["apply"],  # argparse says -f is required
+        ["apply", "-f"],
+        ["apply", "-f", "--dry-run"],
+        ["apply", "-fa.yaml"],
+        ["apply", "--filename=a.yaml"],
+        ["apply", "-Rf", "a.yaml"],
+        ["apply", "--dry", "-f", "a.yaml"],  # argparse's abbreviations
+        ["apply", "-f", "a.yaml", "extra"],
+        ["--home", "apply", "-f", "a.yaml"],
+    ],
+)
+def test_apply_forms_argparse_must_read_are_left_to_it(argv):
+    from controller.cli.main import _plain_apply, _verb_position
+
+    position = _verb_position(argv)
+    assert position is None or _plain_apply(argv, position) is None
+
+
+@pytest.mark.parametrize(
+    "before, expected",
+    [
+        ([], (None, None)),
+        (["--home", "/h"], ("/h", None)),
+        (["--home=/h", "--spec-dir", "/s"], ("/h", "/s")),
+        (["--home", "/a", "--home", "/b"], ("/b", None)),
+        (["--home", "-"], None),  # left to argparse (it takes "-" as a value)
+        (["--home", "--spec-dir"], None),  # argparse: --home expected one argument
+        (["--home="], None),
+    ],
+)
+def test_run_reads_the_instance_options_before_it_as_argparse_does(before, expected):
+    from controller.cli.main import _instance_options
+
+    assert _instance_options(before) == expected
+    if expected is not None:
+        parsed = build_parser("run").parse_args(before)
+        assert (parsed.home, parsed.spec_dir) == expected
