@@ -134,3 +134,140 @@ def test_apply_from_a_project_folder_with_gflowd_loads_no_yaml_parser(home, gflo
     assert loaded[0] == "0" and "ruamel.yaml" not in loaded[1:] and "dataclasses" not in loaded[1:], loaded
     stored = (home / "jobs" / "lean.yaml").read_text()
     assert "name: lean  # mine\n" in stored and f'workingDir: "{proj}"' in stored, stored
+
+
+# what a verb gflowd answers for must not load: the models and YAML parser (gflowd's), and the
+# standard modules run's start-up once paid for (argparse, dataclasses with inspect, typing, ...)
+LEAN_PROBE = (
+    "import io, sys\n"
+    "before = set(sys.modules)\n"
+    "from controller.cli.main import main\n"
+    "code = main(sys.argv[1:])\n"
+    "heavy = ('pydantic', 'ruamel.yaml', 'controller.model.documents', 'argparse', 'dataclasses', 'inspect',\n"
+    "         'typing', 'tempfile', 'secrets', 'shutil', 'selectors')\n"
+    "print(code, *sorted(m for m in heavy if m in sys.modules and m not in before), file=sys.stderr)\n"
+)
+
+
+def _lean(home, cwd, *argv: str) -> list[str]:
+    """Exit code, then which of LEAN_PROBE's modules ``gflowctl ARGV`` imported."""
+    env = {**os.environ, "GFLOW_HOME": str(home)}
+    probe = subprocess.run(
+        [sys.executable, "-c", LEAN_PROBE, *argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=60
+    )
+    *_, last = probe.stderr.splitlines() or [""]
+    return last.split()
+
+
+def test_run_and_apply_answered_by_gflowd_load_no_models_nor_yaml(home, gflowd, tmp_path):
+    """gflowd judges what run and apply submit (it has the models and ruamel loaded): in every
+    form, run imports neither, nor the standard modules its start-up no longer needs; apply,
+    new or re-applied unchanged, loads neither the models nor a YAML parser (nor argparse: its
+    plain form is read without it)."""
+    gflowd()
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n# GFLOW --gpus 1\n#SBATCH --time=10\nsleep 300\n")
+    script.chmod(0o755)
+    forms = {
+        "a command": ["run", "--name", "lean-cmd", "--", "sleep", "300"],
+        "flags": ["run", "-G", "1", "-e", "A=1", "--time", "1h", "-l", "team=x", "--mem", "1G", "--", "sleep", "300"],
+        "a script": ["run", str(script), "--epochs", "3"],
+        "an array": ["run", "--array", "0-3%2", "--", "sleep", "300"],
+        "a sweep": ["run", "--param", "lr=0.1,0.01", "--after", "@", "--", "sleep", "300"],
+        "a bad flag": ["run", "--gpus", "two", "--", "sleep", "300"],
+        "instance options": ["--home", str(home), "run", "-q", "--", "sleep", "300"],
+    }
+    for form, argv in forms.items():
+        loaded = _lean(home, tmp_path, *argv)
+        assert loaded and loaded[1:] == [], (form, loaded)
+        assert loaded[0] == ("1" if form == "a bad flag" else "0"), (form, loaded)
+
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(
+        "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: again\nspec:\n  command: [sleep, '300']\n"
+    )
+    for time_ in ("new", "unchanged"):
+        loaded = _lean(home, tmp_path, "apply", "-f", str(manifest))
+        heavy = {"pydantic", "ruamel.yaml", "controller.model.documents", "argparse"} & set(loaded)
+        assert loaded[0] == "0" and not heavy, (time_, loaded)
+    assert (home / "jobs" / "again.yaml").exists()
+
+
+def test_the_python_clients_submit_answered_by_gflowd_loads_no_models_nor_yaml(home, gflowd, tmp_path):
+    gflowd()
+    code = (
+        "import sys\nbefore = set(sys.modules)\nfrom controller.client import Client\n"
+        f"c = Client(home={str(home)!r})\n"
+        "c.submit(['sleep', '300'], name='from-python')\n"
+        "c.sweep(['sleep', '300'], indices='0-3', name='array-from-python')\n"
+        "print(sorted(m for m in ('pydantic', 'ruamel.yaml', 'controller.model.documents') "
+        "if m in sys.modules and m not in before))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    assert (home / "jobs" / "from-python.yaml").exists() and (home / "jobs" / "array-from-python.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["apply", "-f", "a.yaml"],
+        ["apply", "-f", "a.yaml", "--filename", "b/", "-R", "--dry-run"],
+        ["apply", "--recursive", "-f", "-"],
+        ["--home", "/h", "apply", "-f", "a.yaml"],
+        ["--home=/h", "--spec-dir", "/s", "apply", "-f", "a.yaml", "--home", "/h2"],
+        ["apply", "--spec-dir", "/s", "-f", "a.yaml"],
+    ],
+)
+def test_apply_read_without_argparse_reads_what_argparse_reads(argv):
+    from controller.cli.main import _plain_apply, _verb_position
+
+    plain = _plain_apply(argv, _verb_position(argv))
+    assert plain is not None
+    home, spec_dir, args = plain
+    parsed = build_parser("apply").parse_args(argv)
+    assert (home, spec_dir) == (parsed.home, parsed.spec_dir)
+    assert (args.filename, args.recursive, args.dry_run) == (parsed.filename, parsed.recursive, parsed.dry_run)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["apply"],  # argparse says -f is required
+        ["apply", "-f"],
+        ["apply", "-f", "--dry-run"],
+        ["apply", "-fa.yaml"],
+        ["apply", "--filename=a.yaml"],
+        ["apply", "-Rf", "a.yaml"],
+        ["apply", "--dry", "-f", "a.yaml"],  # argparse's abbreviations
+        ["apply", "-f", "a.yaml", "extra"],
+        ["--home", "apply", "-f", "a.yaml"],
+    ],
+)
+def test_apply_forms_argparse_must_read_are_left_to_it(argv):
+    from controller.cli.main import _plain_apply, _verb_position
+
+    position = _verb_position(argv)
+    assert position is None or _plain_apply(argv, position) is None
+
+
+@pytest.mark.parametrize(
+    "before, expected",
+    [
+        ([], (None, None)),
+        (["--home", "/h"], ("/h", None)),
+        (["--home=/h", "--spec-dir", "/s"], ("/h", "/s")),
+        (["--home", "/a", "--home", "/b"], ("/b", None)),
+        (["--home", "-"], None),  # left to argparse (it takes "-" as a value)
+        (["--home", "--spec-dir"], None),  # argparse: --home expected one argument
+        (["--home="], None),
+    ],
+)
+def test_run_reads_the_instance_options_before_it_as_argparse_does(before, expected):
+    from controller.cli.main import _instance_options
+
+    assert _instance_options(before) == expected
+    if expected is not None:
+        parsed = build_parser("run").parse_args(before)
+        assert (parsed.home, parsed.spec_dir) == expected

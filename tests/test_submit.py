@@ -235,3 +235,24 @@ def test_a_pinned_script_survives_the_yaml_round_trip(script):
     pinned = pinned_script(script, "/p/x", ["--lr", "it's"])
     assert sub.manifest["spec"]["script"] == pinned
     assert script in pinned and "'it'\"'\"'s'" in pinned
+
+
+def test_a_generated_name_whose_manifest_exists_draws_another_suffix(tmp_path, monkeypatch):
+    """``run`` without --name: the name's own manifest file is looked up (not the whole spec dir
+    listed), and a taken one is drawn again; every drawn suffix is five of a-z0-9."""
+    import controller.client.write.submit as submit
+    from controller.paths import Home
+
+    home = Home.locate(str(tmp_path / "home"), None)
+    home.spec_dir.mkdir(parents=True)
+    (home.spec_dir / "sleep-aaaaa.yaml").write_text("metadata: {name: sleep-aaaaa}\n")
+    (home.spec_dir / "sleep-bbbbb.yml").write_text("metadata: {name: sleep-bbbbb}\n")
+    drawn = iter(["aaaaa", "bbbbb", "ccccc"])
+    monkeypatch.setattr(submit, "_random_suffix", lambda: next(drawn))
+    submission = submit.build_submission(home, {}, command=["sleep", "1"], cwd=str(tmp_path))
+    assert submission.name == "sleep-ccccc"
+
+    monkeypatch.undo()
+    suffixes = {submit._random_suffix() for _ in range(200)}
+    assert all(len(s) == 5 and set(s) <= set("abcdefghijklmnopqrstuvwxyz0123456789") for s in suffixes)
+    assert len(suffixes) > 190  # drawn, not fixed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,69 @@ def test_files_no_manifest_is_behind_wake_nothing(watched):
     manifest.write_text("metadata: {name: m}\n")
     wait_for(lambda: seen.has(manifest), timeout=10, message="the manifest after the churn")
     assert set(seen.paths) == {str(manifest)}, sorted(set(seen.paths))[:10]
+
+
+def test_a_file_is_settled_only_once_it_is_whole(tmp_path):
+    """What the loop may pass on at once (``on_settled``): a manifest renamed into place, closed
+    after writing or deleted. One still being written (created, written, not yet closed) goes to
+    ``on_paths``, which waits for quiet: its content may still be coming."""
+    spec_dir = tmp_path / "jobs"
+    spec_dir.mkdir()
+    unsettled, settled = Seen(), Seen()
+    watches = start_watching(spec_dir, unsettled, on_settled=settled)
+    try:
+        staged = tmp_path / "renamed.yaml"
+        staged.write_text("metadata: {name: renamed}\n")
+        renamed = spec_dir / "renamed.yaml"
+        os.rename(staged, renamed)  # what gflowctl apply and run do
+        wait_for(lambda: settled.has(renamed), timeout=10, message="a manifest renamed into place, settled")
+
+        writing = spec_dir / "writing.yaml"
+        with open(writing, "w") as handle:
+            handle.write("metadata: {name: writing}\n")
+            handle.flush()
+            wait_for(lambda: unsettled.has(writing), timeout=10, message="a manifest being written, unsettled")
+            assert not settled.has(writing)  # no event of it said it is whole yet
+            handle.write("spec:\n  command: [sleep, '1']\n")
+        wait_for(lambda: settled.has(writing), timeout=10, message="the manifest closed after writing, settled")
+
+        settled.clear()
+        renamed.unlink()
+        wait_for(lambda: settled.has(renamed), timeout=10, message="a deleted manifest, settled")
+    finally:
+        watches.stop()
+        watches.join(5)
+
+
+def test_a_lone_whole_change_passes_at_once_a_burst_waits_for_quiet():
+    """The loop's debounce is for bursts: the first settled change after quiet is ready at once;
+    an unsettled one, or the next change of a burst, waits for the quiet time (an hour here, so
+    nothing else can make it ready)."""
+    from types import SimpleNamespace
+
+    from controller.daemon.loop import Controller
+
+    loop = Controller.__new__(Controller)  # only the timing state: no home, no runtime
+    loop.config = SimpleNamespace(debounce=3600.0)
+    loop._dirty, loop._lock, loop._first_dirty, loop._last_dirty, loop._at_once = (
+        set(),
+        threading.Lock(),
+        None,
+        0.0,
+        False,
+    )
+    loop._wake_r, loop._wake_w = os.pipe()
+    os.set_blocking(loop._wake_w, False)
+    try:
+        loop.mark_settled("/jobs/a.yaml")
+        assert loop._dirty_ready(time.monotonic())
+        assert loop._take_dirty() == {"/jobs/a.yaml"}
+        loop.mark_settled("/jobs/b.yaml")  # right after a: a burst
+        assert not loop._dirty_ready(time.monotonic())
+        loop._take_dirty()
+        loop._last_dirty = 0.0  # quiet again
+        loop.mark_dirty("/jobs/c.yaml")  # still being written
+        assert not loop._dirty_ready(time.monotonic())
+    finally:
+        os.close(loop._wake_r)
+        os.close(loop._wake_w)

@@ -16,8 +16,6 @@ import os
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from controller import API_VERSION
 from controller.api.export import ENV_ANNOTATION, ENV_FILE, ExportError, exported_env
@@ -25,19 +23,31 @@ from controller.api.names import is_valid_name
 from controller.api.units import format_duration, parse_duration, parse_quantity
 from controller.util.yamlio import dump
 
+TYPE_CHECKING = False  # not typing's: run's start-up imports neither typing nor dataclasses (~10 ms)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class SubmitError(ValueError):
     """Bad input to ``run``: one line naming what to fix."""
 
 
-@dataclass(frozen=True)
 class Flag:
-    names: tuple[str, ...]
-    dest: str
-    takes_value: bool = True
-    repeatable: bool = False
-    cli_only: bool = False  # not allowed in a ``# GFLOW`` directive (it says how to submit, not what)
-    help: str = ""
+    """One of run's flags. (Its classes are plain, not dataclasses: see TYPE_CHECKING above.)"""
+
+    __slots__ = ("cli_only", "dest", "help", "names", "repeatable", "takes_value")
+
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        dest: str,
+        takes_value: bool = True,
+        repeatable: bool = False,
+        cli_only: bool = False,  # not allowed in a ``# GFLOW`` directive (it says how to submit, not what)
+        help: str = "",
+    ) -> None:
+        self.names, self.dest, self.takes_value = names, dest, takes_value
+        self.repeatable, self.cli_only, self.help = repeatable, cli_only, help
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -171,11 +181,18 @@ _GFLOW_RE = re.compile(r"^#\s*GFLOW\b\s?(.*)$")
 _SBATCH_RE = re.compile(r"^#SBATCH\b\s?(.*)$")
 
 
-@dataclass
 class Directives:
-    options: dict[str, Any] = field(default_factory=dict)  # with "sbatch_script": True after any #SBATCH line
-    warnings: list[str] = field(default_factory=list)
-    name_from_sbatch: bool = False
+    __slots__ = ("name_from_sbatch", "options", "warnings")
+
+    def __init__(
+        self,
+        options: dict[str, Any] | None = None,  # with "sbatch_script": True after any #SBATCH line
+        warnings: list[str] | None = None,
+        name_from_sbatch: bool = False,
+    ) -> None:
+        self.options = {} if options is None else options
+        self.warnings = [] if warnings is None else warnings
+        self.name_from_sbatch = name_from_sbatch
 
 
 def read_directives(text: str, origin: str) -> Directives:
@@ -428,7 +445,7 @@ def parse_params(items: list[str]) -> dict[str, list[str]]:
 
 def parse_array(text: str) -> tuple[str, int | None]:
     """``0-9%2`` -> (``"0-9"``, 2)."""
-    from controller.api.sweep import parse_indices  # lazy: its module loads pydantic (~200 ms), only --array needs it
+    from controller.api.indices import parse_indices  # lazy: only --array needs it
 
     indices, percent, limit = text.partition("%")
     try:
@@ -491,14 +508,20 @@ def default_stem(command: list[str] | None, script_path: str | None) -> str:
 # -- the manifest ----------------------------------------------------------------------------------
 
 
-@dataclass
 class Submission:
-    manifest: dict[str, Any]
-    kind: str  # job | sweep
-    name: str
-    warnings: list[str]
-    exact_name: bool  # the user chose it (--name, # GFLOW --name): it must not exist yet
-    environment: dict[str, str] | None = None  # the submitter's, as --export says (api/export.py)
+    __slots__ = ("environment", "exact_name", "kind", "manifest", "name", "warnings")
+
+    def __init__(
+        self,
+        manifest: dict[str, Any],
+        kind: str,  # job | sweep
+        name: str,
+        warnings: list[str],
+        exact_name: bool,  # the user chose it (--name, # GFLOW --name): it must not exist yet
+        environment: dict[str, str] | None = None,  # the submitter's, as --export says (api/export.py)
+    ) -> None:
+        self.manifest, self.kind, self.name, self.warnings = manifest, kind, name, warnings
+        self.exact_name, self.environment = exact_name, environment
 
 
 def build(
@@ -638,13 +661,13 @@ def _absolute(path: str, cwd: str) -> str:
     return os.path.normpath(os.path.join(cwd, path))
 
 
-@dataclass
 class SlurmJob:
     """What a script written for Slurm reads and names: its variables and its output paths."""
 
-    env: dict[str, str]
-    output: str | None
-    error: str | None
+    __slots__ = ("env", "error", "output")
+
+    def __init__(self, env: dict[str, str], output: str | None, error: str | None) -> None:
+        self.env, self.output, self.error = env, output, error
 
 
 def slurm_job(options: dict[str, Any], name: str, script_path: str, cwd: str, array: bool) -> SlurmJob:

@@ -17,7 +17,6 @@ from controller.client.read.state import document_position, find_manifest, owner
 from controller.client.write.manifests import apply_inputs, check_inputs, read_inputs
 from controller.paths import Home
 from controller.util.fsutil import RewriteError, lock_held, rewrite_locked
-from controller.util.manifest_edit import join_documents
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
 
@@ -79,6 +78,8 @@ def delete(home: Home, refs: list[tuple[str, str]], filenames: list[str]) -> int
             if len(parts) == 1:
                 return None  # the whole file goes
             del parts[position]
+            from controller.util.manifest_edit import join_documents  # lazy: apply needs it not (typing)
+
             return join_documents(parts)
 
         try:

@@ -14,7 +14,6 @@ import pwd
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from controller.api.export import without_environment
 from controller.api.submit import FLAGS, SubmitError, parse_flags, render
@@ -30,6 +29,10 @@ from controller.client.write.submit import (
     store_submission,
 )
 from controller.paths import Home
+
+TYPE_CHECKING = False  # not typing's: run's start-up is most of what it costs (docs/performance.md)
+if TYPE_CHECKING:
+    from typing import Any
 
 USAGE = """usage: gflowctl run [flags] -- CMD [ARGS...]
        gflowctl run [flags] SCRIPT [ARGS...]

@@ -77,6 +77,7 @@ class Controller:
         self._lock = threading.Lock()
         self._first_dirty: float | None = None
         self._last_dirty = 0.0
+        self._at_once = False  # the pending change came after quiet, its files whole: no debounce
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -101,14 +102,21 @@ class Controller:
         except BlockingIOError:
             pass  # the pipe is full: a wake-up is already pending
 
-    def mark_dirty(self, *paths: str) -> None:
+    def mark_dirty(self, *paths: str, settled: bool = False) -> None:
+        """``paths`` changed. ``settled``: their files are whole (the watch saw each renamed into
+        place, closed after writing or deleted); after quiet, such a change is passed on at once:
+        the debounce is for bursts, and a lone ``apply`` or ``run`` need not wait it out."""
         with self._lock:
             now = time.monotonic()
             if self._first_dirty is None:
                 self._first_dirty = now
+                self._at_once = settled and now - self._last_dirty >= self.config.debounce
             self._last_dirty = now
             self._dirty.update(paths)
         self.wake()
+
+    def mark_settled(self, *paths: str) -> None:
+        self.mark_dirty(*paths, settled=True)
 
     def mark_gpus_dirty(self) -> None:
         self.observer.gpus_dirty = True
@@ -221,6 +229,8 @@ class Controller:
         with self._lock:
             if self._first_dirty is None:
                 return False
+            if self._at_once:
+                return True
             quiet = mono - self._last_dirty >= self.config.debounce
             return quiet or mono - self._first_dirty >= MAX_DEBOUNCE
 
@@ -236,7 +246,7 @@ class Controller:
             if self._first_dirty is not None:
                 timeout = min(
                     timeout,
-                    max(self._last_dirty + self.config.debounce, mono) - mono,
+                    0.0 if self._at_once else max(self._last_dirty + self.config.debounce, mono) - mono,
                     self._first_dirty + MAX_DEBOUNCE - mono,
                 )
         if self.runtime.needs_polling():
@@ -278,6 +288,7 @@ class Controller:
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             self._first_dirty = None
+            self._at_once = False
         return dirty
 
     def _act(self, plan: Plan, began: float) -> Acted:
@@ -368,6 +379,7 @@ class Controller:
         return start_watching(
             self.home.spec_dir,
             self.mark_dirty,
+            on_settled=self.mark_settled,
             fake_gpus=Path(self.config.fake_gpus).absolute() if self.config.fake_gpus else None,
             on_gpus=self.mark_gpus_dirty,
             review_dir=review_dir,

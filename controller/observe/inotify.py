@@ -33,6 +33,9 @@ IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
 IN_DELETE_SELF, IN_MOVE_SELF = 0x400, 0x800
 IN_Q_OVERFLOW, IN_IGNORED, IN_ONLYDIR, IN_DONT_FOLLOW, IN_ISDIR = 0x4000, 0x8000, 0x1000000, 0x2000000, 0x40000000
 IN_NONBLOCK, IN_CLOEXEC = 0o4000, 0o2000000
+# a file's content may still be coming after these (a create before its write, a write before its
+# close); after any other event (renamed into place, closed after writing, deleted) it is whole
+UNSETTLED = IN_CREATE | IN_MODIFY
 # what changes a manifest or a folder of them; never opens or closes-without-write (gflowd's own reads)
 MASK = (
     IN_MODIFY
@@ -52,12 +55,23 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 
 
 class SpecWatch(threading.Thread):
-    """``on_paths(*paths)`` for each batch of events that may change a manifest; ``.stop()``."""
+    """``on_paths(*paths)`` for each batch of events that may change a manifest; ``.stop()``. With
+    ``on_settled``, a batch after which every file it names is whole (each one's last event a
+    rename into place, a close after writing, a delete: what apply, run and editors that save by
+    rename make) goes there instead, so the loop may pass at once rather than wait for quiet."""
 
-    def __init__(self, spec_dir: str, on_paths: Callable[..., None], may_matter: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        spec_dir: str,
+        on_paths: Callable[..., None],
+        may_matter: Callable[[str], bool],
+        on_settled: Callable[..., None] | None = None,
+    ) -> None:
         super().__init__(name="gflowd-inotify", daemon=True)
         self.spec_dir = os.path.abspath(spec_dir)
         self.on_paths = on_paths
+        self.on_settled = on_settled
+        self.settled = False  # whether the last batch _paths read was settled
         self.may_matter = may_matter
         self.fd = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if self.fd < 0:
@@ -88,7 +102,7 @@ class SpecWatch(threading.Thread):
                     continue
                 paths = self._paths(data)
                 if paths:
-                    self.on_paths(*paths)
+                    (self.on_settled if self.settled and self.on_settled is not None else self.on_paths)(*paths)
         except Exception:  # the resync still sees every change; say why changes are seen late
             log.exception("the spec dir's watch stopped; changes are seen on the resync tick only")
         finally:
@@ -96,8 +110,10 @@ class SpecWatch(threading.Thread):
                 os.close(fd)
 
     def _paths(self, data: bytes) -> list[str]:
-        """The paths of one read's events that may matter, in order, each once."""
+        """The paths of one read's events that may matter, in order, each once; ``self.settled``
+        says whether each one's last event left it whole (see UNSETTLED; folders never are)."""
         paths: dict[str, None] = {}
+        unsettled: set[str] = set()
         folders = self.folders
         offset, end = 0, len(data)
         while offset < end:
@@ -107,6 +123,7 @@ class SpecWatch(threading.Thread):
             if mask & IN_Q_OVERFLOW:
                 log.warning("inotify queue overflowed: re-reading the whole spec dir")
                 paths[self.spec_dir] = None
+                unsettled.add(self.spec_dir)
                 continue
             folder = folders.get(wd)
             if folder is None:
@@ -121,10 +138,16 @@ class SpecWatch(threading.Thread):
                 if mask & (IN_CREATE | IN_MOVED_TO):
                     self._add_tree(path)
                 paths[path] = None
+                unsettled.add(path)  # its files come next
             elif self.may_matter(path):
                 paths[path] = None
+                if mask & UNSETTLED:
+                    unsettled.add(path)
+                else:
+                    unsettled.discard(path)
             else:
                 self.dropped += 1
+        self.settled = not unsettled
         return list(paths)
 
     def _add_tree(self, top: str) -> None:

@@ -55,12 +55,14 @@ def start_watching(
     on_gpus: Callable[[], None] | None = None,
     review_dir: Path | None = None,
     on_review: Callable[[Path], None] | None = None,
+    on_settled: Callable[..., None] | None = None,
 ) -> Any:
     """Started watches (``.stop()`` them): the spec dir's own inotify thread (``inotify.py``), and
-    watchdog for the fake-GPU file and the review requests, when watchdog is installed."""
+    watchdog for the fake-GPU file and the review requests, when watchdog is installed. Paths
+    whose files are whole go to ``on_settled`` when given (``SpecWatch``), the others to ``on_paths``."""
     spec: SpecWatch | None
     try:
-        spec = SpecWatch(str(spec_dir), on_paths, may_matter)
+        spec = SpecWatch(str(spec_dir), on_paths, may_matter, on_settled)
     except OSError as exc:  # no inotify (or no descriptor left): the resync still sees every change
         log.warning("cannot watch %s (%s): changes are seen on the resync tick only", spec_dir, exc)
         spec = None

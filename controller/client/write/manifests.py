@@ -23,7 +23,6 @@ from controller.client.read.state import document_position, find_manifest
 from controller.client.review import ask, ask_socket, check_documents
 from controller.paths import Home, is_manifest_name
 from controller.util.fsutil import RewriteError, create_new, lock_held, rewrite_locked
-from controller.util.manifest_edit import join_documents
 from controller.util.yamlio import iter_documents_text, load_one
 
 _ENV_KEY = re.compile(r"^\s*env\s*:", re.MULTILINE)  # spec.env (or a template's): a Job's secrets
@@ -154,6 +153,9 @@ def store_document(home: Home, doc: Doc, dry_run: bool, source: str | None = Non
 
     def change(current: str) -> str:
         nonlocal verb
+        if current == body:  # the same text applied again: unchanged, known without loading a YAML parser
+            verb = "unchanged"
+            return current
         parts = list(iter_documents_text(current))
         position = document_position(parts, doc.name, target)
         if position is None:
@@ -163,7 +165,11 @@ def store_document(home: Home, doc: Doc, dry_run: bool, source: str | None = Non
         if parts[position] == body or dry_run:
             return current
         parts[position] = body
-        return parts[0] if len(parts) == 1 else join_documents(parts)
+        if len(parts) == 1:
+            return parts[0]
+        from controller.util.manifest_edit import join_documents  # lazy: its module imports typing (~3 ms)
+
+        return join_documents(parts)
 
     try:
         if dry_run:
