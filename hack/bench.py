@@ -43,6 +43,7 @@ GFLOWCTL = [str(_GFLOWCTL)] if _GFLOWCTL.exists() else [PY, "-m", "controller.cl
 GPU_LINE = "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 POLL = 0.001  # status-file poll interval for latencies
+PENDING_JOBS = 7000  # the waiting backlog of cold_start_pending_7k_s
 CHURN_FILES = 30_000  # files created and deleted before a churned drain (the issue's "used disk")
 
 PHASE_RE = re.compile(rb"^  phase: \"?(\w+)", re.M)
@@ -145,7 +146,7 @@ class BenchError(Exception):
 def key_of(name: str) -> str:
     """``cold_start_10k_s`` -> ``cold_start_s``; ``apply_to_running_ms_p99`` -> ``apply_to_running_ms``;
     ``gpu_sample_ms_50x8`` -> ``gpu_sample_ms``."""
-    return re.sub(r"_(p\d+|churned)$", "", re.sub(r"_\d+(k|x\d+)(?=_|$)", "", name))
+    return re.sub(r"_(p\d+|churned|again)$", "", re.sub(r"_\d+(k|x\d+)(?=_|$)", "", name))
 
 
 def size_name(n: int) -> str:
@@ -389,7 +390,7 @@ class Gflowd:
     running: list[Gflowd] = []
     count = 0
 
-    def __init__(self, bench: Bench, home: Path):
+    def __init__(self, bench: Bench, home: Path, extra: tuple[str, ...] = ()):
         Gflowd.count += 1
         self.home = home
         self.stderr_path = bench.root / f"gflowd-{Gflowd.count}.stderr"
@@ -406,6 +407,7 @@ class Gflowd:
             str(bench.gpus_file),
             "--log-level",
             "warning",
+            *extra,
         ]
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
@@ -674,6 +676,7 @@ class Bench:
             *([(self.slurm_drain, [("slurm_drain_jobs_per_s", "jobs/s")])] if self.args.vs == "slurm" else []),
             *([(self.vs_gflow, [("gflow_burst_25_x", "x"), ("gflow_submit_to_running_x", "x")])] if self.args.vs == "gflow" else []),
             (self.get_json, [("get_jobs_json_ms_2k", "ms")]),
+            (self.cold_start_pending, [("cold_start_pending_7k_s", "s"), ("cold_start_pending_7k_s_again", "s")]),
             (
                 self.big_homes,
                 [
@@ -1369,6 +1372,62 @@ class Bench:
             self.figures.add(f"get_jobs_ms_{k}", row["get_jobs_ms"], "ms", target(f"get_jobs_ms_{k}"))
         daemon.check()
         daemon.stop()
+
+    # -- cold start with a waiting backlog ----------------------------------------------------------------
+
+    def cold_start_pending(self) -> None:
+        """``cold_start_pending_7k_s``: gflowd restarted on a home where 7,000 one-GPU jobs wait
+        (Pending/Resources) behind a running job that holds all 8 GPUs (no per-user queue limit,
+        ``--max-pending-jobs-per-user 0``) -> run/index.json names the new pid and counts the 7,000
+        Pending and the one re-adopted Running. The first restart after the backlog was admitted,
+        then ``_again``: the median of the restarts after it (caches warm, nothing changed)."""
+        size, k = PENDING_JOBS, size_name(PENDING_JOBS)
+        home = self.new_home("pending")
+        flags = ("--max-pending-jobs-per-user", "0")
+        daemon = Gflowd(self, home, flags)
+        daemon.wait_ready()
+        spec = "  command: [sleep, '100000']\n  resources: {gpus: 8}\n"
+        write_manifest_then(home / "jobs", "blocker", job_text("blocker", spec))()
+        wait_phase(home, "blocker", ("Running",), daemon, timeout=60)
+        stage = home / ".stage"
+        stage.mkdir()
+        names = [f"w-{i:05d}" for i in range(size)]
+        for name in names:
+            (stage / f"{name}.yaml").write_text(job_text(name, "  command: ['true']\n  resources: {gpus: 1}\n"))
+        for name in names:
+            os.rename(stage / f"{name}.yaml", home / "jobs" / f"{name}.yaml")
+        log(f"pending home: {size} one-GPU jobs dropped behind a job holding every GPU")
+        wait_for(
+            lambda: (index_phases(home) or Counter()).get("Pending", 0) >= size,
+            600,
+            0.5,
+            f"{size} jobs Pending in the index",
+            daemon,
+        )
+        daemon.stop()
+        times = []
+        spent = time.perf_counter()
+        for run in range(max(2, self.cfg["cold_runs"])):
+            t0 = time.perf_counter()
+            daemon = Gflowd(self, home, flags)
+
+            def ready(d=daemon) -> bool:
+                if index_pid(home) != d.pid:
+                    return False
+                counts = index_phases(home) or Counter()
+                if counts.get("Succeeded") or counts.get("Failed"):
+                    raise BenchError(f"the backlog started after a restart (the blocker was lost?): {dict(counts)}")
+                return counts.get("Pending", 0) == size and counts.get("Running", 0) == 1
+
+            wait_for(ready, 300, 0.005, f"cold start of gflowd on {size} waiting jobs", daemon)
+            times.append(time.perf_counter() - t0)
+            log(f"cold start, {k} pending, run {run + 1}: {times[-1]:.2f} s; load {os.getloadavg()[0]:.2f}")
+            daemon.stop()
+            if run >= 1 and time.perf_counter() - spent > self.cfg["cold_budget"]:
+                break
+        target = TARGETS["cold_start_pending_7k_s"]
+        self.figures.add(f"cold_start_pending_{k}_s", times[0], "s", target, digits=2)
+        self.figures.add(f"cold_start_pending_{k}_s_again", statistics.median(times[1:]), "s", target, digits=2)
 
     # -- gflowctl get jobs -o json on 2,000 finished jobs --------------------------------------------------
 
