@@ -10,7 +10,9 @@ file every 1 ms; figures are medians of several runs (fewer with ``--quick``), p
 rank. ``--quick`` measures the big-home figures at 5k jobs instead of 10k (and names them so) and
 the scaling table at 1k / 5k instead of 1k / 10k / 50k. ``--only`` takes figure names with or
 without their size and percentile (``cold_start_s``, ``cold_start_10k_s``, ``apply_to_running_ms``),
-or ``scaling``. What each figure means: docs/performance.md.
+or ``scaling``; ``--vs gflow`` (or ``--only gflow``) measures the shared figures both ways
+beside gflow 0.4.18 (PyPI runqd, installed once in a private venv under $TMPDIR) on a private HOME.
+What each figure means: docs/performance.md.
 
 Every gflowd started here is stopped (SIGTERM, then SIGKILL) and every job process of the temp
 homes is killed on exit, Ctrl-C and errors included.
@@ -674,7 +676,11 @@ class Bench:
             ),
             (self.drain, [("drain_jobs_per_s", "jobs/s"), ("drain_jobs_per_s_churned", "jobs/s")]),
             *([(self.slurm_drain, [("slurm_drain_jobs_per_s", "jobs/s")])] if self.args.vs == "slurm" else []),
-            *([(self.vs_gflow, [("gflow_burst_25_x", "x"), ("gflow_submit_to_running_x", "x")])] if self.args.vs == "gflow" else []),
+            *(
+                [(self.vs_gflow, [("gflow_burst_25_x", "x"), ("gflow_submit_to_running_x", "x")])]
+                if self.args.vs == "gflow"
+                else []
+            ),
             (self.get_json, [("get_jobs_json_ms_2k", "ms")]),
             (self.cold_start_pending, [("cold_start_pending_7k_s", "s"), ("cold_start_pending_7k_s_again", "s")]),
             (
@@ -979,9 +985,7 @@ class Bench:
             (burst / f"burst-{i}.yaml").write_text(job_text(f"burst-{i}", "  command: ['true']\n"))
         t0 = time.perf_counter()
         self._gflowctl(home, "apply", "-f", str(burst))
-        wait_for(
-            lambda: (index_phases(home) or Counter()).get("Succeeded", 0) >= n, 120, 0.02, "our burst", daemon
-        )
+        wait_for(lambda: (index_phases(home) or Counter()).get("Succeeded", 0) >= n, 120, 0.02, "our burst", daemon)
         ours_burst = time.perf_counter() - t0
         before = max(peer.states(), default=0)
         t0 = time.perf_counter()
