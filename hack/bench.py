@@ -913,7 +913,7 @@ class Bench:
 
         n = self.cfg["drain_jobs"]
         for name_, churned in (("drain_jobs_per_s", False), ("drain_jobs_per_s_churned", True)):
-            if not self.want(name_):
+            if not self.want(key_of(name_)):
                 continue
             rates = []
             try:
