@@ -564,6 +564,8 @@ class GflowPeer:
                 cwd=str(self.home),
                 preexec_fn=_die_with_parent,
             )
+
+    def wait_ready(self) -> None:
         wait_for(lambda: self.check() or self.run("gqueue").returncode == 0, 30, 0.02, "gflow's daemon to answer")
 
     @property
@@ -967,7 +969,8 @@ class Bench:
         home = self.new_home("vs-gflow")
         daemon = Gflowd(self, home)
         daemon.wait_ready()
-        self.gflow_peer = peer = GflowPeer(self, venv)
+        self.gflow_peer = peer = GflowPeer(self, venv)  # stopped by stop_all, whatever happens next
+        peer.wait_ready()
         log(f"gflow {GFLOW_VERSION} (pid {peer.pid}, port {peer.port}) and gflowd (pid {daemon.pid}) are up")
         time.sleep(0.3)
         ours, theirs = [], []
