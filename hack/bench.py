@@ -909,8 +909,9 @@ class Bench:
 
     def drain(self) -> None:
         """``drain_jobs_per_s`` on a settled disk, then ``drain_jobs_per_s_churned`` right after
-        30,000 files were created and deleted beside the homes (hack/bench/churn_disk.py): what a
-        user's disk looks like after a busy minute, and where the target applies."""
+        30,000 files were created and deleted in the fresh home, before gflowd starts on it
+        (hack/bench/churn_disk.py): what a user's disk looks like after a busy minute, and where the
+        target applies."""
         from churn_disk import churn, create_us  # hack/bench/, stdlib only
 
         n = self.cfg["drain_jobs"]
@@ -921,19 +922,19 @@ class Bench:
             try:
                 for run in range(self.cfg["drain_runs"]):
                     label = f"drain-{'churned-' if churned else ''}{run}"
-                    if churned:
-                        took = churn(self.root, CHURN_FILES)
+                    home = self.new_home(label)
+                    if churned:  # in the home itself: its folders' inodes come from the same block group
+                        took = churn(home, CHURN_FILES)
                         log(
-                            f"{label}: churned {CHURN_FILES} files in {took:.1f} s; creating a file now costs "
-                            f"{create_us(self.root):.0f} us of CPU"
+                            f"{label}: churned {CHURN_FILES} files in {took:.1f} s; creating a file there now costs "
+                            f"{create_us(home):.0f} us of CPU"
                         )
-                    rates.append(self._drain_once(label, n))
+                    rates.append(self._drain_once(home, label, n))
                 self.figures.add(name_, statistics.median(rates), "jobs/s", self._target_of(name_))
             except BenchError as exc:
                 self.figures.fail([name_], ["jobs/s"], [self._target_of(name_)], str(exc))
 
-    def _drain_once(self, label: str, n: int) -> float:
-        home = self.new_home(label)
+    def _drain_once(self, home: Path, label: str, n: int) -> float:
         daemon = Gflowd(self, home)
         daemon.wait_ready()
         stage = home / ".stage"  # beside jobs/, outside what gflowd watches
