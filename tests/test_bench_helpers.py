@@ -1,0 +1,69 @@
+"""hack/bench.py's figure names and hack/bench/churn_disk.py, in-process (the benches themselves run
+real daemons and are run by hand: docs/performance.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclass-free, but annotations name the module's own classes
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load("gflow_bench_script", ROOT / "hack" / "bench.py")
+churn_disk = _load("churn_disk", ROOT / "hack" / "bench" / "churn_disk.py")
+
+
+def test_every_new_figure_answers_to_only_by_its_key():
+    for name in (
+        "drain_jobs_per_s_churned",
+        "cold_start_pending_7k_s",
+        "cold_start_pending_7k_s_again",
+        "get_jobs_ms_50k",
+        "apply_to_running_ms_p99",
+    ):
+        assert bench.key_of(name) in bench.KEYS, name
+
+
+def test_every_target_belongs_to_a_figure_only_can_select():
+    gflow_ratios = {name for name in bench.TARGETS if name.startswith("gflow_")}
+    for name in set(bench.TARGETS) - gflow_ratios:
+        assert bench.key_of(name) in bench.KEYS, name
+    assert "gflow" in bench.KEYS  # --only gflow: the side-by-side figures
+
+
+def test_the_churned_drain_holds_the_target_and_the_settled_one_none():
+    assert bench.TARGETS["drain_jobs_per_s_churned"] == (">=", 500)
+    assert bench.TARGETS.get("drain_jobs_per_s") is None
+
+
+def test_churn_creates_then_deletes_every_file_and_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    (tmp_path / "kept").write_text("x")
+    created = []
+    real_open = os.open
+
+    def counting_open(path, flags, *args, **kwargs):  # shutil.rmtree passes dir_fd=
+        if flags & os.O_CREAT:
+            created.append(os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(churn_disk.os, "open", counting_open)
+    took = churn_disk.churn(tmp_path, 500)
+    assert took > 0
+    assert len(created) == 500 and len(set(created)) == 500
+    assert [path for path in created if os.path.exists(path)] == []
+    assert sorted(os.listdir(tmp_path)) == ["kept"]
+
+
+def test_create_cost_is_measured_in_a_folder_it_removes(tmp_path):
+    assert churn_disk.create_us(tmp_path, 30) > 0
+    assert os.listdir(tmp_path) == []
