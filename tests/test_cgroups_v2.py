@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -506,6 +507,23 @@ def device_folder(tmp_path):
 def test_gpu_minors_are_the_nvidia_n_char_nodes_of_major_195(device_folder, tmp_path):
     assert gpu_minors_in(str(device_folder)) == {0, 2}
     assert gpu_minors_in(str(tmp_path / "absent")) == set()
+
+
+def test_gpu_nodes_added_or_removed_after_a_listing_are_seen(device_folder):
+    """The folder's listing is kept between launches while the folder is unchanged; a GPU node
+    made or removed later changes the folder, and the next look reads it again."""
+    settled = time.time() - 60
+    os.utime(device_folder, (settled, settled))  # a settled /dev: its listing may be kept
+    assert gpu_minors_in(str(device_folder)) == {0, 2}
+    assert gpu_minors_in(str(device_folder)) == {0, 2}  # the kept listing
+    os.mknod(device_folder / "nvidia5", 0o600 | stat.S_IFCHR, os.makedev(195, 5))
+    assert gpu_minors_in(str(device_folder)) == {0, 2, 5}
+    assert [str(r) for r in gpu_deny_rules([2], dev_dir=str(device_folder))] == ["c 195:0 rwm", "c 195:5 rwm"]
+    os.utime(device_folder, (settled + 1, settled + 1))
+    assert gpu_minors_in(str(device_folder)) == {0, 2, 5}
+    (device_folder / "nvidia0").unlink()
+    os.rename(device_folder / "nvidia5", device_folder / "nvidia6")  # a new name for the same node
+    assert gpu_minors_in(str(device_folder)) == {2, 5}
 
 
 def test_deny_rules_cover_every_gpu_but_the_bound_ones_from_the_folder_and_the_inventory(device_folder):
