@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import marshal
 import sys
+from operator import itemgetter
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,13 +86,13 @@ def read(path: str) -> Table | None:
             frame = marshal.loads(data[at + 4 : at + 4 + size])
         except (ValueError, TypeError, EOFError):
             break
-        if type(frame) is not list or not {type(row) for row in frame} <= {tuple}:
+        if type(frame) is not list or not set(map(type, frame)) <= {tuple}:
             break
-        if not {len(row) for row in frame} <= ({len(FIELDS)} if first else {1, len(FIELDS)}):
+        if not set(map(len, frame)) <= ({len(FIELDS)} if first else {1, len(FIELDS)}):
             break
         at += 4 + size
         if first:  # the rewritten table: one frame of every row, sorted
-            rows.update([(row[0], row) for row in frame])
+            rows.update(zip(map(itemgetter(0), frame), frame))
             table.count = len(frame)
             first = False
             continue

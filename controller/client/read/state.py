@@ -174,18 +174,11 @@ def read_table(home: Home) -> Any:
     return jobs_table.read(str(home.jobs_table))
 
 
-def row_users(home: Home) -> Callable[[tuple], str]:
-    """A lookup: a jobs-table row -> the user its job runs as (each uid named once); a row whose
-    uid gflowd did not know: its manifest file's owner, as ``manifest_owners``."""
-    from controller.util.jobs_table import MANIFEST, UID  # lazy: as above
-
+def user_names() -> Callable[[int], str]:
+    """A lookup: uid -> user name (the uid as text when it has none); each uid named once."""
     names: dict[int, str] = {}
-    by_manifest = manifest_owners(home)
 
-    def user(row: tuple) -> str:
-        uid = row[UID]
-        if uid is None:
-            return by_manifest(row[MANIFEST])
+    def name_of(uid: int) -> str:
         name = names.get(uid)
         if name is None:
             try:
@@ -195,7 +188,23 @@ def row_users(home: Home) -> Callable[[tuple], str]:
             names[uid] = name
         return name
 
-    return user
+    return name_of
+
+
+def row_users(home: Home, rows: list[tuple]) -> list[str]:
+    """The users jobs-table ``rows`` run as, in order: each uid named once; a row whose uid gflowd
+    did not know: its manifest file's owner, as ``manifest_owners``."""
+    from operator import itemgetter  # lazy: only get jobs' listings
+
+    from controller.util.jobs_table import MANIFEST, UID  # lazy: as above
+
+    uids = list(map(itemgetter(UID), rows))
+    name_of = user_names()
+    named = {uid: name_of(uid) for uid in set(uids) if uid is not None}
+    if None not in uids:
+        return list(map(named.__getitem__, uids))
+    owner = manifest_owners(home)
+    return [named[uid] if uid is not None else owner(row[MANIFEST]) for uid, row in zip(uids, rows)]
 
 
 def job_rows(home: Home) -> dict[str, dict[str, Any]]:
