@@ -40,8 +40,6 @@ GPU_KINDS = ("gpus", "gpu", "node", "nodes")
 SWEEP_KINDS = ("sweeps", "sweep")
 RESERVATION_KINDS = ("reservations", "reservation")
 EVENT_KINDS = ("events", "event", "ev")
-# squeue -t's short codes, for hands that type them: PD,R
-PHASE_CODES = {"PD": "Pending", "R": "Running", "CD": "Succeeded", "F": "Failed", "CA": "Cancelled", "RJ": "Rejected"}
 RECENT = 24 * 3600  # get jobs without names or -A: active jobs and those that ended in the last day (squeue)
 
 
@@ -224,7 +222,7 @@ def parse_phases(values: list[str], kind: str = "job") -> list[str]:
     from controller.model.reasons import Phase, ReservationPhase  # lazy: only a listing that filters by phase
 
     phase_words = list(ReservationPhase) if kind == "reservation" else list(Phase)
-    codes = {} if kind == "reservation" else PHASE_CODES
+    codes = {} if kind == "reservation" else {p.code: str(p) for p in Phase}  # squeue -t's, for hands that type them
     known = {p.lower(): str(p) for p in phase_words} | {code.lower(): p for code, p in codes.items()}
     phases, bad = [], []
     for word in (w.strip() for value in values for w in value.split(",")):
