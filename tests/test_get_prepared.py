@@ -196,7 +196,9 @@ def _settled_home(home: Path, gflowd, fake_gpus: Path) -> None:
     for name, phase in PHASES.items():
         wait_phase(home, name, phase, daemon=daemon)
     wait_for(
-        lambda: all(((read_index(home) or {}).get("jobs", {}).get(n) or {}).get("phase") == p for n, p in PHASES.items()),
+        lambda: all(
+            ((read_index(home) or {}).get("jobs", {}).get(n) or {}).get("phase") == p for n, p in PHASES.items()
+        ),
         timeout=30,
         message="the index to show every job's phase",
     )
@@ -245,7 +247,11 @@ def test_get_jobs_reads_the_table_alone_and_json_reads_no_yaml_for_any_phase(hom
     again = ctl(home, "get", "jobs")
     assert _no_age(again.stdout) == _no_age(listed.stdout) and len(again.stdout.splitlines()) == 1 + len(JOBS)
     (home / "status.aside").rename(status)
-    for argv in (["get", "jobs", "-o", "json"], ["get", "job/runs", "-o", "json"], ["get", "jobs", "huge", "-o", "json"]):
+    for argv in (
+        ["get", "jobs", "-o", "json"],
+        ["get", "job/runs", "-o", "json"],
+        ["get", "jobs", "huge", "-o", "json"],
+    ):
         probe = subprocess.run(
             [
                 sys.executable,

@@ -468,7 +468,10 @@ class Recorder:
         payload = journal.frame(pending)
         counted = self._json_appended
         mean = counted[1] / counted[0] if counted[0] else JSON_MEAN_GUESS
-        if not self._json_rewrite and self._json_bytes + len(payload) <= 2 * mean * len(self.written) + JSON_SLACK_BYTES:
+        if (
+            not self._json_rewrite
+            and self._json_bytes + len(payload) <= 2 * mean * len(self.written) + JSON_SLACK_BYTES
+        ):
             try:
                 journal.append(self._json, payload)
             except (OSError, ValueError) as exc:  # missing, cut short (disk full): rewritten below, with them
