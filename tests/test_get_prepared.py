@@ -152,7 +152,7 @@ def test_the_json_copies_are_rewritten_when_missing_or_outgrown(tmp_path):
     size = home.status_json_journal.stat().st_size
     for priority in range(3000):  # ~3 MB of copies of one job: rewritten to about one copy
         recorder.write_states({"a": _state("a", "Succeeded", priority=priority), "b": _state("b")}, [])
-    assert home.status_json_journal.stat().st_size < size + (4 << 20) + 3000
+    assert home.status_json_journal.stat().st_size < size + (1 << 20) + 3000
     assert json.loads(_json_copies(home)["a"])["status"]["priority"] == 2999
     assert set(_json_copies(home)) == {"a", "b"}
 

@@ -49,7 +49,7 @@ _stable = operator.attrgetter(*(f for f in JOB_FIELDS if f not in _VOLATILE))
 JOURNAL_SLACK = 1000  # dead entries the records journal may hold beyond one per finished job before it is rewritten
 TABLE_SLACK = 1000  # dead rows the jobs table may hold beyond one per job before it is rewritten
 JSON_FIELDS = ("json",)  # the status JSON journal's entries: (name, ino, mtime_ns, size, text)
-JSON_SLACK_BYTES = 4 << 20  # dead bytes it may hold beyond twice the live texts before it is rewritten
+JSON_SLACK_BYTES = 1 << 20  # dead bytes it may hold beyond half the live texts before it is rewritten
 JSON_MEAN_GUESS = 1500  # bytes an entry takes, until this run has appended some
 
 
@@ -460,8 +460,9 @@ class Recorder:
 
     def _flush_json(self) -> None:
         """This pass's JSON copies in one frame, appended to ``run/status-json.journal``; the file
-        rewritten instead when it is missing or torn, or holds more than twice the live texts (by
-        its bytes: a start never reads it) plus ``JSON_SLACK_BYTES``. A cache, as the records journal."""
+        rewritten instead when it is missing or torn, or holds more than 1.5 times the live texts (by
+        its bytes: a start never reads it) plus ``JSON_SLACK_BYTES``: ``get -o json`` reads all of it.
+        A cache, as the records journal."""
         pending, self._json_pending = self._json_pending, []
         if not pending and not self._json_rewrite:
             return
@@ -470,7 +471,7 @@ class Recorder:
         mean = counted[1] / counted[0] if counted[0] else JSON_MEAN_GUESS
         if (
             not self._json_rewrite
-            and self._json_bytes + len(payload) <= 2 * mean * len(self.written) + JSON_SLACK_BYTES
+            and self._json_bytes + len(payload) <= 1.5 * mean * len(self.written) + JSON_SLACK_BYTES
         ):
             try:
                 journal.append(self._json, payload)
