@@ -134,6 +134,7 @@ def test_every_status_written_has_its_json_copy_the_text_json_gives_for_the_pars
     pending = _state("b", "Pending", labels={"team": "nlp"}, queue_position=3, effective_priority=2.5)
     for states in ({"a": _state("a", devices=[1], gpus=1, pid=4242)}, {"a": _state("a", "Succeeded"), "b": pending}):
         recorder.write_states(states, [])
+        recorder.write_index({"pid": 1})  # the copies are made with the index
         copies = _json_copies(home)
         for name in states:
             parsed = load_own(home.status_file(name).read_text())
@@ -146,12 +147,15 @@ def test_every_status_written_has_its_json_copy_the_text_json_gives_for_the_pars
 def test_the_json_copies_are_rewritten_when_missing_or_outgrown(tmp_path):
     recorder, home = _recorder(tmp_path)
     recorder.write_states({"a": _state("a")}, [])
+    recorder.write_index({"pid": 1})
     home.status_json_journal.unlink()  # an append has nowhere to go: the file is written anew, with it
     recorder.write_states({"a": _state("a", "Succeeded"), "b": _state("b")}, [])
+    recorder.write_index({"pid": 1})
     assert set(_json_copies(home)) == {"a", "b"}
     size = home.status_json_journal.stat().st_size
     for priority in range(3000):  # ~3 MB of copies of one job: rewritten to about one copy
         recorder.write_states({"a": _state("a", "Succeeded", priority=priority), "b": _state("b")}, [])
+        recorder.write_index({"pid": 1})
     assert home.status_json_journal.stat().st_size < size + (1 << 20) + 3000
     assert json.loads(_json_copies(home)["a"])["status"]["priority"] == 2999
     assert set(_json_copies(home)) == {"a", "b"}

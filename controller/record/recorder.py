@@ -126,7 +126,7 @@ class Recorder:
         self._table_count = 0  # rows in the file, dead ones too
         self._table_rewrite = True  # at start the file is an earlier run's: rewritten at the first index write
         self._json = str(home.status_json_journal)
-        self._json_pending: list[tuple] = []  # this pass's statuses as JSON texts, appended in one write
+        self._json_docs: dict[str, dict] = {}  # statuses written since the last index write: their JSON copies due
         self._json_bytes = 0  # the file's size, as far as this gflowd wrote it
         self._json_rewrite = False
         self._json_appended = [0, 0]  # entries and bytes appended by this run: the mean size of an entry
@@ -313,6 +313,7 @@ class Recorder:
             self.lagging.pop(name, None)
             self.unwritten.pop(name, None)
             self._rows.pop(name, None)
+            self._json_docs.pop(name, None)
             if self._table.pop(name, None) is not None:
                 self._table_pending[name] = (name,)
             self._order = None
@@ -356,7 +357,6 @@ class Recorder:
             fsync_dir(self.home.status_dir)  # one folder fsync for every rename of this pass
             self.spares.synced()
         self._flush_journal()
-        self._flush_json()
         return changed or written > 0
 
     def _refresh_lagging(self, states: Mapping[str, JobState], batch) -> int:
@@ -384,17 +384,9 @@ class Recorder:
         """``state`` is on disk as ``status/<name>.yaml``: remember it (``write_states``), with its
         JSON copy (every status, so ``get -o json`` parses no YAML) and, once settled, its journal line."""
         self.lagging.pop(name, None)
-        try:
-            source = os.stat(self.home.status_file(name))
-        except OSError as exc:
-            log.debug("no journal lines for status/%s.yaml: %s", name, exc)
-            source = None
-        if source is not None:
-            key = journal.key_of(source)
-            # json.dumps(indent=2) of the document the YAML holds: what `get -o json` printed of the parsed file
-            self._json_pending.append((name, *key, json.dumps(document, indent=2)))
-            if state.phase in SETTLED_PHASES:
-                self._journal_line(name, document, key)
+        self._json_docs[name] = document  # its JSON copy is made at the index write (a flood's last status only)
+        if state.phase in SETTLED_PHASES:
+            self._journal_line(name, document)
         if known is None:
             self._order = None
             self.unwritten.pop(name, None)
@@ -450,20 +442,34 @@ class Recorder:
         self._table_set(name, state)
         return True
 
-    def _journal_line(self, name: str, document: dict, key: tuple[int, int, int]) -> None:
-        """The journal line of a finished job's status file just written (``key``: its identity),
-        appended with the pass's others (``_flush_journal``). The row is the record read back from
-        ``document``, exactly what a restart would build from the file. A cache: a failure costs a
-        slower start, never the pass."""
+    def _journal_line(self, name: str, document: dict) -> None:
+        """The journal line of a finished job's status file just written, appended with the pass's
+        others (``_flush_journal``). The row is the record read back from ``document``, exactly what
+        a restart would build from the file. A cache: a failure costs a slower start, never the pass."""
+        try:
+            source = os.stat(self.home.status_file(name))
+        except OSError as exc:
+            log.debug("no journal line for status/%s.yaml: %s", name, exc)
+            return
         row = JobState.from_status(document).to_row()
-        self._journal_pending.append((row[0], *key, row))
+        self._journal_pending.append((row[0], *journal.key_of(source), row))
 
     def _flush_json(self) -> None:
-        """This pass's JSON copies in one frame, appended to ``run/status-json.journal``; the file
-        rewritten instead when it is missing or torn, or holds more than 1.5 times the live texts (by
-        its bytes: a start never reads it) plus ``JSON_SLACK_BYTES``: ``get -o json`` reads all of it.
-        A cache, as the records journal."""
-        pending, self._json_pending = self._json_pending, []
+        """The JSON copies of the statuses written since the last index write (each job's last one:
+        under a flood its earlier ones are never made), ``json.dumps(indent=2)`` of the document
+        its YAML holds, keyed by the file's identity, in one frame appended to
+        ``run/status-json.journal``; the file rewritten instead when it is missing or torn, or holds
+        more than 1.5 times the live texts (by its bytes: a start never reads it) plus
+        ``JSON_SLACK_BYTES``: ``get -o json`` reads all of it. A cache, as the records journal."""
+        docs, self._json_docs = self._json_docs, {}
+        pending = []
+        for name, document in docs.items():
+            try:
+                source = os.stat(self.home.status_file(name))
+            except OSError as exc:
+                log.debug("no JSON copy of status/%s.yaml: %s", name, exc)
+                continue
+            pending.append((name, *journal.key_of(source), json.dumps(document, indent=2)))
         if not pending and not self._json_rewrite:
             return
         payload = journal.frame(pending)
@@ -560,6 +566,7 @@ class Recorder:
                 b"}",
             ]
         )
+        self._flush_json()
         self._write_table()  # before the index: who sees the new index finds the table as new
         atomic_write(self.home.index_file, payload, durable=False)
 
