@@ -84,6 +84,9 @@ def test_the_table_holds_each_jobs_row_as_printed_with_the_user_admission_read(t
     recorder.write_states({"b": _state("b", "Pending")}, ["a"])
     recorder.write_index({"pid": 1})
     assert list(_table(home)) == ["b"]  # a removed job's row goes
+    os.utime(home.jobs_table, (1000, 1000))
+    recorder.write_index({"pid": 1})  # nothing changed: the table is touched, current with the index
+    assert home.jobs_table.stat().st_mtime > 1000
 
 
 def test_a_manifest_that_changed_hands_changes_its_rows_user_at_the_next_resync(tmp_path):
@@ -238,6 +241,21 @@ def test_get_jobs_prints_from_the_table_what_it_prints_from_the_index(home, gflo
         assert (new.returncode, new.stderr) == (old.returncode, old.stderr), argv
         assert _no_age(new.stdout) == _no_age(old.stdout), argv
     assert "root" in from_table[0].stdout.splitlines()[1].split()  # USER: the manifest's owner
+
+
+def test_a_table_its_gflowd_no_longer_keeps_is_not_read(home, gflowd, fake_gpus):
+    """An older gflowd (no table) runs after a newer one: its index moves on, the table does not."""
+    _settled_home(home, gflowd, fake_gpus)
+    listed = ctl(home, "get", "jobs", "-o", "name").stdout.split()
+    table, index = home / "run" / "jobs.table", home / "run" / "index.json"
+    rows = jobs_table.read(str(table)).rows
+    rows.pop("runs")  # what the table would say were it stale
+    table.write_bytes(jobs_table.rewritten(sorted(rows.values())))
+    now = index.stat().st_mtime
+    os.utime(table, (now - 1, now - 1))  # written with that index: believed
+    assert "job/runs" not in ctl(home, "get", "jobs", "-o", "name").stdout.split()
+    os.utime(table, (now - 60, now - 60))  # an index written a minute after it: not the table's
+    assert ctl(home, "get", "jobs", "-o", "name").stdout.split() == listed
 
 
 def test_get_jobs_reads_the_table_alone_and_json_reads_no_yaml_for_any_phase(home, gflowd, fake_gpus):

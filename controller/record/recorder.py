@@ -590,6 +590,8 @@ class Recorder:
             elif pending:
                 journal.append(str(self.home.jobs_table), jobs_table.frame(list(pending.values())))
                 self._table_count += len(pending)
+            else:
+                os.utime(self.home.jobs_table)  # current with this index (client/read/state.py read_table)
         except (OSError, ValueError) as exc:
             log.debug("jobs table not written: %s", exc)
             self._table_rewrite = True

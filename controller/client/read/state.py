@@ -166,11 +166,21 @@ def _journaled_status_texts(home: Home, names: list[str]) -> dict[str, str]:
     return texts
 
 
+TABLE_BEHIND_INDEX = 5.0  # seconds: a table this much older than the index is not its writer's (see read_table)
+
+
 def read_table(home: Home) -> Any:
-    """``run/jobs.table`` (``controller.util.jobs_table.Table``), None without one of this
-    format: the caller reads the index."""
+    """``run/jobs.table`` (``controller.util.jobs_table.Table``), None without one of this format,
+    or when the index is newer by ``TABLE_BEHIND_INDEX`` (gflowd touches the table at every index
+    write, just before it: a gflowd that keeps no table, an older one, runs): the caller reads the
+    index."""
     from controller.util import jobs_table  # lazy: only get jobs' listings
 
+    try:
+        if os.stat(home.index_file).st_mtime - os.stat(home.jobs_table).st_mtime > TABLE_BEHIND_INDEX:
+            return None
+    except OSError:
+        pass  # no index: the table alone; no table: read() says so
     return jobs_table.read(str(home.jobs_table))
 
 
