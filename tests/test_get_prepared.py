@@ -224,6 +224,7 @@ LISTINGS = [
     ("get", "jobs", "--user", "root", "-o", "name"),
     ("get", "jobs", "--user", "nobody"),
     ("get", "jobs", "runs", "held", "gone"),
+    ("get", "jobs", "gone"),
     ("get", "jobs", "-o", "json"),
     ("get", "job/runs", "-o", "json"),
     ("get", "jobs", "huge", "done", "-o", "yaml"),
@@ -289,3 +290,14 @@ def test_get_jobs_reads_the_table_alone_and_json_reads_no_yaml_for_any_phase(hom
         )
         shown = len(JOBS) if argv[1] == "jobs" and len(argv) == 4 else 1
         assert probe.stdout.split() == ["0", "False", str(shown)], (argv, probe.stdout, probe.stderr)
+
+
+def test_a_wide_tree_lines_a_sweep_up_with_its_children():
+    """A Sweep's line has every -o wide column (it lacked PARAMS: the table could not be drawn)."""
+    from controller.cli.get import _format_table, _tree_table
+
+    child = {"phase": "Succeeded", "owner": "grid", "manifest": "jobs/grid.yaml", "message": "child done"}
+    sweeps = {"grid": {"phase": "Succeeded", "children": 1, "manifest": "jobs/grid.yaml", "message": "sweep done"}}
+    lines = _format_table(_tree_table([("grid-0", child)], sweeps, wide=True, user_of=lambda manifest: "root"))
+    at = lines[0].index("MESSAGE")
+    assert [line[at:] for line in lines] == ["MESSAGE", "sweep done", "child done"]

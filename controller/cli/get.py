@@ -344,7 +344,7 @@ def _get_jobs_from_table(home: Home, args, selector, table) -> int:
     else:
         if not chosen and not missing:
             print("No jobs found.", file=sys.stderr)
-        elif chosen:
+        else:  # only names not found: the header alone, as from the index
             sys.stdout.write("\n".join(_format_columns(_table_columns(chosen, row_users(home, chosen)))) + "\n")
         if hidden:
             print(f"({hidden} jobs that ended more than a day ago not shown; -A lists them)", file=sys.stderr)
@@ -484,7 +484,9 @@ def _sweep_line(name: str, row: dict, wide: bool, owner) -> list[str]:
         f"{row.get('children', 0)} children" + (f": {told}" if told else ""),
     ]
     return line + (
-        ["-", "-", "-", "-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))] if wide else []
+        ["-", "-", "-", "-", "-", "-", "-", str(row.get("manifest") or "-"), str(row.get("message", ""))]
+        if wide
+        else []
     )
 
 
