@@ -175,6 +175,18 @@ class Home:
         ``get -o json`` (controller/util/records_journal.py; a cache of the status files)."""
         return self.run_dir / "records.journal"
 
+    @property
+    def jobs_table(self) -> Path:
+        """Written by gflowd: the rows ``gflowctl get jobs`` prints, one per job, in one file
+        (controller/util/jobs_table.py; a cache of the status files)."""
+        return self.run_dir / "jobs.table"
+
+    @property
+    def status_json_journal(self) -> Path:
+        """Written by gflowd: every status file written, as ``get -o json`` prints it (a records
+        journal of JSON texts, controller/util/records_journal.py; a cache of the status files)."""
+        return self.run_dir / "status-json.journal"
+
     def log_file(self, name: str, attempt: int | None = None) -> Path:
         name = _plain(name)
         return self.logs_dir / (f"{name}.log" if attempt is None else f"{name}.{attempt}.log")

@@ -24,27 +24,34 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (checker
 
 class Phase(StrEnum):
     """A job's ``status.phase``. Row: text, terminal (the job is over until its spec changes or it
-    is rerun), the docs line."""
+    is rerun), squeue's short code (``get jobs --phase PD,R``), the docs line."""
 
     terminal: bool
+    code: str
     doc: str
 
-    def __new__(cls, text: str, terminal: bool, doc: str) -> Phase:
+    def __new__(cls, text: str, terminal: bool, code: str, doc: str) -> Phase:
         member = str.__new__(cls, text)
         member._value_ = text
-        member.terminal, member.doc = terminal, doc
+        member.terminal, member.code, member.doc = terminal, code, doc
         return member
 
-    Pending = "Pending", False, "admitted, waiting to start: its reason says what it waits for"
-    Running = "Running", False, "an attempt runs (or is being stopped: reason `Terminating`)"
-    Succeeded = "Succeeded", True, "the last attempt exited with code 0"
-    Failed = "Failed", True, "the last attempt failed and no retry is left, or gflowd stopped it for a limit"
+    Pending = "Pending", False, "PD", "admitted, waiting to start: its reason says what it waits for"
+    Running = "Running", False, "R", "an attempt runs (or is being stopped: reason `Terminating`)"
+    Succeeded = "Succeeded", True, "CD", "the last attempt exited with code 0"
+    Failed = "Failed", True, "F", "the last attempt failed and no retry is left, or gflowd stopped it for a limit"
     Cancelled = (
         "Cancelled",
         True,
+        "CA",
         "stopped for good: cancelled, its manifest deleted, or a dependency ended the wrong way",
     )
-    Rejected = "Rejected", False, "gflowd cannot run the manifest as written; fix the file and the job is admitted"
+    Rejected = (
+        "Rejected",
+        False,
+        "RJ",
+        "gflowd cannot run the manifest as written; fix the file and the job is admitted",
+    )
 
 
 TERMINAL_PHASES = frozenset(p for p in Phase if p.terminal)

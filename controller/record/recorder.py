@@ -1,8 +1,9 @@
 """Record: what a pass writes under the state directory (the others who write there: docs/design.md).
 
 Status files are written atomically and only when the job's record changed; the index (one JSON
-summary for fast ``gflowctl get jobs``), ``node.yaml`` and ``events.jsonl`` are kept here too.
-Nothing here decides anything.
+summary), the jobs table and the JSON copies of the statuses (what ``gflowctl get jobs`` and
+``-o json`` read: one file each), ``node.yaml`` and ``events.jsonl`` are kept here too. Nothing here
+decides anything.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from controller.model.reasons import QUEUE_REASONS, SETTLED_PHASES, Phase, Reaso
 from controller.model.records import JOB_FIELDS, JobState, ReservationState, SweepState, rfc3339
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
+from controller.util import jobs_table
 from controller.util import records_journal as journal
 from controller.util.fsutil import atomic_write, fsync_dir
 from controller.util.jsonlog import append_lines
@@ -45,6 +47,10 @@ LAGGING_REFRESH = (
 _VOLATILE = {"reason", "message", "queue_position", "effective_priority"}
 _stable = operator.attrgetter(*(f for f in JOB_FIELDS if f not in _VOLATILE))
 JOURNAL_SLACK = 1000  # dead entries the records journal may hold beyond one per finished job before it is rewritten
+TABLE_SLACK = 1000  # dead rows the jobs table may hold beyond one per job before it is rewritten
+JSON_FIELDS = ("json",)  # the status JSON journal's entries: (name, ino, mtime_ns, size, text)
+JSON_SLACK_BYTES = 1 << 20  # dead bytes it may hold beyond half the live texts before it is rewritten
+JSON_MEAN_GUESS = 1500  # bytes an entry takes, until this run has appended some
 
 
 def _process_entry(process) -> dict:
@@ -73,6 +79,26 @@ def _index_row(name: str, state: JobState) -> bytes:
     return f"{json.dumps(name)}:{_COMPACT.encode(state.summary())}".encode()
 
 
+def _table_row(name: str, state: JobState, uid: int | None) -> tuple:
+    """The job's row of the jobs table (util/jobs_table.py ``FIELDS``): plain str, not the StrEnums
+    (marshal writes exact types only)."""
+    devices = state.devices
+    return (
+        name,
+        uid,
+        str(state.phase),
+        str(state.gpus),
+        ",".join([str(d) for d in devices]) if devices else "-",
+        str(state.priority),
+        state.created,
+        str(state.reason),
+        state.completion_time,
+        state.labels,
+        state.owner,
+        state.manifest,
+    )
+
+
 class Recorder:
     def __init__(self, home: Home, clock: Callable[[], float] = time.time):
         self.home = home
@@ -94,6 +120,16 @@ class Recorder:
         self._journal_pending: list[tuple] = []  # entries of this pass's finished records, appended in one write
         self._journal_rewrite = False  # the file is missing, torn or of another format: rewrite, never append
         self.spares = Spares(home.status_dir)  # replaced status files, rewritten in place later (util/spares.py)
+        self.uid_of: Callable[[str], int | None] = lambda name: None  # a job's user; the writer sets it each pass
+        self._table: dict[str, tuple] = {}  # name -> its row of the jobs table, as on disk once written
+        self._table_pending: dict[str, tuple] = {}  # rows changed since the table was written; (name,): removed
+        self._table_count = 0  # rows in the file, dead ones too
+        self._table_rewrite = True  # at start the file is an earlier run's: rewritten at the first index write
+        self._json = str(home.status_json_journal)
+        self._json_docs: dict[str, dict] = {}  # statuses written since the last index write: their JSON copies due
+        self._json_bytes = 0  # the file's size, as far as this gflowd wrote it
+        self._json_rewrite = False
+        self._json_appended = [0, 0]  # entries and bytes appended by this run: the mean size of an entry
 
     def load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
         """Rebuild the controller's memory from status files (at start-up). A finished job's record
@@ -184,7 +220,19 @@ class Recorder:
         else:
             self._journal_count = entries.count
         self._drop_json_copies()
+        self._open_json_journal()
         return states, sweeps, reservations
+
+    def _open_json_journal(self) -> None:
+        """Appends go on where the last gflowd stopped when its journal is of this format (its
+        header read, not its texts: a start reads no JSON); else the first pass rewrites it."""
+        try:
+            with open(self._json, "rb") as handle:
+                head = handle.read(len(journal.header(JSON_FIELDS)))
+                self._json_bytes = os.fstat(handle.fileno()).st_size
+        except OSError:
+            head = b""
+        self._json_rewrite = head != journal.header(JSON_FIELDS)
 
     def _rewrite_journal(self, entries: list[tuple]) -> None:
         """The journal replaced by one frame of ``entries`` (a cache: no fsync; a failure leaves the
@@ -265,9 +313,14 @@ class Recorder:
             self.lagging.pop(name, None)
             self.unwritten.pop(name, None)
             self._rows.pop(name, None)
+            self._json_docs.pop(name, None)
+            if self._table.pop(name, None) is not None:
+                self._table_pending[name] = (name,)
             self._order = None
             self._remove_status(name)
             changed = True
+        if only is None:  # a resync: a manifest that changed hands (its job's row keeps its record)
+            self._refresh_uids()
         pairs = states.items() if only is None else [(n, states[n]) for n in only if n in states]
         now = self.clock()
         self.write_due = None
@@ -328,8 +381,10 @@ class Recorder:
         return count
 
     def _written(self, name: str, state: JobState, document: dict, known: JobState | None) -> None:
-        """``state`` is on disk as ``status/<name>.yaml``: remember it (``write_states``)."""
+        """``state`` is on disk as ``status/<name>.yaml``: remember it (``write_states``), with its
+        JSON copy (every status, so ``get -o json`` parses no YAML) and, once settled, its journal line."""
         self.lagging.pop(name, None)
+        self._json_docs[name] = document  # its JSON copy is made at the index write (a flood's last status only)
         if state.phase in SETTLED_PHASES:
             self._journal_line(name, document)
         if known is None:
@@ -337,7 +392,23 @@ class Recorder:
             self.unwritten.pop(name, None)
         self.written[name] = state  # the controller never mutates a recorded state again
         self._rows[name] = _index_row(name, state)
+        self._table_set(name, state)
         self.status_writes += 1
+
+    def _table_set(self, name: str, state: JobState) -> None:
+        row = _table_row(name, state, self.uid_of(name))
+        if self._table.get(name) != row:
+            self._table[name] = self._table_pending[name] = row
+
+    def _refresh_uids(self) -> None:
+        """Rows whose uid is no longer the one admission read (a manifest replaced by another
+        user's file of that name): rebuilt. O(jobs), at a resync only."""
+        uid_of, UID = self.uid_of, jobs_table.UID
+        for name, row in list(self._table.items()):
+            if row[UID] != uid_of(name):
+                state = self.written.get(name) or self.unwritten.get(name)
+                if state is not None:
+                    self._table_set(name, state)
 
     def _may_wait(self, name: str, state: JobState, now: float) -> bool:
         """A new job of a flood that is bound and starts within a pass or two (reason Queued, never
@@ -368,6 +439,7 @@ class Recorder:
             self._order = None
         self.unwritten[name] = state
         self._rows[name] = _index_row(name, state)
+        self._table_set(name, state)
         return True
 
     def _journal_line(self, name: str, document: dict) -> None:
@@ -381,6 +453,52 @@ class Recorder:
             return
         row = JobState.from_status(document).to_row()
         self._journal_pending.append((row[0], *journal.key_of(source), row))
+
+    def _flush_json(self) -> None:
+        """The JSON copies of the statuses written since the last index write (each job's last one:
+        under a flood its earlier ones are never made), ``json.dumps(indent=2)`` of the document
+        its YAML holds, keyed by the file's identity, in one frame appended to
+        ``run/status-json.journal``; the file rewritten instead when it is missing or torn, or holds
+        more than 1.5 times the live texts (by its bytes: a start never reads it) plus
+        ``JSON_SLACK_BYTES``: ``get -o json`` reads all of it. A cache, as the records journal."""
+        docs, self._json_docs = self._json_docs, {}
+        pending = []
+        for name, document in docs.items():
+            try:
+                source = os.stat(self.home.status_file(name))
+            except OSError as exc:
+                log.debug("no JSON copy of status/%s.yaml: %s", name, exc)
+                continue
+            pending.append((name, *journal.key_of(source), json.dumps(document, indent=2)))
+        if not pending and not self._json_rewrite:
+            return
+        payload = journal.frame(pending)
+        counted = self._json_appended
+        mean = counted[1] / counted[0] if counted[0] else JSON_MEAN_GUESS
+        if (
+            not self._json_rewrite
+            and self._json_bytes + len(payload) <= 1.5 * mean * len(self.written) + JSON_SLACK_BYTES
+        ):
+            try:
+                journal.append(self._json, payload)
+            except (OSError, ValueError) as exc:  # missing, cut short (disk full): rewritten below, with them
+                log.debug("status JSON journal not appended: %s", exc)
+            else:
+                self._json_bytes += len(payload)
+                counted[0] += len(pending)
+                counted[1] += len(payload)
+                return
+        fresh = {entry[0] for entry in pending}
+        entries = journal.read(self._json, JSON_FIELDS)
+        kept = [entry for name, entry in entries.last.items() if name not in fresh and name in self.written]
+        data = journal.header(JSON_FIELDS) + journal.frame(kept + pending)
+        try:
+            atomic_write(self.home.status_json_journal, data, durable=False)
+        except (OSError, ValueError) as exc:
+            log.debug("status JSON journal not rewritten: %s", exc)
+            self._json_rewrite = True
+            return
+        self._json_bytes, self._json_rewrite = len(data), False
 
     def _flush_journal(self) -> None:
         """This pass's journal entries in one frame, appended; the journal rewritten instead when it
@@ -448,7 +566,39 @@ class Recorder:
                 b"}",
             ]
         )
+        self._flush_json()
+        self._write_table()  # before the index: who sees the new index finds the table as new
         atomic_write(self.home.index_file, payload, durable=False)
+
+    def _write_table(self) -> None:
+        """``run/jobs.table`` (util/jobs_table.py): the rows changed since the last index write,
+        appended as one frame; the whole table rewritten at start, after a failure, and when dead
+        rows outgrow the live ones by ``TABLE_SLACK``. No fsync: a cache. A table that could not be
+        written is removed (readers then use the index), never left behind stale."""
+        table = self._table
+        order = self._order or []
+        if len(table) != len(order):  # after load(): the rows of the states read back
+            for name in order:
+                if name not in table:
+                    self._table_set(name, self.written.get(name) or self.unwritten[name])
+        pending, self._table_pending = self._table_pending, {}
+        try:
+            if self._table_rewrite or self._table_count + len(pending) > 2 * len(table) + TABLE_SLACK:
+                rows = [table[name] for name in order]
+                atomic_write(self.home.jobs_table, jobs_table.rewritten(rows), durable=False)
+                self._table_count, self._table_rewrite = len(rows), False
+            elif pending:
+                journal.append(str(self.home.jobs_table), jobs_table.frame(list(pending.values())))
+                self._table_count += len(pending)
+            else:
+                os.utime(self.home.jobs_table)  # current with this index (client/read/state.py read_table)
+        except (OSError, ValueError) as exc:
+            log.debug("jobs table not written: %s", exc)
+            self._table_rewrite = True
+            try:
+                os.unlink(self.home.jobs_table)
+            except OSError:
+                pass
 
     def write_node(
         self, slots: list[GpuSlot], source: str, cores: CorePool | None = None, limits: str | None = None

@@ -65,6 +65,7 @@ class PassWriter:
         failing = self.failures.failing
         # after a failed write every record is compared again, so what did not reach the disk does now
         only = None if full or failing else plan.looked_at
+        self.recorder.uid_of = self._uids(plan)  # the jobs table's USER (record/recorder.py _table_row)
         changed = self.recorder.write_states(plan.states, plan.removed, only, owner_of)
         changed = self.recorder.write_sweeps(plan.sweeps, plan.removed_sweeps) or changed
         changed = self.recorder.write_reservations(plan.reservations, plan.removed_reservations) or changed
@@ -99,6 +100,17 @@ class PassWriter:
             return names[uid]
 
         return owner_of
+
+    @staticmethod
+    def _uids(plan: Plan) -> Callable[[str], int | None]:
+        """A job's user as admission read it from its manifest's descriptor (None: not admitted)."""
+        jobs = plan.admission.jobs if plan.admission is not None else {}
+
+        def uid_of(name: str) -> int | None:
+            job = jobs.get(name)
+            return None if job is None or job.owner_uid < 0 else job.owner_uid
+
+        return uid_of
 
     def failed(self, exc: OSError, now: float) -> float:
         """A write failed: say so (once per run of failures); the seconds until the next try."""

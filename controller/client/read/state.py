@@ -4,7 +4,6 @@ stay light (``gflowctl get jobs`` loads neither pydantic nor ruamel)."""
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 from pathlib import Path
@@ -30,6 +29,8 @@ _index_cache: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
 
 def read_index(home: Home) -> dict[str, Any] | None:
     """``run/index.json``, parsed once per version of the file (apply -f DIR asks per document)."""
+    import json  # lazy: get jobs reads the jobs table (marshal)
+
     try:
         with open(home.index_file, "rb") as handle:
             st = os.fstat(handle.fileno())
@@ -104,12 +105,48 @@ def status_from_row(name: str, row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def status_json_texts(home: Home, names: list[str]) -> dict[str, str]:
-    """Finished jobs' statuses as indented JSON text (what ``json.dumps(document, indent=2)`` gives
-    for the parsed status file), built from gflowd's records journal (run/records.journal) for each
-    name whose journal line names its status file as it is now. Names not there are missing (the
-    caller parses their YAML): running and pending jobs, or all of them when there is no journal."""
-    from controller.model.records import JOB_FIELDS, JobState  # lazy: get jobs prints from the JSON index
+FEW_JSON_MAX = 8 << 20  # bytes of the status JSON journal worth reading for a few jobs asked by name
+
+
+def status_json_texts(home: Home, names: list[str], few: bool = False) -> dict[str, str]:
+    """Statuses as indented JSON text (what ``json.dumps(document, indent=2)`` gives for the parsed
+    status file), from gflowd's JSON copies (``run/status-json.journal``, every status it wrote)
+    for each name whose entry names its status file as it is now (one ``stat``); finished jobs an
+    older gflowd wrote, from the records journal. Names not there are missing (the caller parses
+    their YAML). ``few``: a few names asked for; their files are cheaper than a big journal."""
+    from controller.util import records_journal as journal  # lazy: get jobs prints from the jobs table
+
+    path = str(home.status_json_journal)
+    if few:
+        try:
+            if os.stat(path).st_size > FEW_JSON_MAX:
+                return {}
+        except OSError:
+            return {}
+    last = journal.read(path, ("json",)).last
+    texts: dict[str, str] = {}
+    folder = str(home.status_dir) + os.sep
+    for name in names:
+        entry = last.get(name)
+        if entry is None or type(entry[4]) is not str or "/" in name:
+            continue
+        try:
+            if journal.key_of(os.stat(folder + name + ".yaml")) == journal.entry_key(entry):
+                texts[name] = entry[4]
+        except OSError:
+            continue
+    rest = [name for name in names if name not in texts]
+    if rest and not few:
+        texts.update(_journaled_status_texts(home, rest))
+    return texts
+
+
+def _journaled_status_texts(home: Home, names: list[str]) -> dict[str, str]:
+    """Finished jobs' statuses as JSON text, rebuilt from the records journal (run/records.journal)
+    where its line names the status file as it is now: statuses an older gflowd wrote."""
+    import json  # lazy: only statuses without a JSON copy
+
+    from controller.model.records import JOB_FIELDS, JobState  # lazy: only statuses without a JSON copy
     from controller.util import records_journal as journal
 
     entries = journal.read(str(home.records_journal), JOB_FIELDS)
@@ -127,6 +164,57 @@ def status_json_texts(home: Home, names: list[str]) -> dict[str, str]:
         if state.name == name:
             texts[name] = json.dumps(state.to_status(), indent=2)
     return texts
+
+
+TABLE_BEHIND_INDEX = 5.0  # seconds: a table this much older than the index is not its writer's (see read_table)
+
+
+def read_table(home: Home) -> Any:
+    """``run/jobs.table`` (``controller.util.jobs_table.Table``), None without one of this format,
+    or when the index is newer by ``TABLE_BEHIND_INDEX`` (gflowd touches the table at every index
+    write, just before it: a gflowd that keeps no table, an older one, runs): the caller reads the
+    index."""
+    from controller.util import jobs_table  # lazy: only get jobs' listings
+
+    try:
+        if os.stat(home.index_file).st_mtime - os.stat(home.jobs_table).st_mtime > TABLE_BEHIND_INDEX:
+            return None
+    except OSError:
+        pass  # no index: the table alone; no table: read() says so
+    return jobs_table.read(str(home.jobs_table))
+
+
+def user_names() -> Callable[[int], str]:
+    """A lookup: uid -> user name (the uid as text when it has none); each uid named once."""
+    names: dict[int, str] = {}
+
+    def name_of(uid: int) -> str:
+        name = names.get(uid)
+        if name is None:
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except (KeyError, OverflowError, TypeError):
+                name = str(uid)
+            names[uid] = name
+        return name
+
+    return name_of
+
+
+def row_users(home: Home, rows: list[tuple]) -> list[str]:
+    """The users jobs-table ``rows`` run as, in order: each uid named once; a row whose uid gflowd
+    did not know: its manifest file's owner, as ``manifest_owners``."""
+    from operator import itemgetter  # lazy: only get jobs' listings
+
+    from controller.util.jobs_table import MANIFEST, UID  # lazy: as above
+
+    uids = list(map(itemgetter(UID), rows))
+    name_of = user_names()
+    named = {uid: name_of(uid) for uid in set(uids) if uid is not None}
+    if None not in uids:
+        return list(map(named.__getitem__, uids))
+    owner = manifest_owners(home)
+    return [named[uid] if uid is not None else owner(row[MANIFEST]) for uid, row in zip(uids, rows)]
 
 
 def job_rows(home: Home) -> dict[str, dict[str, Any]]:
