@@ -5,6 +5,9 @@ files skipped; symlinks leaving the dir not followed). Each manifest is taken ho
 (``security.SpecTree``): its owner, its parse-cache key ``(mtime_ns, size, inode, uid)`` and the
 text all come from that one descriptor, so an entry swapped between a look and a read can never
 pair one file's text with another file's owner. A file is re-read only when its key changes.
+The key holds the inode's ctime, which no user can set: a manifest rewritten in place with its
+old size and its old mtime put back (``touch -r``, ``cp -p``, ``tar x``, a filesystem with
+coarse timestamps) still has a new key, so a restart never admits a stale parse from the cache.
 Parsing uses the fast C safe loader; the round-trip loader runs only when a document is invalid,
 to find the line (see ``api/validation.py``). Whatever the filesystem throws at one entry is that entry's
 problem (a Rejection, a Warning, or another look at the next refresh or scan), never the whole
@@ -30,17 +33,19 @@ from controller.util.fsutil import atomic_write
 from controller.util.security import NOT_REGULAR, EntryChanged, Folder, NotRead, OpenedManifest, SpecTree
 from controller.util.yamlio import YAMLSyntaxError, load_all
 
-CACHE_VERSION = 5  # bump when parsing, validation, the spec hashes or the key change
+CACHE_VERSION = 6  # bump when parsing, validation, the spec hashes or the key change
 SAVE_AT_LEAST_EVERY = 300.0  # seconds: see ManifestStore.save_cache
 READ_BUDGET = 1024  # changed entries per owner a pass reads (see ManifestStore.refresh)
 LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
 
-Key = tuple[int, int, int, int]
+Key = tuple[int, int, int, int, int]
+NO_KEY: Key = (0, 0, 0, 0, 0)  # an entry not read: looked at again on every scan
 
 
 def file_key(st: os.stat_result) -> Key:
-    """What says a file is unchanged: from the fstat of the descriptor it was read through."""
-    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_uid)
+    """What says a file is unchanged: from the fstat of the descriptor it was read through. The
+    ctime too: every write and every ``utime`` sets it to the kernel's clock (see the module doc)."""
+    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_uid, st.st_ctime_ns)
 
 
 @dataclass(slots=True)
@@ -386,7 +391,7 @@ class ManifestStore:
         """Record an unreadable entry as a nameless rejection: admission turns it into a Warning."""
         source = self._display(path)
         message = f"{source}: {why}"
-        return self._set_rejection(path, (0, 0, 0, 0), Rejection(None, "Ignored", message, source, path), True)
+        return self._set_rejection(path, NO_KEY, Rejection(None, "Ignored", message, source, path), True)
 
     def _refuse(self, path: str, reason: str, message: str) -> bool:
         """A manifest that is not run (e.g. a symlink to another user's file): Rejected under its stem."""
@@ -398,14 +403,14 @@ class ManifestStore:
         except OSError:
             mtime_ns = 0
         return self._set_rejection(
-            path, (0, 0, 0, 0), Rejection(name, reason, message, source, path, 0, mtime_ns), True
+            path, NO_KEY, Rejection(name, reason, message, source, path, 0, mtime_ns), True
         )
 
     def _unreadable(self, path: str, exc: OSError) -> bool:
         try:
             key: Key = file_key(os.stat(path))
         except OSError:
-            key = (0, 0, 0, 0)  # looked at again on every scan
+            key = NO_KEY  # looked at again on every scan
         rejection = self._file_error(path, key[0], "Invalid", f"cannot read the file: {exc.strerror or exc}")[0]
         assert isinstance(rejection, Rejection)  # a whole-file error is one Rejection
         return self._set_rejection(path, key, rejection)
