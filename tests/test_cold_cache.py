@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from unittest.mock import patch
 
+from controller.model.records import JOB_FIELDS, JobState
 from controller.observe.manifests import ManifestStore
+from controller.paths import Home
+from controller.record.recorder import Recorder
+from controller.util import records_journal as journal
 from tests.helpers import job_status, wait_for, write_manifest
+
+T0 = 1_800_000_000.0
 
 
 def _rewrite_keeping_size_and_mtime(path: Path, text: str) -> None:
@@ -63,3 +70,29 @@ def test_gflowd_restarted_runs_the_spec_written_while_it_was_down(home, gflowd):
         lambda: (job_status(home, "held") or {}).get("priority") == 2,
         message=lambda: f"the new spec's priority in the status: {job_status(home, 'held')}\n{again.stderr()}",
     )
+
+
+def _waiting(name: str, message: str) -> JobState:
+    return JobState(name=name, phase="Pending", reason="Unschedulable", message=message, created=T0)
+
+
+def test_a_restart_reads_waiting_jobs_from_the_journal_and_a_changed_status_file_from_its_yaml(tmp_path):
+    """The first start after status files were written reads their YAML and leaves every record in
+    the journal; the next start reads the journal, except for a file changed since (the file wins)."""
+    home = Home.resolve(tmp_path / "home")
+    home.ensure()
+    Recorder(home, clock=lambda: T0).write_states({n: _waiting(n, "needs 9 GPUs") for n in ("a", "b")}, [])
+    home.records_journal.unlink(missing_ok=True)
+    first = Recorder(home).load()[0]
+    assert {n: s.message for n, s in first.items()} == {"a": "needs 9 GPUs", "b": "needs 9 GPUs"}
+    entries = journal.read(str(home.records_journal), JOB_FIELDS).last
+    assert set(entries) == {"a", "b"} and JobState.from_row(entries["a"][4]) == first["a"]
+
+    with patch("controller.record.recorder.load_own", side_effect=AssertionError("read from the YAML")):
+        assert Recorder(home).load()[0] == first  # no status file read
+    status = home.status_file("b")
+    staged = status.with_name(".b.tmp")
+    staged.write_text(status.read_text().replace("needs 9 GPUs", "needs 10 GPUs"))
+    staged.replace(status)  # as gflowd's atomic write: a new inode, behind the journal's back
+    again = Recorder(home).load()[0]
+    assert (again["a"].message, again["b"].message) == ("needs 9 GPUs", "needs 10 GPUs")
