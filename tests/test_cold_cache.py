@@ -5,11 +5,16 @@ its size and its mtime are what they were (``cp -p``, ``touch -r``, ``tar x``, c
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from unittest.mock import patch
 
 from controller.model.records import JOB_FIELDS, JobState
+from controller.observe.inotify import SpecWatch
 from controller.observe.manifests import ManifestStore
+from controller.observe.snapshot import DEEP_EVERY, SnapshotBuilder
+from controller.observe.watch import Watches
 from controller.paths import Home
 from controller.record.recorder import Recorder
 from controller.util import records_journal as journal
@@ -96,3 +101,49 @@ def test_a_restart_reads_waiting_jobs_from_the_journal_and_a_changed_status_file
     staged.replace(status)  # as gflowd's atomic write: a new inode, behind the journal's back
     again = Recorder(home).load()[0]
     assert (again["a"].message, again["b"].message) == ("needs 9 GPUs", "needs 10 GPUs")
+
+
+# -- the resync tick: deep only when inotify may have missed something ------------------------------
+
+
+def _ticks(builder, watches, n: int) -> list[bool]:
+    return [SnapshotBuilder.resync_is_deep(builder, watches) for _ in range(n)]
+
+
+def test_a_watched_spec_dir_has_one_deep_resync_in_deep_every_and_every_one_when_the_watch_misses(tmp_path):
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "a.yaml").write_text("spec:\n  command: [echo]\n")
+    store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}")
+    store.scan()
+    builder = SimpleNamespace(deep_next=True, _quiet_ticks=0, store=store)
+    watch = SpecWatch(str(spec), lambda *paths: None, lambda path: True)
+    watch.start()
+    try:
+        watches = Watches(watch)
+        quiet = [False] * (DEEP_EVERY - 1)
+        assert _ticks(builder, watches, 2 * DEEP_EVERY) == [True, *quiet, True, *quiet]
+        builder.deep_next = True  # a pass failed
+        assert _ticks(builder, watches, 2) == [True, False]
+        assert _ticks(builder, Watches(), 3) == [True, True, True]  # no watch at all
+
+        # a manifest read through a symlinked folder (to a hidden one, which no watch covers)
+        (spec / ".hidden").mkdir()
+        (spec / ".hidden" / "b.yaml").write_text("spec:\n  command: [echo]\n")
+        (spec / "linked").symlink_to(spec / ".hidden")
+        store.scan()
+        assert store.through_symlinks() and len(store.documents()) == 2
+        assert _ticks(builder, watches, 3) == [True, True, True]
+        (spec / "linked").unlink()
+        store.scan()
+        assert _ticks(builder, watches, 2) == [False, False]  # quiet again
+
+        # the spec dir deleted (and made again): its new files reach no watch
+        shutil.rmtree(spec)
+        spec.mkdir()
+        wait_for(lambda: not watch.complete, message="the watch to notice its folder gone")
+        assert _ticks(builder, watches, 3) == [True, True, True]
+    finally:
+        watch.stop()
+        watch.join(5)
+    assert _ticks(builder, watches, 2) == [True, True]  # a stopped watch

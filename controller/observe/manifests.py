@@ -96,6 +96,7 @@ class ManifestStore:
             set()
         )  # entries that kept changing while read: looked at again by the next refresh or scan
         self.deferred: set[str] = set()  # changed entries beyond their owner's read budget: the next refresh's
+        self._linked_folders = False  # the last scan walked a folder through a symlink (see through_symlinks)
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
         self.cache_path = cache_path
@@ -157,6 +158,7 @@ class ManifestStore:
     def scan(self) -> set[str]:
         """Full resync: look at every manifest, re-read changed ones. Returns the paths that changed."""
         self._in_flux.clear()  # every entry is looked at again below
+        self._linked_folders = False  # until the walk meets one
         seen: set[str] = set()
         changed: set[str] = set()
         for path, entry, folder in self._walk(self._spec):
@@ -186,6 +188,16 @@ class ManifestStore:
             except OSError:  # it changed while we looked (e.g. a folder became a symlink): next pass
                 self._in_flux.add(path)
         return changed
+
+    def looks_again(self) -> bool:
+        """Whether some entry kept changing while read: the next pass looks at it again, not only
+        the next deep resync (snapshot.DEEP_EVERY)."""
+        return bool(self._in_flux)
+
+    def through_symlinks(self) -> bool:
+        """Whether some manifest is read through a symlink (to it, or to its folder): changes
+        there reach no inotify watch, only a scan."""
+        return self._linked_folders or any(f.via_symlink for f in self.files.values())
 
     def documents(self) -> list[AdmittedJob | Rejection]:
         return [doc for f in self.files.values() for doc in f.documents]
@@ -307,6 +319,7 @@ class ManifestStore:
                     if entry.is_symlink():
                         if entry.is_dir() and self._inside(path):
                             linked.append(path)
+                            self._linked_folders = True
                         elif is_manifest_name(entry.name):
                             yield path, entry, folder  # a file symlink: where it leads is checked when opened
                     elif entry.is_dir(follow_symlinks=False):
