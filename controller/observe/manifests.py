@@ -2,7 +2,7 @@
 
 Observes only. Walks the spec dir (recursively, folder by open folder; hidden, swap and backup
 files skipped; symlinks leaving the dir not followed). Each manifest is taken hold of once
-(``security.SpecTree``): its owner, its parse-cache key ``(mtime_ns, size, inode, uid)`` and the
+(``security.SpecTree``): its owner, its parse-cache key ``(mtime_ns, size, inode, uid, ctime_ns)`` and the
 text all come from that one descriptor, so an entry swapped between a look and a read can never
 pair one file's text with another file's owner. A file is re-read only when its key changes.
 The key holds the inode's ctime, which no user can set: a manifest rewritten in place with its
