@@ -415,9 +415,7 @@ class ManifestStore:
             mtime_ns = os.lstat(path).st_mtime_ns  # the entry's own age, for a duplicate-name contest
         except OSError:
             mtime_ns = 0
-        return self._set_rejection(
-            path, NO_KEY, Rejection(name, reason, message, source, path, 0, mtime_ns), True
-        )
+        return self._set_rejection(path, NO_KEY, Rejection(name, reason, message, source, path, 0, mtime_ns), True)
 
     def _unreadable(self, path: str, exc: OSError) -> bool:
         try:

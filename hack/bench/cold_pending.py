@@ -34,9 +34,7 @@ def start(home: Path, gpus: Path) -> subprocess.Popen:
     env = dict(os.environ, GFLOW_HOME=str(home))
     env.pop("CUDA_VISIBLE_DEVICES", None)
     cmd = [sys.executable, "-m", "controller.daemon", "--home", str(home), "--fake-gpus", str(gpus)]
-    return subprocess.Popen(
-        [*cmd, "--log-level", "warning"], cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL
-    )
+    return subprocess.Popen([*cmd, "--log-level", "warning"], cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL)
 
 
 def pending(home: Path, pid: int) -> int:
