@@ -155,12 +155,14 @@ class Controller:
                 if again or full or due_timer or dirty_ready or gpus_changed or space_back or self._exits_pending():
                     if full:
                         next_resync = mono + self.config.resync
+                        full = self.observer.resync_is_deep(watcher)  # most ticks are ordinary passes when watched
                     try:
                         wake_at, again = self.reconcile_once(full=full)
                     except Exception:  # a bug or the environment failing: say so, keep serving
                         log.exception("reconcile pass failed; a full resync follows in 1s")
                         wake_at, again = None, False
                         next_resync = time.monotonic() + 1.0
+                        self.observer.deep_next = True
                     if again:
                         continue
                 if self.observer.usage_dirty:

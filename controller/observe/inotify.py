@@ -79,6 +79,7 @@ class SpecWatch(threading.Thread):
         self._stop_r, self._stop_w = os.pipe()
         self.folders: dict[int, str] = {}  # watch descriptor -> the folder's path
         self.dropped = 0  # events no manifest can be behind, for tests
+        self.complete = True  # every folder is watched: False once one could not be, or the spec dir's own watch went
         self._add_tree(self.spec_dir)
 
     def stop(self) -> None:
@@ -129,7 +130,8 @@ class SpecWatch(threading.Thread):
             if folder is None:
                 continue
             if mask & IN_IGNORED:
-                del folders[wd]
+                if folders.pop(wd) == self.spec_dir:
+                    self.complete = False  # deleted or moved away: a new one is seen by the resync only
                 continue
             if not name:
                 continue  # the folder itself (deleted, moved): its parent's event names it
@@ -161,6 +163,7 @@ class SpecWatch(threading.Thread):
             if wd < 0:
                 err = ctypes.get_errno()
                 if err == errno.ENOSPC:
+                    self.complete = False
                     log.warning(
                         "cannot watch %s: the inotify watch limit (fs.inotify.max_user_watches) "
                         "is reached; changes there are seen on the resync tick",

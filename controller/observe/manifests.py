@@ -2,9 +2,12 @@
 
 Observes only. Walks the spec dir (recursively, folder by open folder; hidden, swap and backup
 files skipped; symlinks leaving the dir not followed). Each manifest is taken hold of once
-(``security.SpecTree``): its owner, its parse-cache key ``(mtime_ns, size, inode, uid)`` and the
+(``security.SpecTree``): its owner, its parse-cache key ``(mtime_ns, size, inode, uid, ctime_ns)`` and the
 text all come from that one descriptor, so an entry swapped between a look and a read can never
 pair one file's text with another file's owner. A file is re-read only when its key changes.
+The key holds the inode's ctime, which no user can set: a manifest rewritten in place with its
+old size and its old mtime put back (``touch -r``, ``cp -p``, ``tar x``, a filesystem with
+coarse timestamps) still has a new key, so a restart never admits a stale parse from the cache.
 Parsing uses the fast C safe loader; the round-trip loader runs only when a document is invalid,
 to find the line (see ``api/validation.py``). Whatever the filesystem throws at one entry is that entry's
 problem (a Rejection, a Warning, or another look at the next refresh or scan), never the whole
@@ -30,17 +33,19 @@ from controller.util.fsutil import atomic_write
 from controller.util.security import NOT_REGULAR, EntryChanged, Folder, NotRead, OpenedManifest, SpecTree
 from controller.util.yamlio import YAMLSyntaxError, load_all
 
-CACHE_VERSION = 5  # bump when parsing, validation, the spec hashes or the key change
+CACHE_VERSION = 6  # bump when parsing, validation, the spec hashes or the key change
 SAVE_AT_LEAST_EVERY = 300.0  # seconds: see ManifestStore.save_cache
 READ_BUDGET = 1024  # changed entries per owner a pass reads (see ManifestStore.refresh)
 LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
 
-Key = tuple[int, int, int, int]
+Key = tuple[int, int, int, int, int]
+NO_KEY: Key = (0, 0, 0, 0, 0)  # an entry not read: looked at again on every scan
 
 
 def file_key(st: os.stat_result) -> Key:
-    """What says a file is unchanged: from the fstat of the descriptor it was read through."""
-    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_uid)
+    """What says a file is unchanged: from the fstat of the descriptor it was read through. The
+    ctime too: every write and every ``utime`` sets it to the kernel's clock (see the module doc)."""
+    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_uid, st.st_ctime_ns)
 
 
 @dataclass(slots=True)
@@ -91,6 +96,7 @@ class ManifestStore:
             set()
         )  # entries that kept changing while read: looked at again by the next refresh or scan
         self.deferred: set[str] = set()  # changed entries beyond their owner's read budget: the next refresh's
+        self._linked_folders = False  # the last scan walked a folder through a symlink (see through_symlinks)
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
         self.cache_path = cache_path
@@ -152,6 +158,7 @@ class ManifestStore:
     def scan(self) -> set[str]:
         """Full resync: look at every manifest, re-read changed ones. Returns the paths that changed."""
         self._in_flux.clear()  # every entry is looked at again below
+        self._linked_folders = False  # until the walk meets one
         seen: set[str] = set()
         changed: set[str] = set()
         for path, entry, folder in self._walk(self._spec):
@@ -181,6 +188,16 @@ class ManifestStore:
             except OSError:  # it changed while we looked (e.g. a folder became a symlink): next pass
                 self._in_flux.add(path)
         return changed
+
+    def looks_again(self) -> bool:
+        """Whether some entry kept changing while read: the next pass looks at it again, not only
+        the next deep resync (snapshot.DEEP_EVERY)."""
+        return bool(self._in_flux)
+
+    def through_symlinks(self) -> bool:
+        """Whether some manifest is read through a symlink (to it, or to its folder): changes
+        there reach no inotify watch, only a scan."""
+        return self._linked_folders or any(f.via_symlink for f in self.files.values())
 
     def documents(self) -> list[AdmittedJob | Rejection]:
         return [doc for f in self.files.values() for doc in f.documents]
@@ -302,6 +319,7 @@ class ManifestStore:
                     if entry.is_symlink():
                         if entry.is_dir() and self._inside(path):
                             linked.append(path)
+                            self._linked_folders = True
                         elif is_manifest_name(entry.name):
                             yield path, entry, folder  # a file symlink: where it leads is checked when opened
                     elif entry.is_dir(follow_symlinks=False):
@@ -386,7 +404,7 @@ class ManifestStore:
         """Record an unreadable entry as a nameless rejection: admission turns it into a Warning."""
         source = self._display(path)
         message = f"{source}: {why}"
-        return self._set_rejection(path, (0, 0, 0, 0), Rejection(None, "Ignored", message, source, path), True)
+        return self._set_rejection(path, NO_KEY, Rejection(None, "Ignored", message, source, path), True)
 
     def _refuse(self, path: str, reason: str, message: str) -> bool:
         """A manifest that is not run (e.g. a symlink to another user's file): Rejected under its stem."""
@@ -397,15 +415,13 @@ class ManifestStore:
             mtime_ns = os.lstat(path).st_mtime_ns  # the entry's own age, for a duplicate-name contest
         except OSError:
             mtime_ns = 0
-        return self._set_rejection(
-            path, (0, 0, 0, 0), Rejection(name, reason, message, source, path, 0, mtime_ns), True
-        )
+        return self._set_rejection(path, NO_KEY, Rejection(name, reason, message, source, path, 0, mtime_ns), True)
 
     def _unreadable(self, path: str, exc: OSError) -> bool:
         try:
             key: Key = file_key(os.stat(path))
         except OSError:
-            key = (0, 0, 0, 0)  # looked at again on every scan
+            key = NO_KEY  # looked at again on every scan
         rejection = self._file_error(path, key[0], "Invalid", f"cannot read the file: {exc.strerror or exc}")[0]
         assert isinstance(rejection, Rejection)  # a whole-file error is one Rejection
         return self._set_rejection(path, key, rejection)

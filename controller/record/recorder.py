@@ -132,7 +132,7 @@ class Recorder:
         self._json_appended = [0, 0]  # entries and bytes appended by this run: the mean size of an entry
 
     def load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
-        """Rebuild the controller's memory from status files (at start-up). A finished job's record
+        """Rebuild the controller's memory from status files (at start-up). A job's record
         comes from the records journal (util/records_journal.py) when its entry names the status file as it
         is now (one ``stat``), else from the file's YAML, and the journal is then rewritten once.
         Plain strings, not pathlib, in this loop: at 50,000 jobs path objects alone cost seconds."""
@@ -178,7 +178,7 @@ class Recorder:
                         state = JobState.from_row(entry[4])  # ~10x faster than from_status of the YAML
                     except (TypeError, ValueError):
                         state = None
-                    if state is not None and state.name == stem and state.phase in SETTLED_PHASES:
+                    if state is not None and state.name == stem:  # any phase: the file is as read then
                         states[state.name] = self.written[state.name] = state
                         kept.append(entry)
                         continue
@@ -210,9 +210,9 @@ class Recorder:
                 continue
             if state.name != stem:
                 continue
-            if state.phase in SETTLED_PHASES:
-                kept.append((state.name, *journal.key_of(source), state.to_row()))  # the next start reads the journal
-                stale = True
+            # waiting and running jobs too: a restart on 7,000 pending jobs read all their YAML
+            kept.append((state.name, *journal.key_of(source), state.to_row()))  # the next start reads the journal
+            stale = True
             states[state.name] = state
             self.written[state.name] = state
         if stale:
