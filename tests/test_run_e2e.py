@@ -6,6 +6,7 @@ unchanged sbatch script) and checks what actually ran: where, with what, and wha
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -261,3 +262,30 @@ def test_after_the_last_job_and_bad_input(home, gflowd, proj):
         assert result.stderr == "error: secret.sh: not readable\n"
     assert sorted(p.name for p in (home / "jobs").glob("*.yaml")) == sorted([f"{first}.yaml", f"{name}.yaml"])
     assert sorted(p.name for p in (home / "jobs").glob(".*")) == sorted([f".{first}.env", f".{name}.env"])
+
+
+def test_a_taken_name_is_known_from_the_jobs_table_without_the_index(home, gflowd, proj):
+    """``run --name``/``--after`` learn whether a name is defined from run/jobs.table (a few MB at
+    50k jobs) rather than the whole index: a job and a Sweep defined in one file of another name are
+    found there; the index (here emptied, to show which file answers) is not read."""
+    daemon = gflowd()
+    (home / "jobs" / "several.yaml").write_text(
+        "metadata: {name: alpha}\nspec: {command: ['true']}\n---\n"
+        "kind: Sweep\nmetadata: {name: grid}\nspec:\n  template: {command: ['true']}\n  matrix: {x: [1]}\n"
+    )
+    wait_phase(home, "alpha", "Succeeded", daemon=daemon)
+    wait_phase(home, "grid-0", "Succeeded", daemon=daemon)
+    daemon.terminate()
+    index, table = home / "run" / "index.json", home / "run" / "jobs.table"
+    assert table.exists()
+    index.write_text(json.dumps({"jobs": {}, "sweeps": {}}))
+    os.utime(index, (table.stat().st_atime, table.stat().st_mtime))  # as current as the table
+    for taken in ("alpha", "grid"):
+        done = ctl(home, "run", "--name", taken, "--", "true", cwd=proj)
+        assert (done.returncode, done.stderr) == (
+            1,
+            f"error: {taken} already exists; choose another --name (gflowctl apply changes an existing job)\n",
+        )
+    done = ctl(home, "run", "--name", "after-grid", "--after", "grid", "--", "true", cwd=proj)
+    assert done.returncode == 0, done.stderr
+    assert load_one((home / "jobs" / "after-grid.yaml").read_text())["spec"]["dependsOn"] == [{"job": "grid"}]

@@ -238,10 +238,21 @@ def job_rows(home: Home) -> dict[str, dict[str, Any]]:
     return rows
 
 
+def job_places(home: Home) -> dict[str, tuple[str | None, str | None]]:
+    """name -> (manifest path, owning Sweep) of every job gflowd knows: from the jobs table when
+    gflowd keeps one (a few MB at 50,000 jobs, where the index is ~20), else from the index. What
+    ``run``, ``apply`` and the edit verbs read on every call to learn whether a name is taken."""
+    table = read_table(home)
+    if table is not None:
+        from controller.util.jobs_table import MANIFEST, OWNER  # lazy: as read_table
+
+        return {name: (row[MANIFEST], row[OWNER]) for name, row in table.rows.items()}
+    return {name: (row.get("manifest"), row.get("owner")) for name, row in job_rows(home).items()}
+
+
 def owner_of(home: Home, name: str) -> str | None:
     """The Sweep that owns job ``name``, if any."""
-    row = job_rows(home).get(name) or {}
-    return row.get("owner")
+    return (job_places(home).get(name) or (None, None))[1]
 
 
 def manifest_owner_uid(home: Home, manifest: str | None) -> int | None:
@@ -281,10 +292,12 @@ def manifest_owners(home: Home) -> Callable[[str | None], str]:
 
 def find_manifest(home: Home, name: str, kind: str = "job") -> Path | None:
     """The manifest file that defines ``name``: from its status, else ``<spec-dir>/<name>.yaml``."""
-    rows = job_rows(home) if kind == "job" else ((read_index(home) or {}).get(f"{kind}s") or {})
-    row = rows.get(name)
-    if row and row.get("manifest"):
-        candidate = Path(row["manifest"])
+    if kind == "job":
+        manifest = (job_places(home).get(name) or (None, None))[0]
+    else:
+        manifest = (((read_index(home) or {}).get(f"{kind}s") or {}).get(name) or {}).get("manifest")
+    if manifest:
+        candidate = Path(manifest)
         path = candidate if candidate.is_absolute() else home.root / candidate
         if not path.exists():
             path = home.spec_dir.parent / candidate

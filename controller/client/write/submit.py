@@ -12,7 +12,7 @@ from pathlib import Path
 
 from controller.api.submit import Submission, SubmitError, build, merge, read_directives
 from controller.client.errors import GflowError
-from controller.client.read.state import find_manifest, job_rows
+from controller.client.read.state import find_manifest, job_rows, read_table
 from controller.client.write.manifests import Doc, check_inputs, read_manifest_text, store_document
 from controller.paths import Home
 
@@ -178,11 +178,17 @@ def write_environment(folder: Path, name: str, environment: dict[str, str]) -> P
 
 
 def exists(home: Home, name: str) -> bool:
-    return (
-        name in job_rows(home)
-        or find_manifest(home, name) is not None
-        or find_manifest(home, name, "sweep") is not None
-    )
+    """A job or Sweep of this name is defined. Runs on every ``run --name`` and ``--after``: where
+    gflowd keeps a jobs table it is read, not the whole index (a Sweep is known there as its
+    children's owner; one with no child yet by its file, as for a job not yet in the table)."""
+    table = read_table(home)
+    if table is None:
+        return name in job_rows(home) or any(find_manifest(home, name, kind) for kind in ("job", "sweep"))
+    from controller.util.jobs_table import OWNER  # lazy: as read_table
+
+    if name in table.rows or any(row[OWNER] == name for row in table.rows.values()):
+        return True
+    return any(os.path.lexists(home.spec_dir / f"{name}{suffix}") for suffix in (".yaml", ".yml"))
 
 
 def free_suffix(home: Home) -> str:
