@@ -310,7 +310,7 @@ def test_sweep_parallelism_counts_children_queued_in_the_cluster():
     for name in list(world.runs):  # both handed over, both waiting in the cluster's queue
         world.runs[name] = replace(world.runs[name], queued="Resources", external_id=name)
     plan = world.tick(T0 + 1)
-    assert plan.starts == []  # Pending in Slurm, yet handed over: the cap of 2 holds
+    assert plan.starts == ()  # Pending in Slurm, yet handed over: the cap of 2 holds
     assert sorted(n for n, st in world.states.items() if st.reason == "Resources") == ["s-0", "s-1"]
 
 

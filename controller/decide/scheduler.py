@@ -36,7 +36,8 @@ The queue order (priority, aging, fair share) is the caller's: see ``controller.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from controller.decide.placement import Placer
 from controller.decide.placement.counted import CountBooking
@@ -64,10 +65,10 @@ MODES = ("strict", "backfill", "firstfit")
 
 
 def build_slots(
-    gpus: list[Gpu],
+    gpus: Sequence[Gpu],
     holders: list[Holder],
-    allowed: set[int] | None,
-    managed_pids: set[int],
+    allowed: AbstractSet[int] | None,
+    managed_pids: AbstractSet[int],
     unmanaged_threshold: int,
     ignore_processes: frozenset[str] = frozenset(),
 ) -> list[GpuSlot]:
@@ -110,7 +111,7 @@ def schedule(
     requests: list[Request],
     slots: list[GpuSlot],
     strategy: str = "sequential",
-    topology: dict[tuple[int, int], int] | None = None,
+    topology: Mapping[tuple[int, int], int] | None = None,
     *,
     mode: str = "backfill",
     now: float = 0.0,
