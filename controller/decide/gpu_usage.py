@@ -11,6 +11,8 @@ never stopped as idle either, since there is nothing to watch.
 
 from __future__ import annotations
 
+from typing import Any
+
 from controller.api.units import format_duration, format_quantity
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob
@@ -207,7 +209,7 @@ def _idle_warning(
 # -- the status summary -------------------------------------------------------------------------------
 
 
-def usage_summary(state: JobState, usage: AttemptUsage, now: float, final: bool) -> dict | None:
+def usage_summary(state: JobState, usage: AttemptUsage, now: float, final: bool) -> dict[str, Any] | None:
     """The status's ``gpuUsage``: per bound GPU mean/peak utilization and memory, GPU-hours used
     (utilization-weighted) vs allocated (GPUs x time). Refreshed at most every STATUS_REFRESH
     seconds while running (a status write each time), and once more when the attempt ends."""

@@ -50,7 +50,7 @@ from controller.model.scheduling import (
 )
 
 
-def natural_key(name: str) -> tuple:
+def natural_key(name: str) -> tuple[int | str, ...]:
     """``job-2`` before ``job-10``: sweep children queue in index order."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
@@ -79,7 +79,7 @@ def schedule_pending(
 # -- the queue's memo: waiting jobs whose inputs did not change are not decided again -------------------
 
 
-def queue_inputs(snap: Snapshot) -> tuple:
+def queue_inputs(snap: Snapshot) -> tuple[object, ...]:
     """The snapshot's settings the queue reads besides records and documents."""
     return (
         snap.policy,
@@ -314,7 +314,7 @@ def _running_limits(plan: PlanDraft, snap: Snapshot, ready: list[Pending], looke
     if not ready or (not per_user and policy.max_running_cpu_jobs is None):
         return ready
     names, jobs = snap.host.user_names, snap.admitted.jobs
-    by_user: Counter = Counter()
+    by_user: Counter[tuple[str, int]] = Counter()
     cpu = 0
     for name in _holding(plan, snap, looked_at):
         job = jobs.get(name)
@@ -473,7 +473,7 @@ def _preempt(
     snap: Snapshot,
     ready: list[Pending],
     requests: list[Request],
-    decisions: dict,
+    decisions: dict[str, Binding | Wait],
     now_text: str,
 ) -> None:
     """Optional preemption: the first job that waits for GPUs may stop running jobs at least

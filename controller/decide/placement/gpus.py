@@ -117,7 +117,7 @@ class GpuPlacer:
         self.taken_by: dict[int, list[str]] = {}  # GPU index -> jobs bound to it earlier in this pass
         self.held: dict[int, str] = {}  # GPU index -> blocked higher-priority job it is kept for
         self.reserved_at = math.inf  # backfill: when the held GPUs are needed; inf: strict hold
-        self.candidates: dict[tuple, tuple[list[GpuSlot], list[GpuSlot]]] = {}
+        self.candidates: dict[tuple[object, ...], tuple[list[GpuSlot], list[GpuSlot]]] = {}
         self.version = 0
         self.exhausted_at = -1  # the version at which no GPU was left for anyone (reasons=False only)
         self._fit: _Fit | None = None
