@@ -86,9 +86,10 @@ def test_the_fake_runtime_is_a_whole_runtime():
     for name in members:
         declared = inspect.getattr_static(Runtime, name, None)
         if inspect.isfunction(declared):
-            assert list(inspect.signature(getattr(fake, name)).parameters) == list(
-                inspect.signature(declared).parameters
-            )[1:], name
+            assert (
+                list(inspect.signature(getattr(fake, name)).parameters)
+                == list(inspect.signature(declared).parameters)[1:]
+            ), name
 
 
 def test_gpu_states_are_one_table_the_scheduler_and_the_metrics_read():

@@ -63,6 +63,10 @@ from controller.model.scheduling import (
 )
 
 STRATEGIES = ("sequential", "random", "packed", "spread")
+# a slot's state is the plain text of its GpuState row: placement compares it per request, and a
+# str subclass compares slower than a str
+FREE, ALLOCATED, SHARED = GpuState.Free.value, GpuState.Allocated.value, GpuState.Shared.value
+UNMANAGED, RESTRICTED, UNHEALTHY = GpuState.Unmanaged.value, GpuState.Restricted.value, GpuState.Unhealthy.value
 Shape = tuple[object, ...]  # what a request asks, as far as the answer goes: one shape, one answer
 MODES = ("strict", "backfill", "firstfit")
 
@@ -85,13 +89,13 @@ def build_slots(
         ]
         foreign_memory = sum(p.used_memory for p in foreign)
         if not gpu.healthy:
-            state = GpuState.Unhealthy
+            state = UNHEALTHY
         elif allowed is not None and gpu.index not in allowed:
-            state = GpuState.Restricted
+            state = RESTRICTED
         elif foreign and foreign_memory >= unmanaged_threshold:
-            state = GpuState.Unmanaged
+            state = UNMANAGED
         else:
-            state = GpuState.Free
+            state = FREE
         slots.append(GpuSlot(gpu, state, foreign_memory=foreign_memory, foreign_pids=tuple(p.pid for p in foreign)))
     by_index = {s.index: s for s in slots}
     for holder in holders:
@@ -103,10 +107,10 @@ def build_slots(
             slot.free_at = max(slot.free_at, holder.ends_at)
             if holder.shared:
                 slot.shared_reserved += holder.gpu_memory
-                if slot.state == GpuState.Free:
-                    slot.state = GpuState.Shared
-            elif slot.state in (GpuState.Free, GpuState.Shared):
-                slot.state = GpuState.Allocated
+                if slot.state == FREE:
+                    slot.state = SHARED
+            elif slot.state in (FREE, SHARED):
+                slot.state = ALLOCATED
     return slots
 
 

@@ -35,7 +35,7 @@ class GpuState(StrEnum):
 
 
 GPU_STATES = tuple(GpuState)
-UNSCHEDULABLE = frozenset(s for s in GpuState if not s.schedulable)
+UNSCHEDULABLE = frozenset(s.value for s in GpuState if not s.schedulable)  # plain texts, as GpuSlot.state holds
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class GpuSlot:
     """A GPU as the scheduler sees it: its hardware facts plus who holds it."""
 
     gpu: Gpu
-    state: str  # a GpuState
+    state: str  # a GpuState's text
     jobs: list[str] = field(default_factory=list)
     shared_reserved: int = 0  # gpuMemory promised to Shared jobs here
     foreign_memory: int = 0  # memory used by processes we did not start
