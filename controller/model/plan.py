@@ -214,7 +214,7 @@ class Plan:
     )  # owner uid -> waiting jobs carried as they are
 
 
-@dataclass
+@dataclass(eq=False)  # never compared: one less generated method at gflowd's start
 class PlanDraft:
     """The :class:`Plan` decide builds step by step (its steps append and update in place), frozen
     by :meth:`freeze` when ``decide`` returns. Decide's own: nothing after decide sees a draft."""
