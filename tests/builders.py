@@ -14,6 +14,7 @@ from typing import Any
 
 from controller.act.apply import act
 from controller.api.validation import validate_any, validate_document
+from controller.decide.acted import fold_acted
 from controller.decide.admission import admit
 from controller.decide.reconcile import reconcile
 from controller.model.documents import AdmittedJob, Rejection
@@ -175,6 +176,16 @@ class FakeRuntime:
     def close(self) -> None:
         pass
 
+    @property
+    def held_any(self) -> bool:  # its launches are never held: the disk is not faked
+        return False
+
+    def retry_held(self) -> None:
+        pass
+
+    def limits_summary(self) -> str | None:
+        return None
+
     # -- what the processes do ---------------------------------------------------------------------
 
     def exit(self, name: str, code: int | None, at: float, signal: int | None = None, **facts: Any) -> None:
@@ -237,7 +248,7 @@ class World:
     def tick(self, now: float) -> Plan:
         plan = reconcile(self.snapshot(), now)
         self.runtime.now = now
-        act(plan, self.runtime, prune=self._prune)
+        plan = fold_acted(plan, act(plan, self.runtime, prune=self._prune))
         self.memory = Memory(dict(plan.states), dict(plan.sweeps), reservation_states=dict(plan.reservations))
         self.runtime.purge()  # what record does once the statuses are written
         self.last = plan

@@ -13,6 +13,7 @@ from dataclasses import replace
 from builders import T0, World, job
 
 from controller.act.apply import act
+from controller.decide.acted import fold_acted
 from controller.decide.backlog import QUEUE_DEPTH
 from controller.decide.reconcile import reconcile
 from controller.model.plan import Event, Memory
@@ -34,10 +35,9 @@ def _pass(world: World, writer: PassWriter, now: float, full: bool = False):
         snap = replace(
             snap, previous=last.admission, unsettled=last.unsettled, queue_memo=last.queue_memo, parked=last.parked
         )
-    plan = reconcile(snap, now)
+    plan = replace(reconcile(snap, now), admission=snap.admission)
+    plan = fold_acted(plan, act(plan, world.runtime, prune=lambda expired: []))
     world.last = plan
-    plan.admission = snap.admission
-    act(plan, world.runtime, prune=lambda expired: [])
     world.memory = Memory(dict(plan.states), dict(plan.sweeps), reservation_states=dict(plan.reservations))
     writer.write(plan, now, full=full, first=False, after_statuses=world.runtime.purge)
     return plan

@@ -101,7 +101,7 @@ def test_a_shared_job_past_ninety_percent_of_its_gpu_memory_is_warned_and_cleare
     cond = condition(world.state("s"), "GPUMemoryNearLimit")
     assert cond is not None and "over 90% of its gpuMemory of 10Gi on GPU 0" in cond["message"]
     assert [e.reason for e in plan.events if e.object == "s"] == ["GPUMemoryNearLimit"]
-    assert plan.stops == []  # near, not over
+    assert plan.stops == ()  # near, not over
     world.place(0, "s", util=50, gib=4)
     world.tick(T0 + 15)
     assert condition(world.state("s"), "GPUMemoryNearLimit") is None

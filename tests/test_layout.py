@@ -239,7 +239,8 @@ def test_private_names_stay_in_their_package_and_verb():
 
 def test_decide_functions_are_short_and_the_driver_shorter():
     assert long_functions(sorted((ROOT / "decide").rglob("*.py")), MAX_DECIDE_LINES) == []
-    assert function_length(ROOT / "decide" / "reconcile.py", "reconcile") <= MAX_DRIVER_LINES
+    # the driver: draft (reconcile only freezes the plan it drafts)
+    assert function_length(ROOT / "decide" / "reconcile.py", "draft") <= MAX_DRIVER_LINES
 
 
 # --- the checks themselves can fail -------------------------------------------------------------------

@@ -18,12 +18,13 @@ def st(name: str, phase: str, reason: str = "", **kw) -> JobState:
 
 
 def plan_of(states: list[JobState], events=(), starts=(), consumed=(), removed=()) -> Plan:
-    plan = Plan(states={s.name: s for s in states})
-    plan.events = [Event("Normal", reason, name, "") for name, reason in events]
-    plan.starts = [Launch(name, attempt, 1, None, [], []) for name, attempt in starts]
-    plan.consumed = list(consumed)
-    plan.removed = list(removed)
-    return plan
+    return Plan(
+        states={s.name: s for s in states},
+        events=tuple(Event("Normal", reason, name, "") for name, reason in events),
+        starts=tuple(Launch(name, attempt, 1, None, [], []) for name, attempt in starts),
+        consumed=tuple(consumed),
+        removed=tuple(removed),
+    )
 
 
 def test_wait_runs_from_creation_then_from_requeue():

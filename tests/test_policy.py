@@ -426,7 +426,7 @@ def test_preemption_stops_a_low_priority_job_which_returns_to_pending_without_a_
     world.tick(T0)
     world.put(job("mid", resources={"gpus": 4}, priority=4))  # not enough above low: waits
     plan = world.tick(T0 + 1)
-    assert plan.stops == []
+    assert plan.stops == ()
     world.put(job("high", resources={"gpus": 4}, priority=5))
     plan = world.tick(T0 + 2)
     assert [(s.name, s.reason) for s in plan.stops] == [("low", "Preempted")]
@@ -450,7 +450,7 @@ def test_without_a_threshold_nobody_is_preempted():
     world = World(job("low", command=["sleep", "1"], resources={"gpus": 4}), n_gpus=4)
     world.tick(T0)
     world.put(job("high", resources={"gpus": 4}, priority=1000))
-    assert world.tick(T0 + 1).stops == []
+    assert world.tick(T0 + 1).stops == ()
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,7 @@ def test_running_job_is_left_alone():
     world = World(job("a"))
     world.tick(T0)
     plan = world.tick(T0 + 5)
-    assert plan.starts == [] and plan.stops == [] and plan.events == []
+    assert plan.starts == () and plan.stops == () and plan.events == ()
     assert world.phase() == ("Running", "Started")
     assert world.state().pid == world.runs["a"].pid
 
@@ -60,11 +60,11 @@ def test_exit_zero_succeeds():
     st = world.state()
     assert (st.phase, st.reason, st.exit_code, st.completion_time) == ("Succeeded", "Completed", 0, T0 + 10)
     assert st.devices == [0]  # kept: where it ran
-    assert plan.consumed == ["a"]
+    assert plan.consumed == ("a",)
     world.put(job("b", resources={"gpus": 4}))
     assert started(world.tick(T0 + 11.5)) == ["b"]  # ...but the GPU is free again
-    assert plan.starts == []
-    assert world.tick(T0 + 12).starts == []  # finished stays finished
+    assert plan.starts == ()
+    assert world.tick(T0 + 12).starts == ()  # finished stays finished
 
 
 def test_nonzero_exit_fails_with_the_exit_code():
@@ -119,8 +119,8 @@ def test_backoff_limit_retries_with_doubling_delay_then_gives_up():
     assert (st.phase, st.reason, st.failed, st.next_attempt_time) == ("Pending", "BackOff", 1, T0 + 11)
     assert st.message == "attempt 1 failed (exited with code 1); retry 1 of 2 in 1s"
     assert plan.wake_at == T0 + 11
-    assert plan.starts == []
-    assert world.tick(T0 + 10.5).starts == []  # still backing off
+    assert plan.starts == ()
+    assert world.tick(T0 + 10.5).starts == ()  # still backing off
     assert world.phase() == ("Pending", "BackOff")
 
     plan = world.tick(T0 + 11)
@@ -133,7 +133,7 @@ def test_backoff_limit_retries_with_doubling_delay_then_gives_up():
     assert world.phase() == ("Pending", "BackOff")
     assert world.state().next_attempt_time == T0 + 22
     assert plan.wake_at == T0 + 22
-    assert world.tick(T0 + 21.9).starts == []
+    assert world.tick(T0 + 21.9).starts == ()
     assert [l.attempt for l in world.tick(T0 + 22).starts] == [3]
 
     # attempt 3 fails: no retries left
@@ -142,7 +142,7 @@ def test_backoff_limit_retries_with_doubling_delay_then_gives_up():
     st = world.state()
     assert (st.phase, st.reason, st.failed) == ("Failed", "BackoffLimitExceeded", 3)
     assert st.message == "attempt 3 failed (exited with code 1); all 2 retries used"
-    assert plan.starts == [] and plan.wake_at is None
+    assert plan.starts == () and plan.wake_at is None
 
 
 def test_success_after_a_retry():
@@ -165,21 +165,21 @@ def test_cancel_while_running_stops_then_ends_cancelled():
     world.tick(T0)
     world.put(job("a", resources={"gpus": 1}, cancelled=True))
     plan = world.tick(T0 + 1)
-    assert plan.stops == [Stop("a", "UserCancelled", 10.0)]
+    assert plan.stops == (Stop("a", "UserCancelled", 10.0),)
     st = world.state()
     assert (st.phase, st.reason) == ("Running", "Terminating")
     assert condition(st, "Terminating")["reason"] == "UserCancelled"
     assert st.devices == [0]  # the GPUs stay held until the process tree is gone
 
-    assert world.tick(T0 + 2).stops == [Stop("a", "UserCancelled", 10.0)]  # level-triggered: asked again
+    assert world.tick(T0 + 2).stops == (Stop("a", "UserCancelled", 10.0),)  # level-triggered: asked again
 
     world.exit("a", 143, T0 + 3, signal=15)
     plan = world.tick(T0 + 4)
     st = world.state()
     assert (st.phase, st.reason, st.devices) == ("Cancelled", "UserCancelled", [0])  # devices: where it ran
     assert condition(st, "Terminating") is None
-    assert plan.stops == [] and plan.starts == []
-    assert world.tick(T0 + 5).starts == []
+    assert plan.stops == () and plan.starts == ()
+    assert world.tick(T0 + 5).starts == ()
 
 
 @pytest.mark.parametrize(
@@ -248,7 +248,7 @@ def test_an_exit_seen_again_after_a_crash_is_not_counted_twice():
     assert world.phase() == ("Pending", "BackOff") and world.state().failed == 1
     world.runs["a"] = ended
     plan = world.tick(T0 + 1.8)
-    assert plan.consumed == ["a"]
+    assert plan.consumed == ("a",)
     assert world.phase() == ("Pending", "BackOff") and world.state().failed == 1
     plan = world.tick(T0 + 3)
     assert [(launch.name, launch.attempt) for launch in plan.starts] == [("a", 2)]  # the retry still comes
@@ -276,13 +276,13 @@ def test_stop_uses_the_jobs_termination_grace_period():
     world = World(job("a", terminationGracePeriod="30s"))
     world.tick(T0)
     world.put(job("a", terminationGracePeriod="30s", cancelled=True))
-    assert world.tick(T0 + 1).stops == [Stop("a", "UserCancelled", 30.0)]
+    assert world.tick(T0 + 1).stops == (Stop("a", "UserCancelled", 30.0),)
 
 
 def test_cancelled_before_start_never_starts():
     world = World(job("a", cancelled=True))
     plan = world.tick(T0)
-    assert plan.starts == []
+    assert plan.starts == ()
     assert world.phase() == ("Cancelled", "UserCancelled")
 
 
@@ -290,12 +290,12 @@ def test_suspend_stops_then_returns_to_pending_and_resume_starts_again():
     world = World(job("a"))
     world.tick(T0)
     world.put(job("a", suspend=True))
-    assert world.tick(T0 + 1).stops == [Stop("a", "Suspended", 10.0)]
+    assert world.tick(T0 + 1).stops == (Stop("a", "Suspended", 10.0),)
     world.exit("a", 143, T0 + 2, signal=15)
     plan = world.tick(T0 + 3)
     assert world.phase() == ("Pending", "Suspended")
-    assert plan.starts == []
-    assert world.tick(T0 + 4).starts == []  # stays held
+    assert plan.starts == ()
+    assert world.tick(T0 + 4).starts == ()  # stays held
     world.put(job("a"))
     plan = world.tick(T0 + 5)
     assert [(l.name, l.attempt) for l in plan.starts] == [("a", 2)]
@@ -303,7 +303,7 @@ def test_suspend_stops_then_returns_to_pending_and_resume_starts_again():
 
 def test_suspended_before_start_is_held():
     world = World(job("a", suspend=True))
-    assert world.tick(T0).starts == []
+    assert world.tick(T0).starts == ()
     assert world.phase() == ("Pending", "Suspended")
 
 
@@ -311,10 +311,10 @@ def test_time_limit_stops_with_deadline_exceeded_then_fails():
     world = World(job("a", timeLimit="1m"))
     world.tick(T0)
     plan = world.tick(T0 + 30)
-    assert plan.stops == []
+    assert plan.stops == ()
     assert plan.wake_at == T0 + 60  # the controller wakes itself for the deadline
     plan = world.tick(T0 + 60)
-    assert plan.stops == [Stop("a", "DeadlineExceeded", 10.0)]
+    assert plan.stops == (Stop("a", "DeadlineExceeded", 10.0),)
     assert "time limit of 1m" in world.state().message
     world.exit("a", 143, T0 + 61, signal=15)
     world.tick(T0 + 62)
@@ -325,7 +325,7 @@ def test_time_limit_raised_on_a_running_job_takes_effect():
     world = World(job("a", timeLimit=60))
     world.tick(T0)
     world.put(job("a", timeLimit=3600))
-    assert world.tick(T0 + 120).stops == []
+    assert world.tick(T0 + 120).stops == ()
 
 
 def test_deleted_manifest_of_a_running_job_stops_then_is_removed():
@@ -333,13 +333,13 @@ def test_deleted_manifest_of_a_running_job_stops_then_is_removed():
     world.tick(T0)
     world.delete("a")
     plan = world.tick(T0 + 1)
-    assert plan.stops == [Stop("a", "Deleted", 10.0)]
+    assert plan.stops == (Stop("a", "Deleted", 10.0),)
     assert world.phase() == ("Running", "Terminating")
-    assert plan.removed == []
+    assert plan.removed == ()
     world.exit("a", 143, T0 + 2, signal=15)
     plan = world.tick(T0 + 3)
-    assert plan.removed == ["a"]
-    assert plan.consumed == ["a"]
+    assert plan.removed == ("a",)
+    assert plan.consumed == ("a",)
     assert "a" not in plan.states
     assert "b" in plan.states  # other jobs untouched
 
@@ -349,7 +349,7 @@ def test_deleted_manifest_of_a_pending_job_is_removed_at_once():
     world.tick(T0)
     world.delete("a")
     plan = world.tick(T0 + 1)
-    assert plan.removed == ["a"] and plan.stops == []
+    assert plan.removed == ("a",) and plan.stops == ()
     assert plan.states == {}
 
 
@@ -363,7 +363,7 @@ def test_rejected_manifest_is_reported_and_becomes_pending_when_fixed():
     assert (st.phase, st.reason) == ("Rejected", "Invalid")
     assert st.message == "spec.resources.gpus: must be >= 0 (jobs/a.yaml)"
     assert condition(st, "Admitted")["status"] == "False"
-    assert plan.starts == []
+    assert plan.starts == ()
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "Invalid")]
 
     world.put(job("a", resources={"gpus": 8}))  # fixed, but cannot start right now
@@ -387,7 +387,7 @@ def test_manifest_broken_while_running_does_not_stop_the_job():
     world.tick(T0)
     world.put(invalid("a", resources={"gpus": -1}))
     plan = world.tick(T0 + 1)
-    assert plan.stops == []
+    assert plan.stops == ()
     assert world.state().phase == "Running"
     assert condition(world.state(), "Admitted")["status"] == "False"
 
@@ -434,7 +434,7 @@ def test_finished_job_with_only_control_changes_stays_finished(edit):
     world.tick(T0 + 2)
     world.put(job("a", **edit))
     plan = world.tick(T0 + 3)
-    assert plan.starts == []
+    assert plan.starts == ()
     assert world.phase() == ("Succeeded", "Completed")
 
 
@@ -452,7 +452,7 @@ def test_spec_change_while_running_keeps_the_attempt_and_runs_again_after():
     world.tick(T0)
     world.put(job("a", command=["v2"]))
     plan = world.tick(T0 + 1)
-    assert plan.stops == [] and plan.starts == []
+    assert plan.stops == () and plan.starts == ()
     assert condition(world.state(), "SpecOutdated")["status"] == "True"
     assert world.state().generation == 2
     world.exit("a", 0, T0 + 2)
@@ -513,7 +513,7 @@ def test_dependency_failed_cancels_the_child():
     assert world.phase("child") == ("Cancelled", "DependencyFailed")
     assert world.state("child").message == "job parent ended Failed; this job needed it to be Succeeded"
     assert plan.again is True
-    assert plan.starts == []
+    assert plan.starts == ()
     assert ("Warning", "DependencyFailed") in [(e.type, e.reason) for e in plan.events]
 
 
@@ -575,7 +575,7 @@ def test_start_after_in_the_future_waits_and_sets_wake_at():
     when = 1893456000.0  # 2030-01-01T00:00:00Z
     assert plan.wake_at == when
     assert world.state().message.startswith("starts after 2030-01-01T00:00:00.000Z (in ")
-    assert world.tick(when - 1).starts == []
+    assert world.tick(when - 1).starts == ()
     assert started(world.tick(when)) == ["a"]
 
 
@@ -592,7 +592,7 @@ def test_start_after_relative_delay_counts_from_first_sight():
     world = World(job("a", startAfter="+2h"))
     plan = world.tick(T0)
     assert plan.wake_at == T0 + 7200
-    assert world.tick(T0 + 3600).starts == []
+    assert world.tick(T0 + 3600).starts == ()
     assert started(world.tick(T0 + 7200)) == ["a"]
 
 
@@ -648,7 +648,7 @@ def test_running_record_without_a_run_observation_is_lost():
     assert (st.phase, st.reason) == ("Failed", "Lost")
     assert f"pid {st.pid}" in st.message
     assert (st.devices, st.completion_time) == ([0], T0 + 60)  # devices: where it ran
-    assert plan.starts == []
+    assert plan.starts == ()
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "Lost")]
 
 
@@ -670,7 +670,7 @@ def test_restarted_controller_readopts_a_running_job_from_its_status_file():
     # the controller restarts: its memory is rebuilt from the status files
     world.states = {n: JobState.from_status(load_one(dump(s.to_status()))) for n, s in world.states.items()}
     plan = world.tick(T0 + 30)
-    assert plan.starts == [] and plan.stops == []
+    assert plan.starts == () and plan.stops == ()
     assert world.phase() == ("Running", "Started")
     assert world.state().devices == [0, 1]
     assert world.state().generation == 1
@@ -719,7 +719,7 @@ def test_a_pass_with_nothing_new_changes_nothing():
     assert world.phase("b") == ("Pending", "Resources")
     settled = {n: s.copy() for n, s in world.states.items()}
     plan = world.tick(T0)
-    assert plan.starts == [] and plan.stops == [] and plan.events == []
+    assert plan.starts == () and plan.stops == () and plan.events == ()
     assert world.states == settled
 
 
@@ -738,12 +738,12 @@ def test_shared_job_over_its_gpu_memory_is_stopped_and_fails_gpu_memory_exceeded
     pid = world.runs["s"].pid
     _with_process(world, 0, pid, 4)
     snap = world.snapshot()
-    snap.job_pids = {"s": {pid}}
+    snap = replace(snap, job_pids={"s": {pid}})
     plan = reconcile(snap, T0 + 1)
-    assert plan.stops == []  # within budget
+    assert plan.stops == ()  # within budget
     _with_process(world, 0, pid, 12)
     snap = world.snapshot()
-    snap.job_pids = {"s": {pid}}
+    snap = replace(snap, job_pids={"s": {pid}})
     plan = reconcile(snap, T0 + 2)
     assert [(s.name, s.reason) for s in plan.stops] == [("s", "GPUMemoryExceeded")]
     world.states = dict(plan.states)
@@ -759,8 +759,8 @@ def test_exclusive_job_is_not_limited_by_gpu_memory_accounting():
     pid = world.runs["e"].pid
     _with_process(world, 0, pid, 70)
     snap = world.snapshot()
-    snap.job_pids = {"e": {pid}}
-    assert reconcile(snap, T0 + 1).stops == []
+    snap = replace(snap, job_pids={"e": {pid}})
+    assert reconcile(snap, T0 + 1).stops == ()
 
 
 def test_gpu_lost_under_a_running_job_is_reported_and_nothing_new_lands_on_it():
@@ -771,12 +771,12 @@ def test_gpu_lost_under_a_running_job_is_reported_and_nothing_new_lands_on_it():
     world.gpus[1] = replace(world.gpus[1], healthy=False, error="GPU is lost")
     world.put(job("b", resources={"gpus": 1}))
     plan = world.tick(T0 + 1)
-    assert plan.starts == []
+    assert plan.starts == ()
     cond = condition(world.state("a"), "GPUUnhealthy")
     assert cond is not None and cond["status"] == "True" and "GPU 0: GPU is lost" in cond["message"]
     assert [e.reason for e in plan.events if e.object == "a"] == ["GPUUnhealthy"]
     assert world.phase("b") == ("Pending", "Unschedulable")
-    assert world.tick(T0 + 2).events == []  # reported once
+    assert world.tick(T0 + 2).events == ()  # reported once
 
 
 def test_reprioritizing_a_pending_job_reorders_the_queue():
@@ -803,7 +803,7 @@ def test_ttl_after_finished_expires_the_job_and_wakes_on_time():
     world.exit("a", 0, T0 + 1)
     world.exit("keep", 0, T0 + 1)
     plan = world.tick(T0 + 2)
-    assert plan.expired == [] and plan.wake_at == T0 + 31
+    assert plan.expired == () and plan.wake_at == T0 + 31
     plan = world.tick(T0 + 31)
     assert [j.name for j in plan.expired] == ["a"]
     assert ("Normal", "Expired") in [(e.type, e.reason) for e in plan.events]
@@ -815,7 +815,7 @@ def test_finished_history_keeps_the_newest_finished_jobs():
     for i in range(5):
         world.exit(f"j{i}", 0, T0 + 1 + i)
     snap = world.snapshot()
-    snap.finished_history = 2
+    snap = replace(snap, finished_history=2)
     plan = reconcile(snap, T0 + 10)
     assert sorted(j.name for j in plan.expired) == ["j0", "j1", "j2"]
 
@@ -835,7 +835,9 @@ def test_an_unchanged_finished_job_is_kept_as_is_and_a_changed_one_is_reconciled
     # next pass: "done" is the very same document, "edited" got a new command
     world.put(job("edited", command=["python", "v2.py"]))
     snap = world.snapshot()
-    snap.previous = replace(first.admission, jobs={**first.admission.jobs, "done": snap.admission.jobs["done"]})
+    snap = replace(
+        snap, previous=replace(first.admission, jobs={**first.admission.jobs, "done": snap.admission.jobs["done"]})
+    )
     plan = reconcile(snap, T0 + 3)
     assert plan.states["done"] is world.states["done"]  # skipped: no copy, no work
     assert [launch.name for launch in plan.starts] == ["edited"]  # re-run with the new spec
@@ -867,6 +869,6 @@ def test_an_exit_seen_again_after_a_crash_is_not_recorded_twice(code, expected):
     assert (recorded.phase, recorded.reason, recorded.failed) == expected
     world.runs["a"] = ended  # observed again, as after a restart
     plan = world.tick(T0 + 10.5)
-    assert plan.consumed == ["a"]
+    assert plan.consumed == ("a",)
     assert world.state().to_status() == recorded.to_status()
-    assert plan.starts == []
+    assert plan.starts == ()

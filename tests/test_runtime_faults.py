@@ -274,9 +274,10 @@ def test_a_held_launch_is_pending_keeps_its_gpu_and_runs_once_recorded():
     Warning, never "Started"; its GPU is not given to the next job; Started once it runs."""
     from builders import T0, World, job, started
 
-    from controller.act.apply import hold_start
+    from controller.act.apply import started_facts
+    from controller.decide.acted import fold_acted
     from controller.decide.reconcile import reconcile
-    from controller.model.plan import RunObservation
+    from controller.model.plan import ActResult, RunObservation
 
     world = World(job("a", resources={"gpus": 1}), n_gpus=1)
     plan = reconcile(world.snapshot(), T0)
@@ -285,7 +286,8 @@ def test_a_held_launch_is_pending_keeps_its_gpu_and_runs_once_recorded():
     held = RunObservation(
         "a", launch.attempt, None, T0, True, queued="DiskFull", message=why, held=True, devices=tuple(launch.devices)
     )
-    hold_start(plan, held)  # what gflowd does when the runtime held the start it was asked for
+    # what gflowd does when the runtime held the start it was asked for: act reports it, decide folds it in
+    plan = fold_acted(plan, ActResult(started_facts(plan.starts, {"a": held})))
     assert (plan.states["a"].phase, plan.states["a"].reason, plan.states["a"].message) == ("Pending", "DiskFull", why)
     assert [(e.type, e.reason) for e in plan.events if e.object == "a"] == [("Warning", "DiskFull")]
     world.states, world.runs["a"] = dict(plan.states), held

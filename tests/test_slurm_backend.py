@@ -228,7 +228,7 @@ def test_a_job_queued_in_the_cluster_is_pending_with_its_reason_then_runs():
     plan = world.tick(T0 + 60)  # far past the time limit: it does not count while queued
     st = world.state()
     assert (st.phase, st.reason, st.message) == ("Pending", "Resources", "Slurm job 7 is pending in Slurm (Resources)")
-    assert (st.backend_id, st.start_time, plan.stops) == ("7", None, [])
+    assert (st.backend_id, st.start_time, plan.stops) == ("7", None, ())
     world.runs["a"] = RunObservation(
         "a",
         1,
@@ -310,7 +310,7 @@ def test_sweep_parallelism_counts_children_queued_in_the_cluster():
     for name in list(world.runs):  # both handed over, both waiting in the cluster's queue
         world.runs[name] = replace(world.runs[name], queued="Resources", external_id=name)
     plan = world.tick(T0 + 1)
-    assert plan.starts == []  # Pending in Slurm, yet handed over: the cap of 2 holds
+    assert plan.starts == ()  # Pending in Slurm, yet handed over: the cap of 2 holds
     assert sorted(n for n, st in world.states.items() if st.reason == "Resources") == ["s-0", "s-1"]
 
 

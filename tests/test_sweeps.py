@@ -151,10 +151,10 @@ def test_deleting_the_sweep_stops_running_children_then_removes_everything():
     plan = world.tick(T0 + 1)
     assert [(s.name, s.reason) for s in plan.stops] == [("lr-0", "Deleted")]
     assert sorted(plan.removed) == [f"lr-{i}" for i in range(1, 6)]
-    assert plan.removed_sweeps == ["lr"]
+    assert plan.removed_sweeps == ("lr",)
     world.exit("lr-0", 143, T0 + 2)
     plan = world.tick(T0 + 2)
-    assert plan.removed == ["lr-0"]
+    assert plan.removed == ("lr-0",)
     assert world.states == {} and world.sweep_states == {}
 
 
@@ -166,7 +166,7 @@ def test_an_invalid_edit_of_a_sweep_keeps_its_children():
     assert running_jobs(world) == ["lr-1"]
     world.docs = by_name(docs(SWEEP + "  parallelism: 0\n", stem="x"))
     plan = world.tick(T0 + 2)
-    assert plan.stops == [] and plan.removed == []
+    assert plan.stops == () and plan.removed == ()
     assert world.states["lr-0"].phase == "Succeeded"  # its outcome is kept
     assert world.states["lr-1"].phase == "Running"
     world.docs = by_name(docs(SWEEP + "  parallelism: 1\n", stem="x"))

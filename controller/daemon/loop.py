@@ -19,16 +19,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controller.act.apply import Acted, act
+from controller.act.apply import act
 from controller.act.prune import prune_manifests
 from controller.act.runtime import make_runtime
 from controller.daemon.review import answer_request, clear, judge_as, serve
+from controller.decide.acted import fold_acted
 from controller.decide.policy import policy_from_config
 from controller.decide.queue import request_of
 from controller.decide.reconcile import decide
 from controller.decide.scheduler import never_fits
 from controller.model.documents import AdmittedJob
-from controller.model.plan import Memory, Plan, Snapshot
+from controller.model.plan import ActResult, Memory, Plan, Snapshot
 from controller.model.scheduling import GpuSlot
 from controller.observe.gpus.inventory import Inventory
 from controller.observe.snapshot import GPU_REFRESH, SnapshotBuilder
@@ -272,6 +273,7 @@ class Controller:
         deciding = time.perf_counter()  # reading new manifests is not deciding (see _max_starts)
         plan = decide(snapshot, now)
         acted = self._act(plan, deciding)
+        plan = fold_acted(plan, acted)  # the pids the starts got, a held launch: into the records
         wake_at = self._record(snapshot, plan, now, full, began)
         # a mass write beyond its owner's read budget (observe/manifests.py): read on in the next pass
         return wake_at, plan.again or acted.again or bool(self.store.deferred)
@@ -293,7 +295,7 @@ class Controller:
             self._at_once = False
         return dirty
 
-    def _act(self, plan: Plan, began: float) -> Acted:
+    def _act(self, plan: Plan, began: float) -> ActResult:
         acted = act(plan, self.runtime, prune=self._prune)
         self._decide_cost = acted.starts_began - began
         if acted.start_cost is not None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 
 from controller.model.documents import AdmissionResult
-from controller.model.plan import Plan, Snapshot
+from controller.model.plan import PlanDraft, Snapshot
 from controller.model.reasons import Phase, Reason
 
 QUEUE_DEPTH = 256  # waiting jobs per owner each pass decides
@@ -29,7 +29,7 @@ PARKABLE = frozenset({Reason.Resources, Reason.Priority, Reason.GPUMemory, Reaso
 Key = tuple[int, float, str]
 
 
-def parked_backlog(plan: Plan, snap: Snapshot, names: set[str]) -> set[str]:
+def parked_backlog(plan: PlanDraft, snap: Snapshot, names: set[str]) -> set[str]:
     """The waiting jobs of ``names`` beyond their owner's queue head: carried over as is. Also
     sets ``plan.parked`` (owner -> those jobs) for the next pass.
 

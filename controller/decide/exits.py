@@ -76,7 +76,7 @@ def record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | Non
         _failed(state, run, backoff_limit, how)
 
 
-def _suspended(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+def _suspended(state: JobState, run: RunObservation, stop: dict[str, str] | None, how: str) -> None:
     state.phase, state.reason, state.message = (
         Phase.Pending,
         Reason.Suspended,
@@ -85,7 +85,7 @@ def _suspended(state: JobState, run: RunObservation, stop: dict | None, how: str
     state.completion_time = None
 
 
-def _cancelled(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+def _cancelled(state: JobState, run: RunObservation, stop: dict[str, str] | None, how: str) -> None:
     state.phase, state.reason, state.message = (
         Phase.Cancelled,
         Reason.UserCancelled,
@@ -93,7 +93,7 @@ def _cancelled(state: JobState, run: RunObservation, stop: dict | None, how: str
     )
 
 
-def _preempted(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+def _preempted(state: JobState, run: RunObservation, stop: dict[str, str] | None, how: str) -> None:
     # not the job's failure: not counted against its backoffLimit
     state.phase, state.reason = Phase.Pending, Reason.Preempted
     state.message = f"{stop['message'] if stop else 'preempted'}; attempt {run.attempt} stopped ({how})"
@@ -104,27 +104,27 @@ def _preempted(state: JobState, run: RunObservation, stop: dict | None, how: str
     state.completion_time = None
 
 
-def _deadline(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+def _deadline(state: JobState, run: RunObservation, stop: dict[str, str] | None, how: str) -> None:
     state.phase, state.reason = Phase.Failed, Reason.DeadlineExceeded
     state.message = f"attempt {run.attempt} exceeded its time limit and was stopped ({how})"
 
 
-def _gpu_memory(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+def _gpu_memory(state: JobState, run: RunObservation, stop: dict[str, str] | None, how: str) -> None:
     state.phase, state.reason = Phase.Failed, Reason.GPUMemoryExceeded
     state.message = f"attempt {run.attempt} stopped: {stop['message'] if stop else 'over its gpuMemory'} ({how})"
 
 
-def _idle(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+def _idle(state: JobState, run: RunObservation, stop: dict[str, str] | None, how: str) -> None:
     state.phase, state.reason = Phase.Failed, Reason.IdleTimeout
     state.message = f"attempt {run.attempt} stopped: {stop['message'] if stop else 'idle for its idleTimeout'} ({how})"
 
 
-def _deleted(state: JobState, run: RunObservation, stop: dict | None, how: str) -> None:
+def _deleted(state: JobState, run: RunObservation, stop: dict[str, str] | None, how: str) -> None:
     state.phase, state.reason, state.message = Phase.Cancelled, Reason.Deleted, f"manifest deleted; stopped ({how})"
 
 
 # every StopReason has its outcome here (tests/test_exits.py checks that none is missing)
-STOPPED: dict[str, Callable[[JobState, RunObservation, dict | None, str], None]] = {
+STOPPED: dict[str, Callable[[JobState, RunObservation, dict[str, str] | None, str], None]] = {
     StopReason.Suspended: _suspended,
     StopReason.UserCancelled: _cancelled,
     StopReason.Preempted: _preempted,

@@ -4,11 +4,11 @@ with their Sweep. Pure."""
 
 from __future__ import annotations
 
-from controller.model.plan import Event, Plan, Snapshot
+from controller.model.plan import Event, PlanDraft, Snapshot
 from controller.model.reasons import TERMINAL_PHASES, EventType, Reason
 
 
-def expire(plan: Plan, snap: Snapshot, now: float) -> None:
+def expire(plan: PlanDraft, snap: Snapshot, now: float) -> None:
     if snap.default_ttl is None and snap.finished_history is None and not snap.admitted.ttl_jobs:
         return
     finished = []

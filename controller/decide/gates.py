@@ -8,14 +8,15 @@ Pure. The local time zone a naive ``startAfter`` is read in comes with the snaps
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from datetime import datetime, tzinfo
+from typing import cast
 
 from controller.api.units import format_duration, parse_duration
 from controller.decide.lifecycle import Pending
 from controller.decide.sweep_status import sweep_outcome
 from controller.model.documents import AdmittedJob, AdmittedSweep
-from controller.model.plan import Plan, Snapshot
+from controller.model.plan import PlanDraft, Snapshot
 from controller.model.reasons import TERMINAL_PHASES, Phase, Reason
 from controller.model.records import JobState, rfc3339
 
@@ -33,10 +34,11 @@ def start_after_time(value: str | None, created: float, local_tz: tzinfo) -> flo
     return moment.timestamp()
 
 
-def admissible(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -> list[Pending]:
+def admissible(plan: PlanDraft, snap: Snapshot, pending: list[Pending], now: float) -> list[Pending]:
     """The pending jobs (in queue order) that no gate holds back."""
     # parents' records, newest first; a ChainMap spares copying every record when few jobs wait
-    all_states = ChainMap({s.name: s for s, _ in pending}, plan.states, snap.states)
+    older = cast("MutableMapping[str, JobState]", snap.states)  # a ChainMap writes only to its first map
+    all_states = ChainMap({s.name: s for s, _ in pending}, plan.states, older)
     budgets = _parallelism_budgets(plan, snap)
     ready = []
     for state, job in pending:
@@ -47,7 +49,7 @@ def admissible(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -
 
 
 def _held(
-    plan: Plan,
+    plan: PlanDraft,
     snap: Snapshot,
     state: JobState,
     job: AdmittedJob,
@@ -90,7 +92,7 @@ def _held(
     return False
 
 
-def _parallelism_budgets(plan: Plan, snap: Snapshot) -> dict[str, list[int]]:
+def _parallelism_budgets(plan: PlanDraft, snap: Snapshot) -> dict[str, list[int]]:
     """Sweeps with a parallelism cap: [how many more children may start this pass, how many run]."""
     budgets: dict[str, list[int]] = {}
     for sweep_name, sweep in snap.admitted.sweeps.items():

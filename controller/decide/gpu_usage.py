@@ -11,10 +11,12 @@ never stopped as idle either, since there is nothing to watch.
 
 from __future__ import annotations
 
+from typing import Any
+
 from controller.api.units import format_duration, format_quantity
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob
-from controller.model.plan import Event, Notice, Plan, RunObservation, Snapshot
+from controller.model.plan import Event, Notice, PlanDraft, RunObservation, Snapshot
 from controller.model.reasons import Condition, EventType, StopReason
 from controller.model.records import JobState, from_rfc3339
 from controller.model.usage import AttemptUsage, GpuUse, summary
@@ -33,7 +35,7 @@ def _gpu_list(indices: list[int]) -> str:
 
 
 def gpu_findings(
-    plan: Plan,
+    plan: PlanDraft,
     state: JobState,
     job: AdmittedJob,
     run: RunObservation,
@@ -60,7 +62,7 @@ def _usage_of(snap: Snapshot, run: RunObservation) -> AttemptUsage | None:
 
 
 def _set_finding(
-    plan: Plan,
+    plan: PlanDraft,
     state: JobState,
     condition: Condition,
     reason: str,
@@ -78,7 +80,7 @@ def _quiet_since(usage: AttemptUsage, gpu: GpuUse) -> float:
     return max(usage.since, gpu.last_process or usage.since, gpu.last_busy or usage.since)
 
 
-def _unused(plan: Plan, state: JobState, usage: AttemptUsage, window: float, now: float, now_text: str) -> None:
+def _unused(plan: PlanDraft, state: JobState, usage: AttemptUsage, window: float, now: float, now_text: str) -> None:
     """GPUsUnused: some (not all: that is GPUIdle) bound GPUs without a process of the job for the window."""
     unused = []
     for gpu in usage.gpus:
@@ -98,7 +100,7 @@ def _unused(plan: Plan, state: JobState, usage: AttemptUsage, window: float, now
     _set_finding(plan, state, Condition.GPUsUnused, "NoProcess", f"{what}; {hint}", f"{what}; {hint}", now_text)
 
 
-def _idle(plan: Plan, state: JobState, usage: AttemptUsage, window: float, now: float, now_text: str) -> None:
+def _idle(plan: PlanDraft, state: JobState, usage: AttemptUsage, window: float, now: float, now_text: str) -> None:
     """GPUIdle: no activity on any of the job's GPUs for the window."""
     busy_now = any(g.util_last > 0 for g in usage.gpus)
     quiet = max(usage.since, usage.last_busy or usage.since)
@@ -112,7 +114,7 @@ def _idle(plan: Plan, state: JobState, usage: AttemptUsage, window: float, now: 
 
 
 def _memory_near(
-    plan: Plan, state: JobState, job: AdmittedJob, usage: AttemptUsage, share: float, now_text: str
+    plan: PlanDraft, state: JobState, job: AdmittedJob, usage: AttemptUsage, share: float, now_text: str
 ) -> None:
     """GPUMemoryNearLimit: a Shared job past ``share`` of its gpuMemory on a GPU (at the limit it is stopped)."""
     budget = job.spec.resources.gpu_memory
@@ -176,7 +178,7 @@ def idle_stop(
 
 
 def _idle_warning(
-    plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float
+    plan: PlanDraft, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float
 ) -> None:
     """Warn once per idle spell at IDLE_WARN_AT of the timeout (an event; on a tty job's terminal too)."""
     timeout = idle_timeout_of(job, snap)
@@ -207,7 +209,7 @@ def _idle_warning(
 # -- the status summary -------------------------------------------------------------------------------
 
 
-def usage_summary(state: JobState, usage: AttemptUsage, now: float, final: bool) -> dict | None:
+def usage_summary(state: JobState, usage: AttemptUsage, now: float, final: bool) -> dict[str, Any] | None:
     """The status's ``gpuUsage``: per bound GPU mean/peak utilization and memory, GPU-hours used
     (utilization-weighted) vs allocated (GPUs x time). Refreshed at most every STATUS_REFRESH
     seconds while running (a status write each time), and once more when the attempt ends."""

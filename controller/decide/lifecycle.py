@@ -12,7 +12,7 @@ from controller.decide.gpu_usage import final_usage
 from controller.decide.running import request_stop, running
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob, Rejection
-from controller.model.plan import Event, Plan, RunObservation, Snapshot
+from controller.model.plan import Event, PlanDraft, RunObservation, Snapshot
 from controller.model.reasons import (
     SETTLED_PHASES,
     STOP_REASONS,
@@ -29,7 +29,7 @@ from controller.model.records import JobState
 Pending = tuple[JobState, AdmittedJob]  # a job that waits to start: its new record and its manifest
 
 
-def step(plan: Plan, snap: Snapshot, name: str, now: float, now_text: str) -> Pending | None:
+def step(plan: PlanDraft, snap: Snapshot, name: str, now: float, now_text: str) -> Pending | None:
     """Decide job ``name``'s record for this pass (into ``plan``); a job that should start, if it
     may, comes back for the queue."""
     adm = snap.admitted
@@ -78,7 +78,7 @@ def step(plan: Plan, snap: Snapshot, name: str, now: float, now_text: str) -> Pe
     return state, job
 
 
-def finish(plan: Plan, old: JobState | None, state: JobState) -> None:
+def finish(plan: PlanDraft, old: JobState | None, state: JobState) -> None:
     """The job's record for this pass; a changed (phase, reason) is announced as an event."""
     plan.states[state.name] = state
     if (old is None or (old.phase, old.reason) != (state.phase, state.reason)) and state.reason != Reason.QueueLimit:
@@ -169,7 +169,13 @@ def _finished_and_current(old: JobState | None, job: AdmittedJob) -> bool:
 
 
 def _deleted(
-    plan: Plan, snap: Snapshot, name: str, old: JobState | None, run: RunObservation | None, now: float, now_text: str
+    plan: PlanDraft,
+    snap: Snapshot,
+    name: str,
+    old: JobState | None,
+    run: RunObservation | None,
+    now: float,
+    now_text: str,
 ) -> None:
     """A deleted manifest: stop the process, then forget the job (its logs stay)."""
     if run is not None and run.running:
@@ -185,7 +191,12 @@ def _deleted(
 
 
 def _rejected(
-    plan: Plan, state: JobState, old: JobState | None, rejection: Rejection, run: RunObservation | None, now_text: str
+    plan: PlanDraft,
+    state: JobState,
+    old: JobState | None,
+    rejection: Rejection,
+    run: RunObservation | None,
+    now_text: str,
 ) -> None:
     """An invalid manifest is reported, and is not a delete: a running attempt runs on, and a
     finished job keeps its outcome (fixing the file does not run it again)."""
@@ -250,7 +261,7 @@ def _admitted(
         state.conditions = remove_condition(state.conditions, Condition.DuplicateName)
 
 
-def _ended(plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation) -> None:
+def _ended(plan: PlanDraft, state: JobState, job: AdmittedJob, run: RunObservation) -> None:
     """The attempt ended: record it, once."""
     if run.external_id:  # a cluster backend: where it ran, even if it ended between two looks
         state.backend_id, state.node = run.external_id, run.node or state.node
@@ -283,7 +294,7 @@ def _lost(state: JobState, now: float) -> None:
     state.completion_time = now
 
 
-def _rerun(plan: Plan, state: JobState, job: AdmittedJob) -> bool:
+def _rerun(plan: PlanDraft, state: JobState, job: AdmittedJob) -> bool:
     """A finished job runs again when its cancel is withdrawn or its spec changed; True if so."""
     spec = job.spec
     if state.phase == Phase.Cancelled and state.reason == Reason.UserCancelled and not spec.cancelled:

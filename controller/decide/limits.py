@@ -70,7 +70,7 @@ class Waiting:
     uid: int
     created: float
     established: bool  # it already waited in the queue before this pass (never rejected)
-    sort_name: tuple = ()  # tie-break among jobs first seen together (``job-2`` before ``job-10``)
+    sort_name: tuple[int | str, ...] = ()  # tie-break among jobs first seen together (``job-2`` before ``job-10``)
 
 
 def over_queue_limit(waiting: Iterable[Waiting], policy: Policy) -> dict[str, str]:
@@ -111,7 +111,7 @@ class Offer:
 
 def over_running_limits(
     offers: Iterable[Offer],
-    running_by_user: Counter,
+    running_by_user: Counter[tuple[str, int]],
     running_cpu_jobs: int,
     policy: Policy,
 ) -> dict[str, str]:

@@ -88,7 +88,7 @@ def effective_priority(priority: int, waited: float, policy: Policy) -> int:
     return priority + min(policy.aging_max, int(waited // policy.aging_interval))
 
 
-def queue_key(priority: int, waited: float, usage: float, policy: Policy) -> tuple:
+def queue_key(priority: int, waited: float, usage: float, policy: Policy) -> tuple[float, ...]:
     """Sort key of a pending job (ascending = offered first); ties are broken by the caller
     (arrival, then name). Fair share orders jobs of one effective priority, except jobs that have
     aged to the cap: those go first, oldest first, so a heavy user's job cannot be passed forever."""
@@ -112,7 +112,7 @@ class QueueEntry:
     rank: int = 0  # the owner's class rank
     clamped: int = 0  # the part of priority that counts across users
     class_name: str = "default"
-    sort_name: tuple = field(default=(), compare=False)
+    sort_name: tuple[int | str, ...] = field(default=(), compare=False)
 
 
 def order_queue(entries: list[QueueEntry], policy: Policy, now: float) -> list[QueueEntry]:
@@ -122,7 +122,7 @@ def order_queue(entries: list[QueueEntry], policy: Policy, now: float) -> list[Q
     by_owner: dict[int, list[QueueEntry]] = {}
     for entry in entries:
         by_owner.setdefault(entry.owner, []).append(entry)
-    slot: dict[str, tuple] = {}
+    slot: dict[str, tuple[float, tuple[int | str, ...], str]] = {}
     for jobs in by_owner.values():  # the user's priority permutes the user's own arrival slots
         own = sorted(
             jobs,
@@ -132,7 +132,7 @@ def order_queue(entries: list[QueueEntry], policy: Policy, now: float) -> list[Q
         slot.update((e.name, arrival) for e, arrival in zip(own, arrivals))
     fair = bool(policy.fair_share_half_life) and len(by_owner) > 1
 
-    def key(e: QueueEntry) -> tuple:
+    def key(e: QueueEntry) -> tuple[object, ...]:
         arrival = slot[e.name]
         waited = now - arrival[0]
         head = (-e.rank, -e.clamped)
@@ -152,7 +152,7 @@ def order_reasons(waiting: list[QueueEntry]) -> dict[str, str]:
     changes when the grounds do, not at every start, so a moving queue rewrites no status for it
     (``queuePosition`` has the number)."""
     reasons: dict[str, str] = {}
-    seen: Counter = Counter()  # jobs ahead per owner
+    seen: Counter[int] = Counter()  # jobs ahead per owner
     rank_of: dict[int, int] = {}
     usage_of: dict[int, float] = {}
     for e in waiting:

@@ -34,7 +34,7 @@ from controller.decide.running import request_stop
 from controller.decide.scheduler import build_slots, preemption_victims, schedule
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob
-from controller.model.plan import Event, Launch, Plan, QueueMemo, Snapshot
+from controller.model.plan import Event, Launch, PlanDraft, QueueMemo, Snapshot
 from controller.model.reasons import Condition, EventType, Phase, Reason, StopReason
 from controller.model.records import JobState
 from controller.model.scheduling import (
@@ -50,13 +50,13 @@ from controller.model.scheduling import (
 )
 
 
-def natural_key(name: str) -> tuple:
+def natural_key(name: str) -> tuple[int | str, ...]:
     """``job-2`` before ``job-10``: sweep children queue in index order."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def schedule_pending(
-    plan: Plan, snap: Snapshot, pending: list[Pending], now: float, now_text: str, looked_at: set[str]
+    plan: PlanDraft, snap: Snapshot, pending: list[Pending], now: float, now_text: str, looked_at: set[str]
 ) -> None:
     policy = snap.policy
     quotas = quota_table(policy) if policy.user_quotas or policy.label_quotas else {}
@@ -79,7 +79,7 @@ def schedule_pending(
 # -- the queue's memo: waiting jobs whose inputs did not change are not decided again -------------------
 
 
-def queue_inputs(snap: Snapshot) -> tuple:
+def queue_inputs(snap: Snapshot) -> tuple[object, ...]:
     """The snapshot's settings the queue reads besides records and documents."""
     return (
         snap.policy,
@@ -125,7 +125,7 @@ def carried_waiting(snap: Snapshot, names: set[str], now: float) -> set[str]:
     return set(records)
 
 
-def queue_memo_holds(plan: Plan, snap: Snapshot, pending: list[Pending], decided: set[str]) -> bool:
+def queue_memo_holds(plan: PlanDraft, snap: Snapshot, pending: list[Pending], decided: set[str]) -> bool:
     """After the other jobs were decided: no new job waits, none of them changed its phase, reason
     or GPUs (a dependency's parent, a sweep's child, a holder), and the GPUs are as they were."""
     memo = snap.queue_memo
@@ -148,7 +148,7 @@ def queue_memo_holds(plan: Plan, snap: Snapshot, pending: list[Pending], decided
     return _slots(plan, snap, decided, quotas) == memo.slots
 
 
-def remember_queue(plan: Plan, snap: Snapshot, pending: list[Pending], wake_at: float | None) -> QueueMemo | None:
+def remember_queue(plan: PlanDraft, snap: Snapshot, pending: list[Pending], wake_at: float | None) -> QueueMemo | None:
     """The memo the next pass may carry the waiting jobs over with; None when their records depend
     on more than the inputs it checks: something started or is about to, messages that count down
     (startAfter, a backfill hint against a running job's timeLimit), fair share that decays,
@@ -168,7 +168,7 @@ def remember_queue(plan: Plan, snap: Snapshot, pending: list[Pending], wake_at: 
     return QueueMemo(records, plan.slots, queue_inputs(snap), wake_at)
 
 
-def _slots(plan: Plan, snap: Snapshot, looked_at: set[str], quotas: dict[str, QuotaUse]) -> list[GpuSlot]:
+def _slots(plan: PlanDraft, snap: Snapshot, looked_at: set[str], quotas: dict[str, QuotaUse]) -> list[GpuSlot]:
     holders = []
     for name in _holding(plan, snap, looked_at):  # records carried over unseen are settled: none holds a GPU
         st = plan.states[name]
@@ -185,7 +185,7 @@ def _slots(plan: Plan, snap: Snapshot, looked_at: set[str], quotas: dict[str, Qu
     return build_slots(snap.gpus, holders, snap.allowed_gpus, managed, snap.unmanaged_threshold, snap.ignore_processes)
 
 
-def _holding(plan: Plan, snap: Snapshot, looked_at: set[str]) -> list[str]:
+def _holding(plan: PlanDraft, snap: Snapshot, looked_at: set[str]) -> list[str]:
     """The jobs of ``looked_at`` that may hold GPUs or cores (running, or with a live process),
     sorted; found without sorting the 50,000 finished ones a start looks at."""
     states, runs = plan.states, snap.runs
@@ -196,7 +196,7 @@ def _holding(plan: Plan, snap: Snapshot, looked_at: set[str]) -> list[str]:
     )
 
 
-def _cores(plan: Plan, snap: Snapshot, looked_at: set[str]) -> CorePool | None:
+def _cores(plan: PlanDraft, snap: Snapshot, looked_at: set[str]) -> CorePool | None:
     """The machine's cores and the running jobs pinned to them; None where cores are not booked
     (unknown, or a cluster backend, whose own scheduler books them)."""
     if not snap.host.cores or not snap.bind_gpus:
@@ -215,7 +215,7 @@ def _cores(plan: Plan, snap: Snapshot, looked_at: set[str]) -> CorePool | None:
     return pool
 
 
-def _order(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -> dict[str, QueueEntry]:
+def _order(plan: PlanDraft, snap: Snapshot, pending: list[Pending], now: float) -> dict[str, QueueEntry]:
     """Sort ``pending`` in queue order (``controller.decide.policy.order_queue``); the entries by name."""
     policy = snap.policy
     usage: dict[int, float] = {}
@@ -245,7 +245,7 @@ def _order(plan: Plan, snap: Snapshot, pending: list[Pending], now: float) -> di
     return entries
 
 
-def _queue_limit(plan: Plan, snap: Snapshot, pending: list[Pending], now_text: str) -> list[Pending]:
+def _queue_limit(plan: PlanDraft, snap: Snapshot, pending: list[Pending], now_text: str) -> list[Pending]:
     """Jobs that arrive beyond their user's ``maxPendingJobsPerUser`` are Rejected/QueueLimit (a
     Sweep's child waits instead, offered to no one); the others go on to the queue."""
     policy = snap.policy
@@ -306,7 +306,7 @@ def _queue_limit(plan: Plan, snap: Snapshot, pending: list[Pending], now_text: s
     return kept
 
 
-def _running_limits(plan: Plan, snap: Snapshot, ready: list[Pending], looked_at: set[str]) -> list[Pending]:
+def _running_limits(plan: PlanDraft, snap: Snapshot, ready: list[Pending], looked_at: set[str]) -> list[Pending]:
     """The ready jobs (in queue order) beyond ``maxRunningJobsPerUser`` or ``maxRunningCpuJobs``
     wait, reason JobLimit; the others are offered to the scheduler."""
     policy = snap.policy
@@ -314,7 +314,7 @@ def _running_limits(plan: Plan, snap: Snapshot, ready: list[Pending], looked_at:
     if not ready or (not per_user and policy.max_running_cpu_jobs is None):
         return ready
     names, jobs = snap.host.user_names, snap.admitted.jobs
-    by_user: Counter = Counter()
+    by_user: Counter[tuple[str, int]] = Counter()
     cpu = 0
     for name in _holding(plan, snap, looked_at):
         job = jobs.get(name)
@@ -357,7 +357,7 @@ def request_of(job: AdmittedJob, quota_keys: tuple[str, ...] = ()) -> Request:
 
 
 def _bind(
-    plan: Plan,
+    plan: PlanDraft,
     snap: Snapshot,
     ready: list[Pending],
     requests: list[Request],
@@ -385,7 +385,7 @@ def _bind(
 
 
 def _start_or_queue(
-    plan: Plan,
+    plan: PlanDraft,
     snap: Snapshot,
     ready: list[Pending],
     decisions: dict[str, Binding | Wait],
@@ -429,7 +429,7 @@ def _start_or_queue(
 
 
 def _start(
-    plan: Plan, snap: Snapshot, state: JobState, job: AdmittedJob, decision: Binding, now: float, now_text: str
+    plan: PlanDraft, snap: Snapshot, state: JobState, job: AdmittedJob, decision: Binding, now: float, now_text: str
 ) -> None:
     state.attempt += 1
     state.phase, state.reason = Phase.Running, Reason.Started
@@ -469,11 +469,11 @@ def _start(
 
 
 def _preempt(
-    plan: Plan,
+    plan: PlanDraft,
     snap: Snapshot,
     ready: list[Pending],
     requests: list[Request],
-    decisions: dict,
+    decisions: dict[str, Binding | Wait],
     now_text: str,
 ) -> None:
     """Optional preemption: the first job that waits for GPUs may stop running jobs at least
@@ -537,7 +537,7 @@ def _quota_keys(job: AdmittedJob, snap: Snapshot) -> tuple[str, ...]:
     return quota_keys(user_of(job.owner_uid, snap.host.user_names), job.job.metadata.labels, snap.policy)
 
 
-def _fair_share_usage(plan: Plan, snap: Snapshot, now: float) -> dict[int, float]:
+def _fair_share_usage(plan: PlanDraft, snap: Snapshot, now: float) -> dict[int, float]:
     """Decayed GPU-seconds per manifest owner (uid), from the latest attempt of every job the
     controller still has a record of: no separate ledger to keep crash-safe."""
     half_life = snap.policy.fair_share_half_life or 1.0

@@ -3,7 +3,9 @@
 ``decide`` is a pure function of a :class:`Snapshot` and the clock: it admits the manifests, then
 ``reconcile`` dispatches each job the pass must look at to its life cycle, the waiting ones to the
 queue, then the Sweeps' statuses and expiry. It returns new records, processes to start and stop,
-status files to remove and events to log; act carries the plan out and record writes it down.
+status files to remove and events to log, as a frozen :class:`Plan` (the steps build a mutable
+``PlanDraft``); act carries the plan out and reports what it learned, ``decide/acted.py`` folds that
+in, and record writes it down.
 Level-triggered: deciding twice on the same snapshot plans the same thing, so any pass may be
 repeated or skipped without harm.
 """
@@ -21,7 +23,7 @@ from controller.decide.reservations import reservation_statuses
 from controller.decide.sweep_status import sweep_statuses
 from controller.model.documents import AdmissionResult
 from controller.model.overlay import Overlay
-from controller.model.plan import Event, Plan, Snapshot
+from controller.model.plan import Event, Plan, PlanDraft, Snapshot
 from controller.model.reasons import SETTLED_PHASES, EventType
 from controller.model.records import rfc3339
 
@@ -29,16 +31,21 @@ from controller.model.records import rfc3339
 def decide(snap: Snapshot, now: float) -> Plan:
     """One pass's decisions: admission (unless the snapshot brings one), then :func:`reconcile`."""
     admission = snap.admission if snap.admission is not None else admit_observed(snap)
-    plan = reconcile(replace(snap, admission=admission), now)
+    plan = draft(replace(snap, admission=admission), now)
     plan.admission = admission
     plan.events.extend(_new_warnings(admission, snap.previous))
-    return plan
+    return plan.freeze()
 
 
 def reconcile(snap: Snapshot, now: float) -> Plan:
+    """The plan of an admitted snapshot (:func:`draft`, frozen): what tests and benchmarks call."""
+    return draft(snap, now).freeze()
+
+
+def draft(snap: Snapshot, now: float) -> PlanDraft:
     """Every job the pass must look at through its life cycle; the waiting ones through the queue."""
     adm = snap.admitted
-    plan = Plan()
+    plan = PlanDraft()
     names = changed_names(snap)
     carried: set[str] = set()
     if names is None:
@@ -66,7 +73,7 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
     return plan
 
 
-def _queue(plan: Plan, snap: Snapshot, names: set[str], carried: set[str], now: float, now_text: str) -> set[str]:
+def _queue(plan: PlanDraft, snap: Snapshot, names: set[str], carried: set[str], now: float, now_text: str) -> set[str]:
     """Each job of ``names`` not ``carried`` through its life cycle, the waiting ones through the
     queue; the carried ones keep their records when the queue's memo still holds, else they are
     decided too. Returns the names carried over."""

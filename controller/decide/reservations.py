@@ -33,7 +33,7 @@ from controller.api.units import format_duration
 from controller.decide.limits import reservation_violations
 from controller.decide.policy import user_of
 from controller.model.documents import AdmittedReservation
-from controller.model.plan import Event, Host, Plan, Snapshot
+from controller.model.plan import Event, Host, PlanDraft, Snapshot
 from controller.model.reasons import EventType, Reason, ReservationPhase, ReservationReason
 from controller.model.records import ReservationState
 from controller.model.scheduling import Request
@@ -83,7 +83,7 @@ def windows(records: Iterable[ReservationState]) -> list[Window]:
 # -- the records --------------------------------------------------------------------------------
 
 
-def reservation_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
+def reservation_statuses(plan: PlanDraft, snap: Snapshot, now: float) -> None:
     """Every admitted Reservation's record into ``plan.reservations``; deleted ones are removed;
     expired ones past the TTL or beyond the history are handed to prune, as finished jobs are."""
     admitted = snap.admitted.reservations
@@ -255,7 +255,7 @@ def _devices(
     return None, f"spec.gpus: reserves {spec.gpus} GPUs {when}, {len(free)} not reserved by others then ({holders})"
 
 
-def _expire(plan: Plan, snap: Snapshot, now: float) -> None:
+def _expire(plan: PlanDraft, snap: Snapshot, now: float) -> None:
     """Expired reservations go as finished jobs do: ``ttlSecondsAfterFinished`` after their end, and
     the oldest beyond ``finishedJobsHistory`` (counted among reservations)."""
     if snap.default_ttl is None and snap.finished_history is None:
@@ -327,7 +327,9 @@ def _listed(window: Window, user: str | None, uid: int, host: Host) -> bool:
     return any(host.user_ids.get(name) == uid for name in window.users) and uid >= 0
 
 
-def fence_queue(requests: list[Request], owners: list[int], plan: Plan, snap: Snapshot, now: float) -> list[Request]:
+def fence_queue(
+    requests: list[Request], owners: list[int], plan: PlanDraft, snap: Snapshot, now: float
+) -> list[Request]:
     """The queue's requests fenced by the live reservations (``owners``: each job's manifest uid)."""
     live = windows(plan.reservations.values())
     if not live:

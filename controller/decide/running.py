@@ -11,13 +11,13 @@ from controller.api.units import format_duration, format_quantity
 from controller.decide.gpu_usage import gpu_findings, idle_stop
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob
-from controller.model.plan import Event, Plan, RunObservation, Snapshot, Stop
+from controller.model.plan import Event, PlanDraft, RunObservation, Snapshot, Stop
 from controller.model.reasons import Condition, EventType, Phase, Reason, StopReason
 from controller.model.records import JobState
 
 
 def running(
-    plan: Plan, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str
+    plan: PlanDraft, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str
 ) -> None:
     spec = job.spec
     # a cluster's queue, or a disk that refused the launch record, held it until now
@@ -87,7 +87,7 @@ def _stop_wanted(
     return idle_stop(state, job, run, snap, now)
 
 
-def _spec_outdated(plan: Plan, state: JobState, job: AdmittedJob, now_text: str) -> None:
+def _spec_outdated(plan: PlanDraft, state: JobState, job: AdmittedJob, now_text: str) -> None:
     if not state.run_hash or state.run_hash == job.run_hash:
         state.conditions = remove_condition(state.conditions, Condition.SpecOutdated)
         return
@@ -131,7 +131,7 @@ def _gpu_memory_overuse(state: JobState, job: AdmittedJob, snap: Snapshot) -> st
     return None
 
 
-def _gpu_health(plan: Plan, state: JobState, snap: Snapshot, now_text: str) -> None:
+def _gpu_health(plan: PlanDraft, state: JobState, snap: Snapshot, now_text: str) -> None:
     """A GPU lost under a running job: say so on the job (it may be unable to finish)."""
     sick = [g for g in snap.gpus if g.index in state.devices and not g.healthy]
     if sick:
@@ -153,7 +153,7 @@ def _gpu_health(plan: Plan, state: JobState, snap: Snapshot, now_text: str) -> N
 
 
 def request_stop(
-    plan: Plan, state: JobState, run: RunObservation, reason: str, why: str, grace: float, now_text: str
+    plan: PlanDraft, state: JobState, run: RunObservation, reason: str, why: str, grace: float, now_text: str
 ) -> None:
     state.phase = Phase.Running
     state.conditions = set_condition(state.conditions, Condition.Terminating, "True", reason, why, now_text)

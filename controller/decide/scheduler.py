@@ -36,7 +36,8 @@ The queue order (priority, aging, fair share) is the caller's: see ``controller.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from controller.decide.placement import Placer
 from controller.decide.placement.counted import CountBooking
@@ -48,10 +49,12 @@ from controller.model.gpus import Gpu
 from controller.model.reasons import Reason
 from controller.model.resources import EMPTY
 from controller.model.scheduling import (
+    UNSCHEDULABLE,
     Binding,
     CorePool,
     CountPool,
     GpuSlot,
+    GpuState,
     Holder,
     QuotaUse,
     Request,
@@ -60,14 +63,19 @@ from controller.model.scheduling import (
 )
 
 STRATEGIES = ("sequential", "random", "packed", "spread")
+# a slot's state is the plain text of its GpuState row: placement compares it per request, and a
+# str subclass compares slower than a str
+FREE, ALLOCATED, SHARED = GpuState.Free.value, GpuState.Allocated.value, GpuState.Shared.value
+UNMANAGED, RESTRICTED, UNHEALTHY = GpuState.Unmanaged.value, GpuState.Restricted.value, GpuState.Unhealthy.value
+Shape = tuple[object, ...]  # what a request asks, as far as the answer goes: one shape, one answer
 MODES = ("strict", "backfill", "firstfit")
 
 
 def build_slots(
-    gpus: list[Gpu],
+    gpus: Sequence[Gpu],
     holders: list[Holder],
-    allowed: set[int] | None,
-    managed_pids: set[int],
+    allowed: AbstractSet[int] | None,
+    managed_pids: AbstractSet[int],
     unmanaged_threshold: int,
     ignore_processes: frozenset[str] = frozenset(),
 ) -> list[GpuSlot]:
@@ -81,13 +89,13 @@ def build_slots(
         ]
         foreign_memory = sum(p.used_memory for p in foreign)
         if not gpu.healthy:
-            state = "Unhealthy"
+            state = UNHEALTHY
         elif allowed is not None and gpu.index not in allowed:
-            state = "Restricted"
+            state = RESTRICTED
         elif foreign and foreign_memory >= unmanaged_threshold:
-            state = "Unmanaged"
+            state = UNMANAGED
         else:
-            state = "Free"
+            state = FREE
         slots.append(GpuSlot(gpu, state, foreign_memory=foreign_memory, foreign_pids=tuple(p.pid for p in foreign)))
     by_index = {s.index: s for s in slots}
     for holder in holders:
@@ -99,10 +107,10 @@ def build_slots(
             slot.free_at = max(slot.free_at, holder.ends_at)
             if holder.shared:
                 slot.shared_reserved += holder.gpu_memory
-                if slot.state == "Free":
-                    slot.state = "Shared"
-            elif slot.state in ("Free", "Shared"):
-                slot.state = "Allocated"
+                if slot.state == FREE:
+                    slot.state = SHARED
+            elif slot.state in (FREE, SHARED):
+                slot.state = ALLOCATED
     return slots
 
 
@@ -110,7 +118,7 @@ def schedule(
     requests: list[Request],
     slots: list[GpuSlot],
     strategy: str = "sequential",
-    topology: dict[tuple[int, int], int] | None = None,
+    topology: Mapping[tuple[int, int], int] | None = None,
     *,
     mode: str = "backfill",
     now: float = 0.0,
@@ -140,7 +148,7 @@ def schedule(
         # GPUs as they were then (a quota is checked first, in offer)
         reserved_at = gpus.reserved_at
         ends_in_time = reserved_at < math.inf and req.time_limit is not None and now + req.time_limit <= reserved_at
-        key: tuple = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, gpus.version, ends_in_time, req.cpus)
+        key: Shape = (req.gpus, req.gpu_type, req.gpu_memory, req.shared, gpus.version, ends_in_time, req.cpus)
         if req.fenced or req.preferred:  # reserved GPUs kept from it or for it: its own shape
             key += (req.fenced, req.fenced_why, req.preferred)
         if req.amounts is not empty:  # counted kinds (shm): part of its shape (most jobs ask none)
@@ -162,10 +170,10 @@ class _Pass:
     def __init__(self, gpus: GpuPlacer, quotas: dict[str, QuotaUse], reasons: bool) -> None:
         self.gpus, self.quotas, self.reasons = gpus, quotas, reasons
         self.result: dict[str, Binding | Wait] = {}
-        self.waits: dict[tuple, Wait] = {}
+        self.waits: dict[Shape, Wait] = {}
         self.placers: list[Placer] = []  # the kinds booked besides GPUs: cores, counted kinds (decide/placement)
 
-    def offer(self, req: Request, key: tuple) -> None:
+    def offer(self, req: Request, key: Shape) -> None:
         """Bind ``req`` or say why it waits. ``key``: its shape and the GPUs' ``version``.
         GPUs are asked first: they are the gang, the quota and the reservation unit."""
         if req.quota_keys and self.quotas:
@@ -275,7 +283,7 @@ def preemption_victims(
     would not make room, nobody is stopped. Exclusive requests only."""
     if req.shared or req.gpus == 0:
         return []
-    usable = {s.index: s for s in slots if matches(s, req) and s.state not in ("Unhealthy", "Restricted", "Unmanaged")}
+    usable = {s.index: s for s in slots if matches(s, req) and s.state not in UNSCHEDULABLE}
     if req.gpu_memory is not None:
         usable = {i: s for i, s in usable.items() if s.gpu.memory_total >= req.gpu_memory}
     free = {i for i, s in usable.items() if s.state == "Free"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from controller.model.plan import Event, Plan, Snapshot
+from controller.model.plan import Event, PlanDraft, Snapshot
 from controller.model.reasons import (
     TERMINAL_PHASES,
     EventType,
@@ -18,7 +18,7 @@ from controller.model.records import JobState, SweepState
 COUNTED = (Phase.Pending, Phase.Running, Phase.Succeeded, Phase.Failed, Phase.Cancelled, Phase.Rejected)
 
 
-def sweep_statuses(plan: Plan, snap: Snapshot, now: float) -> None:
+def sweep_statuses(plan: PlanDraft, snap: Snapshot, now: float) -> None:
     """Each Sweep's status from its children's records in ``plan``; deleted Sweeps are removed."""
     for name, sweep in snap.admitted.sweeps.items():
         old = snap.sweep_states.get(name)

@@ -6,9 +6,12 @@ event). Plain data; the phases that make and read them are ``observe``, ``decide
 
 from __future__ import annotations
 
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
+from types import MappingProxyType
+from typing import Any
 
 from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedReservation, Rejection
 from controller.model.gpus import Gpu
@@ -51,7 +54,7 @@ class RunObservation:
     held: bool = False
     last_input: float | None = None  # a tty job: wall time of its terminal's last input (idleTimeout)
     # an ended attempt's cgroup counters: {cpuSeconds, peakMemoryBytes} (peak polled without cgroups)
-    usage: dict | None = None
+    usage: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -122,31 +125,32 @@ class QueueMemo:
     queue reads has moved, the next pass carries these waiting jobs' records over instead of
     deciding 10,000 of them again."""
 
-    records: dict[str, JobState]  # each waiting job's record, as that pass left it
-    slots: list[GpuSlot]  # the GPUs and their holders the queue saw
-    inputs: tuple  # the snapshot's settings the queue reads (policy, GPUs, host, ...)
+    records: Mapping[str, JobState]  # each waiting job's record, as that pass left it
+    slots: Sequence[GpuSlot]  # the GPUs and their holders the queue saw
+    inputs: tuple[object, ...]  # the snapshot's settings the queue reads (policy, GPUs, host, ...)
     wake_at: float | None  # a time gate (startAfter, backoff, aging) opens: decide again
 
 
-@dataclass
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one pass decides from. ``admission`` is None when gflowd builds it: decide then
-    admits ``manifests`` first; tests and benchmarks of the later steps may hand one in."""
+    admits ``manifests`` first; tests and benchmarks of the later steps may hand one in. Frozen:
+    a variant is ``dataclasses.replace(snap, ...)``."""
 
     admission: AdmissionResult | None
-    states: MutableMapping[str, JobState]  # a dict, or an Overlay of the previous pass's (model/overlay.py)
-    runs: dict[str, RunObservation]
-    gpus: list[Gpu] = field(default_factory=list)
-    allowed_gpus: set[int] | None = None
-    job_pids: dict[str, set[int]] = field(default_factory=dict)  # running job -> its process tree
+    states: Mapping[str, JobState]  # a dict, or an Overlay of the previous pass's (model/overlay.py)
+    runs: Mapping[str, RunObservation]
+    gpus: Sequence[Gpu] = ()
+    allowed_gpus: AbstractSet[int] | None = None
+    job_pids: Mapping[str, AbstractSet[int]] = field(default_factory=dict)  # running job -> its process tree
     strategy: str = "sequential"
-    topology: dict[tuple[int, int], int] = field(default_factory=dict)
+    topology: Mapping[tuple[int, int], int] = field(default_factory=dict)
     unmanaged_threshold: int = GIB
     ignore_processes: frozenset[str] = frozenset()
     default_grace: float = DEFAULT_GRACE
-    sweep_states: dict[str, SweepState] = field(default_factory=dict)
+    sweep_states: Mapping[str, SweepState] = field(default_factory=dict)
     previous: AdmissionResult | None = None  # the last pass's admission: unchanged finished jobs are skipped
-    unsettled: set[str] | None = None  # the last plan's ``unsettled`` for these states; None: find them
+    unsettled: AbstractSet[str] | None = None  # the last plan's ``unsettled`` for these states; None: find them
     max_starts: int = 32  # per pass: a flood of jobs starts over several passes, each recorded and interruptible
     default_ttl: float | None = None  # seconds a finished job is kept, when its spec does not say
     finished_history: int | None = None  # at most this many finished jobs are kept
@@ -155,11 +159,11 @@ class Snapshot:
     manifests: Manifests = field(default_factory=Manifests)
     host: Host = field(default_factory=Host)
     serial: int = 0  # the pass's number: names its admission, so the next pass knows what it patched
-    gpu_usage: dict[str, AttemptUsage] = field(default_factory=dict)  # running attempts' sampled GPU usage
+    gpu_usage: Mapping[str, AttemptUsage] = field(default_factory=dict)  # running attempts' sampled GPU usage
     usage_settings: UsageSettings = field(default_factory=UsageSettings)  # windows of GPUsUnused, GPUIdle, idleTimeout
-    reservation_states: dict[str, ReservationState] = field(default_factory=dict)
+    reservation_states: Mapping[str, ReservationState] = field(default_factory=dict)
     queue_memo: QueueMemo | None = None  # the last plan's: waiting jobs nothing has moved are carried over
-    parked: dict[int, frozenset[str]] | None = None  # the last plan's: each owner's backlog beyond its queue head
+    parked: Mapping[int, frozenset[str]] | None = None  # the last plan's: each owner's backlog beyond its queue head
 
     @property
     def admitted(self) -> AdmissionResult:
@@ -169,36 +173,135 @@ class Snapshot:
         return self.admission
 
 
-@dataclass
+def _empty() -> Mapping[Any, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
 class Plan:
+    """What one pass decided, as ``decide`` returns it: frozen, its lists tuples and its tables
+    read-only, so act and record carry it out and write it down without changing it. What act
+    learns (the pids its starts got, a held launch) comes back as an :class:`ActResult`, which
+    ``decide/acted.py`` folds into a new Plan for record. ``states``, ``unsettled`` and
+    ``looked_at`` are typed read-only but are the dict (or Overlay) and sets the pass built, not
+    copies: they hold every waiting name (copying two sets of 10,000 cost ~2 ms, ~5 % of a pass),
+    nothing else holds them once decide returns, and the next pass layers its own over them."""
+
+    states: Mapping[str, JobState] = field(default_factory=_empty)  # every job that still exists
+    starts: tuple[Launch, ...] = ()
+    stops: tuple[Stop, ...] = ()
+    consumed: tuple[str, ...] = ()  # exited runs now recorded: runtime may forget them
+    time_limits: Mapping[str, float | None] = field(default_factory=_empty)  # running job -> current timeLimit
+    removed: tuple[str, ...] = ()  # jobs whose manifest is gone: drop their status
+    events: tuple[Event, ...] = ()
+    notices: tuple[Notice, ...] = ()  # shown on tty jobs' terminals (Runtime.notify)
+    slots: tuple[GpuSlot, ...] = ()  # GPUs as this pass leaves them (node.yaml)
+    cores: CorePool | None = None  # CPU cores as this pass leaves them (node.yaml); None: not booked
+    sweeps: Mapping[str, SweepState] = field(default_factory=_empty)  # every sweep that still exists
+    removed_sweeps: tuple[str, ...] = ()
+    # finished jobs (and expired reservations) whose manifests to delete
+    expired: tuple[AdmittedJob | AdmittedReservation, ...] = ()
+    wake_at: float | None = None  # the next time a pass is due even if nothing changes
+    again: bool = False  # a decision here unblocks others (e.g. a dependency ended): pass again now
+    unsettled: AbstractSet[str] = frozenset()  # jobs not finished or rejected: the next Snapshot's
+    looked_at: AbstractSet[str] = frozenset()  # every other record is carried over unchanged
+    admission: AdmissionResult | None = None  # what this pass admitted: the next Snapshot's ``previous``
+    reservations: Mapping[str, ReservationState] = field(default_factory=_empty)  # every reservation that still exists
+    removed_reservations: tuple[str, ...] = ()
+    queue_memo: QueueMemo | None = None  # the waiting jobs this pass decided: the next Snapshot's
+    parked: Mapping[int, frozenset[str]] = field(
+        default_factory=_empty
+    )  # owner uid -> waiting jobs carried as they are
+
+
+@dataclass(eq=False)  # never compared: one less generated method at gflowd's start
+class PlanDraft:
+    """The :class:`Plan` decide builds step by step (its steps append and update in place), frozen
+    by :meth:`freeze` when ``decide`` returns. Decide's own: nothing after decide sees a draft."""
+
     states: MutableMapping[str, JobState] = field(
         default_factory=dict
     )  # every job that still exists (a dict or an Overlay)
     starts: list[Launch] = field(default_factory=list)
     stops: list[Stop] = field(default_factory=list)
-    consumed: list[str] = field(default_factory=list)  # exited runs now recorded: runtime may forget them
-    time_limits: dict[str, float | None] = field(default_factory=dict)  # running job -> current timeLimit
-    removed: list[str] = field(default_factory=list)  # jobs whose manifest is gone: drop their status
+    consumed: list[str] = field(default_factory=list)
+    time_limits: dict[str, float | None] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
-    notices: list[Notice] = field(default_factory=list)  # shown on tty jobs' terminals (Runtime.notify)
-    slots: list[GpuSlot] = field(default_factory=list)  # GPUs as this pass leaves them (node.yaml)
-    cores: CorePool | None = None  # CPU cores as this pass leaves them (node.yaml); None: not booked
-    sweeps: dict[str, SweepState] = field(default_factory=dict)  # every sweep that still exists
+    notices: list[Notice] = field(default_factory=list)
+    slots: list[GpuSlot] = field(default_factory=list)
+    cores: CorePool | None = None
+    sweeps: dict[str, SweepState] = field(default_factory=dict)
     removed_sweeps: list[str] = field(default_factory=list)
-    expired: list[AdmittedJob | AdmittedReservation] = field(default_factory=list)  # finished jobs (and expired
-    # reservations) whose manifests to delete
-    wake_at: float | None = None  # the next time a pass is due even if nothing changes
-    again: bool = False  # a decision here unblocks others (e.g. a dependency ended): pass again now
-    unsettled: set[str] = field(default_factory=set)  # jobs not finished or rejected: the next Snapshot's
-    looked_at: set[str] = field(default_factory=set)  # every other record is carried over unchanged
-    admission: AdmissionResult | None = None  # what this pass admitted: the next Snapshot's ``previous``
-    reservations: dict[str, ReservationState] = field(default_factory=dict)  # every reservation that still exists
+    expired: list[AdmittedJob | AdmittedReservation] = field(default_factory=list)
+    wake_at: float | None = None
+    again: bool = False
+    unsettled: set[str] = field(default_factory=set)
+    looked_at: set[str] = field(default_factory=set)
+    admission: AdmissionResult | None = None
+    reservations: dict[str, ReservationState] = field(default_factory=dict)
     removed_reservations: list[str] = field(default_factory=list)
-    queue_memo: QueueMemo | None = None  # the waiting jobs this pass decided: the next Snapshot's
-    parked: dict[int, frozenset[str]] = field(default_factory=dict)  # owner uid -> waiting jobs carried as they are
+    queue_memo: QueueMemo | None = None
+    parked: dict[int, frozenset[str]] = field(default_factory=dict)
 
     def wake(self, when: float) -> None:
         self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
+
+    def freeze(self) -> Plan:
+        """The plan as decide returns it: lists become tuples (what one pass decided: small), tables
+        are wrapped read-only; ``states`` and the two name sets are handed on as they are (see
+        :class:`Plan`)."""
+        return Plan(
+            states=self.states,
+            starts=tuple(self.starts),
+            stops=tuple(self.stops),
+            consumed=tuple(self.consumed),
+            time_limits=MappingProxyType(self.time_limits),
+            removed=tuple(self.removed),
+            events=tuple(self.events),
+            notices=tuple(self.notices),
+            slots=tuple(self.slots),
+            cores=self.cores,
+            sweeps=MappingProxyType(self.sweeps),
+            removed_sweeps=tuple(self.removed_sweeps),
+            expired=tuple(self.expired),
+            wake_at=self.wake_at,
+            again=self.again,
+            unsettled=self.unsettled,
+            looked_at=self.looked_at,
+            admission=self.admission,
+            reservations=MappingProxyType(self.reservations),
+            removed_reservations=tuple(self.removed_reservations),
+            queue_memo=self.queue_memo,
+            parked=MappingProxyType(self.parked),
+        )
+
+
+@dataclass(frozen=True)
+class StartFact:
+    """What the runtime said of one start right after it, as act reports it: the pid (and a
+    cluster's job id) the attempt got, or ``held``: its launch could not be recorded, nothing runs
+    (``reason`` and ``message``: the runtime's why, e.g. DiskFull). ``decide/acted.py`` folds it
+    into the job's record."""
+
+    name: str
+    pid: int | None = None
+    backend_id: str | None = None
+    failed: bool = False  # it could not start at all (an exited observation already)
+    held: bool = False
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ActResult:
+    """What act did and learned while carrying a plan out: nothing in the plan is changed."""
+
+    started: tuple[StartFact, ...] = ()  # per start, in the plan's order (a start the runtime did not report: none)
+    again: bool = False  # a start failed at once, or manifests were removed: pass again now
+    pruned: tuple[str, ...] = ()  # manifest files changed (expired jobs cut out)
+    starts_began: float = 0.0  # perf_counter when the starts began: what came before was deciding
+    start_cost: float | None = None  # seconds per start in this pass (None: nothing started)
 
 
 @dataclass
@@ -206,13 +309,13 @@ class Memory:
     """What the loop keeps from one pass for the next: the records as decided, and what they were
     decided from (the next pass patches that admission and looks only at what may have moved)."""
 
-    states: MutableMapping[str, JobState] = field(default_factory=dict)
-    sweep_states: dict[str, SweepState] = field(default_factory=dict)
+    states: Mapping[str, JobState] = field(default_factory=dict)
+    sweep_states: Mapping[str, SweepState] = field(default_factory=dict)
     admission: AdmissionResult | None = None
-    unsettled: set[str] | None = None
-    reservation_states: dict[str, ReservationState] = field(default_factory=dict)
+    unsettled: AbstractSet[str] | None = None
+    reservation_states: Mapping[str, ReservationState] = field(default_factory=dict)
     queue_memo: QueueMemo | None = None
-    parked: dict[int, frozenset[str]] | None = None
+    parked: Mapping[int, frozenset[str]] | None = None
 
     @classmethod
     def loaded(

@@ -82,7 +82,7 @@ class FrozenConditions:
 
     __slots__ = ("flat",)
 
-    def __init__(self, flat: tuple) -> None:
+    def __init__(self, flat: tuple[Any, ...]) -> None:
         self.flat = flat
 
     def __len__(self) -> int:
@@ -108,13 +108,13 @@ class FrozenConditions:
         return repr(list(self))
 
 
-class FrozenMapping(Mapping):
+class FrozenMapping(Mapping[str, Any]):
     """A finished job's ``usage`` as the records journal keeps it: keys and values in one flat
     tuple (~130 bytes a job, a dict ~190), read as the mapping it stands for. Read-only, as above."""
 
     __slots__ = ("flat",)
 
-    def __init__(self, flat: tuple) -> None:
+    def __init__(self, flat: tuple[Any, ...]) -> None:
         self.flat = flat
 
     def __getitem__(self, key: str) -> Any:
@@ -151,7 +151,7 @@ def _flat_conditions(conditions: Any) -> Any:
     return tuple(flat)
 
 
-def _flat_mapping(mapping: Any) -> tuple:
+def _flat_mapping(mapping: Any) -> tuple[Any, ...]:
     if type(mapping) is FrozenMapping:
         return mapping.flat
     return tuple(_plain(x) for item in mapping.items() for x in item)

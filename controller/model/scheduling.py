@@ -5,9 +5,37 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from controller.model.gpus import Gpu
 from controller.model.resources import EMPTY, ResourceVector
+
+
+class GpuState(StrEnum):
+    """A GPU's state as a pass leaves it (``GpuSlot.state``; ``node.yaml``, ``gflowctl get gpus``,
+    the ``gflow_gpus`` metric, docs/scheduling.md), one row per state in the order the metric
+    serves them. Row: text, whether jobs are ever placed on it (``schedulable``: now, or once the
+    jobs holding it end), the meaning."""
+
+    schedulable: bool
+    doc: str
+
+    def __new__(cls, text: str, schedulable: bool, doc: str) -> GpuState:
+        member = str.__new__(cls, text)
+        member._value_ = text
+        member.schedulable, member.doc = schedulable, doc
+        return member
+
+    Free = "Free", True, "healthy, allowed, nobody on it"
+    Allocated = "Allocated", True, "an Exclusive job holds it"
+    Shared = "Shared", True, "one or more Shared jobs hold it"
+    Unmanaged = "Unmanaged", False, "compute processes gflow did not start use >= unmanagedMemoryThreshold"
+    Restricted = "Restricted", False, "outside gflowd --gpus / config gpus"
+    Unhealthy = "Unhealthy", False, "NVML reports errors for it, or the fake-GPU file says it is lost"
+
+
+GPU_STATES = tuple(GpuState)
+UNSCHEDULABLE = frozenset(s.value for s in GpuState if not s.schedulable)  # plain texts, as GpuSlot.state holds
 
 
 @dataclass(frozen=True)
@@ -39,7 +67,7 @@ class GpuSlot:
     """A GPU as the scheduler sees it: its hardware facts plus who holds it."""
 
     gpu: Gpu
-    state: str  # Free | Allocated | Shared | Unmanaged | Restricted | Unhealthy
+    state: str  # a GpuState's text
     jobs: list[str] = field(default_factory=list)
     shared_reserved: int = 0  # gpuMemory promised to Shared jobs here
     foreign_memory: int = 0  # memory used by processes we did not start

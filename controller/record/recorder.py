@@ -15,7 +15,7 @@ import logging
 import operator
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from controller import API_VERSION
 from controller.api.units import format_cpu_list as format_cores
@@ -264,13 +264,13 @@ class Recorder:
         except OSError:
             pass
 
-    def write_sweeps(self, sweeps: dict[str, SweepState], removed: Iterable[str]) -> bool:
+    def write_sweeps(self, sweeps: Mapping[str, SweepState], removed: Iterable[str]) -> bool:
         return self._write_records(self.written_sweeps, sweeps, removed)
 
-    def write_reservations(self, reservations: dict[str, ReservationState], removed: Iterable[str]) -> bool:
+    def write_reservations(self, reservations: Mapping[str, ReservationState], removed: Iterable[str]) -> bool:
         return self._write_records(self.written_reservations, reservations, removed)
 
-    def _write_records(self, written: dict, records: dict, removed: Iterable[str]) -> bool:
+    def _write_records(self, written: dict, records: Mapping, removed: Iterable[str]) -> bool:
         """Status files of Sweeps or Reservations (``written``: as on disk) that changed; removed ones go."""
         changed = False
         for name in removed:
@@ -601,7 +601,7 @@ class Recorder:
                 pass
 
     def write_node(
-        self, slots: list[GpuSlot], source: str, cores: CorePool | None = None, limits: str | None = None
+        self, slots: Sequence[GpuSlot], source: str, cores: CorePool | None = None, limits: str | None = None
     ) -> None:
         gpus = []
         for slot in slots:

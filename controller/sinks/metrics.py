@@ -53,6 +53,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import start_http_server
 
 from controller.model.reasons import PENDING_REASONS, Phase
+from controller.model.scheduling import GPU_STATES
 from controller.sinks.hooks import SinkError
 
 log = logging.getLogger("gflowd.metrics")
@@ -60,7 +61,6 @@ disable_created_metrics()  # the *_created series only add noise for a long-runn
 
 PHASES = tuple(Phase)
 FINISHED = tuple(p for p in Phase if p.terminal)
-GPU_STATES = ("Free", "Allocated", "Shared", "Unmanaged", "Restricted", "Unhealthy")
 # served at 0 from the first scrape: PENDING_REASONS, every reason whose row in model/reasons.py
 # has the phase Pending (a cluster's reasons of its own are served once they occur)
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))

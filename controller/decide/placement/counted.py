@@ -13,7 +13,7 @@ import math
 
 from controller.api.units import format_quantity
 from controller.decide.placement.booking import Booking
-from controller.model.plan import Plan, Snapshot
+from controller.model.plan import PlanDraft, Snapshot
 from controller.model.resources import COUNTED, KINDS, count
 from controller.model.scheduling import CountPool, Request
 
@@ -51,7 +51,7 @@ class CountBooking(Booking):
         return f" (booked by {', '.join(holders[:5])}{more})" if holders else ""
 
 
-def counted_pools(plan: Plan, snap: Snapshot, holding: list[str]) -> dict[str, CountPool]:
+def counted_pools(plan: PlanDraft, snap: Snapshot, holding: list[str]) -> dict[str, CountPool]:
     """Each counted kind the machine has a capacity of, with what the ``holding`` jobs booked and
     until when (start + timeLimit). None where gflowd does not place jobs (a cluster backend)."""
     if not snap.bind_gpus:

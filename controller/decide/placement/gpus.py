@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from controller.api.units import format_duration
@@ -50,7 +51,7 @@ def order(room: list[GpuSlot], req: Request, strategy: str) -> list[GpuSlot]:
 
 
 def choose(
-    room: list[GpuSlot], req: Request, strategy: str, topology: dict[tuple[int, int], int] | None
+    room: list[GpuSlot], req: Request, strategy: str, topology: Mapping[tuple[int, int], int] | None
 ) -> list[GpuSlot]:
     ordered = order(room, req, strategy)
     if req.gpus == 1 or not topology:
@@ -71,7 +72,7 @@ def choose(
     return sorted(best or ordered[: req.gpus], key=lambda s: s.index)
 
 
-def distance(topology: dict[tuple[int, int], int], a: int, b: int) -> int:
+def distance(topology: Mapping[tuple[int, int], int], a: int, b: int) -> int:
     return topology.get((a, b), topology.get((b, a), 1000))
 
 
@@ -106,7 +107,7 @@ class GpuPlacer:
         self,
         slots: list[GpuSlot],
         strategy: str,
-        topology: dict[tuple[int, int], int] | None,
+        topology: Mapping[tuple[int, int], int] | None,
         mode: str,
         now: float,
         reasons: bool,
@@ -116,7 +117,7 @@ class GpuPlacer:
         self.taken_by: dict[int, list[str]] = {}  # GPU index -> jobs bound to it earlier in this pass
         self.held: dict[int, str] = {}  # GPU index -> blocked higher-priority job it is kept for
         self.reserved_at = math.inf  # backfill: when the held GPUs are needed; inf: strict hold
-        self.candidates: dict[tuple, tuple[list[GpuSlot], list[GpuSlot]]] = {}
+        self.candidates: dict[tuple[object, ...], tuple[list[GpuSlot], list[GpuSlot]]] = {}
         self.version = 0
         self.exhausted_at = -1  # the version at which no GPU was left for anyone (reasons=False only)
         self._fit: _Fit | None = None
