@@ -261,28 +261,36 @@ def test_waiting_jobs_are_carried_over_until_something_the_queue_reads_moves():
         twin.tick(at)
         return twin.carried == before + 1
 
-    assert carried_once(now := now + 1)  # nothing moved: the same records
+    now += 1
+
+    assert carried_once(now)  # nothing moved: the same records
     assert all(twin.inc_states[n] is st for n, st in waiting.items())
     twin.put("w3", job("w3", resources={"gpus": 1}, priority=9))  # a priority edit
-    assert not carried_once(now := now + 1)
+    now += 1
+    assert not carried_once(now)
     assert twin.inc_states["w3"].queue_position == 1 and twin.inc_states["w0"].queue_position == 2
-    assert carried_once(now := now + 1)
+    now += 1
+    assert carried_once(now)
     twin.gpus[0] = replace(twin.gpus[0], healthy=False)  # the GPU fails: the queue reads it
-    assert not carried_once(now := now + 1)
+    now += 1
+    assert not carried_once(now)
     assert twin.inc_states["w3"].reason == "Unschedulable"
     twin.gpus[0] = replace(twin.gpus[0], healthy=True)
-    assert not carried_once(now := now + 1)
-    assert carried_once(now := now + 1)
+    now += 1
+    assert not carried_once(now)
+    now += 1
+    assert carried_once(now)
     twin.put("gate", job("gate", backoffLimit=1, command=["false"]))  # fails once, then backs off 1 s
     twin.tick(now := now + 1)
     twin.exit("gate", 1, now)
     twin.tick(now := now + 0.1)
     assert twin.inc_states["gate"].reason == "BackOff"
-    assert carried_once(now := now + 0.1)  # the backoff has not run out
-    full, inc = twin.tick(now := now + 1.5)  # it has: decided again, and it starts
+    now += 0.1
+    assert carried_once(now)  # the backoff has not run out
+    _, inc = twin.tick(now := now + 1.5)  # it has: decided again, and it starts
     assert [x.name for x in inc.starts] == ["gate"]
     twin.exit("run", 0, now)  # the GPU holder ends: the first waiting job starts
-    full, inc = twin.tick(now := now + 1)
+    _, inc = twin.tick(now := now + 1)
     assert [x.name for x in inc.starts] == ["w3"]
 
 

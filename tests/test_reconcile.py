@@ -124,7 +124,7 @@ def test_backoff_limit_retries_with_doubling_delay_then_gives_up():
     assert world.phase() == ("Pending", "BackOff")
 
     plan = world.tick(T0 + 11)
-    assert [(l.name, l.attempt) for l in plan.starts] == [("a", 2)]
+    assert [(launch.name, launch.attempt) for launch in plan.starts] == [("a", 2)]
     assert world.state().next_attempt_time is None
 
     # attempt 2 fails: retry 2 of 2 after 2 s
@@ -134,7 +134,7 @@ def test_backoff_limit_retries_with_doubling_delay_then_gives_up():
     assert world.state().next_attempt_time == T0 + 22
     assert plan.wake_at == T0 + 22
     assert world.tick(T0 + 21.9).starts == ()
-    assert [l.attempt for l in world.tick(T0 + 22).starts] == [3]
+    assert [launch.attempt for launch in world.tick(T0 + 22).starts] == [3]
 
     # attempt 3 fails: no retries left
     world.exit("a", 1, T0 + 30)
@@ -298,7 +298,7 @@ def test_suspend_stops_then_returns_to_pending_and_resume_starts_again():
     assert world.tick(T0 + 4).starts == ()  # stays held
     world.put(job("a"))
     plan = world.tick(T0 + 5)
-    assert [(l.name, l.attempt) for l in plan.starts] == [("a", 2)]
+    assert [(launch.name, launch.attempt) for launch in plan.starts] == [("a", 2)]
 
 
 def test_suspended_before_start_is_held():
@@ -457,7 +457,7 @@ def test_spec_change_while_running_keeps_the_attempt_and_runs_again_after():
     assert world.state().generation == 2
     world.exit("a", 0, T0 + 2)
     plan = world.tick(T0 + 3)
-    assert [(l.generation, l.job.spec.command) for l in plan.starts] == [(2, ["v2"])]
+    assert [(launch.generation, launch.job.spec.command) for launch in plan.starts] == [(2, ["v2"])]
     assert condition(world.state(), "SpecOutdated") is None
 
 
