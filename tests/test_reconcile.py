@@ -872,3 +872,16 @@ def test_an_exit_seen_again_after_a_crash_is_not_recorded_twice(code, expected):
     assert plan.consumed == ("a",)
     assert world.state().to_status() == recorded.to_status()
     assert plan.starts == ()
+
+
+def test_an_attempt_that_ended_before_a_pass_saw_its_pid_keeps_the_pid_its_exit_record_gives():
+    # a local launch's pid arrives with the supervisor's news; a stop (suspend) can end the attempt
+    # before any pass has seen it running: the status keeps the pid the exit record names
+    world = World(job("a"))
+    world.tick(T0)
+    pid = world.runs["a"].pid
+    world.state().pid = None  # gflowd's record, as before the supervisor's first news
+    world.exit("a", 0, T0 + 1)
+    world.tick(T0 + 1.5)
+    assert world.phase() == ("Succeeded", "Completed")
+    assert world.state().pid == pid is not None

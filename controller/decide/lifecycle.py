@@ -273,6 +273,8 @@ def _ended(plan: PlanDraft, state: JobState, job: AdmittedJob, run: RunObservati
         state.next_attempt_time = None
         if run.devices:
             state.devices, state.device_uuids = list(run.devices), list(run.device_uuids)
+    elif run.attempt == state.attempt and state.pid is None:  # it ended before a pass saw its pid
+        state.pid = run.pid
     stop = find_condition(state.conditions, Condition.Terminating)
     if stop is None and run.stop_reason in STOP_REASONS:
         # we asked it to stop, then crashed before recording that: the supervisor remembers why
