@@ -116,13 +116,16 @@ def wait_phase(
 # -- writing manifests the way users and git do ----------------------------------------------------
 
 
-def write_manifest(spec_dir: Path, filename: str, text: str) -> Path:
-    """Write ``text`` to a hidden temp name in ``spec_dir`` and rename it into place (atomic)."""
+def write_manifest(spec_dir: Path, filename: str, text: str, owner: tuple[int, int] | None = None) -> Path:
+    """Write ``text`` to a hidden temp name in ``spec_dir`` and rename it into place (atomic);
+    ``owner`` (uid, gid): chowned before the rename, as gflowd may read the file at once."""
     spec_dir = Path(spec_dir)
     target = spec_dir / filename
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp"
     tmp.write_text(text)
+    if owner is not None:
+        os.chown(tmp, *owner)
     os.rename(tmp, target)
     return target
 

@@ -284,8 +284,8 @@ def test_root_controller_runs_the_job_as_the_manifest_owner(home, gflowd):
     os.chmod(home, 0o755)
     for sub in ("logs",):
         (home / sub).mkdir(exist_ok=True)
-    path = write_manifest(home / "jobs", "who.yaml", manifest("who", "  command: [id, -u]\n  workingDir: /\n"))
-    os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    text = manifest("who", "  command: [id, -u]\n  workingDir: /\n")
+    write_manifest(home / "jobs", "who.yaml", text, owner=(nobody.pw_uid, nobody.pw_gid))
     wait_phase(home, "who", ("Succeeded", "Failed"), daemon=daemon)
     assert read_log(home, "who").strip() == str(nobody.pw_uid), job_status(home, "who")
 
