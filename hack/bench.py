@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import hashlib
 import json
 import math
 import os
@@ -370,6 +371,37 @@ def processes_under(root: Path) -> set[int]:
     return found
 
 
+def remove_cgroups_of(root: Path) -> list[str]:
+    """Remove the cgroup groups gflowd made for the homes under ``root``; the ones it could not.
+    gflowd leaves its home's group (and an attempt's, until reaped) for the next gflowd to adopt;
+    the bench's homes go, so their groups go too. Same name as controller/act/runtime/backends/
+    local/attempt_cgroups.py ``cgroup_group`` (this file imports only the standard library)."""
+    homes = [root, *root.glob("*"), *root.glob("*/*")]
+    names = {"gflow-" + hashlib.sha256(str(h.absolute()).encode()).hexdigest()[:10] for h in homes if h.is_dir()}
+    try:
+        with open("/proc/self/mountinfo") as mountinfo:
+            fields = [line.split(" - ", 1) for line in mountinfo]
+    except OSError:
+        return []
+    mounts = [
+        head.split()[4] for head, tail in (f for f in fields if len(f) == 2) if tail.split()[0] in ("cgroup", "cgroup2")
+    ]
+    try:  # gflowd makes its group inside its own cgroup (the bench's), in each hierarchy
+        with open("/proc/self/cgroup") as own:
+            inside = {line.rstrip("\n").split(":", 2)[2].lstrip("/") for line in own}
+    except OSError:
+        inside = {""}
+    bases = {os.path.join(mount, path) for mount in mounts for path in inside | {""}}
+    left = []
+    for group in (os.path.join(base, name) for base in bases for name in names):
+        for where, _dirs, _files in os.walk(group, topdown=False):
+            try:
+                os.rmdir(where)
+            except OSError:
+                left.append(where)
+    return left
+
+
 def kill_processes_under(root: Path, timeout: float = 5.0) -> set[int]:
     deadline = time.monotonic() + timeout
     left = processes_under(root)
@@ -659,6 +691,9 @@ class Bench:
         left = kill_processes_under(self.root)
         if left:
             log(f"WARNING: processes of the bench homes survived SIGKILL: {sorted(left)}")
+        stuck = remove_cgroups_of(self.root)
+        if stuck:
+            log(f"WARNING: cgroups of the bench homes could not be removed: {stuck}")
 
     def run(self) -> None:
         main = size_name(self.cfg["main"])

@@ -67,3 +67,27 @@ def test_churn_creates_then_deletes_every_file_and_leaves_the_folder_as_it_was(t
 def test_create_cost_is_measured_in_a_folder_it_removes(tmp_path):
     assert churn_disk.create_us(tmp_path, 30) > 0
     assert os.listdir(tmp_path) == []
+
+
+def test_the_bench_removes_the_cgroup_groups_gflowd_made_for_its_homes(tmp_path):
+    from helpers import home_cgroups
+
+    from controller.act.runtime.backends.local.attempt_cgroups import cgroup_group
+    from controller.act.runtime.cgroups import probe
+
+    bases = [base for base in probe().dirs.values() if os.access(base, os.W_OK)]
+    if os.geteuid() != 0 or not bases:
+        import pytest
+
+        pytest.skip("needs root and a writable cgroup hierarchy")
+    home = tmp_path / "drain"
+    home.mkdir()
+    made = os.path.join(bases[0], cgroup_group(home), "blocker-1")  # as gflowd leaves it
+    os.makedirs(made)
+    try:
+        assert bench.remove_cgroups_of(tmp_path) == []
+        assert home_cgroups(home) == []
+    finally:
+        for path in (made, os.path.dirname(made)):
+            if os.path.isdir(path):
+                os.rmdir(path)
