@@ -71,11 +71,17 @@ def slurm():
     users.close()
 
 
-def squeue(env: dict[str, str]) -> list[dict]:
-    out = subprocess.run(
-        ["squeue", "--json", "--states=all"], env=env, capture_output=True, text=True, check=True
-    ).stdout
-    return json.loads(out)["jobs"]
+def squeue(env: dict[str, str], timeout: float = 60) -> list[dict]:
+    """The cluster's jobs. A slurmctld busy on a loaded machine answers squeue with an error for a
+    while (CI shares its machine): ask again until ``timeout``, then fail with what squeue said."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = subprocess.run(["squeue", "--json", "--states=all"], env=env, capture_output=True, text=True)
+        if done.returncode == 0:
+            return json.loads(done.stdout)["jobs"]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"squeue failed for {timeout:.0f} s: {done.stderr.strip()}")
+        time.sleep(0.5)
 
 
 def slurm_jobs_of(env: dict[str, str], home: Path, name: str) -> list[dict]:
