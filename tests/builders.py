@@ -134,6 +134,7 @@ class FakeRuntime:
             devices=tuple(launch.devices),
             device_uuids=tuple(launch.device_uuids),
             run_hash=launch.job.run_hash,
+            failed_before=launch.failed,
         )
 
     def stop(self, name: str, grace: float, reason: str) -> None:

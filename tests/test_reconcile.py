@@ -885,3 +885,44 @@ def test_an_attempt_that_ended_before_a_pass_saw_its_pid_keeps_the_pid_its_exit_
     world.tick(T0 + 1.5)
     assert world.phase() == ("Succeeded", "Completed")
     assert world.state().pid == pid is not None
+
+
+@pytest.mark.parametrize("retry_ended", [True, False], ids=["retry-ended-meanwhile", "retry-still-running"])
+def test_a_retry_decided_before_a_crash_keeps_the_failures_counted_before_it(retry_ended):
+    # gflowd recorded attempt 1's failure only in memory, decided the retry (its launch record on
+    # disk), and died before any status said either: the status a restart reads says Running,
+    # attempt 1, no failures. The retry's own failure must use up the last retry, not grant a
+    # third attempt (seen in the torture run under load: 3 attempts with backoffLimit 1).
+    world = World(job("a", backoffLimit=1))
+    world.tick(T0)
+    on_disk = world.state().copy()  # the last status written: attempt 1 Running
+    world.exit("a", 3, T0 + 1)
+    world.tick(T0 + 1.5)
+    assert world.phase() == ("Pending", "BackOff") and world.state().failed == 1
+    plan = world.tick(T0 + 3)
+    assert [(launch.name, launch.attempt, launch.failed) for launch in plan.starts] == [("a", 2, 1)]
+    world.states = {**world.states, "a": on_disk}  # the restart
+    if not retry_ended:
+        world.tick(T0 + 4)  # re-adopted while it runs
+        assert world.phase() == ("Running", "Started") and world.state().attempt == 2
+        assert world.state().failed == 1
+    world.exit("a", 3, T0 + 5)
+    plan = world.tick(T0 + 6)
+    st = world.state()
+    assert (st.phase, st.reason, st.attempt, st.failed) == ("Failed", "BackoffLimitExceeded", 2, 2)
+    assert world.tick(T0 + 30).starts == ()
+
+
+def test_an_attempt_held_by_a_full_disk_and_forgotten_in_a_restart_starts_under_its_own_number():
+    # the launch record could not be written (DiskFull): the runtime held the attempt in memory and
+    # the status said Pending/DiskFull, attempt 1. gflowd restarted: nothing of it is left but that
+    # status. It never began, so it starts as attempt 1, not 2.
+    world = World(job("a"))
+    world.tick(T0)
+    world.runs["a"] = replace(world.runs["a"], pid=None, queued="DiskFull", message="No space left on device")
+    world.tick(T0 + 1)
+    assert world.phase() == ("Pending", "DiskFull") and world.state().attempt == 1
+    del world.runs["a"]  # the restart: the held launch lived in the old gflowd's memory only
+    plan = world.tick(T0 + 2)
+    assert [(launch.name, launch.attempt) for launch in plan.starts] == [("a", 1)]
+    assert world.phase() == ("Running", "Started") and world.state().attempt == 1

@@ -125,6 +125,47 @@ def test_an_attempt_supervised_by_the_previous_release_is_adopted_by_this_one_an
 
 
 @pytest.mark.e2e  # runs a process
+def test_an_adopted_retry_reports_the_failures_counted_when_it_was_decided(tmp_path):
+    """A retry launched just before gflowd died, its status never written: the launch record is all
+    a restart has, and it must say how many attempts had failed (else the job gets extra retries)."""
+    from test_reconcile import job
+
+    from controller.act.runtime.backends.local.runtime import SupervisorRuntime
+    from controller.model.plan import Launch
+
+    home = Home.resolve(str(tmp_path / "home"), None)
+    home.ensure()
+    before = SupervisorRuntime(home)
+    try:
+        admitted = job("u", command=["sleep", "300"], workingDir=str(tmp_path), backoffLimit=2)
+        before.start(Launch("u", 2, 1, admitted, [], [], failed=1))
+        running = wait_for(
+            lambda: (run := before.observe().get("u")) is not None and run.running and run.pid and run,
+            timeout=60,
+            message="the retry to run",
+        )
+        assert running.failed_before == 1
+    finally:
+        before.close()  # gflowd dies; the supervisor and the job live on
+    after = SupervisorRuntime(home)
+    try:
+        assert after.adopt() == ["u"]
+        adopted = after.observe()["u"]
+        assert (adopted.attempt, adopted.failed_before, adopted.pid) == (2, 1, running.pid)
+        after.stop("u", 5.0, "Stopped")
+        ended = wait_for(
+            lambda: (run := after.observe()["u"]) is not None and not run.running and run,
+            timeout=60,
+            message="the adopted retry to end",
+        )
+        assert ended.failed_before == 1
+        after.forget("u")
+        after.purge()
+    finally:
+        after.close()
+
+
+@pytest.mark.e2e  # runs a process
 def test_a_slurm_job_recorded_by_the_previous_release_keeps_its_job_id_across_the_upgrade(tmp_path):
     """The previous release wrote the job id as ``slurmJobId`` in the status and ``job_id`` in
     ``run/slurm/<name>.json``. This one reads both, adopts the running Slurm job, and writes the

@@ -266,6 +266,8 @@ def _ended(plan: PlanDraft, state: JobState, job: AdmittedJob, run: RunObservati
     if run.external_id:  # a cluster backend: where it ran, even if it ended between two looks
         state.backend_id, state.node = run.external_id, run.node or state.node
         state.devices = list(run.devices) or state.devices
+    if run.attempt > state.attempt:  # it began (a retry, or the first) and ended while its start went unrecorded
+        state.failed = max(state.failed, run.failed_before)  # failures its unrecorded decision had counted
     if run.run_hash and not state.run_hash:  # it ended before its start was ever recorded
         state.run_hash, state.attempt = run.run_hash, max(state.attempt, run.attempt)
     if run.attempt > state.attempt:  # a retry began and ended while its start went unrecorded (a crash)

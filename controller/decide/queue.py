@@ -431,7 +431,8 @@ def _start_or_queue(
 def _start(
     plan: PlanDraft, snap: Snapshot, state: JobState, job: AdmittedJob, decision: Binding, now: float, now_text: str
 ) -> None:
-    state.attempt += 1
+    if not (state.phase == Phase.Pending and state.reason == Reason.DiskFull):
+        state.attempt += 1  # not for an attempt held by a full disk before a restart: it never began
     state.phase, state.reason = Phase.Running, Reason.Started
     state.message = (
         f"bound to GPU{'s' if len(decision.devices) != 1 else ''} {','.join(map(str, decision.devices))}"
@@ -464,6 +465,7 @@ def _start(
             tuple(decision.cpus),
             tuple(minors.get(d, d) for d in decision.devices),
             tuple(sorted(minors.values())),
+            state.failed,
         )
     )
 

@@ -56,6 +56,7 @@ def _adopt(state: JobState, run: RunObservation) -> None:
         state.backend_id, state.node = run.external_id, run.node or state.node
     if run.attempt > state.attempt:
         state.attempt = run.attempt
+        state.failed = max(state.failed, run.failed_before)  # failures its unrecorded decision had counted
         state.reason, state.message = Reason.Started, "re-adopted after a controller restart"
     if run.run_hash and not state.run_hash:
         state.run_hash = run.run_hash

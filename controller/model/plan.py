@@ -42,6 +42,9 @@ class RunObservation:
     devices: tuple[int, ...] = ()  # as bound at the decision: survives a controller crash
     device_uuids: tuple[str, ...] = ()
     run_hash: str = ""  # the spec this attempt runs, as admission hashed it
+    # the job's failed attempts when this one was decided: a gflowd killed after the launch record and
+    # before the status adopts this attempt with the retries used before it, not with the older count
+    failed_before: int = 0
     # A cluster backend (Slurm) only: the attempt is handed over but waits in the cluster's queue
     # (``queued``: why, e.g. Resources, Priority; ``message``: the cluster's words), or runs on ``node``.
     queued: str = ""
@@ -68,6 +71,7 @@ class Launch:
     cpus: tuple[int, ...] = ()  # the cores bound to it (resources.cpus): its cpuset
     device_minors: tuple[int, ...] = ()  # the bound GPUs' /dev/nvidiaN minor numbers (devices cgroup)
     gpu_minors: tuple[int, ...] = ()  # every GPU's minor in the inventory: the others are denied
+    failed: int = 0  # the job's failed attempts when this one was decided (kept with the launch: see RunObservation)
 
 
 @dataclass(frozen=True)

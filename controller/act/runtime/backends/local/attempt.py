@@ -46,6 +46,7 @@ class Attempt:
     devices: tuple[int, ...] = ()
     device_uuids: tuple[str, ...] = ()
     run_hash: str = ""
+    failed_before: int = 0  # the launch record's failedBefore
     spec: dict | None = None  # the launch record, kept to write it again
     script: str | None = None  # the script file's text (a ``script:`` job), until it is written
     log_rotated: bool = False
@@ -135,6 +136,7 @@ def exit_observation(attempt: Attempt, record: dict) -> RunObservation:
         devices=attempt.devices,
         device_uuids=attempt.device_uuids,
         run_hash=attempt.run_hash,
+        failed_before=attempt.failed_before,
     )
 
 
@@ -157,6 +159,7 @@ def lost_observation(attempt: Attempt, why: str) -> RunObservation:
         devices=attempt.devices,
         device_uuids=attempt.device_uuids,
         run_hash=attempt.run_hash,
+        failed_before=attempt.failed_before,
     )
 
 
@@ -183,4 +186,5 @@ def held_observation(
         devices=attempt.devices,
         device_uuids=attempt.device_uuids,
         run_hash=attempt.run_hash,
+        failed_before=attempt.failed_before,
     )

@@ -82,6 +82,7 @@ def launch_record(
         "decidedAt": time.time(),
         "bootId": boot_id(),  # a later gflowd tells a job lost to a reboot from one lost to a crash
         "runHash": launch.job.run_hash,
+        "failedBefore": launch.failed,  # the retries used: a restart that finds only this record counts them
         "devices": list(launch.devices),
         "deviceUUIDs": list(launch.device_uuids),
         "condaEnv": spec.conda_env or None,

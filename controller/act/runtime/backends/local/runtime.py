@@ -150,6 +150,7 @@ class SupervisorRuntime:
         attempt.time_limit = launch.job.spec.time_limit
         attempt.devices, attempt.device_uuids = tuple(launch.devices), tuple(launch.device_uuids)
         attempt.run_hash = launch.job.run_hash
+        attempt.failed_before = launch.failed
         self.attempts[launch.name] = attempt
         if current is not None and current.result is not None:
             self._remove_files(current, keep_record=True)
@@ -236,6 +237,7 @@ class SupervisorRuntime:
                     devices=attempt.devices,
                     device_uuids=attempt.device_uuids,
                     run_hash=attempt.run_hash,
+                    failed_before=attempt.failed_before,
                     message="started once its launch could be recorded" if attempt.was_held else "",
                     last_input=self._last_input(attempt),
                 )
@@ -381,6 +383,7 @@ class SupervisorRuntime:
             attempt.devices = tuple(spec.get("devices") or ())
             attempt.device_uuids = tuple(spec.get("deviceUUIDs") or ())
             attempt.run_hash = str(spec.get("runHash") or "")
+            attempt.failed_before = int(spec.get("failedBefore") or 0)
             attempt.spec, attempt.log_rotated = spec, True  # its log was rotated before the record was written
             self.attempts[attempt.name] = attempt
             self._refresh(attempt, adopting=True)

@@ -163,6 +163,7 @@ class SlurmRuntime:
                 launch.job.run_hash,
                 submitted_at=now,
                 error=str(exc),
+                failed_before=launch.failed,
             )
             self.records[launch.name] = record
             self._save(record)
@@ -177,6 +178,7 @@ class SlurmRuntime:
             launch.job.run_hash,
             launch.job.spec.time_limit,
             submitted_at=time.time(),
+            failed_before=launch.failed,
         )
         self.records[launch.name] = record
         self._save(record)  # the decision, durable, before sbatch: a restart finds it

@@ -64,6 +64,7 @@ class SlurmRecord:
     submitted_at: float = 0.0
     error: str = ""  # the submission itself failed (sbatch's message)
     stop_sent: bool = False
+    failed_before: int = 0  # the job's failed attempts when this one was decided (RunObservation)
 
 
 def home_id(home: Home) -> str:
@@ -198,6 +199,7 @@ def observation(record: SlurmRecord, job: SlurmJob | None, now: float, memory_ex
     base: dict[str, Any] = dict(
         devices=tuple(record.devices),
         run_hash=record.run_hash,
+        failed_before=record.failed_before,
         external_id=record.job_id or "",
         node=record.node,
     )
