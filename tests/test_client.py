@@ -388,3 +388,78 @@ def test_importing_the_client_loads_no_heavy_library():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout == "[]\n", done.stderr
+
+
+def _stale_index_home(home: Path, lock_fd_holder: list[int]) -> tuple:
+    """A home as gflowd leaves it between a status write and the coalesced index write that follows
+    (record/writer.py ``write_index``): job ``done`` Succeeded in its status file, Running in the
+    index. The test holds gflowd's lock, as a running gflowd does; the returned call catches the
+    index up."""
+    import fcntl
+    import json
+
+    from controller.paths import Home
+    from controller.util.fsutil import atomic_write
+
+    layout = Home(home, home / "jobs")
+    layout.status_dir.mkdir(parents=True, exist_ok=True)
+    layout.index_file.parent.mkdir(parents=True, exist_ok=True)
+    layout.status_file("done").write_text(
+        "apiVersion: gflow.dev/v1\nkind: JobStatus\nmetadata:\n  name: done\n"
+        "status:\n  phase: Succeeded\n  attempt: 1\n  exitCode: 0\n"
+    )
+
+    def index(phase: str) -> None:
+        row = {"phase": phase, "reason": phase, "attempt": 1, "gpus": 0, "priority": 0, "labels": {}}
+        atomic_write(layout.index_file, json.dumps({"jobs": {"done": row}}).encode())
+
+    index("Running")
+    old = os.stat(layout.status_file("done")).st_mtime - 3600
+    os.utime(layout.index_file, (old, old))  # written before the status file, as the pass before did
+    fd = os.open(layout.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    lock_fd_holder.append(fd)
+    return layout, lambda: index("Succeeded")
+
+
+@pytest.mark.parametrize("waiter", ["client", "gflowctl"])
+def test_wait_returns_only_once_the_index_list_reads_shows_the_phase_too(home, monkeypatch, waiter, capsys):
+    """``wait`` then ``list``/``get jobs`` (what scripts do) must agree: wait read the status file
+    while the coalesced index still said Running, and list missed the job (CI, under load)."""
+    from controller.client.read import state
+
+    # the catch-up below comes long before this, on any machine
+    monkeypatch.setattr(state, "INDEX_LAG_MAX", 120.0)
+    fds: list[int] = []
+    layout, catch_up = _stale_index_home(home, fds)
+    stale_seen = threading.Event()
+    read_index = state.read_index
+
+    def watched_read_index(h):
+        index = read_index(h)
+        if index and index["jobs"]["done"]["phase"] == "Running":
+            stale_seen.set()
+        return index
+
+    monkeypatch.setattr(state, "read_index", watched_read_index)
+    client = Client(home)
+    result: list = []
+    if waiter == "client":
+        waiting = threading.Thread(target=lambda: result.append(client.wait("done", timeout=120)))
+    else:
+        from controller.cli.wait import wait
+
+        waiting = threading.Thread(
+            target=lambda: result.append(wait(layout, [("job", "done")], "phase=Succeeded", "120s"))
+        )
+    try:
+        waiting.start()
+        assert stale_seen.wait(60), "wait never looked at the index"
+        assert waiting.is_alive(), "wait returned while the index still said Running"
+        catch_up()
+        waiting.join(60)
+        assert not waiting.is_alive() and result
+        assert [j.name for j in client.list(phase="Succeeded")] == ["done"]
+    finally:
+        for fd in fds:
+            os.close(fd)

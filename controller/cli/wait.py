@@ -8,7 +8,7 @@ import time
 
 from controller.api.units import parse_duration
 from controller.cli.common import CliError, print_error, warn_if_not_running
-from controller.client.read.state import reached, read_status
+from controller.client.read.state import await_index, reached, read_status
 from controller.paths import Home
 
 
@@ -46,6 +46,8 @@ def _check(home: Home, kind: str, name: str, what: str, value: str) -> tuple[boo
     """(reached, can no longer be reached), printing which."""
     status = (read_status(home, name) or {}).get("status") or {}
     met, never = reached(status, what, value)
+    if met is not None or never:
+        await_index(home, kind, name, status)  # so that a get jobs right after shows it too
     if met is not None:
         print(f"{kind}/{name} {met}" if what == "phase" else f"{kind}/{name} condition met: {met}", flush=True)
     elif never:

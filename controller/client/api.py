@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from controller.client.errors import GflowError, NotFound
 from controller.client.read.objects import Gpu, Job, Submitted, Sweep
 from controller.client.read.state import (
+    await_index,
     is_running,
     job_rows,
     reached,
@@ -256,6 +257,8 @@ class Client:
             document = read_status(self.home, bare) or {}
             status = document.get("status") or {}
             met, never = reached(status, what, value)
+            if met is not None or never:
+                await_index(self.home, kind, bare, status)  # what list() and get jobs read shows it too
             if met is not None:
                 return self.get(name)  # type: ignore[return-value]
             if never:

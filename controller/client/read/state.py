@@ -45,6 +45,33 @@ def read_index(home: Home) -> dict[str, Any] | None:
     return index
 
 
+INDEX_LAG_MAX = 2.0  # seconds a status file may lead the index: record/writer.py INDEX_MAX_GAP, and a slow write
+
+
+def await_index(home: Home, kind: str, name: str, status: dict[str, Any]) -> None:
+    """Until the index (and the jobs table, written with it) shows ``status``'s phase and attempt for
+    ``kind``/``name``. gflowd writes a status file at once but coalesces index writes (up to a
+    second under a flood): a wait returns only once ``get jobs`` and ``Client.list`` agree with it."""
+    import time  # lazy: only a wait that was met comes here
+
+    want = (status.get("phase"), status.get("attempt"))
+    if want[0] is None or not is_running(home):
+        return  # nothing to compare, or no gflowd to bring the index up to date
+    deadline = time.monotonic() + INDEX_LAG_MAX
+    while True:
+        try:  # written after the status file: caught up, without parsing an index of 50,000 jobs
+            if os.stat(home.index_file).st_mtime_ns > os.stat(home.status_file(name)).st_mtime_ns:
+                return
+        except OSError:
+            pass  # no status file (a job of a flood) or no index yet: compare the rows
+        row = ((read_index(home) or {}).get(f"{kind}s") or {}).get(name)
+        if not isinstance(row, dict) or (row.get("phase"), row.get("attempt", want[1])) == want:
+            return  # not listed (a removed job), or caught up
+        if time.monotonic() >= deadline:
+            return  # an index write that fails: the wait's answer still stands
+        time.sleep(0.02)
+
+
 def read_status(home: Home, name: str) -> dict[str, Any] | None:
     """Job or sweep ``name``'s status document, None when there is none (or it is unreadable).
     A job of a flood has no status file for a moment (queued to start, or just started: see
