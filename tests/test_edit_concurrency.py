@@ -161,3 +161,32 @@ def test_two_concurrent_applies_into_one_file_never_lose_a_change(home, gflowd, 
         assert [docs["x"]["spec"].get("priority"), docs["y"]["spec"].get("priority")] == [trial, trial], (
             f"trial {trial}: both applies said configured, the file has:\n{manifest.read_text()}"
         )
+
+
+def test_apply_right_after_gflowd_wrote_a_status_edits_its_file_not_a_new_one(home, gflowd, tmp_path):
+    """gflowd writes a job's status at once and its jobs table and index (where apply looks up which
+    file defines a name) up to a second later. An apply in that gap created ``jobs/x.yaml`` beside
+    the file defining x, a duplicate name (CI, under load). The gap is made here by taking x out of
+    the table and index that a real gflowd wrote."""
+    import json
+
+    from controller.paths import Home
+
+    manifest = home / "jobs" / "pair.yaml"
+    manifest.write_text(jobs_text(["x", "y"]))
+    daemon = gflowd()
+    wait_phase(home, "x", "Pending", daemon=daemon)
+    wait_phase(home, "y", "Pending", daemon=daemon)
+    daemon.terminate()
+    layout = Home(home, home / "jobs")
+    layout.jobs_table.unlink()  # without a table, the index is read
+    index = json.loads(layout.index_file.read_text())
+    del index["jobs"]["x"]
+    layout.index_file.write_text(json.dumps(index))
+    source = tmp_path / "x.yaml"
+    source.write_text("metadata: {name: x}\nspec:\n  command: [sleep, '60']\n  suspend: true\n  priority: 7\n")
+
+    ((code, out, err),) = run_all([start_ctl(home, "apply", "-f", str(source))])
+    assert (code, out) == (0, "job/x configured\n"), err
+    assert not (home / "jobs" / "x.yaml").exists()
+    assert documents(manifest)["x"]["spec"]["priority"] == 7

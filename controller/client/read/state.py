@@ -321,6 +321,10 @@ def find_manifest(home: Home, name: str, kind: str = "job") -> Path | None:
     """The manifest file that defines ``name``: from its status, else ``<spec-dir>/<name>.yaml``."""
     if kind == "job":
         manifest = (job_places(home).get(name) or (None, None))[0]
+        if manifest is None and home.status_file(name).exists():
+            # gflowd wrote its status, not yet the table and index it writes after (coalesced: up to
+            # a second): the status names the file; else a new file of that name would be a duplicate
+            manifest = ((read_status(home, name) or {}).get("status") or {}).get("manifest")
     else:
         manifest = (((read_index(home) or {}).get(f"{kind}s") or {}).get(name) or {}).get("manifest")
     if manifest:
