@@ -647,7 +647,7 @@ backoffLimit: 1
     )
     try:
         go.touch()
-        out, err = follower.communicate(timeout=30)
+        out, err = follower.communicate(timeout=120)  # generous: a retry after back-off, on a loaded machine
     except subprocess.TimeoutExpired:
         follower.kill()
         out, err = follower.communicate()
