@@ -125,6 +125,20 @@ def _no_process_in_fast_lane(request: pytest.FixtureRequest):
         pytest.fail(f"a fast-lane test started processes ({'; '.join(started)}): mark it e2e (tests/conftest.py)")
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """Code run in-process (a supervisor's close, the launcher) may ignore SIGINT or SIGTERM; every
+    later child of this worker would inherit that, and a Ctrl-C sent to one (``run -it``) would do
+    nothing (CI: test_interactive's Ctrl-C hung). Each test ends with the handlers it began with."""
+    import signal
+
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)}
+    yield
+    for sig, handler in kept.items():
+        if handler is not None and signal.getsignal(sig) != handler:
+            signal.signal(sig, handler)
+
+
 # -- fixtures ----------------------------------------------------------------------------------------
 
 

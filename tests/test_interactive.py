@@ -46,6 +46,8 @@ def spawn(home: Path, *argv: str, size: tuple[int, int] = (24, 80)) -> pexpect.s
         encoding="utf-8",
         timeout=60,
         dimensions=size,
+        # as typed at a shell's prompt: a worker that ignores SIGINT (inherited) would make Ctrl-C do nothing
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     child.logfile_read = _Transcript()
     return child
