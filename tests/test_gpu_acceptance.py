@@ -879,6 +879,7 @@ def test_ctrl_c_mid_run_still_cleans_up(gpu_sim, tmp_path, short_tmp):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as at a prompt, whatever the worker ignores
     )
     try:
         lines = []
