@@ -289,3 +289,29 @@ def test_a_taken_name_is_known_from_the_jobs_table_without_the_index(home, gflow
     done = ctl(home, "run", "--name", "after-grid", "--after", "grid", "--", "true", cwd=proj)
     assert done.returncode == 0, done.stderr
     assert load_one((home / "jobs" / "after-grid.yaml").read_text())["spec"]["dependsOn"] == [{"job": "grid"}]
+
+
+def test_run_name_is_refused_for_a_job_whose_status_is_written_but_not_yet_in_the_table(home, gflowd, proj):
+    """gflowd writes the jobs table up to a second after a status. ``run --name x`` in that gap found
+    no x (it lives in another file) and wrote ``jobs/x.yaml``: two files defining x. The gap is made
+    by writing the table a real gflowd left without x's row."""
+    from controller.util import jobs_table
+
+    daemon = gflowd()
+    (home / "jobs" / "pair.yaml").write_text(
+        "metadata: {name: x}\nspec: {command: ['true']}\n---\nmetadata: {name: y}\nspec: {command: ['true']}\n"
+    )
+    wait_phase(home, "x", "Succeeded", daemon=daemon)
+    wait_phase(home, "y", "Succeeded", daemon=daemon)
+    daemon.terminate()
+    table = home / "run" / "jobs.table"
+    rows = [row for name, row in jobs_table.read(str(table)).rows.items() if name != "x"]
+    table.write_bytes(jobs_table.rewritten(rows))
+    assert set(jobs_table.read(str(table)).rows) == {"y"}
+
+    done = ctl(home, "run", "--name", "x", "--", "true", cwd=proj)
+    assert (done.returncode, done.stderr) == (
+        1,
+        "error: x already exists; choose another --name (gflowctl apply changes an existing job)\n",
+    )
+    assert not (home / "jobs" / "x.yaml").exists()

@@ -188,6 +188,8 @@ def exists(home: Home, name: str) -> bool:
 
     if name in table.rows or any(row[OWNER] == name for row in table.rows.values()):
         return True
+    if home.status_file(name).exists():  # written before the table (up to a second): a job of that name
+        return True
     return any(os.path.lexists(home.spec_dir / f"{name}{suffix}") for suffix in (".yaml", ".yml"))
 
 
