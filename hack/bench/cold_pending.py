@@ -13,28 +13,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-GPUS = "gpus:\n" + "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n" * 8
+from make_home import GPUS, start, stop  # hack/bench/, the script's own folder: first on sys.path
 
 
 def manifest(name: str, suspend: bool) -> str:
     hold = "  suspend: true\n" if suspend else "  resources: {gpus: 9}\n"
     return f"metadata: {{name: {name}}}\nspec:\n  command: ['true']\n{hold}"
-
-
-def start(home: Path, gpus: Path) -> subprocess.Popen:
-    env = dict(os.environ, GFLOW_HOME=str(home))
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    cmd = [sys.executable, "-m", "controller.daemon", "--home", str(home), "--fake-gpus", str(gpus)]
-    return subprocess.Popen([*cmd, "--log-level", "warning"], cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL)
 
 
 def pending(home: Path, pid: int) -> int:
@@ -56,11 +46,6 @@ def wait_pending(home: Path, proc: subprocess.Popen, n: int, timeout: float) -> 
             raise SystemExit(f"cold_pending: gflowd exited with {proc.returncode}")
         time.sleep(0.01)
     raise SystemExit(f"cold_pending: {n} jobs not all Pending after {timeout:g}s")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(60)
 
 
 def main() -> int:
