@@ -79,6 +79,16 @@ def _index_row(name: str, state: JobState) -> bytes:
     return f"{json.dumps(name)}:{_COMPACT.encode(state.summary())}".encode()
 
 
+_NUMBER_TEXT: dict[int, str] = {}  # gpus and priority as the table writes them: one string per value, not per job
+
+
+def _number_text(value: int) -> str:
+    text = _NUMBER_TEXT.get(value)
+    if text is None:
+        text = _NUMBER_TEXT[value] = str(value)
+    return text
+
+
 def _table_row(name: str, state: JobState, uid: int | None) -> tuple:
     """The job's row of the jobs table (util/jobs_table.py ``FIELDS``): plain str, not the StrEnums
     (marshal writes exact types only)."""
@@ -87,9 +97,9 @@ def _table_row(name: str, state: JobState, uid: int | None) -> tuple:
         name,
         uid,
         str(state.phase),
-        str(state.gpus),
+        _number_text(state.gpus),
         ",".join([str(d) for d in devices]) if devices else "-",
-        str(state.priority),
+        _number_text(state.priority),
         state.created,
         str(state.reason),
         state.completion_time,
