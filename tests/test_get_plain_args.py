@@ -6,7 +6,10 @@ read by argparse prints."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,6 +110,7 @@ LISTINGS = [
 AGE = re.compile(r"(?<![\w-])\d+(s|m\d+s|m|h\d+m|h|d\d+h|d)(?![\w-])")
 
 
+@pytest.mark.e2e
 def test_each_listing_prints_what_argparse_read_listing_prints(home, gflowd, fake_gpus):
     _settled_home(home, gflowd, fake_gpus)
     for argv in LISTINGS:
@@ -117,3 +121,30 @@ def test_each_listing_prints_what_argparse_read_listing_prints(home, gflowd, fak
         # an AGE may tick over between the two runs; nothing else may differ
         assert AGE.sub("AGE", plain.stdout) == AGE.sub("AGE", parsed.stdout), argv
         assert plain.stdout.strip() or argv[-1] == "bad", argv
+
+
+PROBE = (
+    "import io, sys\n"
+    "before = set(sys.modules)\n"
+    "from controller.cli.main import main\n"
+    "sys.stdout = io.StringIO()\n"
+    "code = main(sys.argv[1:])\n"
+    "sys.stdout = sys.__stdout__\n"
+    "heavy = ('argparse', 'gettext', 'locale', 'shutil', 'controller.api.labels')\n"
+    "print(code, *sorted(m for m in heavy if m in sys.modules and m not in before))\n"
+)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("argv", [["get", "jobs"], ["get", "jobs", "-A", "-o", "name"], ["get", "job/a", "-o", "wide"]])
+def test_a_plain_get_jobs_loads_no_argument_parser(home, argv):
+    """argparse, and the gettext, locale and shutil it loads: ~9 ms of a ~60 ms ``get jobs``;
+    the label selector's parser only for ``-l``."""
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GFLOW_HOME": str(home)},
+        timeout=60,
+    )
+    assert probe.stdout.split()[1:] == [], (probe.stdout, probe.stderr)
