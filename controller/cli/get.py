@@ -47,7 +47,7 @@ def get(home: Home, args) -> int:
     if args.kind in JOB_KINDS + SWEEP_KINDS + RESERVATION_KINDS or "/" in args.kind:
         args.kind, args.names = _typed_names(args.kind, args.names)
     if args.kind in JOB_KINDS:
-        selector = parse_selector_args(args.selector)
+        selector = parse_selector_args(args.selector) if args.selector else []  # labels.py only for -l
         if args.watch:
             return _watch_jobs(home, args, selector)
         return _get_jobs(home, args, selector)

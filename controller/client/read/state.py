@@ -381,15 +381,15 @@ def select_rows(
 ) -> list[tuple[str, dict]]:
     """The rows named (all when none), in name order, whose labels match ``selector`` and whose
     phase is one of ``phases`` (any when empty)."""
-    from controller.api.labels import selector_matches  # lazy: only listing selects
-
+    if selector:
+        from controller.api.labels import selector_matches  # lazy: only listing by label
     chosen = []
     wanted_phases = {p.lower() for p in phases}
     for name in names or sorted(rows):
         row = rows.get(name)
         if row is None:
             continue
-        if not selector_matches(selector, row.get("labels") or {}):
+        if selector and not selector_matches(selector, row.get("labels") or {}):
             continue
         if wanted_phases and str(row.get("phase", "")).lower() not in wanted_phases:
             continue
