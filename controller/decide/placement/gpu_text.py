@@ -9,7 +9,7 @@ from __future__ import annotations
 from controller.api.units import format_quantity
 from controller.model.reasons import Reason
 from controller.model.resources import KINDS, count
-from controller.model.scheduling import GpuSlot, Request, Wait
+from controller.model.scheduling import GpuSlot, GpuState, Request, Wait
 
 
 def gpus_text(indices: list[int]) -> str:
@@ -23,8 +23,8 @@ def gpu_count(n: int, what: str = KINDS["gpus"].noun) -> str:
 def describe_busy(slots: list[GpuSlot], held: dict[int, str] | None = None) -> str:
     """Why GPUs are not free, grouped: ``GPUs 0,2 allocated to a, b; GPU 3 unmanaged: pid 4242``."""
     held = held or {}
-    allocated = [s for s in slots if s.state == "Allocated" and s.jobs]
-    shared = [s for s in slots if s.state == "Shared" and s.jobs]
+    allocated = [s for s in slots if s.state == GpuState.Allocated and s.jobs]
+    shared = [s for s in slots if s.state == GpuState.Shared and s.jobs]
     parts = []
     if allocated:
         jobs = list(dict.fromkeys(j for s in allocated for j in s.jobs))
@@ -33,15 +33,15 @@ def describe_busy(slots: list[GpuSlot], held: dict[int, str] | None = None) -> s
         jobs = list(dict.fromkeys(j for s in shared for j in s.jobs))
         parts.append(f"{gpus_text([s.index for s in shared])} shared by {', '.join(jobs)}")
     for slot in slots:
-        if slot.state == "Unmanaged":
+        if slot.state == GpuState.Unmanaged:
             pids = ", ".join(str(p) for p in slot.foreign_pids[:3]) + (" ..." if len(slot.foreign_pids) > 3 else "")
             parts.append(
                 f"GPU {slot.index} unmanaged: pid {pids} ({format_quantity(slot.foreign_memory)}) not started by gflow"
             )
-    unhealthy = [s.index for s in slots if s.state == "Unhealthy"]
+    unhealthy = [s.index for s in slots if s.state == GpuState.Unhealthy]
     if unhealthy:
         parts.append(f"{gpus_text(unhealthy)} unhealthy")
-    kept = [s for s in slots if s.index in held and s.state in ("Free", "Shared")]
+    kept = [s for s in slots if s.index in held and s.state in (GpuState.Free, GpuState.Shared)]
     if kept:
         parts.append(f"{gpus_text([s.index for s in kept])} held for higher-priority job {held[kept[0].index]}")
     return "; ".join(parts)
@@ -64,12 +64,12 @@ def never_fits_text(req: Request, slots: list[GpuSlot], typed: list[GpuSlot]) ->
                 f"{gpu_count(len(big))} this large (largest {format_quantity(largest)})"
             )
     kind = f" {req.gpu_type}" if req.gpu_type else ""
-    usable = [s for s in typed if s.state not in ("Unhealthy", "Restricted")]
+    usable = [s for s in typed if s.state not in (GpuState.Unhealthy, GpuState.Restricted)]
     if len(usable) == len(typed):
         return f"needs {what}{kind}, this machine has {len(typed)}"
     notes = []
-    restricted = [s.index for s in typed if s.state == "Restricted"]
-    unhealthy = [s.index for s in typed if s.state == "Unhealthy"]
+    restricted = [s.index for s in typed if s.state == GpuState.Restricted]
+    unhealthy = [s.index for s in typed if s.state == GpuState.Unhealthy]
     if restricted:
         notes.append(f"{gpus_text(restricted)} restricted by the controller's gpus setting")
     if unhealthy:
@@ -100,7 +100,9 @@ def why_waiting(
             f"waiting behind higher-priority job {', '.join(before)}: needs {what}, {len(room)} free after it took GPUs",
         )
     if req.shared:
-        short = [s for s in usable if s.state in ("Free", "Shared") and s.shared_room() < (req.gpu_memory or 0)]
+        short = [
+            s for s in usable if s.state in (GpuState.Free, GpuState.Shared) and s.shared_room() < (req.gpu_memory or 0)
+        ]
         if short:
             best = max(s.shared_room() for s in short)
             return Wait(

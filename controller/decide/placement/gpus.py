@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from controller.api.units import format_duration
 from controller.decide.placement.gpu_text import gpu_count, never_fits_text, why_waiting
 from controller.model.reasons import Reason
-from controller.model.scheduling import GpuSlot, Request, Wait
+from controller.model.scheduling import GpuSlot, GpuState, Request, Wait
 
 NO_REASON = Wait(Reason.Resources, "")  # what a waiting job is told when the pass gives no reasons (the simulator)
 
@@ -34,8 +34,8 @@ def matches(slot: GpuSlot, request: Request) -> bool:
 
 def has_room(slot: GpuSlot, req: Request) -> bool:
     if req.shared:
-        return slot.state in ("Free", "Shared") and slot.shared_room() >= (req.gpu_memory or 0)
-    return slot.state == "Free"
+        return slot.state in (GpuState.Free, GpuState.Shared) and slot.shared_room() >= (req.gpu_memory or 0)
+    return slot.state == GpuState.Free
 
 
 def order(room: list[GpuSlot], req: Request, strategy: str) -> list[GpuSlot]:
@@ -44,7 +44,7 @@ def order(room: list[GpuSlot], req: Request, strategy: str) -> list[GpuSlot]:
         random.Random(req.name).shuffle(shuffled)
         return shuffled
     if strategy == "packed":  # fill partly used shared GPUs first: least room left that still fits
-        return sorted(room, key=lambda s: (s.state != "Shared", s.shared_room(), s.index))
+        return sorted(room, key=lambda s: (s.state != GpuState.Shared, s.shared_room(), s.index))
     if strategy == "spread":  # the emptiest GPUs first
         return sorted(room, key=lambda s: (len(s.jobs), -s.shared_room(), s.index))
     return sorted(room, key=lambda s: s.index)
@@ -78,7 +78,7 @@ def distance(topology: Mapping[tuple[int, int], int], a: int, b: int) -> int:
 
 def usable_ever(typed: list[GpuSlot], req: Request) -> list[GpuSlot]:
     """The GPUs of the request's type it could ever use: healthy, allowed, big enough."""
-    usable = [s for s in typed if s.state not in ("Unhealthy", "Restricted")]
+    usable = [s for s in typed if s.state not in (GpuState.Unhealthy, GpuState.Restricted)]
     if req.gpu_memory is not None:
         usable = [s for s in usable if s.gpu.memory_total >= req.gpu_memory]
     return usable
@@ -177,9 +177,9 @@ class GpuPlacer:
             self.taken_by.setdefault(slot.index, []).append(req.name)
             if req.shared:
                 slot.shared_reserved += req.gpu_memory or 0
-                slot.state = "Shared"
+                slot.state = GpuState.Shared.value
             else:
-                slot.state = "Allocated"
+                slot.state = GpuState.Allocated.value
         self.note_exhausted()
         return tuple(s.index for s in chosen)
 
@@ -208,7 +208,7 @@ class GpuPlacer:
         return wait
 
     def _why(self, req: Request, fit: _Fit) -> Wait:
-        visible = [s for s in fit.typed if s.state != "Restricted"]  # what the message explains
+        visible = [s for s in fit.typed if s.state != GpuState.Restricted]  # what the message explains
         wait = why_waiting(req, fit.usable, visible, fit.room, self.taken_by, self.held)
         reserved_at = self.reserved_at
         if reserved_at < math.inf and len(fit.room) >= req.gpus and reserved_at > self.now:
@@ -246,7 +246,7 @@ def _reservation(req: Request, usable: list[GpuSlot], room: list[GpuSlot], now: 
     for slot in usable:
         if slot.index in free_now:
             when.append((now, 1, slot))
-        elif slot.state in ("Allocated", "Shared") and (
+        elif slot.state in (GpuState.Allocated, GpuState.Shared) and (
             not req.shared or slot.gpu.memory_total - slot.foreign_memory >= (req.gpu_memory or 0)
         ):
             when.append((slot.free_at, 0, slot))
@@ -263,7 +263,10 @@ def _reservation(req: Request, usable: list[GpuSlot], room: list[GpuSlot], now: 
 
 def _any_room(slots: list[GpuSlot], held: dict[int, str], mode: str) -> bool:
     """Could any job still be placed somewhere (ignoring its shape)?"""
-    return any(slot.state in ("Free", "Shared") and (mode == "backfill" or slot.index not in held) for slot in slots)
+    return any(
+        slot.state in (GpuState.Free, GpuState.Shared) and (mode == "backfill" or slot.index not in held)
+        for slot in slots
+    )
 
 
 def _fits_once_ours_end(req: Request, usable: list[GpuSlot]) -> bool:
@@ -272,9 +275,9 @@ def _fits_once_ours_end(req: Request, usable: list[GpuSlot]) -> bool:
         candidates = [
             s
             for s in usable
-            if s.state in ("Free", "Shared", "Allocated")
+            if s.state in (GpuState.Free, GpuState.Shared, GpuState.Allocated)
             and s.gpu.memory_total - s.foreign_memory >= (req.gpu_memory or 0)
         ]
     else:
-        candidates = [s for s in usable if s.state in ("Free", "Shared", "Allocated")]
+        candidates = [s for s in usable if s.state in (GpuState.Free, GpuState.Shared, GpuState.Allocated)]
     return len(candidates) >= req.gpus
