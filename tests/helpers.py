@@ -408,3 +408,31 @@ def scrub_cgroups(paths: list[str]) -> list[str]:
                         break
                     time.sleep(0.02)
     return attempts
+
+
+# gflowctl in a fresh interpreter: the modules it imported beyond what the interpreter had (an editable
+# install's import hook loads pathlib, say); the answer is stderr's last line, stdout stays the verb's
+_IMPORT_PROBE = (
+    "import sys\n"
+    "heavy = sys.argv[1].split(',')\n"
+    "before = set(sys.modules)\n"
+    "from controller.cli.main import main\n"
+    "code = main(sys.argv[2:])\n"
+    "print(code, *sorted(m for m in heavy if m in sys.modules and m not in before), file=sys.stderr)\n"
+)
+
+
+def gflowctl_imports(
+    argv: list[str], heavy: tuple[str, ...], env: dict[str, str], cwd: Path | None = None
+) -> tuple[list[str], subprocess.CompletedProcess]:
+    """``gflowctl ARGV``'s exit code (as text), then which of ``heavy`` it imported; and the run."""
+    probe = subprocess.run(
+        [sys.executable, "-c", _IMPORT_PROBE, ",".join(heavy), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+    )
+    *_, last = probe.stderr.splitlines() or [""]
+    return last.split(), probe

@@ -8,29 +8,18 @@ import subprocess
 import sys
 
 import pytest
+from helpers import gflowctl_imports
 
 from controller.cli.main import VERBS, build_parser, help_text
 
-# modules the interpreter already had (an editable install's import hook loads pathlib) don't count
-PROBE = (
-    "import io, sys\n"
-    "before = set(sys.modules)\n"
-    "from controller.cli.main import main\n"
-    "sys.stdout = io.StringIO()\n"
-    "code = main(sys.argv[1:])\n"
-    "sys.stdout = sys.__stdout__\n"
-    "heavy = ('argparse', 'pathlib', 'dataclasses', 'typing', 'pydantic', 'ruamel.yaml', 'tempfile',\n"
-    "         'controller.cli.common')\n"
-    "print(code, *sorted(m for m in heavy if m in sys.modules and m not in before))\n"
-)
+HEAVY = ("argparse", "pathlib", "dataclasses", "typing", "pydantic", "ruamel.yaml", "tempfile", "controller.cli.common")
 
 
 def _loaded(tmp_path, *argv: str) -> list[str]:
     """Exit code, then which of the heavy modules the verb imported."""
-    env = {**os.environ, "GFLOW_HOME": str(tmp_path / "home")}
-    probe = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env, timeout=60)
+    loaded, probe = gflowctl_imports(list(argv), HEAVY, {**os.environ, "GFLOW_HOME": str(tmp_path / "home")})
     assert probe.returncode == 0, probe.stderr
-    return probe.stdout.split()
+    return loaded
 
 
 @pytest.mark.e2e
@@ -125,12 +114,8 @@ def test_apply_from_a_project_folder_with_gflowd_loads_no_yaml_parser(home, gflo
     manifest.write_text(
         "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: lean  # mine\nspec:\n  command: [sleep, '30']\n"
     )
-    env = {**os.environ, "GFLOW_HOME": str(home)}
-    probe = subprocess.run(
-        [sys.executable, "-c", PROBE, "apply", "-f", str(manifest)], capture_output=True, text=True, env=env, timeout=60
-    )
+    loaded, probe = gflowctl_imports(["apply", "-f", str(manifest)], HEAVY, {**os.environ, "GFLOW_HOME": str(home)})
     assert probe.returncode == 0, probe.stderr
-    loaded = probe.stdout.split()
     assert loaded[0] == "0" and "ruamel.yaml" not in loaded[1:] and "dataclasses" not in loaded[1:], loaded
     stored = (home / "jobs" / "lean.yaml").read_text()
     assert "name: lean  # mine\n" in stored and f'workingDir: "{proj}"' in stored, stored
@@ -138,25 +123,24 @@ def test_apply_from_a_project_folder_with_gflowd_loads_no_yaml_parser(home, gflo
 
 # what a verb gflowd answers for must not load: the models and YAML parser (gflowd's), and the
 # standard modules run's start-up once paid for (argparse, dataclasses with inspect, typing, ...)
-LEAN_PROBE = (
-    "import io, sys\n"
-    "before = set(sys.modules)\n"
-    "from controller.cli.main import main\n"
-    "code = main(sys.argv[1:])\n"
-    "heavy = ('pydantic', 'ruamel.yaml', 'controller.model.documents', 'argparse', 'dataclasses', 'inspect',\n"
-    "         'typing', 'tempfile', 'secrets', 'shutil', 'selectors')\n"
-    "print(code, *sorted(m for m in heavy if m in sys.modules and m not in before), file=sys.stderr)\n"
+LEAN_HEAVY = (
+    "pydantic",
+    "ruamel.yaml",
+    "controller.model.documents",
+    "argparse",
+    "dataclasses",
+    "inspect",
+    "typing",
+    "tempfile",
+    "secrets",
+    "shutil",
+    "selectors",
 )
 
 
 def _lean(home, cwd, *argv: str) -> list[str]:
-    """Exit code, then which of LEAN_PROBE's modules ``gflowctl ARGV`` imported."""
-    env = {**os.environ, "GFLOW_HOME": str(home)}
-    probe = subprocess.run(
-        [sys.executable, "-c", LEAN_PROBE, *argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=60
-    )
-    *_, last = probe.stderr.splitlines() or [""]
-    return last.split()
+    """Exit code, then which of LEAN_HEAVY ``gflowctl ARGV`` imported."""
+    return gflowctl_imports(list(argv), LEAN_HEAVY, {**os.environ, "GFLOW_HOME": str(home)}, cwd)[0]
 
 
 def test_run_and_apply_answered_by_gflowd_load_no_models_nor_yaml(home, gflowd, tmp_path):

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import gflowctl_imports
 from test_get_prepared import _settled_home, ctl
 
 from controller.cli.main import _plain_get, build_parser
@@ -123,16 +122,7 @@ def test_each_listing_prints_what_argparse_read_listing_prints(home, gflowd, fak
         assert plain.stdout.strip() or argv[-1] == "bad", argv
 
 
-PROBE = (
-    "import io, sys\n"
-    "before = set(sys.modules)\n"
-    "from controller.cli.main import main\n"
-    "sys.stdout = io.StringIO()\n"
-    "code = main(sys.argv[1:])\n"
-    "sys.stdout = sys.__stdout__\n"
-    "heavy = ('argparse', 'gettext', 'locale', 'shutil', 'controller.api.labels')\n"
-    "print(code, *sorted(m for m in heavy if m in sys.modules and m not in before))\n"
-)
+PLAIN_GET_HEAVY = ("argparse", "gettext", "locale", "shutil", "controller.api.labels")
 
 
 @pytest.mark.e2e
@@ -140,11 +130,5 @@ PROBE = (
 def test_a_plain_get_jobs_loads_no_argument_parser(home, argv):
     """argparse, and the gettext, locale and shutil it loads: ~9 ms of a ~60 ms ``get jobs``;
     the label selector's parser only for ``-l``."""
-    probe = subprocess.run(
-        [sys.executable, "-c", PROBE, *argv],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GFLOW_HOME": str(home)},
-        timeout=60,
-    )
-    assert probe.stdout.split()[1:] == [], (probe.stdout, probe.stderr)
+    loaded, probe = gflowctl_imports(argv, PLAIN_GET_HEAVY, {**os.environ, "GFLOW_HOME": str(home)})
+    assert loaded[1:] == [], (loaded, probe.stderr)
