@@ -204,11 +204,24 @@ def read_table(home: Home) -> Any:
     from controller.util import jobs_table  # lazy: only get jobs' listings
 
     try:
-        if os.stat(home.index_file).st_mtime - os.stat(home.jobs_table).st_mtime > TABLE_BEHIND_INDEX:
+        table_st = os.stat(home.jobs_table)
+    except OSError:
+        return None
+    try:
+        if os.stat(home.index_file).st_mtime - table_st.st_mtime > TABLE_BEHIND_INDEX:
             return None
     except OSError:
-        pass  # no index: the table alone; no table: read() says so
-    return jobs_table.read(str(home.jobs_table))
+        pass  # no index: the table alone
+    key = (table_st.st_ino, table_st.st_mtime_ns, table_st.st_size)
+    cached = _table_cache.get(str(home.jobs_table))
+    if cached is not None and cached[0] == key:
+        return cached[1]  # read once per version (an edit verb looks up a job's owner, then its file)
+    table = jobs_table.read(str(home.jobs_table))
+    _table_cache[str(home.jobs_table)] = (key, table)
+    return table
+
+
+_table_cache: dict[str, tuple[tuple[int, int, int], Any]] = {}
 
 
 def user_names() -> Callable[[int], str]:
@@ -265,21 +278,23 @@ def job_rows(home: Home) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def job_places(home: Home) -> dict[str, tuple[str | None, str | None]]:
-    """name -> (manifest path, owning Sweep) of every job gflowd knows: from the jobs table when
-    gflowd keeps one (a few MB at 50,000 jobs, where the index is ~20), else from the index. What
-    ``run``, ``apply`` and the edit verbs read on every call to learn whether a name is taken."""
+def job_place(home: Home, name: str) -> tuple[str | None, str | None]:
+    """Job ``name``'s (manifest path, owning Sweep) as gflowd knows them, (None, None) when it does not:
+    from the jobs table when gflowd keeps one (a few MB at 50,000 jobs, where the index is ~20), else
+    from the index. What ``run``, ``apply`` and the edit verbs read on every call."""
     table = read_table(home)
     if table is not None:
         from controller.util.jobs_table import MANIFEST, OWNER  # lazy: as read_table
 
-        return {name: (row[MANIFEST], row[OWNER]) for name, row in table.rows.items()}
-    return {name: (row.get("manifest"), row.get("owner")) for name, row in job_rows(home).items()}
+        row = table.rows.get(name)
+        return (row[MANIFEST], row[OWNER]) if row is not None else (None, None)
+    row = job_rows(home).get(name) or {}
+    return row.get("manifest"), row.get("owner")
 
 
 def owner_of(home: Home, name: str) -> str | None:
     """The Sweep that owns job ``name``, if any."""
-    return (job_places(home).get(name) or (None, None))[1]
+    return job_place(home, name)[1]
 
 
 def manifest_owner_uid(home: Home, manifest: str | None) -> int | None:
@@ -320,7 +335,7 @@ def manifest_owners(home: Home) -> Callable[[str | None], str]:
 def find_manifest(home: Home, name: str, kind: str = "job") -> Path | None:
     """The manifest file that defines ``name``: from its status, else ``<spec-dir>/<name>.yaml``."""
     if kind == "job":
-        manifest = (job_places(home).get(name) or (None, None))[0]
+        manifest = job_place(home, name)[0]
         if manifest is None and home.status_file(name).exists():
             # gflowd wrote its status, not yet the table and index it writes after (coalesced: up to
             # a second): the status names the file; else a new file of that name would be a duplicate
