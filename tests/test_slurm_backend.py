@@ -129,6 +129,19 @@ def test_parse_sacct_allocation_lines():
         (("gpu:1(IDX:2)", "nic:1(IDX:0)"), [2]),
         ((), []),
         (("gpu:1",), []),
+        # recorded from Slurm 22.05 (hack/slurm-dev.sh: h100 = IDX 0-1, a100 = IDX 2-3), squeue
+        # --json's gres_detail and scontrol show job -d's GRES= alike: one string names every type
+        (("gpu:h100:1(IDX:1),gpu:a100:1(IDX:2)",), [1, 2]),  # --gres=gpu:2 with GPU 0 taken
+        (("gpu:h100:2(IDX:0-1),gpu:a100:2(IDX:2-3)",), [0, 1, 2, 3]),  # --gres=gpu:4
+        (("gpu:h100:2(IDX:0-1),gpu:a100:1(IDX:3)",), [0, 1, 3]),  # --gres=gpu:3 with GPU 2 taken
+        (("gpu:a100:2(IDX:2-3)",), [2, 3]),
+        (("(null)",), []),  # scontrol's GRES= of a job without GPUs
+        # the forms other versions and sites print
+        (("gpu:a100:4(IDX:0-2,5)",), [0, 1, 2, 5]),
+        (("gres:gpu:h100:1(IDX:1),gres:gpu:a100:1(IDX:2)",), [1, 2]),
+        (("gres/gpu:2(IDX:4-5)",), [4, 5]),
+        (("gpu:1(IDX:N/A)", "shard:gpu:2(IDX:3)", "gpumem:1(IDX:3)"), []),
+        (("nic:1(IDX:0),gpu:h100:1(IDX:1)", "gpu:1(IDX:3)"), [1, 3]),  # two nodes' details
     ],
 )
 def test_gres_devices(detail, devices):

@@ -165,25 +165,29 @@ def parse_sacct(text: str) -> list[SlurmJob]:
     return jobs
 
 
-_IDX = re.compile(r"IDX:([0-9,\-]+)")
+# one GRES entry of a node's detail: ``gpu:h100:2(IDX:0-1)``; a node's detail lists every type it
+# gave, comma-joined (``gpu:h100:1(IDX:1),gpu:a100:1(IDX:2)``), and an index list has commas too
+_GRES_ENTRY = re.compile(r"(?P<head>[^,()]+)(?:\((?P<inside>[^()]*)\))?")
+_INDEX_LIST = re.compile(r"IDX:(?P<list>\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)")
 
 
 def gres_devices(gres_detail: tuple[str, ...] | list[str]) -> list[int]:
-    """``("gpu:2(IDX:0-1)",)`` or ``("gpu:a100:2(IDX:0,2)",)`` -> the GPU indices Slurm allocated."""
-    devices: list[int] = []
-    for entry in gres_detail:
-        if not entry.startswith("gpu"):
-            continue
-        match = _IDX.search(entry)
-        if not match:
-            continue
-        for part in match.group(1).split(","):
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                devices.extend(range(int(lo), int(hi) + 1))
-            elif part:
-                devices.append(int(part))
-    return sorted(set(devices))
+    """The GPU indices Slurm allocated, from ``squeue --json``'s ``gres_detail`` (one string per
+    node) or ``scontrol show job -d``'s ``GRES=``: every GPU type's entry, e.g.
+    ``("gpu:h100:1(IDX:1),gpu:a100:1(IDX:2)",)`` -> ``[1, 2]``; ``gpu:2(IDX:0-1)``,
+    ``IDX:0-2,5`` ranges, a ``gres:`` or ``gres/`` prefix too. Other GRES (``nic``, ``shard``),
+    ``(null)`` and entries without indices (``IDX:N/A``, a count-only GRES) give none."""
+    devices: set[int] = set()
+    for detail in gres_detail:
+        for entry in _GRES_ENTRY.finditer(detail or ""):
+            head = entry["head"].strip().removeprefix("gres:").removeprefix("gres/")
+            indices = _INDEX_LIST.search(entry["inside"] or "")
+            if head.split(":")[0] != "gpu" or not indices:
+                continue
+            for part in indices["list"].split(","):
+                low, _, high = part.partition("-")
+                devices.update(range(int(low), int(high or low) + 1))
+    return sorted(devices)
 
 
 def _reason_text(reason: str) -> str:
