@@ -65,7 +65,7 @@ def validate(data: dict) -> None:
         ({"resources": {"cpus": 8}}, ["--cpus-per-task=8"], []),
         ({}, [], ["--cpus-per-task"]),
         ({"resources": {"memory": "1G"}}, ["--mem=954M"], []),
-        ({"priority": 10}, ["--nice=-10"], []),
+        ({"priority": 10}, [], ["--nice"]),  # an ordinary user may not lower a nice: nice 0
         ({"priority": -3}, ["--nice=3"], []),
         ({"suspend": True}, ["--hold"], []),
         ({"startAfter": "+2h"}, ["--begin=now+7200"], []),
@@ -94,11 +94,28 @@ def test_sbatch_options_for_the_backend_leave_the_gates_to_gflowd():
 
 def test_sbatch_options_partition_account_and_unprivileged_nice():
     j = job(priority=5)
-    opts = slurm.sbatch_options(
-        j.spec, "t", chdir="/", output="o", partition="gpu", account="lab", allow_negative_nice=False
-    )
+    opts = slurm.sbatch_options(j.spec, "t", chdir="/", output="o", partition="gpu", account="lab")
     assert "--partition=gpu" in opts and "--account=lab" in opts
     assert not any(o.startswith("--nice") for o in opts)  # clamped to 0: omitted
+    assert "--nice=-5" in slurm.sbatch_options(j.spec, "t", chdir="/", output="o", operator=True)
+
+
+@pytest.mark.parametrize(
+    "priority, operator, option, comment",
+    [
+        (10, False, None, "# priority 10 -> nice 0: --nice=-10 would run it sooner, but only Slurm operators"),
+        (10, True, "--nice=-10", "# priority 10 -> --nice=-10 (a lower nice runs sooner; needs Slurm operator"),
+        (-3, False, "--nice=3", "# priority -3 -> --nice=3 (a higher nice runs later)"),
+        (-(2**31), False, "--nice=2147483645", "# priority -2147483648 -> --nice=2147483645"),
+        (0, False, None, None),
+    ],
+)
+def test_the_script_says_what_its_priority_became(priority, operator, option, comment):
+    text = slurm.export_job(job(priority=priority), "train", "/lab", operator=operator).text
+    header = text.split("\n\n")[0].splitlines()
+    assert [line for line in header if line.startswith("#SBATCH --nice")] == ([f"#SBATCH {option}"] if option else [])
+    said = [line for line in header if line.startswith("# priority")]
+    assert (said[0].startswith(comment) if comment else not said), header
 
 
 @pytest.mark.parametrize(

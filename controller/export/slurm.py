@@ -9,7 +9,9 @@ cannot be derived from the other, so a gpuType without a name there is an error
 ``resources.cpus`` -> ``--cpus-per-task`` (Slurm's task/cgroup pins them; ``OMP_NUM_THREADS`` is set as
 gflowd sets it); ``timeLimit`` -> ``--time`` (Slurm counts whole minutes and rounds up); ``resources.memory`` ->
 ``--mem`` (MiB, Slurm's units are powers of 1024); ``workingDir`` -> ``--chdir``; ``priority`` ->
-``--nice`` (negated: higher priority is a lower nice; a negative nice needs Slurm operator rights);
+``--nice`` (negated: higher priority is a lower nice), as far as the submitter may: only Slurm
+operators may lower a nice, and sbatch refuses the whole job otherwise ("Invalid --nice value"),
+so a positive priority is nice 0 unless ``operator`` (``nice_options``; the script says so);
 ``suspend`` -> ``--hold``; ``startAfter`` -> ``--begin``; ``env`` -> ``export`` lines in the
 script (values may hold commas, which ``--export=K=V`` cannot carry); a Sweep -> ``--array`` with a
 ``case`` on ``SLURM_ARRAY_TASK_ID`` that sets each child's variables and command.
@@ -93,9 +95,31 @@ def gres(gpus: int, gpu_type: str | None, gpu_types: Mapping[str, str] | None = 
     return f"gpu:{gres_type(gpu_type, gpu_types or {})}:{gpus}" if gpu_type else f"gpu:{gpus}"
 
 
+NICE_LIMIT = 2147483645  # sbatch: "--nice ... adjustment range is +/- 2147483645"
+
+
 def nice(priority: int) -> int:
     """gflow: higher priority runs first. Slurm: higher nice runs later."""
-    return -priority
+    return max(-NICE_LIMIT, min(NICE_LIMIT, -priority))
+
+
+def nice_options(priority: int, operator: bool) -> tuple[list[str], list[str]]:
+    """``priority`` as the ``--nice`` option a submitter may use, and the comment lines that say
+    what was mapped. An ordinary user may only raise a nice (run later): a positive priority,
+    which needs a lower one, is submitted at nice 0 (``--priority`` needs operator rights too)."""
+    wanted = nice(priority)
+    if wanted == 0:
+        return [], []
+    if wanted > 0:
+        return [f"--nice={wanted}"], [f"# priority {priority} -> --nice={wanted} (a higher nice runs later)"]
+    if operator:
+        return [f"--nice={wanted}"], [
+            f"# priority {priority} -> --nice={wanted} (a lower nice runs sooner; needs Slurm operator rights)"
+        ]
+    return [], [
+        f"# priority {priority} -> nice 0: --nice={wanted} would run it sooner, but only Slurm operators may",
+        f"# lower a nice (sbatch refuses the job otherwise); an operator can: scontrol update JobId=ID Nice={wanted}",
+    ]
 
 
 def begin(start_after: str | None) -> str | None:
@@ -119,12 +143,15 @@ def sbatch_options(
     output: str,
     partition: str | None = None,
     account: str | None = None,
-    allow_negative_nice: bool = True,
+    operator: bool = False,
     gates: bool = True,
     gpu_types: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The ``--flag=value`` options for one job spec (a ``JobSpec``), in a stable order. Raises
     ``UnmappedGpuType`` for a ``gpuType`` that ``gpu_types`` has no GRES type for.
+
+    ``operator``: the submitter may lower a nice (root, a Slurm operator): a positive priority
+    becomes a negative ``--nice``; else nice 0 (``nice_options``).
 
     ``gates=False`` (the Slurm backend) leaves out ``--begin`` and ``--hold``: gflowd itself holds
     a suspended job and waits for ``startAfter`` before it submits, so Slurm must not wait again."""
@@ -142,11 +169,7 @@ def sbatch_options(
         opts.append(f"--time={slurm_time(spec.time_limit)}")
     if res.memory is not None:
         opts.append(f"--mem={slurm_mem(res.memory)}")
-    adjustment = nice(spec.priority)
-    if adjustment < 0 and not allow_negative_nice:
-        adjustment = 0
-    if adjustment:
-        opts.append(f"--nice={adjustment}")
+    opts += nice_options(spec.priority, operator)[0]
     if gates and (b := begin(spec.start_after)) is not None:
         opts.append(f"--begin={b}")
     if gates and spec.suspend:
@@ -154,7 +177,7 @@ def sbatch_options(
     return opts
 
 
-def unmapped(spec: Any, name: str) -> list[str]:
+def unmapped(spec: Any, name: str, operator: bool = False) -> list[str]:
     """One sentence per field of ``spec`` that a Slurm job cannot express."""
     notes = []
     for dep in spec.depends_on:
@@ -177,9 +200,10 @@ def unmapped(spec: Any, name: str) -> list[str]:
         )
     if spec.time_limit is not None and spec.time_limit % 60:
         notes.append(f"{name}: timeLimit {spec.time_limit:g}s: Slurm counts whole minutes and rounds it up")
-    if spec.priority > 0:
+    if spec.priority > 0 and not operator:
         notes.append(
-            f"{name}: priority {spec.priority} becomes --nice={nice(spec.priority)}: a negative nice needs Slurm operator rights"
+            f"{name}: priority {spec.priority} is submitted at nice 0, not --nice={nice(spec.priority)}: "
+            "a negative nice needs Slurm operator rights (the script says how an operator sets it)"
         )
     if spec.cancelled:
         notes.append(f"{name}: spec.cancelled is true: this job would not run under gflowd")
@@ -233,8 +257,10 @@ def export_job(
     partition: str | None = None,
     account: str | None = None,
     gpu_types: Mapping[str, str] | None = None,
+    operator: bool = False,
 ) -> Exported:
-    """Raises ``UnmappedGpuType`` (see ``sbatch_options``)."""
+    """Raises ``UnmappedGpuType`` (see ``sbatch_options``). ``operator``: the script is for a
+    submitter who may lower a nice (see ``nice_options``); by default, for an ordinary user."""
     spec = job.spec
     opts = sbatch_options(
         spec,
@@ -244,9 +270,11 @@ def export_job(
         partition=partition,
         account=account,
         gpu_types=gpu_types,
+        operator=operator,
     )
-    lines = ["#!/bin/bash", *(f"#SBATCH {o}" for o in opts), ""] + job_body(spec, slurm_env(name, spec))
-    return Exported("\n".join(lines) + "\n", unmapped(spec, name))
+    header = [*(f"#SBATCH {o}" for o in opts), *nice_options(spec.priority, operator)[1]]
+    lines = ["#!/bin/bash", *header, ""] + job_body(spec, slurm_env(name, spec))
+    return Exported("\n".join(lines) + "\n", unmapped(spec, name, operator))
 
 
 def export_sweep(
@@ -259,6 +287,7 @@ def export_sweep(
     partition: str | None = None,
     account: str | None = None,
     gpu_types: Mapping[str, str] | None = None,
+    operator: bool = False,
 ) -> Exported:
     """A Sweep as one array job: task i is child i (``children``: the expanded child Jobs, in order).
     Variables all children share are set once, before the ``case``."""
@@ -271,6 +300,7 @@ def export_sweep(
         partition=partition,
         account=account,
         gpu_types=gpu_types,
+        operator=operator,
     )
     last = len(children) - 1
     array = f"0-{last}" if last > 0 else "0"
@@ -278,12 +308,13 @@ def export_sweep(
         array += f"%{sweep.spec.parallelism}"
     opts.insert(1, f"--array={array}")
     common, own = split_common([slurm_env(child.name, child.spec) for child in children])
-    lines = ["#!/bin/bash", *(f"#SBATCH {o}" for o in opts), "", *_exports(common), 'case "$SLURM_ARRAY_TASK_ID" in']
+    header = [*(f"#SBATCH {o}" for o in opts), *nice_options(template.priority, operator)[1]]
+    lines = ["#!/bin/bash", *header, "", *_exports(common), 'case "$SLURM_ARRAY_TASK_ID" in']
     for task, (child, env) in enumerate(zip(children, own)):
         lines.append(f"  {task})  # {child.name}")
         lines += [f"    {line}" for line in _exports(env)]
         lines.append("    exec " + shlex.join(command_argv(child.spec)) + " ;;")
     lines += ['  *) echo "no sweep child for array task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;', "esac"]
-    notes = unmapped(template, name)
+    notes = unmapped(template, name, operator)
     notes.append(f"{name}: children run as array tasks {name}_0..{last}, not as jobs named {children[0].name}...")
     return Exported("\n".join(lines) + "\n", notes)

@@ -60,7 +60,7 @@ from controller.act.runtime.command import LaunchError, expand_home
 from controller.act.runtime.holds import Hold, hold
 from controller.act.runtime.shim.child import UnsafeLogFile, open_job_log
 from controller.export import workdir
-from controller.export.slurm import UnmappedGpuType, job_body, sbatch_options, slurm_env, slurm_time
+from controller.export.slurm import UnmappedGpuType, job_body, nice_options, sbatch_options, slurm_env, slurm_time
 from controller.model.plan import Launch, RunObservation
 from controller.paths import Home
 from controller.util.fsutil import atomic_write, describe
@@ -362,7 +362,7 @@ class SlurmRuntime:
                 output=str(self.home.log_file(launch.name).absolute()),
                 partition=self.partition,
                 account=self.account,
-                allow_negative_nice=root,
+                operator=root,  # root may lower a nice; an ordinary user's positive priority is nice 0
                 gates=False,
                 gpu_types=self.gpu_types,
             )
@@ -387,7 +387,8 @@ class SlurmRuntime:
             os.chown(devices_file, launch.job.owner_uid, -1)
         # the GPUs Slurm gave, as the job sees them; best effort (the node may not share our disk)
         report = f'echo "${{CUDA_VISIBLE_DEVICES-}}" > {shlex.quote(str(devices_file))} 2>/dev/null || true'
-        script = "\n".join(["#!/bin/bash", report, *job_body(spec, env)]) + "\n"
+        mapped = nice_options(spec.priority, root)[1]  # what became of the priority, for whoever reads the script
+        script = "\n".join(["#!/bin/bash", *mapped, report, *job_body(spec, env)]) + "\n"
         return options, script
 
     def _submit(self, record: SlurmRecord, fresh: bool = False) -> None:
