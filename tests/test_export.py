@@ -115,7 +115,7 @@ def test_the_script_says_what_its_priority_became(priority, operator, option, co
     header = text.split("\n\n")[0].splitlines()
     assert [line for line in header if line.startswith("#SBATCH --nice")] == ([f"#SBATCH {option}"] if option else [])
     said = [line for line in header if line.startswith("# priority")]
-    assert (said[0].startswith(comment) if comment else not said), header
+    assert said[0].startswith(comment) if comment else not said, header
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ Skipped, with the reason, where Slurm cannot run (see ``test_slurm_e2e.py``).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -171,3 +172,82 @@ def test_a_gpu_type_without_a_slurm_name_fails_in_one_line_naming_the_setting(sl
     status = wait_phase(home, "train-1gpu", "Failed", timeout=30, daemon=daemon)
     assert "gpuType H100" in status["message"] and "slurm.gpuTypes" in status["message"], status
     assert "\n" not in status["message"] and "backendJobId" not in status  # never handed to Slurm
+
+
+def test_a_job_given_gpus_of_two_types_shows_every_one(slurm, cluster_daemon, home: Path):
+    """Issue 37 item 2: Slurm 22.05 names a node's GPUs of two types in one ``gres_detail`` string,
+    ``gpu:h100:1(IDX:1),gpu:a100:1(IDX:2)``; the status showed the first entry's only. With one
+    h100 and one a100 taken, the shipped ddp-2gpu example (2 GPUs, no gpuType) gets one of each."""
+    holder = subprocess.run(
+        ["sbatch", "--parsable", "--gres=gpu:h100:1,gpu:a100:1", "--job-name=h31-holder", "--wrap", "sleep 600"],
+        env=slurm,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        wait_for(
+            lambda: any(str(j["job_id"]) == holder and j["job_state"] == "RUNNING" for j in squeue(slurm)),
+            timeout=60,
+            message="the job holding one GPU of each type to run",
+        )
+        text = (EXAMPLES / "ddp-2gpu.yaml").read_text()
+        # about 9 s: long enough for gflowd to see it running, as a real training run would be
+        (home / "jobs" / "ddp-2gpu.yaml").write_text(
+            text.replace("\nspec:\n", '\nspec:\n  env: {DEMO_PACE: "10"}\n', 1)
+        )
+        daemon = cluster_daemon()
+        wait_phase(home, "ddp-2gpu", ("Running", "Succeeded"), timeout=120, daemon=daemon)
+        status = wait_phase(home, "ddp-2gpu", "Succeeded", timeout=120, daemon=daemon)
+    finally:
+        subprocess.run(["scancel", holder], env=slurm, capture_output=True)
+    given = re.search(r"^GPUs (\S+) ->", read_log(home, "ddp-2gpu"), re.M)
+    assert given, read_log(home, "ddp-2gpu")
+    devices = [int(d) for d in given.group(1).split(",")]  # what Slurm exported to the job
+    assert len(devices) == 2 and {d // 2 for d in devices} == {0, 1}, devices  # an h100 (0-1) and an a100 (2-3)
+    assert status["devices"] == devices, status
+
+
+def test_an_ordinary_user_submits_the_train_export_with_sbatch(slurm, tmp_path: Path):
+    """Issue 37 item 3: ``priority: 10`` was exported as ``#SBATCH --nice=-10``, which sbatch refuses
+    for anyone but a Slurm operator ("Invalid --nice value"). A ``useradd`` user exports the
+    shipped train-1gpu example with their own gflowctl and submits it with their own sbatch."""
+    from shared_box import make_box, remove_box
+
+    box = make_box()
+    try:
+        manifest = box.project / "train-1gpu.yaml"
+        shutil.copy(EXAMPLES / "train-1gpu.yaml", manifest)
+        os.chown(manifest, box.user.pw_uid, box.user.pw_gid)
+        env = box.env(SLURM_CONF=slurm["SLURM_CONF"])
+        exported = box.gflowctl(
+            "export", "slurm", "-f", str(manifest), "--gpu-types", GPU_TYPES, "--output", "%x.log", env=env
+        )
+        assert exported.returncode == 0, exported.stderr
+        script = box.project / "train.sbatch"
+        script.write_text(exported.stdout)
+        os.chown(script, box.user.pw_uid, box.user.pw_gid)
+        submitted = subprocess.run(
+            ["sbatch", "--parsable", str(script)],
+            env=env,
+            cwd=box.project,
+            capture_output=True,
+            text=True,
+            user=box.user.pw_uid,
+            group=box.user.pw_gid,
+            extra_groups=[],
+        )
+        assert submitted.returncode == 0, f"sbatch refused the export: {submitted.stderr}\n{exported.stdout}"
+        job_id = submitted.stdout.strip().split(";")[0]
+        header = exported.stdout.split("\n\n")[0]
+        assert "# priority 10 -> nice 0" in header and "#SBATCH --nice" not in header, header
+        [job] = wait_for(
+            lambda: [j for j in squeue(slurm) if str(j["job_id"]) == job_id and j["job_state"] in FINAL] or None,
+            timeout=120,
+            message=lambda: f"the user's job {job_id} to end in Slurm",
+        )
+        log = (box.project / "train-1gpu.log").read_text()
+        assert job["job_state"] == "COMPLETED" and job["user_id"] == box.user.pw_uid, (job, log)
+        assert "epoch 3/3" in log, log
+    finally:
+        remove_box(box)
