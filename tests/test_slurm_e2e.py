@@ -353,6 +353,34 @@ def test_a_job_runs_in_slurm_as_the_owner_of_its_manifest(slurm, gflowd):
         sh.rmtree(root, ignore_errors=True)
 
 
+def test_a_users_priority_is_submitted_at_the_nice_that_user_may_set(slurm, gflowd):
+    """Issue 37 item 3, the backend: a root gflowd submits with operator rights, but another
+    user's ``priority`` must not become a negative nice they could not set themselves (it would
+    put their job ahead of the whole cluster's queue). Root's own manifest still gets one."""
+    import shutil as sh
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="gflow-slurm-nice-"))  # under /tmp: the job's user must reach its log
+    try:
+        root.chmod(0o755)
+        (root / "jobs").mkdir()
+        for name, owner in (("theirs", 65534), ("roots", 0)):
+            path = write_manifest(root / "jobs", f"{name}.yaml", "spec:\n  command: [true]\n  priority: 10\n")
+            os.chown(path, owner, owner)
+        daemon = gflowd("--backend", "slurm", env=SLURM_ENV, home=root)
+        nice = {}
+        for name in ("theirs", "roots"):
+            job_id = wait_phase(root, name, "Succeeded", timeout=60, daemon=daemon)["backendJobId"]
+            shown = subprocess.run(
+                ["scontrol", "show", "job", "-o", job_id], env=slurm, capture_output=True, text=True, check=True
+            ).stdout
+            nice[name] = next(word.split("=", 1)[1] for word in shown.split() if word.startswith("Nice="))
+        assert nice == {"theirs": "0", "roots": "-10"}, nice
+        daemon.terminate()
+    finally:
+        sh.rmtree(root, ignore_errors=True)
+
+
 def test_a_job_over_its_memory_is_oomkilled(slurm, cluster_daemon, home: Path):
     daemon = cluster_daemon()
     write_manifest(

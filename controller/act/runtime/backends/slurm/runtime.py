@@ -362,7 +362,8 @@ class SlurmRuntime:
                 output=str(self.home.log_file(launch.name).absolute()),
                 partition=self.partition,
                 account=self.account,
-                operator=root,  # root may lower a nice; an ordinary user's positive priority is nice 0
+                # root may lower a nice, but not for another user's job: only as far as its owner could
+                operator=root and not other,
                 gates=False,
                 gpu_types=self.gpu_types,
             )
@@ -387,7 +388,7 @@ class SlurmRuntime:
             os.chown(devices_file, launch.job.owner_uid, -1)
         # the GPUs Slurm gave, as the job sees them; best effort (the node may not share our disk)
         report = f'echo "${{CUDA_VISIBLE_DEVICES-}}" > {shlex.quote(str(devices_file))} 2>/dev/null || true'
-        mapped = nice_options(spec.priority, root)[1]  # what became of the priority, for whoever reads the script
+        mapped = nice_options(spec.priority, root and not other)[1]  # what became of the priority, said in the script
         script = "\n".join(["#!/bin/bash", *mapped, report, *job_body(spec, env)]) + "\n"
         return options, script
 
