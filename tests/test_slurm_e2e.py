@@ -361,6 +361,7 @@ def test_a_users_priority_is_submitted_at_the_nice_that_user_may_set(slurm, gflo
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix="gflow-slurm-nice-"))  # under /tmp: the job's user must reach its log
+    daemon = None
     try:
         root.chmod(0o755)
         (root / "jobs").mkdir()
@@ -376,8 +377,9 @@ def test_a_users_priority_is_submitted_at_the_nice_that_user_may_set(slurm, gflo
             ).stdout
             nice[name] = next(word.split("=", 1)[1] for word in shown.split() if word.startswith("Nice="))
         assert nice == {"theirs": "0", "roots": "-10"}, nice
-        daemon.terminate()
     finally:
+        if daemon is not None:
+            daemon.terminate()  # before its home goes, or it writes there again
         sh.rmtree(root, ignore_errors=True)
 
 
