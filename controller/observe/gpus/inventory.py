@@ -72,17 +72,17 @@ class FakeInventory:
     def _loaded(self, gpus: list[Gpu]) -> list[Gpu]:
         if not self._simulate or self.node_file is None:
             return gpus
-        held = self._jobs_per_gpu()
+        held = self._jobs_per_gpu(self.node_file)
         now = self.clock()
         return [simulated_load(gpu, held.get(gpu.index, 0), now) for gpu in gpus]
 
-    def _jobs_per_gpu(self) -> dict[int, int]:
+    def _jobs_per_gpu(self, node_file: Path) -> dict[int, int]:
         """GPU index -> jobs holding it, from the node file (re-read only when it changed)."""
         try:
-            st = os.stat(self.node_file)
+            st = os.stat(node_file)
             key = (st.st_mtime_ns, st.st_size, st.st_ino)
             if key != self._node_key:
-                node = load_one(self.node_file.read_text()) or {}
+                node = load_one(node_file.read_text()) or {}
                 self._held = {int(g["index"]): len(g.get("jobs") or ()) for g in node.get("gpus") or ()}
                 self._node_key = key
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
