@@ -61,6 +61,32 @@ def test_unit_structure_and_entry_point(name):
     build_parser().parse_args(argv[1:])  # every flag it passes is one gflowd has (exits otherwise)
 
 
+def documentation_of(name: str) -> list[str]:
+    unit = parse_unit((REPO / "manifests" / "deploy" / name).read_text())
+    return [uri for value in unit["Unit"].get("Documentation", []) for uri in value.split()]
+
+
+@pytest.mark.parametrize("name", sorted(UNITS))
+def test_documentation_names_only_urls_and_man_pages_not_files_nothing_installs(name):
+    """``systemctl help`` opens Documentation=; a file: URI names a file no install step puts
+    there (pip installs no docs), so only web pages and man pages are listed."""
+    uris = documentation_of(name)
+    assert uris, "the unit says where to read about it"
+    bad = [uri for uri in uris if not uri.startswith(("https://", "man:"))]
+    assert not bad, f"{name}: Documentation= {bad}: use a https:// URL or an installed man page"
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed here")
+@pytest.mark.parametrize("name", sorted(UNITS))
+def test_every_man_page_the_units_name_is_installed(name):
+    pages = [uri.removeprefix("man:") for uri in documentation_of(name) if uri.startswith("man:")]
+    for page in pages:
+        title, section = page.rstrip(")").split("(")
+        result = subprocess.run(["man", "-w", section, title], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and result.stdout.strip(), f"{name}: man:{page} is not installed"
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
 @pytest.mark.parametrize("name", sorted(UNITS))

@@ -151,6 +151,39 @@ def test_no_label_is_named_job_or_instance(busy):
     assert "gpu" in labels and "job_name" in labels  # the scrape has the per-job series
 
 
+def served_names(text: str) -> set[str]:
+    """The metric names a scrape has, as a query names them (a histogram by its family name)."""
+    return {
+        re.sub(r"_(bucket|sum|count)$", "", sample.name)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_docs_operations_metrics_table_lists_every_metric_a_real_gflowd_serves(busy):
+    """docs/operations.md's table is what admins build alerts from: every name a real scrape has
+    is a row there, and every row is a name gflowd serves."""
+    served = served_names(scrape_text(busy))
+    assert "gflow_build_info" in served and "gflow_cpu_cores" in served
+    docs = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    rows = set(re.findall(r"^\| `(gflow_\w+)` \|", docs, re.MULTILINE))
+    assert served - rows == set(), f"served but not in docs/operations.md's table: {sorted(served - rows)}"
+    assert rows - served == set(), f"in docs/operations.md's table but not served: {sorted(rows - served)}"
+
+
+def test_build_info_names_this_gflow_and_python(busy):
+    import controller
+
+    [(labels, v)] = [
+        (sample.labels, sample.value)
+        for family in text_string_to_metric_families(scrape_text(busy))
+        for sample in family.samples
+        if sample.name == "gflow_build_info"
+    ]
+    assert v == 1
+    assert labels == {"version": controller.__version__, "python": ".".join(map(str, sys.version_info[:3]))}
+
+
 @pytest.mark.skipif(
     shutil.which("promtool") is None, reason="promtool is not installed (Debian: apt-get install prometheus)"
 )

@@ -212,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     note_spec_dir(home)
     # NVML calls are bounded in time (a hung driver must not stall the loop); the fake file needs no guard
     inventory = (
-        FakeInventory(Path(config.fake_gpus).absolute()) if config.fake_gpus else GuardedInventory(NvmlInventory)
+        FakeInventory(Path(config.fake_gpus).absolute(), home.node_file)
+        if config.fake_gpus
+        else GuardedInventory(NvmlInventory)
     )
     try:
         sinks = start_sinks(home, config)

@@ -30,6 +30,7 @@ name                                           type       labels / meaning
 ``gflow_cpu_cores``                            gauge      ``state``: free or bound CPU cores (``resources.cpus``)
 ``gflow_attempt_cpu_seconds_total``            counter    CPU time of ended attempts, from their cgroups
 ``gflow_attempt_peak_memory_bytes``            histogram  peak memory of each ended attempt, from its cgroup
+``gflow_build_info``                           gauge      ``version``, ``python``: 1 (which gflowd answers)
 =============================================  =========  ==================================================
 
 No label is named ``job`` or ``instance``: Prometheus gives every scraped series those two (the
@@ -41,17 +42,20 @@ before its first job.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import start_http_server
 
+from controller import __version__
 from controller.model.reasons import PENDING_REASONS, Phase
 from controller.model.scheduling import GPU_STATES
 from controller.sinks.hooks import SinkError
@@ -172,6 +176,13 @@ class MetricsServer:
         self.registry = CollectorRegistry(auto_describe=False)
         self.snapshot = _SnapshotCollector()
         self.registry.register(self.snapshot)
+        build = Gauge(
+            "gflow_build_info",
+            "1, labelled with the gflow version and Python this gflowd runs.",
+            ["version", "python"],
+            registry=self.registry,
+        )
+        build.labels(__version__, ".".join(map(str, sys.version_info[:3]))).set(1)
         self.queue_wait = Histogram(
             "gflow_queue_wait_seconds",
             "Time from entering the queue to starting, per attempt.",

@@ -7,8 +7,11 @@ scheduler's job. No NVML (no driver, no GPU) is normal and yields zero GPUs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +32,20 @@ class Inventory(Protocol):
 
 @dataclass
 class FakeInventory:
-    """GPUs described by a YAML file (SPEC.md section 5); re-read when the file changes."""
+    """GPUs described by a YAML file (SPEC.md section 5); re-read when the file changes.
+
+    With ``simulateLoad: true`` in the file (the demo's), a GPU that ``node_file`` (gflowd's
+    ``node.yaml``, as the last pass recorded it) shows held by a job reports utilization and memory
+    use that move (:func:`simulated_load`), so dashboards of a demo are not flat lines."""
 
     path: Path
+    node_file: Path | None = None
+    clock: Callable[[], float] = time.time
     _key: tuple[int, int, int] | None = None
     _gpus: list[Gpu] = field(default_factory=list)
+    _simulate: bool = False
+    _node_key: tuple[int, int, int] | None = None
+    _held: dict[int, int] = field(default_factory=dict)
     error: str = ""
 
     def describe(self) -> str:
@@ -44,21 +56,65 @@ class FakeInventory:
             st = os.stat(self.path)
         except OSError as exc:
             self._set_error(f"cannot read fake-GPU file {self.path}: {exc.strerror}")
-            return self._gpus
+            return self._loaded(self._gpus)
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         if key != self._key:
             self._key = key
             try:
-                self._gpus = parse_fake_gpus(self.path.read_text())
+                text = self.path.read_text()
+                gpus, simulate = parse_fake_gpus(text), _simulates_load(text)
+                self._gpus, self._simulate = gpus, simulate
                 self.error = ""
             except (OSError, ValueError) as exc:
                 self._set_error(f"fake-GPU file {self.path}: {exc}")
-        return self._gpus
+        return self._loaded(self._gpus)
+
+    def _loaded(self, gpus: list[Gpu]) -> list[Gpu]:
+        if not self._simulate or self.node_file is None:
+            return gpus
+        held = self._jobs_per_gpu(self.node_file)
+        now = self.clock()
+        return [simulated_load(gpu, held.get(gpu.index, 0), now) for gpu in gpus]
+
+    def _jobs_per_gpu(self, node_file: Path) -> dict[int, int]:
+        """GPU index -> jobs holding it, from the node file (re-read only when it changed)."""
+        try:
+            st = os.stat(node_file)
+            key = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if key != self._node_key:
+                node = load_one(node_file.read_text()) or {}
+                self._held = {int(g["index"]): len(g.get("jobs") or ()) for g in node.get("gpus") or ()}
+                self._node_key = key
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            self._held = {}  # no pass recorded yet, or a file being replaced: idle until the next read
+        return self._held
 
     def _set_error(self, message: str) -> None:
         if message != self.error:
             log.warning("%s (keeping the last good inventory)", message)
         self.error = message
+
+
+def simulated_load(gpu: Gpu, jobs: int, now: float) -> Gpu:
+    """``gpu`` as a demo shows it at ``now``: idle (the file's utilization, else 0%, and its
+    memoryUsed) when no job holds it;
+    when ``jobs`` hold it, a utilization between 45% and 95% and memory between 30% and 60% of the
+    GPU's (on top of the file's memoryUsed) that drift smoothly, each GPU out of phase with the
+    others. A pure function of its arguments, so tests give the time."""
+    if not jobs:
+        return dataclasses.replace(gpu, utilization=gpu.utilization or 0)
+    phase = gpu.index * 1.7
+    utilization = round(70 + 25 * math.sin(now / 15 + phase))
+    share = 0.45 + 0.15 * math.sin(now / 40 + phase)
+    memory = min(gpu.memory_total, gpu.memory_used + int(gpu.memory_total * share))
+    return dataclasses.replace(gpu, utilization=utilization, memory_used=memory)
+
+
+def _simulates_load(text: str) -> bool:
+    value = (load_one(text) or {}).get("simulateLoad", False)
+    if not isinstance(value, bool):
+        raise ValueError("simulateLoad: must be true or false")
+    return value
 
 
 def parse_fake_gpus(text: str) -> list[Gpu]:
