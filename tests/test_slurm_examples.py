@@ -179,7 +179,8 @@ def test_a_job_given_gpus_of_two_types_shows_every_one(slurm, cluster_daemon, ho
     ``gpu:h100:1(IDX:1),gpu:a100:1(IDX:2)``; the status showed the first entry's only. With one
     h100 and one a100 taken, the shipped ddp-2gpu example (2 GPUs, no gpuType) gets one of each."""
     holder = subprocess.run(
-        ["sbatch", "--parsable", "--gres=gpu:h100:1,gpu:a100:1", "--job-name=h31-holder", "--wrap", "sleep 600"],
+        ["sbatch", "--parsable", "--gres=gpu:h100:1,gpu:a100:1", "--job-name=h31-holder", "--output=/dev/null"]
+        + ["--wrap", "sleep 600"],
         env=slurm,
         capture_output=True,
         text=True,
