@@ -663,7 +663,7 @@ def _job_users(home: Home):
 
 
 def _gpu_table(gpus: list[dict], reserved: dict[int, str] | None = None, user_of=None) -> list[list[str]]:
-    table = [["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS", "USER"] + (["RESERVED"] if reserved else [])]
+    table = [["INDEX", "NAME", "MEMORY", "FREE", "UTIL", "STATE", "JOBS", "USER"] + (["RESERVED"] if reserved else [])]
     for gpu in gpus:
         util = gpu.get("utilization")
         jobs = gpu.get("jobs") or []
@@ -672,6 +672,7 @@ def _gpu_table(gpus: list[dict], reserved: dict[int, str] | None = None, user_of
                 str(gpu.get("index")),
                 str(gpu.get("name")),
                 f"{gpu.get('memoryUsed', '0')}/{gpu.get('memory', '?')}",
+                str(gpu.get("memoryFree", "-")),
                 "-" if util is None else f"{util}%",
                 str(gpu.get("state")),
                 ",".join(jobs) or "-",

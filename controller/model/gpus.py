@@ -11,6 +11,7 @@ class GpuProcess:
     used_memory: int = 0
     name: str = ""
     utilization: int | None = None  # percent of the GPU's SMs this process used lately; None: NVML cannot say
+    user: str = ""  # who runs it, from /proc; "" when not visible here
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,10 @@ JSON_MEAN_GUESS = 1500  # bytes an entry takes, until this run has appended some
 
 def _process_entry(process) -> dict:
     entry = {"pid": process.pid, "usedMemory": format_quantity(process.used_memory) or "0"}
+    if process.name:
+        entry["name"] = process.name
+    if process.user:
+        entry["user"] = process.user
     if process.utilization is not None:
         entry["utilization"] = process.utilization
     return entry
@@ -623,6 +627,8 @@ class Recorder:
                 "memory": format_quantity(gpu.memory_total),
                 "memoryBytes": gpu.memory_total,  # exact, for tools comparing with nvidia-smi
                 "memoryUsed": format_quantity(gpu.memory_used) or "0",
+                # what NVML says is free now: what a job declaring gpuMemory is placed by
+                "memoryFree": format_quantity(max(0, gpu.memory_total - max(gpu.memory_used, slot.used_memory))) or "0",
                 "utilization": gpu.utilization,
                 "state": slot.state,
                 "jobs": list(slot.jobs),

@@ -12,11 +12,13 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from controller.model.gpus import Gpu, GpuProcess
+from controller.observe.gpus.procs import process_name, process_user
 
 log = logging.getLogger("gflowd.gpus")
 T = TypeVar("T")
@@ -304,7 +306,10 @@ class NvmlInventory:
             if _code(exc) != FUNCTION_NOT_FOUND:
                 raise
             found = self._call(nv.nvmlDeviceGetComputeRunningProcesses_v2, handle)  # drivers < 510
-        return tuple(GpuProcess(int(p.pid), int(p.usedGpuMemory or 0), _process_name(int(p.pid))) for p in found)
+        return tuple(
+            GpuProcess(int(p.pid), int(p.usedGpuMemory or 0), process_name(int(p.pid)), user=process_user(int(p.pid)))
+            for p in found
+        )
 
     def _with_utilization(self, index: int, handle: Any, processes: tuple[GpuProcess, ...]) -> tuple[GpuProcess, ...]:
         """Each process's SM utilization: the mean of the driver's samples since the last read (a
@@ -324,16 +329,6 @@ class NvmlInventory:
             sums.setdefault(int(sample.pid), []).append(int(sample.smUtil))
             self._util_seen[index] = max(self._util_seen.get(index, 0), int(sample.timeStamp))
         return tuple(
-            GpuProcess(p.pid, p.used_memory, p.name, round(sum(sums[p.pid]) / len(sums[p.pid])) if p.pid in sums else 0)
+            replace(p, utilization=round(sum(sums[p.pid]) / len(sums[p.pid])) if p.pid in sums else 0)
             for p in processes
         )
-
-
-def _process_name(pid: int) -> str:
-    """The command name (``/proc/PID/comm``) for ``ignoreProcesses``; "" when not visible here
-    (gone, or in another PID namespace: NVML reports host PIDs)."""
-    try:
-        with open(f"/proc/{pid}/comm", "rb") as handle:
-            return handle.read().decode(errors="replace").strip()
-    except OSError:
-        return ""
