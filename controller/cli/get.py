@@ -674,7 +674,9 @@ def _gpu_table(gpus: list[dict], reserved: dict[int, str] | None = None, user_of
                 f"{gpu.get('memoryUsed', '0')}/{gpu.get('memory', '?')}",
                 str(gpu.get("memoryFree", "-")),
                 "-" if util is None else f"{util}%",
-                str(gpu.get("state")),
+                ("Draining" if gpu["cordon"].startswith("drained") else "Cordoned")
+                if gpu.get("cordon")
+                else str(gpu.get("state")),
                 ",".join(jobs) or "-",
                 ",".join(dict.fromkeys(user_of(job) for job in jobs)) if jobs and user_of else "-",
             ]

@@ -183,7 +183,14 @@ def _slots(plan: PlanDraft, snap: Snapshot, looked_at: set[str], quotas: dict[st
                 charge(quotas, _quota_keys(job, snap), len(st.devices))
     managed = set().union(*snap.job_pids.values()) if snap.job_pids else set()
     return build_slots(
-        snap.gpus, holders, snap.allowed_gpus, managed, snap.unmanaged_threshold, snap.ignore_processes, snap.job_pids
+        snap.gpus,
+        holders,
+        snap.allowed_gpus,
+        managed,
+        snap.unmanaged_threshold,
+        snap.ignore_processes,
+        snap.job_pids,
+        snap.cordoned,
     )
 
 

@@ -45,7 +45,7 @@ from controller.decide.placement.cpus import CoreBooking
 from controller.decide.placement.gpu_text import gpu_count, never_fits_text
 from controller.decide.placement.gpus import NO_REASON, GpuPlacer, matches
 from controller.decide.placement.gpus import usable_ever as usable_gpus
-from controller.model.gpus import Gpu
+from controller.model.gpus import Cordon, Gpu
 from controller.model.reasons import Reason
 from controller.model.resources import EMPTY
 from controller.model.scheduling import (
@@ -79,6 +79,7 @@ def build_slots(
     unmanaged_threshold: int,
     ignore_processes: frozenset[str] = frozenset(),
     job_pids: Mapping[str, AbstractSet[int]] | None = None,
+    cordoned: Mapping[int, Cordon] | None = None,
 ) -> list[GpuSlot]:
     """GPU states from inventory and current holders (SPEC.md section 5), with the live memory
     a job that declares gpuMemory is placed by: in use, ours, and promised but not yet taken by
@@ -90,7 +91,7 @@ def build_slots(
         foreign_memory = sum(p.used_memory for p in foreign)
         if not gpu.healthy:
             state = UNHEALTHY
-        elif allowed is not None and gpu.index not in allowed:
+        elif (allowed is not None and gpu.index not in allowed) or (cordoned and gpu.index in cordoned):
             state = RESTRICTED
         elif foreign and foreign_memory >= unmanaged_threshold:
             state = UNMANAGED
@@ -106,6 +107,7 @@ def build_slots(
                 used_memory=max(gpu.memory_used, in_use),
                 our_memory=in_use - sum(p.used_memory for p in occupants),
                 occupants=occupants,
+                cordon=cordoned[gpu.index].text() if cordoned and gpu.index in cordoned else "",
             )
         )
     by_index = {s.index: s for s in slots}

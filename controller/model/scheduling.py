@@ -78,6 +78,7 @@ class GpuSlot:
     our_memory: int = 0  # of that, held by our jobs' processes
     unclaimed: int = 0  # gpuMemory promised to Shared jobs here that they do not use yet
     occupants: tuple[GpuProcess, ...] = ()  # processes we did not start, ignoreProcesses' too
+    cordon: str = ""  # Restricted by an admin's cordon or drain: what it says (``cordoned by root: fan``)
 
     @property
     def index(self) -> int:

@@ -637,6 +637,8 @@ class Recorder:
                 entry["processes"] = [_process_entry(p) for p in gpu.processes]
             if gpu.error:
                 entry["error"] = gpu.error
+            if slot.cordon:
+                entry["cordon"] = slot.cordon  # state Restricted: an admin's cordon or drain
             gpus.append({k: v for k, v in entry.items() if v is not None})
         data: dict = {"apiVersion": API_VERSION, "kind": "Node", "inventory": source, "gpus": gpus}
         if cores is not None:  # the CPU cores booked by resources.cpus

@@ -44,6 +44,7 @@ def describe_busy(slots: list[GpuSlot], held: dict[int, str] | None = None) -> s
     unhealthy = [s.index for s in slots if s.state == GpuState.Unhealthy]
     if unhealthy:
         parts.append(f"{gpus_text(unhealthy)} unhealthy")
+    parts += [f"GPU {s.index} {s.cordon}" for s in slots if s.state == GpuState.Restricted and s.cordon]
     kept = [s for s in slots if s.index in held and s.state in (GpuState.Free, GpuState.Shared)]
     if kept:
         parts.append(f"{gpus_text([s.index for s in kept])} held for higher-priority job {held[kept[0].index]}")
@@ -71,10 +72,11 @@ def never_fits_text(req: Request, slots: list[GpuSlot], typed: list[GpuSlot]) ->
     if len(usable) == len(typed):
         return f"needs {what}{kind}, this machine has {len(typed)}"
     notes = []
-    restricted = [s.index for s in typed if s.state == GpuState.Restricted]
+    restricted = [s.index for s in typed if s.state == GpuState.Restricted and not s.cordon]
     unhealthy = [s.index for s in typed if s.state == GpuState.Unhealthy]
     if restricted:
         notes.append(f"{gpus_text(restricted)} restricted by the controller's gpus setting")
+    notes += [f"GPU {s.index} {s.cordon}" for s in typed if s.state == GpuState.Restricted and s.cordon]
     if unhealthy:
         notes.append(f"{gpus_text(unhealthy)} unhealthy")
     return f"needs {what}{kind}, this machine has {len(usable)} usable of {len(typed)} ({'; '.join(notes)})"

@@ -84,8 +84,9 @@ def distance(topology: Mapping[tuple[int, int], int], a: int, b: int) -> int:
 
 
 def usable_ever(typed: list[GpuSlot], req: Request) -> list[GpuSlot]:
-    """The GPUs of the request's type it could ever use: healthy, allowed, big enough."""
-    usable = [s for s in typed if s.state not in (GpuState.Unhealthy, GpuState.Restricted)]
+    """The GPUs of the request's type it could ever use: healthy, allowed (an admin's cordon is
+    for a while: a job waits it out), big enough."""
+    usable = [s for s in typed if s.state not in (GpuState.Unhealthy, GpuState.Restricted) or s.cordon]
     if req.gpu_memory is not None:
         usable = [s for s in usable if s.gpu.memory_total >= req.gpu_memory]
     return usable
@@ -216,7 +217,8 @@ class GpuPlacer:
         return wait
 
     def _why(self, req: Request, fit: _Fit) -> Wait:
-        visible = [s for s in fit.typed if s.state != GpuState.Restricted]  # what the message explains
+        # what the message explains: not GPUs outside gflowd's --gpus, but an admin's cordon, yes
+        visible = [s for s in fit.typed if s.state != GpuState.Restricted or s.cordon]
         wait = why_waiting(req, fit.usable, visible, fit.room, self.taken_by, self.held)
         reserved_at = self.reserved_at
         if reserved_at < math.inf and len(fit.room) >= req.gpus and reserved_at > self.now:
