@@ -52,6 +52,12 @@ def test_a_job_declaring_gpu_memory_waits_beside_another_users_server_and_starts
         assert gpus.returncode == 0, gpus.stderr
         header, row = gpus.stdout.splitlines()[:2]
         assert row.split()[header.split().index("FREE")] == "18.7Gi", gpus.stdout
+        # memory nobody of ours holds, for an admin to act on: who, what, how much, since when
+        assert f"held by processes gflow did not start: GPU 0 pid {server.pid} 21.3Gi" in gpus.stderr
+        wide = ctl(home, "get", "gpus", "-o", "wide").stdout.split("\n\n")[1].splitlines()
+        assert wide[0].split() == ["GPU", "PID", "USER", "COMMAND", "MEMORY", "UTIL", "AGE"]
+        assert wide[1].split()[:5] == ["0", str(server.pid), "nobody", "sleep", "21.3Gi"], wide
+        assert wide[1].split()[6].endswith("s"), wide  # an age: seconds old
 
         gpus_file(fake, None, "0")  # the server ends
         server.kill()

@@ -759,9 +759,47 @@ def _get_gpus(home: Home, args) -> int:
         print(f"No GPUs ({printable(node.get('inventory', 'unknown inventory'))}).", file=sys.stderr)
     else:
         _print_table(_gpu_table(gpus, _reserved(home), _job_users(home)))
+    others = _unmanaged_rows(gpus)
+    if len(others) > 1 and args.output == "wide":
+        print()
+        _print_table(others)
+    elif len(others) > 1:
+        held = ", ".join(f"GPU {r[0]} pid {r[1]} {r[4]}" for r in others[1:6]) + (" ..." if len(others) > 6 else "")
+        print(printable(f"held by processes gflow did not start: {held} (get gpus -o wide)"), file=sys.stderr)
     for line in _node_footer(node):  # on stderr: stdout stays the table that scripts parse
         print(printable(line), file=sys.stderr)
     return 0
+
+
+def _unmanaged_rows(gpus: list[dict]) -> list[list[str]]:
+    """GPU memory held by processes gflow did not start, for an admin to act on: a table with its
+    header (only the header when there are none)."""
+    from controller.api.units import format_age  # lazy: only when GPUs are listed
+
+    rows = [["GPU", "PID", "USER", "COMMAND", "MEMORY", "UTIL", "AGE"]]
+    now = time.time()
+    for gpu in gpus:
+        for proc in gpu.get("processes") or []:
+            if not proc.get("unmanaged"):
+                continue
+            started, util = proc.get("started"), proc.get("utilization")
+            age = "-"
+            if started:
+                from datetime import datetime  # lazy: as above
+
+                age = format_age(now - datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp())
+            rows.append(
+                [
+                    str(gpu.get("index")),
+                    str(proc.get("pid")),
+                    str(proc.get("user") or "-"),
+                    str(proc.get("name") or "-"),
+                    str(proc.get("usedMemory", "0")),
+                    "-" if util is None else f"{util}%",
+                    age,
+                ]
+            )
+    return rows
 
 
 def _node_footer(node: dict) -> list[str]:

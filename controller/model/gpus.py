@@ -12,6 +12,7 @@ class GpuProcess:
     name: str = ""
     utilization: int | None = None  # percent of the GPU's SMs this process used lately; None: NVML cannot say
     user: str = ""  # who runs it, from /proc; "" when not visible here
+    started: float | None = None  # when it started (epoch seconds), from /proc; None when not visible
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,12 @@ JSON_SLACK_BYTES = 1 << 20  # dead bytes it may hold beyond half the live texts 
 JSON_MEAN_GUESS = 1500  # bytes an entry takes, until this run has appended some
 
 
-def _process_entry(process) -> dict:
+def _process_entry(process, unmanaged: bool) -> dict:
     entry = {"pid": process.pid, "usedMemory": format_quantity(process.used_memory) or "0"}
+    if unmanaged:
+        entry["unmanaged"] = True  # not started by gflow: memory no job of ours holds
+    if process.started is not None:
+        entry["started"] = rfc3339(process.started)
     if process.name:
         entry["name"] = process.name
     if process.user:
@@ -634,7 +638,8 @@ class Recorder:
                 "jobs": list(slot.jobs),
             }
             if gpu.processes:
-                entry["processes"] = [_process_entry(p) for p in gpu.processes]
+                others = {p.pid for p in slot.occupants}
+                entry["processes"] = [_process_entry(p, p.pid in others) for p in gpu.processes]
             if gpu.error:
                 entry["error"] = gpu.error
             if slot.cordon:

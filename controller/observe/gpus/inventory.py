@@ -16,7 +16,7 @@ from typing import Protocol
 
 from controller.api.units import parse_cpu_list, parse_quantity
 from controller.model.gpus import Gpu, GpuProcess
-from controller.observe.gpus.procs import process_name, process_user
+from controller.observe.gpus.procs import process_name, process_started, process_user
 from controller.util.yamlio import YAMLSyntaxError, load_one
 
 log = logging.getLogger("gflowd.gpus")
@@ -102,6 +102,7 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
                     str(proc.get("name") or process_name(pid)),
                     utilization,
                     str(proc.get("user") or process_user(pid)),
+                    process_started(pid),
                 )
             )
         health = item.get("health", "Ok")

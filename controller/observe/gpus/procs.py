@@ -23,3 +23,26 @@ def process_user(pid: int) -> str:
         return user_name(os.stat(f"/proc/{pid}").st_uid)
     except OSError:
         return ""
+
+
+def process_started(pid: int) -> float | None:
+    """When the process started (epoch seconds, from ``/proc/PID/stat`` and the boot time), for the
+    age of memory nobody owns; None when not visible here."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        ticks = int(fields[19])  # starttime: field 22 of stat, the 20th after the command's ")"
+    except (OSError, IndexError, ValueError):
+        return None
+    return _boot_time() + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _boot_time() -> float:
+    try:
+        with open("/proc/stat", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0.0
