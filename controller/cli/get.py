@@ -583,7 +583,10 @@ def _print_table(table: list[list[str]]) -> None:
 
 def _watch_jobs(home: Home, args, selector) -> int:
     """On a terminal: the table, redrawn in place when the index changes. Otherwise: the table,
-    then a row each time a job's phase or reason changes (kubectl -w)."""
+    then a row each time a job's phase or reason changes, aligned with the rows before it
+    (kubectl -w). With ``-o json|yaml|name``: each job as it changes, one object (or name) each."""
+    if args.output in ("json", "yaml", "name"):
+        return _watch_job_objects(home, args, selector)
     if is_tty():
         owner = manifest_owners(home)
         return _redraw(
@@ -596,39 +599,61 @@ def _watch_jobs(home: Home, args, selector) -> int:
             ),
         )
     owner = manifest_owners(home)
+    widths: list[int] = []  # the columns as printed so far: later rows line up with them
+    try:
+        for first, changed in _job_changes(home, args, selector, owner):
+            table = _job_table(changed, wide=args.output == "wide", owner=owner, params=sweep_params(home))
+            padded = [*table, [" " * w for w in widths]] if widths else table
+            widths = [max(len(cell) for cell in column) for column in zip(*padded)]
+            lines = _format_table([table[0], [" " * w for w in widths], *table[1:]])
+            sys.stdout.write("\n".join(lines[:1] + lines[2:] if first else lines[2:]) + "\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _watch_job_objects(home: Home, args, selector) -> int:
+    """``get jobs -w -o json|yaml|name``: every chosen job once, then each job again as it changes."""
+    owner = manifest_owners(home)
+    try:
+        for _, changed in _job_changes(home, args, selector, owner):
+            names = [name for name, _ in changed]
+            if args.output == "name":
+                sys.stdout.write("".join(f"job/{name}\n" for name in names))
+            else:
+                users = {name: owner(row.get("manifest")) for name, row in changed}
+                for name in names:
+                    if args.output == "yaml":
+                        sys.stdout.write("---\n")
+                    _print_documents(home, [name], True, args.output, few=True, users=users)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _job_changes(home: Home, args, selector, owner):
+    """(first, [(name, row)...]): the chosen jobs at once, then those whose phase, reason or devices
+    changed, each time the index does. Runs until Ctrl-C."""
     seen: dict[str, tuple] = {}
     first = True
     mtime = None
-    try:
-        while True:
-            try:
-                current = home.index_file.stat().st_mtime_ns
-            except OSError:
-                current = None
-            if first or current != mtime:
-                mtime = current
-                rows = job_rows(home)
-                chosen, _ = choose_jobs(home, rows, args, selector, owner)
-                changed = [
-                    (n, r) for n, r in chosen if seen.get(n) != (r.get("phase"), r.get("reason"), r.get("devices"))
-                ]
-                if first or changed:
-                    lines = _format_table(
-                        _job_table(
-                            chosen if first else changed,
-                            wide=args.output == "wide",
-                            owner=owner,
-                            params=sweep_params(home),
-                        )
-                    )
-                    sys.stdout.write("\n".join(lines if first else lines[1:]) + "\n")
-                    sys.stdout.flush()
-                for n, r in chosen:
-                    seen[n] = (r.get("phase"), r.get("reason"), r.get("devices"))
-                first = False
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        return 0
+    while True:
+        try:
+            current = home.index_file.stat().st_mtime_ns
+        except OSError:
+            current = None
+        if first or current != mtime:
+            mtime = current
+            chosen, _ = choose_jobs(home, job_rows(home), args, selector, owner)
+            changed = [(n, r) for n, r in chosen if seen.get(n) != (r.get("phase"), r.get("reason"), r.get("devices"))]
+            if first or changed:
+                yield first, chosen if first else changed
+            for n, r in chosen:
+                seen[n] = (r.get("phase"), r.get("reason"), r.get("devices"))
+            first = False
+        time.sleep(0.2)
 
 
 def _redraw(path, table, interval: float = 0.2) -> int:
