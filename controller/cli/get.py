@@ -296,8 +296,9 @@ def _get_jobs(home: Home, args, selector) -> int:
             users={n: owner(r.get("manifest")) for n, r in chosen},
         )
     else:
-        if not chosen and not missing:
-            print("No jobs found.", file=sys.stderr)
+        if not chosen:  # names not found alone: their errors, no header (kubectl)
+            if not missing:
+                print("No jobs found.", file=sys.stderr)
         elif getattr(args, "tree", False):
             sweeps = (read_index(home) or {}).get("sweeps") or {}
             _print_table(_tree_table(chosen, sweeps, wide=out == "wide", user_of=owner, params=sweep_params(home)))
@@ -342,9 +343,10 @@ def _get_jobs_from_table(home: Home, args, selector, table) -> int:
             users=dict(zip([row[0] for row in chosen], row_users(home, chosen))),
         )
     else:
-        if not chosen and not missing:
-            print("No jobs found.", file=sys.stderr)
-        else:  # only names not found: the header alone, as from the index
+        if not chosen:  # names not found alone: their errors, no header (kubectl)
+            if not missing:
+                print("No jobs found.", file=sys.stderr)
+        else:
             sys.stdout.write("\n".join(_format_columns(_table_columns(chosen, row_users(home, chosen)))) + "\n")
         if hidden:
             print(f"({hidden} jobs that ended more than a day ago not shown; -A lists them)", file=sys.stderr)
