@@ -111,6 +111,11 @@ class Home:
         return self.root / "config.yaml"
 
     @property
+    def cordon_file(self) -> Path:
+        """GPUs an admin cordoned or drained (``gflowctl cordon|drain gpu N``)."""
+        return self.root / "cordon.yaml"
+
+    @property
     def index_file(self) -> Path:
         """A JSON summary of every job, so ``gflowctl get jobs`` reads one file."""
         return self.run_dir / "index.json"

@@ -276,8 +276,20 @@ def test_get_jobs_selectors_and_formats(home):
 
 def test_get_unknown_job_exits_1(home):
     record(home, *_states())
-    code, _, err = run("get", "jobs", "nope")
+    code, out, err = run("get", "jobs", "nope")
     assert code == 1 and "job/nope not found" in err
+    assert out == ""  # no header before the error, as kubectl (issue 37 item 6)
+    code, out, err = run("get", "jobs", "nope", "alpha")
+    assert code == 1 and out.splitlines()[0].startswith("NAME") and out.splitlines()[1].startswith("alpha")
+
+
+def test_describe_prints_yaml_booleans_as_yaml_writes_them(home):
+    (home.spec_dir / "flags.yaml").write_text(
+        "metadata: {name: flags}\nspec:\n  command: [sh, -c, 'true']\n  suspend: true\n"
+    )
+    code, out, err = run("describe", "job", "flags")
+    assert code == 0, err
+    assert "Suspend:" in out and out.split("Suspend:")[1].split()[0] == "true", out
 
 
 def test_describe_shows_status_and_spec(home):

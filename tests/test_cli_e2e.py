@@ -92,7 +92,7 @@ def test_get_gpus_lists_fake_gpus_with_their_jobs(home, gflowd, tmp_path):
         message="get gpus to show the job",
     )
     header, first, second = shown.splitlines()
-    assert header.split() == ["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS", "USER"]
+    assert header.split() == ["INDEX", "NAME", "MEMORY", "FREE", "UTIL", "STATE", "JOBS", "USER"]
     assert first.split()[0] == "0" and "Allocated" in first and first.split()[-2:] == ["gpu", "root"]
     assert "Free" in second
 

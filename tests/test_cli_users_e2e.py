@@ -118,7 +118,7 @@ def test_user_column_and_user_filters(shared, gflowd, fake_gpus):
     assert {i["metadata"]["name"]: i["metadata"]["user"] for i in items} == {"mine": "root", "theirs": "nobody"}
     assert re.search(r"^User:\s+nobody$", ctl_as(NOBODY, shared, "describe", "job", "theirs")[1], re.M)
     gpus = ctl_as(NOBODY, shared, "get", "gpus")[1]
-    assert table(gpus)["INDEX"][5:7] == ["JOBS", "USER"], gpus
+    assert table(gpus)["INDEX"][6:8] == ["JOBS", "USER"], gpus
     assert sorted(row[-2:] for name, row in table(gpus).items() if name != "INDEX") == [
         ["mine", "root"],
         ["theirs", "nobody"],

@@ -138,3 +138,23 @@ def test_every_example_runs_with_only_the_environment_its_k8s_job_gives(tmp_path
     assert "rank 0: done" in ddp and "rank 1: done" in ddp, ddp
     assert "child 3 of train-sweep: lr=0.01 batch=64 on GPU 0" in outcomes["pipeline/train-sweep"][3].stdout
     assert "evaluated 4 results on GPU 0" in outcomes["pipeline/evaluate"][0].stdout
+
+
+def test_the_examples_folder_exports_whole_and_its_fake_gpu_file_is_skipped_and_said(home):
+    """Issue 37 item 5: a non-Job file in the folder made the export fail with exit 1."""
+    code, out, err = run("export", "k8s", "-f", str(EXAMPLES), "-R", "--image", "python:3.12-slim")
+    assert code == 0, err
+    assert f"skipped {EXAMPLES / 'fake-gpus.yaml'}: not a gflow manifest (no apiVersion, kind, metadata or spec)" in err
+    names = {load_one(doc)["metadata"]["name"] for doc in iter_documents_text(out)}
+    assert names >= {"hello-cpu", "train-1gpu", "ddp-2gpu", "train-sweep", "evaluate"}, names
+
+
+def test_a_kubernetes_object_beside_a_job_is_skipped_but_a_broken_job_is_an_error(home, tmp_path):
+    (tmp_path / "job.yaml").write_text("kind: Job\nmetadata: {name: ok}\nspec: {command: [true]}\n")
+    (tmp_path / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\n")
+    code, out, err = run("export", "k8s", "-f", str(tmp_path), "--image", "x")
+    assert code == 0 and "name: ok" in out, err
+    assert f"skipped {tmp_path / 'cm.yaml'}: not a gflow manifest (apiVersion v1 is not gflow's)" in err
+    (tmp_path / "bad.yaml").write_text("kind: Job\nmetadata: {name: bad}\nspec: {comand: [true]}\n")
+    code, out, err = run("export", "k8s", "-f", str(tmp_path), "--image", "x")
+    assert code == 1 and "bad.yaml" in err and out == "", err

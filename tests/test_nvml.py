@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import read_log, wait_for, wait_phase, write_manifest
+from helpers import job_status, read_log, wait_for, wait_phase, write_manifest
 from nvml_fixtures import GiB, fake_nvml_lib, gpu, nvml_env, nvml_probe, write_fake_nvml  # noqa: F401
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
@@ -111,6 +112,36 @@ def test_a_lost_gpu_is_unhealthy_and_the_others_are_fine(nvml_env, nvml_probe):
 
     write_fake_nvml(path, machine(*(gpu(i) for i in range(4))))  # it comes back after a reset
     assert all(g["healthy"] for g in probe.call("read"))
+
+
+def test_critical_xids_ecc_errors_and_pending_page_retirement_make_a_gpu_unhealthy(nvml_env, nvml_probe):
+    path = Path(nvml_env["FAKE_NVML_FILE"])
+    write_fake_nvml(path, machine(*(gpu(i, xids=[79] if i == 3 else []) for i in range(5))))
+    probe = nvml_probe(nvml_env)
+    # Xids from before gflowd watched are not its to judge (the driver only sends new ones)
+    assert all(g["healthy"] for g in probe.call("read"))
+
+    write_fake_nvml(
+        path,
+        machine(
+            gpu(0, xids=[13]),  # a job's own fault (graphics engine exception): the GPU is fine
+            gpu(1, xids=[13, 79]),  # fallen off the bus
+            gpu(2, eccUncorrected=2),
+            gpu(3, xids=[79], retiredPagesPending=1),
+            gpu(4, eccUncorrected=-1, retiredPagesPending=-1),  # no ECC on this board: nothing to say
+        ),
+    )
+    gpus = by_index(probe.call("read"))
+    assert [gpus[i]["healthy"] for i in range(5)] == [True, False, False, False, True]
+    assert re.fullmatch(r"Xid 79 \(GPU has fallen off the bus\) at \d\d:\d\d:\d\d: reset the GPU .*", gpus[1]["error"])
+    assert gpus[2]["error"].startswith("2 uncorrectable ECC errors since the driver loaded: reset the GPU")
+    assert gpus[3]["error"].startswith("retired memory pages wait for a GPU reset")
+
+    # the ECC counter and pending pages clear with a reset; a critical Xid stays until gflowd restarts
+    write_fake_nvml(path, machine(gpu(0), gpu(1), gpu(2), gpu(3), gpu(4)))
+    gpus = by_index(probe.call("read"))
+    assert [gpus[i]["healthy"] for i in range(5)] == [True, False, True, True, True]
+    assert gpus[1]["error"].startswith("Xid 79")
 
 
 def test_lost_before_ever_seen_still_gets_a_record(nvml_env, nvml_probe):
@@ -334,3 +365,26 @@ spec:
         lambda: {g["index"]: g["state"] for g in (read_node(home) or {}).get("gpus") or []}.get(device) == "Free",
         message=lambda: f"GPU {device} to be Free again: {read_node(home)!r}",
     )
+
+
+def test_an_xid_under_a_running_job_warns_it_and_new_jobs_avoid_the_gpu(home, gflowd, nvml_env, tmp_path):
+    path = Path(nvml_env["FAKE_NVML_FILE"])
+    write_fake_nvml(path, machine(gpu(0), gpu(1)))
+    daemon = gflowd(env=nvml_env)
+    go = tmp_path / "go"
+    job = "metadata: {{name: {name}}}\nspec:\n  resources: {{gpus: 1}}\n  command: [sh, -c, 'while [ ! -e {go} ]; do sleep 0.05; done']\n"
+    write_manifest(home / "jobs", "first.yaml", job.format(name="first", go=go))
+    assert wait_phase(home, "first", "Running", daemon=daemon)["devices"] == [0]
+
+    write_fake_nvml(path, machine(gpu(0, xids=[79]), gpu(1)))  # its GPU falls off the bus
+    status = wait_for(
+        lambda: (s := job_status(home, "first")) and any(c["type"] == "GPUUnhealthy" for c in s["conditions"]) and s,
+        message=lambda: f"the running job to be warned: {job_status(home, 'first')!r}\n{daemon.stderr()[-2000:]}",
+    )
+    (condition,) = [c for c in status["conditions"] if c["type"] == "GPUUnhealthy"]
+    assert condition["message"].startswith("GPU 0: Xid 79 (GPU has fallen off the bus)")
+    node = wait_for(lambda: (n := read_node(home)) and n["gpus"][0]["state"] == "Unhealthy" and n, message="node.yaml")
+    assert node["gpus"][0]["error"].startswith("Xid 79")
+    write_manifest(home / "jobs", "second.yaml", job.format(name="second", go=go))
+    assert wait_phase(home, "second", "Running", daemon=daemon)["devices"] == [1]
+    go.touch()

@@ -290,8 +290,7 @@ def test_shared_job_joins_a_gpu_already_shared_by_a_running_job():
 def test_shared_job_waits_for_gpu_memory_when_the_shared_gpu_is_full():
     slots = slots_for(machine(1), [Holder("running", (0,), True, 60 * GIB)])
     message = waits(schedule([shared("x", 1, 30)], slots)["x"], "GPUMemory")
-    assert message.startswith("needs 30Gi GPU memory on 1 GPU, at most 20Gi left on a shared GPU")
-    assert "running" in message
+    assert message == "needs 30Gi GPU memory on 1 GPU, at most 20Gi free on GPU 0: 60Gi promised to Shared job running"
 
 
 def test_shared_room_counts_memory_of_foreign_processes_below_the_threshold():
@@ -381,3 +380,47 @@ def test_multi_gpu_job_prefers_gpus_under_one_switch():
     # sequential would take 1,2 (across switches); the topology-aware choice is 2,3
     assert bound(schedule([excl("x", 2)], slots, "sequential", topo)["x"]) == [2, 3]
     assert bound(schedule([excl("y", 2)], slots_for(machine(4), [Holder("busy", (0,), False)]))["y"]) == [1, 2]
+
+
+# --- live GPU memory: a job that declares gpuMemory goes where NVML says that much is free ----------
+
+
+def test_exclusive_job_declaring_gpu_memory_skips_a_gpu_whose_memory_no_process_owns():
+    leaked = Gpu(0, "GPU-0000", H100, 80 * GIB, memory_used=70 * GIB)  # e.g. a killed job's leak
+    slots = slots_for([leaked, gpu(1)])
+    result = schedule([excl("x", 1, gpu_memory=40), excl("plain", 1)], slots)
+    assert bound(result["x"]) == [1]
+    assert bound(result["plain"]) == [0]  # no gpuMemory declared: the whole GPU, as before
+    slots = slots_for([leaked])
+    message = waits(schedule([excl("x", 1, gpu_memory=40)], slots)["x"], "GPUMemory")
+    assert message == "needs 40Gi GPU memory on 1 GPU, at most 10Gi free on GPU 0: 70Gi held by no process NVML lists"
+
+
+def test_a_wait_for_memory_names_the_process_that_holds_it_with_its_user():
+    server = GpuProcess(4242, int(21.3 * GIB), "vllm", user="bob")
+    slots = slots_for([gpu(0, memory=40 * GIB, processes=[server])], ignore=("vllm",))
+    assert slots[0].state == "Free"  # ignoreProcesses: not Unmanaged, but its memory still counts
+    message = waits(schedule([shared("x", 1, 20)], slots)["x"], "GPUMemory")
+    assert message == "needs 20Gi GPU memory on 1 GPU, at most 18.7Gi free on GPU 0: pid 4242 (bob, vllm) holds 21.3Gi"
+    assert bound(schedule([shared("y", 1, 18)], slots)["y"]) == [0]
+
+
+def test_a_shared_job_past_its_gpu_memory_and_one_not_started_yet_both_count():
+    over, idle = GpuProcess(77, 50 * GIB), GpuProcess(78, 0)
+    holders = [Holder("over", (0,), True, 10 * GIB), Holder("idle", (0,), True, 20 * GIB)]
+    slots = build_slots(
+        [gpu(0, processes=[over, idle])], holders, None, {77, 78}, GIB, frozenset(), {"over": {77}, "idle": {78}}
+    )
+    assert slots[0].shared_room() == 50 * GIB  # the promises alone would let 50Gi in
+    # live: 50Gi in use by "over", and "idle" may still take its 20Gi: 10Gi is what is left
+    assert slots[0].memory_room() == 10 * GIB
+    waits(schedule([shared("x", 1, 11)], slots)["x"], "GPUMemory")
+    assert bound(schedule([shared("y", 1, 10)], slots)["y"]) == [0]
+
+
+def test_a_job_that_only_others_memory_keeps_out_holds_no_gpus_from_the_jobs_behind_it():
+    server = GpuProcess(4242, 60 * GIB, "vllm")
+    slots = slots_for([gpu(0), gpu(1, processes=[server])], [Holder("a", (0,), False)], ignore=("vllm",))
+    result = schedule([excl("big", 2, gpu_memory=40), excl("small", 1)], slots)
+    waits(result["big"], "GPUMemory")
+    assert bound(result["small"]) == [1]  # big can never fit beside the server: nothing is kept for it

@@ -81,7 +81,7 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
         ("observedGeneration", "Generation"),
     ):
         if status.get(key) is not None:
-            lines.append((label, str(status[key])))
+            lines.append((label, yaml_text(status[key])))
     order = next((c for c in status.get("conditions") or [] if c.get("type") == "QueueOrder"), None)
     if order is not None and status.get("phase") == "Pending":  # why it stands where it does (docs/scheduling.md)
         where = f"#{status['queuePosition']}: " if status.get("queuePosition") is not None else ""
@@ -159,7 +159,7 @@ def _describe_sweep(home: Home, name: str) -> list[str] | None:
         ("parallelism", "Parallelism"),
     ):
         if status.get(key) not in (None, ""):
-            lines.append((label, str(status[key])))
+            lines.append((label, yaml_text(status[key])))
     counts = status.get("counts") or {}
     if counts:
         lines.append(("Counts", ", ".join(f"{phase}={n}" for phase, n in counts.items())))
@@ -186,7 +186,7 @@ def _describe_reservation(home: Home, name: str) -> list[str] | None:
     lines = _record_head(name, doc, now)
     for key, label in (("phase", "Phase"), ("reason", "Reason"), ("message", "Message")):
         if status.get(key) not in (None, ""):
-            lines.append((label, str(status[key])))
+            lines.append((label, yaml_text(status[key])))
     lines.append(("Users", ", ".join(status.get("users") or []) or "-"))
     lines.append(("GPUs", ",".join(str(d) for d in status.get("devices") or []) or "-"))
     for key, label in (("start", "Start"), ("end", "End")):
@@ -248,13 +248,13 @@ def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:
         return []
     lines = []
     if spec.get("command") is not None:
-        lines.append(("Command", " ".join(str(a) for a in spec["command"])))
+        lines.append(("Command", " ".join(yaml_text(a) for a in spec["command"])))
     if spec.get("script") is not None:
         first = str(spec["script"]).strip().splitlines()
         lines.append(("Script", (first[0] + (" ..." if len(first) > 1 else "")) if first else ""))
     res = spec.get("resources") or {}
     if isinstance(res, dict) and res:
-        parts = [f"{k}={v}" for k, v in res.items()]
+        parts = [f"{k}={yaml_text(v)}" for k, v in res.items()]
         lines.append(("Resources", ", ".join(parts)))
     for key, label in (
         ("sharing", "Sharing"),
@@ -267,7 +267,7 @@ def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:
         ("cancelled", "Cancelled"),
     ):
         if key in spec:
-            lines.append((label, str(spec[key])))
+            lines.append((label, yaml_text(spec[key])))
     if spec.get("tty") is True:
         lines.append(("TTY", "true (a terminal: gflowctl attach connects to it while it runs)"))
     if spec.get("dependsOn"):
@@ -282,3 +282,10 @@ def _spec_lines(home: Home, name: str, manifest) -> list[tuple[str, str]]:
 def _recent_events(home: Home, name: str, limit: int = 10) -> list[dict]:
     """The job's events with repeats folded (``x3 over 5m``), the ``limit`` most recent."""
     return aggregate(read_events(home, f"job/{name}"))[-limit:]
+
+
+def yaml_text(value: object) -> str:
+    """A manifest's scalar as YAML wrote it: ``true``/``false``/``null``, not Python's ``True``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)

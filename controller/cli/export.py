@@ -30,9 +30,23 @@ from controller.paths import Home
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
 
+def foreign(data: Any) -> str | None:
+    """Why a YAML document is no gflow manifest at all (a fake-GPU file, a Kubernetes ConfigMap):
+    such files sit beside manifests in a folder, and are skipped, not errors. None: it is one (or
+    means to be: a Job with mistakes is validated and its mistakes named)."""
+    if not isinstance(data, dict):
+        return "not a mapping"
+    if not {"apiVersion", "kind", "metadata", "spec"} & data.keys():
+        return "no apiVersion, kind, metadata or spec"
+    api = data.get("apiVersion")
+    if isinstance(api, str) and not api.startswith("gflow"):
+        return f"apiVersion {api} is not gflow's"
+    return None
+
+
 def _documents(origin: str, text: str) -> tuple[list[list[Any]], list[str]]:
     """Each document of ``text`` validated: [AdmittedJob] or [AdmittedSweep, *children]; and the
-    errors, one line each."""
+    errors, one line each. Documents that are no gflow manifest are skipped, each said on stderr."""
 
     parts = list(iter_documents_text(text))
     stdin = origin == "<stdin>"
@@ -45,6 +59,11 @@ def _documents(origin: str, text: str) -> tuple[list[list[Any]], list[str]]:
             errors.append(f"{origin}: YAML syntax error: {exc}")
             continue
         if data is None:
+            continue
+        why = foreign(data)
+        if why is not None and not stdin:
+            where = origin if len(parts) == 1 else f"{origin} (document {index + 1})"
+            sys.stderr.write(f"skipped {where}: not a gflow manifest ({why})\n")
             continue
         result = validate_any(
             data,

@@ -296,8 +296,9 @@ def _get_jobs(home: Home, args, selector) -> int:
             users={n: owner(r.get("manifest")) for n, r in chosen},
         )
     else:
-        if not chosen and not missing:
-            print("No jobs found.", file=sys.stderr)
+        if not chosen:  # names not found alone: their errors, no header (kubectl)
+            if not missing:
+                print("No jobs found.", file=sys.stderr)
         elif getattr(args, "tree", False):
             sweeps = (read_index(home) or {}).get("sweeps") or {}
             _print_table(_tree_table(chosen, sweeps, wide=out == "wide", user_of=owner, params=sweep_params(home)))
@@ -342,9 +343,10 @@ def _get_jobs_from_table(home: Home, args, selector, table) -> int:
             users=dict(zip([row[0] for row in chosen], row_users(home, chosen))),
         )
     else:
-        if not chosen and not missing:
-            print("No jobs found.", file=sys.stderr)
-        else:  # only names not found: the header alone, as from the index
+        if not chosen:  # names not found alone: their errors, no header (kubectl)
+            if not missing:
+                print("No jobs found.", file=sys.stderr)
+        else:
             sys.stdout.write("\n".join(_format_columns(_table_columns(chosen, row_users(home, chosen)))) + "\n")
         if hidden:
             print(f"({hidden} jobs that ended more than a day ago not shown; -A lists them)", file=sys.stderr)
@@ -583,7 +585,10 @@ def _print_table(table: list[list[str]]) -> None:
 
 def _watch_jobs(home: Home, args, selector) -> int:
     """On a terminal: the table, redrawn in place when the index changes. Otherwise: the table,
-    then a row each time a job's phase or reason changes (kubectl -w)."""
+    then a row each time a job's phase or reason changes, aligned with the rows before it
+    (kubectl -w). With ``-o json|yaml|name``: each job as it changes, one object (or name) each."""
+    if args.output in ("json", "yaml", "name"):
+        return _watch_job_objects(home, args, selector)
     if is_tty():
         owner = manifest_owners(home)
         return _redraw(
@@ -596,39 +601,61 @@ def _watch_jobs(home: Home, args, selector) -> int:
             ),
         )
     owner = manifest_owners(home)
+    widths: list[int] = []  # the columns as printed so far: later rows line up with them
+    try:
+        for first, changed in _job_changes(home, args, selector, owner):
+            table = _job_table(changed, wide=args.output == "wide", owner=owner, params=sweep_params(home))
+            padded = [*table, [" " * w for w in widths]] if widths else table
+            widths = [max(len(cell) for cell in column) for column in zip(*padded)]
+            lines = _format_table([table[0], [" " * w for w in widths], *table[1:]])
+            sys.stdout.write("\n".join(lines[:1] + lines[2:] if first else lines[2:]) + "\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _watch_job_objects(home: Home, args, selector) -> int:
+    """``get jobs -w -o json|yaml|name``: every chosen job once, then each job again as it changes."""
+    owner = manifest_owners(home)
+    try:
+        for _, changed in _job_changes(home, args, selector, owner):
+            names = [name for name, _ in changed]
+            if args.output == "name":
+                sys.stdout.write("".join(f"job/{name}\n" for name in names))
+            else:
+                users = {name: owner(row.get("manifest")) for name, row in changed}
+                for name in names:
+                    if args.output == "yaml":
+                        sys.stdout.write("---\n")
+                    _print_documents(home, [name], True, args.output, few=True, users=users)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _job_changes(home: Home, args, selector, owner):
+    """(first, [(name, row)...]): the chosen jobs at once, then those whose phase, reason or devices
+    changed, each time the index does. Runs until Ctrl-C."""
     seen: dict[str, tuple] = {}
     first = True
     mtime = None
-    try:
-        while True:
-            try:
-                current = home.index_file.stat().st_mtime_ns
-            except OSError:
-                current = None
-            if first or current != mtime:
-                mtime = current
-                rows = job_rows(home)
-                chosen, _ = choose_jobs(home, rows, args, selector, owner)
-                changed = [
-                    (n, r) for n, r in chosen if seen.get(n) != (r.get("phase"), r.get("reason"), r.get("devices"))
-                ]
-                if first or changed:
-                    lines = _format_table(
-                        _job_table(
-                            chosen if first else changed,
-                            wide=args.output == "wide",
-                            owner=owner,
-                            params=sweep_params(home),
-                        )
-                    )
-                    sys.stdout.write("\n".join(lines if first else lines[1:]) + "\n")
-                    sys.stdout.flush()
-                for n, r in chosen:
-                    seen[n] = (r.get("phase"), r.get("reason"), r.get("devices"))
-                first = False
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        return 0
+    while True:
+        try:
+            current = home.index_file.stat().st_mtime_ns
+        except OSError:
+            current = None
+        if first or current != mtime:
+            mtime = current
+            chosen, _ = choose_jobs(home, job_rows(home), args, selector, owner)
+            changed = [(n, r) for n, r in chosen if seen.get(n) != (r.get("phase"), r.get("reason"), r.get("devices"))]
+            if first or changed:
+                yield first, chosen if first else changed
+            for n, r in chosen:
+                seen[n] = (r.get("phase"), r.get("reason"), r.get("devices"))
+            first = False
+        time.sleep(0.2)
 
 
 def _redraw(path, table, interval: float = 0.2) -> int:
@@ -663,7 +690,7 @@ def _job_users(home: Home):
 
 
 def _gpu_table(gpus: list[dict], reserved: dict[int, str] | None = None, user_of=None) -> list[list[str]]:
-    table = [["INDEX", "NAME", "MEMORY", "UTIL", "STATE", "JOBS", "USER"] + (["RESERVED"] if reserved else [])]
+    table = [["INDEX", "NAME", "MEMORY", "FREE", "UTIL", "STATE", "JOBS", "USER"] + (["RESERVED"] if reserved else [])]
     for gpu in gpus:
         util = gpu.get("utilization")
         jobs = gpu.get("jobs") or []
@@ -672,8 +699,11 @@ def _gpu_table(gpus: list[dict], reserved: dict[int, str] | None = None, user_of
                 str(gpu.get("index")),
                 str(gpu.get("name")),
                 f"{gpu.get('memoryUsed', '0')}/{gpu.get('memory', '?')}",
+                str(gpu.get("memoryFree", "-")),
                 "-" if util is None else f"{util}%",
-                str(gpu.get("state")),
+                ("Draining" if gpu["cordon"].startswith("drained") else "Cordoned")
+                if gpu.get("cordon")
+                else str(gpu.get("state")),
                 ",".join(jobs) or "-",
                 ",".join(dict.fromkeys(user_of(job) for job in jobs)) if jobs and user_of else "-",
             ]
@@ -756,9 +786,47 @@ def _get_gpus(home: Home, args) -> int:
         print(f"No GPUs ({printable(node.get('inventory', 'unknown inventory'))}).", file=sys.stderr)
     else:
         _print_table(_gpu_table(gpus, _reserved(home), _job_users(home)))
+    others = _unmanaged_rows(gpus)
+    if len(others) > 1 and args.output == "wide":
+        print()
+        _print_table(others)
+    elif len(others) > 1:
+        held = ", ".join(f"GPU {r[0]} pid {r[1]} {r[4]}" for r in others[1:6]) + (" ..." if len(others) > 6 else "")
+        print(printable(f"held by processes gflow did not start: {held} (get gpus -o wide)"), file=sys.stderr)
     for line in _node_footer(node):  # on stderr: stdout stays the table that scripts parse
         print(printable(line), file=sys.stderr)
     return 0
+
+
+def _unmanaged_rows(gpus: list[dict]) -> list[list[str]]:
+    """GPU memory held by processes gflow did not start, for an admin to act on: a table with its
+    header (only the header when there are none)."""
+    from controller.api.units import format_age  # lazy: only when GPUs are listed
+
+    rows = [["GPU", "PID", "USER", "COMMAND", "MEMORY", "UTIL", "AGE"]]
+    now = time.time()
+    for gpu in gpus:
+        for proc in gpu.get("processes") or []:
+            if not proc.get("unmanaged"):
+                continue
+            started, util = proc.get("started"), proc.get("utilization")
+            age = "-"
+            if started:
+                from datetime import datetime  # lazy: as above
+
+                age = format_age(now - datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp())
+            rows.append(
+                [
+                    str(gpu.get("index")),
+                    str(proc.get("pid")),
+                    str(proc.get("user") or "-"),
+                    str(proc.get("name") or "-"),
+                    str(proc.get("usedMemory", "0")),
+                    "-" if util is None else f"{util}%",
+                    age,
+                ]
+            )
+    return rows
 
 
 def _node_footer(node: dict) -> list[str]:

@@ -161,6 +161,17 @@ def _patch(home, args) -> int:
     return patch(home, _one_job(refs, "patch edits one job"), args.patch)
 
 
+def _cordon_args(p) -> None:
+    p.add_argument("gpus", nargs="+", metavar="gpu N", help="gpu 2, gpu/2 or gpu 0,1: the GPUs, by index")
+    p.add_argument("--reason", default="", help="why, shown to users whose jobs wait or are drained")
+
+
+def _cordon(home, args) -> int:
+    from controller.cli.cordon import cordon  # lazy: gflowctl loads only the verb it runs
+
+    return cordon(home, args.verb, args.gpus, getattr(args, "reason", ""))
+
+
 def _wait_args(p) -> None:
     p.add_argument("target", nargs="+", help="job/NAME or sweep/NAME (a bare NAME is a job); several: wait for all")
     p.add_argument("--for", dest="for_", required=True, help="phase=P or condition=C")
@@ -332,6 +343,9 @@ VERBS: dict[str, tuple] = {
     "set": ("set a field: set priority NAME N", _set_args, _set),
     "patch": ("edit a job's manifest with a JSON merge patch", _patch_args, _patch),
     "wait": ("wait until a job reaches a phase or condition", _wait_args, _wait),
+    "cordon": ("admins: no new jobs on these GPUs: cordon gpu N", _cordon_args, _cordon),
+    "drain": ("admins: cordon GPUs and return their jobs to Pending", _cordon_args, _cordon),
+    "uncordon": ("admins: schedule on these GPUs again", _cordon_args, _cordon),
     "explain": ("document a manifest field", _explain_args, _explain),
     "stats": ("jobs, success rate, waits, runtimes and GPU-hours by user and label", _stats_args, _stats),
     "top": ("running jobs live: GPUs with util and memory, CPU, RSS, elapsed", _top_args, _top),

@@ -182,7 +182,16 @@ def _slots(plan: PlanDraft, snap: Snapshot, looked_at: set[str], quotas: dict[st
             if quotas and job is not None:
                 charge(quotas, _quota_keys(job, snap), len(st.devices))
     managed = set().union(*snap.job_pids.values()) if snap.job_pids else set()
-    return build_slots(snap.gpus, holders, snap.allowed_gpus, managed, snap.unmanaged_threshold, snap.ignore_processes)
+    return build_slots(
+        snap.gpus,
+        holders,
+        snap.allowed_gpus,
+        managed,
+        snap.unmanaged_threshold,
+        snap.ignore_processes,
+        snap.job_pids,
+        snap.cordoned,
+    )
 
 
 def _holding(plan: PlanDraft, snap: Snapshot, looked_at: set[str]) -> list[str]:

@@ -85,6 +85,10 @@ def _stop_wanted(
     over = _gpu_memory_overuse(state, job, snap)
     if over is not None:
         return StopReason.GPUMemoryExceeded, over
+    drained = [(d, c) for d in state.devices if (c := snap.cordoned.get(d)) is not None and c.drain]
+    if drained:
+        device, cordon = drained[0]
+        return StopReason.Preempted, f"GPU {device} {cordon.text()}; returns to Pending to run on another GPU"
     return idle_stop(state, job, run, snap, now)
 
 

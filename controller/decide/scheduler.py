@@ -45,7 +45,7 @@ from controller.decide.placement.cpus import CoreBooking
 from controller.decide.placement.gpu_text import gpu_count, never_fits_text
 from controller.decide.placement.gpus import NO_REASON, GpuPlacer, matches
 from controller.decide.placement.gpus import usable_ever as usable_gpus
-from controller.model.gpus import Gpu
+from controller.model.gpus import Cordon, Gpu
 from controller.model.reasons import Reason
 from controller.model.resources import EMPTY
 from controller.model.scheduling import (
@@ -78,25 +78,38 @@ def build_slots(
     managed_pids: AbstractSet[int],
     unmanaged_threshold: int,
     ignore_processes: frozenset[str] = frozenset(),
+    job_pids: Mapping[str, AbstractSet[int]] | None = None,
+    cordoned: Mapping[int, Cordon] | None = None,
 ) -> list[GpuSlot]:
-    """GPU states from inventory and current holders (SPEC.md section 5)."""
+    """GPU states from inventory and current holders (SPEC.md section 5), with the live memory
+    a job that declares gpuMemory is placed by: in use, ours, and promised but not yet taken by
+    each Shared holder (its processes' use, from ``job_pids``, against its gpuMemory)."""
     slots = []
     for gpu in gpus:
-        foreign = [
-            p
-            for p in gpu.processes
-            if p.pid not in managed_pids and str(p.pid) not in ignore_processes and p.name not in ignore_processes
-        ]
+        occupants = tuple(p for p in gpu.processes if p.pid not in managed_pids)
+        foreign = [p for p in occupants if str(p.pid) not in ignore_processes and p.name not in ignore_processes]
         foreign_memory = sum(p.used_memory for p in foreign)
         if not gpu.healthy:
             state = UNHEALTHY
-        elif allowed is not None and gpu.index not in allowed:
+        elif (allowed is not None and gpu.index not in allowed) or (cordoned and gpu.index in cordoned):
             state = RESTRICTED
         elif foreign and foreign_memory >= unmanaged_threshold:
             state = UNMANAGED
         else:
             state = FREE
-        slots.append(GpuSlot(gpu, state, foreign_memory=foreign_memory, foreign_pids=tuple(p.pid for p in foreign)))
+        in_use = sum(p.used_memory for p in gpu.processes)
+        slots.append(
+            GpuSlot(
+                gpu,
+                state,
+                foreign_memory=foreign_memory,
+                foreign_pids=tuple(p.pid for p in foreign),
+                used_memory=max(gpu.memory_used, in_use),
+                our_memory=in_use - sum(p.used_memory for p in occupants),
+                occupants=occupants,
+                cordon=cordoned[gpu.index].text() if cordoned and gpu.index in cordoned else "",
+            )
+        )
     by_index = {s.index: s for s in slots}
     for holder in holders:
         for device in holder.devices:
@@ -107,6 +120,9 @@ def build_slots(
             slot.free_at = max(slot.free_at, holder.ends_at)
             if holder.shared:
                 slot.shared_reserved += holder.gpu_memory
+                pids = (job_pids or {}).get(holder.name, ())
+                taken = sum(p.used_memory for p in slot.gpu.processes if p.pid in pids)
+                slot.unclaimed += max(0, holder.gpu_memory - taken)
                 if slot.state == FREE:
                     slot.state = SHARED
             elif slot.state in (FREE, SHARED):

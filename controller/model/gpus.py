@@ -11,6 +11,8 @@ class GpuProcess:
     used_memory: int = 0
     name: str = ""
     utilization: int | None = None  # percent of the GPU's SMs this process used lately; None: NVML cannot say
+    user: str = ""  # who runs it, from /proc; "" when not visible here
+    started: float | None = None  # when it started (epoch seconds), from /proc; None when not visible
 
 
 @dataclass(frozen=True)
@@ -31,3 +33,18 @@ class Gpu:
     @property
     def device_minor(self) -> int:
         return self.index if self.minor is None else self.minor
+
+
+@dataclass(frozen=True)
+class Cordon:
+    """An admin's hold on a GPU (``gflowctl cordon|drain gpu N``, ``HOME/cordon.yaml``): no new job
+    goes there; with ``drain`` the jobs on it also return to Pending, to run elsewhere."""
+
+    by: str = ""
+    reason: str = ""
+    drain: bool = False
+
+    def text(self) -> str:
+        """``drained by root: fan failing``."""
+        what = "drained" if self.drain else "cordoned"
+        return f"{what}{f' by {self.by}' if self.by else ''}{f': {self.reason}' if self.reason else ''}"

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedReservation, Rejection
-from controller.model.gpus import Gpu
+from controller.model.gpus import Cordon, Gpu
 from controller.model.policy import Policy
 from controller.model.records import JobState, ReservationState, SweepState
 from controller.model.scheduling import CorePool, GpuSlot
@@ -146,6 +146,7 @@ class Snapshot:
     runs: Mapping[str, RunObservation]
     gpus: Sequence[Gpu] = ()
     allowed_gpus: AbstractSet[int] | None = None
+    cordoned: Mapping[int, Cordon] = field(default_factory=dict)  # GPU index -> an admin's cordon or drain
     job_pids: Mapping[str, AbstractSet[int]] = field(default_factory=dict)  # running job -> its process tree
     strategy: str = "sequential"
     topology: Mapping[tuple[int, int], int] = field(default_factory=dict)

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from controller.model.gpus import Gpu
+from controller.model.gpus import Gpu, GpuProcess
 from controller.model.resources import EMPTY, ResourceVector
 
 
@@ -73,13 +73,31 @@ class GpuSlot:
     foreign_memory: int = 0  # memory used by processes we did not start
     foreign_pids: tuple[int, ...] = ()
     free_at: float = 0.0  # when our jobs on it end (start + timeLimit); inf: one has no timeLimit
+    # live memory, as NVML reads it now (0 where nothing was read: the simulator, old callers)
+    used_memory: int = 0  # in use on the GPU, by anyone (at least what its processes hold)
+    our_memory: int = 0  # of that, held by our jobs' processes
+    unclaimed: int = 0  # gpuMemory promised to Shared jobs here that they do not use yet
+    occupants: tuple[GpuProcess, ...] = ()  # processes we did not start, ignoreProcesses' too
+    cordon: str = ""  # Restricted by an admin's cordon or drain: what it says (``cordoned by root: fan``)
 
     @property
     def index(self) -> int:
         return self.gpu.index
 
     def shared_room(self) -> int:
+        """What the promises leave: memory less Shared jobs' gpuMemory and foreign processes' use."""
         return self.gpu.memory_total - self.shared_reserved - self.foreign_memory
+
+    def memory_room(self) -> int:
+        """What a job that declares gpuMemory can count on here now: the promises' room, and no
+        more than NVML says is free less what Shared jobs were promised and have not taken yet
+        (memory held by processes NVML cannot name, or a Shared job past its gpuMemory, count)."""
+        return min(self.shared_room(), self.gpu.memory_total - self.used_memory - self.unclaimed)
+
+    def not_ours(self) -> int:
+        """Memory held by others, which our jobs' ends will not free: foreign processes (ignored
+        ones too) and memory in use that no process of ours holds."""
+        return max(self.foreign_memory, self.used_memory - self.our_memory)
 
 
 @dataclass

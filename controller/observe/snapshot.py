@@ -14,6 +14,7 @@ from typing import Any
 from controller.model.gpus import Gpu
 from controller.model.plan import Manifests, Memory, RunObservation, Snapshot
 from controller.model.usage import UsageSettings
+from controller.observe.cordons import CordonFile
 from controller.observe.gpu_usage import JobPids, UsageSampler
 from controller.observe.host import HostFacts
 from controller.observe.inotify import SpecWatch
@@ -31,9 +32,19 @@ log = logging.getLogger("gflowd")
 
 
 def _gpu_facts(gpus: list[Gpu]) -> tuple:
-    # a process's utilization moves all the time; it decides something only through a usage sample
+    # a process's utilization moves all the time; it decides something only through a usage sample.
+    # Memory in use by no listed process (a leak freed) places jobs that declare gpuMemory: in
+    # steps of 256 MiB, so allocator churn does not wake a pass
     return tuple(
-        (g.index, g.uuid, g.healthy, g.memory_total, tuple((p.pid, p.used_memory, p.name) for p in g.processes))
+        (
+            g.index,
+            g.uuid,
+            g.healthy,
+            g.error,
+            g.memory_total,
+            g.memory_used >> 28,
+            tuple((p.pid, p.used_memory, p.name) for p in g.processes),
+        )
         for g in gpus
     )
 
@@ -78,6 +89,7 @@ class SnapshotBuilder:
             )
         )
         self.gpus: list[Gpu] = []
+        self.cordons = CordonFile(home.cordon_file)
         self.gpus_read_at = -1e9  # monotonic time of the last inventory read
         self.gpus_dirty = True
         self.serial = 0  # the passes observed so far: the next snapshot's number
@@ -137,6 +149,7 @@ class SnapshotBuilder:
             runs=runs,
             gpus=self.gpus,
             allowed_gpus=set(config.gpus) if config.gpus is not None else None,
+            cordoned=self.cordons.read(),
             job_pids=job_pids,
             strategy=config.allocation_strategy,
             topology=topology,
@@ -166,6 +179,10 @@ class SnapshotBuilder:
         foreign process or a lost GPU is acted on without waiting for the resync."""
         if not self.gpus_are_dynamic() or mono < self.gpus_read_at + GPU_REFRESH:
             return False
+        cordons = self.cordons.cordons
+        if self.cordons.read() != cordons:  # an admin cordoned, drained or uncordoned a GPU
+            self.gpus_read_at = mono
+            return True
         gpus = self.inventory.read()
         self.gpus_read_at = mono
         same = _gpu_facts(gpus) == _gpu_facts(self.gpus)

@@ -53,8 +53,16 @@ JSON_SLACK_BYTES = 1 << 20  # dead bytes it may hold beyond half the live texts 
 JSON_MEAN_GUESS = 1500  # bytes an entry takes, until this run has appended some
 
 
-def _process_entry(process) -> dict:
+def _process_entry(process, unmanaged: bool) -> dict:
     entry = {"pid": process.pid, "usedMemory": format_quantity(process.used_memory) or "0"}
+    if unmanaged:
+        entry["unmanaged"] = True  # not started by gflow: memory no job of ours holds
+    if process.started is not None:
+        entry["started"] = rfc3339(process.started)
+    if process.name:
+        entry["name"] = process.name
+    if process.user:
+        entry["user"] = process.user
     if process.utilization is not None:
         entry["utilization"] = process.utilization
     return entry
@@ -623,14 +631,19 @@ class Recorder:
                 "memory": format_quantity(gpu.memory_total),
                 "memoryBytes": gpu.memory_total,  # exact, for tools comparing with nvidia-smi
                 "memoryUsed": format_quantity(gpu.memory_used) or "0",
+                # what NVML says is free now: what a job declaring gpuMemory is placed by
+                "memoryFree": format_quantity(max(0, gpu.memory_total - max(gpu.memory_used, slot.used_memory))) or "0",
                 "utilization": gpu.utilization,
                 "state": slot.state,
                 "jobs": list(slot.jobs),
             }
             if gpu.processes:
-                entry["processes"] = [_process_entry(p) for p in gpu.processes]
+                others = {p.pid for p in slot.occupants}
+                entry["processes"] = [_process_entry(p, p.pid in others) for p in gpu.processes]
             if gpu.error:
                 entry["error"] = gpu.error
+            if slot.cordon:
+                entry["cordon"] = slot.cordon  # state Restricted: an admin's cordon or drain
             gpus.append({k: v for k, v in entry.items() if v is not None})
         data: dict = {"apiVersion": API_VERSION, "kind": "Node", "inventory": source, "gpus": gpus}
         if cores is not None:  # the CPU cores booked by resources.cpus

@@ -257,6 +257,10 @@ typedef struct {
     unsigned minor;
     int has_affinity;
     unsigned long affinity[AFFINITY_WORDS]; /* CPU bitmask, 64 (or 32) CPUs per word as NVML gives it */
+    long long ecc_uncorrected; /* volatile uncorrectable (double-bit) ECC errors; < 0: not supported */
+    long long pages_pending;   /* retired pages pending a reset (0/1); < 0: not supported */
+    int nxid;
+    long long *xids; /* Xid critical-error events, in order; each event set delivers each once */
 } fgpu;
 
 #define MAX_HANDLES 256
@@ -275,7 +279,7 @@ static unsigned n_inits, n_shutdowns, n_loads;
 static struct { long long mtime_ns, size, ino; } key = {-1, -1, -1};
 
 static void free_gpus(fgpu *table, int n) {
-    for (int k = 0; k < n; k++) { free(table[k].procs); free(table[k].topo); }
+    for (int k = 0; k < n; k++) { free(table[k].procs); free(table[k].topo); free(table[k].xids); }
     free(table);
 }
 
@@ -334,6 +338,14 @@ static int load(const char *path) {
             t->topo = calloc((size_t)topo->n + 1, sizeof *t->topo);
             for (int m = 0; m < topo->n; m++) t->topo[m] = (int)topo->items[m].i;
             t->ntopo = topo->n;
+        }
+        t->ecc_uncorrected = jint(g, "eccUncorrected", 0);
+        t->pages_pending = jint(g, "retiredPagesPending", 0);
+        const jval *xids = jget(g, "xids");
+        if (xids && xids->t == J_ARR) {
+            t->xids = calloc((size_t)xids->n + 1, sizeof *t->xids);
+            for (int m = 0; m < xids->n; m++) t->xids[m] = xids->items[m].i;
+            t->nxid = xids->n;
         }
         t->minor = (unsigned)jint(g, "minor", k);
         long long numa = jint(g, "numaNode", -1);
@@ -627,6 +639,84 @@ EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(void *device, unsigned int cpuSetSi
     if (!g->has_affinity) return leave(NVML_ERROR_NOT_SUPPORTED);
     for (unsigned k = 0; k < cpuSetSize; k++) cpuSet[k] = k < AFFINITY_WORDS ? g->affinity[k] : 0;
     return leave(NVML_SUCCESS);
+}
+
+/* ---------------------------------------------------------------- health: ECC, retired pages, Xid events */
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(void *device, int errorType, int counterType, unsigned long long *count) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!count) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->ecc_uncorrected < 0) return leave(NVML_ERROR_NOT_SUPPORTED);
+    (void)counterType;
+    *count = errorType == 1 ? (unsigned long long)g->ecc_uncorrected : 0; /* 1: NVML_MEMORY_ERROR_TYPE_UNCORRECTED */
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(void *device, int *isPending) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!isPending) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->pages_pending < 0) return leave(NVML_ERROR_NOT_SUPPORTED);
+    *isPending = g->pages_pending ? 1 : 0;
+    return leave(NVML_SUCCESS);
+}
+
+typedef struct {
+    void *device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} fevent;
+
+typedef struct { int registered[MAX_HANDLES]; int delivered[MAX_HANDLES]; } fset;
+
+#define XID_CRITICAL 0x8ULL /* nvmlEventTypeXidCriticalError */
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(void **set) {
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    *set = calloc(1, sizeof(fset));
+    return *set ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(void *device, unsigned long long eventTypes, void *set) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!set || (eventTypes & ~XID_CRITICAL)) return leave(NVML_ERROR_NOT_SUPPORTED);
+    fset *s = set;
+    int index = (int)(g - gpus);
+    s->registered[index] = 1;
+    s->delivered[index] = g->nxid; /* events from now on, as the driver does */
+    return leave(NVML_SUCCESS);
+}
+
+/* Never blocks: the next undelivered Xid of a registered GPU, or NVML_ERROR_TIMEOUT. */
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(void *set, fevent *data, unsigned int timeoutms) {
+    (void)timeoutms;
+    nvmlReturn_t rc = enter_system();
+    if (rc) return rc;
+    if (!set || !data) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    fset *s = set;
+    for (int k = 0; k < ngpus; k++) {
+        if (!s->registered[k] || s->delivered[k] >= gpus[k].nxid) continue;
+        handles[k].index = k;
+        memset(data, 0, sizeof *data);
+        data->device = &handles[k];
+        data->eventType = XID_CRITICAL;
+        data->eventData = (unsigned long long)gpus[k].xids[s->delivered[k]++];
+        return leave(NVML_SUCCESS);
+    }
+    return leave(NVML_ERROR_TIMEOUT);
+}
+EXPORT nvmlReturn_t nvmlEventSetWait(void *set, fevent *data, unsigned int timeoutms) {
+    return nvmlEventSetWait_v2(set, data, timeoutms);
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(void *set) {
+    free(set);
+    return NVML_SUCCESS;
 }
 
 EXPORT void fakeNvmlStats(unsigned *inits, unsigned *shutdowns, unsigned *loads) {

@@ -7,6 +7,7 @@ these words: change them only on purpose.
 from __future__ import annotations
 
 from controller.api.units import format_quantity
+from controller.model.gpus import GpuProcess
 from controller.model.reasons import Reason
 from controller.model.resources import KINDS, count
 from controller.model.scheduling import GpuSlot, GpuState, Request, Wait
@@ -34,13 +35,16 @@ def describe_busy(slots: list[GpuSlot], held: dict[int, str] | None = None) -> s
         parts.append(f"{gpus_text([s.index for s in shared])} shared by {', '.join(jobs)}")
     for slot in slots:
         if slot.state == GpuState.Unmanaged:
-            pids = ", ".join(str(p) for p in slot.foreign_pids[:3]) + (" ..." if len(slot.foreign_pids) > 3 else "")
+            named = {p.pid: _who(p) for p in slot.occupants}
+            pids = ", ".join(f"{p} ({named[p]})" if named.get(p) else str(p) for p in slot.foreign_pids[:3])
+            pids += " ..." if len(slot.foreign_pids) > 3 else ""
             parts.append(
                 f"GPU {slot.index} unmanaged: pid {pids} ({format_quantity(slot.foreign_memory)}) not started by gflow"
             )
     unhealthy = [s.index for s in slots if s.state == GpuState.Unhealthy]
     if unhealthy:
         parts.append(f"{gpus_text(unhealthy)} unhealthy")
+    parts += [f"GPU {s.index} {s.cordon}" for s in slots if s.state == GpuState.Restricted and s.cordon]
     kept = [s for s in slots if s.index in held and s.state in (GpuState.Free, GpuState.Shared)]
     if kept:
         parts.append(f"{gpus_text([s.index for s in kept])} held for higher-priority job {held[kept[0].index]}")
@@ -68,10 +72,11 @@ def never_fits_text(req: Request, slots: list[GpuSlot], typed: list[GpuSlot]) ->
     if len(usable) == len(typed):
         return f"needs {what}{kind}, this machine has {len(typed)}"
     notes = []
-    restricted = [s.index for s in typed if s.state == GpuState.Restricted]
+    restricted = [s.index for s in typed if s.state == GpuState.Restricted and not s.cordon]
     unhealthy = [s.index for s in typed if s.state == GpuState.Unhealthy]
     if restricted:
         notes.append(f"{gpus_text(restricted)} restricted by the controller's gpus setting")
+    notes += [f"GPU {s.index} {s.cordon}" for s in typed if s.state == GpuState.Restricted and s.cordon]
     if unhealthy:
         notes.append(f"{gpus_text(unhealthy)} unhealthy")
     return f"needs {what}{kind}, this machine has {len(usable)} usable of {len(typed)} ({'; '.join(notes)})"
@@ -99,16 +104,42 @@ def why_waiting(
             Reason.Priority,
             f"waiting behind higher-priority job {', '.join(before)}: needs {what}, {len(room)} free after it took GPUs",
         )
-    if req.shared:
-        short = [
-            s for s in usable if s.state in (GpuState.Free, GpuState.Shared) and s.shared_room() < (req.gpu_memory or 0)
-        ]
+    if req.gpu_memory is not None:
+        states = (GpuState.Free, GpuState.Shared) if req.shared else (GpuState.Free,)
+        short = [s for s in usable if s.state in states and s.memory_room() < req.gpu_memory]
         if short:
-            best = max(s.shared_room() for s in short)
+            best = max(short, key=lambda s: (s.memory_room(), -s.index))
+            busy = describe_busy([s for s in visible if s is not best])  # best's holders are named already
             return Wait(
                 Reason.GPUMemory,
                 f"needs {format_quantity(req.gpu_memory)} GPU memory on {what}, at most "
-                f"{format_quantity(max(best, 0)) or '0'} left on a shared GPU ({describe_busy(visible)})",
+                f"{format_quantity(max(best.memory_room(), 0)) or '0'} free on GPU {best.index}: {memory_holders(best)}"
+                + (f" ({busy})" if busy else ""),
             )
     busy = describe_busy(visible, held)
     return Wait(Reason.Resources, f"needs {what}, {len(room)} free" + (f" ({busy})" if busy else ""))
+
+
+def memory_holders(slot: GpuSlot, most: int = 3) -> str:
+    """Who holds a GPU's memory, largest first: ``pid 4242 (bob, vllm) holds 21.3Gi; 20Gi promised
+    to Shared job a; 2Gi held by no process NVML lists`` (a leak, or another PID namespace)."""
+    parts = []
+    for proc in sorted(slot.occupants, key=lambda p: (-p.used_memory, p.pid))[:most]:
+        who = _who(proc)
+        parts.append(f"pid {proc.pid}{f' ({who})' if who else ''} holds {format_quantity(proc.used_memory) or '0'}")
+    if len(slot.occupants) > most:
+        parts.append(f"{len(slot.occupants) - most} more processes")
+    if slot.shared_reserved:
+        jobs = ", ".join(slot.jobs)
+        parts.append(
+            f"{format_quantity(slot.shared_reserved)} promised to Shared job{'s' if len(slot.jobs) > 1 else ''} {jobs}"
+        )
+    listed = sum(p.used_memory for p in slot.gpu.processes)
+    if slot.used_memory > listed:
+        parts.append(f"{format_quantity(slot.used_memory - listed)} held by no process NVML lists")
+    return "; ".join(parts) or f"{format_quantity(slot.gpu.memory_total)} in all"
+
+
+def _who(proc: GpuProcess) -> str:
+    """``bob, vllm``: a process's user and command, as far as /proc shows them."""
+    return ", ".join(x for x in (proc.user, proc.name) if x)

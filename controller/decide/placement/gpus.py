@@ -33,9 +33,16 @@ def matches(slot: GpuSlot, request: Request) -> bool:
 
 
 def has_room(slot: GpuSlot, req: Request) -> bool:
+    """Room now: Exclusive on a free GPU, Shared on a free or shared one; a job that declares
+    gpuMemory only where that much is free, by NVML's live reading as well as by the promises."""
     if req.shared:
-        return slot.state in (GpuState.Free, GpuState.Shared) and slot.shared_room() >= (req.gpu_memory or 0)
-    return slot.state == GpuState.Free
+        return slot.state in (GpuState.Free, GpuState.Shared) and slot.memory_room() >= (req.gpu_memory or 0)
+    return slot.state == GpuState.Free and (req.gpu_memory is None or slot.memory_room() >= req.gpu_memory)
+
+
+def fits_once_ours_end(slot: GpuSlot, req: Request) -> bool:
+    """Whether the memory it declares fits beside what others hold (ours ends; theirs may not)."""
+    return req.gpu_memory is None or slot.gpu.memory_total - slot.not_ours() >= req.gpu_memory
 
 
 def order(room: list[GpuSlot], req: Request, strategy: str) -> list[GpuSlot]:
@@ -77,8 +84,9 @@ def distance(topology: Mapping[tuple[int, int], int], a: int, b: int) -> int:
 
 
 def usable_ever(typed: list[GpuSlot], req: Request) -> list[GpuSlot]:
-    """The GPUs of the request's type it could ever use: healthy, allowed, big enough."""
-    usable = [s for s in typed if s.state not in (GpuState.Unhealthy, GpuState.Restricted)]
+    """The GPUs of the request's type it could ever use: healthy, allowed (an admin's cordon is
+    for a while: a job waits it out), big enough."""
+    usable = [s for s in typed if s.state not in (GpuState.Unhealthy, GpuState.Restricted) or s.cordon]
     if req.gpu_memory is not None:
         usable = [s for s in usable if s.gpu.memory_total >= req.gpu_memory]
     return usable
@@ -177,6 +185,7 @@ class GpuPlacer:
             self.taken_by.setdefault(slot.index, []).append(req.name)
             if req.shared:
                 slot.shared_reserved += req.gpu_memory or 0
+                slot.unclaimed += req.gpu_memory or 0
                 slot.state = GpuState.Shared.value
             else:
                 slot.state = GpuState.Allocated.value
@@ -208,7 +217,8 @@ class GpuPlacer:
         return wait
 
     def _why(self, req: Request, fit: _Fit) -> Wait:
-        visible = [s for s in fit.typed if s.state != GpuState.Restricted]  # what the message explains
+        # what the message explains: not GPUs outside gflowd's --gpus, but an admin's cordon, yes
+        visible = [s for s in fit.typed if s.state != GpuState.Restricted or s.cordon]
         wait = why_waiting(req, fit.usable, visible, fit.room, self.taken_by, self.held)
         reserved_at = self.reserved_at
         if reserved_at < math.inf and len(fit.room) >= req.gpus and reserved_at > self.now:
@@ -246,9 +256,7 @@ def _reservation(req: Request, usable: list[GpuSlot], room: list[GpuSlot], now: 
     for slot in usable:
         if slot.index in free_now:
             when.append((now, 1, slot))
-        elif slot.state in (GpuState.Allocated, GpuState.Shared) and (
-            not req.shared or slot.gpu.memory_total - slot.foreign_memory >= (req.gpu_memory or 0)
-        ):
+        elif slot.state in (GpuState.Allocated, GpuState.Shared) and fits_once_ours_end(slot, req):
             when.append((slot.free_at, 0, slot))
     when.sort(key=lambda w: (w[0], w[2].index))
     if len(when) < req.gpus:
@@ -271,13 +279,9 @@ def _any_room(slots: list[GpuSlot], held: dict[int, str], mode: str) -> bool:
 
 def _fits_once_ours_end(req: Request, usable: list[GpuSlot]) -> bool:
     """Will this request fit when the jobs gflow runs on these GPUs end (not foreign processes)?"""
-    if req.shared:
-        candidates = [
-            s
-            for s in usable
-            if s.state in (GpuState.Free, GpuState.Shared, GpuState.Allocated)
-            and s.gpu.memory_total - s.foreign_memory >= (req.gpu_memory or 0)
-        ]
-    else:
-        candidates = [s for s in usable if s.state in (GpuState.Free, GpuState.Shared, GpuState.Allocated)]
+    candidates = [
+        s
+        for s in usable
+        if s.state in (GpuState.Free, GpuState.Shared, GpuState.Allocated) and fits_once_ours_end(s, req)
+    ]
     return len(candidates) >= req.gpus

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from controller.api.units import parse_cpu_list, parse_quantity
 from controller.model.gpus import Gpu, GpuProcess
+from controller.observe.gpus.procs import process_name, process_started, process_user
 from controller.util.yamlio import YAMLSyntaxError, load_one
 
 log = logging.getLogger("gflowd.gpus")
@@ -149,12 +150,15 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
             utilization = proc.get("utilization")
             if utilization is not None and (not isinstance(utilization, int) or not 0 <= utilization <= 100):
                 raise ValueError(f"gpus[{index}].processes: utilization must be an integer percent (0-100)")
-            processes.append(
+            pid = int(proc["pid"])
+            processes.append(  # name and user as the file says, else as /proc says of a real pid
                 GpuProcess(
-                    int(proc["pid"]),
+                    pid,
                     parse_quantity(proc.get("usedMemory", 0)),
-                    str(proc.get("name", "")),
+                    str(proc.get("name") or process_name(pid)),
                     utilization,
+                    str(proc.get("user") or process_user(pid)),
+                    process_started(pid),
                 )
             )
         health = item.get("health", "Ok")

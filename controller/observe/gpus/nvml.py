@@ -11,12 +11,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from controller.model.gpu_health import PAGES_PENDING, XID_UNHEALTHY, ecc_problem, xid_problem
 from controller.model.gpus import Gpu, GpuProcess
+from controller.observe.gpus.procs import process_name, process_started, process_user
 
 log = logging.getLogger("gflowd.gpus")
 T = TypeVar("T")
@@ -38,6 +42,9 @@ TRANSIENT = frozenset({UNKNOWN, TIMEOUT, INSUFFICIENT_SIZE, NOT_READY})
 
 ATTEMPTS = 3  # per NVML call; waits 10 ms then 20 ms: a persistently failing GPU costs ~30 ms
 MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
+XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+UNCORRECTED, VOLATILE = 1, 0  # nvmlDeviceGetTotalEccErrors: double-bit errors since the driver loaded
+UNSUPPORTED = frozenset({NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND})
 
 
 def _code(exc: BaseException) -> int | None:
@@ -62,6 +69,8 @@ class NvmlInventory:
         self._errors: dict[int | str, str] = {}  # last error logged per index (log changes, not every pass)
         self._topology: tuple[tuple[str, ...], dict[tuple[int, int], int]] | None = None
         self._util_seen: dict[int, int] = {}  # per GPU: the newest process-utilization sample read (us)
+        self._xid_sets: dict[int, Any] = {}  # per GPU: its Xid event set; None: the driver has none for it
+        self._xid_failed: dict[int, str] = {}  # per GPU: the critical Xid seen, until gflowd restarts
         self._retrying = Retrying(
             stop=stop_after_attempt(ATTEMPTS),
             wait=wait_exponential(multiplier=0.01, max=0.05),
@@ -176,6 +185,12 @@ class NvmlInventory:
                 return
             self.available = False
             self._closed = True
+            for events in self._xid_sets.values():
+                if events is not None:
+                    try:
+                        self._nv.nvmlEventSetFree(events)
+                    except Exception as exc:
+                        log.debug("nvmlEventSetFree failed: %s", exc)
             try:
                 self._nv.nvmlShutdown()
             except Exception as exc:
@@ -239,6 +254,8 @@ class NvmlInventory:
             if processes:
                 step = "nvmlDeviceGetProcessUtilization"
                 processes = self._with_utilization(index, handle, processes)
+            step = "health (Xid events, ECC, retired pages)"
+            problem = self._health(index, handle)
         except Exception as exc:  # NVMLError, or a library that does not behave: this GPU only
             message = f"NVML error on GPU {index} ({step}): {self._explain(exc)}"
             self._note(index, message)
@@ -251,9 +268,9 @@ class NvmlInventory:
                 healthy=False,
                 error=message,
             )
-        self._note(index, "")
+        self._note(index, f"GPU {index} is unhealthy: {problem}" if problem else "")
         minor, cpus = self._placement(handle)
-        gpu = Gpu(index, uuid, name, total, used, utilization, processes, minor=minor, cpus=cpus)
+        gpu = Gpu(index, uuid, name, total, used, utilization, processes, not problem, problem, minor=minor, cpus=cpus)
         self._known[index] = gpu
         return gpu
 
@@ -285,6 +302,55 @@ class NvmlInventory:
             mem = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
         return int(mem.total), int(mem.used)
 
+    def _health(self, index: int, handle: Any) -> str:
+        """Why the GPU is unhealthy though it answers: a critical Xid (sticky), uncorrectable ECC
+        errors, retired pages pending a reset; "" when none (or the driver cannot say)."""
+        self._read_xids(index, handle)
+        if index in self._xid_failed:
+            return self._xid_failed[index]
+        nv = self._nv
+        try:
+            uncorrected = int(self._call(nv.nvmlDeviceGetTotalEccErrors, handle, UNCORRECTED, VOLATILE))
+        except nv.NVMLError as exc:
+            if _code(exc) not in UNSUPPORTED:
+                raise
+            uncorrected = 0
+        if uncorrected:
+            return ecc_problem(uncorrected)
+        try:
+            pending = int(self._call(nv.nvmlDeviceGetRetiredPagesPendingStatus, handle))
+        except nv.NVMLError as exc:
+            if _code(exc) not in UNSUPPORTED:
+                raise
+            pending = 0
+        return PAGES_PENDING if pending else ""
+
+    def _read_xids(self, index: int, handle: Any) -> None:
+        """Drain the GPU's Xid events without waiting; a critical one marks it for good."""
+        nv = self._nv
+        if index not in self._xid_sets:
+            try:
+                events = nv.nvmlEventSetCreate()
+                nv.nvmlDeviceRegisterEvents(handle, XID_CRITICAL, events)
+                self._xid_sets[index] = events
+            except Exception as exc:  # not supported here (vGPU, WSL, old driver): no Xid watch
+                log.debug("no Xid events for GPU %d: %s", index, exc)
+                self._xid_sets[index] = None
+        events = self._xid_sets[index]
+        for _ in range(64):  # a bound, should a driver flood events
+            if events is None:
+                return
+            try:  # not through _call: TIMEOUT is "no event", not a transient error
+                data = nv.nvmlEventSetWait_v2(events, 0)
+            except nv.NVMLError as exc:
+                if _code(exc) != TIMEOUT:
+                    log.debug("reading Xid events of GPU %d: %s", index, exc)
+                return
+            xid = int(data.eventData)
+            if xid in XID_UNHEALTHY and index not in self._xid_failed:
+                self._xid_failed[index] = xid_problem(xid, time.time())
+            log.warning("GPU %d: Xid %d%s", index, xid, f" ({XID_UNHEALTHY[xid]})" if xid in XID_UNHEALTHY else "")
+
     def _utilization(self, handle: Any) -> int | None:
         nv = self._nv
         try:
@@ -304,7 +370,16 @@ class NvmlInventory:
             if _code(exc) != FUNCTION_NOT_FOUND:
                 raise
             found = self._call(nv.nvmlDeviceGetComputeRunningProcesses_v2, handle)  # drivers < 510
-        return tuple(GpuProcess(int(p.pid), int(p.usedGpuMemory or 0), _process_name(int(p.pid))) for p in found)
+        return tuple(
+            GpuProcess(
+                int(p.pid),
+                int(p.usedGpuMemory or 0),
+                process_name(int(p.pid)),
+                user=process_user(int(p.pid)),
+                started=process_started(int(p.pid)),
+            )
+            for p in found
+        )
 
     def _with_utilization(self, index: int, handle: Any, processes: tuple[GpuProcess, ...]) -> tuple[GpuProcess, ...]:
         """Each process's SM utilization: the mean of the driver's samples since the last read (a
@@ -324,16 +399,6 @@ class NvmlInventory:
             sums.setdefault(int(sample.pid), []).append(int(sample.smUtil))
             self._util_seen[index] = max(self._util_seen.get(index, 0), int(sample.timeStamp))
         return tuple(
-            GpuProcess(p.pid, p.used_memory, p.name, round(sum(sums[p.pid]) / len(sums[p.pid])) if p.pid in sums else 0)
+            replace(p, utilization=round(sum(sums[p.pid]) / len(sums[p.pid])) if p.pid in sums else 0)
             for p in processes
         )
-
-
-def _process_name(pid: int) -> str:
-    """The command name (``/proc/PID/comm``) for ``ignoreProcesses``; "" when not visible here
-    (gone, or in another PID namespace: NVML reports host PIDs)."""
-    try:
-        with open(f"/proc/{pid}/comm", "rb") as handle:
-            return handle.read().decode(errors="replace").strip()
-    except OSError:
-        return ""
