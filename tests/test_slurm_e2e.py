@@ -212,6 +212,7 @@ def test_a_job_slurm_cannot_place_fails_with_sbatchs_reason(slurm, cluster_daemo
     write_manifest(home / "jobs", "big.yaml", "spec:\n  command: [true]\n  resources: {gpus: 9}\n")
     status = wait_phase(home, "big", "Failed", timeout=30, daemon=daemon)
     assert "sbatch refused the job" in status["message"], status
+    assert "exitCode" not in status, status  # it never ran: no exit code (it said 127, issue 37 item 6)
     # slurmctld keeps a record of the refused submission (FAILED, BadConstraints); nothing runs
     assert all(j["job_state"] == "FAILED" for j in slurm_jobs_of(slurm, home, "big"))
 

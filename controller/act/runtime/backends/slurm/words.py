@@ -208,9 +208,9 @@ def observation(record: SlurmRecord, job: SlurmJob | None, now: float, memory_ex
         node=record.node,
     )
     started = record.submitted_at or now
-    if record.error:
+    if record.error:  # never submitted: no process ran, so no exit code (not a shell's 127)
         return RunObservation(
-            record.name, record.attempt, None, started, False, 127, None, started, record.error, **base
+            record.name, record.attempt, None, started, False, None, None, started, record.error, **base
         )
     if record.job_id is None:  # decided, not yet handed over
         return RunObservation(
