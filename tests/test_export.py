@@ -537,3 +537,14 @@ def test_export_of_an_invalid_manifest_names_the_field(files):
     code, _, err = run("export", "k8s", "-f", str(bad))
     assert code == 1 and "spec.resources.gpus" in err
     assert "needs a container image" in err and err.count("\n") == 2  # every error at once
+
+
+def test_export_slurm_operator_flag_lowers_the_nice_and_without_it_a_user_may_submit(tmp_path):
+    from test_cli import run
+
+    path = tmp_path / "train.yaml"
+    path.write_text("metadata: {name: train}\nspec:\n  command: [python, train.py]\n  priority: 10\n")
+    code, out, err = run("--home", str(tmp_path / "home"), "export", "slurm", "-f", str(path), "--operator")
+    assert code == 0 and "#SBATCH --nice=-10" in out, err
+    code, out, err = run("--home", str(tmp_path / "home"), "export", "slurm", "-f", str(path))
+    assert code == 0 and "--nice" not in out.split("# priority")[0], out

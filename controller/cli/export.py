@@ -146,6 +146,7 @@ def _settings(home: Home, target: str, flags: dict[str, Any]) -> dict[str, Any]:
     keys = ("partition", "account") if target == "slurm" else ("image", "namespace", "queue")
     out = {k: flags.get(k) if flags.get(k) is not None else getattr(section, k) for k in keys}
     out["output"] = flags.get("output")
+    out["operator"] = bool(flags.get("operator"))
     if target == "slurm":
         out["gpu_types"] = gpu_types if gpu_types is not None else config.slurm.gpu_types
     elif not out["image"]:
@@ -215,6 +216,7 @@ def _export_job(target: str, admitted: Any, manifest_dir: str, settings: dict[st
             partition=settings["partition"],
             account=settings["account"],
             gpu_types=settings["gpu_types"],
+            operator=settings["operator"],
         )
 
     return k8s.export_job(
@@ -240,6 +242,7 @@ def _export_sweep(target: str, sweep: Any, children: list[Any], manifest_dir: st
             partition=settings["partition"],
             account=settings["account"],
             gpu_types=settings["gpu_types"],
+            operator=settings["operator"],
         )
 
     return k8s.export_sweep(

@@ -278,6 +278,11 @@ def _export_args(p) -> None:
         help="slurm: the cluster's GRES type for each gpuType (default: config slurm.gpuTypes)",
     )
     p.add_argument("--output", help="slurm: --output (default %%x-%%j.log, arrays %%x-%%A_%%a.log)")
+    p.add_argument(
+        "--operator",
+        action="store_true",
+        help="slurm: the script is for a Slurm operator, who may lower a nice: priority P becomes --nice=-P",
+    )
 
 
 def _export(home, args) -> int:
@@ -285,7 +290,8 @@ def _export(home, args) -> int:
     from controller.cli.export import export  # lazy: gflowctl loads only the verb it runs
 
     options = {
-        k: getattr(args, k) for k in ("image", "queue", "namespace", "partition", "account", "gpu_types", "output")
+        k: getattr(args, k)
+        for k in ("image", "queue", "namespace", "partition", "account", "gpu_types", "output", "operator")
     }
     name = parse_refs([args.name])[0][1] if args.name else None
     return export(home, args.target, name, args.filename, options, args.recursive)
