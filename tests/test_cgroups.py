@@ -459,6 +459,29 @@ def test_remove_leaves_nothing_in_any_hierarchy(cgroups):
     attempt.remove()  # again: nothing to do
 
 
+def test_remove_takes_the_sub_cgroups_a_job_made_with_it(cgroups):
+    """remove tries the rmdir first and lists children only when refused: sub-cgroups two deep
+    (a job's own nesting) in every hierarchy still go, and an empty one never needs a listing."""
+    attempt = cgroups.create("nests", Limits())
+    for directory in attempt.dirs.values():
+        os.makedirs(os.path.join(directory, "inner", "deeper"))
+        os.mkdir(os.path.join(directory, "beside"))
+    listed = []
+    subdirs = cgroups.fs.subdirs
+    cgroups.fs.subdirs = lambda path: listed.append(path) or subdirs(path)
+    try:
+        attempt.remove()
+        assert [d for d in attempt.dirs.values() if os.path.exists(d)] == []
+        assert cgroups.names() == []
+        assert set(attempt.dirs.values()) <= set(listed)
+        empty = cgroups.create("empty", Limits())
+        listed.clear()
+        empty.remove()
+        assert listed == [] and cgroups.names() == []
+    finally:
+        del cgroups.fs.subdirs
+
+
 @pytest.mark.e2e
 def test_an_attempt_joins_only_the_hierarchies_its_limits_use(cgroups):
     """cgroup v1: no cpuset without cpus, no pids hierarchy without a pids limit, no freezer where

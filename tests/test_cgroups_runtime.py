@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from cgroupfs_fake import FakeCgroup2
+from helpers import wait_for
 
 from controller.act.runtime.backends.local.attempt_cgroups import cgroup_group, start_cgroups
 from controller.act.runtime.backends.local.runtime import SupervisorRuntime
@@ -118,6 +119,50 @@ def test_ended_attempts_cgroups_wait_while_passes_start_jobs_then_go_a_chunk_at_
         monkeypatch.setattr(supervised, "REAP_CHUNK", 1)
         runtime.purge()  # a pass that started nothing
         assert runtime.tick(100.0) == 100.0 and left() == ["j4"]  # one more turn, at once
+        assert runtime.tick(100.0) is None and left() == []
+    finally:
+        runtime.close()
+
+
+@pytest.mark.e2e
+def test_after_a_pass_that_ended_attempts_their_cgroups_wait_until_no_pass_ended_more(kernel, home, monkeypatch):
+    """A drain's tail: passes start nothing and each ends a few jobs. Their rmdirs would hold back the
+    last jobs' ends, so cgroups go only once REAP_QUIET passed with no pass ending more; tick says
+    when, and a quiet pass (nothing started or ended) lets them go at once."""
+    from controller.act.runtime.backends.local import runtime as supervised
+    from controller.model.plan import RunObservation
+
+    monkeypatch.setattr(supervised, "REAP_QUIET", 30.0)  # no stall of a loaded machine reaches it
+    runtime = SupervisorRuntime(home, cgroup_probe=probe_v2(str(kernel.root), kernel), cgroupfs=kernel)
+    try:
+        group = kernel.root / cgroup_group(home.root)
+        attempts = []
+        for name in ("e0", "e1", "e2", "e3"):
+            attempt = supervised.Attempt(name, 1, runtime._record_path(name, 1), 0.0)
+            attempt.spec = {"cgroup": runtime.cgroup_keeper.make(name, 1, {})}
+            attempt.result = RunObservation(name, 1, None, 0.0, False, exit_code=0)
+            attempts.append(attempt)
+        every = ["e0-1", "e1-1", "e2-1", "e3-1"]
+
+        def left() -> list[str]:
+            return sorted(p.name for p in group.iterdir() if p.is_dir())
+
+        def pass_that_ended(attempt) -> None:
+            runtime._forgotten.append((attempt.name, attempt))
+            runtime.purge()
+
+        pass_that_ended(attempts[0])
+        due = runtime.tick(100.0)
+        assert due is not None and 100.0 < due <= 130.0 and left() == every
+        pass_that_ended(attempts[1])  # another end: still waiting
+        assert runtime.tick(100.0) > 100.0 and left() == every
+        monkeypatch.setattr(supervised, "REAP_QUIET", 0.05)
+        pass_that_ended(attempts[2])  # the last end: once the quiet went by, every one waiting goes
+        wait_for(lambda: runtime.tick(100.0) is None and left() == ["e3-1"], 30)
+        monkeypatch.setattr(supervised, "REAP_QUIET", 30.0)
+        pass_that_ended(attempts[3])
+        assert runtime.tick(100.0) > 100.0 and left() == ["e3-1"]
+        runtime.purge()  # a quiet pass: nothing started or ended
         assert runtime.tick(100.0) is None and left() == []
     finally:
         runtime.close()

@@ -1,7 +1,11 @@
 """Where a drained job's CPU goes: N `true` jobs dropped at once into a fresh gflowd, and per job
 the CPU of gflowd, of its launcher and supervisors, and the supervisor processes forked.
 
-    python hack/bench/drain_cpu.py --jobs 1000 [--dir DIR] [--keep]
+    python hack/bench/drain_cpu.py --jobs 1000 [--dir DIR] [--churn 30000] [--profile FILE] [--keep]
+
+``--churn N`` creates and deletes N files in the fresh home before gflowd starts (as
+``hack/bench.py``'s churned drain does); ``--profile FILE`` runs gflowd under cProfile and writes
+its stats to FILE when it stops (the CPU figures then include the profiler's cost).
 
 gflowd starts in a cpuacct cgroup of its own (cgroup v1, root), so the cgroup's usage counts
 gflowd, the launcher, the supervisors and each job until it joins its attempt's cgroup; gflowd's
@@ -42,6 +46,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1000, help="jobs in the burst (default 1000)")
     parser.add_argument("--dir", default=None, help="where the temp home goes (default $TMPDIR or /tmp)")
+    parser.add_argument("--churn", type=int, default=0, help="files created and deleted in the home first")
+    parser.add_argument("--profile", default=None, help="run gflowd under cProfile, stats written to this file")
     parser.add_argument("--keep", action="store_true", help="keep the temp home (its path is printed)")
     args = parser.parse_args()
     if args.jobs < 1:
@@ -51,7 +57,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="gflow-drain-cpu-", dir=args.dir))
     acct = _own_cpuacct()
     try:
-        return _measure(root, args.jobs, acct)
+        return _measure(root, args.jobs, acct, args.churn, args.profile)
     finally:
         if acct is not None:
             _remove_when_empty(acct)
@@ -61,13 +67,19 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _measure(root: Path, jobs: int, acct: str | None) -> int:
+def _measure(root: Path, jobs: int, acct: str | None, churned: int = 0, profile: str | None = None) -> int:
     home = root / "home"
     (home / "jobs").mkdir(parents=True)
+    if churned:
+        from churn_disk import churn, create_us  # the sibling bench's churn
+
+        took = churn(home, churned)
+        print(f"churned {churned} files in {took:.1f} s; creating a file now costs {create_us(home):.0f} us of CPU")
     gpus = root / "gpus.yaml"
     gpus.write_text(GPUS)
     argv = [
         sys.executable,
+        *(["-m", "cProfile", "-o", os.path.abspath(profile)] if profile else []),
         "-m",
         "controller.daemon",
         "--home",

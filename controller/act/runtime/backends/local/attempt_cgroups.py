@@ -29,13 +29,14 @@ from controller.act.runtime.cgroups.systemd_scope import Scope
 from controller.paths import Home
 
 log = logging.getLogger("gflowd.runtime")
-# Ended attempts' cgroups are removed by gflowd once a pass starts nothing (``AttemptCgroups.reap``),
-# not by their supervisors at the job's end: every rmdir takes the kernel's one cgroup lock (and a
+# Ended attempts' cgroups are removed by gflowd once a pass starts nothing, or REAP_QUIET after a
+# pass that only ended some (``AttemptCgroups.reap``), not by their supervisors at the job's end: every rmdir takes the kernel's one cgroup lock (and a
 # memory cgroup's teardown is heavy), which a flood's starts and joins queue on (a 1,000-job
 # drain: ~14 % faster without them). An empty memory cgroup costs the kernel ~14 KiB plus ~2 KiB
 # per CPU, so at most UNREMOVED_BYTES of them wait; beyond that the oldest go at once.
 UNREMOVED_BYTES = 64 << 20
 REAP_CHUNK = 128  # attempts' cgroups removed per turn of the idle loop (~35 ms), between passes
+REAP_QUIET = 0.5  # seconds without a pass that ended attempts before their cgroups go (a drain's tail)
 
 
 def cgroup_group(root: Path) -> str:

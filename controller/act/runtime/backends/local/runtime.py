@@ -55,7 +55,7 @@ from pathlib import Path
 
 from controller.act.runtime import record
 from controller.act.runtime.backends.local.attempt import Attempt, exit_observation, held_observation
-from controller.act.runtime.backends.local.attempt_cgroups import REAP_CHUNK, AttemptCgroups
+from controller.act.runtime.backends.local.attempt_cgroups import REAP_CHUNK, REAP_QUIET, AttemptCgroups
 from controller.act.runtime.backends.local.dead_supervisors import DeadSupervisors
 from controller.act.runtime.backends.local.launch_record import (
     MASTER_PORT_BASE,
@@ -110,7 +110,8 @@ class SupervisorRuntime:
         self.attempts: dict[str, Attempt] = {}
         self._forgotten: list[tuple[str, Attempt]] = []  # ended, recorded by the next status write
         self._started = False  # an attempt started since the last purge
-        self._reaping = False  # the last pass started nothing: tick() removes waiting cgroups
+        self._reaping = False  # the last pass started and ended nothing: tick() removes waiting cgroups
+        self._reap_at: float | None = None  # or from then (monotonic): the last pass only ended attempts
         self.notify_path = str(home.run_dir / "notify.sock")
         self.news = News(self.notify_path)
         self.dead = DeadSupervisors(self.cgroup_keeper, self.news.poke)
@@ -275,7 +276,11 @@ class SupervisorRuntime:
                 except OSError:
                     pass
         self.launcher.tell_purged()
-        self._reaping = not self._started  # a pass that started nothing: tick() removes cgroups
+        # a pass that started nothing removes cgroups from tick(); one that ended attempts, only
+        # once REAP_QUIET went by without another: a drain's tail is all ends, and its rmdirs (the
+        # kernel's one cgroup lock) would hold back the last jobs' ends (tests/test_cgroups_runtime.py)
+        self._reaping = not self._started and not forgotten
+        self._reap_at = time.monotonic() + REAP_QUIET if forgotten and not self._started else None
         self._started = False
         self.launcher.hand_over()  # after the purges: the launcher reuses the supervisors they freed
         if len(self.cgroup_keeper.unremoved) > self.cgroup_keeper.max_unremoved:
@@ -312,6 +317,11 @@ class SupervisorRuntime:
                 due = at if due is None else min(due, at)
         self.held_any = held_any and any(a.held and a.result is None for a in self.attempts.values())
         self.launcher.hand_over()
+        if self._reap_at is not None and self.cgroup_keeper.unremoved and not self._reaping:
+            if mono < self._reap_at:
+                at = now + (self._reap_at - mono)
+                return at if due is None else min(due, at)
+            self._reaping, self._reap_at = True, None
         if (
             self._reaping and self.cgroup_keeper.unremoved
         ):  # between passes, a chunk at a time: the loop stays responsive
