@@ -301,6 +301,11 @@ def fish_script(parser: argparse.ArgumentParser) -> str:
         "        gflowctl __complete $argv[1] $args 2>/dev/null",
         "    end",
         "end",
+        # the word right after `run --` / `exec NAME --` is a command
+        "function __gflowctl_command_after_dashes",
+        "    set -l words (commandline -opc)",
+        "    set -l at (contains -i -- -- $words); and test $at -eq (count $words)",
+        "end",
     ]
     for verb, text in _verb_help(parser).items():
         out.append(f"complete -c gflowctl -n __fish_use_subcommand -a {shlex.quote(verb)} -d {shlex.quote(text)}")
@@ -345,6 +350,8 @@ def fish_script(parser: argparse.ArgumentParser) -> str:
             )
         if "program" in kinds:
             out.append(f"complete -c gflowctl -n {shlex.quote(cond)} -F")
+            after = f"{cond}; and __gflowctl_command_after_dashes"
+            out.append(f"complete -c gflowctl -n {shlex.quote(after)} -a '(__fish_complete_command)'")
         for kind in kinds:
             if kind.startswith("choices:"):
                 out.append(f"complete -c gflowctl -n {shlex.quote(cond)} -a {shlex.quote(kind[8:])}")
