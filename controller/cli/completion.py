@@ -107,7 +107,7 @@ def _positional_kind(action: argparse.Action) -> str:
 
 def _run_spec() -> dict:
     """``run``'s flags: its own table (directives parse with it), not argparse."""
-    from controller.api.submit import FLAGS
+    from controller.api.submit import FLAGS  # lazy: only the scripts need run's flags
 
     options = [name for flag in FLAGS for name in flag.names]
     takes_value = [name for flag in FLAGS if flag.takes_value for name in flag.names]
