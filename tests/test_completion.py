@@ -110,6 +110,10 @@ def test_positionals_after_flags_complete_what_they_name(bash_script, homes, tmp
     assert complete(bash_script, "gflowctl describe job/o") == ["job/other"]
     assert complete(bash_script, "gflowctl set ") == ["priority"]
     assert complete(bash_script, "gflowctl set priority o") == ["other"]
+    # --opt=VALUE: bash's words are `--opt`, `=`, VALUE
+    assert complete(bash_script, "gflowctl get jobs --phase = Ru") == ["Running"]
+    assert complete(bash_script, "gflowctl export --partition = gpu sl") == ["slurm"]
+    assert complete(bash_script, f"gflowctl describe job --home = {homes[1].root} ") == ["zeta"]
 
 
 def test_aliases_of_the_kinds_complete_once_typed(bash_script, homes):
