@@ -75,6 +75,9 @@ def terminal(box):
     tmux = ["tmux", "-L", socket, "-f", "/dev/null"]
     subprocess.run([*tmux, "new-session", "-d", "-s", "main", "-x", "200", "-y", "50"], check=True, timeout=10)
     subprocess.run([*tmux, "set", "-g", "default-size", "200x50"], check=True, timeout=10)
+    socket_path = subprocess.run(
+        [*tmux, "display-message", "-p", "#{socket_path}"], capture_output=True, text=True, check=True, timeout=10
+    ).stdout.strip()
     scripts = {}
     for shell in ("bash", "zsh", "fish"):
         scripts[shell] = box / f"gflowctl.{shell}"
@@ -146,6 +149,7 @@ def terminal(box):
     for pane in opened:
         pane.close()
     subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=10)
+    Path(socket_path).unlink(missing_ok=True)  # kill-server leaves the socket file behind
 
 
 def listed(screen: str, *words: str) -> bool:
