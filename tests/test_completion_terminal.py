@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import Daemon, read_index, wait_for
+from helpers import Daemon, home_cgroups, kill_jobs_of_home, read_index, scrub_cgroups, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -63,6 +63,8 @@ def box(tmp_path_factory):
         )
     finally:
         daemon.terminate()
+        kill_jobs_of_home(home)  # as the gflowd fixture does: no job process or cgroup outlives the module
+        scrub_cgroups(home_cgroups(home))
     return root
 
 
