@@ -80,6 +80,42 @@ def test_verbs_kinds_and_option_values(bash_script, homes):
     assert "--dry-run" in complete(bash_script, "gflowctl apply --")
 
 
+def test_every_verb_and_every_flag_of_the_parsers_completes(bash_script, homes):
+    """The word lists are the parsers' own: argparse's for every verb, run's flag table for run. A
+    flag added to either completes without touching completion.py; a hand-kept list would drift."""
+    from controller.api.submit import FLAGS
+    from controller.cli.completion import _subparsers
+    from controller.cli.main import build_parser
+
+    verbs = _subparsers(build_parser())
+    assert set(complete(bash_script, "gflowctl ")) >= set(verbs)
+    for verb, parser in verbs.items():
+        flags = {s for a in parser._actions for s in a.option_strings}
+        if verb == "run":  # its own parser (directives use it): argparse knows only -h
+            flags = {name for flag in FLAGS for name in flag.names}
+        assert flags <= set(complete(bash_script, f"gflowctl {verb} -")), verb
+
+
+def test_positionals_after_flags_complete_what_they_name(bash_script, homes, tmp_path, monkeypatch):
+    (tmp_path / "train.sh").write_text("true\n")
+    monkeypatch.chdir(tmp_path)
+    assert complete(bash_script, "gflowctl export ") == ["slurm", "k8s"]
+    assert complete(bash_script, "gflowctl export k8s tr") == ["train", "trial"]
+    assert complete(bash_script, "gflowctl export k8s -f tra") == ["train.sh"]
+    assert complete(bash_script, "gflowctl run -o ") == ["yaml", "name"]
+    assert complete(bash_script, "gflowctl run --after o") == ["other"]
+    assert complete(bash_script, "gflowctl run --gpus 1 tra") == ["train.sh"]
+    assert complete(bash_script, "gflowctl run --gpus 1 train.sh --") == []  # the script's own arguments
+    assert complete(bash_script, "gflowctl cancel job/tr") == ["job/train", "job/trial"]
+    assert complete(bash_script, "gflowctl describe job/o") == ["job/other"]
+    assert complete(bash_script, "gflowctl set ") == ["priority"]
+    assert complete(bash_script, "gflowctl set priority o") == ["other"]
+    # --opt=VALUE: bash's words are `--opt`, `=`, VALUE
+    assert complete(bash_script, "gflowctl get jobs --phase = Ru") == ["Running"]
+    assert complete(bash_script, "gflowctl export --partition = gpu sl") == ["slurm"]
+    assert complete(bash_script, f"gflowctl describe job --home = {homes[1].root} ") == ["zeta"]
+
+
 def test_aliases_of_the_kinds_complete_once_typed(bash_script, homes):
     # an empty word shows the kinds themselves; a typed prefix reaches their aliases too
     assert complete(bash_script, "gflowctl get n") == ["node", "nodes"]
@@ -168,8 +204,8 @@ def test_zsh_and_fish_scripts(shell, tmp_path, homes):
     assert result.returncode == 0, result.stderr
     # zsh filters the candidates by the typed prefix itself (bashcompinit's compgen offers all):
     # ask for every job there; fish filters in `complete -C`
-    if shell == "zsh":  # call the function the way bashcompinit's wrapper does (ksharrays)
-        program = f"source {path}\nCOMP_WORDS=(gflowctl describe job '')\nCOMP_CWORD=3\nsetopt ksharrays\n_gflowctl\nprint -l -- \"${{COMPREPLY[@]}}\"\n"
+    if shell == "zsh":  # call the function the way bashcompinit's wrapper does (zsh's arrays, from 1)
+        program = f"source {path}\nCOMP_WORDS=(gflowctl describe job '')\nCOMP_CWORD=3\n_gflowctl\nprint -l -- \"${{COMPREPLY[@]}}\"\n"
         argv = ["zsh", "-f", "-c", program]
     else:
         argv = ["fish", "--no-config", "-c", f"source {path}; complete -C 'gflowctl describe job tr'"]
