@@ -1,0 +1,84 @@
+"""Jobs and logs as MCP resources an agent can read and subscribe to:
+
+* ``gflow://jobs`` -- every job's summary row;
+* ``gflow://jobs/{name}`` -- one job (status, conditions);
+* ``gflow://jobs/{name}/logs`` -- the tail of its log (64 KiB at most).
+
+``watch`` polls what gflowd writes (the jobs index, the logs' sizes) and publishes a
+``ResourceUpdated`` for each URI whose content changed, which the SDK delivers to every
+``subscriptions/listen`` stream that asked for it. Polling keeps gflowd unaware of MCP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from controller.client.api import Client
+
+POLL_SECONDS = 0.5
+JOBS_URI = "gflow://jobs"
+
+
+def job_uri(name: str) -> str:
+    return f"{JOBS_URI}/{name}"
+
+
+def logs_uri(name: str) -> str:
+    return f"{JOBS_URI}/{name}/logs"
+
+
+def register(server: Any, client: Client, read: dict[str, Callable[..., dict[str, Any]]]) -> None:
+    """The three resources, read through the reading tools (one code path, one permission check)."""
+
+    @server.resource(JOBS_URI, name="jobs", mime_type="application/json", description="every job, by name")
+    def jobs() -> str:
+        return json.dumps(read["list_jobs"](limit=500))
+
+    @server.resource(job_uri("{name}"), name="job", mime_type="application/json", description="one job in detail")
+    def job(name: str) -> str:
+        return json.dumps(read["get_job"](name=name), default=str)
+
+    @server.resource(logs_uri("{name}"), name="job-logs", mime_type="text/plain", description="a job's log, its tail")
+    def logs(name: str) -> str:
+        return read["get_logs"](name=name, tail=None)["log"]
+
+
+def snapshot(client: Client) -> dict[str, Any]:
+    """URI -> a token that changes when the resource's content does."""
+    from controller.client.read.state import job_rows  # lazy: as every reader
+
+    rows = job_rows(client.home)
+    out: dict[str, Any] = {JOBS_URI: None}
+    for name, row in rows.items():
+        out[job_uri(name)] = json.dumps(row, sort_keys=True, default=str)
+        try:
+            stat = os.stat(client.home.log_file(name))
+            out[logs_uri(name)] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        except OSError:
+            out[logs_uri(name)] = None
+    out[JOBS_URI] = json.dumps(sorted((n, out[job_uri(n)]) for n in rows))
+    return out
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The URIs whose token differs (a job that appeared or went away included)."""
+    return sorted(uri for uri in before.keys() | after.keys() if before.get(uri) != after.get(uri))
+
+
+async def watch(client: Client, publish: Callable[[str], Any]) -> None:
+    """Until cancelled: every POLL_SECONDS, publish each URI that changed since the last look."""
+    import anyio  # lazy: the SDK's event loop library, only under gflowctl mcp
+
+    before = await anyio.to_thread.run_sync(snapshot, client)
+    while True:
+        await anyio.sleep(POLL_SECONDS)
+        try:
+            after = await anyio.to_thread.run_sync(snapshot, client)
+        except OSError:  # a file swapped mid-read: look again next time
+            continue
+        for uri in changed(before, after):
+            await publish(uri)
+        before = after
