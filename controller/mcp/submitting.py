@@ -56,16 +56,26 @@ def tools(client: Client) -> list[Callable[..., dict[str, Any]]]:
         admission verdict (errors, or a warning that it can never start here) and whether it would
         start now. Writes nothing."""
         _check_count(jobs)
-        return {"results": [_preview(client, job) for job in jobs]}
+        results: list[dict[str, Any]] = []
+        for job in jobs:
+            job = _after_previous(job, results[-1]["name"] if results else None)
+            # a dependency on a job given before in this call does not exist yet: checked without it
+            earlier = {r["name"] for r in results}
+            within = [a for a in job.after or [] if a.partition(":")[0] in earlier]
+            if within:
+                job = job.model_copy(update={"after": [a for a in job.after or [] if a not in within] or None})
+            results.append({**_preview(client, job), **({"dependsOnThisCall": within} if within else {})})
+        return {"results": results}
 
     def submit(jobs: list[JobRequest]) -> dict[str, Any]:
         """Submit one or more jobs, in order (preview_submit first). Each runs as the user who runs
         this server, in its workdir. One result per job: its name and kind, or its error; a job that
         fails does not stop the others."""
         _check_count(jobs)
-        results = []
+        results: list[dict[str, Any]] = []
         for job in jobs:
             try:
+                job = _after_previous(job, results[-1]["name"] if results else None)
                 results.append({"ok": True, **_submit(client, job, dry_run=False)})
             except GflowError as exc:
                 results.append({"ok": False, "name": job.name, "error": str(exc)})
@@ -81,6 +91,15 @@ def _check_count(jobs: list[JobRequest]) -> None:
         raise GflowError("give at least one job in jobs")
     if len(jobs) > MAX_JOBS:
         raise GflowError(f"at most {MAX_JOBS} jobs per call ({len(jobs)} given): use params or indices for a sweep")
+
+
+def _after_previous(job: JobRequest, previous: str | None) -> JobRequest:
+    """``@`` in ``after`` is the job given before this one in the call (the first's: the user's last
+    job, as ``gflowctl run --after @``)."""
+    if previous is None or not job.after:
+        return job
+    after = [previous + text[1:] if text == "@" or text.startswith("@:") else text for text in job.after]
+    return job.model_copy(update={"after": after})
 
 
 def _options(job: JobRequest) -> dict[str, Any]:
