@@ -85,7 +85,9 @@ def test_an_agent_previews_submits_reads_and_asks_why_a_job_waits(home, gflowd, 
             submitted = await call(
                 client, "submit", jobs=[{"command": ["sleep", "60"], "workdir": str(work), "gpus": 2, "name": "big"}]
             )
-            assert submitted["results"] == [{"ok": True, "kind": "job", "name": "big", "verb": "created", "warning": None}]
+            assert submitted["results"] == [
+                {"ok": True, "kind": "job", "name": "big", "verb": "created", "warning": None}
+            ]
             await asyncio.to_thread(wait_for, lambda: _phase(home, "big") == "Running", 30)
             job = await call(client, "get_job", name="big")
             assert job["phase"] == "Running" and job["gpus"] == 2 and sorted(job["devices"]) == [0, 1]

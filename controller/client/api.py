@@ -285,23 +285,6 @@ class Client:
         keep = ("users", "devices", "gpus", "start", "end", "phase", "reason", "message")
         return [{"name": name, **{k: row.get(k) for k in keep if k in row}} for name, row in sorted(rows.items())]
 
-    def stats(self, since: str = "7d", labels: str | Mapping[str, str] | None = None) -> dict[str, Any]:
-        """``gflowctl stats -o json``: jobs by outcome, waits, runtimes and GPU-hours by user and
-        label, of what ended (or runs) within ``since`` (a duration, or ``"all"``)."""
-        from controller.api.units import parse_duration  # lazy: only stats parse a window
-        from controller.cli.stats import compute
-        from controller.client.read.state import manifest_owners, read_index
-        from controller.util.jsonlog import read_records
-
-        now = _time.time()
-        try:
-            start = 0.0 if since == "all" else now - parse_duration(since)
-        except ValueError as exc:
-            raise GflowError(f"since: {exc}") from None
-        history = builtins.list(read_records(self.home.history_file))
-        rows = (read_index(self.home) or {}).get("jobs") or {}
-        return {"now": now, **compute(history, rows, start, now, _selector(labels), manifest_owners(self.home))}
-
     def update(self, name: str, patch: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         """Change a job's manifest with a JSON merge patch (``{"spec": {"priority": 5}}``), checked
         by admission first; with ``dry_run`` nothing is written. The job, what its manifest becomes
@@ -319,7 +302,9 @@ class Client:
         if not dry_run:
             edit_manifest(self.home, (kind, bare), (), dict(patch))
         if owner_of(self.home, bare) is not None:
-            raise NotFound(f"job/{bare} belongs to sweep/{owner_of(self.home, bare)}; edit the sweep's template instead")
+            raise NotFound(
+                f"job/{bare} belongs to sweep/{owner_of(self.home, bare)}; edit the sweep's template instead"
+            )
         manifest = find_manifest(self.home, bare)
         if manifest is None:
             raise NotFound(f"{kind}/{bare} not found")

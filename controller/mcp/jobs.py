@@ -63,11 +63,15 @@ def tools(client: Client) -> list[Callable[..., dict[str, Any]]]:
         }
 
     def get_logs(
-        name: str, tail: int | None = 100, head: int | None = None, max_bytes: int = MAX_LOG_BYTES, attempt: int | None = None
+        name: str,
+        tail: int | None = 100,
+        head: int | None = None,
+        max_bytes: int = MAX_LOG_BYTES,
+        attempt: int | None = None,
     ) -> dict[str, Any]:
         """A job's output (stdout and stderr): its last `tail` lines, or with `head` its first lines;
         at most `max_bytes` (<= 64 KiB; `truncated` says when cut). `attempt`: an earlier attempt's."""
-        if head is not None and head < 0 or tail is not None and tail < 0 or max_bytes < 1:
+        if (head is not None and head < 0) or (tail is not None and tail < 0) or max_bytes < 1:
             raise GflowError("get_logs: head and tail must be >= 0, max_bytes >= 1")
         cap = min(max_bytes, MAX_LOG_BYTES)
         text = client.logs(name, tail=None if head is not None else tail, attempt=attempt)

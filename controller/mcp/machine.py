@@ -11,6 +11,7 @@ from typing import Any
 
 import controller
 from controller.client.api import Client
+from controller.client.errors import GflowError
 
 
 def tools(client: Client) -> list[Callable[..., dict[str, Any]]]:
@@ -40,7 +41,24 @@ def tools(client: Client) -> list[Callable[..., dict[str, Any]]]:
         """What the machine did for whom since `since` (a duration like 24h or 7d, or all): jobs by
         outcome, success rate, mean and p95 wait and runtime, GPU-hours allocated and used, by user
         and by label; as gflowctl stats -o json."""
-        return client.stats(since, label_selector)
+        from controller.api.labels import parse_selector
+        from controller.api.units import parse_duration  # lazy: only usage_stats parse a window
+        from controller.cli.stats import compute  # gflowctl stats' own computation
+        from controller.client.read.state import manifest_owners, read_index
+        from controller.util.jsonlog import read_records
+
+        now = time.time()
+        try:
+            start = 0.0 if since == "all" else now - parse_duration(since)
+        except ValueError as exc:
+            raise GflowError(f"since: {exc}") from None
+        history = list(read_records(client.home.history_file))
+        rows = (read_index(client.home) or {}).get("jobs") or {}
+        try:
+            selector = parse_selector(label_selector) if label_selector else []
+        except ValueError as exc:
+            raise GflowError(f"label_selector: {exc}") from None
+        return {"now": now, **compute(history, rows, start, now, selector, manifest_owners(client.home))}
 
     def queue_pressure() -> dict[str, Any]:
         """How crowded the queue is, for planning: jobs running and pending, pending ones by reason

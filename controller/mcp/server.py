@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -113,8 +114,6 @@ def build_server(home: Home, read_only: bool = False) -> Any:
 
 def serve(home: Home, read_only: bool) -> int:
     """Serve on stdin/stdout until the agent closes them."""
-    import sys
-
     server = build_server(home, read_only)
     sys.stderr.write(f"gflowctl mcp: serving {home.root} on stdio{' (read-only)' if read_only else ''}\n")
     server.run()

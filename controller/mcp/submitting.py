@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controller.client.api import Client
 from controller.client.errors import GflowError
+from controller.client.explain import fits_now
+from controller.client.read.state import job_rows
 
 MAX_JOBS = 100  # per call: more is a sweep (params/indices)
 
@@ -157,14 +159,10 @@ def _preview(client: Client, job: JobRequest) -> dict[str, Any]:
         except GflowError as exc:
             return {"name": job.name, "valid": False, "errors": [str(exc)], "manifest": None}
     # a script or a sweep: run's own dry run checks it (its manifest is what submit writes)
-    from controller.client.explain import fits_now  # lazy: only previews ask
-
     try:
         done = _submit(client, job, dry_run=True)
     except GflowError as exc:
         return {"name": job.name, "valid": False, "errors": [str(exc)], "manifest": None}
     out = {"name": done["name"], "kind": done["kind"], "valid": True, "errors": [], "warning": done["warning"]}
-    from controller.client.read.state import job_rows
-
     out.update(fits_now(job.gpus, job.gpu_type, client.gpus(), job_rows(client.home)))
     return out
