@@ -1,14 +1,10 @@
 """``gflowctl mcp [--read-only]``: gflow as tools for AI coding agents, an MCP server on stdio
 (the official ``mcp`` Python SDK, the optional extra ``gflow-controller[mcp]``). The server is
-the ``controller.mcp`` package; this module is the verb's entry."""
+the ``controller.mcp`` package (docs/mcp.md); this module is the verb's entry, imported only when
+the verb runs."""
 
 from __future__ import annotations
 
-from controller.paths import Home
+from controller.mcp.server import build_server, serve
 
-
-def serve(home: Home, read_only: bool) -> int:
-    """Serve on stdin/stdout until the agent closes them."""
-    from controller.mcp.server import serve as serve_mcp  # lazy: gflowctl loads only the verb it runs
-
-    return serve_mcp(home, read_only)
+__all__ = ["build_server", "serve"]
