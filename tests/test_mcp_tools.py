@@ -399,3 +399,24 @@ def test_an_agent_subscribes_to_a_job_and_hears_when_it_changes(home, gflowd, fa
             assert [j["name"] for j in every["jobs"]] == ["watched"]
 
     run(session())
+
+
+@pytest.mark.filterwarnings("ignore:resources/(un)?subscribe is removed")  # that protocol is the point here
+def test_a_client_on_an_older_protocol_subscribes_with_resources_subscribe(home, gflowd, fake_gpus, tmp_path):
+    gflowd("--fake-gpus", fake_gpus)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/resources/updated":
+            await heard.put(str(message.params.uri))
+
+    async def session():
+        async with Client(server(home), mode="legacy", message_handler=on_message) as client:
+            assert client.server_capabilities.resources.subscribe is True
+            await client.subscribe_resource("gflow://jobs/old")
+            await submit(client, {"command": ["true"], "workdir": str(tmp_path), "name": "old"})
+            assert await asyncio.wait_for(heard.get(), 60) == "gflow://jobs/old"
+            await until(lambda: phase(home, "old") == "Succeeded")
+            await client.unsubscribe_resource("gflow://jobs/old")
+
+    run(session())

@@ -69,19 +69,29 @@ def build_server(home: Home, read_only: bool = False) -> Any:
         from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated  # lazy: the SDK
 
         bus = InMemorySubscriptionBus()
+        legacy: dict[str, set[Any]] = {}  # uri -> sessions that sent resources/subscribe (pre-2026 clients)
+
+        async def publish(uri: str) -> None:
+            await bus.publish(ResourceUpdated(uri=uri))  # subscriptions/listen streams (2026-07-28)
+            for session in list(legacy.get(uri, ())):
+                try:
+                    await session.send_resource_updated(uri)
+                except Exception:  # that client went away: forget it
+                    legacy[uri].discard(session)
 
         @contextlib.asynccontextmanager
         async def lifespan(_server: Any) -> AsyncIterator[None]:
             import anyio  # lazy: the SDK's event loop library
 
             async with anyio.create_task_group() as group:
-                group.start_soon(resources.watch, client, lambda uri: bus.publish(ResourceUpdated(uri=uri)))
+                group.start_soon(resources.watch, client, publish)
                 yield
                 group.cancel_scope.cancel()
 
         server = server_class(
             "gflow", version=controller.__version__, instructions=INSTRUCTIONS, subscriptions=bus, lifespan=lifespan
         )
+        _legacy_subscriptions(server, legacy)
     else:
         server = server_class("gflow", instructions=INSTRUCTIONS)
         server._mcp_server.version = controller.__version__  # FastMCP 1.x takes no version argument
@@ -110,6 +120,24 @@ def build_server(home: Home, read_only: bool = False) -> Any:
             server.tool(annotations=annotations(readOnlyHint=False))(guard(fn))  # type: ignore[call-arg]
     resources.register(server, client, {fn.__name__: guard(fn) for fn in reading})
     return server
+
+
+def _legacy_subscriptions(server: Any, legacy: dict[str, set[Any]]) -> None:
+    """``resources/subscribe`` and ``unsubscribe`` for clients on a protocol before 2026-07-28 (the
+    SDK serves only ``subscriptions/listen`` by itself); ``publish`` notifies the sessions kept here."""
+    from mcp import types  # lazy: the SDK
+
+    async def subscribe(ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        legacy.setdefault(str(params.uri), set()).add(ctx.session)
+        return types.EmptyResult()
+
+    async def unsubscribe(ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        legacy.get(str(params.uri), set()).discard(ctx.session)
+        return types.EmptyResult()
+
+    lowlevel = server._lowlevel_server  # MCPServer builds it; it takes extra handlers
+    lowlevel.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
+    lowlevel.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)
 
 
 def serve(home: Home, read_only: bool) -> int:
