@@ -74,16 +74,7 @@ def tools(client: Client) -> list[Callable[..., dict[str, Any]]]:
         if (head is not None and head < 0) or (tail is not None and tail < 0) or max_bytes < 1:
             raise GflowError("get_logs: head and tail must be >= 0, max_bytes >= 1")
         cap = min(max_bytes, MAX_LOG_BYTES)
-        text = client.logs(name, tail=None if head is not None else tail, attempt=attempt)
-        assert isinstance(text, str)  # not following: the text, not a stream
-        if head is not None:
-            lines = text.splitlines(keepends=True)
-            text = "".join(lines[:head])
-        data = text.encode()
-        cut = len(data) > cap
-        if cut:  # the end the agent asked for is the end kept
-            data = data[:cap] if head is not None else data[-cap:]
-            text = data.decode("utf-8", errors="ignore")
+        text, cut = _read_log(client, name, head, tail, attempt, cap)
         return {"job": name, "log": text, "truncated": cut, "from": "head" if head is not None else "tail"}
 
     def explain_pending(name: str) -> dict[str, Any]:
@@ -119,6 +110,34 @@ def tools(client: Client) -> list[Callable[..., dict[str, Any]]]:
         return out
 
     return [list_jobs, get_job, get_logs, explain_pending, triage]
+
+
+def _read_log(
+    client: Client, name: str, head: int | None, tail: int | None, attempt: int | None, cap: int
+) -> tuple[str, bool]:
+    """The log's first ``head`` lines (reading no further than that), else its last ``tail`` lines
+    (all when None), cut to ``cap`` bytes from the end the agent asked for; and whether it was cut."""
+    from controller.client.read.logs import log_chunks  # lazy: only logs read a log
+
+    kind, slash, bare = name.rpartition("/")
+    if (slash and kind not in ("job", "jobs")) or not bare:
+        raise GflowError(f"{name!r}: use NAME or job/NAME")
+    if head is not None:
+        kept, lines = bytearray(), 0
+        for chunk in log_chunks(client.home, bare, False, None, attempt):
+            kept += chunk
+            lines = kept.count(b"\n")
+            if lines >= head or len(kept) > cap:
+                break
+        data = b"".join(bytes(kept).splitlines(keepends=True)[:head])
+        cut = len(data) > cap
+        return data[:cap].decode("utf-8", errors="ignore"), cut
+    data, cut = b"", False
+    for chunk in log_chunks(client.home, bare, False, tail, attempt):
+        data += chunk
+        if len(data) > cap:  # keep only the end: a huge log never sits whole in memory
+            data, cut = data[-cap:], True
+    return data.decode("utf-8", errors="ignore"), cut
 
 
 def _advice(phase: str, cause: str | None, fix: str | None) -> str:
