@@ -47,19 +47,20 @@ def register(server: Any, client: Client, read: dict[str, Callable[..., dict[str
 
 
 def snapshot(client: Client) -> dict[str, Any]:
-    """URI -> a token that changes when the resource's content does."""
+    """URI -> a token that changes when the resource's content does: a job's row; a running job's
+    log's identity and size (a finished job's log no longer grows: its token goes, one last event)."""
     from controller.client.read.state import job_rows  # lazy: as every reader
 
     rows = job_rows(client.home)
-    out: dict[str, Any] = {JOBS_URI: None}
+    out: dict[str, Any] = {JOBS_URI: rows}
     for name, row in rows.items():
-        out[job_uri(name)] = json.dumps(row, sort_keys=True, default=str)
-        try:
-            stat = os.stat(client.home.log_file(name))
+        out[job_uri(name)] = row
+        if row.get("phase") == "Running":
+            try:
+                stat = os.stat(client.home.log_file(name))
+            except OSError:
+                continue
             out[logs_uri(name)] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
-        except OSError:
-            out[logs_uri(name)] = None
-    out[JOBS_URI] = json.dumps(sorted((n, out[job_uri(n)]) for n in rows))
     return out
 
 
