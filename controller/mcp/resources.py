@@ -46,21 +46,27 @@ def register(server: Any, client: Client, read: dict[str, Callable[..., dict[str
         return read["get_logs"](name=name, tail=None)["log"]
 
 
-def snapshot(client: Client) -> dict[str, Any]:
-    """URI -> a token that changes when the resource's content does: a job's row; a running job's
-    log's identity and size (a finished job's log no longer grows: its token goes, one last event)."""
+def snapshot(client: Client, before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """URI -> a token that changes when the resource's content does: a job's row; its log's identity
+    and size, looked at while the job runs or when its row changed since ``before`` (a job that ran
+    between two looks is seen; a finished job's log, which no longer grows, costs nothing)."""
     from controller.client.read.state import job_rows  # lazy: as every reader
 
     rows = job_rows(client.home)
+    before = before or {}
     out: dict[str, Any] = {JOBS_URI: rows}
     for name, row in rows.items():
-        out[job_uri(name)] = row
-        if row.get("phase") == "Running":
-            try:
-                stat = os.stat(client.home.log_file(name))
-            except OSError:
-                continue
-            out[logs_uri(name)] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        uri, log = job_uri(name), logs_uri(name)
+        out[uri] = row
+        if row.get("phase") != "Running" and before.get(uri) == row:
+            if log in before:
+                out[log] = before[log]  # unchanged since the job stopped
+            continue
+        try:
+            stat = os.stat(client.home.log_file(name))
+        except OSError:
+            continue
+        out[log] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
     return out
 
 
@@ -77,7 +83,7 @@ async def watch(client: Client, publish: Callable[[str], Any]) -> None:
     while True:
         await anyio.sleep(POLL_SECONDS)
         try:
-            after = await anyio.to_thread.run_sync(snapshot, client)
+            after = await anyio.to_thread.run_sync(snapshot, client, before)
         except OSError:  # a file swapped mid-read: look again next time
             continue
         for uri in changed(before, after):
