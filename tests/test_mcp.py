@@ -18,8 +18,21 @@ mcp = pytest.importorskip("mcp", reason="the [mcp] extra (hack/setup.sh installs
 from mcp import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 
-READING = {"list_jobs", "get_job", "get_logs", "get_gpus", "explain_pending", "preview_submit"}
-ACTING = {"submit", "cancel", "suspend", "resume", "set_priority"}
+READING = {
+    "list_jobs",
+    "get_job",
+    "get_logs",
+    "explain_pending",
+    "triage",
+    "health",
+    "get_gpus",
+    "usage_stats",
+    "queue_pressure",
+    "list_reservations",
+    "preview_submit",
+    "preview_update",
+}
+ACTING = {"submit", "cancel", "suspend", "resume", "set_priority", "rerun", "update_job"}
 
 
 def server(home: Path, *flags: str) -> StdioServerParameters:
@@ -36,6 +49,11 @@ async def call(client: Any, tool: str, **arguments: Any) -> dict[str, Any]:
     return result.structured_content
 
 
+async def preview1(client: Any, **job: Any) -> dict[str, Any]:
+    """preview_submit of one job: its one result."""
+    return (await call(client, "preview_submit", jobs=[job]))["results"][0]
+
+
 def run(coroutine) -> Any:
     return asyncio.run(asyncio.wait_for(coroutine, 120))
 
@@ -50,30 +68,32 @@ def test_an_agent_previews_submits_reads_and_asks_why_a_job_waits(home, gflowd, 
             tools = {t.name for t in (await client.list_tools()).tools}
             assert tools == READING | ACTING
 
-            preview = await call(
-                client, "preview_submit", command=["sleep", "60"], workdir=str(work), gpus=2, name="big"
-            )
+            preview = await preview1(client, command=["sleep", "60"], workdir=str(work), gpus=2, name="big")
             assert preview["valid"] and preview["errors"] == [] and preview["fitsNow"] is True
             assert "name: big" in preview["manifest"] and "gpus: 2" in preview["manifest"]
             assert "gflow.dev/environment" not in preview["manifest"]  # no file is written: apply -f of it must run
             assert not (home / "jobs" / "big.yaml").exists()  # a preview writes nothing
-            never = await call(client, "preview_submit", command=["true"], workdir=str(work), gpus=8)
+            never = await preview1(client, command=["true"], workdir=str(work), gpus=8)
             assert never["fitsNow"] is False and never["why"] == "can never start: needs 8 GPUs, this machine has 2"
-            invalid = await call(client, "preview_submit", command=["true"], workdir=str(work), memory="lots")
+            invalid = await preview1(client, command=["true"], workdir=str(work), memory="lots")
             assert not invalid["valid"] and invalid["errors"] == [
                 "--memory: 'lots' is not a quantity; use a number with a unit like 16Gi, 500M or 512Mi"
             ]
-            rejected = await call(client, "preview_submit", command=["true"], workdir=str(work), env={"A B": "1"})
+            rejected = await preview1(client, command=["true"], workdir=str(work), env={"A B": "1"})
             assert not rejected["valid"] and "spec.env" in rejected["errors"][0] and rejected["manifest"]
 
-            submitted = await call(client, "submit", command=["sleep", "60"], workdir=str(work), gpus=2, name="big")
-            assert submitted == {"kind": "job", "name": "big", "verb": "created", "warning": None}
+            submitted = await call(
+                client, "submit", jobs=[{"command": ["sleep", "60"], "workdir": str(work), "gpus": 2, "name": "big"}]
+            )
+            assert submitted["results"] == [
+                {"ok": True, "kind": "job", "name": "big", "verb": "created", "warning": None}
+            ]
             await asyncio.to_thread(wait_for, lambda: _phase(home, "big") == "Running", 30)
             job = await call(client, "get_job", name="big")
             assert job["phase"] == "Running" and job["gpus"] == 2 and sorted(job["devices"]) == [0, 1]
             assert any(e["reason"] == "Started" for e in job["events"])
 
-            await call(client, "submit", command=["true"], workdir=str(work), gpus=1, name="small")
+            await call(client, "submit", jobs=[{"command": ["true"], "workdir": str(work), "gpus": 1, "name": "small"}])
             await asyncio.to_thread(wait_for, lambda: _reason(home, "small") == "Resources", 30)
             why = await call(client, "explain_pending", name="small")
             assert why["reason"] == "Resources" and why["gpusFree"] == 0 and why["gpusRequested"] == 1
@@ -103,7 +123,7 @@ def test_read_only_offers_only_the_reading_tools(home, gflowd, fake_gpus):
     async def session():
         async with Client(server(home, "--read-only")) as client:
             assert {t.name for t in (await client.list_tools()).tools} == READING
-            refused = await client.call_tool("submit", {"command": ["true"], "workdir": "/tmp"})
+            refused = await client.call_tool("submit", {"jobs": [{"command": ["true"], "workdir": "/tmp"}]})
             assert refused.is_error
             gpus = await call(client, "get_gpus")
             assert [g["state"] for g in gpus["gpus"]] == ["Free", "Free"]

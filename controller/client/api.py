@@ -276,6 +276,54 @@ class Client:
         """Whether a gflowd serves this home (without one, nothing starts)."""
         return is_running(self.home)
 
+    def reservations(self) -> builtins.list[dict[str, Any]]:
+        """``gflowctl get reservations``: each reservation's name, users, GPUs, window (``start``,
+        ``end`` in seconds since the epoch) and phase, by name."""
+        from controller.client.read.state import read_index  # lazy: only reservations are read here
+
+        rows = (read_index(self.home) or {}).get("reservations") or {}
+        keep = ("users", "devices", "gpus", "start", "end", "phase", "reason", "message")
+        return [{"name": name, **{k: row.get(k) for k in keep if k in row}} for name, row in sorted(rows.items())]
+
+    def update(self, name: str, patch: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """Change a job's manifest with a JSON merge patch (``{"spec": {"priority": 5}}``), checked
+        by admission first; with ``dry_run`` nothing is written. The job, what its manifest becomes
+        (that document's text) and the verdict (``valid``, ``errors``)."""
+        from controller.client.read.state import document_position, find_manifest, owner_of  # lazy: edits only
+        from controller.client.write.edit import _check_still_valid, edit_manifest
+        from controller.util.manifest_edit import EditError, merge_patch
+        from controller.util.yamlio import iter_documents_text
+
+        kind, bare = _ref(name)
+        if kind != "job":
+            raise GflowError(f"update: {name!r}: only a job can be updated (a sweep's template: edit its manifest)")
+        if not patch or set(patch) - {"spec", "metadata"}:
+            raise GflowError("update: give a non-empty patch of spec and metadata fields")
+        if not dry_run:
+            edit_manifest(self.home, (kind, bare), (), dict(patch))
+        if owner_of(self.home, bare) is not None:
+            raise NotFound(
+                f"job/{bare} belongs to sweep/{owner_of(self.home, bare)}; edit the sweep's template instead"
+            )
+        manifest = find_manifest(self.home, bare)
+        if manifest is None:
+            raise NotFound(f"{kind}/{bare} not found")
+        text = manifest.read_text()
+        position = document_position(builtins.list(iter_documents_text(text)), bare, manifest)
+        if position is None:
+            raise NotFound(f"{kind}/{bare} not found in {manifest}")
+        errors: builtins.list[str] = []
+        if dry_run:
+            try:
+                text = merge_patch(text, position, dict(patch))
+                _check_still_valid(text, position, f"{kind}/{bare}", manifest)
+            except EditError as exc:
+                errors.append(f"{kind}/{bare}: cannot edit {manifest}: {exc}")
+            except GflowError as exc:
+                errors.append(str(exc))
+        document = builtins.list(iter_documents_text(text))[position]
+        return {"name": bare, "manifest": document, "valid": not errors, "errors": errors, "written": not dry_run}
+
     # -- for agents: why it waits, whether it would fit ------------------------------------------
 
     def explain_pending(self, name: str) -> dict[str, Any]:
