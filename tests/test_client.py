@@ -265,7 +265,8 @@ def test_map_runs_six_items_as_one_sweep_never_more_than_two_at_once(home, gflow
     futures = client.map(square, range(6), gpus=1, parallelism=2)
     assert len(futures) == 6 and len({f.sweep for f in futures}) == 1
     assert [f.result(timeout=120) for f in futures] == [0, 1, 4, 9, 16, 25]
-    sweep = client.get(futures[0].sweep)
+    # a child's result is readable before gflowd's next pass counts it in the sweep
+    sweep = client.wait(f"sweep/{futures[0].sweep}", "Succeeded", timeout=120)
     assert sweep.parallelism == 2 and sweep.counts.get("Succeeded") == 6
     jobs = [client.get(f.job) for f in futures]
     assert [j.sweep for j in jobs] == [futures[0].sweep] * 6
