@@ -13,7 +13,11 @@ trusted: a test of it that starts a process fails, naming what it started (``_no
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -22,6 +26,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # `import helpers` from any test module
 
 from helpers import Daemon, fake_gpus_file, home_cgroups, kill_jobs_of_home, scrub_cgroups
+
+# gflowctl keeps a cache of the manifests ``get -o yaml|json`` read (client/read/specs.py) in the
+# user's ~/.cache: the tests' many homes keep theirs in one folder of the run, removed at its end.
+_CACHE = tempfile.mkdtemp(prefix="gflow-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)
 
 TESTS = Path(__file__).parent
 

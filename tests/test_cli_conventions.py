@@ -187,14 +187,41 @@ def test_describe_of_several_names_those_not_found_and_shows_the_rest(home, fini
 
 
 def _status_documents(home: Path, names: list[str]) -> list[dict]:
-    """The status files, with the user each job runs as first in metadata (get jobs adds it)."""
-    from controller.util.yamlio import load_one
+    """What ``get -o json`` prints (docs/cheatsheet.md "Objects you can apply again"), built here
+    from the files: the manifest's document with the user each job runs as, and the status file's
+    ``status`` (a Sweep's child: no spec of its own)."""
+    from controller.util.yamlio import load_all, load_one
 
-    docs = [load_one((home / "status" / f"{name}.yaml").read_text()) for name in names]
-    return [{**doc, "metadata": {"user": "root", **doc["metadata"]}} for doc in docs]
+    objects = []
+    for name in names:
+        status = load_one((home / "status" / f"{name}.yaml").read_text())
+        meta = status["metadata"]
+        manifest = next(
+            (
+                d
+                for d in load_all((home / status["status"]["manifest"]).read_text())
+                if d["metadata"]["name"] == name and d.get("kind", "Job") + "Status" == status["kind"]
+            ),
+            None,
+        )
+        own = (manifest or {}).get("metadata", {})
+        obj = {"apiVersion": status["apiVersion"], "kind": status["kind"].removesuffix("Status")}
+        obj["metadata"] = {"name": name, "user": "root", "creationTimestamp": meta["creationTimestamp"]}
+        for key, value in (
+            ("labels", own.get("labels") if manifest else meta.get("labels")),
+            ("annotations", own.get("annotations")),
+        ):
+            if value:
+                obj["metadata"][key] = value
+        if meta.get("ownerReferences"):
+            obj["metadata"]["ownerReferences"] = meta["ownerReferences"]
+        if manifest:
+            obj["spec"] = manifest["spec"]
+        objects.append({**obj, "status": status["status"]})
+    return objects
 
 
-def test_o_json_is_the_status_files_and_comes_from_gflowds_records_journal(home, finished):
+def test_o_json_is_the_manifests_with_their_status_files_and_comes_from_gflowds_records_journal(home, finished):
     names = ["alpha", "beta", "grid-0", "grid-1"]
     out = ctl(home, "get", "jobs", "-o", "json").stdout
     expected = {"apiVersion": "v1", "kind": "List", "items": _status_documents(home, names)}
@@ -202,7 +229,8 @@ def test_o_json_is_the_status_files_and_comes_from_gflowds_records_journal(home,
     assert ctl(home, "get", "job/beta", "-o", "json").stdout == json.dumps(expected["items"][1], indent=2) + "\n"
     sweeps = json.loads(ctl(home, "get", "sweeps", "-o", "json").stdout)
     assert sweeps["items"] == _status_documents(home, ["grid"])
-    # served from run/records.journal: no status file parsed (the YAML reader is not even imported)
+    # served from run/records.journal and gflowctl's cache of the manifests it read above: no status
+    # file or manifest parsed (the YAML reader is not even imported)
     probe = subprocess.run(
         [
             sys.executable,

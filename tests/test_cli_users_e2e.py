@@ -493,3 +493,30 @@ def test_wide_util_is_the_latest_sample_as_describe_shows_it(home, gflowd, tmp_p
         assert shown.endswith("%") and round(before) <= int(shown[:-1]) <= round(after), (before, shown, after)
     finally:
         release.touch()
+
+
+def test_get_o_json_shows_a_spec_only_to_whoever_may_read_its_manifest(shared, gflowd, fake_gpus):
+    """``get -o yaml|json`` prints each job's spec from its manifest, read by the caller: nobody sees
+    the spec of their own and of a readable manifest, and of root's 0600 one (a token in its env)
+    only the status; root sees all three."""
+    daemon = gflowd("--fake-gpus", fake_gpus, home=shared)
+    put(shared, "mine.yaml", job("mine", "true"), uid=NOBODY)
+    put(shared, "open.yaml", job("open", "true"))
+    put(
+        shared, "private.yaml", job("private", "true").replace("spec:\n", "spec:\n  env: {TOKEN: s3cr3t}\n"), mode=0o600
+    )
+    for name in ("mine", "open", "private"):
+        wait_phase(shared, name, "Succeeded", daemon=daemon)
+    warm(shared, "get", "jobs", "-o", "json")
+    code, out, err = ctl_as(NOBODY, shared, "get", "jobs", "-o", "json")
+    assert code == 0, err
+    items = {i["metadata"]["name"]: i for i in json.loads(out)["items"]}
+    assert items["mine"]["spec"]["command"] == ["sh", "-c", "true"] and "spec" in items["open"]
+    assert "spec" not in items["private"] and items["private"]["status"]["phase"] == "Succeeded"
+    assert "s3cr3t" not in out
+    _, single, _ = ctl_as(NOBODY, shared, "get", "job", "private", "-o", "yaml")
+    assert "s3cr3t" not in single and "\nspec:" not in single and "phase: Succeeded" in single
+    _, as_root, _ = ctl(shared, "get", "jobs", "-o", "json")
+    assert json.loads(as_root)["items"][[i["metadata"]["name"] for i in json.loads(as_root)["items"]].index("private")][
+        "spec"
+    ]["env"] == {"TOKEN": "s3cr3t"}

@@ -261,7 +261,8 @@ def test_a_table_its_gflowd_no_longer_keeps_is_not_read(home, gflowd, fake_gpus)
 
 def test_get_jobs_reads_the_table_alone_and_json_reads_no_yaml_for_any_phase(home, gflowd, fake_gpus):
     """The table is one file: with the index unreadable the table is whole. ``-o json`` of running
-    and waiting jobs comes from their JSON copies: the YAML reader is not even imported."""
+    and waiting jobs comes from their JSON copies and, once a listing has read the manifests, their
+    specs from gflowctl's own cache of them: the YAML reader is not even imported."""
     _settled_home(home, gflowd, fake_gpus)
     listed = ctl(home, "get", "jobs")
     index, status = home / "run" / "index.json", home / "status"
@@ -270,6 +271,7 @@ def test_get_jobs_reads_the_table_alone_and_json_reads_no_yaml_for_any_phase(hom
     again = ctl(home, "get", "jobs")
     assert _no_age(again.stdout) == _no_age(listed.stdout) and len(again.stdout.splitlines()) == 1 + len(JOBS)
     (home / "status.aside").rename(status)
+    ctl(home, "get", "jobs", "-o", "json")  # reads the manifests once: gflowctl's cache of them
     for argv in (
         ["get", "jobs", "-o", "json"],
         ["get", "job/runs", "-o", "json"],
@@ -281,7 +283,8 @@ def test_get_jobs_reads_the_table_alone_and_json_reads_no_yaml_for_any_phase(hom
                 "-c",
                 "import sys, io; from controller.cli.main import main; sys.stdout = io.StringIO(); "
                 f"code = main({argv!r}); out = sys.stdout.getvalue(); sys.stdout = sys.__stdout__; "
-                "print(code, 'controller.util.yamlio' in sys.modules, out.count('\"kind\": \"JobStatus\"'))",
+                "print(code, 'controller.util.yamlio' in sys.modules, out.count('\"kind\": \"Job\"'), "
+                "out.count('\"spec\": {'))",
             ],
             capture_output=True,
             text=True,
@@ -289,7 +292,7 @@ def test_get_jobs_reads_the_table_alone_and_json_reads_no_yaml_for_any_phase(hom
             timeout=60,
         )
         shown = len(JOBS) if argv[1] == "jobs" and len(argv) == 4 else 1
-        assert probe.stdout.split() == ["0", "False", str(shown)], (argv, probe.stdout, probe.stderr)
+        assert probe.stdout.split() == ["0", "False", str(shown), str(shown)], (argv, probe.stdout, probe.stderr)
 
 
 def test_a_wide_tree_lines_a_sweep_up_with_its_children():

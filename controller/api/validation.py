@@ -104,9 +104,45 @@ def cached_job(document: str, doc_index: int, name: str) -> Job:
     return Job.model_validate(data)
 
 
+# What ``gflowctl get -o yaml|json`` prints beside a manifest's own fields: gflowd's, read-only. A
+# document that carries them (an object read back, kubectl's ``get -o yaml | apply -f -``) is
+# taken without them, as Kubernetes ignores ``status`` and server-set metadata on apply.
+READ_ONLY_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("status",),
+    ("metadata", "user"),
+    ("metadata", "creationTimestamp"),
+    ("metadata", "ownerReferences"),
+)
+
+
+def read_only_fields(data: Any) -> list[tuple[str, ...]]:
+    """The read-only fields (``READ_ONLY_FIELDS``) ``data`` carries."""
+    if not isinstance(data, dict):
+        return []
+    meta = data.get("metadata")
+    return [
+        path
+        for path in READ_ONLY_FIELDS
+        if (path[-1] in data if len(path) == 1 else isinstance(meta, dict) and path[-1] in meta)
+    ]
+
+
+def without_read_only(data: Any) -> Any:
+    """``data`` without the read-only fields it carries (a copy; ``data`` itself when it has none)."""
+    present = read_only_fields(data)
+    if not present:
+        return data
+    data = {key: value for key, value in data.items() if key != "status"}
+    if any(len(path) == 2 for path in present):
+        dropped = {path[1] for path in present if len(path) == 2}
+        data["metadata"] = {key: value for key, value in data["metadata"].items() if key not in dropped}
+    return data
+
+
 def validate_any(data: Any, **kwargs: Any) -> list[Any]:
     """One document of any kind -> [AdmittedJob] | [AdmittedSweep, *children] | [AdmittedReservation]
-    | [Rejection]."""
+    | [Rejection]. Read-only fields an object read back carries (``READ_ONLY_FIELDS``) are ignored."""
+    data = without_read_only(data)
     if isinstance(data, dict) and data.get("kind") == "Sweep":
         kwargs.pop("known_hashes", None)  # children's hashes are computed as they expand
         return _validate_sweep(data, **kwargs)

@@ -29,7 +29,7 @@ def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> i
         if isinstance(outcome, str):
             errors.append(outcome)
             continue
-        stored += outcome.verb != "unchanged"
+        stored += outcome.verb not in ("unchanged", "skipped")
         progress.clear()
         print(
             f"{outcome.kind}/{outcome.name} {outcome.verb}" + (" (dry run)" if dry_run else ""), flush=progress.enabled
@@ -51,7 +51,7 @@ def delete(home: Home, refs: list[tuple[str, str]], filenames: list[str]) -> int
     for docs, errors in check_inputs(home, read_inputs(filenames, False)) if filenames else []:
         if errors:
             raise CliError(errors[0])
-        targets.extend((d.kind, d.name) for d in docs)
+        targets.extend((d.kind, d.name) for d in docs if not d.skip)
     if not targets:
         raise CliError("name the jobs to delete: gflowctl delete job NAME... (or job/NAME sweep/NAME ...) or -f FILE")
 

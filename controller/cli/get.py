@@ -96,48 +96,133 @@ def _print_documents(
     copies: bool = True,
 ) -> None:
     """``-o json`` and ``-o yaml`` print the same thing, as kubectl does: one object when one was
-    asked for by name, else one ``kind: List`` document holding them all. JSON comes from gflowd's
-    JSON copies of the statuses where the copy is current (no YAML parsed: 2k jobs in a few ms),
-    else from the status file itself; both give the same text. ``few``: a few jobs asked for by
-    name, whose files are cheaper than a big journal of copies; ``copies``: False for kinds gflowd
-    keeps no copies of. ``users``: name -> the user a job runs as, shown as ``metadata.user`` (not in
-    the status file: gflowd writes none)."""
+    asked for by name, else one ``kind: List`` document holding them all. Each object is the
+    manifest's document (apiVersion, kind, metadata, spec) with gflowd's status, so that it can be
+    applied again (``status`` and the read-only metadata are ignored there: api/validation.py).
+    The status comes from gflowd's JSON copies where the copy is current (no YAML parsed), else
+    from the status file; the spec from the manifest, where the caller may read it
+    (client/read/specs.py). ``few``: a few jobs asked for by name, whose files are cheaper than a
+    big journal of copies; ``copies``: False for kinds gflowd keeps no copies of. ``users``: name ->
+    the user a job runs as, shown as ``metadata.user``."""
     import json  # lazy: the table needs none (it reads marshal)
 
-    users = users or {}
-    if output == "yaml":
-        from controller.util.yamlio import dump  # lazy: only -o yaml (get jobs prints from the JSON index)
+    from controller.client.read.specs import manifest_documents
 
-        docs = [_with_user(d, users.get(name)) for name in names if (d := read_status(home, name)) is not None]
-        print(
-            dump(docs[0] if single and len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}), end=""
-        )
-        return
-    texts = []
-    journaled = status_json_texts(home, names, few) if copies and names else {}
+    users = users or {}
+    statuses: dict[str, dict] = {}
+    journaled = status_json_texts(home, names, few) if copies and names and output == "json" else {}
     for name in names:
         text = journaled.get(name)
-        if text is None:
-            doc = read_status(home, name)
-            text = None if doc is None else json.dumps(_with_user(doc, users.get(name)), indent=2, default=str)
-        elif users.get(name):  # the journal's text: json.dumps(indent=2) of a document with metadata first
-            text = text.replace('"metadata": {\n', f'"metadata": {{\n    "user": {json.dumps(users[name])},\n', 1)
-        if text is not None:
-            texts.append(text)
+        doc = _head_of(text) if text is not None else read_status(home, name)
+        if isinstance(doc, dict):
+            statuses[name] = doc
+    manifests = manifest_documents(
+        home, {name: (doc.get("status") or {}).get("manifest") for name, doc in statuses.items()}
+    )
+    objects, used = {}, {}
+    for name, doc in statuses.items():
+        entry = manifests.get(name)
+        objects[name] = _object(doc, entry[0] if entry is not None else None, users.get(name))
+        if entry is not None and entry[0].get("kind", "Job") == objects[name]["kind"]:
+            used[name] = entry
+    if output == "yaml":
+        from controller.util.yamlio import dump  # lazy: only -o yaml
+
+        items = list(objects.values())
+        print(dump(items[0] if single and len(items) == 1 else _list(items), blocks=True), end="")
+        return
+    texts = [object_json(obj, journaled.get(name), used.get(name)) for name, obj in objects.items()]
     if single and len(texts) == 1:
         print(texts[0])
     elif not texts:
-        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": []}, indent=2))
+        print(json.dumps(_list([]), indent=2))
     else:
         # json.dumps(List, indent=2) exactly: each item indented one level deeper, comma-separated
-        items = ",\n".join("    " + text.replace("\n", "\n    ") for text in texts)
-        print(f'{{\n  "apiVersion": "v1",\n  "kind": "List",\n  "items": [\n{items}\n  ]\n}}')
+        joined = ",\n".join("    " + text.replace("\n", "\n    ") for text in texts)
+        print(f'{{\n  "apiVersion": "v1",\n  "kind": "List",\n  "items": [\n{joined}\n  ]\n}}')
 
 
-def _with_user(doc: dict, user: str | None) -> dict:
-    if user and isinstance(doc.get("metadata"), dict):
-        doc["metadata"] = {"user": user, **doc["metadata"]}
+def _list(items: list) -> dict:
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+STATUS_KEY = '\n  "status": '
+MANIFEST_KEY = r'\n    "manifest": ("(?:[^"\\]|\\.)*")'
+
+
+def _head_of(text: str) -> dict | None:
+    """A JSON copy's document without the most of its status, which ``object_json`` copies as text:
+    its metadata, and of its status the manifest (where to read the spec). A third of the time
+    ``json.loads`` of the whole would take."""
+    import json
+    import re  # lazy: the table needs none
+
+    at = text.rfind(STATUS_KEY)
+    if at < 0 or not text.endswith("\n}"):
+        return json.loads(text)
+    doc = json.loads(text[:at].rstrip(",") + "\n}")
+    found = re.compile(MANIFEST_KEY).search(text, at)
+    doc["status"] = {"manifest": json.loads(found.group(1))} if found else {}
     return doc
+
+
+def object_json(obj: dict, journaled: str | None = None, manifest: tuple | None = None) -> str:
+    """``json.dumps(obj, indent=2)`` (an object of ``_object``), from texts made before where they
+    exist: its ``status`` as gflowd's JSON copy wrote it, its spec, labels and annotations as
+    gflowctl's manifest cache keeps them (client/read/specs.py). json's indenting encoder is pure
+    Python: ~0.1 ms a job otherwise."""
+    import json
+    from json.encoder import encode_basestring_ascii as quoted  # json.dumps of a str, without its calls
+
+    at = journaled.rfind(STATUS_KEY) if journaled is not None else -1
+    if journaled is None or at < 0 or not journaled.endswith("\n}"):
+        status = json.dumps(obj["status"], indent=2).replace("\n", "\n  ")
+    else:
+        status = journaled[at + len(STATUS_KEY) : -2]
+    made = manifest[1] if manifest is not None else {}
+
+    def text(key: str, value, indent: str) -> str:
+        if type(value) is str:
+            return quoted(value)
+        known = made.get(key)
+        return (known if known is not None else json.dumps(value, indent=2)).replace("\n", "\n" + indent)
+
+    meta = obj["metadata"]
+    lines = [f"    {quoted(key)}: {text(key, value, '    ')}" for key, value in meta.items()]
+    head = f'{{\n  "apiVersion": {json.dumps(obj["apiVersion"])},\n  "kind": {quoted(obj["kind"])},\n'
+    head += '  "metadata": {\n' + ",\n".join(lines) + "\n  },\n" if meta else '  "metadata": {},\n'
+    if "spec" in obj:
+        head += f'  "spec": {text("spec", obj["spec"], "  ")},\n'
+    return f'{head}  "status": {status}\n}}'
+
+
+def _object(status: dict, manifest: dict | None, user: str | None) -> dict:
+    """One object as ``get -o yaml|json`` prints it: the manifest's document (when readable) with
+    the status file's ``status``; gflowd's own metadata (hashes of the spec) left out."""
+    kind = str(status.get("kind") or "JobStatus").removesuffix("Status")
+    if manifest is not None and manifest.get("kind", "Job") != kind:
+        manifest = None  # the name is another kind's in that file (a Sweep's child: its Sweep's file)
+    known = status.get("metadata") or {}
+    own = (manifest.get("metadata") if manifest is not None else None) or {}
+    if own and not isinstance(own, dict):
+        own = {}
+    meta: dict = {"name": known.get("name")}
+    if user:
+        meta["user"] = user
+    for key, value in (
+        ("creationTimestamp", known.get("creationTimestamp")),
+        ("labels", own.get("labels") if manifest is not None else known.get("labels")),
+        ("annotations", own.get("annotations")),
+        ("ownerReferences", known.get("ownerReferences")),
+    ):
+        if value:
+            meta[key] = value
+    obj: dict = {"apiVersion": status.get("apiVersion") or (manifest or {}).get("apiVersion"), "kind": kind}
+    obj["metadata"] = meta
+    if manifest is not None and "spec" in manifest:
+        obj["spec"] = manifest["spec"]
+    obj["status"] = status.get("status") or {}
+    return obj
 
 
 def _get_sweeps(home: Home, args) -> int:

@@ -53,13 +53,71 @@ def check_documents(
     With ``folder`` (the input was applied from there, outside the spec dir), each document also
     gets ``"placed": true`` and, when its ``workingDir`` needs the folder, the ``"text"`` to store
     (``manifest_edit.place_working_dir``): gflowd has the YAML library loaded, gflowctl need not."""
-    from controller.api.validation import validate_any  # lazy: pydantic (~100 ms) only when gflowd does not answer
+    from controller.api.validation import (  # lazy: pydantic (~100 ms) only when gflowd does not answer
+        read_only_fields,
+        validate_any,
+    )
     from controller.model.documents import AdmittedJob, Rejection  # lazy: with the models above
 
     docs: list[dict[str, Any]] = []
     errors: list[str] = []
     parts = list(iter_documents_text(text))
     stem = None if origin.startswith("<") else os.path.basename(origin).rsplit(".", 1)[0]
+    for index, part, data, own_text in _units(origin, parts, errors):
+        owner = _sweep_owner(data) if own_text else None
+        if owner:  # a Sweep's child read back: the Sweep defines it
+            docs.append(
+                {"name": data["metadata"].get("name"), "kind": "job", "index": index, "text": part, "skip": owner}
+            )
+            continue
+        result = validate_any(
+            data,
+            source=origin,
+            path=origin,
+            stem=stem,
+            single=len(parts) == 1 and not own_text,
+            doc_index=0,
+            text=part,
+            owner_uid=-1 if owner_uid is None else owner_uid,
+        )[0]
+        read_back = read_only_fields(data)
+        if isinstance(result, AdmittedJob) and environment is not None:
+            result = environment(result)
+        if isinstance(result, AdmittedJob):
+            doc: dict[str, Any] = {"name": result.name, "kind": "job", "index": index}
+            why = never_fits(result) if never_fits is not None else None
+            if why:
+                doc["warning"] = f"job/{result.name} can never start: {why}"
+        elif not isinstance(result, Rejection):  # a Sweep or a Reservation
+            kind = "reservation" if hasattr(result, "reservation") else "sweep"
+            doc = {"name": result.name, "kind": kind, "index": index}
+        else:
+            errors.append(result.message)
+            continue
+        doc = _read_back(doc, part, read_back) if read_back else _placed(doc, data, part, folder)
+        if own_text:
+            doc.setdefault("text", part)  # an item of a List: its own text, not the List's
+        docs.append(doc)
+    return {"docs": docs, "errors": errors}
+
+
+def _sweep_owner(data: Any) -> str | None:
+    """``owned by sweep/NAME; apply the Sweep`` for a Job object a Sweep owns (``get jobs -o yaml``
+    lists the children too, as kubectl lists a Job's pods)."""
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    refs = meta.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, dict) and ref.get("kind") == "Sweep" and isinstance(meta.get("name"), str):
+            return f"owned by sweep/{ref.get('name')}; apply the Sweep to change it"
+    return None
+
+
+def _units(origin: str, parts: list[str], errors: list[str]):
+    """(index, text, data, own_text) for each document of ``parts``, and for each item of a
+    ``kind: List`` (what ``gflowctl get -o yaml|json`` prints for several objects, as kubectl's
+    does): its text is then its own, written out (``own_text``). Syntax errors go to ``errors``."""
     for index, part in enumerate(parts):
         try:
             data = load_one(part)
@@ -69,30 +127,31 @@ def check_documents(
             continue
         if data is None:
             continue
-        result = validate_any(
-            data,
-            source=origin,
-            path=origin,
-            stem=stem,
-            single=len(parts) == 1,
-            doc_index=0,
-            text=part,
-            owner_uid=-1 if owner_uid is None else owner_uid,
-        )[0]
-        if isinstance(result, AdmittedJob) and environment is not None:
-            result = environment(result)
-        if isinstance(result, AdmittedJob):
-            doc: dict[str, Any] = {"name": result.name, "kind": "job", "index": index}
-            why = never_fits(result) if never_fits is not None else None
-            if why:
-                doc["warning"] = f"job/{result.name} can never start: {why}"
-            docs.append(_placed(doc, data, part, folder))
-        elif not isinstance(result, Rejection):  # a Sweep or a Reservation
-            kind = "reservation" if hasattr(result, "reservation") else "sweep"
-            docs.append(_placed({"name": result.name, "kind": kind, "index": index}, data, part, folder))
-        else:
-            errors.append(result.message)
-    return {"docs": docs, "errors": errors}
+        if not (isinstance(data, dict) and data.get("kind") == "List" and "spec" not in data):
+            yield index, part, data, False
+            continue
+        items = data.get("items")
+        if not isinstance(items, list):
+            errors.append(f"{origin}: kind: List needs a list of objects in items (document {index + 1})")
+            continue
+        from controller.client.read.specs import plain_data  # timestamps as text, as get prints them
+        from controller.util.yamlio import dump
+
+        for item in items:
+            if item is not None:
+                yield index, dump(plain_data(item), blocks=True) if isinstance(item, dict) else "", item, True
+
+
+def _read_back(doc: dict[str, Any], text: str, fields: list[tuple[str, ...]]) -> dict[str, Any]:
+    """An object ``gflowctl get -o yaml|json`` printed, applied again: stored without gflowd's
+    read-only fields (the rest of its text kept), and not placed: its ``workingDir`` means what it
+    meant where it was stored, whatever folder it is applied from. ``readBack`` tells apply to keep
+    the stored text (its comments) when the object asks for nothing new."""
+    from controller.util.manifest_edit import set_field  # lazy: ruamel's round trip
+
+    for path in fields:
+        text = set_field(text, 0, path, None)
+    return {**doc, "text": text, "placed": True, "readBack": True}
 
 
 def _placed(doc: dict[str, Any], data: Any, text: str, folder: str | None) -> dict[str, Any]:

@@ -183,21 +183,23 @@ def _scalar(value: Any) -> str:
     return _NOT_YAML_PRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False))
 
 
-def _emit(value: Any, indent: str, out: list[str]) -> None:
+def _emit(value: Any, indent: str, out: list[str], blocks: bool = False) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if (isinstance(item, dict) and item) or (
                 isinstance(item, list) and item and any(isinstance(x, (dict, list)) for x in item)
             ):
                 out.append(f"{indent}{_scalar(key)}:\n")
-                _emit(item, indent + "  ", out)
+                _emit(item, indent + "  ", out, blocks)
+            elif blocks and isinstance(item, str) and (block := _literal(item, indent)) is not None:
+                out.append(f"{indent}{_scalar(key)}:{block}")
             else:
                 out.append(f"{indent}{_scalar(key)}: {_inline(item)}\n")
     elif isinstance(value, list):
         for item in value:
             if isinstance(item, dict) and item:
                 lines: list[str] = []
-                _emit(item, indent + "  ", lines)
+                _emit(item, indent + "  ", lines, blocks)
                 first = lines[0]
                 lines[0] = indent + "- " + first[len(indent) + 2 :]
                 out.extend(lines)
@@ -215,11 +217,25 @@ def _inline(value: Any) -> str:
     return _scalar(value)
 
 
-def dump(data: dict[str, Any]) -> str:
-    """Block-style YAML for plain data (dicts, lists, str, int, float, bool, None)."""
+def dump(data: dict[str, Any], blocks: bool = False) -> str:
+    """Block-style YAML for plain data (dicts, lists, str, int, float, bool, None). ``blocks``: a
+    multi-line string as a literal block (``|``), as people write scripts, not one quoted line
+    (``load_own`` reads neither back: the files gflowd writes leave it off)."""
     out: list[str] = []
-    _emit(data, "", out)
+    _emit(data, "", out, blocks)
     return "".join(out)
+
+
+def _literal(text: str, indent: str) -> str | None:
+    """``text`` as a literal block scalar's lines after ``key:``, or None when a block cannot say it
+    exactly (characters YAML escapes, a first line that starts with a space, trailing blank lines)."""
+    if "\n" not in text.rstrip("\n") or _NOT_YAML_PRINTABLE.search(text) or "\r" in text:
+        return None
+    if text[0] in " \t" or text.endswith("\n\n") or any(line.rstrip(" \t") != line for line in text.split("\n")):
+        return None
+    chomp = "" if text.endswith("\n") else "-"
+    lines = text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
+    return f" |{chomp}\n" + "".join(f"{indent}  {line}\n" if line else "\n" for line in lines)
 
 
 def iter_documents_text(text: str) -> Iterator[str]:

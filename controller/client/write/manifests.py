@@ -33,7 +33,7 @@ class Doc:
     ~10 ms importing dataclasses (and inspect) for it. ``data`` is parsed on first use: a new
     document that gflowd has checked and placed is stored without gflowctl loading a YAML parser."""
 
-    __slots__ = ("_data", "kind", "name", "origin", "placed", "text", "warning")
+    __slots__ = ("_data", "kind", "name", "origin", "placed", "read_back", "skip", "text", "warning")
 
     def __init__(
         self,
@@ -44,10 +44,14 @@ class Doc:
         kind: str = "job",
         warning: str | None = None,
         placed: bool = False,
+        read_back: bool = False,
+        skip: str | None = None,
     ):
         self.name, self.text, self._data, self.origin, self.kind = name, text, data, origin, kind
         self.warning = warning  # gflowd's review: e.g. the job can never start on this machine
         self.placed = placed  # its workingDir already says where it was applied from
+        self.read_back = read_back  # an object ``get -o yaml`` printed: the stored text stays when it asks nothing new
+        self.skip = skip  # why apply leaves it alone (a Sweep's child read back: its Sweep defines it)
 
     @property
     def data(self) -> dict:
@@ -128,6 +132,8 @@ def check_inputs(home: Home, inputs: list[tuple[str, str]], place: bool = False)
                 d["kind"],
                 d.get("warning"),
                 placed=bool(d.get("placed")),
+                read_back=bool(d.get("readBack")),
+                skip=d.get("skip"),
             )
             for d in answer["docs"]
         ]
@@ -162,8 +168,8 @@ def store_document(home: Home, doc: Doc, dry_run: bool, source: str | None = Non
             raise GflowError(f"job/{doc.name}: its manifest {target} no longer defines it; try again")
         old = load_one(parts[position])
         verb = "unchanged" if _same(old, doc.data, doc.name, target, len(parts)) else "configured"
-        if parts[position] == body or dry_run:
-            return current
+        if parts[position] == body or dry_run or (doc.read_back and verb == "unchanged"):
+            return current  # an object read back that asks nothing new: the user's text (comments) stays
         parts[position] = body
         if len(parts) == 1:
             return parts[0]
@@ -211,15 +217,30 @@ def current_umask() -> int:
 
 
 def _same(old, new, name: str, target: Path, count: int) -> bool:
+    """The same document, but for what its text leaves to defaults: the name its file gives, the
+    apiVersion and kind, empty labels and annotations (``get -o yaml`` prints them all), and a
+    timestamp written bare (a date to the YAML loader) or quoted."""
+    from controller import API_VERSION
+
     def normal(data):
         if not isinstance(data, dict):
             return data
-        meta = dict(data.get("metadata") or {})
+        meta = {k: v for k, v in (data.get("metadata") or {}).items() if v != {}}
         if count == 1 and target.stem == name:
             meta.setdefault("name", name)
-        return {**data, "metadata": meta}
+        return _dates_as_text({"apiVersion": API_VERSION, "kind": "Job", **data, "metadata": meta})
 
     return normal(old) == normal(new)
+
+
+def _dates_as_text(value):
+    if isinstance(value, dict):
+        return {k: _dates_as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_dates_as_text(v) for v in value]
+    if hasattr(value, "isoformat"):  # datetime.date/datetime: what a bare timestamp loads as
+        return value.isoformat()
+    return value
 
 
 def apply_inputs(
@@ -238,6 +259,9 @@ def apply_inputs(
             on_input(done)
         yield from doc_errors
         for doc in docs:
+            if doc.skip:
+                yield Stored(doc.kind, doc.name, "skipped", doc.skip)
+                continue
             if doc.name in seen:
                 yield f"job/{doc.name} is defined twice: in {seen[doc.name]} and {doc.origin}"
                 continue

@@ -1,0 +1,166 @@
+"""The manifest documents behind jobs, for ``gflowctl get -o yaml|json``: kubectl's object, spec and
+status together, so that ``get job NAME -o yaml | gflowctl apply -f -`` round-trips.
+
+gflowd's shared files carry no manifest text (docs/multi-user.md), so the caller reads each manifest
+itself: a user sees the specs of the manifests they may read, as ``cat`` would show them. Parsing is
+~0.3 ms a document (ruamel), too slow for 2,000 jobs on every ``get``, so the parses are kept in the
+caller's own cache (``$XDG_CACHE_HOME/gflow``, else ``~/.cache/gflow``; 0600), each file's keyed by its
+(inode, mtime, size): a warm ``get jobs -o json`` stats each manifest and loads one marshal file,
+and imports no YAML library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+
+from controller.paths import Home
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+CACHE_FORMAT = 2  # bump when what a cache entry holds changes
+JSON_PARTS = ("spec", "labels", "annotations")  # kept as json.dumps(indent=2) text too: see json_parts
+CACHE_MAX_BYTES = 64 * 1024 * 1024  # a bigger file is not ours to load: start afresh
+
+
+def manifest_path(home: Home, manifest: str | None, _roots: dict[int, tuple[str, str]] = {}) -> str | None:  # noqa: B006
+    """A job's ``manifest`` (as its status records it: ``jobs/a.yaml``) as a path that exists.
+    Plain strings, not pathlib: 2,000 joins cost ~30 ms with it."""
+    if not manifest:
+        return None
+    if manifest.startswith("/"):
+        return manifest
+    roots = _roots.get(id(home))
+    if roots is None:
+        roots = _roots[id(home)] = (str(home.root), str(home.spec_dir.parent))
+    for root in roots:
+        candidate = f"{root}/{manifest}"
+        if os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def manifest_documents(home: Home, wanted: dict[str, str | None]) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
+    """name -> (the document of its manifest that defines it, plain data with timestamps as text;
+    its ``json_parts``), for each ``wanted`` name (-> its ``manifest``) whose file the caller can
+    read and still defines it."""
+    cache_file = _cache_file(home)
+    cache = _load_cache(cache_file) if cache_file else {}
+    changed = False
+    parsed: dict[str, dict[str, tuple[dict[str, Any], dict[str, str]]]] = {}  # path -> its documents by name
+    found: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
+    for name, manifest in wanted.items():
+        path = manifest_path(home, manifest)
+        if path is None:
+            continue
+        if path not in parsed:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            entry = cache.get(path)
+            if entry is not None and entry[0] == key:
+                parsed[path] = entry[1]
+            else:
+                parsed[path] = _documents_of(path)
+                cache[path] = (key, parsed[path])
+                changed = True
+        entry_of_name = parsed[path].get(name)
+        if entry_of_name is not None:
+            found[name] = entry_of_name
+    if changed and cache_file:
+        # a long listing keeps what it read (manifests deleted since drop out); a few names add theirs
+        _save_cache(cache_file, {path: cache[path] for path in parsed} if len(wanted) > 8 else cache)
+    return found
+
+
+def _documents_of(path: str) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
+    """The documents of one manifest file by the name they define ({} when it cannot be read or parsed)."""
+    from controller.util.yamlio import YAMLSyntaxError, load_all  # lazy: only where a manifest changed
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(1024 * 1024 + 1)
+        docs = [d for d in load_all(text) if isinstance(d, dict)]
+    except (OSError, UnicodeDecodeError, YAMLSyntaxError):
+        return {}
+    stem = os.path.basename(path).rsplit(".", 1)[0]
+    by_name: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
+    for doc in docs:
+        meta = doc.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        name = meta.get("name") if isinstance(meta.get("name"), str) else (stem if len(docs) == 1 else None)
+        if name:
+            plain = plain_data(doc)
+            by_name[name] = (plain, json_parts(plain))
+    return by_name
+
+
+def json_parts(doc: dict[str, Any]) -> dict[str, str]:
+    """``json.dumps(value, indent=2)`` of the document's spec, labels and annotations, made once per
+    version of the file: json's indenting encoder is pure Python, and ``get -o json`` of 2,000 jobs
+    would spend ~0.1 s a thousand making them again."""
+    import json
+
+    meta = doc.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    parts = {"spec": doc["spec"]} if "spec" in doc else {}
+    parts.update((key, meta[key]) for key in ("labels", "annotations") if meta.get(key))
+    return {key: json.dumps(value, indent=2) for key, value in parts.items()}
+
+
+def plain_data(value: Any) -> Any:
+    """JSON's and marshal's types only: a timestamp YAML loaded as a date becomes its ISO text."""
+    if isinstance(value, dict):
+        return {str(k): plain_data(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_data(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def _cache_file(home: Home) -> str | None:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):
+        return None
+    digest = hashlib.sha1(str(home.root).encode()).hexdigest()[:16]
+    return os.path.join(base, "gflow", f"manifests-{digest}.marshal")
+
+
+def _load_cache(path: str) -> dict[str, Any]:
+    """Only a cache that is ours: a file this uid owns that no one else may write (marshal trusts
+    its input), of this format."""
+    try:
+        with open(path, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            if st.st_uid != os.geteuid() or st.st_mode & 0o022 or st.st_size > CACHE_MAX_BYTES:
+                return {}
+            data = marshal.loads(handle.read())
+    except (OSError, EOFError, ValueError, TypeError):
+        return {}
+    if not isinstance(data, tuple) or len(data) != 2 or data[0] != CACHE_FORMAT or not isinstance(data[1], dict):
+        return {}
+    return data[1]
+
+
+def _save_cache(path: str, entries: dict[str, Any]) -> None:
+    """Written whole (the manifests this ``get`` read), atomically; a cache: no fsync, and no error
+    reaches the user (a home without a writable cache folder just parses every time)."""
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+            handle.write(marshal.dumps((CACHE_FORMAT, entries)))
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        try:
+            os.unlink(tmp)
+        except (OSError, UnboundLocalError):
+            pass
