@@ -30,7 +30,7 @@ from helpers import Daemon, fake_gpus_file, home_cgroups, kill_jobs_of_home, scr
 # gflowctl keeps a cache of the manifests ``get -o yaml|json`` read (client/read/specs.py) in the
 # user's ~/.cache: the tests' many homes keep theirs in one folder of the run, removed at its end.
 _CACHE = tempfile.mkdtemp(prefix="gflow-test-cache-")
-os.environ["XDG_CACHE_HOME"] = _CACHE
+os.environ["GFLOW_CACHE_DIR"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, True)
 
 TESTS = Path(__file__).parent

@@ -106,7 +106,7 @@ def _print_documents(
     the user a job runs as, shown as ``metadata.user``."""
     import json  # lazy: the table needs none (it reads marshal)
 
-    from controller.client.read.specs import manifest_documents
+    from controller.client.read.specs import manifest_documents  # lazy: only -o yaml|json reads manifests
 
     users = users or {}
     statuses: dict[str, dict] = {}
@@ -171,8 +171,10 @@ def object_json(obj: dict, journaled: str | None = None, manifest: tuple | None 
     exist: its ``status`` as gflowd's JSON copy wrote it, its spec, labels and annotations as
     gflowctl's manifest cache keeps them (client/read/specs.py). json's indenting encoder is pure
     Python: ~0.1 ms a job otherwise."""
-    import json
-    from json.encoder import encode_basestring_ascii as quoted  # json.dumps of a str, without its calls
+    import json  # lazy: the table needs none
+    from json.encoder import (
+        encode_basestring_ascii as quoted,  # lazy: with json; json.dumps of a str, without its calls
+    )
 
     at = journaled.rfind(STATUS_KEY) if journaled is not None else -1
     if journaled is None or at < 0 or not journaled.endswith("\n}"):

@@ -134,8 +134,8 @@ def _units(origin: str, parts: list[str], errors: list[str]):
         if not isinstance(items, list):
             errors.append(f"{origin}: kind: List needs a list of objects in items (document {index + 1})")
             continue
-        from controller.client.read.specs import plain_data  # timestamps as text, as get prints them
-        from controller.util.yamlio import dump
+        from controller.client.read.specs import plain_data  # lazy: only a List; timestamps as text, as get prints them
+        from controller.util.yamlio import dump  # lazy: with the line above
 
         for item in items:
             if item is not None:

@@ -4,7 +4,7 @@ status together, so that ``get job NAME -o yaml | gflowctl apply -f -`` round-tr
 gflowd's shared files carry no manifest text (docs/multi-user.md), so the caller reads each manifest
 itself: a user sees the specs of the manifests they may read, as ``cat`` would show them. Parsing is
 ~0.3 ms a document (ruamel), too slow for 2,000 jobs on every ``get``, so the parses are kept in the
-caller's own cache (``$XDG_CACHE_HOME/gflow``, else ``~/.cache/gflow``; 0600), each file's keyed by its
+caller's own cache (``$GFLOW_CACHE_DIR``, ``$XDG_CACHE_HOME/gflow`` or ``~/.cache/gflow``; 0600), each file's keyed by its
 (inode, mtime, size): a warm ``get jobs -o json`` stats each manifest and loads one marshal file,
 and imports no YAML library.
 """
@@ -104,7 +104,7 @@ def json_parts(doc: dict[str, Any]) -> dict[str, str]:
     """``json.dumps(value, indent=2)`` of the document's spec, labels and annotations, made once per
     version of the file: json's indenting encoder is pure Python, and ``get -o json`` of 2,000 jobs
     would spend ~0.1 s a thousand making them again."""
-    import json
+    import json  # lazy: only where a manifest changed (a warm cache needs none)
 
     meta = doc.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
@@ -127,11 +127,14 @@ def plain_data(value: Any) -> Any:
 
 
 def _cache_file(home: Home) -> str | None:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if not os.path.isabs(base):
+    """``$GFLOW_CACHE_DIR``, else ``$XDG_CACHE_HOME/gflow``, else ``~/.cache/gflow``: one file per home."""
+    folder = os.environ.get("GFLOW_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gflow"
+    )
+    if not os.path.isabs(folder):
         return None
     digest = hashlib.sha1(str(home.root).encode()).hexdigest()[:16]
-    return os.path.join(base, "gflow", f"manifests-{digest}.marshal")
+    return os.path.join(folder, f"manifests-{digest}.marshal")
 
 
 def _load_cache(path: str) -> dict[str, Any]:

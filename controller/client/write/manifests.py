@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from controller import API_VERSION
 from controller.client.errors import GflowError
 from controller.client.read.state import document_position, find_manifest
 from controller.client.review import ask, ask_socket, check_documents
@@ -220,7 +221,6 @@ def _same(old, new, name: str, target: Path, count: int) -> bool:
     """The same document, but for what its text leaves to defaults: the name its file gives, the
     apiVersion and kind, empty labels and annotations (``get -o yaml`` prints them all), and a
     timestamp written bare (a date to the YAML loader) or quoted."""
-    from controller import API_VERSION
 
     def normal(data):
         if not isinstance(data, dict):
