@@ -18,6 +18,7 @@ import pytest
 from helpers import job_status, read_status, wait_for, wait_phase
 
 from controller.cli.main import main
+from controller.util.yamlio import load_one
 
 NOBODY = 65534
 
@@ -153,6 +154,9 @@ def test_apply_asks_gflowd_and_a_restart_keeps_the_window_of_a_relative_start(ho
     assert gflowctl(home, "get", "reservations", "-o", "name") == (0, "reservation/soon\n")
     code, text = gflowctl(home, "get", "reservation/soon", "-o", "json")
     document = json.loads(text)
-    assert (code, document["kind"], document["status"]["users"]) == (0, "ReservationStatus", ["root"])
+    assert (code, document["kind"], document["status"]["users"]) == (0, "Reservation", ["root"])
+    assert document["spec"] == load_one(good.read_text())["spec"]  # the manifest's, to apply again
+    (tmp_path / "saved.json").write_text(text)
+    assert gflowctl(home, "apply", "-f", str(tmp_path / "saved.json")) == (0, "reservation/soon unchanged\n")
     code, text = gflowctl(home, "get", "events", "--for", "reservation/soon", "-o", "json")
     assert [(e["reason"], e["object"]) for e in json.loads(text)["items"]] == [("Upcoming", "reservation/soon")]
