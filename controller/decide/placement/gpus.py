@@ -28,8 +28,25 @@ from controller.model.scheduling import GpuSlot, GpuState, Request, Wait
 NO_REASON = Wait(Reason.Resources, "")  # what a waiting job is told when the pass gives no reasons (the simulator)
 
 
+VENDORS = ("nvidia", "amd")  # gpuType: amd / nvidia picks a vendor's GPUs
+
+
 def matches(slot: GpuSlot, request: Request) -> bool:
-    return request.gpu_type is None or request.gpu_type.lower() in slot.gpu.name.lower()
+    if request.gpu_type is None:
+        return True
+    wanted = request.gpu_type.lower()
+    return slot.gpu.vendor == wanted if wanted in VENDORS else wanted in slot.gpu.name.lower()
+
+
+def one_vendor(room: list[GpuSlot], count: int) -> list[GpuSlot]:
+    """The GPUs of one vendor a job may take together (a job never mixes vendors: its runtime
+    sees one kind): the first vendor's with ``count`` of them, else the largest vendor's."""
+    if all(s.gpu.vendor == room[0].gpu.vendor for s in room):
+        return room  # one vendor (every box but a mixed one): as it was
+    groups: dict[str, list[GpuSlot]] = {}
+    for slot in room:
+        groups.setdefault(slot.gpu.vendor, []).append(slot)
+    return next((g for g in groups.values() if len(g) >= count), max(groups.values(), key=len))
 
 
 def has_room(slot: GpuSlot, req: Request) -> bool:
@@ -160,6 +177,7 @@ class GpuPlacer:
             usable = [s for s in usable if s.index not in req.fenced]  # what it may hold
         ends_in_time = self.ends_in_time(req)
         open_room = room if ends_in_time else [s for s in room if s.index not in self.held]
+        open_room = one_vendor(open_room, req.gpus) if open_room else open_room
         self._fit = _Fit(req.name, typed, usable, room, unfenced_room, open_room, ends_in_time)
         return len(open_room) >= req.gpus
 
