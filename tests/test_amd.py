@@ -29,7 +29,9 @@ def nv(i: int) -> Gpu:
 
 
 def amd(local: int) -> Gpu:
-    return Gpu(local, f"amd-{local}", "AMD Instinct MI300X", 192 * GiB, vendor="amd", local_index=local, minor=128 + local)
+    return Gpu(
+        local, f"amd-{local}", "AMD Instinct MI300X", 192 * GiB, vendor="amd", local_index=local, minor=128 + local
+    )
 
 
 def slot(g: Gpu) -> GpuSlot:
@@ -39,7 +41,11 @@ def slot(g: Gpu) -> GpuSlot:
 def test_amd_ids_continue_after_every_nvidia_unit_and_keep_their_rocm_index():
     units = merge([nv(0), nv(1)], [amd(0), amd(1)])
     assert [(g.index, g.vendor, g.runtime_index) for g in units] == [
-        (0, "nvidia", 0), (1, "nvidia", 1), (2, "amd", 0), (3, "amd", 1)]
+        (0, "nvidia", 0),
+        (1, "nvidia", 1),
+        (2, "amd", 0),
+        (3, "amd", 1),
+    ]
     assert [g.index for g in merge([], [amd(0), amd(1)])] == [0, 1]
 
 
@@ -69,9 +75,15 @@ def test_an_amd_jobs_env_names_its_rocm_indices_and_hides_cuda():
 
 def test_deny_rules_keep_an_amd_job_to_its_render_nodes_and_others_off_kfd(tmp_path):
     os.mknod(tmp_path / "kfd", 0o600 | stat.S_IFCHR, os.makedev(241, 0))
-    assert amd_deny_rules([129], [128, 129, 130], str(tmp_path)) == [DeviceRule("c", 226, 128), DeviceRule("c", 226, 130)]
+    assert amd_deny_rules([129], [128, 129, 130], str(tmp_path)) == [
+        DeviceRule("c", 226, 128),
+        DeviceRule("c", 226, 130),
+    ]
     assert amd_deny_rules([], [128, 129], str(tmp_path)) == [
-        DeviceRule("c", 226, 128), DeviceRule("c", 226, 129), DeviceRule("c", 241, 0)]
+        DeviceRule("c", 226, 128),
+        DeviceRule("c", 226, 129),
+        DeviceRule("c", 241, 0),
+    ]
     assert amd_deny_rules([], [], str(tmp_path / "none")) == []
 
 
@@ -92,16 +104,33 @@ def read_with_stub(tmp_path: Path, data: dict) -> dict:
 
 @pytest.mark.e2e
 def test_the_reader_maps_amdsmi_to_gpus_and_marks_a_failing_or_ecc_gpu_unhealthy(tmp_path):
-    seen = read_with_stub(tmp_path, {"gpus": [
-        {"name": "AMD Instinct MI300X", "uuid": "u0", "memoryTotal": 192 * GiB, "vramUsedMB": 1024, "gfx": 37,
-         "renderMinor": 128, "processes": [{"pid": os.getpid(), "vram": 2 * GiB}]},
-        {"uuid": "u1", "gfx": "N/A", "uncorrectable": 2},
-        {"uuid": "u2", "fail": "amdsmi_get_gpu_activity"},
-    ]})
+    seen = read_with_stub(
+        tmp_path,
+        {
+            "gpus": [
+                {
+                    "name": "AMD Instinct MI300X",
+                    "uuid": "u0",
+                    "memoryTotal": 192 * GiB,
+                    "vramUsedMB": 1024,
+                    "gfx": 37,
+                    "renderMinor": 128,
+                    "processes": [{"pid": os.getpid(), "vram": 2 * GiB}],
+                },
+                {"uuid": "u1", "gfx": "N/A", "uncorrectable": 2},
+                {"uuid": "u2", "fail": "amdsmi_get_gpu_activity"},
+            ]
+        },
+    )
     assert seen["describe"] == "amdsmi"
     first, ecc, failing = seen["gpus"]
     assert (first["name"], first["uuid"], first["vendor"], first["local_index"], first["minor"]) == (
-        "AMD Instinct MI300X", "u0", "amd", 0, 128)
+        "AMD Instinct MI300X",
+        "u0",
+        "amd",
+        0,
+        128,
+    )
     assert (first["memory_total"], first["memory_used"], first["utilization"]) == (192 * GiB, 3 * GiB, 37)
     assert [(p["pid"], p["used_memory"]) for p in first["processes"]] == [(os.getpid(), 2 * GiB)]
     assert first["healthy"] and ecc["utilization"] is None
@@ -113,4 +142,6 @@ def test_the_reader_maps_amdsmi_to_gpus_and_marks_a_failing_or_ecc_gpu_unhealthy
 def test_amdsmi_init_failing_is_no_gpus_and_one_sentence(tmp_path):
     seen = read_with_stub(tmp_path, {"initError": "AMDSMI_STATUS_DRIVER_NOT_LOADED", "gpus": [{}]})
     assert seen["gpus"] == []
-    assert seen["describe"].startswith("no amdsmi: amdsmi_init failed (Error code: 2 | AMDSMI_STATUS_DRIVER_NOT_LOADED)")
+    assert seen["describe"].startswith(
+        "no amdsmi: amdsmi_init failed (Error code: 2 | AMDSMI_STATUS_DRIVER_NOT_LOADED)"
+    )

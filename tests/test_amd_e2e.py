@@ -6,6 +6,7 @@ with mknod: its ``kfd`` is how gflowd knows the machine has AMD GPUs, as ``/dev/
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import stat
@@ -32,8 +33,15 @@ ENV_CODE = (
 
 
 def amd_gpu(local: int, **fields) -> dict:
-    return {"name": "AMD Instinct MI300X", "uuid": f"{local:08x}-aaaa-bbbb-cccc-dddddddddddd",
-            "memoryTotal": 192 * GiB, "gfx": 0, "renderMinor": 128 + local, "processes": [], **fields}
+    return {
+        "name": "AMD Instinct MI300X",
+        "uuid": f"{local:08x}-aaaa-bbbb-cccc-dddddddddddd",
+        "memoryTotal": 192 * GiB,
+        "gfx": 0,
+        "renderMinor": 128 + local,
+        "processes": [],
+        **fields,
+    }
 
 
 def write_amd(path: Path, gpus: list[dict], **top) -> None:
@@ -48,8 +56,10 @@ def amd_box(tmp_path):
     os.mknod(dev / "kfd", 0o666 | stat.S_IFCHR, os.makedev(KFD_MAJOR, 0))
     for minor in (128, 129, 130):
         os.mknod(dev / "dri" / f"renderD{minor}", 0o666 | stat.S_IFCHR, os.makedev(226, minor))
-    env = {"PYTHONPATH": os.pathsep.join([str(STUB), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-           "FAKE_AMDSMI_FILE": str(tmp_path / "fake-amdsmi.json")}
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(STUB), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "FAKE_AMDSMI_FILE": str(tmp_path / "fake-amdsmi.json"),
+    }
     return dev, env
 
 
@@ -67,7 +77,7 @@ def sleeper(name: str, resources: str) -> str:
 
 def job_env_seen(home: Path, name: str) -> dict[str, str | None]:
     pairs = (line.split(" ", 1) for line in read_log(home, name).splitlines() if " " in line)
-    return {key: eval(value) for key, value in pairs}  # noqa: S307 (our own repr output)
+    return {key: ast.literal_eval(value) for key, value in pairs}
 
 
 def node_gpus(home: Path) -> list[dict]:
@@ -92,8 +102,13 @@ def test_an_amd_job_gets_rocr_visible_devices_of_its_gpu(home, gflowd, amd_box, 
         "HIP_VISIBLE_DEVICES": "1",
         "CUDA_VISIBLE_DEVICES": "",
     }
-    gpus = subprocess.run([sys.executable, "-m", "controller.cli.main", "get", "gpus"], capture_output=True,
-                          text=True, env={**os.environ, "GFLOW_HOME": str(home)}, timeout=60)
+    gpus = subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "get", "gpus"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GFLOW_HOME": str(home)},
+        timeout=60,
+    )
     assert gpus.returncode == 0, gpus.stderr
     assert "AMD Instinct MI300X" in gpus.stdout, gpus.stdout
 
@@ -103,8 +118,10 @@ def test_a_mixed_box_places_by_vendor_and_a_two_gpu_job_never_mixes(home, gflowd
     write_fake_nvml(nvml_env["FAKE_NVML_FILE"], {"gpus": [gpu(0), gpu(1)]})
     write_amd(Path(env["FAKE_AMDSMI_FILE"]), [amd_gpu(0), amd_gpu(1)])
     daemon = gflowd("--device-dir", dev, env={**nvml_env, **env})
-    wait_for(lambda: [g.get("name") for g in node_gpus(home)][2:] == ["AMD Instinct MI300X"] * 2,
-             message=lambda: f"node GPUs {node_gpus(home)}")
+    wait_for(
+        lambda: [g.get("name") for g in node_gpus(home)][2:] == ["AMD Instinct MI300X"] * 2,
+        message=lambda: f"node GPUs {node_gpus(home)}",
+    )
     jobs = home / "jobs"
     write_manifest(jobs, "hold-nv.yaml", sleeper("hold-nv", "{gpus: 1, gpuType: nvidia}"))
     write_manifest(jobs, "hold-amd.yaml", sleeper("hold-amd", "{gpus: 1, gpuType: MI300X}"))
@@ -135,14 +152,18 @@ def test_a_foreign_process_on_an_amd_gpu_makes_it_unmanaged(home, gflowd, amd_bo
         amd_file = Path(env["FAKE_AMDSMI_FILE"])
         write_amd(amd_file, [amd_gpu(0, processes=[{"pid": stranger.pid, "vram": 3 * GiB}]), amd_gpu(1)])
         daemon = gflowd("--device-dir", dev, env=env)
-        wait_for(lambda: [g.get("state") for g in node_gpus(home)] == ["Unmanaged", "Free"],
-                 message=lambda: f"node GPUs {node_gpus(home)}\n{daemon.stderr()[-2000:]}")
+        wait_for(
+            lambda: [g.get("state") for g in node_gpus(home)] == ["Unmanaged", "Free"],
+            message=lambda: f"node GPUs {node_gpus(home)}\n{daemon.stderr()[-2000:]}",
+        )
         write_manifest(home / "jobs", "a.yaml", env_job("a", "{gpus: 1, gpuType: amd}"))
         assert wait_phase(home, "a", "Succeeded", daemon=daemon)["devices"] == [1]
         assert job_env_seen(home, "a")["ROCR_VISIBLE_DEVICES"] == "1"
         write_amd(amd_file, [amd_gpu(0), amd_gpu(1)])  # it ended: the GPU is gflow's again
-        wait_for(lambda: [g.get("state") for g in node_gpus(home)] == ["Free", "Free"],
-                 message=lambda: f"node GPUs {node_gpus(home)}")
+        wait_for(
+            lambda: [g.get("state") for g in node_gpus(home)] == ["Free", "Free"],
+            message=lambda: f"node GPUs {node_gpus(home)}",
+        )
     finally:
         stranger.kill()
         stranger.wait()
@@ -175,10 +196,26 @@ def test_an_amd_job_opens_kfd_and_its_render_node_only_and_a_cpu_job_neither(hom
     assert wait_phase(home, "amd", "Succeeded", timeout=30, daemon=daemon)["devices"] == [1]
     wait_phase(home, "cpu", "Succeeded", timeout=30, daemon=daemon)
     # no driver behind the nodes: an allowed open fails with ENXIO, a denied one with EPERM
-    assert read_log(home, "amd").split() == ["kfd", "ENXIO", "renderD128", "EPERM", "renderD129", "ENXIO",
-                                             "renderD130", "EPERM"]
-    assert read_log(home, "cpu").split() == ["kfd", "EPERM", "renderD128", "EPERM", "renderD129", "EPERM",
-                                             "renderD130", "EPERM"]
+    assert read_log(home, "amd").split() == [
+        "kfd",
+        "ENXIO",
+        "renderD128",
+        "EPERM",
+        "renderD129",
+        "ENXIO",
+        "renderD130",
+        "EPERM",
+    ]
+    assert read_log(home, "cpu").split() == [
+        "kfd",
+        "EPERM",
+        "renderD128",
+        "EPERM",
+        "renderD129",
+        "EPERM",
+        "renderD130",
+        "EPERM",
+    ]
 
 
 def test_without_amdsmi_gflowd_says_so_once_and_runs_nvidia_and_cpu_jobs(home, gflowd, amd_box, nvml_env):

@@ -89,7 +89,8 @@ class AmdInventory:
     def _read_one(self, local: int, handle: Any) -> Gpu:
         smi = self._smi
         step = "amdsmi_get_gpu_device_uuid"
-        uuid, name, total, used, utilization, processes, minor = "", f"AMD GPU {local}", 0, 0, None, (), None
+        uuid, name, total, used, utilization, minor = "", f"AMD GPU {local}", 0, 0, None, None
+        processes: tuple[GpuProcess, ...] = ()
         try:
             uuid = str(smi.amdsmi_get_gpu_device_uuid(handle))
             step = "amdsmi_get_gpu_asic_info"
@@ -144,7 +145,14 @@ class AmdInventory:
             vram = (info.get("memory_usage") or {}).get("vram_mem")
             used = int(vram if isinstance(vram, int) else info.get("mem") or 0)
             found.append(
-                GpuProcess(pid, used, process_name(pid) or str(info.get("name") or ""), None, process_user(pid), process_started(pid))
+                GpuProcess(
+                    pid,
+                    used,
+                    process_name(pid) or str(info.get("name") or ""),
+                    None,
+                    process_user(pid),
+                    process_started(pid),
+                )
             )
         return tuple(found)
 

@@ -100,7 +100,9 @@ def amdsmi_get_processor_handles() -> list[_Handle]:
 
 
 def amdsmi_get_gpu_device_uuid(handle: _Handle) -> str:
-    return str(_gpu(handle, "amdsmi_get_gpu_device_uuid").get("uuid") or f"{handle.index:08x}-0000-1000-8000-000000000000")
+    return str(
+        _gpu(handle, "amdsmi_get_gpu_device_uuid").get("uuid") or f"{handle.index:08x}-0000-1000-8000-000000000000"
+    )
 
 
 def amdsmi_get_gpu_asic_info(handle: _Handle) -> dict[str, Any]:
