@@ -145,3 +145,14 @@ def test_amdsmi_init_failing_is_no_gpus_and_one_sentence(tmp_path):
     assert seen["describe"].startswith(
         "no amdsmi: amdsmi_init failed (Error code: 2 | AMDSMI_STATUS_DRIVER_NOT_LOADED)"
     )
+
+
+def test_a_job_wanting_more_gpus_than_one_vendor_has_never_fits():
+    from controller.decide.placement.gpus import GpuPlacer
+
+    slots = [slot(g) for g in merge([nv(0), nv(1)], [amd(0), amd(1)])]
+    placer = GpuPlacer(slots, "sequential", None, "strict", 0.0, True)
+    assert placer.never(Request(name="j", gpus=3)) == (
+        "needs 3 GPUs, this machine has at most 2 of one vendor (a job never mixes vendors)"
+    )
+    assert placer.never(Request(name="j", gpus=2)) is None

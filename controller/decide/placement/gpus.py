@@ -158,7 +158,12 @@ class GpuPlacer:
 
     def never(self, req: Request) -> str | None:
         typed, usable = self._candidates(req)
-        return never_fits_text(req, self.slots, typed) if len(usable) < req.gpus else None
+        if len(usable) < req.gpus:
+            return never_fits_text(req, self.slots, typed)
+        most = len(one_vendor(usable, req.gpus)) if usable else 0
+        if most < req.gpus:  # a mixed box: enough GPUs, but not of one vendor
+            return f"needs {gpu_count(req.gpus)}, this machine has at most {most} of one vendor (a job never mixes vendors)"
+        return None
 
     def _candidates(self, req: Request) -> tuple[list[GpuSlot], list[GpuSlot]]:
         """The GPUs of the request's type, and those it could ever use (healthy, allowed, big enough)."""

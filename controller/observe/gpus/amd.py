@@ -95,6 +95,7 @@ class AmdInventory:
             uuid = str(smi.amdsmi_get_gpu_device_uuid(handle))
             step = "amdsmi_get_gpu_asic_info"
             name = str(smi.amdsmi_get_gpu_asic_info(handle).get("market_name") or name)
+            name = name if "amd" in name.lower() else f"AMD {name}"  # the vendor in get gpus' NAME
             minor = self._render_minor(handle)
             step = "amdsmi_get_gpu_memory_total"
             total = int(smi.amdsmi_get_gpu_memory_total(handle, getattr(smi, "AmdSmiMemoryType", _Vram).VRAM))
