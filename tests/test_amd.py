@@ -156,3 +156,13 @@ def test_a_job_wanting_more_gpus_than_one_vendor_has_never_fits():
         "needs 3 GPUs, this machine has at most 2 of one vendor (a job never mixes vendors)"
     )
     assert placer.never(Request(name="j", gpus=2)) is None
+
+
+def test_sbatch_gres_and_run_gres_name_an_amd_type_that_picks_amd_gpus():
+    from controller.api.submit import _sbatch_gres, parse_gres
+
+    out: dict = {}
+    _sbatch_gres("gpu:mi300x:2", out, "", [])
+    assert out == {"gpu_type": "mi300x", "gpus": "2"} and parse_gres("gpu:mi300x:2") == out
+    slots = [slot(g) for g in merge([nv(0)], [amd(0), amd(1)])]
+    assert [s.index for s in slots if matches(s, Request(name="j", gpus=2, gpu_type=out["gpu_type"]))] == [1, 2]
