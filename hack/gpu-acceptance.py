@@ -73,6 +73,7 @@ from gpu_facts import (  # noqa: E402  (hack/ is not a package; the pure half of
     device_minor,
     exit_code,
     gpu_usage_entry,
+    judge_amd,
     judge_binding,
     judge_distinct,
     judge_isolation,
@@ -87,6 +88,14 @@ T = TypeVar("T")
 # a job never inherits gflowd's environment (docs/multi-user.md): what the loader and a stand-in
 # driver read is given to each probe job by its manifest, as a submitter would
 JOB_PASSTHROUGH = ("LD_LIBRARY_PATH", "FAKE_NVML_FILE", "FAKE_CUDA_GPUS", "FAKE_CUDA_STATE")
+KFD = "/dev/kfd"  # ROCm's compute node: the machine has AMD GPUs
+AMD_READ = (
+    "import dataclasses, json\n"
+    "from controller.observe.gpus.amd import AmdInventory\n"
+    "inv = AmdInventory()\n"
+    "print(json.dumps({'available': inv.available, 'describe': inv.describe(),"
+    " 'gpus': [dataclasses.asdict(g) for g in inv.read()]}))\n"
+)
 TOKEN_VAR = "GFLOW_GPU_ACCEPTANCE_RUN"  # in gflowd's and every job's environment: finds leftovers
 
 
@@ -189,6 +198,9 @@ class Acceptance:
             self.detect()
             if not self.gpu_info["present"]:
                 print(f"gpu-acceptance: no NVIDIA GPU here ({self.gpu_info['reason']}): every check SKIP", flush=True)
+                if os.path.exists(KFD):  # an AMD-only machine: its check runs all the same
+                    self._run_step("venv", set(), self.check_venv)
+                    self._run_step("amd-inventory", {"venv"}, self.check_amd)
                 for result in all_skipped(f"no NVIDIA GPU: {self.gpu_info['reason']}"):
                     self._record(result)
             else:
@@ -294,6 +306,7 @@ class Acceptance:
             ("gpus-unused", gflow, self.check_usage),  # records gpu-usage-figures too: one busy job serves both
             ("apply-to-first-cuda", gflow, self.check_latency),
             ("nvml-sampling-cost", {"venv"}, self.check_nvml_cost),
+            ("amd-inventory", {"venv"}, self.check_amd),
         ]
         always = {"venv", "gflowd-nvml"}  # every gflow check needs them
         for name, needs, step in steps:
@@ -365,6 +378,18 @@ class Acceptance:
             "cgroups": "--cgroups" in self.gflowd_help,
             "unusedGpuWindow": "--unused-gpu-window" in self.gflowd_help,
         }
+
+    def check_amd(self) -> Verdict:
+        """AMD GPUs (docs/amd.md): gflowd's own reader, in the venv, on the real amdsmi."""
+        if not os.path.exists(KFD):
+            raise Skip(f"no AMD GPU: {KFD} does not exist")
+        out = run([str(self.venv / "bin" / "python"), "-c", AMD_READ], timeout=120 * self.scale, env=self._clean_env())
+        try:
+            names = os.listdir("/dev/dri")
+        except OSError:
+            names = []
+        render = {int(n[len("renderD") :]) for n in names if n.startswith("renderD") and n[len("renderD") :].isdigit()}
+        return judge_amd(_last_json(out.stdout), render)
 
     def check_cuda_driver(self) -> Verdict:
         env = self._clean_env()

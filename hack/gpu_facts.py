@@ -51,6 +51,7 @@ CHECKS: list[tuple[str, str]] = [
     ("gpu-usage-figures", "status.gpuUsage agrees with nvidia-smi pmon and --query-compute-apps"),
     ("apply-to-first-cuda", "time from gflowctl apply to the job's first CUDA call"),
     ("nvml-sampling-cost", "cost of one NVML sampling pass over all GPUs"),
+    ("amd-inventory", "on a machine with /dev/kfd, gflowd's amdsmi reader lists healthy AMD GPUs with render nodes"),
     ("cleanup", "no process or cgroup of the run is left once its jobs are deleted"),
 ]
 CHECK_NAMES = [name for name, _ in CHECKS]
@@ -352,6 +353,32 @@ def judge_distinct(bound: dict[str, tuple[list[int], dict[str, Any] | None]], sm
     if problems:
         return Verdict(False, "; ".join(problems))
     return Verdict(True, f"{len(bound)} job(s) at once, each on its own GPU ({len(owners)} distinct)")
+
+
+def judge_amd(doc: dict[str, Any] | None, render_nodes: set[int]) -> Verdict:
+    """gflowd's AMD reader (controller/observe/gpus/amd.py) on real amdsmi: it must be available
+    and list at least one GPU, each healthy, named, with a UUID, memory and a render node that
+    exists (``render_nodes``: the minors of /dev/dri/renderD*), else device isolation cannot bind it."""
+    if doc is None:
+        return Verdict(False, "gflowd's amdsmi reader printed nothing")
+    if not doc.get("available"):
+        return Verdict(False, f"gflowd cannot read the AMD GPUs: {doc.get('describe')}")
+    gpus = doc.get("gpus") or []
+    if not gpus:
+        return Verdict(False, "amdsmi lists no GPU although /dev/kfd exists")
+    problems = []
+    for gpu in gpus:
+        what = f"AMD GPU {gpu.get('local_index')}"
+        if not gpu.get("healthy"):
+            problems.append(f"{what} unhealthy: {gpu.get('error')}")
+        if not gpu.get("uuid") or not gpu.get("name") or not gpu.get("memory_total"):
+            problems.append(f"{what} lacks a UUID, name or memory: {gpu.get('uuid')!r} {gpu.get('name')!r}")
+        if gpu.get("minor") not in render_nodes:
+            problems.append(f"{what}: no /dev/dri/renderD{gpu.get('minor')}")
+    if problems:
+        return Verdict(False, "; ".join(problems))
+    names = sorted({str(g.get("name")) for g in gpus})
+    return Verdict(True, f"{len(gpus)} AMD GPU(s): {', '.join(names)}", {"amdGpus": len(gpus)})
 
 
 def judge_isolation(doc: dict[str, Any] | None, own: list[int], smi: dict[int, SmiGpu]) -> Verdict:

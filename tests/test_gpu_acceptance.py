@@ -913,3 +913,25 @@ def test_ctrl_c_mid_run_still_cleans_up(gpu_sim, tmp_path, short_tmp):
     assert outcome["cleanup"]["outcome"] == "PASS", outcome["cleanup"]
     assert outcome["foreign-process"] == dict(outcome["foreign-process"], outcome="SKIP", reason="not run: interrupted")
     assert list(temp.iterdir()) == []
+
+
+def test_amd_verdicts():
+    good = {
+        "available": True,
+        "describe": "amdsmi",
+        "gpus": [
+            {
+                "local_index": 0,
+                "healthy": True,
+                "uuid": "u",
+                "name": "AMD Instinct MI300X",
+                "memory_total": 1,
+                "minor": 128,
+            }
+        ],
+    }
+    assert facts.judge_amd(good, {128}).ok
+    assert "no /dev/dri/renderD128" in facts.judge_amd(good, set()).reason
+    assert not facts.judge_amd({"available": False, "describe": "no amdsmi: x"}, {128}).ok
+    assert not facts.judge_amd({"available": True, "gpus": []}, set()).ok
+    assert not facts.judge_amd(None, set()).ok

@@ -32,12 +32,14 @@ def job_env(
     master_port: str,
     master_addr: str = "127.0.0.1",
     inherited: Mapping[str, str] | None = None,
+    amd_devices: str | None = None,
 ) -> dict[str, str]:
     """A job's whole environment: ``inherited`` (gflowd's own, locally), then the manifest's
     ``env``, then gflow's variables (``GFLOW_VARIABLES``, which win). The caller gives the values
     its engine knows; an export may give shell text its script expands when the job starts
     (``controller.export.Shell``). A Shared job also gets ``GFLOW_GPU_MEMORY`` (its budget in
-    bytes) and ``SHARED_DEFAULTS`` unless it sets them itself."""
+    bytes) and ``SHARED_DEFAULTS`` unless it sets them itself. An AMD job (``amd_devices``: its
+    GPUs' ROCR indices) gets ``AMD_VARIABLES`` (:func:`amd_env`)."""
     env = dict(inherited or {})
     env.update(spec.env)
     env.update(
@@ -51,6 +53,8 @@ def job_env(
             "MASTER_PORT": master_port,
         }
     )
+    if amd_devices is not None:  # an AMD job: ROCm's indices; CUDA sees no GPU
+        env.update(amd_env(amd_devices))
     cpus = getattr(spec.resources, "cpus", None)
     if cpus and "OMP_NUM_THREADS" not in spec.env:  # one thread per booked core, unless the job says otherwise
         env["OMP_NUM_THREADS"] = str(cpus)
@@ -59,3 +63,13 @@ def job_env(
             env.setdefault(key, value)
         env["GFLOW_GPU_MEMORY"] = str(spec.resources.gpu_memory or 0)
     return env
+
+
+# an AMD job's GPUs, as ROCm's runtime (ROCR) and HIP number them; HIP reads its own variable too
+AMD_VARIABLES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def amd_env(local_indices: str) -> dict[str, str]:
+    """An AMD job's GPU variables: its ROCR indices (``0,1``) in both, ``CUDA_VISIBLE_DEVICES``
+    empty (a CUDA build on the box then sees no GPU rather than another job's)."""
+    return {**dict.fromkeys(AMD_VARIABLES, local_indices), "CUDA_VISIBLE_DEVICES": ""}

@@ -59,7 +59,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--gpus", "-G"), "gpus", help="whole GPUs (resources.gpus)"),
     Flag(("--gres",), "gres", help="gpu:N or gpu:TYPE:N, as sbatch writes it (--gpus N --gpu-type TYPE)"),
     Flag(("--cpus", "--cpus-per-task", "-c"), "cpus", help="whole CPU cores, pinned near the GPUs (resources.cpus)"),
-    Flag(("--gpu-type",), "gpu_type", help="only GPUs whose name contains this (resources.gpuType)"),
+    Flag(("--gpu-type",), "gpu_type", help="only GPUs whose name contains this, or amd / nvidia (resources.gpuType)"),
     Flag(("--shared",), "shared", takes_value=False, help="share GPUs with other Shared jobs (needs --gpu-memory)"),
     Flag(("--gpu-memory",), "gpu_memory", help="GPU memory per GPU, e.g. 20Gi (resources.gpuMemory)"),
     Flag(("--memory", "--mem"), "memory", help="host RAM limit, e.g. 16Gi; a bare number is MiB as in sbatch"),

@@ -27,7 +27,7 @@ from controller.api.config import (
 from controller.daemon.service import VERBS
 from controller.daemon.service import main as service_main
 from controller.observe.gpus.guard import GuardedInventory
-from controller.observe.gpus.inventory import FakeInventory
+from controller.observe.gpus.inventory import FakeInventory, VendorInventory
 from controller.observe.gpus.nvml import NvmlInventory
 from controller.paths import Home
 from controller.record.startup import forget_dashboard, note_dashboard, note_spec_dir, remove_dead_temps
@@ -66,6 +66,17 @@ class InstanceLock:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def gpu_inventory(device_dir: str) -> Any:
+    """NVML's GPUs and, where ``DEVICE_DIR/kfd`` says the machine has AMD GPUs, amdsmi's; each
+    vendor's calls bounded in time (a hung driver must not stall the loop)."""
+    nvidia = GuardedInventory(NvmlInventory)
+    from controller.observe.gpus.amd import AmdInventory, amd_present  # lazy: its own module, cheap
+
+    if not amd_present(device_dir):
+        return nvidia
+    return VendorInventory(nvidia, GuardedInventory(AmdInventory))
 
 
 def _parse_gpus(text: str) -> list[int]:
@@ -214,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     inventory = (
         FakeInventory(Path(config.fake_gpus).absolute(), home.node_file)
         if config.fake_gpus
-        else GuardedInventory(NvmlInventory)
+        else gpu_inventory(config.device_dir)
     )
     try:
         sinks = start_sinks(home, config)

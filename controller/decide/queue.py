@@ -462,7 +462,9 @@ def _start(
     state.conditions = set_condition(state.conditions, Condition.Scheduled, "True", "Bound", state.message, now_text)
     state.conditions = remove_condition(state.conditions, Condition.Preempted)
     state.conditions = remove_condition(state.conditions, Condition.QueueOrder)
-    minors = {slot.index: slot.gpu.device_minor for slot in plan.slots}
+    minors = {slot.index: slot.gpu.device_minor for slot in plan.slots if slot.gpu.vendor == "nvidia"}
+    amd = {slot.index: slot.gpu for slot in plan.slots if slot.gpu.vendor == "amd"}
+    bound_amd = [amd[d] for d in decision.devices if d in amd]
     plan.starts.append(
         Launch(
             job.name,
@@ -472,9 +474,13 @@ def _start(
             list(decision.devices),
             list(decision.uuids),
             tuple(decision.cpus),
-            tuple(minors.get(d, d) for d in decision.devices),
+            tuple(minors.get(d, d) for d in decision.devices if d not in amd),
             tuple(sorted(minors.values())),
             state.failed,
+            "amd" if bound_amd else "nvidia",
+            tuple(g.runtime_index for g in bound_amd),
+            tuple(g.minor for g in bound_amd if g.minor is not None),
+            tuple(sorted(g.minor for g in amd.values() if g.minor is not None)),
         )
     )
 

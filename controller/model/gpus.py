@@ -29,6 +29,15 @@ class Gpu:
     minor: int | None = None  # the device node's minor number (/dev/nvidiaN); None: same as index
     numa_node: int | None = None  # the NUMA node the GPU is attached to, when known
     cpus: tuple[int, ...] = ()  # the cores near it, ascending (NVML's CPU affinity); empty: unknown
+    vendor: str = "nvidia"  # "nvidia" | "amd": whose runtime, env variables and device nodes it has
+    parent: int | None = None  # MIG: the parent GPU's NVML index
+    profile: str = ""  # MIG: the instance's profile, e.g. "1g.10gb"
+    local_index: int | None = None  # the index the vendor's own runtime uses (MIG: on its parent; AMD: ROCR's)
+
+    @property
+    def runtime_index(self) -> int:
+        """The index the job's runtime knows it by (``ROCR_VISIBLE_DEVICES`` for AMD)."""
+        return self.index if self.local_index is None else self.local_index
 
     @property
     def device_minor(self) -> int:

@@ -72,6 +72,10 @@ class Launch:
     device_minors: tuple[int, ...] = ()  # the bound GPUs' /dev/nvidiaN minor numbers (devices cgroup)
     gpu_minors: tuple[int, ...] = ()  # every GPU's minor in the inventory: the others are denied
     failed: int = 0  # the job's failed attempts when this one was decided (kept with the launch: see RunObservation)
+    vendor: str = "nvidia"  # its GPUs' vendor (one job never mixes them): which runtime variables it gets
+    local_devices: tuple[int, ...] = ()  # its GPUs' indices in the vendor's runtime (ROCR_VISIBLE_DEVICES)
+    amd_minors: tuple[int, ...] = ()  # its AMD GPUs' /dev/dri/renderD<minor> minors (devices cgroup)
+    amd_gpu_minors: tuple[int, ...] = ()  # every AMD GPU's render minor: the others are denied
 
 
 @dataclass(frozen=True)

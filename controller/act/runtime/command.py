@@ -83,6 +83,7 @@ def build_process(
         launch.name,
         spec,
         devices=",".join(str(d) for d in launch.devices),
+        amd_devices=",".join(str(d) for d in launch.local_devices) if launch.vendor == "amd" else None,
         attempt=str(launch.attempt),
         generation=str(launch.generation),
         master_port=str(master_port),

@@ -28,8 +28,25 @@ from controller.model.scheduling import GpuSlot, GpuState, Request, Wait
 NO_REASON = Wait(Reason.Resources, "")  # what a waiting job is told when the pass gives no reasons (the simulator)
 
 
+VENDORS = ("nvidia", "amd")  # gpuType: amd / nvidia picks a vendor's GPUs
+
+
 def matches(slot: GpuSlot, request: Request) -> bool:
-    return request.gpu_type is None or request.gpu_type.lower() in slot.gpu.name.lower()
+    if request.gpu_type is None:
+        return True
+    wanted = request.gpu_type.lower()
+    return slot.gpu.vendor == wanted if wanted in VENDORS else wanted in slot.gpu.name.lower()
+
+
+def one_vendor(room: list[GpuSlot], count: int) -> list[GpuSlot]:
+    """The GPUs of one vendor a job may take together (a job never mixes vendors: its runtime
+    sees one kind): the first vendor's with ``count`` of them, else the largest vendor's."""
+    if all(s.gpu.vendor == room[0].gpu.vendor for s in room):
+        return room  # one vendor (every box but a mixed one): as it was
+    groups: dict[str, list[GpuSlot]] = {}
+    for slot in room:
+        groups.setdefault(slot.gpu.vendor, []).append(slot)
+    return next((g for g in groups.values() if len(g) >= count), max(groups.values(), key=len))
 
 
 def has_room(slot: GpuSlot, req: Request) -> bool:
@@ -141,7 +158,12 @@ class GpuPlacer:
 
     def never(self, req: Request) -> str | None:
         typed, usable = self._candidates(req)
-        return never_fits_text(req, self.slots, typed) if len(usable) < req.gpus else None
+        if len(usable) < req.gpus:
+            return never_fits_text(req, self.slots, typed)
+        most = len(one_vendor(usable, req.gpus)) if usable else 0
+        if most < req.gpus:  # a mixed box: enough GPUs, but not of one vendor
+            return f"needs {gpu_count(req.gpus)}, this machine has at most {most} of one vendor (a job never mixes vendors)"
+        return None
 
     def _candidates(self, req: Request) -> tuple[list[GpuSlot], list[GpuSlot]]:
         """The GPUs of the request's type, and those it could ever use (healthy, allowed, big enough)."""
@@ -160,6 +182,7 @@ class GpuPlacer:
             usable = [s for s in usable if s.index not in req.fenced]  # what it may hold
         ends_in_time = self.ends_in_time(req)
         open_room = room if ends_in_time else [s for s in room if s.index not in self.held]
+        open_room = one_vendor(open_room, req.gpus) if open_room else open_room
         self._fit = _Fit(req.name, typed, usable, room, unfenced_room, open_room, ends_in_time)
         return len(open_room) >= req.gpus
 

@@ -212,3 +212,36 @@ def _numa_nodes(declared: object) -> Callable[[int], frozenset[int]]:
             return frozenset()
 
     return cpus_of
+
+
+def merge(nvidia: list[Gpu], amd: list[Gpu]) -> list[Gpu]:
+    """One box's units, every vendor's, with the ids docs/amd.md gives: NVIDIA's as NVML numbers
+    them, then AMD's in amdsmi's (ROCR's) order, continuing after every NVIDIA unit."""
+    first = max((g.index for g in nvidia), default=-1) + 1
+    return [*nvidia, *(dataclasses.replace(g, index=first + n) for n, g in enumerate(amd))]
+
+
+class VendorInventory:
+    """The NVIDIA inventory and, on a machine with AMD GPUs, the AMD one, read as one
+    (:func:`merge`); implements ``Inventory``. Topology is NVML's (its indices are the units')."""
+
+    def __init__(self, nvidia: Inventory, amd: Inventory):
+        self.nvidia, self.amd = nvidia, amd
+
+    def read(self) -> list[Gpu]:
+        return merge(self.nvidia.read(), self.amd.read())
+
+    def describe(self) -> str:
+        return f"{self.nvidia.describe()}; {self.amd.describe()}"
+
+    def topology(self) -> dict[tuple[int, int], int]:
+        reader = getattr(self.nvidia, "topology", None)
+        return reader() if reader is not None else {}
+
+    def close(self) -> None:
+        for inventory in (self.nvidia, self.amd):
+            getattr(inventory, "close", lambda: None)()
+
+    @property
+    def available(self) -> bool:
+        return bool(getattr(self.nvidia, "available", False) or getattr(self.amd, "available", False))

@@ -116,3 +116,26 @@ def gpu_deny_rules(bound: Iterable[int], known: Iterable[int] = (), dev_dir: str
     (gflowd's inventory) and those with a node in ``dev_dir``, minus ``bound``; sorted."""
     denied = (set(known) | gpu_minors_in(dev_dir)) - set(bound) - NVIDIA_CONTROL_MINORS
     return [DeviceRule("c", NVIDIA_MAJOR, minor) for minor in sorted(denied)]
+
+
+# -- AMD: ROCm opens /dev/kfd (the compute driver, one node for every GPU) and the GPU's DRM render
+# node /dev/dri/renderD<minor> (char 226:minor); ROCR_VISIBLE_DEVICES alone does not isolate.
+DRM_MAJOR = 226
+
+
+def kfd_rule(dev_dir: str = "/dev") -> DeviceRule | None:
+    """The rule for ``DEV_DIR/kfd`` (its major is dynamic: read from the node); None without one."""
+    try:
+        st = os.stat(os.path.join(dev_dir, "kfd"))
+    except OSError:
+        return None
+    return DeviceRule("c", os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(st.st_mode) else None
+
+
+def amd_deny_rules(bound: Iterable[int], known: Iterable[int] = (), dev_dir: str = "/dev") -> list[DeviceRule]:
+    """Rules denying the render nodes of every AMD GPU in ``known`` (their render minors) but the
+    ``bound`` ones, and ``/dev/kfd`` to a job bound to no AMD GPU (a CPU or NVIDIA job); sorted."""
+    bound = set(bound)
+    rules = [DeviceRule("c", DRM_MAJOR, minor) for minor in sorted(set(known) - bound)]
+    kfd = kfd_rule(dev_dir) if not bound else None
+    return rules + ([kfd] if kfd is not None else [])

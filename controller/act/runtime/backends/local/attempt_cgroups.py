@@ -25,6 +25,7 @@ from controller.act.runtime.cgroups import (
     setup,
     systemd_scope,
 )
+from controller.act.runtime.cgroups.devices import amd_deny_rules
 from controller.act.runtime.cgroups.systemd_scope import Scope
 from controller.paths import Home
 
@@ -134,6 +135,7 @@ class AttemptCgroups:
         deny = None
         if features["devices"].available:  # every GPU but the bound ones; other devices as gflowd's
             deny = gpu_deny_rules(spec.get("deviceMinors") or (), spec.get("gpuMinors") or (), self.device_dir)
+            deny += amd_deny_rules(spec.get("amdMinors") or (), spec.get("amdGpuMinors") or (), self.device_dir)
         attempt = self.cgroups.create(
             f"{name}-{number}", Limits(memory=memory, cpus=cpus, pids=pids, deny_devices=deny)
         )

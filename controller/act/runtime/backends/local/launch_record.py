@@ -89,6 +89,8 @@ def launch_record(
         "cpus": list(launch.cpus),
         "deviceMinors": list(launch.device_minors),
         "gpuMinors": list(launch.gpu_minors),
+        "amdMinors": list(launch.amd_minors),
+        "amdGpuMinors": list(launch.amd_gpu_minors),
         "pidsLimit": spec.resources.pids,
         "tty": spec.tty,
         "envFile": env_file,  # read by the supervisor as the job's user (shim/child.py)

@@ -1,0 +1,231 @@
+"""AMD GPUs, end to end: a real gflowd reading GPUs through the real amdsmi code path, answered at the
+hardware edge by the stand-in ``tests/amdsmi_stub/amdsmi`` (on gflowd's PYTHONPATH), beside the NVML
+stand-in for a mixed box. The device folder (``--device-dir``) holds ``kfd`` and ``renderD*`` nodes made
+with mknod: its ``kfd`` is how gflowd knows the machine has AMD GPUs, as ``/dev/kfd`` on a real one.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import job_status, read_log, wait_for, wait_phase, write_manifest
+from nvml_fixtures import fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
+
+from controller.act.runtime.cgroups import probe
+from controller.util.yamlio import load_one
+
+STUB = Path(__file__).parent / "amdsmi_stub"
+KFD_MAJOR = 241  # dynamic on a real box; any unused char major does here
+GiB = 1 << 30
+NOBODY = 65534
+ENV_CODE = (
+    "import os\n"
+    "for k in ('ROCR_VISIBLE_DEVICES', 'HIP_VISIBLE_DEVICES', 'CUDA_VISIBLE_DEVICES'):\n"
+    "    print(k, repr(os.environ.get(k)))\n"
+)
+
+
+def amd_gpu(local: int, **fields) -> dict:
+    return {
+        "name": "AMD Instinct MI300X",
+        "uuid": f"{local:08x}-aaaa-bbbb-cccc-dddddddddddd",
+        "memoryTotal": 192 * GiB,
+        "gfx": 0,
+        "renderMinor": 128 + local,
+        "processes": [],
+        **fields,
+    }
+
+
+def write_amd(path: Path, gpus: list[dict], **top) -> None:
+    write_fake_nvml(path, {"gpus": gpus, **top})  # the same atomic write, JSON
+
+
+@pytest.fixture
+def amd_box(tmp_path):
+    """(device folder with kfd, renderD128, renderD129 and renderD130, gflowd env for the amdsmi stand-in)."""
+    dev = tmp_path / f"dev-amd-{os.getpid()}"
+    (dev / "dri").mkdir(parents=True)
+    os.mknod(dev / "kfd", 0o666 | stat.S_IFCHR, os.makedev(KFD_MAJOR, 0))
+    for minor in (128, 129, 130):
+        os.mknod(dev / "dri" / f"renderD{minor}", 0o666 | stat.S_IFCHR, os.makedev(226, minor))
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(STUB), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "FAKE_AMDSMI_FILE": str(tmp_path / "fake-amdsmi.json"),
+    }
+    return dev, env
+
+
+def job(name: str, body: str) -> str:
+    return f"apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {{name: {name}}}\nspec:\n{body}"
+
+
+def env_job(name: str, resources: str) -> str:
+    return job(name, f"  command: [python3, -c, {json.dumps(ENV_CODE)}]\n  resources: {resources}\n")
+
+
+def sleeper(name: str, resources: str) -> str:
+    return job(name, f"  command: [sleep, '600']\n  resources: {resources}\n")
+
+
+def job_env_seen(home: Path, name: str) -> dict[str, str | None]:
+    pairs = (line.split(" ", 1) for line in read_log(home, name).splitlines() if " " in line)
+    return {key: ast.literal_eval(value) for key, value in pairs}
+
+
+def node_gpus(home: Path) -> list[dict]:
+    try:
+        return load_one((home / "node.yaml").read_text()).get("gpus") or []
+    except Exception:
+        return []
+
+
+def test_an_amd_job_gets_rocr_visible_devices_of_its_gpu(home, gflowd, amd_box, tmp_path):
+    dev, env = amd_box
+    write_amd(Path(env["FAKE_AMDSMI_FILE"]), [amd_gpu(0), amd_gpu(1)])
+    write_manifest(home / "jobs", "first.yaml", sleeper("first", "{gpus: 1, gpuType: MI300X}"))
+    daemon = gflowd("--device-dir", dev, env=env)
+    assert wait_phase(home, "first", "Running", daemon=daemon)["devices"] == [0]
+    write_manifest(home / "jobs", "second.yaml", env_job("second", "{gpus: 1, gpuType: amd}"))
+    status = wait_phase(home, "second", "Succeeded", daemon=daemon)
+    assert status["devices"] == [1]
+    assert status["deviceUUIDs"] == ["00000001-aaaa-bbbb-cccc-dddddddddddd"]
+    assert job_env_seen(home, "second") == {
+        "ROCR_VISIBLE_DEVICES": "1",
+        "HIP_VISIBLE_DEVICES": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    gpus = subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "get", "gpus"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GFLOW_HOME": str(home)},
+        timeout=60,
+    )
+    assert gpus.returncode == 0, gpus.stderr
+    assert "AMD Instinct MI300X" in gpus.stdout, gpus.stdout
+
+
+def test_a_mixed_box_places_by_vendor_and_a_two_gpu_job_never_mixes(home, gflowd, amd_box, nvml_env):
+    dev, env = amd_box
+    write_fake_nvml(nvml_env["FAKE_NVML_FILE"], {"gpus": [gpu(0), gpu(1)]})
+    write_amd(Path(env["FAKE_AMDSMI_FILE"]), [amd_gpu(0), amd_gpu(1)])
+    daemon = gflowd("--device-dir", dev, env={**nvml_env, **env})
+    wait_for(
+        lambda: [g.get("name") for g in node_gpus(home)][2:] == ["AMD Instinct MI300X"] * 2,
+        message=lambda: f"node GPUs {node_gpus(home)}",
+    )
+    jobs = home / "jobs"
+    write_manifest(jobs, "hold-nv.yaml", sleeper("hold-nv", "{gpus: 1, gpuType: nvidia}"))
+    write_manifest(jobs, "hold-amd.yaml", sleeper("hold-amd", "{gpus: 1, gpuType: MI300X}"))
+    assert wait_phase(home, "hold-nv", "Running", daemon=daemon)["devices"] == [0]
+    assert wait_phase(home, "hold-amd", "Running", daemon=daemon)["devices"] == [2]
+    write_manifest(jobs, "nv.yaml", env_job("nv", "{gpus: 1, gpuType: NVIDIA}"))
+    assert wait_phase(home, "nv", "Succeeded", daemon=daemon)["devices"] == [1]
+    assert job_env_seen(home, "nv")["CUDA_VISIBLE_DEVICES"] == "1"
+    assert job_env_seen(home, "nv")["ROCR_VISIBLE_DEVICES"] is None
+    # one NVIDIA and one AMD GPU are free: a 2-GPU job without gpuType waits rather than mix them
+    write_manifest(jobs, "pair.yaml", env_job("pair", "{gpus: 2}"))
+    wait_phase(home, "pair", "Pending", daemon=daemon)
+    wait_for(lambda: "job/pair" in daemon.stderr(), message="gflowd to tell why pair waits")
+    assert job_status(home, "pair")["phase"] == "Pending"
+    os.remove(jobs / "hold-amd.yaml")  # both AMD GPUs free: the pair takes them, not GPU 1 + an AMD one
+    assert wait_phase(home, "pair", "Succeeded", daemon=daemon)["devices"] == [2, 3]
+    assert job_env_seen(home, "pair") == {
+        "ROCR_VISIBLE_DEVICES": "0,1",
+        "HIP_VISIBLE_DEVICES": "0,1",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+
+
+def test_a_foreign_process_on_an_amd_gpu_makes_it_unmanaged(home, gflowd, amd_box):
+    dev, env = amd_box
+    stranger = subprocess.Popen(["sleep", "600"], user=NOBODY, group=NOBODY)
+    try:
+        amd_file = Path(env["FAKE_AMDSMI_FILE"])
+        write_amd(amd_file, [amd_gpu(0, processes=[{"pid": stranger.pid, "vram": 3 * GiB}]), amd_gpu(1)])
+        daemon = gflowd("--device-dir", dev, env=env)
+        wait_for(
+            lambda: [g.get("state") for g in node_gpus(home)] == ["Unmanaged", "Free"],
+            message=lambda: f"node GPUs {node_gpus(home)}\n{daemon.stderr()[-2000:]}",
+        )
+        write_manifest(home / "jobs", "a.yaml", env_job("a", "{gpus: 1, gpuType: amd}"))
+        assert wait_phase(home, "a", "Succeeded", daemon=daemon)["devices"] == [1]
+        assert job_env_seen(home, "a")["ROCR_VISIBLE_DEVICES"] == "1"
+        write_amd(amd_file, [amd_gpu(0), amd_gpu(1)])  # it ended: the GPU is gflow's again
+        wait_for(
+            lambda: [g.get("state") for g in node_gpus(home)] == ["Free", "Free"],
+            message=lambda: f"node GPUs {node_gpus(home)}",
+        )
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+OPENS = (
+    "import errno, os, sys\n"
+    "for path in sys.argv[1:]:\n"
+    "    try:\n"
+    "        os.close(os.open(path, os.O_RDWR))\n"
+    "        print(os.path.basename(path), 'OK')\n"
+    "    except OSError as exc:\n"
+    "        print(os.path.basename(path), errno.errorcode[exc.errno])\n"
+)
+
+
+def test_an_amd_job_opens_kfd_and_its_render_node_only_and_a_cpu_job_neither(home, gflowd, amd_box):
+    found = probe()
+    if not found.features["devices"].available:
+        pytest.skip(f"no devices isolation here: {found.features['devices'].reason}")
+    dev, env = amd_box
+    write_amd(Path(env["FAKE_AMDSMI_FILE"]), [amd_gpu(0), amd_gpu(1), amd_gpu(2)])
+    nodes = [str(dev / "kfd"), *(str(dev / "dri" / f"renderD{m}") for m in (128, 129, 130))]
+    command = f"  command: [python3, -c, {json.dumps(OPENS)}, {', '.join(nodes)}]\n"
+    write_manifest(home / "jobs", "hold.yaml", sleeper("hold", "{gpus: 1, gpuType: amd}"))
+    daemon = gflowd("--device-dir", dev, env=env)
+    assert wait_phase(home, "hold", "Running", daemon=daemon)["devices"] == [0]
+    write_manifest(home / "jobs", "amd.yaml", job("amd", command + "  resources: {gpus: 1, gpuType: amd}\n"))
+    write_manifest(home / "jobs", "cpu.yaml", job("cpu", command))
+    assert wait_phase(home, "amd", "Succeeded", timeout=30, daemon=daemon)["devices"] == [1]
+    wait_phase(home, "cpu", "Succeeded", timeout=30, daemon=daemon)
+    # no driver behind the nodes: an allowed open fails with ENXIO, a denied one with EPERM
+    assert read_log(home, "amd").split() == [
+        "kfd",
+        "ENXIO",
+        "renderD128",
+        "EPERM",
+        "renderD129",
+        "ENXIO",
+        "renderD130",
+        "EPERM",
+    ]
+    assert read_log(home, "cpu").split() == [
+        "kfd",
+        "EPERM",
+        "renderD128",
+        "EPERM",
+        "renderD129",
+        "EPERM",
+        "renderD130",
+        "EPERM",
+    ]
+
+
+def test_without_amdsmi_gflowd_says_so_once_and_runs_nvidia_and_cpu_jobs(home, gflowd, amd_box, nvml_env):
+    dev, _ = amd_box  # kfd is there, but amdsmi is not on the path
+    write_fake_nvml(nvml_env["FAKE_NVML_FILE"], {"gpus": [gpu(0)]})
+    write_manifest(home / "jobs", "nv.yaml", env_job("nv", "{gpus: 1}"))
+    write_manifest(home / "jobs", "cpu.yaml", job("cpu", "  command: ['true']\n"))
+    daemon = gflowd("--device-dir", dev, env=nvml_env)
+    assert wait_phase(home, "nv", "Succeeded", daemon=daemon)["devices"] == [0]
+    wait_phase(home, "cpu", "Succeeded", daemon=daemon)
+    said = [line for line in daemon.stderr().splitlines() if "no amdsmi" in line]
+    assert len(said) == 1, said
+    assert "no amdsmi: the amdsmi package is not installed (pip install 'gflow-controller[amd]')" in said[0]
