@@ -475,6 +475,7 @@ def _start(
             tuple(minors.get(d, d) for d in decision.devices),
             tuple(sorted(minors.values())),
             state.failed,
+            job.spec.checkpoint is not None and find_condition(state.conditions, Condition.Checkpointed) is not None,
         )
     )
 

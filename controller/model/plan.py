@@ -58,6 +58,8 @@ class RunObservation:
     last_input: float | None = None  # a tty job: wall time of its terminal's last input (idleTimeout)
     # an ended attempt's cgroup counters: {cpuSeconds, peakMemoryBytes} (peak polled without cgroups)
     usage: dict[str, Any] | None = None
+    # spec.checkpoint's handshake, as the supervisor recorded it (shim/checkpoint.py: Handshake.record)
+    checkpoint: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class Launch:
     device_minors: tuple[int, ...] = ()  # the bound GPUs' /dev/nvidiaN minor numbers (devices cgroup)
     gpu_minors: tuple[int, ...] = ()  # every GPU's minor in the inventory: the others are denied
     failed: int = 0  # the job's failed attempts when this one was decided (kept with the launch: see RunObservation)
+    resume: bool = False  # an earlier attempt confirmed a checkpoint (condition Checkpointed): GFLOW_RESUME=1
 
 
 @dataclass(frozen=True)
