@@ -233,6 +233,11 @@ class Checkpoint(_Model):
         "the job's confirmation (`gflowctl checkpoint done` or the file $GFLOW_CHECKPOINT_FILE), then goes on "
         "as without (TERM, terminationGracePeriod, KILL).",
     )
+    scope: Literal["Main", "All"] = Field(
+        default="Main",
+        description="Main (default): the signal goes to the job's main process only (a script's shell must trap "
+        "and pass it on, as sbatch --signal=B:); All: to every process of the job (sbatch --signal without B:).",
+    )
     requeue: StrictBool = Field(
         default=False,
         description="true: an attempt stopped at its time limit after a confirmed checkpoint returns to Pending "

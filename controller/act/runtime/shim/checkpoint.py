@@ -36,6 +36,7 @@ class Handshake:
         self.before = float(spec.get("before", 600.0))
         self.grace = float(spec.get("grace", 300.0))
         self.file = spec.get("file") or None
+        self.to_all = spec.get("scope") == "All"  # else the job's main process only (sbatch --signal=B:)
         self.uid, self.gid = uid, gid
         self.fd: int | None = None
         self.signalled_at: float | None = None  # monotonic: when the latest signal went out
@@ -104,10 +105,11 @@ class Handshake:
         self.confirmed_at = time.monotonic()
         self.last = {"confirmedAt": time.time(), "path": (path or "")[:PATH_CHARS] or None}
 
-    def send(self, why: str, signal_tree) -> None:
-        """The signal to the job's processes, now; ``why``: DeadlineExceeded or a StopReason."""
+    def send(self, why: str, signal_tree, signal_main) -> None:
+        """The signal to the job's main process (or all of its processes), now; ``why``:
+        DeadlineExceeded or a StopReason."""
         self.signalled_at, self.signalled_wall, self.why = time.monotonic(), time.time(), why
-        signal_tree(self.signum)
+        (signal_tree if self.to_all else signal_main)(self.signum)
 
     def confirmed_since_signal(self) -> bool:
         return (

@@ -412,12 +412,12 @@ class Supervisor(JobStart, ExitRecord):
         self.held_stop = (reason, grace)
         self.state = State.CHECKPOINTING
         if not self.checkpoint.confirmed_since_signal():
-            self.checkpoint.send(reason, self._signal_tree)
+            self.checkpoint.send(reason, self._signal_tree, self._signal_main)
         self._log(f"checkpoint: {self.checkpoint.signal_name} sent for {reason}; waiting up to {self.checkpoint.grace:g}s")
 
     def _checkpoint_before_deadline(self) -> None:
         assert self.checkpoint is not None
-        self.checkpoint.send("DeadlineExceeded", self._signal_tree)
+        self.checkpoint.send("DeadlineExceeded", self._signal_tree, self._signal_main)
         self._log(f"checkpoint: {self.checkpoint.signal_name} sent {self.checkpoint.before:g}s before the time limit")
 
     def _stop_after_checkpoint(self) -> None:
@@ -458,6 +458,13 @@ class Supervisor(JobStart, ExitRecord):
             self._signal_tree(signal.SIGHUP)  # a terminal session hangs up: interactive shells ignore TERM
         self._signal_tree(signal.SIGTERM)
         self.kill_at = time.monotonic() + grace
+
+    def _signal_main(self, sig: int) -> None:
+        if self.job_pid and self.job_status is None:
+            try:
+                os.kill(self.job_pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _signal_tree(self, sig: int) -> None:
         if self.job_pid and self.job_status is None:

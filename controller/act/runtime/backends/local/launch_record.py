@@ -112,6 +112,7 @@ def checkpoint_launch(launch: Launch, home: Home, uid: int | None) -> dict | Non
         "signal": wanted.signal,
         "before": wanted.before,
         "grace": wanted.grace,
+        "scope": wanted.scope,
         "file": str(socket_path.with_suffix(".checkpoint")),
     }
 
