@@ -27,6 +27,7 @@ from pydantic.alias_generators import to_camel
 
 from controller import API_VERSION
 from controller.api.names import is_valid_name
+from controller.api.signals import CHECKPOINT_SIGNALS
 from controller.api.units import parse_duration, parse_quantity
 from controller.model.resources import COUNTED, EMPTY, KINDS, ResourceVector
 
@@ -208,8 +209,6 @@ class Resources(_Model):
         return ResourceVector(amounts) if amounts else EMPTY  # most jobs ask none: no new object per pass
 
 
-# the signals a job may ask for its checkpoint: the ones a program traps (never KILL or STOP)
-CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "WINCH", "URG", "PWR")
 
 
 def _check_signal(value: str) -> str:
