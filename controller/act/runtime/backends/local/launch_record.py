@@ -120,7 +120,11 @@ def checkpoint_launch(launch: Launch, home: Home, uid: int | None) -> dict | Non
 def checkpoint_env(launch: Launch, confirmation_file: str) -> dict[str, str]:
     """What a checkpointing job is told (docs/checkpoint.md): where to confirm, how many attempts
     came before (as SLURM_RESTART_COUNT), and whether an earlier one confirmed a checkpoint."""
-    env = {"GFLOW_CHECKPOINT_FILE": confirmation_file, "GFLOW_RESTART_COUNT": str(max(launch.attempt - 1, 0))}
+    env = {
+        "GFLOW_CHECKPOINT_FILE": confirmation_file,
+        "GFLOW_CHECKPOINT_SIGNAL": launch.job.spec.checkpoint.signal,  # USR1: what to trap
+        "GFLOW_RESTART_COUNT": str(max(launch.attempt - 1, 0)),
+    }
     if launch.resume:
         env["GFLOW_RESUME"] = "1"
     return env
