@@ -656,7 +656,11 @@ def judge_checkpoint_timing(
     want = limit - before
     numbers = {"signalledAfterSeconds": round(after, 2), "wantedSeconds": want, "slackSeconds": slack}
     if not want - slack <= after <= want + slack:
-        return Verdict(False, f"the signal came {after:.1f}s in, not ~{want:g}s (time limit {limit:g}s - before {before:g}s)", numbers)
+        return Verdict(
+            False,
+            f"the signal came {after:.1f}s in, not ~{want:g}s (time limit {limit:g}s - before {before:g}s)",
+            numbers,
+        )
     confirmed = [c for c in status.get("conditions") or [] if c.get("type") == "Checkpointed"]
     if not confirmed:
         return Verdict(False, "the job confirmed, but its status has no Checkpointed condition", numbers)

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from helpers import job_status, run_as, wait_for, wait_phase, write_manifest
 
-import controller.cli.checkpoint  # noqa: F401  (loaded before run_as forks: nobody cannot read root's venv)
-import controller.client.control_peer  # noqa: F401
+# loaded before run_as forks: nobody cannot read root's venv to import them then
+import controller.cli.checkpoint
+import controller.client.control_peer
 import controller.client.terminal  # noqa: F401
 from controller.cli.main import main
 
@@ -153,7 +154,11 @@ def test_the_time_limit_sends_the_signal_before_and_a_confirmed_requeue_resumes(
     extra = "  timeLimit: 8s\n"
     text = job("d", confirm, checkpoint="{signal: USR1, before: 5s, requeue: true}", extra=extra)
     write_manifest(home / "jobs", "d.yaml", text)
-    wait_for(lambda: "start attempt=2" in read_log(home, "d"), timeout=60, message=lambda: f"{read_log(home, 'd')} {job_status(home, 'd')}")
+    wait_for(
+        lambda: "start attempt=2" in read_log(home, "d"),
+        timeout=60,
+        message=lambda: f"{read_log(home, 'd')} {job_status(home, 'd')}",
+    )
     log = read_log(home, "d")
     first = log[: log.index("start attempt=2")]
     assert "got-signal" in first, log

@@ -209,8 +209,6 @@ class Resources(_Model):
         return ResourceVector(amounts) if amounts else EMPTY  # most jobs ask none: no new object per pass
 
 
-
-
 def _check_signal(value: str) -> str:
     """``USR1``, ``SIGUSR1`` or ``usr1`` -> ``USR1``."""
     name = value.upper().removeprefix("SIG")

@@ -364,7 +364,11 @@ VERBS: dict[str, tuple] = {
     "cordon": ("admins: no new jobs on these GPUs: cordon gpu N", _cordon_args, _cordon),
     "drain": ("admins: cordon GPUs and return their jobs to Pending", _cordon_args, _cordon),
     "uncordon": ("admins: schedule on these GPUs again", _cordon_args, _cordon),
-    "checkpoint": ("from inside a job: checkpoint done [--path P] confirms its checkpoint", _checkpoint_args, _checkpoint),
+    "checkpoint": (
+        "from inside a job: checkpoint done [--path P] confirms its checkpoint",
+        _checkpoint_args,
+        _checkpoint,
+    ),
     "explain": ("document a manifest field", _explain_args, _explain),
     "stats": ("jobs, success rate, waits, runtimes and GPU-hours by user and label", _stats_args, _stats),
     "top": ("running jobs live: GPUs with util and memory, CPU, RSS, elapsed", _top_args, _top),

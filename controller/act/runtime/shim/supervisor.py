@@ -413,7 +413,9 @@ class Supervisor(JobStart, ExitRecord):
         self.state = State.CHECKPOINTING
         if not self.checkpoint.confirmed_since_signal():
             self.checkpoint.send(reason, self._signal_tree, self._signal_main)
-        self._log(f"checkpoint: {self.checkpoint.signal_name} sent for {reason}; waiting up to {self.checkpoint.grace:g}s")
+        self._log(
+            f"checkpoint: {self.checkpoint.signal_name} sent for {reason}; waiting up to {self.checkpoint.grace:g}s"
+        )
 
     def _checkpoint_before_deadline(self) -> None:
         assert self.checkpoint is not None

@@ -1,0 +1,64 @@
+"""What an ended attempt's checkpoint record makes of the job (decide/exits.py, pure): the
+Checkpointed condition and event, CheckpointTimeout, and which stops return to Pending."""
+
+from __future__ import annotations
+
+import pytest
+from builders import T0, exited, state
+
+from controller.decide.exits import record_checkpoint, record_exit
+
+
+def stop(reason: str) -> dict[str, str]:
+    return {"type": "Terminating", "status": "True", "reason": reason, "message": "why", "lastTransitionTime": "t"}
+
+
+CONFIRMED = {
+    "signal": "USR1",
+    "signalledAt": T0 + 5,
+    "why": "x",
+    "confirmed": True,
+    "timedOut": False,
+    "confirmedAt": T0 + 6,
+    "path": "/ckpt/7",
+}
+UNCONFIRMED = {"signal": "USR1", "signalledAt": T0 + 5, "why": "Suspended", "confirmed": False, "timedOut": True}
+
+
+def end(stop_reason: str, checkpoint: dict | None, requeue: bool = False):
+    record = state("a", phase="Running", attempt=1)
+    run = exited("a", 143, T0 + 10, signal=15, checkpoint=checkpoint)
+    record_exit(record, run, stop(stop_reason), 0)
+    return record, record_checkpoint(record, run, requeue)
+
+
+@pytest.mark.parametrize(
+    "reason, requeue, phase",
+    [
+        ("IdleTimeout", False, ("Pending", "Checkpointed")),
+        ("DeadlineExceeded", True, ("Pending", "Checkpointed")),
+        ("DeadlineExceeded", False, ("Failed", "DeadlineExceeded")),  # requeue not asked: the limit fails it
+        ("Preempted", False, ("Pending", "Preempted")),
+        ("Suspended", False, ("Pending", "Suspended")),
+        ("UserCancelled", False, ("Cancelled", "UserCancelled")),
+    ],
+)
+def test_a_confirmed_checkpoint_and_what_each_stop_becomes(reason, requeue, phase):
+    record, events = end(reason, CONFIRMED, requeue)
+    assert (record.phase, record.reason) == phase
+    condition = next(c for c in record.conditions if c["type"] == "Checkpointed")
+    assert condition["message"].startswith("attempt 1 confirmed a checkpoint at /ckpt/7")
+    assert [(e.type, e.reason) for e in events] == [("Normal", "Checkpointed")]
+
+
+def test_an_unconfirmed_signal_is_a_warning_and_an_idle_stop_still_fails():
+    record, events = end("IdleTimeout", UNCONFIRMED)
+    assert (record.phase, record.reason) == ("Failed", "IdleTimeout")
+    assert [(e.type, e.reason) for e in events] == [("Warning", "CheckpointTimeout")]
+    assert "SIGUSR1 sent (Suspended)" in events[0].message
+    assert not [c for c in record.conditions if c["type"] == "Checkpointed"]
+
+
+def test_no_checkpoint_record_changes_nothing():
+    record, events = end("IdleTimeout", None)
+    assert (record.phase, record.reason, events) == ("Failed", "IdleTimeout", [])
