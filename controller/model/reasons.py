@@ -457,7 +457,7 @@ class Reason(StrEnum):
         "CheckpointTimeout",
         Facts(
             (),
-            "Warning event: the checkpoint signal went out but the job did not confirm within `checkpoint.grace` "
+            "event (Warning): the checkpoint signal went out but the job did not confirm within `checkpoint.grace` "
             "(or before its time limit); it was stopped anyway",
             "trap the signal, write the checkpoint, then run `gflowctl checkpoint done` (or write $GFLOW_CHECKPOINT_FILE)",
         ),
