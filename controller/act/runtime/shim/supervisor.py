@@ -63,6 +63,13 @@ the KILL that is due, then the signals gflowd sent), and each (state, event) pai
 runs one handler; a pair it does not name changes nothing (a second stop request while stopping,
 the time limit while stopping). Starting the job is ``start.py``, the exit record ``exits.py``,
 the child's side ``child.py``, /proc ``procfs.py``, the zygote ``launcher.py``.
+
+Checkpoints (``checkpoint.py``, docs/checkpoint.md). With ``spec.checkpoint`` the job's signal goes out
+``before`` its time limit (CHECKPOINT_DUE), and a stop request whose reason a checkpoint precedes
+(preemption, suspend, idle stop) sends it at once and waits in CHECKPOINTING until the job confirms
+(the control socket's ``checkpoint`` hello, or the confirmation file) or the checkpoint's grace is
+up (CHECKPOINT_OVER); then the stop goes on as any other. We keep that time, not gflowd, and the
+exit record says what happened, so a gflowd restarted meanwhile loses nothing.
 """
 
 from __future__ import annotations
