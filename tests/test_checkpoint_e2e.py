@@ -228,3 +228,29 @@ def test_another_user_cannot_confirm_a_jobs_checkpoint(shared, daemon):
     wait_phase(home, "f", "Pending", reason="Suspended", daemon=daemon)
     assert events(home, "CheckpointTimeout"), "a forged confirmation was taken"
     assert not events(home, "Checkpointed")
+
+
+def test_priority_preemption_waits_for_the_checkpoint_then_the_job_resumes(shared, gflowd, tmp_path):
+    home = shared
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text("gpus:\n  - {name: H100, memory: 80Gi}\n")
+    daemon = gflowd("--fake-gpus", fake, "--preemption-threshold", "5", home=home)
+    # the checkpoint takes a while: the preemptor must not start before it is confirmed
+    confirm = f"sleep 1; echo saved; {GFLOWCTL} checkpoint done --path /ckpt/low"
+    write_manifest(home / "jobs", "low.yaml", job("low", confirm))
+    wait_for(lambda: "start attempt=1" in read_log(home, "low"), message=lambda: read_log(home, "low"))
+    release = tmp_path / "release"
+    high = (
+        "metadata: {name: high}\nspec:\n  priority: 5\n  resources: {gpus: 1}\n"
+        f"  command: [sh, -c, 'echo high-start >> {OUT_DIR / 'low'}; while [ ! -e {release} ]; do sleep 0.05; done']\n"
+    )
+    write_manifest(home / "jobs", "high.yaml", high)
+    wait_for(lambda: "high-start" in read_log(home, "low"), message=lambda: read_log(home, "low"))
+    status = wait_phase(home, "low", "Pending", reason="Preempted", daemon=daemon)
+    log = read_log(home, "low")
+    assert log.index("got-signal") < log.index("saved") < log.index("high-start"), log
+    assert any("/ckpt/low" in c["message"] for c in status["conditions"] if c["type"] == "Checkpointed"), status
+    release.touch()
+    wait_for(
+        lambda: "start attempt=2 resume=1 restarts=1" in read_log(home, "low"), message=lambda: read_log(home, "low")
+    )
