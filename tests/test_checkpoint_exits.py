@@ -3,8 +3,10 @@ Checkpointed condition and event, CheckpointTimeout, and which stops return to P
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from builders import T0, exited, state
+from builders import T0, World, condition, exited, job, state
 
 from controller.decide.exits import record_checkpoint, record_exit
 
@@ -62,3 +64,20 @@ def test_an_unconfirmed_signal_is_a_warning_and_an_idle_stop_still_fails():
 def test_no_checkpoint_record_changes_nothing():
     record, events = end("IdleTimeout", None)
     assert (record.phase, record.reason, events) == ("Failed", "IdleTimeout", [])
+
+
+def test_the_next_attempt_resumes_and_a_rerun_starts_afresh():
+    checkpoint = {"signal": "USR1", "before": "1m"}
+    world = World(job("a", backoffLimit=1, checkpoint=checkpoint))
+    world.tick(T0)
+    world.exit("a", 1, T0 + 1)
+    world.runs["a"] = replace(world.runs["a"], checkpoint=CONFIRMED)
+    starts = [*world.tick(T0 + 2).starts, *world.tick(T0 + 10).starts]  # failed, retried after back-off
+    assert [launch.resume for launch in starts] == [True]  # the retry resumes from the checkpoint
+    world.exit("a", 0, T0 + 11)
+    world.tick(T0 + 12)
+    assert world.phase() == ("Succeeded", "Completed")
+    world.put(job("a", backoffLimit=1, checkpoint=checkpoint, annotations={"gflow.dev/rerun": "1"}))
+    plan = world.tick(T0 + 13)
+    assert [launch.resume for launch in plan.starts] == [False]  # a new run: nothing to resume
+    assert condition(world.state(), "Checkpointed") is None

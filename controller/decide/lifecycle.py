@@ -312,6 +312,7 @@ def _rerun(plan: PlanDraft, state: JobState, job: AdmittedJob) -> bool:
     plan.events.append(Event(EventType.Normal, Reason.Rerun, state.name, why))
     state.phase, state.reason, state.message = Phase.Pending, Reason.Rerun, why
     state.failed = 0  # attempts keep counting across generations, so every attempt's log is kept
+    state.conditions = remove_condition(state.conditions, Condition.Checkpointed)  # a new run: nothing to resume
     state.exit_code = None
     state.start_time = state.completion_time = state.next_attempt_time = None
     state.pid = None
