@@ -81,3 +81,18 @@ def test_the_next_attempt_resumes_and_a_rerun_starts_afresh():
     plan = world.tick(T0 + 13)
     assert [launch.resume for launch in plan.starts] == [False]  # a new run: nothing to resume
     assert condition(world.state(), "Checkpointed") is None
+
+
+def test_gflowd_and_the_supervisor_agree_on_the_stops_a_checkpoint_precedes():
+    from controller.act.runtime.shim.checkpoint import CHECKPOINT_STOPS as SUPERVISOR_STOPS
+    from controller.decide.running import CHECKPOINT_STOPS
+
+    assert set(SUPERVISOR_STOPS) == {str(reason) for reason in CHECKPOINT_STOPS}
+
+
+def test_the_stopping_message_says_the_stop_waits_for_the_checkpoint():
+    world = World(job("a", checkpoint={"signal": "USR1", "grace": "2m"}))
+    world.tick(T0)
+    world.put(job("a", checkpoint={"signal": "USR1", "grace": "2m"}, suspend=True))
+    world.tick(T0 + 1)
+    assert "SIGUSR1 sent to pid 1001 for a checkpoint, waiting up to 2m for it; then TERM" in world.state().message

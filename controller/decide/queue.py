@@ -519,6 +519,7 @@ def _preempt(
                 why,
                 snap.default_grace if grace is None else grace,
                 now_text,
+                other.spec.checkpoint,
             )
             plan.events.append(Event(EventType.Normal, Reason.Preempted, victim, why))
         if victims:
