@@ -69,7 +69,7 @@ def _on_checkpoint_signal(folder: str, suffix: str, fn, args: tuple, kwargs: dic
     """submitit's pattern (``functions.Checkpointable``): on the checkpoint signal, ``fn.checkpoint``
     returns the resubmission (a ``DelayedSubmission``); it replaces the pickled call, so the next
     attempt runs it, and the checkpoint is confirmed to the supervisor (docs/checkpoint.md)."""
-    import signal
+    import signal  # lazy: only a Checkpointable function job traps its signal
 
     def handler(signum, frame) -> None:
         again = fn.checkpoint(*args, **kwargs)
