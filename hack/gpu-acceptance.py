@@ -75,6 +75,7 @@ from gpu_facts import (  # noqa: E402  (hack/ is not a package; the pure half of
     gpu_usage_entry,
     judge_amd,
     judge_binding,
+    judge_checkpoint_timing,
     judge_distinct,
     judge_isolation,
     judge_usage,
@@ -307,6 +308,7 @@ class Acceptance:
             ("apply-to-first-cuda", gflow, self.check_latency),
             ("nvml-sampling-cost", {"venv"}, self.check_nvml_cost),
             ("amd-inventory", {"venv"}, self.check_amd),
+            ("checkpoint-signal", gflow, self.check_checkpoint_signal),
         ]
         always = {"venv", "gflowd-nvml"}  # every gflow check needs them
         for name, needs, step in steps:
@@ -799,6 +801,39 @@ class Acceptance:
         if median > self.args.max_start_latency:
             return Verdict(False, f"{text}, over the {self.args.max_start_latency:g}s limit", numbers)
         return Verdict(True, text, numbers)
+
+    def check_checkpoint_signal(self) -> Verdict:
+        """spec.checkpoint's timing (docs/checkpoint.md): a CPU job, so any machine with gflowd shows it."""
+        name = "acc-checkpoint"
+        out = self.probe_dir / f"{name}.json"
+        program = (
+            "import json, os, signal, sys, time\n"
+            "seen = {'started': time.time(), 'signalled': None}\n"
+            "def on_signal(*_):\n"
+            "    seen['signalled'] = time.time()\n"
+            "    open(sys.argv[1], 'w').write(json.dumps(seen))\n"
+            "    open(os.environ['GFLOW_CHECKPOINT_FILE'], 'w').write(sys.argv[1] + '\\n')\n"
+            "signal.signal(signal.SIGUSR1, on_signal)\n"
+            "open(sys.argv[1], 'w').write(json.dumps(seen))\n"
+            "while True: time.sleep(0.1)\n"
+        )
+        spec: dict[str, Any] = {
+            "command": [sys.executable, "-c", program, str(out)],
+            "env": {TOKEN_VAR: self.token},
+            "timeLimit": "20s",
+            "checkpoint": {"signal": "USR1", "before": "10s", "grace": "5s"},
+        }
+        manifest = {"apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
+        path = self.manifests / f"{name}.yaml"
+        path.write_text(json.dumps(manifest, indent=2) + "\n")
+        self.applied.append(name)
+        result = self.ctl("apply", "-f", str(path))
+        if result.returncode != 0:
+            if "checkpoint" in result.stderr:
+                raise FeatureMissing("spec.checkpoint")
+            raise StepError(f"gflowctl apply -f {path.name} failed: {result.stderr.strip()}")
+        status = self.wait_phase(name, {"Succeeded", "Failed"}, 120)
+        return judge_checkpoint_timing(_read_json(out), status, limit=20, before=10, slack=3 * self.scale)
 
     def check_nvml_cost(self) -> Verdict:
         passes = 50

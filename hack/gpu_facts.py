@@ -52,6 +52,7 @@ CHECKS: list[tuple[str, str]] = [
     ("apply-to-first-cuda", "time from gflowctl apply to the job's first CUDA call"),
     ("nvml-sampling-cost", "cost of one NVML sampling pass over all GPUs"),
     ("amd-inventory", "on a machine with /dev/kfd, gflowd's amdsmi reader lists healthy AMD GPUs with render nodes"),
+    ("checkpoint-signal", "a job with timeLimit 20s and checkpoint.before 10s gets its signal ~10s in, and confirms"),
     ("cleanup", "no process or cgroup of the run is left once its jobs are deleted"),
 ]
 CHECK_NAMES = [name for name, _ in CHECKS]
@@ -668,3 +669,26 @@ def cgroup_dirs(lines: Iterable[str], mounts: dict[str, Path]) -> list[Path]:
             if controller in mounts:
                 paths.append(mounts[controller] / parts[2].lstrip("/"))
     return sorted(set(paths))
+
+
+def judge_checkpoint_timing(
+    seen: dict[str, Any] | None, status: dict[str, Any], limit: float, before: float, slack: float
+) -> Verdict:
+    """The checkpoint signal came ``before`` ahead of the time limit (within ``slack``: the
+    supervisor polls, the machine may be busy) and the confirmation is in the status. ``seen``: the
+    job's own record, {"started", "signalled"} (wall clock, read in the job)."""
+    if not seen or seen.get("signalled") is None:
+        return Verdict(False, f"the job never got its checkpoint signal (it recorded {seen!r})", {})
+    after = seen["signalled"] - seen["started"]
+    want = limit - before
+    numbers = {"signalledAfterSeconds": round(after, 2), "wantedSeconds": want, "slackSeconds": slack}
+    if not want - slack <= after <= want + slack:
+        return Verdict(
+            False,
+            f"the signal came {after:.1f}s in, not ~{want:g}s (time limit {limit:g}s - before {before:g}s)",
+            numbers,
+        )
+    confirmed = [c for c in status.get("conditions") or [] if c.get("type") == "Checkpointed"]
+    if not confirmed:
+        return Verdict(False, "the job confirmed, but its status has no Checkpointed condition", numbers)
+    return Verdict(True, f"signal {after:.1f}s in (wanted ~{want:g}s), confirmation recorded", numbers)

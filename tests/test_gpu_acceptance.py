@@ -458,6 +458,18 @@ def test_metric_and_minor_and_cgroup_parsing(tmp_path):
 # -- the report ----------------------------------------------------------------------------------------
 
 
+def test_checkpoint_timing_verdicts():
+    confirmed = {"conditions": [{"type": "Checkpointed", "status": "True"}]}
+    ok = facts.judge_checkpoint_timing({"started": 100.0, "signalled": 110.4}, confirmed, 20, 10, 3)
+    assert ok.ok and ok.numbers["signalledAfterSeconds"] == 10.4
+    late = facts.judge_checkpoint_timing({"started": 100.0, "signalled": 119.9}, confirmed, 20, 10, 3)
+    assert not late.ok and "19.9s in, not ~10s" in late.reason
+    assert not facts.judge_checkpoint_timing({"started": 100.0, "signalled": None}, confirmed, 20, 10, 3).ok
+    assert not facts.judge_checkpoint_timing(None, confirmed, 20, 10, 3).ok
+    unrecorded = facts.judge_checkpoint_timing({"started": 100.0, "signalled": 110.0}, {}, 20, 10, 3)
+    assert not unrecorded.ok and "no Checkpointed condition" in unrecorded.reason
+
+
 def test_report_json_and_exit_codes():
     results = [
         facts.Result("venv", "PASS", "ready", {"x": 1}, 0.5),
@@ -780,6 +792,7 @@ def test_simulated_two_gpu_machine_every_check_reaches_its_outcome(gpu_sim, tmp_
         "foreign-process",
         "apply-to-first-cuda",
         "nvml-sampling-cost",
+        "checkpoint-signal",
         "cleanup",
     ]
     assert {n: outcome[n]["outcome"] for n in passes} == {n: "PASS" for n in passes}, stdout

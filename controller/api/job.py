@@ -27,6 +27,7 @@ from pydantic.alias_generators import to_camel
 
 from controller import API_VERSION
 from controller.api.names import is_valid_name
+from controller.api.signals import CHECKPOINT_SIGNALS
 from controller.api.units import parse_duration, parse_quantity
 from controller.model.resources import COUNTED, EMPTY, KINDS, ResourceVector
 
@@ -208,6 +209,39 @@ class Resources(_Model):
         return ResourceVector(amounts) if amounts else EMPTY  # most jobs ask none: no new object per pass
 
 
+def _check_signal(value: str) -> str:
+    """``USR1``, ``SIGUSR1`` or ``usr1`` -> ``USR1``."""
+    name = value.upper().removeprefix("SIG")
+    if name not in CHECKPOINT_SIGNALS:
+        raise ValueError(f"{value!r} is not a signal a job can trap; use one of {', '.join(CHECKPOINT_SIGNALS)}")
+    return name
+
+
+class Checkpoint(_Model):
+    signal: Annotated[StrictStr, AfterValidator(_check_signal)] = Field(
+        default="USR1", description="The signal sent to the job's processes (USR1, SIGUSR2, ...)."
+    )
+    before: Duration = Field(
+        default=600.0, description="Sent this long before the time limit (as sbatch --signal=SIG@SECONDS)."
+    )
+    grace: Duration = Field(
+        default=300.0,
+        description="A stop gflowd causes (preemption, suspend, a GPU drain, an idle stop) waits this long for "
+        "the job's confirmation (`gflowctl checkpoint done` or the file $GFLOW_CHECKPOINT_FILE), then goes on "
+        "as without (TERM, terminationGracePeriod, KILL).",
+    )
+    scope: Literal["Main", "All"] = Field(
+        default="Main",
+        description="Main (default): the signal goes to the job's main process only (a script's shell must trap "
+        "and pass it on, as sbatch --signal=B:); All: to every process of the job (sbatch --signal without B:).",
+    )
+    requeue: StrictBool = Field(
+        default=False,
+        description="true: an attempt stopped at its time limit after a confirmed checkpoint returns to Pending "
+        "and resumes (GFLOW_RESUME=1) instead of failing.",
+    )
+
+
 class Dependency(_Model):
     job: Name = Field(description="Name of the job this one waits for.")
     condition: Literal["Succeeded", "Failed", "Finished"] = Field(
@@ -296,6 +330,12 @@ class JobSpec(_Model):
         default=False,
         description="true: the job runs on a pseudo-terminal; `gflowctl attach NAME` connects to it "
         "(`gflowctl run -it` sets it).",
+    )
+    checkpoint: Checkpoint | None = Field(
+        default=None,
+        description="A checkpoint handshake before every stop gflowd causes (docs/checkpoint.md): the signal, "
+        "`before` the time limit or at once for a preemption, suspend, GPU drain or idle stop; the stop waits "
+        "up to `grace` for the job's confirmation; a requeued attempt resumes with GFLOW_RESUME=1.",
     )
     idle_timeout: Duration | None = Field(
         default=None,

@@ -15,11 +15,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal as signal_mod
 from collections.abc import Mapping
 
 from controller import API_VERSION
 from controller.api.export import ENV_ANNOTATION, ENV_FILE, ExportError, exported_env
 from controller.api.names import is_valid_name
+from controller.api.signals import CHECKPOINT_SIGNALS
 from controller.api.units import format_duration, parse_duration, parse_quantity
 from controller.util.yamlio import dump
 
@@ -64,6 +66,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--gpu-memory",), "gpu_memory", help="GPU memory per GPU, e.g. 20Gi (resources.gpuMemory)"),
     Flag(("--memory", "--mem"), "memory", help="host RAM limit, e.g. 16Gi; a bare number is MiB as in sbatch"),
     Flag(("--time", "-t"), "time", help="time limit: 4h30m, or Slurm's MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]"),
+    Flag(
+        ("--signal",),
+        "signal",
+        help="[B:]SIG[@SECONDS], as sbatch: a checkpoint signal SECONDS (default 60) before the time limit and "
+        "before any stop gflowd causes (spec.checkpoint; B: to the main process only, else to all)",
+    ),
     Flag(("--priority",), "priority", help="integer, higher runs first"),
     Flag(
         ("--after", "--depends-on"), "after", repeatable=True, help="JOB[:Succeeded|Failed|Finished]; @ = your last job"
@@ -275,6 +283,8 @@ def _sbatch_options(words: list[str], where: str, warnings: list[str]) -> dict[s
             out["gpus"] = count
         elif name in ("--time", "-t"):
             out["time"] = value
+        elif name == "--signal":
+            out["signal"] = value
         elif name == "--mem":
             out["memory"] = value
         elif name in ("--dependency", "-d"):
@@ -344,6 +354,33 @@ def _sbatch_dependency(value: str, where: str, warnings: list[str]) -> list[str]
 # -- values ----------------------------------------------------------------------------------------
 
 _SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_signal(text: str) -> dict[str, Any]:
+    """sbatch's ``--signal=[{R|B}:]SIG[@SECONDS]`` -> spec.checkpoint. ``B:`` signals the main
+    process only (scope Main), without it every process of the job (scope All), as sbatch;
+    ``R:`` is for reservations, which are not ours (taken as no prefix)."""
+    where, _, rest = text.rpartition(":") if ":" in text else ("", "", text)
+    sig, at, seconds = rest.partition("@")
+    problems = []
+    if where not in ("", "B", "R"):
+        problems.append(f"{where!r} before ':' (only B: is meant, as in sbatch)")
+    name = sig.upper().removeprefix("SIG")
+    if name.isdigit():
+        try:
+            name = signal_mod.Signals(int(name)).name.removeprefix("SIG")
+        except ValueError:
+            pass
+    if name not in CHECKPOINT_SIGNALS:
+        problems.append(f"{sig!r} is not a signal a job can trap (one of {', '.join(CHECKPOINT_SIGNALS)})")
+    if at and not (seconds.isdigit() and 0 <= int(seconds) <= 65535):
+        problems.append(f"{seconds!r} after '@' is not a number of seconds (0-65535)")
+    if problems:
+        raise SubmitError(f"--signal={text}: {'; '.join(problems)}; e.g. --signal=B:USR1@600")
+    checkpoint: dict[str, Any] = {"signal": name, "before": f"{int(seconds) if at else 60}s"}
+    if where != "B":
+        checkpoint["scope"] = "All"  # sbatch without B: signals the job's processes, not only its shell
+    return checkpoint
 
 
 def parse_time(text: str) -> float:
@@ -579,6 +616,8 @@ def build(
         spec["priority"] = _integer("--priority", options["priority"], low=-(2**31))
     if "time" in options:
         spec["timeLimit"] = format_duration(parse_time(options["time"]))
+    if "signal" in options:
+        spec["checkpoint"] = parse_signal(options["signal"])
     if "retries" in options:
         spec["backoffLimit"] = _integer("--retries", options["retries"])
     if "after" in options:

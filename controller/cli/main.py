@@ -172,6 +172,18 @@ def _cordon(home, args) -> int:
     return cordon(home, args.verb, args.gpus, getattr(args, "reason", ""))
 
 
+def _checkpoint_args(p) -> None:
+    p.add_argument("what", choices=["done"], help="done: the checkpoint the job was signalled for is written")
+    p.add_argument("--path", help="where it is (shown by describe)")
+    p.add_argument("--job", help="the job (default: $GFLOW_JOB_NAME, set inside a job)")
+
+
+def _checkpoint(home, args) -> int:
+    from controller.cli.checkpoint import checkpoint_done  # lazy: gflowctl loads only the verb it runs
+
+    return checkpoint_done(home, args.path, args.job)
+
+
 def _wait_args(p) -> None:
     p.add_argument("target", nargs="+", help="job/NAME or sweep/NAME (a bare NAME is a job); several: wait for all")
     p.add_argument("--for", dest="for_", required=True, help="phase=P or condition=C")
@@ -352,6 +364,11 @@ VERBS: dict[str, tuple] = {
     "cordon": ("admins: no new jobs on these GPUs: cordon gpu N", _cordon_args, _cordon),
     "drain": ("admins: cordon GPUs and return their jobs to Pending", _cordon_args, _cordon),
     "uncordon": ("admins: schedule on these GPUs again", _cordon_args, _cordon),
+    "checkpoint": (
+        "from inside a job: checkpoint done [--path P] confirms its checkpoint",
+        _checkpoint_args,
+        _checkpoint,
+    ),
     "explain": ("document a manifest field", _explain_args, _explain),
     "stats": ("jobs, success rate, waits, runtimes and GPU-hours by user and label", _stats_args, _stats),
     "top": ("running jobs live: GPUs with util and memory, CPU, RSS, elapsed", _top_args, _top),

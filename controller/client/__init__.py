@@ -18,7 +18,7 @@ TYPE_CHECKING = False  # typing is not imported: gflowctl's start-up loads this 
 if TYPE_CHECKING:
     from controller.client.api import Client
     from controller.client.errors import GflowError, JobError, NotFound
-    from controller.client.functions import Future, RemoteError
+    from controller.client.functions import Checkpointable, DelayedSubmission, Future, RemoteError
     from controller.client.read.objects import Gpu, Job, Submitted, Sweep
 
 _WHERE = {
@@ -27,6 +27,8 @@ _WHERE = {
     "JobError": "controller.client.errors",
     "NotFound": "controller.client.errors",
     "Future": "controller.client.functions",
+    "Checkpointable": "controller.client.functions",
+    "DelayedSubmission": "controller.client.functions",
     "RemoteError": "controller.client.functions",
     "Gpu": "controller.client.read.objects",
     "Job": "controller.client.read.objects",

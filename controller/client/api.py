@@ -83,6 +83,7 @@ class Client:
         gpu_memory: str | None = None,
         memory: str | None = None,
         time: str | float | None = None,
+        signal: str | None = None,
         priority: int | None = None,
         after: str | Sequence[str] | None = None,
         start_after: str | None = None,
@@ -448,6 +449,7 @@ def _options(given: Mapping[str, Any]) -> dict[str, Any]:
 
 _ALLOWED = {
     "name",
+    "signal",
     "gpus",
     "gpu_type",
     "gpu_memory",

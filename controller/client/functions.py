@@ -47,6 +47,29 @@ def _shared_fix(functions: Path) -> str:
     )
 
 
+class DelayedSubmission:
+    """A call to run (again): what ``Checkpointable.checkpoint`` returns, as submitit's
+    ``DelayedSubmission(function, *args, **kwargs)``."""
+
+    def __init__(self, function: Callable[..., Any], *args: Any, **kwargs: Any):
+        self.function, self.args, self.kwargs = function, args, kwargs
+
+
+class Checkpointable:
+    """submitit's ``helpers.Checkpointable``: a callable object whose ``checkpoint`` gflow calls in
+    the job when the checkpoint signal comes (before its time limit, a preemption, a suspend, a GPU
+    drain or an idle stop). It returns the resubmission (by default the same call, with the object
+    as it is now: its attributes are the state to save), or None for none; the next attempt runs it.
+    ``submit_function`` gives such a job ``spec.checkpoint`` (``signal="B:USR1@60"`` unless
+    ``job_options`` names another ``signal``) and confirms each checkpoint for it."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("a Checkpointable defines __call__: the work to do")
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission | None:
+        return DelayedSubmission(self, *args, **kwargs)
+
+
 class RemoteError(Exception):
     """An exception the function raised that could not be rebuilt here (its class is not
     importable, or it would not pickle): its type and message as text."""
@@ -313,6 +336,8 @@ def submit_function(
     job_options: dict[str, Any] | None = None,
 ) -> Future:
     options = dict(job_options or {})
+    if callable(getattr(fn, "checkpoint", None)):  # submitit's pattern: the runner traps USR1 and confirms
+        options.setdefault("signal", "B:USR1@60")
     name, folder, payload = _prepare(client, fn, options)
     arguments = _dumps(_cloudpickle(), (args, kwargs), f"the arguments of {_function_name(fn)}")
     _write_folder(folder, {"fn.pkl": payload, "args.pkl": arguments}, fn)

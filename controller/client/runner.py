@@ -65,6 +65,24 @@ def format_traceback(exc: BaseException, sources: dict[str, str]) -> str:
     return "".join(report.format())
 
 
+def _on_checkpoint_signal(folder: str, suffix: str, fn, args: tuple, kwargs: dict, cloudpickle) -> None:
+    """submitit's pattern (``functions.Checkpointable``): on the checkpoint signal, ``fn.checkpoint``
+    returns the resubmission (a ``DelayedSubmission``); it replaces the pickled call, so the next
+    attempt runs it, and the checkpoint is confirmed to the supervisor (docs/checkpoint.md)."""
+    import signal  # lazy: only a Checkpointable function job traps its signal
+
+    def handler(signum, frame) -> None:
+        again = fn.checkpoint(*args, **kwargs)
+        if again is None:
+            return  # nothing to resume from: the stop goes on after the grace, without a confirmation
+        _write(os.path.join(folder, "fn.pkl"), cloudpickle.dumps(again.function))
+        _write(os.path.join(folder, f"args{suffix}.pkl"), cloudpickle.dumps((again.args, again.kwargs)))
+        with open(os.environ["GFLOW_CHECKPOINT_FILE"], "w", encoding="utf-8") as confirm:
+            confirm.write(folder + "\n")
+
+    signal.signal(getattr(signal, "SIG" + os.environ.get("GFLOW_CHECKPOINT_SIGNAL", "USR1")), handler)
+
+
 def main(argv: list[str]) -> int:
     folder = argv[1]
     suffix = f"-{os.environ['GFLOW_SWEEP_INDEX']}" if argv[2:3] == ["--sweep"] else ""
@@ -77,6 +95,8 @@ def main(argv: list[str]) -> int:
             fn = cloudpickle.load(handle)
         with open(os.path.join(folder, f"args{suffix}.pkl"), "rb") as handle:
             args, kwargs = cloudpickle.load(handle)
+        if callable(getattr(fn, "checkpoint", None)) and os.environ.get("GFLOW_CHECKPOINT_FILE"):
+            _on_checkpoint_signal(folder, suffix, fn, args, kwargs, cloudpickle)
         value = fn(*args, **kwargs)
     except BaseException as exc:
         try:

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from controller.api.units import format_duration
 from controller.model.conditions import remove_condition, set_condition
-from controller.model.plan import RunObservation
-from controller.model.reasons import Condition, Phase, Reason, StopReason
-from controller.model.records import JobState
+from controller.model.plan import Event, RunObservation
+from controller.model.reasons import Condition, EventType, Phase, Reason, StopReason
+from controller.model.records import JobState, rfc3339
 
 BACKOFF_BASE = 1.0
 BACKOFF_MAX = 300.0
@@ -133,6 +133,46 @@ STOPPED: dict[str, Callable[[JobState, RunObservation, dict[str, str] | None, st
     StopReason.IdleTimeout: _idle,
     StopReason.Deleted: _deleted,
 }
+
+
+# -- checkpoints (spec.checkpoint, docs/checkpoint.md) --------------------------------------------------
+
+
+def record_checkpoint(state: JobState, run: RunObservation, requeue: bool) -> list[Event]:
+    """After ``record_exit``: what the attempt's checkpoint handshake says (the supervisor's record,
+    ``run.checkpoint``). A confirmed checkpoint becomes the Checkpointed condition (the latest one:
+    attempt, time, path) and an event; a signal left unconfirmed a CheckpointTimeout warning. An idle
+    stop after a confirmed checkpoint, or a time-limit stop after one when ``requeue``, returns the
+    job to Pending to resume, not Failed (preempted and suspended jobs return to Pending anyway)."""
+    done = run.checkpoint
+    if not done:
+        return []
+    events: list[Event] = []
+    if done.get("confirmedAt"):
+        when = rfc3339(done["confirmedAt"]) or ""
+        path = f" at {done['path']}" if done.get("path") else ""
+        message = f"attempt {run.attempt} confirmed a checkpoint{path} ({when})"
+        state.conditions = remove_condition(state.conditions, Condition.Checkpointed)  # its time is the latest's
+        state.conditions = set_condition(
+            state.conditions, Condition.Checkpointed, "True", Reason.Checkpointed, message, when
+        )
+        events.append(Event(EventType.Normal, Reason.Checkpointed, state.name, message))
+    if done.get("signalledAt") and done.get("timedOut"):
+        events.append(
+            Event(
+                EventType.Warning,
+                Reason.CheckpointTimeout,
+                state.name,
+                f"attempt {run.attempt}: SIG{done.get('signal')} sent ({done.get('why')}) but no checkpoint was "
+                "confirmed in time; it was stopped anyway",
+            )
+        )
+    resumable = state.reason == Reason.IdleTimeout or (state.reason == Reason.DeadlineExceeded and requeue)
+    if done.get("confirmed") and state.phase == Phase.Failed and resumable:
+        state.phase, state.reason = Phase.Pending, Reason.Checkpointed
+        state.message = f"{state.message}; its checkpoint was confirmed: it resumes when it starts again"
+        state.completion_time = None
+    return events
 
 
 def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str) -> None:

@@ -7,7 +7,7 @@ unchanged job can be carried over as the very same object (see ``reconcile.chang
 
 from __future__ import annotations
 
-from controller.decide.exits import already_recorded, record_exit
+from controller.decide.exits import already_recorded, record_checkpoint, record_exit
 from controller.decide.gpu_usage import final_usage
 from controller.decide.running import request_stop, running
 from controller.model.conditions import find_condition, remove_condition, set_condition
@@ -282,6 +282,8 @@ def _ended(plan: PlanDraft, state: JobState, job: AdmittedJob, run: RunObservati
         # we asked it to stop, then crashed before recording that: the supervisor remembers why
         stop = {"reason": run.stop_reason, "message": "stopped by gflowd"}
     record_exit(state, run, stop, job.spec.backoff_limit)
+    checkpoint = job.spec.checkpoint
+    plan.events.extend(record_checkpoint(state, run, bool(checkpoint and checkpoint.requeue)))
     plan.consumed.append(state.name)
     if state.phase == Phase.Pending:  # a retry or a suspend: it will be bound anew
         state.devices, state.device_uuids = [], []
@@ -310,6 +312,7 @@ def _rerun(plan: PlanDraft, state: JobState, job: AdmittedJob) -> bool:
     plan.events.append(Event(EventType.Normal, Reason.Rerun, state.name, why))
     state.phase, state.reason, state.message = Phase.Pending, Reason.Rerun, why
     state.failed = 0  # attempts keep counting across generations, so every attempt's log is kept
+    state.conditions = remove_condition(state.conditions, Condition.Checkpointed)  # a new run: nothing to resume
     state.exit_code = None
     state.start_time = state.completion_time = state.next_attempt_time = None
     state.pid = None

@@ -481,6 +481,7 @@ def _start(
             tuple(g.runtime_index for g in bound_amd),
             tuple(g.minor for g in bound_amd if g.minor is not None),
             tuple(sorted(g.minor for g in amd.values() if g.minor is not None)),
+            job.spec.checkpoint is not None and find_condition(state.conditions, Condition.Checkpointed) is not None,
         )
     )
 
@@ -524,6 +525,7 @@ def _preempt(
                 why,
                 snap.default_grace if grace is None else grace,
                 now_text,
+                other.spec.checkpoint,
             )
             plan.events.append(Event(EventType.Normal, Reason.Preempted, victim, why))
         if victims:

@@ -15,6 +15,10 @@ from controller.model.plan import Event, PlanDraft, RunObservation, Snapshot, St
 from controller.model.reasons import Condition, EventType, Phase, Reason, StopReason
 from controller.model.records import JobState
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:
+    from controller.api.job import Checkpoint
+
 
 def running(
     plan: PlanDraft, state: JobState, job: AdmittedJob, run: RunObservation, snap: Snapshot, now: float, now_text: str
@@ -34,7 +38,7 @@ def running(
     )
     stop = _stop_wanted(state, job, run, snap, deadline, now)
     if stop is not None:
-        request_stop(plan, state, run, stop[0], stop[1], grace, now_text)
+        request_stop(plan, state, run, stop[0], stop[1], grace, now_text, spec.checkpoint)
     elif deadline is not None:
         plan.wake(deadline)
     _gpu_health(plan, state, snap, now_text)
@@ -157,12 +161,31 @@ def _gpu_health(plan: PlanDraft, state: JobState, snap: Snapshot, now_text: str)
         state.conditions = remove_condition(state.conditions, Condition.GPUUnhealthy)
 
 
+# the stops a checkpoint precedes (docs/checkpoint.md): the supervisor's CHECKPOINT_STOPS (shim/checkpoint.py,
+# which imports nothing of ours); tests/test_checkpoint_exits.py checks that the two agree
+CHECKPOINT_STOPS = frozenset({StopReason.Preempted, StopReason.Suspended, StopReason.IdleTimeout})
+
+
 def request_stop(
-    plan: PlanDraft, state: JobState, run: RunObservation, reason: str, why: str, grace: float, now_text: str
+    plan: PlanDraft,
+    state: JobState,
+    run: RunObservation,
+    reason: str,
+    why: str,
+    grace: float,
+    now_text: str,
+    checkpoint: Checkpoint | None = None,
 ) -> None:
+    """Ask the runtime to stop the attempt; ``checkpoint``: the job's spec.checkpoint (the message
+    says the stop waits for it; the supervisor does the waiting)."""
     state.phase = Phase.Running
     state.conditions = set_condition(state.conditions, Condition.Terminating, "True", reason, why, now_text)
     state.reason = Reason.Terminating
     target = f"pid {run.pid}" if run.pid else "the job"
     state.message = f"stopping: {why}; TERM sent to {target}, KILL after {format_duration(grace)}"
+    if checkpoint is not None and reason in CHECKPOINT_STOPS:
+        state.message = (
+            f"stopping: {why}; SIG{checkpoint.signal} sent to {target} for a checkpoint, waiting up to "
+            f"{format_duration(checkpoint.grace)} for it; then TERM, KILL after {format_duration(grace)}"
+        )
     plan.stops.append(Stop(state.name, reason, grace))

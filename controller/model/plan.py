@@ -58,6 +58,8 @@ class RunObservation:
     last_input: float | None = None  # a tty job: wall time of its terminal's last input (idleTimeout)
     # an ended attempt's cgroup counters: {cpuSeconds, peakMemoryBytes} (peak polled without cgroups)
     usage: dict[str, Any] | None = None
+    # spec.checkpoint's handshake, as the supervisor recorded it (shim/checkpoint.py: Handshake.record)
+    checkpoint: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class Launch:
     local_devices: tuple[int, ...] = ()  # its GPUs' indices in the vendor's runtime (ROCR_VISIBLE_DEVICES)
     amd_minors: tuple[int, ...] = ()  # its AMD GPUs' /dev/dri/renderD<minor> minors (devices cgroup)
     amd_gpu_minors: tuple[int, ...] = ()  # every AMD GPU's render minor: the others are denied
+    resume: bool = False  # an earlier attempt confirmed a checkpoint (condition Checkpointed): GFLOW_RESUME=1
 
 
 @dataclass(frozen=True)

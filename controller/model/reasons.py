@@ -444,6 +444,24 @@ class Reason(StrEnum):
             "check the GPU (`gflowctl get gpus`, nvidia-smi); the job may need a rerun",
         ),
     )
+    Checkpointed = (
+        "Checkpointed",
+        Facts(
+            (_P,),
+            "event and condition: the job confirmed a checkpoint (spec.checkpoint, docs/checkpoint.md); as a Pending "
+            "reason: stopped at its time limit (`requeue: true`) or for idleness after one, it waits to resume",
+            "it resumes from its checkpoint when it starts again (GFLOW_RESUME=1)",
+        ),
+    )
+    CheckpointTimeout = (
+        "CheckpointTimeout",
+        Facts(
+            (),
+            "event (Warning): the checkpoint signal went out but the job did not confirm within `checkpoint.grace` "
+            "(or before its time limit); it was stopped anyway",
+            "trap the signal, write the checkpoint, then run `gflowctl checkpoint done` (or write $GFLOW_CHECKPOINT_FILE)",
+        ),
+    )
 
 
 if TYPE_CHECKING:  # a checker sees every member; at run time only the stop reasons are in it
@@ -530,6 +548,10 @@ class Condition(StrEnum):
     GPUMemoryNearLimit = (
         "GPUMemoryNearLimit",
         "a Shared job past 90 % of its `gpuMemory` on a GPU; at 100 % it is stopped (`GPUMemoryExceeded`)",
+    )
+    Checkpointed = (
+        "Checkpointed",
+        "the last checkpoint a job confirmed: the attempt, the time (lastTransitionTime) and the path, if given",
     )
     QueueOrder = (
         "QueueOrder",

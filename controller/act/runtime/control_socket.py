@@ -10,7 +10,7 @@ is ours (gflowd's user), 0711, the socket the job user's, 0600; nothing on the n
 ways: one kind byte, a 4-byte big-endian length, the payload (``controller/util/frames.py``;
 ``controller/client/terminal.py`` speaks the other end).
 
-    client -> us:  H hello (JSON: {"mode": attach|exec|notice, ...}), I input, W window size
+    client -> us:  H hello (JSON: {"mode": attach|exec|notice|checkpoint, ...}), I input, W window size
                    [rows, cols], K a signal for the exec'd command, C the exec's stdin ended,
                    A n: the client wrote n more bytes of our O/R output (exec's flow control)
     us -> client:  O output, R the exec'd command's stderr (without a pty), N a notice line,
@@ -216,6 +216,8 @@ class Control:
         self.pending_input = bytearray()
         self.stamped_at = 0.0
         self.typed_at: float | None = None  # an input not yet in the stamp file
+        # ``gflowctl checkpoint done`` from the job (hello mode checkpoint): the supervisor's handshake
+        self.on_checkpoint: Callable[[str | None], None] | None = None
 
     def listen(self) -> None:
         """Bind the socket (once the job is under way: never a delay to its start). Without one (no
@@ -463,6 +465,14 @@ class Control:
             self._drop(client)
         elif not job_running:
             self._refuse(client, f"job/{self.name} has ended")
+        elif mode == "checkpoint":  # only the job's user and root get this far (module notes)
+            if self.on_checkpoint is None:
+                self._refuse(client, f"job/{self.name} has no spec.checkpoint: nothing waits for a checkpoint")
+                return
+            path = hello.get("path")
+            self.on_checkpoint(path if isinstance(path, str) and path else None)
+            client.outbox += frame(b"X", {"code": 0})
+            client.closing = True
         elif mode == "attach":
             if self.master is None:
                 self._refuse(
@@ -683,7 +693,7 @@ def _listen(path: str, uid: int | None, gid: int | None) -> socket.socket:
     """The socket, the job user's and 0600, in ``run/control/<uid>/``, a folder of ours (gflowd's user),
     0711: the user can reach the socket but never replace it, so whoever connects there reaches us
     (gflowctl also checks that: ``controller/client/control_peer.py``)."""
-    folder = _control_folder(os.path.dirname(path))
+    folder = control_folder(os.path.dirname(path))
     name = os.path.basename(path)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=folder)  # a dead attempt's socket
@@ -704,7 +714,7 @@ def _listen(path: str, uid: int | None, gid: int | None) -> socket.socket:
     return sock
 
 
-def _control_folder(folder: str) -> int:
+def control_folder(folder: str) -> int:
     """``run/control/<uid>/`` opened (a descriptor): made ours and CONTROL_MODE. A folder of the
     layout before (the job user's, 0700: the user could replace the socket) or anything else in its
     place is moved aside first, then removed."""

@@ -104,6 +104,10 @@ class ExitRecord:
             "jobPid": self.job_pid or None,
             "cgroupRemoved": self.cgroup_removed,  # gflowd then does not look for it
         }
+        handshake = getattr(self, "checkpoint", None)  # shim/checkpoint.py: the latest signal and confirmation
+        if handshake is not None:
+            exit_record["checkpoint"] = handshake.record()
+            handshake.close()
         data = record.encode(exit_record)
         while not record.exit_fits(data):  # an error text of escaped characters: cut it further
             exit_record["error"] = exit_record["error"][: len(exit_record["error"]) // 2]

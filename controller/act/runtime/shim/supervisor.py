@@ -63,6 +63,13 @@ the KILL that is due, then the signals gflowd sent), and each (state, event) pai
 runs one handler; a pair it does not name changes nothing (a second stop request while stopping,
 the time limit while stopping). Starting the job is ``start.py``, the exit record ``exits.py``,
 the child's side ``child.py``, /proc ``procfs.py``, the zygote ``launcher.py``.
+
+Checkpoints (``checkpoint.py``, docs/checkpoint.md). With ``spec.checkpoint`` the job's signal goes out
+``before`` its time limit (CHECKPOINT_DUE), and a stop request whose reason a checkpoint precedes
+(preemption, suspend, idle stop) sends it at once and waits in CHECKPOINTING until the job confirms
+(the control socket's ``checkpoint`` hello, or the confirmation file) or the checkpoint's grace is
+up (CHECKPOINT_OVER); then the stop goes on as any other. We keep that time, not gflowd, and the
+exit record says what happened, so a gflowd restarted meanwhile loses nothing.
 """
 
 from __future__ import annotations
@@ -78,15 +85,17 @@ import time
 
 try:  # in the project; run as a plain file (shim/main.py), the modules beside this one and above it
     from controller.act.runtime import record
-    from controller.act.runtime.control_socket import Control
+    from controller.act.runtime.control_socket import Control, control_folder
+    from controller.act.runtime.shim.checkpoint import CHECKPOINT_STOPS, FILE_POLL, Handshake
     from controller.act.runtime.shim.child import attempt_cgroup, job_environment, join_cgroup
     from controller.act.runtime.shim.exits import ExitRecord, still_named
     from controller.act.runtime.shim.procfs import descendants, tree_rss
     from controller.act.runtime.shim.start import JobStart, NotLaunched
 except ImportError:
     import record  # type: ignore[no-redef]
+    from checkpoint import CHECKPOINT_STOPS, FILE_POLL, Handshake  # type: ignore[no-redef]
     from child import attempt_cgroup, job_environment, join_cgroup  # type: ignore[no-redef]
-    from control_socket import Control  # type: ignore[no-redef]
+    from control_socket import Control, control_folder  # type: ignore[no-redef]
     from exits import ExitRecord, still_named  # type: ignore[no-redef]
     from procfs import descendants, tree_rss  # type: ignore[no-redef]
     from start import JobStart, NotLaunched  # type: ignore[no-redef]
@@ -100,6 +109,7 @@ CONTROL_AFTER = 0.2  # the control socket is bound this long after the start (mo
 class State(enum.Enum):
     RUNNING = "running"  # the job runs; nothing asked it to stop
     KILLED = "killed"  # over its memory limit: the whole tree was sent KILL (OOMKilled)
+    CHECKPOINTING = "checkpointing"  # a stop waits for the job's checkpoint (shim/checkpoint.py), up to its grace
     STOPPING = "stopping"  # TERM sent (a stop request, the time limit, a finished job's strays); KILL at ``kill_at``
     DONE = "done"  # the job and every process it left behind are gone
 
@@ -112,6 +122,8 @@ class Event(enum.Enum):
     JOB_EXITED = "job exited"  # the job's main process ended; some of its processes did not
     KILL_DUE = "kill due"  # the grace period of a stop is over
     STOP_ASKED = "stop asked"  # gflowd wrote a stop request and sent SIGTERM
+    CHECKPOINT_DUE = "checkpoint due"  # the time limit is the checkpoint's ``before`` away: its signal goes out
+    CHECKPOINT_OVER = "checkpoint over"  # the job confirmed its checkpoint, or the grace for it is up
     TREE_GONE = "tree gone"  # the job and everything it started are gone
 
 
@@ -125,7 +137,16 @@ TRANSITIONS: dict[tuple[State, Event], tuple[str, State]] = {
     (State.STOPPING, Event.KILL_DUE): ("_kill_again", State.STOPPING),
     (State.RUNNING, Event.STOP_ASKED): ("_stop_as_asked", State.STOPPING),
     (State.KILLED, Event.STOP_ASKED): ("_stop_as_asked", State.STOPPING),
-    **{(state, Event.TREE_GONE): ("_gone", State.DONE) for state in (State.RUNNING, State.KILLED, State.STOPPING)},
+    (State.RUNNING, Event.CHECKPOINT_DUE): ("_checkpoint_before_deadline", State.RUNNING),
+    (State.CHECKPOINTING, Event.CHECKPOINT_OVER): ("_stop_after_checkpoint", State.STOPPING),
+    (State.CHECKPOINTING, Event.OUT_OF_MEMORY): ("_kill_for_memory", State.KILLED),
+    (State.CHECKPOINTING, Event.DEADLINE): ("_stop_for_deadline", State.STOPPING),  # the time limit is hard
+    (State.CHECKPOINTING, Event.JOB_EXITED): ("_stop_leftovers", State.STOPPING),
+    (State.CHECKPOINTING, Event.STOP_ASKED): ("_stop_as_asked", State.STOPPING),  # e.g. a cancel meanwhile
+    **{
+        (state, Event.TREE_GONE): ("_gone", State.DONE)
+        for state in (State.RUNNING, State.KILLED, State.STOPPING, State.CHECKPOINTING)
+    },
 }
 
 
@@ -184,6 +205,9 @@ class Supervisor(JobStart, ExitRecord):
         self.cgroup_removed = False
         self.stuck_in_cgroup = False  # a direct spawn could not step back out of the attempt's cgroup
         self._wake: tuple[int, int] | None = None  # the signal wake-up pipe
+        wanted = self.spec.get("checkpoint")
+        self.checkpoint = Handshake(wanted, self.spec.get("uid"), self.spec.get("gid")) if wanted else None
+        self.held_stop: tuple[str, float] | None = None  # a stop waiting for the checkpoint: (reason, grace)
         try:
             self.cgroup = attempt_cgroup(self.spec.get("cgroup"))
         except Exception as exc:  # the job still joins (limits hold); only its counters are lost
@@ -211,6 +235,9 @@ class Supervisor(JobStart, ExitRecord):
         started_wall = time.time()
         started_mono = time.monotonic()
         self.control = Control(self.spec, self.paths["input"], join_cgroup=join_cgroup, environment=job_environment)
+        if self.checkpoint is not None:
+            self.checkpoint.prepare(control_folder)  # before the job: it may confirm at once
+            self.control.on_checkpoint = self.checkpoint.confirm
         try:
             code, error = self._spawn()
         except NotLaunched as exc:
@@ -228,6 +255,8 @@ class Supervisor(JobStart, ExitRecord):
         exit_code = 128 + signum if signum else status
         if self.control is not None:
             self.control.drain()  # the terminal's last output reaches the log and the viewers
+        if self.checkpoint is not None:
+            self.checkpoint.poll_file()  # a confirmation written just before the end still counts
         if (
             self._finish(started_wall, exit_code=exit_code, sig=signum)
             and not self.spec.get("tty")
@@ -277,6 +306,12 @@ class Supervisor(JobStart, ExitRecord):
                 return
             if tree and not self.killed_hard and self._over_memory(tree):
                 self._fire(Event.OUT_OF_MEMORY)
+            if self.checkpoint is not None:
+                self.checkpoint.poll_file()
+                if self.checkpoint.deadline_signal_due(now, self._deadline()):
+                    self._fire(Event.CHECKPOINT_DUE)
+                if self.state is State.CHECKPOINTING and self.checkpoint.wait_over(now):
+                    self._fire(Event.CHECKPOINT_OVER)
             if self.time_limit is not None and now >= self.deadline_from + self.time_limit:
                 self._fire(Event.DEADLINE)
             if self.job_status is not None and tree:
@@ -304,9 +339,18 @@ class Supervisor(JobStart, ExitRecord):
         self.max_rss = max(self.max_rss, rss)
         return rss > self.memory_limit
 
+    def _deadline(self) -> float | None:
+        """Monotonic: when the time limit is up, if the job has one."""
+        return None if self.time_limit is None else self.deadline_from + self.time_limit
+
     def _timeout(self, now: float, listen_at: float | None) -> float:
         """How long the next wait may last: until the next poll, deadline, KILL or control socket."""
         timeout = MEMORY_POLL if self.memory_limit else 1.0
+        if self.checkpoint is not None:
+            timeout = min(timeout, FILE_POLL)  # the confirmation file is polled
+            deadline = self._deadline()
+            if deadline is not None and self.checkpoint.why != "DeadlineExceeded":
+                timeout = min(timeout, max(0.0, deadline - self.checkpoint.before - now))
         if self.time_limit is not None and not self.stop_reason:
             timeout = min(timeout, max(0.0, self.deadline_from + self.time_limit - now))
         if self.kill_at is not None:
@@ -357,7 +401,56 @@ class Supervisor(JobStart, ExitRecord):
 
     def _stop_as_asked(self) -> None:
         request = _read_json(self.paths["stop"]) or {}
-        self._begin_stop(str(request.get("reason", "Stopped")), float(request.get("grace", self.grace)))
+        reason, grace = str(request.get("reason", "Stopped")), float(request.get("grace", self.grace))
+        if self.checkpoint is not None and reason in CHECKPOINT_STOPS and not self.killed_hard:
+            if self.held_stop is not None:  # already waiting for the checkpoint: keep waiting
+                self.state, self.held_stop = State.CHECKPOINTING, (self.held_stop[0], grace)
+                return
+            self._checkpoint_first(reason, grace)
+            return
+        self.held_stop = None
+        self._begin_stop(reason, grace)
+
+    def _checkpoint_first(self, reason: str, grace: float) -> None:
+        """A stop gflowd causes: the checkpoint signal now (unless one sent for the time limit was
+        confirmed already), and the stop held until the job confirms or the grace is up."""
+        assert self.checkpoint is not None
+        self.stop_reason = self.stop_reason or reason  # the exit record says why, even before the TERM
+        self.held_stop = (reason, grace)
+        self.state = State.CHECKPOINTING
+        if not self.checkpoint.confirmed_since_signal():
+            self.checkpoint.send(reason, self._signal_tree, self._signal_main)
+        self._log(
+            f"checkpoint: {self.checkpoint.signal_name} sent for {reason}; waiting up to {self.checkpoint.grace:g}s"
+        )
+
+    def _checkpoint_before_deadline(self) -> None:
+        assert self.checkpoint is not None
+        self.checkpoint.send("DeadlineExceeded", self._signal_tree, self._signal_main)
+        self._log(f"checkpoint: {self.checkpoint.signal_name} sent {self.checkpoint.before:g}s before the time limit")
+
+    def _stop_after_checkpoint(self) -> None:
+        assert self.checkpoint is not None and self.held_stop is not None
+        reason, grace = self.held_stop
+        self.held_stop = None
+        if self.checkpoint.timed_out:
+            self._log(f"checkpoint: not confirmed within {self.checkpoint.grace:g}s; stopping the job")
+        self._begin_stop(reason, grace)
+
+    def _log(self, line: str) -> None:
+        """A line for humans: what the handshake did and when."""
+        try:  # our own trace (module docstring), not the job's log: its output stays its own
+            fd = os.open(
+                f"{self.record_path}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+            )
+        except OSError:
+            return
+        try:
+            os.write(fd, f"[gflow {time.strftime('%H:%M:%S')}] {line}\n".encode())
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def _kill_again(self, now: float) -> None:
         self._signal_tree(signal.SIGKILL)
@@ -374,6 +467,13 @@ class Supervisor(JobStart, ExitRecord):
             self._signal_tree(signal.SIGHUP)  # a terminal session hangs up: interactive shells ignore TERM
         self._signal_tree(signal.SIGTERM)
         self.kill_at = time.monotonic() + grace
+
+    def _signal_main(self, sig: int) -> None:
+        if self.job_pid and self.job_status is None:
+            try:
+                os.kill(self.job_pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _signal_tree(self, sig: int) -> None:
         if self.job_pid and self.job_status is None:

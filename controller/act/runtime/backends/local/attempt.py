@@ -133,6 +133,7 @@ def exit_observation(attempt: Attempt, record: dict) -> RunObservation:
         reason=record.get("reason") or "",
         stop_reason=record.get("stopReason") or "",
         usage=record.get("usage") or None,
+        checkpoint=record.get("checkpoint") if isinstance(record.get("checkpoint"), dict) else None,
         devices=attempt.devices,
         device_uuids=attempt.device_uuids,
         run_hash=attempt.run_hash,

@@ -61,6 +61,9 @@ def launch_record(
     # every process of the attempt inherits this: how its tree is found should its supervisor die
     process.env[MARKER_VARIABLE] = f"{launch.name}.{launch.attempt}.{os.urandom(8).hex()}"
     spec = launch.job.spec
+    checkpoint = checkpoint_launch(launch, home, uid)
+    if checkpoint is not None:
+        process.env.update(checkpoint_env(launch, checkpoint["file"], checkpoint["signal"]))
     # the submitter's environment wins over the login basics only: spec.env and gflow's win over it
     above = sorted(k for k in process.env if k not in basics or k in spec.env)
     return {
@@ -97,7 +100,36 @@ def launch_record(
         "envAbove": above if env_file else None,
         # attach and exec: in a 0700 folder of the job's user (the shim makes and serves it)
         "control": str(home.control_socket(uid if uid is not None else os.geteuid(), launch.name)),
+        "checkpoint": checkpoint,  # the handshake the supervisor keeps (shim/checkpoint.py)
     }, process.script
+
+
+def checkpoint_launch(launch: Launch, home: Home, uid: int | None) -> dict | None:
+    """spec.checkpoint as the supervisor keeps it, with the confirmation file's path (made by the supervisor)."""
+    wanted = launch.job.spec.checkpoint
+    if wanted is None:
+        return None
+    socket_path = home.control_socket(uid if uid is not None else os.geteuid(), launch.name)
+    return {
+        "signal": wanted.signal,
+        "before": wanted.before,
+        "grace": wanted.grace,
+        "scope": wanted.scope,
+        "file": str(socket_path.with_suffix(".checkpoint")),
+    }
+
+
+def checkpoint_env(launch: Launch, confirmation_file: str, signal_name: str) -> dict[str, str]:
+    """What a checkpointing job is told (docs/checkpoint.md): where to confirm, how many attempts
+    came before (as SLURM_RESTART_COUNT), and whether an earlier one confirmed a checkpoint."""
+    env = {
+        "GFLOW_CHECKPOINT_FILE": confirmation_file,
+        "GFLOW_CHECKPOINT_SIGNAL": signal_name,  # USR1: what to trap
+        "GFLOW_RESTART_COUNT": str(max(launch.attempt - 1, 0)),
+    }
+    if launch.resume:
+        env["GFLOW_RESUME"] = "1"
+    return env
 
 
 def write_request(path: Path, request: dict) -> None:
