@@ -29,6 +29,7 @@ class Gpu:
     minor: int | None = None  # the device node's minor number (/dev/nvidiaN); None: same as index
     numa_node: int | None = None  # the NUMA node the GPU is attached to, when known
     cpus: tuple[int, ...] = ()  # the cores near it, ascending (NVML's CPU affinity); empty: unknown
+    xids: tuple[tuple[float, int], ...] = ()  # its recent Xid events (wall time, Xid), oldest first
 
     @property
     def device_minor(self) -> int:

@@ -58,6 +58,11 @@ class RunObservation:
     last_input: float | None = None  # a tty job: wall time of its terminal's last input (idleTimeout)
     # an ended attempt's cgroup counters: {cpuSeconds, peakMemoryBytes} (peak polled without cgroups)
     usage: dict[str, Any] | None = None
+    # a failed attempt's facts for its classification (``model/failures.py``): its cgroup's OOM kill
+    # count, the last lines of its log (``log_first_line``: the first's number in the log, 0 unknown)
+    oom_kills: int | None = None
+    log_tail: tuple[str, ...] = ()
+    log_first_line: int = 1
 
 
 @dataclass(frozen=True)
