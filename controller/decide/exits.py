@@ -166,7 +166,7 @@ def failure_cause(run: RunObservation, xids: tuple[tuple[int, int], ...]) -> Fin
     runtime already named it (OOMKilled by the supervisor) or it never ran."""
     if run.error or run.reason == Reason.OOMKilled:
         return NOTHING
-    return classify(run.exit_code, run.signal, run.oom_kills, xids, run.log_tail, run.log_first_line)
+    return classify(run.exit_code, run.signal, run.oom_kills, xids, run.log_tail, run.log_first_line, run.python)
 
 
 def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str, cause: Finding = NOTHING) -> None:
@@ -174,7 +174,8 @@ def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str, 
     (with the cause's reason when ``cause`` names one)."""
     state.failed += 1
     if run.reason == Reason.OOMKilled:
-        how = f"OOMKilled: the job's processes used more than its memory limit ({how})"
+        counted = f"; its cgroup counted {run.oom_kills} OOM kill{'s' if run.oom_kills != 1 else ''}" if run.oom_kills else ""
+        how = f"OOMKilled: the job's processes used more than its memory limit ({how}{counted})"
     elif cause.reason:
         how = f"{cause.reason}, {how}: {cause.message}"
     if state.failed <= backoff_limit:

@@ -145,9 +145,11 @@ def classify(
     xids: Iterable[tuple[int, int]],
     log_tail_lines: Sequence[str],
     first_line: int = 1,
+    python: str = "",
 ) -> Finding:
     """The cause of an ended attempt. ``xids``: (gpu index, Xid) seen on its GPUs while it ran;
-    ``first_line``: the number of the tail's first line in the whole log (for the evidence)."""
+    ``first_line``: the number of the tail's first line in the whole log (for the evidence);
+    ``python``: the job's python, named when a module is missing."""
     if exit_code == 0 and not signal:
         return NOTHING
     facts = [f"exit code {exit_code}" + (f", killed by {signal_name(signal)}" if signal else "")]
@@ -168,13 +170,32 @@ def classify(
         return Finding(
             "Segfault", f"it crashed with a segmentation fault: {FIXES['Segfault']}", tuple(facts + _cited(lines, start, first_line))
         )
-    if not matches:
+    if not matches or _explained_later(log_tail_lines[start:], matches[-1]):
         return NOTHING
     last = matches[-1]
     quoted = last.text.strip()
     if len(quoted) > 160:
         quoted = quoted[:157] + "..."
-    return Finding(last.cause, f"{quoted}: {last.fix}", tuple(facts + _cited([last], start, first_line)))
+    fix = last.fix
+    if last.cause == "MissingModule" and python:
+        fix = f"the job's python is {python}; {fix}"
+        facts.append(f"the job's python: {python}")
+    return Finding(last.cause, f"{quoted}: {fix}", tuple(facts + _cited([last], start, first_line)))
+
+
+TRACEBACK = "Traceback (most recent call last):"
+# a launcher's exception that only reports a child's failure: the child's own lines say why
+WRAPPERS = re.compile(r"ChildFailedError|CalledProcessError")
+
+
+def _explained_later(lines: Sequence[str], last: Match) -> bool:
+    """A Python traceback after the last matching line ends in an exception no pattern names (a
+    KeyError after an early "out of memory, retrying" warning): that exception is the failure."""
+    begun = max((i for i, text in enumerate(lines, 1) if text.startswith(TRACEBACK)), default=0)
+    if begun <= last.line:
+        return False
+    summary = next((text for text in lines[begun:] if text and not text[0].isspace()), "")
+    return bool(summary) and not WRAPPERS.search(summary)
 
 
 def _cited(matches: list[Match], start: int, first_line: int) -> list[str]:

@@ -63,6 +63,7 @@ class RunObservation:
     oom_kills: int | None = None
     log_tail: tuple[str, ...] = ()
     log_first_line: int = 1
+    python: str = ""  # the python the job ran (its command's, else its PATH's): named when a module is missing
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ records turn into: an exit, a loss (its supervisor died without an exit record; 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import time
@@ -151,7 +152,18 @@ def failed_log_tail(attempt: Attempt) -> dict:
     if not path:
         return {}
     lines, first = read_log_tail(path)
-    return {"log_tail": tuple(lines), "log_first_line": first}
+    return {"log_tail": tuple(lines), "log_first_line": first, "python": job_python(attempt.spec or {})}
+
+
+def job_python(spec: dict) -> str:
+    """The python a job ran: its command's own (``/venv/bin/python train.py``), else the first on
+    its PATH; "" when neither is known."""
+    argv = spec.get("argv") or []
+    if argv and os.path.basename(str(argv[0])).startswith("python"):
+        found = argv[0] if os.sep in str(argv[0]) else shutil.which(argv[0], path=(spec.get("env") or {}).get("PATH"))
+        return str(found or argv[0])
+    path = (spec.get("env") or {}).get("PATH")
+    return (shutil.which("python3", path=path) or shutil.which("python", path=path) or "") if path else ""
 
 
 def read_log_tail(path: str, limit: int = LOG_TAIL_BYTES) -> tuple[list[str], int]:
