@@ -41,7 +41,7 @@ def read_tail(client: Client, name: str, attempt: int | None) -> tuple[list[str]
 
 def triage_report(client: Client, name: str, attempt: int | None = None) -> dict[str, Any]:
     """Why job ``name`` (its latest attempt, or ``attempt``) failed: ``failed`` False when it did not."""
-    from controller.client.read.objects import Sweep
+    from controller.client.read.objects import Sweep  # lazy: only a sweep named here needs its class
 
     job = client.get(name)
     if isinstance(job, Sweep):
