@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import job_status, wait_for, wait_phase, write_manifest
 from nvml_fixtures import fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
+from test_metrics import metrics_url, scrape, value
 
 from controller.act.runtime.cgroups import probe
 from controller.cli.main import main
@@ -34,7 +35,9 @@ def job(name: str, command: list[str], extra: str = "") -> str:
 
 
 def test_a_real_cuda_oom_traceback_fails_the_job_as_cuda_out_of_memory_and_triage_shows_why(home, gflowd):
-    daemon = gflowd()
+    daemon = gflowd("--metrics-port", "0")
+    url = metrics_url(daemon)
+    assert value(scrape(url), "gflow_job_failures_total", reason="CUDAOutOfMemory") == 0  # served before the first
     fixture = FIXTURES / "cuda_oom_pytorch2.log"
     write_manifest(home / "jobs", "oom.yaml", job("oom", ["sh", "-c", f"cat {fixture} >&2; exit 1"]))
     write_manifest(home / "jobs", "fine.yaml", job("fine", ["sh", "-c", "echo 'CUDA out of memory: retrying'"]))
@@ -42,6 +45,11 @@ def test_a_real_cuda_oom_traceback_fails_the_job_as_cuda_out_of_memory_and_triag
     assert (status["reason"], status["exitCode"]) == ("CUDAOutOfMemory", 1), status
     assert "Tried to allocate 7.83 GiB" in status["message"] and "lower the batch size" in status["message"]
     assert wait_phase(home, "fine", "Succeeded", daemon=daemon)["reason"] == "Completed"
+    wait_for(
+        lambda: value(scrape(url), "gflow_job_failures_total", reason="CUDAOutOfMemory") == 1,
+        message="gflow_job_failures_total{reason=CUDAOutOfMemory} to count the job",
+    )
+    assert value(scrape(url), "gflow_job_failures_total", reason="Error") == 0
 
     code, out, err = ctl(home, "triage", "oom")
     assert code == 0, err
