@@ -173,6 +173,7 @@ def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str, 
     """The job's own failure: a retry after back-off while ``backoffLimit`` allows, else Failed
     (with the cause's reason when ``cause`` names one)."""
     state.failed += 1
+    ended = how
     if run.reason == Reason.OOMKilled:
         counted = f"; its cgroup counted {run.oom_kills} OOM kill{'s' if run.oom_kills != 1 else ''}" if run.oom_kills else ""
         how = f"OOMKilled: the job's processes used more than its memory limit ({how}{counted})"
@@ -193,7 +194,9 @@ def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str, 
         state.message = how + (f"; all {backoff_limit} retries used" if backoff_limit else "")
     elif cause.reason:
         state.reason = Reason(cause.reason)
-        state.message = f"attempt {run.attempt}: {how}" + (f"; all {backoff_limit} retries used" if backoff_limit else "")
+        state.message = f"attempt {run.attempt} {ended}: {cause.message}" + (
+            f"; all {backoff_limit} retries used" if backoff_limit else ""
+        )
     elif backoff_limit > 0:
         state.reason = Reason.BackoffLimitExceeded
         state.message = f"attempt {run.attempt} failed ({how}); all {backoff_limit} retries used"

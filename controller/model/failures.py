@@ -82,7 +82,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     _p(
         "OOMKilled",
-        r"^\s*MemoryError\b|Out of memory: Killed process",
+        r"^\s*MemoryError\b|Out of memory: Killed process|^Killed$",  # Killed: a shell's word for its child's SIGKILL
         FIXES["OOMKilled"],
     ),
 )
