@@ -126,3 +126,30 @@ def test_only_xids_on_the_attempts_gpus_while_it_ran_count():
     state = JobState(name="j", created=0.0)
     record_exit(state, run(devices=(0,)), None, 0, attempt_xids(gpus, run(devices=(0,))))
     assert state.reason == Reason.GPUXid and "Xid 79 (GPU has fallen off the bus)" in state.message
+
+
+def test_gflowd_reads_a_log_tail_only_from_the_jobs_own_regular_file(tmp_path):
+    """gflowd is root and the job's user owns its log: a link, a fifo, a hard link or a file of
+    someone else's put in its place is not read (its lines would reach the status)."""
+    import os
+
+    from controller.act.runtime.backends.local.attempt import read_log_tail
+
+    secret = tmp_path / "secret"
+    secret.write_text("ModuleNotFoundError: No module named 'TOKEN'\n")
+    log = tmp_path / "job.log"
+    log.write_text("a\nb\nImportError: x\n")
+    mine = os.stat(log).st_uid
+    assert read_log_tail(str(log), owner=mine) == (["a", "b", "ImportError: x"], 1)
+    assert read_log_tail(str(log), owner=mine + 1) == ([], 1)  # not the job's user's file
+    link = tmp_path / "link.log"
+    link.symlink_to(secret)
+    assert read_log_tail(str(link)) == ([], 1)
+    hard = tmp_path / "hard.log"
+    os.link(secret, hard)
+    assert read_log_tail(str(hard)) == ([], 1)
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    assert read_log_tail(str(fifo)) == ([], 1)  # and it returned: no wait for a writer
+    log.write_text("x" * 100 + "\n" + "tail line\n")
+    assert read_log_tail(str(log), limit=20) == (["tail line"], 0)  # the cut first line dropped

@@ -151,7 +151,7 @@ def failed_log_tail(attempt: Attempt) -> dict:
     path = (attempt.spec or {}).get("log")
     if not path:
         return {}
-    lines, first = read_log_tail(path)
+    lines, first = read_log_tail(path, owner=(attempt.spec or {}).get("uid"))
     return {"log_tail": tuple(lines), "log_first_line": first, "python": job_python(attempt.spec or {})}
 
 
@@ -166,17 +166,19 @@ def job_python(spec: dict) -> str:
     return (shutil.which("python3", path=path) or shutil.which("python", path=path) or "") if path else ""
 
 
-def read_log_tail(path: str, limit: int = LOG_TAIL_BYTES) -> tuple[list[str], int]:
+def read_log_tail(path: str, limit: int = LOG_TAIL_BYTES, owner: int | None = None) -> tuple[list[str], int]:
     """The last ``limit`` bytes of a log as whole lines, and the number of the first of them in the
-    log (0: unknown, the log is longer). The job's user owns the log: never follow a link it made,
-    never wait on a fifo, read only a regular file."""
+    log (0: unknown, the log is longer). The job's user owns the log and may have swapped it: never
+    follow a link, never wait on a fifo, read only a regular file with no other hard link, owned by
+    ``owner`` (the job's uid, as the supervisor made it) when given; else no lines."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return [], 1
     with open(fd, "rb") as file:
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or owner not in (None, info.st_uid):
                 return [], 1
             size = file.seek(0, os.SEEK_END)
             file.seek(max(size - limit, 0))
