@@ -56,8 +56,11 @@ def test_a_real_cuda_oom_traceback_fails_the_job_as_cuda_out_of_memory_and_triag
     assert out.startswith("job/oom attempt 1 failed: CUDAOutOfMemory (exit code 1)\nfix: the GPU's memory ran out"), out
     assert "  exit code 1\n" in out and "  log line 20: torch.OutOfMemoryError: CUDA out of memory." in out
     assert len(out.splitlines()) <= 24  # one screen
+    assert ctl(home, "triage", "oom", "--attempt", "1")[1] == out  # its latest attempt: the same report
     code, out, _ = ctl(home, "triage", "job/fine")
     assert (code, out) == (0, "job/fine did not fail: it is Succeeded (Completed)\n")
+    code, _, err = ctl(home, "triage", "oom", "--attempt", "2")
+    assert (code, err) == (1, "error: job/oom has no attempt 2 (attempts 1 to 1)\n"), err
     code, _, err = ctl(home, "triage", "ghost")
     assert code == 1 and "ghost" in err and "Traceback" not in err
 

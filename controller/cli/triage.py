@@ -65,7 +65,7 @@ def triage_report(client: Client, name: str, attempt: int | None = None) -> dict
     }
     if not failed:
         return out
-    lines, first = read_tail(client, job.name, attempt)
+    lines, first = read_tail(client, job.name, None if current else attempt)  # the latest: logs/NAME.log
     exit_code = out["exitCode"]
     finding = classify(exit_code if exit_code is not None else -1, None, None, (), lines, first)
     start = max(len(lines) - NEAR_END_LINES, 0)
@@ -79,7 +79,8 @@ def triage_report(client: Client, name: str, attempt: int | None = None) -> dict
         out["cause"], out["fix"] = finding.reason, FIXES[finding.reason]
     out["facts"] = [f"exit code {exit_code}"] if exit_code is not None else []
     if current and job.message:
-        out["facts"].append(f"status: {job.reason}: {job.message}")
+        said = job.message.replace(f": {out['fix']}", "") if out["fix"] else job.message  # the fix is above
+        out["facts"].append(f"status: {job.reason}: {said if len(said) <= 240 else said[:237] + '...'}")
     return out
 
 
