@@ -27,7 +27,13 @@ def lines(name: str) -> list[str]:
 @pytest.mark.parametrize(
     "log, exit_code, sig, reason, cited",
     [
-        ("cuda_oom_pytorch2.log", 1, None, "CUDAOutOfMemory", "log line 20: torch.OutOfMemoryError: CUDA out of memory"),
+        (
+            "cuda_oom_pytorch2.log",
+            1,
+            None,
+            "CUDAOutOfMemory",
+            "log line 20: torch.OutOfMemoryError: CUDA out of memory",
+        ),
         ("cublas_alloc_failed.log", 1, None, "CUDAOutOfMemory", "log line 5: RuntimeError: CUDA error: CUBLAS_STATUS"),
         ("jax_resource_exhausted.log", 1, None, "CUDAOutOfMemory", "log line 6: jaxlib.xla_extension.XlaRuntimeError"),
         ("nccl_watchdog_timeout.log", 1, None, "NCCLTimeout", "log line 12:   what():"),

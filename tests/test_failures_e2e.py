@@ -67,7 +67,9 @@ def test_a_real_cuda_oom_traceback_fails_the_job_as_cuda_out_of_memory_and_triag
 
 def test_a_real_segfault_and_a_real_missing_module_are_named_with_their_fix(home, gflowd):
     daemon = gflowd()
-    write_manifest(home / "jobs", "crash.yaml", job("crash", [sys.executable, "-c", "import ctypes; ctypes.string_at(0)"]))
+    write_manifest(
+        home / "jobs", "crash.yaml", job("crash", [sys.executable, "-c", "import ctypes; ctypes.string_at(0)"])
+    )
     write_manifest(home / "jobs", "imports.yaml", job("imports", ["python3", "-c", "import apex_missing_mod"]))
     crash = wait_phase(home, "crash", "Failed", daemon=daemon)
     assert crash["reason"] == "Segfault", crash
@@ -100,7 +102,9 @@ def test_an_xid_on_the_jobs_gpu_while_it_runs_fails_it_as_gpu_xid(home, gflowd, 
     daemon = gflowd(env=nvml_env)
     go = tmp_path / "go"
     body = "  resources: {gpus: 1}\n"
-    write_manifest(home / "jobs", "hit.yaml", job("hit", ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 1"], body))
+    write_manifest(
+        home / "jobs", "hit.yaml", job("hit", ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 1"], body)
+    )
     assert wait_phase(home, "hit", "Running", daemon=daemon)["devices"] == [0]
     write_fake_nvml(path, {"gpus": [gpu(0, xids=[79]), gpu(1)]})  # its GPU falls off the bus
     wait_for(

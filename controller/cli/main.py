@@ -171,7 +171,9 @@ def _triage(home, args) -> int:
     from controller.cli.triage import triage  # lazy: gflowctl loads only the verb it runs
     from controller.client.api import Client
 
-    return triage(Client(home.root, home.spec_dir), _one_job(parse_refs(args.name), "triage explains one job"), args.attempt)
+    return triage(
+        Client(home.root, home.spec_dir), _one_job(parse_refs(args.name), "triage explains one job"), args.attempt
+    )
 
 
 def _cordon_args(p) -> None:

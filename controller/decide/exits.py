@@ -175,7 +175,9 @@ def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str, 
     state.failed += 1
     ended = how
     if run.reason == Reason.OOMKilled:
-        counted = f"; its cgroup counted {run.oom_kills} OOM kill{'s' if run.oom_kills != 1 else ''}" if run.oom_kills else ""
+        counted = (
+            f"; its cgroup counted {run.oom_kills} OOM kill{'s' if run.oom_kills != 1 else ''}" if run.oom_kills else ""
+        )
         how = f"OOMKilled: the job's processes used more than its memory limit ({how}{counted})"
     elif cause.reason:
         how = f"{cause.reason}, {how}: {cause.message}"

@@ -168,7 +168,9 @@ def classify(
     if signal == signal_mod.SIGSEGV or (exit_code == 128 + signal_mod.SIGSEGV and not signal):
         lines = [m for m in matches if m.cause == "Segfault"][-1:]
         return Finding(
-            "Segfault", f"it crashed with a segmentation fault: {FIXES['Segfault']}", tuple(facts + _cited(lines, start, first_line))
+            "Segfault",
+            f"it crashed with a segmentation fault: {FIXES['Segfault']}",
+            tuple(facts + _cited(lines, start, first_line)),
         )
     if not matches or _explained_later(log_tail_lines[start:], matches[-1]):
         return NOTHING

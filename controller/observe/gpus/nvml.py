@@ -8,6 +8,7 @@ error text; transient errors (Unknown, Timeout, ...) are retried a few times, qu
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -273,10 +274,9 @@ class NvmlInventory:
             )
         self._note(index, f"GPU {index} is unhealthy: {problem}" if problem else "")
         minor, cpus = self._placement(handle)
-        gpu = Gpu(
-            index, uuid, name, total, used, utilization, processes, not problem, problem, minor=minor, cpus=cpus,
-            xids=tuple(self._xid_log.get(index, ())),
-        )
+        gpu = Gpu(index, uuid, name, total, used, utilization, processes, not problem, problem, minor=minor, cpus=cpus)
+        if self._xid_log.get(index):  # what a job that ran here may have died of (decide/exits.py)
+            gpu = dataclasses.replace(gpu, xids=tuple(self._xid_log[index]))
         self._known[index] = gpu
         return gpu
 
