@@ -100,7 +100,7 @@ def test_a_long_log_tail_cites_line_numbers_of_the_whole_log():
 
 def test_every_pattern_names_a_failed_reason_with_a_fix():
     for pattern in PATTERNS:
-        assert Phase.Failed in Reason(pattern.cause).phases and pattern.fix
+        assert Phase.Failed in Reason[pattern.cause].phases and pattern.fix
 
 
 def run(**kw) -> RunObservation:

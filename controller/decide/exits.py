@@ -195,7 +195,7 @@ def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str, 
         state.reason = Reason.OOMKilled
         state.message = how + (f"; all {backoff_limit} retries used" if backoff_limit else "")
     elif cause.reason:
-        state.reason = Reason(cause.reason)
+        state.reason = Reason[cause.reason]  # its name is its text
         state.message = f"attempt {run.attempt} {ended}: {cause.message}" + (
             f"; all {backoff_limit} retries used" if backoff_limit else ""
         )
