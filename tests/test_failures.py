@@ -76,6 +76,8 @@ def test_the_last_matching_line_near_the_end_wins():
 
 def test_a_plain_failure_stays_unclassified():
     assert classify(1, None, 0, (), ["epoch 3 loss 0.12", "bye"]).reason == ""
+    info = "node1:4242:4301 [0] NCCL INFO NCCL_IB_TIMEOUT set by environment to 22."
+    assert classify(1, None, 0, (), [info, "bye"]).reason == ""  # NCCL_DEBUG=INFO's settings
     assert classify(1, signal.SIGKILL, 0, (), []).reason == ""  # killed, and not by the OOM killer
 
 

@@ -101,6 +101,10 @@ def xid_meaning(xid: int) -> str:
     return XID_UNHEALTHY.get(xid) or XID_APPLICATION.get(xid) or "see NVIDIA's Xid catalog"
 
 
+# NCCL_DEBUG=INFO's chatter names settings ("NCCL_IB_TIMEOUT set by environment"), not failures
+INFO = re.compile(r"\bNCCL INFO\b")
+
+
 @dataclass(frozen=True)
 class Match:
     line: int  # 1-based, within the lines given
@@ -113,6 +117,8 @@ def match_lines(lines: Sequence[str], table: tuple[Pattern, ...] = PATTERNS) -> 
     """Every line that matches a pattern, in order (the first pattern matching a line names it)."""
     found = []
     for number, text in enumerate(lines, 1):
+        if INFO.search(text):
+            continue
         for pattern in table:
             if pattern.regex.search(text):
                 found.append(Match(number, text.rstrip()[:500], pattern.cause, pattern.fix))
