@@ -88,6 +88,8 @@ def test_the_cgroups_oom_kills_and_the_gpus_xids_come_before_the_log():
     assert found.reason == "GPUXid"
     assert "GPU 1 reported Xid 79 (GPU has fallen off the bus)" in found.message
     assert "GPU 1: Xid 13 (graphics engine exception" in " ".join(found.evidence)
+    own = classify(1, None, 0, [(0, 31)], [])
+    assert own.reason == "GPUXid" and "CUDA_LAUNCH_BLOCKING=1" in own.message  # the job's fault, not the GPU's
 
 
 def test_a_missing_module_names_the_jobs_python():

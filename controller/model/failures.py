@@ -97,6 +97,12 @@ XID_APPLICATION: dict[int, str] = {
 }
 
 
+APPLICATION_XID_FIX = (
+    "the job's own GPU code faulted: rerun with CUDA_LAUNCH_BLOCKING=1 to find the call "
+    "(or under compute-sanitizer); the GPU itself is fine"
+)
+
+
 def xid_meaning(xid: int) -> str:
     return XID_UNHEALTHY.get(xid) or XID_APPLICATION.get(xid) or "see NVIDIA's Xid catalog"
 
@@ -166,9 +172,8 @@ def classify(
     if xids:
         gpu, xid = next(((g, x) for g, x in xids if x in XID_UNHEALTHY), xids[-1])
         facts += [f"GPU {g}: Xid {x} ({xid_meaning(x)})" for g, x in xids]
-        return Finding(
-            "GPUXid", f"GPU {gpu} reported Xid {xid} ({xid_meaning(xid)}) while it ran: {FIXES['GPUXid']}", tuple(facts)
-        )
+        fix = FIXES["GPUXid"] if xid not in XID_APPLICATION else APPLICATION_XID_FIX
+        return Finding("GPUXid", f"GPU {gpu} reported Xid {xid} ({xid_meaning(xid)}) while it ran: {fix}", tuple(facts))
     start = max(len(log_tail_lines) - NEAR_END_LINES, 0)
     matches = match_lines(log_tail_lines[start:])
     if signal == signal_mod.SIGSEGV or (exit_code == 128 + signal_mod.SIGSEGV and not signal):
