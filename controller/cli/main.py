@@ -161,6 +161,21 @@ def _patch(home, args) -> int:
     return patch(home, _one_job(refs, "patch edits one job"), args.patch)
 
 
+def _triage_args(p) -> None:
+    p.add_argument("name", nargs="+", metavar="NAME", help="one job: NAME or job/NAME")
+    p.add_argument("--attempt", type=int, default=None, help="an earlier attempt (its log only)")
+
+
+def _triage(home, args) -> int:
+    from controller.cli.common import parse_refs  # lazy: version and --help need it not
+    from controller.cli.triage import triage  # lazy: gflowctl loads only the verb it runs
+    from controller.client.api import Client
+
+    return triage(
+        Client(home.root, home.spec_dir), _one_job(parse_refs(args.name), "triage explains one job"), args.attempt
+    )
+
+
 def _cordon_args(p) -> None:
     p.add_argument("gpus", nargs="+", metavar="gpu N", help="gpu 2, gpu/2 or gpu 0,1: the GPUs, by index")
     p.add_argument("--reason", default="", help="why, shown to users whose jobs wait or are drained")
@@ -352,6 +367,7 @@ VERBS: dict[str, tuple] = {
     "describe": ("show jobs, sweeps or reservations in detail", _describe_args, _describe),
     "delete": ("delete jobs, sweeps or reservations (their manifests)", _delete_args, _delete),
     "logs": ("print a job's output", _logs_args, _logs),
+    "triage": ("why a job failed: the cause, the fix and the evidence", _triage_args, _triage),
     "attach": ("connect this terminal to a running tty job (Ctrl-] detaches)", _attach_args, _attach),
     "exec": ("run a command in a running job's allocation: exec NAME -- CMD", _exec_args, _exec),
     "cancel": ("stop jobs for good", _names_args, _control),

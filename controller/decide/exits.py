@@ -9,10 +9,12 @@ GPU-memory overuse or an idleTimeout fails it with that reason, once).
 from __future__ import annotations
 
 import signal as signal_mod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from controller.api.units import format_duration
 from controller.model.conditions import remove_condition, set_condition
+from controller.model.failures import NOTHING, Finding, classify
+from controller.model.gpus import Gpu
 from controller.model.plan import Event, RunObservation
 from controller.model.reasons import Condition, EventType, Phase, Reason, StopReason
 from controller.model.records import JobState, rfc3339
@@ -46,8 +48,15 @@ def already_recorded(old: JobState | None, run: RunObservation) -> bool:
     return old is not None and not run.running and 0 < run.attempt <= old.ended_attempt
 
 
-def record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | None, backoff_limit: int) -> None:
-    """Turn an ended attempt into a phase. ``stop``: our Terminating condition, if we stopped it."""
+def record_exit(
+    state: JobState,
+    run: RunObservation,
+    stop: dict[str, str] | None,
+    backoff_limit: int,
+    xids: tuple[tuple[int, int], ...] = (),
+) -> None:
+    """Turn an ended attempt into a phase. ``stop``: our Terminating condition, if we stopped it;
+    ``xids``: (GPU, Xid) events on its GPUs while it ran (``attempt_xids``)."""
     state.ended_attempt = max(state.ended_attempt, run.attempt)
     state.conditions = remove_condition(state.conditions, Condition.Terminating)
     state.conditions = remove_condition(state.conditions, Condition.SpecOutdated)
@@ -73,7 +82,7 @@ def record_exit(state: JobState, run: RunObservation, stop: dict[str, str] | Non
             f"attempt {run.attempt} exited with code 0",
         )
     else:
-        _failed(state, run, backoff_limit, how)
+        _failed(state, run, backoff_limit, how, failure_cause(run, xids))
 
 
 def _suspended(state: JobState, run: RunObservation, stop: dict[str, str] | None, how: str) -> None:
@@ -175,11 +184,43 @@ def record_checkpoint(state: JobState, run: RunObservation, requeue: bool) -> li
     return events
 
 
-def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str) -> None:
-    """The job's own failure: a retry after back-off while ``backoffLimit`` allows, else Failed."""
+XID_LATE = 60.0  # an Xid gflowd read this long after the attempt's end may still be what ended it
+
+
+def attempt_xids(gpus: Sequence[Gpu], run: RunObservation) -> tuple[tuple[int, int], ...]:
+    """The Xid events gflowd saw on an ended attempt's GPUs while it ran: (GPU index, Xid)."""
+    if not run.devices or run.running:
+        return ()
+    end = (run.finished_at or run.started_at) + XID_LATE
+    return tuple(
+        (gpu.index, xid)
+        for gpu in gpus
+        if gpu.index in run.devices
+        for at, xid in gpu.xids
+        if run.started_at <= at <= end
+    )
+
+
+def failure_cause(run: RunObservation, xids: tuple[tuple[int, int], ...]) -> Finding:
+    """Why the job's own attempt failed, from its facts (``model/failures.py``); NOTHING when the
+    runtime already named it (OOMKilled by the supervisor) or it never ran."""
+    if run.error or run.reason == Reason.OOMKilled:
+        return NOTHING
+    return classify(run.exit_code, run.signal, run.oom_kills, xids, run.log_tail, run.log_first_line, run.python)
+
+
+def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str, cause: Finding = NOTHING) -> None:
+    """The job's own failure: a retry after back-off while ``backoffLimit`` allows, else Failed
+    (with the cause's reason when ``cause`` names one)."""
     state.failed += 1
+    ended = how
     if run.reason == Reason.OOMKilled:
-        how = f"OOMKilled: the job's processes used more than its memory limit ({how})"
+        counted = (
+            f"; its cgroup counted {run.oom_kills} OOM kill{'s' if run.oom_kills != 1 else ''}" if run.oom_kills else ""
+        )
+        how = f"OOMKilled: the job's processes used more than its memory limit ({how}{counted})"
+    elif cause.reason:
+        how = f"{cause.reason}, {how}: {cause.message}"
     if state.failed <= backoff_limit:
         delay = backoff_delay(state.failed)
         state.phase, state.reason = Phase.Pending, Reason.BackOff
@@ -193,6 +234,11 @@ def _failed(state: JobState, run: RunObservation, backoff_limit: int, how: str) 
     if run.reason == Reason.OOMKilled:
         state.reason = Reason.OOMKilled
         state.message = how + (f"; all {backoff_limit} retries used" if backoff_limit else "")
+    elif cause.reason:
+        state.reason = Reason[cause.reason]  # its name is its text
+        state.message = f"attempt {run.attempt} {ended}: {cause.message}" + (
+            f"; all {backoff_limit} retries used" if backoff_limit else ""
+        )
     elif backoff_limit > 0:
         state.reason = Reason.BackoffLimitExceeded
         state.message = f"attempt {run.attempt} failed ({how}); all {backoff_limit} retries used"

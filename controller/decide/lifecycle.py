@@ -7,7 +7,7 @@ unchanged job can be carried over as the very same object (see ``reconcile.chang
 
 from __future__ import annotations
 
-from controller.decide.exits import already_recorded, record_checkpoint, record_exit
+from controller.decide.exits import already_recorded, attempt_xids, record_checkpoint, record_exit
 from controller.decide.gpu_usage import final_usage
 from controller.decide.running import request_stop, running
 from controller.model.conditions import find_condition, remove_condition, set_condition
@@ -63,7 +63,7 @@ def step(plan: PlanDraft, snap: Snapshot, name: str, now: float, now_text: str) 
         finish(plan, old, state)
         return None
     if run is not None:
-        _ended(plan, state, job, run)
+        _ended(plan, state, job, run, attempt_xids(snap.gpus, run))
         final_usage(state, snap, run, now)
     elif state.phase == Phase.Running:
         _lost(state, now)
@@ -261,7 +261,9 @@ def _admitted(
         state.conditions = remove_condition(state.conditions, Condition.DuplicateName)
 
 
-def _ended(plan: PlanDraft, state: JobState, job: AdmittedJob, run: RunObservation) -> None:
+def _ended(
+    plan: PlanDraft, state: JobState, job: AdmittedJob, run: RunObservation, xids: tuple[tuple[int, int], ...] = ()
+) -> None:
     """The attempt ended: record it, once."""
     if run.external_id:  # a cluster backend: where it ran, even if it ended between two looks
         state.backend_id, state.node = run.external_id, run.node or state.node
@@ -281,7 +283,7 @@ def _ended(plan: PlanDraft, state: JobState, job: AdmittedJob, run: RunObservati
     if stop is None and run.stop_reason in STOP_REASONS:
         # we asked it to stop, then crashed before recording that: the supervisor remembers why
         stop = {"reason": run.stop_reason, "message": "stopped by gflowd"}
-    record_exit(state, run, stop, job.spec.backoff_limit)
+    record_exit(state, run, stop, job.spec.backoff_limit, xids)
     checkpoint = job.spec.checkpoint
     plan.events.extend(record_checkpoint(state, run, bool(checkpoint and checkpoint.requeue)))
     plan.consumed.append(state.name)

@@ -9,11 +9,9 @@ from typing import Any
 
 from controller.client.api import Client
 from controller.client.errors import GflowError
-from controller.mcp.failures import classify, fix_for
 
 MAX_LOG_BYTES = 64 * 1024  # an agent's context is precious: a huge log is cut to this
 MAX_PAGE = 500
-TRIAGE_LINES = 200  # the log's last lines triage searches for evidence
 FINISHED = ("Succeeded", "Failed", "Cancelled")
 
 
@@ -82,32 +80,16 @@ def tools(client: Client) -> list[Callable[..., dict[str, Any]]]:
         others) and what would let it start."""
         return client.explain_pending(name)
 
-    def triage(name: str) -> dict[str, Any]:
+    def triage(name: str, attempt: int | None = None) -> dict[str, Any]:
         """Why a job failed, with the evidence: its reason, message and exit code, the log lines
-        that match known failures (CUDA out of memory, host OOM, NCCL, missing module, segfault),
-        the classified cause and its fix, and whether re-running it would help."""
-        job = client.get(name)
-        out: dict[str, Any] = {
-            "job": job.name,
-            "phase": job.phase,
-            "reason": job.reason,
-            "message": job.message,
-            "exitCode": getattr(job, "exit_code", None),
-            "attempt": getattr(job, "attempt", None),
-        }
-        try:
-            text = client.logs(name, tail=TRIAGE_LINES)
-        except GflowError:  # no log yet (never started): the status is the evidence
-            text = ""
-        assert isinstance(text, str)
-        matches = classify(text.splitlines())
-        out["evidence"] = [dataclasses.asdict(m) for m in matches[-20:]]
-        known = fix_for(job.reason)  # gflowd's own classification first; the log's signature second
-        cause = job.reason if known else (matches[-1].cause if matches else None)
-        out["cause"] = cause
-        out["fix"] = known or (matches[-1].fix if matches else None)
-        out["advice"] = _advice(job.phase, cause, out["fix"])
-        return out
+        that match known failures (CUDA out of memory, host OOM, NCCL, GPU Xid, missing module,
+        segfault) with their line numbers, the classified cause and its fix, and whether re-running
+        it would help. `attempt`: an earlier attempt's log. The same report as `gflowctl triage`."""
+        from controller.cli.triage import triage_report  # lazy: only triage classifies
+
+        report = triage_report(client, name, attempt)
+        report["advice"] = _advice(report["phase"], report["cause"], report["fix"])
+        return report
 
     return [list_jobs, get_job, get_logs, explain_pending, triage]
 

@@ -60,6 +60,12 @@ class RunObservation:
     usage: dict[str, Any] | None = None
     # spec.checkpoint's handshake, as the supervisor recorded it (shim/checkpoint.py: Handshake.record)
     checkpoint: dict[str, Any] | None = None
+    # a failed attempt's facts for its classification (``model/failures.py``): its cgroup's OOM kill
+    # count, the last lines of its log (``log_first_line``: the first's number in the log, 0 unknown)
+    oom_kills: int | None = None
+    log_tail: tuple[str, ...] = ()
+    log_first_line: int = 1
+    python: str = ""  # the python the job ran (its command's, else its PATH's): named when a module is missing
 
 
 @dataclass(frozen=True)

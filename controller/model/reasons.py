@@ -154,6 +154,54 @@ class Reason(StrEnum):
             "raise `resources.memory` (or make the job use less), then `gflowctl rerun NAME`",
         ),
     )
+    CUDAOutOfMemory = (
+        "CUDAOutOfMemory",
+        Facts(
+            (_F,),
+            "the job ran out of GPU memory (its log ends in a CUDA/cuBLAS/JAX out-of-memory error)",
+            "lower the batch size or ask for a larger GPU; `gflowctl triage NAME` shows the evidence",
+        ),
+    )
+    NCCLTimeout = (
+        "NCCLTimeout",
+        Facts(
+            (_F,),
+            "a collective operation timed out (torch.distributed's NCCL watchdog): a rank died or hung",
+            "read every rank's log, rerun with NCCL_DEBUG=INFO; `gflowctl triage NAME` shows the evidence",
+        ),
+    )
+    NCCLError = (
+        "NCCLError",
+        Facts(
+            (_F,),
+            "NCCL failed (its log ends in an NCCL error)",
+            "rerun with NCCL_DEBUG=INFO; on one machine try NCCL_P2P_DISABLE=1; `gflowctl triage NAME`",
+        ),
+    )
+    GPUXid = (
+        "GPUXid",
+        Facts(
+            (_F,),
+            "a GPU of the job reported an Xid error (NVML) while it ran; the message says which and what it means",
+            "rerun it; if the Xid repeats, reset the GPU or check the driver; `gflowctl triage NAME`",
+        ),
+    )
+    Segfault = (
+        "Segfault",
+        Facts(
+            (_F,),
+            "the job crashed in native code (SIGSEGV, exit code 139)",
+            "check the CUDA, driver and library versions; rerun with PYTHONFAULTHANDLER=1; `gflowctl triage NAME`",
+        ),
+    )
+    MissingModule = (
+        "MissingModule",
+        Facts(
+            (_F,),
+            "the job's python could not import a module (ModuleNotFoundError, ImportError)",
+            "install it in the job's environment or run the job with the python that has it; `gflowctl triage NAME`",
+        ),
+    )
     Lost = (
         "Lost",
         Facts(

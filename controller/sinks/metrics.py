@@ -26,6 +26,7 @@ name                                           type       labels / meaning
 ``gflow_reconcile_duration_seconds``           histogram  duration of each reconcile pass
 ``gflow_jobs_started_total``                   counter    attempts started
 ``gflow_jobs_finished_total``                  counter    ``phase``: jobs that reached Succeeded/Failed/Cancelled
+``gflow_job_failures_total``                   counter    ``reason``: jobs that reached Failed, by why (CUDAOutOfMemory, ...)
 ``gflow_reconcile_last_pass_timestamp_seconds``  gauge    when the last pass ended (alert when stale)
 ``gflow_cpu_cores``                            gauge      ``state``: free or bound CPU cores (``resources.cpus``)
 ``gflow_attempt_cpu_seconds_total``            counter    CPU time of ended attempts, from their cgroups
@@ -56,7 +57,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import start_http_server
 
 from controller import __version__
-from controller.model.reasons import PENDING_REASONS, Phase
+from controller.model.reasons import PENDING_REASONS, Phase, Reason
 from controller.model.scheduling import GPU_STATES
 from controller.sinks.hooks import SinkError
 
@@ -201,6 +202,12 @@ class MetricsServer:
         )
         for phase in FINISHED:
             self.finished.labels(phase)  # present at 0 from the start: rate() needs a first sample
+        self.failures = Counter(
+            "gflow_job_failures", "Jobs that failed, by reason.", ["reason"], registry=self.registry
+        )
+        for reason in Reason:
+            if Phase.Failed in reason.phases:
+                self.failures.labels(reason)  # each at 0 from the start, as the phases
         self.cpu_seconds = Counter(
             "gflow_attempt_cpu_seconds", "CPU time of ended attempts, from their cgroups.", registry=self.registry
         )
@@ -239,6 +246,8 @@ class MetricsServer:
         for tr in facts.transitions:
             if tr.state.phase in FINISHED and tr.old_phase not in FINISHED:
                 self.finished.labels(tr.state.phase).inc()
+                if tr.state.phase == Phase.Failed:
+                    self.failures.labels(tr.state.reason or "Error").inc()
 
     def close(self) -> None:
         self.server.shutdown()

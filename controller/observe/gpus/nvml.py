@@ -8,6 +8,7 @@ error text; transient errors (Unknown, Timeout, ...) are retried a few times, qu
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -32,6 +33,7 @@ NOT_FOUND = 6  # nvmlDeviceGetProcessUtilization: no sample since the timestamp 
 INSUFFICIENT_SIZE = 7  # the process list grew between the size query and the fetch
 DRIVER_NOT_LOADED = 9
 TIMEOUT = 10
+XIDS_KEPT = 32  # per GPU: the Xid events kept for the failure of the jobs that ran on it
 LIBRARY_NOT_FOUND = 12
 FUNCTION_NOT_FOUND = 13
 GPU_IS_LOST = 15
@@ -71,6 +73,8 @@ class NvmlInventory:
         self._util_seen: dict[int, int] = {}  # per GPU: the newest process-utilization sample read (us)
         self._xid_sets: dict[int, Any] = {}  # per GPU: its Xid event set; None: the driver has none for it
         self._xid_failed: dict[int, str] = {}  # per GPU: the critical Xid seen, until gflowd restarts
+        # per GPU: its last Xid events (wall time, Xid), any kind: an ended job's failure names them
+        self._xid_log: dict[int, list[tuple[float, int]]] = {}
         self._retrying = Retrying(
             stop=stop_after_attempt(ATTEMPTS),
             wait=wait_exponential(multiplier=0.01, max=0.05),
@@ -271,6 +275,8 @@ class NvmlInventory:
         self._note(index, f"GPU {index} is unhealthy: {problem}" if problem else "")
         minor, cpus = self._placement(handle)
         gpu = Gpu(index, uuid, name, total, used, utilization, processes, not problem, problem, minor=minor, cpus=cpus)
+        if self._xid_log.get(index):  # what a job that ran here may have died of (decide/exits.py)
+            gpu = dataclasses.replace(gpu, xids=tuple(self._xid_log[index]))
         self._known[index] = gpu
         return gpu
 
@@ -347,6 +353,9 @@ class NvmlInventory:
                     log.debug("reading Xid events of GPU %d: %s", index, exc)
                 return
             xid = int(data.eventData)
+            seen = self._xid_log.setdefault(index, [])
+            seen.append((time.time(), xid))
+            del seen[:-XIDS_KEPT]
             if xid in XID_UNHEALTHY and index not in self._xid_failed:
                 self._xid_failed[index] = xid_problem(xid, time.time())
             log.warning("GPU %d: Xid %d%s", index, xid, f" ({XID_UNHEALTHY[xid]})" if xid in XID_UNHEALTHY else "")

@@ -61,6 +61,7 @@ class ExitRecord:
     stop_reason: str
     max_rss: int
     job_pid: int
+    oom_kills: int | None = None  # the cgroup's OOM kill count, read at the end
 
     def _cgroup_usage(self) -> dict:
         """The tree is gone: the cgroup's counters for the exit record, then the cgroup is removed,
@@ -70,6 +71,7 @@ class ExitRecord:
         usage: dict = {}
         try:
             stats = self.cgroup.stats()
+            self.oom_kills = stats.oom_kills
             if stats.oom_kills and not self.stop_reason:
                 self.stop_reason = "OOMKilled"
             if stats.cpu_usec is not None:
@@ -101,6 +103,7 @@ class ExitRecord:
             "finishedAt": time.time(),
             "maxRssBytes": self.max_rss,
             "usage": usage,
+            "oomKills": self.oom_kills,  # the cgroup's count, for the failure's classification
             "jobPid": self.job_pid or None,
             "cgroupRemoved": self.cgroup_removed,  # gflowd then does not look for it
         }

@@ -3,7 +3,10 @@ records turn into: an exit, a loss (its supervisor died without an exit record; 
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +14,7 @@ from pathlib import Path
 from controller.act.runtime.holds import Hold
 from controller.act.runtime.orphans import MARKER_VARIABLE
 from controller.act.runtime.shim.procfs import start_ticks
+from controller.model.failures import LOG_TAIL_BYTES
 from controller.model.plan import RunObservation
 from controller.util.fsutil import lock_held
 
@@ -138,7 +142,54 @@ def exit_observation(attempt: Attempt, record: dict) -> RunObservation:
         device_uuids=attempt.device_uuids,
         run_hash=attempt.run_hash,
         failed_before=attempt.failed_before,
+        oom_kills=record.get("oomKills"),
+        **(failed_log_tail(attempt) if record.get("exitCode") != 0 or record.get("signal") else {}),
     )
+
+
+def failed_log_tail(attempt: Attempt) -> dict:
+    """The last lines of a failed attempt's log (``log_tail``, ``log_first_line``), for its classification."""
+    path = (attempt.spec or {}).get("log")
+    if not path:
+        return {}
+    lines, first = read_log_tail(path, owner=(attempt.spec or {}).get("uid"))
+    return {"log_tail": tuple(lines), "log_first_line": first, "python": job_python(attempt.spec or {})}
+
+
+def job_python(spec: dict) -> str:
+    """The python a job ran: its command's own (``/venv/bin/python train.py``), else the first on
+    its PATH; "" when neither is known."""
+    argv = spec.get("argv") or []
+    if argv and os.path.basename(str(argv[0])).startswith("python"):
+        found = argv[0] if os.sep in str(argv[0]) else shutil.which(argv[0], path=(spec.get("env") or {}).get("PATH"))
+        return str(found or argv[0])
+    path = (spec.get("env") or {}).get("PATH")
+    return (shutil.which("python3", path=path) or shutil.which("python", path=path) or "") if path else ""
+
+
+def read_log_tail(path: str, limit: int = LOG_TAIL_BYTES, owner: int | None = None) -> tuple[list[str], int]:
+    """The last ``limit`` bytes of a log as whole lines, and the number of the first of them in the
+    log (0: unknown, the log is longer). The job's user owns the log and may have swapped it: never
+    follow a link, never wait on a fifo, read only a regular file with no other hard link, owned by
+    ``owner`` (the job's uid, as the supervisor made it) when given; else no lines."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return [], 1
+    with open(fd, "rb") as file:
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or owner not in (None, info.st_uid):
+                return [], 1
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(size - limit, 0))
+            data = file.read(limit)
+        except OSError:
+            return [], 1
+    lines = data.decode("utf-8", "replace").splitlines()
+    if size > limit:
+        return lines[1:], 0  # its first line is cut
+    return lines, 1
 
 
 def lost_observation(attempt: Attempt, why: str) -> RunObservation:

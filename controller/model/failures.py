@@ -1,0 +1,222 @@
+"""Why a failed attempt died: its exit, its cgroup's OOM kills, its GPUs' Xid events and its log's
+tail, classified into one status reason with the fix in one line and the evidence.
+
+One table, one place: a new failure signature is a new row (the causes are the status reasons of
+SPEC section 4). gflowd (``decide/exits.py``), ``gflowctl triage`` and the MCP ``triage`` tool all
+call ``classify``. Pure: facts in, a ``Finding`` out.
+
+Order of trust: the kernel's word (an OOM kill in the job's cgroup), then the GPU's (an Xid on its
+GPUs while it ran), then the signal (SIGSEGV), then the log. In the log only the tail counts, and
+the LAST matching line wins: an early warning ("out of memory, retrying with a smaller batch")
+does not name a failure that a later traceback explains. An attempt that exited 0 is never
+classified, whatever its log says.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as signal_mod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from controller.model.gpu_health import XID_UNHEALTHY
+
+LOG_TAIL_BYTES = 64 * 1024  # what the runtime reads of an ended attempt's log
+NEAR_END_LINES = 200  # a log line further from the end than this is history, not the cause
+
+
+@dataclass(frozen=True)
+class Pattern:
+    cause: str  # the status reason this signature stands for
+    regex: re.Pattern[str]
+    fix: str
+
+
+def _p(cause: str, regex: str, fix: str) -> Pattern:
+    return Pattern(cause, re.compile(regex), fix)
+
+
+FIXES = {
+    "CUDAOutOfMemory": "the GPU's memory ran out: lower the batch size (or use gradient accumulation, "
+    "activation checkpointing, mixed precision), or ask for a larger GPU (spec.resources.gpuType) or more GPUs",
+    "OOMKilled": "host RAM ran out: raise spec.resources.memory, or use fewer data-loader workers",
+    "NCCLTimeout": "a collective never completed: one rank died or hung; read every rank's log, "
+    "set NCCL_DEBUG=INFO to see which, and TORCH_NCCL_ASYNC_ERROR_HANDLING=1",
+    "NCCLError": "NCCL failed: rerun with NCCL_DEBUG=INFO; on one machine try NCCL_P2P_DISABLE=1 or NCCL_SHM_DISABLE=1",
+    "GPUXid": "the GPU reported a fault while the job ran: rerun it (gflowd keeps a failed GPU out of use); "
+    "if it repeats, reset the GPU (nvidia-smi -r) or check the driver",
+    "Segfault": "the process crashed in native code: check that the CUDA, driver and library versions match; "
+    "rerun with PYTHONFAULTHANDLER=1 for a Python stack",
+    "MissingModule": "a Python module is missing in the job's environment: install it there, or run the job "
+    "with the python that has it (activate the venv you submitted from, spec.condaEnv, or the venv's python in spec.command)",
+}
+
+# first match wins per line: the more specific signature (an NCCL timeout) before the general one
+PATTERNS: tuple[Pattern, ...] = (
+    _p(
+        "CUDAOutOfMemory",
+        r"CUDA out of memory|CUDA error: out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"
+        r"|RESOURCE_EXHAUSTED: Out of memory|cudaErrorMemoryAllocation",
+        FIXES["CUDAOutOfMemory"],
+    ),
+    _p(
+        "NCCLTimeout",
+        r"Watchdog caught collective operation timeout|NCCL.*(timed out|[Tt]imeout)",
+        FIXES["NCCLTimeout"],
+    ),
+    _p(
+        "NCCLError",
+        r"NCCL error|nccl(Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error|NCCL_ERROR|DistBackendError",
+        FIXES["NCCLError"],
+    ),
+    _p(
+        "MissingModule",
+        r"^\s*(ModuleNotFoundError: No module named|ImportError: )",
+        FIXES["MissingModule"],
+    ),
+    _p(
+        "Segfault",
+        r"Segmentation fault|Fatal Python error: Segmentation fault|SIGSEGV",
+        FIXES["Segfault"],
+    ),
+    _p(
+        "OOMKilled",
+        r"^\s*MemoryError\b|Out of memory: Killed process|^Killed$",  # Killed: a shell's word for its child's SIGKILL
+        FIXES["OOMKilled"],
+    ),
+)
+
+# Xids a job's own code causes (docs.nvidia.com/deploy/xid-errors); the hardware ones are XID_UNHEALTHY's
+XID_APPLICATION: dict[int, str] = {
+    13: "graphics engine exception (an illegal memory access or an assert in a kernel)",
+    31: "GPU memory page fault (an illegal address in a kernel)",
+    43: "GPU stopped processing (the job's kernel faulted)",
+    45: "preemptive cleanup after an earlier error",
+    68: "video processor exception",
+}
+
+
+APPLICATION_XID_FIX = (
+    "the job's own GPU code faulted: rerun with CUDA_LAUNCH_BLOCKING=1 to find the call "
+    "(or under compute-sanitizer); the GPU itself is fine"
+)
+
+
+def xid_meaning(xid: int) -> str:
+    return XID_UNHEALTHY.get(xid) or XID_APPLICATION.get(xid) or "see NVIDIA's Xid catalog"
+
+
+# NCCL_DEBUG=INFO's chatter names settings ("NCCL_IB_TIMEOUT set by environment"), not failures
+INFO = re.compile(r"\bNCCL INFO\b")
+
+
+@dataclass(frozen=True)
+class Match:
+    line: int  # 1-based, within the lines given
+    text: str
+    cause: str
+    fix: str
+
+
+def match_lines(lines: Sequence[str], table: tuple[Pattern, ...] = PATTERNS) -> list[Match]:
+    """Every line that matches a pattern, in order (the first pattern matching a line names it)."""
+    found = []
+    for number, text in enumerate(lines, 1):
+        if INFO.search(text):
+            continue
+        for pattern in table:
+            if pattern.regex.search(text):
+                found.append(Match(number, text.rstrip()[:500], pattern.cause, pattern.fix))
+                break
+    return found
+
+
+class Finding(NamedTuple):
+    """``reason`` "" when nothing is known beyond the exit (the status stays ``Error``)."""
+
+    reason: str
+    message: str  # what happened and the fix, one line
+    evidence: tuple[str, ...]  # the facts it rests on: counters, Xids, "line N: text"
+
+
+NOTHING = Finding("", "", ())
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal_mod.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def classify(
+    exit_code: int | None,
+    signal: int | None,
+    oom_kills: int | None,
+    xids: Iterable[tuple[int, int]],
+    log_tail_lines: Sequence[str],
+    first_line: int = 1,
+    python: str = "",
+) -> Finding:
+    """The cause of an ended attempt. ``xids``: (gpu index, Xid) seen on its GPUs while it ran;
+    ``first_line``: the number of the tail's first line in the whole log (for the evidence);
+    ``python``: the job's python, named when a module is missing."""
+    if exit_code == 0 and not signal:
+        return NOTHING
+    facts = [f"exit code {exit_code}" + (f", killed by {signal_name(signal)}" if signal else "")]
+    if oom_kills:
+        facts.append(f"the job's cgroup counted {oom_kills} OOM kill{'s' if oom_kills != 1 else ''}")
+        return Finding("OOMKilled", f"the kernel killed it for host memory: {FIXES['OOMKilled']}", tuple(facts))
+    xids = list(xids)
+    if xids:
+        gpu, xid = next(((g, x) for g, x in xids if x in XID_UNHEALTHY), xids[-1])
+        facts += [f"GPU {g}: Xid {x} ({xid_meaning(x)})" for g, x in xids]
+        fix = FIXES["GPUXid"] if xid not in XID_APPLICATION else APPLICATION_XID_FIX
+        return Finding("GPUXid", f"GPU {gpu} reported Xid {xid} ({xid_meaning(xid)}) while it ran: {fix}", tuple(facts))
+    start = max(len(log_tail_lines) - NEAR_END_LINES, 0)
+    matches = match_lines(log_tail_lines[start:])
+    if signal == signal_mod.SIGSEGV or (exit_code == 128 + signal_mod.SIGSEGV and not signal):
+        lines = [m for m in matches if m.cause == "Segfault"][-1:]
+        return Finding(
+            "Segfault",
+            f"it crashed with a segmentation fault: {FIXES['Segfault']}",
+            tuple(facts + _cited(lines, start, first_line)),
+        )
+    if not matches or _explained_later(log_tail_lines[start:], matches[-1]):
+        return NOTHING
+    last = matches[-1]
+    quoted = last.text.strip()
+    if len(quoted) > 160:
+        quoted = quoted[:157] + "..."
+    fix = last.fix
+    if last.cause == "MissingModule" and python:
+        fix = f"the job's python is {python}; {fix}"
+        facts.append(f"the job's python: {python}")
+    return Finding(last.cause, f"{quoted}: {fix}", tuple(facts + _cited([last], start, first_line)))
+
+
+TRACEBACK = "Traceback (most recent call last):"
+# a launcher's exception that only reports a child's failure: the child's own lines say why
+WRAPPERS = re.compile(r"ChildFailedError|CalledProcessError")
+
+
+def _explained_later(lines: Sequence[str], last: Match) -> bool:
+    """A Python traceback after the last matching line ends in an exception no pattern names (a
+    KeyError after an early "out of memory, retrying" warning): that exception is the failure."""
+    begun = max((i for i, text in enumerate(lines, 1) if text.startswith(TRACEBACK)), default=0)
+    if begun <= last.line:
+        return False
+    summary = next((text for text in lines[begun:] if text and not text[0].isspace()), "")
+    return bool(summary) and not WRAPPERS.search(summary)
+
+
+def _cited(matches: list[Match], start: int, first_line: int) -> list[str]:
+    if not first_line:  # the log is longer than its tail: count from the tail's start
+        return [f"log tail line {m.line + start}: {m.text}" for m in matches]
+    return [f"log line {m.line + start + first_line - 1}: {m.text}" for m in matches]
+
+
+def fix_for(cause: str) -> str | None:
+    """The fix the table gives for ``cause`` (a status reason), if it knows one."""
+    return FIXES.get(cause)
