@@ -67,9 +67,9 @@ def leave_cgroups(pid: int) -> None:
     with open(f"/proc/{pid}/cgroup") as handle:
         for line in handle:
             _, controllers, path = line.rstrip("\n").split(":", 2)
-            if not controllers or path == "/" or controllers.startswith("name="):
+            if path == "/" or controllers.startswith("name="):
                 continue
-            procs = Path("/sys/fs/cgroup") / controllers / "cgroup.procs"
+            procs = Path("/sys/fs/cgroup") / (controllers or "unified") / "cgroup.procs"  # "": cgroup v2
             try:
                 procs.write_text(str(pid))
             except OSError:
@@ -96,6 +96,8 @@ def start_leaky_job(box, drop: Path, fake: Path, others: list[tuple[int, str]] =
     pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), message=lambda: f"the child to start: {job_status(box.home, 'leaky')}"))
     assert os.stat(f"/proc/{pid}").st_uid == uid
     leave_cgroups(pid)
+    with open(f"/proc/{pid}/cgroup") as handle:
+        assert all(line.rstrip().endswith(":/") for line in handle), "the child could not leave its cgroups"
     gpus_file(fake, [*others, (pid, "3.2Gi")])  # the driver charges it 3.2Gi on the job's GPU
 
     def seen_as_the_jobs() -> bool:  # node.yaml lists it, not as unmanaged: a pass saw it in the job's tree
