@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -166,6 +167,13 @@ def test_a_process_gflowd_did_not_start_is_never_killed_after_a_job_ends(box, dr
             os.kill(child, signal.SIGKILL)
 
 
+def ctl(home: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GFLOW_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
 def unused_pid() -> int:
     """A pid that no longer exists: a child's, reaped."""
     proc = subprocess.Popen(["true"])
@@ -191,7 +199,14 @@ def test_memory_of_a_pid_that_no_longer_exists_is_held_not_killed_and_keeps_a_gp
         "metadata: {name: train}\nspec:\n  resources: {gpus: 1, gpuMemory: 20Gi}\n  script: echo trained\n",
     )
     status = wait_phase(home, "train", "Pending", reason="GPUMemory", daemon=daemon)
-    assert f"pid {gone} holds 30Gi" in status["message"], status
+    assert f"pid {gone} (gone, held until a GPU reset) holds 30Gi" in status["message"], status
+    wide = ctl(home, "get", "gpus", "-o", "wide")
+    row = wide.stdout.split("\n\n")[1].splitlines()[1]
+    assert row.split()[:2] == ["0", str(gone)] and "(gone: held until a GPU reset)" in row, wide.stdout
+    node = yaml.safe_load((home / "node.yaml").read_text())
+    assert node["gpus"][0]["processes"] == [
+        {"pid": gone, "usedMemory": "30Gi", "unmanaged": True, "gone": True}
+    ], node
     gpus_file(fake, [])  # a GPU reset frees it
     wait_phase(home, "train", "Succeeded", daemon=daemon)
     assert len(events(home, "GPUMemoryHeld")) == 1  # said once, not every pass

@@ -63,7 +63,7 @@ def process_facts(gpus: Sequence[Gpu], looking: bool) -> list[GpuProcessFacts]:
     facts = []
     for gpu in gpus:
         for proc in gpu.processes:
-            alive = process_alive(proc.pid)
+            alive = not proc.gone and process_alive(proc.pid)
             facts.append(
                 GpuProcessFacts(
                     gpu.index,
