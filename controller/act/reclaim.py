@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from controller.act.runtime.orphans import signal_processes
 from controller.act.runtime.shim.procfs import start_ticks
-from controller.decide.gpu_leaks import Reclaim
+from controller.model.gpu_leaks import Reclaim
 
 
 class Reclaimer:

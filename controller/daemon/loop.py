@@ -23,6 +23,7 @@ from controller.act.apply import act
 from controller.act.prune import prune_manifests
 from controller.act.reclaim import Reclaimer
 from controller.act.runtime import make_runtime
+from controller.act.runtime.orphans import MARKER_VARIABLE
 from controller.daemon.review import answer_request, clear, judge_as, serve
 from controller.decide.acted import fold_acted
 from controller.decide.gpu_leaks import find_leaks
@@ -292,7 +293,7 @@ class Controller:
         ended = self.leaks.ended_attempts()
         verdict = find_leaks(
             ended,
-            process_facts(snapshot.gpus, looking=bool(ended)),
+            process_facts(snapshot.gpus, looking=bool(ended), marker=MARKER_VARIABLE),
             now,
             running_markers=self.leaks.running_markers(),
             managed_pids=frozenset(p for pids in snapshot.job_pids.values() for p in pids),

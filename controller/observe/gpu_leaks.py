@@ -8,11 +8,9 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from controller.act.runtime.orphans import MARKER_VARIABLE
-from controller.act.runtime.shim.procfs import start_ticks
-from controller.decide.gpu_leaks import EndedAttempt, GpuProcessFacts
+from controller.model.gpu_leaks import EndedAttempt, GpuProcessFacts
 from controller.model.gpus import Gpu
-from controller.observe.gpus.procs import process_alive, process_marker
+from controller.observe.gpus.procs import process_alive, process_marker, process_ticks
 
 KEEP = 24 * 3600.0  # an ended attempt's leftovers are looked for this long...
 MAX_ENDED = 512  # ...and for at most this many attempts
@@ -36,7 +34,7 @@ class LeakWatch:
             before = self.running.get(key)
             pids = dict(before.pids) if before else {}
             for pid in job_pids.get(name, ()):
-                ticks = start_ticks(pid)
+                ticks = process_ticks(pid)
                 if ticks is not None:
                     pids[pid] = ticks
             self.running[key] = EndedAttempt(name, attempt.attempt, attempt.marker or "", pids, attempt.grace)
@@ -57,9 +55,10 @@ class LeakWatch:
         self.held_since = {(h.gpu, h.pid): h.since for h in held}
 
 
-def process_facts(gpus: Sequence[Gpu], looking: bool) -> list[GpuProcessFacts]:
-    """Each process NVML lists, with /proc's word on it. ``looking`` False (no attempt to look
-    for): only whether it exists, for the held memory of dead pids."""
+def process_facts(gpus: Sequence[Gpu], looking: bool, marker: str) -> list[GpuProcessFacts]:
+    """Each process NVML lists, with /proc's word on it (``marker``: the environment variable that
+    names an attempt). ``looking`` False (no attempt to look for): only whether it exists, for the
+    held memory of dead pids."""
     facts = []
     for gpu in gpus:
         for proc in gpu.processes:
@@ -71,8 +70,8 @@ def process_facts(gpus: Sequence[Gpu], looking: bool) -> list[GpuProcessFacts]:
                     proc.used_memory,
                     alive,
                     proc.name,
-                    start_ticks(proc.pid) if alive and looking else None,
-                    process_marker(proc.pid, MARKER_VARIABLE) if alive and looking else "",
+                    process_ticks(proc.pid) if alive and looking else None,
+                    process_marker(proc.pid, marker) if alive and looking else "",
                 )
             )
     return facts

@@ -67,3 +67,13 @@ def process_marker(pid: int, variable: str) -> str:
         if entry.startswith(needle):
             return entry[len(needle) :].decode(errors="replace")
     return ""
+
+
+def process_ticks(pid: int) -> int | None:
+    """The process's kernel start time in clock ticks: with the pid, its identity (a pid reused
+    later never has the same); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
