@@ -913,3 +913,14 @@ def test_ctrl_c_mid_run_still_cleans_up(gpu_sim, tmp_path, short_tmp):
     assert outcome["cleanup"]["outcome"] == "PASS", outcome["cleanup"]
     assert outcome["foreign-process"] == dict(outcome["foreign-process"], outcome="SKIP", reason="not run: interrupted")
     assert list(temp.iterdir()) == []
+
+
+def test_free_memory_is_read_from_nvidia_smi_and_judged_within_a_tolerance():
+    assert facts.parse_free_csv("0, 81037\n1, [N/A]\n") == {0: 81037, 1: None}
+    node = [{"index": 0, "memoryFree": "79.1Gi"}, {"index": 1, "memoryFree": "80Gi"}]
+    ok = facts.judge_free_memory({0: 81000, 1: None}, node)
+    assert ok.ok and ok.reason == "within 512 MiB on 2 GPU(s)"
+    off = facts.judge_free_memory({0: 60000, 1: 81920}, node)
+    assert not off.ok and off.reason == "GPU 0: gflow says 80998 MiB free, nvidia-smi 60000 MiB"
+    missing = facts.judge_free_memory({0: 81000}, [{"index": 0, "memory": "80Gi"}])
+    assert not missing.ok and "no memoryFree" in missing.reason
