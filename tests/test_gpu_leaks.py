@@ -3,12 +3,14 @@ memory charged to pids that no longer exist. End to end: tests/test_gpu_leaks_e2
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from controller.decide.gpu_leaks import EndedAttempt, GpuProcessFacts, find_leaks
 from controller.model.gpus import Gpu, GpuProcess
 from controller.model.scheduling import GpuSlot
 from controller.sinks.metrics import _SnapshotCollector
+from nvml_fixtures import GiB, fake_nvml_lib, gpu, nvml_env, nvml_probe, write_fake_nvml  # noqa: F401
 
-GiB = 1 << 30
 TRAIN = EndedAttempt("train", 3, "train.3.9f2c", {5511: 700}, grace=5.0)
 
 
@@ -68,3 +70,16 @@ def test_the_orphaned_memory_metric_counts_only_pids_that_no_longer_exist():
     collector.current = ({}, [GpuSlot(Gpu(0, "GPU-0", "A100", 40 * GiB, processes=processes), "Free")], 0.0, {})
     [family] = [f for f in collector.collect() if f.name == "gflow_gpu_memory_orphaned_bytes"]
     assert [(s.labels, s.value) for s in family.samples] == [({"gpu": "0"}, 30 * GiB)]
+
+
+def test_nvml_marks_a_charged_pid_that_no_longer_exists_as_gone(nvml_env, nvml_probe):
+    """Through the real pynvml path on the stand-in libnvidia-ml: the driver lists a pid that
+    exited (its context kept) next to a live one."""
+    path = Path(nvml_env["FAKE_NVML_FILE"])
+    write_fake_nvml(path, {"gpus": [gpu(0)]})
+    probe = nvml_probe(nvml_env)
+    gone = 2**22 + 4242  # above any pid_max default: no such process
+    processes = [{"pid": probe.proc.pid, "usedMemory": GiB}, {"pid": gone, "usedMemory": 30 * GiB}]
+    write_fake_nvml(path, {"gpus": [gpu(0, processes=processes)]})
+    read = {p["pid"]: p["gone"] for p in probe.call("read")[0]["processes"]}
+    assert read == {probe.proc.pid: False, gone: True}
