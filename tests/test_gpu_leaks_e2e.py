@@ -199,7 +199,7 @@ def test_memory_of_a_pid_that_no_longer_exists_is_held_not_killed_and_keeps_a_gp
         "metadata: {name: train}\nspec:\n  resources: {gpus: 1, gpuMemory: 20Gi}\n  script: echo trained\n",
     )
     status = wait_phase(home, "train", "Pending", reason="GPUMemory", daemon=daemon)
-    assert f"pid {gone} (gone, held until a GPU reset) holds 30Gi" in status["message"], status
+    assert f"pid {gone} holds 30Gi" in status["message"], status
     wide = ctl(home, "get", "gpus", "-o", "wide")
     row = wide.stdout.split("\n\n")[1].splitlines()[1]
     assert row.split()[:2] == ["0", str(gone)] and "(gone: held until a GPU reset)" in row, wide.stdout

@@ -142,6 +142,4 @@ def memory_holders(slot: GpuSlot, most: int = 3) -> str:
 
 def _who(proc: GpuProcess) -> str:
     """``bob, vllm``: a process's user and command, as far as /proc shows them."""
-    if proc.gone:  # the driver still charges a pid that exited: only a GPU reset frees it
-        return "gone, held until a GPU reset"
     return ", ".join(x for x in (proc.user, proc.name) if x)
