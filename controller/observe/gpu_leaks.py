@@ -34,6 +34,8 @@ class LeakWatch:
             before = self.running.get(key)
             pids = dict(before.pids) if before else {}
             for pid in job_pids.get(name, ()):
+                if pid in pids:
+                    continue  # its identity was read when first seen: one /proc read per new pid
                 ticks = process_ticks(pid)
                 if ticks is not None:
                     pids[pid] = ticks
