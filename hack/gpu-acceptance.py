@@ -59,6 +59,7 @@ from gpu_facts import (  # noqa: E402  (hack/ is not a package; the pure half of
     GPU_MEMORY_EXCEEDED,
     MIB,
     QUERY_APPS,
+    QUERY_FREE,
     QUERY_GPU,
     ComputeApp,
     PmonRow,
@@ -77,10 +78,12 @@ from gpu_facts import (  # noqa: E402  (hack/ is not a package; the pure half of
     judge_binding,
     judge_checkpoint_timing,
     judge_distinct,
+    judge_free_memory,
     judge_isolation,
     judge_usage,
     metric_mean_ms,
     parse_compute_apps_csv,
+    parse_free_csv,
     parse_pmon,
     parse_query_gpu_csv,
 )
@@ -304,6 +307,8 @@ class Acceptance:
             ("isolation-cpu-job", gflow, self.check_isolation_cpu),
             ("shared-gpu-memory", gflow, self.check_shared_memory),
             ("foreign-process", gflow, self.check_foreign),
+            ("live-free-memory", gflow, self.check_free_memory),
+            ("gpu-memory-wait", gflow, self.check_memory_wait),
             ("gpus-unused", gflow, self.check_usage),  # records gpu-usage-figures too: one busy job serves both
             ("apply-to-first-cuda", gflow, self.check_latency),
             ("nvml-sampling-cost", {"venv"}, self.check_nvml_cost),
@@ -687,6 +692,57 @@ class Acceptance:
             f"{to_free:.1f}s after it ended",
             {"gpu": index, "toUnmanagedS": round(to_unmanaged, 2), "toFreeS": round(to_free, 2)},
         )
+
+    def check_free_memory(self) -> Verdict:
+        free = _smi(["--query-gpu=" + ",".join(QUERY_FREE), "--format=csv,noheader,nounits"], parse_free_csv)
+        if not free:
+            raise StepError("nvidia-smi --query-gpu=index,memory.free gave nothing readable")
+        return judge_free_memory(free, (self.node() or {}).get("gpus") or [])
+
+    def check_memory_wait(self) -> Verdict:
+        """A foreign probe holds 768 MiB (below unmanagedMemoryThreshold, so the GPU stays usable);
+        a job asking for more than is left waits with reason GPUMemory naming the probe's pid, and
+        starts once the probe ends."""
+        index = self._free_gpus()[0]
+        total = self.smi[index].memory_mib
+        if not total:
+            raise Skip(f"nvidia-smi does not say GPU {index}'s memory")
+        out = self.probe_dir / "holder.json"
+        env = self._clean_env()
+        env.update(CUDA_VISIBLE_DEVICES=str(index), CUDA_DEVICE_ORDER="PCI_BUS_ID", **{TOKEN_VAR: self.token})
+        proc = subprocess.Popen(
+            [sys.executable, str(PROBE), "--out", str(out), "--use", "first", "--alloc-mib", "768", "--hold", "600"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_pdeathsig,
+        )
+        self.foreign.append(proc)
+        doc = wait_until(lambda: (d := _read_json(out)) and d.get("phase") in ("ready", "done") and d, 60 * self.scale)
+        if not doc or doc.get("phase") != "ready":
+            raise StepError(f"the foreign probe did not get ready: {doc}")
+        others = [g["index"] for g in (self.node() or {}).get("gpus") or [] if g.get("index") != index]
+        if others:
+            raise Skip("needs exactly one GPU: with more, the job would start on another one")
+        ask = f"{total - 512}Mi"  # more than the probe leaves, less than the GPU
+        job = self.apply_job(
+            "memory-wait", gpus=1, sharing="Shared", gpu_memory=ask, probe=["--use", "first", "--alloc-mib", "64"]
+        )
+        status = self.wait_phase(job.name, {"Pending", "Running", "Succeeded", "Failed"}, 60)
+        waiting = wait_until(
+            lambda: (s := self.status(job.name)) and s.get("reason") == "GPUMemory" and s, 30 * self.scale, 0.3
+        )
+        if not waiting:
+            status = self.status(job.name) or status
+            return Verdict(
+                False, f"{status.get('phase')}/{status.get('reason')} ({status.get('message')}), not GPUMemory"
+            )
+        if f"pid {proc.pid}" not in str(waiting.get("message")):
+            return Verdict(False, f"GPUMemory, but the message does not name pid {proc.pid}: {waiting.get('message')}")
+        proc.terminate()
+        proc.wait(15)
+        self.wait_phase(job.name, {"Running", "Succeeded"}, 60)
+        return Verdict(True, f"waited: {waiting.get('message')}; started once pid {proc.pid} ended")
 
     def check_usage(self) -> Verdict:
         """gpus-unused (returned) and gpu-usage-figures (recorded here): one busy job serves both."""

@@ -30,6 +30,8 @@ MIB = 1 << 20
 GIB = 1 << 30
 QUERY_GPU = ("index", "uuid", "name", "memory.total", "pci.bus_id")
 QUERY_APPS = ("pid", "gpu_uuid", "used_memory")
+QUERY_FREE = ("index", "memory.free")
+FREE_TOLERANCE_MIB = 512  # node.yaml rounds to 0.1Gi, and memory moves between the two reads
 GPU_MEMORY_EXCEEDED = (
     "GPUMemoryExceeded"  # the stop reason controller/decide/running.py gives a Shared job over gpuMemory
 )
@@ -47,6 +49,8 @@ CHECKS: list[tuple[str, str]] = [
     ("isolation-cpu-job", "with cgroups, a CPU job that clears CUDA_VISIBLE_DEVICES cannot use any GPU"),
     ("shared-gpu-memory", f"a Shared job allocating past gpuMemory is stopped ({GPU_MEMORY_EXCEEDED})"),
     ("foreign-process", "a process gflow did not start makes its GPU Unmanaged, and Free when it ends"),
+    ("live-free-memory", "get gpus' free memory agrees with nvidia-smi's memory.free"),
+    ("gpu-memory-wait", "a gpuMemory job larger than what a foreign probe leaves waits (GPUMemory) naming its pid"),
     ("gpus-unused", "a job busy on 1 of its 2 GPUs gets the GPUsUnused condition"),
     ("gpu-usage-figures", "status.gpuUsage agrees with nvidia-smi pmon and --query-compute-apps"),
     ("apply-to-first-cuda", "time from gflowctl apply to the job's first CUDA call"),
@@ -141,6 +145,11 @@ def parse_query_gpu_csv(text: str) -> list[SmiGpu]:
 def parse_compute_apps_csv(text: str) -> list[ComputeApp]:
     """``nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits``."""
     return _parse_query(text, QUERY_APPS, lambda c: ComputeApp(int(c[0]), c[1], _number(c[2])))
+
+
+def parse_free_csv(text: str) -> dict[int, int | None]:
+    """``nvidia-smi --query-gpu=index,memory.free --format=csv,noheader,nounits``: index -> MiB."""
+    return dict(_parse_query(text, QUERY_FREE, lambda c: (int(c[0]), _number(c[1]))))
 
 
 def parse_pmon(text: str) -> list[PmonRow]:
@@ -301,6 +310,29 @@ class Verdict:
     ok: bool
     reason: str
     numbers: dict[str, Any] = field(default_factory=dict)
+
+
+def judge_free_memory(
+    smi_free: dict[int, int | None], node_gpus: list[dict[str, Any]], tolerance_mib: int = FREE_TOLERANCE_MIB
+) -> Verdict:
+    """Each GPU's ``memoryFree`` in ``get gpus -o json`` against nvidia-smi's memory.free (MiB)."""
+    problems, numbers = [], {}
+    for entry in node_gpus:
+        index = entry.get("index")
+        smi = smi_free.get(index) if isinstance(index, int) else None
+        ours = parse_quantity(entry.get("memoryFree"))
+        numbers[str(index)] = {"gflowMiB": None if ours is None else ours // MIB, "nvidiaSmiMiB": smi}
+        if smi is None:
+            continue  # nvidia-smi cannot say (N/A): nothing to compare
+        if ours is None:
+            problems.append(f"GPU {index}: get gpus shows no memoryFree (feature missing in this build?)")
+        elif abs(ours // MIB - smi) > tolerance_mib:
+            problems.append(f"GPU {index}: gflow says {ours // MIB} MiB free, nvidia-smi {smi} MiB")
+    if not numbers:
+        return Verdict(False, "get gpus lists no GPUs")
+    if problems:
+        return Verdict(False, "; ".join(problems), numbers)
+    return Verdict(True, f"within {tolerance_mib} MiB on {len(numbers)} GPU(s)", numbers)
 
 
 def judge_binding(doc: dict[str, Any] | None, devices: list[int], smi: dict[int, SmiGpu]) -> Verdict:

@@ -948,3 +948,14 @@ def test_amd_verdicts():
     assert not facts.judge_amd({"available": False, "describe": "no amdsmi: x"}, {128}).ok
     assert not facts.judge_amd({"available": True, "gpus": []}, set()).ok
     assert not facts.judge_amd(None, set()).ok
+
+
+def test_free_memory_is_read_from_nvidia_smi_and_judged_within_a_tolerance():
+    assert facts.parse_free_csv("0, 81037\n1, [N/A]\n") == {0: 81037, 1: None}
+    node = [{"index": 0, "memoryFree": "79.1Gi"}, {"index": 1, "memoryFree": "80Gi"}]
+    ok = facts.judge_free_memory({0: 81000, 1: None}, node)
+    assert ok.ok and ok.reason == "within 512 MiB on 2 GPU(s)"
+    off = facts.judge_free_memory({0: 60000, 1: 81920}, node)
+    assert not off.ok and off.reason == "GPU 0: gflow says 80998 MiB free, nvidia-smi 60000 MiB"
+    missing = facts.judge_free_memory({0: 81000}, [{"index": 0, "memory": "80Gi"}])
+    assert not missing.ok and "no memoryFree" in missing.reason

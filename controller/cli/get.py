@@ -907,7 +907,7 @@ def _unmanaged_rows(gpus: list[dict]) -> list[list[str]]:
                     str(gpu.get("index")),
                     str(proc.get("pid")),
                     str(proc.get("user") or "-"),
-                    str(proc.get("name") or "-"),
+                    "(gone: held until a GPU reset)" if proc.get("gone") else str(proc.get("name") or "-"),
                     str(proc.get("usedMemory", "0")),
                     "-" if util is None else f"{util}%",
                     age,

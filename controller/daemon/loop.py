@@ -21,9 +21,12 @@ from typing import Any
 
 from controller.act.apply import act
 from controller.act.prune import prune_manifests
+from controller.act.reclaim import Reclaimer
 from controller.act.runtime import make_runtime
+from controller.act.runtime.orphans import MARKER_VARIABLE
 from controller.daemon.review import answer_request, clear, judge_as, serve
 from controller.decide.acted import fold_acted
+from controller.decide.gpu_leaks import find_leaks
 from controller.decide.policy import policy_from_config
 from controller.decide.queue import request_of
 from controller.decide.reconcile import decide
@@ -31,6 +34,7 @@ from controller.decide.scheduler import never_fits
 from controller.model.documents import AdmittedJob
 from controller.model.plan import ActResult, Memory, Plan, Snapshot
 from controller.model.scheduling import GpuSlot
+from controller.observe.gpu_leaks import LeakWatch, process_facts
 from controller.observe.gpus.inventory import Inventory
 from controller.observe.snapshot import GPU_REFRESH, SnapshotBuilder
 from controller.observe.watch import start_watching
@@ -67,6 +71,7 @@ class Controller:
         self.recorder = Recorder(home, clock)
         self.writer = PassWriter(home, self.recorder, inventory.describe, self.runtime.limits_summary)
         self.sinks = sinks  # controller.sinks.hooks.Sinks: history, metrics, webhooks
+        self.leaks, self.reclaimer = LeakWatch(), Reclaimer()  # GPU memory an ended attempt left (docs/gpu-memory.md)
         self.memory = Memory()
         # the GPUs as the last pass saw them, for the review's never-fits verdict (None: not yet
         # known, or a cluster backend places jobs); replaced whole each pass, read by the watcher thread
@@ -192,6 +197,7 @@ class Controller:
                 watcher.stop()
             selector.close()
             self.runtime.close()
+            self.reclaimer.close()
             self.writer.flush_events(self.clock())
             try:
                 self.store.save_cache(any_change=True)
@@ -275,8 +281,33 @@ class Controller:
         acted = self._act(plan, deciding)
         plan = fold_acted(plan, acted)  # the pids the starts got, a held launch: into the records
         wake_at = self._record(snapshot, plan, now, full, began)
+        self._reclaim_gpu_memory(snapshot, now)
         # a mass write beyond its owner's read budget (observe/manifests.py): read on in the next pass
         return wake_at, plan.again or acted.again or bool(self.store.deferred)
+
+    def _reclaim_gpu_memory(self, snapshot: Snapshot, now: float) -> None:
+        """Kill what an ended attempt left holding GPU memory; say what a dead pid holds."""
+        self.leaks.attempts(self.runtime, snapshot.job_pids, now)
+        if not any(g.processes for g in snapshot.gpus) and not self.leaks.held_since:
+            return
+        ended = self.leaks.ended_attempts()
+        verdict = find_leaks(
+            ended,
+            process_facts(snapshot.gpus, looking=bool(ended), marker=MARKER_VARIABLE),
+            now,
+            running_markers=self.leaks.running_markers(),
+            managed_pids=frozenset(p for pids in snapshot.job_pids.values() for p in pids),
+            ignore=snapshot.ignore_processes,
+            held_since=self.leaks.held_since,
+            killing=self.reclaimer.stopping(),
+        )
+        self.reclaimer.reclaim(verdict.kills)
+        self.leaks.note_held(verdict.held)
+        if verdict.events:
+            try:
+                self.recorder.events(verdict.events, now)
+            except OSError:  # a full disk: the kill happened; the log line is all we can say
+                pass
 
     def _write_gpu_usage(self) -> None:
         self.observer.usage_dirty = False

@@ -13,6 +13,7 @@ class GpuProcess:
     utilization: int | None = None  # percent of the GPU's SMs this process used lately; None: NVML cannot say
     user: str = ""  # who runs it, from /proc; "" when not visible here
     started: float | None = None  # when it started (epoch seconds), from /proc; None when not visible
+    gone: bool = False  # /proc has no such pid, yet the driver still charges it: held until a GPU reset
 
 
 @dataclass(frozen=True)

@@ -510,6 +510,23 @@ class Reason(StrEnum):
             "trap the signal, write the checkpoint, then run `gflowctl checkpoint done` (or write $GFLOW_CHECKPOINT_FILE)",
         ),
     )
+    ReclaimedGPUMemory = (
+        "ReclaimedGPUMemory",
+        Facts(
+            (),
+            "event (Warning) on an ended job: gflowd killed a process the attempt left holding GPU memory "
+            "(GPU, pid, command, memory; docs/gpu-memory.md)",
+            "nothing for the GPU; make the job stop its own children (a daemonized helper, a server it started)",
+        ),
+    )
+    GPUMemoryHeld = (
+        "GPUMemoryHeld",
+        Facts(
+            (),
+            "event (Warning) on a GPU: a pid that no longer exists still holds GPU memory; it counts as in use",
+            "`nvidia-smi --gpu-reset -i N` when the GPU is idle, or reboot (only that frees it)",
+        ),
+    )
 
 
 if TYPE_CHECKING:  # a checker sees every member; at run time only the stop reasons are in it

@@ -57,6 +57,8 @@ def _process_entry(process, unmanaged: bool) -> dict:
     entry = {"pid": process.pid, "usedMemory": format_quantity(process.used_memory) or "0"}
     if unmanaged:
         entry["unmanaged"] = True  # not started by gflow: memory no job of ours holds
+    if process.gone:
+        entry["gone"] = True  # no such pid any more: the driver holds its memory until a GPU reset
     if process.started is not None:
         entry["started"] = rfc3339(process.started)
     if process.name:

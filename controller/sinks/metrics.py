@@ -18,6 +18,7 @@ name                                           type       labels / meaning
 ``gflow_gpu_memory_total_bytes``               gauge      ``gpu``, ``uuid``, ``name``
 ``gflow_gpu_utilization_percent``              gauge      ``gpu``, ``uuid``, ``name`` (absent when unknown)
 ``gflow_gpu_allocated_jobs``                   gauge      ``gpu``: how many jobs hold it
+``gflow_gpu_memory_orphaned_bytes``            gauge      ``gpu``: memory charged to pids that no longer exist
 ``gflow_gpu_job_info``                         gauge      ``gpu``, ``job_name``: 1 for each job on each GPU
 ``gflow_job_gpu_utilization_percent``         gauge      ``gpu``, ``job_name``: the job's processes' share, latest sample
 ``gflow_job_gpu_memory_used_bytes``           gauge      ``gpu``, ``job_name``: the job's processes' GPU memory, latest sample
@@ -114,6 +115,11 @@ class _SnapshotCollector:
         util = GaugeMetricFamily(
             "gflow_gpu_utilization_percent", "GPU utilization as NVML reports it.", labels=gpu_labels
         )
+        orphaned = GaugeMetricFamily(
+            "gflow_gpu_memory_orphaned_bytes",
+            "GPU memory charged to pids that no longer exist: held until a GPU reset.",
+            labels=["gpu"],
+        )
         holders = GaugeMetricFamily("gflow_gpu_allocated_jobs", "Jobs holding each GPU.", labels=["gpu"])
         info = GaugeMetricFamily("gflow_gpu_job_info", "1 for each job on each GPU.", labels=["gpu", "job_name"])
         for slot in slots:
@@ -125,13 +131,14 @@ class _SnapshotCollector:
             if gpu.utilization is not None:
                 util.add_metric(key, gpu.utilization)
             holders.add_metric([str(gpu.index)], len(slot.jobs))
+            orphaned.add_metric([str(gpu.index)], sum(p.used_memory for p in gpu.processes if p.gone))
             for job in slot.jobs:
                 info.add_metric([str(gpu.index), job], 1)
         gpus = GaugeMetricFamily("gflow_gpus", "GPUs by state.", labels=["state"])
         for state, n in by_state.items():
             gpus.add_metric([state], n)
         yield gpus
-        yield from (used, total, util, holders, info)
+        yield from (used, total, util, holders, orphaned, info)
         cores = self.cores
         if cores is not None:
             bound = len(cores.taken)

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from controller.api.units import parse_cpu_list, parse_quantity
 from controller.model.gpus import Gpu, GpuProcess
-from controller.observe.gpus.procs import process_name, process_started, process_user
+from controller.observe.gpus.procs import process_alive, process_name, process_started, process_user
 from controller.util.yamlio import YAMLSyntaxError, load_one
 
 log = logging.getLogger("gflowd.gpus")
@@ -159,6 +159,7 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
                     utilization,
                     str(proc.get("user") or process_user(pid)),
                     process_started(pid),
+                    gone=not process_alive(pid),
                 )
             )
         health = item.get("health", "Ok")

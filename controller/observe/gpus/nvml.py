@@ -21,7 +21,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 
 from controller.model.gpu_health import PAGES_PENDING, XID_UNHEALTHY, ecc_problem, xid_problem
 from controller.model.gpus import Gpu, GpuProcess
-from controller.observe.gpus.procs import process_name, process_started, process_user
+from controller.observe.gpus.procs import process_alive, process_name, process_started, process_user
 
 log = logging.getLogger("gflowd.gpus")
 T = TypeVar("T")
@@ -386,6 +386,7 @@ class NvmlInventory:
                 process_name(int(p.pid)),
                 user=process_user(int(p.pid)),
                 started=process_started(int(p.pid)),
+                gone=not process_alive(int(p.pid)),
             )
             for p in found
         )

@@ -46,3 +46,34 @@ def _boot_time() -> float:
     except (OSError, ValueError):
         pass
     return 0.0
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``/proc/PID`` exists: NVML may charge memory to a pid that is long gone (the driver
+    keeps its context until a reset), or to one in another PID namespace."""
+    return os.path.exists(f"/proc/{pid}")
+
+
+def process_marker(pid: int, variable: str) -> str:
+    """The value of ``variable`` in the process's environment (``/proc/PID/environ``, readable by
+    root and by the process's own user), "" when it has none or it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return ""
+    needle = variable.encode() + b"="
+    for entry in data.split(b"\0"):
+        if entry.startswith(needle):
+            return entry[len(needle) :].decode(errors="replace")
+    return ""
+
+
+def process_ticks(pid: int) -> int | None:
+    """The process's kernel start time in clock ticks: with the pid, its identity (a pid reused
+    later never has the same); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
