@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# a MIG profile as NVIDIA names it: 1g.10gb, 3g.40gb, 1g.10gb+me, 1c.3g.40gb (compute-instance split)
+MIG_PROFILE = re.compile(r"(?:\d+c\.)?\d+g\.(\d+)gb(?:\+me)?", re.IGNORECASE)
+
+
+def mig_profile_ok(text: str) -> bool:
+    return MIG_PROFILE.fullmatch(text.strip()) is not None
+
+
+def mig_profile_memory(profile: str) -> str:
+    """The memory a profile names (``1g.10gb``: ``10Gi``), for instances whose size nobody gave."""
+    match = MIG_PROFILE.fullmatch(profile.strip())
+    return f"{match.group(1)}Gi" if match else "0"
+
+
+def mig_profile_of(name: str) -> str:
+    """The profile in NVML's name of a MIG device: ``NVIDIA A100-SXM4-40GB MIG 1g.5gb`` -> ``1g.5gb``."""
+    last = name.rsplit(" ", 1)[-1]
+    return last.lower() if " MIG " in f" {name} " and mig_profile_ok(last) else ""
 
 
 @dataclass(frozen=True)
@@ -29,6 +49,15 @@ class Gpu:
     minor: int | None = None  # the device node's minor number (/dev/nvidiaN); None: same as index
     numa_node: int | None = None  # the NUMA node the GPU is attached to, when known
     cpus: tuple[int, ...] = ()  # the cores near it, ascending (NVML's CPU affinity); empty: unknown
+    vendor: str = "nvidia"  # "nvidia" | "amd"
+    parent: int | None = None  # a MIG instance: its parent GPU's NVML index; None: a whole GPU
+    profile: str = ""  # a MIG instance's profile, like "1g.10gb"
+    local_index: int | None = None  # the index the vendor's runtime uses (MIG: on its parent; AMD: ROCR's)
+
+    @property
+    def display_name(self) -> str:
+        """``MIG 1g.10gb (GPU 0)`` for a MIG instance, else the vendor's name."""
+        return f"MIG {self.profile} (GPU {self.parent})" if self.profile else self.name
 
     @property
     def device_minor(self) -> int:

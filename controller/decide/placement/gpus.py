@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from controller.api.units import format_duration
 from controller.decide.placement.gpu_text import gpu_count, never_fits_text, why_waiting
+from controller.model.gpus import mig_profile_ok
 from controller.model.reasons import Reason
 from controller.model.scheduling import GpuSlot, GpuState, Request, Wait
 
@@ -29,7 +30,12 @@ NO_REASON = Wait(Reason.Resources, "")  # what a waiting job is told when the pa
 
 
 def matches(slot: GpuSlot, request: Request) -> bool:
-    return request.gpu_type is None or request.gpu_type.lower() in slot.gpu.name.lower()
+    """A MIG profile (``1g.10gb``) picks the MIG instances of that profile; anything else picks
+    whole GPUs by a part of their name, so a whole-GPU job never lands on a MIG instance."""
+    wanted = request.gpu_type
+    if wanted is not None and mig_profile_ok(wanted):
+        return slot.gpu.profile == wanted.strip().lower()
+    return not slot.gpu.profile and (wanted is None or wanted.lower() in slot.gpu.name.lower())
 
 
 def has_room(slot: GpuSlot, req: Request) -> bool:
