@@ -14,9 +14,9 @@ name                                           type       labels / meaning
 ``gflow_jobs``                                 gauge      ``phase``: jobs in each phase
 ``gflow_jobs_pending``                         gauge      ``reason``: pending jobs by why they wait
 ``gflow_gpus``                                 gauge      ``state``: GPUs by state (Free, Allocated, ...)
-``gflow_gpu_memory_used_bytes``                gauge      ``gpu``, ``uuid``, ``name``
-``gflow_gpu_memory_total_bytes``               gauge      ``gpu``, ``uuid``, ``name``
-``gflow_gpu_utilization_percent``              gauge      ``gpu``, ``uuid``, ``name`` (absent when unknown)
+``gflow_gpu_memory_used_bytes``                gauge      ``gpu``, ``uuid``, ``name``, ``profile``
+``gflow_gpu_memory_total_bytes``               gauge      ``gpu``, ``uuid``, ``name``, ``profile``
+``gflow_gpu_utilization_percent``              gauge      ``gpu``, ``uuid``, ``name``, ``profile`` (absent when unknown)
 ``gflow_gpu_allocated_jobs``                   gauge      ``gpu``: how many jobs hold it
 ``gflow_gpu_job_info``                         gauge      ``gpu``, ``job_name``: 1 for each job on each GPU
 ``gflow_job_gpu_utilization_percent``         gauge      ``gpu``, ``job_name``: the job's processes' share, latest sample
@@ -107,7 +107,7 @@ class _SnapshotCollector:
         yield waiting
 
         by_state = dict.fromkeys(GPU_STATES, 0)
-        gpu_labels = ["gpu", "uuid", "name"]
+        gpu_labels = ["gpu", "uuid", "name", "profile"]  # profile: a MIG instance's (1g.10gb), else ""
         used = GaugeMetricFamily("gflow_gpu_memory_used_bytes", "GPU memory in use (all processes).", labels=gpu_labels)
         total = GaugeMetricFamily("gflow_gpu_memory_total_bytes", "GPU memory.", labels=gpu_labels)
         util = GaugeMetricFamily(
@@ -118,7 +118,7 @@ class _SnapshotCollector:
         for slot in slots:
             gpu = slot.gpu
             by_state[slot.state] = by_state.get(slot.state, 0) + 1
-            key = [str(gpu.index), gpu.uuid, gpu.name]
+            key = [str(gpu.index), gpu.uuid, gpu.name, gpu.profile]
             used.add_metric(key, gpu.memory_used)
             total.add_metric(key, gpu.memory_total)
             if gpu.utilization is not None:
