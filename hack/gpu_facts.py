@@ -51,6 +51,7 @@ CHECKS: list[tuple[str, str]] = [
     ("gpu-usage-figures", "status.gpuUsage agrees with nvidia-smi pmon and --query-compute-apps"),
     ("apply-to-first-cuda", "time from gflowctl apply to the job's first CUDA call"),
     ("nvml-sampling-cost", "cost of one NVML sampling pass over all GPUs"),
+    ("mig-instance", "where a GPU has MIG on: a job asking for its profile sees only its instance (MIG-<uuid>)"),
     ("cleanup", "no process or cgroup of the run is left once its jobs are deleted"),
 ]
 CHECK_NAMES = [name for name, _ in CHECKS]
