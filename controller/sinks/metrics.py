@@ -14,10 +14,11 @@ name                                           type       labels / meaning
 ``gflow_jobs``                                 gauge      ``phase``: jobs in each phase
 ``gflow_jobs_pending``                         gauge      ``reason``: pending jobs by why they wait
 ``gflow_gpus``                                 gauge      ``state``: GPUs by state (Free, Allocated, ...)
-``gflow_gpu_memory_used_bytes``                gauge      ``gpu``, ``uuid``, ``name``, ``profile``
-``gflow_gpu_memory_total_bytes``               gauge      ``gpu``, ``uuid``, ``name``, ``profile``
-``gflow_gpu_utilization_percent``              gauge      ``gpu``, ``uuid``, ``name``, ``profile`` (absent when unknown)
+``gflow_gpu_memory_used_bytes``                gauge      ``gpu``, ``uuid``, ``name``
+``gflow_gpu_memory_total_bytes``               gauge      ``gpu``, ``uuid``, ``name``
+``gflow_gpu_utilization_percent``              gauge      ``gpu``, ``uuid``, ``name`` (absent when unknown)
 ``gflow_gpu_allocated_jobs``                   gauge      ``gpu``: how many jobs hold it
+``gflow_gpu_mig_info``                         gauge      ``gpu``, ``parent``, ``profile``: 1 for each MIG instance
 ``gflow_gpu_job_info``                         gauge      ``gpu``, ``job_name``: 1 for each job on each GPU
 ``gflow_job_gpu_utilization_percent``         gauge      ``gpu``, ``job_name``: the job's processes' share, latest sample
 ``gflow_job_gpu_memory_used_bytes``           gauge      ``gpu``, ``job_name``: the job's processes' GPU memory, latest sample
@@ -107,7 +108,7 @@ class _SnapshotCollector:
         yield waiting
 
         by_state = dict.fromkeys(GPU_STATES, 0)
-        gpu_labels = ["gpu", "uuid", "name", "profile"]  # profile: a MIG instance's (1g.10gb), else ""
+        gpu_labels = ["gpu", "uuid", "name"]
         used = GaugeMetricFamily("gflow_gpu_memory_used_bytes", "GPU memory in use (all processes).", labels=gpu_labels)
         total = GaugeMetricFamily("gflow_gpu_memory_total_bytes", "GPU memory.", labels=gpu_labels)
         util = GaugeMetricFamily(
@@ -115,22 +116,27 @@ class _SnapshotCollector:
         )
         holders = GaugeMetricFamily("gflow_gpu_allocated_jobs", "Jobs holding each GPU.", labels=["gpu"])
         info = GaugeMetricFamily("gflow_gpu_job_info", "1 for each job on each GPU.", labels=["gpu", "job_name"])
+        mig = GaugeMetricFamily(  # a MIG instance's profile, joined on gpu: the per-GPU series keep their labels
+            "gflow_gpu_mig_info", "1 for each MIG instance: its parent GPU and profile.", labels=["gpu", "parent", "profile"]
+        )
         for slot in slots:
             gpu = slot.gpu
             by_state[slot.state] = by_state.get(slot.state, 0) + 1
-            key = [str(gpu.index), gpu.uuid, gpu.name, gpu.profile]
+            key = [str(gpu.index), gpu.uuid, gpu.name]
             used.add_metric(key, gpu.memory_used)
             total.add_metric(key, gpu.memory_total)
             if gpu.utilization is not None:
                 util.add_metric(key, gpu.utilization)
             holders.add_metric([str(gpu.index)], len(slot.jobs))
+            if gpu.profile:
+                mig.add_metric([str(gpu.index), str(gpu.parent), gpu.profile], 1)
             for job in slot.jobs:
                 info.add_metric([str(gpu.index), job], 1)
         gpus = GaugeMetricFamily("gflow_gpus", "GPUs by state.", labels=["state"])
         for state, n in by_state.items():
             gpus.add_metric([state], n)
         yield gpus
-        yield from (used, total, util, holders, info)
+        yield from (used, total, util, holders, info, mig)
         cores = self.cores
         if cores is not None:
             bound = len(cores.taken)

@@ -136,7 +136,7 @@ class NvmlInventory:
         whole: list[Gpu] = []
         instances: list[Gpu] = []
         for gpu in gpus:
-            found = self._mig_instances(gpu) if gpu.healthy else None
+            found = self._mig_instances(gpu)
             if found is None:
                 whole.append(gpu)
             else:
@@ -174,6 +174,8 @@ class NvmlInventory:
                         used,
                         None,  # NVML has no utilization for a MIG device
                         self._processes(mig),
+                        healthy=parent.healthy,  # an Xid or ECC fault of the GPU is every instance's
+                        error=parent.error,
                         minor=parent.minor,  # a MIG job opens its parent's /dev/nvidiaN (and its caps)
                         numa_node=parent.numa_node,
                         cpus=parent.cpus,
