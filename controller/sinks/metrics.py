@@ -18,7 +18,6 @@ name                                           type       labels / meaning
 ``gflow_gpu_memory_total_bytes``               gauge      ``gpu``, ``uuid``, ``name``
 ``gflow_gpu_utilization_percent``              gauge      ``gpu``, ``uuid``, ``name`` (absent when unknown)
 ``gflow_gpu_allocated_jobs``                   gauge      ``gpu``: how many jobs hold it
-``gflow_gpu_mig_info``                         gauge      ``gpu``, ``parent``, ``profile``: 1 for each MIG instance
 ``gflow_gpu_job_info``                         gauge      ``gpu``, ``job_name``: 1 for each job on each GPU
 ``gflow_job_gpu_utilization_percent``         gauge      ``gpu``, ``job_name``: the job's processes' share, latest sample
 ``gflow_job_gpu_memory_used_bytes``           gauge      ``gpu``, ``job_name``: the job's processes' GPU memory, latest sample
@@ -33,6 +32,9 @@ name                                           type       labels / meaning
 ``gflow_attempt_peak_memory_bytes``            histogram  peak memory of each ended attempt, from its cgroup
 ``gflow_build_info``                           gauge      ``version``, ``python``: 1 (which gflowd answers)
 =============================================  =========  ==================================================
+
+Where GPUs are split into MIG instances (docs/mig.md), `gflow_gpu_mig_info` (gauge; labels
+``gpu``, ``parent``, ``profile``) is 1 for each instance: join on ``gpu`` for a profile.
 
 No label is named ``job`` or ``instance``: Prometheus gives every scraped series those two (the
 scrape job and the target) and would store ours as ``exported_job``. Every phase and every known
