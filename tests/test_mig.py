@@ -14,6 +14,7 @@ from controller.export import k8s, slurm
 from controller.model.gpus import mig_profile_of
 from controller.model.scheduling import GpuSlot
 from controller.observe.gpus.inventory import parse_fake_gpus
+from controller.sim.simulator import TraceError, named_policy, read_trace, simulate
 
 FILE = """\
 gpus:
@@ -99,3 +100,25 @@ def test_exports_ask_the_cluster_for_the_profile():
     limits = exported.data["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/mig-1g.10gb": "1"}
     assert not any("gpuType" in note for note in exported.notes)
+
+
+def test_simulate_places_trace_jobs_on_mig_instances(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "submit_s,gpus,duration_s,time_limit_s,priority,user,gpu_type\n"
+        "0,1,100,,0,a,1g.10gb\n0,1,100,,0,b,1g.10gb\n0,1,100,,0,c,1g.10gb\n0,1,50,,0,d,\n"
+    )
+    machine = tmp_path / "gpus.yaml"
+    machine.write_text(
+        "gpus:\n  - {name: NVIDIA A100-SXM4-80GB, memory: 80Gi, mig: [{profile: 1g.10gb}, {profile: 1g.10gb}]}\n"
+        "  - {name: NVIDIA A100-SXM4-80GB, memory: 80Gi}\n"
+    )
+    jobs = simulate(read_trace(trace), 0, named_policy("fifo"), inventory=parse_fake_gpus(machine.read_text())).jobs
+    placed = {j.user: (j.start, j.devices) for j in jobs}
+    # two instances for three 1g jobs: the third waits; the whole-GPU job takes GPU 1, never an instance
+    assert placed == {"a": (0.0, (2,)), "b": (0.0, (3,)), "c": (100.0, (2,)), "d": (0.0, (1,))}
+    trace.write_text(trace.read_text() + "0,1,10,,0,e,3g.40gb\n")
+    with pytest.raises(TraceError, match="trace line 6: the job needs 1 GPUs of type 3g.40gb; the machine has 0"):
+        simulate(read_trace(trace), 0, named_policy("fifo"), inventory=parse_fake_gpus(machine.read_text()))
+    with pytest.raises(TraceError, match="trace line 2: gpu_type needs a machine of typed GPUs"):
+        simulate(read_trace(trace), 8, named_policy("fifo"))  # --gpus N: all alike

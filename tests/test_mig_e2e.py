@@ -37,9 +37,8 @@ spec:
 
 def ctl(home: Path, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(home.parent / "state")}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60, cwd=cwd
-    )
+    argv_ = [sys.executable, "-m", "controller.cli.main", *argv]
+    return subprocess.run(argv_, capture_output=True, text=True, env=env, timeout=60, cwd=cwd)
 
 
 def seen_devices(home: Path, name: str) -> str:

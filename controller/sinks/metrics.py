@@ -119,7 +119,9 @@ class _SnapshotCollector:
         holders = GaugeMetricFamily("gflow_gpu_allocated_jobs", "Jobs holding each GPU.", labels=["gpu"])
         info = GaugeMetricFamily("gflow_gpu_job_info", "1 for each job on each GPU.", labels=["gpu", "job_name"])
         mig = GaugeMetricFamily(  # a MIG instance's profile, joined on gpu: the per-GPU series keep their labels
-            "gflow_gpu_mig_info", "1 for each MIG instance: its parent GPU and profile.", labels=["gpu", "parent", "profile"]
+            "gflow_gpu_mig_info",
+            "1 for each MIG instance: its parent GPU and profile.",
+            labels=["gpu", "parent", "profile"],
         )
         for slot in slots:
             gpu = slot.gpu
