@@ -30,8 +30,15 @@ def test_a_mig_job_lands_on_a_free_instance_nvml_reports(home, gflowd, nvml_env,
     try:
         write_fake_nvml(nvml_env["FAKE_NVML_FILE"], sliced(foreign.pid))
         daemon = gflowd(env=nvml_env)
-        node = load_one((home / "node.yaml").read_text())
-        units = {g["index"]: g for g in node["gpus"]}
+
+        def units_seen():  # node.yaml comes with a later pass, and a foreign process is judged over passes
+            node = home / "node.yaml"
+            if not node.exists():
+                return None
+            units = {g["index"]: g for g in load_one(node.read_text())["gpus"]}
+            return units if units.get(2, {}).get("state") == "Unmanaged" else None
+
+        units = wait_for(units_seen, timeout=60, message="instance 2 to be Unmanaged")
         assert sorted(units) == [1, 2, 3], units  # GPU 0 is no unit; its instances are 2 and 3
         assert units[2]["name"] == "MIG 1g.10gb (GPU 0)" and units[2]["uuid"] == UUID_A
         assert units[2]["memory"] == "10Gi" and units[2]["state"] == "Unmanaged"
