@@ -314,6 +314,7 @@ class Acceptance:
             ("nvml-sampling-cost", {"venv"}, self.check_nvml_cost),
             ("amd-inventory", {"venv"}, self.check_amd),
             ("checkpoint-signal", gflow, self.check_checkpoint_signal),
+            ("mig-instance", gflow, self.check_mig),
         ]
         always = {"venv", "gflowd-nvml"}  # every gflow check needs them
         for name, needs, step in steps:
@@ -487,6 +488,31 @@ class Acceptance:
                 verdict.numbers,
             )
         return verdict
+
+    def check_mig(self) -> Verdict:
+        """A MIG instance as a unit: gflowd lists it (``profile`` in get gpus), a job asking for
+        that profile gets it as CUDA_VISIBLE_DEVICES=MIG-<uuid> and the probe sees one device."""
+        units = (self.node() or {}).get("gpus") or []
+        instances = [g for g in units if g.get("profile")]
+        if not instances:
+            smi = run(["nvidia-smi", "--query-gpu=index,mig.mode.current", "--format=csv,noheader"], timeout=60)
+            if "Enabled" in smi.stdout:
+                return Verdict(
+                    False, f"nvidia-smi shows MIG enabled ({smi.stdout.strip()}) but gflowd lists no instance"
+                )
+            raise Skip("no GPU has MIG enabled (nvidia-smi -i N -mig 1, then make instances with nvidia-smi mig)")
+        profile = instances[0]["profile"]
+        job = self.apply_job("mig", gpus=1, gpu_type=profile, probe=["--use", "first", "--alloc-mib", "64"])
+        status = self.wait_phase(job.name, {"Succeeded", "Failed"}, 120)
+        doc = self.probe_doc(job) or {}
+        uuids = status.get("deviceUUIDs") or []
+        seen = (doc.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
+        numbers = {"profile": profile, "uuids": uuids, "seen": seen, "devices": len(doc.get("devices") or [])}
+        if status.get("phase") != "Succeeded" or len(uuids) != 1 or not uuids[0].startswith("MIG-"):
+            return Verdict(False, f"the {profile} job ended {status.get('phase')} on {uuids}", numbers)
+        if seen != uuids[0] or numbers["devices"] != 1:
+            return Verdict(False, f"the job saw CUDA_VISIBLE_DEVICES={seen} and {numbers['devices']} devices", numbers)
+        return Verdict(True, f"a {profile} job ran on {uuids[0]}, seeing only it", numbers)
 
     def check_two_gpu(self) -> Verdict:
         if len(self.smi) < 2:
@@ -1025,6 +1051,7 @@ class Acceptance:
         release: Path | None = None,
         sharing: str | None = None,
         gpu_memory: str | None = None,
+        gpu_type: str | None = None,
     ) -> Job:
         name = f"acc-{stem}"
         out = self.probe_dir / f"{name}.json"
@@ -1033,6 +1060,8 @@ class Acceptance:
         resources: dict[str, Any] = {"gpus": gpus}
         if gpu_memory:
             resources["gpuMemory"] = gpu_memory
+        if gpu_type:
+            resources["gpuType"] = gpu_type
         env = {key: os.environ[key] for key in JOB_PASSTHROUGH if os.environ.get(key)}
         spec: dict[str, Any] = {
             "command": command,

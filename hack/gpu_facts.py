@@ -57,6 +57,7 @@ CHECKS: list[tuple[str, str]] = [
     ("nvml-sampling-cost", "cost of one NVML sampling pass over all GPUs"),
     ("amd-inventory", "on a machine with /dev/kfd, gflowd's amdsmi reader lists healthy AMD GPUs with render nodes"),
     ("checkpoint-signal", "a job with timeLimit 20s and checkpoint.before 10s gets its signal ~10s in, and confirms"),
+    ("mig-instance", "where a GPU has MIG on: a job asking for its profile sees only its instance (MIG-<uuid>)"),
     ("cleanup", "no process or cgroup of the run is left once its jobs are deleted"),
 ]
 CHECK_NAMES = [name for name, _ in CHECKS]

@@ -5,7 +5,7 @@ a job sees the same names wherever it runs (docs/cluster.md has their values per
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # every job gets these, on every engine (SPEC section 5; docs/cluster.md for their values elsewhere)
@@ -20,6 +20,14 @@ GFLOW_VARIABLES = (
 )
 # a Shared job's frameworks must not grab the whole GPU; the job's own settings win
 SHARED_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+
+
+def cuda_devices(indices: Sequence[int], uuids: Sequence[str]) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for the units a job holds: NVML indices for whole GPUs; for MIG
+    instances their ``MIG-<uuid>`` (CUDA names a MIG instance only by its UUID)."""
+    if uuids and len(uuids) == len(indices) and all(u.startswith("MIG-") for u in uuids):
+        return ",".join(uuids)
+    return ",".join(str(i) for i in indices)
 
 
 def job_env(

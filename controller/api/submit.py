@@ -23,6 +23,7 @@ from controller.api.export import ENV_ANNOTATION, ENV_FILE, ExportError, exporte
 from controller.api.names import is_valid_name
 from controller.api.signals import CHECKPOINT_SIGNALS
 from controller.api.units import format_duration, parse_duration, parse_quantity
+from controller.model.gpus import mig_profile_ok
 from controller.util.yamlio import dump
 
 TYPE_CHECKING = False  # not typing's: run's start-up imports neither typing nor dataclasses (~10 ms)
@@ -277,10 +278,7 @@ def _sbatch_options(words: list[str], where: str, warnings: list[str]) -> dict[s
         elif name in ("--gres",):
             _sbatch_gres(value, out, where, warnings)
         elif name in ("--gpus", "-G"):
-            kind, _, count = value.rpartition(":")
-            if kind:
-                out["gpu_type"] = kind
-            out["gpus"] = count
+            out.update(gpus_option(value))
         elif name in ("--time", "-t"):
             out["time"] = value
         elif name == "--signal":
@@ -318,6 +316,8 @@ def _sbatch_gres(value: str, out: dict[str, Any], where: str, warnings: list[str
             continue
         if len(parts) == 1:
             out["gpus"] = "1"
+        elif len(parts) == 2 and not parts[1].isdigit():  # gpu:1g.10gb: one of that type
+            out["gpu_type"], out["gpus"] = parts[1], "1"
         elif len(parts) == 2:
             out["gpus"] = parts[1]
         else:
@@ -327,11 +327,22 @@ def _sbatch_gres(value: str, out: dict[str, Any], where: str, warnings: list[str
 def parse_gres(value: str) -> dict[str, str]:
     """``run --gres gpu:2`` or ``gpu:a100:2``: the --gpus and --gpu-type it stands for."""
     parts = value.split(":")
+    if len(parts) == 2 and parts[0] == "gpu" and mig_profile_ok(parts[1]):  # gpu:1g.10gb: one instance
+        return {"gpus": "1", "gpu_type": parts[1]}
     if parts[0] != "gpu" or len(parts) > 3 or (len(parts) > 1 and not parts[-1].isdigit()):
         raise SubmitError(f"--gres={value}: only GPUs, written gpu:N or gpu:TYPE:N (or use --gpus N)")
     if len(parts) == 1:
         return {"gpus": "1"}
     return {"gpus": parts[-1], **({"gpu_type": parts[1]} if len(parts) == 3 else {})}
+
+
+def gpus_option(value: str) -> dict[str, str]:
+    """``--gpus`` as sbatch and ``run`` take it: ``N``, ``TYPE:N``, a MIG profile alone
+    (``1g.10gb``: one instance) or ``N:1g.10gb``; the count and type it stands for."""
+    kind, _, number = value.rpartition(":")
+    if mig_profile_ok(number) and (not kind or kind.isdigit()):
+        kind, number = number, kind or "1"
+    return {"gpus": number, **({"gpu_type": kind} if kind else {})}
 
 
 _SLURM_CONDITIONS = {"afterok": "Succeeded", "afternotok": "Failed", "afterany": "Finished"}
@@ -592,6 +603,9 @@ def build(
     resources: dict[str, Any] = {}
     if "gres" in options:
         options = {**parse_gres(options["gres"]), **options}  # --gpus/--gpu-type given as well win
+    if "gpus" in options and not str(options["gpus"]).isdigit():  # --gpus 1g.10gb, --gpus 2:1g.10gb
+        given = {"gpu_type": options["gpu_type"]} if "gpu_type" in options else {}  # --gpu-type wins
+        options = {**options, **gpus_option(str(options["gpus"])), **given}
     if "gpus" in options:
         resources["gpus"] = _integer("--gpus", options["gpus"])
     if "gpu_type" in options:

@@ -36,6 +36,7 @@ from typing import Any
 from controller.api.jobenv import job_env
 from controller.export import Exported, split_common, workdir
 from controller.export.slurm import command_argv
+from controller.model.gpus import mig_profile_ok
 from controller.util.yamlio import dump
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -50,6 +51,12 @@ def k8s_quantity(n_bytes: int) -> str:
     if n_bytes and n_bytes % GIB == 0:
         return f"{n_bytes // GIB}Gi"
     return f"{max(1, math.ceil(n_bytes / MIB))}Mi"
+
+
+def gpu_resource(gpu_type: str | None) -> str:
+    """``nvidia.com/gpu``, or for a MIG profile the device plugin's mixed-strategy resource
+    ``nvidia.com/mig-1g.10gb`` (under the single strategy a cluster offers MIG as nvidia.com/gpu)."""
+    return f"nvidia.com/mig-{gpu_type.strip().lower()}" if gpu_type and mig_profile_ok(gpu_type) else GPU_RESOURCE
 
 
 def k8s_env(name: str, spec: Any) -> dict[str, str]:
@@ -69,7 +76,7 @@ def _container(spec: Any, command: list[str], env: dict[str, str], image: str, m
     limits: dict[str, str] = {}
     requests: dict[str, str] = {}
     if spec.resources.gpus:
-        limits[GPU_RESOURCE] = str(spec.resources.gpus)
+        limits[gpu_resource(spec.resources.gpu_type)] = str(spec.resources.gpus)
     if spec.resources.memory is not None:
         limits["memory"] = requests["memory"] = k8s_quantity(spec.resources.memory)
     if spec.resources.cpus:  # whole cores, requests = limits: the static CPU manager pins them
@@ -92,7 +99,7 @@ def _unmapped(spec: Any, name: str) -> list[str]:
             f"{name}: priority {spec.priority}: Kubernetes orders by a named PriorityClass "
             "(or Kueue WorkloadPriorityClass); kept as the annotation gflow.dev/priority"
         )
-    if spec.resources.gpu_type:
+    if spec.resources.gpu_type and not mig_profile_ok(spec.resources.gpu_type):
         notes.append(
             f"{name}: gpuType {spec.resources.gpu_type}: choose GPU nodes with a nodeSelector on your cluster's "
             "labels (e.g. nvidia.com/gpu.product); not exported"

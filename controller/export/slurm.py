@@ -38,6 +38,7 @@ from typing import Any
 from controller.api.jobenv import job_env
 from controller.api.units import parse_duration
 from controller.export import Exported, Shell, split_common, workdir
+from controller.model.gpus import mig_profile_ok
 
 MIB = 2**20
 GIB = 2**30
@@ -86,6 +87,8 @@ def gres_type(gpu_type: str, gpu_types: Mapping[str, str]) -> str:
     for key, value in gpu_types.items():
         if key.lower() == gpu_type.lower():
             return value
+    if mig_profile_ok(gpu_type):  # AutoDetect=nvml's MIG GRES types carry the profile; map others in gpuTypes
+        return gpu_type.lower()
     raise UnmappedGpuType(gpu_type)
 
 

@@ -629,7 +629,9 @@ class Recorder:
             entry = {
                 "index": gpu.index,
                 "uuid": gpu.uuid,
-                "name": gpu.name,
+                "name": gpu.display_name,  # a MIG instance: MIG 1g.10gb (GPU 0)
+                "profile": gpu.profile or None,
+                "parent": gpu.parent,
                 "memory": format_quantity(gpu.memory_total),
                 "memoryBytes": gpu.memory_total,  # exact, for tools comparing with nvidia-smi
                 "memoryUsed": format_quantity(gpu.memory_used) or "0",

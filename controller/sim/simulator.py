@@ -9,7 +9,9 @@ What it leaves out, on purpose: processes (a job runs exactly ``duration_s``, or
 incremental :class:`UsageLedger` (same figures as the controller's per-run sum).
 
 Trace: CSV with a header, columns ``submit_s,gpus,duration_s,time_limit_s,priority,user`` and
-optionally ``shared,gpu_memory_gib,cpus``. An empty ``time_limit_s`` means none. ``cpus`` (whole
+optionally ``shared,gpu_memory_gib,cpus,gpu_type``. ``gpu_type`` (a MIG profile like ``1g.10gb``, or
+part of a GPU's name) picks among the units of a machine given as ``Gpu`` records (``inventory``).
+An empty ``time_limit_s`` means none. ``cpus`` (whole
 cores) are booked when the simulated machine has cores (``simulate --cpus N``), as gflowd books them.
 
 Reservations (optional): CSV with a header ``start_s,duration_s,devices,users`` (devices and users
@@ -25,6 +27,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controller.decide.placement.gpus import matches
 from controller.decide.policy import UsageLedger, queue_key, quota_keys
 from controller.decide.reservations import Window, fence, next_boundary
 from controller.decide.scheduler import Binding, GpuSlot, QuotaUse, Request, schedule
@@ -53,6 +56,7 @@ class SimJob:
     shared: bool = False
     gpu_memory: int | None = None
     cpus: int = 0
+    gpu_type: str | None = None  # a MIG profile or part of a GPU's name, on a machine from --fake-gpus
     start: float | None = None
     end: float | None = None
     devices: tuple[int, ...] = ()
@@ -163,11 +167,17 @@ def _parse_row(row: list[str], col: dict[str, int], index: int, line: int) -> Si
         shared=shared,
         gpu_memory=int(float(memory) * GIB) if memory else None,
         cpus=int(number("cpus", 0, integer=True)) if cell("cpus") else 0,
+        gpu_type=cell("gpu_type") or None,
         line=line,
     )
 
 
 # -- the simulation ----------------------------------------------------------------------------------
+
+
+def _typed(slots: list[GpuSlot], gpu_type: str) -> int:
+    """How many units a ``gpu_type`` may use, as the scheduler matches them."""
+    return sum(matches(s, Request("", 1, gpu_type)) for s in slots)
 
 
 def simulate(
@@ -177,9 +187,25 @@ def simulate(
     policy_name: str = "",
     cpus: int | None = None,
     reservations: list[Window] | None = None,
+    inventory: list[Gpu] | None = None,
 ) -> Result:
     """Run the trace to the end; fills each job's start/end/devices and returns the metrics.
-    ``cpus``: the machine's cores, booked by the jobs' ``cpus`` (None: not booked)."""
+    ``cpus``: the machine's cores, booked by the jobs' ``cpus`` (None: not booked). ``inventory``:
+    the machine's GPUs (a fake-GPU file's, MIG instances as units) instead of ``gpus`` alike ones."""
+    if inventory is not None:
+        slots = [GpuSlot(g, "Free") for g in inventory]
+        gpus = len(slots)
+        typed = next((j for j in jobs if j.gpu_type and j.gpus > _typed(slots, j.gpu_type)), None)
+        if typed is not None:
+            have = _typed(slots, typed.gpu_type or "")
+            raise TraceError(
+                f"trace line {typed.line}: the job needs {typed.gpus} GPUs of type {typed.gpu_type}; the machine has {have}"
+            )
+    else:
+        typed = next((j for j in jobs if j.gpu_type), None)
+        if typed is not None:  # every simulated GPU is alike: a type would never match
+            raise TraceError(f"trace line {typed.line}: gpu_type needs a machine of typed GPUs (an inventory)")
+        slots = [GpuSlot(Gpu(i, f"GPU-sim-{i}", "simulated GPU", 80 * GIB), "Free") for i in range(gpus)]
     too_big = next((j for j in jobs if j.gpus > gpus or (cpus is not None and j.cpus > cpus)), None)
     if too_big is not None:
         what = (
@@ -189,16 +215,17 @@ def simulate(
         )
         raise TraceError(f"trace line {too_big.line}: the job needs {what}")
     reservations = reservations or []
-    outside = next((w for w in reservations if max(w.devices) >= gpus), None)
+    ids = {s.index for s in slots}
+    outside = next((w for w in reservations if not set(w.devices) <= ids), None)
     if outside is not None:
-        raise TraceError(f"reservation {outside.name}: GPU {max(outside.devices)} does not exist; --gpus is {gpus}")
-    slots = [GpuSlot(Gpu(i, f"GPU-sim-{i}", "simulated GPU", 80 * GIB), "Free") for i in range(gpus)]
+        missing = max(set(outside.devices) - ids)
+        raise TraceError(f"reservation {outside.name}: GPU {missing} does not exist; --gpus is {gpus}")
     cores = CorePool(frozenset(range(cpus))) if cpus is not None else None
     requests = {
         str(j.index): Request(
             str(j.index),
             j.gpus,
-            None,
+            j.gpu_type,
             j.gpu_memory,
             j.shared,
             j.time_limit,
@@ -349,8 +376,9 @@ def _release(
     job: SimJob, slots: list[GpuSlot], running_on: dict[int, list[SimJob]], ledger, quota_used, now: float
 ) -> None:
     name = str(job.index)
+    by_index = {s.index: s for s in slots}  # unit ids: 0..N-1 alike, or a fake-GPU file's (MIG ids skip parents)
     for device in job.devices:
-        slot = slots[device]
+        slot = by_index[device]
         slot.jobs.remove(name)
         others = running_on[device]
         others.remove(job)

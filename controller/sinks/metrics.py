@@ -35,6 +35,9 @@ name                                           type       labels / meaning
 ``gflow_build_info``                           gauge      ``version``, ``python``: 1 (which gflowd answers)
 =============================================  =========  ==================================================
 
+Where GPUs are split into MIG instances (docs/mig.md), `gflow_gpu_mig_info` (gauge; labels
+``gpu``, ``parent``, ``profile``) is 1 for each instance: join on ``gpu`` for a profile.
+
 No label is named ``job`` or ``instance``: Prometheus gives every scraped series those two (the
 scrape job and the target) and would store ours as ``exported_job``. Every phase and every known
 pending reason is served from the first scrape, at 0, so ``rate()`` and alerts see a series
@@ -122,6 +125,11 @@ class _SnapshotCollector:
         )
         holders = GaugeMetricFamily("gflow_gpu_allocated_jobs", "Jobs holding each GPU.", labels=["gpu"])
         info = GaugeMetricFamily("gflow_gpu_job_info", "1 for each job on each GPU.", labels=["gpu", "job_name"])
+        mig = GaugeMetricFamily(  # a MIG instance's profile, joined on gpu: the per-GPU series keep their labels
+            "gflow_gpu_mig_info",
+            "1 for each MIG instance: its parent GPU and profile.",
+            labels=["gpu", "parent", "profile"],
+        )
         for slot in slots:
             gpu = slot.gpu
             by_state[slot.state] = by_state.get(slot.state, 0) + 1
@@ -132,13 +140,15 @@ class _SnapshotCollector:
                 util.add_metric(key, gpu.utilization)
             holders.add_metric([str(gpu.index)], len(slot.jobs))
             orphaned.add_metric([str(gpu.index)], sum(p.used_memory for p in gpu.processes if p.gone))
+            if gpu.profile:
+                mig.add_metric([str(gpu.index), str(gpu.parent), gpu.profile], 1)
             for job in slot.jobs:
                 info.add_metric([str(gpu.index), job], 1)
         gpus = GaugeMetricFamily("gflow_gpus", "GPUs by state.", labels=["state"])
         for state, n in by_state.items():
             gpus.add_metric([state], n)
         yield gpus
-        yield from (used, total, util, holders, orphaned, info)
+        yield from (used, total, util, holders, orphaned, info, mig)
         cores = self.cores
         if cores is not None:
             bound = len(cores.taken)

@@ -261,6 +261,10 @@ typedef struct {
     long long pages_pending;   /* retired pages pending a reset (0/1); < 0: not supported */
     int nxid;
     long long *xids; /* Xid critical-error events, in order; each event set delivers each once */
+    /* MIG: a GPU with "mig": [...] in the file has MIG mode on; its instances sit after the
+       physical GPUs in the table (handles from nvmlDeviceGetMigDeviceHandleByIndex only) */
+    int mig_mode, mig_first, nmig, max_mig;
+    int is_mig, parent, gi, ci;
 } fgpu;
 
 #define MAX_HANDLES 256
@@ -270,6 +274,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static handle_t handles[MAX_HANDLES];
 static fgpu *gpus;
 static int ngpus;
+static int ntable; /* physical GPUs and the MIG instances after them */
 static char driver[80] = "550.54.15";
 static int init_error;
 static long long hang_ms;
@@ -281,6 +286,52 @@ static struct { long long mtime_ns, size, ino; } key = {-1, -1, -1};
 static void free_gpus(fgpu *table, int n) {
     for (int k = 0; k < n; k++) { free(table[k].procs); free(table[k].topo); free(table[k].xids); }
     free(table);
+}
+
+/* ---------------------------------------------------------------- MIG (file side)
+   "mig": [{"profile": "1g.10gb", "uuid": "MIG-...", "memoryTotal": N, "memoryUsed": N,
+            "gpuInstanceId": G, "computeInstanceId": C, "processes": [{"pid", "usedMemory"}]}]
+   makes the GPU MIG-enabled; "maxMigDevices" (default 7) is nvmlDeviceGetMaxMigDeviceCount. */
+static void load_mig(fgpu *table, const jval *list) {
+    int next = list->n;
+    for (int k = 0; k < list->n; k++) {
+        const jval *mig = jget(&list->items[k], "mig");
+        fgpu *p = &table[k];
+        if (!mig || mig->t != J_ARR) continue;
+        p->mig_mode = 1;
+        p->mig_first = next;
+        p->nmig = mig->n;
+        p->max_mig = (int)jint(&list->items[k], "maxMigDevices", 7);
+        for (int m = 0; m < mig->n; m++, next++) {
+            const jval *item = &mig->items[m];
+            fgpu *t = &table[next];
+            char profile[32], dflt[96];
+            jcopy(profile, sizeof profile, item, "profile", "1g.10gb");
+            snprintf(t->name, sizeof t->name, "%s MIG %s", p->name, profile);
+            snprintf(dflt, sizeof dflt, "MIG-fa4e0000-0000-0000-%04d-%012d", k, m);
+            jcopy(t->uuid, sizeof t->uuid, item, "uuid", dflt);
+            t->mem_total = (unsigned long long)jint(item, "memoryTotal", 10737418240LL);
+            const jval *procs = jget(item, "processes");
+            unsigned long long sum = 0;
+            if (procs && procs->t == J_ARR) {
+                t->procs = calloc((size_t)procs->n + 1, sizeof *t->procs);
+                for (int q = 0; q < procs->n; q++) {
+                    t->procs[q].pid = (unsigned)jint(&procs->items[q], "pid", 0);
+                    t->procs[q].used = (unsigned long long)jint(&procs->items[q], "usedMemory", 0);
+                    t->procs[q].util = -1;
+                    sum += t->procs[q].used;
+                }
+                t->nproc = procs->n;
+            }
+            t->mem_used = (unsigned long long)jint(item, "memoryUsed", (long long)sum);
+            t->util = -1; /* NVML has no utilization for a MIG device */
+            t->minor = p->minor;
+            t->is_mig = 1;
+            t->parent = k;
+            t->gi = (int)jint(item, "gpuInstanceId", m + 1);
+            t->ci = (int)jint(item, "computeInstanceId", 0);
+        }
+    }
 }
 
 static int load(const char *path) {
@@ -306,7 +357,12 @@ static int load(const char *path) {
         free(text);
         return 0;
     }
-    fgpu *table = calloc((size_t)list->n + 1, sizeof *table);
+    int total = list->n;
+    for (int k = 0; k < list->n; k++) {
+        const jval *mig = jget(&list->items[k], "mig");
+        if (mig && mig->t == J_ARR) total += mig->n;
+    }
+    fgpu *table = calloc((size_t)total + 1, sizeof *table);
     for (int k = 0; k < list->n; k++) {
         const jval *g = &list->items[k];
         fgpu *t = &table[k];
@@ -356,9 +412,11 @@ static int load(const char *path) {
             t->has_affinity = cpus && cpus->t == J_STR && parse_cpulist(cpus->s, t->affinity);
         }
     }
-    free_gpus(gpus, ngpus);
+    load_mig(table, list);
+    free_gpus(gpus, ntable);
     gpus = table;
     ngpus = list->n < MAX_HANDLES ? list->n : MAX_HANDLES;
+    ntable = total < MAX_HANDLES ? total : MAX_HANDLES;
     jcopy(driver, sizeof driver, &root, "driver", "550.54.15");
     init_error = (int)jint(&root, "initError", 0);
     hang_ms = jint(&root, "hangMs", 0);
@@ -385,7 +443,7 @@ static nvmlReturn_t enter(void *device, fgpu **out) {
     if (refcount == 0) { pthread_mutex_unlock(&mu); return NVML_ERROR_UNINITIALIZED; }
     refresh();
     handle_t *h = device;
-    if (!h || h < handles || h >= handles + MAX_HANDLES || h->index >= ngpus) {
+    if (!h || h < handles || h >= handles + MAX_HANDLES || h->index >= ntable) {
         pthread_mutex_unlock(&mu);
         return NVML_ERROR_INVALID_ARGUMENT;
     }
@@ -717,6 +775,80 @@ EXPORT nvmlReturn_t nvmlEventSetWait(void *set, fevent *data, unsigned int timeo
 EXPORT nvmlReturn_t nvmlEventSetFree(void *set) {
     free(set);
     return NVML_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- MIG (the API) */
+
+#define NVML_DEVICE_MIG_ENABLE 1
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(void *device, unsigned int *currentMode, unsigned int *pendingMode) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!currentMode || !pendingMode) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->is_mig) return leave(NVML_ERROR_NOT_SUPPORTED);
+    *currentMode = *pendingMode = g->mig_mode ? NVML_DEVICE_MIG_ENABLE : 0;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(void *device, unsigned int *count) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!count) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *count = g->mig_mode ? (unsigned)g->max_mig : 0;
+    return leave(NVML_SUCCESS);
+}
+
+/* slots past the instances made are empty: NOT_FOUND, as the driver answers */
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(void *device, unsigned int index, void **migDevice) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!migDevice || !g->mig_mode || g->is_mig) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (index >= (unsigned)g->nmig) return leave(NVML_ERROR_NOT_FOUND);
+    int at = g->mig_first + (int)index;
+    if (at >= MAX_HANDLES) return leave(NVML_ERROR_NOT_FOUND);
+    handles[at].index = at;
+    *migDevice = &handles[at];
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(void *device, unsigned int *isMigDevice) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!isMigDevice) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *isMigDevice = (unsigned)g->is_mig;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(void *device, unsigned int *id) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!id || !g->is_mig) return leave(NVML_ERROR_NOT_SUPPORTED);
+    *id = (unsigned)g->gi;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(void *device, unsigned int *id) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(device, &g);
+    if (rc) return rc;
+    if (!id || !g->is_mig) return leave(NVML_ERROR_NOT_SUPPORTED);
+    *id = (unsigned)g->ci;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(void *migDevice, void **device) {
+    fgpu *g;
+    nvmlReturn_t rc = enter(migDevice, &g);
+    if (rc) return rc;
+    if (!device || !g->is_mig) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    handles[g->parent].index = g->parent;
+    *device = &handles[g->parent];
+    return leave(NVML_SUCCESS);
 }
 
 EXPORT void fakeNvmlStats(unsigned *inits, unsigned *shutdowns, unsigned *loads) {

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.api.jobenv import GFLOW_VARIABLES, SHARED_DEFAULTS, job_env  # noqa: F401  (the runtime's names)
+from controller.api.jobenv import GFLOW_VARIABLES, SHARED_DEFAULTS, cuda_devices, job_env  # noqa: F401  (the runtime's names)
 from controller.model.plan import Launch
 
 
@@ -82,7 +82,7 @@ def build_process(
     env = job_env(
         launch.name,
         spec,
-        devices=",".join(str(d) for d in launch.devices),
+        devices=cuda_devices(launch.devices, launch.device_uuids),
         amd_devices=",".join(str(d) for d in launch.local_devices) if launch.vendor == "amd" else None,
         attempt=str(launch.attempt),
         generation=str(launch.generation),

@@ -6,8 +6,10 @@ these words: change them only on purpose.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from controller.api.units import format_quantity
-from controller.model.gpus import GpuProcess
+from controller.model.gpus import GpuProcess, mig_profile_ok
 from controller.model.reasons import Reason
 from controller.model.resources import KINDS, count
 from controller.model.scheduling import GpuSlot, GpuState, Request, Wait
@@ -51,10 +53,33 @@ def describe_busy(slots: list[GpuSlot], held: dict[int, str] | None = None) -> s
     return "; ".join(parts)
 
 
+def mig_text(slots: list[GpuSlot]) -> str:
+    """What MIG instances there are, per parent: ``GPU 0 has 3g.20gb x2; GPU 1 has 1g.10gb x7``."""
+    per_parent: dict[int, Counter[str]] = {}
+    for slot in slots:
+        if slot.gpu.profile:
+            per_parent.setdefault(slot.gpu.parent or 0, Counter())[slot.gpu.profile] += 1
+    return "; ".join(
+        f"GPU {parent} has " + ", ".join(f"{profile} x{n}" for profile, n in sorted(profiles.items()))
+        for parent, profiles in sorted(per_parent.items())
+    )
+
+
 def never_fits_text(req: Request, slots: list[GpuSlot], typed: list[GpuSlot]) -> str:
     what = gpu_count(req.gpus)
+    sliced = mig_text(slots)
+    if req.gpu_type and mig_profile_ok(req.gpu_type) and len(typed) < req.gpus:
+        have = sliced or "no GPU here has MIG enabled"
+        if not typed:
+            return f"needs {what} of type {req.gpu_type}: no MIG {req.gpu_type.lower()} instance: {have}"
+        return f"needs {what} of type {req.gpu_type}: only {len(typed)} MIG {req.gpu_type.lower()} instances: {have}"
+    if sliced and len(typed) < req.gpus:  # whole GPUs asked for, some GPUs are sliced
+        return (
+            f"needs {what}{f' of type {req.gpu_type}' if req.gpu_type else ''}, this machine has "
+            f"{len(typed)} whole (MIG-enabled GPUs take only MIG requests like gpuType: 1g.10gb: {sliced})"
+        )
     if req.gpu_type and not typed:
-        names = sorted({s.gpu.name for s in slots})
+        names = sorted({s.gpu.display_name for s in slots})
         have = ", ".join(names) if names else "no GPUs"
         return f"needs {what} of type {req.gpu_type}, no GPU on this machine matches (it has: {have})"
     if not slots:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from controller.api.units import format_duration
 from controller.decide.placement.gpu_text import gpu_count, never_fits_text, why_waiting
+from controller.model.gpus import mig_profile_ok
 from controller.model.reasons import Reason
 from controller.model.scheduling import GpuSlot, GpuState, Request, Wait
 
@@ -32,9 +33,17 @@ VENDORS = ("nvidia", "amd")  # gpuType: amd / nvidia picks a vendor's GPUs
 
 
 def matches(slot: GpuSlot, request: Request) -> bool:
-    if request.gpu_type is None:
+    """A MIG profile (``1g.10gb``) picks the MIG instances of that profile; a vendor (``amd``,
+    ``nvidia``) that vendor's whole GPUs; anything else whole GPUs by a part of their name. A whole-GPU
+    job never lands on a MIG instance."""
+    wanted = request.gpu_type
+    if wanted is not None and mig_profile_ok(wanted):
+        return slot.gpu.profile == wanted.strip().lower()
+    if slot.gpu.profile:
+        return False
+    if wanted is None:
         return True
-    wanted = request.gpu_type.lower()
+    wanted = wanted.lower()
     return slot.gpu.vendor == wanted if wanted in VENDORS else wanted in slot.gpu.name.lower()
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from controller.api.units import parse_cpu_list, parse_quantity
-from controller.model.gpus import Gpu, GpuProcess
+from controller.model.gpus import Gpu, GpuProcess, mig_profile_memory, mig_profile_ok
 from controller.observe.gpus.procs import process_alive, process_name, process_started, process_user
 from controller.util.yamlio import YAMLSyntaxError, load_one
 
@@ -127,6 +127,7 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
         raise ValueError("expected a mapping with a 'gpus' list")
     node_cpus = _numa_nodes(data.get("numaNodes"))
     gpus = []
+    slices: list[tuple[Gpu, object]] = []  # MIG-enabled GPUs and their instance lists, in index order
     for index, item in enumerate(data.get("gpus") or []):
         if not isinstance(item, dict):
             raise ValueError(f"gpus[{index}]: expected a mapping")
@@ -140,6 +141,7 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
             "uuid",
             "numaNode",
             "minor",
+            "mig",
         }
         if unknown:
             raise ValueError(f"gpus[{index}]: unknown field {sorted(unknown)[0]}")
@@ -171,23 +173,63 @@ def parse_fake_gpus(text: str) -> list[Gpu]:
                 raise ValueError(f"gpus[{index}].{key}: must be an integer >= 0")
         memory = parse_quantity(item.get("memory", "16Gi"))
         used = sum(p.used_memory for p in processes) + parse_quantity(item.get("memoryUsed", 0))
-        gpus.append(
+        whole = Gpu(
+            index=index,
+            uuid=str(item.get("uuid") or f"GPU-fake-{index:04d}-0000-0000-000000000000"),
+            name=str(item.get("name", "Fake GPU")),
+            memory_total=memory,
+            memory_used=used,
+            utilization=item.get("utilization"),
+            processes=tuple(processes),
+            healthy=health == "Ok",
+            error="" if health == "Ok" else "GPU is lost (fake-GPU file says health: Lost)",
+            minor=minor,
+            numa_node=numa,
+            cpus=tuple(sorted(node_cpus(numa))) if numa is not None else (),
+        )
+        if "mig" in item:
+            slices.append((whole, item["mig"]))
+        else:
+            gpus.append(whole)
+    count = len(gpus) + len(slices)  # ids of MIG instances continue after every physical GPU
+    for parent, instances in slices:
+        for instance in _fake_mig(parent, instances):
+            gpus.append(dataclasses.replace(instance, index=count))
+            count += 1
+    return gpus
+
+
+def _fake_mig(parent: Gpu, instances: object) -> list[Gpu]:
+    """The MIG instances a fake GPU's ``mig: [{profile: 1g.10gb}, ...]`` declares: the parent
+    GPU is no unit itself; each instance is one (index assigned by the caller)."""
+    where = f"gpus[{parent.index}].mig"
+    if not isinstance(instances, list):
+        raise ValueError(f"{where}: expected a list like [{{profile: 1g.10gb}}]")
+    out = []
+    for local, item in enumerate(instances):
+        if not isinstance(item, dict) or not mig_profile_ok(str(item.get("profile", ""))):
+            raise ValueError(f"{where}[{local}]: needs a profile like 1g.10gb")
+        unknown = set(item) - {"profile", "memory", "uuid"}
+        if unknown:
+            raise ValueError(f"{where}[{local}]: unknown field {sorted(unknown)[0]}")
+        profile = str(item["profile"]).lower()
+        out.append(
             Gpu(
-                index=index,
-                uuid=str(item.get("uuid") or f"GPU-fake-{index:04d}-0000-0000-000000000000"),
-                name=str(item.get("name", "Fake GPU")),
-                memory_total=memory,
-                memory_used=used,
-                utilization=item.get("utilization"),
-                processes=tuple(processes),
-                healthy=health == "Ok",
-                error="" if health == "Ok" else "GPU is lost (fake-GPU file says health: Lost)",
-                minor=minor,
-                numa_node=numa,
-                cpus=tuple(sorted(node_cpus(numa))) if numa is not None else (),
+                index=-1,
+                uuid=str(item.get("uuid") or f"MIG-fake-{parent.index:04d}-{local:04d}-0000-000000000000"),
+                name=parent.name,
+                memory_total=parse_quantity(item.get("memory") or mig_profile_memory(profile)),
+                healthy=parent.healthy,
+                error=parent.error,
+                minor=parent.device_minor,  # a MIG job opens its parent's /dev/nvidiaN
+                numa_node=parent.numa_node,
+                cpus=parent.cpus,
+                parent=parent.index,
+                profile=profile,
+                local_index=local,
             )
         )
-    return gpus
+    return out
 
 
 def _numa_nodes(declared: object) -> Callable[[int], frozenset[int]]:

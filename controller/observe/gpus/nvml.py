@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from controller.model.gpu_health import PAGES_PENDING, XID_UNHEALTHY, ecc_problem, xid_problem
-from controller.model.gpus import Gpu, GpuProcess
+from controller.model.gpus import Gpu, GpuProcess, mig_profile_of
 from controller.observe.gpus.procs import process_alive, process_name, process_started, process_user
 
 log = logging.getLogger("gflowd.gpus")
@@ -129,7 +129,70 @@ class NvmlInventory:
             gpus = [self._read_one(index) for index in range(count)]
             for gone in [i for i in self._known if i >= count]:
                 del self._known[gone]
-            return gpus
+            return self._with_mig(gpus, count)
+
+    # -- MIG ----------------------------------------------------------------------------------
+
+    def _with_mig(self, gpus: list[Gpu], count: int) -> list[Gpu]:
+        """Each MIG-enabled GPU replaced by its instances, the units a job gets; their ids continue
+        after the ``count`` physical GPUs, in NVML order (parent, then instance index), as Slurm
+        counts gres. A GPU whose MIG mode NVML cannot tell stays whole."""
+        whole: list[Gpu] = []
+        instances: list[Gpu] = []
+        for gpu in gpus:
+            found = self._mig_instances(gpu)
+            if found is None:
+                whole.append(gpu)
+            else:
+                instances += found
+        return whole + [replace(g, index=count + n) for n, g in enumerate(instances)]
+
+    def _mig_instances(self, parent: Gpu) -> list[Gpu] | None:
+        """The MIG instances of ``parent`` (index not assigned yet), or None when MIG is off."""
+        nv = self._nv
+        try:
+            handle = self._call(nv.nvmlDeviceGetHandleByIndex, parent.index)
+            current, _pending = self._call(nv.nvmlDeviceGetMigMode, handle)
+        except Exception:  # no MIG on this GPU or driver (NOT_SUPPORTED, FUNCTION_NOT_FOUND)
+            return None
+        if int(current) != 1:  # NVML_DEVICE_MIG_ENABLE
+            return None
+        found = []
+        try:
+            slots = int(self._call(nv.nvmlDeviceGetMaxMigDeviceCount, handle))
+            for local in range(slots):
+                try:
+                    mig = self._call(nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, local)
+                except nv.NVMLError as exc:
+                    if _code(exc) == NOT_FOUND:  # an empty slot: no instance made there
+                        continue
+                    raise
+                name = str(self._call(nv.nvmlDeviceGetName, mig))
+                total, used = self._memory(mig)
+                found.append(
+                    Gpu(
+                        -1,
+                        str(self._call(nv.nvmlDeviceGetUUID, mig)),
+                        parent.name,
+                        total,
+                        used,
+                        None,  # NVML has no utilization for a MIG device
+                        self._processes(mig),
+                        healthy=parent.healthy,  # an Xid or ECC fault of the GPU is every instance's
+                        error=parent.error,
+                        minor=parent.minor,  # a MIG job opens its parent's /dev/nvidiaN (and its caps)
+                        numa_node=parent.numa_node,
+                        cpus=parent.cpus,
+                        parent=parent.index,
+                        profile=mig_profile_of(name),
+                        local_index=local,
+                    )
+                )
+        except Exception as exc:
+            self._note(f"mig{parent.index}", f"NVML error reading MIG instances of GPU {parent.index}: {exc}")
+            return []  # MIG is on: the GPU is no whole unit, and its instances are unknown this pass
+        self._note(f"mig{parent.index}", "")
+        return found
 
     # -- topology -----------------------------------------------------------------------------
 
