@@ -52,7 +52,7 @@ def _give_back_freed_memory() -> None:
     glibc keeps (RSS 203 -> 184 MiB at 50,000 finished jobs). Once, after the first pass: a few ms.
     Not glibc (musl): nothing to do."""
     try:
-        import ctypes  # here: gflowd needs it only for this call
+        import ctypes  # lazy: gflowd needs it only for this one call
 
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
