@@ -490,7 +490,19 @@ class ManifestStore:
             uid, mtime_ns = st.st_uid, st.st_mtime_ns
             documents = []
             # plain checks and keywords, no JobFacts per job: this loop is a quarter of a start at 50,000
-            for doc_index, name, spec_hash, run_hash, priority, gpus, labels, ttl, cancelled, conda_env, depends in jobs:
+            for (
+                doc_index,
+                name,
+                spec_hash,
+                run_hash,
+                priority,
+                gpus,
+                labels,
+                ttl,
+                cancelled,
+                conda_env,
+                depends,
+            ) in jobs:
                 if not (
                     type(doc_index) is int
                     and type(name) is str
