@@ -598,3 +598,24 @@ def test_the_parse_cache_is_rewritten_for_one_file_in_a_hundred_or_at_a_clean_st
     few.scan()
     few.save_cache()  # a home of a few files: every change is written at once, as before
     assert (tmp_path / "small.json").exists()
+
+
+def test_the_parse_cache_serves_files_whose_paths_json_escapes(tmp_path):
+    """The cache's paths are read without json when they hold no escape: paths that do (a quote,
+    a backslash, non-ASCII) are still found, not parsed again."""
+    from controller.observe.manifests import ManifestStore
+
+    spec = tmp_path / 'sp"ec\\dir-é'
+    (spec / "équipe").mkdir(parents=True)
+    (spec / "équipe" / "a.yaml").write_text("spec:\n  command: [echo]\n")
+    (spec / "plain.yaml").write_text("spec:\n  command: [echo]\n")
+    cache = tmp_path / "cache.json"
+    first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    first.scan()
+    first.save_cache(force=True)
+
+    second = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    assert sorted(second._warm) == sorted(first.files)
+    second.scan()
+    assert (second.cache_hits, second.parses) == (2, 0)
+    assert sorted(d.name for d in second.documents()) == ["a", "plain"]

@@ -50,6 +50,19 @@ START_BUDGET = 0.05  # seconds of job starts per pass (see Controller._max_start
 MIN_STARTS, MAX_STARTS = 32, 4096  # ...within these bounds
 
 
+def _give_back_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system once start-up is over: reading 50,000 jobs
+    frees ~20 MiB of parse-cache text, journal frames and temporaries in the middle of the heap, which
+    glibc keeps (RSS 203 -> 184 MiB at 50,000 finished jobs). Once, after the first pass: a few ms.
+    Not glibc (musl): nothing to do."""
+    try:
+        import ctypes  # lazy: gflowd needs it only for this one call
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class Controller:
     def __init__(
         self,
@@ -362,6 +375,7 @@ class Controller:
         self.passes += 1
         if self.passes == 1:
             gc.freeze()
+            _give_back_freed_memory()
         if full:  # at most once per resync: the cache only spares a restart from re-parsing
             try:
                 self.store.save_cache()
