@@ -11,7 +11,7 @@ from controller.api.submit import SubmitError, _sbatch_options, gpus_option, par
 from controller.decide.placement.gpu_text import never_fits_text
 from controller.decide.placement.gpus import matches
 from controller.export import k8s, slurm
-from controller.model.gpus import mig_profile_of
+from controller.model.mig import mig_profile_of
 from controller.model.scheduling import GpuSlot
 from controller.observe.gpus.inventory import parse_fake_gpus
 from controller.sim.simulator import TraceError, named_policy, read_trace, simulate

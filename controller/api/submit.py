@@ -23,7 +23,7 @@ from controller.api.export import ENV_ANNOTATION, ENV_FILE, ExportError, exporte
 from controller.api.names import is_valid_name
 from controller.api.signals import CHECKPOINT_SIGNALS
 from controller.api.units import format_duration, parse_duration, parse_quantity
-from controller.model.gpus import mig_profile_ok
+from controller.model.mig import mig_profile_ok
 from controller.util.yamlio import dump
 
 TYPE_CHECKING = False  # not typing's: run's start-up imports neither typing nor dataclasses (~10 ms)

@@ -36,7 +36,7 @@ from typing import Any
 from controller.api.jobenv import job_env
 from controller.export import Exported, split_common, workdir
 from controller.export.slurm import command_argv
-from controller.model.gpus import mig_profile_ok
+from controller.model.mig import mig_profile_ok
 from controller.util.yamlio import dump
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -38,7 +38,7 @@ from typing import Any
 from controller.api.jobenv import job_env
 from controller.api.units import parse_duration
 from controller.export import Exported, Shell, split_common, workdir
-from controller.model.gpus import mig_profile_ok
+from controller.model.mig import mig_profile_ok
 
 MIB = 2**20
 GIB = 2**30

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import Counter
 
 from controller.api.units import format_quantity
-from controller.model.gpus import GpuProcess, mig_profile_ok
+from controller.model.gpus import GpuProcess
+from controller.model.mig import mig_profile_ok
 from controller.model.reasons import Reason
 from controller.model.resources import KINDS, count
 from controller.model.scheduling import GpuSlot, GpuState, Request, Wait

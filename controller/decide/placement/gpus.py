@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from controller.api.units import format_duration
 from controller.decide.placement.gpu_text import gpu_count, never_fits_text, why_waiting
-from controller.model.gpus import mig_profile_ok
+from controller.model.mig import mig_profile_ok
 from controller.model.reasons import Reason
 from controller.model.scheduling import GpuSlot, GpuState, Request, Wait
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Protocol
 
 from controller.api.units import parse_cpu_list, parse_quantity
-from controller.model.gpus import Gpu, GpuProcess, mig_profile_memory, mig_profile_ok
+from controller.model.gpus import Gpu, GpuProcess
+from controller.model.mig import mig_profile_memory, mig_profile_ok
 from controller.observe.gpus.procs import process_alive, process_name, process_started, process_user
 from controller.util.yamlio import YAMLSyntaxError, load_one
 

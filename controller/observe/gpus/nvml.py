@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from controller.model.gpu_health import PAGES_PENDING, XID_UNHEALTHY, ecc_problem, xid_problem
-from controller.model.gpus import Gpu, GpuProcess, mig_profile_of
+from controller.model.gpus import Gpu, GpuProcess
+from controller.model.mig import mig_profile_of
 from controller.observe.gpus.procs import process_alive, process_name, process_started, process_user
 
 log = logging.getLogger("gflowd.gpus")
