@@ -309,6 +309,7 @@ class Acceptance:
             ("foreign-process", gflow, self.check_foreign),
             ("live-free-memory", gflow, self.check_free_memory),
             ("gpu-memory-wait", gflow, self.check_memory_wait),
+            ("reclaimed-leak", gflow, self.check_reclaimed_leak),
             ("gpus-unused", gflow, self.check_usage),  # records gpu-usage-figures too: one busy job serves both
             ("apply-to-first-cuda", gflow, self.check_latency),
             ("nvml-sampling-cost", {"venv"}, self.check_nvml_cost),
@@ -770,6 +771,54 @@ class Acceptance:
         self.wait_phase(job.name, {"Running", "Succeeded"}, 60)
         return Verdict(True, f"waited: {waiting.get('message')}; started once pid {proc.pid} ended")
 
+    def check_reclaimed_leak(self) -> Verdict:
+        """A job's child that daemonizes, leaves the job's cgroups and holds GPU memory after the job
+        ended: gflowd kills it and says so (event ReclaimedGPUMemory naming its pid), and the memory
+        comes back (nvidia-smi no longer lists it). Needs root: leaving a cgroup is moving into another."""
+        if os.geteuid() != 0:
+            raise Skip("needs root: the leaking child leaves its job's cgroups, which only root may do")
+        name = "acc-leak"
+        out = self.probe_dir / f"{name}.json"
+        probe = [sys.executable, str(PROBE), "--out", str(out), "--use", "first", "--alloc-mib", "512", "--hold", "600"]
+        spec: dict[str, Any] = {
+            "command": [sys.executable, "-c", LEAKER, str(out), *probe],
+            "env": {**{key: os.environ[key] for key in JOB_PASSTHROUGH if os.environ.get(key)}, TOKEN_VAR: self.token},
+            "resources": {"gpus": 1},
+            "timeLimit": "5m",
+        }
+        manifest = {"apiVersion": "gflow.dev/v1alpha1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
+        path = self.manifests / f"{name}.yaml"
+        path.write_text(json.dumps(manifest, indent=2) + "\n")
+        self.applied.append(name)
+        result = self.ctl("apply", "-f", str(path))
+        if result.returncode != 0:
+            raise StepError(f"gflowctl apply -f {path.name} failed: {result.stderr.strip()}")
+        status = self.wait_phase(name, {"Succeeded", "Failed"}, 120)
+        doc = _read_json(out) or {}
+        pid = doc.get("pid")
+        if status.get("phase") != "Succeeded" or not doc.get("tReady") or not isinstance(pid, int):
+            raise StepError(f"the leaking job's probe never held its memory: {status.get('reason')}, {doc}")
+        try:
+            gone = wait_until(lambda: not _alive(pid), 120 * self.scale, 0.5)
+            if not gone:
+                return Verdict(False, f"pid {pid} still holds GPU memory {120 * self.scale:g}s after {name} ended")
+            freed = wait_until(lambda: all(a.pid != pid for a in self.compute_apps()), 30 * self.scale, 0.5)
+            if not freed:
+                return Verdict(False, f"pid {pid} is gone but nvidia-smi still lists its memory")
+            events = json.loads(self.ctl("get", "events", "--for", f"job/{name}", "-o", "json").stdout or "{}")
+            said = [
+                str(e.get("message", ""))
+                for e in events.get("items") or []
+                if e.get("reason") == "ReclaimedGPUMemory" and f"pid {pid}" in str(e.get("message", ""))
+            ]
+            # the job's supervisor, its processes' subreaper, stops such a child itself when it can
+            # (it was reparented to it); gflowd's reclaim is for one the supervisor no longer reaches
+            who = said[-1] if said else f"pid {pid} was stopped with its job (by its supervisor)"
+            return Verdict(True, f"{who}; nvidia-smi no longer lists it", {"pid": pid, "reclaimedByGflowd": bool(said)})
+        finally:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)  # never leave the leak behind, whatever the verdict
+
     def check_usage(self) -> Verdict:
         """gpus-unused (returned) and gpu-usage-figures (recorded here): one busy job serves both."""
         window = self.args.unused_window
@@ -1228,6 +1277,46 @@ class Acceptance:
             if log.exists():
                 parts.append(f"logs/{name}.log (tail):\n" + _tail(log, 10))
         return "\n\n".join(parts)
+
+
+# the reclaimed-leak check's job: start the probe (argv[2:]) as a grandchild in its own session that
+# leaves every cgroup its job put it in (a daemonized helper that escaped: what only gflowd can still
+# find), wait until it holds its memory (argv[1] says "ready"), then end, leaving it behind
+LEAKER = r"""
+import json, os, sys, time
+out, probe = sys.argv[1], sys.argv[2:]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        for line in open("/proc/self/mountinfo"):
+            fields = line.split()
+            kind = fields[fields.index("-") + 1]
+            if kind in ("cgroup", "cgroup2") and fields[3] == "/":
+                try:
+                    with open(os.path.join(fields[4], "cgroup.procs"), "w") as handle:
+                        handle.write(str(os.getpid()))
+                except OSError:
+                    pass
+        os.execv(probe[0], probe)
+    os._exit(0)
+deadline = time.time() + 120
+while time.time() < deadline:
+    try:
+        if json.load(open(out)).get("phase") == "ready":
+            break
+    except (OSError, ValueError):
+        pass
+    time.sleep(0.2)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (an escaped child's reaper may be slow to reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 NVML_COST = r"""

@@ -51,6 +51,10 @@ CHECKS: list[tuple[str, str]] = [
     ("foreign-process", "a process gflow did not start makes its GPU Unmanaged, and Free when it ends"),
     ("live-free-memory", "get gpus' free memory agrees with nvidia-smi's memory.free"),
     ("gpu-memory-wait", "a gpuMemory job larger than what a foreign probe leaves waits (GPUMemory) naming its pid"),
+    (
+        "reclaimed-leak",
+        "a job's child that escaped its cgroups and holds GPU memory is gone after the job, its memory back",
+    ),
     ("gpus-unused", "a job busy on 1 of its 2 GPUs gets the GPUsUnused condition"),
     ("gpu-usage-figures", "status.gpuUsage agrees with nvidia-smi pmon and --query-compute-apps"),
     ("apply-to-first-cuda", "time from gflowctl apply to the job's first CUDA call"),

@@ -793,6 +793,7 @@ def test_simulated_two_gpu_machine_every_check_reaches_its_outcome(gpu_sim, tmp_
         "apply-to-first-cuda",
         "nvml-sampling-cost",
         "checkpoint-signal",
+        "reclaimed-leak",
         "cleanup",
     ]
     assert {n: outcome[n]["outcome"] for n in passes} == {n: "PASS" for n in passes}, stdout
