@@ -669,13 +669,13 @@ class Acceptance:
             numbers,
         )
 
-    def check_foreign(self) -> Verdict:
-        index = self._free_gpus()[0]
-        out = self.probe_dir / "foreign.json"
+    def _foreign_probe(self, index: int, filename: str, mib: int) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+        """A probe started outside gflow holding ``mib`` MiB on GPU ``index``, once it is ready (cleanup stops it)."""
+        out = self.probe_dir / filename
         env = self._clean_env()
         env.update(CUDA_VISIBLE_DEVICES=str(index), CUDA_DEVICE_ORDER="PCI_BUS_ID", **{TOKEN_VAR: self.token})
         proc = subprocess.Popen(
-            [sys.executable, str(PROBE), "--out", str(out), "--use", "first", "--alloc-mib", "1536", "--hold", "600"],
+            [sys.executable, str(PROBE), "--out", str(out), "--use", "first", "--alloc-mib", str(mib), "--hold", "600"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -685,6 +685,11 @@ class Acceptance:
         doc = wait_until(lambda: (d := _read_json(out)) and d.get("phase") in ("ready", "done") and d, 60 * self.scale)
         if not doc or doc.get("phase") != "ready":
             raise StepError(f"the foreign probe did not get ready: {doc}")
+        return proc, doc
+
+    def check_foreign(self) -> Verdict:
+        index = self._free_gpus()[0]
+        proc, doc = self._foreign_probe(index, "foreign.json", 1536)
         t0 = time.monotonic()
 
         def state() -> str | None:
@@ -734,20 +739,7 @@ class Acceptance:
         total = self.smi[index].memory_mib
         if not total:
             raise Skip(f"nvidia-smi does not say GPU {index}'s memory")
-        out = self.probe_dir / "holder.json"
-        env = self._clean_env()
-        env.update(CUDA_VISIBLE_DEVICES=str(index), CUDA_DEVICE_ORDER="PCI_BUS_ID", **{TOKEN_VAR: self.token})
-        proc = subprocess.Popen(
-            [sys.executable, str(PROBE), "--out", str(out), "--use", "first", "--alloc-mib", "768", "--hold", "600"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=_pdeathsig,
-        )
-        self.foreign.append(proc)
-        doc = wait_until(lambda: (d := _read_json(out)) and d.get("phase") in ("ready", "done") and d, 60 * self.scale)
-        if not doc or doc.get("phase") != "ready":
-            raise StepError(f"the foreign probe did not get ready: {doc}")
+        proc, _doc = self._foreign_probe(index, "holder.json", 768)
         others = [g["index"] for g in (self.node() or {}).get("gpus") or [] if g.get("index") != index]
         if others:
             raise Skip("needs exactly one GPU: with more, the job would start on another one")

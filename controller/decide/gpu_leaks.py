@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from controller.api.units import format_quantity
+from controller.api.units import format_age, format_quantity
 from controller.model.gpu_leaks import EndedAttempt, GpuProcessFacts, Held, LeakVerdict, Reclaim
 from controller.model.plan import Event
 
@@ -84,15 +84,6 @@ def held_text(held: Held, now: float) -> str:
     """What holds how much since when, and the fix."""
     return (
         f"GPU {held.gpu}: {format_quantity(held.memory)} held by pid {held.pid}, which no longer exists "
-        f"(for {_age(now - held.since)}); the driver keeps it until the GPU is reset: "
+        f"(for {format_age(now - held.since)}); the driver keeps it until the GPU is reset: "
         f"nvidia-smi --gpu-reset -i {held.gpu} when the GPU is idle, or reboot"
     )
-
-
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h"
