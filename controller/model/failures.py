@@ -52,22 +52,37 @@ FIXES = {
     "with the python that has it (activate the venv you submitted from, spec.condaEnv, or the venv's python in spec.command)",
 }
 
-# first match wins per line: the more specific signature (an NCCL timeout) before the general one
+# First match wins per line: the more specific signature (an NCCL timeout) before the general one.
+# Each regex is what a library or the kernel prints when it gives up, checked against real logs
+# (tests/fixtures/failure_logs/, SOURCES.md there names where each came from).
 PATTERNS: tuple[Pattern, ...] = (
     _p(
         "CUDAOutOfMemory",
         r"CUDA out of memory|CUDA error: out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"
-        r"|RESOURCE_EXHAUSTED: Out of memory|cudaErrorMemoryAllocation",
+        r"|RESOURCE_EXHAUSTED: Out of memory|cudaErrorMemoryAllocation"
+        # the driver API (numba, KeOps, pygpu); TensorFlow's "failed to alloc N bytes on host:" is pinned
+        # host memory it retries smaller, not the GPU's
+        r"|(?<!on host: )CUDA_ERROR_OUT_OF_MEMORY"
+        # CuPy (and Chainer quoting it): "Out of memory allocating 25,600,000 bytes", before v6
+        # "out of memory to allocate 163840000 bytes"
+        r"|cupy\.cuda\.memory\.OutOfMemoryError|[Oo]ut of memory (allocating [\d,]+|to allocate \d+) bytes"
+        # PyTorch before 1.0
+        r"|cuda runtime error \(2\) : out of memory|THCudaCheck FAIL .*error=2 : out of memory",
         FIXES["CUDAOutOfMemory"],
     ),
     _p(
         "NCCLTimeout",
-        r"Watchdog caught collective operation timeout|NCCL.*(timed out|[Tt]imeout)",
+        # torch.distributed's watchdog, its blocking wait, and the heartbeat monitor that kills a
+        # rank whose watchdog is itself stuck. Not "Some NCCL operations have failed or timed out"
+        # nor "Exception (either an error or timeout) detected by watchdog": an NCCL error says those too
+        r"Watchdog caught collective operation timeout|timed out in blocking wait|Timeout at NCCL work"
+        r"|Heartbeat monitor timed out|watchdog got stuck for \d+ seconds",
         FIXES["NCCLTimeout"],
     ),
     _p(
         "NCCLError",
-        r"NCCL error|nccl(Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error|NCCL_ERROR|DistBackendError",
+        # not a bare "c10::DistBackendError": torch throws it for a timeout as well
+        r"NCCL error|nccl(Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error|NCCL_ERROR",
         FIXES["NCCLError"],
     ),
     _p(
@@ -82,10 +97,26 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     _p(
         "OOMKilled",
-        r"^\s*MemoryError\b|Out of memory: Killed process|^Killed$",  # Killed: a shell's word for its child's SIGKILL
+        # the kernel's line, globally ("Out of memory: Killed process") or in a cgroup ("Memory cgroup
+        # out of memory: Killed process")
+        r"^\s*MemoryError\b|[Oo]ut of memory: Killed process|^Killed$",  # Killed: a shell's word for its child's SIGKILL
         FIXES["OOMKilled"],
     ),
+    _p(
+        "GPUXid",
+        # the driver's kernel log line ("NVRM: Xid (PCI:0000:cb:00): 13, pid=..., ..."), in a log that
+        # quotes dmesg; NVML's events (classify's xids) are the first source
+        r"NVRM: Xid \(PCI:[0-9a-fA-F:.]+\): \d+,",
+        FIXES["GPUXid"],
+    ),
 )
+
+XID_IN_LOG = re.compile(r"NVRM: Xid \(PCI:[0-9a-fA-F:.]+\): (\d+),")
+
+# A library that caught the error and went on says so on the line or the next ("| WARNING: ran
+# out of memory with exception: ...;" then " Skipping batch"): a warning, not the failure
+RECOVERED = re.compile(r"[Ss]kipping|[Rr]etrying|recover(ing|ed)? from|[Hh]alving|falling back")
+
 
 # Xids a job's own code causes (docs.nvidia.com/deploy/xid-errors); the hardware ones are XID_UNHEALTHY's
 XID_APPLICATION: dict[int, str] = {
@@ -127,7 +158,9 @@ def match_lines(lines: Sequence[str], table: tuple[Pattern, ...] = PATTERNS) -> 
             continue
         for pattern in table:
             if pattern.regex.search(text):
-                found.append(Match(number, text.rstrip()[:500], pattern.cause, pattern.fix))
+                following = lines[number] if number < len(lines) else ""
+                if not (RECOVERED.search(text) or RECOVERED.search(following)):
+                    found.append(Match(number, text.rstrip()[:500], pattern.cause, pattern.fix))
                 break
     return found
 
@@ -190,6 +223,10 @@ def classify(
     if len(quoted) > 160:
         quoted = quoted[:157] + "..."
     fix = last.fix
+    xid = XID_IN_LOG.search(last.text)
+    if last.cause == "GPUXid" and xid:
+        number = int(xid.group(1))
+        fix = f"Xid {number} ({xid_meaning(number)}): " + (APPLICATION_XID_FIX if number in XID_APPLICATION else fix)
     if last.cause == "MissingModule" and python:
         fix = f"the job's python is {python}; {fix}"
         facts.append(f"the job's python: {python}")
@@ -197,18 +234,36 @@ def classify(
 
 
 TRACEBACK = "Traceback (most recent call last):"
+# Python prints a chain of exceptions as tracebacks joined by one of these: the chain is one failure,
+# and its first exception (a CUDA OOM whose handler failed in turn) is the cause
+CHAINED = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
 # a launcher's exception that only reports a child's failure: the child's own lines say why
 WRAPPERS = re.compile(r"ChildFailedError|CalledProcessError")
 
 
 def _explained_later(lines: Sequence[str], last: Match) -> bool:
     """A Python traceback after the last matching line ends in an exception no pattern names (a
-    KeyError after an early "out of memory, retrying" warning): that exception is the failure."""
-    begun = max((i for i, text in enumerate(lines, 1) if text.startswith(TRACEBACK)), default=0)
-    if begun <= last.line:
+    KeyError after an early "out of memory, retrying" warning): that exception is the failure.
+    A traceback chained to the matching one (``During handling of the above exception``) is not."""
+    starts = [i for i, text in enumerate(lines, 1) if text.startswith(TRACEBACK)]
+    if not starts:
         return False
-    summary = next((text for text in lines[begun:] if text and not text[0].isspace()), "")
+    first = len(starts) - 1
+    while first > 0 and _chained(lines, starts[first]):
+        first -= 1
+    if starts[first] <= last.line:
+        return False
+    summary = next((text for text in lines[starts[-1] :] if text and not text[0].isspace()), "")
     return bool(summary) and not WRAPPERS.search(summary)
+
+
+def _chained(lines: Sequence[str], start: int) -> bool:
+    """Whether the traceback on (1-based) line ``start`` continues the one before it."""
+    before = next((text.strip() for text in reversed(lines[: start - 1]) if text.strip()), "")
+    return before in CHAINED
 
 
 def _cited(matches: list[Match], start: int, first_line: int) -> list[str]:
