@@ -1,7 +1,7 @@
-"""The failure table on real log text of each kind (tests/fixtures/failures/: a segfault, a
-ModuleNotFoundError and an ImportError produced by running them here; PyTorch 2.x CUDA OOM, cuBLAS,
-JAX and torch.distributed NCCL watchdog/error text in those libraries' own message formats), its
-negatives, and how gflowd's exit decision uses it (pure: RunObservation in, status out)."""
+"""The failure table's rules (the last match near the end wins, the kernel and the GPU before the
+log, a missing module names the job's python) and how gflowd's exit decision uses it (pure:
+RunObservation in, status out), on the real logs of tests/fixtures/failure_logs/ (SOURCES.md there;
+test_failures_real_logs.py checks every one of them)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from controller.model.plan import RunObservation
 from controller.model.reasons import Phase, Reason
 from controller.model.records import JobState
 
-FIXTURES = Path(__file__).parent / "fixtures" / "failures"
+FIXTURES = Path(__file__).parent / "fixtures" / "failure_logs"
 
 
 def lines(name: str) -> list[str]:
@@ -27,21 +27,15 @@ def lines(name: str) -> list[str]:
 @pytest.mark.parametrize(
     "log, exit_code, sig, reason, cited",
     [
-        (
-            "cuda_oom_pytorch2.log",
-            1,
-            None,
-            "CUDAOutOfMemory",
-            "log line 20: torch.OutOfMemoryError: CUDA out of memory",
-        ),
-        ("cublas_alloc_failed.log", 1, None, "CUDAOutOfMemory", "log line 5: RuntimeError: CUDA error: CUBLAS_STATUS"),
-        ("jax_resource_exhausted.log", 1, None, "CUDAOutOfMemory", "log line 6: jaxlib.xla_extension.XlaRuntimeError"),
-        ("nccl_watchdog_timeout.log", 1, None, "NCCLTimeout", "log line 12:   what():"),
-        ("nccl_error.log", 1, None, "NCCLError", "log line 11: ncclSystemError"),
-        ("module_not_found.log", 1, None, "MissingModule", "log line 3: ModuleNotFoundError: No module named"),
-        ("import_error.log", 1, None, "MissingModule", "log line 3: ImportError: cannot import name"),
-        ("segfault.log", 139, None, "Segfault", "log line 8: bash: line 1:"),
-        ("segfault.log", 139, signal.SIGSEGV, "Segfault", "Segmentation fault"),
+        ("cuda_oom-2.log", 1, None, "CUDAOutOfMemory", "log line 1: torch.OutOfMemoryError: CUDA out of memory"),
+        ("cuda_oom-13.log", 1, None, "CUDAOutOfMemory", "log line 5: RuntimeError: CUDA error: CUBLAS_STATUS"),
+        ("cuda_oom-10.log", 1, None, "CUDAOutOfMemory", "log line 1: jaxlib.xla_extension.XlaRuntimeError"),
+        ("nccl_timeout-6.log", 1, None, "NCCLTimeout", "log line 2:   what():"),
+        ("nccl_error-2.log", 1, None, "NCCLError", "log line 2: ncclRemoteError"),
+        ("missing_module-1.log", 1, None, "MissingModule", "log line 6: ModuleNotFoundError: No module named"),
+        ("missing_module-2.log", 1, None, "MissingModule", "log line 6: ImportError: cannot import name"),
+        ("segfault-1.log", 139, None, "Segfault", "log line 11: bash: line 1:"),
+        ("segfault-1.log", 139, signal.SIGSEGV, "Segfault", "Segmentation fault"),
     ],
 )
 def test_each_real_failure_log_is_classified_with_its_fix_and_the_line(log, exit_code, sig, reason, cited):
@@ -58,11 +52,11 @@ def test_a_job_that_exits_0_is_never_classified_whatever_its_log_says():
 
 
 def test_a_mention_of_out_of_memory_in_a_successful_line_is_not_a_failure():
-    assert classify(0, None, None, (), lines("success_mentions_oom.log")).reason == ""
+    assert classify(0, None, None, (), lines("oom_recovered-1.log")).reason == ""
 
 
 def test_an_early_warning_does_not_name_a_failure_a_later_traceback_explains():
-    found = classify(1, None, 0, (), lines("early_warning_then_value_error.log"))
+    found = classify(1, None, 0, (), lines("caught_import_error-2.log"))
     assert found.reason == "", found  # the KeyError is the failure: Error stays
 
 
@@ -82,9 +76,9 @@ def test_a_plain_failure_stays_unclassified():
 
 
 def test_the_cgroups_oom_kills_and_the_gpus_xids_come_before_the_log():
-    found = classify(137, signal.SIGKILL, 2, (), lines("cuda_oom_pytorch2.log"))
+    found = classify(137, signal.SIGKILL, 2, (), lines("cuda_oom-2.log"))
     assert found.reason == "OOMKilled" and "2 OOM kills" in " ".join(found.evidence)
-    found = classify(1, None, 0, [(1, 13), (1, 79)], lines("cuda_oom_pytorch2.log"))
+    found = classify(1, None, 0, [(1, 13), (1, 79)], lines("cuda_oom-2.log"))
     assert found.reason == "GPUXid"
     assert "GPU 1 reported Xid 79 (GPU has fallen off the bus)" in found.message
     assert "GPU 1: Xid 13 (graphics engine exception" in " ".join(found.evidence)
@@ -93,13 +87,13 @@ def test_the_cgroups_oom_kills_and_the_gpus_xids_come_before_the_log():
 
 
 def test_a_missing_module_names_the_jobs_python():
-    found = classify(1, None, 0, (), lines("module_not_found.log"), python="/usr/bin/python3")
+    found = classify(1, None, 0, (), lines("missing_module-1.log"), python="/usr/bin/python3")
     assert "the job's python is /usr/bin/python3" in found.message
 
 
 def test_a_long_log_tail_cites_line_numbers_of_the_whole_log():
-    found = classify(1, None, 0, (), lines("module_not_found.log"), first_line=1001)
-    assert found.evidence[-1].startswith("log line 1003: ModuleNotFoundError")
+    found = classify(1, None, 0, (), lines("missing_module-1.log"), first_line=1001)
+    assert found.evidence[-1].startswith("log line 1006: ModuleNotFoundError")
 
 
 def test_every_pattern_names_a_failed_reason_with_a_fix():
@@ -114,11 +108,11 @@ def run(**kw) -> RunObservation:
 
 def test_gflowd_fails_the_job_with_the_cause_keeps_the_exit_code_and_retries_as_before():
     state = JobState(name="j", created=0.0)
-    record_exit(state, run(log_tail=tuple(lines("cuda_oom_pytorch2.log"))), None, 0)
+    record_exit(state, run(log_tail=tuple(lines("cuda_oom-2.log"))), None, 0)
     assert (state.phase, state.reason, state.exit_code) == (Phase.Failed, Reason.CUDAOutOfMemory, 1)
     assert "CUDA out of memory" in state.message and "lower the batch size" in state.message
     retried = JobState(name="j", created=0.0)
-    record_exit(retried, run(log_tail=tuple(lines("cuda_oom_pytorch2.log"))), None, 2)
+    record_exit(retried, run(log_tail=tuple(lines("cuda_oom-2.log"))), None, 2)
     assert (retried.phase, retried.reason) == (Phase.Pending, Reason.BackOff)
     assert "CUDAOutOfMemory" in retried.message
     plain = JobState(name="j", created=0.0)

@@ -1,6 +1,6 @@
 """Why a job died, end to end: a real gflowd, real processes that fail for real (a segfault, an
 import of a module that is not there, the kernel's OOM killer in a cgroup v1 memory limit), a job
-printing a real PyTorch CUDA OOM traceback, an Xid injected by the NVML stand-in on the GPU a job
+printing a user's real PyTorch CUDA OOM traceback (tests/fixtures/failure_logs/), an Xid injected by the NVML stand-in on the GPU a job
 runs on; the status reason gflowd records and what ``gflowctl triage`` prints."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from test_metrics import metrics_url, scrape, value
 from controller.act.runtime.cgroups import probe
 from controller.cli.main import main
 
-FIXTURES = Path(__file__).parent / "fixtures" / "failures"
+FIXTURES = Path(__file__).parent / "fixtures" / "failure_logs"
 
 
 def ctl(home: Path, *argv: str) -> tuple[int, str, str]:
@@ -38,12 +38,12 @@ def test_a_real_cuda_oom_traceback_fails_the_job_as_cuda_out_of_memory_and_triag
     daemon = gflowd("--metrics-port", "0")
     url = metrics_url(daemon)
     assert value(scrape(url), "gflow_job_failures_total", reason="CUDAOutOfMemory") == 0  # served before the first
-    fixture = FIXTURES / "cuda_oom_pytorch2.log"
+    fixture = FIXTURES / "cuda_oom-1.log"  # a user's real PyTorch 2.1 traceback tail
     write_manifest(home / "jobs", "oom.yaml", job("oom", ["sh", "-c", f"cat {fixture} >&2; exit 1"]))
     write_manifest(home / "jobs", "fine.yaml", job("fine", ["sh", "-c", "echo 'CUDA out of memory: retrying'"]))
     status = wait_phase(home, "oom", "Failed", daemon=daemon)
     assert (status["reason"], status["exitCode"]) == ("CUDAOutOfMemory", 1), status
-    assert "Tried to allocate 7.83 GiB" in status["message"] and "lower the batch size" in status["message"]
+    assert "Tried to allocate 496.00 MiB" in status["message"] and "lower the batch size" in status["message"]
     assert wait_phase(home, "fine", "Succeeded", daemon=daemon)["reason"] == "Completed"
     wait_for(
         lambda: value(scrape(url), "gflow_job_failures_total", reason="CUDAOutOfMemory") == 1,
@@ -54,7 +54,7 @@ def test_a_real_cuda_oom_traceback_fails_the_job_as_cuda_out_of_memory_and_triag
     code, out, err = ctl(home, "triage", "oom")
     assert code == 0, err
     assert out.startswith("job/oom attempt 1 failed: CUDAOutOfMemory (exit code 1)\nfix: the GPU's memory ran out"), out
-    assert "  exit code 1\n" in out and "  log line 20: torch.OutOfMemoryError: CUDA out of memory." in out
+    assert "  exit code 1\n" in out and "  log line 3: torch.cuda.OutOfMemoryError: CUDA out of memory." in out
     assert len(out.splitlines()) <= 24  # one screen
     assert ctl(home, "triage", "oom", "--attempt", "1")[1] == out  # its latest attempt: the same report
     code, out, _ = ctl(home, "triage", "job/fine")

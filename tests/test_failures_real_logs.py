@@ -36,6 +36,7 @@ FAILURES = {
         ("cuda_oom-9.log", 8, "Exception in main training loop: out of memory to allocate 163840000 bytes"),
         ("cuda_oom-10.log", 1, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory"),
         ("cuda_oom-11.log", 5, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory"),
+        ("cuda_oom-13.log", 5, "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling"),
         ("cuda_oom-12.log", 4, "2022-08-21 00:29:47 | WARNING | metaseq.trainer | OOM: Ran out of memory"),
     ],
     "NCCLTimeout": [
