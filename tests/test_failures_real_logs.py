@@ -160,7 +160,8 @@ def test_an_nccl_errors_watchdog_lines_do_not_make_it_a_timeout():
     log.append("[rank0]:[E ProcessGroupNCCL.cpp:577] [Rank 0] Some NCCL operations have failed or timed out.")
     assert classify(1, None, 0, (), log).reason == ""
     assert classify(1, None, 0, (), log + lines("nccl_error-2.log")).reason == "NCCLError"
-    assert classify(1, None, 0, (), ["terminate called after throwing an instance of 'c10::DistBackendError'"]).reason == ""
+    thrown = "terminate called after throwing an instance of 'c10::DistBackendError'"
+    assert classify(1, None, 0, (), [thrown]).reason == ""
 
 
 @pytest.mark.parametrize(

@@ -223,9 +223,9 @@ def classify(
     if len(quoted) > 160:
         quoted = quoted[:157] + "..."
     fix = last.fix
-    xid = XID_IN_LOG.search(last.text)
-    if last.cause == "GPUXid" and xid:
-        number = int(xid.group(1))
+    logged_xid = XID_IN_LOG.search(last.text)
+    if last.cause == "GPUXid" and logged_xid:
+        number = int(logged_xid.group(1))
         fix = f"Xid {number} ({xid_meaning(number)}): " + (APPLICATION_XID_FIX if number in XID_APPLICATION else fix)
     if last.cause == "MissingModule" and python:
         fix = f"the job's python is {python}; {fix}"
