@@ -46,6 +46,9 @@ FAILURES = {
         ("nccl_timeout-4.log", 5, "[rank5]:[E1002 18:16:40.692598448 ProcessGroupNCCL.cpp:632] [Rank 5] Watchdog"),
         ("nccl_timeout-5.log", 5, "[rank2]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 2] Heartbeat monitor timed out!"),
         ("nccl_timeout-6.log", 2, "  what():  [PG 1 Rank 6] Process group watchdog thread terminated"),
+        ("nccl_timeout-7.log", 6, "[rank3]:[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank 3] Timeout at NCCL work: 4084"),
+        ("nccl_timeout-8.log", 18, "[rank0]:[E820 11:47:24.069865760 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog"),
+        ("nccl_timeout-9.log", 7, "[E ProcessGroupNCCL.cpp:916] [Rank 1] NCCL watchdog thread terminated"),
     ],
     "NCCLError": [
         ("nccl_error-1.log", 6, "[rank3]: ncclRemoteError: A call failed possibly due to a network error"),
@@ -125,12 +128,19 @@ def test_a_missing_module_whose_handler_failed_in_turn_is_still_the_missing_modu
 
 @pytest.mark.parametrize(
     "log",
-    ["oom_recovered-1.log", "oom_recovered-3.log", "nccl_info-1.log", "tf_host_pinned-1.log"],
+    [
+        "oom_recovered-1.log",
+        "oom_recovered-3.log",
+        "nccl_info-1.log",
+        "tf_host_pinned-1.log",
+        "torchrun_child_failed-1.log",
+    ],
 )
 def test_a_log_that_only_mentions_a_failure_names_none(log):
     """fairseq's "ran out of memory ... Skipping batch" (it went on), NCCL_DEBUG=INFO's chatter
     (return codes, "Connection closed by localRank"), TensorFlow retrying pinned host memory
-    smaller: the job that then exits non-zero without a traceback is Error, not these."""
+    smaller, torchrun reporting its ranks' SIGABRT: the job that then exits non-zero without a
+    traceback is Error, not these."""
     assert classify(1, None, 0, (), lines(log)).reason == "", log
 
 
