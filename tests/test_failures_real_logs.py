@@ -59,6 +59,8 @@ FAILURES = {
         ("missing_module-1.log", 6, "ModuleNotFoundError: No module named 'deepspeed_not_installed_here'"),
         ("missing_module-2.log", 6, "ImportError: cannot import name 'Mapping' from 'collections'"),
         ("missing_module-3.log", 6, "ModuleNotFoundError: No module named 'wandb_not_installed_here'"),
+        ("missing_module-4.log", 18, "ModuleNotFoundError: No module named 'apex_not_installed_here'"),
+        ("missing_module-5.log", 18, "[default1]:ModuleNotFoundError: No module named 'apex_not_installed_here'"),
     ],
     "OOMKilled": [
         ("host_oom-2.log", 2, "["),  # the kernel's "Memory cgroup out of memory: Killed process N (python3)"

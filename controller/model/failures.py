@@ -138,6 +138,15 @@ def xid_meaning(xid: int) -> str:
     return XID_UNHEALTHY.get(xid) or XID_APPLICATION.get(xid) or "see NVIDIA's Xid catalog"
 
 
+# What a launcher puts before each line of a rank's output: torchrun --tee ("[default1]:"), torch's
+# own rank prefix ("[rank3]: "), Ray's worker prefix ("(pid=3959, ip=172.31.41.219) ")
+LAUNCHER_PREFIX = re.compile(r"^(\[(default|rank)\d+\]: ?|\(pid=\d+(, ip=[\d.]+)?\) )")
+
+
+def _bare(text: str) -> str:
+    return LAUNCHER_PREFIX.sub("", text, count=1)
+
+
 # NCCL_DEBUG=INFO's chatter names settings ("NCCL_IB_TIMEOUT set by environment"), not failures
 INFO = re.compile(r"\bNCCL INFO\b")
 
@@ -156,10 +165,11 @@ def match_lines(lines: Sequence[str], table: tuple[Pattern, ...] = PATTERNS) -> 
     for number, text in enumerate(lines, 1):
         if INFO.search(text):
             continue
+        bare = _bare(text)
         for pattern in table:
-            if pattern.regex.search(text):
+            if pattern.regex.search(bare):
                 following = lines[number] if number < len(lines) else ""
-                if not (RECOVERED.search(text) or RECOVERED.search(following)):
+                if not (RECOVERED.search(bare) or RECOVERED.search(following)):
                     found.append(Match(number, text.rstrip()[:500], pattern.cause, pattern.fix))
                 break
     return found
@@ -248,6 +258,7 @@ def _explained_later(lines: Sequence[str], last: Match) -> bool:
     """A Python traceback after the last matching line ends in an exception no pattern names (a
     KeyError after an early "out of memory, retrying" warning): that exception is the failure.
     A traceback chained to the matching one (``During handling of the above exception``) is not."""
+    lines = [_bare(text) for text in lines]
     starts = [i for i, text in enumerate(lines, 1) if text.startswith(TRACEBACK)]
     if not starts:
         return False
