@@ -99,7 +99,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "OOMKilled",
         # the kernel's line, globally ("Out of memory: Killed process") or in a cgroup ("Memory cgroup
         # out of memory: Killed process")
-        r"^\s*MemoryError\b|[Oo]ut of memory: Killed process|^Killed$",  # Killed: a shell's word for its child's SIGKILL
+        r"^\s*MemoryError\b|[Oo]ut of memory: Killed process|^Killed$"
+        r"|DefaultCPUAllocator: can't allocate memory",  # PyTorch refused host memory  # Killed: a shell's word for its child's SIGKILL
         FIXES["OOMKilled"],
     ),
     _p(
