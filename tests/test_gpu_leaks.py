@@ -14,11 +14,11 @@ from nvml_fixtures import GiB, fake_nvml_lib, gpu, nvml_env, nvml_probe, write_f
 
 from controller.decide.gpu_leaks import EndedAttempt, GpuProcessFacts, Reclaim, find_leaks, note_reclaimed
 from controller.decide.reconcile import reconcile
+from controller.model.gpus import Gpu, GpuProcess
 from controller.model.records import JobState
+from controller.model.scheduling import GpuSlot
 from controller.observe.gpu_leaks import LeakWatch
 from controller.observe.gpus.procs import process_ticks
-from controller.model.gpus import Gpu, GpuProcess
-from controller.model.scheduling import GpuSlot
 from controller.sinks.metrics import _SnapshotCollector
 
 TRAIN = EndedAttempt("train", 3, "train.3.9f2c", {5511: 700}, grace=5.0)

@@ -100,7 +100,12 @@ def note_reclaimed(state: JobState, kills: Iterable[Reclaim], now_text: str) -> 
             items.append(item)
     new = state.copy()
     new.conditions = set_condition(
-        new.conditions, Condition.ReclaimedGPUMemory, "True", Reason.ReclaimedGPUMemory, head + ", ".join(items), now_text
+        new.conditions,
+        Condition.ReclaimedGPUMemory,
+        "True",
+        Reason.ReclaimedGPUMemory,
+        head + ", ".join(items),
+        now_text,
     )
     return new
 

@@ -68,7 +68,9 @@ class LeakWatch:
                     pids[pid] = ticks
             if before is None or len(pids) != len(before.pids):
                 devices = tuple(attempt.devices or ())
-                self.running[key] = EndedAttempt(name, attempt.attempt, attempt.marker or "", pids, attempt.grace, devices)
+                self.running[key] = EndedAttempt(
+                    name, attempt.attempt, attempt.marker or "", pids, attempt.grace, devices
+                )
                 self._changed = self._changed or bool(devices)
         for key in [k for k in self.running if k not in seen]:
             self.ended[key] = (self.running.pop(key), now)
