@@ -73,8 +73,11 @@ class LeakWatch:
                 )
                 self._changed = self._changed or bool(devices)
         for key in [k for k in self.running if k not in seen]:
-            self.ended[key] = (self.running.pop(key), now)
-            self._changed = self._changed or bool(self.ended[key][0].devices)
+            ended = self.running.pop(key)
+            if ended.devices:  # remembered across a restart: only what may still be alive (read once)
+                ended = _alive_only(ended)
+                self._changed = True
+            self.ended[key] = (ended, now)
         for key in [k for k, (_, at) in self.ended.items() if now - at > KEEP]:
             self._changed = self._changed or bool(self.ended.pop(key)[0].devices)
         while len(self.ended) > MAX_ENDED:
@@ -106,15 +109,13 @@ class LeakWatch:
 
     def save(self) -> None:
         """Remember the GPU attempts and the held memory, if that changed since the last save.
-        A pid no longer alive with its start time can be no leftover: dropped here."""
+        A pid no longer alive with its start time can be no leftover: dropped here (from an
+        ended attempt, once, as it ends)."""
         if self.path is None or not self._changed:
             return
-        for key, attempt in list(self.running.items()):
+        for key, attempt in list(self.running.items()):  # (an ended one's were read as it ended)
             if attempt.devices:
                 self.running[key] = _alive_only(attempt)
-        for key, (attempt, at) in list(self.ended.items()):
-            if attempt.devices:
-                self.ended[key] = (_alive_only(attempt), at)
         try:
             atomic_write(self.path, self._text(), mode=0o600, durable=False)
         except OSError as exc:  # a full disk: remembered in memory; the next change tries again
