@@ -44,6 +44,7 @@ class LeakWatch:
         self.ended: dict[tuple[str, int], tuple[EndedAttempt, float]] = {}  # -> (attempt, when it ended)
         self.held_since: dict[tuple[int, int], float] = {}  # (gpu, pid) of a dead pid's memory -> first seen
         self._changed = False  # a GPU attempt's pids, end or expiry, or the held memory: save() writes
+        self._failing = False  # the last write failed (said once)
 
     def attempts(self, runtime: Any, job_pids: Mapping[str, AbstractSet[int]], now: float) -> None:
         """Track the runtime's attempts (the local backend's; others have none to find)."""
@@ -118,10 +119,11 @@ class LeakWatch:
                 self.running[key] = _alive_only(attempt)
         try:
             atomic_write(self.path, self._text(), mode=0o600, durable=False)
-        except OSError as exc:  # a full disk: remembered in memory; the next change tries again
-            log.warning("could not remember the GPU attempts' pids in %s: %s", self.path, exc)
+        except OSError as exc:  # a full disk: remembered in memory; the next pass tries again (said once)
+            log.log(logging.DEBUG if self._failing else logging.WARNING, "could not write %s: %s", self.path, exc)
+            self._failing = True
             return
-        self._changed = False
+        self._changed = self._failing = False
 
     def _text(self) -> str:
         rows = [_row(a, None) for a in self.running.values() if a.devices]
