@@ -28,7 +28,7 @@ from controller.act.runtime.backends.local.attempt import boot_id
 from controller.act.runtime.orphans import MARKER_VARIABLE
 from controller.daemon.review import answer_request, clear, judge_as, serve
 from controller.decide.acted import fold_acted
-from controller.decide.gpu_leaks import find_leaks
+from controller.decide.gpu_leaks import LeakVerdict, find_leaks
 from controller.decide.policy import policy_from_config
 from controller.decide.queue import request_of
 from controller.decide.reconcile import decide
@@ -293,22 +293,26 @@ class Controller:
         began = time.perf_counter()
         snapshot = self.observer.take(full, self._take_dirty(), self.memory, self._max_starts())
         now = self.clock()
-        snapshot = self._reclaim_gpu_memory(snapshot, now)  # before decide: the job's record says what was killed
+        leaks = self._find_gpu_leaks(snapshot, now)
+        if leaks is not None and leaks.reclaimed:  # the jobs' records say what is killed (their condition)
+            snapshot = replace(snapshot, reclaimed=leaks.reclaimed)
         deciding = time.perf_counter()  # reading new manifests is not deciding (see _max_starts)
         plan = decide(snapshot, now)
         acted = self._act(plan, deciding)
         plan = fold_acted(plan, acted)  # the pids the starts got, a held launch: into the records
         wake_at = self._record(snapshot, plan, now, full, began)
+        if leaks is not None:
+            self._reclaim_gpu_memory(leaks, now)
         # a mass write beyond its owner's read budget (observe/manifests.py): read on in the next pass
         return wake_at, plan.again or acted.again or bool(self.store.deferred)
 
-    def _reclaim_gpu_memory(self, snapshot: Snapshot, now: float) -> Snapshot:
-        """Kill what an ended attempt left holding GPU memory; say what a dead pid holds. Returns
-        the snapshot with what was killed (``reclaimed``: the jobs' condition)."""
+    def _find_gpu_leaks(self, snapshot: Snapshot, now: float) -> LeakVerdict | None:
+        """What an ended attempt left holding GPU memory, and what a dead pid holds (None: no GPU
+        lists a process). The attempts seen are remembered (``run/gpu-leftovers.json``) first."""
         self.leaks.attempts(self.runtime, snapshot.job_pids, now)
         if not any(g.processes for g in snapshot.gpus) and not self.leaks.held_since:
             self.leaks.save()
-            return snapshot
+            return None
         ended = self.leaks.ended_attempts()
         verdict = find_leaks(
             ended,
@@ -320,15 +324,19 @@ class Controller:
             held_since=self.leaks.held_since,
             killing=self.reclaimer.stopping(),
         )
-        self.reclaimer.reclaim(verdict.kills)
         self.leaks.note_held(verdict.held)
         self.leaks.save()
+        return verdict
+
+    def _reclaim_gpu_memory(self, verdict: LeakVerdict, now: float) -> None:
+        """Kill the leftovers and say so, once the statuses say it: a gflowd killed in between
+        leaves a leftover the next one kills (it is remembered), never a kill the job does not show."""
+        self.reclaimer.reclaim(verdict.kills)
         if verdict.events:
             try:
                 self.recorder.events(verdict.events, now)
             except OSError:  # a full disk: the kill happened; the log line is all we can say
                 pass
-        return replace(snapshot, reclaimed=verdict.reclaimed) if verdict.reclaimed else snapshot
 
     def _write_gpu_usage(self) -> None:
         self.observer.usage_dirty = False
