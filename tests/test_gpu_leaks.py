@@ -203,6 +203,12 @@ def test_an_attempt_that_ended_before_gflowd_saw_it_run_is_known_by_its_marker_a
     watch.attempts(runtime, {}, 10.0)
     found = {a.name: (a.marker, dict(a.pids)) for a in watch.ended_attempts()}
     assert found == {"train": ("m-train", {4321: 99}), "old": ("m-old", {})}  # a pid of another boot: none
+    # the job deleted and made again: its attempt 2 is another attempt, with another marker
+    again = SimpleNamespace(
+        attempts={"train": attempt("train", 2, "m-train-2", result=ended, job_pid=5000, job_ticks=7)}
+    )
+    watch.attempts(again, {}, 20.0)
+    assert {a.name: a.marker for a in watch.ended_attempts()} == {"train": "m-train-2", "old": "m-old"}
 
 
 def test_a_file_torn_or_of_another_boot_is_ignored(tmp_path):

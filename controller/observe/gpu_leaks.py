@@ -55,7 +55,8 @@ class LeakWatch:
                 continue
             key = (name, attempt.attempt)
             if attempt.result is not None:
-                if key not in self.running and key not in self.ended:
+                known = self.ended.get(key)  # (a job deleted and made again numbers its attempts anew)
+                if key not in self.running and (known is None or known[0].marker != (attempt.marker or "")):
                     self._ended_unseen(key, attempt, now)
                 continue
             seen.add(key)
