@@ -3,13 +3,22 @@ memory charged to pids that no longer exist. End to end: tests/test_gpu_leaks_e2
 
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
+from builders import T0, World, condition, job
 from nvml_fixtures import GiB, fake_nvml_lib, gpu, nvml_env, nvml_probe, write_fake_nvml  # noqa: F401
 
-from controller.decide.gpu_leaks import EndedAttempt, GpuProcessFacts, find_leaks
+from controller.decide.gpu_leaks import EndedAttempt, GpuProcessFacts, Reclaim, find_leaks, note_reclaimed
+from controller.decide.reconcile import reconcile
 from controller.model.gpus import Gpu, GpuProcess
+from controller.model.records import JobState
 from controller.model.scheduling import GpuSlot
+from controller.observe.gpu_leaks import LeakWatch
+from controller.observe.gpus.procs import process_ticks
 from controller.sinks.metrics import _SnapshotCollector
 
 TRAIN = EndedAttempt("train", 3, "train.3.9f2c", {5511: 700}, grace=5.0)
@@ -84,3 +93,125 @@ def test_nvml_marks_a_charged_pid_that_no_longer_exists_as_gone(nvml_env, nvml_p
     write_fake_nvml(path, {"gpus": [gpu(0, processes=processes)]})
     read = {p["pid"]: p["gone"] for p in probe.call("read")[0]["processes"]}
     assert read == {probe.proc.pid: False, gone: True}
+
+
+# -- the job's status says what was killed -------------------------------------------------------------
+
+KILL = Reclaim("train", 3, 1, 5511, 700, "python", 3 * GiB + GiB // 5, 5.0)
+
+
+def test_the_newly_said_kills_are_the_jobs_and_a_kill_under_way_is_not_again():
+    verdict = find_leaks([TRAIN], [proc(5511, ticks=700), proc(6000, marker="train.3.9f2c")], 1.0)
+    assert {name: [k.pid for k in kills] for name, kills in verdict.reclaimed.items()} == {"train": [5511, 6000]}
+    again = find_leaks([TRAIN], [proc(5511, ticks=700)], 2.0, killing=frozenset({(5511, 700)}))
+    assert again.kills and not again.reclaimed
+
+
+def test_the_reclaimed_condition_names_gpu_pid_command_and_mib_and_adds_up_per_attempt():
+    before = JobState(name="train", phase="Failed")
+    first = note_reclaimed(before, [KILL], "2026-11-29T02:00:00Z")
+    assert before.conditions == []  # a copy: the previous pass's record is never changed
+    said = condition(first, "ReclaimedGPUMemory")
+    assert said == {
+        "type": "ReclaimedGPUMemory",
+        "status": "True",
+        "reason": "ReclaimedGPUMemory",
+        "message": "killed what attempt 3 left holding GPU memory: GPU 1 pid 5511 (python) 3277 MiB",
+        "lastTransitionTime": "2026-11-29T02:00:00Z",
+    }
+    later = replace(KILL, gpu=0, pid=5600, name="", memory=512 << 20)
+    second = note_reclaimed(first, [later, KILL], "2026-11-29T02:05:00Z")
+    assert condition(second, "ReclaimedGPUMemory")["message"] == (
+        "killed what attempt 3 left holding GPU memory: GPU 1 pid 5511 (python) 3277 MiB, GPU 0 pid 5600 512 MiB"
+    )
+    assert condition(second, "ReclaimedGPUMemory")["lastTransitionTime"] == "2026-11-29T02:00:00Z"
+    next_attempt = note_reclaimed(second, [replace(KILL, attempt=4, pid=7000)], "2026-11-29T03:00:00Z")
+    assert condition(next_attempt, "ReclaimedGPUMemory")["message"] == (
+        "killed what attempt 4 left holding GPU memory: GPU 1 pid 7000 (python) 3277 MiB"
+    )
+
+
+def test_a_finished_job_carried_over_gains_the_condition_and_is_written():
+    world = World(job("train", resources={"gpus": 1}))
+    world.tick(T0)
+    world.exit("train", 0, T0 + 5)
+    plan = world.tick(T0 + 6)
+    assert world.phase("train") == ("Succeeded", "Completed")
+    # the next pass patches nothing: the finished job is carried over as it was...
+    snap = world.snapshot()
+    snap = replace(snap, previous=snap.admission, unsettled=plan.unsettled)
+    assert "train" not in reconcile(snap, T0 + 7).looked_at
+    # ...unless gflowd killed what it left: then its record gains the condition, and is written
+    reclaimed = reconcile(replace(snap, reclaimed={"train": (replace(KILL, attempt=1),)}), T0 + 7)
+    assert "train" in reclaimed.looked_at
+    assert reclaimed.states["train"].phase == "Succeeded"
+    said = condition(reclaimed.states["train"], "ReclaimedGPUMemory")
+    assert said["message"] == "killed what attempt 1 left holding GPU memory: GPU 1 pid 5511 (python) 3277 MiB"
+    assert condition(world.state("train"), "ReclaimedGPUMemory") is None
+
+
+# -- what a restarted gflowd still knows ---------------------------------------------------------------
+
+
+def attempt(name: str, number: int, marker: str, devices=(0,), result=None, **facts) -> SimpleNamespace:
+    """An attempt of the local runtime, as LeakWatch reads it."""
+    base = {"job_pid": None, "job_ticks": None, "spec": {"bootId": "boot-a"}, "grace": 5.0, "held": None}
+    return SimpleNamespace(
+        name=name, attempt=number, marker=marker, devices=devices, result=result, **{**base, **facts}
+    )
+
+
+def test_a_gpu_attempts_pids_and_its_end_outlive_gflowd(tmp_path):
+    path = tmp_path / "gpu-leftovers.json"
+    child = os.getpid()  # a live process: its start time is read from /proc, as a tree's
+    ticks = process_ticks(child)
+    old = LeakWatch(path, "boot-a")
+    runtime = SimpleNamespace(
+        attempts={"train": attempt("train", 1, "m-train"), "cpu": attempt("cpu", 1, "m-cpu", devices=())}
+    )
+    old.attempts(runtime, {"train": {child, 2**22 + 7}, "cpu": {child}}, 100.0)
+    old.save()
+    saved = json.loads(path.read_text())
+    assert [(a["name"], a["pids"], a["endedAt"]) for a in saved["attempts"]] == [
+        ("train", {str(child): ticks}, None)  # the GPU attempt only; a pid not alive is none
+    ]
+    assert path.stat().st_mode & 0o777 == 0o600
+    # gflowd is killed; the job ends while it is down; a new gflowd loads what the old one saw
+    new = LeakWatch(path, "boot-a")
+    assert new.load(200.0) == 1
+    ended = SimpleNamespace(exit_code=0)
+    new.attempts(SimpleNamespace(attempts={"train": attempt("train", 1, "m-train", result=ended)}), {}, 200.0)
+    [found] = new.ended_attempts()
+    assert (found.name, found.marker, dict(found.pids), found.devices) == ("train", "m-train", {child: ticks}, (0,))
+    verdict = find_leaks(new.ended_attempts(), [proc(child, gpu=0, ticks=ticks)], 200.0)
+    assert [(k.job, k.pid) for k in verdict.kills] == [("train", child)]
+    new.save()
+    assert json.loads(path.read_text())["attempts"][0]["endedAt"] == 200.0
+    # another boot: its pids and start times may name anything now
+    assert LeakWatch(path, "boot-b").load(200.0) == 0
+
+
+def test_an_attempt_that_ended_before_gflowd_saw_it_run_is_known_by_its_marker_and_first_process():
+    watch = LeakWatch(None, "boot-a")
+    ended = SimpleNamespace(exit_code=1)
+    runtime = SimpleNamespace(
+        attempts={
+            "train": attempt("train", 2, "m-train", result=ended, job_pid=4321, job_ticks=99),
+            "old": attempt("old", 1, "m-old", result=ended, job_pid=4322, job_ticks=98, spec={"bootId": "boot-0"}),
+        }
+    )
+    watch.attempts(runtime, {}, 10.0)
+    found = {a.name: (a.marker, dict(a.pids)) for a in watch.ended_attempts()}
+    assert found == {"train": ("m-train", {4321: 99}), "old": ("m-old", {})}  # a pid of another boot: none
+    # the job deleted and made again: its attempt 2 is another attempt, with another marker
+    again = SimpleNamespace(
+        attempts={"train": attempt("train", 2, "m-train-2", result=ended, job_pid=5000, job_ticks=7)}
+    )
+    watch.attempts(again, {}, 20.0)
+    assert {a.name: a.marker for a in watch.ended_attempts()} == {"train": "m-train-2", "old": "m-old"}
+
+
+def test_a_file_torn_or_of_another_boot_is_ignored(tmp_path):
+    path = tmp_path / "gpu-leftovers.json"
+    path.write_text('{"bootId": "boot-a", "attempts": [{"name": ')
+    assert LeakWatch(path, "boot-a").load(1.0) == 0

@@ -3,7 +3,9 @@ on fake GPUs (the hardware edge: which pids hold how much), a real ``useradd`` u
 real processes. A job's daemonized child that left its session and its cgroups and still holds
 memory is killed after the job ends and the job's events say so; a pid that no longer exists but
 is still charged is shown as held, never killed, and keeps a gpuMemory job waiting; processes
-gflowd did not start (another user's, or the job owner's own hand-started one) are never killed."""
+gflowd did not start (another user's, or the job owner's own hand-started one) are never killed.
+The job's status keeps what was killed (condition ReclaimedGPUMemory), and a gflowd SIGKILLed while
+the job ran, or after it ended, leaves a new gflowd (on the NVML stand-in) all it needs to reclaim."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import job_status, wait_for, wait_phase, write_manifest
+from nvml_fixtures import GiB, fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
 from shared_box import make_box, remove_box
 
 NOBODY = 65534
@@ -88,9 +91,10 @@ def job_leaving_a_child(drop: Path) -> str:
     )
 
 
-def start_leaky_job(box, drop: Path, fake: Path, others: list[tuple[int, str]] = ()) -> int:
+def start_leaky_job(box, drop: Path, fake: Path, others: list[tuple[int, str]] = (), charge=None) -> int:
     """The job runs; its child escapes its cgroups and holds 3.2Gi on the job's GPU, and gflowd has
-    seen it there as the job's. Returns the child's pid."""
+    seen it there as the job's. Returns the child's pid. ``charge``: how the driver lists
+    processes (default: the fake-GPU file ``fake``)."""
     uid, gid = box.user.pw_uid, box.user.pw_gid
     write_manifest(box.home / "jobs", "leaky.yaml", job_leaving_a_child(drop), owner=(uid, gid))
     pid_file = drop / "leak.pid"
@@ -104,7 +108,7 @@ def start_leaky_job(box, drop: Path, fake: Path, others: list[tuple[int, str]] =
     leave_cgroups(pid)
     with open(f"/proc/{pid}/cgroup") as handle:
         assert all(line.rstrip().endswith(":/") for line in handle), "the child could not leave its cgroups"
-    gpus_file(fake, [*others, (pid, "3.2Gi")])  # the driver charges it 3.2Gi on the job's GPU
+    (charge or (lambda procs: gpus_file(fake, procs)))([*others, (pid, "3.2Gi")])  # 3.2Gi on the job's GPU
 
     def seen_as_the_jobs() -> bool:  # node.yaml lists it, not as unmanaged: a pass saw it in the job's tree
         try:
@@ -142,6 +146,7 @@ def test_an_escaped_child_holding_gpu_memory_is_killed_after_its_job_ends_and_sa
         assert said[0]["message"] == f"GPU 0: killed pid {pid} (sleep) that held 3.2Gi after leaky attempt 1 ended"
         gpus_file(fake, [])  # the driver frees its memory
         assert not events(box.home, "GPUMemoryHeld")
+        says_so_in_its_status(box, pid)
     finally:
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
@@ -213,3 +218,85 @@ def test_memory_of_a_pid_that_no_longer_exists_is_held_not_killed_and_keeps_a_gp
     gpus_file(fake, [])  # a GPU reset frees it
     wait_phase(home, "train", "Succeeded", daemon=daemon)
     assert len(events(home, "GPUMemoryHeld")) == 1  # said once, not every pass
+
+
+def says_so_in_its_status(box, pid: int) -> None:
+    """The ended job's status keeps what was killed: its file, ``describe`` and ``get -o json``,
+    as the job's own user reads them."""
+    text = f"killed what attempt 1 left holding GPU memory: GPU 0 pid {pid} (sleep) 3277 MiB"
+
+    def reclaimed() -> dict | None:
+        conditions = (job_status(box.home, "leaky") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "ReclaimedGPUMemory"), None)
+
+    said = wait_for(reclaimed, message=lambda: f"the condition: {job_status(box.home, 'leaky')}")
+    assert (said["status"], said["reason"], said["message"]) == ("True", "ReclaimedGPUMemory", text)
+    assert job_status(box.home, "leaky")["phase"] in ("Failed", "Succeeded")
+    described = box.gflowctl("describe", "job", "leaky")
+    assert described.returncode == 0, described.stderr
+    [line] = [row for row in described.stdout.splitlines() if "ReclaimedGPUMemory" in row and "True" in row]
+    assert line.split()[:3] == ["ReclaimedGPUMemory", "True", "ReclaimedGPUMemory"] and line.endswith(text), line
+    shown = box.gflowctl("get", "jobs", "leaky", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    conditions = json.loads(shown.stdout)["status"]["conditions"]
+    assert [c["message"] for c in conditions if c["type"] == "ReclaimedGPUMemory"] == [text], conditions
+
+
+def nvml_charge(path: Path, processes: list[tuple[int, str]]) -> None:
+    """What the NVML stand-in lists on its one GPU (``3.2Gi``: bytes the driver charges)."""
+    listed = [{"pid": pid, "usedMemory": int(float(held.removesuffix("Gi")) * GiB)} for pid, held in processes]
+    write_fake_nvml(path, {"gpus": [gpu(0, name="NVIDIA A100-SXM4-40GB", memoryTotal=40 * GiB, processes=listed)]})
+
+
+def listed(home: Path, pid: int) -> bool:
+    """node.yaml lists ``pid`` on a GPU (or there is no node.yaml yet)."""
+    try:
+        node = yaml.safe_load((home / "node.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return True
+    return any(p.get("pid") == pid for g in node.get("gpus") or [] for p in g.get("processes") or [])
+
+
+def crash_the_supervisor_while_gflowd_is_down(box) -> None:
+    """SIGKILL the job's supervisor with no gflowd to see it (a supervisor that ends cleanly takes
+    its stray descendants with it: it is their subreaper); the next gflowd stops what it finds of
+    the job, and the escaped child is not among it."""
+    job_pid = job_status(box.home, "leaky")["pid"]
+    with open(f"/proc/{job_pid}/stat") as handle:
+        supervisor = int(handle.read().rsplit(")", 1)[1].split()[1])
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: not alive(supervisor), message="the supervisor to die")
+
+
+@pytest.mark.parametrize("killed", ["while the job ran", "after the end was recorded"])
+def test_a_new_gflowd_reclaims_what_an_attempt_left_when_the_old_one_was_killed(box, drop, gflowd, nvml_env, killed):
+    fake = Path(nvml_env["FAKE_NVML_FILE"])
+    nvml_charge(fake, [])
+    first = gflowd(env=nvml_env, home=box.home)
+    pid = start_leaky_job(box, drop, fake, charge=lambda procs: nvml_charge(fake, procs))
+    try:
+        wait_phase(box.home, "leaky", "Running", daemon=first)
+        if killed == "while the job ran":
+            first.proc.kill()  # SIGKILL: nothing saved on the way out
+            first.proc.wait()
+            crash_the_supervisor_while_gflowd_is_down(box)
+        else:  # the child holds no memory at the end (it takes some later): nothing to reclaim yet
+            nvml_charge(fake, [])
+            wait_for(lambda: not listed(box.home, pid), message="gflowd to see the GPU without the child")
+            crash_supervisor(box)  # recorded Failed; the attempt's record goes
+            wait_for(lambda: not list((box.home / "run" / "attempts").glob("leaky.*")), message="the record purged")
+            first.proc.kill()
+            first.proc.wait()
+            nvml_charge(fake, [(pid, "3.2Gi")])
+        assert alive(pid)
+        second = gflowd(env=nvml_env, home=box.home)
+        wait_for(lambda: not alive(pid), message=lambda: f"the new gflowd to kill pid {pid}\n{second.stderr()[-3000:]}")
+        said = wait_for(lambda: events(box.home, "ReclaimedGPUMemory"), message="the ReclaimedGPUMemory event")
+        assert [(e["object"], e["message"]) for e in said] == [
+            ("job/leaky", f"GPU 0: killed pid {pid} (sleep) that held 3.2Gi after leaky attempt 1 ended")
+        ]
+        nvml_charge(fake, [])  # the driver frees its memory
+        says_so_in_its_status(box, pid)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)

@@ -125,10 +125,11 @@ def _describe_job(home: Home, name: str) -> list[str] | None:
     conditions = status.get("conditions") or []
     if conditions:
         out.append("Conditions:")
-        out.append(f"  {'TYPE':<14}{'STATUS':<8}{'REASON':<26}MESSAGE")
+        wide = max(14, *(len(str(c.get("type", ""))) + 2 for c in conditions))  # ReclaimedGPUMemory: 18
+        out.append(f"  {'TYPE':<{wide}}{'STATUS':<8}{'REASON':<26}MESSAGE")
         for c in conditions:
             kind, state, reason, message = (printable(c.get(k, "")) for k in ("type", "status", "reason", "message"))
-            out.append(f"  {kind:<14}{state:<8}{reason:<26}{message}")
+            out.append(f"  {kind:<{wide}}{state:<8}{reason:<26}{message}")
     out.extend(_event_lines(_recent_events(home, name), now))
     log = home.log_file(name)
     out.append(f"Log:{' ' * (width - 4)}{printable(log)}" + ("" if log.exists() else " (none yet)"))

@@ -16,6 +16,7 @@ import selectors
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,11 @@ from controller.act.apply import act
 from controller.act.prune import prune_manifests
 from controller.act.reclaim import Reclaimer
 from controller.act.runtime import make_runtime
+from controller.act.runtime.backends.local.attempt import boot_id
 from controller.act.runtime.orphans import MARKER_VARIABLE
 from controller.daemon.review import answer_request, clear, judge_as, serve
 from controller.decide.acted import fold_acted
-from controller.decide.gpu_leaks import find_leaks
+from controller.decide.gpu_leaks import LeakVerdict, find_leaks
 from controller.decide.policy import policy_from_config
 from controller.decide.queue import request_of
 from controller.decide.reconcile import decide
@@ -84,7 +86,8 @@ class Controller:
         self.recorder = Recorder(home, clock)
         self.writer = PassWriter(home, self.recorder, inventory.describe, self.runtime.limits_summary)
         self.sinks = sinks  # controller.sinks.hooks.Sinks: history, metrics, webhooks
-        self.leaks, self.reclaimer = LeakWatch(), Reclaimer()  # GPU memory an ended attempt left (docs/gpu-memory.md)
+        # GPU memory an ended attempt left (docs/gpu-memory.md); its GPU attempts remembered across a restart
+        self.leaks, self.reclaimer = LeakWatch(home.run_dir / "gpu-leftovers.json", boot_id()), Reclaimer()
         self.memory = Memory()
         # the GPUs as the last pass saw them, for the review's never-fits verdict (None: not yet
         # known, or a cluster backend places jobs); replaced whole each pass, read by the watcher thread
@@ -153,6 +156,7 @@ class Controller:
         # rescans them all every few thousand allocations. Collect young objects less often; after
         # the first pass, move what start-up loaded out of the collector's way (gc.freeze).
         gc.set_threshold(50_000, 20, 20)
+        self.leaks.load(self.clock())
         adopted = self.runtime.adopt()
         if adopted:
             log.info("re-adopted %d running job(s): %s", len(adopted), ", ".join(sorted(adopted)))
@@ -289,20 +293,26 @@ class Controller:
         began = time.perf_counter()
         snapshot = self.observer.take(full, self._take_dirty(), self.memory, self._max_starts())
         now = self.clock()
+        leaks = self._find_gpu_leaks(snapshot, now)
+        if leaks is not None and leaks.reclaimed:  # the jobs' records say what is killed (their condition)
+            snapshot = replace(snapshot, reclaimed=leaks.reclaimed)
         deciding = time.perf_counter()  # reading new manifests is not deciding (see _max_starts)
         plan = decide(snapshot, now)
         acted = self._act(plan, deciding)
         plan = fold_acted(plan, acted)  # the pids the starts got, a held launch: into the records
         wake_at = self._record(snapshot, plan, now, full, began)
-        self._reclaim_gpu_memory(snapshot, now)
+        if leaks is not None:
+            self._reclaim_gpu_memory(leaks, now)
         # a mass write beyond its owner's read budget (observe/manifests.py): read on in the next pass
         return wake_at, plan.again or acted.again or bool(self.store.deferred)
 
-    def _reclaim_gpu_memory(self, snapshot: Snapshot, now: float) -> None:
-        """Kill what an ended attempt left holding GPU memory; say what a dead pid holds."""
+    def _find_gpu_leaks(self, snapshot: Snapshot, now: float) -> LeakVerdict | None:
+        """What an ended attempt left holding GPU memory, and what a dead pid holds (None: no GPU
+        lists a process). The attempts seen are remembered (``run/gpu-leftovers.json``) first."""
         self.leaks.attempts(self.runtime, snapshot.job_pids, now)
         if not any(g.processes for g in snapshot.gpus) and not self.leaks.held_since:
-            return
+            self.leaks.save()
+            return None
         ended = self.leaks.ended_attempts()
         verdict = find_leaks(
             ended,
@@ -314,8 +324,14 @@ class Controller:
             held_since=self.leaks.held_since,
             killing=self.reclaimer.stopping(),
         )
-        self.reclaimer.reclaim(verdict.kills)
         self.leaks.note_held(verdict.held)
+        self.leaks.save()
+        return verdict
+
+    def _reclaim_gpu_memory(self, verdict: LeakVerdict, now: float) -> None:
+        """Kill the leftovers and say so, once the statuses say it: a gflowd killed in between
+        leaves a leftover the next one kills (it is remembered), never a kill the job does not show."""
+        self.reclaimer.reclaim(verdict.kills)
         if verdict.events:
             try:
                 self.recorder.events(verdict.events, now)

@@ -15,6 +15,10 @@ Two kinds of leftover:
 
 A process of the same user, started in the attempt's window, is not enough: a user's hand-started
 server would match. gflowd never kills what it did not start.
+
+What was killed also stays on the job, as its condition ``ReclaimedGPUMemory`` (``note_reclaimed``:
+GPU, pid, command and MiB of each process the attempt left), so ``describe`` and ``get -o json``
+say it after the event has scrolled away.
 """
 
 from __future__ import annotations
@@ -22,10 +26,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from controller.api.units import format_age, format_quantity
+from controller.model.conditions import find_condition, set_condition
 from controller.model.gpu_leaks import EndedAttempt, GpuProcessFacts, Held, LeakVerdict, Reclaim
 from controller.model.plan import Event
+from controller.model.reasons import Condition, Reason
+from controller.model.records import JobState
 
-__all__ = ["EndedAttempt", "GpuProcessFacts", "Held", "LeakVerdict", "Reclaim", "find_leaks"]
+__all__ = ["EndedAttempt", "GpuProcessFacts", "Held", "LeakVerdict", "Reclaim", "find_leaks", "note_reclaimed"]
+MIB = 1 << 20
 
 
 def find_leaks(
@@ -49,6 +57,7 @@ def find_leaks(
     kills: list[Reclaim] = []
     held: list[Held] = []
     events: list[Event] = []
+    said: dict[str, tuple[Reclaim, ...]] = {}
     for proc in sorted(processes, key=lambda p: (p.gpu, p.pid)):
         if proc.pid in managed_pids or str(proc.pid) in ignore or (proc.name and proc.name in ignore):
             continue
@@ -68,7 +77,37 @@ def find_leaks(
         kills.append(kill)
         if (proc.pid, proc.ticks) not in killing:
             events.append(Event("Warning", "ReclaimedGPUMemory", owner.name, reclaimed_text(kill)))
-    return LeakVerdict(tuple(kills), tuple(held), tuple(events))
+            said[owner.name] = (*said.get(owner.name, ()), kill)
+    return LeakVerdict(tuple(kills), tuple(held), tuple(events), said)
+
+
+def note_reclaimed(state: JobState, kills: Iterable[Reclaim], now_text: str) -> JobState:
+    """``state`` (a copy) with its ``ReclaimedGPUMemory`` condition naming what was killed: the
+    processes of one attempt add up (a leftover may show on a GPU later than another); a later
+    attempt's replace them."""
+    kills = sorted(kills, key=lambda k: (k.attempt, k.gpu, k.pid))
+    if not kills:
+        return state
+    attempt = kills[-1].attempt
+    head = f"killed what attempt {attempt} left holding GPU memory: "
+    before = find_condition(state.conditions, Condition.ReclaimedGPUMemory)
+    items = before["message"][len(head) :].split(", ") if before and before["message"].startswith(head) else []
+    for kill in kills:
+        if kill.attempt != attempt:
+            continue
+        item = f"GPU {kill.gpu} pid {kill.pid}{f' ({kill.name})' if kill.name else ''} {round(kill.memory / MIB)} MiB"
+        if item not in items:
+            items.append(item)
+    new = state.copy()
+    new.conditions = set_condition(
+        new.conditions,
+        Condition.ReclaimedGPUMemory,
+        "True",
+        Reason.ReclaimedGPUMemory,
+        head + ", ".join(items),
+        now_text,
+    )
+    return new
 
 
 def reclaimed_text(kill: Reclaim) -> str:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from controller.decide.admission import admit_observed
 from controller.decide.backlog import parked_backlog
 from controller.decide.expiry import expire
+from controller.decide.gpu_leaks import note_reclaimed
 from controller.decide.lifecycle import finish, step
 from controller.decide.queue import carried_waiting, queue_memo_holds, remember_queue, schedule_pending
 from controller.decide.reservations import reservation_statuses
@@ -61,7 +62,11 @@ def draft(snap: Snapshot, now: float) -> PlanDraft:
         for name in names.difference(carried) if carried else names:
             plan.states.pop(name, None)
     now_text = rfc3339(now) or ""
+    names.update(n for n in snap.reclaimed if n not in parked)  # a finished job too: it gains a condition (below)
     carried = _queue(plan, snap, names, carried, now, now_text)
+    for name, kills in snap.reclaimed.items():
+        if name in plan.states:
+            plan.states[name] = note_reclaimed(plan.states[name], kills, now_text)
     sweep_statuses(plan, snap, now)
     expire(plan, snap, now)
     states = plan.states

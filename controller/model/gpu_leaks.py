@@ -17,6 +17,7 @@ class EndedAttempt:
     marker: str  # its GFLOW_ATTEMPT_ID ("" when unknown)
     pids: Mapping[int, int] = field(default_factory=dict)  # pid -> kernel start ticks, as last seen running
     grace: float = 10.0  # seconds between TERM and KILL (the job's terminationGracePeriod)
+    devices: tuple[int, ...] = ()  # the GPUs it was bound to (only those are remembered across a restart)
 
 
 @dataclass(frozen=True)
@@ -61,3 +62,4 @@ class LeakVerdict:
     kills: tuple[Reclaim, ...] = ()
     held: tuple[Held, ...] = ()
     events: tuple[Event, ...] = ()
+    reclaimed: Mapping[str, tuple[Reclaim, ...]] = field(default_factory=dict)  # job -> kills said now (its condition)

@@ -182,6 +182,7 @@ class Snapshot:
     reservation_states: Mapping[str, ReservationState] = field(default_factory=dict)
     queue_memo: QueueMemo | None = None  # the last plan's: waiting jobs nothing has moved are carried over
     parked: Mapping[int, frozenset[str]] | None = None  # the last plan's: each owner's backlog beyond its queue head
+    reclaimed: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # job -> gpu_leaks.Reclaim killed now
 
     @property
     def admitted(self) -> AdmissionResult:

@@ -514,7 +514,7 @@ class Reason(StrEnum):
         "ReclaimedGPUMemory",
         Facts(
             (),
-            "event (Warning) on an ended job: gflowd killed a process the attempt left holding GPU memory "
+            "event (Warning) and condition on an ended job: gflowd killed a process the attempt left holding GPU memory "
             "(GPU, pid, command, memory; docs/gpu-memory.md)",
             "nothing for the GPU; make the job stop its own children (a daemonized helper, a server it started)",
         ),
@@ -617,6 +617,11 @@ class Condition(StrEnum):
     Checkpointed = (
         "Checkpointed",
         "the last checkpoint a job confirmed: the attempt, the time (lastTransitionTime) and the path, if given",
+    )
+    ReclaimedGPUMemory = (
+        "ReclaimedGPUMemory",
+        "gflowd killed what an ended attempt left holding GPU memory: the attempt, each process's GPU, pid, "
+        "command and MiB (docs/gpu-memory.md)",
     )
     QueueOrder = (
         "QueueOrder",
