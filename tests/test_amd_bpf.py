@@ -13,11 +13,10 @@ import sys
 import tempfile
 
 import pytest
+from test_amd import AMD_BOX, make_drm
 
 from controller.act.runtime.cgroups import bpf_devices
 from controller.act.runtime.cgroups.devices import amd_deny_rules, gpu_deny_rules
-
-from test_amd import AMD_BOX, make_drm
 
 UNIFIED = "/sys/fs/cgroup/unified" if os.path.isfile("/sys/fs/cgroup/unified/cgroup.procs") else "/sys/fs/cgroup"
 

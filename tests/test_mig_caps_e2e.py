@@ -14,10 +14,10 @@ import stat
 from pathlib import Path
 
 import pytest
+import test_mig_caps
 from helpers import read_log, wait_phase, write_manifest
 from nvml_fixtures import GiB, fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
 from shared_box import SYSTEM_PYTHON, make_box, remove_box
-import test_mig_caps
 from test_mig_caps import CAPS_MAJOR, make_proc
 
 from controller.act.runtime.cgroups import probe

@@ -310,7 +310,8 @@ class ControllerConfig(_Model):
         default="/dev", description="Folder of the GPU device nodes (nvidiaN, nvidiactl, ...) the devices cgroup allows"
     )
     proc_dir: StrictStr = Field(
-        default="/proc", description="The kernel's /proc: NVIDIA's MIG capabilities and nvidia-caps major the devices cgroup reads"
+        default="/proc",
+        description="The kernel's /proc: NVIDIA's MIG capabilities and nvidia-caps major the devices cgroup reads",
     )
     sys_dir: StrictStr = Field(
         default="/sys", description="The kernel's /sys: which /dev/dri/cardN belongs to which AMD GPU (class/drm)"
