@@ -267,3 +267,23 @@ def test_a_users_amd_job_opens_its_own_card_node_and_not_another_amd_gpus(gflowd
         assert got["card2"] == got["card4"] == "ENXIO"  # NVIDIA's card and the BMC's: not AMD GPUs, open
     finally:
         remove_box(box)
+
+
+def test_a_hung_amdsmi_call_is_said_as_amdsmis_not_nvmls(home, gflowd, amd_box):
+    dev, env = amd_box
+    amd_file = Path(env["FAKE_AMDSMI_FILE"])
+    write_amd(amd_file, [amd_gpu(0)])
+    daemon = gflowd("--device-dir", dev, env=env)
+    wait_for(lambda: [g.get("state") for g in node_gpus(home)] == ["Free"], message=lambda: f"{node_gpus(home)}")
+    write_amd(amd_file, [amd_gpu(0)], hangMs=600_000)  # every amdsmi call now hangs 10 min
+
+    def inventory() -> str:
+        try:
+            return load_one((home / "node.yaml").read_text()).get("inventory") or ""
+        except Exception:
+            return ""
+
+    said = wait_for(lambda: "not answering" in inventory() and inventory(), timeout=60, message=inventory)
+    assert "amdsmi is not answering" in said and "NVML is not answering" not in said, said
+    wait_for(lambda: [g.get("state") for g in node_gpus(home)] == ["Unhealthy"], message=lambda: f"{node_gpus(home)}")
+    assert "NVML" not in "".join(line for line in daemon.stderr().splitlines() if "did not answer" in line)
