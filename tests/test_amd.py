@@ -17,6 +17,7 @@ import pytest
 from controller.act.runtime.cgroups import devices
 from controller.act.runtime.cgroups.devices import DeviceRule, amd_deny_rules, drm_card_minors
 from controller.api.jobenv import amd_env
+from controller.decide.placement.gpu_text import memory_holders
 from controller.decide.placement.gpus import matches, one_vendor
 from controller.model.gpus import Gpu
 from controller.model.scheduling import GpuSlot, Request
@@ -215,3 +216,8 @@ def test_sbatch_gres_and_run_gres_name_an_amd_type_that_picks_amd_gpus():
     assert out == {"gpu_type": "mi300x", "gpus": "2"} and parse_gres("gpu:mi300x:2") == out
     slots = [slot(g) for g in merge([nv(0)], [amd(0), amd(1)])]
     assert [s.index for s in slots if matches(s, Request(name="j", gpus=2, gpu_type=out["gpu_type"]))] == [1, 2]
+
+
+def test_memory_held_by_no_listed_process_names_the_library_that_lists_them():
+    assert memory_holders(GpuSlot(amd(0), "Busy", used_memory=2 * GiB)) == "2Gi held by no process amdsmi lists"
+    assert memory_holders(GpuSlot(nv(0), "Busy", used_memory=2 * GiB)) == "2Gi held by no process NVML lists"
