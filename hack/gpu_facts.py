@@ -62,6 +62,7 @@ CHECKS: list[tuple[str, str]] = [
     ("amd-inventory", "on a machine with /dev/kfd, gflowd's amdsmi reader lists healthy AMD GPUs with render nodes"),
     ("checkpoint-signal", "a job with timeLimit 20s and checkpoint.before 10s gets its signal ~10s in, and confirms"),
     ("mig-instance", "where a GPU has MIG on: a job asking for its profile sees only its instance (MIG-<uuid>)"),
+    ("mig-caps-isolation", "a MIG job that clears CUDA_VISIBLE_DEVICES opens only its own 2 nvidia-caps nodes"),
     ("cleanup", "no process or cgroup of the run is left once its jobs are deleted"),
 ]
 CHECK_NAMES = [name for name, _ in CHECKS]
@@ -453,6 +454,26 @@ def judge_isolation(doc: dict[str, Any] | None, own: list[int], smi: dict[int, S
     return Verdict(
         True, f"CUDA sees only {', '.join(seen) or 'no GPU'}; other GPUs' nodes: {_nodes_text(nodes)}", numbers
     )
+
+
+def judge_mig_caps(doc: dict[str, Any] | None) -> Verdict:
+    """A MIG job that cleared CUDA_VISIBLE_DEVICES and tried every /dev/nvidia-caps node (docs/mig.md):
+    it opens exactly two, its own GPU instance's and compute instance's caps; the others (a sibling
+    instance's, config, monitor) are EPERM; CUDA sees at most its own instance."""
+    if doc is None:
+        return Verdict(False, "the probe wrote no report (see the job log)")
+    nodes = doc.get("nodes") or {}
+    opened = sorted(path for path, result in nodes.items() if result == "ok")
+    open_wrong = sorted(path for path, result in nodes.items() if result not in ("ok", "EPERM"))
+    seen = len(doc.get("devices") or [])
+    numbers: dict[str, Any] = {"nodes": nodes, "opened": opened, "cudaDevices": seen}
+    if len(opened) != 2:
+        return Verdict(False, f"the job opened {len(opened)} caps nodes, not its own 2: {_nodes_text(nodes)}", numbers)
+    if open_wrong:
+        return Verdict(False, f"caps nodes neither opened nor denied: {', '.join(open_wrong)}", numbers)
+    if seen > 1:
+        return Verdict(False, f"CUDA sees {seen} devices once CUDA_VISIBLE_DEVICES is cleared", numbers)
+    return Verdict(True, f"the job opens its own caps ({', '.join(opened)}), the other {len(nodes) - 2} EPERM", numbers)
 
 
 def _nodes_text(nodes: dict[str, str]) -> str:
