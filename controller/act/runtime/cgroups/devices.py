@@ -154,8 +154,8 @@ _DRM_NODE = re.compile(r"(card|renderD)(\d+)")
 
 def drm_card_minors(render_minors: Iterable[int], sys_dir: str = "/sys") -> set[int]:
     """The minors of the ``cardN`` nodes on the same PCI device as the ``renderD<minor>`` nodes:
-    each DRM node's ``SYS_DIR/class/drm/<node>/device`` links to its GPU's PCI device, which is how
-    amdsmi and ROCm pair a GPU's card and render nodes (its bus id). A card no render node shares
+    each DRM node's ``SYS_DIR/class/drm/<node>/device`` links to its GPU's PCI device (its bus id,
+    by which amdsmi names a GPU too: ``amdsmi_get_gpu_device_bdf``). A card no render node shares
     a device with (a BMC's VGA, another vendor's card) is not among them. Empty without sysfs,
     said once."""
     drm = os.path.join(sys_dir, "class", "drm")
@@ -249,10 +249,11 @@ def mig_caps_deny_rules(
 ) -> list[DeviceRule]:
     """Rules denying every nvidia-caps node but the GPU- and compute-instance caps of the ``bound``
     MIG instances, each (parent's minor, GPU instance id, compute instance id); the nodes are
-    those the driver lists and those in ``DEV_DIR/nvidia-caps``; sorted. None when the driver
-    has no capabilities (no MIG support): said once, and the caps nodes stay as they are."""
+    those the driver lists and those in ``DEV_DIR/nvidia-caps``; sorted. Empty when the driver
+    has no capabilities (no MIG support): said once if a MIG job starts, the caps nodes as they are."""
     bound = list(bound)
-    caps, major = mig_caps(proc_dir), caps_major(proc_dir)
+    caps = mig_caps(proc_dir)  # one stat on a box whose driver has no capabilities: /proc/devices not read
+    major = caps_major(proc_dir) if caps is not None else None
     if caps is None or major is None:
         if bound:
             _say_once(
