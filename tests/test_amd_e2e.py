@@ -65,6 +65,17 @@ def amd_box(tmp_path):
     return dev, env
 
 
+@pytest.fixture
+def box():
+    """An ordinary user on a shared box (tests/shared_box.py), where the devices cgroup isolates."""
+    found = probe()
+    if not found.features["devices"].available:
+        pytest.skip(f"no devices isolation here: {found.features['devices'].reason}")
+    made = make_box()
+    yield made
+    remove_box(made)
+
+
 def job(name: str, body: str) -> str:
     return f"apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {{name: {name}}}\nspec:\n{body}"
 
@@ -233,40 +244,33 @@ def test_without_amdsmi_gflowd_says_so_once_and_runs_nvidia_and_cpu_jobs(home, g
     assert "no amdsmi: the amdsmi package is not installed (pip install 'gflow-controller[amd]')" in said[0]
 
 
-def test_a_users_amd_job_opens_its_own_card_node_and_not_another_amd_gpus(gflowd, amd_box):
+def test_a_users_amd_job_opens_its_own_card_node_and_not_another_amd_gpus(box, gflowd, amd_box):
     """The cardN nodes, end to end on cgroup v1: an ordinary user's AMD job (the attack: ignoring
     ROCR_VISIBLE_DEVICES and opening every /dev/dri node) opens its own GPU's card and render nodes
     and neither of another AMD GPU; cards of no AMD GPU (NVIDIA's, a BMC's VGA) stay open. The nodes
     are paired by PCI device through a sysfs made in a temp folder (``--sys-dir``)."""
-    found = probe()
-    if not found.features["devices"].available:
-        pytest.skip(f"no devices isolation here: {found.features['devices'].reason}")
-    box = make_box()
-    try:
-        _, env = amd_box
-        dev = box.root / "dev"
-        (dev / "dri").mkdir(parents=True)
-        os.mknod(dev / "kfd", 0o666 | stat.S_IFCHR, os.makedev(KFD_MAJOR, 0))
-        nodes = {**{f"card{n}": n for n in range(5)}, **{f"renderD{m}": m for m in (128, 129, 130)}}
-        for name, minor in nodes.items():
-            os.mknod(dev / "dri" / name, 0o666 | stat.S_IFCHR, os.makedev(226, minor))
-        for path in [dev, *dev.rglob("*")]:
-            os.chmod(path, 0o755 if path.is_dir() else 0o666)
-        sys_dir = make_drm(box.root / "sys", AMD_BOX)
-        write_amd(Path(env["FAKE_AMDSMI_FILE"]), [amd_gpu(0), amd_gpu(1), amd_gpu(2)])
-        paths = [str(dev / "dri" / name) for name in nodes]
-        command = json.dumps([SYSTEM_PYTHON, "-c", OPENS, *paths])
-        manifest = job("mine", f"  command: {command}\n  resources: {{gpus: 1, gpuType: amd}}\n")
-        write_manifest(box.home / "jobs", "mine.yaml", manifest, owner=(box.user.pw_uid, box.user.pw_gid))
-        daemon = gflowd("--device-dir", dev, "--sys-dir", sys_dir, home=box.home, env=env)
-        unit = wait_phase(box.home, "mine", "Succeeded", timeout=60, daemon=daemon)["devices"][0]
-        own = next(set(names) for names in AMD_BOX.values() if f"renderD{128 + unit}" in names)  # card, render
-        others = {"card0", "card1", "card3", "renderD128", "renderD129", "renderD130"} - own
-        got = dict(line.split() for line in read_log(box.home, "mine").splitlines() if line.strip())
-        assert got == {name: "EPERM" if name in others else "ENXIO" for name in nodes}
-        assert got["card2"] == got["card4"] == "ENXIO"  # NVIDIA's card and the BMC's: not AMD GPUs, open
-    finally:
-        remove_box(box)
+    _, env = amd_box
+    dev = box.root / "dev"
+    (dev / "dri").mkdir(parents=True)
+    os.mknod(dev / "kfd", 0o666 | stat.S_IFCHR, os.makedev(KFD_MAJOR, 0))
+    nodes = {**{f"card{n}": n for n in range(5)}, **{f"renderD{m}": m for m in (128, 129, 130)}}
+    for name, minor in nodes.items():
+        os.mknod(dev / "dri" / name, 0o666 | stat.S_IFCHR, os.makedev(226, minor))
+    for path in [dev, *dev.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o666)
+    sys_dir = make_drm(box.root / "sys", AMD_BOX)
+    write_amd(Path(env["FAKE_AMDSMI_FILE"]), [amd_gpu(0), amd_gpu(1), amd_gpu(2)])
+    paths = [str(dev / "dri" / name) for name in nodes]
+    command = json.dumps([SYSTEM_PYTHON, "-c", OPENS, *paths])
+    manifest = job("mine", f"  command: {command}\n  resources: {{gpus: 1, gpuType: amd}}\n")
+    write_manifest(box.home / "jobs", "mine.yaml", manifest, owner=(box.user.pw_uid, box.user.pw_gid))
+    daemon = gflowd("--device-dir", dev, "--sys-dir", sys_dir, home=box.home, env=env)
+    unit = wait_phase(box.home, "mine", "Succeeded", timeout=60, daemon=daemon)["devices"][0]
+    own = next(set(names) for names in AMD_BOX.values() if f"renderD{128 + unit}" in names)  # card, render
+    others = {"card0", "card1", "card3", "renderD128", "renderD129", "renderD130"} - own
+    got = dict(line.split() for line in read_log(box.home, "mine").splitlines() if line.strip())
+    assert got == {name: "EPERM" if name in others else "ENXIO" for name in nodes}
+    assert got["card2"] == got["card4"] == "ENXIO"  # NVIDIA's card and the BMC's: not AMD GPUs, open
 
 
 def test_a_hung_amdsmi_call_is_said_as_amdsmis_not_nvmls(home, gflowd, amd_box):
