@@ -97,9 +97,12 @@ KFD = "/dev/kfd"  # ROCm's compute node: the machine has AMD GPUs
 AMD_READ = (
     "import dataclasses, json\n"
     "from controller.observe.gpus.amd import AmdInventory\n"
+    "from controller.act.runtime.cgroups.devices import drm_card_minors\n"
     "inv = AmdInventory()\n"
+    "gpus = inv.read()\n"
     "print(json.dumps({'available': inv.available, 'describe': inv.describe(),"
-    " 'gpus': [dataclasses.asdict(g) for g in inv.read()]}))\n"
+    " 'gpus': [dataclasses.asdict(g) for g in gpus],"
+    " 'cards': {str(g.minor): sorted(drm_card_minors([g.minor])) for g in gpus if g.minor is not None}}))\n"
 )
 TOKEN_VAR = "GFLOW_GPU_ACCEPTANCE_RUN"  # in gflowd's and every job's environment: finds leftovers
 

@@ -397,7 +397,9 @@ def judge_distinct(bound: dict[str, tuple[list[int], dict[str, Any] | None]], sm
 def judge_amd(doc: dict[str, Any] | None, render_nodes: set[int]) -> Verdict:
     """gflowd's AMD reader (controller/observe/gpus/amd.py) on real amdsmi: it must be available
     and list at least one GPU, each healthy, named, with a UUID, memory and a render node that
-    exists (``render_nodes``: the minors of /dev/dri/renderD*), else device isolation cannot bind it."""
+    exists (``render_nodes``: the minors of /dev/dri/renderD*), else device isolation cannot bind it,
+    and one card node sysfs pairs with it (``cards``: render minor -> card minors), else another
+    job's could open its /dev/dri/cardN."""
     if doc is None:
         return Verdict(False, "gflowd's amdsmi reader printed nothing")
     if not doc.get("available"):
@@ -414,6 +416,9 @@ def judge_amd(doc: dict[str, Any] | None, render_nodes: set[int]) -> Verdict:
             problems.append(f"{what} lacks a UUID, name or memory: {gpu.get('uuid')!r} {gpu.get('name')!r}")
         if gpu.get("minor") not in render_nodes:
             problems.append(f"{what}: no /dev/dri/renderD{gpu.get('minor')}")
+        cards = (doc.get("cards") or {}).get(str(gpu.get("minor")))
+        if "cards" in doc and len(cards or []) != 1:
+            problems.append(f"{what}: sysfs pairs renderD{gpu.get('minor')} with card nodes {cards or []}, not one")
     if problems:
         return Verdict(False, "; ".join(problems))
     names = sorted({str(g.get("name")) for g in gpus})

@@ -949,6 +949,9 @@ def test_amd_verdicts():
     assert not facts.judge_amd({"available": False, "describe": "no amdsmi: x"}, {128}).ok
     assert not facts.judge_amd({"available": True, "gpus": []}, set()).ok
     assert not facts.judge_amd(None, set()).ok
+    assert facts.judge_amd({**good, "cards": {"128": [1]}}, {128}).ok
+    unpaired = facts.judge_amd({**good, "cards": {"128": []}}, {128})
+    assert not unpaired.ok and "pairs renderD128 with card nodes [], not one" in unpaired.reason
 
 
 def test_free_memory_is_read_from_nvidia_smi_and_judged_within_a_tolerance():
