@@ -19,11 +19,18 @@ from pathlib import Path
 import pytest
 
 from controller.act.runtime.cgroups import bpf_devices, devices
-from controller.act.runtime.cgroups.devices import DeviceRule, caps_major, gpu_deny_rules, mig_caps, mig_caps_deny_rules
+from controller.act.runtime.cgroups.devices import (
+    DeviceRule,
+    cap_minor,
+    caps_major,
+    gpu_deny_rules,
+    mig_caps_deny_rules,
+)
 from controller.observe.gpus.inventory import parse_fake_gpus
 
 CAPS_MAJOR = 237  # the kernel picks it on a real box (/proc/devices); any unused char major does here
 # (folder under capabilities/, its DeviceFileMinor): GPU 0 sliced in two 1g instances, GI 9 and GI 10
+INSTANCES = [(0, 9, 0), (0, 10, 0)]  # (GPU minor, GI id, CI id), as gflowd's inventory knows them
 CAPS = {
     "mig/config": 1,
     "mig/monitor": 2,
@@ -50,15 +57,17 @@ def make_proc(root: Path, caps: dict[str, int] = CAPS, major: int | None = CAPS_
 def test_the_caps_minors_and_major_are_read_as_the_driver_lists_them(tmp_path):
     proc = make_proc(tmp_path)
     assert caps_major(str(proc)) == CAPS_MAJOR
-    assert mig_caps(str(proc)) == CAPS
-    assert mig_caps(str(tmp_path / "nowhere")) is None
+    assert {folder: cap_minor(folder, str(proc)) for folder in CAPS} == CAPS
+    assert cap_minor("gpu0/mig/gi11", str(proc)) is None  # no such instance (yet)
+    assert caps_major(str(tmp_path / "nowhere")) is None
 
 
 def test_a_mig_job_keeps_only_its_own_gi_and_ci_caps(tmp_path):
     proc = make_proc(tmp_path)
-    rules = mig_caps_deny_rules([(0, 10, 0)], str(proc), str(tmp_path / "dev"))
+    # no node made yet (nvidia-modprobe makes them when first wanted): the known instances' caps are denied
+    rules = mig_caps_deny_rules([(0, 10, 0)], INSTANCES, str(proc), str(tmp_path / "dev"))
     assert rules == [DeviceRule("c", CAPS_MAJOR, m) for m in (1, 2, 84, 85)]
-    whole_or_cpu = mig_caps_deny_rules([], str(proc), str(tmp_path / "dev"))
+    whole_or_cpu = mig_caps_deny_rules([], INSTANCES, str(proc), str(tmp_path / "dev"))
     assert whole_or_cpu == [DeviceRule("c", CAPS_MAJOR, m) for m in sorted(CAPS.values())]
 
 
@@ -67,8 +76,12 @@ def test_a_caps_node_the_driver_does_not_list_is_denied_too(tmp_path):
     (dev / "nvidia-caps").mkdir(parents=True)
     os.mknod(dev / "nvidia-caps" / "nvidia-cap200", 0o666 | stat.S_IFCHR, os.makedev(CAPS_MAJOR, 200))
     os.mknod(dev / "nvidia-caps" / "other", 0o666 | stat.S_IFCHR, os.makedev(CAPS_MAJOR + 1, 7))  # not a cap
-    rules = mig_caps_deny_rules([(0, 9, 0)], str(proc), str(dev))
+    rules = mig_caps_deny_rules([(0, 9, 0)], INSTANCES, str(proc), str(dev))
     assert rules == [DeviceRule("c", CAPS_MAJOR, m) for m in (1, 2, 93, 94, 200)]
+    # an instance gflowd does not know of: its node, once made, is denied all the same
+    os.mknod(dev / "nvidia-caps" / "nvidia-cap93", 0o666 | stat.S_IFCHR, os.makedev(CAPS_MAJOR, 93))
+    rules = mig_caps_deny_rules([(0, 9, 0)], [(0, 9, 0)], str(proc), str(dev))
+    assert rules == [DeviceRule("c", CAPS_MAJOR, m) for m in (1, 2, 93, 200)]
 
 
 def test_without_the_drivers_capabilities_it_says_so_once_and_denies_no_caps(tmp_path, caplog):
@@ -78,12 +91,12 @@ def test_without_the_drivers_capabilities_it_says_so_once_and_denies_no_caps(tmp
     (no_caps).mkdir()
     (no_caps / "devices").write_text("Character devices:\n195 nvidia-frontend\n")
     for _ in range(3):
-        assert mig_caps_deny_rules([(0, 9, 0)], str(no_caps), str(tmp_path)) == []
-        assert mig_caps_deny_rules([], str(no_caps), str(tmp_path)) == []
+        assert mig_caps_deny_rules([(0, 9, 0)], INSTANCES, str(no_caps), str(tmp_path)) == []
+        assert mig_caps_deny_rules([], INSTANCES, str(no_caps), str(tmp_path)) == []
     said = [r.getMessage() for r in caplog.records if "nvidia-caps" in r.getMessage()]
     assert len(said) == 1 and "not constrained" in said[0], said
     no_major = make_proc(tmp_path / "nomajor", major=None)
-    assert mig_caps_deny_rules([(0, 9, 0)], str(no_major), str(tmp_path)) == []
+    assert mig_caps_deny_rules([(0, 9, 0)], INSTANCES, str(no_major), str(tmp_path)) == []
 
 
 def test_the_fake_gpu_file_gives_instances_their_gi_and_ci():
@@ -160,7 +173,8 @@ def opened_as_nobody(cgroup: str, nodes: str) -> dict[str, int]:
 @pytest.mark.e2e
 def test_a_mig_job_on_v2_opens_its_parent_and_its_own_caps_only(cgroup, nodes, tmp_path):
     proc = make_proc(tmp_path)
-    rules = gpu_deny_rules([0], known=[0, 1], dev_dir=nodes) + mig_caps_deny_rules([(0, 10, 0)], str(proc), nodes)
+    rules = gpu_deny_rules([0], known=[0, 1], dev_dir=nodes)
+    rules += mig_caps_deny_rules([(0, 10, 0)], INSTANCES, str(proc), nodes)
     bpf_devices.deny(cgroup, rules)
     got = opened_as_nobody(cgroup, nodes)
     denied = {"nvidia1", "nvidia-cap1", "nvidia-cap2", "nvidia-cap84", "nvidia-cap85"}
@@ -171,7 +185,7 @@ def test_a_mig_job_on_v2_opens_its_parent_and_its_own_caps_only(cgroup, nodes, t
 @pytest.mark.e2e
 def test_a_whole_gpu_job_on_v2_opens_no_caps_node(cgroup, nodes, tmp_path):
     proc = make_proc(tmp_path)
-    rules = gpu_deny_rules([1], known=[0, 1], dev_dir=nodes) + mig_caps_deny_rules([], str(proc), nodes)
+    rules = gpu_deny_rules([1], known=[0, 1], dev_dir=nodes) + mig_caps_deny_rules([], INSTANCES, str(proc), nodes)
     bpf_devices.deny(cgroup, rules)
     got = opened_as_nobody(cgroup, nodes)
     caps = {f"nvidia-cap{m}": errno.EPERM for m in CAPS.values()}

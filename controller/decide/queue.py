@@ -485,6 +485,7 @@ def _start(
             tuple(sorted(g.minor for g in amd.values() if g.minor is not None)),
             job.spec.checkpoint is not None and find_condition(state.conditions, Condition.Checkpointed) is not None,
             mig_ids=tuple((g.device_minor, *g.mig_ids) for g in bound if g.mig_ids is not None),
+            mig_known=tuple(sorted((g.device_minor, *g.mig_ids) for g in units.values() if g.mig_ids is not None)),
         )
     )
 

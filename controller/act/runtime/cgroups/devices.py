@@ -163,14 +163,16 @@ def drm_card_minors(render_minors: Iterable[int], sys_dir: str = "/sys") -> set[
         names = os.listdir(drm)
     except OSError:
         names = []
-    device_of: dict[tuple[str, int], str] = {}  # (kind, minor) -> its PCI device's real path
+    device_of: dict[tuple[str, int], tuple[int, int]] = {}  # (kind, minor) -> its PCI device's folder
     for name in names:
         match = _DRM_NODE.fullmatch(name)
         if match is None:
             continue
-        device = os.path.join(drm, name, "device")
-        if os.path.exists(device):
-            device_of[(match[1], int(match[2]))] = os.path.realpath(device)
+        try:  # one stat through the links names the folder (os.path.realpath costs ~20 times more)
+            st = os.stat(os.path.join(drm, name, "device"))
+        except OSError:
+            continue
+        device_of[(match[1], int(match[2]))] = (st.st_dev, st.st_ino)
     wanted = {device_of[("renderD", m)] for m in render_minors if ("renderD", m) in device_of}
     if not wanted:
         _say_once(f"drm:{sys_dir}", f"no PCI device for the AMD render nodes in {drm}: their cardN nodes stay open")
@@ -206,24 +208,32 @@ def caps_major(proc_dir: str = "/proc") -> int | None:
     return int(found[1]) if found else None
 
 
-def mig_caps(proc_dir: str = "/proc") -> dict[str, int] | None:
-    """Every NVIDIA capability's minor by its folder under ``PROC_DIR/driver/nvidia/capabilities``
-    (``gpu0/mig/gi1``, ``gpu0/mig/gi1/ci0``, ``mig/config``...); None when the driver has none."""
-    root = os.path.join(proc_dir, "driver", "nvidia", "capabilities")
-    if not os.path.isdir(root):
+_cap_minors: dict[tuple[str, str], int] = {}  # (proc_dir, capability) -> its minor, once read
+
+
+def cap_minor(capability: str, proc_dir: str = "/proc") -> int | None:
+    """The minor of a capability (``gpu0/mig/gi1``, ``gpu0/mig/gi1/ci0``, ``mig/config``): the
+    ``DeviceFileMinor`` of its ``access`` file under ``PROC_DIR/driver/nvidia/capabilities``; None
+    while it has none (no such instance). Kept once read: the driver numbers each capability by a
+    fixed table (``/proc/driver/nvidia-caps/mig-minors``), so an instance made again gets the same."""
+    key = (proc_dir, capability)
+    if key in _cap_minors:
+        return _cap_minors[key]
+    try:
+        with open(os.path.join(proc_dir, "driver", "nvidia", "capabilities", capability, "access")) as f:
+            found = _CAP_MINOR.search(f.read())
+    except OSError:
         return None
-    caps = {}
-    for folder, _dirs, files in os.walk(root):
-        if "access" not in files:
-            continue
-        try:
-            with open(os.path.join(folder, "access")) as f:
-                found = _CAP_MINOR.search(f.read())
-        except OSError:
-            continue
-        if found:
-            caps[os.path.relpath(folder, root)] = int(found[1])
-    return caps
+    if found is None:
+        return None
+    _cap_minors[key] = minor = int(found[1])
+    return minor
+
+
+def instance_caps(gpu: int, gi: int, ci: int) -> tuple[str, str]:
+    """The capabilities of a MIG instance on the GPU of minor ``gpu``: its GPU instance's and its
+    compute instance's (the NVIDIA container toolkit's paths)."""
+    return f"gpu{gpu}/mig/gi{gi}", f"gpu{gpu}/mig/gi{gi}/ci{ci}"
 
 
 def _caps_nodes(dev_dir: str, major: int) -> set[int]:
@@ -245,29 +255,36 @@ def _caps_nodes(dev_dir: str, major: int) -> set[int]:
 
 
 def mig_caps_deny_rules(
-    bound: Iterable[tuple[int, int, int]], proc_dir: str = "/proc", dev_dir: str = "/dev"
+    bound: Iterable[tuple[int, int, int]],
+    known: Iterable[tuple[int, int, int]] = (),
+    proc_dir: str = "/proc",
+    dev_dir: str = "/dev",
 ) -> list[DeviceRule]:
     """Rules denying every nvidia-caps node but the GPU- and compute-instance caps of the ``bound``
-    MIG instances, each (parent's minor, GPU instance id, compute instance id); the nodes are
-    those the driver lists and those in ``DEV_DIR/nvidia-caps``; sorted. Empty when the driver
-    has no capabilities (no MIG support): said once if a MIG job starts, the caps nodes as they are."""
+    MIG instances, each (parent's minor, GPU instance id, compute instance id): the caps of the
+    ``known`` instances (gflowd's inventory: a node nvidia-modprobe makes later is still denied),
+    ``mig/config``, ``mig/monitor`` and the nodes in ``DEV_DIR/nvidia-caps``; sorted. Empty when
+    the driver has no capabilities (no MIG support): said once if a MIG job starts."""
     bound = list(bound)
-    caps = mig_caps(proc_dir)  # one stat on a box whose driver has no capabilities: /proc/devices not read
-    major = caps_major(proc_dir) if caps is not None else None
-    if caps is None or major is None:
+    root = os.path.join(proc_dir, "driver", "nvidia", "capabilities")
+    major = caps_major(proc_dir) if os.path.isdir(root) else None  # one stat on a box without MIG support
+    if major is None:
         if bound:
             _say_once(
                 f"caps:{proc_dir}",
-                f"no NVIDIA capabilities in {proc_dir}/driver/nvidia/capabilities or no nvidia-caps in "
-                f"{proc_dir}/devices: MIG jobs' nvidia-caps nodes are not constrained",
+                f"no NVIDIA capabilities in {root} or no nvidia-caps in {proc_dir}/devices: "
+                "MIG jobs' nvidia-caps nodes are not constrained",
             )
         return []
     allowed = set()
-    for gpu, gi, ci in bound:
-        for key in (f"gpu{gpu}/mig/gi{gi}", f"gpu{gpu}/mig/gi{gi}/ci{ci}"):
-            if key in caps:
-                allowed.add(caps[key])
+    for ids in bound:
+        for capability in instance_caps(*ids):
+            minor = cap_minor(capability, proc_dir)
+            if minor is None:
+                _say_once(f"cap:{proc_dir}:{capability}", f"no capability {capability} in {root}: the job is denied it")
             else:
-                _say_once(f"cap:{key}", f"no capability {key} in {proc_dir}/driver/nvidia/capabilities: denied")
-    denied = (set(caps.values()) | _caps_nodes(dev_dir, major)) - allowed
+                allowed.add(minor)
+    others = [c for ids in set(known) - set(bound) for c in instance_caps(*ids)] + ["mig/config", "mig/monitor"]
+    listed = {minor for minor in (cap_minor(capability, proc_dir) for capability in others) if minor is not None}
+    denied = (listed | _caps_nodes(dev_dir, major)) - allowed
     return [DeviceRule("c", major, minor) for minor in sorted(denied)]

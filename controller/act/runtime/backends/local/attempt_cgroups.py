@@ -137,7 +137,8 @@ class AttemptCgroups:
         deny = None
         if features["devices"].available:  # every GPU but the bound ones; other devices as gflowd's
             deny = gpu_deny_rules(spec.get("deviceMinors") or (), spec.get("gpuMinors") or (), self.device_dir)
-            deny += mig_caps_deny_rules(map(tuple, spec.get("migIds") or ()), self.proc_dir, self.device_dir)
+            mig = {key: [(g, i, c) for g, i, c in spec.get(key) or ()] for key in ("migIds", "migKnown")}
+            deny += mig_caps_deny_rules(mig["migIds"], mig["migKnown"], self.proc_dir, self.device_dir)
             amd = spec.get("amdMinors") or (), spec.get("amdGpuMinors") or ()
             deny += amd_deny_rules(*amd, self.device_dir, self.sys_dir)
         attempt = self.cgroups.create(
