@@ -190,3 +190,24 @@ def test_a_whole_gpu_job_on_v2_opens_no_caps_node(cgroup, nodes, tmp_path):
     got = opened_as_nobody(cgroup, nodes)
     caps = {f"nvidia-cap{m}": errno.EPERM for m in CAPS.values()}
     assert got == {"nvidia0": errno.EPERM, "nvidia1": errno.ENXIO, "nvidiactl": errno.ENXIO, **caps, "null": 0}
+
+
+@pytest.mark.e2e
+def test_a_full_mig_box_program_loads_and_denies_every_other_instance(cgroup, nodes, tmp_path):
+    """8 GPUs of 7 instances each: 114 caps to deny, one program the verifier must still accept."""
+    instances = [(gpu, gi, 0) for gpu in range(8) for gi in range(1, 8)]
+    caps = {"mig/config": 1, "mig/monitor": 2}
+    for n, (gpu, gi, ci) in enumerate(instances):
+        caps[f"gpu{gpu}/mig/gi{gi}"], caps[f"gpu{gpu}/mig/gi{gi}/ci{ci}"] = 300 + 2 * n, 301 + 2 * n
+    caps.update({"gpu0/mig/gi9": 84, "gpu0/mig/gi9/ci0": 85, "gpu0/mig/gi10": 93, "gpu0/mig/gi10/ci0": 94})
+    proc = make_proc(tmp_path, caps)
+    rules = mig_caps_deny_rules([(0, 10, 0)], [*instances, *INSTANCES], str(proc), nodes)
+    assert len(rules) == len(caps) - 2
+    bpf_devices.deny(cgroup, rules)
+    got = opened_as_nobody(cgroup, nodes)
+    assert {name: got[name] for name in ("nvidia-cap84", "nvidia-cap93", "nvidia-cap94", "nvidia-cap1")} == {
+        "nvidia-cap84": errno.EPERM,
+        "nvidia-cap93": errno.ENXIO,
+        "nvidia-cap94": errno.ENXIO,
+        "nvidia-cap1": errno.EPERM,
+    }
