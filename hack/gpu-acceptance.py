@@ -80,6 +80,7 @@ from gpu_facts import (  # noqa: E402  (hack/ is not a package; the pure half of
     judge_distinct,
     judge_free_memory,
     judge_isolation,
+    judge_mig_caps,
     judge_usage,
     metric_mean_ms,
     parse_compute_apps_csv,
@@ -96,9 +97,12 @@ KFD = "/dev/kfd"  # ROCm's compute node: the machine has AMD GPUs
 AMD_READ = (
     "import dataclasses, json\n"
     "from controller.observe.gpus.amd import AmdInventory\n"
+    "from controller.act.runtime.cgroups.devices import drm_card_minors\n"
     "inv = AmdInventory()\n"
+    "gpus = inv.read()\n"
     "print(json.dumps({'available': inv.available, 'describe': inv.describe(),"
-    " 'gpus': [dataclasses.asdict(g) for g in inv.read()]}))\n"
+    " 'gpus': [dataclasses.asdict(g) for g in gpus],"
+    " 'cards': {str(g.minor): sorted(drm_card_minors([g.minor])) for g in gpus if g.minor is not None}}))\n"
 )
 TOKEN_VAR = "GFLOW_GPU_ACCEPTANCE_RUN"  # in gflowd's and every job's environment: finds leftovers
 
@@ -316,6 +320,7 @@ class Acceptance:
             ("amd-inventory", {"venv"}, self.check_amd),
             ("checkpoint-signal", gflow, self.check_checkpoint_signal),
             ("mig-instance", gflow, self.check_mig),
+            ("mig-caps-isolation", gflow, self.check_mig_caps),
         ]
         always = {"venv", "gflowd-nvml"}  # every gflow check needs them
         for name, needs, step in steps:
@@ -514,6 +519,22 @@ class Acceptance:
         if seen != uuids[0] or numbers["devices"] != 1:
             return Verdict(False, f"the job saw CUDA_VISIBLE_DEVICES={seen} and {numbers['devices']} devices", numbers)
         return Verdict(True, f"a {profile} job ran on {uuids[0]}, seeing only it", numbers)
+
+    def check_mig_caps(self) -> Verdict:
+        """A MIG job that clears CUDA_VISIBLE_DEVICES opens only its own instance's nvidia-caps nodes."""
+        if not any(g.get("profile") for g in (self.node() or {}).get("gpus") or []):
+            raise Skip("no MIG instance (see mig-instance)")
+        self._need_cgroups()
+        folder = "/dev/nvidia-caps"
+        try:
+            caps = sorted(os.path.join(folder, name) for name in os.listdir(folder))
+        except OSError:
+            raise Skip(f"no {folder} (nvidia-modprobe -f -c 0 makes the caps nodes)") from None
+        profile = next(g["profile"] for g in self.node()["gpus"] if g.get("profile"))
+        nodes = [f"--open-node={path}" for path in caps]
+        job = self.apply_job("mig-caps", gpus=1, gpu_type=profile, probe=["--clear-visible", "--use", "all", *nodes])
+        self.wait_phase(job.name, {"Succeeded", "Failed"}, 120)
+        return self._explain_isolation(judge_mig_caps(self.probe_doc(job)))
 
     def check_two_gpu(self) -> Verdict:
         if len(self.smi) < 2:

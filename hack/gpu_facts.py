@@ -62,6 +62,7 @@ CHECKS: list[tuple[str, str]] = [
     ("amd-inventory", "on a machine with /dev/kfd, gflowd's amdsmi reader lists healthy AMD GPUs with render nodes"),
     ("checkpoint-signal", "a job with timeLimit 20s and checkpoint.before 10s gets its signal ~10s in, and confirms"),
     ("mig-instance", "where a GPU has MIG on: a job asking for its profile sees only its instance (MIG-<uuid>)"),
+    ("mig-caps-isolation", "a MIG job that clears CUDA_VISIBLE_DEVICES opens only its own 2 nvidia-caps nodes"),
     ("cleanup", "no process or cgroup of the run is left once its jobs are deleted"),
 ]
 CHECK_NAMES = [name for name, _ in CHECKS]
@@ -396,7 +397,9 @@ def judge_distinct(bound: dict[str, tuple[list[int], dict[str, Any] | None]], sm
 def judge_amd(doc: dict[str, Any] | None, render_nodes: set[int]) -> Verdict:
     """gflowd's AMD reader (controller/observe/gpus/amd.py) on real amdsmi: it must be available
     and list at least one GPU, each healthy, named, with a UUID, memory and a render node that
-    exists (``render_nodes``: the minors of /dev/dri/renderD*), else device isolation cannot bind it."""
+    exists (``render_nodes``: the minors of /dev/dri/renderD*), else device isolation cannot bind it,
+    and one card node sysfs pairs with it (``cards``: render minor -> card minors), else another
+    job's could open its /dev/dri/cardN."""
     if doc is None:
         return Verdict(False, "gflowd's amdsmi reader printed nothing")
     if not doc.get("available"):
@@ -413,6 +416,9 @@ def judge_amd(doc: dict[str, Any] | None, render_nodes: set[int]) -> Verdict:
             problems.append(f"{what} lacks a UUID, name or memory: {gpu.get('uuid')!r} {gpu.get('name')!r}")
         if gpu.get("minor") not in render_nodes:
             problems.append(f"{what}: no /dev/dri/renderD{gpu.get('minor')}")
+        cards = (doc.get("cards") or {}).get(str(gpu.get("minor")))
+        if "cards" in doc and len(cards or []) != 1:
+            problems.append(f"{what}: sysfs pairs renderD{gpu.get('minor')} with card nodes {cards or []}, not one")
     if problems:
         return Verdict(False, "; ".join(problems))
     names = sorted({str(g.get("name")) for g in gpus})
@@ -453,6 +459,26 @@ def judge_isolation(doc: dict[str, Any] | None, own: list[int], smi: dict[int, S
     return Verdict(
         True, f"CUDA sees only {', '.join(seen) or 'no GPU'}; other GPUs' nodes: {_nodes_text(nodes)}", numbers
     )
+
+
+def judge_mig_caps(doc: dict[str, Any] | None) -> Verdict:
+    """A MIG job that cleared CUDA_VISIBLE_DEVICES and tried every /dev/nvidia-caps node (docs/mig.md):
+    it opens exactly two, its own GPU instance's and compute instance's caps; the others (a sibling
+    instance's, config, monitor) are EPERM; CUDA sees at most its own instance."""
+    if doc is None:
+        return Verdict(False, "the probe wrote no report (see the job log)")
+    nodes = doc.get("nodes") or {}
+    opened = sorted(path for path, result in nodes.items() if result == "ok")
+    open_wrong = sorted(path for path, result in nodes.items() if result not in ("ok", "EPERM"))
+    seen = len(doc.get("devices") or [])
+    numbers: dict[str, Any] = {"nodes": nodes, "opened": opened, "cudaDevices": seen}
+    if len(opened) != 2:
+        return Verdict(False, f"the job opened {len(opened)} caps nodes, not its own 2: {_nodes_text(nodes)}", numbers)
+    if open_wrong:
+        return Verdict(False, f"caps nodes neither opened nor denied: {', '.join(open_wrong)}", numbers)
+    if seen > 1:
+        return Verdict(False, f"CUDA sees {seen} devices once CUDA_VISIBLE_DEVICES is cleared", numbers)
+    return Verdict(True, f"the job opens its own caps ({', '.join(opened)}), the other {len(nodes) - 2} EPERM", numbers)
 
 
 def _nodes_text(nodes: dict[str, str]) -> str:

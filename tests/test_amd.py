@@ -5,6 +5,7 @@ stand-in (in a subprocess, so the stand-in is imported as gflowd imports it: by 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.act.runtime.cgroups.devices import DeviceRule, amd_deny_rules
+from controller.act.runtime.cgroups import devices
+from controller.act.runtime.cgroups.devices import DeviceRule, amd_deny_rules, drm_card_minors
 from controller.api.jobenv import amd_env
+from controller.decide.placement.gpu_text import memory_holders
 from controller.decide.placement.gpus import matches, one_vendor
 from controller.model.gpus import Gpu
 from controller.model.scheduling import GpuSlot, Request
@@ -75,16 +78,63 @@ def test_an_amd_jobs_env_names_its_rocm_indices_and_hides_cuda():
 
 def test_deny_rules_keep_an_amd_job_to_its_render_nodes_and_others_off_kfd(tmp_path):
     os.mknod(tmp_path / "kfd", 0o600 | stat.S_IFCHR, os.makedev(241, 0))
-    assert amd_deny_rules([129], [128, 129, 130], str(tmp_path)) == [
+    assert amd_deny_rules([129], [128, 129, 130], str(tmp_path), str(tmp_path / "sys")) == [
         DeviceRule("c", 226, 128),
         DeviceRule("c", 226, 130),
     ]
-    assert amd_deny_rules([], [128, 129], str(tmp_path)) == [
+    assert amd_deny_rules([], [128, 129], str(tmp_path), str(tmp_path / "sys")) == [
         DeviceRule("c", 226, 128),
         DeviceRule("c", 226, 129),
         DeviceRule("c", 241, 0),
     ]
     assert amd_deny_rules([], [], str(tmp_path / "none")) == []
+
+
+def make_drm(sys_dir: Path, devices: dict[str, tuple[str, ...]]) -> Path:
+    """A sysfs with ``class/drm/<node>`` linked to ``devices/pci0000:00/<bus id>/drm/<node>``, whose
+    ``device`` links back to the PCI device, as the kernel lays them out; returns ``sys_dir``."""
+    drm = sys_dir / "class" / "drm"
+    drm.mkdir(parents=True, exist_ok=True)
+    for bus_id, nodes in devices.items():
+        pci = sys_dir / "devices" / "pci0000:00" / bus_id
+        for node in nodes:
+            (pci / "drm" / node).mkdir(parents=True)
+            os.symlink("../../../" + bus_id, pci / "drm" / node / "device")
+            os.symlink(f"../../devices/pci0000:00/{bus_id}/drm/{node}", drm / node)
+    return sys_dir
+
+
+# bus ids as on a real box; the card numbers do not follow the render numbers (probe order), and
+# an NVIDIA GPU's card and a BMC's VGA card sit beside them
+AMD_BOX = {
+    "0000:03:00.0": ("card1", "renderD128"),
+    "0000:43:00.0": ("card0", "renderD129"),
+    "0000:83:00.0": ("card3", "renderD130"),
+    "0000:c3:00.0": ("card2", "renderD131"),  # NVIDIA's: no AMD render minor names it
+    "0000:e1:00.0": ("card4",),  # the BMC's VGA: no render node at all
+}
+
+
+def test_an_amd_jobs_rules_deny_the_other_amd_gpus_card_nodes_found_by_pci_device(tmp_path):
+    sys_dir = make_drm(tmp_path / "sys", AMD_BOX)
+    assert drm_card_minors([128, 130], str(sys_dir)) == {1, 3}
+    assert amd_deny_rules([129], [128, 129, 130], str(tmp_path), str(sys_dir)) == [
+        DeviceRule("c", 226, minor) for minor in (1, 3, 128, 130)
+    ]
+    os.mknod(tmp_path / "kfd", 0o600 | stat.S_IFCHR, os.makedev(241, 0))
+    assert amd_deny_rules([], [128, 129, 130], str(tmp_path), str(sys_dir)) == [
+        *(DeviceRule("c", 226, minor) for minor in (0, 1, 3, 128, 129, 130)),
+        DeviceRule("c", 241, 0),
+    ]
+
+
+def test_without_sysfs_the_card_nodes_stay_open_and_it_is_said_once(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="gflowd.runtime")
+    devices._said.clear()
+    for _ in range(3):
+        assert amd_deny_rules([129], [128, 129], str(tmp_path), str(tmp_path / "nosys")) == [DeviceRule("c", 226, 128)]
+    said = [r.getMessage() for r in caplog.records if "cardN" in r.getMessage()]
+    assert len(said) == 1, said
 
 
 READ = """
@@ -166,3 +216,8 @@ def test_sbatch_gres_and_run_gres_name_an_amd_type_that_picks_amd_gpus():
     assert out == {"gpu_type": "mi300x", "gpus": "2"} and parse_gres("gpu:mi300x:2") == out
     slots = [slot(g) for g in merge([nv(0)], [amd(0), amd(1)])]
     assert [s.index for s in slots if matches(s, Request(name="j", gpus=2, gpu_type=out["gpu_type"]))] == [1, 2]
+
+
+def test_memory_held_by_no_listed_process_names_the_library_that_lists_them():
+    assert memory_holders(GpuSlot(amd(0), "Busy", used_memory=2 * GiB)) == "2Gi held by no process amdsmi lists"
+    assert memory_holders(GpuSlot(nv(0), "Busy", used_memory=2 * GiB)) == "2Gi held by no process NVML lists"

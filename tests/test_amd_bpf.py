@@ -13,6 +13,7 @@ import sys
 import tempfile
 
 import pytest
+from test_amd import AMD_BOX, make_drm
 
 from controller.act.runtime.cgroups import bpf_devices
 from controller.act.runtime.cgroups.devices import amd_deny_rules, gpu_deny_rules
@@ -31,6 +32,7 @@ def _why_not() -> str:
 pytestmark = [pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "-"), pytest.mark.e2e]
 
 NODES = {"kfd": (241, 0), "renderD128": (226, 128), "renderD129": (226, 129), "nvidia0": (195, 0), "null": (1, 3)}
+CARDS = {f"card{n}": (226, n) for n in range(5)}  # test_amd.AMD_BOX: card1, card0, card3 AMD's; card2, card4 not
 PROBE = """
 import os, sys
 open(os.path.join(sys.argv[1], "cgroup.procs"), "w").write(str(os.getpid()))
@@ -48,7 +50,7 @@ for name in sys.argv[3:]:
 def nodes():
     directory = tempfile.mkdtemp(prefix="gflow-amd-nodes-")
     os.chmod(directory, 0o755)
-    for name, (major, minor) in NODES.items():
+    for name, (major, minor) in {**NODES, **CARDS}.items():
         os.mknod(os.path.join(directory, name), 0o666 | stat.S_IFCHR, os.makedev(major, minor))
         os.chmod(os.path.join(directory, name), 0o666)
     yield directory
@@ -62,9 +64,9 @@ def cgroup():
     os.rmdir(path)
 
 
-def opened_as_nobody(cgroup: str, nodes: str) -> dict[str, int]:
+def opened_as_nobody(cgroup: str, nodes: str, names=NODES) -> dict[str, int]:
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, cgroup, nodes, *NODES], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", PROBE, cgroup, nodes, *names], capture_output=True, text=True, timeout=60, check=True
     ).stdout
     return {name: int(code) for name, code in (line.split() for line in out.splitlines())}
 
@@ -83,3 +85,12 @@ def test_a_cpu_job_on_v2_opens_neither_kfd_nor_a_render_node(cgroup, nodes):
     got = opened_as_nobody(cgroup, nodes)
     assert got == {"kfd": errno.EPERM, "renderD128": errno.EPERM, "renderD129": errno.EPERM,
                    "nvidia0": errno.EPERM, "null": 0}  # fmt: skip
+
+
+def test_an_amd_job_on_v2_opens_its_own_card_node_only(cgroup, nodes, tmp_path):
+    sys_dir = make_drm(tmp_path / "sys", AMD_BOX)
+    rules = amd_deny_rules([129], [128, 129, 130], nodes, str(sys_dir))  # renderD129 is card0's GPU
+    bpf_devices.deny(cgroup, rules)
+    got = opened_as_nobody(cgroup, nodes, [*CARDS, "renderD129"])
+    assert got == {"card0": errno.ENXIO, "card1": errno.EPERM, "card2": errno.ENXIO, "card3": errno.EPERM,
+                   "card4": errno.ENXIO, "renderD129": errno.ENXIO}  # fmt: skip

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from helpers import job_status, read_log, wait_for, wait_phase, write_manifest
 from nvml_fixtures import fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
+from shared_box import SYSTEM_PYTHON, make_box, remove_box
+from test_amd import AMD_BOX, make_drm
 
 from controller.act.runtime.cgroups import probe
 from controller.util.yamlio import load_one
@@ -61,6 +63,17 @@ def amd_box(tmp_path):
         "FAKE_AMDSMI_FILE": str(tmp_path / "fake-amdsmi.json"),
     }
     return dev, env
+
+
+@pytest.fixture
+def box():
+    """An ordinary user on a shared box (tests/shared_box.py), where the devices cgroup isolates."""
+    found = probe()
+    if not found.features["devices"].available:
+        pytest.skip(f"no devices isolation here: {found.features['devices'].reason}")
+    made = make_box()
+    yield made
+    remove_box(made)
 
 
 def job(name: str, body: str) -> str:
@@ -229,3 +242,52 @@ def test_without_amdsmi_gflowd_says_so_once_and_runs_nvidia_and_cpu_jobs(home, g
     said = [line for line in daemon.stderr().splitlines() if "no amdsmi" in line]
     assert len(said) == 1, said
     assert "no amdsmi: the amdsmi package is not installed (pip install 'gflow-controller[amd]')" in said[0]
+
+
+def test_a_users_amd_job_opens_its_own_card_node_and_not_another_amd_gpus(box, gflowd, amd_box):
+    """The cardN nodes, end to end on cgroup v1: an ordinary user's AMD job (the attack: ignoring
+    ROCR_VISIBLE_DEVICES and opening every /dev/dri node) opens its own GPU's card and render nodes
+    and neither of another AMD GPU; cards of no AMD GPU (NVIDIA's, a BMC's VGA) stay open. The nodes
+    are paired by PCI device through a sysfs made in a temp folder (``--sys-dir``)."""
+    _, env = amd_box
+    dev = box.root / "dev"
+    (dev / "dri").mkdir(parents=True)
+    os.mknod(dev / "kfd", 0o666 | stat.S_IFCHR, os.makedev(KFD_MAJOR, 0))
+    nodes = {**{f"card{n}": n for n in range(5)}, **{f"renderD{m}": m for m in (128, 129, 130)}}
+    for name, minor in nodes.items():
+        os.mknod(dev / "dri" / name, 0o666 | stat.S_IFCHR, os.makedev(226, minor))
+    for path in [dev, *dev.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o666)
+    sys_dir = make_drm(box.root / "sys", AMD_BOX)
+    write_amd(Path(env["FAKE_AMDSMI_FILE"]), [amd_gpu(0), amd_gpu(1), amd_gpu(2)])
+    paths = [str(dev / "dri" / name) for name in nodes]
+    command = json.dumps([SYSTEM_PYTHON, "-c", OPENS, *paths])
+    manifest = job("mine", f"  command: {command}\n  resources: {{gpus: 1, gpuType: amd}}\n")
+    write_manifest(box.home / "jobs", "mine.yaml", manifest, owner=(box.user.pw_uid, box.user.pw_gid))
+    daemon = gflowd("--device-dir", dev, "--sys-dir", sys_dir, home=box.home, env=env)
+    unit = wait_phase(box.home, "mine", "Succeeded", timeout=60, daemon=daemon)["devices"][0]
+    own = next(set(names) for names in AMD_BOX.values() if f"renderD{128 + unit}" in names)  # card, render
+    others = {"card0", "card1", "card3", "renderD128", "renderD129", "renderD130"} - own
+    got = dict(line.split() for line in read_log(box.home, "mine").splitlines() if line.strip())
+    assert got == {name: "EPERM" if name in others else "ENXIO" for name in nodes}
+    assert got["card2"] == got["card4"] == "ENXIO"  # NVIDIA's card and the BMC's: not AMD GPUs, open
+
+
+def test_a_hung_amdsmi_call_is_said_as_amdsmis_not_nvmls(home, gflowd, amd_box):
+    dev, env = amd_box
+    amd_file = Path(env["FAKE_AMDSMI_FILE"])
+    write_amd(amd_file, [amd_gpu(0)])
+    daemon = gflowd("--device-dir", dev, env=env)
+    wait_for(lambda: [g.get("state") for g in node_gpus(home)] == ["Free"], message=lambda: f"{node_gpus(home)}")
+    write_amd(amd_file, [amd_gpu(0)], hangMs=600_000)  # every amdsmi call now hangs 10 min
+
+    def inventory() -> str:
+        try:
+            return load_one((home / "node.yaml").read_text()).get("inventory") or ""
+        except Exception:
+            return ""
+
+    said = wait_for(lambda: "not answering" in inventory() and inventory(), timeout=60, message=inventory)
+    assert "amdsmi is not answering" in said and "NVML is not answering" not in said, said
+    wait_for(lambda: [g.get("state") for g in node_gpus(home)] == ["Unhealthy"], message=lambda: f"{node_gpus(home)}")
+    assert "NVML" not in "".join(line for line in daemon.stderr().splitlines() if "did not answer" in line)

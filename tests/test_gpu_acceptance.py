@@ -949,6 +949,9 @@ def test_amd_verdicts():
     assert not facts.judge_amd({"available": False, "describe": "no amdsmi: x"}, {128}).ok
     assert not facts.judge_amd({"available": True, "gpus": []}, set()).ok
     assert not facts.judge_amd(None, set()).ok
+    assert facts.judge_amd({**good, "cards": {"128": [1]}}, {128}).ok
+    unpaired = facts.judge_amd({**good, "cards": {"128": []}}, {128})
+    assert not unpaired.ok and "pairs renderD128 with card nodes [], not one" in unpaired.reason
 
 
 def test_free_memory_is_read_from_nvidia_smi_and_judged_within_a_tolerance():
@@ -960,3 +963,15 @@ def test_free_memory_is_read_from_nvidia_smi_and_judged_within_a_tolerance():
     assert not off.ok and off.reason == "GPU 0: gflow says 80998 MiB free, nvidia-smi 60000 MiB"
     missing = facts.judge_free_memory({0: 81000}, [{"index": 0, "memory": "80Gi"}])
     assert not missing.ok and "no memoryFree" in missing.reason
+
+
+def test_mig_caps_isolation_verdicts():
+    own = {"/dev/nvidia-caps/nvidia-cap93": "ok", "/dev/nvidia-caps/nvidia-cap94": "ok"}
+    denied = {"/dev/nvidia-caps/nvidia-cap1": "EPERM", "/dev/nvidia-caps/nvidia-cap84": "EPERM"}
+    good = facts.judge_mig_caps(probe_doc("0000:07:00.0", visible=None, cleared=True, nodes={**own, **denied}))
+    assert good.ok and "the other 2 EPERM" in good.reason
+    sibling_open = {**own, "/dev/nvidia-caps/nvidia-cap84": "ok"}  # no caps isolation: a sibling's caps open
+    assert not facts.judge_mig_caps(probe_doc(visible=None, cleared=True, nodes=sibling_open)).ok
+    two_seen = probe_doc("0000:07:00.0", "0000:07:00.0", visible=None, cleared=True, nodes={**own, **denied})
+    assert "CUDA sees 2 devices" in facts.judge_mig_caps(two_seen).reason
+    assert not facts.judge_mig_caps(None).ok

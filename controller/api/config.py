@@ -309,6 +309,13 @@ class ControllerConfig(_Model):
     device_dir: StrictStr = Field(
         default="/dev", description="Folder of the GPU device nodes (nvidiaN, nvidiactl, ...) the devices cgroup allows"
     )
+    proc_dir: StrictStr = Field(
+        default="/proc",
+        description="The kernel's /proc: NVIDIA's MIG capabilities and nvidia-caps major the devices cgroup reads",
+    )
+    sys_dir: StrictStr = Field(
+        default="/sys", description="The kernel's /sys: which /dev/dri/cardN belongs to which AMD GPU (class/drm)"
+    )
     # -- GPU usage (docs/gpu-usage.md) --
     gpu_sample_interval: Duration = Field(
         default=5.0, gt=0, description="Seconds between GPU usage samples of running jobs (one NVML sweep each)"

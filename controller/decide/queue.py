@@ -465,6 +465,8 @@ def _start(
     minors = {slot.index: slot.gpu.device_minor for slot in plan.slots if slot.gpu.vendor == "nvidia"}
     amd = {slot.index: slot.gpu for slot in plan.slots if slot.gpu.vendor == "amd"}
     bound_amd = [amd[d] for d in decision.devices if d in amd]
+    units = {slot.index: slot.gpu for slot in plan.slots}
+    bound = [units[d] for d in decision.devices if d in units]
     plan.starts.append(
         Launch(
             job.name,
@@ -482,6 +484,8 @@ def _start(
             tuple(g.minor for g in bound_amd if g.minor is not None),
             tuple(sorted(g.minor for g in amd.values() if g.minor is not None)),
             job.spec.checkpoint is not None and find_condition(state.conditions, Condition.Checkpointed) is not None,
+            mig_ids=tuple((g.device_minor, *g.mig_ids) for g in bound if g.mig_ids is not None),
+            mig_known=tuple(sorted((g.device_minor, *g.mig_ids) for g in units.values() if g.mig_ids is not None)),
         )
     )
 

@@ -34,6 +34,7 @@ class Gpu:
     parent: int | None = None  # MIG: the parent GPU's NVML index
     profile: str = ""  # MIG: the instance's profile, e.g. "1g.10gb"
     local_index: int | None = None  # the index the vendor's own runtime uses (MIG: on its parent; AMD: ROCR's)
+    mig_ids: tuple[int, int] | None = None  # MIG: (GPU instance id, compute instance id): its nvidia-caps nodes
     xids: tuple[tuple[float, int], ...] = ()  # its recent Xid events (wall time, Xid), oldest first
 
     @property

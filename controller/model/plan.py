@@ -85,6 +85,8 @@ class Launch:
     amd_minors: tuple[int, ...] = ()  # its AMD GPUs' /dev/dri/renderD<minor> minors (devices cgroup)
     amd_gpu_minors: tuple[int, ...] = ()  # every AMD GPU's render minor: the others are denied
     resume: bool = False  # an earlier attempt confirmed a checkpoint (condition Checkpointed): GFLOW_RESUME=1
+    mig_ids: tuple[tuple[int, int, int], ...] = ()  # its MIG instances' (parent minor, GI id, CI id): their caps
+    mig_known: tuple[tuple[int, int, int], ...] = ()  # every MIG instance's: the others' caps are denied
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,8 @@ def memory_holders(slot: GpuSlot, most: int = 3) -> str:
         )
     listed = sum(p.used_memory for p in slot.gpu.processes)
     if slot.used_memory > listed:
-        parts.append(f"{format_quantity(slot.used_memory - listed)} held by no process NVML lists")
+        library = "amdsmi" if slot.gpu.vendor == "amd" else "NVML"
+        parts.append(f"{format_quantity(slot.used_memory - listed)} held by no process {library} lists")
     return "; ".join(parts) or f"{format_quantity(slot.gpu.memory_total)} in all"
 
 

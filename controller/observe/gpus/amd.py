@@ -38,6 +38,8 @@ class AmdInventory:
     """GPUs as amdsmi reports them; implements ``controller.observe.gpus.inventory.Inventory``.
     ``amdsmi_init`` runs once, in the constructor; ``close()`` calls ``amdsmi_shut_down``."""
 
+    LIBRARY, INIT = "amdsmi", "amdsmi_init"  # what the guard's messages name (guard.py)
+
     def __init__(self) -> None:
         self.available = False
         self.reason = ""

@@ -38,23 +38,29 @@ class _Call:
 
 
 class GuardedInventory:
-    """Wraps an inventory factory (e.g. ``NvmlInventory``); implements the Inventory protocol."""
+    """Wraps an inventory factory (e.g. ``NvmlInventory``); implements the Inventory protocol. The
+    messages name the factory's library and init call (its ``LIBRARY``/``INIT``: NVML's by default)."""
 
     def __init__(self, factory: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT):
         self.timeout = timeout
+        self.library = getattr(factory, "LIBRARY", "NVML")
+        self.init_name = getattr(factory, "INIT", "nvmlInit")
         self._inner: Any = None
         self._hung: _Call | None = None
         self._last: list[Gpu] = []
-        self._init = self._call("nvmlInit", factory)
+        self._init = self._call(self.init_name, factory)
 
     # -- the Inventory protocol ---------------------------------------------------------------
 
     def describe(self) -> str:
         if self._ready() is None:
-            return f"NVML did not answer nvmlInit within {self.timeout:g}s (a hung driver?); no GPUs until it does"
+            return (
+                f"{self.library} did not answer {self.init_name} within {self.timeout:g}s (a hung driver?); "
+                "no GPUs until it does"
+            )
         text = self._inner.describe()
         if self._hung is not None:
-            text += f"; NVML is not answering ({self._hung.what} hung for over {self.timeout:g}s)"
+            text += f"; {self.library} is not answering ({self._hung.what} hung for over {self.timeout:g}s)"
         return text
 
     def read(self) -> list[Gpu]:
@@ -64,7 +70,7 @@ class GuardedInventory:
         if ok:
             self._last = gpus
             return gpus
-        message = f"NVML did not answer within {self.timeout:g}s (a hung driver call)"
+        message = f"{self.library} did not answer within {self.timeout:g}s (a hung driver call)"
         return [dataclasses.replace(g, healthy=False, error=message) for g in self._last]
 
     def topology(self) -> dict[tuple[int, int], int]:
@@ -92,7 +98,7 @@ class GuardedInventory:
                 self._init = None
                 return None
             self._inner, self._init = self._init.result, None
-            if self._hung is not None and self._hung.what == "nvmlInit":
+            if self._hung is not None and self._hung.what == self.init_name:
                 self._hung = None
         return self._inner
 
@@ -100,7 +106,7 @@ class GuardedInventory:
         if self._hung is not None:
             if not self._hung.done.is_set():
                 return False, None
-            log.warning("NVML answers again (%s returned)", self._hung.what)
+            log.warning("%s answers again (%s returned)", self.library, self._hung.what)
             self._hung = None
         call = self._call(what, fn)
         if call is None:
@@ -115,9 +121,10 @@ class GuardedInventory:
         if call.done.wait(self.timeout):
             return call
         log.warning(
-            "NVML %s did not answer within %gs: not waiting for it; GPUs are marked unhealthy until it does",
+            "%s %s did not answer within %gs: not waiting for it; GPUs are marked unhealthy until it does",
+            self.library,
             what,
             self.timeout,
         )
         self._hung = call
-        return None if what != "nvmlInit" else call
+        return None if what != self.init_name else call

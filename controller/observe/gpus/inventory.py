@@ -210,9 +210,13 @@ def _fake_mig(parent: Gpu, instances: object) -> list[Gpu]:
     for local, item in enumerate(instances):
         if not isinstance(item, dict) or not mig_profile_ok(str(item.get("profile", ""))):
             raise ValueError(f"{where}[{local}]: needs a profile like 1g.10gb")
-        unknown = set(item) - {"profile", "memory", "uuid"}
+        unknown = set(item) - {"profile", "memory", "uuid", "gi", "ci"}
         if unknown:
             raise ValueError(f"{where}[{local}]: unknown field {sorted(unknown)[0]}")
+        # its GPU- and compute-instance ids (its nvidia-caps nodes); by default numbered as the NVML stand-in does
+        ids = (item.get("gi", local + 1), item.get("ci", 0))
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in ids):
+            raise ValueError(f"{where}[{local}]: gi and ci must be whole numbers >= 0, not {ids[0]!r}, {ids[1]!r}")
         profile = str(item["profile"]).lower()
         out.append(
             Gpu(
@@ -228,6 +232,7 @@ def _fake_mig(parent: Gpu, instances: object) -> list[Gpu]:
                 parent=parent.index,
                 profile=profile,
                 local_index=local,
+                mig_ids=ids,
             )
         )
     return out

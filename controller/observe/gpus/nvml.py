@@ -187,6 +187,7 @@ class NvmlInventory:
                         parent=parent.index,
                         profile=mig_profile_of(name),
                         local_index=local,
+                        mig_ids=self._mig_ids(mig),
                     )
                 )
         except Exception as exc:
@@ -194,6 +195,17 @@ class NvmlInventory:
             return []  # MIG is on: the GPU is no whole unit, and its instances are unknown this pass
         self._note(f"mig{parent.index}", "")
         return found
+
+    def _mig_ids(self, mig: Any) -> tuple[int, int] | None:
+        """The instance's (GPU instance id, compute instance id): they name its nvidia-caps nodes
+        (docs/mig.md). None when this NVML cannot say (the caps stay as the parent's)."""
+        nv = self._nv
+        try:
+            return int(self._call(nv.nvmlDeviceGetGpuInstanceId, mig)), int(
+                self._call(nv.nvmlDeviceGetComputeInstanceId, mig)
+            )
+        except Exception:
+            return None
 
     # -- topology -----------------------------------------------------------------------------
 

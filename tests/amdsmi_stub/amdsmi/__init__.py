@@ -5,6 +5,7 @@ in gflowd's environment). It answers from the JSON file ``FAKE_AMDSMI_FILE`` nam
 every call so a test can change the GPUs under a running gflowd (as the NVML stand-in does):
 
     {"initError": "text"?,            # amdsmi_init raises AmdSmiLibraryException
+     "hangMs": 600000?,               # every call blocks this long (a hung driver)
      "gpus": [{"name": "AMD Instinct MI300X", "uuid": "...", "memoryTotal": bytes,
                "vramUsedMB": int, "gfx": percent | "N/A", "renderMinor": 128, "cardMinor": 0,
                "processes": [{"pid": 123, "vram": bytes}], "uncorrectable": 0,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from enum import IntEnum
 from typing import Any
 
@@ -63,7 +65,10 @@ _initialized = False
 
 def _data() -> dict[str, Any]:
     with open(os.environ["FAKE_AMDSMI_FILE"]) as handle:
-        return json.load(handle)
+        data = json.load(handle)
+    if data.get("hangMs"):  # a driver in trouble: every call blocks this long
+        time.sleep(data["hangMs"] / 1000)
+    return data
 
 
 def _gpu(handle: _Handle, call: str) -> dict[str, Any]:

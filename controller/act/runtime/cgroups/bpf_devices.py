@@ -121,26 +121,37 @@ def _bpf(cmd: int, attr: bytes) -> int:
 
 
 def load(program: bytes) -> int:
-    """Load a cgroup device program; its fd. BpfError with the verifier's log when refused."""
+    """Load a cgroup device program; its fd. BpfError with the verifier's log when refused.
+
+    Loaded without a log first, as libbpf does: the verifier's log of a long program (a MIG box's
+    hundred caps rules) overflows a 4 KiB buffer, and a full one fails the load with ENOSPC."""
     insns = ctypes.create_string_buffer(program, len(program))
     license = ctypes.create_string_buffer(_LICENSE)
-    log = ctypes.create_string_buffer(4096)
-    attr = struct.pack(
-        "<IIQQIIQ",
-        _BPF_PROG_TYPE_CGROUP_DEVICE,
-        len(program) // 8,
-        ctypes.addressof(insns),
-        ctypes.addressof(license),
-        1,  # log_level: the verifier explains a refusal
-        len(log),
-        ctypes.addressof(log),
-    )
+
+    def attr(log: ctypes.Array[ctypes.c_char] | None) -> bytes:
+        return struct.pack(
+            "<IIQQIIQ",
+            _BPF_PROG_TYPE_CGROUP_DEVICE,
+            len(program) // 8,
+            ctypes.addressof(insns),
+            ctypes.addressof(license),
+            1 if log is not None else 0,  # log_level: the verifier explains a refusal
+            len(log) if log is not None else 0,
+            ctypes.addressof(log) if log is not None else 0,
+        )
+
     try:
-        return _bpf(_BPF_PROG_LOAD, attr)
+        return _bpf(_BPF_PROG_LOAD, attr(None))
     except BpfError as exc:
-        detail = log.value.decode(errors="replace").strip().splitlines()
-        why = f" ({detail[-1]})" if detail else ""
-        raise BpfError(exc.errno, f"cannot load the BPF device program: {exc.strerror}{why}") from None
+        error = exc
+    log = ctypes.create_string_buffer(4096)
+    try:  # again, for the verifier's word on why
+        return _bpf(_BPF_PROG_LOAD, attr(log))
+    except BpfError:
+        pass
+    detail = log.value.decode(errors="replace").strip().splitlines()
+    why = f" ({detail[-1]})" if detail else ""
+    raise BpfError(error.errno, f"cannot load the BPF device program: {error.strerror}{why}") from None
 
 
 def attach(program_fd: int, cgroup_dir: str) -> None:

@@ -17,11 +17,14 @@ nodes they made with mknod.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
 import time
 from collections.abc import Iterable
+
+log = logging.getLogger("gflowd.runtime")
 
 NVIDIA_MAJOR = 195
 NVIDIA_CONTROL_MINORS = frozenset({254, 255})  # nvidia-modeset, nvidiactl: never a GPU
@@ -132,10 +135,156 @@ def kfd_rule(dev_dir: str = "/dev") -> DeviceRule | None:
     return DeviceRule("c", os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(st.st_mode) else None
 
 
-def amd_deny_rules(bound: Iterable[int], known: Iterable[int] = (), dev_dir: str = "/dev") -> list[DeviceRule]:
+def amd_deny_rules(
+    bound: Iterable[int], known: Iterable[int] = (), dev_dir: str = "/dev", sys_dir: str = "/sys"
+) -> list[DeviceRule]:
     """Rules denying the render nodes of every AMD GPU in ``known`` (their render minors) but the
-    ``bound`` ones, and ``/dev/kfd`` to a job bound to no AMD GPU (a CPU or NVIDIA job); sorted."""
+    ``bound`` ones, those GPUs' ``/dev/dri/cardN`` nodes (``drm_card_minors``), and ``/dev/kfd``
+    to a job bound to no AMD GPU (a CPU or NVIDIA job); sorted."""
     bound = set(bound)
-    rules = [DeviceRule("c", DRM_MAJOR, minor) for minor in sorted(set(known) - bound)]
+    others = set(known) - bound
+    cards = drm_card_minors(others, sys_dir) if others else set()
+    rules = [DeviceRule("c", DRM_MAJOR, minor) for minor in sorted(others | cards)]
     kfd = kfd_rule(dev_dir) if not bound else None
     return rules + ([kfd] if kfd is not None else [])
+
+
+_DRM_NODE = re.compile(r"(card|renderD)(\d+)")
+
+
+def drm_card_minors(render_minors: Iterable[int], sys_dir: str = "/sys") -> set[int]:
+    """The minors of the ``cardN`` nodes on the same PCI device as the ``renderD<minor>`` nodes:
+    each DRM node's ``SYS_DIR/class/drm/<node>/device`` links to its GPU's PCI device (its bus id,
+    by which amdsmi names a GPU too: ``amdsmi_get_gpu_device_bdf``). A card no render node shares
+    a device with (a BMC's VGA, another vendor's card) is not among them. Empty without sysfs,
+    said once."""
+    drm = os.path.join(sys_dir, "class", "drm")
+    try:
+        names = os.listdir(drm)
+    except OSError:
+        names = []
+    device_of: dict[tuple[str, int], tuple[int, int]] = {}  # (kind, minor) -> its PCI device's folder
+    for name in names:
+        match = _DRM_NODE.fullmatch(name)
+        if match is None:
+            continue
+        try:  # one stat through the links names the folder (os.path.realpath costs ~20 times more)
+            st = os.stat(os.path.join(drm, name, "device"))
+        except OSError:
+            continue
+        device_of[(match[1], int(match[2]))] = (st.st_dev, st.st_ino)
+    wanted = {device_of[("renderD", m)] for m in render_minors if ("renderD", m) in device_of}
+    if not wanted:
+        _say_once(f"drm:{sys_dir}", f"no PCI device for the AMD render nodes in {drm}: their cardN nodes stay open")
+    return {minor for (kind, minor), device in device_of.items() if kind == "card" and device in wanted}
+
+
+# -- MIG: a MIG instance is reached through its parent's /dev/nvidiaN *and* the nvidia-caps nodes of
+# its GPU instance and compute instance (/dev/nvidia-caps/nvidia-cap<M>, char <nvidia-caps major>:M).
+# Each capability's minor is the "DeviceFileMinor: M" line of its ``access`` file under
+# /proc/driver/nvidia/capabilities: gpu<minor>/mig/gi<G>/access, .../gi<G>/ci<C>/access, and the
+# whole driver's mig/config (make and destroy instances) and mig/monitor (see every instance).
+# As the NVIDIA container toolkit does, a MIG job gets its own instance's two caps; config and
+# monitor only on request there, never here: every other cap is denied to every job.
+_CAP_MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
+_said: set[str] = set()
+
+
+def _say_once(key: str, message: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        log.warning("%s", message)
+
+
+def caps_major(proc_dir: str = "/proc") -> int | None:
+    """The ``nvidia-caps`` char major from ``PROC_DIR/devices`` (the kernel picks it); None without one."""
+    try:
+        with open(os.path.join(proc_dir, "devices")) as f:
+            text = f.read()
+    except OSError:
+        return None
+    chars = text.split("Block devices:")[0]
+    found = re.search(r"^\s*(\d+)\s+nvidia-caps\s*$", chars, re.MULTILINE)
+    return int(found[1]) if found else None
+
+
+_cap_minors: dict[tuple[str, str], int] = {}  # (proc_dir, capability) -> its minor, once read
+
+
+def cap_minor(capability: str, proc_dir: str = "/proc") -> int | None:
+    """The minor of a capability (``gpu0/mig/gi1``, ``gpu0/mig/gi1/ci0``, ``mig/config``): the
+    ``DeviceFileMinor`` of its ``access`` file under ``PROC_DIR/driver/nvidia/capabilities``; None
+    while it has none (no such instance). Kept once read: the driver numbers each capability by a
+    fixed table (``/proc/driver/nvidia-caps/mig-minors``), so an instance made again gets the same."""
+    key = (proc_dir, capability)
+    if key in _cap_minors:
+        return _cap_minors[key]
+    try:
+        with open(os.path.join(proc_dir, "driver", "nvidia", "capabilities", capability, "access")) as f:
+            found = _CAP_MINOR.search(f.read())
+    except OSError:
+        return None
+    if found is None:
+        return None
+    _cap_minors[key] = minor = int(found[1])
+    return minor
+
+
+def instance_caps(gpu: int, gi: int, ci: int) -> tuple[str, str]:
+    """The capabilities of a MIG instance on the GPU of minor ``gpu``: its GPU instance's and its
+    compute instance's (the NVIDIA container toolkit's paths)."""
+    return f"gpu{gpu}/mig/gi{gi}", f"gpu{gpu}/mig/gi{gi}/ci{ci}"
+
+
+def _caps_nodes(dev_dir: str, major: int) -> set[int]:
+    """The minors of the char nodes of ``major`` in ``DEV_DIR/nvidia-caps``."""
+    folder = os.path.join(dev_dir, "nvidia-caps")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return set()
+    minors = set()
+    for name in names:
+        try:
+            st = os.stat(os.path.join(folder, name))
+        except OSError:
+            continue
+        if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == major:
+            minors.add(os.minor(st.st_rdev))
+    return minors
+
+
+def mig_caps_deny_rules(
+    bound: Iterable[tuple[int, int, int]],
+    known: Iterable[tuple[int, int, int]] = (),
+    proc_dir: str = "/proc",
+    dev_dir: str = "/dev",
+) -> list[DeviceRule]:
+    """Rules denying every nvidia-caps node but the GPU- and compute-instance caps of the ``bound``
+    MIG instances, each (parent's minor, GPU instance id, compute instance id): the caps of the
+    ``known`` instances (gflowd's inventory: a node nvidia-modprobe makes later is still denied),
+    ``mig/config``, ``mig/monitor`` and the nodes in ``DEV_DIR/nvidia-caps``; sorted. Empty when
+    the driver has no capabilities (no MIG support): said once if a MIG job starts."""
+    bound = list(bound)
+    root = os.path.join(proc_dir, "driver", "nvidia", "capabilities")
+    major = caps_major(proc_dir) if os.path.isdir(root) else None  # one stat on a box without MIG support
+    if major is None:
+        if bound:
+            _say_once(
+                f"caps:{proc_dir}",
+                f"no NVIDIA capabilities in {root} or no nvidia-caps in {proc_dir}/devices: "
+                "MIG jobs' nvidia-caps nodes are not constrained",
+            )
+        return []
+    allowed = set()
+    for ids in bound:
+        for capability in instance_caps(*ids):
+            minor = cap_minor(capability, proc_dir)
+            if minor is None:
+                _say_once(f"cap:{proc_dir}:{capability}", f"no capability {capability} in {root}: the job is denied it")
+            else:
+                allowed.add(minor)
+    others = [c for ids in set(known) - set(bound) for c in instance_caps(*ids)] + ["mig/config", "mig/monitor"]
+    listed = {minor for minor in (cap_minor(capability, proc_dir) for capability in others) if minor is not None}
+    denied = (listed | _caps_nodes(dev_dir, major)) - allowed
+    return [DeviceRule("c", major, minor) for minor in sorted(denied)]

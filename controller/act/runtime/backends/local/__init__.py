@@ -19,7 +19,11 @@ def make_runtime(home: Any, config: Any) -> Runtime:
     from controller.act.runtime.backends.local.runtime import SupervisorRuntime
 
     return SupervisorRuntime(
-        home, cgroups=getattr(config, "cgroups", "auto"), device_dir=getattr(config, "device_dir", "/dev")
+        home,
+        cgroups=getattr(config, "cgroups", "auto"),
+        device_dir=getattr(config, "device_dir", "/dev"),
+        proc_dir=getattr(config, "proc_dir", "/proc"),
+        sys_dir=getattr(config, "sys_dir", "/sys"),
     )
 
 

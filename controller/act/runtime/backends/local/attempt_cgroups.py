@@ -25,7 +25,7 @@ from controller.act.runtime.cgroups import (
     setup,
     systemd_scope,
 )
-from controller.act.runtime.cgroups.devices import amd_deny_rules
+from controller.act.runtime.cgroups.devices import amd_deny_rules, mig_caps_deny_rules
 from controller.act.runtime.cgroups.systemd_scope import Scope
 from controller.paths import Home
 
@@ -114,9 +114,11 @@ class AttemptCgroups:
         device_dir: str = "/dev",
         probe: Probe | None = None,
         fs: Cgroupfs | None = None,
+        proc_dir: str = "/proc",
+        sys_dir: str = "/sys",
     ):
         self.request = request
-        self.device_dir = device_dir
+        self.device_dir, self.proc_dir, self.sys_dir = device_dir, proc_dir, sys_dir
         self.scope = start_scope(request, home) if probe is None and fs is None else None
         if self.scope is not None:
             probe = scope_probe(self.scope)
@@ -135,7 +137,10 @@ class AttemptCgroups:
         deny = None
         if features["devices"].available:  # every GPU but the bound ones; other devices as gflowd's
             deny = gpu_deny_rules(spec.get("deviceMinors") or (), spec.get("gpuMinors") or (), self.device_dir)
-            deny += amd_deny_rules(spec.get("amdMinors") or (), spec.get("amdGpuMinors") or (), self.device_dir)
+            mig = {key: [(g, i, c) for g, i, c in spec.get(key) or ()] for key in ("migIds", "migKnown")}
+            deny += mig_caps_deny_rules(mig["migIds"], mig["migKnown"], self.proc_dir, self.device_dir)
+            amd = spec.get("amdMinors") or (), spec.get("amdGpuMinors") or ()
+            deny += amd_deny_rules(*amd, self.device_dir, self.sys_dir)
         attempt = self.cgroups.create(
             f"{name}-{number}", Limits(memory=memory, cpus=cpus, pids=pids, deny_devices=deny)
         )

@@ -94,6 +94,8 @@ def launch_record(
         "gpuMinors": list(launch.gpu_minors),
         "amdMinors": list(launch.amd_minors),
         "amdGpuMinors": list(launch.amd_gpu_minors),
+        "migIds": [list(ids) for ids in launch.mig_ids],
+        "migKnown": [list(ids) for ids in launch.mig_known],
         "pidsLimit": spec.resources.pids,
         "tty": spec.tty,
         "envFile": env_file,  # read by the supervisor as the job's user (shim/child.py)

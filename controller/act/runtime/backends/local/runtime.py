@@ -97,9 +97,11 @@ class SupervisorRuntime:
         device_dir: str = "/dev",
         cgroup_probe: Probe | None = None,
         cgroupfs: Cgroupfs | None = None,
+        proc_dir: str = "/proc",
+        sys_dir: str = "/sys",
     ):
         self.home = home
-        self.cgroup_keeper = AttemptCgroups(home, cgroups, device_dir, cgroup_probe, cgroupfs)
+        self.cgroup_keeper = AttemptCgroups(home, cgroups, device_dir, cgroup_probe, cgroupfs, proc_dir, sys_dir)
         self.login_files = login_files if login_files is not None else system_files(os.environ.get("TZ"))
         self.attempts_dir = home.run_dir / "attempts"
         self.attempts_dir.mkdir(parents=True, exist_ok=True)
