@@ -275,7 +275,9 @@ def test_a_confirmed_checkpoint_shows_while_the_job_runs_and_after_a_restart(sha
         "while true; do sleep 0.1; done\n"
     )
     indented = "".join(f"    {line}\n" for line in script.splitlines())
-    text = f"metadata: {{name: g}}\nspec:\n  resources: {{gpus: 1}}\n  checkpoint: {{grace: 5s}}\n  script: |\n{indented}"
+    text = (
+        f"metadata: {{name: g}}\nspec:\n  resources: {{gpus: 1}}\n  checkpoint: {{grace: 5s}}\n  script: |\n{indented}"
+    )
     write_manifest(home / "jobs", "g.yaml", text)
     wait_for(lambda: "confirmed-1" in read_log(home, "g"), message=lambda: read_log(home, "g"))
     status = wait_for(
@@ -315,7 +317,9 @@ def test_a_confirmation_wakes_gflowd_which_does_not_wait_for_its_resync(shared, 
     go = tmp_path / "go"
     script = f'while [ ! -e {go} ]; do sleep 0.05; done\necho /ckpt/woken > "$GFLOW_CHECKPOINT_FILE"\nexec sleep 600\n'
     indented = "".join(f"    {line}\n" for line in script.splitlines())
-    text = f"metadata: {{name: h}}\nspec:\n  resources: {{gpus: 1}}\n  checkpoint: {{grace: 5s}}\n  script: |\n{indented}"
+    text = (
+        f"metadata: {{name: h}}\nspec:\n  resources: {{gpus: 1}}\n  checkpoint: {{grace: 5s}}\n  script: |\n{indented}"
+    )
     write_manifest(home / "jobs", "h.yaml", text)
     wait_phase(home, "h", "Running", daemon=daemon)
     go.touch()
