@@ -101,6 +101,10 @@ def test_a_checkpoint_goes_out_as_sbatchs_signal_and_requeue(checkpoint, expecte
     assert not any(
         o.startswith(("--signal", "--requeue")) for o in slurm.sbatch_options(job().spec, "t", chdir="/", output="o")
     )
+    # the backend: gflowd stops it at 61 s, Slurm at 2 min: 59 s more, so the signal still comes 50 s before the stop
+    spec = job(timeLimit="61s", checkpoint={"before": "50s"}).spec
+    assert "--signal=B:USR1@109" in slurm.sbatch_options(spec, "t", chdir="/", output="o", own_deadline=True)
+    assert "--signal=B:USR1@50" in slurm.sbatch_options(spec, "t", chdir="/", output="o")  # an export: Slurm's limit
 
 
 @pytest.mark.e2e

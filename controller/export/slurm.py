@@ -148,13 +148,18 @@ def begin(start_after: str | None) -> str | None:
 SIG_TIME_MAX = 65535  # sbatch --signal: "sig_time must be an integer value between 0 and 65535 seconds"
 
 
-def signal_option(checkpoint: Any) -> str | None:
+def signal_option(checkpoint: Any, time_limit: float | None = None, own_deadline: bool = False) -> str | None:
     """spec.checkpoint -> ``--signal=[B:]SIG@SECONDS``: ``B:`` signals only the batch shell (scope
     Main), without it every process of the job's steps (scope All); SECONDS is ``before``,
-    rounded up to whole seconds (sooner rather than later) and capped at what sbatch takes."""
+    rounded up to whole seconds (sooner rather than later) and capped at what sbatch takes.
+
+    ``own_deadline`` (the backend): gflowd stops the job at ``timeLimit`` to the second, while
+    Slurm counts from its limit rounded up to whole minutes: the difference is added, so the
+    signal still comes ``before`` the stop that ends the job."""
     if checkpoint is None:
         return None
-    seconds = min(SIG_TIME_MAX, math.ceil(checkpoint.before))
+    early = math.ceil(time_limit / 60) * 60 - time_limit if own_deadline and time_limit else 0.0
+    seconds = min(SIG_TIME_MAX, math.ceil(checkpoint.before + early))
     return f"--signal={'B:' if checkpoint.scope == 'Main' else ''}{checkpoint.signal}@{seconds}"
 
 
@@ -169,6 +174,7 @@ def sbatch_options(
     operator: bool = False,
     gates: bool = True,
     gpu_types: Mapping[str, str] | None = None,
+    own_deadline: bool = False,
 ) -> list[str]:
     """The ``--flag=value`` options for one job spec (a ``JobSpec``), in a stable order. Raises
     ``UnmappedGpuType`` for a ``gpuType`` that ``gpu_types`` has no GRES type for.
@@ -177,7 +183,8 @@ def sbatch_options(
     becomes a negative ``--nice``; else nice 0 (``nice_options``).
 
     ``gates=False`` (the Slurm backend) leaves out ``--begin`` and ``--hold``: gflowd itself holds
-    a suspended job and waits for ``startAfter`` before it submits, so Slurm must not wait again."""
+    a suspended job and waits for ``startAfter`` before it submits, so Slurm must not wait again.
+    ``own_deadline`` (the backend too): gflowd ends the job at its time limit (``signal_option``)."""
     opts = [f"--job-name={name}", f"--chdir={chdir}", f"--output={output}", "--export=ALL"]
     if partition:
         opts.append(f"--partition={partition}")
@@ -197,7 +204,7 @@ def sbatch_options(
         opts.append(f"--begin={b}")
     if gates and spec.suspend:
         opts.append("--hold")
-    if (sig := signal_option(spec.checkpoint)) is not None:
+    if (sig := signal_option(spec.checkpoint, spec.time_limit, own_deadline)) is not None:
         opts.append(sig)
         if spec.checkpoint.requeue:
             opts.append("--requeue")

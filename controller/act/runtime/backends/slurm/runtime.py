@@ -371,6 +371,7 @@ class SlurmRuntime:
                 operator=root and not other,
                 gates=False,
                 gpu_types=self.gpu_types,
+                own_deadline=True,  # the checkpoint signal comes ``before`` gflowd's stop, not Slurm's rounded one
             )
         except UnmappedGpuType as exc:
             raise LaunchError(f"{exc}, or run gflowd with --slurm-gpu-types {exc.gpu_type}=TYPE") from None
