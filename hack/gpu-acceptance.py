@@ -311,6 +311,7 @@ class Acceptance:
             ("isolation-cpu-job", gflow, self.check_isolation_cpu),
             ("shared-gpu-memory", gflow, self.check_shared_memory),
             ("foreign-process", gflow, self.check_foreign),
+            ("cuda-oom-reason", gflow, self.check_cuda_oom),
             ("live-free-memory", gflow, self.check_free_memory),
             ("gpu-memory-wait", gflow, self.check_memory_wait),
             ("reclaimed-leak", gflow, self.check_reclaimed_leak),
@@ -689,6 +690,21 @@ class Acceptance:
             f"Failed/{GPU_MEMORY_EXCEEDED} after the probe allocated {allocated // MIB} MiB: {status.get('message')}",
             numbers,
         )
+
+    def check_cuda_oom(self) -> Verdict:
+        """The driver refuses an allocation of twice the GPU's memory; the job prints the CUDA error
+        and exits 1, as a training script does; gflowd's status names the cause (docs/failures.md)."""
+        gpu = max(self.smi.values(), key=lambda g: g.memory_mib or 0)
+        if not gpu.memory_mib:
+            raise Skip("nvidia-smi gives no memory size")
+        probe = ["--use", "first", "--alloc-mib", str(gpu.memory_mib * 2), "--exit-on-error"]
+        job = self.apply_job("cuda-oom", gpus=1, probe=probe)
+        status = self.wait_phase(job.name, {"Succeeded", "Failed"}, 120)
+        numbers = {k: status.get(k) for k in ("phase", "reason", "message", "exitCode")}
+        if (status.get("phase"), status.get("reason")) != ("Failed", "CUDAOutOfMemory"):
+            why = f"ended {status.get('phase')}/{status.get('reason')}: {status.get('message')}"
+            return Verdict(False, why, numbers)
+        return Verdict(True, f"Failed/CUDAOutOfMemory: {str(status.get('message', ''))[:120]}", numbers)
 
     def _foreign_probe(self, index: int, filename: str, mib: int) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
         """A probe started outside gflow holding ``mib`` MiB on GPU ``index``, once it is ready (cleanup stops it)."""

@@ -49,6 +49,7 @@ CHECKS: list[tuple[str, str]] = [
     ("isolation-cpu-job", "with cgroups, a CPU job that clears CUDA_VISIBLE_DEVICES cannot use any GPU"),
     ("shared-gpu-memory", f"a Shared job allocating past gpuMemory is stopped ({GPU_MEMORY_EXCEEDED})"),
     ("foreign-process", "a process gflow did not start makes its GPU Unmanaged, and Free when it ends"),
+    ("cuda-oom-reason", "a job the driver refuses memory, which exits 1, ends Failed/CUDAOutOfMemory"),
     ("live-free-memory", "get gpus' free memory agrees with nvidia-smi's memory.free"),
     ("gpu-memory-wait", "a gpuMemory job larger than what a foreign probe leaves waits (GPUMemory) naming its pid"),
     (

@@ -61,9 +61,10 @@ def normalize_bus_id(text: str) -> str:
 
 
 class CudaError(Exception):
-    def __init__(self, call: str, code: int, name: str):
+    def __init__(self, call: str, code: int, name: str, text: str = ""):
         super().__init__(f"{call} returned {name} ({code})")
         self.call, self.code, self.name = call, code, name
+        self.text = text  # the driver's words for it (cuGetErrorString): "out of memory"
 
 
 class Cuda:
@@ -90,6 +91,7 @@ class Cuda:
             "cuMemsetD8_v2": [devptr, ctypes.c_ubyte, c_size_t],
             "cuMemFree_v2": [devptr],
             "cuGetErrorName": [c_int, ctypes.POINTER(ctypes.c_char_p)],
+            "cuGetErrorString": [c_int, ctypes.POINTER(ctypes.c_char_p)],
         }
         self.fn: dict[str, Any] = {}
         for name, argtypes in signatures.items():
@@ -110,12 +112,19 @@ class Cuda:
                 return text.value.decode(errors="replace")
         return f"CUresult {code}"
 
+    def error_string(self, code: int) -> str:
+        if "cuGetErrorString" in self.fn:
+            text = ctypes.c_char_p()
+            if self.fn["cuGetErrorString"](code, ctypes.byref(text)) == CUDA_SUCCESS and text.value:
+                return text.value.decode(errors="replace")
+        return ""
+
     def call(self, name: str, *args: Any) -> None:
         if name not in self.fn:
             raise CudaError(name, -1, "symbol not found in libcuda.so.1")
         code = self.fn[name](*args)
         if code != CUDA_SUCCESS:
-            raise CudaError(name, code, self.error_name(code))
+            raise CudaError(name, code, self.error_name(code), self.error_string(code))
 
     # -- the calls, typed --------------------------------------------------------------------
 
@@ -247,6 +256,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="PATH",
         help="also try to open this device node (e.g. another job's /dev/nvidiaN)",
     )
+    parser.add_argument(
+        "--exit-on-error",
+        action="store_true",
+        help="a failed allocation is printed to stderr as CUDA programs print it, and the probe exits 1",
+    )
     parser.add_argument("--library", default="libcuda.so.1")
     return parser.parse_args(argv)
 
@@ -302,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         targets = {"none": [], "first": doc["devices"][:1], "all": doc["devices"]}[args.use]
         for device in targets:
             _use(cuda, device, args, doc, held)
+        failed = [u for u in doc["used"] if u.get("error")]
+        if failed and args.exit_on_error:  # as a training script ends: the CUDA error's words on stderr, exit 1
+            print(f"gpu_probe: CUDA error: {failed[0].get('errorText') or failed[0]['error']}", file=sys.stderr)
+            print(f"gpu_probe: {failed[0]['error']}", file=sys.stderr, flush=True)
+            _finish(doc, args, "failed")
+            return 1
         doc["tReady"] = time.time()
         _finish(doc, args, "ready", final=False)
         busy = next((h for h in held if h["ptrs"]), None)
@@ -352,7 +372,7 @@ def _use(
                 write_json(args.out, doc | {"phase": "allocating"})
                 time.sleep(args.step_interval)
     except CudaError as exc:
-        entry["error"] = str(exc)
+        entry["error"], entry["errorText"] = str(exc), exc.text
 
 
 def _busy(cuda: Cuda, handle: dict[str, Any], seconds: float, release_file: str | None) -> dict[str, Any]:

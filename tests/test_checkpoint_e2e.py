@@ -254,3 +254,78 @@ def test_priority_preemption_waits_for_the_checkpoint_then_the_job_resumes(share
     wait_for(
         lambda: "start attempt=2 resume=1 restarts=1" in read_log(home, "low"), message=lambda: read_log(home, "low")
     )
+
+
+def checkpointed(status: dict | None) -> dict | None:
+    return next((c for c in (status or {}).get("conditions") or [] if c["type"] == "Checkpointed"), None)
+
+
+def test_a_confirmed_checkpoint_shows_while_the_job_runs_and_after_a_restart(shared, gflowd, daemon, tmp_path):
+    """No stop asked for it: the job confirms on its own (say each epoch), and describe shows it
+    while the attempt runs, within a pass; a confirmation made while gflowd is down shows once it is back."""
+    home = shared
+    epoch = tmp_path / "epoch"
+    script = (
+        f"exec >>{OUT_DIR / 'g'} 2>&1\n"
+        "echo started\n"
+        # the control socket comes a moment after the start (shim/supervisor.py: CONTROL_AFTER)
+        f"until {GFLOWCTL} checkpoint done --path /ckpt/epoch-1 2>/dev/null; do sleep 0.1; done; echo confirmed-1\n"
+        f"while [ ! -e {epoch} ]; do sleep 0.05; done\n"
+        'echo /ckpt/epoch-2 > "$GFLOW_CHECKPOINT_FILE"; echo confirmed-2\n'
+        "while true; do sleep 0.1; done\n"
+    )
+    indented = "".join(f"    {line}\n" for line in script.splitlines())
+    text = (
+        f"metadata: {{name: g}}\nspec:\n  resources: {{gpus: 1}}\n  checkpoint: {{grace: 5s}}\n  script: |\n{indented}"
+    )
+    write_manifest(home / "jobs", "g.yaml", text)
+    wait_for(lambda: "confirmed-1" in read_log(home, "g"), message=lambda: read_log(home, "g"))
+    status = wait_for(
+        lambda: (s := job_status(home, "g")) and checkpointed(s) and s,
+        message=lambda: f"no Checkpointed condition while running: {job_status(home, 'g')} {daemon.stderr()}",
+    )
+    assert status["phase"] == "Running", status
+    assert "attempt 1 confirmed a checkpoint at /ckpt/epoch-1" in checkpointed(status)["message"], status
+    code, out, err = ctl(home, "describe", "job", "g")
+    assert code == 0 and "attempt 1 confirmed a checkpoint at /ckpt/epoch-1" in out, out + err
+    assert [e["type"] for e in events(home, "Checkpointed")] == ["Normal"]
+
+    os.kill(daemon.pid, signal.SIGKILL)  # the next confirmation comes while gflowd is down
+    wait_for(lambda: not os.path.exists(f"/proc/{daemon.pid}") or _zombie(daemon.pid))
+    epoch.touch()
+    wait_for(lambda: "confirmed-2" in read_log(home, "g"), message=lambda: read_log(home, "g"))
+    later = gflowd("--fake-gpus", tmp_path / "gpus.yaml", home=home)
+    status = wait_for(
+        lambda: (s := job_status(home, "g")) and "/ckpt/epoch-2" in (checkpointed(s) or {}).get("message", "") and s,
+        message=lambda: f"the confirmation made while gflowd was down: {job_status(home, 'g')} {later.stderr()}",
+    )
+    assert status["phase"] == "Running" and status["attempt"] == 1, status
+    assert "got-signal" not in read_log(home, "g")  # nothing asked for a checkpoint: no signal went out
+
+    assert ctl(home, "suspend", "g")[0] == 0  # its end does not announce the same confirmation again
+    wait_phase(home, "g", "Pending", reason="Suspended", daemon=later)
+    messages = [e["message"] for e in events(home, "Checkpointed")]
+    assert len(messages) == 2 and "/ckpt/epoch-2" in messages[1], messages
+
+
+def test_a_confirmation_wakes_gflowd_which_does_not_wait_for_its_resync(shared, gflowd, tmp_path):
+    """The supervisor's datagram starts a pass: with a resync an hour away, nothing else would."""
+    home = shared
+    fake = tmp_path / "gpus.yaml"
+    fake.write_text("gpus:\n  - {name: H100, memory: 80Gi}\n")
+    daemon = gflowd("--fake-gpus", fake, "--resync", "1h", home=home)
+    go = tmp_path / "go"
+    script = f'while [ ! -e {go} ]; do sleep 0.05; done\necho /ckpt/woken > "$GFLOW_CHECKPOINT_FILE"\nexec sleep 600\n'
+    indented = "".join(f"    {line}\n" for line in script.splitlines())
+    text = (
+        f"metadata: {{name: h}}\nspec:\n  resources: {{gpus: 1}}\n  checkpoint: {{grace: 5s}}\n  script: |\n{indented}"
+    )
+    write_manifest(home / "jobs", "h.yaml", text)
+    wait_phase(home, "h", "Running", daemon=daemon)
+    go.touch()
+    status = wait_for(
+        lambda: (s := job_status(home, "h")) and checkpointed(s) and s,
+        timeout=30,  # far less than the resync: only the datagram can have started the pass
+        message=lambda: f"no pass after the confirmation: {job_status(home, 'h')} {daemon.stderr()}",
+    )
+    assert status["phase"] == "Running" and "/ckpt/woken" in checkpointed(status)["message"], status

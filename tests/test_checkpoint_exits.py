@@ -96,3 +96,23 @@ def test_the_stopping_message_says_the_stop_waits_for_the_checkpoint():
     world.put(job("a", checkpoint={"signal": "USR1", "grace": "2m"}, suspend=True))
     world.tick(T0 + 1)
     assert "SIGUSR1 sent to pid 1001 for a checkpoint, waiting up to 2m for it; then TERM" in world.state().message
+
+
+def test_a_confirmation_seen_while_running_is_shown_once_and_not_announced_again_at_the_end():
+    world = World(job("a", checkpoint={"signal": "USR1"}))
+    world.tick(T0)
+    published = {"confirmedAt": T0 + 3, "path": "/ckpt/epoch-1"}  # what the supervisor publishes while it runs
+    world.runtime.runs["a"] = replace(world.runtime.runs["a"], checkpoint=published)
+    plan = world.tick(T0 + 4)
+    assert world.phase() == ("Running", "Started")
+    assert condition(world.state(), "Checkpointed")["message"].startswith("attempt 1 confirmed a checkpoint at /ckpt")
+    assert [e.reason for e in plan.events] == ["Checkpointed"]
+    assert not [e for e in world.tick(T0 + 5).events if e.reason == "Checkpointed"]  # the same one: said once
+    newer = {"confirmedAt": T0 + 6, "path": "/ckpt/epoch-2"}
+    world.runtime.runs["a"] = replace(world.runtime.runs["a"], checkpoint=newer)
+    assert [e.reason for e in world.tick(T0 + 7).events] == ["Checkpointed"]
+    assert "/ckpt/epoch-2" in condition(world.state(), "Checkpointed")["message"]
+    world.runtime.exit("a", 1, T0 + 8, checkpoint={**newer, "signal": "USR1", "signalledAt": None, "confirmed": None})
+    plan = world.tick(T0 + 9)
+    assert world.phase() == ("Failed", "Error")
+    assert not [e for e in plan.events if e.reason == "Checkpointed"]  # its end reports the one already shown

@@ -84,6 +84,41 @@ def test_sbatch_options(spec, expected, absent):
         assert not any(o == prefix or o.startswith(prefix + "=") for o in opts), opts
 
 
+@pytest.mark.parametrize(
+    "checkpoint, expected",
+    [
+        ({}, ["--signal=B:USR1@600"]),  # scope Main: the batch shell, as sbatch's B: means
+        ({"signal": "SIGUSR2", "before": "90.5s", "scope": "All"}, ["--signal=USR2@91"]),  # rounded up: sooner
+        ({"before": "30h"}, ["--signal=B:USR1@65535"]),  # sbatch takes at most 65535 s
+        ({"requeue": True}, ["--signal=B:USR1@600", "--requeue"]),
+    ],
+)
+def test_a_checkpoint_goes_out_as_sbatchs_signal_and_requeue(checkpoint, expected):
+    j = job(timeLimit="1d", checkpoint=checkpoint)
+    for gates in (True, False):  # gflowctl export and the Slurm backend alike
+        opts = slurm.sbatch_options(j.spec, "t", chdir="/", output="o", gates=gates)
+        assert [o for o in opts if o.startswith(("--signal", "--requeue"))] == expected, opts
+    assert not any(
+        o.startswith(("--signal", "--requeue")) for o in slurm.sbatch_options(job().spec, "t", chdir="/", output="o")
+    )
+    # the backend: gflowd stops it at 61 s, Slurm at 2 min: 59 s more, so the signal still comes 50 s before the stop
+    spec = job(timeLimit="61s", checkpoint={"before": "50s"}).spec
+    assert "--signal=B:USR1@109" in slurm.sbatch_options(spec, "t", chdir="/", output="o", own_deadline=True)
+    assert "--signal=B:USR1@50" in slurm.sbatch_options(spec, "t", chdir="/", output="o")  # an export: Slurm's limit
+
+
+@pytest.mark.e2e
+def test_the_exported_checkpoint_says_what_slurm_does_not_do_and_tells_the_job_its_signal(tmp_path: Path):
+    exported = slurm.export_job(
+        job(command=["env"], checkpoint={"signal": "USR2", "requeue": True}), "t", str(tmp_path)
+    )
+    assert any("checkpoint.grace: Slurm waits for no confirmation" in n for n in exported.notes), exported.notes
+    assert any("scontrol requeue $SLURM_JOB_ID" in n for n in exported.notes), exported.notes
+    seen = _run_env(exported.text, {"SLURM_RESTART_COUNT": "2"})
+    assert (seen["GFLOW_CHECKPOINT_SIGNAL"], seen["GFLOW_RESTART_COUNT"], seen["GFLOW_ATTEMPT"]) == ("USR2", "2", "3")
+    assert slurm.slurm_env("t", job(checkpoint={}).spec, attempt="4")["GFLOW_RESTART_COUNT"] == "3"  # the backend's
+
+
 def test_sbatch_options_for_the_backend_leave_the_gates_to_gflowd():
     # gflowd already waited for startAfter and holds suspended jobs: Slurm must not wait again
     j = job(startAfter="+2h", suspend=True)

@@ -558,6 +558,22 @@ def test_probe_sees_what_cuda_visible_devices_allows(fake_cuda_lib, tmp_path):
     assert too_much["used"][0]["error"] == "cuMemAlloc_v2 returned CUDA_ERROR_OUT_OF_MEMORY (2)"
 
 
+def test_probe_exit_on_error_fails_as_a_cuda_program_does_and_gflow_names_it(fake_cuda_lib, tmp_path):
+    """cuda-oom-reason's job: the driver's words on stderr, exit 1; gflowd's classification of that
+    log (the one table, controller/model/failures.py) is CUDAOutOfMemory, not a bare Error."""
+    from controller.model.failures import classify
+
+    env = cuda_env(fake_cuda_lib, tmp_path, "0")
+    argv = [sys.executable, str(HACK / "gpu_probe.py"), "--use", "first", "--alloc-mib", str(160 * 1024)]
+    ended = subprocess.run([*argv, "--exit-on-error"], env=env, capture_output=True, text=True, timeout=60)
+    assert ended.returncode == 1, ended.stderr
+    lines = ended.stderr.splitlines()
+    assert lines[0] == "gpu_probe: CUDA error: out of memory", lines
+    assert json.loads(ended.stdout.splitlines()[-1])["phase"] == "failed"
+    assert classify(1, None, None, (), lines).reason == "CUDAOutOfMemory"
+    assert subprocess.run(argv, env=env, capture_output=True, timeout=60).returncode == 0  # without it: a report
+
+
 @pytest.mark.e2e
 def test_probe_without_libcuda_says_so(tmp_path):
     doc = probe(dict(os.environ), "--library", str(tmp_path / "libcuda.so.1"))
@@ -790,6 +806,7 @@ def test_simulated_two_gpu_machine_every_check_reaches_its_outcome(gpu_sim, tmp_
         "concurrent-jobs",
         "shared-gpu-memory",
         "foreign-process",
+        "cuda-oom-reason",
         "apply-to-first-cuda",
         "nvml-sampling-cost",
         "checkpoint-signal",
@@ -802,6 +819,7 @@ def test_simulated_two_gpu_machine_every_check_reaches_its_outcome(gpu_sim, tmp_
     assert "acc-concurrent-2 waited (Resources)" in outcome["concurrent-jobs"]["reason"]
     assert outcome["shared-gpu-memory"]["numbers"]["reason"] == "GPUMemoryExceeded"
     assert outcome["foreign-process"]["numbers"]["gpu"] in (0, 1)
+    assert outcome["cuda-oom-reason"]["numbers"]["reason"] == "CUDAOutOfMemory"
 
     features = gflowd_features()
     later = {

@@ -398,3 +398,53 @@ def test_a_job_over_its_memory_is_oomkilled(slurm, cluster_daemon, home: Path):
     status = wait_phase(home, "hog", "Failed", timeout=40, daemon=daemon)
     assert status["reason"] == "OOMKilled", status
     assert "memory" in status["message"]
+
+
+def test_a_checkpoint_is_sbatchs_signal_before_the_time_limit_and_requeue(slurm, cluster_daemon, home: Path):
+    """spec.checkpoint under the Slurm backend: Slurm itself sends the signal ``before`` its time
+    limit to the batch shell (B:, scope Main); it may send it up to a minute early (sbatch(1)),
+    here at once. requeue: true is sbatch's --requeue."""
+    daemon = cluster_daemon()
+    write_manifest(
+        home / "jobs",
+        "ck.yaml",
+        (
+            "spec:\n"
+            "  timeLimit: 60s\n"
+            "  checkpoint: {signal: USR1, before: 50s, requeue: true}\n"
+            "  script: |\n"
+            "    trap 'echo \"got-$GFLOW_CHECKPOINT_SIGNAL restarts=$GFLOW_RESTART_COUNT\"; exit 0' USR1\n"
+            "    echo started\n"
+            "    while true; do sleep 0.2; done\n"
+        ),
+    )
+    status = wait_phase(home, "ck", ("Succeeded", "Failed"), timeout=120, daemon=daemon)
+    assert "got-USR1 restarts=0" in read_log(home, "ck"), (read_log(home, "ck"), status)
+    assert status["phase"] == "Succeeded", status  # the trap ended it before gflowd's limit did
+    [submitted] = slurm_jobs_of(slurm, home, "ck")
+    assert submitted.get("requeue") is True, submitted
+
+
+def test_a_failed_slurm_jobs_reason_comes_from_its_output(slurm, cluster_daemon, home: Path):
+    """The same classification as on one box (docs/failures.md), from the tail of the output file
+    Slurm wrote: a CUDA out-of-memory traceback is CUDAOutOfMemory with its fix, not FAILED/Error."""
+    daemon = cluster_daemon()
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.83 GiB. GPU 0 has a total capacity "
+        "of 79.25 GiB of which 1.02 GiB is free."
+    )
+    write_manifest(
+        home / "jobs",
+        "oom.yaml",
+        f"spec:\n  script: |\n    echo 'epoch 1'\n    echo '{oom}' >&2\n    exit 1\n",
+    )
+    status = wait_phase(home, "oom", "Failed", timeout=60, daemon=daemon)
+    assert (status["reason"], status["exitCode"]) == ("CUDAOutOfMemory", 1), status
+    assert "lower the batch size" in status["message"], status
+    assert slurm_state(slurm, status["backendJobId"]) == "FAILED"
+    triage = subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "--home", str(home), "triage", "oom"],
+        capture_output=True,
+        text=True,
+    )
+    assert triage.returncode == 0 and "CUDAOutOfMemory" in triage.stdout, triage.stdout + triage.stderr

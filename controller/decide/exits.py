@@ -12,7 +12,7 @@ import signal as signal_mod
 from collections.abc import Callable, Sequence
 
 from controller.api.units import format_duration
-from controller.model.conditions import remove_condition, set_condition
+from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.failures import NOTHING, Finding, classify
 from controller.model.gpus import Gpu
 from controller.model.plan import Event, RunObservation
@@ -147,6 +147,27 @@ STOPPED: dict[str, Callable[[JobState, RunObservation, dict[str, str] | None, st
 # -- checkpoints (spec.checkpoint, docs/checkpoint.md) --------------------------------------------------
 
 
+def checkpoint_confirmed(state: JobState, run: RunObservation) -> list[Event]:
+    """The attempt's latest confirmed checkpoint (``run.checkpoint``: its supervisor's record, or
+    while it runs what the supervisor published) as the Checkpointed condition (attempt, time,
+    path) and, once per confirmation, an event: a confirmation seen while the job ran is not
+    announced again when its attempt ends."""
+    done = run.checkpoint
+    if not done or not done.get("confirmedAt"):
+        return []
+    when = rfc3339(done["confirmedAt"]) or ""
+    path = f" at {done['path']}" if done.get("path") else ""
+    message = f"attempt {run.attempt} confirmed a checkpoint{path} ({when})"
+    shown = find_condition(state.conditions, Condition.Checkpointed)
+    if shown is not None and shown.get("message") == message:
+        return []
+    state.conditions = remove_condition(state.conditions, Condition.Checkpointed)  # its time is the latest's
+    state.conditions = set_condition(
+        state.conditions, Condition.Checkpointed, "True", Reason.Checkpointed, message, when
+    )
+    return [Event(EventType.Normal, Reason.Checkpointed, state.name, message)]
+
+
 def record_checkpoint(state: JobState, run: RunObservation, requeue: bool) -> list[Event]:
     """After ``record_exit``: what the attempt's checkpoint handshake says (the supervisor's record,
     ``run.checkpoint``). A confirmed checkpoint becomes the Checkpointed condition (the latest one:
@@ -156,16 +177,7 @@ def record_checkpoint(state: JobState, run: RunObservation, requeue: bool) -> li
     done = run.checkpoint
     if not done:
         return []
-    events: list[Event] = []
-    if done.get("confirmedAt"):
-        when = rfc3339(done["confirmedAt"]) or ""
-        path = f" at {done['path']}" if done.get("path") else ""
-        message = f"attempt {run.attempt} confirmed a checkpoint{path} ({when})"
-        state.conditions = remove_condition(state.conditions, Condition.Checkpointed)  # its time is the latest's
-        state.conditions = set_condition(
-            state.conditions, Condition.Checkpointed, "True", Reason.Checkpointed, message, when
-        )
-        events.append(Event(EventType.Normal, Reason.Checkpointed, state.name, message))
+    events = checkpoint_confirmed(state, run)
     if done.get("signalledAt") and done.get("timedOut"):
         events.append(
             Event(

@@ -8,6 +8,7 @@ request is repeated every pass until the attempt has ended (level-triggered).
 from __future__ import annotations
 
 from controller.api.units import format_duration, format_quantity
+from controller.decide.exits import checkpoint_confirmed
 from controller.decide.gpu_usage import gpu_findings, idle_stop
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob
@@ -43,6 +44,7 @@ def running(
         plan.wake(deadline)
     _gpu_health(plan, state, snap, now_text)
     gpu_findings(plan, state, job, run, snap, now, now_text)
+    plan.events.extend(checkpoint_confirmed(state, run))  # describe shows it while the job runs
     if find_condition(state.conditions, Condition.Terminating) is None:
         if run.queued:
             state.phase, state.reason, state.message = Phase.Pending, run.queued, run.message

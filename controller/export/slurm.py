@@ -12,7 +12,11 @@ gflowd sets it); ``timeLimit`` -> ``--time`` (Slurm counts whole minutes and rou
 ``--nice`` (negated: higher priority is a lower nice), as far as the submitter may: only Slurm
 operators may lower a nice, and sbatch refuses the whole job otherwise ("Invalid --nice value"),
 so a positive priority is nice 0 unless ``operator`` (``nice_options``; the script says so);
-``suspend`` -> ``--hold``; ``startAfter`` -> ``--begin``; ``env`` -> ``export`` lines in the
+``suspend`` -> ``--hold``; ``startAfter`` -> ``--begin``; ``checkpoint`` -> ``--signal=[B:]SIG@SECONDS``
+(``B:`` for scope Main: the batch shell only, as sbatch means it; SECONDS is ``before``, whole
+seconds rounded up, at most sbatch's 65535) and ``--requeue`` with ``requeue: true``, the job being
+told ``GFLOW_CHECKPOINT_SIGNAL`` and ``GFLOW_RESTART_COUNT`` (``SLURM_RESTART_COUNT``) as gflowd
+tells it (docs/checkpoint.md); ``env`` -> ``export`` lines in the
 script (values may hold commas, which ``--export=K=V`` cannot carry); a Sweep -> ``--array`` with a
 ``case`` on ``SLURM_ARRAY_TASK_ID`` that sets each child's variables and command.
 
@@ -24,7 +28,9 @@ submitting shell had).
 What does not map (returned as notes): ``dependsOn`` (Slurm needs the parents' job ids:
 ``--dependency=afterok:ID``), ``backoffLimit`` (Slurm has no retry count), ``sharing: Shared`` and
 ``gpuMemory`` (a GRES GPU is whole), ``terminationGracePeriod`` (Slurm's ``KillWait`` is
-cluster-wide), ``resources.pids`` (no sbatch option: the cluster's cgroup.conf decides).
+cluster-wide), ``resources.pids`` (no sbatch option: the cluster's cgroup.conf decides),
+``checkpoint.grace`` (Slurm waits for no confirmation, and signals nothing before a preemption or
+an ``scancel``).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ GIB = 2**30
 
 # values only the node knows when the job starts, as the script computes them
 ATTEMPT = Shell('"$(( ${SLURM_RESTART_COUNT:-0} + 1 ))"')
+RESTARTS = Shell('"${SLURM_RESTART_COUNT:-0}"')  # GFLOW_RESTART_COUNT: the attempts before this one
 GIVEN_GPUS = Shell('"${CUDA_VISIBLE_DEVICES-}"')  # Slurm sets it from the GRES it allocated
 # a port free on the node (bound as port 0, then released for the job); without python3, one
 # derived from the job id
@@ -138,6 +145,24 @@ def begin(start_after: str | None) -> str | None:
     return moment.strftime("%Y-%m-%dT%H:%M:%S")
 
 
+SIG_TIME_MAX = 65535  # sbatch --signal: "sig_time must be an integer value between 0 and 65535 seconds"
+
+
+def signal_option(checkpoint: Any, time_limit: float | None = None, own_deadline: bool = False) -> str | None:
+    """spec.checkpoint -> ``--signal=[B:]SIG@SECONDS``: ``B:`` signals only the batch shell (scope
+    Main), without it every process of the job's steps (scope All); SECONDS is ``before``,
+    rounded up to whole seconds (sooner rather than later) and capped at what sbatch takes.
+
+    ``own_deadline`` (the backend): gflowd stops the job at ``timeLimit`` to the second, while
+    Slurm counts from its limit rounded up to whole minutes: the difference is added, so the
+    signal still comes ``before`` the stop that ends the job."""
+    if checkpoint is None:
+        return None
+    early = math.ceil(time_limit / 60) * 60 - time_limit if own_deadline and time_limit else 0.0
+    seconds = min(SIG_TIME_MAX, math.ceil(checkpoint.before + early))
+    return f"--signal={'B:' if checkpoint.scope == 'Main' else ''}{checkpoint.signal}@{seconds}"
+
+
 def sbatch_options(
     spec: Any,
     name: str,
@@ -149,6 +174,7 @@ def sbatch_options(
     operator: bool = False,
     gates: bool = True,
     gpu_types: Mapping[str, str] | None = None,
+    own_deadline: bool = False,
 ) -> list[str]:
     """The ``--flag=value`` options for one job spec (a ``JobSpec``), in a stable order. Raises
     ``UnmappedGpuType`` for a ``gpuType`` that ``gpu_types`` has no GRES type for.
@@ -157,7 +183,8 @@ def sbatch_options(
     becomes a negative ``--nice``; else nice 0 (``nice_options``).
 
     ``gates=False`` (the Slurm backend) leaves out ``--begin`` and ``--hold``: gflowd itself holds
-    a suspended job and waits for ``startAfter`` before it submits, so Slurm must not wait again."""
+    a suspended job and waits for ``startAfter`` before it submits, so Slurm must not wait again.
+    ``own_deadline`` (the backend too): gflowd ends the job at its time limit (``signal_option``)."""
     opts = [f"--job-name={name}", f"--chdir={chdir}", f"--output={output}", "--export=ALL"]
     if partition:
         opts.append(f"--partition={partition}")
@@ -177,6 +204,10 @@ def sbatch_options(
         opts.append(f"--begin={b}")
     if gates and spec.suspend:
         opts.append("--hold")
+    if (sig := signal_option(spec.checkpoint, spec.time_limit, own_deadline)) is not None:
+        opts.append(sig)
+        if spec.checkpoint.requeue:
+            opts.append("--requeue")
     return opts
 
 
@@ -208,6 +239,18 @@ def unmapped(spec: Any, name: str, operator: bool = False) -> list[str]:
             f"{name}: priority {spec.priority} is submitted at nice 0, not --nice={nice(spec.priority)}: "
             "a negative nice needs Slurm operator rights (the script says how an operator sets it)"
         )
+    if spec.checkpoint is not None:
+        notes.append(
+            f"{name}: checkpoint.grace: Slurm waits for no confirmation (gflowctl checkpoint done has no supervisor "
+            "to reach there) and signals nothing before a preemption or scancel: only before the time limit"
+        )
+        if spec.checkpoint.before > SIG_TIME_MAX:
+            notes.append(f"{name}: checkpoint.before {spec.checkpoint.before:g}s: sbatch takes at most {SIG_TIME_MAX}s")
+        if spec.checkpoint.requeue:
+            notes.append(
+                f"{name}: checkpoint.requeue -> --requeue: Slurm requeues on preemption or node failure, not at the "
+                "time limit: to resume after it, the job's trap runs scontrol requeue $SLURM_JOB_ID once it saved"
+            )
     if spec.cancelled:
         notes.append(f"{name}: spec.cancelled is true: this job would not run under gflowd")
     if spec.ttl_seconds_after_finished is not None:
@@ -231,6 +274,10 @@ def slurm_env(name: str, spec: Any, attempt: str = ATTEMPT, generation: str = "1
     env = job_env(name, spec, devices=devices, attempt=attempt, generation=generation, master_port=FREE_PORT)
     for key in SLURM_OWN:  # what ``run`` gives an #SBATCH script locally (api/submit.py): Slurm's own values win
         env.pop(key, None)
+    if spec.checkpoint is not None:  # as the local runtime tells a checkpointing job (docs/checkpoint.md)
+        # an export counts Slurm's requeues; the backend submits each attempt anew and knows its number
+        restarts = RESTARTS if attempt is ATTEMPT else str(max(int(attempt) - 1, 0))
+        env.update(GFLOW_CHECKPOINT_SIGNAL=spec.checkpoint.signal, GFLOW_RESTART_COUNT=restarts)
     return env
 
 

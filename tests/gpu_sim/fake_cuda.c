@@ -272,6 +272,22 @@ EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char uc, size_t n) {
     return CUDA_SUCCESS;
 }
 
+/* the driver's descriptions (cuGetErrorString), as CUDA's documentation gives them */
+EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr) {
+    if (!pStr) return CUDA_ERROR_INVALID_VALUE;
+    switch (error) {
+    case CUDA_SUCCESS: *pStr = "no error"; break;
+    case CUDA_ERROR_INVALID_VALUE: *pStr = "invalid argument"; break;
+    case CUDA_ERROR_OUT_OF_MEMORY: *pStr = "out of memory"; break;
+    case CUDA_ERROR_NOT_INITIALIZED: *pStr = "initialization error"; break;
+    case CUDA_ERROR_NO_DEVICE: *pStr = "no CUDA-capable device is detected"; break;
+    case CUDA_ERROR_INVALID_DEVICE: *pStr = "invalid device ordinal"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *pStr = "invalid device context"; break;
+    default: *pStr = NULL; return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr) {
     if (!pStr) return CUDA_ERROR_INVALID_VALUE;
     switch (error) {

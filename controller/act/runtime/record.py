@@ -3,7 +3,8 @@
 Standard library only, like ``supervisor.py``, which imports it (also as the module beside it when
 it runs as a plain file). Job names are DNS-1123 labels (no dots), so ``<name>.<N>`` never collides,
 and ``attempt_of`` reads the name and number back; the few other files of an attempt (a stop or
-limits request, a ``script:`` job's script, a tty job's input stamp, the supervisor's trace) are
+limits request, a ``script:`` job's script, a tty job's input stamp, the supervisor's trace, a
+running job's latest confirmed checkpoint) are
 ``<name>.<N>.<kind>`` beside it: never digits after the last dot, so never taken for a record.
 
 The file has three regions at fixed offsets, each ``<length:10> <crc32:8>\\n<JSON>`` or nothing:
@@ -36,7 +37,8 @@ RUN_AT = 0
 EXIT_AT = 4096  # the run record uses ~200 bytes of its page
 LAUNCH_AT = EXIT_AT + 8192  # the exit record gets 8 KiB: its error text is cut to fit (ERROR_CHARS)
 HEADER = 20  # b"%010d %08x\n"
-SUFFIXES = ("stop", "limits", "sh", "input", "log")  # the other files an attempt may have
+# the other files an attempt may have (ckpt: its latest confirmed checkpoint, shim/checkpoint.py; .new while written)
+SUFFIXES = ("stop", "limits", "sh", "input", "log", "ckpt", "ckpt.new")
 
 
 def record_name(name: str, attempt: int) -> str:

@@ -7,6 +7,12 @@ without a confirmation. Standard library only, like the rest of the shim.
 The supervisor owns the timing (it outlives gflowd), and what happened goes into the exit record
 (``record()``), so a gflowd restarted mid-handshake neither loses a confirmation nor kills early.
 
+While the job runs, each confirmation is also published for gflowd: ``<record>.ckpt`` (the
+attempt's record's path, ``run/attempts/<name>.<N>.ckpt``), written whole and renamed into place,
+then a ``checkpoint`` datagram wakes gflowd, which reads it in its next pass (and on adoption after
+a restart), so ``describe`` shows the checkpoint before the attempt ends. Not fsync'd: it is a view
+for humans; the exit record, fsync'd, stays the one gflowd decides the attempt's end by.
+
 The confirmation file is made here before the job starts: ``run/control/<uid>/<name>.checkpoint``,
 in the control socket's folder (gflowd's user's, 0711: the job's user cannot replace the file), the
 job user's and 0600, so only the job's user (and root) can confirm. A write of any bytes confirms;
@@ -16,6 +22,7 @@ its first line, if any, is the checkpoint's path. We empty it again after each c
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -27,10 +34,16 @@ FILE_POLL = 0.25  # seconds between looks at the confirmation file while a confi
 PATH_CHARS = 1024  # a confirmation's path is cut to this, so the exit record keeps its room
 
 
+def attempt_number(record_path: str) -> int | None:
+    """``run/attempts/train.3`` -> 3 (a record's name is ``<name>.<N>``)."""
+    number = record_path.rpartition(".")[2]
+    return int(number) if number.isdigit() else None
+
+
 class Handshake:
     """One attempt's checkpoint: when its signal is due, whether it was confirmed, the record."""
 
-    def __init__(self, spec: dict, uid: int | None, gid: int | None):
+    def __init__(self, spec: dict, uid: int | None, gid: int | None, record_path: str = "", notify=None):
         self.signum = int(getattr(signal, "SIG" + str(spec.get("signal", "USR1"))))
         self.signal_name = str(spec.get("signal", "USR1"))
         self.before = float(spec.get("before", 600.0))
@@ -45,6 +58,9 @@ class Handshake:
         self.last: dict | None = None  # the latest confirmation: {confirmedAt (wall), path}
         self.timed_out = False
         self.signalled_wall: float | None = None
+        self.published = f"{record_path}.ckpt" if record_path else ""  # the latest confirmation, for gflowd
+        self.notify = notify  # ``notify("checkpoint")`` wakes gflowd (the supervisor's notice datagram)
+        self.attempt = attempt_number(record_path)
 
     # -- the confirmation file ------------------------------------------------------------------
 
@@ -104,6 +120,25 @@ class Handshake:
         """The job says its checkpoint is written (through the control socket or the file)."""
         self.confirmed_at = time.monotonic()
         self.last = {"confirmedAt": time.time(), "path": (path or "")[:PATH_CHARS] or None}
+        self.publish()
+
+    def publish(self) -> None:
+        """The latest confirmation to ``<record>.ckpt`` (module notes), then gflowd woken. A disk
+        that refuses it loses nothing: the exit record carries the confirmation too."""
+        if not self.published or self.last is None:
+            return
+        temporary = self.published + ".new"
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, json.dumps({"attempt": self.attempt, **self.last}).encode())
+            finally:
+                os.close(fd)
+            os.rename(temporary, self.published)
+        except OSError:
+            return
+        if self.notify is not None:
+            self.notify("checkpoint")
 
     def send(self, why: str, signal_tree, signal_main) -> None:
         """The signal to the job's main process (or all of its processes), now; ``why``:

@@ -206,7 +206,9 @@ class Supervisor(JobStart, ExitRecord):
         self.stuck_in_cgroup = False  # a direct spawn could not step back out of the attempt's cgroup
         self._wake: tuple[int, int] | None = None  # the signal wake-up pipe
         wanted = self.spec.get("checkpoint")
-        self.checkpoint = Handshake(wanted, self.spec.get("uid"), self.spec.get("gid")) if wanted else None
+        self.checkpoint = (
+            Handshake(wanted, self.spec.get("uid"), self.spec.get("gid"), record_path, self._notify) if wanted else None
+        )
         self.held_stop: tuple[str, float] | None = None  # a stop waiting for the checkpoint: (reason, grace)
         try:
             self.cgroup = attempt_cgroup(self.spec.get("cgroup"))

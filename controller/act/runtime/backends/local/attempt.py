@@ -3,6 +3,7 @@ records turn into: an exit, a loss (its supervisor died without an exit record; 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -62,6 +63,8 @@ class Attempt:
     cgroup_removed: bool = False  # its supervisor removed its cgroup (its exit record says so)
     extras: set[str] | None = None  # which of record.SUFFIXES it may have; None: any (adopted)
     orphaned: Orphaned | None = None
+    checkpoint: dict | None = None  # its latest confirmed checkpoint while it runs (``running_checkpoint``)
+    checkpoint_file: tuple[int, int] | None = None  # (inode, mtime) of the ``.ckpt`` file last read
 
     def path(self, kind: str) -> Path:
         """One of the attempt's other files (``record.SUFFIXES``): stop, limits, sh (a ``script:``
@@ -145,6 +148,36 @@ def exit_observation(attempt: Attempt, record: dict) -> RunObservation:
         oom_kills=record.get("oomKills"),
         **(failed_log_tail(attempt) if record.get("exitCode") != 0 or record.get("signal") else {}),
     )
+
+
+def running_checkpoint(attempt: Attempt) -> dict | None:
+    """A running attempt's latest confirmed checkpoint: ``{confirmedAt, path}`` as its supervisor
+    published it (``<record>.ckpt``, shim/checkpoint.py), re-read only when the file changed: one
+    stat a pass, and only for a job with spec.checkpoint. The supervisor's datagram wakes the pass;
+    one the kernel dropped is made up for by the next pass, and a restarted gflowd reads it afresh."""
+    if not (attempt.spec or {}).get("checkpoint"):
+        return None
+    path = attempt.path("ckpt")
+    try:
+        seen = os.stat(path)
+    except OSError:
+        return attempt.checkpoint
+    key = (seen.st_ino, seen.st_mtime_ns)
+    if key == attempt.checkpoint_file:
+        return attempt.checkpoint
+    try:
+        found = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return attempt.checkpoint  # a supervisor writes it whole then renames it: this is not its file
+    attempt.checkpoint_file = key
+    if (
+        isinstance(found, dict)
+        and found.get("attempt") == attempt.attempt
+        and isinstance(found.get("confirmedAt"), (int, float))
+        and isinstance(found.get("path"), (str, type(None)))
+    ):
+        attempt.checkpoint = {"confirmedAt": float(found["confirmedAt"]), "path": found["path"]}
+    return attempt.checkpoint
 
 
 def failed_log_tail(attempt: Attempt) -> dict:

@@ -54,7 +54,12 @@ import time
 from pathlib import Path
 
 from controller.act.runtime import record
-from controller.act.runtime.backends.local.attempt import Attempt, exit_observation, held_observation
+from controller.act.runtime.backends.local.attempt import (
+    Attempt,
+    exit_observation,
+    held_observation,
+    running_checkpoint,
+)
 from controller.act.runtime.backends.local.attempt_cgroups import REAP_CHUNK, REAP_QUIET, AttemptCgroups
 from controller.act.runtime.backends.local.dead_supervisors import DeadSupervisors
 from controller.act.runtime.backends.local.launch_record import (
@@ -142,6 +147,8 @@ class SupervisorRuntime:
         self._holding = True
         self._started = True
         supervisors_files = {"log", "input"} if launch.job.spec.tty else {"log"}  # what it may write beside the record
+        if launch.job.spec.checkpoint is not None:
+            supervisors_files |= {"ckpt", "ckpt.new"}  # its latest confirmation (shim/checkpoint.py)
         attempt = Attempt(
             launch.name,
             launch.attempt,
@@ -243,6 +250,7 @@ class SupervisorRuntime:
                     failed_before=attempt.failed_before,
                     message="started once its launch could be recorded" if attempt.was_held else "",
                     last_input=self._last_input(attempt),
+                    checkpoint=running_checkpoint(attempt),
                 )
         if not holding:
             self.launcher.hand_over()  # relaunches decided just now

@@ -39,10 +39,11 @@ import pwd
 import shlex
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from controller.act.runtime.backends.local.attempt import read_log_tail
 from controller.act.runtime.backends.slurm.words import (
     QUEUED_STATES,
     RUNNING_STATES,
@@ -179,6 +180,8 @@ class SlurmRuntime:
             launch.job.spec.time_limit,
             submitted_at=time.time(),
             failed_before=launch.failed,
+            # slurmstepd writes the log as the job's user: the manifest's owner when root submits for them
+            log_owner=launch.job.owner_uid if os.geteuid() == 0 and launch.job.owner_uid > 0 else os.geteuid(),
         )
         self.records[launch.name] = record
         self._save(record)  # the decision, durable, before sbatch: a restart finds it
@@ -258,6 +261,8 @@ class SlurmRuntime:
                 record.devices = self._reported_devices(record)  # it ended before squeue showed it running
             oom = job is not None and job.state == "FAILED" and self._memory_exceeded(record.name)
             obs = observation(record, job, now, oom)
+            if not obs.running and obs.exit_code and not obs.lost:
+                obs = replace(obs, **self._log_tail(record))  # why it failed, as on one box (docs/failures.md)
             if not obs.running:
                 self._results[name] = obs  # an end is final: no more squeue for it
             out[name] = obs
@@ -366,6 +371,7 @@ class SlurmRuntime:
                 operator=root and not other,
                 gates=False,
                 gpu_types=self.gpu_types,
+                own_deadline=True,  # the checkpoint signal comes ``before`` gflowd's stop, not Slurm's rounded one
             )
         except UnmappedGpuType as exc:
             raise LaunchError(f"{exc}, or run gflowd with --slurm-gpu-types {exc.gpu_type}=TYPE") from None
@@ -500,6 +506,14 @@ class SlurmRuntime:
                 return b"Exceeded job memory limit" in handle.read()
         except OSError:
             return False
+
+    def _log_tail(self, record: SlurmRecord) -> dict[str, Any]:
+        """The end of a failed attempt's output (``--output``, on our disk when the node shares it),
+        for the classification every backend shares (controller/model/failures.py): read once,
+        when the end is first seen, the way the local runtime reads it (no link, no fifo, one
+        hard link, owned by the job's user)."""
+        lines, first = read_log_tail(str(self.home.log_file(record.name)), owner=record.log_owner)
+        return {"log_tail": tuple(lines), "log_first_line": first}
 
     def _devices_file(self, name: str) -> Path:
         return self.dir / f"{name}.devices"

@@ -65,6 +65,7 @@ class SlurmRecord:
     error: str = ""  # the submission itself failed (sbatch's message)
     stop_sent: bool = False
     failed_before: int = 0  # the job's failed attempts when this one was decided (RunObservation)
+    log_owner: int | None = None  # the job's user, who owns its log: a tail is read only from a log of theirs
 
 
 def home_id(home: Home) -> str:
