@@ -240,6 +240,7 @@ class Supervisor(JobStart, ExitRecord):
         if self.checkpoint is not None:
             self.checkpoint.prepare(control_folder)  # before the job: it may confirm at once
             self.control.on_checkpoint = self.checkpoint.confirm
+            self.control.listen()  # so may `gflowctl checkpoint done`, before a first turn of the watch
         try:
             code, error = self._spawn()
         except NotLaunched as exc:
@@ -249,8 +250,8 @@ class Supervisor(JobStart, ExitRecord):
             self._finish(started_wall, exit_code=code, error=error)
             return 0
         self._notify("start")
-        if self.spec.get("tty"):
-            self.control.listen()  # a terminal session is what it is for: at once
+        if self._listens_at_once():
+            self.control.listen()
         self._watch(wake_r, started_mono)
         status = os.waitstatus_to_exitcode(self.job_status) if self.job_status is not None else None
         signum = -status if status is not None and status < 0 else None
@@ -266,6 +267,12 @@ class Supervisor(JobStart, ExitRecord):
         ):
             self.reusable = True
         return 0
+
+    def _listens_at_once(self) -> bool:
+        """A terminal session is what the socket is for; a checkpointing job's was bound before it
+        started (it may confirm in its first instant). Others wait CONTROL_AFTER: most jobs of a
+        drain end before anyone could attach."""
+        return bool(self.spec.get("tty")) or self.checkpoint is not None
 
     def close(self) -> None:
         """After ``run``: signals back to their defaults, the wake-up pipe and the record closed
@@ -294,7 +301,7 @@ class Supervisor(JobStart, ExitRecord):
     def _watch(self, wake_r: int, started_mono: float) -> None:
         """Until the job and everything it started are gone: the events of each turn, in order."""
         self.deadline_from = started_mono
-        listen_at: float | None = None if self.spec.get("tty") else started_mono + CONTROL_AFTER
+        listen_at: float | None = None if self._listens_at_once() else started_mono + CONTROL_AFTER
         while True:
             self._reap()
             now = time.monotonic()
