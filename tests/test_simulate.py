@@ -294,3 +294,41 @@ def test_simulate_cli_takes_reservations_and_refuses_a_gpu_it_lacks(tmp_path, ca
     window.write_text("start_s,duration_s,devices,users\n100,200,0 3,alice\n")
     assert main(["simulate", "--trace", str(path), "--gpus", "2", "--reservations", str(window)]) == 1
     assert "reservation line 2: GPU 3 does not exist; --gpus is 2" in capsys.readouterr().err
+
+
+MIG_MACHINE = (
+    "gpus:\n"
+    "  - {name: NVIDIA A100-SXM4-80GB, memory: 80Gi, mig: [{profile: 3g.40gb}, {profile: 1g.10gb}, {profile: 1g.10gb}]}\n"
+    "  - {name: NVIDIA A100-SXM4-80GB, memory: 80Gi}\n"
+)
+
+
+def test_cli_simulates_the_machine_of_a_fake_gpu_file_mig_instances_as_units(tmp_path, capsys):
+    machine = tmp_path / "gpus.yaml"
+    machine.write_text(MIG_MACHINE)
+    rows = "0,1,100,,0,a,1g.10gb\n0,1,100,,0,b,1g.10gb\n0,1,100,,0,c,1g.10gb\n0,1,100,,0,d,\n0,1,100,,0,e,3g.40gb\n"
+    path = trace(tmp_path, rows, header="submit_s,gpus,duration_s,time_limit_s,priority,user,gpu_type\n")
+    args = ["simulate", "--trace", str(path), "--fake-gpus", str(machine), "--policy", "fifo", "-o", "json"]
+    assert main(args) == 0
+    figures = json.loads(capsys.readouterr().out)
+    # two 1g.10gb instances for three 1g jobs: the third waits 100 s; d takes the whole GPU, e the 3g slice
+    assert figures["jobs"] == 5 and figures["makespan_s"] == 200.0 and figures["max_wait_s"] == 100.0, figures
+    assert main(["simulate", "--trace", str(path), "--gpus", "4"]) == 1  # typed jobs need a machine of typed GPUs
+    assert "gpu_type needs a machine of typed GPUs" in capsys.readouterr().err
+
+
+def test_cli_fake_gpus_bad_file_and_too_big_a_job_get_one_line(tmp_path, capsys):
+    path = trace(tmp_path, "0,4,100,,0,a\n")
+    machine = tmp_path / "gpus.yaml"
+    machine.write_text(MIG_MACHINE)
+    assert main(["simulate", "--trace", str(path), "--fake-gpus", str(machine)]) == 1
+    err = capsys.readouterr().err
+    # 4 units (3 instances and a whole GPU), but a job with no gpu_type takes whole GPUs only
+    assert "trace line 2: the job needs 4 whole GPUs (a MIG instance takes its profile's jobs only); the machine has 1" in err
+    machine.write_text(MIG_MACHINE.replace("3g.40gb", "9z.bad"))
+    assert main(["simulate", "--trace", str(path), "--fake-gpus", str(machine)]) == 1
+    err = capsys.readouterr().err
+    assert "--fake-gpus: " in err and "gpus[0].mig[0]: needs a profile like 1g.10gb" in err and err.count("\n") == 1
+    assert main(["simulate", "--trace", str(path), "--fake-gpus", str(tmp_path / "nope.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "--fake-gpus: " in err and "No such file" in err and err.count("\n") == 1

@@ -326,7 +326,13 @@ def _export(home, args) -> int:
 
 def _simulate_args(p) -> None:
     p.add_argument("--trace", required=True, help="CSV: submit_s,gpus,duration_s,time_limit_s,priority,user")
-    p.add_argument("--gpus", type=int, required=True, help="GPUs of the simulated machine")
+    machine = p.add_mutually_exclusive_group(required=True)
+    machine.add_argument("--gpus", type=int, help="GPUs of the simulated machine, all alike")
+    machine.add_argument(
+        "--fake-gpus",
+        metavar="FILE",
+        help="the machine as a fake-GPU file describes it (names, memory, MIG instances as units; docs/mig.md)",
+    )
     p.add_argument(
         "--policy", default="default", help="fifo|priority|firstfit|backfill|default, or several comma-separated"
     )

@@ -21,7 +21,8 @@ from controller.sim.simulator import simulate as run_simulation
 
 
 def simulate(args: argparse.Namespace) -> int:
-    if args.gpus < 1:
+    inventory = _machine(Path(args.fake_gpus)) if getattr(args, "fake_gpus", None) else None
+    if inventory is None and args.gpus < 1:
         raise CliError(f"--gpus: must be >= 1, got {args.gpus}")
     cpus = getattr(args, "cpus", None)
     if cpus is not None and cpus < 1:
@@ -51,7 +52,7 @@ def simulate(args: argparse.Namespace) -> int:
     for name, policy in policies.items():
         jobs = [_fresh(j) for j in trace]
         try:
-            results[name] = run_simulation(jobs, args.gpus, policy, name, cpus, reservations)
+            results[name] = run_simulation(jobs, args.gpus or 0, policy, name, cpus, reservations, inventory)
         except TraceError as exc:
             raise CliError(str(exc)) from None
     if args.output == "json":
@@ -64,6 +65,21 @@ def simulate(args: argparse.Namespace) -> int:
             for path in plot(result, Path(args.plot)):
                 print(f"wrote {path}")
     return 0
+
+
+def _machine(path: Path) -> list:
+    """The GPUs of a fake-GPU file (api/fake_gpus.py), as the simulator's units."""
+    from controller.api.fake_gpus import parse_fake_gpus  # lazy: only with --fake-gpus (a YAML parser)
+
+    try:
+        gpus = parse_fake_gpus(path.read_text())
+    except OSError as exc:
+        raise CliError(f"--fake-gpus: {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise CliError(f"--fake-gpus: {path}: {exc}") from None
+    if not gpus:
+        raise CliError(f"--fake-gpus: {path} lists no GPUs")
+    return gpus
 
 
 def _fresh(job):

@@ -175,8 +175,9 @@ def _parse_row(row: list[str], col: dict[str, int], index: int, line: int) -> Si
 # -- the simulation ----------------------------------------------------------------------------------
 
 
-def _typed(slots: list[GpuSlot], gpu_type: str) -> int:
-    """How many units a ``gpu_type`` may use, as the scheduler matches them."""
+def _typed(slots: list[GpuSlot], gpu_type: str | None) -> int:
+    """How many units a ``gpu_type`` (None: a whole GPU of any kind) may use, as the scheduler
+    matches them."""
     return sum(matches(s, Request("", 1, gpu_type)) for s in slots)
 
 
@@ -195,12 +196,15 @@ def simulate(
     if inventory is not None:
         slots = [GpuSlot(g, "Free") for g in inventory]
         gpus = len(slots)
-        typed = next((j for j in jobs if j.gpu_type and j.gpus > _typed(slots, j.gpu_type)), None)
-        if typed is not None:
-            have = _typed(slots, typed.gpu_type or "")
-            raise TraceError(
-                f"trace line {typed.line}: the job needs {typed.gpus} GPUs of type {typed.gpu_type}; the machine has {have}"
+        typed = next((j for j in jobs if j.gpus > _typed(slots, j.gpu_type or None)), None)
+        if typed is not None and typed.gpus <= gpus:  # more than every unit: the general message below
+            have = _typed(slots, typed.gpu_type or None)
+            what = (
+                f"GPUs of type {typed.gpu_type}"
+                if typed.gpu_type
+                else "whole GPUs (a MIG instance takes its profile's jobs only)"
             )
+            raise TraceError(f"trace line {typed.line}: the job needs {typed.gpus} {what}; the machine has {have}")
     else:
         typed = next((j for j in jobs if j.gpu_type), None)
         if typed is not None:  # every simulated GPU is alike: a type would never match
@@ -209,7 +213,11 @@ def simulate(
     too_big = next((j for j in jobs if j.gpus > gpus or (cpus is not None and j.cpus > cpus)), None)
     if too_big is not None:
         what = (
-            f"{too_big.gpus} GPUs; --gpus is {gpus}"
+            (
+                f"{too_big.gpus} GPUs; the machine has {gpus}"
+                if inventory is not None
+                else f"{too_big.gpus} GPUs; --gpus is {gpus}"
+            )
             if too_big.gpus > gpus
             else f"{too_big.cpus} CPUs; --cpus is {cpus}"
         )
