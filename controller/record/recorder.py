@@ -25,7 +25,7 @@ from controller.model.reasons import QUEUE_REASONS, SETTLED_PHASES, Phase, Reaso
 from controller.model.records import JOB_FIELDS, JobState, ReservationState, SweepState, rfc3339
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
-from controller.util import jobs_table
+from controller.util import jobs_table, pretty_json
 from controller.util import records_journal as journal
 from controller.util.fsutil import atomic_write, fsync_dir
 from controller.util.jsonlog import append_lines
@@ -512,7 +512,8 @@ class Recorder:
 
     def _flush_json(self) -> None:
         """The JSON copies of the statuses written since the last index write (each job's last one:
-        under a flood its earlier ones are never made), ``json.dumps(indent=2)`` of the document
+        under a flood its earlier ones are never made), ``json.dumps(indent=2)``'s text (made by
+        ``util/pretty_json.py``, ~2x faster) of the document
         its YAML holds, keyed by the file's identity, in one frame appended to
         ``run/status-json.journal``; the file rewritten instead when it is missing or torn, or holds
         more than 1.5 times the live texts (by its bytes: a start never reads it) plus
@@ -525,7 +526,7 @@ class Recorder:
             except OSError as exc:
                 log.debug("no JSON copy of status/%s.yaml: %s", name, exc)
                 continue
-            pending.append((name, *journal.key_of(source), json.dumps(document, indent=2)))
+            pending.append((name, *journal.key_of(source), pretty_json.dumps(document)))
         if not pending and not self._json_rewrite:
             return
         payload = journal.frame(pending)
