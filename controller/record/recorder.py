@@ -139,6 +139,7 @@ class Recorder:
             str, JobState
         ] = {}  # new jobs of a flood, about to start or just started: in the index only
         self.write_due: float | None = None  # when a started job of ``unwritten`` must have its status file (clock)
+        self._held_due: float | None = None  # no job of ``unwritten`` is due before then (a lower bound)
         self.written_sweeps: dict[str, SweepState] = {}
         self.written_reservations: dict[str, ReservationState] = {}
         self._rows: dict[str, bytes] = {}  # name -> the job's index entry as JSON, b'"name":{...}'
@@ -355,8 +356,13 @@ class Recorder:
         pairs = states.items() if only is None else [(n, states[n]) for n in only if n in states]
         now = self.clock()
         self.write_due = None
-        if only is not None and self.unwritten:  # held back, then parked or carried out of sight
-            pairs += self._overdue(states, only, now)
+        if only is None:
+            self._held_due = None  # every record is looked at: _may_wait finds the earliest again
+        elif self.unwritten:  # held back, then parked out of the pass's sight: looked at once due
+            if self._held_due is not None and now < self._held_due:
+                self.write_due = self._held_due
+            else:
+                pairs += self._overdue(states, only, now)
         written = 0
         with self.spares.batch() as batch:  # the durable files of the pass fsync'd together (spares.py)
             for name, state in pairs:
@@ -466,14 +472,17 @@ class Recorder:
         if now >= due:
             return False
         self.write_due = due if self.write_due is None else min(self.write_due, due)
+        self._held_due = due if self._held_due is None else min(self._held_due, due)
         return True
 
     def _overdue(self, states: Mapping[str, JobState], only: Iterable[str], now: float) -> list[tuple[str, JobState]]:
         """Held-back jobs (``_may_wait``) this pass did not look at (a backlog parked beyond its
         owner's queue head): those whose status is due now, to be written; ``write_due`` set for
-        the others. O(held back), which is at most a flood's jobs of the last seconds."""
+        the others. O(held back): done only once the earliest of them is due (``_held_due``), so
+        the passes of a flood do not cost per held-back job."""
         seen = only if isinstance(only, (set, frozenset)) else set(only)
         due_now = []
+        self._held_due = None
         for name, held in self.unwritten.items():
             if name in seen:
                 continue
@@ -485,6 +494,7 @@ class Recorder:
                 due_now.append((name, state))
             else:
                 self.write_due = due if self.write_due is None else min(self.write_due, due)
+                self._held_due = due if self._held_due is None else min(self._held_due, due)
         return due_now
 
     def _index_only(self, name: str, state: JobState) -> bool:
