@@ -353,7 +353,9 @@ class Recorder:
             changed = True
         if only is None:  # a resync: a manifest that changed hands (its job's row keeps its record)
             self._refresh_uids()
-        pairs = states.items() if only is None else [(n, states[n]) for n in only if n in states]
+        pairs: Iterable[tuple[str, JobState]] = (
+            states.items() if only is None else [(n, states[n]) for n in only if n in states]
+        )
         now = self.clock()
         self.write_due = None
         if only is None:
@@ -362,7 +364,7 @@ class Recorder:
             if self._held_due is not None and now < self._held_due:
                 self.write_due = self._held_due
             else:
-                pairs += self._overdue(states, only, now)
+                pairs = [*pairs, *self._overdue(states, only, now)]
         written = 0
         with self.spares.batch() as batch:  # the durable files of the pass fsync'd together (spares.py)
             for name, state in pairs:
