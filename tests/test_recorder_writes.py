@@ -103,6 +103,58 @@ def test_a_job_with_neither_status_file_nor_index_row_reads_as_none(tmp_path):
     assert read_status(home, "a")["status"]["reason"] == "Queued"
 
 
+def _limited(name: str, created: float) -> JobState:
+    return JobState(name=name, phase="Pending", reason="JobLimit", message="64 CPU-only jobs run", created=created)
+
+
+def test_a_flood_job_waiting_on_a_job_limit_gets_one_status_write_when_it_ends(tmp_path):
+    """A flood of short CPU-only jobs over ``maxRunningCpuJobs``: each waits JobLimit, then Queued,
+    runs and ends within seconds; its one status file is its end (the index shows the rest)."""
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    assert recorder.write_states({"a": _limited("a", T0)}, [])  # the index changed
+    assert not home.status_file("a").exists()
+    assert recorder.write_due == T0 + QUEUED_UNWRITTEN_MAX  # gflowd wakes to write it, should it still wait
+    assert _index_jobs(recorder, home)["a"]["reason"] == "JobLimit"
+    assert read_status(home, "a")["status"]["reason"] == "JobLimit"  # readers get the index's row
+    clock[0] = T0 + 2
+    recorder.write_states({"a": _queued("a", T0)}, [])
+    clock[0] = T0 + 2.5
+    recorder.write_states({"a": _running("a", T0 + 2.5)}, [])
+    assert not home.status_file("a").exists()
+    clock[0] = T0 + 3
+    recorder.write_states({"a": _finished("a")}, [])
+    assert "phase: Succeeded" in home.status_file("a").read_text()
+    assert recorder.status_writes == 1
+
+
+def test_a_job_held_back_then_out_of_the_pass_sight_gets_its_pending_status_when_due(tmp_path):
+    """A held-back job that later passes do not look at (a backlog parked beyond its owner's queue
+    head: ``only`` leaves it out) still gets its status file once due, and gflowd is woken for it."""
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    states = {"a": _limited("a", T0), "b": _limited("b", T0 + 1)}
+    recorder.write_states(states, [])
+    clock[0] = T0 + 5
+    recorder.write_states(states, [], only=set())
+    assert not home.status_file("a").exists() and recorder.write_due == T0 + QUEUED_UNWRITTEN_MAX
+    clock[0] = T0 + QUEUED_UNWRITTEN_MAX
+    recorder.write_states(states, [], only=set())
+    assert "reason: JobLimit" in home.status_file("a").read_text()
+    assert not home.status_file("b").exists() and recorder.write_due == T0 + 1 + QUEUED_UNWRITTEN_MAX
+    clock[0] = T0 + 1 + QUEUED_UNWRITTEN_MAX
+    recorder.write_states(states, [], only=set())
+    assert "reason: JobLimit" in home.status_file("b").read_text() and recorder.write_due is None
+
+
+def test_a_job_waiting_for_gpus_gets_its_pending_status_at_once(tmp_path):
+    """Only a turn in a flood is held back: a job waiting for GPUs (or anything else) is written."""
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    recorder.write_states({"a": JobState(name="a", phase="Pending", reason="Resources", created=T0)}, [])
+    assert "reason: Resources" in home.status_file("a").read_text() and recorder.write_due is None
+
+
 def test_a_job_queued_for_long_gets_its_pending_status(tmp_path):
     clock = [T0 + QUEUED_UNWRITTEN_MAX + 1]
     recorder, home = _recorder(tmp_path, clock)

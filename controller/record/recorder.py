@@ -25,7 +25,7 @@ from controller.model.reasons import QUEUE_REASONS, SETTLED_PHASES, Phase, Reaso
 from controller.model.records import JOB_FIELDS, JobState, ReservationState, SweepState, rfc3339
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
-from controller.util import jobs_table
+from controller.util import jobs_table, pretty_json
 from controller.util import records_journal as journal
 from controller.util.fsutil import atomic_write, fsync_dir
 from controller.util.jsonlog import append_lines
@@ -119,6 +119,17 @@ def _table_row(name: str, state: JobState, uid: int | None) -> tuple:
     )
 
 
+# A new job waiting with one of these reasons may go without a status file for a moment (Recorder._may_wait)
+HELD_BACK_REASONS = frozenset({Reason.Queued, Reason.JobLimit})
+
+
+def _unwritten_due(state: JobState) -> float:
+    """When the status file of a job held back (``Recorder._may_wait``) must be written."""
+    if state.attempt == 0:
+        return state.created + QUEUED_UNWRITTEN_MAX
+    return (state.start_time or 0.0) + RUNNING_UNWRITTEN_MAX
+
+
 class Recorder:
     def __init__(self, home: Home, clock: Callable[[], float] = time.time):
         self.home = home
@@ -128,6 +139,7 @@ class Recorder:
             str, JobState
         ] = {}  # new jobs of a flood, about to start or just started: in the index only
         self.write_due: float | None = None  # when a started job of ``unwritten`` must have its status file (clock)
+        self._held_due: float | None = None  # no job of ``unwritten`` is due before then (a lower bound)
         self.written_sweeps: dict[str, SweepState] = {}
         self.written_reservations: dict[str, ReservationState] = {}
         self._rows: dict[str, bytes] = {}  # name -> the job's index entry as JSON, b'"name":{...}'
@@ -341,9 +353,18 @@ class Recorder:
             changed = True
         if only is None:  # a resync: a manifest that changed hands (its job's row keeps its record)
             self._refresh_uids()
-        pairs = states.items() if only is None else [(n, states[n]) for n in only if n in states]
+        pairs: Iterable[tuple[str, JobState]] = (
+            states.items() if only is None else [(n, states[n]) for n in only if n in states]
+        )
         now = self.clock()
         self.write_due = None
+        if only is None:
+            self._held_due = None  # every record is looked at: _may_wait finds the earliest again
+        elif self.unwritten:  # held back, then parked out of the pass's sight: looked at once due
+            if self._held_due is not None and now < self._held_due:
+                self.write_due = self._held_due
+            else:
+                pairs = [*pairs, *self._overdue(states, only, now)]
         written = 0
         with self.spares.batch() as batch:  # the durable files of the pass fsync'd together (spares.py)
             for name, state in pairs:
@@ -431,10 +452,13 @@ class Recorder:
                     self._table_set(name, state)
 
     def _may_wait(self, name: str, state: JobState, now: float) -> bool:
-        """A new job of a flood that is bound and starts within a pass or two (reason Queued, never
-        started) gets its first status file when it starts: one write instead of two. It shows in
-        the index meanwhile, and a crash loses nothing (its manifest recreates it). Not for long:
-        after QUEUED_UNWRITTEN_MAX seconds its Pending status is written.
+        """A new job of a flood that waits its turn (reason Queued: bound, starts within a pass or
+        two; or JobLimit: its user runs as many jobs as allowed, it starts when one of them ends)
+        gets its first status file when it starts: one write instead of two or three (a drain of
+        1,000 jobs under ``maxRunningCpuJobs`` wrote Pending/JobLimit, Pending/Queued, Running and
+        Succeeded). It shows in the index meanwhile (readers of its status use the index's row),
+        and a crash loses nothing (its manifest recreates it). Not for long: after
+        QUEUED_UNWRITTEN_MAX seconds its Pending status is written (``write_due`` wakes gflowd).
 
         Once such a job has started, its ``Running`` status waits RUNNING_UNWRITTEN_MAX more: a
         short job of the flood (a sweep's point, a test) has ended by then, and its one status file
@@ -442,14 +466,38 @@ class Recorder:
         process starts, so a gflowd killed meanwhile adopts it again (act/runtime/backends/local/). A
         job started outside a flood (no status file held back before) is written at once."""
         if state.attempt == 0:
-            return state.reason == Reason.Queued and now - state.created < QUEUED_UNWRITTEN_MAX
-        if state.phase != Phase.Running or state.start_time is None or name not in self.unwritten:
+            if state.phase != Phase.Pending or state.reason not in HELD_BACK_REASONS:
+                return False
+        elif state.phase != Phase.Running or state.start_time is None or name not in self.unwritten:
             return False
-        due = state.start_time + RUNNING_UNWRITTEN_MAX
+        due = _unwritten_due(state)
         if now >= due:
             return False
         self.write_due = due if self.write_due is None else min(self.write_due, due)
+        self._held_due = due if self._held_due is None else min(self._held_due, due)
         return True
+
+    def _overdue(self, states: Mapping[str, JobState], only: Iterable[str], now: float) -> list[tuple[str, JobState]]:
+        """Held-back jobs (``_may_wait``) this pass did not look at (a backlog parked beyond its
+        owner's queue head): those whose status is due now, to be written; ``write_due`` set for
+        the others. O(held back): done only once the earliest of them is due (``_held_due``), so
+        the passes of a flood do not cost per held-back job."""
+        seen = only if isinstance(only, (set, frozenset)) else set(only)
+        due_now = []
+        self._held_due = None
+        for name, held in self.unwritten.items():
+            if name in seen:
+                continue
+            state = states.get(name)
+            if state is None:
+                continue
+            due = _unwritten_due(held)
+            if now >= due:
+                due_now.append((name, state))
+            else:
+                self.write_due = due if self.write_due is None else min(self.write_due, due)
+                self._held_due = due if self._held_due is None else min(self._held_due, due)
+        return due_now
 
     def _index_only(self, name: str, state: JobState) -> bool:
         """Record ``state`` in the index rows only (see ``_may_wait``); True when the row changed."""
@@ -476,7 +524,8 @@ class Recorder:
 
     def _flush_json(self) -> None:
         """The JSON copies of the statuses written since the last index write (each job's last one:
-        under a flood its earlier ones are never made), ``json.dumps(indent=2)`` of the document
+        under a flood its earlier ones are never made), ``json.dumps(indent=2)``'s text (made by
+        ``util/pretty_json.py``, ~2x faster) of the document
         its YAML holds, keyed by the file's identity, in one frame appended to
         ``run/status-json.journal``; the file rewritten instead when it is missing or torn, or holds
         more than 1.5 times the live texts (by its bytes: a start never reads it) plus
@@ -489,7 +538,7 @@ class Recorder:
             except OSError as exc:
                 log.debug("no JSON copy of status/%s.yaml: %s", name, exc)
                 continue
-            pending.append((name, *journal.key_of(source), json.dumps(document, indent=2)))
+            pending.append((name, *journal.key_of(source), pretty_json.dumps(document)))
         if not pending and not self._json_rewrite:
             return
         payload = journal.frame(pending)

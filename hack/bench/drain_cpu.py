@@ -10,7 +10,8 @@ its stats to FILE when it stops (the CPU figures then include the profiler's cos
 gflowd starts in a cpuacct cgroup of its own (cgroup v1, root), so the cgroup's usage counts
 gflowd, the launcher, the supervisors and each job until it joins its attempt's cgroup; gflowd's
 own share comes from /proc/PID/stat. Without a writable cpuacct hierarchy only gflowd's share and
-the machine's are printed. Also printed: the drain rate (from the index's ``updated``, as
+the machine's are printed. Also printed: the status files written per job (the index's
+``statusWrites``), the drain rate (from the index's ``updated``, as
 ``hack/bench.py`` measures it), the whole machine's busy and idle CPU seconds meanwhile, and how
 long gflowd's main thread ran, waited for a CPU, and slept (``/proc/PID/schedstat``): a sleeping
 coordinator with idle CPUs is a pipeline stall, not a lack of CPU.
@@ -117,6 +118,10 @@ def _measure(root: Path, jobs: int, acct: str | None, churned: int = 0, profile:
     per = lambda seconds: f"{seconds / jobs * 1000:.2f} ms"
     gflowd = after["gflowd"] - before["gflowd"]
     print(f"drain: {jobs} jobs in {elapsed:.2f} s = {jobs / elapsed:.1f} jobs/s")
+    info = index.get("controller") or {}
+    if "statusWrites" in info:  # each one a status file's YAML, a new inode unless a spare was ready
+        writes = info["statusWrites"]
+        print(f"recorder: {writes} status writes ({writes / jobs:.2f} a job) in {info.get('passes', '?')} passes")
     print(
         f"machine: busy {after['busy'] - before['busy']:.2f} s, idle {after['idle'] - before['idle']:.2f} s "
         f"(of {elapsed * os.cpu_count():.2f} CPU-seconds)"
