@@ -324,7 +324,10 @@ def test_cli_fake_gpus_bad_file_and_too_big_a_job_get_one_line(tmp_path, capsys)
     assert main(["simulate", "--trace", str(path), "--fake-gpus", str(machine)]) == 1
     err = capsys.readouterr().err
     # 4 units (3 instances and a whole GPU), but a job with no gpu_type takes whole GPUs only
-    assert "trace line 2: the job needs 4 whole GPUs (a MIG instance takes its profile's jobs only); the machine has 1" in err
+    assert (
+        "trace line 2: the job needs 4 whole GPUs (a MIG instance takes its profile's jobs only); the machine has 1"
+        in err
+    )
     machine.write_text(MIG_MACHINE.replace("3g.40gb", "9z.bad"))
     assert main(["simulate", "--trace", str(path), "--fake-gpus", str(machine)]) == 1
     err = capsys.readouterr().err
