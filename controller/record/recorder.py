@@ -16,6 +16,7 @@ import operator
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 
 from controller import API_VERSION
 from controller.api.units import format_cpu_list as format_cores
@@ -25,6 +26,7 @@ from controller.model.reasons import QUEUE_REASONS, SETTLED_PHASES, Phase, Reaso
 from controller.model.records import JOB_FIELDS, JobState, ReservationState, SweepState, rfc3339
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
+from controller.record import start_rows
 from controller.util import jobs_table
 from controller.util import records_journal as journal
 from controller.util.fsutil import atomic_write, fsync_dir
@@ -150,6 +152,11 @@ class Recorder:
         self._json_bytes = 0  # the file's size, as far as this gflowd wrote it
         self._json_rewrite = False
         self._json_appended = [0, 0]  # entries and bytes appended by this run: the mean size of an entry
+        self._start_rows = str(home.run_dir / "start-rows.cache")
+        # until the first index write: name -> (its status file's key, the record load() read from it)
+        self._loaded: dict[str, tuple[tuple[int, int, int], JobState]] = {}
+        self._rows_reused = 0  # rows load() took from start_rows instead of building them
+        self._rows_memo_count = 0  # entries that file held
 
     def load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
         """Rebuild the controller's memory from status files (at start-up). A job's record
@@ -170,6 +177,9 @@ class Recorder:
         reservations: dict[str, ReservationState] = {}
         entries = journal.read(self._journal, JOB_FIELDS)
         known = entries.last
+        memo = start_rows.read(self._start_rows)
+        self._rows_memo_count = len(memo)
+        loaded = self._loaded
         try:
             names = [e.name for e in os.scandir(self.home.status_dir)]
         except FileNotFoundError:
@@ -201,6 +211,12 @@ class Recorder:
                     if state is not None and state.name == stem:  # any phase: the file is as read then
                         states[state.name] = self.written[state.name] = state
                         kept.append(entry)
+                        key = entry[1:4]
+                        loaded[state.name] = (key, state)
+                        rows = memo.get(stem)
+                        if rows is not None and rows[1:4] == key:  # the rows this very record yields
+                            self._rows[state.name], self._table[state.name] = rows[4], rows[5]
+                            self._rows_reused += 1
                         continue
             parse.append((stem, path))
         stale = entries.torn or not entries.current or entries.count - len(kept) > JOURNAL_SLACK
@@ -231,7 +247,9 @@ class Recorder:
             if state.name != stem:
                 continue
             # waiting and running jobs too: a restart on 7,000 pending jobs read all their YAML
-            kept.append((state.name, *journal.key_of(source), state.to_row()))  # the next start reads the journal
+            key = journal.key_of(source)
+            kept.append((state.name, *key, state.to_row()))  # the next start reads the journal
+            loaded[state.name] = (key, state)
             stale = True
             states[state.name] = state
             self.written[state.name] = state
@@ -589,6 +607,27 @@ class Recorder:
         self._flush_json()
         self._write_table()  # before the index: who sees the new index finds the table as new
         atomic_write(self.home.index_file, payload, durable=False)
+        if self._loaded:
+            self._save_start_rows()
+
+    def _save_start_rows(self) -> None:
+        """At the first index write: the rows of the records as load() read them, still unchanged,
+        for the next start (``record/start_rows.py``), when this start built enough of them itself
+        or the file holds enough dead entries. A cache: a failure costs the next start the rows."""
+        loaded, self._loaded = self._loaded, {}
+        built = len(loaded) - self._rows_reused
+        if built <= start_rows.SLACK and self._rows_memo_count - self._rows_reused <= start_rows.SLACK:
+            return
+        written, rows, table = self.written, self._rows, self._table
+        entries = [
+            (name, *key, rows[name], table[name])
+            for name, (key, state) in loaded.items()
+            if ((now := written.get(name)) is state or now == state) and name in rows and name in table
+        ]
+        try:
+            atomic_write(Path(self._start_rows), start_rows.payload(entries), durable=False)
+        except (OSError, ValueError) as exc:
+            log.debug("%s not written: %s", self._start_rows, exc)
 
     def _write_table(self) -> None:
         """``run/jobs.table`` (util/jobs_table.py): the rows changed since the last index write,
