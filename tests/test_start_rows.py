@@ -50,7 +50,12 @@ def _start(home: Home, uid: int = 1000) -> tuple[dict, dict]:
 
 
 def _memo(home: Home) -> dict:
-    return start_rows.read(str(home.run_dir / "start-rows.cache"))
+    """name -> (name, ino, mtime_ns, size, index row, table row), as ``start_rows.payload`` takes them."""
+    memo = start_rows.read(str(home.run_dir / "start-rows.cache"))
+    return {
+        name: (name, *start_rows.KEY.unpack(memo.key(at)), memo.index_rows[at], memo.table_rows[at])
+        for at, name in enumerate(memo.names)
+    }
 
 
 def _home_of_finished_jobs(tmp_path, names) -> Home:
@@ -106,7 +111,7 @@ def test_a_memoized_table_row_whose_user_changed_is_rebuilt(tmp_path):
     assert table["a"][jobs_table.UID] == 1001
 
 
-@pytest.mark.parametrize("damage", ["torn", "other format", "garbage frame"])
+@pytest.mark.parametrize("damage", ["torn", "other format", "garbage frame", "rows and names apart"])
 def test_a_damaged_file_is_ignored_and_written_anew(tmp_path, damage):
     home = _home_of_finished_jobs(tmp_path, ["a", "b"])
     first = _start(home)
@@ -117,6 +122,8 @@ def test_a_damaged_file_is_ignored_and_written_anew(tmp_path, damage):
             "torn": data[:-5],
             "other format": b"gflow-start-rows 0 python2.7 marshal1\n" + data.split(b"\n", 1)[1],
             "garbage frame": start_rows.FORMAT + (5).to_bytes(4, "little") + b"\xff\xff\xff\xff\xff",
+            "rows and names apart": start_rows.FORMAT
+            + start_rows.frame((["a", "b"], start_rows.KEY.pack(1, 2, 3) * 2, [b'"a":{}'], [(), ()])),
         }[damage]
     )
     assert _start(home) == first

@@ -153,8 +153,9 @@ class Recorder:
         self._json_rewrite = False
         self._json_appended = [0, 0]  # entries and bytes appended by this run: the mean size of an entry
         self._start_rows = str(home.run_dir / "start-rows.cache")
-        # until the first index write: name -> (its status file's key, the record load() read from it)
-        self._loaded: dict[str, tuple[tuple[int, int, int], JobState]] = {}
+        # until the first index write: name -> the record load() read (no new object per job: freed
+        # after the first pass, small objects made among the records would pin their memory)
+        self._loaded: dict[str, JobState] = {}
         self._rows_reused = 0  # rows load() took from start_rows instead of building them
         self._rows_memo_count = 0  # entries that file held
 
@@ -177,8 +178,6 @@ class Recorder:
         reservations: dict[str, ReservationState] = {}
         entries = journal.read(self._journal, JOB_FIELDS)
         known = entries.last
-        memo = start_rows.read(self._start_rows)
-        self._rows_memo_count = len(memo)
         loaded = self._loaded
         try:
             names = [e.name for e in os.scandir(self.home.status_dir)]
@@ -211,14 +210,10 @@ class Recorder:
                     if state is not None and state.name == stem:  # any phase: the file is as read then
                         states[state.name] = self.written[state.name] = state
                         kept.append(entry)
-                        key = entry[1:4]
-                        loaded[state.name] = (key, state)
-                        rows = memo.get(stem)
-                        if rows is not None and rows[1:4] == key:  # the rows this very record yields
-                            self._rows[state.name], self._table[state.name] = rows[4], rows[5]
-                            self._rows_reused += 1
+                        loaded[state.name] = state
                         continue
             parse.append((stem, path))
+        self._take_start_rows(known, {stem for stem, _path in parse})
         stale = entries.torn or not entries.current or entries.count - len(kept) > JOURNAL_SLACK
         for stem, path in parse:
             try:
@@ -247,9 +242,8 @@ class Recorder:
             if state.name != stem:
                 continue
             # waiting and running jobs too: a restart on 7,000 pending jobs read all their YAML
-            key = journal.key_of(source)
-            kept.append((state.name, *key, state.to_row()))  # the next start reads the journal
-            loaded[state.name] = (key, state)
+            kept.append((state.name, *journal.key_of(source), state.to_row()))  # the next start reads the journal
+            loaded[state.name] = state
             stale = True
             states[state.name] = state
             self.written[state.name] = state
@@ -260,6 +254,32 @@ class Recorder:
         self._drop_json_copies()
         self._open_json_journal()
         return states, sweeps, reservations
+
+    def _take_start_rows(self, known: dict[str, tuple], parsed: set[str]) -> None:
+        """The index and table rows of the records read from the journal whose status file has the
+        key the last start saw (record/start_rows.py): the rows this very record yields."""
+        memo = start_rows.read(self._start_rows)
+        self._rows_memo_count = len(memo.names)
+        loaded, rows, table, packed = self._loaded, self._rows, self._table, start_rows.packed
+        for at, name in enumerate(memo.names):
+            entry = known.get(name)
+            if entry is None or name not in loaded or name in parsed:
+                continue
+            if memo.key(at) == packed(journal.entry_key(entry)):
+                rows[name] = memo.index_rows[at]
+                state, cells = loaded[name], memo.table_rows[at]
+                # the row as _table_row builds it: the record's own strings, times and labels, not copies
+                table[name] = (
+                    state.name,
+                    *cells[1:6],
+                    state.created,
+                    cells[7],
+                    state.completion_time,
+                    state.labels,
+                    state.owner,
+                    state.manifest,
+                )
+                self._rows_reused += 1
 
     def _open_json_journal(self) -> None:
         """Appends go on where the last gflowd stopped when its journal is of this format (its
@@ -619,11 +639,15 @@ class Recorder:
         if built <= start_rows.SLACK and self._rows_memo_count - self._rows_reused <= start_rows.SLACK:
             return
         written, rows, table = self.written, self._rows, self._table
-        entries = [
-            (name, *key, rows[name], table[name])
-            for name, (key, state) in loaded.items()
-            if ((now := written.get(name)) is state or now == state) and name in rows and name in table
-        ]
+        entries = []
+        for name, state in loaded.items():
+            now = written.get(name)
+            if (now is state or now == state) and name in rows and name in table:
+                try:  # the file the record was read from: no pass wrote it since (else a new record)
+                    key = journal.key_of(os.stat(self.home.status_file(name)))
+                except OSError:
+                    continue
+                entries.append((name, *key, rows[name], table[name]))
         try:
             atomic_write(Path(self._start_rows), start_rows.payload(entries), durable=False)
         except (OSError, ValueError) as exc:
