@@ -128,3 +128,17 @@ def test_a_damaged_file_is_ignored_and_written_anew(tmp_path, damage):
     )
     assert _start(home) == first
     assert set(_memo(home)) == {"a", "b"}
+
+
+def test_a_record_a_pass_changed_since_the_file_was_written_gets_rows_built_from_it(tmp_path):
+    """The usual case after a run: gflowd wrote b's new status (and its journal entry), so the
+    next start reads b from the journal, under a key the file's entry for b no longer has."""
+    home = _home_of_finished_jobs(tmp_path, ["a", "b"])
+    _start(home)
+    recorder = Recorder(home, clock=lambda: T0 + 20)
+    states = recorder.load()[0]
+    recorder.write_states({**states, "b": _finished("b", "ran again")}, [], None)
+    recorder.write_index({"pid": 2})
+    jobs, table = _start(home)
+    assert jobs["b"]["message"] == "ran again"
+    assert table["b"][jobs_table.COMPLETION] == jobs["b"]["completionTime"]
