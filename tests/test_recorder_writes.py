@@ -377,3 +377,37 @@ def test_the_journal_is_appended_per_pass_and_rewritten_when_dead_entries_pile_u
     assert entries.count <= 2 * 2 + 5 and JobState.from_row(entries.last["a"][4]).message == "run 7"
     recorder.write_states({"b": _finished("b")}, ["a"])
     assert Recorder(home).load()[0] == {"b": _finished("b")}  # a's entry names a file that is gone
+
+
+def test_a_read_back_records_admission_verdict_is_the_one_its_conditions_say(tmp_path):
+    """What a restart asks of 50,000 finished records (decide/lifecycle.py ``_finished_and_current``),
+    read from the journal's flat conditions without building dicts: the same answer as the dicts give."""
+    from controller.decide.lifecycle import _finished_and_current
+    from controller.model.documents import AdmittedJob
+    from controller.model.records import condition_verdicts
+
+    clock = [T0]
+    recorder, home = _recorder(tmp_path, clock)
+    recorder.load()
+    valid = set_condition([], Condition.Admitted, "True", "Valid", "manifest is valid", "t0")
+    valid = set_condition(valid, Condition.Scheduled, "True", "Bound", "started", "t0")
+    other = set_condition(valid, Condition.Admitted, "True", "Valid", "admitted once more", "t1")
+    twice = valid + [dict(valid[0], type=str(Condition.DuplicateName))]
+    cases = {"valid": valid, "other": other, "twice": twice}
+    for name, conditions in cases.items():
+        state = _finished(name)
+        state.conditions = conditions
+        recorder.write_states({name: state}, [])
+    states = Recorder(home).load()[0]
+    types = (Condition.Admitted, Condition.DuplicateName)
+    for name, conditions in cases.items():
+        read_back = states[name].conditions
+        assert isinstance(read_back, FrozenConditions)
+        assert condition_verdicts(read_back, types) == condition_verdicts(conditions, types)
+    job = AdmittedJob(
+        "valid", None, "", "", 0, "", "", priority=0, document="[]", build=lambda *a: None  # type: ignore[arg-type]
+    )
+    for name, current in (("valid", True), ("other", False), ("twice", False)):
+        record = states[name]
+        job.name, job.spec_hash, job.run_hash, job.source = name, record.spec_hash, record.run_hash, record.manifest
+        assert _finished_and_current(record, job) is current, name

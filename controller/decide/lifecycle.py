@@ -24,7 +24,7 @@ from controller.model.reasons import (
     Reason,
     StopReason,
 )
-from controller.model.records import JobState
+from controller.model.records import JobState, condition_verdicts
 
 Pending = tuple[JobState, AdmittedJob]  # a job that waits to start: its new record and its manifest
 
@@ -160,12 +160,8 @@ def _finished_and_current(old: JobState | None, job: AdmittedJob) -> bool:
         or (old.phase == Phase.Cancelled and old.reason == Reason.UserCancelled and not job.cancelled)
     ):
         return False
-    admitted = [c for c in old.conditions if c["type"] in (Condition.Admitted, Condition.DuplicateName)]
-    return len(admitted) == 1 and (admitted[0]["status"], admitted[0]["reason"], admitted[0]["message"]) == (
-        "True",
-        "Valid",
-        "manifest is valid",
-    )
+    admitted = condition_verdicts(old.conditions, (Condition.Admitted, Condition.DuplicateName))
+    return admitted == [("True", "Valid", "manifest is valid")]
 
 
 def _deleted(

@@ -16,6 +16,7 @@ import operator
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 
 from controller import API_VERSION
 from controller.api.units import format_cpu_list as format_cores
@@ -25,6 +26,7 @@ from controller.model.reasons import QUEUE_REASONS, SETTLED_PHASES, Phase, Reaso
 from controller.model.records import JOB_FIELDS, JobState, ReservationState, SweepState, rfc3339
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
+from controller.record import start_rows
 from controller.util import jobs_table, pretty_json
 from controller.util import records_journal as journal
 from controller.util.fsutil import atomic_write, fsync_dir
@@ -162,6 +164,12 @@ class Recorder:
         self._json_bytes = 0  # the file's size, as far as this gflowd wrote it
         self._json_rewrite = False
         self._json_appended = [0, 0]  # entries and bytes appended by this run: the mean size of an entry
+        self._start_rows = str(home.run_dir / "start-rows.cache")
+        # until the first index write: name -> the record load() read (no new object per job: freed
+        # after the first pass, small objects made among the records would pin their memory)
+        self._loaded: dict[str, JobState] = {}
+        self._rows_reused = 0  # rows load() took from start_rows instead of building them
+        self._rows_memo_count = 0  # entries that file held
 
     def load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
         """Rebuild the controller's memory from status files (at start-up). A job's record
@@ -182,6 +190,7 @@ class Recorder:
         reservations: dict[str, ReservationState] = {}
         entries = journal.read(self._journal, JOB_FIELDS)
         known = entries.last
+        loaded = self._loaded
         try:
             names = [e.name for e in os.scandir(self.home.status_dir)]
         except FileNotFoundError:
@@ -213,8 +222,10 @@ class Recorder:
                     if state is not None and state.name == stem:  # any phase: the file is as read then
                         states[state.name] = self.written[state.name] = state
                         kept.append(entry)
+                        loaded[state.name] = state
                         continue
             parse.append((stem, path))
+        self._take_start_rows(known, {stem for stem, _path in parse})
         stale = entries.torn or not entries.current or entries.count - len(kept) > JOURNAL_SLACK
         for stem, path in parse:
             try:
@@ -244,6 +255,7 @@ class Recorder:
                 continue
             # waiting and running jobs too: a restart on 7,000 pending jobs read all their YAML
             kept.append((state.name, *journal.key_of(source), state.to_row()))  # the next start reads the journal
+            loaded[state.name] = state
             stale = True
             states[state.name] = state
             self.written[state.name] = state
@@ -254,6 +266,32 @@ class Recorder:
         self._drop_json_copies()
         self._open_json_journal()
         return states, sweeps, reservations
+
+    def _take_start_rows(self, known: dict[str, tuple], parsed: set[str]) -> None:
+        """The index and table rows of the records read from the journal whose status file has the
+        key the last start saw (record/start_rows.py): the rows this very record yields."""
+        memo = start_rows.read(self._start_rows)
+        self._rows_memo_count = len(memo.names)
+        loaded, rows, table, packed = self._loaded, self._rows, self._table, start_rows.packed
+        for at, name in enumerate(memo.names):
+            entry = known.get(name)
+            if entry is None or name not in loaded or name in parsed:
+                continue
+            if memo.key(at) == packed(journal.entry_key(entry)):
+                rows[name] = memo.index_rows[at]
+                state, cells = loaded[name], memo.table_rows[at]
+                # the row as _table_row builds it: the record's own strings, times and labels, not copies
+                table[name] = (
+                    state.name,
+                    *cells[1:6],
+                    state.created,
+                    cells[7],
+                    state.completion_time,
+                    state.labels,
+                    state.owner,
+                    state.manifest,
+                )
+                self._rows_reused += 1
 
     def _open_json_journal(self) -> None:
         """Appends go on where the last gflowd stopped when its journal is of this format (its
@@ -638,6 +676,31 @@ class Recorder:
         self._flush_json()
         self._write_table()  # before the index: who sees the new index finds the table as new
         atomic_write(self.home.index_file, payload, durable=False)
+        if self._loaded:
+            self._save_start_rows()
+
+    def _save_start_rows(self) -> None:
+        """At the first index write: the rows of the records as load() read them, still unchanged,
+        for the next start (``record/start_rows.py``), when this start built enough of them itself
+        or the file holds enough dead entries. A cache: a failure costs the next start the rows."""
+        loaded, self._loaded = self._loaded, {}
+        built = len(loaded) - self._rows_reused
+        if built <= start_rows.SLACK and self._rows_memo_count - self._rows_reused <= start_rows.SLACK:
+            return
+        written, rows, table = self.written, self._rows, self._table
+        entries = []
+        for name, state in loaded.items():
+            now = written.get(name)
+            if (now is state or now == state) and name in rows and name in table:
+                try:  # the file the record was read from: no pass wrote it since (else a new record)
+                    key = journal.key_of(os.stat(self.home.status_file(name)))
+                except OSError:
+                    continue
+                entries.append((name, *key, rows[name], table[name]))
+        try:
+            atomic_write(Path(self._start_rows), start_rows.payload(entries), durable=False)
+        except (OSError, ValueError) as exc:
+            log.debug("%s not written: %s", self._start_rows, exc)
 
     def _write_table(self) -> None:
         """``run/jobs.table`` (util/jobs_table.py): the rows changed since the last index write,
