@@ -405,7 +405,16 @@ def test_a_read_back_records_admission_verdict_is_the_one_its_conditions_say(tmp
         assert isinstance(read_back, FrozenConditions)
         assert condition_verdicts(read_back, types) == condition_verdicts(conditions, types)
     job = AdmittedJob(
-        "valid", None, "", "", 0, "", "", priority=0, document="[]", build=lambda *a: None  # type: ignore[arg-type]
+        "valid",
+        None,
+        "",
+        "",
+        0,
+        "",
+        "",
+        priority=0,
+        document="[]",
+        build=lambda *a: None,  # type: ignore[arg-type]
     )
     for name, current in (("valid", True), ("other", False), ("twice", False)):
         record = states[name]
