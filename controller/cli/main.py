@@ -470,9 +470,14 @@ def run(argv: list[str]) -> int:
         home_arg, spec_dir_arg, args = plain
         return _apply(resolve_home(home_arg, spec_dir_arg), args)
     if verb == "get" and position is not None and (plain := _plain_get(argv, position)) is not None:
-        from controller.cli.common import resolve_home  # lazy: as for apply
+        from controller.cli.get_table import quick_get_jobs  # lazy: gflowctl loads only the verb it runs
 
         home_arg, spec_dir_arg, args = plain
+        answered = quick_get_jobs(home_arg, args)  # the table without a Home (pathlib): most get jobs
+        if answered is not None:
+            return answered
+        from controller.cli.common import resolve_home  # lazy: as for apply
+
         return _get(resolve_home(home_arg, spec_dir_arg), args)
     parser = build_parser(verb if verb in VERBS else None)
     args, extra = parser.parse_known_args(argv)
@@ -643,14 +648,18 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except BrokenPipeError:  # `gflowctl --help | head`
         return 0
-    from controller.cli.common import CliError, print_error  # lazy: version and --help need neither
+    from controller.client.errors import GflowError as CliError  # lazy: version and --help need none
 
     try:
         return run(argv)
     except CliError as exc:
+        from controller.cli.common import print_error  # lazy: common loads Home (pathlib), get jobs does not
+
         print_error(exc)
         return 1
     except PermissionError as exc:  # e.g. another user's manifest in a shared, sticky spec dir
+        from controller.cli.common import print_error  # lazy: as above
+
         where = exc.filename2 or exc.filename or ""
         may = "read" if argv[_verb_position(argv) or 0 :][:1] in (["logs"], ["describe"], ["get"]) else "change"
         print_error(f"{where}: permission denied (only its owner or root may {may} it)")
@@ -658,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # paths.UnsafeName: a name that would leave the state directory
         if type(exc).__name__ != "UnsafeName":
             raise
+        from controller.cli.common import print_error  # lazy: as above
+
         print_error(exc)
         return 1
     except KeyboardInterrupt:
@@ -665,6 +676,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `gflowctl get jobs | head`
         return 0
     except OSError as exc:  # the machine failing (a full disk, a read-only home): one line, no traceback
+        from controller.cli.common import print_error  # lazy: as above
+
         where = exc.filename2 or exc.filename
         print_error(f"{where}: {exc.strerror}" if where and exc.strerror else f"{exc.strerror or exc}")
         return 1

@@ -30,14 +30,20 @@ def manifest_path(roots: tuple[str, ...], manifest: str | None) -> str | None:
     """A job's ``manifest`` (as its status records it: ``jobs/a.yaml``) as a path that exists, under
     the first of ``roots`` (the home, the spec dir's parent) that has it. Plain strings, not
     pathlib: 2,000 joins cost ~30 ms with it."""
+    found = _manifest_stat(roots, manifest)
+    return found[0] if found is not None else None
+
+
+def _manifest_stat(roots: tuple[str, ...], manifest: str | None) -> tuple[str, os.stat_result] | None:
+    """``manifest_path`` and the file's ``stat``, from one ``stat`` call (2,000 a listing)."""
     if not manifest:
         return None
-    if manifest.startswith("/"):
-        return manifest
-    for root in roots:
-        candidate = f"{root}/{manifest}"
-        if os.path.exists(candidate):
-            return candidate
+    candidates = (manifest,) if manifest.startswith("/") else [f"{root}/{manifest}" for root in roots]
+    for candidate in candidates:
+        try:
+            return candidate, os.stat(candidate)
+        except OSError:
+            continue
     return None
 
 
@@ -51,15 +57,13 @@ def manifest_documents(home: Home, wanted: dict[str, str | None]) -> dict[str, t
     changed = False
     parsed: dict[str, dict[str, tuple[dict[str, Any], dict[str, str]]]] = {}  # path -> its documents by name
     found: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
+    stats: dict[str | None, tuple[str, os.stat_result] | None] = {}  # manifest -> its path and stat, once
     for name, manifest in wanted.items():
-        path = manifest_path(roots, manifest)
-        if path is None:
+        located = stats[manifest] if manifest in stats else stats.setdefault(manifest, _manifest_stat(roots, manifest))
+        if located is None:
             continue
+        path, st = located
         if path not in parsed:
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
             entry = cache.get(path)
             if entry is not None and entry[0] == key:
