@@ -5,6 +5,9 @@ every case it cannot answer the same way."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 from helpers import gflowctl_imports
@@ -63,3 +66,44 @@ def test_without_home_the_root_follows_gflow_home_then_xdg(tmp_path, monkeypatch
     assert plain_root(None) == str(Home.resolve().root) == str(tmp_path / "data" / "gflow")
     monkeypatch.delenv("XDG_DATA_HOME")
     assert plain_root(None) == str(Home.resolve().root)
+
+
+def _json(home, cache, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", "get", "jobs", "-o", "json", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GFLOW_HOME": str(home), "GFLOW_CACHE_DIR": str(cache)},
+        timeout=60,
+    )
+
+
+@pytest.mark.e2e
+def test_json_texts_kept_from_the_last_listing_follow_their_status_and_manifest(home, gflowd, fake_gpus, tmp_path):
+    """A listing prints the texts it kept (client/read/object_texts.py) only while the status file
+    and the manifest they were made from are unchanged: each edit shows at once, as without them."""
+    _settled_home(home, gflowd, fake_gpus)
+    kept, fresh = tmp_path / "kept", tmp_path / "fresh"
+
+    def listings_agree() -> str:
+        shutil.rmtree(fresh, ignore_errors=True)
+        with_kept, without = _json(home, kept), _json(home, fresh)
+        assert with_kept.returncode == without.returncode == 0, with_kept.stderr
+        assert with_kept.stdout == without.stdout
+        return with_kept.stdout
+
+    first = listings_agree()
+    assert list(kept.glob("objects-*.marshal")), "the listing kept its texts"
+    assert listings_agree() == first
+    manifest = home / "jobs" / "done.yaml"
+    manifest.write_text(manifest.read_text().replace("team: vision", "team: edited"))  # the spec's file
+    assert '"team": "edited"' in listings_agree()
+    status = home / "status" / "broke.yaml"
+    text = status.read_text()
+    assert "exitCode: 3" in text
+    temp = status.with_name(".broke.yaml.tmp")
+    temp.write_text(text.replace("exitCode: 3", "exitCode: 4"))
+    temp.replace(status)  # as gflowd writes a status: a new file renamed into place
+    assert '"exitCode": 4' in listings_agree()
+    manifest.unlink()  # no file: no spec
+    assert '"team": "edited"' not in listings_agree()

@@ -116,6 +116,13 @@ def _print_documents(
     from controller.client.read.specs import manifest_documents  # lazy: only -o yaml|json reads manifests
 
     users = users or {}
+    kept = None
+    listed = names
+    if output == "json" and copies and names and not few:  # a listing: the texts printed before, where current
+        from controller.client.read.object_texts import ObjectTexts  # lazy: only -o json listings
+
+        kept = ObjectTexts(home, users)
+        names = kept.stale(names)
     statuses: dict[str, dict] = {}
     journaled = status_json_texts(home, names, few) if copies and names and output == "json" else {}
     for name in names:
@@ -123,9 +130,9 @@ def _print_documents(
         doc = _head_of(text) if text is not None else read_status(home, name)
         if isinstance(doc, dict):
             statuses[name] = doc
-    manifests = manifest_documents(
-        home, {name: (doc.get("status") or {}).get("manifest") for name, doc in statuses.items()}
-    )
+    wanted = {name: (doc.get("status") or {}).get("manifest") for name, doc in statuses.items()}
+    located: dict[str, object] = {}
+    manifests = manifest_documents(home, wanted, located)
     objects, used = {}, {}
     for name, doc in statuses.items():
         entry = manifests.get(name)
@@ -139,6 +146,8 @@ def _print_documents(
         print(dump(items[0] if single and len(items) == 1 else _list(items), blocks=True), end="")
         return
     texts = [object_json(obj, journaled.get(name), used.get(name)) for name, obj in objects.items()]
+    if kept is not None:
+        texts = kept.merged(listed, dict(zip(objects, texts)), wanted, located)
     if single and len(texts) == 1:
         print(texts[0])
     elif not texts:
