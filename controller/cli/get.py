@@ -132,7 +132,7 @@ def _print_documents(
             statuses[name] = doc
     wanted = {name: (doc.get("status") or {}).get("manifest") for name, doc in statuses.items()}
     located: dict[str, object] = {}
-    manifests = manifest_documents(home, wanted, located)
+    manifests = manifest_documents(home, wanted, located) if wanted else {}  # none: not even its cache
     objects, used = {}, {}
     for name, doc in statuses.items():
         entry = manifests.get(name)
