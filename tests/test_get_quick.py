@@ -4,6 +4,7 @@ every case it cannot answer the same way."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ import sys
 
 import pytest
 from helpers import gflowctl_imports
-from test_get_prepared import _no_age, _settled_home, ctl
+from test_get_prepared import JOBS, _no_age, _settled_home, ctl
 
 from controller.cli.get_table import plain_root
 from controller.paths import Home
@@ -93,6 +94,11 @@ def test_json_texts_kept_from_the_last_listing_follow_their_status_and_manifest(
         return with_kept.stdout
 
     first = listings_agree()
+    assert len(json.loads(first)["items"]) == len(
+        JOBS
+    )  # every byte out before the process ended (cli/main.py _exit_now)
+    gone = ctl(home, "get", "jobs", "gone")
+    assert (gone.returncode, gone.stderr.splitlines()[-1]) == (1, "error: job/gone not found")
     assert list(kept.glob("objects-*.marshal")), "the listing kept its texts"
     assert listings_agree() == first
     manifest = home / "jobs" / "done.yaml"
