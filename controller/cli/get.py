@@ -20,6 +20,15 @@ from controller.cli.common import (
     resource_type,
     warn_if_not_running,
 )
+from controller.cli.get_table import (
+    JOB_KINDS,
+    RECENT,
+    format_columns,
+    pick,
+    print_missing,
+    print_rows,
+    window,
+)
 from controller.client.read.state import (
     expected_starts,
     job_rows,
@@ -35,12 +44,10 @@ from controller.client.read.state import (
 )
 from controller.paths import Home
 
-JOB_KINDS = ("jobs", "job", "j")
 GPU_KINDS = ("gpus", "gpu", "node", "nodes")
 SWEEP_KINDS = ("sweeps", "sweep")
 RESERVATION_KINDS = ("reservations", "reservation")
 EVENT_KINDS = ("events", "event", "ev")
-RECENT = 24 * 3600  # get jobs without names or -A: active jobs and those that ended in the last day (squeue)
 
 
 def get(home: Home, args) -> int:
@@ -109,6 +116,13 @@ def _print_documents(
     from controller.client.read.specs import manifest_documents  # lazy: only -o yaml|json reads manifests
 
     users = users or {}
+    kept = None
+    listed = names
+    if output == "json" and copies and names and not few:  # a listing: the texts printed before, where current
+        from controller.client.read.object_texts import ObjectTexts  # lazy: only -o json listings
+
+        kept = ObjectTexts(home, users)
+        names = kept.stale(names)
     statuses: dict[str, dict] = {}
     journaled = status_json_texts(home, names, few) if copies and names and output == "json" else {}
     for name in names:
@@ -116,9 +130,9 @@ def _print_documents(
         doc = _head_of(text) if text is not None else read_status(home, name)
         if isinstance(doc, dict):
             statuses[name] = doc
-    manifests = manifest_documents(
-        home, {name: (doc.get("status") or {}).get("manifest") for name, doc in statuses.items()}
-    )
+    wanted = {name: (doc.get("status") or {}).get("manifest") for name, doc in statuses.items()}
+    located: dict[str, object] = {}
+    manifests = manifest_documents(home, wanted, located) if wanted else {}  # none: not even its cache
     objects, used = {}, {}
     for name, doc in statuses.items():
         entry = manifests.get(name)
@@ -132,6 +146,8 @@ def _print_documents(
         print(dump(items[0] if single and len(items) == 1 else _list(items), blocks=True), end="")
         return
     texts = [object_json(obj, journaled.get(name), used.get(name)) for name, obj in objects.items()]
+    if kept is not None:
+        texts = kept.merged(listed, dict(zip(objects, texts)), wanted, located)
     if single and len(texts) == 1:
         print(texts[0])
     elif not texts:
@@ -147,22 +163,22 @@ def _list(items: list) -> dict:
 
 
 STATUS_KEY = '\n  "status": '
-MANIFEST_KEY = r'\n    "manifest": ("(?:[^"\\]|\\.)*")'
+MANIFEST_KEY = '\n    "manifest": "'  # the status's own key (4 spaces: a nested key has more) with a string value
 
 
 def _head_of(text: str) -> dict | None:
     """A JSON copy's document without the most of its status, which ``object_json`` copies as text:
     its metadata, and of its status the manifest (where to read the spec). A third of the time
-    ``json.loads`` of the whole would take."""
+    ``json.loads`` of the whole would take; the manifest's string read by json's C scanner."""
     import json
-    import re  # lazy: the table needs none
+    from json.decoder import scanstring  # type: ignore[attr-defined]  # lazy: with json (typeshed omits it)
 
     at = text.rfind(STATUS_KEY)
     if at < 0 or not text.endswith("\n}"):
         return json.loads(text)
     doc = json.loads(text[:at].rstrip(",") + "\n}")
-    found = re.compile(MANIFEST_KEY).search(text, at)
-    doc["status"] = {"manifest": json.loads(found.group(1))} if found else {}
+    found = text.find(MANIFEST_KEY, at)
+    doc["status"] = {"manifest": scanstring(text, found + len(MANIFEST_KEY))[0]} if found >= 0 else {}
     return doc
 
 
@@ -417,10 +433,7 @@ def _get_jobs_from_table(home: Home, args, selector, table) -> int:
     missing = [n for n in args.names if n not in rows]
     chosen, hidden = _choose_table_rows(home, rows, table.ordered, args, selector)
     out = args.output
-    if out == "name":
-        if chosen:
-            sys.stdout.write("".join([f"job/{row[0]}\n" for row in chosen]))
-    elif out in ("yaml", "json"):
+    if out in ("yaml", "json"):
         _print_documents(
             home,
             [row[0] for row in chosen],
@@ -430,53 +443,17 @@ def _get_jobs_from_table(home: Home, args, selector, table) -> int:
             users=dict(zip([row[0] for row in chosen], row_users(home, chosen))),
         )
     else:
-        if not chosen:  # names not found alone: their errors, no header (kubectl)
-            if not missing:
-                print("No jobs found.", file=sys.stderr)
-        else:
-            sys.stdout.write("\n".join(_format_columns(_table_columns(chosen, row_users(home, chosen)))) + "\n")
-        if hidden:
-            print(f"({hidden} jobs that ended more than a day ago not shown; -A lists them)", file=sys.stderr)
+        print_rows(chosen, row_users(home, chosen), out, hidden, missing)
     warn_if_not_running(home)  # a stopped gflowd leaves Running rows that no longer run
-    for name in missing:
-        print_error(f"job/{name} not found")
-    return 1 if missing else 0
-
-
-def _table_columns(chosen: list[tuple], users: list[str]) -> list[list[str]]:
-    """The default table's columns of jobs-table rows (``users``: the USER of each), header first:
-    cells read off the rows (a C loop each), ages formatted once per distinct age."""
-    from operator import itemgetter  # lazy: only the table read from the jobs table
-
-    from controller.util.jobs_table import CREATED, DEVICES, GPUS, PHASE, PRIORITY, REASON  # lazy: as above
-
-    def column(header: str, field: int) -> list[str]:
-        return [header, *map(itemgetter(field), chosen)]
-
-    now = time.time()
-    seconds = [int(now - created) if created else 0 for created in map(itemgetter(CREATED), chosen)]
-    ages = {age: format_age(age) for age in set(seconds)}
-    return [
-        column("NAME", 0),
-        ["USER", *users],
-        column("PHASE", PHASE),
-        column("GPUS", GPUS),
-        column("DEVICES", DEVICES),
-        column("PRIORITY", PRIORITY),
-        ["AGE", *map(ages.__getitem__, seconds)],
-        column("REASON", REASON),
-    ]
+    return print_missing(missing)
 
 
 def _choose_table_rows(home: Home, rows: dict[str, tuple], ordered: bool, args, selector) -> tuple[list[tuple], int]:
     """``choose_jobs`` for jobs-table rows: by name, label, phase and user; without names or ``-A``,
     only active jobs and those ended in the last day."""
-    from controller.util.jobs_table import COMPLETION, LABELS, PHASE  # lazy: as read_table
+    from controller.util.jobs_table import LABELS, PHASE  # lazy: as read_table
 
-    if args.names:
-        chosen = [row for name in args.names if (row := rows.get(name)) is not None]
-    else:
-        chosen = list(rows.values()) if ordered else [rows[name] for name in sorted(rows)]
+    chosen = pick(rows, ordered, args.names)
     if selector:
         from controller.api.labels import selector_matches  # lazy: only listing by label
 
@@ -487,11 +464,7 @@ def _choose_table_rows(home: Home, rows: dict[str, tuple], ordered: bool, args, 
     users = wanted_users(args)
     if users:
         chosen = [row for row, user in zip(chosen, row_users(home, chosen)) if user in users]
-    if args.names or getattr(args, "all", False) or args.phase:
-        return chosen, 0
-    since = time.time() - RECENT
-    recent = [row for row in chosen if not row[COMPLETION] or row[COMPLETION] >= since]
-    return recent, len(chosen) - len(recent)
+    return window(chosen, args.names, getattr(args, "all", False), args.phase)
 
 
 def _tree_table(
@@ -653,17 +626,7 @@ def _format_table(table: list[list[str]]) -> list[str]:
     return _format_columns(list(zip(*table)))
 
 
-def _format_columns(columns) -> list[str]:
-    """``_format_table`` of a table given as its columns (header first): each cell but the last
-    left-justified to its column's width, three spaces apart, the line's end stripped; a row with a
-    cell the terminal would act on has every cell escaped. Loops in C (``%`` formats each row):
-    50,000 rows in ~20 ms."""
-    if not "".join(["".join(column) for column in columns]).isprintable():
-        rows = [row if "".join(row).isprintable() else [printable(cell) for cell in row] for row in zip(*columns)]
-        columns = list(zip(*rows))
-    widths = [max(map(len, column)) for column in columns]
-    line = "".join(f"%-{width}s   " for width in widths[:-1]) + "%s"
-    return list(map(str.rstrip, map(line.__mod__, zip(*columns))))
+_format_columns = format_columns  # the table of every listing: one implementation (get_table.py)
 
 
 def _print_table(table: list[list[str]]) -> None:

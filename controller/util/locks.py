@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import fcntl
 import os
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path  # not at run time: get jobs' quick path loads no pathlib
 
 
-def lock_held(path: Path) -> bool:
+def lock_held(path: str | Path) -> bool:
     """True when some process holds an flock on ``path`` (gflowd's instance lock, a supervisor's
     attempt lock). The kernel drops such a lock when its holder dies, so it is never stale."""
     try:

@@ -30,37 +30,58 @@ def manifest_path(roots: tuple[str, ...], manifest: str | None) -> str | None:
     """A job's ``manifest`` (as its status records it: ``jobs/a.yaml``) as a path that exists, under
     the first of ``roots`` (the home, the spec dir's parent) that has it. Plain strings, not
     pathlib: 2,000 joins cost ~30 ms with it."""
+    found = _manifest_stat(roots, manifest)
+    return found[0] if found is not None else None
+
+
+def _manifest_stat(roots: tuple[str, ...], manifest: str | None) -> tuple[str, os.stat_result] | None:
+    """``manifest_path`` and the file's ``stat``, from one ``stat`` call (2,000 a listing)."""
     if not manifest:
         return None
-    if manifest.startswith("/"):
-        return manifest
-    for root in roots:
-        candidate = f"{root}/{manifest}"
-        if os.path.exists(candidate):
-            return candidate
+    candidates = (manifest,) if manifest.startswith("/") else [f"{root}/{manifest}" for root in roots]
+    for candidate in candidates:
+        try:
+            return candidate, os.stat(candidate)
+        except OSError:
+            continue
     return None
 
 
-def manifest_documents(home: Home, wanted: dict[str, str | None]) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
+def manifest_key(roots: tuple[str, ...], manifest: str | None) -> tuple[str, tuple[int, int, int]] | None:
+    """Which file a job's ``manifest`` is now (``manifest_path``) and its (inode, mtime, size)."""
+    found = _manifest_stat(roots, manifest)
+    return None if found is None else (found[0], _stat_key(found[1]))
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def manifest_documents(
+    home: Home, wanted: dict[str, str | None], located: dict[str, Any] | None = None
+) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
     """name -> (the document of its manifest that defines it, plain data with timestamps as text;
     its ``json_parts``), for each ``wanted`` name (-> its ``manifest``) whose file the caller can
-    read and still defines it."""
+    read and still defines it. ``located``, when given, gets name -> ``manifest_key`` of the file
+    as it was read (for caches of what was made from it: client/read/object_texts.py)."""
     roots = (str(home.root), str(home.spec_dir.parent))
     cache_file = _cache_file(home)
     cache = _load_cache(cache_file) if cache_file else {}
     changed = False
     parsed: dict[str, dict[str, tuple[dict[str, Any], dict[str, str]]]] = {}  # path -> its documents by name
     found: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
+    stats: dict[str | None, tuple[str, os.stat_result] | None] = {}  # manifest -> its path and stat, once
     for name, manifest in wanted.items():
-        path = manifest_path(roots, manifest)
-        if path is None:
+        found_file = (
+            stats[manifest] if manifest in stats else stats.setdefault(manifest, _manifest_stat(roots, manifest))
+        )
+        if located is not None:
+            located[name] = None if found_file is None else (found_file[0], _stat_key(found_file[1]))
+        if found_file is None:
             continue
+        path, st = found_file
         if path not in parsed:
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            key = _stat_key(st)
             entry = cache.get(path)
             if entry is not None and entry[0] == key:
                 parsed[path] = entry[1]
@@ -125,18 +146,18 @@ def plain_data(value: Any) -> Any:
     return str(value)
 
 
-def _cache_file(home: Home) -> str | None:
-    """``$GFLOW_CACHE_DIR``, else ``$XDG_CACHE_HOME/gflow``, else ``~/.cache/gflow``: one file per home."""
+def _cache_file(home: Home, prefix: str = "manifests") -> str | None:
+    """``$GFLOW_CACHE_DIR``, else ``$XDG_CACHE_HOME/gflow``, else ``~/.cache/gflow``: one file per home (and ``prefix``)."""
     folder = os.environ.get("GFLOW_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gflow"
     )
     if not os.path.isabs(folder):
         return None
     digest = hashlib.sha1(str(home.root).encode()).hexdigest()[:16]
-    return os.path.join(folder, f"manifests-{digest}.marshal")
+    return os.path.join(folder, f"{prefix}-{digest}.marshal")
 
 
-def _load_cache(path: str) -> dict[str, Any]:
+def _load_cache(path: str, form: int = CACHE_FORMAT) -> dict[str, Any]:
     """Only a cache that is ours: a file this uid owns that no one else may write (marshal trusts
     its input), of this format."""
     try:
@@ -147,19 +168,19 @@ def _load_cache(path: str) -> dict[str, Any]:
             data = marshal.loads(handle.read())
     except (OSError, EOFError, ValueError, TypeError):
         return {}
-    if not isinstance(data, tuple) or len(data) != 2 or data[0] != CACHE_FORMAT or not isinstance(data[1], dict):
+    if not isinstance(data, tuple) or len(data) != 2 or data[0] != form or not isinstance(data[1], dict):
         return {}
     return data[1]
 
 
-def _save_cache(path: str, entries: dict[str, Any]) -> None:
+def _save_cache(path: str, entries: dict[str, Any], form: int = CACHE_FORMAT) -> None:
     """Written whole (the manifests this ``get`` read), atomically; a cache: no fsync, and no error
     reaches the user (a home without a writable cache folder just parses every time)."""
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
-            handle.write(marshal.dumps((CACHE_FORMAT, entries)))
+            handle.write(marshal.dumps((form, entries)))
         os.replace(tmp, path)
     except (OSError, ValueError):
         try:

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import os
 import pwd
-from pathlib import Path
 
 from controller import API_VERSION
 from controller.client.errors import GflowError
-from controller.paths import Home
 from controller.util.locks import lock_held
 
 TYPE_CHECKING = False  # typing is not imported: every gflowctl verb loads this module (~2 ms)
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path  # not at run time: get jobs' table reads no Home (pathlib loads ipaddress, ~3 ms)
     from typing import Any
+
+    from controller.paths import Home
 
 
 def is_running(home: Home) -> bool:
@@ -201,23 +202,28 @@ def read_table(home: Home) -> Any:
     or when the index is newer by ``TABLE_BEHIND_INDEX`` (gflowd touches the table at every index
     write, just before it: a gflowd that keeps no table, an older one, runs): the caller reads the
     index."""
+    return read_table_at(str(home.jobs_table), str(home.index_file))
+
+
+def read_table_at(table_path: str, index_path: str) -> Any:
+    """``read_table`` from the two files' paths (gflowctl get jobs' quick path has no Home)."""
     from controller.util import jobs_table  # lazy: only get jobs' listings
 
     try:
-        table_st = os.stat(home.jobs_table)
+        table_st = os.stat(table_path)
     except OSError:
         return None
     try:
-        if os.stat(home.index_file).st_mtime - table_st.st_mtime > TABLE_BEHIND_INDEX:
+        if os.stat(index_path).st_mtime - table_st.st_mtime > TABLE_BEHIND_INDEX:
             return None
     except OSError:
         pass  # no index: the table alone
     key = (table_st.st_ino, table_st.st_mtime_ns, table_st.st_size)
-    cached = _table_cache.get(str(home.jobs_table))
+    cached = _table_cache.get(table_path)
     if cached is not None and cached[0] == key:
         return cached[1]  # read once per version (an edit verb looks up a job's owner, then its file)
-    table = jobs_table.read(str(home.jobs_table))
-    _table_cache[str(home.jobs_table)] = (key, table)
+    table = jobs_table.read(table_path)
+    _table_cache[table_path] = (key, table)
     return table
 
 
@@ -249,12 +255,18 @@ def row_users(home: Home, rows: list[tuple]) -> list[str]:
     from controller.util.jobs_table import MANIFEST, UID  # lazy: as above
 
     uids = list(map(itemgetter(UID), rows))
-    name_of = user_names()
-    named = {uid: name_of(uid) for uid in set(uids) if uid is not None}
     if None not in uids:
-        return list(map(named.__getitem__, uids))
+        return uid_users(uids)
+    named = dict(zip(uids, uid_users([uid for uid in uids if uid is not None])))
     owner = manifest_owners(home)
     return [named[uid] if uid is not None else owner(row[MANIFEST]) for uid, row in zip(uids, rows)]
+
+
+def uid_users(uids: list[int]) -> list[str]:
+    """The user name of each uid (the uid as text when it has none), each distinct uid looked up once."""
+    name_of = user_names()
+    named = {uid: name_of(uid) for uid in set(uids)}
+    return list(map(named.__getitem__, uids))
 
 
 def job_rows(home: Home) -> dict[str, dict[str, Any]]:
@@ -343,6 +355,8 @@ def find_manifest(home: Home, name: str, kind: str = "job") -> Path | None:
     else:
         manifest = (((read_index(home) or {}).get(f"{kind}s") or {}).get(name) or {}).get("manifest")
     if manifest:
+        from pathlib import Path  # lazy: see TYPE_CHECKING above
+
         candidate = Path(manifest)
         path = candidate if candidate.is_absolute() else home.root / candidate
         if not path.exists():
