@@ -495,7 +495,7 @@ def test_wide_util_is_the_latest_sample_as_describe_shows_it(home, gflowd, tmp_p
         release.touch()
 
 
-def test_get_o_json_shows_a_spec_only_to_whoever_may_read_its_manifest(shared, gflowd, fake_gpus):
+def test_get_o_json_shows_a_spec_only_to_whoever_may_read_its_manifest(shared, gflowd, fake_gpus, monkeypatch, request):
     """``get -o yaml|json`` prints each job's spec from its manifest, read by the caller: nobody sees
     the spec of their own and of a readable manifest, and of root's 0600 one (a token in its env)
     only the status; root sees all three."""
@@ -520,3 +520,19 @@ def test_get_o_json_shows_a_spec_only_to_whoever_may_read_its_manifest(shared, g
     assert json.loads(as_root)["items"][[i["metadata"]["name"] for i in json.loads(as_root)["items"]].index("private")][
         "spec"
     ]["env"] == {"TOKEN": "s3cr3t"}
+    # root takes the open manifest's read access away: nobody's own caches (kept, as on a real box,
+    # in a folder nobody owns) must not keep showing it
+    caches = Path(tempfile.mkdtemp(prefix="gflow-nobody-cache-"))  # not under pytest's 0700 root folder
+    request.addfinalizer(lambda: shutil.rmtree(caches, ignore_errors=True))
+    os.chown(caches, NOBODY, NOBODY)
+    monkeypatch.setenv("GFLOW_CACHE_DIR", str(caches))
+    ctl_as(NOBODY, shared, "get", "jobs", "-o", "json")
+    assert len(os.listdir(caches)) >= 2, os.listdir(caches)  # the specs and the texts were kept
+    listed = json.loads(ctl_as(NOBODY, shared, "get", "jobs", "-o", "json")[1])["items"]
+    assert "spec" in next(i for i in listed if i["metadata"]["name"] == "open")
+    os.chmod(shared / "jobs" / "open.yaml", 0o600)
+    code, out, err = ctl_as(NOBODY, shared, "get", "jobs", "-o", "json")
+    items = {i["metadata"]["name"]: i for i in json.loads(out)["items"]}
+    assert code == 0 and "spec" not in items["open"] and items["open"]["status"]["phase"] == "Succeeded", out + err
+    _, single, _ = ctl_as(NOBODY, shared, "get", "job", "open", "-o", "yaml")
+    assert "\nspec:" not in single and "phase: Succeeded" in single

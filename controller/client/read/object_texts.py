@@ -1,6 +1,6 @@
 """The texts ``gflowctl get jobs -o json`` printed, kept in the caller's own cache (beside the
 manifests' cache of client/read/specs.py: ``objects-<home>.marshal``, 0600), each under what it
-was made from: the status file's and the manifest file's (inode, mtime, size) and the job's user.
+was made from: the status file's and the manifest file's (inode, mtime, ctime, size) and the job's user.
 A listing of 2,000 finished jobs then takes a ``stat`` of each status file and each manifest and
 prints the texts it kept; only the jobs whose files moved are made again (gflowd's JSON copy, the
 manifest's parse: controller/cli/get.py). Each key is taken before its file is read, so a file
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from controller.paths import Home
 
-FORMAT = 1  # bump when an entry's shape or the text's changes
+FORMAT = 2  # bump when an entry's shape or the text's changes
 MAX_TEXT_BYTES = 32 << 20  # a bigger listing is not kept (the cache's loader refuses 64 MiB)
 
 
@@ -32,7 +32,7 @@ class ObjectTexts:
         self.folder = str(home.status_dir) + os.sep
         self.users = users
         self.kept: dict[str, str] = {}
-        self.status_keys: dict[str, tuple[int, int, int]] = {}
+        self.status_keys: dict[str, tuple[int, int, int, int]] = {}
 
     def stale(self, names: list[str]) -> list[str]:
         """The names whose kept text is missing or no longer matches its files (to be made)."""
@@ -45,7 +45,7 @@ class ObjectTexts:
             if st is None:
                 rest.append(name)
                 continue
-            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
             entry = self.cache.get(name)
             if (
                 entry is not None

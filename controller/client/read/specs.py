@@ -5,7 +5,7 @@ gflowd's shared files carry no manifest text (docs/multi-user.md), so the caller
 itself: a user sees the specs of the manifests they may read, as ``cat`` would show them. Parsing is
 ~0.3 ms a document (ruamel), too slow for 2,000 jobs on every ``get``, so the parses are kept in the
 caller's own cache (``$GFLOW_CACHE_DIR``, ``$XDG_CACHE_HOME/gflow`` or ``~/.cache/gflow``; 0600), each file's keyed by its
-(inode, mtime, size): a warm ``get jobs -o json`` stats each manifest and loads one marshal file,
+(inode, mtime, ctime, size): a warm ``get jobs -o json`` stats each manifest and loads one marshal file,
 and imports no YAML library.
 """
 
@@ -21,7 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-CACHE_FORMAT = 2  # bump when what a cache entry holds changes
+CACHE_FORMAT = 3  # bump when what a cache entry holds changes
 JSON_PARTS = ("spec", "labels", "annotations")  # kept as json.dumps(indent=2) text too: see json_parts
 CACHE_MAX_BYTES = 64 * 1024 * 1024  # a bigger file is not ours to load: start afresh
 
@@ -47,14 +47,15 @@ def _manifest_stat(roots: tuple[str, ...], manifest: str | None) -> tuple[str, o
     return None
 
 
-def manifest_key(roots: tuple[str, ...], manifest: str | None) -> tuple[str, tuple[int, int, int]] | None:
-    """Which file a job's ``manifest`` is now (``manifest_path``) and its (inode, mtime, size)."""
+def manifest_key(roots: tuple[str, ...], manifest: str | None) -> tuple[str, tuple[int, int, int, int]] | None:
+    """Which file a job's ``manifest`` is now (``manifest_path``) and its (inode, mtime, ctime, size)."""
     found = _manifest_stat(roots, manifest)
     return None if found is None else (found[0], _stat_key(found[1]))
 
 
-def _stat_key(st: os.stat_result) -> tuple[int, int, int]:
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    # ctime too: a chmod that takes the caller's read access away changes it, not the mtime
+    return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
 
 
 def manifest_documents(
