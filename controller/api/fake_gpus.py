@@ -79,9 +79,9 @@ def parse_fake_gpus(
                 GpuProcess(
                     pid,
                     parse_quantity(proc.get("usedMemory", 0)),
-                    str(proc.get("name") or facts.name or "?"),
+                    str(proc.get("name") or facts.name),
                     utilization,
-                    str(proc.get("user") or facts.user or "?"),
+                    str(proc.get("user") or facts.user),
                     facts.started,
                     gone=not facts.alive,
                 )

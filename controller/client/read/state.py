@@ -257,7 +257,8 @@ def row_users(home: Home, rows: list[tuple]) -> list[str]:
     uids = list(map(itemgetter(UID), rows))
     if None not in uids:
         return uid_users(uids)
-    named = dict(zip(uids, uid_users([uid for uid in uids if uid is not None])))
+    known = [uid for uid in uids if uid is not None]
+    named = dict(zip(known, uid_users(known)))
     owner = manifest_owners(home)
     return [named[uid] if uid is not None else owner(row[MANIFEST]) for uid, row in zip(uids, rows)]
 
