@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -820,6 +821,11 @@ def test_simulated_two_gpu_machine_every_check_reaches_its_outcome(gpu_sim, tmp_
     assert outcome["shared-gpu-memory"]["numbers"]["reason"] == "GPUMemoryExceeded"
     assert outcome["foreign-process"]["numbers"]["gpu"] in (0, 1)
     assert outcome["cuda-oom-reason"]["numbers"]["reason"] == "CUDAOutOfMemory"
+    if not os.path.exists("/dev/kfd"):  # no AMD GPU: the AMD checks skip, saying so
+        for name in ("amd-inventory", "amd-job"):
+            assert (
+                outcome[name]["outcome"] == "SKIP" and outcome[name]["reason"] == "no AMD GPU: /dev/kfd does not exist"
+            )
 
     features = gflowd_features()
     later = {
@@ -1061,3 +1067,27 @@ def test_amd_job_check_is_registered_after_the_amd_inventory():
     script = SCRIPT.read_text()
     assert '("amd-job", gflow, self.check_amd_job)' in script  # a mixed box: the NVML run's gflowd
     assert '("amd-job", {"venv"}, self.check_amd_job)' in script  # an AMD-only box: a gflowd on amdsmi
+
+
+@pytest.mark.e2e
+def test_amd_job_program_records_what_the_job_was_given(tmp_path, monkeypatch):
+    """The amd-job check's program, run as a process: unset is None, set-empty is "", and a node it
+    cannot open is named by its errno (here /dev/kfd, absent on a machine without AMD GPUs)."""
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_acceptance", module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    program = tmp_path / "amd_job.py"
+    program.write_text(module.AMD_JOB)
+    out = tmp_path / "acc-amd-job.json"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_VISIBLE_DEVICES")}
+    env.update(ROCR_VISIBLE_DEVICES="1", CUDA_VISIBLE_DEVICES="")
+    subprocess.run([sys.executable, str(program), str(out)], env=env, check=True, timeout=60)
+    doc = json.loads(out.read_text())
+    assert doc["env"] == {"ROCR_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": None, "CUDA_VISIBLE_DEVICES": ""}
+    assert any(line.startswith("0::") or line.count(":") >= 2 for line in doc["cgroups"])
+    if not os.path.exists("/dev/kfd"):
+        assert doc["nodes"]["/dev/kfd"] == "ENOENT"
+        verdict = facts.judge_amd_job(doc, {"phase": "Succeeded", "devices": [3]}, AMD_GPUS, ISOLATED)
+        assert not verdict.ok
+        assert verdict.reason.startswith("HIP_VISIBLE_DEVICES is None, not '1'; cannot open /dev/kfd: ENOENT")
