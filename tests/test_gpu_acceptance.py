@@ -1091,3 +1091,19 @@ def test_amd_job_program_records_what_the_job_was_given(tmp_path, monkeypatch):
         verdict = facts.judge_amd_job(doc, {"phase": "Succeeded", "devices": [3]}, AMD_GPUS, ISOLATED)
         assert not verdict.ok
         assert verdict.reason.startswith("HIP_VISIBLE_DEVICES is None, not '1'; cannot open /dev/kfd: ENOENT")
+
+
+def test_device_isolation_is_read_from_the_limits_line_gflowd_writes():
+    from controller.act.runtime.cgroups.probe import FEATURES, Feature, Probe
+
+    def summary(mode: str, denied: set[str]) -> str:
+        features = {
+            n: Feature(n, reason="not mounted") if n in denied else Feature(n, f"/sys/fs/cgroup/{n}") for n in FEATURES
+        }
+        return Probe(mode, {}, features).summary()
+
+    assert facts.devices_isolated(summary("v1", set()))
+    assert facts.devices_isolated(summary("v2", {"freezer", "kill"}))
+    assert not facts.devices_isolated(summary("v1", {"devices"}))
+    assert not facts.devices_isolated(Probe.none("not root").summary())
+    assert not facts.devices_isolated(None)
