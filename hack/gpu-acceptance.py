@@ -10,7 +10,8 @@ real NVML in a temp home, and runs jobs whose payload is ``hack/gpu_probe.py`` (
 API through ctypes, nothing to download). One line per check, ``PASS``/``FAIL``/``SKIP name —
 reason``, a summary, a JSON report; exit 1 on any FAIL, 130 when interrupted, 0 otherwise.
 Without a GPU (no ``nvidia-smi``, it fails, or no ``libcuda.so.1``) it says so in one line and
-every check is SKIP (exit 0), so CI runs it. docs/gpu-acceptance.md lists each check and what
+every check is SKIP (exit 0), so CI runs it; where ``/dev/kfd`` exists the AMD checks run all the
+same (``amd-job`` with a gflowd on amdsmi). docs/gpu-acceptance.md lists each check and what
 makes it fail.
 
 It talks to gflow only as a user does: ``gflowd``/``gflowctl`` as processes, their JSON output
