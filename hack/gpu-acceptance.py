@@ -10,7 +10,8 @@ real NVML in a temp home, and runs jobs whose payload is ``hack/gpu_probe.py`` (
 API through ctypes, nothing to download). One line per check, ``PASS``/``FAIL``/``SKIP name —
 reason``, a summary, a JSON report; exit 1 on any FAIL, 130 when interrupted, 0 otherwise.
 Without a GPU (no ``nvidia-smi``, it fails, or no ``libcuda.so.1``) it says so in one line and
-every check is SKIP (exit 0), so CI runs it. docs/gpu-acceptance.md lists each check and what
+every check is SKIP (exit 0), so CI runs it; where ``/dev/kfd`` exists the AMD checks run all the
+same (``amd-job`` with a gflowd on amdsmi). docs/gpu-acceptance.md lists each check and what
 makes it fail.
 
 It talks to gflow only as a user does: ``gflowd``/``gflowctl`` as processes, their JSON output
@@ -75,6 +76,7 @@ from gpu_facts import (  # noqa: E402  (hack/ is not a package; the pure half of
     exit_code,
     gpu_usage_entry,
     judge_amd,
+    judge_amd_job,
     judge_binding,
     judge_checkpoint_timing,
     judge_distinct,
@@ -104,6 +106,25 @@ AMD_READ = (
     " 'gpus': [dataclasses.asdict(g) for g in gpus],"
     " 'cards': {str(g.minor): sorted(drm_card_minors([g.minor])) for g in gpus if g.minor is not None}}))\n"
 )
+# the amd-job check's job (no CUDA, no ROCm needed): what it was given (ROCm's and CUDA's variables,
+# None when unset) and which AMD device nodes it can open (os.open O_RDWR: "ok" or the errno name),
+# written atomically to argv[1]; its cgroups too, so the cleanup checks they are gone
+AMD_JOB = r"""
+import errno, glob, json, os, sys
+nodes = {}
+for path in ["/dev/kfd", *sorted(glob.glob("/dev/dri/renderD*")), *sorted(glob.glob("/dev/dri/card*"))]:
+    try:
+        os.close(os.open(path, os.O_RDWR))
+        nodes[path] = "ok"
+    except OSError as exc:
+        nodes[path] = errno.errorcode.get(exc.errno, str(exc.errno))
+names = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+doc = {"env": {name: os.environ.get(name) for name in names}, "nodes": nodes,
+       "cgroups": open("/proc/self/cgroup").read().splitlines()}
+with open(sys.argv[1] + ".tmp", "w") as handle:
+    json.dump(doc, handle)
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+"""
 TOKEN_VAR = "GFLOW_GPU_ACCEPTANCE_RUN"  # in gflowd's and every job's environment: finds leftovers
 
 
@@ -206,11 +227,16 @@ class Acceptance:
             self.detect()
             if not self.gpu_info["present"]:
                 print(f"gpu-acceptance: no NVIDIA GPU here ({self.gpu_info['reason']}): every check SKIP", flush=True)
-                if os.path.exists(KFD):  # an AMD-only machine: its check runs all the same
+                if os.path.exists(KFD):  # an AMD-only machine: its checks run all the same
+                    self.probe_dir.mkdir()
+                    self.manifests.mkdir()
+                    self.base_cgroups = set(_own_cgroups())
                     self._run_step("venv", set(), self.check_venv)
                     self._run_step("amd-inventory", {"venv"}, self.check_amd)
+                    self._run_step("amd-job", {"venv"}, self.check_amd_job)  # starts gflowd on amdsmi
                 for result in all_skipped(f"no NVIDIA GPU: {self.gpu_info['reason']}"):
-                    self._record(result)
+                    if result.name != "cleanup" or self.gflowd is None:  # a gflowd ran: cleanup judges it
+                        self._record(result)
             else:
                 self.run_checks()
         except KeyboardInterrupt:
@@ -219,7 +245,7 @@ class Acceptance:
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second Ctrl-C must not stop the cleanup
                 signal.signal(sig, signal.SIG_IGN)
-            if self.gpu_info["present"]:
+            if self.gpu_info["present"] or self.gflowd is not None:
                 try:
                     self._record(self.cleanup())
                 except Exception as exc:  # still write the report
@@ -319,6 +345,7 @@ class Acceptance:
             ("apply-to-first-cuda", gflow, self.check_latency),
             ("nvml-sampling-cost", {"venv"}, self.check_nvml_cost),
             ("amd-inventory", {"venv"}, self.check_amd),
+            ("amd-job", gflow, self.check_amd_job),  # the same gflowd: its inventory has the AMD GPUs too
             ("checkpoint-signal", gflow, self.check_checkpoint_signal),
             ("mig-instance", gflow, self.check_mig),
             ("mig-caps-isolation", gflow, self.check_mig_caps),
@@ -406,6 +433,42 @@ class Acceptance:
         render = {int(n[len("renderD") :]) for n in names if n.startswith("renderD") and n[len("renderD") :].isdigit()}
         return judge_amd(_last_json(out.stdout), render)
 
+    def check_amd_job(self) -> Verdict:
+        """A gpuType: amd job on a real gflowd (docs/amd.md): its program (AMD_JOB, no CUDA or ROCm)
+        records ROCm's and CUDA's variables and which AMD device nodes it can open."""
+        if not os.path.exists(KFD):
+            raise Skip(f"no AMD GPU: {KFD} does not exist")
+        if self.gflowd is None:  # an AMD-only machine: no NVML gflowd was started; this one reads amdsmi
+            inventory = str(self._start_gflowd().get("inventory", ""))
+            if "amdsmi" not in inventory or "no amdsmi" in inventory:
+                self.broken["gflowd"] = f"gflowd does not read the AMD GPUs ({inventory})"
+                raise StepError(f"gflowd's inventory is {inventory!r}, not amdsmi's")
+        out = run([str(self.venv / "bin" / "python"), "-c", AMD_READ], timeout=120 * self.scale, env=self._clean_env())
+        read = _last_json(out.stdout) or {}
+        node = self.node() or {}
+        ids = {g.get("uuid"): g.get("index") for g in node.get("gpus") or []}
+        gpus = [
+            {
+                "id": ids.get(g.get("uuid")),
+                "localIndex": g.get("local_index"),
+                "render": g.get("minor"),
+                "cards": (read.get("cards") or {}).get(str(g.get("minor")), []),
+            }
+            for g in read.get("gpus") or []
+        ]
+        if not gpus or any(g["id"] is None for g in gpus):
+            raise StepError(
+                f"gflowd's get gpus ({sorted(i for i in ids.values() if i is not None)}) does not list every GPU "
+                f"amdsmi lists ({read.get('describe') or out.stderr.strip()[-200:]})"
+            )
+        program = self.probe_dir / "amd_job.py"
+        program.write_text(AMD_JOB)
+        job = self.apply_job("amd-job", gpus=1, gpu_type="amd", probe=[], command=[sys.executable, str(program)])
+        status = self.wait_phase(job.name, {"Succeeded", "Failed"}, 120)
+        verdict = judge_amd_job(self.probe_doc(job), status, gpus, node.get("limits"))
+        verdict.numbers.update(amdGpus=gpus, limits=node.get("limits"))
+        return verdict
+
     def check_cuda_driver(self) -> Verdict:
         env = self._clean_env()
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -425,6 +488,22 @@ class Acceptance:
         return Verdict(True, f"{len(seen)} GPU(s), PCI order matches nvidia-smi", {"seen": seen})
 
     def check_gflowd(self) -> Verdict:
+        node = self._start_gflowd()
+        inventory = str(node.get("inventory", ""))
+        if not inventory.startswith("NVML"):
+            self.broken["gflowd"] = f"gflowd is not on NVML ({inventory})"
+            return Verdict(False, f"gflowd's inventory is {inventory!r}, not NVML")
+        busy = [g["index"] for g in node["gpus"] if g.get("state") != "Free"]
+        if busy:  # a fresh box has nothing running; otherwise the job checks would wait forever
+            return Verdict(
+                False, f"GPUs {busy} are not Free before any job ran: {[g.get('state') for g in node['gpus']]}"
+            )
+        features = self._features_now()
+        cgroups = "cgroups flag present" if features["cgroups"] else "no --cgroups flag"
+        return Verdict(True, f"{inventory}, {len(node['gpus'])} GPU(s) Free; {cgroups}")
+
+    def _start_gflowd(self) -> dict[str, Any]:
+        """Start the run's private gflowd; its node (get gpus -o json) once it lists GPUs, or StepError."""
         flags = ["--home", str(self.home), "--log-level", "info", "--termination-grace-period", "5"]
         features = self.gflowd_info.get("features") or self._features()
         if features["cgroups"]:
@@ -457,18 +536,8 @@ class Acceptance:
             self.broken["gflowd"] = "gflowd never listed GPUs"
             inventory = (self.node() or {}).get("inventory", "no node.yaml")
             raise StepError(f"gflowd lists no GPUs after {60 * self.scale:g}s ({inventory})")
-        inventory = str(node.get("inventory", ""))
-        self.gflowd_info["inventory"] = inventory
-        if not inventory.startswith("NVML"):
-            self.broken["gflowd"] = f"gflowd is not on NVML ({inventory})"
-            return Verdict(False, f"gflowd's inventory is {inventory!r}, not NVML")
-        busy = [g["index"] for g in node["gpus"] if g.get("state") != "Free"]
-        if busy:  # a fresh box has nothing running; otherwise the job checks would wait forever
-            return Verdict(
-                False, f"GPUs {busy} are not Free before any job ran: {[g.get('state') for g in node['gpus']]}"
-            )
-        cgroups = "cgroups flag present" if features["cgroups"] else "no --cgroups flag"
-        return Verdict(True, f"{inventory}, {len(node['gpus'])} GPU(s) Free; {cgroups}")
+        self.gflowd_info["inventory"] = str(node.get("inventory", ""))
+        return node
 
     def check_inventory(self) -> Verdict:
         node = self.node() or {}
@@ -1130,11 +1199,16 @@ class Acceptance:
         sharing: str | None = None,
         gpu_memory: str | None = None,
         gpu_type: str | None = None,
+        command: list[str] | None = None,
     ) -> Job:
+        """A job running the probe with ``probe`` arguments, or ``command`` + its report path."""
         name = f"acc-{stem}"
         out = self.probe_dir / f"{name}.json"
         release = release or self.probe_dir / f"{name}.release"
-        command = [sys.executable, str(PROBE), "--out", str(out), "--release-file", str(release), *probe]
+        if command is None:
+            command = [sys.executable, str(PROBE), "--out", str(out), "--release-file", str(release), *probe]
+        else:
+            command = [*command, str(out)]
         resources: dict[str, Any] = {"gpus": gpus}
         if gpu_memory:
             resources["gpuMemory"] = gpu_memory

@@ -61,6 +61,11 @@ CHECKS: list[tuple[str, str]] = [
     ("apply-to-first-cuda", "time from gflowctl apply to the job's first CUDA call"),
     ("nvml-sampling-cost", "cost of one NVML sampling pass over all GPUs"),
     ("amd-inventory", "on a machine with /dev/kfd, gflowd's amdsmi reader lists healthy AMD GPUs with render nodes"),
+    (
+        "amd-job",
+        "on a machine with /dev/kfd, a gpuType: amd job gets its GPU in ROCR/HIP_VISIBLE_DEVICES, opens /dev/kfd "
+        "and its render node, and (with device isolation) no other AMD GPU's nodes",
+    ),
     ("checkpoint-signal", "a job with timeLimit 20s and checkpoint.before 10s gets its signal ~10s in, and confirms"),
     ("mig-instance", "where a GPU has MIG on: a job asking for its profile sees only its instance (MIG-<uuid>)"),
     ("mig-caps-isolation", "a MIG job that clears CUDA_VISIBLE_DEVICES opens only its own 2 nvidia-caps nodes"),
@@ -424,6 +429,82 @@ def judge_amd(doc: dict[str, Any] | None, render_nodes: set[int]) -> Verdict:
         return Verdict(False, "; ".join(problems))
     names = sorted({str(g.get("name")) for g in gpus})
     return Verdict(True, f"{len(gpus)} AMD GPU(s): {', '.join(names)}", {"amdGpus": len(gpus)})
+
+
+def devices_isolated(limits: str | None) -> bool:
+    """Does gflowd's ``limits`` line (``get gpus -o json``; ``cgroup v1: memory, devices, ...; no x: why``)
+    say the jobs run under the devices cgroup (v1) or the device program (v2)?"""
+    head = (limits or "").split(";", 1)[0]
+    if not head.startswith("cgroup ") or ":" not in head:
+        return False  # "cgroups unavailable: ...", or a build that does not say
+    return "devices" in [name.strip() for name in head.split(":", 1)[1].split(",")]
+
+
+def judge_amd_job(
+    doc: dict[str, Any] | None, status: dict[str, Any], gpus: list[dict[str, Any]], limits: str | None = None
+) -> Verdict:
+    """The amd-job check's job (docs/amd.md): what its program recorded (``doc``: ``env``, the three
+    variables or None when unset; ``nodes``, path -> ``ok`` or the errno name of os.open O_RDWR), its
+    status, and every AMD GPU of the box (``gpus``: ``id`` gflow's, ``localIndex`` ROCR's, ``render``
+    its renderD minor, ``cards`` the card minors sysfs pairs with it). It passes when the job
+    Succeeded, ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES name exactly its bound GPUs' ROCm indices,
+    CUDA_VISIBLE_DEVICES is set empty, /dev/kfd and its own render nodes open, and, when gflowd's
+    ``limits`` line says the devices are isolated, every other AMD GPU's render and card node is EPERM.
+    Without isolation the other nodes are not judged, and the reason says so."""
+    if doc is None:
+        return Verdict(False, "the job's program wrote no report (see the job log)")
+    env = doc.get("env") or {}
+    nodes: dict[str, str] = doc.get("nodes") or {}
+    devices = list(status.get("devices") or [])
+    isolated = devices_isolated(limits)
+    numbers: dict[str, Any] = {"devices": devices, "env": env, "nodes": nodes, "isolated": isolated}
+    if status.get("phase") != "Succeeded":
+        return Verdict(
+            False, f"the job ended {status.get('phase')}/{status.get('reason')}: {status.get('message')}", numbers
+        )
+    by_id = {g.get("id"): g for g in gpus}
+    foreign = [d for d in devices if d not in by_id]
+    if not devices or foreign:
+        amd = sorted(i for i in by_id if isinstance(i, int))
+        return Verdict(False, f"bound to GPUs {devices or 'none'}, the AMD GPUs are {amd}", numbers)
+    own = [by_id[d] for d in devices]
+    want = ",".join(str(g.get("localIndex")) for g in own)
+    numbers["expected"] = want
+    problems = [
+        f"{name} is {env.get(name)!r}, not {want!r}"
+        for name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+        if env.get(name) != want
+    ]
+    if env.get("CUDA_VISIBLE_DEVICES") != "":
+        problems.append(f"CUDA_VISIBLE_DEVICES is {env.get('CUDA_VISIBLE_DEVICES')!r}, not set empty")
+    needed = ["/dev/kfd", *(f"/dev/dri/renderD{g.get('render')}" for g in own)]
+    problems += [f"cannot open {path}: {nodes.get(path, 'not tried')}" for path in needed if nodes.get(path) != "ok"]
+    others = [
+        path
+        for g in gpus
+        if g.get("id") not in devices
+        for path in (f"/dev/dri/renderD{g.get('render')}", *(f"/dev/dri/card{c}" for c in g.get("cards") or []))
+    ]
+    if isolated:
+        problems += [
+            f"another AMD GPU's {path} is {nodes.get(path, 'not tried')}, not EPERM"
+            for path in others
+            if nodes.get(path) != "EPERM"
+        ]
+    if problems:
+        return Verdict(False, "; ".join(problems), numbers)
+    text = f"GPU {','.join(map(str, devices))} -> ROCR/HIP_VISIBLE_DEVICES={want}, CUDA_VISIBLE_DEVICES empty, opens /dev/kfd"
+    if not others:
+        return Verdict(True, f"{text}; no other AMD GPU here to be denied", numbers)
+    if not isolated:
+        opened = [path for path in others if nodes.get(path) == "ok"]
+        return Verdict(
+            True,
+            f"{text}; not isolated: gflowd reports no device isolation ({limits or 'no limits line'}), "
+            f"other AMD GPUs' nodes opened: {', '.join(opened) or 'none'}",
+            numbers,
+        )
+    return Verdict(True, f"{text}; other AMD GPUs' nodes EPERM: {', '.join(others)}", numbers)
 
 
 def judge_isolation(doc: dict[str, Any] | None, own: list[int], smi: dict[int, SmiGpu]) -> Verdict:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -820,6 +821,11 @@ def test_simulated_two_gpu_machine_every_check_reaches_its_outcome(gpu_sim, tmp_
     assert outcome["shared-gpu-memory"]["numbers"]["reason"] == "GPUMemoryExceeded"
     assert outcome["foreign-process"]["numbers"]["gpu"] in (0, 1)
     assert outcome["cuda-oom-reason"]["numbers"]["reason"] == "CUDAOutOfMemory"
+    if not os.path.exists("/dev/kfd"):  # no AMD GPU: the AMD checks skip, saying so
+        for name in ("amd-inventory", "amd-job"):
+            assert (
+                outcome[name]["outcome"] == "SKIP" and outcome[name]["reason"] == "no AMD GPU: /dev/kfd does not exist"
+            )
 
     features = gflowd_features()
     later = {
@@ -993,3 +999,111 @@ def test_mig_caps_isolation_verdicts():
     two_seen = probe_doc("0000:07:00.0", "0000:07:00.0", visible=None, cleared=True, nodes={**own, **denied})
     assert "CUDA sees 2 devices" in facts.judge_mig_caps(two_seen).reason
     assert not facts.judge_mig_caps(None).ok
+
+
+AMD_GPUS = [  # a box with two AMD GPUs after two NVIDIA ones: gflow ids 2 and 3, ROCm's 0 and 1
+    {"id": 2, "localIndex": 0, "render": 128, "cards": [1]},
+    {"id": 3, "localIndex": 1, "render": 129, "cards": [2]},
+]
+ISOLATED = "cgroup v1: memory, cpuset, pids, devices, cputime, freezer; no kill: cgroup v1 has no cgroup.kill"
+
+
+def amd_job_doc(**nodes: str) -> dict:
+    """What the amd-job check's program records for a job bound to gflow GPU 3 (ROCm's 1)."""
+    seen = {
+        "/dev/kfd": "ok",
+        "/dev/dri/renderD128": "EPERM",
+        "/dev/dri/renderD129": "ok",
+        "/dev/dri/card1": "EPERM",
+        "/dev/dri/card2": "ok",
+    }
+    env = {"ROCR_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": ""}
+    return {"env": env, "nodes": {**seen, **nodes}}
+
+
+def test_amd_job_verdicts():
+    done = {"phase": "Succeeded", "devices": [3]}
+    good = facts.judge_amd_job(amd_job_doc(), done, AMD_GPUS, ISOLATED)
+    assert good.ok, good.reason
+    assert good.reason == (
+        "GPU 3 -> ROCR/HIP_VISIBLE_DEVICES=1, CUDA_VISIBLE_DEVICES empty, opens /dev/kfd; "
+        "other AMD GPUs' nodes EPERM: /dev/dri/renderD128, /dev/dri/card1"
+    )
+
+    wrong = amd_job_doc()
+    wrong["env"].update(ROCR_VISIBLE_DEVICES="3", CUDA_VISIBLE_DEVICES=None)
+    verdict = facts.judge_amd_job(wrong, done, AMD_GPUS, ISOLATED)
+    assert not verdict.ok
+    assert verdict.reason == "ROCR_VISIBLE_DEVICES is '3', not '1'; CUDA_VISIBLE_DEVICES is None, not set empty"
+    on_nvidia = facts.judge_amd_job(amd_job_doc(), {"phase": "Succeeded", "devices": [0]}, AMD_GPUS, ISOLATED)
+    assert not on_nvidia.ok and on_nvidia.reason == "bound to GPUs [0], the AMD GPUs are [2, 3]"
+
+    leak = facts.judge_amd_job(amd_job_doc(**{"/dev/dri/renderD128": "ok"}), done, AMD_GPUS, ISOLATED)
+    assert not leak.ok and leak.reason == "another AMD GPU's /dev/dri/renderD128 is ok, not EPERM"
+    card = facts.judge_amd_job(amd_job_doc(**{"/dev/dri/card1": "ok"}), done, AMD_GPUS, ISOLATED)
+    assert not card.ok and "/dev/dri/card1 is ok, not EPERM" in card.reason
+    own_denied = facts.judge_amd_job(amd_job_doc(**{"/dev/kfd": "EPERM"}), done, AMD_GPUS, ISOLATED)
+    assert not own_denied.ok and own_denied.reason == "cannot open /dev/kfd: EPERM"
+
+    # no device isolation: the other GPU's nodes open, and the verdict says so rather than failing
+    open_all = amd_job_doc(**{"/dev/dri/renderD128": "ok", "/dev/dri/card1": "ok"})
+    for limits in ("cgroups unavailable: not root", "cgroup v1: memory, cpuset; no devices: not mounted", None):
+        loose = facts.judge_amd_job(open_all, done, AMD_GPUS, limits)
+        assert loose.ok and loose.numbers["isolated"] is False
+        assert "not isolated: gflowd reports no device isolation" in loose.reason
+        assert loose.reason.endswith("other AMD GPUs' nodes opened: /dev/dri/renderD128, /dev/dri/card1")
+
+    failed = facts.judge_amd_job(amd_job_doc(), {"phase": "Failed", "reason": "Error", "message": "exit 1"}, AMD_GPUS)
+    assert not failed.ok and failed.reason == "the job ended Failed/Error: exit 1"
+    assert not facts.judge_amd_job(None, done, AMD_GPUS, ISOLATED).ok
+    alone = facts.judge_amd_job(amd_job_doc(), done, AMD_GPUS[1:], ISOLATED)
+    assert alone.ok and alone.reason.endswith("no other AMD GPU here to be denied")
+
+
+def test_amd_job_check_is_registered_after_the_amd_inventory():
+    names = facts.CHECK_NAMES
+    assert names.index("amd-job") == names.index("amd-inventory") + 1
+    assert "amd-job" in [r.name for r in facts.all_skipped("no GPU")]
+    script = SCRIPT.read_text()
+    assert '("amd-job", gflow, self.check_amd_job)' in script  # a mixed box: the NVML run's gflowd
+    assert '("amd-job", {"venv"}, self.check_amd_job)' in script  # an AMD-only box: a gflowd on amdsmi
+
+
+@pytest.mark.e2e
+def test_amd_job_program_records_what_the_job_was_given(tmp_path, monkeypatch):
+    """The amd-job check's program, run as a process: unset is None, set-empty is "", and a node it
+    cannot open is named by its errno (here /dev/kfd, absent on a machine without AMD GPUs)."""
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_acceptance", module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    program = tmp_path / "amd_job.py"
+    program.write_text(module.AMD_JOB)
+    out = tmp_path / "acc-amd-job.json"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_VISIBLE_DEVICES")}
+    env.update(ROCR_VISIBLE_DEVICES="1", CUDA_VISIBLE_DEVICES="")
+    subprocess.run([sys.executable, str(program), str(out)], env=env, check=True, timeout=60)
+    doc = json.loads(out.read_text())
+    assert doc["env"] == {"ROCR_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": None, "CUDA_VISIBLE_DEVICES": ""}
+    assert any(line.startswith("0::") or line.count(":") >= 2 for line in doc["cgroups"])
+    if not os.path.exists("/dev/kfd"):
+        assert doc["nodes"]["/dev/kfd"] == "ENOENT"
+        verdict = facts.judge_amd_job(doc, {"phase": "Succeeded", "devices": [3]}, AMD_GPUS, ISOLATED)
+        assert not verdict.ok
+        assert verdict.reason.startswith("HIP_VISIBLE_DEVICES is None, not '1'; cannot open /dev/kfd: ENOENT")
+
+
+def test_device_isolation_is_read_from_the_limits_line_gflowd_writes():
+    from controller.act.runtime.cgroups.probe import FEATURES, Feature, Probe
+
+    def summary(mode: str, denied: set[str]) -> str:
+        features = {
+            n: Feature(n, reason="not mounted") if n in denied else Feature(n, f"/sys/fs/cgroup/{n}") for n in FEATURES
+        }
+        return Probe(mode, {}, features).summary()
+
+    assert facts.devices_isolated(summary("v1", set()))
+    assert facts.devices_isolated(summary("v2", {"freezer", "kill"}))
+    assert not facts.devices_isolated(summary("v1", {"devices"}))
+    assert not facts.devices_isolated(Probe.none("not root").summary())
+    assert not facts.devices_isolated(None)
