@@ -75,8 +75,12 @@ def test_rerun_runs_a_finished_job_again(home, gflowd, tmp_path):
     wait_phase(home, "again", "Succeeded", daemon=daemon)
     assert ctl(home, "rerun", "again").returncode == 0
     wait_for(lambda: marker.exists() and marker.read_text() == "run\nrun\n", message="a second run")
-    status = wait_phase(home, "again", "Succeeded", daemon=daemon)
-    assert status["attempt"] == 2 and status["observedGeneration"] == 2
+    # the second run's own end: the first's Succeeded may still be the file while the second runs
+    status = wait_for(
+        lambda: (s := job_status(home, "again")) and s.get("attempt") == 2 and s["phase"] == "Succeeded" and s,
+        message=lambda: f"attempt 2 Succeeded: {job_status(home, 'again')}",
+    )
+    assert status["observedGeneration"] == 2
 
 
 def test_get_gpus_lists_fake_gpus_with_their_jobs(home, gflowd, tmp_path):
