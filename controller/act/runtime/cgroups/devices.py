@@ -101,17 +101,7 @@ def _gpu_nodes(dev_dir: str) -> set[int] | None:
         names = os.listdir(dev_dir)
     except OSError:
         return None
-    minors = set()
-    for name in names:
-        if not _GPU_NODE.fullmatch(name):
-            continue
-        try:
-            st = os.stat(os.path.join(dev_dir, name))
-        except OSError:
-            continue
-        if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == NVIDIA_MAJOR:
-            minors.add(os.minor(st.st_rdev))
-    return minors - NVIDIA_CONTROL_MINORS
+    return _char_minors(dev_dir, filter(_GPU_NODE.fullmatch, names), NVIDIA_MAJOR) - NVIDIA_CONTROL_MINORS
 
 
 def gpu_deny_rules(bound: Iterable[int], known: Iterable[int] = (), dev_dir: str = "/dev") -> list[DeviceRule]:
@@ -243,6 +233,11 @@ def _caps_nodes(dev_dir: str, major: int) -> set[int]:
         names = os.listdir(folder)
     except OSError:
         return set()
+    return _char_minors(folder, names, major)
+
+
+def _char_minors(folder: str, names: Iterable[str], major: int) -> set[int]:
+    """The minors of the char device nodes among ``names`` in ``folder`` whose major is ``major``."""
     minors = set()
     for name in names:
         try:
