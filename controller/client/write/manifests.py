@@ -29,7 +29,7 @@ from controller.util.yamlio import iter_documents_text, load_one
 
 _ENV_KEY = re.compile(r"^\s*env\s*:", re.MULTILINE)  # spec.env (or a template's): a Job's secrets
 # likely_stored's patterns, compiled on first use (run never needs them)
-_META_NAME = r"(?m)^metadata:[ \t]*(?:\{[ \t]*|\n[ \t]+)name:[ \t]*([a-z0-9][-a-z0-9.]*)[ \t]*[,}\n]"
+_META_NAME = r"(?m)^metadata:[ \t]*(?:\{[ \t]*|\n[ \t]+)name:[ \t]*([a-z0-9][-a-z0-9.]*)[ \t]*[,}\n#]"
 _SPEC_FIRST_KEY = r"(?m)^spec:[ \t]*\n([ \t]+)[A-Za-z]"
 
 
