@@ -186,8 +186,8 @@ def merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
 
 # -- directives ------------------------------------------------------------------------------------
 
-_GFLOW_RE = re.compile(r"^#\s*GFLOW\b\s?(.*)$")
-_SBATCH_RE = re.compile(r"^#SBATCH\b\s?(.*)$")
+_GFLOW_RE = r"^#\s*GFLOW\b\s?(.*)$"  # compiled on first use (re's cache): not at every gflowctl start
+_SBATCH_RE = r"^#SBATCH\b\s?(.*)$"
 
 
 class Directives:
@@ -221,13 +221,13 @@ def read_directives(text: str, origin: str) -> Directives:
         where = f"{origin} line {number}: "
         try:
             words = None
-            if match := _GFLOW_RE.match(stripped):
+            if match := re.match(_GFLOW_RE, stripped):
                 words = shlex.split(match.group(1), comments=True)
                 options, rest, _ = parse_flags(words, where=where, directive=True)
                 if rest:
                     raise SubmitError(f"{where}unexpected {rest[0]!r} in a # GFLOW directive")
                 gflow = merge(gflow, options)
-            elif match := _SBATCH_RE.match(stripped):
+            elif match := re.match(_SBATCH_RE, stripped):
                 words = shlex.split(match.group(1), comments=True)
                 sbatch = merge(sbatch, _sbatch_options(words, where, warnings))
                 sbatch["sbatch_script"] = True  # a script written for Slurm: it gets the variables such scripts read
@@ -364,7 +364,7 @@ def _sbatch_dependency(value: str, where: str, warnings: list[str]) -> list[str]
 
 # -- values ----------------------------------------------------------------------------------------
 
-_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_SLURM_TIME = r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$"  # compiled on first use (re's cache)
 
 
 def parse_signal(text: str) -> dict[str, Any]:
@@ -398,7 +398,7 @@ def parse_time(text: str) -> float:
     """Seconds from a Go-style duration (``4h30m``) or Slurm's formats: ``MM``, ``MM:SS``,
     ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``. A bare number is minutes, as in sbatch."""
     text = text.strip()
-    match = _SLURM_TIME.match(text)
+    match = re.match(_SLURM_TIME, text)
     if match:
         days, first, second, third = match.groups()
         numbers = [int(x) for x in (first, second, third) if x is not None]
@@ -418,13 +418,13 @@ def parse_time(text: str) -> float:
         ) from None
 
 
-_SLURM_MEM = re.compile(r"^(\d+)([KMGT])?$", re.IGNORECASE)
+_SLURM_MEM = r"(?i)^(\d+)([KMGT])?$"  # compiled on first use (re's cache)
 
 
 def parse_memory(text: str) -> str:
     """``16Gi``, ``500M`` as in manifests; a bare number or Slurm's ``16G`` (powers of 1024, MiB by
     default) as sbatch means it."""
-    match = _SLURM_MEM.match(text.strip())
+    match = re.match(_SLURM_MEM, text.strip())
     if match:
         return f"{match.group(1)}{(match.group(2) or 'M').upper()}i"
     try:

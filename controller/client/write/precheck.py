@@ -16,7 +16,7 @@ import os
 import re
 import shlex
 
-_PYTHON_LINE = re.compile(r"^(import \w|from [\w.]+ import |def \w+\(|class \w+[:(]|if __name__ == )")
+_PYTHON_LINE = r"^(import \w|from [\w.]+ import |def \w+\(|class \w+[:(]|if __name__ == )"  # compiled on first use
 
 
 def check_program(argv: list[str], workdir: str, path: str | None, path_is: str = "") -> str | None:
@@ -77,7 +77,7 @@ def looks_like_python(path: str) -> bool:
             head = handle.read(4096)
     except OSError:
         return False
-    return any(_PYTHON_LINE.match(line) for line in head.splitlines())
+    return any(re.match(_PYTHON_LINE, line) for line in head.splitlines())
 
 
 def job_path(environment: dict[str, str] | None, spec_env: dict[str, str]) -> tuple[str | None, str]:
