@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import signal as signal_mod
 from collections.abc import Mapping
 
 from controller import API_VERSION
@@ -211,6 +209,8 @@ def read_directives(text: str, origin: str) -> Directives:
     error (it is gflow's own language, a typo there should stop the submission)."""
     gflow: dict[str, Any] = {}
     sbatch: dict[str, Any] = {}
+    import shlex  # lazy: only a script's directives need it, not run -- CMD
+
     warnings: list[str] = []
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
@@ -378,6 +378,8 @@ def parse_signal(text: str) -> dict[str, Any]:
         problems.append(f"{where!r} before ':' (only B: is meant, as in sbatch)")
     name = sig.upper().removeprefix("SIG")
     if name.isdigit():
+        import signal as signal_mod  # lazy: its enum of signals costs every run's start-up ~0.5 ms
+
         try:
             name = signal_mod.Signals(int(name)).name.removeprefix("SIG")
         except ValueError:
@@ -767,6 +769,8 @@ def pinned_script(text: str, path: str, args: list[str], output: str | None = No
         delimiter += "_"
     body = text if text.endswith("\n") else text + "\n"
     runner = '"$pinned"' if text.startswith("#!") else 'bash "$pinned"'
+    import shlex  # lazy: only a script (or its directives) needs it, not run -- CMD
+
     quoted = "".join(" " + shlex.quote(a) for a in args)
     streams, waits = "", ""
     folders = sorted({os.path.dirname(p) for p in (output, error) if p is not None and os.path.dirname(p)})
