@@ -334,6 +334,8 @@ def apply_inputs(
     home.spec_dir.mkdir(parents=True, exist_ok=True)
     folders = [source_folder(home, origin) for origin, _ in inputs]
     guess = likely_stored(inputs[0][0], inputs[0][1], folders[0]) if len(inputs) == 1 and not dry_run else None
+    if guess is not None and any(os.path.lexists(home.spec_dir / f"{guess[0]}{s}") for s in (".yaml", ".yml")):
+        guess = None  # applied again: its file is rewritten in place, nothing to write early
     early = EarlyManifest(home, guess[0], guess[1], inputs[0][0]) if guess is not None else None
     try:
         yield from _store_checked(home, inputs, dry_run, on_input, seen, early, folders)
