@@ -255,3 +255,51 @@ def test_run_reads_the_instance_options_before_it_as_argparse_does(before, expec
     if expected is not None:
         parsed = build_parser("run").parse_args(before)
         assert (parsed.home, parsed.spec_dir) == expected
+
+
+_COMPILE_PROBE = (
+    "import re, sys\n"
+    "seen = []\n"
+    "real = re._compile\n"
+    "def spy(pattern, flags):\n"
+    "    seen.append(getattr(pattern, 'pattern', pattern))\n"
+    "    return real(pattern, flags)\n"
+    "re._compile = spy\n"
+    "before = set(sys.modules)\n"
+    "from controller.cli.main import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print(repr((code, sorted(m for m in ('signal', 'shlex') if m in sys.modules and m not in before), seen)))\n"
+)
+
+
+def test_plain_run_and_apply_compile_and_import_only_what_they_use(home, gflowd, tmp_path):
+    """``run -- CMD`` and ``apply -f`` of a new job compile none of the patterns only scripts, sbatch
+    directives, MIG profiles, quantities, durations or YAML errors need, nor yamlio's escape class
+    (~0.5-1 ms alone), and import neither ``signal`` nor ``shlex``: each was paid at every start."""
+    import ast
+
+    from controller.api import submit, units
+    from controller.client.write import precheck
+    from controller.model import mig
+    from controller.util import yamlio
+
+    lazy = [submit._GFLOW_RE, submit._SBATCH_RE, submit._SLURM_TIME, submit._SLURM_MEM, units._QUANTITY]
+    lazy += [units._DURATION_PART, mig.MIG_PROFILE, precheck._PYTHON_LINE, yamlio._NOT_YAML_PRINTABLE]
+    lazy += [yamlio._DUPLICATE_VALUES, yamlio._BRACKETS]
+    lazy = [getattr(p, "pattern", p) for p in lazy]  # compiled objects before this change
+    gflowd()
+    manifest = tmp_path / "plain.yaml"
+    manifest.write_text("metadata: {name: plain}\nspec:\n  command: [sleep, '300']\n")
+    for argv in (["run", "--name", "cmd", "--", "sleep", "300"], ["apply", "-f", str(manifest)]):
+        out = subprocess.run(
+            [sys.executable, "-c", _COMPILE_PROBE, *argv],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "GFLOW_HOME": str(home)},
+            cwd=tmp_path,
+            timeout=60,
+        )
+        code, imported, seen = ast.literal_eval(out.stdout.splitlines()[-1])
+        assert code == 0, out.stderr
+        assert imported == [], (argv, imported)
+        assert [p for p in lazy if p in seen] == [], argv

@@ -81,3 +81,14 @@ def test_a_status_file_round_trips_through_the_fast_reader():
     text = dump(state.to_status())
     assert load_own(text) == load_one(text) == state.to_status()
     assert JobState.from_status(load_own(text)) == state
+
+
+@pytest.mark.parametrize(
+    "text", ["a\x7fb", "tab\there", "\x00", "line\nbreak", "caf\u00e9 \x85", "\ufeffbom", "x\u2028y"]
+)
+def test_characters_yaml_forbids_are_escaped_also_in_ascii_text(text):
+    """``dump`` quotes through JSON and escapes what YAML forbids even in double quotes; printable
+    ASCII skips the second pass, so DEL (0x7f: printable to JSON) must still be escaped."""
+    line = dump({"k": text})
+    assert all(c == "\n" or (" " <= c < "\x7f") or c in "\u00e9" for c in line), line
+    assert load_one(line) == {"k": text}

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import signal as signal_mod
 from collections.abc import Mapping
 
 from controller import API_VERSION
@@ -186,8 +184,8 @@ def merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
 
 # -- directives ------------------------------------------------------------------------------------
 
-_GFLOW_RE = re.compile(r"^#\s*GFLOW\b\s?(.*)$")
-_SBATCH_RE = re.compile(r"^#SBATCH\b\s?(.*)$")
+_GFLOW_RE = r"^#\s*GFLOW\b\s?(.*)$"  # compiled on first use (re's cache): not at every gflowctl start
+_SBATCH_RE = r"^#SBATCH\b\s?(.*)$"
 
 
 class Directives:
@@ -211,6 +209,8 @@ def read_directives(text: str, origin: str) -> Directives:
     error (it is gflow's own language, a typo there should stop the submission)."""
     gflow: dict[str, Any] = {}
     sbatch: dict[str, Any] = {}
+    import shlex  # lazy: only a script's directives need it, not run -- CMD
+
     warnings: list[str] = []
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
@@ -221,13 +221,13 @@ def read_directives(text: str, origin: str) -> Directives:
         where = f"{origin} line {number}: "
         try:
             words = None
-            if match := _GFLOW_RE.match(stripped):
+            if match := re.match(_GFLOW_RE, stripped):
                 words = shlex.split(match.group(1), comments=True)
                 options, rest, _ = parse_flags(words, where=where, directive=True)
                 if rest:
                     raise SubmitError(f"{where}unexpected {rest[0]!r} in a # GFLOW directive")
                 gflow = merge(gflow, options)
-            elif match := _SBATCH_RE.match(stripped):
+            elif match := re.match(_SBATCH_RE, stripped):
                 words = shlex.split(match.group(1), comments=True)
                 sbatch = merge(sbatch, _sbatch_options(words, where, warnings))
                 sbatch["sbatch_script"] = True  # a script written for Slurm: it gets the variables such scripts read
@@ -364,7 +364,7 @@ def _sbatch_dependency(value: str, where: str, warnings: list[str]) -> list[str]
 
 # -- values ----------------------------------------------------------------------------------------
 
-_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_SLURM_TIME = r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$"  # compiled on first use (re's cache)
 
 
 def parse_signal(text: str) -> dict[str, Any]:
@@ -378,6 +378,8 @@ def parse_signal(text: str) -> dict[str, Any]:
         problems.append(f"{where!r} before ':' (only B: is meant, as in sbatch)")
     name = sig.upper().removeprefix("SIG")
     if name.isdigit():
+        import signal as signal_mod  # lazy: its enum of signals costs every run's start-up ~0.5 ms
+
         try:
             name = signal_mod.Signals(int(name)).name.removeprefix("SIG")
         except ValueError:
@@ -398,7 +400,7 @@ def parse_time(text: str) -> float:
     """Seconds from a Go-style duration (``4h30m``) or Slurm's formats: ``MM``, ``MM:SS``,
     ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``. A bare number is minutes, as in sbatch."""
     text = text.strip()
-    match = _SLURM_TIME.match(text)
+    match = re.match(_SLURM_TIME, text)
     if match:
         days, first, second, third = match.groups()
         numbers = [int(x) for x in (first, second, third) if x is not None]
@@ -418,13 +420,13 @@ def parse_time(text: str) -> float:
         ) from None
 
 
-_SLURM_MEM = re.compile(r"^(\d+)([KMGT])?$", re.IGNORECASE)
+_SLURM_MEM = r"(?i)^(\d+)([KMGT])?$"  # compiled on first use (re's cache)
 
 
 def parse_memory(text: str) -> str:
     """``16Gi``, ``500M`` as in manifests; a bare number or Slurm's ``16G`` (powers of 1024, MiB by
     default) as sbatch means it."""
-    match = _SLURM_MEM.match(text.strip())
+    match = re.match(_SLURM_MEM, text.strip())
     if match:
         return f"{match.group(1)}{(match.group(2) or 'M').upper()}i"
     try:
@@ -767,6 +769,8 @@ def pinned_script(text: str, path: str, args: list[str], output: str | None = No
         delimiter += "_"
     body = text if text.endswith("\n") else text + "\n"
     runner = '"$pinned"' if text.startswith("#!") else 'bash "$pinned"'
+    import shlex  # lazy: only a script (or its directives) needs it, not run -- CMD
+
     quoted = "".join(" " + shlex.quote(a) for a in args)
     streams, waits = "", ""
     folders = sorted({os.path.dirname(p) for p in (output, error) if p is not None and os.path.dirname(p)})

@@ -24,6 +24,7 @@ from controller.client.write.submit import (
     check_names,
     check_program,
     check_submission,
+    early_manifest,
     read_script,
     remember,
     store_submission,
@@ -111,18 +112,23 @@ def _submit(
     source: str | None = None,
     environment: dict[str, str] | None = None,
 ) -> int:
-    doc, errors = check_submission(home, text)
-    if doc is None:
-        for error in errors:
-            print_error(error)
-        return 1
-    if cli.get("interactive") and doc.warning and not cli.get("dry_run"):  # srun refuses at once: nobody waits forever
-        raise CliError(f"{doc.warning}; not submitted (ask for what this machine has)")
     dry_run = bool(cli.get("dry_run"))
-    if dry_run and cli.get("output") == "yaml":
-        sys.stdout.write(text)
-        return 0
-    verb = store_submission(home, doc, dry_run, source=source, environment=environment)
+    early = None if dry_run else early_manifest(home, name, text, source)  # written while gflowd reviews it
+    try:
+        doc, errors = check_submission(home, text, early)
+        if doc is None:
+            for error in errors:
+                print_error(error)
+            return 1
+        if cli.get("interactive") and doc.warning and not dry_run:  # srun refuses at once: nobody waits forever
+            raise CliError(f"{doc.warning}; not submitted (ask for what this machine has)")
+        if dry_run and cli.get("output") == "yaml":
+            sys.stdout.write(text)
+            return 0
+        verb = store_submission(home, doc, dry_run, source=source, environment=environment, early=early)
+    finally:
+        if early is not None:
+            early.abandon()
     if cli.get("quiet") or cli.get("output") == "name":
         print(name if cli.get("quiet") else f"{kind}/{name}", flush=True)
     else:

@@ -228,10 +228,16 @@ def ask(
 
 
 def ask_socket(
-    path: Path, inputs: list[tuple[str, str]], timeout: float = ANSWER_TIMEOUT, folders: list[str | None] | None = None
+    path: Path,
+    inputs: list[tuple[str, str]],
+    timeout: float = ANSWER_TIMEOUT,
+    folders: list[str | None] | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> list[dict[str, Any]] | None:
     """The running gflowd's verdict over its review socket (any user: ``daemon/review.py``),
-    or None (no socket, no answer in ``timeout``: the file protocol or a local check follows)."""
+    or None (no socket, no answer in ``timeout``: the file protocol or a local check follows).
+    ``meanwhile()`` runs once the request is sent, before the answer is read: the caller's own
+    work overlaps gflowd's (gflowctl writes and fsyncs the manifest's hidden temp then)."""
     import _socket  # lazy: only when a gflowd runs; not socket.py, whose enums and selectors cost ~2 ms
 
     items = [{"origin": o, "text": t} for o, t in inputs]
@@ -250,6 +256,8 @@ def ask_socket(
             conn.connect(address)
             conn.sendall(json.dumps({"inputs": items}).encode())
             conn.shutdown(_socket.SHUT_WR)
+            if meanwhile is not None:
+                meanwhile()
             chunks = []
             while chunk := conn.recv(1 << 16):
                 chunks.append(chunk)

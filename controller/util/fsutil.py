@@ -292,33 +292,74 @@ def _temp_like(path: Path, payload: bytes, like: os.stat_result) -> str:
 def create_new(path: Path, data: str, mode: int = 0o644) -> None:
     """Create ``path`` atomically, failing with FileExistsError when it exists: two ``apply`` runs
     creating one file never both say "created" with one of them lost."""
-    fd, tmp = temp_beside(path)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        _rename_noreplace(tmp, path)
-    except BaseException:
+    NewFile(path, data, mode).commit()
+
+
+class NewFile:
+    """``create_new`` in two steps, so the slow half can overlap a wait (gflowctl asks gflowd's
+    review meanwhile): the constructor writes ``data`` to a hidden temp beside ``path`` and
+    fsyncs it; :meth:`commit` renames it into place only if ``path`` does not exist, then fsyncs
+    the folder; :meth:`abandon` removes the temp. Until committed nothing is at ``path``: a
+    manifest gflowd refuses never lands (only a hidden temp, as from a writer killed mid-write)."""
+
+    __slots__ = ("data", "mode", "path", "tmp")
+
+    def __init__(self, path: Path, data: str, mode: int = 0o644) -> None:
+        self.path, self.data, self.mode = path, data, mode
+        self.tmp: str | None = None
+        fd, self.tmp = temp_beside(path)
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    fsync_dir(path.parent)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data.encode())
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(self.tmp, mode)
+            _renameat2()  # resolved now (ctypes, ~1 ms), while the caller waits anyway
+        except BaseException:
+            self.abandon()
+            raise
+
+    def commit(self) -> None:
+        assert self.tmp is not None, "committed or abandoned already"
+        try:
+            _rename_noreplace(self.tmp, self.path)
+        except BaseException:
+            self.abandon()
+            raise
+        self.tmp = None
+        fsync_dir(self.path.parent)
+
+    def abandon(self) -> None:
+        if self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except FileNotFoundError:
+                pass
+            self.tmp = None
+
+
+_RENAMEAT2: list = []  # [glibc's renameat2 through ctypes, or None], once resolved
+
+
+def _renameat2():
+    """glibc's ``renameat2`` (>= 2.28), None without it: ``os`` has no renameat2 before Python 3.13."""
+    if not _RENAMEAT2:
+        import ctypes  # lazy: only for a create that must not replace (apply of a new file)
+
+        _RENAMEAT2.append(getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None))
+    return _RENAMEAT2[0]
 
 
 def _rename_noreplace(source: str, target: Path) -> None:
-    import ctypes  # lazy: only for a create that must not replace (apply of a new file)
-
-    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc >= 2.28
+    renameat2 = _renameat2()
     at_fdcwd, rename_noreplace = -100, 1
     if (
         renameat2 is not None
         and renameat2(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(str(target)), rename_noreplace) == 0
     ):
         return
+    import ctypes  # loaded by _renameat2 already
+
     err = ctypes.get_errno() if renameat2 is not None else errno.ENOSYS
     if err in (errno.ENOSYS, errno.EINVAL):  # an old kernel or a file system without it: a hard link is atomic too
         os.link(source, target)

@@ -12,6 +12,7 @@ writer's change never overwritten), and a new file is created only if no one cre
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -23,10 +24,13 @@ from controller.client.errors import GflowError
 from controller.client.read.state import document_position, find_manifest
 from controller.client.review import ask, ask_socket, check_documents
 from controller.paths import Home, is_manifest_name
-from controller.util.fsutil import RewriteError, create_new, lock_held, rewrite_locked
+from controller.util.fsutil import NewFile, RewriteError, create_new, lock_held, rewrite_locked
 from controller.util.yamlio import iter_documents_text, load_one
 
 _ENV_KEY = re.compile(r"^\s*env\s*:", re.MULTILINE)  # spec.env (or a template's): a Job's secrets
+# likely_stored's patterns, compiled on first use (run never needs them)
+_META_NAME = r"(?m)^metadata:[ \t]*(?:\{[ \t]*|\n[ \t]+)name:[ \t]*([a-z0-9][-a-z0-9.]*)[ \t]*[,}\n#]"
+_SPEC_FIRST_KEY = r"(?m)^spec:[ \t]*\n([ \t]+)[A-Za-z]"
 
 
 class Doc:
@@ -71,6 +75,61 @@ class Stored:
         self.kind, self.name, self.verb, self.warning = kind, name, verb, warning
 
 
+class EarlyManifest:
+    """The new manifest a submission most likely stores, written to a hidden temp (and fsynced)
+    while gflowd reviews it: called as ``ask_socket``'s ``meanwhile``. ``store_document`` puts it
+    in place only if the verdict stores that very text, under that name, with that mode; anything
+    else abandons it (the caller abandons it too, in a ``finally``). A guess costs nothing when
+    wrong but the temp written and removed; a refused manifest never lands."""
+
+    __slots__ = ("file", "home", "name", "origin", "text")
+
+    def __init__(self, home: Home, name: str, text: str, origin: str) -> None:
+        self.home, self.name, self.text, self.origin = home, name, text, origin
+        self.file: NewFile | None = None
+
+    def __call__(self) -> None:
+        body = self.text if self.text.endswith("\n") else self.text + "\n"
+        try:
+            self.file = NewFile(self.home.spec_dir / f"{self.name}.yaml", body, new_file_mode(self.origin, body))
+        except Exception:  # a guess never changes the review's outcome (ask_socket would take it for no answer)
+            self.file = None  # no spec dir yet, a full disk...: the ordinary write says what is wrong
+
+    def take(self, target: Path, body: str, mode: int) -> NewFile | None:
+        """The temp, if it holds ``body`` for ``target`` with ``mode``; else None (and it is gone)."""
+        file, self.file = self.file, None
+        if file is not None and (file.path, file.data, file.mode) == (target, body, mode):
+            return file
+        if file is not None:
+            file.abandon()
+        return None
+
+    def abandon(self) -> None:
+        if self.file is not None:
+            self.file.abandon()
+            self.file = None
+
+
+def likely_stored(origin: str, text: str, folder: str | None) -> tuple[str, str] | None:
+    """(name, text) apply will most likely store for a one-document input, guessed without a YAML
+    parser: the name from ``metadata: {name: N}`` (or the file's stem), and, when it is applied from
+    ``folder``, the ``workingDir`` line gflowd's review inserts first under ``spec:``
+    (``manifest_edit.place_working_dir``). Only a guess, for :class:`EarlyManifest`; None when the
+    text is not that plain."""
+    if "\n---" in text or text.startswith("---") or "workingDir" in text or "kind: Sweep" in text:
+        return None
+    named = re.search(_META_NAME, text)
+    name = named.group(1) if named else os.path.basename(origin).rsplit(".", 1)[0]
+    if folder is None:
+        return name, text
+    spec = re.search(_SPEC_FIRST_KEY, text)
+    if spec is None:
+        return None
+    at = spec.start(1)
+    line = f"{spec.group(1)}workingDir: {json.dumps(os.path.normpath(folder))}\n"
+    return name, text[:at] + line + text[at:]
+
+
 def read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
     """``-f`` of apply, delete, export: (origin, text) for every input file; ``-`` is stdin."""
     inputs: list[tuple[str, str]] = []
@@ -106,14 +165,23 @@ def read_manifest_text(path: Path) -> str:
         raise GflowError(f"{path}: not UTF-8 text") from None
 
 
-def check_inputs(home: Home, inputs: list[tuple[str, str]], place: bool = False) -> list[tuple[list[Doc], list[str]]]:
+def check_inputs(
+    home: Home,
+    inputs: list[tuple[str, str]],
+    place: bool = False,
+    early: EarlyManifest | None = None,
+    folders: list[str | None] | None = None,
+) -> list[tuple[list[Doc], list[str]]]:
     """Each input's documents and errors: judged by the running gflowd when there is one (see
     controller/client/review.py), else checked here with the same function. ``place``: apply's
-    inputs, whose ``workingDir`` the check also places (:func:`run_where_applied`)."""
-    folders = [source_folder(home, origin) for origin, _ in inputs] if place else None
+    inputs, whose ``workingDir`` the check also places (:func:`run_where_applied`); ``folders``:
+    their :func:`source_folder`, when the caller has them. ``early`` is written while gflowd
+    answers over its socket."""
+    if place and folders is None:
+        folders = [source_folder(home, origin) for origin, _ in inputs]
     answers = None
     if inputs and lock_held(home.lock_file):  # gflowd runs: its socket (any user), else its review folder
-        answers = ask_socket(home.review_socket, inputs, folders=folders) or ask(
+        answers = ask_socket(home.review_socket, inputs, folders=folders, meanwhile=early) or ask(
             home.review_dir, inputs, folders=folders
         )
     if answers is None:
@@ -142,20 +210,30 @@ def check_inputs(home: Home, inputs: list[tuple[str, str]], place: bool = False)
     return checked
 
 
-def store_document(home: Home, doc: Doc, dry_run: bool, source: str | None = None) -> str:
+def store_document(
+    home: Home, doc: Doc, dry_run: bool, source: str | None = None, early: EarlyManifest | None = None
+) -> str:
     """Write one document: a new file, or in place of its old text. Returns the verb to print.
-    A new file is never more open than ``source`` (default: the file it was applied from)."""
+    A new file is never more open than ``source`` (default: the file it was applied from). A new
+    file ``early`` wrote already (the very text) is put in place; otherwise ``early`` is abandoned."""
     body = doc.text if doc.text.endswith("\n") else doc.text + "\n"
     target = find_manifest(home, doc.name, doc.kind)
-    if target is None:
-        if dry_run:
-            return "created"
+    if target is None and not dry_run:
         target = home.spec_dir / f"{doc.name}.yaml"
+        mode = new_file_mode(source or doc.origin, body)
+        written = early.take(target, body, mode) if early is not None else None
         try:
-            create_new(target, body, mode=new_file_mode(source or doc.origin, body))
+            if written is not None:
+                written.commit()
+            else:
+                create_new(target, body, mode=mode)
             return "created"
         except FileExistsError:
             pass  # created meanwhile (another apply): update it like any existing file
+    if early is not None:
+        early.abandon()
+    if target is None:
+        return "created"  # a dry run
     verb = "configured"
 
     def change(current: str) -> str:
@@ -254,7 +332,20 @@ def apply_inputs(
     defined twice is an error for the second. ``on_input(i)`` runs before input ``i`` is handled."""
     seen: dict[str, str] = {}
     home.spec_dir.mkdir(parents=True, exist_ok=True)
-    for done, (docs, doc_errors) in enumerate(check_inputs(home, inputs, place=True)):
+    folders = [source_folder(home, origin) for origin, _ in inputs]
+    guess = likely_stored(inputs[0][0], inputs[0][1], folders[0]) if len(inputs) == 1 and not dry_run else None
+    if guess is not None and any(os.path.lexists(home.spec_dir / f"{guess[0]}{s}") for s in (".yaml", ".yml")):
+        guess = None  # applied again: its file is rewritten in place, nothing to write early
+    early = EarlyManifest(home, guess[0], guess[1], inputs[0][0]) if guess is not None else None
+    try:
+        yield from _store_checked(home, inputs, dry_run, on_input, seen, early, folders)
+    finally:
+        if early is not None:
+            early.abandon()
+
+
+def _store_checked(home, inputs, dry_run, on_input, seen, early, folders) -> Iterator[Stored | str]:
+    for done, (docs, doc_errors) in enumerate(check_inputs(home, inputs, place=True, early=early, folders=folders)):
         if on_input is not None:
             on_input(done)
         yield from doc_errors
@@ -266,7 +357,8 @@ def apply_inputs(
                 yield f"job/{doc.name} is defined twice: in {seen[doc.name]} and {doc.origin}"
                 continue
             seen[doc.name] = doc.origin
-            verb = store_document(home, doc if doc.placed else run_where_applied(home, doc), dry_run)
+            verb = store_document(home, doc if doc.placed else run_where_applied(home, doc), dry_run, early=early)
+            early = None  # guessed for the first document only
             yield Stored(doc.kind, doc.name, verb, doc.warning)
 
 

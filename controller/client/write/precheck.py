@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 
-_PYTHON_LINE = re.compile(r"^(import \w|from [\w.]+ import |def \w+\(|class \w+[:(]|if __name__ == )")
+_PYTHON_LINE = r"^(import \w|from [\w.]+ import |def \w+\(|class \w+[:(]|if __name__ == )"  # compiled on first use
 
 
 def check_program(argv: list[str], workdir: str, path: str | None, path_is: str = "") -> str | None:
@@ -38,6 +37,8 @@ def check_program(argv: list[str], workdir: str, path: str | None, path_is: str 
     if os.path.isdir(where):
         return f"{program} is a folder, not a program"
     if not os.access(where, os.X_OK):
+        import shlex  # lazy: only this message quotes
+
         hint = f"-- python3 {_args(argv)}" if looks_like_python(where) else f"-- bash {_args(argv)}"
         return f"{program} is not executable: chmod +x {shlex.quote(program)}, or did you mean: {hint}"
     if _without_shebang(where) and looks_like_python(where):
@@ -77,7 +78,7 @@ def looks_like_python(path: str) -> bool:
             head = handle.read(4096)
     except OSError:
         return False
-    return any(_PYTHON_LINE.match(line) for line in head.splitlines())
+    return any(re.match(_PYTHON_LINE, line) for line in head.splitlines())
 
 
 def job_path(environment: dict[str, str] | None, spec_env: dict[str, str]) -> tuple[str | None, str]:
@@ -139,4 +140,6 @@ def _without_shebang(path: str) -> bool:
 
 
 def _args(argv: list[str]) -> str:
+    import shlex  # lazy: only a message quotes
+
     return " ".join(shlex.quote(a) for a in argv)

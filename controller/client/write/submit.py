@@ -13,7 +13,7 @@ from pathlib import Path
 from controller.api.submit import Submission, SubmitError, build, merge, read_directives
 from controller.client.errors import GflowError
 from controller.client.read.state import find_manifest, job_rows, read_table
-from controller.client.write.manifests import Doc, check_inputs, read_manifest_text, store_document
+from controller.client.write.manifests import Doc, EarlyManifest, check_inputs, read_manifest_text, store_document
 from controller.paths import Home
 
 TYPE_CHECKING = False  # not typing's: run's start-up imports neither typing, dataclasses nor secrets
@@ -136,25 +136,37 @@ def check_names(home: Home, submission: Submission) -> None:
         )
 
 
-def check_submission(home: Home, text: str) -> tuple[Doc | None, list[str]]:
+def check_submission(home: Home, text: str, early: EarlyManifest | None = None) -> tuple[Doc | None, list[str]]:
     """The running gflowd's verdict on a submission's manifest text (else the same check here):
-    its document, or every error."""
-    [(docs, errors)] = check_inputs(home, [(ORIGIN, text)])
+    its document, or every error. ``early`` (see ``early_manifest``) is written while gflowd answers."""
+    [(docs, errors)] = check_inputs(home, [(ORIGIN, text)], early=early)
     return (docs[0] if docs and not errors else None), errors
 
 
+def early_manifest(home: Home, name: str, text: str, source: str | None = None) -> EarlyManifest:
+    """The manifest ``store_submission`` will write for ``text``, to write while gflowd reviews it:
+    pass it to ``check_submission`` and ``store_submission``, and abandon it in a ``finally``."""
+    return EarlyManifest(home, name, text, source or ORIGIN)
+
+
 def store_submission(
-    home: Home, doc: Doc, dry_run: bool, source: str | None = None, environment: dict[str, str] | None = None
+    home: Home,
+    doc: Doc,
+    dry_run: bool,
+    source: str | None = None,
+    environment: dict[str, str] | None = None,
+    early: EarlyManifest | None = None,
 ) -> str:
     """Write the checked manifest into the spec dir; the verb (created). ``source``: the script it
     pins, whose mode the manifest never exceeds. ``environment`` (the submitter's,
-    ``api/export.py``) is written first, so gflowd never sees the job without it."""
+    ``api/export.py``) is written first, so gflowd never sees the job without it (an ``early``
+    manifest is a hidden temp until then)."""
     home.spec_dir.mkdir(parents=True, exist_ok=True)
     if dry_run or environment is None:
-        return store_document(home, doc, dry_run, source=source)
+        return store_document(home, doc, dry_run, source=source, early=early)
     env_path = write_environment(home.spec_dir, doc.name, environment)
     try:
-        return store_document(home, doc, dry_run, source=source)
+        return store_document(home, doc, dry_run, source=source, early=early)
     except BaseException:
         env_path.unlink(missing_ok=True)
         raise

@@ -1,0 +1,69 @@
+"""run and apply write a new manifest's hidden temp while gflowd reviews it (``EarlyManifest``):
+what lands is only ever what gflowd passed, the temp is what is put in place when the verdict
+stores that very text, and nothing is left behind otherwise (docs/performance.md, issue 36)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from test_cli_e2e import ctl
+
+from controller.client.write.manifests import EarlyManifest, check_inputs, likely_stored, store_document
+from controller.paths import Home
+
+PLAIN = "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata: {name: early}\nspec:\n  command: [sleep, '300']\n"
+needs_no_conda = pytest.mark.skipif(shutil.which("conda") is not None, reason="conda is installed here")
+
+
+@needs_no_conda
+def test_a_submission_gflowd_refuses_leaves_nothing_in_the_spec_dir(home, gflowd, tmp_path):
+    """gflowd refuses a condaEnv (no conda on its PATH) after the temp was written: it is removed."""
+    gflowd()
+    src = tmp_path / "proj" / "needs-conda.yaml"
+    src.parent.mkdir()
+    src.write_text(PLAIN.replace("{name: early}", "{name: needs-conda}") + "  condaEnv: torch\n")
+    applied = ctl(home, "apply", "-f", str(src))
+    ran = ctl(home, "run", "--name", "conda-run", "--conda-env", "torch", "--", "python", "train.py")
+    for out in (applied, ran):
+        assert out.returncode == 1 and "conda is not installed here" in out.stderr, out.stderr
+    assert os.listdir(home / "jobs") == []  # neither manifest nor hidden temp
+
+
+def test_the_temp_written_during_the_review_is_the_file_put_in_place(home, gflowd, tmp_path):
+    gflowd()
+    h = Home.resolve(str(home), None)
+    early = EarlyManifest(h, "early", PLAIN, "<stdin>")
+    [(docs, errors)] = check_inputs(h, [("<stdin>", PLAIN)], early=early)
+    assert errors == [] and early.file is not None and early.file.tmp is not None
+    written = os.stat(early.file.tmp).st_ino
+    assert store_document(h, docs[0], False, early=early) == "created"
+    stored = home / "jobs" / "early.yaml"
+    assert os.stat(stored).st_ino == written and stored.read_text() == PLAIN
+    assert os.listdir(home / "jobs") == ["early.yaml"]
+
+
+def test_apply_guesses_the_working_dir_line_gflowd_inserts(home, gflowd, tmp_path):
+    """The guess for a plain manifest applied from a project folder is gflowd's placed text, byte
+    for byte: else every such apply would write its temp twice."""
+    gflowd()
+    h = Home.resolve(str(home), None)
+    folder = str(tmp_path / "my proj")
+    for text in (PLAIN, PLAIN.replace("{name: early}", "\n  name: early  # mine\n  labels: {a: b}")):
+        guess = likely_stored(os.path.join(folder, "other.yaml"), text, folder)
+        assert guess is not None
+        [(docs, errors)] = check_inputs(h, [(os.path.join(folder, "other.yaml"), text)], folders=[folder])
+        assert errors == [] and docs[0].placed, errors
+        assert (guess[0], guess[1]) == (docs[0].name, docs[0].text)
+
+
+def test_a_wrong_guess_stores_the_verdicts_text_and_leaves_no_temp(home, gflowd, tmp_path):
+    gflowd()
+    h = Home.resolve(str(home), None)
+    early = EarlyManifest(h, "early", PLAIN.replace("300", "301"), "<stdin>")  # not what is checked
+    [(docs, errors)] = check_inputs(h, [("<stdin>", PLAIN)], early=early)
+    assert errors == [] and early.file is not None
+    assert store_document(h, docs[0], False, early=early) == "created"
+    assert (home / "jobs" / "early.yaml").read_text() == PLAIN
+    assert os.listdir(home / "jobs") == ["early.yaml"]
