@@ -24,6 +24,8 @@ from controller.client.read.specs import CACHE_FORMAT, _load_cache, _save_cache
 from controller.client.write.submit import _memory_file, remember
 from controller.paths import Home
 
+NOBODY = 65534
+
 
 def _listed_as_json(home: Path, caches: Path) -> list[str]:
     done = subprocess.run(
@@ -91,6 +93,7 @@ def test_a_few_names_keep_the_other_manifests_but_not_those_deleted(tmp_path, mo
     assert sorted(os.path.basename(p) for p in _load_cache(str(manifests), CACHE_FORMAT)) == ["a.yaml", "b.yaml"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
 def test_cache_files_unused_for_30_days_are_removed_when_a_cache_is_written(tmp_path):
     caches = tmp_path / "caches"
     caches.mkdir(mode=0o700)
@@ -99,8 +102,12 @@ def test_cache_files_unused_for_30_days_are_removed_when_a_cache_is_written(tmp_
         (caches / name).write_text("")
         os.utime(caches / name, (month, month))
     (caches / "objects-usedhome.marshal").write_text("")
+    (caches / "objects-nobodys.marshal").write_text("")  # in a folder shared by mistake: not the caller's
+    os.chown(caches / "objects-nobodys.marshal", NOBODY, NOBODY)
+    os.utime(caches / "objects-nobodys.marshal", (month, month))
     _save_cache(str(caches / "manifests-thishome.marshal"), {}, CACHE_FORMAT)
-    assert sorted(os.listdir(caches)) == ["manifests-thishome.marshal", "notes", "objects-usedhome.marshal"]
+    left = ["manifests-thishome.marshal", "notes", "objects-nobodys.marshal", "objects-usedhome.marshal"]
+    assert sorted(os.listdir(caches)) == left
 
 
 def test_the_last_job_remembered_forgets_homes_that_are_gone(tmp_path, monkeypatch):
