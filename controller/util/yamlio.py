@@ -10,6 +10,8 @@ import json
 import re
 from collections.abc import Iterator
 
+from controller.util.yaml_plain import plain_documents
+
 TYPE_CHECKING = False  # not typing's: gflowctl run and apply load this module, typing costs them ~3 ms
 if TYPE_CHECKING:
     from typing import Any
@@ -37,6 +39,9 @@ def _safe_yaml():
 
 def load_all(text: str) -> list[Any]:
     """Every document of ``text`` as plain data. Raises :class:`YAMLSyntaxError`."""
+    plain = plain_documents(text)  # most manifests: the same data in ~1/30 of ruamel's time
+    if plain is not None:
+        return plain
     from ruamel.yaml.error import MarkedYAMLError, YAMLError  # lazy: as above, only with the loader
 
     if _flow_too_deep(text):  # before the C parser, which overflows its stack on ~30,000 levels
