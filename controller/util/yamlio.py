@@ -171,7 +171,18 @@ _NOT_YAML_PRINTABLE = re.compile(
 _RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
 
+_SCALARS: dict[str, str] = {}  # str -> its YAML text: a status repeats most of its keys and values
+_SCALARS_MAX = 4096
+
+
 def _scalar(value: Any) -> str:
+    if type(value) is str:
+        text = _SCALARS.get(value)
+        if text is None:
+            if len(_SCALARS) >= _SCALARS_MAX:
+                _SCALARS.clear()
+            text = _SCALARS[value] = _scalar_text(value)
+        return text
     if value is None:
         return "null"
     if value is True:
@@ -180,7 +191,10 @@ def _scalar(value: Any) -> str:
         return "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    text = str(value)
+    return _scalar(str(value))  # a StrEnum member (phase, reason) as its text
+
+
+def _scalar_text(text: str) -> str:
     if _PLAIN_SAFE.match(text) and text.lower() not in _RESERVED:
         return text
     # a JSON string is a valid YAML double-quoted scalar, once the characters YAML forbids even
