@@ -92,3 +92,16 @@ def test_characters_yaml_forbids_are_escaped_also_in_ascii_text(text):
     line = dump({"k": text})
     assert all(c == "\n" or (" " <= c < "\x7f") or c in "\u00e9" for c in line), line
     assert load_one(line) == {"k": text}
+
+
+def test_the_scalar_texts_kept_stay_bounded_and_give_the_same_text(monkeypatch):
+    from controller.model.reasons import Phase
+    from controller.util import yamlio
+
+    monkeypatch.setattr(yamlio, "_SCALARS_MAX", 8)
+    monkeypatch.setattr(yamlio, "_SCALARS", {})
+    texts = ["plain", "yes", "a: b", "x\ny", "\x85", "2026-11-29", "007", "", *(f"v{i}" for i in range(20))]
+    first = [dump({"k": text, "phase": Phase.Running}) for text in texts]
+    assert len(yamlio._SCALARS) <= 8
+    assert [dump({"k": text, "phase": "Running"}) for text in texts] == first  # kept or not, one text
+    assert [load_one(text) for text in first] == [{"k": text, "phase": "Running"} for text in texts]

@@ -203,12 +203,29 @@ def home_cgroups(procs: list[str]) -> list[str] | None:
         }
     found = []
     for path in procs:
-        point = max((point for point in _home if path.startswith(point.rstrip("/") + "/")), key=len, default=None)
-        if point is None:
+        mine = _home_of(os.path.dirname(os.path.dirname(path)))  # .../PARENT/ATTEMPT/cgroup.procs
+        if mine is None:
             return None
-        if _home[point] not in found:
-            found.append(_home[point])
+        if mine not in found:
+            found.append(mine)
     return found
+
+
+_home_by_parent: dict[str, str | None] = {}  # an attempt folder's parent -> our cgroup.procs in its hierarchy
+
+
+def _home_of(parent: str) -> str | None:
+    """Our own ``cgroup.procs`` in the hierarchy that holds the folder ``parent`` (the longest
+    mount point above it); the answer kept per folder: every attempt of a home shares its parent."""
+    assert _home is not None
+    if parent not in _home_by_parent:
+        if len(_home_by_parent) >= 64:
+            _home_by_parent.clear()
+        point = max(
+            (point for point in _home if (parent + "/").startswith(point.rstrip("/") + "/")), key=len, default=None
+        )
+        _home_by_parent[parent] = None if point is None else _home[point]
+    return _home_by_parent[parent]
 
 
 def find_program(name: str, env: dict) -> str:

@@ -167,8 +167,22 @@ class ExitRecord:
             return
         message = f"{what} {self.spec.get('name')} {self.spec.get('attempt')}" + (f" {detail}" if detail else "")
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock, unix_address(address) as short:
-                sock.setblocking(False)
-                sock.sendto(message.encode(), short)
+            with unix_address(address) as short:
+                _notice_socket().sendto(message.encode(), short)
         except OSError:
             pass
+
+
+_socket: socket.socket | None = None
+_socket_pid = 0
+
+
+def _notice_socket() -> socket.socket:
+    """The datagram socket this process sends its notices from: one per process, not one per
+    notice (two a job; a supervisor process serves many attempts). Unbound and not inherited."""
+    global _socket, _socket_pid
+    if _socket is None or _socket_pid != os.getpid():  # a forked child makes its own
+        _socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        _socket.setblocking(False)
+        _socket_pid = os.getpid()
+    return _socket

@@ -30,6 +30,18 @@ def start_ticks(pid: int) -> int | None:
     return int(data[data.rindex(b")") + 2 :].split()[19])
 
 
+_own: tuple[int, int | None] = (0, None)  # (pid, its start ticks): this process's, read once
+
+
+def own_start_ticks() -> int | None:
+    """``start_ticks`` of this process, read once per process (a supervisor writes it twice per attempt)."""
+    global _own
+    pid = os.getpid()
+    if _own[0] != pid:
+        _own = (pid, start_ticks(pid))
+    return _own[1]
+
+
 def _children_of(pid: int) -> list[int] | None:
     """Direct children from /proc/PID/task/*/children; None when the kernel lacks that file."""
     kids: list[int] = []

@@ -24,7 +24,7 @@ try:  # in the project; run as a plain file (shim/main.py), the modules beside t
         open_job_log,
         start_failure,
     )
-    from controller.act.runtime.shim.procfs import start_ticks
+    from controller.act.runtime.shim.procfs import own_start_ticks, start_ticks
 except ImportError:
     import record  # type: ignore[no-redef]
     from child import (  # type: ignore[no-redef]
@@ -40,7 +40,7 @@ except ImportError:
     )
     from control_socket import open_terminal  # type: ignore[no-redef]
     from holds import DISK_FULL  # type: ignore[no-redef]
-    from procfs import start_ticks  # type: ignore[no-redef]
+    from procfs import own_start_ticks, start_ticks  # type: ignore[no-redef]
 
 
 TYPE_CHECKING = False  # not typing's: the shim loads the standard library's least (type checkers read it as theirs)
@@ -158,7 +158,7 @@ class JobStart:
                 "name": self.spec.get("name"),
                 "attempt": self.spec.get("attempt"),
                 "supervisorPid": os.getpid(),
-                "supervisorStartTicks": start_ticks(os.getpid()),
+                "supervisorStartTicks": own_start_ticks(),
                 "jobPid": job_pid,
                 "jobStartTicks": start_ticks(job_pid) if job_pid else None,
                 "startedAt": time.time(),
