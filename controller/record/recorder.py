@@ -157,6 +157,7 @@ class Recorder:
         self._journal_count = 0  # entries in the journal, dead ones too: it is rewritten when they outgrow the jobs
         self._journal_pending: list[tuple] = []  # entries of this pass's finished records, appended in one write
         self._journal_rewrite = False  # the file is missing, torn or of another format: rewrite, never append
+        self._unjournaled: set[str] = set()  # unsettled jobs whose status file this run wrote: no journal entry
         self.spares = Spares(home.status_dir)  # replaced status files, rewritten in place later (util/spares.py)
         self.uid_of: Callable[[str], int | None] = lambda name: None  # a job's user; the writer sets it each pass
         self._table: dict[str, tuple] = {}  # name -> its row of the jobs table, as on disk once written
@@ -392,6 +393,7 @@ class Recorder:
             self.unwritten.pop(name, None)
             self._rows.pop(name, None)
             self._on_disk.pop(name, None)
+            self._unjournaled.discard(name)
             self._json_docs.pop(name, None)
             if self._table.pop(name, None) is not None:
                 self._table_pending[name] = (name,)
@@ -475,6 +477,9 @@ class Recorder:
         self._json_docs[name] = document  # its JSON copy is made at the index write (a flood's last status only)
         if state.phase in SETTLED_PHASES:
             self._journal_line(name, document)
+            self._unjournaled.discard(name)
+        else:
+            self._unjournaled.add(name)
         if known is None:
             self._order = None
             self.unwritten.pop(name, None)
@@ -560,6 +565,18 @@ class Recorder:
         self._set_row(name, state)
         self._table_set(name, state)
         return True
+
+    def journal_unsettled(self) -> None:
+        """At a clean stop: the journal entries of the waiting and running jobs whose status files
+        this run wrote (a pass journals finished records only), so the next start reads them from
+        the journal, not from their YAML: the first restart on 7,000 waiting jobs read 7,000 YAML
+        files (~1 s of CPU) that the restarts after it did not. A cache, as every journal line."""
+        names, self._unjournaled = self._unjournaled, set()
+        for name in sorted(names):
+            state = self.written.get(name)
+            if state is not None:  # written[name] is the record its file holds (a lagging file's too)
+                self._journal_line(name, state.to_status())
+        self._flush_journal()
 
     def _journal_line(self, name: str, document: dict) -> None:
         """The journal line of a finished job's status file just written, appended with the pass's
