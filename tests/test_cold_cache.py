@@ -18,7 +18,7 @@ from controller.observe.watch import Watches
 from controller.paths import Home
 from controller.record.recorder import Recorder
 from controller.util import records_journal as journal
-from tests.helpers import job_status, wait_for, write_manifest
+from tests.helpers import job_status, read_status, wait_for, write_manifest
 
 T0 = 1_800_000_000.0
 
@@ -147,3 +147,22 @@ def test_a_watched_spec_dir_has_one_deep_resync_in_deep_every_and_every_one_when
         watch.stop()
         watch.join(5)
     assert _ticks(builder, watches, 2) == [True, True]  # a stopped watch
+
+
+def test_a_clean_stop_journals_the_waiting_jobs_so_the_next_start_reads_no_yaml(home, gflowd, monkeypatch):
+    """A pass journals finished records only; a waiting job's status file written during the run
+    was read as YAML by the next start (7,000 of them: the first restart's extra second). A clean
+    stop journals them: the restart reads no status file's YAML and gets the very record."""
+    write_manifest(home / "jobs", "held.yaml", _manifest(1))
+    daemon = gflowd()
+    wait_for(lambda: (job_status(home, "held") or {}).get("priority") == 1, message="held admitted with priority 1")
+    assert daemon.terminate() == 0
+
+    import controller.record.recorder as recorder_module
+
+    read_as_yaml: list[str] = []
+    real_load_own = recorder_module.load_own
+    monkeypatch.setattr(recorder_module, "load_own", lambda text: read_as_yaml.append(text) or real_load_own(text))
+    states = Recorder(Home.resolve(home)).load()[0]
+    assert read_as_yaml == []
+    assert states["held"] == JobState.from_status(read_status(home, "held"))

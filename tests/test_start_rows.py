@@ -52,10 +52,14 @@ def _start(home: Home, uid: int = 1000) -> tuple[dict, dict]:
 def _memo(home: Home) -> dict:
     """name -> (name, ino, mtime_ns, size, index row, table row), as ``start_rows.payload`` takes them."""
     memo = start_rows.read(str(home.run_dir / "start-rows.cache"))
-    return {
-        name: (name, *start_rows.KEY.unpack(memo.key(at)), memo.index_rows[at], memo.table_rows[at])
-        for at, name in enumerate(memo.names)
-    }
+    rows = memo.rows.read()
+    try:
+        return {
+            name: (name, *start_rows.KEY.unpack(memo.key(at)), bytes(memo.rows.row(rows, at)), memo.table_rows[at])
+            for at, name in enumerate(memo.names)
+        }
+    finally:
+        memo.rows.close()
 
 
 def _home_of_finished_jobs(tmp_path, names) -> Home:
@@ -123,7 +127,8 @@ def test_a_damaged_file_is_ignored_and_written_anew(tmp_path, damage):
             "other format": b"gflow-start-rows 0 python2.7 marshal1\n" + data.split(b"\n", 1)[1],
             "garbage frame": start_rows.FORMAT + (5).to_bytes(4, "little") + b"\xff\xff\xff\xff\xff",
             "rows and names apart": start_rows.FORMAT
-            + start_rows.frame((["a", "b"], start_rows.KEY.pack(1, 2, 3) * 2, [b'"a":{}'], [(), ()])),
+            + start_rows.frame((["a", "b"], start_rows.KEY.pack(1, 2, 3) * 2, (6).to_bytes(8, "little"), [(), ()]))
+            + b'"a":{}',
         }[damage]
     )
     assert _start(home) == first
@@ -142,3 +147,45 @@ def test_a_record_a_pass_changed_since_the_file_was_written_gets_rows_built_from
     jobs, table = _start(home)
     assert jobs["b"]["message"] == "ran again"
     assert table["b"][jobs_table.COMPLETION] == jobs["b"]["completionTime"]
+
+
+def _keep_running(home: Home, uid: int = 1000) -> Recorder:
+    """A gflowd start that stays up: load, the first pass, the first index write."""
+    recorder = Recorder(home, clock=lambda: T0 + 10)
+    states = recorder.load()[0]
+    recorder.uid_of = lambda name: uid
+    recorder.write_states(dict(states), [], None)
+    recorder.write_index({"pid": 1})
+    return recorder
+
+
+def test_the_rows_stay_on_disk_and_later_index_writes_read_them_back(tmp_path):
+    """The memo's index rows are not held in memory: each index write reads them from the file
+    gflowd keeps open, even once the file was replaced (by rename, as gflowd writes it)."""
+    home = _home_of_finished_jobs(tmp_path, ["a", "b", "c"])
+    first = _start(home)
+    recorder = _keep_running(home)
+    assert recorder._rows == {} and set(recorder._on_disk) == {"a", "b", "c"}
+    path = home.run_dir / "start-rows.cache"
+    staged = path.with_name(".replaced")
+    staged.write_bytes(start_rows.payload([]))
+    staged.replace(path)
+    recorder.write_states({**recorder.written, "d": _finished("d")}, [], ["d"])
+    recorder.write_index({"pid": 1})
+    jobs = json.loads(home.index_file.read_text())["jobs"]
+    assert {n: jobs[n] for n in first[0]} == first[0] and jobs["d"]["phase"] == "Succeeded"
+
+
+@pytest.mark.parametrize("cut", [5, 10_000])
+def test_a_file_cut_short_in_place_under_a_running_gflowd_costs_only_building_the_rows(tmp_path, cut):
+    home = _home_of_finished_jobs(tmp_path, ["a", "b", "c"])
+    first = _start(home)
+    recorder = _keep_running(home)
+    path = home.run_dir / "start-rows.cache"
+    os.truncate(path, max(0, path.stat().st_size - cut))
+    recorder.write_states({**recorder.written, "b": _finished("b", "ran again")}, [], ["b"])
+    recorder.write_index({"pid": 1})
+    jobs = json.loads(home.index_file.read_text())["jobs"]
+    assert jobs["b"]["message"] == "ran again"
+    assert {n: jobs[n] for n in ("a", "c")} == {n: first[0][n] for n in ("a", "c")}
+    assert recorder._on_disk == {}  # built from the records, the file let go

@@ -217,6 +217,7 @@ class Controller:
             self.reclaimer.close()
             self.writer.flush_events(self.clock())
             try:
+                self.recorder.journal_unsettled()
                 self.store.save_cache(any_change=True)
                 if self.writer.index_due is not None:
                     self.writer.write_index(force=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import stat as stat_mod
+import struct
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -38,14 +39,22 @@ SAVE_AT_LEAST_EVERY = 300.0  # seconds: see ManifestStore.save_cache
 READ_BUDGET = 1024  # changed entries per owner a pass reads (see ManifestStore.refresh)
 LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
 
-Key = tuple[int, int, int, int, int]
-NO_KEY: Key = (0, 0, 0, 0, 0)  # an entry not read: looked at again on every scan
+# (mtime_ns, size, inode, uid, ctime_ns), packed: one object per file, not a tuple of five ints (three
+# of them past the small-int cache): 9 -> 4 MiB at 50,000 manifests. The parse cache writes the numbers.
+_KEY = struct.Struct("<qQQQq")
+Key = bytes
+NO_KEY: Key = _KEY.pack(0, 0, 0, 0, 0)  # an entry not read: looked at again on every scan
 
 
 def file_key(st: os.stat_result) -> Key:
     """What says a file is unchanged: from the fstat of the descriptor it was read through. The
     ctime too: every write and every ``utime`` sets it to the kernel's clock (see the module doc)."""
-    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_uid, st.st_ctime_ns)
+    return _KEY.pack(st.st_mtime_ns, st.st_size, st.st_ino, st.st_uid, st.st_ctime_ns)
+
+
+def key_numbers(key: Key) -> tuple[int, int, int, int, int]:
+    """``(mtime_ns, size, inode, uid, ctime_ns)`` of a key."""
+    return _KEY.unpack(key)
 
 
 @dataclass(slots=True)
@@ -149,7 +158,7 @@ class ManifestStore:
             return
 
         entries = "".join(  # json.dumps escapes tabs and newlines inside strings: one entry a line
-            f"\n{json.dumps(path)}\t[{json.dumps(list(f.key))},{json.dumps(f.parsed_json)},{_cached_documents(f)}]"
+            f"\n{json.dumps(path)}\t[{json.dumps(list(key_numbers(f.key)))},{json.dumps(f.parsed_json)},{_cached_documents(f)}]"
             for path, f in self.files.items()
             if f.parsed_json is not None
         )
@@ -428,7 +437,9 @@ class ManifestStore:
             key: Key = file_key(os.stat(path))
         except OSError:
             key = NO_KEY  # looked at again on every scan
-        rejection = self._file_error(path, key[0], "Invalid", f"cannot read the file: {exc.strerror or exc}")[0]
+        rejection = self._file_error(
+            path, key_numbers(key)[0], "Invalid", f"cannot read the file: {exc.strerror or exc}"
+        )[0]
         assert isinstance(rejection, Rejection)  # a whole-file error is one Rejection
         return self._set_rejection(path, key, rejection)
 
@@ -641,8 +652,8 @@ def _folder_of(manifest: ManifestFile) -> str | None:
 
 def _warm_key(warm: object) -> Key | None:
     try:
-        return tuple(warm[0])  # type: ignore[index]
-    except (TypeError, IndexError, KeyError):
+        return _KEY.pack(*warm[0])  # type: ignore[index]
+    except (TypeError, IndexError, KeyError, struct.error):
         return None
 
 

@@ -145,6 +145,10 @@ class Recorder:
         self.written_sweeps: dict[str, SweepState] = {}
         self.written_reservations: dict[str, ReservationState] = {}
         self._rows: dict[str, bytes] = {}  # name -> the job's index entry as JSON, b'"name":{...}'
+        # ...or, for a record as load() read it, where its row is in run/start-rows.cache (left on
+        # disk: read back at each index write). A name is in one of the two maps, never both.
+        self._on_disk: dict[str, int] = {}
+        self._disk_rows = start_rows.Rows()
         self._order: list[str] | None = None  # names sorted, kept until the set of names changes
         self._node_text = ""
         self.status_writes = 0
@@ -153,6 +157,7 @@ class Recorder:
         self._journal_count = 0  # entries in the journal, dead ones too: it is rewritten when they outgrow the jobs
         self._journal_pending: list[tuple] = []  # entries of this pass's finished records, appended in one write
         self._journal_rewrite = False  # the file is missing, torn or of another format: rewrite, never append
+        self._unjournaled: set[str] = set()  # unsettled jobs whose status file this run wrote: no journal entry
         self.spares = Spares(home.status_dir)  # replaced status files, rewritten in place later (util/spares.py)
         self.uid_of: Callable[[str], int | None] = lambda name: None  # a job's user; the writer sets it each pass
         self._table: dict[str, tuple] = {}  # name -> its row of the jobs table, as on disk once written
@@ -272,13 +277,13 @@ class Recorder:
         key the last start saw (record/start_rows.py): the rows this very record yields."""
         memo = start_rows.read(self._start_rows)
         self._rows_memo_count = len(memo.names)
-        loaded, rows, table, packed = self._loaded, self._rows, self._table, start_rows.packed
+        loaded, on_disk, table, packed = self._loaded, self._on_disk, self._table, start_rows.packed
         for at, name in enumerate(memo.names):
             entry = known.get(name)
             if entry is None or name not in loaded or name in parsed:
                 continue
             if memo.key(at) == packed(journal.entry_key(entry)):
-                rows[name] = memo.index_rows[at]
+                on_disk[name] = at
                 state, cells = loaded[name], memo.table_rows[at]
                 # the row as _table_row builds it: the record's own strings, times and labels, not copies
                 table[name] = (
@@ -292,6 +297,10 @@ class Recorder:
                     state.manifest,
                 )
                 self._rows_reused += 1
+        if on_disk:
+            self._disk_rows = memo.rows
+        else:
+            memo.rows.close()
 
     def _open_json_journal(self) -> None:
         """Appends go on where the last gflowd stopped when its journal is of this format (its
@@ -383,6 +392,8 @@ class Recorder:
             self.lagging.pop(name, None)
             self.unwritten.pop(name, None)
             self._rows.pop(name, None)
+            self._on_disk.pop(name, None)
+            self._unjournaled.discard(name)
             self._json_docs.pop(name, None)
             if self._table.pop(name, None) is not None:
                 self._table_pending[name] = (name,)
@@ -466,13 +477,20 @@ class Recorder:
         self._json_docs[name] = document  # its JSON copy is made at the index write (a flood's last status only)
         if state.phase in SETTLED_PHASES:
             self._journal_line(name, document)
+            self._unjournaled.discard(name)
+        else:
+            self._unjournaled.add(name)
         if known is None:
             self._order = None
             self.unwritten.pop(name, None)
         self.written[name] = state  # the controller never mutates a recorded state again
-        self._rows[name] = _index_row(name, state)
+        self._set_row(name, state)
         self._table_set(name, state)
         self.status_writes += 1
+
+    def _set_row(self, name: str, state: JobState) -> None:
+        self._rows[name] = _index_row(name, state)
+        self._on_disk.pop(name, None)
 
     def _table_set(self, name: str, state: JobState) -> None:
         row = _table_row(name, state, self.uid_of(name))
@@ -544,9 +562,21 @@ class Recorder:
         if name not in self.unwritten:
             self._order = None
         self.unwritten[name] = state
-        self._rows[name] = _index_row(name, state)
+        self._set_row(name, state)
         self._table_set(name, state)
         return True
+
+    def journal_unsettled(self) -> None:
+        """At a clean stop: the journal entries of the waiting and running jobs whose status files
+        this run wrote (a pass journals finished records only), so the next start reads them from
+        the journal, not from their YAML: the first restart on 7,000 waiting jobs read 7,000 YAML
+        files (~1 s of CPU) that the restarts after it did not. A cache, as every journal line."""
+        names, self._unjournaled = self._unjournaled, set()
+        for name in sorted(names):
+            state = self.written.get(name)
+            if state is not None:  # written[name] is the record its file holds (a lagging file's too)
+                self._journal_line(name, state.to_status())
+        self._flush_journal()
 
     def _journal_line(self, name: str, document: dict) -> None:
         """The journal line of a finished job's status file just written, appended with the pass's
@@ -645,18 +675,27 @@ class Recorder:
         status files (written without fsync: losing it in a crash costs nothing). Rows are kept as
         JSON text per job, so a rewrite costs a join, not a serialisation of every job."""
         listed = len(self.written) + len(self.unwritten)
-        if len(self._rows) != listed:  # after load(): rows of the states read back
+        rows, on_disk = self._rows, self._on_disk
+        disk_rows = self._disk_rows.read() if on_disk else None
+        if on_disk and disk_rows is None:  # the file changed in place under us: build those rows
+            log.warning("%s changed while gflowd had it open; index rows built from the records", self._start_rows)
+            self._forget_disk_rows()
+        if len(rows) + len(on_disk) != listed:  # after load(): rows of the states read back
             for name, state in self.written.items():
-                if name not in self._rows:
-                    self._rows[name] = _index_row(name, state)
+                if name not in rows and name not in on_disk:
+                    rows[name] = _index_row(name, state)
         if self._order is None or len(self._order) != listed:
             self._order = sorted(self.written.keys() | self.unwritten.keys())
         head = json.dumps(
             {"apiVersion": API_VERSION, "kind": "JobIndex", "updated": self.clock(), "controller": controller_info},
             separators=(",", ":"),
         )[:-1]
-        rows = self._rows
-        jobs = b",".join([rows[name] for name in self._order])
+        if disk_rows is None:
+            jobs = b",".join([rows[name] for name in self._order])
+        else:
+            row = self._disk_rows.row
+            jobs = b",".join([rows.get(name) or row(disk_rows, on_disk[name]) for name in self._order])
+            del disk_rows
         sweeps = json.dumps({n: s.summary() for n, s in sorted(self.written_sweeps.items())}, separators=(",", ":"))
         reservations = json.dumps(
             {n: r.summary() for n, r in sorted(self.written_reservations.items())}, separators=(",", ":")
@@ -678,6 +717,15 @@ class Recorder:
         atomic_write(self.home.index_file, payload, durable=False)
         if self._loaded:
             self._save_start_rows()
+        if not on_disk:
+            self._disk_rows.close()
+
+    def _forget_disk_rows(self) -> None:
+        """Every row of ``_on_disk`` built from its record instead; the file closed."""
+        for name in self._on_disk:
+            self._rows[name] = _index_row(name, self.written.get(name) or self.unwritten[name])
+        self._on_disk = {}
+        self._disk_rows.close()
 
     def _save_start_rows(self) -> None:
         """At the first index write: the rows of the records as load() read them, still unchanged,
@@ -687,16 +735,22 @@ class Recorder:
         built = len(loaded) - self._rows_reused
         if built <= start_rows.SLACK and self._rows_memo_count - self._rows_reused <= start_rows.SLACK:
             return
-        written, rows, table = self.written, self._rows, self._table
+        written, rows, on_disk, table = self.written, self._rows, self._on_disk, self._table
+        disk_rows = self._disk_rows.read() if on_disk else None
+        if on_disk and disk_rows is None:
+            return  # the file changed in place under us: the next start builds the rows
         entries = []
         for name, state in loaded.items():
             now = written.get(name)
-            if (now is state or now == state) and name in rows and name in table:
+            row: bytes | memoryview | None = rows.get(name)
+            if row is None and disk_rows is not None and name in on_disk:
+                row = self._disk_rows.row(disk_rows, on_disk[name])
+            if (now is state or now == state) and row is not None and name in table:
                 try:  # the file the record was read from: no pass wrote it since (else a new record)
                     key = journal.key_of(os.stat(self.home.status_file(name)))
                 except OSError:
                     continue
-                entries.append((name, *key, rows[name], table[name]))
+                entries.append((name, *key, row, table[name]))
         try:
             atomic_write(Path(self._start_rows), start_rows.payload(entries), durable=False)
         except (OSError, ValueError) as exc:
