@@ -5,76 +5,25 @@ nodes made with mknod as nobody from inside the cgroup (ENXIO: allowed, no drive
 from __future__ import annotations
 
 import errno
-import os
-import shutil
-import stat
-import subprocess
-import sys
-import tempfile
 
 import pytest
+from device_harness import bpf_unavailable, cgroup, nodes, opened_as_nobody  # noqa: F401
 from test_amd import AMD_BOX, make_drm
 
 from controller.act.runtime.cgroups import bpf_devices
 from controller.act.runtime.cgroups.devices import amd_deny_rules, gpu_deny_rules
 
-UNIFIED = "/sys/fs/cgroup/unified" if os.path.isfile("/sys/fs/cgroup/unified/cgroup.procs") else "/sys/fs/cgroup"
+pytestmark = [pytest.mark.skipif(bool(bpf_unavailable()), reason=bpf_unavailable() or "-"), pytest.mark.e2e]
 
-
-def _why_not() -> str:
-    if os.geteuid() != 0:
-        return "BPF device programs need root"
-    if not os.path.isfile(os.path.join(UNIFIED, "cgroup.procs")):
-        return "no cgroup2 mount"
-    return bpf_devices.unavailable_reason(UNIFIED)
-
-
-pytestmark = [pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "-"), pytest.mark.e2e]
-
-NODES = {"kfd": (241, 0), "renderD128": (226, 128), "renderD129": (226, 129), "nvidia0": (195, 0), "null": (1, 3)}
+PROBED = {"kfd": (241, 0), "renderD128": (226, 128), "renderD129": (226, 129), "nvidia0": (195, 0), "null": (1, 3)}
 CARDS = {f"card{n}": (226, n) for n in range(5)}  # test_amd.AMD_BOX: card1, card0, card3 AMD's; card2, card4 not
-PROBE = """
-import os, sys
-open(os.path.join(sys.argv[1], "cgroup.procs"), "w").write(str(os.getpid()))
-os.setgid(65534); os.setuid(65534)
-for name in sys.argv[3:]:
-    try:
-        os.close(os.open(os.path.join(sys.argv[2], name), os.O_RDWR))
-        print(name, 0)
-    except OSError as exc:
-        print(name, exc.errno)
-"""
-
-
-@pytest.fixture
-def nodes():
-    directory = tempfile.mkdtemp(prefix="gflow-amd-nodes-")
-    os.chmod(directory, 0o755)
-    for name, (major, minor) in {**NODES, **CARDS}.items():
-        os.mknod(os.path.join(directory, name), 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-        os.chmod(os.path.join(directory, name), 0o666)
-    yield directory
-    shutil.rmtree(directory)
-
-
-@pytest.fixture
-def cgroup():
-    path = tempfile.mkdtemp(prefix="gflow-amd-bpf-", dir=UNIFIED)
-    yield path
-    os.rmdir(path)
-
-
-def opened_as_nobody(cgroup: str, nodes: str, names=NODES) -> dict[str, int]:
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, cgroup, nodes, *names], capture_output=True, text=True, timeout=60, check=True
-    ).stdout
-    return {name: int(code) for name, code in (line.split() for line in out.splitlines())}
+NODES = {**PROBED, **CARDS}  # what the `nodes` fixture (device_harness) makes
 
 
 def test_an_amd_job_on_v2_opens_kfd_and_its_render_node_only(cgroup, nodes):
     rules = gpu_deny_rules([], known=[0], dev_dir=nodes) + amd_deny_rules([129], [128, 129], nodes)
     bpf_devices.deny(cgroup, rules)
-    got = opened_as_nobody(cgroup, nodes)
+    got = opened_as_nobody(cgroup, nodes, PROBED)
     assert got == {"kfd": errno.ENXIO, "renderD128": errno.EPERM, "renderD129": errno.ENXIO,
                    "nvidia0": errno.EPERM, "null": 0}  # fmt: skip
 
@@ -82,7 +31,7 @@ def test_an_amd_job_on_v2_opens_kfd_and_its_render_node_only(cgroup, nodes):
 def test_a_cpu_job_on_v2_opens_neither_kfd_nor_a_render_node(cgroup, nodes):
     rules = gpu_deny_rules([], known=[0], dev_dir=nodes) + amd_deny_rules([], [128, 129], nodes)
     bpf_devices.deny(cgroup, rules)
-    got = opened_as_nobody(cgroup, nodes)
+    got = opened_as_nobody(cgroup, nodes, PROBED)
     assert got == {"kfd": errno.EPERM, "renderD128": errno.EPERM, "renderD129": errno.EPERM,
                    "nvidia0": errno.EPERM, "null": 0}  # fmt: skip
 

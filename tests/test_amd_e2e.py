@@ -9,18 +9,17 @@ from __future__ import annotations
 import ast
 import json
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from device_harness import OPENS, box, make_nodes, need_devices_isolation, opened_by_job  # noqa: F401
 from helpers import job_status, read_log, wait_for, wait_phase, write_manifest
 from nvml_fixtures import fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
-from shared_box import SYSTEM_PYTHON, make_box, remove_box
+from shared_box import SYSTEM_PYTHON
 from test_amd import AMD_BOX, make_drm
 
-from controller.act.runtime.cgroups import probe
 from controller.util.yamlio import load_one
 
 STUB = Path(__file__).parent / "amdsmi_stub"
@@ -53,27 +52,13 @@ def write_amd(path: Path, gpus: list[dict], **top) -> None:
 @pytest.fixture
 def amd_box(tmp_path):
     """(device folder with kfd, renderD128, renderD129 and renderD130, gflowd env for the amdsmi stand-in)."""
-    dev = tmp_path / f"dev-amd-{os.getpid()}"
-    (dev / "dri").mkdir(parents=True)
-    os.mknod(dev / "kfd", 0o666 | stat.S_IFCHR, os.makedev(KFD_MAJOR, 0))
-    for minor in (128, 129, 130):
-        os.mknod(dev / "dri" / f"renderD{minor}", 0o666 | stat.S_IFCHR, os.makedev(226, minor))
+    nodes = {"kfd": (KFD_MAJOR, 0), **{f"dri/renderD{m}": (226, m) for m in (128, 129, 130)}}
+    dev = make_nodes(tmp_path / f"dev-amd-{os.getpid()}", nodes)
     env = {
         "PYTHONPATH": os.pathsep.join([str(STUB), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         "FAKE_AMDSMI_FILE": str(tmp_path / "fake-amdsmi.json"),
     }
     return dev, env
-
-
-@pytest.fixture
-def box():
-    """An ordinary user on a shared box (tests/shared_box.py), where the devices cgroup isolates."""
-    found = probe()
-    if not found.features["devices"].available:
-        pytest.skip(f"no devices isolation here: {found.features['devices'].reason}")
-    made = make_box()
-    yield made
-    remove_box(made)
 
 
 def job(name: str, body: str) -> str:
@@ -182,21 +167,8 @@ def test_a_foreign_process_on_an_amd_gpu_makes_it_unmanaged(home, gflowd, amd_bo
         stranger.wait()
 
 
-OPENS = (
-    "import errno, os, sys\n"
-    "for path in sys.argv[1:]:\n"
-    "    try:\n"
-    "        os.close(os.open(path, os.O_RDWR))\n"
-    "        print(os.path.basename(path), 'OK')\n"
-    "    except OSError as exc:\n"
-    "        print(os.path.basename(path), errno.errorcode[exc.errno])\n"
-)
-
-
 def test_an_amd_job_opens_kfd_and_its_render_node_only_and_a_cpu_job_neither(home, gflowd, amd_box):
-    found = probe()
-    if not found.features["devices"].available:
-        pytest.skip(f"no devices isolation here: {found.features['devices'].reason}")
+    need_devices_isolation()
     dev, env = amd_box
     write_amd(Path(env["FAKE_AMDSMI_FILE"]), [amd_gpu(0), amd_gpu(1), amd_gpu(2)])
     nodes = [str(dev / "kfd"), *(str(dev / "dri" / f"renderD{m}") for m in (128, 129, 130))]
@@ -250,14 +222,9 @@ def test_a_users_amd_job_opens_its_own_card_node_and_not_another_amd_gpus(box, g
     and neither of another AMD GPU; cards of no AMD GPU (NVIDIA's, a BMC's VGA) stay open. The nodes
     are paired by PCI device through a sysfs made in a temp folder (``--sys-dir``)."""
     _, env = amd_box
-    dev = box.root / "dev"
-    (dev / "dri").mkdir(parents=True)
-    os.mknod(dev / "kfd", 0o666 | stat.S_IFCHR, os.makedev(KFD_MAJOR, 0))
     nodes = {**{f"card{n}": n for n in range(5)}, **{f"renderD{m}": m for m in (128, 129, 130)}}
-    for name, minor in nodes.items():
-        os.mknod(dev / "dri" / name, 0o666 | stat.S_IFCHR, os.makedev(226, minor))
-    for path in [dev, *dev.rglob("*")]:
-        os.chmod(path, 0o755 if path.is_dir() else 0o666)
+    dri = {f"dri/{name}": (226, minor) for name, minor in nodes.items()}
+    dev = make_nodes(box.root / "dev", {"kfd": (KFD_MAJOR, 0), **dri})
     sys_dir = make_drm(box.root / "sys", AMD_BOX)
     write_amd(Path(env["FAKE_AMDSMI_FILE"]), [amd_gpu(0), amd_gpu(1), amd_gpu(2)])
     paths = [str(dev / "dri" / name) for name in nodes]
@@ -268,7 +235,7 @@ def test_a_users_amd_job_opens_its_own_card_node_and_not_another_amd_gpus(box, g
     unit = wait_phase(box.home, "mine", "Succeeded", timeout=60, daemon=daemon)["devices"][0]
     own = next(set(names) for names in AMD_BOX.values() if f"renderD{128 + unit}" in names)  # card, render
     others = {"card0", "card1", "card3", "renderD128", "renderD129", "renderD130"} - own
-    got = dict(line.split() for line in read_log(box.home, "mine").splitlines() if line.strip())
+    got = opened_by_job(box.home, "mine")
     assert got == {name: "EPERM" if name in others else "ENXIO" for name in nodes}
     assert got["card2"] == got["card4"] == "ENXIO"  # NVIDIA's card and the BMC's: not AMD GPUs, open
 

@@ -6,31 +6,16 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-import stat
-import subprocess
-import sys
 import tempfile
 
 import pytest
+from device_harness import UNIFIED, bpf_unavailable, cgroup, nodes, opened_as_nobody  # noqa: F401
 
 from controller.act.runtime.cgroups import bpf_devices
 
-UNIFIED = "/sys/fs/cgroup/unified" if os.path.isfile("/sys/fs/cgroup/unified/cgroup.procs") else "/sys/fs/cgroup"
-NOBODY = 65534
+pytestmark = pytest.mark.skipif(bool(bpf_unavailable()), reason=bpf_unavailable() or "-")
 
-
-def _why_not() -> str:
-    if os.geteuid() != 0:
-        return "BPF device programs need root"
-    if not os.path.isfile(os.path.join(UNIFIED, "cgroup.procs")):
-        return "no cgroup2 mount"
-    return bpf_devices.unavailable_reason(UNIFIED)
-
-
-pytestmark = pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "-")
-
-NODES = {
+NODES = {  # what the `nodes` fixture (device_harness) makes
     "nvidia0": (195, 0),
     "nvidia1": (195, 1),
     "nvidia7": (195, 7),
@@ -39,49 +24,11 @@ NODES = {
     "null": (1, 3),
 }
 
-# Joins the cgroup, drops to nobody, then tries each node; prints "name errno" (0: opened).
-PROBE = """
-import os, sys
-open(os.path.join(sys.argv[1], "cgroup.procs"), "w").write(str(os.getpid()))
-os.setgid(65534); os.setuid(65534)
-for name in sys.argv[3:]:
-    try:
-        os.close(os.open(os.path.join(sys.argv[2], name), os.O_RDWR))
-        print(name, 0)
-    except OSError as exc:
-        print(name, exc.errno)
-"""
-
-
-@pytest.fixture
-def nodes():
-    directory = tempfile.mkdtemp(prefix="gflow-bpf-nodes-")
-    os.chmod(directory, 0o755)
-    for name, (major, minor) in NODES.items():
-        os.mknod(os.path.join(directory, name), 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-        os.chmod(os.path.join(directory, name), 0o666)
-    yield directory
-    shutil.rmtree(directory)
-
-
-@pytest.fixture
-def cgroup():
-    path = tempfile.mkdtemp(prefix="gflow-bpf-test-", dir=UNIFIED)
-    yield path
-    os.rmdir(path)  # the probe process has exited; the program goes with the cgroup
-
-
-def opened_as_nobody(cgroup: str, nodes: str) -> dict[str, int]:
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, cgroup, nodes, *NODES], capture_output=True, text=True, timeout=60, check=True
-    ).stdout
-    return {name: int(code) for name, code in (line.split() for line in out.splitlines())}
-
 
 @pytest.mark.e2e
 def test_a_job_bound_to_gpu_1_cannot_open_gpu_0(cgroup, nodes):
     bpf_devices.confine_gpus(cgroup, [1])
-    got = opened_as_nobody(cgroup, nodes)
+    got = opened_as_nobody(cgroup, nodes, NODES)
     assert got["nvidia0"] == errno.EPERM and got["nvidia7"] == errno.EPERM
     assert got["nvidia1"] == errno.ENXIO  # allowed: the open reaches the (absent) driver
     assert got["nvidiactl"] == errno.ENXIO and got["nvidia-modeset"] == errno.ENXIO
@@ -91,7 +38,7 @@ def test_a_job_bound_to_gpu_1_cannot_open_gpu_0(cgroup, nodes):
 @pytest.mark.e2e
 def test_a_cpu_job_can_open_no_gpu_but_the_control_nodes(cgroup, nodes):
     bpf_devices.confine_gpus(cgroup, [])
-    got = opened_as_nobody(cgroup, nodes)
+    got = opened_as_nobody(cgroup, nodes, NODES)
     assert [got[name] for name in ("nvidia0", "nvidia1", "nvidia7")] == [errno.EPERM] * 3
     assert got["nvidiactl"] == errno.ENXIO and got["null"] == 0
 
@@ -99,7 +46,7 @@ def test_a_cpu_job_can_open_no_gpu_but_the_control_nodes(cgroup, nodes):
 @pytest.mark.e2e
 def test_without_the_program_every_gpu_opens(cgroup, nodes):
     """The check above can fail: the same probe, no program, reaches the driver for every GPU."""
-    got = opened_as_nobody(cgroup, nodes)
+    got = opened_as_nobody(cgroup, nodes, NODES)
     assert [got[name] for name in ("nvidia0", "nvidia1", "nvidia7")] == [errno.ENXIO] * 3
 
 
@@ -114,7 +61,7 @@ def test_the_v1_style_deny_rules_gflowd_computes_work_as_a_program(cgroup, nodes
     from controller.act.runtime.cgroups.devices import gpu_deny_rules
 
     bpf_devices.deny(cgroup, gpu_deny_rules([1], known=[0, 1, 7], dev_dir=nodes))
-    got = opened_as_nobody(cgroup, nodes)
+    got = opened_as_nobody(cgroup, nodes, NODES)
     assert got["nvidia0"] == errno.EPERM and got["nvidia7"] == errno.EPERM
     assert got["nvidia1"] == errno.ENXIO and got["nvidiactl"] == errno.ENXIO and got["null"] == 0
 
@@ -124,7 +71,7 @@ def test_a_job_bound_to_every_gpu_denies_nothing_and_the_program_still_loads(cgr
     """No deny rule (every GPU bound): found in the lab box, where such a job's program was refused
     (its deny tail unreachable: EINVAL) and the job ran without a cgroup."""
     bpf_devices.deny(cgroup, [])
-    got = opened_as_nobody(cgroup, nodes)
+    got = opened_as_nobody(cgroup, nodes, NODES)
     assert [got[name] for name in ("nvidia0", "nvidia1", "nvidia7", "nvidiactl")] == [errno.ENXIO] * 4
     assert got["null"] == 0
 
@@ -145,7 +92,7 @@ def test_a_v2_attempt_cgroup_gets_the_program_from_its_limits(nodes):
     try:
         cgroups.prepare()
         attempt = cgroups.create("job-1", Limits(deny_devices=gpu_deny_rules([1], known=[0, 1, 7])))
-        got = opened_as_nobody(attempt.dirs[KEY], nodes)
+        got = opened_as_nobody(attempt.dirs[KEY], nodes, NODES)
         assert got["nvidia0"] == errno.EPERM and got["nvidia7"] == errno.EPERM
         assert got["nvidia1"] == errno.ENXIO and got["null"] == 0
     finally:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from device_harness import OPENS
 from helpers import home_cgroups, job_status, read_log, wait_for, wait_phase, write_manifest
 
 from controller.act.runtime import record
@@ -110,17 +111,6 @@ def gpu_nodes(tmp_path):
     for name, major, minor in (("nvidia0", 195, 0), ("nvidia1", 195, 1), ("nvidiactl", 195, 255), ("other", 240, 0)):
         os.mknod(folder / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
     return folder
-
-
-OPENS = (
-    "import errno, os, sys\n"
-    "for path in sys.argv[1:]:\n"
-    "    try:\n"
-    "        os.close(os.open(path, os.O_RDWR))\n"
-    "        print(os.path.basename(path), 'OK')\n"
-    "    except OSError as exc:\n"
-    "        print(os.path.basename(path), errno.errorcode[exc.errno])\n"
-)
 
 
 def test_a_job_bound_to_gpu_1_cannot_open_gpu_0_a_cpu_job_no_gpu_and_both_any_other_device(

@@ -162,6 +162,23 @@ def test_a_caught_import_error_is_not_the_failure():
     assert classify(1, None, 0, (), lines("caught_import_error-2.log")).reason == ""
 
 
+def test_a_caught_import_error_then_an_exit_1_without_a_traceback_is_not_a_missing_module():
+    """caught_import_error-3.log: the optional import's traceback, printed and survived, is the
+    only one in the log; the job went on and gave up later (exit 1, no traceback of its own)."""
+    log = lines("caught_import_error-3.log")
+    assert classify(1, None, 0, (), log).reason == ""
+    # the same traceback where it did end the program (nothing after it): the missing module
+    ended = log[: log.index("ModuleNotFoundError: No module named 'apex_amp_not_installed'") + 1]
+    assert classify(1, None, 0, (), ended).reason == "MissingModule"
+
+
+def test_a_missing_modules_message_that_starts_on_the_next_line_still_ended_the_program():
+    """numpy's ImportError ("ImportError: " then its advice on the following lines)."""
+    log = ["Traceback (most recent call last):", '  File "t.py", line 1, in <module>', "ImportError: ", ""]
+    log += ["IMPORTANT: PLEASE READ THIS FOR ADVICE ON HOW TO SOLVE THIS ISSUE!", "", "Original error was: ..."]
+    assert classify(1, None, 0, (), log).reason == "MissingModule"
+
+
 def test_the_last_match_wins_a_recovered_oom_then_a_real_nccl_timeout():
     log = lines("oom_recovered-1.log") + ["epoch 3 loss 0.91"] + lines("nccl_timeout-2.log")
     assert classify(1, None, 0, (), log).reason == "NCCLTimeout"

@@ -9,14 +9,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import stat
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from device_harness import cgroup, nodes, opened_as_nobody  # noqa: F401
 
 from controller.act.runtime.cgroups import bpf_devices, devices
 from controller.act.runtime.cgroups.devices import (
@@ -111,63 +108,13 @@ def test_the_fake_gpu_file_gives_instances_their_gi_and_ci():
 
 # -- cgroup v2: the same rules as the BPF device program ---------------------------------------
 
-UNIFIED = "/sys/fs/cgroup/unified" if os.path.isfile("/sys/fs/cgroup/unified/cgroup.procs") else "/sys/fs/cgroup"
-
-
-def _why_not() -> str:
-    if os.geteuid() != 0:
-        return "BPF device programs need root"
-    if not os.path.isfile(os.path.join(UNIFIED, "cgroup.procs")):
-        return "no cgroup2 mount"
-    return bpf_devices.unavailable_reason(UNIFIED)
-
-
-NODES = {
+NODES = {  # what the `nodes` fixture (device_harness) makes
     "nvidia0": (195, 0),
     "nvidia1": (195, 1),
     "nvidiactl": (195, 255),
     **{f"nvidia-cap{minor}": (CAPS_MAJOR, minor) for minor in sorted(CAPS.values())},
     "null": (1, 3),
 }
-PROBE = """
-import os, sys
-open(os.path.join(sys.argv[1], "cgroup.procs"), "w").write(str(os.getpid()))
-os.setgid(65534); os.setuid(65534)
-for name in sys.argv[3:]:
-    try:
-        os.close(os.open(os.path.join(sys.argv[2], name), os.O_RDWR))
-        print(name, 0)
-    except OSError as exc:
-        print(name, exc.errno)
-"""
-
-
-@pytest.fixture
-def nodes():
-    directory = tempfile.mkdtemp(prefix="gflow-mig-nodes-")
-    os.chmod(directory, 0o755)
-    for name, (major, minor) in NODES.items():
-        os.mknod(os.path.join(directory, name), 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-        os.chmod(os.path.join(directory, name), 0o666)
-    yield directory
-    shutil.rmtree(directory)
-
-
-@pytest.fixture
-def cgroup():
-    why = _why_not()
-    if why:
-        pytest.skip(why)
-    path = tempfile.mkdtemp(prefix="gflow-mig-bpf-", dir=UNIFIED)
-    yield path
-    os.rmdir(path)
-
-
-def opened_as_nobody(cgroup: str, nodes: str) -> dict[str, int]:
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, cgroup, nodes, *NODES], capture_output=True, text=True, timeout=60, check=True
-    ).stdout
-    return {name: int(code) for name, code in (line.split() for line in out.splitlines())}
 
 
 @pytest.mark.e2e
@@ -176,7 +123,7 @@ def test_a_mig_job_on_v2_opens_its_parent_and_its_own_caps_only(cgroup, nodes, t
     rules = gpu_deny_rules([0], known=[0, 1], dev_dir=nodes)
     rules += mig_caps_deny_rules([(0, 10, 0)], INSTANCES, str(proc), nodes)
     bpf_devices.deny(cgroup, rules)
-    got = opened_as_nobody(cgroup, nodes)
+    got = opened_as_nobody(cgroup, nodes, NODES)
     denied = {"nvidia1", "nvidia-cap1", "nvidia-cap2", "nvidia-cap84", "nvidia-cap85"}
     allowed = {"nvidia0", "nvidiactl", "nvidia-cap93", "nvidia-cap94"}
     assert got == {**{n: errno.EPERM for n in denied}, **{n: errno.ENXIO for n in allowed}, "null": 0}
@@ -187,7 +134,7 @@ def test_a_whole_gpu_job_on_v2_opens_no_caps_node(cgroup, nodes, tmp_path):
     proc = make_proc(tmp_path)
     rules = gpu_deny_rules([1], known=[0, 1], dev_dir=nodes) + mig_caps_deny_rules([], INSTANCES, str(proc), nodes)
     bpf_devices.deny(cgroup, rules)
-    got = opened_as_nobody(cgroup, nodes)
+    got = opened_as_nobody(cgroup, nodes, NODES)
     caps = {f"nvidia-cap{m}": errno.EPERM for m in CAPS.values()}
     assert got == {"nvidia0": errno.EPERM, "nvidia1": errno.ENXIO, "nvidiactl": errno.ENXIO, **caps, "null": 0}
 
@@ -204,7 +151,7 @@ def test_a_full_mig_box_program_loads_and_denies_every_other_instance(cgroup, no
     rules = mig_caps_deny_rules([(0, 10, 0)], [*instances, *INSTANCES], str(proc), nodes)
     assert len(rules) == len(caps) - 2
     bpf_devices.deny(cgroup, rules)
-    got = opened_as_nobody(cgroup, nodes)
+    got = opened_as_nobody(cgroup, nodes, NODES)
     assert {name: got[name] for name in ("nvidia-cap84", "nvidia-cap93", "nvidia-cap94", "nvidia-cap1")} == {
         "nvidia-cap84": errno.EPERM,
         "nvidia-cap93": errno.ENXIO,

@@ -9,53 +9,23 @@ caps node. With no driver behind the nodes an allowed open fails with ENXIO, a d
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 
-import pytest
 import test_mig_caps
-from helpers import read_log, wait_phase, write_manifest
+from device_harness import OPENS, box, make_nodes, opened_by_job  # noqa: F401
+from helpers import wait_phase, write_manifest
 from nvml_fixtures import GiB, fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
-from shared_box import SYSTEM_PYTHON, make_box, remove_box
+from shared_box import SYSTEM_PYTHON
 from test_mig_caps import CAPS_MAJOR, make_proc
 
-from controller.act.runtime.cgroups import probe
-
-OPENS = (
-    "import errno, os, sys\n"
-    "for path in sys.argv[1:]:\n"
-    "    try:\n"
-    "        os.close(os.open(path, os.O_RDWR))\n"
-    "        print(os.path.basename(path), 'OK')\n"
-    "    except OSError as exc:\n"
-    "        print(os.path.basename(path), errno.errorcode[exc.errno])\n"
-)
 CAPS = {folder.replace("gpu0/", "gpu3/"): minor for folder, minor in test_mig_caps.CAPS.items()}  # GPU 0's minor
 NODES = {"nvidia3": (195, 3), "nvidia1": (195, 1), "nvidiactl": (195, 255)}
 INSTANCE_CAPS = {2: ("gpu3/mig/gi9", "gpu3/mig/gi9/ci0"), 3: ("gpu3/mig/gi10", "gpu3/mig/gi10/ci0")}  # unit: caps
 
 
-@pytest.fixture
-def box():
-    found = probe()
-    if not found.features["devices"].available:
-        pytest.skip(f"no devices isolation here: {found.features['devices'].reason}")
-    made = make_box()
-    yield made
-    remove_box(made)
-
-
 def make_dev(root: Path) -> Path:
-    dev = root / "dev"
-    (dev / "nvidia-caps").mkdir(parents=True)
-    for name, (major, minor) in NODES.items():
-        os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-    for minor in CAPS.values():
-        os.mknod(dev / "nvidia-caps" / f"nvidia-cap{minor}", 0o666 | stat.S_IFCHR, os.makedev(CAPS_MAJOR, minor))
-    for path in [dev, dev / "nvidia-caps", *dev.rglob("*")]:
-        os.chmod(path, 0o755 if path.is_dir() else 0o666)
-    return dev
+    caps = {f"nvidia-caps/nvidia-cap{minor}": (CAPS_MAJOR, minor) for minor in CAPS.values()}
+    return make_nodes(root / "dev", {**NODES, **caps})
 
 
 def opener(name: str, dev: Path, resources: str) -> str:
@@ -64,10 +34,6 @@ def opener(name: str, dev: Path, resources: str) -> str:
     return f"metadata: {{name: {name}}}\nspec:\n  command: {command}\n" + (
         f"  resources: {resources}\n" if resources else ""
     )
-
-
-def opened(home: Path, name: str) -> dict[str, str]:
-    return dict(line.split() for line in read_log(home, name).splitlines() if line.strip())
 
 
 def test_a_users_mig_job_opens_its_own_caps_and_not_a_sibling_instances(box, gflowd, nvml_env):
@@ -91,12 +57,12 @@ def test_a_users_mig_job_opens_its_own_caps_and_not_a_sibling_instances(box, gfl
     own = {f"nvidia-cap{CAPS[cap]}" for cap in INSTANCE_CAPS[unit]}
     caps = {f"nvidia-cap{m}" for m in CAPS.values()}
     assert len(own) == 2 and own < caps
-    assert opened(box.home, "slice") == {
+    assert opened_by_job(box.home, "slice") == {
         "nvidia3": "ENXIO",  # its parent GPU
         "nvidia1": "EPERM",
         "nvidiactl": "ENXIO",
         **{cap: "ENXIO" if cap in own else "EPERM" for cap in caps},  # the sibling's, config, monitor: denied
     }
     none = {cap: "EPERM" for cap in caps}
-    assert opened(box.home, "whole") == {"nvidia3": "EPERM", "nvidia1": "ENXIO", "nvidiactl": "ENXIO", **none}
-    assert opened(box.home, "cpu") == {"nvidia3": "EPERM", "nvidia1": "EPERM", "nvidiactl": "ENXIO", **none}
+    assert opened_by_job(box.home, "whole") == {"nvidia3": "EPERM", "nvidia1": "ENXIO", "nvidiactl": "ENXIO", **none}
+    assert opened_by_job(box.home, "cpu") == {"nvidia3": "EPERM", "nvidia1": "EPERM", "nvidiactl": "ENXIO", **none}

@@ -44,6 +44,10 @@ from controller.client.read.state import (
 )
 from controller.paths import Home
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
 GPU_KINDS = ("gpus", "gpu", "node", "nodes")
 SWEEP_KINDS = ("sweeps", "sweep")
 RESERVATION_KINDS = ("reservations", "reservation")
@@ -101,6 +105,7 @@ def _print_documents(
     few: bool = False,
     users: dict[str, str] | None = None,
     copies: bool = True,
+    present: Collection[str] | None = None,
 ) -> None:
     """``-o json`` and ``-o yaml`` print the same thing, as kubectl does: one object when one was
     asked for by name, else one ``kind: List`` document holding them all. Each object is the
@@ -110,7 +115,8 @@ def _print_documents(
     from the status file; the spec from the manifest, where the caller may read it
     (client/read/specs.py). ``few``: a few jobs asked for by name, whose files are cheaper than a
     big journal of copies; ``copies``: False for kinds gflowd keeps no copies of. ``users``: name ->
-    the user a job runs as, shown as ``metadata.user``."""
+    the user a job runs as, shown as ``metadata.user``; ``present``: every job there is (the texts
+    kept of others are dropped)."""
     import json  # lazy: the table needs none (it reads marshal)
 
     from controller.client.read.specs import manifest_documents  # lazy: only -o yaml|json reads manifests
@@ -147,7 +153,7 @@ def _print_documents(
         return
     texts = [object_json(obj, journaled.get(name), used.get(name)) for name, obj in objects.items()]
     if kept is not None:
-        texts = kept.merged(listed, dict(zip(objects, texts)), wanted, located)
+        texts = kept.merged(listed, dict(zip(objects, texts)), wanted, located, present)
     if single and len(texts) == 1:
         print(texts[0])
     elif not texts:
@@ -397,6 +403,7 @@ def _get_jobs(home: Home, args, selector) -> int:
             out,
             few=0 < len(chosen) <= 8 and bool(args.names),
             users={n: owner(r.get("manifest")) for n, r in chosen},
+            present=rows,
         )
     else:
         if not chosen:  # names not found alone: their errors, no header (kubectl)
@@ -441,6 +448,7 @@ def _get_jobs_from_table(home: Home, args, selector, table) -> int:
             out,
             few=0 < len(chosen) <= 8 and bool(args.names),
             users=dict(zip([row[0] for row in chosen], row_users(home, chosen))),
+            present=rows,
         )
     else:
         print_rows(chosen, row_users(home, chosen), out, hidden, missing)

@@ -227,6 +227,8 @@ def classify(
             f"it crashed with a segmentation fault: {FIXES['Segfault']}",
             tuple(facts + _cited(lines, start, first_line)),
         )
+    # a caught ImportError's traceback (an optional import, printed and survived) is history
+    matches = [m for m in matches if m.cause != "MissingModule" or _ended_the_program(log_tail_lines[start:], m)]
     if not matches or _explained_later(log_tail_lines[start:], matches[-1]):
         return NOTHING
     last = matches[-1]
@@ -270,6 +272,42 @@ def _explained_later(lines: Sequence[str], last: Match) -> bool:
         return False
     summary = next((text for text in lines[starts[-1] :] if text and not text[0].isspace()), "")
     return bool(summary) and not WRAPPERS.search(summary)
+
+
+# a launcher's own log line after its child died (torchrun's "E1129 02:36:32.396000 10789
+# torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1)"): glog's form
+LAUNCHER_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")
+
+
+def _ended_the_program(lines: Sequence[str], last: Match) -> bool:
+    """Whether the exception on ``last``'s line ended the program: after it the log holds nothing
+    but teardown (blank lines, tracebacks chained to it, a launcher's log lines and its traceback
+    reporting the child's exit, other ranks' lines). A library that printed the traceback of an
+    optional import and carried on printed more: that traceback is not why the job failed."""
+    prefix = LAUNCHER_PREFIX.match(lines[last.line - 1])
+    own = prefix.group(0) if prefix else ""
+    summary = _bare(lines[last.line - 1]).strip()
+    at = last.line  # 0-based: the line after the exception's
+    while at < len(lines):
+        text = _bare(lines[at]).strip()
+        if (own and not lines[at].startswith(own)) or not text or LAUNCHER_LOG.match(text):
+            at += 1  # another rank's line, the launcher's, a blank one
+        elif text in CHAINED:
+            at, summary = _traceback_end(lines, at + 1)  # the chain goes on to its own last exception
+        elif text.startswith(TRACEBACK):
+            return bool(WRAPPERS.search(_traceback_end(lines, at)[1]))  # a launcher reporting its child
+        else:
+            return summary.endswith(":")  # only the rest of a message that starts on the next line (numpy's)
+    return True
+
+
+def _traceback_end(lines: Sequence[str], start: int) -> tuple[int, str]:
+    """(0-based index after its exception line, that line) of the first traceback from ``start``."""
+    for at in range(start, len(lines)):
+        text = _bare(lines[at])
+        if text.strip() and not text[0].isspace() and not text.startswith(TRACEBACK):
+            return at + 1, text.strip()
+    return len(lines), ""
 
 
 def _chained(lines: Sequence[str], start: int) -> bool:

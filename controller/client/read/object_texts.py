@@ -14,6 +14,7 @@ from controller.client.read.specs import _cache_file, _load_cache, _save_cache, 
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Collection
     from typing import Any
 
     from controller.paths import Home
@@ -60,18 +61,27 @@ class ObjectTexts:
         return rest
 
     def merged(
-        self, names: list[str], made: dict[str, str], manifests: dict[str, str | None], located: dict[str, Any]
+        self,
+        names: list[str],
+        made: dict[str, str],
+        manifests: dict[str, str | None],
+        located: dict[str, Any],
+        present: Collection[str] | None = None,
     ) -> list[str]:
         """The texts of ``names`` in order: kept or ``made`` (name -> text; ``manifests``: its
-        status's manifest, ``located``: that file's ``manifest_key`` when read); keeps the made."""
+        status's manifest, ``located``: that file's ``manifest_key`` when read); keeps the made.
+        ``present``: every job there is (a listing's filter shows fewer), whose entries are kept:
+        the others' jobs are gone, and a cache holding more entries than there are jobs is
+        rewritten without them even when nothing was made."""
         for name, text in made.items():
             key = self.status_keys.get(name)
             if key is not None:
                 self.cache[name] = (key, self.users.get(name), manifests.get(name), located.get(name), text)
         both = {**self.kept, **made}
         texts = [both[name] for name in names if name in both]
-        if made and self.path and sum(map(len, texts)) <= MAX_TEXT_BYTES:
-            # what this listing printed: jobs gone since drop out; a shorter listing keeps the others
-            keep = self.cache if len(names) < len(self.cache) else {n: self.cache[n] for n in names if n in self.cache}
-            _save_cache(self.path, keep, FORMAT)
+        gone = present is not None and len(self.cache) > len(present)
+        if (made or gone) and self.path and sum(map(len, texts)) <= MAX_TEXT_BYTES:
+            listed = {n: self.cache[n] for n in names if n in self.cache}
+            keep = {n: entry for n, entry in self.cache.items() if n in present} if present is not None else listed
+            _save_cache(self.path, keep, FORMAT, fewer=listed)
         return texts

@@ -19,11 +19,15 @@ from controller.paths import Home
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 CACHE_FORMAT = 3  # bump when what a cache entry holds changes
 JSON_PARTS = ("spec", "labels", "annotations")  # kept as json.dumps(indent=2) text too: see json_parts
 CACHE_MAX_BYTES = 64 * 1024 * 1024  # a bigger file is not ours to load: start afresh
+CACHE_KEEP_BYTES = 32 * 1024 * 1024  # a rewrite keeps at most this much (else only what the listing used)
+CACHE_UNUSED_S = 30 * 86400  # a cache file no gflowctl read or wrote for this long (its home gone): removed
+CACHE_PREFIXES = ("manifests-", "objects-")
 
 
 def manifest_path(roots: tuple[str, ...], manifest: str | None) -> str | None:
@@ -95,8 +99,28 @@ def manifest_documents(
             found[name] = entry_of_name
     if changed and cache_file:
         # a long listing keeps what it read (manifests deleted since drop out); a few names add theirs
-        _save_cache(cache_file, {path: cache[path] for path in parsed} if len(wanted) > 8 else cache)
+        used = {path: cache[path] for path in parsed}
+        if len(wanted) <= 8:  # a few names: the others' entries too, but for files that are gone
+            there = _existing(cache)
+            used = {path: entry for path, entry in cache.items() if path in parsed or path in there}
+        _save_cache(cache_file, used, fewer={path: cache[path] for path in parsed})
     return found
+
+
+def _existing(paths: Iterable[str]) -> set[str]:
+    """Which of ``paths`` exist, from one listing of each folder (a home's manifests share a few):
+    2,000 ``stat`` calls cost ~10 ms. A folder that cannot be listed counts as empty (a cache miss)."""
+    by_folder: dict[str, list[str]] = {}
+    for path in paths:
+        by_folder.setdefault(os.path.dirname(path), []).append(path)
+    there: set[str] = set()
+    for folder, group in by_folder.items():
+        try:
+            names = set(os.listdir(folder))
+        except OSError:
+            continue
+        there.update(path for path in group if os.path.basename(path) in names)
+    return there
 
 
 def _documents_of(path: str) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
@@ -174,17 +198,49 @@ def _load_cache(path: str, form: int = CACHE_FORMAT) -> dict[str, Any]:
     return data[1]
 
 
-def _save_cache(path: str, entries: dict[str, Any], form: int = CACHE_FORMAT) -> None:
-    """Written whole (the manifests this ``get`` read), atomically; a cache: no fsync, and no error
-    reaches the user (a home without a writable cache folder just parses every time)."""
+def _save_cache(
+    path: str, entries: dict[str, Any], form: int = CACHE_FORMAT, fewer: dict[str, Any] | None = None
+) -> None:
+    """Written whole, atomically; a cache: no fsync, and no error reaches the user (a home without
+    a writable cache folder just parses every time). Bounded: over ``CACHE_KEEP_BYTES`` only
+    ``fewer`` (what this listing used) is kept, else nothing. Cache files left unused for
+    ``CACHE_UNUSED_S`` beside it (homes that are gone) are removed then."""
+    folder = os.path.dirname(path)
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        data = marshal.dumps((form, entries))
+        if len(data) > CACHE_KEEP_BYTES:
+            data = marshal.dumps((form, fewer if fewer is not None and fewer is not entries else {}))
+            if len(data) > CACHE_KEEP_BYTES:
+                data = marshal.dumps((form, {}))
+        os.makedirs(folder, mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
-            handle.write(marshal.dumps((form, entries)))
+            handle.write(data)
         os.replace(tmp, path)
     except (OSError, ValueError):
         try:
             os.unlink(tmp)
         except (OSError, UnboundLocalError):
             pass
+        return
+    _remove_unused(folder)
+
+
+def _remove_unused(folder: str) -> None:
+    """The caller's cache files in ``folder`` (and temp files of writers that died) neither read nor
+    written for ``CACHE_UNUSED_S``: a home that is gone leaves its files, named by a digest of its
+    path, to no one else. One listing of a folder of a few files, on a rewrite only."""
+    import time  # lazy: only a rewrite
+
+    too_old = time.time() - CACHE_UNUSED_S
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(CACHE_PREFIXES)]
+    except OSError:
+        return
+    for name in names:
+        try:
+            st = os.lstat(os.path.join(folder, name))
+            if st.st_uid == os.geteuid() and max(st.st_atime, st.st_mtime) < too_old:
+                os.unlink(os.path.join(folder, name))
+        except OSError:
+            continue

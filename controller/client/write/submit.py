@@ -250,6 +250,7 @@ def remember(home: Home, name: str) -> str | None:
             known = known if isinstance(known, dict) else {}
         except (OSError, ValueError):
             known = {}
+        known = {root: last for root, last in known.items() if os.path.isdir(root)}  # homes gone: forgotten
         known[str(home.root)] = name
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps(known, indent=1) + "\n", durable=False)
