@@ -590,7 +590,7 @@ class ManifestStore:
             return self._file_error(
                 path, st.st_mtime_ns, "Invalid", f"file is not UTF-8 text (bad byte at offset {exc.start})"
             )
-        verdict = self.verdicts.take((path, st.st_uid, raw)) if self.verdicts is not None else None
+        verdict = self.verdicts.take((path, st.st_uid, raw)) if self.verdicts else None
         if verdict is not None:  # the review just judged these very bytes for this path: no second parse
             log.debug("%s: as the review judged it", path)
             if manifest is not None:

@@ -55,6 +55,9 @@ class ReviewVerdicts:
         self._entries: OrderedDict[Key, tuple[float, list, threading.Event]] = OrderedDict()
         self.hits = 0  # for tests and benchmarks
 
+    def __len__(self) -> int:  # a hint, unlocked: the store skips building a key when none is kept
+        return len(self._entries)
+
     def expect(self, key: Key) -> Callable[[Verdict | None], None]:
         """Announce the verdict on ``key`` before the review answers (the file may land before it
         is worked out); the returned function gives it (None: the store parses the file)."""
