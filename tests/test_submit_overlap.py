@@ -67,3 +67,34 @@ def test_a_wrong_guess_stores_the_verdicts_text_and_leaves_no_temp(home, gflowd,
     assert store_document(h, docs[0], False, early=early) == "created"
     assert (home / "jobs" / "early.yaml").read_text() == PLAIN
     assert os.listdir(home / "jobs") == ["early.yaml"]
+
+
+def test_a_folder_apply_fsyncs_each_file_then_the_spec_dir_once_before_reporting_any(home, tmp_path, monkeypatch):
+    """apply -f DIR: each new file fsynced before its rename, the spec dir once for all of them
+    (not once per file), and no file reported created before that folder fsync; the outcomes in
+    order, the same as one by one."""
+    import stat
+
+    from controller.client.write.manifests import apply_inputs, read_inputs
+
+    src = tmp_path / "burst"
+    src.mkdir()
+    names = [f"burst-{i}" for i in range(5)]
+    for name in names:
+        (src / f"{name}.yaml").write_text(PLAIN.replace("{name: early}", f"{{name: {name}}}"))
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        real_fsync(fd)
+        synced.append("folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+
+    monkeypatch.setattr(os, "fsync", spy)
+    reported = [
+        (outcome.name, outcome.verb, list(synced))
+        for outcome in apply_inputs(Home.resolve(home), read_inputs([str(src)], False), False)
+    ]
+    assert [(name, verb) for name, verb, _ in reported] == [(name, "created") for name in names]
+    assert synced == ["file"] * 5 + ["folder"]
+    assert all(seen == synced for _, _, seen in reported)  # each printed after the folder's fsync
+    assert sorted(os.listdir(home / "jobs")) == [f"{name}.yaml" for name in names]

@@ -26,7 +26,7 @@ from controller.act.reclaim import Reclaimer
 from controller.act.runtime import make_runtime
 from controller.act.runtime.backends.local.attempt import boot_id
 from controller.act.runtime.orphans import MARKER_VARIABLE
-from controller.daemon.review import answer_request, clear, judge_as, serve
+from controller.daemon.review import answer_request, clear, expect_landing, judge_as, serve
 from controller.decide.acted import fold_acted
 from controller.decide.gpu_leaks import LeakVerdict, find_leaks
 from controller.decide.policy import policy_from_config
@@ -38,6 +38,7 @@ from controller.model.plan import ActResult, Memory, Plan, Snapshot
 from controller.model.scheduling import GpuSlot
 from controller.observe.gpu_leaks import LeakWatch, process_facts
 from controller.observe.gpus.inventory import Inventory
+from controller.observe.review_verdicts import ReviewVerdicts
 from controller.observe.snapshot import GPU_REFRESH, SnapshotBuilder
 from controller.observe.watch import start_watching
 from controller.paths import Home
@@ -432,6 +433,8 @@ class Controller:
             log.warning("admission review disabled: cannot use %s: %s", self.home.review_dir, exc)
             review_dir = None
         host = self.observer.host
+        verdicts = self.observer.store.verdicts = ReviewVerdicts()
+        spec_dir = os.path.abspath(self.home.spec_dir)  # as the store spells the paths it reads
         serve(
             self.home.review_socket,
             lambda uid, request: judge_as(
@@ -441,6 +444,7 @@ class Controller:
                 conda_available=host.conda_available(),
                 never_fits=self._never_fits,
             ),
+            lambda uid, request, answer: expect_landing(verdicts, spec_dir, uid, request, answer),
         )
         return start_watching(
             self.home.spec_dir,

@@ -28,7 +28,10 @@ from typing import Any
 from controller.act.runtime.control_socket import unix_address
 from controller.client.review import ANSWER_SUFFIX, MAX_REQUEST_BYTES, REQUEST_SUFFIX, check_documents
 from controller.decide.admission import check_environment
+from controller.observe.manifests import verdict_of
+from controller.observe.review_verdicts import ReviewVerdicts
 from controller.util.fsutil import atomic_write
+from controller.util.yamlio import iter_documents_text
 
 log = logging.getLogger("gflow.review")
 
@@ -36,7 +39,12 @@ DEADLINE = 5.0  # seconds a caller may take to send its request
 MAX_CALLERS = 16  # connections answered at once; more wait in the listen backlog
 
 
-def serve(path: Path, judge: Callable[[int, dict[str, Any]], dict[str, Any]]) -> socket.socket | None:
+Judge = Callable[[int, dict[str, Any]], dict[str, Any]]
+# (uid, request, answer) -> what to do once the answer is sent (see expect_landing), or None
+Afterwards = Callable[[int, dict[str, Any], dict[str, Any]], Callable[[], None] | None]
+
+
+def serve(path: Path, judge: Judge, afterwards: Afterwards | None = None) -> socket.socket | None:
     """Listen on ``path`` (replacing a stale socket) and answer in a daemon thread; None if it cannot."""
     try:
         path.unlink(missing_ok=True)
@@ -57,15 +65,16 @@ def serve(path: Path, judge: Callable[[int, dict[str, Any]], dict[str, Any]]) ->
             except OSError:
                 return  # closed: gflowd stops
             slots.acquire()
-            threading.Thread(target=_answer, args=(conn, judge, slots), daemon=True, name="review").start()
+            threading.Thread(target=_answer, args=(conn, judge, slots, afterwards), daemon=True, name="review").start()
 
     threading.Thread(target=accept, daemon=True, name="review-accept").start()
     return listener
 
 
 def _answer(
-    conn: socket.socket, judge: Callable[[int, dict[str, Any]], dict[str, Any]], slots: threading.BoundedSemaphore
+    conn: socket.socket, judge: Judge, slots: threading.BoundedSemaphore, afterwards: Afterwards | None = None
 ) -> None:
+    then = None
     try:
         with conn:
             conn.settimeout(DEADLINE)
@@ -79,14 +88,66 @@ def _answer(
                     return
                 chunks.append(chunk)
             try:
-                answer = judge(uid, json.loads(b"".join(chunks)))
+                request = json.loads(b"".join(chunks))
+                answer = judge(uid, request)
             except (ValueError, KeyError, TypeError) as exc:
                 answer = {"error": f"unreadable review request: {exc}"}
+            else:
+                then = _prepared(afterwards, uid, request, answer)
             conn.sendall(json.dumps(answer).encode())
     except OSError:
         pass  # the caller left or was too slow: it checks locally
     finally:
-        slots.release()
+        try:
+            if then is not None:
+                then()  # after the answer: the caller writes its file meanwhile
+        finally:
+            slots.release()
+
+
+def _prepared(
+    afterwards: Afterwards | None, uid: int, request: dict[str, Any], answer: dict[str, Any]
+) -> Callable[[], None] | None:
+    if afterwards is None:
+        return None
+    try:
+        return afterwards(uid, request, answer)
+    except Exception:  # never the answer's problem: the store parses the files as always
+        log.exception("review: no verdicts kept")
+        return None
+
+
+def expect_landing(
+    verdicts: ReviewVerdicts, spec_dir: str, uid: int, request: dict[str, Any], answer: dict[str, Any]
+) -> Callable[[], None] | None:
+    """For each Job the answer lets the caller store as ``SPEC_DIR/NAME.yaml`` (what apply and run
+    write for a new job): its verdict announced to the store now, before the answer is sent, and
+    worked out by the returned function once it is (``review_verdicts``)."""
+    landing = []
+    for item, judged in zip(request["inputs"], answer.get("inputs") or []):
+        parts: list[str] | None = None
+        for doc in judged["docs"]:
+            if doc["kind"] != "job" or doc.get("skip") or doc.get("readBack"):
+                continue
+            text = doc.get("text")
+            if text is None:
+                parts = parts if parts is not None else list(iter_documents_text(str(item["text"])))
+                text = parts[doc["index"]]
+            body = text if text.endswith("\n") else text + "\n"  # as store_document writes it
+            path = f"{spec_dir}/{doc['name']}.yaml"
+            landing.append((verdicts.expect((path, uid, body.encode())), body, path))
+    if not landing:
+        return None
+
+    def work_out() -> None:
+        for give, body, path in landing:
+            try:
+                give(verdict_of(body, path))
+            except Exception:  # never the review's problem: the store parses the file as always
+                log.exception("review: no verdict kept for %s", path)
+                give(None)
+
+    return work_out
 
 
 def judge_as(

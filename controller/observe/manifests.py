@@ -17,6 +17,7 @@ pass's.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat as stat_mod
 import struct
@@ -29,10 +30,13 @@ from pathlib import Path
 from controller.api.names import is_valid_name
 from controller.api.validation import MAX_MANIFEST_BYTES, cached_job, validate_any
 from controller.model.documents import NO_LABELS, AdmittedJob, Rejection
+from controller.observe.review_verdicts import ReviewVerdicts, Verdict
 from controller.paths import is_manifest_name
 from controller.util.fsutil import atomic_write
 from controller.util.security import NOT_REGULAR, EntryChanged, Folder, NotRead, OpenedManifest, SpecTree
 from controller.util.yamlio import YAMLSyntaxError, load_all
+
+log = logging.getLogger("gflowd")
 
 CACHE_VERSION = 6  # bump when parsing, validation, the spec hashes or the key change
 SAVE_AT_LEAST_EVERY = 300.0  # seconds: see ManifestStore.save_cache
@@ -109,6 +113,7 @@ class ManifestStore:
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
         self.cache_path = cache_path
+        self.verdicts: ReviewVerdicts | None = None  # the review's, for files about to land (gflowd sets it)
         self._warm: dict[str, str] = self._load_cache()  # path -> its entry, JSON: [key, parsed JSON, hashes, jobs]
         self._unsaved = 0
         self._saved_at = time.monotonic()  # see save_cache
@@ -596,6 +601,12 @@ class ManifestStore:
             return self._file_error(
                 path, st.st_mtime_ns, "Invalid", f"file is not UTF-8 text (bad byte at offset {exc.start})"
             )
+        verdict = self.verdicts.take((path, st.st_uid, raw)) if self.verdicts else None
+        if verdict is not None:  # the review just judged these very bytes for this path: no second parse
+            log.debug("%s: as the review judged it", path)
+            if manifest is not None:
+                manifest.parsed_json = verdict.parsed_json
+            return verdict.documents(self._display(path), path, st.st_uid, st.st_mtime_ns)
         try:
             docs = load_all(text)
         except YAMLSyntaxError as exc:
@@ -615,28 +626,54 @@ class ManifestStore:
     def _validate(
         self, path: str, st: os.stat_result, docs: list, text: str | None, hashes: dict | None = None
     ) -> list[AdmittedJob | Rejection]:
-        source = self._display(path)
-        stem = os.path.basename(path).rsplit(".", 1)[0]
-        single = sum(d is not None for d in docs) == 1
-        results: list[AdmittedJob | Rejection] = []
-        for index, data in enumerate(docs):
-            if data is None:  # an empty document (a stray ---) is nothing, not an error
-                continue
-            results.extend(
-                validate_any(
-                    data,
-                    source=source,
-                    path=path,
-                    stem=stem,
-                    single=single,
-                    doc_index=index,
-                    text=text,
-                    owner_uid=st.st_uid,
-                    mtime_ns=st.st_mtime_ns,
-                    known_hashes=(hashes or {}).get(str(index)),
-                )
+        return validate_parsed(path, self._display(path), docs, text, st.st_uid, st.st_mtime_ns, hashes)
+
+
+def validate_parsed(
+    path: str, source: str, docs: list, text: str | None, owner_uid: int, mtime_ns: int, hashes: dict | None = None
+) -> list[AdmittedJob | Rejection]:
+    """The documents of the file at ``path`` (parsed as ``docs``), each validated."""
+    stem = os.path.basename(path).rsplit(".", 1)[0]
+    single = sum(d is not None for d in docs) == 1
+    results: list[AdmittedJob | Rejection] = []
+    for index, data in enumerate(docs):
+        if data is None:  # an empty document (a stray ---) is nothing, not an error
+            continue
+        results.extend(
+            validate_any(
+                data,
+                source=source,
+                path=path,
+                stem=stem,
+                single=single,
+                doc_index=index,
+                text=text,
+                owner_uid=owner_uid,
+                mtime_ns=mtime_ns,
+                known_hashes=(hashes or {}).get(str(index)),
             )
-        return results
+        )
+    return results
+
+
+def verdict_of(text: str, path: str) -> Verdict | None:
+    """What ``ManifestStore._parse`` makes of ``text`` landing at ``path`` (the same functions),
+    for the review to keep (``review_verdicts``); None unless every document is a plain valid Job."""
+    if len(text.encode()) > MAX_MANIFEST_BYTES or "\0" in text:
+        return None
+    try:
+        docs = load_all(text)
+        results = validate_parsed(path, path, docs, text, -1, 0)
+    except (YAMLSyntaxError, RecursionError):
+        return None
+    if not results or not all(type(r) is AdmittedJob and r.owner is None for r in results):
+        return None
+    try:
+        parsed_json: str | None = json.dumps(docs, separators=(",", ":"))
+    except (TypeError, ValueError):  # as _parse: not JSON, not cached
+        parsed_json = None
+    jobs = [(r.name, r.job, r.doc_index, r.spec_hash, r.run_hash) for r in results if isinstance(r, AdmittedJob)]
+    return Verdict(parsed_json, jobs)
 
 
 def _placed(documents: list, folder: str | None) -> list:

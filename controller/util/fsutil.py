@@ -289,10 +289,11 @@ def _temp_like(path: Path, payload: bytes, like: os.stat_result) -> str:
     return tmp
 
 
-def create_new(path: Path, data: str, mode: int = 0o644) -> None:
+def create_new(path: Path, data: str, mode: int = 0o644, sync_folder: bool = True) -> None:
     """Create ``path`` atomically, failing with FileExistsError when it exists: two ``apply`` runs
-    creating one file never both say "created" with one of them lost."""
-    NewFile(path, data, mode).commit()
+    creating one file never both say "created" with one of them lost. ``sync_folder=False``: the
+    caller fsyncs the folder itself, once for several files, before it reports any of them."""
+    NewFile(path, data, mode).commit(sync_folder)
 
 
 class NewFile:
@@ -319,7 +320,7 @@ class NewFile:
             self.abandon()
             raise
 
-    def commit(self) -> None:
+    def commit(self, sync_folder: bool = True) -> None:
         assert self.tmp is not None, "committed or abandoned already"
         try:
             _rename_noreplace(self.tmp, self.path)
@@ -327,7 +328,8 @@ class NewFile:
             self.abandon()
             raise
         self.tmp = None
-        fsync_dir(self.path.parent)
+        if sync_folder:
+            fsync_dir(self.path.parent)
 
     def abandon(self) -> None:
         if self.tmp is not None:
