@@ -360,7 +360,7 @@ def _rename_noreplace(source: str, target: Path) -> None:
         and renameat2(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(str(target)), rename_noreplace) == 0
     ):
         return
-    import ctypes  # loaded by _renameat2 already
+    import ctypes  # lazy: loaded by _renameat2 already; only its errno is read here
 
     err = ctypes.get_errno() if renameat2 is not None else errno.ENOSYS
     if err in (errno.ENOSYS, errno.EINVAL):  # an old kernel or a file system without it: a hard link is atomic too
