@@ -118,8 +118,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _fast_lane_watch.append(started)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    """Stop watching once the test is torn down, even when its teardown failed (a fixture raised):
+    a watch left behind failed every later test of that worker, e2e ones included."""
+    yield
     started = item.stash.get(_started, None)
     if started is not None:  # by identity: two tests' lists of nothing started are equal
         _fast_lane_watch[:] = [watch for watch in _fast_lane_watch if watch is not started]

@@ -192,6 +192,7 @@ def test_a_trace_that_can_never_finish_is_an_error_not_a_hang(tmp_path):
         simulate(read_trace(trace(tmp_path, "0,2,10,,0,alice\n")), 4, Policy(user_quotas={"alice": 1}))
 
 
+@pytest.mark.e2e  # matplotlib's first use on a machine builds its font cache by running fc-list
 def test_plot_writes_a_gantt_chart_and_a_wait_cdf(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     assert (
