@@ -43,6 +43,10 @@ sys.path.insert(1, str(ROOT / "hack" / "bench"))  # its helpers (stdlib only), i
 PY = sys.executable
 _GFLOWCTL = Path(PY).parent / "gflowctl"
 GFLOWCTL = [str(_GFLOWCTL)] if _GFLOWCTL.exists() else [PY, "-m", "controller.cli.main"]
+# gflowd as users start it: the installed script, so a regular install's package runs (``-m`` from the
+# checkout would import the checkout's code whatever venv's python runs it)
+_GFLOWD = Path(PY).parent / "gflowd"
+GFLOWD = [str(_GFLOWD)] if _GFLOWD.exists() else [PY, "-m", "controller.daemon"]
 GPU_LINE = "  - {name: NVIDIA H100 80GB HBM3, memory: 80Gi}\n"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 POLL = 0.001  # status-file poll interval for latencies
@@ -434,9 +438,7 @@ class Gflowd:
         env.pop("CUDA_VISIBLE_DEVICES", None)
         env["GFLOW_HOME"] = str(home)
         argv = [
-            PY,
-            "-m",
-            "controller.daemon",
+            *GFLOWD,
             "--home",
             str(home),
             "--fake-gpus",
@@ -1592,7 +1594,9 @@ def main() -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: `cmd &` starts with it ignored
         signal.signal(sig, on_signal)
-    log(f"{bench.mode} run; homes under {bench.root}; {os.cpu_count()} CPUs; gflowctl: {' '.join(GFLOWCTL)}")
+    log(
+        f"{bench.mode} run; homes under {bench.root}; {os.cpu_count()} CPUs; gflowctl: {' '.join(GFLOWCTL)}; gflowd: {' '.join(GFLOWD)}"
+    )
     log(
         f"creating a file under {bench.root} costs {file_create_us(bench.root):.0f} us of CPU here "
         "(15-20 us is a quiet ext4 folder; see docs/performance.md, 'The filesystem')"
