@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import stat
 import time
@@ -340,16 +341,12 @@ class NewFile:
             self.tmp = None
 
 
-_RENAMEAT2: list = []  # [glibc's renameat2 through ctypes, or None], once resolved
-
-
+@functools.cache
 def _renameat2():
-    """glibc's ``renameat2`` (>= 2.28), None without it: ``os`` has no renameat2 before Python 3.13."""
-    if not _RENAMEAT2:
-        import ctypes  # lazy: only for a create that must not replace (apply of a new file)
+    """glibc's ``renameat2`` (>= 2.28) through ctypes, resolved once; None without it (``os`` has none)."""
+    import ctypes  # lazy: only for a create that must not replace (apply of a new file)
 
-        _RENAMEAT2.append(getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None))
-    return _RENAMEAT2[0]
+    return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
 
 
 def _rename_noreplace(source: str, target: Path) -> None:
