@@ -6,10 +6,7 @@ each to a supervisor process it forked (about 2 ms instead of a 35 ms interprete
 supervisor process supervises one attempt at a time, and may supervise several in turn: after an
 attempt whose exit record it wrote (not a terminal session), it says so to the launcher, which gives
 it the next attempt only once gflowd has purged that record (gflowd writes "purged PATH" to the
-launcher): no stop or limits signal meant for the last attempt can then reach the next. A purge heard
-before its supervisor said "done" (gflowd read the exit record first) frees it all the same: the next
-attempt is written to its pipe at once and read when it is done, so a burst does not fork a new
-supervisor for each attempt whose supervisor was a moment late to say so. Forking, copying on write and tearing down a Python process was most of an
+launcher): no stop or limits signal meant for the last attempt can then reach the next. Forking, copying on write and tearing down a Python process was most of an
 attempt's cost; a flood of short jobs now pays it a few times, not once per job. The launcher keeps
 IDLE_SUPERVISORS waiting for IDLE_TIMEOUT (more, in a burst, for BURST_TIMEOUT), and one ends
 after REUSE_MAX attempts. The
@@ -73,9 +70,8 @@ def launcher(wake: int | None = None, join: str | None = None) -> int:
 class _Pool:
     """The launcher's supervisor processes: ``tasks`` (pid -> the write end of its pipe of record
     paths), what each supervises (``serving``), those that ended an attempt cleanly and wait for
-    gflowd to purge it (``done``), purges heard before that (``purged``; their supervisors in
-    ``early`` until one is given a next attempt ahead, ``ahead``: pid -> that path, already in its
-    pipe), and those free to take an attempt (``idle``: pid -> since when, oldest first)."""
+    gflowd to purge it (``done``), purges heard before that (``purged``), and those free to take
+    an attempt (``idle``: pid -> since when, oldest first)."""
 
     def __init__(self, wake: int | None = None) -> None:
         self.wake = wake
@@ -84,8 +80,6 @@ class _Pool:
         self.by_path: dict[bytes, int] = {}  # the inverse of ``serving``
         self.done: set[int] = set()
         self.purged: set[bytes] = set()
-        self.early: dict[int, None] = {}  # supervisors whose attempt was purged before they said done
-        self.ahead: dict[int, bytes] = {}
         self.idle: dict[int, float] = {}
         self.said_r, self.said_w = os.pipe2(os.O_CLOEXEC)  # supervisors say "done PID" or "gone PID"
 
@@ -134,11 +128,7 @@ class _Pool:
             pid = int(pid_text)
             if what == b"done":
                 path = self.serving.get(pid, b"")
-                if pid in self.ahead:  # its next attempt waits in its pipe: it reads it now
-                    self.purged.discard(path)
-                    self.by_path.pop(path, None)
-                    self.serving[pid] = self.ahead.pop(pid)
-                elif path in self.purged:
+                if path in self.purged:
                     self.purged.discard(path)
                     self._free(pid)
                 else:
@@ -153,14 +143,12 @@ class _Pool:
         if pid is None:
             return  # its supervisor ended (not reusable) or was never ours
         if pid not in self.done:
-            self.purged.add(path)  # heard before its supervisor said it was done: it is free all the same
-            self.early[pid] = None
+            self.purged.add(path)  # heard before its supervisor said it was done
             return
         self.done.discard(pid)
         self._free(pid)
 
     def _free(self, pid: int) -> None:
-        self.early.pop(pid, None)
         self.by_path.pop(self.serving.pop(pid, b""), None)
         self.idle[pid] = time.monotonic()
         while len(self.idle) > BURST_SUPERVISORS:
@@ -175,16 +163,10 @@ class _Pool:
             self._drop(pid)
 
     def _drop(self, pid: int) -> None:
-        """``pid`` ends (or ended): its pipe closes; an attempt handed to it ahead goes to another."""
         self.idle.pop(pid, None)
-        self.early.pop(pid, None)
         self.done.discard(pid)
         self.by_path.pop(self.serving.pop(pid, b""), None)
         os.close(self.tasks.pop(pid))
-        path = self.ahead.pop(pid, None)
-        if path is not None:  # never read: it said "gone" instead of "done", or died
-            self.by_path.pop(path, None)
-            self._hand(path)
 
     def _hand(self, path: bytes) -> None:
         while self.idle:
@@ -196,16 +178,6 @@ class _Pool:
                 self._drop(pid)
                 continue
             self.serving[pid], self.by_path[path] = path, pid
-            return
-        while self.early:
-            pid = next(reversed(self.early))
-            del self.early[pid]
-            try:
-                os.write(self.tasks[pid], path + b"\n")  # read once it says done with its last attempt
-            except OSError:
-                self._drop(pid)
-                continue
-            self.ahead[pid], self.by_path[path] = path, pid
             return
         task_r, task_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
