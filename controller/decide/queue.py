@@ -302,7 +302,8 @@ def _remember_tail(
             until = min(until, entry.created + (waited // policy.aging_interval + 1) * policy.aging_interval)
     if policy.fair_share_half_life and len(priorities) > 1:
         return None
-    ordered = tuple(order_queue(entries, policy, now))
+    carried_only = memo is not None and len(entries) == len(carried)  # the last order, less the decided ones
+    ordered = tuple(entries) if carried_only else tuple(order_queue(entries, policy, now))
     return QueueMemo(records, plan.slots, queue_inputs(snap), None, ordered, until, priorities)
 
 
