@@ -763,7 +763,7 @@ class Bench:
 
     def cli_start(self) -> None:
         """``gflowctl version`` and ``gflowctl --help`` as subprocesses, output checked: the
-        interpreter, the console-script shim, any .pth files of the environment and our imports.
+        interpreter, the installed script (scripts/gflowctl), any .pth files of the environment and our imports.
         Measure a regular (non-editable) install for the figure users see: an editable one adds
         its import hook (docs/performance.md)."""
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
