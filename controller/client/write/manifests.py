@@ -169,14 +169,14 @@ def check_inputs(
     home: Home,
     inputs: list[tuple[str, str]],
     place: bool = False,
-    early: EarlyManifest | None = None,
+    early: Callable[[], object] | None = None,
     folders: list[str | None] | None = None,
 ) -> list[tuple[list[Doc], list[str]]]:
     """Each input's documents and errors: judged by the running gflowd when there is one (see
     controller/client/review.py), else checked here with the same function. ``place``: apply's
     inputs, whose ``workingDir`` the check also places (:func:`run_where_applied`); ``folders``:
-    their :func:`source_folder`, when the caller has them. ``early`` is written while gflowd
-    answers over its socket."""
+    their :func:`source_folder`, when the caller has them. ``early()`` writes what it can while
+    gflowd answers over its socket (an :class:`EarlyManifest`, or apply's batch of them)."""
     if place and folders is None:
         folders = [source_folder(home, origin) for origin, _ in inputs]
     answers = None
@@ -342,20 +342,34 @@ def apply_inputs(
     seen: dict[str, str] = {}
     home.spec_dir.mkdir(parents=True, exist_ok=True)
     folders = [source_folder(home, origin) for origin, _ in inputs]
-    guess = likely_stored(inputs[0][0], inputs[0][1], folders[0]) if len(inputs) == 1 and not dry_run else None
-    if guess is not None and any(os.path.lexists(home.spec_dir / f"{guess[0]}{s}") for s in (".yaml", ".yml")):
-        guess = None  # applied again: its file is rewritten in place, nothing to write early
-    early = EarlyManifest(home, guess[0], guess[1], inputs[0][0]) if guess is not None else None
+    early = {} if dry_run else _early_manifests(home, inputs, folders)
     try:
-        if early is not None or dry_run:  # one document (or none written): its folder fsynced as it lands
+        if (len(inputs) == 1 and early) or dry_run:  # one new file (or none): its folder fsynced as it lands
             yield from _store_checked(home, inputs, dry_run, on_input, seen, early, folders, None)
         else:
             unsynced: set[Path] = set()
-            stored = _store_checked(home, inputs, dry_run, on_input, seen, None, folders, unsynced)
+            stored = _store_checked(home, inputs, dry_run, on_input, seen, early, folders, unsynced)
             yield from _synced_in_batches(stored, unsynced)
     finally:
-        if early is not None:
-            early.abandon()
+        for manifest in early.values():
+            manifest.abandon()
+
+
+def _early_manifests(
+    home: Home, inputs: list[tuple[str, str]], folders: list[str | None]
+) -> dict[str, EarlyManifest]:
+    """An :class:`EarlyManifest` for each input that most likely stores a new file (by the name it
+    will have): written while gflowd reviews them all, so that after its answer only the renames are
+    left and the files land together, not one write and fsync apart (an ``apply -f DIR``)."""
+    early: dict[str, EarlyManifest] = {}
+    for (origin, text), folder in zip(inputs, folders):
+        guess = likely_stored(origin, text, folder)
+        if guess is None or guess[0] in early:
+            continue
+        if any(os.path.lexists(home.spec_dir / f"{guess[0]}{s}") for s in (".yaml", ".yml")):
+            continue  # applied again: its file is rewritten in place, nothing to write early
+        early[guess[0]] = EarlyManifest(home, guess[0], guess[1], origin)
+    return early
 
 
 SYNC_BATCH = 64  # outcomes held at most before their folders' fsync lets them be reported
@@ -390,7 +404,12 @@ def _sync_folders(unsynced: set[Path]) -> None:
 
 
 def _store_checked(home, inputs, dry_run, on_input, seen, early, folders, unsynced) -> Iterator[Stored | str]:
-    for done, (docs, doc_errors) in enumerate(check_inputs(home, inputs, place=True, early=early, folders=folders)):
+    def write_early() -> None:
+        for manifest in early.values():
+            manifest()
+
+    checked = check_inputs(home, inputs, place=True, early=write_early if early else None, folders=folders)
+    for done, (docs, doc_errors) in enumerate(checked):
         if on_input is not None:
             on_input(done)
         yield from doc_errors
@@ -403,8 +422,7 @@ def _store_checked(home, inputs, dry_run, on_input, seen, early, folders, unsync
                 continue
             seen[doc.name] = doc.origin
             doc = doc if doc.placed else run_where_applied(home, doc)
-            verb = store_document(home, doc, dry_run, early=early, unsynced=unsynced)
-            early = None  # guessed for the first document only
+            verb = store_document(home, doc, dry_run, early=early.pop(doc.name, None), unsynced=unsynced)
             yield Stored(doc.kind, doc.name, verb, doc.warning)
 
 
