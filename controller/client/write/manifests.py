@@ -355,9 +355,7 @@ def apply_inputs(
             manifest.abandon()
 
 
-def _early_manifests(
-    home: Home, inputs: list[tuple[str, str]], folders: list[str | None]
-) -> dict[str, EarlyManifest]:
+def _early_manifests(home: Home, inputs: list[tuple[str, str]], folders: list[str | None]) -> dict[str, EarlyManifest]:
     """An :class:`EarlyManifest` for each input that most likely stores a new file (by the name it
     will have): written while gflowd reviews them all, so that after its answer only the renames are
     left and the files land together, not one write and fsync apart (an ``apply -f DIR``)."""
