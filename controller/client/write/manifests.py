@@ -139,8 +139,7 @@ def read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
             continue
         path = Path(name)
         if path.is_dir():
-            pattern = "**/*" if recursive else "*"
-            files = sorted(p for p in path.glob(pattern) if p.is_file() and is_manifest_name(p.name))
+            files = _manifests_in(path, recursive)
             if not files:
                 raise GflowError(f"{name}: no .yaml or .yml files" + ("" if recursive else " (use -R for sub-folders)"))
             for file in files:
@@ -150,6 +149,19 @@ def read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
         else:
             raise GflowError(f"{name}: no such file or folder")
     return inputs
+
+
+def _manifests_in(folder: Path, recursive: bool) -> list[Path]:
+    """The manifest files in ``folder`` (``recursive``: and below it), sorted. A flat folder is
+    listed with ``os.scandir``: ``Path.glob`` compiles its pattern through fnmatch and re first."""
+    if recursive:
+        return sorted(p for p in folder.glob("**/*") if p.is_file() and is_manifest_name(p.name))
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(e.name for e in entries if is_manifest_name(e.name) and e.is_file())
+    except OSError:
+        names = []  # as glob: an unreadable folder holds no manifests for us
+    return [folder / name for name in names]
 
 
 def read_manifest_text(path: Path) -> str:
@@ -341,7 +353,7 @@ def apply_inputs(
     defined twice is an error for the second. ``on_input(i)`` runs before input ``i`` is handled."""
     seen: dict[str, str] = {}
     home.spec_dir.mkdir(parents=True, exist_ok=True)
-    folders = [source_folder(home, origin) for origin, _ in inputs]
+    folders = _source_folders(home, inputs)
     early = {} if dry_run else _early_manifests(home, inputs, folders)
     try:
         if (len(inputs) == 1 and early) or dry_run:  # one new file (or none): its folder fsynced as it lands
@@ -422,6 +434,18 @@ def _store_checked(home, inputs, dry_run, on_input, seen, early, folders, unsync
             doc = doc if doc.placed else run_where_applied(home, doc)
             verb = store_document(home, doc, dry_run, early=early.pop(doc.name, None), unsynced=unsynced)
             yield Stored(doc.kind, doc.name, verb, doc.warning)
+
+
+def _source_folders(home: Home, inputs: list[tuple[str, str]]) -> list[str | None]:
+    """:func:`source_folder` of each input, worked out once per folder (each resolves two paths)."""
+    known: dict[str, str | None] = {}
+    folders = []
+    for origin, _ in inputs:
+        key = "<" if origin.startswith("<") else os.path.dirname(os.path.abspath(origin))
+        if key not in known:
+            known[key] = source_folder(home, origin)
+        folders.append(known[key])
+    return folders
 
 
 def source_folder(home: Home, origin: str) -> str | None:
