@@ -71,6 +71,7 @@ MODES = {
         cold_budget=120.0,
         inc_runs=15,
         get_runs=10,
+        our_bursts=5,
         idle_s=30.0,
         sched_runs=7,
         cli_start_runs=40,
@@ -87,6 +88,7 @@ MODES = {
         cold_budget=12.0,
         inc_runs=7,
         get_runs=5,
+        our_bursts=3,
         idle_s=10.0,
         sched_runs=3,
         cli_start_runs=15,
@@ -763,7 +765,7 @@ class Bench:
 
     def cli_start(self) -> None:
         """``gflowctl version`` and ``gflowctl --help`` as subprocesses, output checked: the
-        interpreter, the console-script shim, any .pth files of the environment and our imports.
+        interpreter, the installed script (scripts/gflowctl), any .pth files of the environment and our imports.
         Measure a regular (non-editable) install for the figure users see: an editable one adds
         its import hook (docs/performance.md)."""
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -1042,16 +1044,17 @@ class Bench:
         self._pair("submit_to_running_ms_p50", statistics.median(ours), statistics.median(theirs), "ms")
 
         # the burst as users submit many jobs at once: one command each (a folder of manifests
-        # applied; a gflow job array), then until every job has finished
+        # applied; a gflow job array), then until every job has finished. Ours is the median of a
+        # few bursts (a 0.3 s figure moves by half between single runs on a shared machine), each
+        # on an idle gflowd after the previous one's jobs were deleted; gflow's once (~26 s, steady)
         n = GFLOW_BURST
-        burst = self.root / "vs-gflow-burst"
-        burst.mkdir()
-        for i in range(n):
-            (burst / f"burst-{i}.yaml").write_text(job_text(f"burst-{i}", "  command: ['true']\n"))
-        t0 = time.perf_counter()
-        self._gflowctl(home, "apply", "-f", str(burst))
-        wait_for(lambda: (index_phases(home) or Counter()).get("Succeeded", 0) >= n, 120, 0.02, "our burst", daemon)
-        ours_burst = time.perf_counter() - t0
+        bursts = []
+        for r in range(self.cfg["our_bursts"]):
+            if r:
+                self._delete_burst(home, daemon, r - 1, n)
+            bursts.append(self._our_burst(home, daemon, r, n))
+        ours_burst = statistics.median(bursts)
+        log(f"our bursts of {n}: {', '.join(f'{b:.3f}' for b in bursts)} s; load {os.getloadavg()[0]:.2f}")
         before = max(peer.states(), default=0)
         t0 = time.perf_counter()
         out = peer.run("gbatch", "--array", f"1-{n}", "--name", "burst", "true")
@@ -1102,6 +1105,28 @@ class Bench:
         self._pair("list_jobs_ms_1k", statistics.median(ours_ls), statistics.median(theirs_ls), "ms")
         self._pair("daemon_rss_mb_1k", rss_mib(daemon.pid), rss_mib(peer.pid), "MiB")
         log(f"vs gflow: done; load {os.getloadavg()[0]:.2f}")
+
+    def _our_burst(self, home: Path, daemon: Gflowd, r: int, n: int) -> float:
+        burst = self.root / f"vs-gflow-burst-{r}"
+        burst.mkdir()
+        for i in range(n):
+            (burst / f"burst{r}-{i}.yaml").write_text(job_text(f"burst{r}-{i}", "  command: ['true']\n"))
+        t0 = time.perf_counter()
+        self._gflowctl(home, "apply", "-f", str(burst))
+        wait_for(lambda: (index_phases(home) or Counter()).get("Succeeded", 0) >= n, 120, 0.02, "our burst", daemon)
+        return time.perf_counter() - t0
+
+    def _delete_burst(self, home: Path, daemon: Gflowd, r: int, n: int) -> None:
+        for i in range(n):
+            (home / "jobs" / f"burst{r}-{i}.yaml").unlink()
+        wait_for(
+            lambda: (c := index_phases(home)) is not None and not c.get("Succeeded", 0),
+            60,
+            0.02,
+            "a burst's jobs gone",
+            daemon,
+        )
+        time.sleep(0.3)  # idle again
 
     def _pair(self, name: str, ours: float, theirs: float, unit: str, digits: int = 1) -> None:
         """Ours and gflow's figure, then gflow's over ours (how many times faster or smaller we are)."""

@@ -110,3 +110,48 @@ def test_a_sweep_applied_from_a_folder_gets_it_in_its_template(home, tmp_path):
     assert applied.stdout == "sweep/lr created\n", applied.stderr
     stored = load_one((home / "jobs" / "lr.yaml").read_text())
     assert stored["spec"]["template"]["workingDir"] == str(proj / "out")
+
+
+PLACED = {  # texts place_working_dir finds the line for without ruamel, and texts it leaves to ruamel
+    "plain": "apiVersion: gflow.dev/v1alpha1\nkind: Job\nmetadata:\n  name: a\nspec:\n  command: ['true']\n",
+    "comments and blanks": "# top\nkind: Job\nmetadata: {name: a}\nspec:   # the job\n\n  # what runs\n    # odd\n  command: [x]  # c\n",
+    "a mapping first, deeper": "kind: Job\nspec:\n    resources:\n      gpus: 1\n    command: [x]\nmetadata:\n  name: b\n",
+    "a quoted key": 'kind: Job\nmetadata: {name: a}\nspec:\n  "command": [x]\n',
+    "no final newline": "kind: Job\nmetadata: {name: a}\nspec:\n  command: [x]",
+    "non-ASCII": "kind: Job\nmetadata: {name: a, labels: {who: 'Zoë'}}\nspec:\n  command: [echo, \"naïve\"]\n",
+    "a block scalar that says spec:": "kind: Job\nmetadata: {name: a}\nspec:\n  script: |\n    spec:\n    echo hi\n",
+    "flow style": "kind: Job\nmetadata: {name: a}\nspec: {command: [x]}\n",
+    "CRLF": "kind: Job\r\nmetadata: {name: a}\r\nspec:\r\n  command: [x]\r\n",
+    "a relative workingDir": "kind: Job\nmetadata: {name: a}\nspec:\n  workingDir: sub\n  command: [x]\n",
+    "an empty workingDir": "kind: Job\nmetadata: {name: a}\nspec:\n  workingDir:\n  command: [x]\n",
+    "spec twice": "kind: Job\nmetadata: {name: a}\nspec:\n  command: [x]\nspec:\n  command: [y]\n",
+}
+
+
+def test_working_dir_placed_in_the_text_as_ruamels_edit_places_it():
+    """gflowd's review places ``workingDir`` for every file of ``apply -f DIR``: found in the text
+    (no round-trip load), the stored text is byte for byte what ``set_field`` wrote before."""
+    from controller.util.manifest_edit import place_working_dir, set_field
+    from controller.util.yamlio import YAMLSyntaxError
+
+    for label, text in PLACED.items():
+        try:
+            data = load_one(text)
+        except YAMLSyntaxError:
+            continue
+        current = data["spec"].get("workingDir") if isinstance(data["spec"], dict) else None
+        expected = set_field(text, 0, ("spec", "workingDir"), os.path.normpath(os.path.join("/p", current or ".")))
+        assert place_working_dir("job", data, text, "/p") == expected, label
+
+
+def test_a_plain_manifest_is_placed_without_ruamel(monkeypatch):
+    """The round-trip load (~1 ms a document) is not what a plain manifest's placement costs."""
+    from controller.util import manifest_edit
+
+    def no_round_trip(*_args):
+        raise AssertionError("set_field called")
+
+    monkeypatch.setattr(manifest_edit, "set_field", no_round_trip)
+    text = PLACED["comments and blanks"]
+    placed = manifest_edit.place_working_dir("job", load_one(text), text, "/home/u/proj")
+    assert placed is not None and '\n  workingDir: "/home/u/proj"\n  command: [x]  # c\n' in placed

@@ -570,3 +570,32 @@ def test_phase_words_are_checked_against_the_kind_listed(home):
     assert (code, out) == (1, "") and "no reservation phase 'Running'" in err and "Active" in err
     code, out, err = run("get", "jobs", "--phase", "f,CA", "-o", "name")
     assert (code, out) == (0, "job/gamma\n"), err
+
+
+def test_apply_reads_a_folders_manifests_in_name_order_and_below_it_only_with_r(tmp_path):
+    """``-f DIR``: its ``*.yaml``/``*.yml`` files (a symlink to one too), sorted by name; not hidden
+    files, other suffixes or sub-folders (those with ``-R``); an empty or unreadable folder says so."""
+    from controller.client.errors import GflowError
+    from controller.client.write.manifests import read_inputs
+
+    src = tmp_path / "jobs src"
+    (src / "sub").mkdir(parents=True)
+    for name in ("b.yaml", "a.yml", "sub/c.yaml", ".hidden.yaml", "notes.txt", "b.yaml~"):
+        (src / name).write_text(f"# {name}\n")
+    (src / "link.yaml").symlink_to(src / "sub" / "c.yaml")
+    (src / "dir.yaml").mkdir()
+    flat = read_inputs([str(src)], False)
+    assert flat == [
+        (str(src / n), f"# {t}\n") for n, t in (("a.yml", "a.yml"), ("b.yaml", "b.yaml"), ("link.yaml", "sub/c.yaml"))
+    ]
+    assert [o for o, _ in read_inputs([str(src)], True)] == [
+        str(src / n) for n in ("a.yml", "b.yaml", "link.yaml", "sub/c.yaml")
+    ]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(GflowError, match=r"empty: no \.yaml or \.yml files \(use -R for sub-folders\)$"):
+        read_inputs([str(empty)], False)
+    if os.geteuid() != 0:  # root reads any folder
+        empty.chmod(0)
+        with pytest.raises(GflowError, match=r"no \.yaml or \.yml files"):
+            read_inputs([str(empty)], False)

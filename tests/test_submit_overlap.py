@@ -98,3 +98,39 @@ def test_a_folder_apply_fsyncs_each_file_then_the_spec_dir_once_before_reporting
     assert synced == ["file"] * 5 + ["folder"]
     assert all(seen == synced for _, _, seen in reported)  # each printed after the folder's fsync
     assert sorted(os.listdir(home / "jobs")) == [f"{name}.yaml" for name in names]
+
+
+def test_a_folder_apply_writes_every_new_file_during_the_review_then_only_renames(home, gflowd, tmp_path, monkeypatch):
+    """apply -f DIR with gflowd running: every new file is written and fsynced while gflowd reviews
+    them all, so after its answer the files land back to back (only renames left), not one write and
+    fsync apart; each file still fsynced before its rename, the folder once before any is reported."""
+    import stat
+
+    from controller.client.write.manifests import apply_inputs, read_inputs
+    from controller.util import fsutil
+
+    gflowd()
+    src = tmp_path / "burst"
+    src.mkdir()
+    names = [f"burst-{i}" for i in range(5)]
+    for name in names:
+        (src / f"{name}.yaml").write_text(PLAIN.replace("{name: early}", f"{{name: {name}}}"))
+    src.joinpath("other.yaml").write_text(PLAIN.replace("{name: early}", "{name: burst-4}"))  # defined twice
+    steps: list[str] = []
+    real_fsync, real_rename = os.fsync, fsutil._rename_noreplace
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        steps.append("folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+
+    def rename(tmp: str, path) -> None:
+        real_rename(tmp, path)
+        steps.append("rename")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(fsutil, "_rename_noreplace", rename)
+    reported = list(apply_inputs(Home.resolve(home), read_inputs([str(src)], False), False))
+    assert [(o.name, o.verb) for o in reported[:5]] == [(name, "created") for name in names]
+    assert reported[5:] == [f"job/burst-4 is defined twice: in {src / 'burst-4.yaml'} and {src / 'other.yaml'}"]
+    assert steps == ["file"] * 5 + ["rename"] * 5 + ["folder"]
+    assert sorted(os.listdir(home / "jobs")) == [f"{name}.yaml" for name in names]  # no temp left

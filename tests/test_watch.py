@@ -163,21 +163,8 @@ def test_a_lone_whole_change_passes_at_once_a_burst_waits_for_quiet():
     """The loop's debounce is for bursts: the first settled change after quiet is ready at once;
     an unsettled one, or the next change of a burst, waits for the quiet time (an hour here, so
     nothing else can make it ready)."""
-    from types import SimpleNamespace
 
-    from controller.daemon.loop import Controller
-
-    loop = Controller.__new__(Controller)  # only the timing state: no home, no runtime
-    loop.config = SimpleNamespace(debounce=3600.0)
-    loop._dirty, loop._lock, loop._first_dirty, loop._last_dirty, loop._at_once = (
-        set(),
-        threading.Lock(),
-        None,
-        0.0,
-        False,
-    )
-    loop._wake_r, loop._wake_w = os.pipe()
-    os.set_blocking(loop._wake_w, False)
+    loop = _timing_only_loop()
     try:
         loop.mark_settled("/jobs/a.yaml")
         assert loop._dirty_ready(time.monotonic())
@@ -191,3 +178,42 @@ def test_a_lone_whole_change_passes_at_once_a_burst_waits_for_quiet():
     finally:
         os.close(loop._wake_r)
         os.close(loop._wake_w)
+
+
+def test_the_at_once_pass_waits_for_the_other_files_of_one_review(tmp_path):
+    """Files one review let a caller store (``apply -f DIR``): the first one landing after quiet
+    waits for the others (``daemon/landings.py``), then all of them are ready at once, together."""
+    loop = _timing_only_loop()
+    first, second = str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")
+    loop.landings.expect([first, second], time.monotonic())
+    try:
+        landed = time.monotonic()
+        loop.mark_settled(first)
+        assert not loop._dirty_ready(landed)  # not the first file alone...
+        loop.mark_settled(second)
+        assert loop._dirty_ready(landed)  # ...but once the other has landed: no debounce
+        assert loop._take_dirty() == {first, second}
+    finally:
+        os.close(loop._wake_r)
+        os.close(loop._wake_w)
+
+
+def _timing_only_loop():
+    from types import SimpleNamespace
+
+    from controller.daemon.landings import Landings
+    from controller.daemon.loop import Controller
+
+    loop = Controller.__new__(Controller)  # only the timing state: no home, no runtime
+    loop.config = SimpleNamespace(debounce=3600.0)
+    loop._dirty, loop._lock, loop._first_dirty, loop._last_dirty, loop._at_once = (
+        set(),
+        threading.Lock(),
+        None,
+        0.0,
+        False,
+    )
+    loop.landings = Landings()
+    loop._wake_r, loop._wake_w = os.pipe()
+    os.set_blocking(loop._wake_w, False)
+    return loop

@@ -26,6 +26,7 @@ from controller.act.reclaim import Reclaimer
 from controller.act.runtime import make_runtime
 from controller.act.runtime.backends.local.attempt import boot_id
 from controller.act.runtime.orphans import MARKER_VARIABLE
+from controller.daemon.landings import Landings
 from controller.daemon.review import answer_request, clear, expect_landing, judge_as, serve
 from controller.decide.acted import fold_acted
 from controller.decide.gpu_leaks import LeakVerdict, find_leaks
@@ -101,6 +102,7 @@ class Controller:
         self._first_dirty: float | None = None
         self._last_dirty = 0.0
         self._at_once = False  # the pending change came after quiet, its files whole: no debounce
+        self.landings = Landings()  # files a review let through, likely to land together (apply -f DIR)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -136,6 +138,7 @@ class Controller:
                 self._at_once = settled and now - self._last_dirty >= self.config.debounce
             self._last_dirty = now
             self._dirty.update(paths)
+        self.landings.landed(paths, now)
         self.wake()
 
     def mark_settled(self, *paths: str) -> None:
@@ -257,8 +260,8 @@ class Controller:
         with self._lock:
             if self._first_dirty is None:
                 return False
-            if self._at_once:
-                return True
+            if self._at_once:  # unless more files of one review are landing: then one pass for them all
+                return self.landings.wait_until(mono) is None
             quiet = mono - self._last_dirty >= self.config.debounce
             return quiet or mono - self._first_dirty >= MAX_DEBOUNCE
 
@@ -272,9 +275,12 @@ class Controller:
             timeout = min(timeout, kill_due - self.clock())
         with self._lock:
             if self._first_dirty is not None:
+                landing = self.landings.wait_until(mono) if self._at_once else None
                 timeout = min(
                     timeout,
-                    0.0 if self._at_once else max(self._last_dirty + self.config.debounce, mono) - mono,
+                    (landing if landing is not None else mono) - mono
+                    if self._at_once
+                    else max(self._last_dirty + self.config.debounce, mono) - mono,
                     self._first_dirty + MAX_DEBOUNCE - mono,
                 )
         if self.runtime.needs_polling():
@@ -444,7 +450,9 @@ class Controller:
                 conda_available=host.conda_available(),
                 never_fits=self._never_fits,
             ),
-            lambda uid, request, answer: expect_landing(verdicts, spec_dir, uid, request, answer),
+            lambda uid, request, answer: expect_landing(
+                verdicts, spec_dir, uid, request, answer, lambda paths: self.landings.expect(paths, time.monotonic())
+            ),
         )
         return start_watching(
             self.home.spec_dir,

@@ -118,11 +118,17 @@ def _prepared(
 
 
 def expect_landing(
-    verdicts: ReviewVerdicts, spec_dir: str, uid: int, request: dict[str, Any], answer: dict[str, Any]
+    verdicts: ReviewVerdicts,
+    spec_dir: str,
+    uid: int,
+    request: dict[str, Any],
+    answer: dict[str, Any],
+    on_paths: Callable[[list[str]], None] | None = None,
 ) -> Callable[[], None] | None:
     """For each Job the answer lets the caller store as ``SPEC_DIR/NAME.yaml`` (what apply and run
     write for a new job): its verdict announced to the store now, before the answer is sent, and
-    worked out by the returned function once it is (``review_verdicts``)."""
+    worked out by the returned function once it is (``review_verdicts``). ``on_paths`` hears
+    those paths first (the loop's ``Landings``: they are likely to land together)."""
     landing = []
     for item, judged in zip(request["inputs"], answer.get("inputs") or []):
         parts: list[str] | None = None
@@ -138,6 +144,8 @@ def expect_landing(
             landing.append((verdicts.expect((path, uid, body.encode())), body, path))
     if not landing:
         return None
+    if on_paths is not None:
+        on_paths([path for _, _, path in landing])
 
     def work_out() -> None:
         for give, body, path in landing:

@@ -139,8 +139,7 @@ def read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
             continue
         path = Path(name)
         if path.is_dir():
-            pattern = "**/*" if recursive else "*"
-            files = sorted(p for p in path.glob(pattern) if p.is_file() and is_manifest_name(p.name))
+            files = _manifests_in(path, recursive)
             if not files:
                 raise GflowError(f"{name}: no .yaml or .yml files" + ("" if recursive else " (use -R for sub-folders)"))
             for file in files:
@@ -150,6 +149,19 @@ def read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
         else:
             raise GflowError(f"{name}: no such file or folder")
     return inputs
+
+
+def _manifests_in(folder: Path, recursive: bool) -> list[Path]:
+    """The manifest files in ``folder`` (``recursive``: and below it), sorted. A flat folder is
+    listed with ``os.scandir``: ``Path.glob`` compiles its pattern through fnmatch and re first."""
+    if recursive:
+        return sorted(p for p in folder.glob("**/*") if p.is_file() and is_manifest_name(p.name))
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(e.name for e in entries if is_manifest_name(e.name) and e.is_file())
+    except OSError:
+        names = []  # as glob: an unreadable folder holds no manifests for us
+    return [folder / name for name in names]
 
 
 def read_manifest_text(path: Path) -> str:
@@ -169,14 +181,14 @@ def check_inputs(
     home: Home,
     inputs: list[tuple[str, str]],
     place: bool = False,
-    early: EarlyManifest | None = None,
+    early: Callable[[], object] | None = None,
     folders: list[str | None] | None = None,
 ) -> list[tuple[list[Doc], list[str]]]:
     """Each input's documents and errors: judged by the running gflowd when there is one (see
     controller/client/review.py), else checked here with the same function. ``place``: apply's
     inputs, whose ``workingDir`` the check also places (:func:`run_where_applied`); ``folders``:
-    their :func:`source_folder`, when the caller has them. ``early`` is written while gflowd
-    answers over its socket."""
+    their :func:`source_folder`, when the caller has them. ``early()`` writes what it can while
+    gflowd answers over its socket (an :class:`EarlyManifest`, or apply's batch of them)."""
     if place and folders is None:
         folders = [source_folder(home, origin) for origin, _ in inputs]
     answers = None
@@ -341,21 +353,33 @@ def apply_inputs(
     defined twice is an error for the second. ``on_input(i)`` runs before input ``i`` is handled."""
     seen: dict[str, str] = {}
     home.spec_dir.mkdir(parents=True, exist_ok=True)
-    folders = [source_folder(home, origin) for origin, _ in inputs]
-    guess = likely_stored(inputs[0][0], inputs[0][1], folders[0]) if len(inputs) == 1 and not dry_run else None
-    if guess is not None and any(os.path.lexists(home.spec_dir / f"{guess[0]}{s}") for s in (".yaml", ".yml")):
-        guess = None  # applied again: its file is rewritten in place, nothing to write early
-    early = EarlyManifest(home, guess[0], guess[1], inputs[0][0]) if guess is not None else None
+    folders = _source_folders(home, inputs)
+    early = {} if dry_run else _early_manifests(home, inputs, folders)
     try:
-        if early is not None or dry_run:  # one document (or none written): its folder fsynced as it lands
+        if (len(inputs) == 1 and early) or dry_run:  # one new file (or none): its folder fsynced as it lands
             yield from _store_checked(home, inputs, dry_run, on_input, seen, early, folders, None)
         else:
             unsynced: set[Path] = set()
-            stored = _store_checked(home, inputs, dry_run, on_input, seen, None, folders, unsynced)
+            stored = _store_checked(home, inputs, dry_run, on_input, seen, early, folders, unsynced)
             yield from _synced_in_batches(stored, unsynced)
     finally:
-        if early is not None:
-            early.abandon()
+        for manifest in early.values():
+            manifest.abandon()
+
+
+def _early_manifests(home: Home, inputs: list[tuple[str, str]], folders: list[str | None]) -> dict[str, EarlyManifest]:
+    """An :class:`EarlyManifest` for each input that most likely stores a new file (by the name it
+    will have): written while gflowd reviews them all, so that after its answer only the renames are
+    left and the files land together, not one write and fsync apart (an ``apply -f DIR``)."""
+    early: dict[str, EarlyManifest] = {}
+    for (origin, text), folder in zip(inputs, folders):
+        guess = likely_stored(origin, text, folder)
+        if guess is None or guess[0] in early:
+            continue
+        if any(os.path.lexists(home.spec_dir / f"{guess[0]}{s}") for s in (".yaml", ".yml")):
+            continue  # applied again: its file is rewritten in place, nothing to write early
+        early[guess[0]] = EarlyManifest(home, guess[0], guess[1], origin)
+    return early
 
 
 SYNC_BATCH = 64  # outcomes held at most before their folders' fsync lets them be reported
@@ -389,8 +413,37 @@ def _sync_folders(unsynced: set[Path]) -> None:
     unsynced.clear()
 
 
+EARLY_WRITERS = 4  # threads writing a folder's temps: fsync waits on the disk, not the CPU
+
+
+def _write_all(manifests: list[EarlyManifest]) -> None:
+    """Each one's temp written and fsynced, a few at a time: on a busy disk 25 fsyncs one after
+    another took 50-110 ms, four at a time 10-16 ms (docs/performance.md, "The burst")."""
+    if len(manifests) < 2:
+        for manifest in manifests:
+            manifest()
+        return
+    import threading  # lazy: only a folder's apply writes several
+
+    pending = iter(manifests)  # shared: each next() hands one manifest to one thread
+
+    def write() -> None:
+        for manifest in pending:
+            manifest()  # never raises: a failed guess is written the ordinary way later
+
+    threads = [threading.Thread(target=write) for _ in range(min(EARLY_WRITERS, len(manifests)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def _store_checked(home, inputs, dry_run, on_input, seen, early, folders, unsynced) -> Iterator[Stored | str]:
-    for done, (docs, doc_errors) in enumerate(check_inputs(home, inputs, place=True, early=early, folders=folders)):
+    def write_early() -> None:
+        _write_all(list(early.values()))
+
+    checked = check_inputs(home, inputs, place=True, early=write_early if early else None, folders=folders)
+    for done, (docs, doc_errors) in enumerate(checked):
         if on_input is not None:
             on_input(done)
         yield from doc_errors
@@ -403,9 +456,20 @@ def _store_checked(home, inputs, dry_run, on_input, seen, early, folders, unsync
                 continue
             seen[doc.name] = doc.origin
             doc = doc if doc.placed else run_where_applied(home, doc)
-            verb = store_document(home, doc, dry_run, early=early, unsynced=unsynced)
-            early = None  # guessed for the first document only
+            verb = store_document(home, doc, dry_run, early=early.pop(doc.name, None), unsynced=unsynced)
             yield Stored(doc.kind, doc.name, verb, doc.warning)
+
+
+def _source_folders(home: Home, inputs: list[tuple[str, str]]) -> list[str | None]:
+    """:func:`source_folder` of each input, worked out once per folder (each resolves two paths)."""
+    known: dict[str, str | None] = {}
+    folders = []
+    for origin, _ in inputs:
+        key = "<" if origin.startswith("<") else os.path.dirname(os.path.abspath(origin))
+        if key not in known:
+            known[key] = source_folder(home, origin)
+        folders.append(known[key])
+    return folders
 
 
 def source_folder(home: Home, origin: str) -> str | None:
