@@ -23,6 +23,7 @@ from controller.decide.admission import admit, admit_changes, admit_observed
 from controller.decide.reconcile import changed_names, reconcile
 from controller.model.documents import AdmissionResult, Rejection
 from controller.model.plan import Manifests, Plan, RunObservation, Snapshot
+from controller.model.policy import Policy
 from controller.model.records import JobState
 
 
@@ -30,8 +31,9 @@ class Twin:
     """One world of documents and processes, decided two ways each tick, each plan carried out by
     the real act code on its own fake runtime (tests/builders.py)."""
 
-    def __init__(self, n_gpus: int = 4):
+    def __init__(self, n_gpus: int = 4, policy: Policy | None = None):
         self.docs: dict[str, object] = {}  # key (a "file") -> document
+        self.fields = {"policy": policy} if policy is not None else {}  # both ways' snapshots
         self.gpus = gpus(n_gpus)
         self.full_runtime, self.inc_runtime = FakeRuntime(), FakeRuntime()
         self.full_states: dict[str, JobState] = {}
@@ -73,6 +75,7 @@ class Twin:
                     states=dict(self.full_states),
                     runs=self.full_runtime.observe(),
                     gpus=self.gpus,
+                    **self.fields,
                 ),
                 now,
             )
@@ -88,6 +91,7 @@ class Twin:
             serial=self.serial,
             queue_memo=self.queue_memo,
             manifests=Manifests(list(self.docs.values()), self.gone, self.came, full=False),
+            **self.fields,
         )
         admission = admit_observed(snap)
         if self.previous is not None and (admission is self.previous or admission.base == self.previous.serial):
@@ -304,3 +308,67 @@ def test_random_walks_decide_the_same_when_the_overlays_flatten_often(seed, monk
     monkeypatch.setattr(overlay, "MIN_FLATTEN", 1)
     monkeypatch.setattr(overlay, "FLATTEN_AT", 0.05)
     test_random_walks_decide_the_same_incrementally_and_from_scratch(seed)
+
+
+FLOOD_POLICY = Policy(  # gflowd's defaults (config.yaml), with room for 4 CPU jobs at once
+    max_running_cpu_jobs=4,
+    aging_interval=3600.0,
+    aging_max=100,
+    fair_share_half_life=7 * 86400.0,
+    max_pending_per_user=1000,
+)
+
+
+@pytest.mark.parametrize("fair_share", [True, False])
+@pytest.mark.parametrize("seed", range(10))
+def test_a_flood_of_cpu_jobs_decides_the_same_with_its_tail_carried_over(seed, fair_share):
+    """A flood of CPU jobs waits behind maxRunningCpuJobs: the incremental passes carry its tail over
+    (decide/queue.py ``carried_tail``) and must still decide exactly what a whole pass decides, through
+    exits, new jobs, edits of waiting ones, priorities that permute a user's order, dependencies,
+    time gates and GPU jobs, and a limit full of running jobs."""
+    rng = random.Random(seed)
+    # without fair share the whole queue's memo is kept too, and a pass it carries keeps its first pass's
+    # aging wake-up (earlier than a fresh pass's, harmless): that variant runs without aging
+    policy = FLOOD_POLICY if fair_share else replace(FLOOD_POLICY, fair_share_half_life=None, aging_interval=None)
+    twin = Twin(n_gpus=2, policy=policy)
+    now = T0
+    for i in range(30):
+        twin.put(f"f{i:02d}", replace(job(f"f{i:02d}"), owner_uid=1000))
+    twin.tick(now)
+    carried = 0
+    for _step in range(80):
+        now += rng.choice([0.001, 0.01, 0.5])
+        before = dict(twin.inc_states)
+        action = rng.random() if _step >= 8 else 0.0  # the flood drains a while first
+        live = [n for n, r in twin.runs.items() if r.running]
+        if action < 0.55 and live:
+            for name in rng.sample(live, rng.randint(1, len(live))):
+                twin.exit(name, rng.choice([0, 0, 0, 1]), now)
+        elif action < 0.7:
+            name = f"n{_step:02d}"
+            spec: dict = {}
+            if rng.random() < 0.2:
+                spec["priority"] = rng.randint(1, 3)
+            if rng.random() < 0.1:
+                spec["dependsOn"] = [rng.choice(list(twin.docs))]
+            if rng.random() < 0.1:
+                spec["startAfter"] = datetime.fromtimestamp(now + rng.choice([0.5, 2]), UTC).isoformat()
+            if rng.random() < 0.1:
+                spec["resources"] = {"gpus": 1}
+            twin.put(name, replace(job(name, **spec), owner_uid=rng.choice([1000, 1000, 1001])))
+        elif action < 0.8:
+            waiting = sorted(n for n, st in twin.inc_states.items() if st.phase == "Pending")
+            if waiting:
+                name = rng.choice(waiting)
+                twin.put(name, replace(job(name, priority=rng.randint(0, 2)), owner_uid=1000))
+        elif action < 0.85:
+            waiting = sorted(n for n, st in twin.inc_states.items() if st.phase == "Pending")
+            if waiting:
+                twin.delete(rng.choice(waiting))
+        twin.tick(now)
+        carried += sum(
+            1
+            for n, st in twin.inc_states.items()
+            if st.phase == "Pending" and before.get(n) is st and st.reason == "JobLimit"
+        )
+    assert carried > 0  # the tail was carried over, not only decided whole

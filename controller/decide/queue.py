@@ -8,10 +8,12 @@ start or queue.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
 from collections import Counter
+from collections.abc import Set as AbstractSet
 
 from controller.api.units import format_cpu_list as format_cores
 from controller.decide.gates import admissible
@@ -35,6 +37,7 @@ from controller.decide.scheduler import build_slots, preemption_victims, schedul
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob
 from controller.model.plan import Event, Launch, PlanDraft, QueueMemo, Snapshot
+from controller.model.policy import UserClass
 from controller.model.reasons import Condition, EventType, Phase, Reason, StopReason
 from controller.model.records import JobState
 from controller.model.scheduling import (
@@ -50,9 +53,14 @@ from controller.model.scheduling import (
 )
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def natural_key(name: str) -> tuple[int | str, ...]:
-    """``job-2`` before ``job-10``: sweep children queue in index order."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+    """``job-2`` before ``job-10``: sweep children queue in index order. Kept per name: a flood's
+    waiting jobs are ordered again in each of its passes (~15 a job), and the split was a third of that."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(name))
+
+
+_DIGITS = re.compile(r"(\d+)")
 
 
 def schedule_pending(
@@ -100,29 +108,37 @@ def carried_waiting(snap: Snapshot, names: set[str], now: float) -> set[str]:
     opened; the settings are the same. Empty when any of that fails (the whole queue is decided
     again). What other jobs did is checked by :func:`queue_memo_holds` once they are decided.
     Set operations and identity tests only: 10,000 waiting jobs cost ~2 ms here."""
-    memo, prev, adm = snap.queue_memo, snap.previous, snap.admitted
-    if memo is None or prev is None or (memo.wake_at is not None and now >= memo.wake_at):
+    memo = snap.queue_memo
+    if memo is None or memo.tail or (memo.wake_at is not None and now >= memo.wake_at):
         return set()
-    if adm.reservations or prev.reservations:
-        return set()  # reservation windows open and close with the clock: decide the queue each pass
+    return set(memo.records) if _memo_unchanged(snap, names) else set()
+
+
+def _memo_unchanged(snap: Snapshot, names: set[str]) -> bool:
+    """Each job of the queue memo's records still has that very record and manifest document, no
+    process, no second file; the settings and Sweeps are the same; no reservation (their windows
+    open and close with the clock)."""
+    memo, prev, adm = snap.queue_memo, snap.previous, snap.admitted
+    if memo is None or prev is None or adm.reservations or prev.reservations:
+        return False
     records = memo.records
     if memo.inputs != queue_inputs(snap) or not names.issuperset(records):
-        return set()
+        return False
     if not snap.runs.keys().isdisjoint(records):
-        return set()
+        return False
     if not adm.duplicates.keys().isdisjoint(records) or not prev.duplicates.keys().isdisjoint(records):
-        return set()  # a second file names it, or no longer does: its DuplicateName condition moves
+        return False  # a second file names it, or no longer does: its DuplicateName condition moves
     if not all(map(operator.is_, map(snap.states.get, records), records.values())):
-        return set()
+        return False
     if adm is not prev:  # the manifest documents: the very objects the last pass saw
         if adm.sweeps.keys() != prev.sweeps.keys() or any(s is not prev.sweeps[n] for n, s in adm.sweeps.items()):
-            return set()  # a Sweep's parallelism gates its children
+            return False  # a Sweep's parallelism gates its children
         if adm.base == prev.serial:
             if not adm.touched.isdisjoint(records):
-                return set()
+                return False
         elif not all(adm.jobs.get(name) is prev.jobs.get(name) for name in records):
-            return set()
-    return set(records)
+            return False
+    return True
 
 
 def queue_memo_holds(plan: PlanDraft, snap: Snapshot, pending: list[Pending], decided: set[str]) -> bool:
@@ -148,13 +164,22 @@ def queue_memo_holds(plan: PlanDraft, snap: Snapshot, pending: list[Pending], de
     return _slots(plan, snap, decided, quotas) == memo.slots
 
 
-def remember_queue(plan: PlanDraft, snap: Snapshot, pending: list[Pending], wake_at: float | None) -> QueueMemo | None:
+def remember_queue(
+    plan: PlanDraft,
+    snap: Snapshot,
+    pending: list[Pending],
+    wake_at: float | None,
+    now: float,
+    carried: AbstractSet[str] = frozenset(),
+) -> QueueMemo | None:
     """The memo the next pass may carry the waiting jobs over with; None when their records depend
     on more than the inputs it checks: something started or is about to, messages that count down
     (startAfter, a backfill hint against a running job's timeLimit), fair share that decays,
     reservations (their windows move with the clock)."""
-    if not pending or plan.starts or plan.again or snap.policy.fair_share_half_life or plan.reservations:
+    if not pending and not carried:
         return None
+    if plan.starts or plan.again or snap.policy.fair_share_half_life or plan.reservations or carried:
+        return _remember_tail(plan, snap, pending, carried, now)
     records = {}
     for state, _ in pending:
         record = plan.states.get(state.name)
@@ -166,6 +191,120 @@ def remember_queue(plan: PlanDraft, snap: Snapshot, pending: list[Pending], wake
     if plan.cores is not None and any(end != math.inf for end in plan.cores.free_at.values()):
         return None  # the same for cores held by a job with a timeLimit
     return QueueMemo(records, plan.slots, queue_inputs(snap), wake_at)
+
+
+# -- a flood's tail: the jobs only maxRunningCpuJobs holds back are not decided again each pass --------
+#
+# A flood of CPU jobs waits mostly as JobLimit, and every pass that starts a few of them used to step,
+# copy, order and gate every waiting job again (~15 passes a job at 1,000 jobs, ~150 at 10,000). The
+# tail memo keeps those jobs' queue entries in queue order; the next pass decides the first
+# ``free + 1`` of them with every other changed job, and carries the rest over when the last one
+# decided (the witness) comes out exactly as before. That is exact: within a user one effective
+# priority (so a user's priority permutes nothing) and no fair share across users make each job's
+# place a function of its own entry, so the carried jobs stand after the witness in the whole queue
+# too; the witness waited with ``maxRunningCpuJobs`` full, and CPU jobs behind a full limit start
+# nothing and change no count, so each carried job would wait with the very same record. Anything
+# else (a user's priorities differ, a second user under fair share, maxPendingJobsPerUser reached,
+# the witness moved) raises TailMoved, and the pass is decided whole.
+
+
+class TailMoved(Exception):
+    """The carried tail would not all wait as before: decide the pass without the memo."""
+
+
+def _tail_policy(snap: Snapshot) -> bool:
+    policy = snap.policy
+    return policy.max_running_cpu_jobs is not None and policy.max_running_per_user is None and not policy.classes
+
+
+def carried_tail(snap: Snapshot, names: set[str], now: float) -> tuple[set[str], str | None]:
+    """The flood's tail this pass carries over, and the witness decided in its stead (see above);
+    (empty, None) when the memo is none or anything it depends on moved."""
+    memo = snap.queue_memo
+    if memo is None or not memo.tail or now >= memo.tail_until or not _tail_policy(snap):
+        return set(), None
+    if not _memo_unchanged(snap, names):
+        return set(), None
+    jobs, cap = snap.admitted.jobs, snap.policy.max_running_cpu_jobs or 0
+    live = sum(
+        1 for name, run in snap.runs.items() if run.running and (job := jobs.get(name)) and not job.spec.resources.gpus
+    )
+    decided = max(0, cap - live) + 1  # at least as many as may start, and the witness
+    if decided >= len(memo.tail):
+        return set(), None
+    return {entry.name for entry in memo.tail[decided:]}, memo.tail[decided - 1].name
+
+
+def check_tail(
+    plan: PlanDraft, snap: Snapshot, pending: list[Pending], carried: AbstractSet[str], witness: str
+) -> None:
+    """After the queue: the witness waits with its very record, and the pass's other waiting jobs
+    stand where they would beside the tail; else TailMoved."""
+    old, new = snap.states.get(witness), plan.states.get(witness)
+    if old is None or new is None or new != old:
+        raise TailMoved(witness)
+    plan.states[witness] = old  # the very object: the status writer passes it by identity
+    memo = snap.queue_memo
+    assert memo is not None
+    policy, priorities = snap.policy, memo.tail_priority
+    counts = Counter(job.owner_uid for _, job in pending)
+    for state, job in pending:
+        want = priorities.get(job.owner_uid)
+        if want is not None and state.effective_priority is not None and state.effective_priority != want:
+            raise TailMoved(state.name)  # a user's jobs of two priorities: the user's order permutes
+    if policy.fair_share_half_life and len(counts.keys() | priorities.keys()) > 1:
+        raise TailMoved(witness)  # fair share orders users by their usage
+    if policy.max_pending_per_user is not None:
+        counts.update(entry.owner for entry in memo.tail if entry.name in carried)
+        if any(n > policy.max_pending_per_user for n in counts.values()):
+            raise TailMoved(witness)  # the queue limit counts the carried jobs too
+
+
+def _remember_tail(
+    plan: PlanDraft, snap: Snapshot, pending: list[Pending], carried: AbstractSet[str], now: float
+) -> QueueMemo | None:
+    """The tail memo: the waiting jobs held back only by maxRunningCpuJobs, every one plain (a CPU
+    job with no dependency, startAfter or Sweep), with one record message, in queue order."""
+    policy = snap.policy
+    if not _tail_policy(snap) or plan.reservations or snap.admitted.reservations:
+        return None
+    memo = snap.queue_memo
+    entries = [entry for entry in memo.tail if entry.name in carried] if memo is not None and carried else []
+    names = snap.host.user_names
+    classes: dict[int, UserClass] = {}
+    for state, job in pending:
+        record = plan.states.get(state.name)
+        if record is None or record.phase != Phase.Pending or record.reason != Reason.JobLimit:
+            continue
+        spec = job.spec
+        if spec.resources.gpus or spec.depends_on or spec.start_after or job.owner is not None:
+            return None
+        uid = job.owner_uid
+        if uid not in classes:
+            classes[uid] = user_class(policy, user_of(uid, names), uid)
+        entries.append(_entry(state, job, classes[uid], 0.0))
+    if len(entries) < 2:
+        return None
+    records = {entry.name: plan.states[entry.name] for entry in entries}
+    message = records[entries[0].name].message
+    priorities: dict[int, int] = {}
+    until = math.inf
+    for entry in entries:
+        record = records[entry.name]
+        if record.message != message or record.effective_priority is None:
+            return None
+        if priorities.setdefault(entry.owner, record.effective_priority) != record.effective_priority:
+            return None  # two priorities in one user's tail
+        if policy.aging_interval:
+            waited = now - entry.created
+            if waited >= policy.aging_max * policy.aging_interval:
+                return None  # aged to the cap: ordered by how long it waited, which moves
+            until = min(until, entry.created + (waited // policy.aging_interval + 1) * policy.aging_interval)
+    if policy.fair_share_half_life and len(priorities) > 1:
+        return None
+    carried_only = memo is not None and len(entries) == len(carried)  # the last order, less the decided ones
+    ordered = tuple(entries) if carried_only else tuple(order_queue(entries, policy, now))
+    return QueueMemo(records, plan.slots, queue_inputs(snap), None, ordered, until, priorities)
 
 
 def _slots(plan: PlanDraft, snap: Snapshot, looked_at: set[str], quotas: dict[str, QuotaUse]) -> list[GpuSlot]:
@@ -235,23 +374,27 @@ def _order(plan: PlanDraft, snap: Snapshot, pending: list[Pending], now: float) 
     entries = {}
     for state, job in pending:
         state.effective_priority = effective_priority(job.spec.priority, now - state.created, policy)
-        cls = classes[job.owner_uid]
-        entries[state.name] = QueueEntry(
-            state.name,
-            job.owner_uid,
-            job.spec.priority,
-            state.created,
-            usage.get(job.owner_uid, 0.0),
-            cls.rank,
-            clamp(job.spec.priority, cls),
-            cls.name,
-            natural_key(state.name),
-        )
+        entries[state.name] = _entry(state, job, classes[job.owner_uid], usage.get(job.owner_uid, 0.0))
     rank = {e.name: i for i, e in enumerate(order_queue(list(entries.values()), policy, now))}
     pending.sort(key=lambda sj: rank[sj[0].name])
     if policy.aging_interval and pending:  # effective priorities step up on their own
         plan.wake(now + policy.aging_interval)
     return entries
+
+
+def _entry(state: JobState, job: AdmittedJob, cls: UserClass, usage: float) -> QueueEntry:
+    priority = job.spec.priority
+    return QueueEntry(
+        state.name,
+        job.owner_uid,
+        priority,
+        state.created,
+        usage,
+        cls.rank,
+        clamp(priority, cls),
+        cls.name,
+        natural_key(state.name),
+    )
 
 
 def _queue_limit(plan: PlanDraft, snap: Snapshot, pending: list[Pending], now_text: str) -> list[Pending]:

@@ -19,7 +19,15 @@ from controller.decide.backlog import parked_backlog
 from controller.decide.expiry import expire
 from controller.decide.gpu_leaks import note_reclaimed
 from controller.decide.lifecycle import finish, step
-from controller.decide.queue import carried_waiting, queue_memo_holds, remember_queue, schedule_pending
+from controller.decide.queue import (
+    TailMoved,
+    carried_tail,
+    carried_waiting,
+    check_tail,
+    queue_memo_holds,
+    remember_queue,
+    schedule_pending,
+)
 from controller.decide.reservations import reservation_statuses
 from controller.decide.sweep_status import sweep_statuses
 from controller.model.documents import AdmissionResult
@@ -49,6 +57,7 @@ def draft(snap: Snapshot, now: float) -> PlanDraft:
     plan = PlanDraft()
     names = changed_names(snap)
     carried: set[str] = set()
+    witness = None  # with a flood's tail carried over: the job of it decided in its stead (decide/queue.py)
     if names is None:
         names = set(adm.jobs) | set(adm.rejected) | set(snap.states) | set(snap.runs)
         parked = parked_backlog(plan, snap, names)
@@ -58,12 +67,17 @@ def draft(snap: Snapshot, now: float) -> PlanDraft:
         parked = parked_backlog(plan, snap, names)  # a backlog beyond its owner's queue head, as is
         names -= parked
         carried = carried_waiting(snap, names, now)  # and the waiting jobs, if nothing moved them
+        if not carried:
+            carried, witness = carried_tail(snap, names, now)  # or a flood's tail, if nothing moved it
         plan.states = Overlay(snap.states)  # the previous records, unchanged and uncopied
         for name in names.difference(carried) if carried else names:
             plan.states.pop(name, None)
     now_text = rfc3339(now) or ""
     names.update(n for n in snap.reclaimed if n not in parked)  # a finished job too: it gains a condition (below)
-    carried = _queue(plan, snap, names, carried, now, now_text)
+    try:
+        carried = _queue(plan, snap, names, carried, now, now_text, witness)
+    except TailMoved:  # the tail would not all wait as it did: the pass decided whole
+        return draft(replace(snap, queue_memo=None), now)
     for name, kills in snap.reclaimed.items():
         if name in plan.states:
             plan.states[name] = note_reclaimed(plan.states[name], kills, now_text)
@@ -78,13 +92,22 @@ def draft(snap: Snapshot, now: float) -> PlanDraft:
     return plan
 
 
-def _queue(plan: PlanDraft, snap: Snapshot, names: set[str], carried: set[str], now: float, now_text: str) -> set[str]:
+def _queue(
+    plan: PlanDraft,
+    snap: Snapshot,
+    names: set[str],
+    carried: set[str],
+    now: float,
+    now_text: str,
+    witness: str | None = None,
+) -> set[str]:
     """Each job of ``names`` not ``carried`` through its life cycle, the waiting ones through the
     queue; the carried ones keep their records when the queue's memo still holds, else they are
-    decided too. Returns the names carried over."""
+    decided too (a flood's tail: when its ``witness`` waits as before, else TailMoved). Returns the
+    names carried over."""
     decided = names.difference(carried) if carried else names
     pending = [waiting for name in sorted(decided) if (waiting := step(plan, snap, name, now, now_text)) is not None]
-    if carried and not queue_memo_holds(plan, snap, pending, decided):
+    if carried and witness is None and not queue_memo_holds(plan, snap, pending, decided):
         for name in carried:
             plan.states.pop(name, None)
         pending += [
@@ -97,12 +120,15 @@ def _queue(plan: PlanDraft, snap: Snapshot, names: set[str], carried: set[str], 
     queue_wake, plan.wake_at = plan.wake_at, woken  # the queue's own wake-up (time gates, aging)
     for state, _job in pending:
         finish(plan, snap.states.get(state.name), state)
-    if carried:  # nothing the queue reads moved: the same records (left in plan.states), the same wake-up
+    if witness is not None:
+        check_tail(plan, snap, pending, carried, witness)
+        plan.queue_memo = remember_queue(plan, snap, pending, queue_wake, now, carried)
+    elif carried:  # nothing the queue reads moved: the same records (left in plan.states), the same wake-up
         assert snap.queue_memo is not None  # waiting jobs are carried only with the memo that says why
         plan.queue_memo = snap.queue_memo
         queue_wake = snap.queue_memo.wake_at
     else:
-        plan.queue_memo = remember_queue(plan, snap, pending, queue_wake)
+        plan.queue_memo = remember_queue(plan, snap, pending, queue_wake, now)
     if queue_wake is not None:
         plan.wake(queue_wake)
     return carried

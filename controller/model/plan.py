@@ -6,6 +6,7 @@ event). Plain data; the phases that make and read them are ``observe``, ``decide
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -148,6 +149,13 @@ class QueueMemo:
     slots: Sequence[GpuSlot]  # the GPUs and their holders the queue saw
     inputs: tuple[object, ...]  # the snapshot's settings the queue reads (policy, GPUs, host, ...)
     wake_at: float | None  # a time gate (startAfter, backoff, aging) opens: decide again
+    # A flood's tail instead (``decide/queue.py`` ``carried_tail``): ``records`` are then the waiting
+    # jobs held back only by maxRunningCpuJobs, ``tail`` their queue entries (``QueueEntry``) in
+    # queue order, valid until ``tail_until`` (aging); ``tail_priority``: owner uid -> their one
+    # effective priority. Empty: ``records`` are the whole queue, as above.
+    tail: tuple[Any, ...] = ()
+    tail_until: float = math.inf
+    tail_priority: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ the hot path; ``controller.api.status.JobStatus`` describes the same shape and t
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -206,10 +206,10 @@ class JobState:
     idle_warning: float | None = None  # when the idleTimeout warning was given (once per idle spell)
 
     def copy(self) -> JobState:
-        # runs per job per pass: slot by slot is ~10x cheaper than dataclasses.replace or deepcopy
+        # runs per waiting job per pass of a flood (~15 a job): slot by slot, in one generated
+        # function (_copy_slots), ~1.3 us; a getattr/setattr loop took ~4, dataclasses.replace ~10x that
         new = object.__new__(JobState)
-        for name in JOB_FIELDS:
-            setattr(new, name, getattr(self, name))
+        _copy_slots(self, new)
         new.labels = dict(self.labels)
         new.devices = list(self.devices)
         new.device_uuids = list(self.device_uuids)
@@ -367,6 +367,19 @@ class JobState:
 
 
 JOB_FIELDS: tuple[str, ...] = JobState.__slots__  # the field order of a journal row
+
+
+def _slot_copier() -> Callable[[JobState, JobState], None]:
+    """``copy_slots(old, new)``: every slot of ``old`` assigned to ``new``, as straight-line code
+    generated from ``JOB_FIELDS`` (the way dataclasses generate ``__init__``)."""
+    source = "def copy_slots(old, new):\n" + "".join(f"    new.{name} = old.{name}\n" for name in JOB_FIELDS)
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)  # the source is made of our own field names only
+    copier: Callable[[JobState, JobState], None] = namespace["copy_slots"]
+    return copier
+
+
+_copy_slots = _slot_copier()
 # One empty container per field for records read back: 50,000 finished jobs need no 250,000 of them.
 # Safe because a record is copied (new containers) before anything changes it.
 _EMPTY_SHARED: dict[str, Any] = {
