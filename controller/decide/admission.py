@@ -14,9 +14,11 @@ from typing import Any
 
 from controller.api.names import is_valid_name
 from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedReservation, AdmittedSweep, Rejection
+from controller.model.lean_records import loaded_row
 from controller.model.overlay import Overlay
 from controller.model.plan import Snapshot
 from controller.model.reasons import Reason
+from controller.model.records import ROW_AT, JobState
 
 
 def admit_observed(snap: Snapshot) -> AdmissionResult:
@@ -35,10 +37,29 @@ def admit_observed(snap: Snapshot) -> AdmissionResult:
         if patched is not None:
             return patched
     # a resync, or a change that needs every document (duplicates, sweeps, cycles)
-    current = {name: st.manifest for name, st in snap.states.items() if st.manifest and not st.owner}
+    current = manifest_sources(snap.states)
     current.update({name: sw.manifest for name, sw in snap.sweep_states.items() if sw.manifest})
     current.update({name: r.manifest for name, r in snap.reservation_states.items() if r.manifest})
     return admit(manifests.documents, current, controller_uid=uid, conda_available=conda, serial=serial)
+
+
+_MANIFEST, _OWNER = ROW_AT["manifest"], ROW_AT["owner"]
+
+
+def manifest_sources(states: Mapping[str, JobState]) -> dict[str, str]:
+    """name -> the manifest each job's record names (not a Sweep's children): who owns a name. A
+    record still as the start read it is read off its journal row (``model/lean_records.py``)."""
+    current = {}
+    for name in states:
+        row = loaded_row(states, name)
+        if row is not None:
+            manifest, owner = row[_MANIFEST], row[_OWNER]
+        else:
+            state = states[name]
+            manifest, owner = state.manifest, state.owner
+        if manifest and not owner:
+            current[name] = manifest
+    return current
 
 
 def admit(

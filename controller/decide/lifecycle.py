@@ -7,11 +7,14 @@ unchanged job can be carried over as the very same object (see ``reconcile.chang
 
 from __future__ import annotations
 
+from typing import Any
+
 from controller.decide.exits import already_recorded, attempt_xids, record_checkpoint, record_exit
 from controller.decide.gpu_usage import final_usage
 from controller.decide.running import request_stop, running
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob, Rejection
+from controller.model.lean_records import loaded_names, loaded_row
 from controller.model.plan import Event, PlanDraft, RunObservation, Snapshot
 from controller.model.reasons import (
     SETTLED_PHASES,
@@ -24,7 +27,7 @@ from controller.model.reasons import (
     Reason,
     StopReason,
 )
-from controller.model.records import JobState, condition_verdicts
+from controller.model.records import ROW_AT, FrozenConditions, JobState, condition_verdicts, row_value
 
 Pending = tuple[JobState, AdmittedJob]  # a job that waits to start: its new record and its manifest
 
@@ -161,6 +164,64 @@ def _finished_and_current(old: JobState | None, job: AdmittedJob) -> bool:
     ):
         return False
     admitted = condition_verdicts(old.conditions, (Condition.Admitted, Condition.DuplicateName))
+    return admitted == [("True", "Valid", "manifest is valid")]
+
+
+_AT = ROW_AT
+_PHASE, _REASON, _CONDITIONS = _AT["phase"], _AT["reason"], _AT["conditions"]
+_SPEC_HASH, _RUN_HASH, _MANIFEST, _OWNER = _AT["spec_hash"], _AT["run_hash"], _AT["manifest"], _AT["owner"]
+_PRIORITY, _GPUS = _AT["priority"], _AT["gpus"]
+
+
+def carried_as_loaded(snap: Snapshot, names: set[str]) -> set[str]:
+    """The names of ``names`` whose record is still the one the start read, as its journal row
+    (``model/lean_records.py``), of a finished job that nothing about can change: its process gone,
+    its manifest admitted, no other manifest of its name, and :func:`_finished_and_current` of the
+    row. ``step`` would carry each over as it is; found here without building a record per job."""
+    loaded = loaded_names(snap.states)
+    if not loaded:
+        return set()
+    adm, states, runs, reclaimed = snap.admitted, snap.states, snap.runs, snap.reclaimed
+    jobs, rejected, duplicates = adm.jobs, adm.rejected, adm.duplicates
+    carried = set()
+    for name in loaded & names if len(names) < len(loaded) else names & loaded:
+        job = jobs.get(name)
+        if (
+            job is not None
+            and name not in runs
+            and name not in rejected
+            and name not in duplicates
+            and name not in reclaimed
+            and _row_finished_and_current(loaded_row(states, name), job)
+        ):
+            carried.add(name)
+    return carried
+
+
+def _row_finished_and_current(row: tuple[Any, ...] | None, job: AdmittedJob) -> bool:
+    """:func:`_finished_and_current` of the record a journal row stands for, read off the row
+    (``JobState.from_row`` sets each of these fields to the row's value; empty labels to the
+    shared empty mapping, as ``row_value``)."""
+    if row is None:
+        return False
+    phase = row[_PHASE]
+    if phase not in TERMINAL_PHASES:
+        return False
+    if (
+        row[_SPEC_HASH] != job.spec_hash
+        or row[_RUN_HASH] != job.run_hash
+        or row[_MANIFEST] != job.source
+        or row[_OWNER] != job.owner
+        or row[_PRIORITY] != job.priority
+        or row[_GPUS] != job.gpus
+        or row_value(row, "labels") != job.labels
+        or (phase == Phase.Cancelled and row[_REASON] == Reason.UserCancelled and not job.cancelled)
+    ):
+        return False
+    conditions = row[_CONDITIONS]
+    if type(conditions) is tuple:
+        conditions = FrozenConditions(conditions)
+    admitted = condition_verdicts(conditions or [], (Condition.Admitted, Condition.DuplicateName))
     return admitted == [("True", "Valid", "manifest is valid")]
 
 

@@ -21,9 +21,10 @@ from pathlib import Path
 from controller import API_VERSION
 from controller.api.units import format_cpu_list as format_cores
 from controller.api.units import format_quantity
+from controller.model.lean_records import LeanRecords, changed_items
 from controller.model.plan import Event
 from controller.model.reasons import QUEUE_REASONS, SETTLED_PHASES, Phase, Reason
-from controller.model.records import JOB_FIELDS, JobState, ReservationState, SweepState, rfc3339
+from controller.model.records import JOB_FIELDS, ROW_AT, JobState, ReservationState, SweepState, rfc3339, row_value
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
 from controller.record import start_rows
@@ -121,6 +122,23 @@ def _table_row(name: str, state: JobState, uid: int | None) -> tuple:
     )
 
 
+_PHASE_AT = ROW_AT["phase"]
+
+
+def _settled_row(row: object, name: str) -> bool:
+    """A journal row of a finished (or rejected) job named ``name``: kept as it is (LeanRecords)."""
+    return type(row) is tuple and len(row) == len(JOB_FIELDS) and row[0] == name and row[_PHASE_AT] in SETTLED_PHASES
+
+
+def _settled_in(records: LeanRecords, name: str) -> bool:
+    """Whether ``records`` holds a finished (or rejected) record of ``name``, without building it."""
+    row = records.row(name)
+    if row is not None:
+        return row[_PHASE_AT] in SETTLED_PHASES
+    state = records.get(name)
+    return state is not None and state.phase in SETTLED_PHASES
+
+
 # A new job waiting with one of these reasons may go without a status file for a moment (Recorder._may_wait)
 HELD_BACK_REASONS = frozenset({Reason.Queued, Reason.JobLimit})
 
@@ -136,7 +154,8 @@ class Recorder:
     def __init__(self, home: Home, clock: Callable[[], float] = time.time):
         self.home = home
         self.clock = clock  # the index's "updated": gflowd's injected clock, as every timestamp
-        self.written: dict[str, JobState] = {}
+        # the records as their status files hold them; at a start, finished ones as rows (LeanRecords)
+        self.written: LeanRecords = LeanRecords()
         self.unwritten: dict[
             str, JobState
         ] = {}  # new jobs of a flood, about to start or just started: in the index only
@@ -173,10 +192,11 @@ class Recorder:
         # until the first index write: name -> the record load() read (no new object per job: freed
         # after the first pass, small objects made among the records would pin their memory)
         self._loaded: dict[str, JobState] = {}
+        self._loaded_rows: dict[str, tuple] = {}  # ...and the finished ones, as their journal rows
         self._rows_reused = 0  # rows load() took from start_rows instead of building them
         self._rows_memo_count = 0  # entries that file held
 
-    def load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
+    def load(self) -> tuple[LeanRecords, dict[str, SweepState], dict[str, ReservationState]]:
         """Rebuild the controller's memory from status files (at start-up). A job's record
         comes from the records journal (util/records_journal.py) when its entry names the status file as it
         is now (one ``stat``), else from the file's YAML, and the journal is then rewritten once.
@@ -189,8 +209,9 @@ class Recorder:
             if collecting:
                 gc.enable()
 
-    def _load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
+    def _load(self) -> tuple[LeanRecords, dict[str, SweepState], dict[str, ReservationState]]:
         states: dict[str, JobState] = {}
+        rows = self._loaded_rows  # finished records, as the journal's rows (see LeanRecords)
         sweeps: dict[str, SweepState] = {}
         reservations: dict[str, ReservationState] = {}
         entries = journal.read(self._journal, JOB_FIELDS)
@@ -220,12 +241,17 @@ class Recorder:
                 except OSError:
                     continue  # gone since the scan
                 if current:
+                    row = entry[4]
+                    if _settled_row(row, stem):  # kept as its row: built only when read (model/lean_records.py)
+                        rows[row[0]] = row
+                        kept.append(entry)
+                        continue
                     try:
-                        state = JobState.from_row(entry[4])  # ~10x faster than from_status of the YAML
+                        state = JobState.from_row(row)  # ~10x faster than from_status of the YAML
                     except (TypeError, ValueError):
                         state = None
                     if state is not None and state.name == stem:  # any phase: the file is as read then
-                        states[state.name] = self.written[state.name] = state
+                        states[state.name] = state
                         kept.append(entry)
                         loaded[state.name] = state
                         continue
@@ -263,14 +289,15 @@ class Recorder:
             loaded[state.name] = state
             stale = True
             states[state.name] = state
-            self.written[state.name] = state
+        lean = LeanRecords(dict(rows), states)
+        self.written = lean.sibling()
         if stale:
             self._rewrite_journal(kept)
         else:
             self._journal_count = entries.count
         self._drop_json_copies()
         self._open_json_journal()
-        return states, sweeps, reservations
+        return lean, sweeps, reservations
 
     def _take_start_rows(self, known: dict[str, tuple], parsed: set[str]) -> None:
         """The index and table rows of the records read from the journal whose status file has the
@@ -278,24 +305,41 @@ class Recorder:
         memo = start_rows.read(self._start_rows)
         self._rows_memo_count = len(memo.names)
         loaded, on_disk, table, packed = self._loaded, self._on_disk, self._table, start_rows.packed
+        lean = self._loaded_rows
         for at, name in enumerate(memo.names):
             entry = known.get(name)
-            if entry is None or name not in loaded or name in parsed:
+            if entry is None or name in parsed:
+                continue
+            row = lean.get(name)
+            if row is None and name not in loaded:
                 continue
             if memo.key(at) == packed(journal.entry_key(entry)):
                 on_disk[name] = at
-                state, cells = loaded[name], memo.table_rows[at]
+                cells = memo.table_rows[at]
                 # the row as _table_row builds it: the record's own strings, times and labels, not copies
-                table[name] = (
-                    state.name,
-                    *cells[1:6],
-                    state.created,
-                    cells[7],
-                    state.completion_time,
-                    state.labels,
-                    state.owner,
-                    state.manifest,
-                )
+                if row is not None:
+                    table[name] = (
+                        row[0],
+                        *cells[1:6],
+                        row_value(row, "created"),
+                        cells[7],
+                        row_value(row, "completion_time"),
+                        row_value(row, "labels"),
+                        row_value(row, "owner"),
+                        row_value(row, "manifest"),
+                    )
+                else:
+                    state = loaded[name]
+                    table[name] = (
+                        state.name,
+                        *cells[1:6],
+                        state.created,
+                        cells[7],
+                        state.completion_time,
+                        state.labels,
+                        state.owner,
+                        state.manifest,
+                    )
                 self._rows_reused += 1
         if on_disk:
             self._disk_rows = memo.rows
@@ -402,8 +446,8 @@ class Recorder:
             changed = True
         if only is None:  # a resync: a manifest that changed hands (its job's row keeps its record)
             self._refresh_uids()
-        pairs: Iterable[tuple[str, JobState]] = (
-            states.items() if only is None else [(n, states[n]) for n in only if n in states]
+        pairs: Iterable[tuple[str, JobState]] = (  # (a resync: records still as loaded are as on disk)
+            changed_items(states) if only is None else [(n, states[n]) for n in only if n in states]
         )
         now = self.clock()
         self.write_due = None
@@ -658,11 +702,7 @@ class Recorder:
         """The journal rewritten with the last entry of each finished job it holds, then ``pending``."""
         entries = journal.read(self._journal, JOB_FIELDS)
         fresh = {entry[0] for entry in pending}
-        kept = [
-            entry
-            for name, entry in entries.last.items()
-            if name not in fresh and (state := self.written.get(name)) is not None and state.phase in SETTLED_PHASES
-        ]
+        kept = [entry for name, entry in entries.last.items() if name not in fresh and _settled_in(self.written, name)]
         self._rewrite_journal(kept + pending)
 
     def _remove_status(self, name: str) -> None:
@@ -715,7 +755,7 @@ class Recorder:
         self._flush_json()
         self._write_table()  # before the index: who sees the new index finds the table as new
         atomic_write(self.home.index_file, payload, durable=False)
-        if self._loaded:
+        if self._loaded or self._loaded_rows:
             self._save_start_rows()
         if not on_disk:
             self._disk_rows.close()
@@ -732,7 +772,8 @@ class Recorder:
         for the next start (``record/start_rows.py``), when this start built enough of them itself
         or the file holds enough dead entries. A cache: a failure costs the next start the rows."""
         loaded, self._loaded = self._loaded, {}
-        built = len(loaded) - self._rows_reused
+        lean, self._loaded_rows = self._loaded_rows, {}
+        built = len(loaded) + len(lean) - self._rows_reused
         if built <= start_rows.SLACK and self._rows_memo_count - self._rows_reused <= start_rows.SLACK:
             return
         written, rows, on_disk, table = self.written, self._rows, self._on_disk, self._table
@@ -740,12 +781,17 @@ class Recorder:
         if on_disk and disk_rows is None:
             return  # the file changed in place under us: the next start builds the rows
         entries = []
-        for name, state in loaded.items():
-            now = written.get(name)
+        for name in [*lean, *loaded]:
+            state = loaded.get(name)
+            if state is None:  # a finished record kept as its row: unchanged while written still holds that row
+                unchanged = written.row(name) is lean[name]
+            else:
+                now = written.get(name)
+                unchanged = now is state or now == state
             row: bytes | memoryview | None = rows.get(name)
             if row is None and disk_rows is not None and name in on_disk:
                 row = self._disk_rows.row(disk_rows, on_disk[name])
-            if (now is state or now == state) and row is not None and name in table:
+            if unchanged and row is not None and name in table:
                 try:  # the file the record was read from: no pass wrote it since (else a new record)
                     key = journal.key_of(os.stat(self.home.status_file(name)))
                 except OSError:

@@ -1,0 +1,198 @@
+"""Finished jobs a start read back kept lean (model/lean_records.py): their records stay journal
+rows until read, decide's first pass carries the unchanged ones without building them, and a job
+that something touches (its manifest changed or deleted, a rerun, a dependent) is built and decided
+as before. Pure: the World of builders.py, restarted on lean records the way gflowd restarts."""
+
+from __future__ import annotations
+
+import marshal
+
+import pytest
+from builders import T0, World, job, started
+
+from controller.act.apply import act
+from controller.decide.acted import fold_acted
+from controller.decide.lifecycle import _finished_and_current, _row_finished_and_current
+from controller.decide.reconcile import decide
+from controller.model.lean_records import LeanRecords, changed_items, loaded_names, loaded_row
+from controller.model.overlay import Overlay
+from controller.model.plan import Manifests, Memory, Snapshot
+from controller.model.reasons import SETTLED_PHASES
+from controller.model.records import JobState
+
+
+def _row(state: JobState) -> tuple:
+    """The row the records journal gives back for ``state``'s status file."""
+    return marshal.loads(marshal.dumps(JobState.from_status(state.to_status()).to_row()))
+
+
+def _restarted(states) -> LeanRecords:
+    """gflowd's memory after a restart (Recorder.load): finished records as rows, the others built."""
+    rows = {n: _row(s) for n, s in states.items() if s.phase in SETTLED_PHASES}
+    plain = {n: JobState.from_row(_row(s)) for n, s in states.items() if n not in rows}
+    return LeanRecords(rows, plain)
+
+
+class LeanWorld(World):
+    """A World whose memory is handed to decide as it is (no copy to a dict), as gflowd's loop does;
+    its first pass after :meth:`restart` is a start's (no previous admission)."""
+
+    def restart(self) -> LeanRecords:
+        self.memory = Memory(_restarted(self.states), dict(self.sweep_states))
+        return self.memory.states
+
+    def tick(self, now: float):
+        snap = Snapshot(
+            admission=None,
+            states=self.states,
+            runs=self.runtime.observe(),
+            gpus=self.gpus,
+            sweep_states=dict(self.sweep_states),
+            previous=self.memory.admission,
+            unsettled=self.memory.unsettled,
+            manifests=Manifests(documents=list(self.docs.values())),
+            **self.snapshot_fields,
+        )
+        plan = decide(snap, now)
+        self.runtime.now = now
+        plan = fold_acted(plan, act(plan, self.runtime, prune=self._prune))
+        self.memory = Memory.after(plan)
+        self.runtime.purge()
+        self.last = plan
+        return plan
+
+
+def _finished_world(*names: str, **snapshot_fields) -> LeanWorld:
+    world = LeanWorld(*(job(n) for n in names), **snapshot_fields)
+    world.tick(T0)
+    for name in names:
+        world.exit(name, 0, T0 + 1)
+    world.tick(T0 + 2)
+    assert all(world.phase(n) == ("Succeeded", "Completed") for n in names)
+    return world
+
+
+def _built(records: LeanRecords) -> int:
+    return len(records._built)
+
+
+def test_a_record_is_built_once_when_read_and_every_read_gives_that_object():
+    state = JobState(name="a", phase="Succeeded", created=T0)
+    records = LeanRecords({"a": _row(state)}, {"b": JobState(name="b")})
+    assert (len(records), sorted(records), _built(records)) == (2, ["a", "b"], 0)
+    first = records["a"]
+    assert first is records["a"] is records.get("a") and _built(records) == 1
+    assert first == JobState.from_row(_row(state))
+    written = records.sibling()
+    assert written["a"] is first  # the recorder's copy gives the same object: `is` holds between them
+    records["a"] = JobState(name="a", phase="Failed")
+    assert records.row("a") is None and written.row("a") is not None
+    del records["b"]
+    assert "b" not in records and len(records) == 1
+    with pytest.raises(KeyError):
+        del records["b"]
+
+
+def test_an_overlay_flattened_over_lean_records_builds_none_of_them():
+    rows = {f"j{i}": _row(JobState(name=f"j{i}", phase="Succeeded")) for i in range(1000)}
+    base = LeanRecords(rows)
+    layer = Overlay(base)
+    for i in range(300):  # past the layer's flattening threshold
+        layer[f"new{i}"] = JobState(name=f"new{i}")
+    del layer["j0"]
+    flat = Overlay(layer)
+    assert type(flat.base) is LeanRecords and _built(base) == 0
+    assert loaded_names(flat) == set(rows) - {"j0"}
+    assert "j0" not in flat and len(flat) == 1299
+    assert {n for n, _ in changed_items(flat)} == {f"new{i}" for i in range(300)}
+    assert loaded_row(flat, "j1") is rows["j1"] and loaded_row(flat, "new1") is None
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param({}, id="unchanged"),
+        pytest.param({"command": ["v2"]}, id="spec"),
+        pytest.param({"priority": 7}, id="priority"),
+        pytest.param({"labels": {"team": "x"}}, id="labels"),
+        pytest.param({"resources": {"gpus": 1}}, id="gpus"),
+        pytest.param({"annotations": {"gflow.dev/rerun": "1"}}, id="rerun"),
+    ],
+)
+@pytest.mark.parametrize("code", [0, 1])
+def test_the_row_check_agrees_with_the_record_check(edit, code):
+    world = LeanWorld(job("a"))
+    world.tick(T0)
+    world.exit("a", code, T0 + 1)
+    world.tick(T0 + 2)
+    labels = edit.pop("labels", None)
+    annotations = edit.pop("annotations", None)
+    changed = job("a", labels=labels, annotations=annotations, **edit)
+    state = world.state()
+    row = _row(state)
+    assert _row_finished_and_current(row, changed) == _finished_and_current(JobState.from_row(row), changed)
+    assert _row_finished_and_current(row, job("a")) is True
+
+
+def test_a_start_carries_unchanged_finished_jobs_without_building_their_records():
+    world = _finished_world("a", "b", "c")
+    before = {n: world.state(n) for n in "abc"}
+    records = world.restart()
+    plan = world.tick(T0 + 10)
+    assert (plan.starts, plan.removed, plan.events) == ((), (), ())
+    assert _built(records) == 0
+    assert plan.looked_at == set()  # nothing decided: the writer looks at none of them
+    assert {n: plan.states[n].to_status() for n in "abc"} == {n: s.to_status() for n, s in before.items()}
+    assert changed_items(plan.states) == []  # and a resync's write_states finds nothing to compare
+
+
+def test_a_finished_job_whose_manifest_changed_runs_again_as_a_new_generation():
+    world = _finished_world("a", "b")
+    records = world.restart()
+    world.put(job("a", command=["python", "v2.py"]))
+    plan = world.tick(T0 + 10)
+    (launch,) = plan.starts
+    assert (launch.name, launch.attempt, launch.generation) == ("a", 2, 2)
+    assert set(records._built) <= {"a"}  # b stays a row (until read, below)
+    assert world.state("a").generation == 2 and world.phase("b") == ("Succeeded", "Completed")
+
+
+def test_a_rerun_of_a_finished_job_runs_it_again():
+    world = LeanWorld(job("a", annotations={"gflow.dev/rerun": "1"}))
+    world.tick(T0)
+    world.exit("a", 0, T0 + 1)
+    world.tick(T0 + 2)
+    world.restart()
+    world.put(job("a", annotations={"gflow.dev/rerun": "2"}))
+    assert started(world.tick(T0 + 10)) == ["a"]
+
+
+def test_a_deleted_finished_job_loses_its_status():
+    world = _finished_world("a", "b")
+    world.restart()
+    world.delete("a")
+    plan = world.tick(T0 + 10)
+    assert plan.removed == ("a",) and "a" not in plan.states and "b" in plan.states
+
+
+def test_a_dependent_of_a_finished_job_starts():
+    world = _finished_world("a")
+    records = world.restart()
+    world.put(job("b", dependsOn=["a"]))
+    assert started(world.tick(T0 + 10)) == ["b"]
+    world.exit("b", 0, T0 + 11)
+    world.tick(T0 + 12)
+    assert world.phase("b") == ("Succeeded", "Completed")
+    assert "a" in records.loaded_names()
+
+
+def test_the_passes_after_a_start_keep_the_lean_records_lean():
+    world = _finished_world(*(f"j{i}" for i in range(20)))
+    records = world.restart()
+    for i in range(5):
+        world.put(job(f"new{i}"))
+        world.tick(T0 + 10 + 2 * i)
+        world.exit(f"new{i}", 0, T0 + 11 + 2 * i)
+    world.tick(T0 + 30)
+    assert all(world.phase(f"new{i}") == ("Succeeded", "Completed") for i in range(5))
+    assert _built(records) == 0
