@@ -12,13 +12,14 @@ from builders import T0, World, job, started
 
 from controller.act.apply import act
 from controller.decide.acted import fold_acted
-from controller.decide.lifecycle import _finished_and_current, _row_finished_and_current
+from controller.decide.lifecycle import _finished_and_current
 from controller.decide.reconcile import decide
-from controller.model.lean_records import LeanRecords, changed_items, loaded_names, loaded_row
+from controller.model.lean_records import LeanRecords, changed_items, facts_of, loaded_facts, loaded_names
 from controller.model.overlay import Overlay
 from controller.model.plan import Manifests, Memory, Snapshot
 from controller.model.reasons import SETTLED_PHASES
 from controller.model.records import JobState
+from controller.record.recorder import _facts_of_row
 
 
 def _row(state: JobState) -> tuple:
@@ -27,10 +28,12 @@ def _row(state: JobState) -> tuple:
 
 
 def _restarted(states) -> LeanRecords:
-    """gflowd's memory after a restart (Recorder.load): finished records as rows, the others built."""
-    rows = {n: _row(s) for n, s in states.items() if s.phase in SETTLED_PHASES}
-    plain = {n: JobState.from_row(_row(s)) for n, s in states.items() if n not in rows}
-    return LeanRecords(rows, plain)
+    """gflowd's memory after a restart (Recorder.load): finished records as their facts, built from
+    their status files when read; the others built."""
+    loaded = {n: JobState.from_row(_row(s)) for n, s in states.items()}
+    facts = {n: _facts_of_row(_row(s)) for n, s in states.items() if s.phase in SETTLED_PHASES}
+    plain = {n: s for n, s in loaded.items() if n not in facts}
+    return LeanRecords(facts, plain, build=lambda name: JobState.from_status(states[name].to_status()))
 
 
 class LeanWorld(World):
@@ -76,17 +79,21 @@ def _built(records: LeanRecords) -> int:
     return len(records._built)
 
 
+def _lean(states: dict[str, JobState]) -> LeanRecords:
+    return LeanRecords({n: facts_of(s) for n, s in states.items()}, build=lambda name: states[name].copy())
+
+
 def test_a_record_is_built_once_when_read_and_every_read_gives_that_object():
     state = JobState(name="a", phase="Succeeded", created=T0)
-    records = LeanRecords({"a": _row(state)}, {"b": JobState(name="b")})
+    records = LeanRecords({"a": facts_of(state)}, {"b": JobState(name="b")}, build=lambda name: state.copy())
     assert (len(records), sorted(records), _built(records)) == (2, ["a", "b"], 0)
     first = records["a"]
     assert first is records["a"] is records.get("a") and _built(records) == 1
-    assert first == JobState.from_row(_row(state))
+    assert first == state
     written = records.sibling()
     assert written["a"] is first  # the recorder's copy gives the same object: `is` holds between them
     records["a"] = JobState(name="a", phase="Failed")
-    assert records.row("a") is None and written.row("a") is not None
+    assert records.facts("a") is None and written.facts("a") is not None
     del records["b"]
     assert "b" not in records and len(records) == 1
     with pytest.raises(KeyError):
@@ -94,24 +101,23 @@ def test_a_record_is_built_once_when_read_and_every_read_gives_that_object():
 
 
 def test_an_overlay_flattened_over_lean_records_builds_none_of_them():
-    rows = {f"j{i}": _row(JobState(name=f"j{i}", phase="Succeeded")) for i in range(1000)}
-    base = LeanRecords(rows)
+    base = _lean({f"j{i}": JobState(name=f"j{i}", phase="Succeeded") for i in range(1000)})
     layer = Overlay(base)
     for i in range(300):  # past the layer's flattening threshold
         layer[f"new{i}"] = JobState(name=f"new{i}")
     del layer["j0"]
     flat = Overlay(layer)
     assert type(flat.base) is LeanRecords and _built(base) == 0
-    assert loaded_names(flat) == set(rows) - {"j0"}
+    assert loaded_names(flat) == {f"j{i}" for i in range(1, 1000)}
     assert "j0" not in flat and len(flat) == 1299
     assert {n for n, _ in changed_items(flat)} == {f"new{i}" for i in range(300)}
-    assert loaded_row(flat, "j1") is rows["j1"] and loaded_row(flat, "new1") is None
+    assert loaded_facts(flat, "j1") is base.facts("j1") and loaded_facts(flat, "new1") is None
 
 
 @pytest.mark.parametrize(
     "edit",
     [
-        pytest.param({}, id="unchanged"),
+        pytest.param({"labels": {"team": "z"}}, id="other-labels"),
         pytest.param({"command": ["v2"]}, id="spec"),
         pytest.param({"priority": 7}, id="priority"),
         pytest.param({"labels": {"team": "x"}}, id="labels"),
@@ -120,18 +126,19 @@ def test_an_overlay_flattened_over_lean_records_builds_none_of_them():
     ],
 )
 @pytest.mark.parametrize("code", [0, 1])
-def test_the_row_check_agrees_with_the_record_check(edit, code):
-    world = LeanWorld(job("a"))
+def test_the_facts_of_a_journal_row_are_those_of_the_record_it_stands_for(edit, code):
+    world = LeanWorld(job("a", labels={"team": "y"}))
     world.tick(T0)
     world.exit("a", code, T0 + 1)
     world.tick(T0 + 2)
     labels = edit.pop("labels", None)
     annotations = edit.pop("annotations", None)
     changed = job("a", labels=labels, annotations=annotations, **edit)
-    state = world.state()
-    row = _row(state)
-    assert _row_finished_and_current(row, changed) == _finished_and_current(JobState.from_row(row), changed)
-    assert _row_finished_and_current(row, job("a")) is True
+    row = _row(world.state())
+    record = JobState.from_row(row)
+    assert _facts_of_row(row) == facts_of(record)
+    assert _finished_and_current(record, changed) is False  # every edit here differs from job a's manifest
+    assert _finished_and_current(record, job("a", labels={"team": "y"})) is True
 
 
 def test_a_start_carries_unchanged_finished_jobs_without_building_their_records():

@@ -14,11 +14,11 @@ from typing import Any
 
 from controller.api.names import is_valid_name
 from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedReservation, AdmittedSweep, Rejection
-from controller.model.lean_records import loaded_row
+from controller.model.lean_records import MANIFEST, OWNER, changed_items, loaded_facts_items
 from controller.model.overlay import Overlay
 from controller.model.plan import Snapshot
 from controller.model.reasons import Reason
-from controller.model.records import ROW_AT, JobState
+from controller.model.records import JobState
 
 
 def admit_observed(snap: Snapshot) -> AdmissionResult:
@@ -43,22 +43,13 @@ def admit_observed(snap: Snapshot) -> AdmissionResult:
     return admit(manifests.documents, current, controller_uid=uid, conda_available=conda, serial=serial)
 
 
-_MANIFEST, _OWNER = ROW_AT["manifest"], ROW_AT["owner"]
-
-
 def manifest_sources(states: Mapping[str, JobState]) -> dict[str, str]:
     """name -> the manifest each job's record names (not a Sweep's children): who owns a name. A
-    record still as the start read it is read off its journal row (``model/lean_records.py``)."""
-    current = {}
-    for name in states:
-        row = loaded_row(states, name)
-        if row is not None:
-            manifest, owner = row[_MANIFEST], row[_OWNER]
-        else:
-            state = states[name]
-            manifest, owner = state.manifest, state.owner
-        if manifest and not owner:
-            current[name] = manifest
+    record still as the start read it is read off its facts (``model/lean_records.py``)."""
+    current = {name: f[MANIFEST] for name, f in loaded_facts_items(states) if f[MANIFEST] and not f[OWNER]}
+    for name, state in changed_items(states):
+        if state.manifest and not state.owner:
+            current[name] = state.manifest
     return current
 
 

@@ -1,52 +1,84 @@
-"""Finished jobs' records kept lean: a record read back from the records journal stays the journal's
-row (a tuple of plain values, ``JobState.to_row``) until something reads it as a record.
+"""Finished jobs' records kept lean: a finished job a start read back is kept as a few facts (its
+phase, hashes, manifest, owner, priority, GPUs, labels, times and admission verdict) until something
+reads it as a record; then its record is built (the recorder reads it from its status file, which the
+start found as the records journal described it) and kept.
 
-At 50,000 finished jobs a start built a ``JobState`` per job (~15 MiB, ~0.3 s) that nothing but a
-pass's check "is it unchanged?" ever read. :class:`LeanRecords` is the mapping name -> record the
-loop keeps, holding such records as their rows and building each one (``JobState.from_row``) the
-first time it is read; the record built is kept, so every later read returns the very same object
-(passes compare records by identity). Readers that need only a field or two of many records (decide's
-first pass, admission's owners of names, a resync of the status files) ask :func:`loaded_row`
-instead, and build nothing.
+At 50,000 finished jobs a start held a ``JobState`` and the journal row it came from per job (~60 MiB,
+~0.5 s to build) that nothing but a pass's check "is it unchanged?" ever read. :class:`LeanRecords` is
+the mapping name -> record the loop keeps; the record built for a name is kept, so every later read
+returns the very same object (passes compare records by identity). Readers that need a field or two
+of many records (decide's first pass, admission's owners of names, a resync of the status files) ask
+:func:`loaded_facts` instead, and build nothing.
 
-A name is in ``rows`` while its record is the one the start read; setting or deleting it takes it
-out for good (a new record is a new object). The records built are shared, by name, among the copies
-made of one load (the states a pass hands on, the recorder's ``written``): both were read from the
-same row, so both give the same object. Not thread-safe, like the dicts it replaces.
+A name has facts while its record is the one the start read; setting or deleting it takes it out
+for good (a new record is a new object). The records built are shared, by name, among the copies made
+of one load (the states a pass hands on, the recorder's ``written``): they stand for one status file,
+so both give the same object. Not thread-safe, like the dicts it replaces.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from controller.model.overlay import Overlay
-from controller.model.records import JobState
+from controller.model.reasons import Condition
+from controller.model.records import JobState, condition_verdicts
 
-Row = tuple[Any, ...]
+# What a finished job's facts hold, in this order (``facts_of``): what decide's first pass, admission
+# and the jobs table read of every finished job.
+FACT_FIELDS = (
+    "phase",
+    "reason",
+    "spec_hash",
+    "run_hash",
+    "manifest",
+    "owner",
+    "priority",
+    "gpus",
+    "labels",
+    "created",
+    "completion_time",
+)
+Facts = tuple[Any, ...]  # FACT_FIELDS' values, then VALID: its conditions say its manifest was admitted as valid
+PHASE, REASON, SPEC_HASH, RUN_HASH, MANIFEST, OWNER, PRIORITY, GPUS, LABELS, CREATED, COMPLETION_TIME, VALID = range(12)
+VALID_VERDICT = [("True", "Valid", "manifest is valid")]  # Admitted and DuplicateName of a job admitted as valid
+
+
+def facts_of(state: JobState) -> Facts:
+    """The facts of a record (``FACT_FIELDS``, then whether it says its manifest was valid)."""
+    verdicts = condition_verdicts(state.conditions, (Condition.Admitted, Condition.DuplicateName))
+    return (*(getattr(state, name) for name in FACT_FIELDS), verdicts == VALID_VERDICT)
+
+
+def _unbuildable(name: str) -> JobState:
+    raise KeyError(name)
 
 
 class LeanRecords(MutableMapping[str, JobState]):
-    __slots__ = ("_built", "_plain", "_rows")
+    __slots__ = ("_build", "_built", "_facts", "_plain")
 
     def __init__(
         self,
-        rows: dict[str, Row] | None = None,
+        facts: dict[str, Facts] | None = None,
         plain: dict[str, JobState] | None = None,
         built: dict[str, JobState] | None = None,
+        build: Callable[[str], JobState] | None = None,
     ) -> None:
-        self._rows = rows if rows is not None else {}  # records as the journal's rows, as loaded
-        self._plain = plain if plain is not None else {}  # every other record (never a name of _rows)
-        self._built = built if built is not None else {}  # rows built into records so far (shared)
+        self._facts = facts if facts is not None else {}  # finished records as loaded, as their facts
+        self._plain = plain if plain is not None else {}  # every other record (never a name of _facts)
+        self._built = built if built is not None else {}  # records built so far (shared among copies)
+        self._build = build or _unbuildable  # name -> its record as loaded (the recorder reads its status file)
 
     def __getitem__(self, name: str) -> JobState:
         state = self._plain.get(name)
         if state is not None:
             return state
-        row = self._rows[name]
+        if name not in self._facts:
+            raise KeyError(name)
         state = self._built.get(name)
         if state is None:
-            state = self._built[name] = JobState.from_row(row)
+            state = self._built[name] = self._build(name)
         return state
 
     def get(self, name: str, default: Any = None) -> Any:
@@ -56,58 +88,75 @@ class LeanRecords(MutableMapping[str, JobState]):
             return default
 
     def __contains__(self, name: object) -> bool:
-        return name in self._plain or name in self._rows
+        return name in self._plain or name in self._facts
 
     def __setitem__(self, name: str, state: JobState) -> None:
-        self._rows.pop(name, None)
+        self._facts.pop(name, None)
         self._plain[name] = state
 
     def __delitem__(self, name: str) -> None:
-        if self._plain.pop(name, None) is None and self._rows.pop(name, None) is None:
+        if self._plain.pop(name, None) is None and self._facts.pop(name, None) is None:
             raise KeyError(name)
 
     def __len__(self) -> int:
-        return len(self._rows) + len(self._plain)
+        return len(self._facts) + len(self._plain)
 
     def __iter__(self) -> Iterator[str]:
-        yield from self._rows
+        yield from self._facts
         yield from self._plain
 
-    def row(self, name: str) -> Row | None:
-        """The journal row of ``name`` while its record is the one loaded; None otherwise."""
-        return self._rows.get(name)
+    def facts(self, name: str) -> Facts | None:
+        """The facts of ``name`` while its record is the one loaded; None otherwise."""
+        return self._facts.get(name)
+
+    def facts_items(self) -> list[tuple[str, Facts]]:
+        """(name, facts) of every record still as loaded."""
+        return list(self._facts.items())
 
     def loaded_names(self) -> Any:
         """The names whose record is still the one loaded (a keys view: cheap set operations)."""
-        return self._rows.keys()
+        return self._facts.keys()
 
     def plain_items(self) -> list[tuple[str, JobState]]:
         """(name, record) of every record that is not the one loaded."""
         return list(self._plain.items())
 
     def flat_copy(self) -> LeanRecords:
-        """A copy to change (``Overlay`` flattening its layer): the rows stay rows."""
-        return LeanRecords(dict(self._rows), dict(self._plain), self._built)
+        """A copy to change (``Overlay`` flattening its layer): the facts stay facts."""
+        return LeanRecords(dict(self._facts), dict(self._plain), self._built, self._build)
 
     def sibling(self) -> LeanRecords:
         """A copy sharing the records built: what the recorder keeps as written (``written``)."""
         return self.flat_copy()
 
 
-def loaded_row(states: Mapping[str, JobState], name: str) -> Row | None:
-    """The journal row of ``name`` when ``states`` (lean records, or an ``Overlay`` over them that
-    did not change ``name``) still holds the record as loaded; None for any other record or mapping."""
+def loaded_facts(states: Mapping[str, JobState], name: str) -> Facts | None:
+    """The facts of ``name`` when ``states`` (lean records, or an ``Overlay`` over them that did not
+    change ``name``) still holds the record as loaded; None for any other record or mapping."""
     if type(states) is Overlay:
         if states.layered(name):
             return None
         states = states.base
     if type(states) is LeanRecords:
-        return states.row(name)
+        return states.facts(name)
     return None
 
 
+def loaded_facts_items(states: Mapping[str, JobState]) -> list[tuple[str, Facts]]:
+    """(name, facts) of every record in ``states`` still as loaded (see :func:`loaded_facts`)."""
+    layer = None
+    if type(states) is Overlay:
+        layer, states = states, states.base
+    if type(states) is not LeanRecords:
+        return []
+    if layer is not None and layer.layered_keys():
+        layered = layer.layered_keys()
+        return [(n, f) for n, f in states.facts_items() if n not in layered]
+    return states.facts_items()
+
+
 def loaded_names(states: Mapping[str, JobState]) -> set[str]:
-    """Every name whose record in ``states`` is the one loaded (see :func:`loaded_row`)."""
+    """Every name whose record in ``states`` is the one loaded (see :func:`loaded_facts`)."""
     layer = None
     if type(states) is Overlay:
         layer, states = states, states.base
