@@ -203,3 +203,18 @@ def test_the_passes_after_a_start_keep_the_lean_records_lean():
     world.tick(T0 + 30)
     assert all(world.phase(f"new{i}") == ("Succeeded", "Completed") for i in range(5))
     assert _built(records) == 0
+
+
+def test_a_metrics_scrape_counts_lean_records_without_building_them():
+    from controller.sinks.metrics import _SnapshotCollector
+
+    world = _finished_world("a", "b")
+    records = world.restart()
+    world.put(job("c", startAfter="2099-01-01T00:00:00Z"))
+    plan = world.tick(T0 + 10)
+    collector = _SnapshotCollector()
+    collector.current = (plan.states, [], T0 + 10, {})
+    jobs = next(m for m in collector.collect() if m.name == "gflow_jobs")
+    counts = {s.labels["phase"]: s.value for s in jobs.samples}
+    assert (counts["Succeeded"], counts["Pending"]) == (2, 1)
+    assert _built(records) == 0

@@ -180,3 +180,10 @@ def changed_items(states: Mapping[str, JobState]) -> list[tuple[str, JobState]]:
     if type(states) is LeanRecords:
         return states.plain_items()
     return list(states.items())
+
+
+def phases_and_reasons(states: Mapping[str, JobState]) -> list[tuple[str, str]]:
+    """(phase, reason) of every record in ``states``, those still as loaded read off their facts."""
+    pairs = [(f[PHASE], f[REASON]) for _, f in loaded_facts_items(states)]
+    pairs.extend((s.phase, s.reason) for _, s in changed_items(states))
+    return pairs
