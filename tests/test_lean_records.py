@@ -6,6 +6,7 @@ as before. Pure: the World of builders.py, restarted on lean records the way gfl
 from __future__ import annotations
 
 import marshal
+from dataclasses import replace
 
 import pytest
 from builders import T0, World, job, started
@@ -218,3 +219,29 @@ def test_a_metrics_scrape_counts_lean_records_without_building_them():
     counts = {s.labels["phase"]: s.value for s in jobs.samples}
     assert (counts["Succeeded"], counts["Pending"]) == (2, 1)
     assert _built(records) == 0
+
+
+def test_a_history_limit_expires_the_oldest_finished_jobs_without_building_the_others():
+    world = _finished_world("a", "b", "c", finished_history=3)
+    records = world.restart()
+    world.put(job("d"))
+    world.tick(T0 + 10)
+    world.exit("d", 0, T0 + 11)
+    plan = world.tick(T0 + 12)  # four finished, three kept: the oldest (by completion, then name) goes
+    assert [j.name for j in plan.expired] == ["a"]
+    assert _built(records) == 0
+
+
+def test_fair_share_builds_only_the_finished_jobs_recent_enough_to_count():
+    from controller.model.policy import Policy
+
+    world = _finished_world("old", policy=Policy(fair_share_half_life=60))
+    world.put(job("new", resources={"gpus": 1}))
+    world.tick(T0 + 3)
+    world.exit("new", 0, T0 + 4000)  # ended long after "old": "old" weighs nothing any more
+    world.tick(T0 + 4001)
+    records = world.restart()
+    world.put(replace(job("mine", resources={"gpus": 1}), owner_uid=1000))
+    world.put(replace(job("theirs", resources={"gpus": 1}), owner_uid=1001))  # two users wait: usage counts
+    assert sorted(started(world.tick(T0 + 4002))) == ["mine", "theirs"]
+    assert set(records._built) == {"new"}  # the one that ended within 20 half-lives
