@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.paths import Home
+from controller.record import start_rows
+from controller.record.recorder import Recorder
 from controller.util import jobs_table
 from tests.helpers import job_status, wait_for, write_manifest
 
@@ -67,6 +70,43 @@ def test_a_restart_on_lean_records_writes_what_a_restart_from_the_yaml_writes_an
     )
     assert all((job_status(home, n) or {}).get("attempt") == 1 for n in NAMES[2:])
     assert again.terminate() == 0
+
+
+def test_a_start_whose_start_rows_miss_a_record_builds_only_that_one(home, gflowd, monkeypatch):
+    """The index rows of records not in ``run/start-rows.cache`` (a job edited since the file was
+    written) are built from those records alone: the finished jobs kept lean stay unbuilt (a start
+    after any edit read all 50,000 status files)."""
+    for name in NAMES:
+        write_manifest(home / "jobs", f"{name}.yaml", _manifest(name))
+    first = gflowd()
+    wait_for(
+        lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in NAMES),
+        message=lambda: f"every job Succeeded\n{first.stderr()}",
+    )
+    assert first.terminate() == 0
+    monkeypatch.setattr(start_rows, "SLACK", 0)  # the file a start of more than SLACK read-back records writes
+    recorder = Recorder(Home.resolve(home))
+    recorder.uid_of = lambda name: os.stat(home / "jobs" / f"{name}.yaml").st_uid
+    recorder.write_states(recorder.load()[0], [], None)
+    recorder.write_index({"pid": 1})
+    assert (home / "run" / "start-rows.cache").exists()
+
+    edit = gflowd()  # done-0's status rewritten: the file's entry for it no longer holds
+    write_manifest(home / "jobs", "done-0.yaml", _manifest("done-0", extra="  priority: 5\n"))
+    wait_for(
+        lambda: (job_status(home, "done-0") or {}).get("priority") == 5,
+        message=lambda: f"done-0's new priority recorded\n{edit.stderr()}",
+    )
+    assert edit.terminate() == 0
+
+    monkeypatch.setattr(start_rows, "SLACK", 10**9)  # read the file, never rewrite it here
+    recorder = Recorder(Home.resolve(home))
+    recorder.uid_of = lambda name: os.stat(home / "jobs" / f"{name}.yaml").st_uid
+    states = recorder.load()[0]
+    assert set(states.loaded_names()) == set(NAMES[1:])
+    recorder.write_states(states, [], None)
+    recorder.write_index({"pid": 1})
+    assert states._built == {}
 
 
 @pytest.fixture(autouse=True)

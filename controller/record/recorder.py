@@ -822,9 +822,10 @@ class Recorder:
             log.warning("%s changed while gflowd had it open; index rows built from the records", self._start_rows)
             self._forget_disk_rows()
         if len(rows) + len(on_disk) != listed:  # after load(): rows of the states read back
-            for name, state in self.written.items():
+            written = self.written
+            for name in written:  # (by name: a lean record's row is on disk, its record never built here)
                 if name not in rows and name not in on_disk:
-                    rows[name] = _index_row(name, state)
+                    rows[name] = _index_row(name, written[name])
         if self._order is None or len(self._order) != listed:
             self._order = sorted(self.written.keys() | self.unwritten.keys())
         head = json.dumps(
