@@ -14,9 +14,11 @@ from typing import Any
 
 from controller.api.names import is_valid_name
 from controller.model.documents import AdmissionResult, AdmittedJob, AdmittedReservation, AdmittedSweep, Rejection
+from controller.model.lean_records import MANIFEST, OWNER, changed_items, loaded_facts_items
 from controller.model.overlay import Overlay
 from controller.model.plan import Snapshot
 from controller.model.reasons import Reason
+from controller.model.records import JobState
 
 
 def admit_observed(snap: Snapshot) -> AdmissionResult:
@@ -35,10 +37,20 @@ def admit_observed(snap: Snapshot) -> AdmissionResult:
         if patched is not None:
             return patched
     # a resync, or a change that needs every document (duplicates, sweeps, cycles)
-    current = {name: st.manifest for name, st in snap.states.items() if st.manifest and not st.owner}
+    current = manifest_sources(snap.states)
     current.update({name: sw.manifest for name, sw in snap.sweep_states.items() if sw.manifest})
     current.update({name: r.manifest for name, r in snap.reservation_states.items() if r.manifest})
     return admit(manifests.documents, current, controller_uid=uid, conda_available=conda, serial=serial)
+
+
+def manifest_sources(states: Mapping[str, JobState]) -> dict[str, str]:
+    """name -> the manifest each job's record names (not a Sweep's children): who owns a name. A
+    record still as the start read it is read off its facts (``model/lean_records.py``)."""
+    current = {name: f[MANIFEST] for name, f in loaded_facts_items(states) if f[MANIFEST] and not f[OWNER]}
+    for name, state in changed_items(states):
+        if state.manifest and not state.owner:
+            current[name] = state.manifest
+    return current
 
 
 def admit(

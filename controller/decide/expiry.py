@@ -4,6 +4,7 @@ with their Sweep. Pure."""
 
 from __future__ import annotations
 
+from controller.model.lean_records import finished_times
 from controller.model.plan import Event, PlanDraft, Snapshot
 from controller.model.reasons import TERMINAL_PHASES, EventType, Reason
 
@@ -12,11 +13,11 @@ def expire(plan: PlanDraft, snap: Snapshot, now: float) -> None:
     if snap.default_ttl is None and snap.finished_history is None and not snap.admitted.ttl_jobs:
         return
     finished = []
-    for name, state in plan.states.items():
+    for name, phase, completion_time in finished_times(plan.states):  # finished jobs kept lean: no record built
         job = snap.admitted.jobs.get(name)
-        if job is None or job.owner is not None or state.phase not in TERMINAL_PHASES:
+        if job is None or job.owner is not None or phase not in TERMINAL_PHASES:
             continue
-        done_at = state.completion_time or now
+        done_at = completion_time or now
         finished.append((done_at, name, job))
         ttl = job.ttl  # not job.spec: that builds a settled job's model
         ttl = snap.default_ttl if ttl is None else ttl

@@ -10,8 +10,10 @@ from __future__ import annotations
 from controller.decide.exits import already_recorded, attempt_xids, record_checkpoint, record_exit
 from controller.decide.gpu_usage import final_usage
 from controller.decide.running import request_stop, running
+from controller.model import lean_records as lean
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob, Rejection
+from controller.model.lean_records import Facts, loaded_facts_items
 from controller.model.plan import Event, PlanDraft, RunObservation, Snapshot
 from controller.model.reasons import (
     SETTLED_PHASES,
@@ -24,7 +26,7 @@ from controller.model.reasons import (
     Reason,
     StopReason,
 )
-from controller.model.records import JobState, condition_verdicts
+from controller.model.records import JobState
 
 Pending = tuple[JobState, AdmittedJob]  # a job that waits to start: its new record and its manifest
 
@@ -147,21 +149,47 @@ def _finished_and_current(old: JobState | None, job: AdmittedJob) -> bool:
     """A finished job whose record already says everything the admitted path would set (same
     spec, manifest, labels, admitted, nothing to re-run): processing it changes nothing. This
     spares a restart from copying 10,000 finished records when it has no previous pass."""
-    if old is None or old.phase not in TERMINAL_PHASES:
+    return old is not None and old.phase in TERMINAL_PHASES and _facts_finished_and_current(lean.facts_of(old), job)
+
+
+def carried_as_loaded(snap: Snapshot, names: set[str]) -> set[str]:
+    """The names of ``names`` whose record is still the one the start read, kept as its facts
+    (``model/lean_records.py``), of a finished job that nothing about can change: its process gone,
+    its manifest admitted, no other manifest of its name, and :func:`_finished_and_current` of the
+    facts. ``step`` would carry each over as it is; found here without building a record per job."""
+    adm, runs, reclaimed = snap.admitted, snap.runs, snap.reclaimed
+    jobs, rejected, duplicates = adm.jobs, adm.rejected, adm.duplicates
+    current = _facts_finished_and_current
+    return {
+        name
+        for name, facts in loaded_facts_items(snap.states)
+        if name in names
+        and (job := jobs.get(name)) is not None
+        and name not in runs
+        and name not in rejected
+        and name not in duplicates
+        and name not in reclaimed
+        and current(facts, job)
+    }
+
+
+def _facts_finished_and_current(facts: Facts | None, job: AdmittedJob) -> bool:
+    """:func:`_finished_and_current` of a record, read off its facts (``lean_records.facts_of``)."""
+    if facts is None:
         return False
-    if (  # the job's facts only: its pydantic model is not built for a settled job
-        old.spec_hash != job.spec_hash
-        or old.run_hash != job.run_hash
-        or old.manifest != job.source
-        or old.owner != job.owner
-        or old.priority != job.priority
-        or old.gpus != job.gpus
-        or old.labels != job.labels
-        or (old.phase == Phase.Cancelled and old.reason == Reason.UserCancelled and not job.cancelled)
-    ):
-        return False
-    admitted = condition_verdicts(old.conditions, (Condition.Admitted, Condition.DuplicateName))
-    return admitted == [("True", "Valid", "manifest is valid")]
+    phase = facts[lean.PHASE]
+    return (
+        phase in TERMINAL_PHASES
+        and facts[lean.SPEC_HASH] == job.spec_hash
+        and facts[lean.RUN_HASH] == job.run_hash
+        and facts[lean.MANIFEST] == job.source
+        and facts[lean.OWNER] == job.owner
+        and facts[lean.PRIORITY] == job.priority
+        and facts[lean.GPUS] == job.gpus
+        and facts[lean.LABELS] == job.labels
+        and not (phase == Phase.Cancelled and facts[lean.REASON] == Reason.UserCancelled and not job.cancelled)
+        and facts[lean.VALID]
+    )
 
 
 def _deleted(

@@ -34,8 +34,10 @@ from controller.decide.policy import (
 from controller.decide.reservations import fence_queue
 from controller.decide.running import request_stop
 from controller.decide.scheduler import build_slots, preemption_victims, schedule
+from controller.model import lean_records as lean
 from controller.model.conditions import find_condition, remove_condition, set_condition
 from controller.model.documents import AdmittedJob
+from controller.model.lean_records import Facts, records_where
 from controller.model.plan import Event, Launch, PlanDraft, QueueMemo, Snapshot
 from controller.model.policy import UserClass
 from controller.model.reasons import Condition, EventType, Phase, Reason, StopReason
@@ -650,7 +652,7 @@ def _preempt(
         if not isinstance(decision, Wait) or decision.reason not in (Reason.Resources, Reason.Priority):
             continue
         running = []
-        for name, st in plan.states.items():
+        for name, st in records_where(plan.states, _never):  # a finished job a start read is not running
             other = snap.admitted.jobs.get(name)
             if st.phase != Phase.Running or not st.devices or other is None or name not in snap.runs:
                 continue
@@ -708,7 +710,12 @@ def _fair_share_usage(plan: PlanDraft, snap: Snapshot, now: float) -> dict[int, 
     controller still has a record of: no separate ledger to keep crash-safe."""
     half_life = snap.policy.fair_share_half_life or 1.0
     usage: dict[int, float] = {}
-    for name, st in plan.states.items():
+    horizon = now - 20 * half_life - 1.0  # (see below) finished jobs kept lean are built only if they ended after
+
+    def recent(facts: Facts) -> bool:
+        return facts[lean.COMPLETION_TIME] is not None and facts[lean.COMPLETION_TIME] >= horizon
+
+    for name, st in records_where(plan.states, recent):
         if st.start_time is None or not st.devices:
             continue
         end = now if st.phase == Phase.Running else st.completion_time
@@ -719,3 +726,7 @@ def _fair_share_usage(plan: PlanDraft, snap: Snapshot, now: float) -> dict[int, 
             len(st.devices), st.start_time, end, now, half_life
         )
     return usage
+
+
+def _never(_facts: Facts) -> bool:
+    return False

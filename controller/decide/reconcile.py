@@ -18,7 +18,7 @@ from controller.decide.admission import admit_observed
 from controller.decide.backlog import parked_backlog
 from controller.decide.expiry import expire
 from controller.decide.gpu_leaks import note_reclaimed
-from controller.decide.lifecycle import finish, step
+from controller.decide.lifecycle import carried_as_loaded, finish, step
 from controller.decide.queue import (
     TailMoved,
     carried_tail,
@@ -62,7 +62,14 @@ def draft(snap: Snapshot, now: float) -> PlanDraft:
         names = set(adm.jobs) | set(adm.rejected) | set(snap.states) | set(snap.runs)
         parked = parked_backlog(plan, snap, names)
         names -= parked
-        plan.states.update((name, snap.states[name]) for name in parked)
+        as_loaded = carried_as_loaded(snap, names)  # finished jobs a start read: carried unbuilt
+        if as_loaded:
+            names -= as_loaded
+            plan.states = Overlay(snap.states)  # them and the parked ones as they are
+            for name in names:
+                plan.states.pop(name, None)
+        else:
+            plan.states.update((name, snap.states[name]) for name in parked)
     else:  # carry every other record over as is (see changed_names)
         parked = parked_backlog(plan, snap, names)  # a backlog beyond its owner's queue head, as is
         names -= parked

@@ -29,10 +29,11 @@ class Overlay(MutableMapping[K, V]):
     def __init__(self, base: Mapping[K, V]) -> None:
         if isinstance(base, Overlay):
             if len(base._delta) > max(MIN_FLATTEN, len(base._base) * FLATTEN_AT):
-                flat = dict(base._base)
+                flat = _flat_copy(base._base)  # a base of lean records stays lean (model/lean_records.py)
                 for key, value in base._delta.items():
                     if value is _GONE:
-                        flat.pop(key, None)
+                        if key in flat:  # (not pop: a lean base would build the record to return it)
+                            del flat[key]
                     else:
                         flat[key] = value
                 self._base: Mapping[K, V] = flat
@@ -42,6 +43,23 @@ class Overlay(MutableMapping[K, V]):
             self._len = len(base)
         else:
             self._base, self._delta, self._len = base, {}, len(base)
+
+    @property
+    def base(self) -> Mapping[K, V]:
+        """The mapping this layer reads through to."""
+        return self._base
+
+    def layered(self, key: K) -> bool:
+        """Whether this layer changed or deleted ``key`` (else it reads through to the base)."""
+        return key in self._delta
+
+    def layered_keys(self) -> Any:
+        """The keys this layer changed or deleted (a keys view)."""
+        return self._delta.keys()
+
+    def own_items(self) -> list[tuple[K, V]]:
+        """(key, value) of every key this layer set (not those it deleted)."""
+        return [(k, v) for k, v in self._delta.items() if v is not _GONE]
 
     def __getitem__(self, key: K) -> V:
         value = self._delta.get(key, _MISSING)
@@ -119,3 +137,10 @@ class Overlay(MutableMapping[K, V]):
         if not isinstance(other, Mapping):
             return NotImplemented
         return len(self) == len(other) and all(other.get(k, _MISSING) == v for k, v in self.items())
+
+
+def _flat_copy(base: Mapping[Any, Any]) -> MutableMapping[Any, Any]:
+    """A mutable copy of ``base``: its own ``flat_copy()`` when it has one (lean
+    records are copied without building a record each), else a dict."""
+    copy = getattr(base, "flat_copy", None)
+    return copy() if copy is not None else dict(base)

@@ -348,7 +348,10 @@ class Memory:
 
     @classmethod
     def loaded(
-        cls, states: dict[str, JobState], sweeps: dict[str, SweepState], reservations: dict[str, ReservationState]
+        cls,
+        states: Mapping[str, JobState],
+        sweeps: dict[str, SweepState],
+        reservations: dict[str, ReservationState],
     ) -> Memory:
         """What a starting gflowd knows: the records its status files hold."""
         return cls(states, sweeps, reservation_states=reservations)

@@ -394,6 +394,16 @@ _EMPTY_SHARED: dict[str, Any] = {
 _EMPTY_AT = tuple(JOB_FIELDS.index(name) for name in _EMPTY_SHARED)
 _CONDITIONS, _USAGE = JOB_FIELDS.index("conditions"), JOB_FIELDS.index("usage")
 _SPEC_HASH, _RUN_HASH = JOB_FIELDS.index("spec_hash"), JOB_FIELDS.index("run_hash")
+ROW_AT: dict[str, int] = {name: at for at, name in enumerate(JOB_FIELDS)}  # a field's place in a journal row
+
+
+def row_value(row: tuple[Any, ...], name: str) -> Any:
+    """Field ``name`` of a journal row as ``JobState.from_row`` would set it (an empty container
+    the shared one), without building the record."""
+    value = row[ROW_AT[name]]
+    if not value and name in _EMPTY_SHARED:
+        return _EMPTY_SHARED[name]
+    return value
 
 
 def _record_document(kind: str, record: Any, own: dict[str, Any]) -> dict[str, Any]:

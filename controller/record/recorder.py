@@ -21,9 +21,32 @@ from pathlib import Path
 from controller import API_VERSION
 from controller.api.units import format_cpu_list as format_cores
 from controller.api.units import format_quantity
+from controller.model.lean_records import (
+    COMPLETION_TIME,
+    CREATED,
+    FACT_FIELDS,
+    LABELS,
+    MANIFEST,
+    OWNER,
+    PHASE,
+    VALID_VERDICT,
+    Facts,
+    LeanRecords,
+    changed_items,
+)
 from controller.model.plan import Event
-from controller.model.reasons import QUEUE_REASONS, SETTLED_PHASES, Phase, Reason
-from controller.model.records import JOB_FIELDS, JobState, ReservationState, SweepState, rfc3339
+from controller.model.reasons import QUEUE_REASONS, SETTLED_PHASES, Condition, Phase, Reason
+from controller.model.records import (
+    JOB_FIELDS,
+    ROW_AT,
+    FrozenConditions,
+    JobState,
+    ReservationState,
+    SweepState,
+    condition_verdicts,
+    rfc3339,
+    row_value,
+)
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
 from controller.record import start_rows
@@ -121,6 +144,71 @@ def _table_row(name: str, state: JobState, uid: int | None) -> tuple:
     )
 
 
+_PHASE_AT = ROW_AT["phase"]
+
+
+def _settled_row(row: object, name: str) -> bool:
+    """A journal row of a finished (or rejected) job named ``name``: kept lean if its start rows are on disk."""
+    return type(row) is tuple and len(row) == len(JOB_FIELDS) and row[0] == name and row[_PHASE_AT] in SETTLED_PHASES
+
+
+def _settled_in(records: LeanRecords, name: str) -> bool:
+    """Whether ``records`` holds a finished (or rejected) record of ``name``, without building it."""
+    facts = records.facts(name)
+    if facts is not None:
+        return facts[PHASE] in SETTLED_PHASES
+    state = records.get(name)
+    return state is not None and state.phase in SETTLED_PHASES
+
+
+def _copied(text: str | None) -> str | None:
+    """A new string of ``text``'s content (see ``_facts_of_row``)."""
+    return None if text is None else text.encode().decode()
+
+
+def _facts_of_row(row: tuple) -> Facts:
+    """``lean_records.facts_of`` the record a journal row stands for. Its values copied, but for the
+    vocabulary (phases, reasons) and small numbers: the facts outlive the start, where the journal's
+    decoded rows are freed, and an object kept among those rows would keep their memory (the
+    allocator's arena it sits in: at 50,000 jobs, 130 MiB with copies, 150 without)."""
+    flat = row[_AT_CONDITIONS]
+    conditions = FrozenConditions(flat) if type(flat) is tuple else flat or []
+    labels, created, completion = row[_AT_LABELS], row[_AT_CREATED], row[_AT_COMPLETION]
+    return (
+        row[_AT_PHASE],
+        row[_AT_REASON],
+        _copied(row[_AT_SPEC_HASH]),
+        _copied(row[_AT_RUN_HASH]),
+        _copied(row[_AT_MANIFEST]),
+        _copied(row[_AT_OWNER]),
+        row[_AT_PRIORITY] + 0,
+        row[_AT_GPUS] + 0,
+        dict(labels) if labels else row_value(row, "labels"),
+        created + 0.0,
+        None if completion is None else completion + 0.0,
+        condition_verdicts(conditions, (Condition.Admitted, Condition.DuplicateName)) == VALID_VERDICT,
+    )
+
+
+_AT_PHASE, _AT_REASON, _AT_CONDITIONS = ROW_AT["phase"], ROW_AT["reason"], ROW_AT["conditions"]
+_AT_SPEC_HASH, _AT_RUN_HASH, _AT_MANIFEST = ROW_AT["spec_hash"], ROW_AT["run_hash"], ROW_AT["manifest"]
+_AT_OWNER, _AT_PRIORITY, _AT_GPUS, _AT_LABELS = ROW_AT["owner"], ROW_AT["priority"], ROW_AT["gpus"], ROW_AT["labels"]
+_AT_CREATED, _AT_COMPLETION = ROW_AT["created"], ROW_AT["completion_time"]
+assert FACT_FIELDS == (  # the order _facts_of_row builds them in
+    "phase",
+    "reason",
+    "spec_hash",
+    "run_hash",
+    "manifest",
+    "owner",
+    "priority",
+    "gpus",
+    "labels",
+    "created",
+    "completion_time",
+)
+
+
 # A new job waiting with one of these reasons may go without a status file for a moment (Recorder._may_wait)
 HELD_BACK_REASONS = frozenset({Reason.Queued, Reason.JobLimit})
 
@@ -136,7 +224,8 @@ class Recorder:
     def __init__(self, home: Home, clock: Callable[[], float] = time.time):
         self.home = home
         self.clock = clock  # the index's "updated": gflowd's injected clock, as every timestamp
-        self.written: dict[str, JobState] = {}
+        # the records as their status files hold them; at a start, finished ones as rows (LeanRecords)
+        self.written: LeanRecords = LeanRecords()
         self.unwritten: dict[
             str, JobState
         ] = {}  # new jobs of a flood, about to start or just started: in the index only
@@ -173,10 +262,12 @@ class Recorder:
         # until the first index write: name -> the record load() read (no new object per job: freed
         # after the first pass, small objects made among the records would pin their memory)
         self._loaded: dict[str, JobState] = {}
+        # ...and the finished ones kept lean, as their facts (model/lean_records.py)
+        self._loaded_facts: dict[str, Facts] = {}
         self._rows_reused = 0  # rows load() took from start_rows instead of building them
         self._rows_memo_count = 0  # entries that file held
 
-    def load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
+    def load(self) -> tuple[LeanRecords, dict[str, SweepState], dict[str, ReservationState]]:
         """Rebuild the controller's memory from status files (at start-up). A job's record
         comes from the records journal (util/records_journal.py) when its entry names the status file as it
         is now (one ``stat``), else from the file's YAML, and the journal is then rewritten once.
@@ -189,8 +280,9 @@ class Recorder:
             if collecting:
                 gc.enable()
 
-    def _load(self) -> tuple[dict[str, JobState], dict[str, SweepState], dict[str, ReservationState]]:
+    def _load(self) -> tuple[LeanRecords, dict[str, SweepState], dict[str, ReservationState]]:
         states: dict[str, JobState] = {}
+        rows: dict[str, tuple] = {}  # finished records as the journal's rows: kept as facts or built
         sweeps: dict[str, SweepState] = {}
         reservations: dict[str, ReservationState] = {}
         entries = journal.read(self._journal, JOB_FIELDS)
@@ -220,17 +312,27 @@ class Recorder:
                 except OSError:
                     continue  # gone since the scan
                 if current:
+                    row = entry[4]
+                    if _settled_row(row, stem):  # lean if its index and table rows are on disk (below)
+                        rows[row[0]] = row
+                        kept.append(entry)
+                        continue
                     try:
-                        state = JobState.from_row(entry[4])  # ~10x faster than from_status of the YAML
+                        state = JobState.from_row(row)  # ~10x faster than from_status of the YAML
                     except (TypeError, ValueError):
                         state = None
                     if state is not None and state.name == stem:  # any phase: the file is as read then
-                        states[state.name] = self.written[state.name] = state
+                        states[state.name] = state
                         kept.append(entry)
                         loaded[state.name] = state
                         continue
             parse.append((stem, path))
-        self._take_start_rows(known, {stem for stem, _path in parse})
+        self._take_start_rows(known, {stem for stem, _path in parse}, rows)
+        lean_facts = self._loaded_facts
+        for name, row in rows.items():  # the others are built now, from the row, as ever
+            if name not in lean_facts:
+                states[name] = loaded[name] = JobState.from_row(row)
+        rows.clear()
         stale = entries.torn or not entries.current or entries.count - len(kept) > JOURNAL_SLACK
         for stem, path in parse:
             try:
@@ -263,44 +365,87 @@ class Recorder:
             loaded[state.name] = state
             stale = True
             states[state.name] = state
-            self.written[state.name] = state
+        lean = LeanRecords(dict(lean_facts), states, build=self._read_back)
+        self.written = lean.sibling()
         if stale:
             self._rewrite_journal(kept)
         else:
             self._journal_count = entries.count
         self._drop_json_copies()
         self._open_json_journal()
-        return states, sweeps, reservations
+        return lean, sweeps, reservations
 
-    def _take_start_rows(self, known: dict[str, tuple], parsed: set[str]) -> None:
+    def _take_start_rows(self, known: dict[str, tuple], parsed: set[str], rows: dict[str, tuple]) -> None:
         """The index and table rows of the records read from the journal whose status file has the
-        key the last start saw (record/start_rows.py): the rows this very record yields."""
+        key the last start saw (record/start_rows.py): the rows this very record yields. A finished
+        record of ``rows`` (journal rows) found there is kept lean: its facts (``_loaded_facts``)."""
         memo = start_rows.read(self._start_rows)
         self._rows_memo_count = len(memo.names)
         loaded, on_disk, table, packed = self._loaded, self._on_disk, self._table, start_rows.packed
+        lean = self._loaded_facts
         for at, name in enumerate(memo.names):
             entry = known.get(name)
-            if entry is None or name not in loaded or name in parsed:
+            if entry is None or name in parsed:
+                continue
+            row = rows.get(name)
+            if row is None and name not in loaded:
                 continue
             if memo.key(at) == packed(journal.entry_key(entry)):
                 on_disk[name] = at
-                state, cells = loaded[name], memo.table_rows[at]
+                cells = memo.table_rows[at]
                 # the row as _table_row builds it: the record's own strings, times and labels, not copies
-                table[name] = (
-                    state.name,
-                    *cells[1:6],
-                    state.created,
-                    cells[7],
-                    state.completion_time,
-                    state.labels,
-                    state.owner,
-                    state.manifest,
-                )
+                if row is not None:
+                    facts = lean[name] = _facts_of_row(row)
+                    table[name] = (
+                        name,
+                        *cells[1:6],
+                        facts[CREATED],
+                        cells[7],
+                        facts[COMPLETION_TIME],
+                        facts[LABELS],
+                        facts[OWNER],
+                        facts[MANIFEST],
+                    )
+                else:
+                    state = loaded[name]
+                    table[name] = (
+                        state.name,
+                        *cells[1:6],
+                        state.created,
+                        cells[7],
+                        state.completion_time,
+                        state.labels,
+                        state.owner,
+                        state.manifest,
+                    )
                 self._rows_reused += 1
         if on_disk:
             self._disk_rows = memo.rows
         else:
             memo.rows.close()
+
+    def _read_back(self, name: str) -> JobState:
+        """The record of a finished job kept lean (``LeanRecords``), when something reads it: from its
+        status file, which no pass has written since the start found it as its journal entry says
+        (a pass that writes it replaces the lean record first). Should the file be gone or torn
+        (someone else's doing), from the journal's entry."""
+        path = self.home.status_file(name)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+            try:
+                data = load_own(text)
+            except ValueError:
+                data = load_one(text)
+            state = JobState.from_status(data)
+            if state.name == name:
+                return state
+        except (OSError, YAMLSyntaxError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            log.warning("status file %s unreadable since the start (%s): its record from the journal", path, exc)
+        entry = journal.read(self._journal, JOB_FIELDS).last.get(name)
+        if entry is None:
+            raise KeyError(name)
+        return JobState.from_row(entry[4])
 
     def _open_json_journal(self) -> None:
         """Appends go on where the last gflowd stopped when its journal is of this format (its
@@ -402,8 +547,8 @@ class Recorder:
             changed = True
         if only is None:  # a resync: a manifest that changed hands (its job's row keeps its record)
             self._refresh_uids()
-        pairs: Iterable[tuple[str, JobState]] = (
-            states.items() if only is None else [(n, states[n]) for n in only if n in states]
+        pairs: Iterable[tuple[str, JobState]] = (  # (a resync: records still as loaded are as on disk)
+            changed_items(states) if only is None else [(n, states[n]) for n in only if n in states]
         )
         now = self.clock()
         self.write_due = None
@@ -658,11 +803,7 @@ class Recorder:
         """The journal rewritten with the last entry of each finished job it holds, then ``pending``."""
         entries = journal.read(self._journal, JOB_FIELDS)
         fresh = {entry[0] for entry in pending}
-        kept = [
-            entry
-            for name, entry in entries.last.items()
-            if name not in fresh and (state := self.written.get(name)) is not None and state.phase in SETTLED_PHASES
-        ]
+        kept = [entry for name, entry in entries.last.items() if name not in fresh and _settled_in(self.written, name)]
         self._rewrite_journal(kept + pending)
 
     def _remove_status(self, name: str) -> None:
@@ -681,9 +822,10 @@ class Recorder:
             log.warning("%s changed while gflowd had it open; index rows built from the records", self._start_rows)
             self._forget_disk_rows()
         if len(rows) + len(on_disk) != listed:  # after load(): rows of the states read back
-            for name, state in self.written.items():
+            written = self.written
+            for name in written:  # (by name: a lean record's row is on disk, its record never built here)
                 if name not in rows and name not in on_disk:
-                    rows[name] = _index_row(name, state)
+                    rows[name] = _index_row(name, written[name])
         if self._order is None or len(self._order) != listed:
             self._order = sorted(self.written.keys() | self.unwritten.keys())
         head = json.dumps(
@@ -715,7 +857,7 @@ class Recorder:
         self._flush_json()
         self._write_table()  # before the index: who sees the new index finds the table as new
         atomic_write(self.home.index_file, payload, durable=False)
-        if self._loaded:
+        if self._loaded or self._loaded_facts:
             self._save_start_rows()
         if not on_disk:
             self._disk_rows.close()
@@ -732,7 +874,8 @@ class Recorder:
         for the next start (``record/start_rows.py``), when this start built enough of them itself
         or the file holds enough dead entries. A cache: a failure costs the next start the rows."""
         loaded, self._loaded = self._loaded, {}
-        built = len(loaded) - self._rows_reused
+        lean, self._loaded_facts = self._loaded_facts, {}
+        built = len(loaded) + len(lean) - self._rows_reused
         if built <= start_rows.SLACK and self._rows_memo_count - self._rows_reused <= start_rows.SLACK:
             return
         written, rows, on_disk, table = self.written, self._rows, self._on_disk, self._table
@@ -740,12 +883,17 @@ class Recorder:
         if on_disk and disk_rows is None:
             return  # the file changed in place under us: the next start builds the rows
         entries = []
-        for name, state in loaded.items():
-            now = written.get(name)
+        for name in [*lean, *loaded]:
+            state = loaded.get(name)
+            if state is None:  # a finished record kept lean: unchanged while written still holds it so
+                unchanged = written.facts(name) is lean[name]
+            else:
+                now = written.get(name)
+                unchanged = now is state or now == state
             row: bytes | memoryview | None = rows.get(name)
             if row is None and disk_rows is not None and name in on_disk:
                 row = self._disk_rows.row(disk_rows, on_disk[name])
-            if (now is state or now == state) and row is not None and name in table:
+            if unchanged and row is not None and name in table:
                 try:  # the file the record was read from: no pass wrote it since (else a new record)
                     key = journal.key_of(os.stat(self.home.status_file(name)))
                 except OSError:

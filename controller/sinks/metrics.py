@@ -61,6 +61,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import start_http_server
 
 from controller import __version__
+from controller.model.lean_records import phases_and_reasons
 from controller.model.reasons import PENDING_REASONS, Phase, Reason
 from controller.model.scheduling import GPU_STATES
 from controller.sinks.hooks import SinkError
@@ -88,8 +89,8 @@ class _SnapshotCollector:
     def collect(self):
         states, slots, last_pass, usage = self.current
         for _ in range(3):
-            try:
-                values = list(states.values())
+            try:  # finished jobs a start read back are counted off their facts, not built (model/lean_records.py)
+                values = phases_and_reasons(states)
                 break
             except RuntimeError:  # never expected (published dicts are not mutated); retry anyway
                 continue
@@ -97,10 +98,10 @@ class _SnapshotCollector:
             values = []
         phases: dict[str, int] = dict.fromkeys(PHASES, 0)
         pending: dict[str, int] = dict.fromkeys(PENDING_REASONS, 0)
-        for state in values:
-            phases[state.phase] = phases.get(state.phase, 0) + 1
-            if state.phase == "Pending":
-                reason = state.reason or "Pending"
+        for phase, why in values:
+            phases[phase] = phases.get(phase, 0) + 1
+            if phase == "Pending":
+                reason = why or "Pending"
                 pending[reason] = pending.get(reason, 0) + 1
         jobs = GaugeMetricFamily("gflow_jobs", "Jobs by phase.", labels=["phase"])
         for phase, count in phases.items():
