@@ -53,32 +53,8 @@ def reconcile(snap: Snapshot, now: float) -> Plan:
 
 def draft(snap: Snapshot, now: float) -> PlanDraft:
     """Every job the pass must look at through its life cycle; the waiting ones through the queue."""
-    adm = snap.admitted
     plan = PlanDraft()
-    names = changed_names(snap)
-    carried: set[str] = set()
-    witness = None  # with a flood's tail carried over: the job of it decided in its stead (decide/queue.py)
-    if names is None:
-        names = set(adm.jobs) | set(adm.rejected) | set(snap.states) | set(snap.runs)
-        parked = parked_backlog(plan, snap, names)
-        names -= parked
-        as_loaded = carried_as_loaded(snap, names)  # finished jobs a start read: carried unbuilt
-        if as_loaded:
-            names -= as_loaded
-            plan.states = Overlay(snap.states)  # them and the parked ones as they are
-            for name in names:
-                plan.states.pop(name, None)
-        else:
-            plan.states.update((name, snap.states[name]) for name in parked)
-    else:  # carry every other record over as is (see changed_names)
-        parked = parked_backlog(plan, snap, names)  # a backlog beyond its owner's queue head, as is
-        names -= parked
-        carried = carried_waiting(snap, names, now)  # and the waiting jobs, if nothing moved them
-        if not carried:
-            carried, witness = carried_tail(snap, names, now)  # or a flood's tail, if nothing moved it
-        plan.states = Overlay(snap.states)  # the previous records, unchanged and uncopied
-        for name in names.difference(carried) if carried else names:
-            plan.states.pop(name, None)
+    names, parked, carried, witness = _looked_at(plan, snap, now)
     now_text = rfc3339(now) or ""
     names.update(n for n in snap.reclaimed if n not in parked)  # a finished job too: it gains a condition (below)
     try:
@@ -97,6 +73,39 @@ def draft(snap: Snapshot, now: float) -> PlanDraft:
     plan.unsettled.update(parked)
     plan.looked_at = names
     return plan
+
+
+def _looked_at(plan: PlanDraft, snap: Snapshot, now: float) -> tuple[set[str], set[str], set[str], str | None]:
+    """The names the pass looks at, the parked backlog, the waiting jobs carried over and, with a
+    flood's tail carried, the job of it decided in its stead (decide/queue.py); ``plan.states``
+    starts as the records the pass keeps as they are."""
+    adm = snap.admitted
+    names = changed_names(snap)
+    carried: set[str] = set()
+    witness = None
+    if names is None:
+        names = set(adm.jobs) | set(adm.rejected) | set(snap.states) | set(snap.runs)
+        parked = parked_backlog(plan, snap, names)
+        names -= parked
+        as_loaded = carried_as_loaded(snap, names)  # finished jobs a start read: carried unbuilt
+        if as_loaded:
+            names -= as_loaded
+            plan.states = Overlay(snap.states)  # them and the parked ones as they are
+            for name in names:
+                plan.states.pop(name, None)
+        else:
+            plan.states.update((name, snap.states[name]) for name in parked)
+        return names, parked, carried, witness
+    # carry every other record over as is (see changed_names)
+    parked = parked_backlog(plan, snap, names)  # a backlog beyond its owner's queue head, as is
+    names -= parked
+    carried = carried_waiting(snap, names, now)  # and the waiting jobs, if nothing moved them
+    if not carried:
+        carried, witness = carried_tail(snap, names, now)  # or a flood's tail, if nothing moved it
+    plan.states = Overlay(snap.states)  # the previous records, unchanged and uncopied
+    for name in names.difference(carried) if carried else names:
+        plan.states.pop(name, None)
+    return names, parked, carried, witness
 
 
 def _queue(
