@@ -30,9 +30,8 @@ def _manifest(name: str, command: str = "true", extra: str = "") -> str:
     return f"metadata: {{name: {name}}}\nspec:\n  command: ['{command}']\n{extra}"
 
 
-def test_a_restart_on_lean_records_writes_what_a_restart_from_the_yaml_writes_and_touched_jobs_run_as_ever(
-    home, gflowd
-):
+def _every_job_succeeded_then_stop(home, gflowd) -> None:
+    """NAMES' manifests run to Succeeded by a gflowd, which then stops cleanly."""
     for name in NAMES:
         write_manifest(home / "jobs", f"{name}.yaml", _manifest(name))
     first = gflowd()
@@ -41,6 +40,12 @@ def test_a_restart_on_lean_records_writes_what_a_restart_from_the_yaml_writes_an
         message=lambda: f"every job Succeeded\n{first.stderr()}",
     )
     assert first.terminate() == 0
+
+
+def test_a_restart_on_lean_records_writes_what_a_restart_from_the_yaml_writes_and_touched_jobs_run_as_ever(
+    home, gflowd
+):
+    _every_job_succeeded_then_stop(home, gflowd)
     assert (home / "run" / "records.journal").exists()  # what the next start keeps as rows
 
     lean = gflowd()
@@ -76,14 +81,7 @@ def test_a_start_whose_start_rows_miss_a_record_builds_only_that_one(home, gflow
     """The index rows of records not in ``run/start-rows.cache`` (a job edited since the file was
     written) are built from those records alone: the finished jobs kept lean stay unbuilt (a start
     after any edit read all 50,000 status files)."""
-    for name in NAMES:
-        write_manifest(home / "jobs", f"{name}.yaml", _manifest(name))
-    first = gflowd()
-    wait_for(
-        lambda: all((job_status(home, n) or {}).get("phase") == "Succeeded" for n in NAMES),
-        message=lambda: f"every job Succeeded\n{first.stderr()}",
-    )
-    assert first.terminate() == 0
+    _every_job_succeeded_then_stop(home, gflowd)
     monkeypatch.setattr(start_rows, "SLACK", 0)  # the file a start of more than SLACK read-back records writes
     recorder = Recorder(Home.resolve(home))
     recorder.uid_of = lambda name: os.stat(home / "jobs" / f"{name}.yaml").st_uid

@@ -194,19 +194,11 @@ _AT_PHASE, _AT_REASON, _AT_CONDITIONS = ROW_AT["phase"], ROW_AT["reason"], ROW_A
 _AT_SPEC_HASH, _AT_RUN_HASH, _AT_MANIFEST = ROW_AT["spec_hash"], ROW_AT["run_hash"], ROW_AT["manifest"]
 _AT_OWNER, _AT_PRIORITY, _AT_GPUS, _AT_LABELS = ROW_AT["owner"], ROW_AT["priority"], ROW_AT["gpus"], ROW_AT["labels"]
 _AT_CREATED, _AT_COMPLETION = ROW_AT["created"], ROW_AT["completion_time"]
-assert FACT_FIELDS == (  # the order _facts_of_row builds them in
-    "phase",
-    "reason",
-    "spec_hash",
-    "run_hash",
-    "manifest",
-    "owner",
-    "priority",
-    "gpus",
-    "labels",
-    "created",
-    "completion_time",
-)
+# _facts_of_row builds the facts in FACT_FIELDS' order
+assert tuple(ROW_AT[name] for name in FACT_FIELDS) == (
+    _AT_PHASE, _AT_REASON, _AT_SPEC_HASH, _AT_RUN_HASH, _AT_MANIFEST, _AT_OWNER, _AT_PRIORITY, _AT_GPUS, _AT_LABELS,
+    _AT_CREATED, _AT_COMPLETION,
+)  # fmt: skip
 
 
 # A new job waiting with one of these reasons may go without a status file for a moment (Recorder._may_wait)
