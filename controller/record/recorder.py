@@ -30,10 +30,13 @@ from controller.model.lean_records import (
     MANIFEST,
     OWNER,
     PHASE,
+    RUN_HASH,
+    SPEC_HASH,
     VALID_VERDICT,
     Facts,
     LeanRecords,
     changed_items,
+    facts_of,
 )
 from controller.model.plan import Event
 from controller.model.reasons import QUEUE_REASONS, SETTLED_PHASES, Condition, Phase, Reason
@@ -196,6 +199,15 @@ def _facts_of_row(row: tuple) -> Facts:
         None if completion is None else completion + 0.0,
         condition_verdicts(conditions, (Condition.Admitted, Condition.DuplicateName)) == VALID_VERDICT,
     )
+
+
+def _lean_facts(state: JobState | None) -> Facts | None:
+    """The facts a start keeps of ``state`` as read back, if finished (as ``_facts_of_row`` makes them
+    of its journal row: its spec hashes shared), for ``run/start-rows.cache``; None otherwise."""
+    if state is None or state.phase not in SETTLED_PHASES:
+        return None
+    facts = facts_of(state)
+    return (*facts[:SPEC_HASH], _shared(facts[SPEC_HASH]), _shared(facts[RUN_HASH]), *facts[RUN_HASH + 1 :])
 
 
 _AT_PHASE, _AT_REASON, _AT_CONDITIONS = ROW_AT["phase"], ROW_AT["reason"], ROW_AT["conditions"]
@@ -382,7 +394,7 @@ class Recorder:
         memo = start_rows.read(self._start_rows)
         self._rows_memo_count = len(memo.names)
         loaded, on_disk, table, packed = self._loaded, self._on_disk, self._table, start_rows.packed
-        lean = self._loaded_facts
+        lean, memo_facts = self._loaded_facts, memo.facts
         for at, name in enumerate(memo.names):
             entry = known.get(name)
             if entry is None or name in parsed:
@@ -393,8 +405,10 @@ class Recorder:
             if memo.key(at) == packed(journal.entry_key(entry)):
                 on_disk[name] = at
                 cells = memo.table_rows[at]
+                if row is not None and memo_facts[at] is not None:  # both as a start before kept them
+                    lean[name], table[name] = memo_facts[at], cells
                 # the row as _table_row builds it: the record's own strings, times and labels, not copies
-                if row is not None:
+                elif row is not None:
                     facts = lean[name] = _facts_of_row(row)
                     table[name] = (
                         name,
@@ -898,7 +912,7 @@ class Recorder:
                     key = journal.key_of(os.stat(self.home.status_file(name)))
                 except OSError:
                     continue
-                entries.append((name, *key, row, table[name]))
+                entries.append((name, *key, row, table[name], lean.get(name) or _lean_facts(state)))
         try:
             atomic_write(Path(self._start_rows), start_rows.payload(entries), durable=False)
         except (OSError, ValueError) as exc:
