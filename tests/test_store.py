@@ -677,3 +677,25 @@ def test_a_restart_holds_a_cached_file_of_one_job_as_that_job_until_it_changes(t
     os.unlink(other)
     assert second.refresh([other]) == {other}
     assert second.take_changes() == ([cached_other], []) and other not in second.files
+
+
+@pytest.mark.parametrize("damage", ["trailing", "leading", "cut"])
+def test_a_cache_entry_json_would_not_read_whole_costs_a_parse(tmp_path, damage):
+    """Entries are decoded by the JSON scanner itself (no json.loads per file), as strictly: text
+    after the entry, before it, or an entry cut short is a corrupt entry, and the file is parsed."""
+    from controller.observe.manifests import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "a.yaml").write_text("spec:\n  command: [echo]\n")
+    cache = tmp_path / "cache.json"
+    first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    first.scan()
+    first.save_cache(force=True)
+    head, line = cache.read_text().rstrip("\n").split("\n")
+    path, entry = line.split("\t")
+    entry = {"trailing": entry + "]", "leading": " " + entry, "cut": entry[:-1]}[damage]
+    cache.write_text(f"{head}\n{path}\t{entry}\n")
+    second = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    second.scan()
+    assert (second.parses, second.cache_hits) == (1, 0) and [d.name for d in second.documents()] == ["a"]
