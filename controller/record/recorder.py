@@ -50,6 +50,7 @@ from controller.model.records import (
     condition_verdicts,
     rfc3339,
     row_value,
+    shared_empty,
 )
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
@@ -207,7 +208,9 @@ def _lean_facts(state: JobState | None) -> Facts | None:
     if state is None or state.phase not in SETTLED_PHASES:
         return None
     facts = facts_of(state)
-    return (*facts[:SPEC_HASH], _shared(facts[SPEC_HASH]), _shared(facts[RUN_HASH]), *facts[RUN_HASH + 1 :])
+    shared = (_shared(facts[SPEC_HASH]), _shared(facts[RUN_HASH]))
+    labels = facts[LABELS] or shared_empty("labels")  # as a journal row's (a record read from YAML has its own)
+    return (*facts[:SPEC_HASH], *shared, *facts[RUN_HASH + 1 : LABELS], labels, *facts[LABELS + 1 :])
 
 
 _AT_PHASE, _AT_REASON, _AT_CONDITIONS = ROW_AT["phase"], ROW_AT["reason"], ROW_AT["conditions"]
@@ -405,11 +408,9 @@ class Recorder:
             if memo.key(at) == packed(journal.entry_key(entry)):
                 on_disk[name] = at
                 cells = memo.table_rows[at]
-                if row is not None and memo_facts[at] is not None:  # both as a start before kept them
-                    lean[name], table[name] = memo_facts[at], cells
                 # the row as _table_row builds it: the record's own strings, times and labels, not copies
-                elif row is not None:
-                    facts = lean[name] = _facts_of_row(row)
+                if row is not None:  # the facts as a start before kept them, else made of the journal's row
+                    facts = lean[name] = memo_facts[at] or _facts_of_row(row)
                     table[name] = (
                         name,
                         *cells[1:6],

@@ -17,8 +17,8 @@ after the other: KEYS the status files' keys packed in one bytes object (``KEY``
 index row ends in the rows that follow the frame (8 bytes each, little-endian), FACTS each finished
 record's facts as the start kept it lean (``model/lean_records.py``; None for any other record): a
 function of the record too, so a start takes them as they are instead of making them from the
-journal's row (~0.5 s of CPU at 50,000 under cProfile), and the table row with them, which shares
-their strings and times (marshal writes an object held twice once, and reads it back so). The index rows are not read
+journal's row (~0.5 s of CPU at 50,000 under cProfile); the table row is built around them as ever
+(its objects shared as before: ``run/jobs.table``'s marshal bytes are the same). The index rows are not read
 into memory at all: gflowd keeps the file open (:class:`Rows`) and reads them back, all at once,
 when it writes the index (~20 MiB at 50,000 jobs, which were a bytes object per job in its heap).
 A start makes no object per job beyond the rows it keeps (small objects made and freed among the
