@@ -49,6 +49,32 @@ def wait_for(
         time.sleep(interval)
 
 
+# -- running gflowctl ---------------------------------------------------------------------------
+
+
+def ctl(
+    home: Path,
+    *argv: str,
+    stdin: str | None = None,
+    cwd: Path | None = None,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
+    """Run this checkout's ``gflowctl ARGV`` on ``home`` as a user would: a process of its own, text
+    output captured. ``stdin`` is its input (none: ``/dev/null``, never the test's terminal); ``env``
+    adds to the test's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv],
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GFLOW_HOME": str(home), **(env or {})},
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
 # -- reading what the controller wrote ----------------------------------------------------------
 
 
