@@ -18,6 +18,7 @@ distributions), a session per supervisor let a burst of them outweigh gflowd man
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import signal
@@ -180,6 +181,9 @@ class _Pool:
             self.serving[pid], self.by_path[path] = path, pid
             return
         task_r, task_w = os.pipe2(os.O_CLOEXEC)
+        # everything the zygote holds out of the child's collections: a full collection in a
+        # supervisor wrote into every object's header, copying each page of the zygote it touched
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             code = 1

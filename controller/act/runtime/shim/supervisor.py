@@ -185,9 +185,10 @@ class Supervisor(JobStart, ExitRecord):
         self.record_path = record_path
         try:  # held for our whole life: the record is also the attempt's lock
             self.fd: int | None = os.open(record_path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-            self.spec = record.read_launch(self.fd) or {}
+            self.launch = record.launch_region(self.fd)
+            self.spec = record.decode(self.launch) or {}
         except OSError:
-            self.fd, self.spec = None, {}
+            self.fd, self.launch, self.spec = None, b"", {}
         self.paths = {kind: f"{record_path}.{kind}" for kind in ("stop", "limits", "input")}
         self.job_pid = 0
         self.job_status: int | None = None
@@ -223,7 +224,7 @@ class Supervisor(JobStart, ExitRecord):
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return 0  # another supervisor owns this attempt
-        if not still_named(self.fd, self.record_path) or record.read_launch(self.fd) != self.spec:
+        if not still_named(self.fd, self.record_path) or record.launch_region(self.fd) != self.launch:
             return 0  # our attempt ended and its record was recycled as another's since we opened it
         if record.read_exit(self.fd) is not None or record.read_run(self.fd) is not None:
             return 0  # this attempt already began: never run it twice
