@@ -4,7 +4,8 @@ kernel allows. Standard library only.
 A supervisor joins its attempt's cgroups to spawn the job inside and steps back out: 8 writes a
 job, each to a file ``/sys/fs/cgroup/<hierarchy>/<base...>/<group>/<attempt>/cgroup.procs``,
 whose every open walked the whole path (most of the supervisor's ``openat`` cost in a drain).
-Two kinds of descriptor are kept per process instead:
+Two kinds of descriptor are kept per process instead (reads of an attempt's counters use the
+second too, ``open_in_group``):
 
 - the ``cgroup.procs`` a supervisor steps back to (its own cgroups, ``keep="file"``): opened once,
   written again and again (a write moves the writer; the descriptor stays valid);
@@ -20,6 +21,7 @@ inherited descriptor) never uses its parent's: they are kept per pid.
 
 from __future__ import annotations
 
+import errno
 import os
 
 _MAX_KEPT = 64  # folders and files kept: a supervisor sees one group folder per hierarchy (4 here)
@@ -53,18 +55,38 @@ def join(path: str, keep: str = "") -> None:
 
 def _open(path: str, relative: bool) -> int:
     """``path`` opened for writing; ``relative``: to its group folder's kept descriptor."""
-    folder, _, leaf = path.rpartition("/")  # .../GROUP/ATTEMPT, cgroup.procs
-    group, _, attempt = folder.rpartition("/")
-    at = _folder(group) if relative and group and attempt else None
     try:
-        if at is not None:
-            try:
-                return os.open(f"{attempt}/{leaf}", os.O_WRONLY | os.O_CLOEXEC, dir_fd=at)
-            except FileNotFoundError:  # the folder was made anew since we kept it, or the cgroup is gone
-                os.close(_folders.pop(group))
-        return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        return (
+            open_in_group(path, os.O_WRONLY | os.O_CLOEXEC) if relative else os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        )
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, path) from None
+
+
+def open_in_group(path: str, flags: int) -> int:
+    """``os.open(path, flags)`` for a file of an attempt's cgroup, ``.../GROUP/ATTEMPT/FILE``:
+    opened relative to the kept descriptor of GROUP (``_folder``). A file missing there is looked
+    for by its full path only if GROUP was made anew meanwhile (another inode at its path)."""
+    folder, _, leaf = path.rpartition("/")
+    group, _, attempt = folder.rpartition("/")
+    _own()
+    at = _folder(group) if group and attempt else None
+    if at is not None:
+        try:
+            return os.open(f"{attempt}/{leaf}", flags, dir_fd=at)
+        except FileNotFoundError:
+            if _still_there(group, at):
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from None
+            os.close(_folders.pop(group))
+    return os.open(path, flags)
+
+
+def _still_there(group: str, at: int) -> bool:
+    """The folder at ``group`` is the one ``at`` holds (not removed, nor made anew)."""
+    try:
+        return os.stat(group).st_ino == os.fstat(at).st_ino
+    except OSError:
+        return False
 
 
 def _folder(group: str) -> int | None:

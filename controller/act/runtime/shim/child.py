@@ -273,5 +273,6 @@ def attempt_cgroup(record: dict | None):
     package = cgroups_package()
     probe, group = record["probe"], record["group"]
     if _last_cgroups is None or _last_cgroups[0] != probe or _last_cgroups[1] != group:
-        _last_cgroups = (probe, group, package.Cgroups(package.Probe.from_dict(probe), group))
+        fs = package.Cgroupfs(opener=cgroup_files.open_in_group)  # its counters read relative to the group folder
+        _last_cgroups = (probe, group, package.Cgroups(package.Probe.from_dict(probe), group, fs=fs))
     return package.AttemptCgroup(_last_cgroups[2], record["name"], record.get("keys"))

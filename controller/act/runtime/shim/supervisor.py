@@ -310,7 +310,9 @@ class Supervisor(JobStart, ExitRecord):
                 listen_at = None
                 if self.control is not None:
                     self.control.listen()
-            tree = descendants(os.getpid())
+            # while the job is unreaped it is in the tree: the walk of /proc is needed only once it
+            # ended (its strays) or to poll the tree's RSS (4 opens of /proc a turn)
+            tree = descendants(os.getpid()) if self.job_status is not None or self._polls_rss() else [self.job_pid]
             if self.job_status is not None and not tree:
                 self._fire(Event.TREE_GONE)
                 return
@@ -337,6 +339,10 @@ class Supervisor(JobStart, ExitRecord):
             return
         handler, self.state = found
         getattr(self, handler)(*args)
+
+    def _polls_rss(self) -> bool:
+        """The memory limit is ours to enforce, from the tree's RSS (``_over_memory``)."""
+        return bool(self.memory_limit) and not (self.cgroup is not None and self.spec["cgroup"].get("memory"))
 
     def _over_memory(self, tree: list[int]) -> bool:
         """With a memory cgroup the kernel enforces the limit and we read its OOM counter; without,
