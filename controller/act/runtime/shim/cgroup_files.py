@@ -13,10 +13,11 @@ second too, ``open_in_group``):
   an attempt's file is opened relative to it (``<attempt>/cgroup.procs``, two components).
 
 A descriptor outlives what it names when gflowd makes the group folder anew (a restart that
-removed it): the relative open then finds nothing (ENOENT), and the full path is opened and the
-folder's descriptor taken again. The descriptors are close-on-exec; a forked child (the job
-before its exec, ``gflowctl exec``'s commands, the launcher's supervisors, which close every
-inherited descriptor) never uses its parent's: they are kept per pid.
+removed it): the relative open then finds nothing (ENOENT) and, the folder at that path being
+another inode, the full path is opened and the folder's descriptor taken again. The descriptors
+are close-on-exec; a forked child (the job before its exec, ``gflowctl exec``'s commands, the
+launcher's supervisors, which close every inherited descriptor) never uses its parent's: they
+are dropped at each fork (``os.register_at_fork``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import os
 
 _MAX_KEPT = 64  # folders and files kept: a supervisor sees one group folder per hierarchy (4 here)
 
-_pid = 0
 _folders: dict[str, int] = {}  # a group folder -> an O_PATH descriptor of it
 _files: dict[str, int] = {}  # a cgroup.procs kept open (``kept``) -> its descriptor
 
@@ -36,7 +36,6 @@ def join(path: str, keep: str = "") -> None:
     ``path``. ``keep``: what this process will use again, "file" (its own cgroup, stepped back
     to after every spawn: the descriptor stays open) or "folder" (an attempt's: opened relative
     to its kept group folder); "" for a process that joins once (a forked job)."""
-    _own()
     fd = _files.get(path) if keep == "file" else None
     if fd is None:
         fd = _open(path, relative=keep == "folder")
@@ -69,7 +68,6 @@ def open_in_group(path: str, flags: int) -> int:
     for by its full path only if GROUP was made anew meanwhile (another inode at its path)."""
     folder, _, leaf = path.rpartition("/")
     group, _, attempt = folder.rpartition("/")
-    _own()
     at = _folder(group) if group and attempt else None
     if at is not None:
         try:
@@ -100,12 +98,11 @@ def _folder(group: str) -> int | None:
     return at
 
 
-def _own() -> None:
-    """The descriptors are this process's: a forked child drops its parent's (never closing
-    them: the launcher's supervisors closed them, and their numbers may name other files now)."""
-    global _pid
-    pid = os.getpid()
-    if pid != _pid:
-        _pid = pid
-        _folders.clear()
-        _files.clear()
+def _forget() -> None:
+    """In a forked child: its parent's descriptors are not its own (the launcher's supervisors
+    closed them, and their numbers may name other files now): dropped, never closed."""
+    _folders.clear()
+    _files.clear()
+
+
+os.register_at_fork(after_in_child=_forget)

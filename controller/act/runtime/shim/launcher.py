@@ -263,11 +263,17 @@ class _LazyTrace:
 
 def _trace_to(path: str) -> None:
     previous = sys.stderr
-    if isinstance(previous, _LazyTrace) and previous.fd is not None:  # the last attempt's
+    if not isinstance(previous, _LazyTrace):  # this process's first attempt
+        _to_devnull((0, 1, 2))
+    elif previous.fd is not None:  # the last attempt's trace, dup'd onto 2; 0 and 1 stayed /dev/null
         os.close(previous.fd)
         previous.fd = None
+        _to_devnull((2,))
+    sys.stdout = sys.stderr = _LazyTrace(path)
+
+
+def _to_devnull(targets: tuple[int, ...]) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
-    for target in (0, 1, 2):
+    for target in targets:
         os.dup2(devnull, target)
     os.close(devnull)
-    sys.stdout = sys.stderr = _LazyTrace(path)

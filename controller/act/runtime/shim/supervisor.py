@@ -170,6 +170,25 @@ def set_subreaper() -> bool:
         return False
 
 
+_CAUGHT = (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+_caught = False  # this process installed the handlers (a supervisor keeps them between attempts)
+
+
+def _catch_signals() -> None:
+    """The signals the watch waits for, caught by a handler that does nothing: each one only
+    wakes the watch through the wake-up fd (``Supervisor._wait``). Installed once per process:
+    four ``signal.signal`` calls, and four more to undo them, were ~50 us an attempt."""
+    global _caught
+    if not _caught:
+        for sig in _CAUGHT:
+            signal.signal(sig, _woken)
+        _caught = True
+
+
+def _woken(*_: object) -> None:
+    """The handler of ``_CAUGHT``: the wake-up fd carries the signal's number."""
+
+
 def _read_json(path: str) -> dict | None:
     try:
         with open(path, "rb") as handle:
@@ -233,8 +252,7 @@ class Supervisor(JobStart, ExitRecord):
         os.set_blocking(wake_w, False)
         os.set_blocking(wake_r, False)
         signal.set_wakeup_fd(wake_w)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(sig, lambda *_: None)
+        _catch_signals()
         started_wall = time.time()
         started_mono = time.monotonic()
         self.control = Control(self.spec, self.paths["input"], join_cgroup=join_cgroup, environment=job_environment)
@@ -276,12 +294,10 @@ class Supervisor(JobStart, ExitRecord):
         return bool(self.spec.get("tty")) or self.checkpoint is not None
 
     def close(self) -> None:
-        """After ``run``: signals back to their defaults, the wake-up pipe and the record closed
-        (which frees the attempt's lock: its exit record is written)."""
+        """After ``run``: the wake-up pipe and the record closed (which frees the attempt's lock: its
+        exit record is written). The signals' handlers stay (``_catch_signals``): with no wake-up
+        fd a signal meant for this attempt is lost, as ignored, and none reaches a next one."""
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # none is meant for a next attempt
-            signal.signal(sig, signal.SIG_IGN)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in (*(self._wake or ()), *((self.fd,) if self.fd is not None else ())):
             os.close(fd)
         self._wake, self.fd = None, None
