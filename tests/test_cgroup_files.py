@@ -125,7 +125,8 @@ def test_an_attempt_in_a_group_folder_made_anew_is_still_joined(cgroups):
         return {"joined": joined, "back": own_cgroups() == home}
 
     def remake_the_group() -> None:
-        assert os.read(ready_r, 1) == b"x"
+        os.close(ready_w)  # the child's copy is the only writer: its death reads as EOF
+        assert os.read(ready_r, 1) == b"x", "the child failed before its first join"
         cgroups.adopt("a-1").remove()
         cgroups.remove_group()
         cgroups.prepare()
