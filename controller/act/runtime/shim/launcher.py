@@ -204,6 +204,7 @@ class _Pool:
                     pass
             finally:
                 os._exit(code)
+        gc.unfreeze()  # the zygote's own collections go on: garbage frozen at a fork is not kept for good
         os.close(task_r)
         os.write(task_w, path + b"\n")
         self.tasks[pid] = task_w
