@@ -17,9 +17,12 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from controller.util.locks import lock_held  # noqa: F401  (here too: callers import it from fsutil)
+
+TYPE_CHECKING = False  # not typing's: run's and apply's start-up imports no pathlib (util/lean_path.py)
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def atomic_write(path: Path, data: str | bytes, mode: int = 0o644, durable: bool = True, sync_dir: bool = True) -> None:
@@ -143,6 +146,8 @@ def rewrite_locked(
     file is untouched. ``path`` may be a symlink: the file it leads to is edited, which must lie
     inside ``within`` when given; a removal removes the link itself.
     """
+    from pathlib import Path  # lazy: only a rewrite (not apply of a new file)
+
     real = Path(os.path.realpath(path))
     if within is not None and not real.is_relative_to(os.path.realpath(within)):
         if os.path.islink(path):
