@@ -30,6 +30,13 @@ def test_a_plain_path_reads_as_pathlib_reads_it(text):
     assert str(mine.with_suffix(".yml") if real.name else mine) == str(real.with_suffix(".yml") if real.name else real)
 
 
+def test_it_equals_and_orders_only_lean_paths():
+    assert sorted([lean("/b"), lean("/a")]) == [lean("/a"), lean("/b")] and len({lean("/a"), lean("/a")}) == 1
+    assert lean("/a") != Path("/a") and lean("/a") != "/a"
+    with pytest.raises(TypeError):
+        sorted([lean("/b"), Path("/a")])
+
+
 @pytest.mark.parametrize("text", ["//srv", "/srv/", "/srv/./x", "/srv/../x", "./rel", "", ".", "rel//x"])
 def test_what_pathlib_spells_otherwise_is_a_real_path(text):
     assert not is_plain(text)

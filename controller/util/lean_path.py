@@ -61,7 +61,9 @@ class LeanPath:
     def __hash__(self) -> int:
         return hash(self._text)
 
-    def __lt__(self, other: LeanPath) -> bool:
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, LeanPath):
+            return NotImplemented
         return self._text < other._text
 
     def __truediv__(self, other: str | os.PathLike[str]) -> Path:
