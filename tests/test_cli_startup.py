@@ -194,9 +194,10 @@ def test_run_and_apply_answered_by_gflowd_load_no_models_nor_yaml(home, gflowd, 
     assert (home / "jobs" / "again.yaml").exists()
 
 
-def test_run_and_apply_import_no_pathlib(home, gflowd, tmp_path):
+def test_run_and_apply_import_no_pathlib_nor_ctypes(home, gflowd, tmp_path):
     """pathlib (with urllib.parse, ipaddress and fnmatch: ~4 ms of a ~40 ms start) stays out of run
-    and apply of a new job: their Home and paths are LeanPaths (util/lean_path.py)."""
+    and apply of a new job: their Home and paths are LeanPaths (util/lean_path.py); and so does
+    ctypes (~2 ms): the new manifest's no-replace rename calls renameat2 through ``_ctypes``."""
     gflowd()
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/bash\n# GFLOW --gpus 1\nsleep 300\n")
@@ -210,7 +211,7 @@ def test_run_and_apply_import_no_pathlib(home, gflowd, tmp_path):
         ["apply", "-f", "job.yaml"],
         ["--home", str(home), "apply", "-f", str(tmp_path / "other.yaml"), "--dry-run"],
     ):
-        loaded, probe = gflowctl_imports(argv, ("pathlib", "urllib.parse"), env, tmp_path, site=False)
+        loaded, probe = gflowctl_imports(argv, ("pathlib", "urllib.parse", "ctypes"), env, tmp_path, site=False)
         assert loaded == ["0"], (argv, loaded, probe.stderr)
     assert (home / "jobs" / "plain.yaml").exists() and (home / "jobs" / "cmd.yaml").exists()
 
