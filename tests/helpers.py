@@ -449,11 +449,15 @@ _IMPORT_PROBE = (
 
 
 def gflowctl_imports(
-    argv: list[str], heavy: tuple[str, ...], env: dict[str, str], cwd: Path | None = None
+    argv: list[str], heavy: tuple[str, ...], env: dict[str, str], cwd: Path | None = None, site: bool = True
 ) -> tuple[list[str], subprocess.CompletedProcess]:
-    """``gflowctl ARGV``'s exit code (as text), then which of ``heavy`` it imported; and the run."""
+    """``gflowctl ARGV``'s exit code (as text), then which of ``heavy`` it imported; and the run.
+    ``site=False``: without ``site`` (``-S``, the checkout on PYTHONPATH), whose editable-install
+    finder loads pathlib before gflowctl starts; only the standard library then."""
+    if not site:
+        env = {**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     probe = subprocess.run(
-        [sys.executable, "-c", _IMPORT_PROBE, ",".join(heavy), *argv],
+        [sys.executable, *([] if site else ["-S"]), "-c", _IMPORT_PROBE, ",".join(heavy), *argv],
         capture_output=True,
         text=True,
         env=env,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 from controller.api.submit import Submission, SubmitError, build, merge, read_directives
 from controller.client.errors import GflowError
@@ -18,6 +17,7 @@ from controller.paths import Home
 
 TYPE_CHECKING = False  # not typing's: run's start-up imports neither typing, dataclasses nor secrets
 if TYPE_CHECKING:
+    from pathlib import Path  # not at run time: run imports no pathlib (util/lean_path.py)
     from typing import Any
 
 ORIGIN = "run's manifest (--dry-run -o yaml shows it)"  # its line numbers are that text's
@@ -229,7 +229,9 @@ def _random_suffix() -> str:
 
 def _memory_file() -> Path:
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state) / "gflow" / "last-run.json"
+    from controller.util.lean_path import lean  # lazy: only run remembers
+
+    return lean(os.path.join(state, "gflow", "last-run.json"))
 
 
 def _last_job(home: Home) -> str | None:
