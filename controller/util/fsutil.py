@@ -357,17 +357,20 @@ def _renameat2() -> tuple[Callable[..., int], Callable[[], int]] | None:
     except ImportError:
         return None
 
-    class CInt(_ctypes._SimpleCData):  # ctypes.c_int
-        _type_ = "i"
-
-    class Function(_ctypes.CFuncPtr):  # the function type of ctypes.CDLL(None, use_errno=True)
-        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-        _restype_ = CInt
-
+    # _ctypes is CPython's own, undocumented: should a later Python change it (AttributeError,
+    # TypeError), the create falls back to the hard link below instead of failing.
     try:
+
+        class CInt(_ctypes._SimpleCData):  # ctypes.c_int
+            _type_ = "i"
+
+        class Function(_ctypes.CFuncPtr):  # the function type of ctypes.CDLL(None, use_errno=True)
+            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+            _restype_ = CInt
+
         program = _ctypes.dlopen(None, os.RTLD_NOW)  # type: ignore[arg-type]  # None: this process's symbols
         return Function(_ctypes.dlsym(program, "renameat2")), _ctypes.get_errno
-    except OSError:  # no such symbol: an older glibc, or another libc
+    except (OSError, AttributeError, TypeError):  # no such symbol (an older glibc, another libc), or see above
         return None
 
 

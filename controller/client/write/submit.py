@@ -173,7 +173,9 @@ def store_submission(
 
 
 def write_environment(folder: Path, name: str, environment: dict[str, str]) -> Path:
-    """The job's ``.NAME.env`` beside its manifest: mode 0600, this user's, written whole."""
+    """The job's ``.NAME.env`` beside its manifest: mode 0600, this user's, written whole and
+    fsynced before its rename (~0.3 ms): the manifest's folder fsync that follows makes the name
+    durable, and after a power loss a durable manifest never finds its environment empty."""
     from controller.api.export import ENV_FILE, encode  # lazy: only a submission that carries an environment
     from controller.util.fsutil import temp_beside  # lazy: as above (mkstemp's contract, no tempfile to import)
 
@@ -182,6 +184,8 @@ def write_environment(folder: Path, name: str, environment: dict[str, str]) -> P
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(encode(environment))
+            handle.flush()
+            os.fsync(handle.fileno())
         os.rename(temp, path)
     except OSError as exc:
         os.unlink(temp)
