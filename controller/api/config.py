@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from controller.api.job import Duration, Quantity, _Model
+from controller.api.fields import Duration, Quantity, _Model
 from controller.api.labels import parse_selector
 from controller.api.settings import flag_name, flag_overrides  # noqa: F401  (also this module's names)
 from controller.util.yamlio import YAMLSyntaxError, load_one
