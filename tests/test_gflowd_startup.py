@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,18 +29,20 @@ NOT_AT_START = (
 )
 
 
-def _imported_by_ready(home: Path, tmp_path: Path, *args: str) -> set[str]:
-    """Every module a gflowd started on ``home`` imported until run/index.json named it."""
-    err_path = tmp_path / "importtime.stderr"
-    env = {**os.environ, "GFLOW_HOME": str(home), "PYTHONPROFILEIMPORTTIME": "1"}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+@contextmanager
+def _started(home: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Path]:
+    """A gflowd on ``home`` with only ``args`` (the conftest fixture adds ``--resync 1s``, a flag the
+    model checks), ready; yields its stderr file; stopped after."""
+    err_path = tmp_path / "started.stderr"
+    full_env = {**os.environ, "GFLOW_HOME": str(home), **(env or {})}
+    full_env.pop("CUDA_VISIBLE_DEVICES", None)
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "controller.daemon", "--home", str(home), *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=err,
-            env=env,
+            env=full_env,
             cwd=str(tmp_path),
         )
     try:
@@ -48,10 +52,16 @@ def _imported_by_ready(home: Path, tmp_path: Path, *args: str) -> set[str]:
             return (read_index(home) or {}).get("controller", {}).get("pid") == proc.pid
 
         wait_for(ready, timeout=60, message=lambda: f"gflowd to start\n{err_path.read_text()}")
-        lines = err_path.read_text().splitlines()  # what it imported until then (stderr is unbuffered)
+        yield err_path
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+def _imported_by_ready(home: Path, tmp_path: Path, *args: str) -> set[str]:
+    """Every module a gflowd started on ``home`` imported until run/index.json named it."""
+    with _started(home, tmp_path, *args, env={"PYTHONPROFILEIMPORTTIME": "1"}) as err_path:
+        lines = err_path.read_text().splitlines()  # what it imported until then (stderr is unbuffered)
     return {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
 
 
@@ -92,3 +102,14 @@ def test_a_config_error_is_one_line_at_start(home, tmp_path):
         env={**os.environ, "GFLOW_HOME": str(home)},
     )
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and out.stderr.startswith("gflowd: config.yaml: ")
+
+
+def test_a_gflowd_started_without_the_models_judges_a_new_manifest(home, fake_gpus, tmp_path):
+    """The settings built without pydantic run jobs, and a manifest written later is validated (the
+    models imported then): a valid one runs, an invalid one is rejected naming its field."""
+    with _started(home, tmp_path, "--fake-gpus", str(fake_gpus)):
+        write_manifest(home / "jobs", "ok.yaml", "metadata: {name: ok}\nspec:\n  command: ['true']\n")
+        write_manifest(home / "jobs", "bad.yaml", "metadata: {name: bad}\nspec:\n  comand: ['true']\n")
+        wait_phase(home, "ok", "Succeeded")
+        rejected = wait_phase(home, "bad", "Rejected")
+        assert "spec.comand: unknown field; did you mean command?" in rejected["message"]
