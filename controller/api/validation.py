@@ -11,7 +11,6 @@ dependency cycles) is decided each pass by ``decide/admission.py``.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from typing import TYPE_CHECKING, Any, get_args
@@ -324,6 +323,8 @@ def _explain(err: dict[str, Any], loc: tuple[Any, ...], root: Any = None) -> str
     kind = err.get("type", "")
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
+        import difflib  # lazy: only an unknown field's "did you mean"
+
         field_name = str(loc[-1]) if loc else ""
         close = difflib.get_close_matches(field_name, _allowed_keys(loc[:-1], root), n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
