@@ -62,7 +62,7 @@ def validate_document(
             doc_index,
             mtime_ns,
         )
-    from controller.api.hashes import spec_hashes
+    from controller.api.hashes import spec_hashes  # lazy: the models (pydantic) only to validate
     from controller.api.job import Job
 
     meta = data.get("metadata")
@@ -100,7 +100,7 @@ def validate_document(
 def cached_job(document: str, doc_index: int, name: str) -> Job:
     """The Job of a document of a file's cached parse (JSON), validated as :func:`validate_document`
     did when it admitted it as ``name`` (the file stem, when the document names none)."""
-    from controller.api.job import Job
+    from controller.api.job import Job  # lazy: the models (pydantic) only when a cached job's model is read
 
     data = json.loads(document)[doc_index]
     meta = data.get("metadata")
@@ -283,7 +283,7 @@ _ALLOWED_KEYS_CACHE: dict[tuple[str, ...], list[str]] = {}
 
 def _allowed_keys(loc: tuple[Any, ...], root: Any = None) -> list[str]:
     """Field names valid at ``loc`` (for "did you mean" on unknown fields)."""
-    from controller.api.job import Job
+    from controller.api.job import Job  # lazy: the models (pydantic), only on an error's path
 
     model: Any = root or Job
     for part in loc:
@@ -300,7 +300,7 @@ def _allowed_keys(loc: tuple[Any, ...], root: Any = None) -> list[str]:
 
 
 def _model_in(annotation: Any) -> Any:
-    from pydantic import BaseModel
+    from pydantic import BaseModel  # lazy: only on an error's path
 
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
