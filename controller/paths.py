@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+TYPE_CHECKING = False  # not typing's: gflowctl's run and apply never import typing
+if TYPE_CHECKING:
+    from pathlib import Path
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 
@@ -16,10 +19,32 @@ def is_manifest_name(filename: str) -> bool:
 
 
 def default_home() -> Path:
+    from pathlib import Path  # lazy: Home.locate_lean's homes are pathlib's only where they must be
+
     if os.environ.get("GFLOW_HOME"):
         return Path(os.environ["GFLOW_HOME"]).expanduser()
     data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(data) / "gflow"
+
+
+def plain_home(home_arg: str | None) -> str | None:
+    """The home's folder as ``Home.resolve`` spells it (``--home``, else ``$GFLOW_HOME``, else
+    ``$XDG_DATA_HOME/gflow`` or ``~/.local/share/gflow``; absolute), or None when pathlib might
+    spell it otherwise (``..``, ``//``, a trailing slash, ``~user``): ``Home.resolve`` reads those."""
+    given = home_arg or os.environ.get("GFLOW_HOME")
+    if given and given.startswith("~") and not given.startswith("~/"):
+        return None  # ~user: pathlib's rules
+    if given:
+        root = os.path.expanduser(given)
+    else:
+        data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+        root = os.path.join(data, "gflow")
+    root = _absolute(root)
+    return root if root.startswith("/") and not root.startswith("//") and os.path.normpath(root) == root else None
+
+
+def _absolute(text: str) -> str:
+    return text if text.startswith("/") else os.path.join(os.getcwd(), text)
 
 
 class UnsafeName(ValueError):
@@ -67,6 +92,8 @@ class Home:
     def resolve(
         cls, home: str | os.PathLike[str] | None = None, spec_dir: str | os.PathLike[str] | None = None
     ) -> Home:
+        from pathlib import Path  # lazy: see locate_lean
+
         root = Path(home).expanduser() if home else default_home()
         root = root.absolute()
         spec = Path(spec_dir).expanduser().absolute() if spec_dir else root / "jobs"
@@ -83,8 +110,31 @@ class Home:
             except OSError:
                 recorded = ""
             if recorded:
+                from pathlib import Path  # lazy: see locate_lean
+
                 resolved = cls(resolved.root, Path(recorded))
         return resolved
+
+    @classmethod
+    def locate_lean(cls, home: str | None = None, spec_dir: str | None = None) -> Home:
+        """As ``locate``, its folders LeanPaths when each is spelled plainly (``plain_home``,
+        ``lean_path.is_plain``), so that run and apply never import pathlib; else ``locate``'s."""
+        root = plain_home(home)
+        if root is None or (spec_dir is not None and spec_dir.startswith("~") and not spec_dir.startswith("~/")):
+            return cls.locate(home, spec_dir)  # ~user: pathlib's rules
+        spec = spec_dir if spec_dir is None else _absolute(os.path.expanduser(spec_dir))
+        if spec is None:
+            try:
+                with open(os.path.join(root, "run", "spec-dir")) as handle:
+                    spec = handle.read().strip() or None
+            except OSError:
+                spec = None
+        spec = os.path.join(root, "jobs") if spec is None else spec
+        from controller.util.lean_path import is_plain, lean  # lazy: only run and apply build lean homes
+
+        if not is_plain(spec):
+            return cls.locate(home, spec_dir)
+        return cls(lean(root), lean(spec))
 
     @property
     def status_dir(self) -> Path:
@@ -204,6 +254,8 @@ class Home:
         for base in self._display_bases:
             if text.startswith(base) and "/." not in text and "//" not in text and text[-1] != "/":
                 return text[len(base) :]
+        from pathlib import Path  # lazy: only a path outside the home's plain prefixes
+
         for folder in (self.root, self.spec_dir.parent):
             try:
                 return str(Path(path).relative_to(folder))

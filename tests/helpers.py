@@ -49,6 +49,32 @@ def wait_for(
         time.sleep(interval)
 
 
+# -- running gflowctl ---------------------------------------------------------------------------
+
+
+def ctl(
+    home: Path,
+    *argv: str,
+    stdin: str | None = None,
+    cwd: Path | None = None,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
+    """Run this checkout's ``gflowctl ARGV`` on ``home`` as a user would: a process of its own, text
+    output captured. ``stdin`` is its input (none: ``/dev/null``, never the test's terminal); ``env``
+    adds to the test's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli.main", *argv],
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GFLOW_HOME": str(home), **(env or {})},
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
 # -- reading what the controller wrote ----------------------------------------------------------
 
 
@@ -423,11 +449,15 @@ _IMPORT_PROBE = (
 
 
 def gflowctl_imports(
-    argv: list[str], heavy: tuple[str, ...], env: dict[str, str], cwd: Path | None = None
+    argv: list[str], heavy: tuple[str, ...], env: dict[str, str], cwd: Path | None = None, site: bool = True
 ) -> tuple[list[str], subprocess.CompletedProcess]:
-    """``gflowctl ARGV``'s exit code (as text), then which of ``heavy`` it imported; and the run."""
+    """``gflowctl ARGV``'s exit code (as text), then which of ``heavy`` it imported; and the run.
+    ``site=False``: without ``site`` (``-S``, the checkout on PYTHONPATH), whose editable-install
+    finder loads pathlib before gflowctl starts; only the standard library then."""
+    if not site:
+        env = {**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     probe = subprocess.run(
-        [sys.executable, "-c", _IMPORT_PROBE, ",".join(heavy), *argv],
+        [sys.executable, *([] if site else ["-S"]), "-c", _IMPORT_PROBE, ",".join(heavy), *argv],
         capture_output=True,
         text=True,
         env=env,

@@ -6,27 +6,10 @@ Real gflowctl and gflowd processes; what is checked is where the job really ran 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
-from helpers import read_log, wait_phase, write_manifest
+from helpers import ctl, read_log, wait_phase, write_manifest
 
 from controller.util.yamlio import load_one
-
-
-def ctl(home: Path, *argv: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        cwd=cwd,
-    )
-
 
 JOB = """\
 # my training job

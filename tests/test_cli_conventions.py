@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml  # PyYAML: the reader the issue tried; installed with kubernetes-validate (test extra)
-from helpers import wait_for, wait_phase
+from helpers import ctl, wait_for, wait_phase
 
 JOB = """\
 apiVersion: gflow.dev/v1alpha1
@@ -34,16 +34,6 @@ spec:
   matrix:
     lr: ["0.1", "0.01"]
 """
-
-
-def ctl(home: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GFLOW_HOME": str(home)},
-        timeout=timeout,
-    )
 
 
 def shell(home: Path, pipeline: str) -> subprocess.CompletedProcess:

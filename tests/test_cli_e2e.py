@@ -2,25 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-from helpers import job_status, wait_for, wait_phase
-
-
-def ctl(home: Path, *argv: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
-
+from helpers import ctl, job_status, wait_for, wait_phase
 
 JOB = """\
 apiVersion: gflow.dev/v1alpha1

@@ -194,6 +194,28 @@ def test_run_and_apply_answered_by_gflowd_load_no_models_nor_yaml(home, gflowd, 
     assert (home / "jobs" / "again.yaml").exists()
 
 
+def test_run_and_apply_import_no_pathlib_nor_ctypes(home, gflowd, tmp_path):
+    """pathlib (with urllib.parse, ipaddress and fnmatch: ~4 ms of a ~40 ms start) stays out of run
+    and apply of a new job: their Home and paths are LeanPaths (util/lean_path.py); and so does
+    ctypes (~2 ms): the new manifest's no-replace rename calls renameat2 through ``_ctypes``."""
+    gflowd()
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n# GFLOW --gpus 1\nsleep 300\n")
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text("metadata: {name: plain}\nspec:\n  command: [sleep, '300']\n")
+    (tmp_path / "other.yaml").write_text("metadata: {name: other}\nspec:\n  command: [sleep, '300']\n")
+    env = {**os.environ, "GFLOW_HOME": str(home)}
+    for argv in (
+        ["run", "--name", "cmd", "--", "sleep", "300"],
+        ["run", "train.sh"],
+        ["apply", "-f", "job.yaml"],
+        ["--home", str(home), "apply", "-f", str(tmp_path / "other.yaml"), "--dry-run"],
+    ):
+        loaded, probe = gflowctl_imports(argv, ("pathlib", "urllib.parse", "ctypes"), env, tmp_path, site=False)
+        assert loaded == ["0"], (argv, loaded, probe.stderr)
+    assert (home / "jobs" / "plain.yaml").exists() and (home / "jobs" / "cmd.yaml").exists()
+
+
 def test_the_python_clients_submit_answered_by_gflowd_loads_no_models_nor_yaml(home, gflowd, tmp_path):
     gflowd()
     code = (
@@ -307,6 +329,7 @@ def test_plain_run_and_apply_compile_and_import_only_what_they_use(home, gflowd,
     gflowd()
     manifest = tmp_path / "plain.yaml"
     manifest.write_text("metadata: {name: plain}\nspec:\n  command: [sleep, '300']\n")
+    (tmp_path / "other.yaml").write_text("metadata: {name: other}\nspec:\n  command: [sleep, '300']\n")
     for argv in (["run", "--name", "cmd", "--", "sleep", "300"], ["apply", "-f", str(manifest)]):
         out = subprocess.run(
             [sys.executable, "-c", _COMPILE_PROBE, *argv],

@@ -12,13 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import read_log, wait_for, wait_phase
+from helpers import ctl, read_log, wait_for, wait_phase
 from test_multi_user import as_user, warm_up  # gflowctl in a forked child that dropped to another uid
 
 USER = 65534  # nobody
@@ -50,13 +48,6 @@ def assert_still_theirs(path: Path, uid: int = USER, mode: int = MODE) -> None:
     st = path.stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (uid, uid, mode), (
         f"{path} is now uid {st.st_uid} gid {st.st_gid} mode {oct(stat.S_IMODE(st.st_mode))}"
-    )
-
-
-def ctl(home: Path, *argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60
     )
 
 

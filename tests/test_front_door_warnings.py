@@ -4,26 +4,16 @@ it; verbs that read statuses say they may be stale)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+import helpers
 import pytest
 from helpers import wait_phase
 
 
 def ctl(home: Path, *argv: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(Path(home).parent / "state")}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        cwd=cwd,
-    )
+    return helpers.ctl(home, *argv, stdin=stdin, cwd=cwd, env={"XDG_STATE_HOME": str(Path(home).parent / "state")})
 
 
 pytestmark = pytest.mark.fake_gpus(

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import read_index, wait_for, wait_phase
+from helpers import ctl, read_index, wait_for, wait_phase
 
 from controller.model.records import JobState
 from controller.paths import Home
@@ -183,16 +183,6 @@ JOBS = {
     "held": ("nlp", "[sh, -c, 'exit 0']", "  suspend: true\n"),
 }
 PHASES = {"done": "Succeeded", "broke": "Failed", "runs": "Running", "huge": "Pending", "held": "Pending"}
-
-
-def ctl(home: Path, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GFLOW_HOME": str(home)},
-        timeout=60,
-    )
 
 
 def _settled_home(home: Path, gflowd, fake_gpus: Path) -> None:

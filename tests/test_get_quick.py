@@ -14,8 +14,7 @@ import pytest
 from helpers import gflowctl_imports
 from test_get_prepared import JOBS, _no_age, _settled_home, ctl
 
-from controller.cli.get_table import plain_root
-from controller.paths import Home
+from controller.paths import Home, plain_home
 
 QUICK = [
     ("get", "jobs"),
@@ -37,14 +36,14 @@ def test_the_quick_path_prints_what_the_usual_one_does_and_loads_no_pathlib(home
         assert (quick.returncode, quick.stderr) == (usual.returncode, usual.stderr), argv
         assert _no_age(quick.stdout) == _no_age(usual.stdout), argv
         env = {**os.environ, "GFLOW_HOME": str(home)}
-        loaded, probe = gflowctl_imports(list(argv), ("pathlib", "controller.paths"), env)
+        loaded, probe = gflowctl_imports(list(argv), ("pathlib", "controller.cli.common"), env)
         if loaded[0] == "0":  # a name not found is worded by cli/common.py, which loads Home
             assert loaded[1:] == [], (argv, loaded, probe.stderr)
     assert "warning: gflowd is not running" in quick.stderr
-    # what it cannot answer alone goes the usual way (Home, so pathlib)
+    # what it cannot answer alone goes the usual way (cli/common.py's Home, so pathlib)
     env = {**os.environ, "GFLOW_HOME": str(home)}
-    loaded, _ = gflowctl_imports(["get", "jobs", "-l", "team=nlp"], ("controller.paths",), env)
-    assert loaded[1:] == ["controller.paths"]
+    loaded, _ = gflowctl_imports(["get", "jobs", "-l", "team=nlp"], ("controller.cli.common",), env)
+    assert loaded[1:] == ["controller.cli.common"]
 
 
 @pytest.mark.parametrize(
@@ -53,7 +52,7 @@ def test_the_quick_path_prints_what_the_usual_one_does_and_loads_no_pathlib(home
 )
 def test_a_plain_root_is_the_one_home_resolves_else_none(given, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    root = plain_root(given)
+    root = plain_home(given)
     assert root is None or root == str(Home.resolve(given).root), (given, root)
     if given in ("/srv/gflow", "rel", "~/g"):
         assert root is not None
@@ -61,12 +60,12 @@ def test_a_plain_root_is_the_one_home_resolves_else_none(given, tmp_path, monkey
 
 def test_without_home_the_root_follows_gflow_home_then_xdg(tmp_path, monkeypatch):
     monkeypatch.setenv("GFLOW_HOME", str(tmp_path / "h"))
-    assert plain_root(None) == str(Home.resolve().root) == str(tmp_path / "h")
+    assert plain_home(None) == str(Home.resolve().root) == str(tmp_path / "h")
     monkeypatch.setenv("GFLOW_HOME", "")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    assert plain_root(None) == str(Home.resolve().root) == str(tmp_path / "data" / "gflow")
+    assert plain_home(None) == str(Home.resolve().root) == str(tmp_path / "data" / "gflow")
     monkeypatch.delenv("XDG_DATA_HOME")
-    assert plain_root(None) == str(Home.resolve().root)
+    assert plain_home(None) == str(Home.resolve().root)
 
 
 def _json(home, cache, *argv: str) -> subprocess.CompletedProcess:

@@ -8,11 +8,10 @@ with a line saying why. Real gflowd, real gflowctl processes, reading a pipe."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+import helpers
 import pytest
 from helpers import read_status, wait_for, wait_phase, write_manifest
 
@@ -37,15 +36,7 @@ spec:
 
 
 def ctl(home: Path, *argv: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GFLOW_HOME": str(home)},
-        cwd=cwd,
-        timeout=120,
-    )
+    return helpers.ctl(home, *argv, stdin=stdin, cwd=cwd, timeout=120)
 
 
 def parsed(text: str, output: str):

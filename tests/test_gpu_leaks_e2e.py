@@ -13,13 +13,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import job_status, wait_for, wait_phase, write_manifest
+from helpers import ctl, job_status, wait_for, wait_phase, write_manifest
 from nvml_fixtures import GiB, fake_nvml_lib, gpu, nvml_env, write_fake_nvml  # noqa: F401
 from shared_box import make_box, remove_box
 
@@ -175,13 +174,6 @@ def test_a_process_gflowd_did_not_start_is_never_killed_after_a_job_ends(box, dr
             proc.wait()
         if child is not None and alive(child):
             os.kill(child, signal.SIGKILL)
-
-
-def ctl(home: Path, *argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60
-    )
 
 
 def unused_pid() -> int:

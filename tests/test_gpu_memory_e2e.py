@@ -6,19 +6,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-from helpers import job_status, wait_for, wait_phase, write_manifest
+from helpers import ctl, job_status, wait_for, wait_phase, write_manifest
 
 NOBODY = 65534
-
-
-def ctl(home: Path, *argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60
-    )
 
 
 def gpus_file(path: Path, server_pid: int | None, held: str) -> None:

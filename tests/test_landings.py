@@ -5,13 +5,10 @@ file and a debounced one for the others. Pure timing data, an injected clock; th
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from helpers import wait_phase
+from helpers import ctl, wait_phase
 
 from controller.daemon.landings import TTL, WAIT, Landings
 
@@ -68,13 +65,7 @@ def test_a_folder_applied_is_started_in_one_pass(home, gflowd, tmp_path):
     names = [f"b{i}" for i in range(4)]
     for name in names:
         (src / f"{name}.yaml").write_text(f"kind: Job\nmetadata:\n  name: {name}\nspec:\n  command: ['true']\n")
-    out = subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", "apply", "-f", str(src)],
-        env={**os.environ, "GFLOW_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = ctl(home, "apply", "-f", str(src))
     assert out.stdout == "".join(f"job/{name} created\n" for name in names), out.stderr
     for name in names:
         wait_phase(home, name, "Succeeded", daemon=daemon)

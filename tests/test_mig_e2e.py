@@ -4,11 +4,10 @@ split into MIG instances (``mig: [{profile: 1g.10gb}, ...]``), real jobs, ``gflo
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+import helpers
 from helpers import job_status, read_log, wait_for, wait_phase, write_manifest
 
 # GPU 0 sliced in two 1g.10gb instances (units 2 and 3: ids continue after the 2 physical GPUs);
@@ -36,9 +35,7 @@ spec:
 
 
 def ctl(home: Path, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(home.parent / "state")}
-    argv_ = [sys.executable, "-m", "controller.cli.main", *argv]
-    return subprocess.run(argv_, capture_output=True, text=True, env=env, timeout=60, cwd=cwd)
+    return helpers.ctl(home, *argv, cwd=cwd, env={"XDG_STATE_HOME": str(home.parent / "state")})
 
 
 def seen_devices(home: Path, name: str) -> str:

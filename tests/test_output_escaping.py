@@ -9,23 +9,12 @@ real gflowctl processes, a manifest file whose name holds an ESC sequence and a 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from helpers import wait_phase, write_manifest
+from helpers import ctl, wait_phase, write_manifest
 
 NASTY = "ev\x1b[2J\x1b]0;pwned\x07il\nline.yaml"  # clear screen, set the window title, a new line
 SHOWN = r"ev\x1b[2J\x1b]0;pwned\x07il\nline.yaml"
-
-
-def ctl(home: Path, *argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60
-    )
 
 
 def assert_clean(text: str, what: str) -> None:

@@ -147,6 +147,44 @@ def test_a_job_held_back_then_out_of_the_pass_sight_gets_its_pending_status_when
     assert "reason: JobLimit" in home.status_file("b").read_text() and recorder.write_due is None
 
 
+class _CountingRecorder(Recorder):
+    """Counts how often a record is asked whether it may wait (``_may_wait``)."""
+
+    asked = 0
+
+    def _may_wait(self, name, state, now):
+        self.asked += 1
+        return super()._may_wait(name, state, now)
+
+
+def test_a_held_back_tail_carried_over_as_the_same_records_is_not_looked_at_until_due(tmp_path):
+    """A flood's tail carried between passes (decide/queue.py ``carried_tail``) is in each pass's
+    ``only`` as the very records held back before: not asked again (~10 us each, each pass), yet
+    gflowd is still woken for the earliest and each is written once due."""
+    clock = [T0]
+    home = Home.resolve(tmp_path / "home")
+    home.ensure()
+    recorder = _CountingRecorder(home, clock=lambda: clock[0])
+    states = {"a": _limited("a", T0), "b": _limited("b", T0 + 1)}
+    recorder.write_states(states, [])
+    assert recorder.asked == 2
+    for step in range(1, 6):
+        clock[0] = T0 + step
+        recorder.write_states(states, [], only={"a", "b"})
+        assert recorder.write_due == T0 + QUEUED_UNWRITTEN_MAX
+    assert recorder.asked == 2 and recorder.status_writes == 0
+    states["b"] = _queued("b", T0 + 1)  # a new record of a held-back job is looked at
+    recorder.write_states(states, [], only={"a", "b"})
+    assert recorder.asked == 3 and _index_jobs(recorder, home)["b"]["reason"] == "Queued"
+    clock[0] = T0 + QUEUED_UNWRITTEN_MAX
+    recorder.write_states(states, [], only={"a", "b"})
+    assert "reason: JobLimit" in home.status_file("a").read_text()
+    assert not home.status_file("b").exists() and recorder.write_due == T0 + 1 + QUEUED_UNWRITTEN_MAX
+    clock[0] = T0 + 1 + QUEUED_UNWRITTEN_MAX
+    recorder.write_states(states, [], only={"a", "b"})
+    assert "reason: Queued" in home.status_file("b").read_text() and recorder.write_due is None
+
+
 def test_a_job_waiting_for_gpus_gets_its_pending_status_at_once(tmp_path):
     """Only a turn in a flood is held back: a job waiting for GPUs (or anything else) is written."""
     clock = [T0]

@@ -5,25 +5,7 @@ Real gflowctl and gflowd processes on a temp home."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-from helpers import wait_for, wait_phase, write_manifest
-
-
-def ctl(home: Path, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
-
+from helpers import ctl, wait_for, wait_phase, write_manifest
 
 TYPOS = """\
 metadata: {name: typo}

@@ -7,6 +7,7 @@ the lock is held by a real other process.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
@@ -198,6 +199,21 @@ def test_create_new_never_replaces(tmp_path):
         create_new(path, "a: 2\n")
     assert path.read_text() == "a: 1\n" and stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [p.name for p in tmp_path.iterdir()] == ["n.yaml"]
+
+
+def test_the_no_replace_rename_is_the_kernels(tmp_path):
+    """renameat2(RENAME_NOREPLACE), called through _ctypes (not the hard-link fallback): an int
+    result, errno EEXIST when the target exists, and the rename done when it does not."""
+    from controller.util.fsutil import _renameat2
+
+    assert _renameat2() is not None
+    renameat2, get_errno = _renameat2()
+    a, b, c = (tmp_path / n for n in "abc")
+    a.write_text("a")
+    b.write_text("b")
+    assert renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 1) == -1 and get_errno() == errno.EEXIST
+    assert renameat2(-100, os.fsencode(a), -100, os.fsencode(c), 1) == 0
+    assert (c.read_text(), b.read_text(), a.exists()) == ("a", "b", False)
 
 
 @pytest.mark.e2e

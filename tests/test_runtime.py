@@ -441,6 +441,35 @@ def test_a_supervisor_takes_a_next_attempt_only_once_gflowd_purged_its_last(tmp_
     wait_for(lambda: not pid_alive(first), timeout=20, message="the waiting supervisor to end with the launcher")
 
 
+def test_signals_sent_to_a_supervisor_between_its_attempts_reach_neither(tmp_path):
+    """A reused supervisor keeps its signal handlers between attempts (supervisor.py
+    ``_catch_signals``): a TERM, HUP or INT that comes after an attempt ended (gflowd stopping a
+    job that just exited) ends neither the process nor its next attempt."""
+    home, runtime = _runtime(tmp_path)
+
+    def start(name: str, code: int) -> None:
+        _start_exiting(runtime, tmp_path, name, code)
+        runtime.observe()
+        runtime.purge()
+
+    try:
+        start("a", 3)
+        _ended(runtime, "a")
+        first = _supervisor_of(home, "a")
+        runtime.forget("a")
+        runtime.purge()  # "a" is purged: its supervisor waits for a next attempt
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            os.kill(first, sig)
+        start("b", 4)
+        _ended(runtime, "b")
+        assert _supervisor_of(home, "b") == first and runtime.observe()["b"].exit_code == 4
+        assert not (home.run_dir / "attempts" / "b.1.log").exists()  # nothing to say: no trace
+        assert pid_alive(first)
+    finally:
+        runtime.close()
+    wait_for(lambda: not pid_alive(first), timeout=20, message="the waiting supervisor to end with the launcher")
+
+
 def test_a_pass_hands_its_starts_over_after_its_purge_so_they_reuse_the_supervisors_it_freed(tmp_path):
     """A pass that records an exit and starts a job: the start reaches the launcher after the
     purge (``SupervisorRuntime._holding``), so the supervisor freed by that purge takes it. Handed

@@ -5,11 +5,10 @@ a running job's /dev/shm is not limited to it yet.)"""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+import helpers
 import pytest
 from helpers import wait_phase
 
@@ -22,15 +21,7 @@ pytestmark = pytest.mark.skipif(CAPACITY < 4 * GIB, reason="needs a /dev/shm of 
 
 
 def ctl(home: Path, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home), "XDG_STATE_HOME": str(Path(home).parent / "state")}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    return helpers.ctl(home, *argv, stdin=stdin, timeout=120, env={"XDG_STATE_HOME": str(Path(home).parent / "state")})
 
 
 def manifest(name: str, shm: int, command: str = "['true']") -> str:

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-from helpers import wait_for, wait_phase, write_manifest
+from helpers import ctl, wait_for, wait_phase, write_manifest
 
 PIPELINE = {
     "prep.yaml": "metadata: {name: prep}\nspec:\n  command: ['true']\n",
@@ -19,13 +14,6 @@ PIPELINE = {
     "report.yaml": "metadata: {name: report}\nspec:\n  command: ['true']\n  dependsOn: [{job: evaluate}, {job: prep}]\n",
     "lone.yaml": "metadata: {name: lone}\nspec:\n  command: ['true']\n",
 }
-
-
-def ctl(home: Path, *argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv], capture_output=True, text=True, env=env, timeout=60
-    )
 
 
 def test_get_jobs_tree_draws_dependencies_and_sweeps(home, gflowd):

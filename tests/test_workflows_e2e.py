@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    ctl,
     job_status,
     pid_alive,
     read_index,
@@ -86,18 +87,6 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
         running += step
         best = max(best, running)
     return best
-
-
-def ctl(home: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GFLOW_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli.main", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def index_jobs(home: Path) -> dict:

@@ -21,8 +21,9 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from controller.api.job import Duration, Quantity, _Model
+from controller.api.fields import Duration, Quantity, _Model
 from controller.api.labels import parse_selector
+from controller.api.settings import flag_name, flag_overrides  # noqa: F401  (also this module's names)
 from controller.util.yamlio import YAMLSyntaxError, load_one
 
 
@@ -369,7 +370,8 @@ class ControllerConfig(_Model):
 
 def flag_fields() -> list[tuple[tuple[str, ...], FieldInfo]]:
     """Every setting that is also a ``gflowd`` flag, as (path, field info): nested models
-    (``slurm``) give one flag per key, ``--slurm-partition`` for ``slurm.partition``."""
+    (``slurm``) give one flag per key, ``--slurm-partition`` for ``slurm.partition``. gflowd reads
+    them from ``config_flags.FLAGS``, generated from this by hack/gen_config_flags.py."""
     out: list[tuple[tuple[str, ...], FieldInfo]] = []
     for name, info in ControllerConfig.model_fields.items():
         if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("flag") is False:
@@ -379,23 +381,6 @@ def flag_fields() -> list[tuple[tuple[str, ...], FieldInfo]]:
             out.extend(((name, sub), subinfo) for sub, subinfo in annotation.model_fields.items())
         else:
             out.append(((name,), info))
-    return out
-
-
-def flag_name(path: tuple[str, ...]) -> str:
-    return "--" + "-".join(path).replace("_", "-")
-
-
-def flag_overrides(values: dict[tuple[str, ...], object]) -> dict:
-    """Flag values keyed by path -> the nested mapping ``load_config`` merges (unset flags left out)."""
-    out: dict = {}
-    for path, value in values.items():
-        if value is None:
-            continue
-        node = out
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = value
     return out
 
 

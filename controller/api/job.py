@@ -13,22 +13,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     StrictBool,
     StrictInt,
     StrictStr,
-    WithJsonSchema,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
 from controller import API_VERSION
+from controller.api.fields import Duration, Quantity, _Model
 from controller.api.names import is_valid_name
 from controller.api.signals import CHECKPOINT_SIGNALS
-from controller.api.units import parse_duration, parse_quantity
+from controller.api.units import parse_duration
 from controller.model.resources import COUNTED, EMPTY, KINDS, ResourceVector
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -113,47 +110,7 @@ EnvText = Annotated[
     StrictStr,
     BeforeValidator(_env_text, json_schema_input_type=str | int | bool),
 ]
-# Bytes, written as "16Gi" or an integer byte count.
-Quantity = Annotated[
-    int,
-    BeforeValidator(parse_quantity),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "integer", "minimum": 0},
-                {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?([KMGTP]i?)?$"},
-            ],
-            "description": "bytes, or a number with a unit: K, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024)",
-        }
-    ),
-]
-# Seconds, written as "4h30m", "90s" or a number of seconds.
-Duration = Annotated[
-    float,
-    BeforeValidator(parse_duration),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "number", "minimum": 0},
-                {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ms|d|h|m|s))+$"},
-            ],
-            "description": "a Go-style duration (90s, 30m, 4h30m, 2d) or a number of seconds",
-        }
-    ),
-]
 Name = Annotated[StrictStr, AfterValidator(_check_name)]
-
-
-class _Model(BaseModel):
-    """Common config: camelCase on the wire, unknown fields rejected, strict types."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        strict=True,
-        frozen=True,
-    )
 
 
 class ObjectMeta(_Model):

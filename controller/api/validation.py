@@ -11,20 +11,20 @@ dependency cycles) is decided each pass by ``decide/admission.py``.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
-from pydantic import BaseModel
-
-from controller.api.hashes import document_hash, spec_hashes
-from controller.api.job import Job
 from controller.api.names import document_name
-from controller.api.sweep_children import expand
 from controller.model.documents import AdmittedJob, AdmittedReservation, Rejection
 from controller.model.reasons import Reason
 from controller.util.yamlio import line_of, roundtrip_documents
+
+if TYPE_CHECKING:
+    from controller.api.job import Job
+
+# The models (pydantic) are imported by the functions that validate: gflowd's manifest store imports
+# this module, and a start whose manifests are all in the parse cache validates none of them.
 
 MAX_MANIFEST_BYTES = 1024 * 1024
 
@@ -62,6 +62,9 @@ def validate_document(
             doc_index,
             mtime_ns,
         )
+    from controller.api.hashes import spec_hashes  # lazy: the models (pydantic) only to validate
+    from controller.api.job import Job
+
     meta = data.get("metadata")
     if single and stem is not None and name == stem and not (isinstance(meta, dict) and "name" in meta):
         data = {**data, "metadata": {**(meta if isinstance(meta, dict) else {}), "name": stem}}
@@ -97,6 +100,8 @@ def validate_document(
 def cached_job(document: str, doc_index: int, name: str) -> Job:
     """The Job of a document of a file's cached parse (JSON), validated as :func:`validate_document`
     did when it admitted it as ``name`` (the file stem, when the document names none)."""
+    from controller.api.job import Job  # lazy: the models (pydantic) only when a cached job's model is read
+
     data = json.loads(document)[doc_index]
     meta = data.get("metadata")
     if not (isinstance(meta, dict) and "name" in meta):
@@ -165,6 +170,7 @@ def _validate_reservation(
     mtime_ns: int = 0,
 ) -> AdmittedReservation | Rejection:
     """A Reservation's schema; whether it fits the machine is decided each pass (decide/reservations.py)."""
+    from controller.api.hashes import document_hash
     from controller.api.reservation import Reservation  # lazy: only a Reservation document needs its model
 
     name, _ = document_name(data, stem, single)
@@ -212,6 +218,7 @@ def _validate_sweep(
     mtime_ns: int = 0,
 ) -> list[Any]:
     from controller.api.sweep import Sweep  # lazy: only a Sweep document needs its model
+    from controller.api.sweep_children import expand
 
     name, _ = document_name(data, stem, single)
     sweep = _validated(Sweep, data, name, source=source, path=path, doc_index=doc_index, text=text, mtime_ns=mtime_ns)
@@ -276,6 +283,8 @@ _ALLOWED_KEYS_CACHE: dict[tuple[str, ...], list[str]] = {}
 
 def _allowed_keys(loc: tuple[Any, ...], root: Any = None) -> list[str]:
     """Field names valid at ``loc`` (for "did you mean" on unknown fields)."""
+    from controller.api.job import Job  # lazy: the models (pydantic), only on an error's path
+
     model: Any = root or Job
     for part in loc:
         if isinstance(part, int) or model is None:
@@ -291,6 +300,7 @@ def _allowed_keys(loc: tuple[Any, ...], root: Any = None) -> list[str]:
 
 
 def _model_in(annotation: Any) -> Any:
+    from pydantic import BaseModel  # lazy: only on an error's path
 
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
@@ -313,6 +323,8 @@ def _explain(err: dict[str, Any], loc: tuple[Any, ...], root: Any = None) -> str
     kind = err.get("type", "")
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
+        import difflib  # lazy: only an unknown field's "did you mean"
+
         field_name = str(loc[-1]) if loc else ""
         close = difflib.get_close_matches(field_name, _allowed_keys(loc[:-1], root), n=1)
         hint = f"; did you mean {close[0]}?" if close else ""

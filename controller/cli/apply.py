@@ -9,7 +9,6 @@ through ``fsutil.rewrite_locked`` like every rewrite.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from controller.cli.common import CliError, print_error, printable
 from controller.cli.live import Progress
@@ -18,6 +17,10 @@ from controller.client.write.manifests import apply_inputs, check_inputs, read_i
 from controller.paths import Home
 from controller.util.fsutil import RewriteError, lock_held, rewrite_locked
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
+
+TYPE_CHECKING = False  # not typing's: run's and apply's start-up imports no pathlib (util/lean_path.py)
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def apply(home: Home, filenames: list[str], recursive: bool, dry_run: bool) -> int:

@@ -30,8 +30,9 @@ def print_error(message: object) -> None:
     sys.stderr.write(f"error: {printable(message)}\n")
 
 
-def resolve_home(home: str | None, spec_dir: str | None) -> Home:
-    return Home.locate(home, spec_dir)
+def resolve_home(home: str | None, spec_dir: str | None, *, lean: bool = False) -> Home:
+    """``lean``: for run and apply, whose path takes a Home of LeanPaths (no pathlib to import)."""
+    return Home.locate_lean(home, spec_dir) if lean else Home.locate(home, spec_dir)
 
 
 def warn_if_not_running(home: Home) -> None:

@@ -6,10 +6,10 @@ gflowd did not know) goes the usual way: ``controller.cli.get``."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
+from controller.paths import plain_home
 from controller.util.jobs_table import COMPLETION, CREATED, DEVICES, GPUS, PHASE, PRIORITY, REASON, UID
 
 RECENT = 24 * 3600  # get jobs without names or -A: active jobs and those that ended in the last day (squeue)
@@ -25,7 +25,7 @@ def quick_get_jobs(home_arg: str | None, args) -> int | None:
         return None
     if any("/" in name for name in args.names):  # job/NAME: the usual path reads (and checks) the types
         return None
-    root = plain_root(home_arg)
+    root = plain_home(home_arg)
     if root is None:
         return None
     from controller.client.read.state import read_table_at, uid_users  # lazy: after the cheap checks
@@ -44,23 +44,6 @@ def quick_get_jobs(home_arg: str | None, args) -> int | None:
     if not lock_held(f"{root}/run/gflowd.lock"):  # a stopped gflowd leaves Running rows that no longer run
         sys.stderr.write(f"warning: gflowd is not running for {root}; what you see may be stale\n")
     return print_missing(missing)
-
-
-def plain_root(home_arg: str | None) -> str | None:
-    """The home's folder as ``Home.resolve`` spells it (``--home``, else ``$GFLOW_HOME``, else
-    ``$XDG_DATA_HOME/gflow`` or ``~/.local/share/gflow``; absolute), or None when pathlib might
-    spell it otherwise (``..``, ``//``, a trailing slash): the usual path resolves those."""
-    given = home_arg or os.environ.get("GFLOW_HOME")
-    if given and given.startswith("~") and not given.startswith("~/"):
-        return None  # ~user: pathlib's rules
-    if given:
-        root = os.path.expanduser(given)
-    else:
-        data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-        root = os.path.join(data, "gflow")
-    if not root.startswith("/"):
-        root = os.path.join(os.getcwd(), root)
-    return root if root.startswith("/") and not root.startswith("//") and os.path.normpath(root) == root else None
 
 
 def pick(rows: dict[str, tuple], ordered: bool, names: list[str]) -> list[tuple]:

@@ -475,7 +475,7 @@ def run(argv: list[str]) -> int:
         from controller.cli.common import resolve_home  # lazy: only verbs that use a home resolve it
 
         home_arg, spec_dir_arg, args = plain
-        return _apply(resolve_home(home_arg, spec_dir_arg), args)
+        return _apply(resolve_home(home_arg, spec_dir_arg, lean=True), args)
     if verb == "get" and position is not None and (plain := _plain_get(argv, position)) is not None:
         from controller.cli.get_table import quick_get_jobs  # lazy: gflowctl loads only the verb it runs
 

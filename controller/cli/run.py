@@ -13,7 +13,6 @@ import os
 import pwd
 import sys
 import time
-from pathlib import Path
 
 from controller.api.export import without_environment
 from controller.api.submit import FLAGS, SubmitError, parse_flags, render
@@ -30,6 +29,7 @@ from controller.client.write.submit import (
     store_submission,
 )
 from controller.paths import Home
+from controller.util.lean_path import lean
 
 TYPE_CHECKING = False  # not typing's: run's start-up is most of what it costs (docs/performance.md)
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
         options, rest, after_dashes = parse_flags(argv)
     except SubmitError as exc:
         raise CliError(str(exc)) from None
-    home = resolve_home(options.pop("home", home_arg), options.pop("spec_dir", spec_dir_arg))
+    home = resolve_home(options.pop("home", home_arg), options.pop("spec_dir", spec_dir_arg), lean=True)
     cli: dict[str, Any] = {k: options.pop(k) for k in ("dry_run", "output", "quiet", "wait", "follow") if k in options}
     cli["interactive"] = bool(options.get("interactive"))  # kept in options too: build sets spec.tty
     if cli["interactive"] and (cli.get("wait") or cli.get("follow")):
@@ -75,7 +75,7 @@ def run_verb(argv: list[str], home_arg: str | None, spec_dir_arg: str | None) ->
         raise CliError(f"-o {cli['output']}: use -o yaml (with --dry-run) or -o name")
     if not rest:
         raise CliError("nothing to run: gflowctl run [flags] -- CMD [ARGS...] or gflowctl run SCRIPT")
-    script = None if after_dashes else read_script(Path(rest[0]))
+    script = None if after_dashes else read_script(lean(rest[0]))
     submission = build_submission(
         home,
         options,

@@ -20,12 +20,12 @@ import json
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from controller.util.yamlio import YAMLSyntaxError, iter_documents_text, load_one
 
 TYPE_CHECKING = False  # not typing's: the CLI's side (ask) imports neither typing nor the models
 if TYPE_CHECKING:
+    from pathlib import Path  # not at run time: run and apply import no pathlib (util/lean_path.py)
     from typing import Any
 
     from controller.model.documents import AdmittedJob

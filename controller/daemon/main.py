@@ -11,19 +11,12 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Literal, NoReturn, get_args, get_origin
-
-from pydantic_core import PydanticUndefined
+from typing import Any, NoReturn
 
 from controller import __version__
 from controller.act.runtime import start_problem
-from controller.api.config import (
-    ConfigError,
-    flag_fields,
-    flag_name,
-    flag_overrides,
-    load_config,
-)
+from controller.api.config_flags import FLAGS
+from controller.api.settings import flag_name, flag_overrides, plain_settings
 from controller.daemon.service import VERBS
 from controller.daemon.service import main as service_main
 from controller.observe.gpus.guard import GuardedInventory
@@ -94,7 +87,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """Every config.yaml key is also a flag (``allocationStrategy`` -> ``--allocation-strategy``),
-    generated from the config model so the two never drift."""
+    from the table generated from the config model (``config_flags.FLAGS``) so the two never drift."""
     parser = _Parser(
         prog="gflowd",
         description="Run the gflow controller in the foreground. "
@@ -102,32 +95,23 @@ def build_parser() -> argparse.ArgumentParser:
         "`gflowd status` shows it, `gflowd down` stops it (never the jobs).",
     )
     parser.add_argument("--home", help="state directory (default $GFLOW_HOME or ~/.local/share/gflow)")
-    for path, info in flag_fields():  # structured settings (webhooks) live in config.yaml only
-        name, flag = ".".join(path), flag_name(path)
-        default = info.default if info.default not in (None, [], PydanticUndefined) else None
-        help_text = (info.description or "") + (f" (default {default})" if default is not None else "")
-        kwargs: dict = {"dest": name, "help": help_text}
+    for path, help_text, kind, choices, _ in FLAGS:  # structured settings (webhooks) live in config.yaml only
+        kwargs: dict = {"dest": ".".join(path), "help": help_text, "type": _FLAG_TYPES.get(kind)}
         if len(path) > 1:
             kwargs["metavar"] = path[-1].upper()
-        literal = [a for a in get_args(info.annotation) if isinstance(a, str)]
-        if get_origin(info.annotation) is Literal or literal:
-            kwargs["choices"] = literal or list(get_args(info.annotation))
-        if name == "gpus":
-            kwargs["type"] = _parse_gpus
-        elif int in get_args(info.annotation) or info.annotation is int:
-            kwargs["type"] = int
-        elif _is_list(info.annotation):
-            kwargs["type"] = lambda text: [x.strip() for x in text.split(",") if x.strip()]
-        parser.add_argument(flag, **kwargs)
+        if choices is not None:
+            kwargs["choices"] = list(choices)
+        parser.add_argument(flag_name(path), **kwargs)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--version", action="version", version=f"gflowd {__version__}")
     return parser
 
 
-def _is_list(annotation: Any) -> bool:
-    if get_origin(annotation) is list:
-        return True
-    return any(get_origin(a) is list for a in get_args(annotation))
+_FLAG_TYPES: dict[str, Any] = {
+    "gpus": _parse_gpus,
+    "int": int,
+    "list": lambda text: [x.strip() for x in text.split(",") if x.strip()],
+}
 
 
 def on_journal(stream: Any, env: dict[str, str] | None = None) -> bool:
@@ -168,14 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), handlers=[handler])
     home = Home.resolve(args.home, None)
-    try:
-        config = load_config(
-            home.config_file,
-            flag_overrides({path: getattr(args, ".".join(path)) for path, _ in flag_fields()}),
-        )
-    except ConfigError as exc:
-        sys.stderr.write(f"gflowd: {exc}\n")
-        return 1
+    flags = {path: getattr(args, ".".join(path)) for path, *_ in FLAGS}
+    config: Any = plain_settings(home.config_file, flags)
+    if config is None:  # a config file or a flag the model checks
+        from controller.api.config import ConfigError, load_config  # lazy: the config model (pydantic, ~0.1 s)
+
+        try:
+            config = load_config(home.config_file, flag_overrides(flags))
+        except ConfigError as exc:
+            sys.stderr.write(f"gflowd: {exc}\n")
+            return 1
     home = Home.resolve(args.home, config.spec_dir)
     # state and logs are never world- or group-writable, whatever umask gflowd was started with
     # (jobs inherit it too, as from any daemon: systemd's default UMask is 0022 as well)

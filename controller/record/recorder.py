@@ -567,6 +567,11 @@ class Recorder:
         )
         now = self.clock()
         self.write_due = None
+        # a record held back by an earlier pass and carried over as that very object (a flood's
+        # tail) is not due before _held_due, its lower bound: no _may_wait, no comparison for it
+        held_until = (
+            self._held_due if only is not None and self._held_due is not None and now < self._held_due else None
+        )
         if only is None:
             self._held_due = None  # every record is looked at: _may_wait finds the earliest again
         elif self.unwritten:  # held back, then parked out of the pass's sight: looked at once due
@@ -585,6 +590,8 @@ class Recorder:
                     continue
                 if known is not None and _queue_detail_only(known, state):
                     self.lagging[name] = owner_of(name) or ""
+                    continue
+                if known is None and held_until is not None and self.unwritten.get(name) is state:
                     continue
                 if known is None and self._may_wait(name, state, now):
                     changed = self._index_only(name, state) or changed

@@ -17,9 +17,12 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from controller.util.locks import lock_held  # noqa: F401  (here too: callers import it from fsutil)
+
+TYPE_CHECKING = False  # not typing's: run's and apply's start-up imports no pathlib (util/lean_path.py)
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def atomic_write(path: Path, data: str | bytes, mode: int = 0o644, durable: bool = True, sync_dir: bool = True) -> None:
@@ -143,6 +146,8 @@ def rewrite_locked(
     file is untouched. ``path`` may be a symlink: the file it leads to is edited, which must lie
     inside ``within`` when given; a removal removes the link itself.
     """
+    from pathlib import Path  # lazy: only a rewrite (not apply of a new file)
+
     real = Path(os.path.realpath(path))
     if within is not None and not real.is_relative_to(os.path.realpath(within)):
         if os.path.islink(path):
@@ -316,7 +321,7 @@ class NewFile:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.chmod(self.tmp, mode)
-            _renameat2()  # resolved now (ctypes, ~1 ms), while the caller waits anyway
+            _renameat2()  # resolved now, while the caller waits anyway
         except BaseException:
             self.abandon()
             raise
@@ -342,24 +347,42 @@ class NewFile:
 
 
 @functools.cache
-def _renameat2():
-    """glibc's ``renameat2`` (>= 2.28) through ctypes, resolved once; None without it (``os`` has none)."""
-    import ctypes  # lazy: only for a create that must not replace (apply of a new file)
+def _renameat2() -> tuple[Callable[..., int], Callable[[], int]] | None:
+    """glibc's ``renameat2`` (>= 2.28), resolved once, and the errno it sets; None without it (``os``
+    has none). Called through ``_ctypes``, the extension ``ctypes`` wraps, as ``ctypes.CDLL(None,
+    use_errno=True).renameat2`` is: ``import ctypes`` builds ~30 classes (~2 ms of every ``run`` and
+    ``apply``) for this one call of ints and bytes, which needs only an int result type."""
+    try:
+        import _ctypes  # lazy: only for a create that must not replace (apply of a new file)
+    except ImportError:
+        return None
 
-    return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    # _ctypes is CPython's own, undocumented: should a later Python change it (AttributeError,
+    # TypeError), the create falls back to the hard link below instead of failing.
+    try:
+
+        class CInt(_ctypes._SimpleCData):  # ctypes.c_int
+            _type_ = "i"
+
+        class Function(_ctypes.CFuncPtr):  # the function type of ctypes.CDLL(None, use_errno=True)
+            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+            _restype_ = CInt
+
+        program = _ctypes.dlopen(None, os.RTLD_NOW)  # type: ignore[arg-type]  # None: this process's symbols
+        return Function(_ctypes.dlsym(program, "renameat2")), _ctypes.get_errno
+    except (OSError, AttributeError, TypeError):  # no such symbol (an older glibc, another libc), or see above
+        return None
 
 
 def _rename_noreplace(source: str, target: Path) -> None:
-    renameat2 = _renameat2()
+    resolved = _renameat2()
     at_fdcwd, rename_noreplace = -100, 1
-    if (
-        renameat2 is not None
-        and renameat2(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(str(target)), rename_noreplace) == 0
-    ):
-        return
-    import ctypes  # lazy: loaded by _renameat2 already; only its errno is read here
-
-    err = ctypes.get_errno() if renameat2 is not None else errno.ENOSYS
+    err = errno.ENOSYS
+    if resolved is not None:
+        renameat2, get_errno = resolved
+        if renameat2(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(str(target)), rename_noreplace) == 0:
+            return
+        err = get_errno()
     if err in (errno.ENOSYS, errno.EINVAL):  # an old kernel or a file system without it: a hard link is atomic too
         os.link(source, target)
         os.unlink(source)

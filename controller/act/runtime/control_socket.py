@@ -754,11 +754,16 @@ def _move_aside(path: str) -> None:
             os.unlink(aside)
 
 
+def fits_sun_path(path: str) -> bool:
+    """``path`` is a socket address as it is (``unix_address``)."""
+    return len(os.fsencode(path)) < 100
+
+
 @contextlib.contextmanager
 def unix_address(path: str):
     """``path`` as a socket address the kernel takes: a path longer than sun_path's 108 bytes (a deep
     GFLOW_HOME) is reached through its folder's descriptor, ``/proc/self/fd/N/NAME``."""
-    if len(os.fsencode(path)) < 100:
+    if fits_sun_path(path):
         yield path
         return
     fd = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -110,8 +110,14 @@ def create(path: str, launch: dict, mode: int = 0o600) -> None:
 
 
 def read_launch(fd: int) -> dict | None:
+    return decode(launch_region(fd))
+
+
+def launch_region(fd: int) -> bytes:
+    """The launch region's bytes as they are (``decode`` reads its record): a supervisor compares
+    them to tell its record was not recycled meanwhile, without parsing the JSON again."""
     size = os.fstat(fd).st_size
-    return decode(os.pread(fd, max(0, size - LAUNCH_AT), LAUNCH_AT)) if size > LAUNCH_AT else None
+    return os.pread(fd, size - LAUNCH_AT, LAUNCH_AT) if size > LAUNCH_AT else b""
 
 
 def read_run(fd: int) -> dict | None:

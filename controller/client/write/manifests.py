@@ -17,7 +17,6 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from controller import API_VERSION
 from controller.client.errors import GflowError
@@ -25,7 +24,12 @@ from controller.client.read.state import document_position, find_manifest
 from controller.client.review import ask, ask_socket, check_documents
 from controller.paths import Home, is_manifest_name
 from controller.util.fsutil import NewFile, RewriteError, create_new, fsync_dir, lock_held, rewrite_locked
+from controller.util.lean_path import lean
 from controller.util.yamlio import iter_documents_text, load_one
+
+TYPE_CHECKING = False  # not typing's: run's and apply's start-up imports no pathlib (util/lean_path.py)
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _ENV_KEY = re.compile(r"^\s*env\s*:", re.MULTILINE)  # spec.env (or a template's): a Job's secrets
 # likely_stored's patterns, compiled on first use (run never needs them)
@@ -137,7 +141,7 @@ def read_inputs(filenames: list[str], recursive: bool) -> list[tuple[str, str]]:
         if name == "-":
             inputs.append(("<stdin>", sys.stdin.read()))
             continue
-        path = Path(name)
+        path = lean(name)
         if path.is_dir():
             files = _manifests_in(path, recursive)
             if not files:
@@ -475,11 +479,11 @@ def _source_folders(home: Home, inputs: list[tuple[str, str]]) -> list[str | Non
 def source_folder(home: Home, origin: str) -> str | None:
     """The folder an input was applied from (stdin: the current folder), or None when it is under
     the spec dir, where a manifest keeps its own folder's rule."""
-    source = Path.cwd() if origin.startswith("<") else Path(os.path.abspath(origin)).parent
-    spec_dir = home.spec_dir.resolve()
-    if spec_dir == source.resolve() or spec_dir in source.resolve().parents:
+    source = os.getcwd() if origin.startswith("<") else os.path.dirname(os.path.abspath(origin))
+    spec_dir = os.path.realpath(home.spec_dir)  # what Path.resolve reads
+    if os.path.commonpath((spec_dir, os.path.realpath(source))) == spec_dir:  # the spec dir or below it
         return None
-    return str(source)
+    return source
 
 
 def run_where_applied(home: Home, doc: Doc) -> Doc:

@@ -17,8 +17,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
-
 from controller.model.gpu_health import PAGES_PENDING, XID_UNHEALTHY, ecc_problem, xid_problem
 from controller.model.gpus import Gpu, GpuProcess
 from controller.model.mig import mig_profile_of
@@ -76,12 +74,6 @@ class NvmlInventory:
         self._xid_failed: dict[int, str] = {}  # per GPU: the critical Xid seen, until gflowd restarts
         # per GPU: its last Xid events (wall time, Xid), any kind: an ended job's failure names them
         self._xid_log: dict[int, list[tuple[float, int]]] = {}
-        self._retrying = Retrying(
-            stop=stop_after_attempt(ATTEMPTS),
-            wait=wait_exponential(multiplier=0.01, max=0.05),
-            retry=retry_if_exception(lambda exc: _code(exc) in TRANSIENT and self._is_nvml_error(exc)),
-            reraise=True,
-        )
         try:
             import pynvml  # lazy: the NVML binding loads only when gflowd reads real GPUs
         except ImportError:
@@ -288,8 +280,16 @@ class NvmlInventory:
         return self._nv is not None and isinstance(exc, self._nv.NVMLError)
 
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """One NVML call, retried a few quick times on transient errors."""
-        return self._retrying(fn, *args)
+        """One NVML call, retried a few quick times on transient errors (a loop, not tenacity: its
+        import, with asyncio's and random's, cost every gflowd start ~8 ms)."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return fn(*args)
+            except Exception as exc:
+                if attempt == ATTEMPTS or not (_code(exc) in TRANSIENT and self._is_nvml_error(exc)):
+                    raise
+            time.sleep(min(0.01 * 2 ** (attempt - 1), 0.05))  # 10 ms, then 20 ms
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _init_failure(self, exc: BaseException) -> str:
         code = _code(exc)

@@ -379,8 +379,8 @@ class AttemptCgroup:
     def _v1_deny_devices(self, directory: str, rules: list[DeviceRule]) -> None:
         """A new cgroup starts as a copy of its parent's device list; only the rules are denied.
         Denying again is a no-op, so an adopted cgroup is redone without ever widening access."""
-        for rule in rules:
-            self.fs.write(os.path.join(directory, "devices.deny"), str(rule))
+        if rules:
+            self.fs.write_each(os.path.join(directory, "devices.deny"), [str(rule) for rule in rules])
 
     # -- members ----------------------------------------------------------------------------------
 

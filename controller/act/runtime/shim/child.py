@@ -11,9 +11,11 @@ import stat
 import sys
 import warnings  # noqa: F401  os.execvpe imports it lazily; after setuid the stdlib may be unreadable
 
-try:  # in the project; run as a plain file (shim/main.py), the module in the folder above
+try:  # in the project; run as a plain file (shim/main.py), the module in the folder above and beside
     from controller.act.runtime.control_socket import enter_terminal
+    from controller.act.runtime.shim import cgroup_files
 except ImportError:
+    import cgroup_files  # type: ignore[no-redef,import-not-found]
     from control_socket import enter_terminal  # type: ignore[no-redef]
 
 
@@ -165,18 +167,13 @@ def job_environment(spec: dict) -> dict:
     return env
 
 
-def join_cgroup(procs: list[str]) -> None:
+def join_cgroup(procs: list[str], keep: str = "") -> None:
     """In the job's forked child, before exec: move this process into the attempt's cgroup, one
     ``cgroup.procs`` per hierarchy (gflowd made them and wrote the limits first). Also what
-    ``gflowctl exec`` does to run a command inside a job's limits."""
+    ``gflowctl exec`` does to run a command inside a job's limits, and how a supervisor steps in
+    to spawn its job and back out (``keep``: what it keeps open for the next time, ``cgroup_files``)."""
     for path in procs:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.write(fd, b"0")
-        except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, path) from None
-        finally:
-            os.close(fd)
+        cgroup_files.join(path, keep)
 
 
 JOB_DEFAULT_SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ)
@@ -203,7 +200,7 @@ def home_cgroups(procs: list[str]) -> list[str] | None:
         }
     found = []
     for path in procs:
-        mine = _home_of(os.path.dirname(os.path.dirname(path)))  # .../PARENT/ATTEMPT/cgroup.procs
+        mine = _home_of(path.rsplit("/", 2)[0])  # .../PARENT/ATTEMPT/cgroup.procs
         if mine is None:
             return None
         if mine not in found:
@@ -263,10 +260,19 @@ def _find_cgroups_package():
     return cgroups
 
 
+_last_cgroups: tuple[dict, str, object] | None = None  # (probe, group, Cgroups): every attempt of a home has the same
+
+
 def attempt_cgroup(record: dict | None):
-    """The attempt's cgroup as the launch record describes it (``AttemptCgroup``), or None."""
+    """The attempt's cgroup as the launch record describes it (``AttemptCgroup``), or None. The
+    ``Cgroups`` of the last launch record is kept while the next one's probe and group are equal
+    (comparing the two dicts costs far less than building a ``Probe`` again for each attempt)."""
+    global _last_cgroups
     if not record:
         return None
     package = cgroups_package()
-    found = package.Probe.from_dict(record["probe"])
-    return package.AttemptCgroup(package.Cgroups(found, record["group"]), record["name"], record.get("keys"))
+    probe, group = record["probe"], record["group"]
+    if _last_cgroups is None or _last_cgroups[0] != probe or _last_cgroups[1] != group:
+        fs = package.Cgroupfs(opener=cgroup_files.open_in_group)  # its counters read relative to the group folder
+        _last_cgroups = (probe, group, package.Cgroups(package.Probe.from_dict(probe), group, fs=fs))
+    return package.AttemptCgroup(_last_cgroups[2], record["name"], record.get("keys"))

@@ -12,10 +12,10 @@ import time
 
 try:  # in the project; run as a plain file (shim/main.py), the modules above this one
     from controller.act.runtime import record
-    from controller.act.runtime.control_socket import unix_address
+    from controller.act.runtime.control_socket import fits_sun_path, unix_address
 except ImportError:
     import record  # type: ignore[no-redef]
-    from control_socket import unix_address  # type: ignore[no-redef]
+    from control_socket import fits_sun_path, unix_address  # type: ignore[no-redef]
 
 TYPE_CHECKING = False  # not typing's: the shim loads the standard library's least (type checkers read it as theirs)
 if TYPE_CHECKING:
@@ -167,6 +167,9 @@ class ExitRecord:
             return
         message = f"{what} {self.spec.get('name')} {self.spec.get('attempt')}" + (f" {detail}" if detail else "")
         try:
+            if fits_sun_path(address):  # no folder descriptor to open (unix_address): most homes
+                _notice_socket().sendto(message.encode(), address)
+                return
             with unix_address(address) as short:
                 _notice_socket().sendto(message.encode(), short)
         except OSError:

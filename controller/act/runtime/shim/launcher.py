@@ -18,6 +18,7 @@ distributions), a session per supervisor let a burst of them outweigh gflowd man
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import signal
@@ -180,6 +181,9 @@ class _Pool:
             self.serving[pid], self.by_path[path] = path, pid
             return
         task_r, task_w = os.pipe2(os.O_CLOEXEC)
+        # everything the zygote holds out of the child's collections: a full collection in a
+        # supervisor wrote into every object's header, copying each page of the zygote it touched
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             code = 1
@@ -200,6 +204,7 @@ class _Pool:
                     pass
             finally:
                 os._exit(code)
+        gc.unfreeze()  # the zygote's own collections go on: garbage frozen at a fork is not kept for good
         os.close(task_r)
         os.write(task_w, path + b"\n")
         self.tasks[pid] = task_w
@@ -259,11 +264,17 @@ class _LazyTrace:
 
 def _trace_to(path: str) -> None:
     previous = sys.stderr
-    if isinstance(previous, _LazyTrace) and previous.fd is not None:  # the last attempt's
+    if not isinstance(previous, _LazyTrace):  # this process's first attempt
+        _to_devnull((0, 1, 2))
+    elif previous.fd is not None:  # the last attempt's trace, dup'd onto 2; 0 and 1 stayed /dev/null
         os.close(previous.fd)
         previous.fd = None
+        _to_devnull((2,))
+    sys.stdout = sys.stderr = _LazyTrace(path)
+
+
+def _to_devnull(targets: tuple[int, ...]) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
-    for target in (0, 1, 2):
+    for target in targets:
         os.dup2(devnull, target)
     os.close(devnull)
-    sys.stdout = sys.stderr = _LazyTrace(path)

@@ -200,7 +200,7 @@ class JobStart:
             step = "command"
             program = find_program(spec["argv"][0], env)
             step = "cgroup"
-            join_cgroup(procs)
+            join_cgroup(procs, keep="folder")
             try:
                 step = "command"
                 pid = os.posix_spawn(
@@ -235,7 +235,7 @@ class JobStart:
         """Back into our own cgroups after a spawn in the attempt's. Should the kernel refuse, the job
         still runs and is supervised; this process, its memory now the job's, is not reused."""
         try:
-            join_cgroup(home_cgroups(procs) or [])
+            join_cgroup(home_cgroups(procs) or [], keep="file")
         except OSError as exc:
             self.stuck_in_cgroup = True
             sys.stderr.write(f"supervisor: cannot leave the attempt's cgroup: {exc}\n")

@@ -170,6 +170,25 @@ def set_subreaper() -> bool:
         return False
 
 
+_CAUGHT = (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+_caught = False  # this process installed the handlers (a supervisor keeps them between attempts)
+
+
+def _catch_signals() -> None:
+    """The signals the watch waits for, caught by a handler that does nothing: each one only
+    wakes the watch through the wake-up fd (``Supervisor._wait``). Installed once per process:
+    four ``signal.signal`` calls, and four more to undo them, were ~50 us an attempt."""
+    global _caught
+    if not _caught:
+        for sig in _CAUGHT:
+            signal.signal(sig, _woken)
+        _caught = True
+
+
+def _woken(*_: object) -> None:
+    """The handler of ``_CAUGHT``: the wake-up fd carries the signal's number."""
+
+
 def _read_json(path: str) -> dict | None:
     try:
         with open(path, "rb") as handle:
@@ -185,9 +204,10 @@ class Supervisor(JobStart, ExitRecord):
         self.record_path = record_path
         try:  # held for our whole life: the record is also the attempt's lock
             self.fd: int | None = os.open(record_path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-            self.spec = record.read_launch(self.fd) or {}
+            self.launch = record.launch_region(self.fd)
+            self.spec = record.decode(self.launch) or {}
         except OSError:
-            self.fd, self.spec = None, {}
+            self.fd, self.launch, self.spec = None, b"", {}
         self.paths = {kind: f"{record_path}.{kind}" for kind in ("stop", "limits", "input")}
         self.job_pid = 0
         self.job_status: int | None = None
@@ -223,7 +243,7 @@ class Supervisor(JobStart, ExitRecord):
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return 0  # another supervisor owns this attempt
-        if not still_named(self.fd, self.record_path) or record.read_launch(self.fd) != self.spec:
+        if not still_named(self.fd, self.record_path) or record.launch_region(self.fd) != self.launch:
             return 0  # our attempt ended and its record was recycled as another's since we opened it
         if record.read_exit(self.fd) is not None or record.read_run(self.fd) is not None:
             return 0  # this attempt already began: never run it twice
@@ -232,8 +252,7 @@ class Supervisor(JobStart, ExitRecord):
         os.set_blocking(wake_w, False)
         os.set_blocking(wake_r, False)
         signal.set_wakeup_fd(wake_w)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(sig, lambda *_: None)
+        _catch_signals()
         started_wall = time.time()
         started_mono = time.monotonic()
         self.control = Control(self.spec, self.paths["input"], join_cgroup=join_cgroup, environment=job_environment)
@@ -275,12 +294,10 @@ class Supervisor(JobStart, ExitRecord):
         return bool(self.spec.get("tty")) or self.checkpoint is not None
 
     def close(self) -> None:
-        """After ``run``: signals back to their defaults, the wake-up pipe and the record closed
-        (which frees the attempt's lock: its exit record is written)."""
+        """After ``run``: the wake-up pipe and the record closed (which frees the attempt's lock: its
+        exit record is written). The signals' handlers stay (``_catch_signals``): with no wake-up
+        fd a signal meant for this attempt is lost, as ignored, and none reaches a next one."""
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # none is meant for a next attempt
-            signal.signal(sig, signal.SIG_IGN)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in (*(self._wake or ()), *((self.fd,) if self.fd is not None else ())):
             os.close(fd)
         self._wake, self.fd = None, None
@@ -309,7 +326,9 @@ class Supervisor(JobStart, ExitRecord):
                 listen_at = None
                 if self.control is not None:
                     self.control.listen()
-            tree = descendants(os.getpid())
+            # while the job is unreaped it is in the tree: the walk of /proc is needed only once it
+            # ended (its strays) or to poll the tree's RSS (4 opens of /proc a turn)
+            tree = descendants(os.getpid()) if self.job_status is not None or self._polls_rss() else [self.job_pid]
             if self.job_status is not None and not tree:
                 self._fire(Event.TREE_GONE)
                 return
@@ -336,6 +355,10 @@ class Supervisor(JobStart, ExitRecord):
             return
         handler, self.state = found
         getattr(self, handler)(*args)
+
+    def _polls_rss(self) -> bool:
+        """The memory limit is ours to enforce, from the tree's RSS (``_over_memory``)."""
+        return bool(self.memory_limit) and not (self.cgroup is not None and self.spec["cgroup"].get("memory"))
 
     def _over_memory(self, tree: list[int]) -> bool:
         """With a memory cgroup the kernel enforces the limit and we read its OOM counter; without,
