@@ -15,6 +15,7 @@ from controller.act.apply import act
 from controller.decide.acted import fold_acted
 from controller.decide.lifecycle import _finished_and_current
 from controller.decide.reconcile import decide
+from controller.model.documents import FILE_KEY, AdmittedJob, CachedJob, model_built
 from controller.model.lean_records import LeanRecords, changed_items, facts_of, loaded_facts, loaded_names
 from controller.model.overlay import Overlay
 from controller.model.plan import Manifests, Memory, Snapshot
@@ -37,12 +38,30 @@ def _restarted(states) -> LeanRecords:
     return LeanRecords(facts, plain, build=lambda name: JobState.from_status(states[name].to_status()))
 
 
+def _cached(doc: AdmittedJob) -> CachedJob:
+    """``doc`` as a restarted store holds a cached file of that one Job (observe/manifests.py): its
+    model built from the cached document only when read."""
+    key = FILE_KEY.pack(doc.mtime_ns, 1, 2, 1000, 3)
+    document = f'[{{"metadata":{{"name":"{doc.name}"}}}}]'
+    built = doc.job
+
+    def build(text: str, doc_index: int, name: str):
+        assert (text, doc_index, name) == (document, doc.doc_index, doc.name)
+        return built
+
+    return CachedJob(
+        key, doc.name, doc.source, doc.path, doc.doc_index, doc.spec_hash, doc.run_hash, doc.facts, document, build
+    )
+
+
 class LeanWorld(World):
     """A World whose memory is handed to decide as it is (no copy to a dict), as gflowd's loop does;
-    its first pass after :meth:`restart` is a start's (no previous admission)."""
+    its first pass after :meth:`restart` is a start's (no previous admission), its plain Jobs'
+    manifests as a restarted store holds them (``CachedJob``)."""
 
     def restart(self) -> LeanRecords:
         self.memory = Memory(_restarted(self.states), dict(self.sweep_states))
+        self.docs = {n: _cached(d) if type(d) is AdmittedJob and d.owner is None else d for n, d in self.docs.items()}
         return self.memory.states
 
     def tick(self, now: float):
@@ -149,6 +168,8 @@ def test_a_start_carries_unchanged_finished_jobs_without_building_their_records(
     plan = world.tick(T0 + 10)
     assert (plan.starts, plan.removed, plan.events) == ((), (), ())
     assert _built(records) == 0
+    assert all(type(d) is CachedJob and not model_built(d) for d in world.docs.values())  # nor their models
+    assert all(plan.admission.jobs[n] is world.docs[n] for n in "abc")
     assert plan.looked_at == set()  # nothing decided: the writer looks at none of them
     assert {n: plan.states[n].to_status() for n in "abc"} == {n: s.to_status() for n, s in before.items()}
     assert changed_items(plan.states) == []  # and a resync's write_states finds nothing to compare
@@ -181,6 +202,19 @@ def test_a_deleted_finished_job_loses_its_status():
     world.delete("a")
     plan = world.tick(T0 + 10)
     assert plan.removed == ("a",) and "a" not in plan.states and "b" in plan.states
+
+
+def test_a_cached_job_whose_record_is_not_finished_builds_its_model_and_is_decided_as_ever():
+    world = LeanWorld(job("a", backoffLimit=0), job("b"))
+    world.tick(T0)
+    world.exit("b", 0, T0 + 1)
+    world.tick(T0 + 2)
+    assert world.phase("a")[0] == "Running"
+    world.runtime.runs.pop("a")  # its process gone while gflowd was away
+    world.restart()
+    plan = world.tick(T0 + 10)
+    assert world.phase("a") == ("Failed", "Lost") and plan.states["a"].generation == 1
+    assert model_built(world.docs["a"]) and not model_built(world.docs["b"])  # a's read, b's not
 
 
 def test_a_dependent_of_a_finished_job_starts():

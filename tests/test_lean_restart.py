@@ -1,7 +1,8 @@
 """A real gflowd restarted on a home of finished jobs keeps them lean (their records as the records
-journal's rows, model/lean_records.py) and writes the index, the jobs table and the status files a
-start that built every record from its YAML writes, byte for byte (the index's head aside: it names
-the new pid); the finished jobs then behave as ever when touched: an edited one runs again as a new
+journal's rows, model/lean_records.py; their manifests as the parse cache's facts, CachedJob) and
+writes the index, the jobs table and the status files a start that built every record from its YAML
+and parsed every manifest writes, byte for byte (the index's head aside: it names the new pid); the
+finished jobs then behave as ever when touched: an edited one runs again as a new
 generation, a deleted one loses its status, a new job depending on one starts."""
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def test_a_restart_on_lean_records_writes_what_a_restart_from_the_yaml_writes_an
 
     (home / "run" / "records.journal").unlink()  # every record built from its status file's YAML
     (home / "run" / "start-rows.cache").unlink(missing_ok=True)
+    (home / "run" / "manifest-cache.json").unlink()  # and every manifest parsed (a start: CachedJobs)
     built = gflowd()
     assert built.terminate() == 0
     assert _what_a_start_wrote(home) == from_rows

@@ -189,3 +189,29 @@ def test_a_file_cut_short_in_place_under_a_running_gflowd_costs_only_building_th
     assert jobs["b"]["message"] == "ran again"
     assert {n: jobs[n] for n in ("a", "c")} == {n: first[0][n] for n in ("a", "c")}
     assert recorder._on_disk == {}  # built from the records, the file let go
+
+
+def test_a_start_takes_a_finished_records_facts_from_the_file_as_its_journal_row_gives_them(tmp_path, monkeypatch):
+    """The file holds each finished record's facts as a start keeps it lean (model/lean_records.py),
+    written by the start that built the record (no file yet) as by one that kept it lean: the next
+    start takes them and the table row as they are, and they are the facts of the journal's row."""
+    from controller.record import recorder as recorder_module
+    from controller.util import records_journal as journal
+
+    home = _home_of_finished_jobs(tmp_path, ["a", "b"])
+    _start(home)  # no file yet: every record built from the journal's rows, the file written
+    memo = start_rows.read(str(home.run_dir / "start-rows.cache"))
+    memo.rows.close()
+    facts = dict(zip(memo.names, memo.facts))
+    fields = recorder_module.JOB_FIELDS
+    rows = {e[0]: e[4] for e in journal.read(str(home.run_dir / "records.journal"), fields).last.values()}
+    assert facts == {n: recorder_module._facts_of_row(rows[n]) for n in ("a", "b")}
+
+    def unused(row):
+        raise AssertionError("facts made from a journal row")
+
+    monkeypatch.setattr(recorder_module, "_facts_of_row", unused)
+    recorder = Recorder(home, clock=lambda: T0 + 10)
+    states = recorder.load()[0]
+    assert {n: states.facts(n) for n in ("a", "b")} == facts
+    assert set(recorder._table) == {"a", "b"}

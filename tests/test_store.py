@@ -619,3 +619,83 @@ def test_the_parse_cache_serves_files_whose_paths_json_escapes(tmp_path):
     second.scan()
     assert (second.cache_hits, second.parses) == (2, 0)
     assert sorted(d.name for d in second.documents()) == ["a", "plain"]
+
+
+def test_a_restart_holds_a_cached_file_of_one_job_as_that_job_until_it_changes(tmp_path):
+    """A file of one plain Job found as the parse cache saw it is one object, the store's entry and
+    the admitted document (``CachedJob``: no ``ManifestFile`` nor list per file at 50,000); it says
+    what a parse says, the cache it writes back is the same bytes, and an edit or a delete of the
+    file is a change as ever."""
+    from controller.model.documents import CachedJob
+    from controller.observe.manifests import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "one.yaml").write_text("metadata: {name: one, labels: {team: a}}\nspec: {command: [echo], priority: 3}\n")
+    (spec / "other.yaml").write_text("spec: {command: [echo]}\n")
+    (spec / "two.yaml").write_text(
+        "metadata: {name: x}\nspec: {command: [echo]}\n---\nmetadata: {name: y}\nspec: {command: [echo]}\n"
+    )
+    cache = tmp_path / "cache.json"
+    first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    first.scan()
+    first.save_cache(force=True)
+    written = cache.read_bytes()
+
+    second = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    second.scan()
+    assert (second.cache_hits, second.parses) == (3, 0)
+    one = str(spec / "one.yaml")
+    entry = second.files[one]
+    assert type(entry) is CachedJob and entry.documents == [entry]
+    assert type(second.files[str(spec / "two.yaml")]) is not CachedJob  # two jobs: a ManifestFile as ever
+    before = first.files[one].documents[0]
+    assert (entry.name, entry.source, entry.path, entry.doc_index, entry.spec_hash, entry.run_hash, entry.facts) == (
+        before.name,
+        before.source,
+        before.path,
+        before.doc_index,
+        before.spec_hash,
+        before.run_hash,
+        before.facts,
+    )
+    assert (entry.owner_uid, entry.mtime_ns, entry.key) == (before.owner_uid, before.mtime_ns, first.files[one].key)
+    assert not model_built(entry) and entry.job == before.job
+    second.save_cache(force=True)
+    assert cache.read_bytes() == written
+
+    second.take_changes()
+    (spec / "one.yaml").write_text("metadata: {name: one}\nspec: {command: [echo, v2]}\n")
+    assert second.refresh([one]) == {one}
+    gone, came = second.take_changes()
+    assert gone == [entry] and gone[0] is entry
+    (new,) = came
+    assert type(new) is AdmittedJob and new.spec_hash != entry.spec_hash and second.files[one].documents == [new]
+
+    other = str(spec / "other.yaml")
+    cached_other = second.files[other]
+    os.unlink(other)
+    assert second.refresh([other]) == {other}
+    assert second.take_changes() == ([cached_other], []) and other not in second.files
+
+
+@pytest.mark.parametrize("damage", ["trailing", "leading", "cut"])
+def test_a_cache_entry_json_would_not_read_whole_costs_a_parse(tmp_path, damage):
+    """Entries are decoded by the JSON scanner itself (no json.loads per file), as strictly: text
+    after the entry, before it, or an entry cut short is a corrupt entry, and the file is parsed."""
+    from controller.observe.manifests import ManifestStore
+
+    spec = tmp_path / "jobs"
+    spec.mkdir()
+    (spec / "a.yaml").write_text("spec:\n  command: [echo]\n")
+    cache = tmp_path / "cache.json"
+    first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    first.scan()
+    first.save_cache(force=True)
+    head, line = cache.read_text().rstrip("\n").split("\n")
+    path, entry = line.split("\t")
+    entry = {"trailing": entry + "]", "leading": " " + entry, "cut": entry[:-1]}[damage]
+    cache.write_text(f"{head}\n{path}\t{entry}\n")
+    second = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    second.scan()
+    assert (second.parses, second.cache_hits) == (1, 0) and [d.name for d in second.documents()] == ["a"]

@@ -4,6 +4,7 @@ the message users see; and the result of judging every document of the spec dir 
 from __future__ import annotations
 
 import posixpath
+import struct
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -116,6 +117,63 @@ AdmittedJob.job = _LazyJob()  # type: ignore[assignment,misc]
 def model_built(job: AdmittedJob) -> bool:
     """Whether ``job``'s pydantic model exists yet (for tests and benchmarks)."""
     return _JOB_SLOT.__get__(job, AdmittedJob) is not None
+
+
+# What says a manifest file is unchanged (``observe/manifests.py`` ``file_key``): its
+# (mtime_ns, size, inode, uid, ctime_ns) from the fstat of the descriptor it was read through, packed.
+FILE_KEY = struct.Struct("<qQQQq")
+_KEY_MTIME, _KEY_UID = struct.Struct("<q"), struct.Struct("<Q")  # at offsets 0 and 24 of a key
+
+
+class CachedJob(AdmittedJob):
+    """The one plain Job of a manifest file a start found as the parse cache last saw it: the store's
+    entry for the file and admission's document for the job in one object (``ManifestStore``
+    reads ``key``, ``via_symlink``, ``documents`` and ``parsed_json`` of either). At 50,000
+    finished jobs a start made a ``ManifestFile`` and a list per file besides the ``AdmittedJob``
+    (~8 MiB); the owner's uid and the mtime are read off the key (a big int less per job).
+    Like any ``AdmittedJob``, its model is built from the cached document only when read."""
+
+    __slots__ = ("key",)
+    via_symlink = False  # made only for a file in a real folder of the spec dir
+
+    def __init__(
+        self,
+        key: bytes,
+        name: str,
+        source: str,
+        path: str,
+        doc_index: int,
+        spec_hash: str,
+        run_hash: str,
+        facts: tuple[int, int, dict[str, str], float | None, bool, bool, bool],
+        document: str,
+        build: Callable[[str, int, str], Job],
+    ) -> None:
+        # the fields AdmittedJob's own __init__ sets, straight (it is ~2 us a job at 50,000)
+        self.key = key
+        self.name, self.source, self.path, self.doc_index = name, source, path, doc_index
+        self.spec_hash, self.run_hash, self.owner, self.real_dir = spec_hash, run_hash, None, None
+        (self.priority, self.gpus, self.labels, self.ttl, self.cancelled, self.conda_env, self.depends) = facts
+        self.job = None  # type: ignore[assignment]  # built from the cached document when read
+        self.document, self.build = document, build
+
+    @property  # AdmittedJob's field, read off the key
+    def owner_uid(self) -> int:  # type: ignore[override]
+        return _KEY_UID.unpack_from(self.key, 24)[0]
+
+    @property
+    def mtime_ns(self) -> int:  # type: ignore[override]
+        return _KEY_MTIME.unpack_from(self.key)[0]
+
+    @property
+    def documents(self) -> list[AdmittedJob | Rejection]:
+        """The file's documents, as a ``ManifestFile``'s: this job."""
+        return [self]
+
+    @property
+    def parsed_json(self) -> str | None:
+        """The file's parsed documents as JSON, as a ``ManifestFile``'s: for the parse cache."""
+        return self.document
 
 
 class JobFacts(NamedTuple):

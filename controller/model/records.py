@@ -397,6 +397,12 @@ _SPEC_HASH, _RUN_HASH = JOB_FIELDS.index("spec_hash"), JOB_FIELDS.index("run_has
 ROW_AT: dict[str, int] = {name: at for at, name in enumerate(JOB_FIELDS)}  # a field's place in a journal row
 
 
+def shared_empty(name: str) -> Any:
+    """The one empty container records share for field ``name`` (``labels``, ``devices``...), as
+    ``from_row`` and ``row_value`` give it."""
+    return _EMPTY_SHARED[name]
+
+
 def row_value(row: tuple[Any, ...], name: str) -> Any:
     """Field ``name`` of a journal row as ``JobState.from_row`` would set it (an empty container
     the shared one), without building the record."""

@@ -14,6 +14,7 @@ import json
 import logging
 import operator
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -29,10 +30,13 @@ from controller.model.lean_records import (
     MANIFEST,
     OWNER,
     PHASE,
+    RUN_HASH,
+    SPEC_HASH,
     VALID_VERDICT,
     Facts,
     LeanRecords,
     changed_items,
+    facts_of,
 )
 from controller.model.plan import Event
 from controller.model.reasons import QUEUE_REASONS, SETTLED_PHASES, Condition, Phase, Reason
@@ -46,6 +50,7 @@ from controller.model.records import (
     condition_verdicts,
     rfc3339,
     row_value,
+    shared_empty,
 )
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
@@ -166,6 +171,13 @@ def _copied(text: str | None) -> str | None:
     return None if text is None else text.encode().decode()
 
 
+def _shared(text: str | None) -> str | None:
+    """``text``'s content as the one string every holder of it shares (``sys.intern`` of a copy):
+    the spec hashes, which the manifest store interns too (observe/manifests.py). Two strings a job
+    (~6 MiB at 50,000) when they were copies; as many as there are different specs now."""
+    return None if text is None else sys.intern(text.encode().decode())
+
+
 def _facts_of_row(row: tuple) -> Facts:
     """``lean_records.facts_of`` the record a journal row stands for. Its values copied, but for the
     vocabulary (phases, reasons) and small numbers: the facts outlive the start, where the journal's
@@ -177,8 +189,8 @@ def _facts_of_row(row: tuple) -> Facts:
     return (
         row[_AT_PHASE],
         row[_AT_REASON],
-        _copied(row[_AT_SPEC_HASH]),
-        _copied(row[_AT_RUN_HASH]),
+        _shared(row[_AT_SPEC_HASH]),
+        _shared(row[_AT_RUN_HASH]),
         _copied(row[_AT_MANIFEST]),
         _copied(row[_AT_OWNER]),
         row[_AT_PRIORITY] + 0,
@@ -188,6 +200,17 @@ def _facts_of_row(row: tuple) -> Facts:
         None if completion is None else completion + 0.0,
         condition_verdicts(conditions, (Condition.Admitted, Condition.DuplicateName)) == VALID_VERDICT,
     )
+
+
+def _lean_facts(state: JobState | None) -> Facts | None:
+    """The facts a start keeps of ``state`` as read back, if finished (as ``_facts_of_row`` makes them
+    of its journal row: its spec hashes shared), for ``run/start-rows.cache``; None otherwise."""
+    if state is None or state.phase not in SETTLED_PHASES:
+        return None
+    facts = facts_of(state)
+    shared = (_shared(facts[SPEC_HASH]), _shared(facts[RUN_HASH]))
+    labels = facts[LABELS] or shared_empty("labels")  # as a journal row's (a record read from YAML has its own)
+    return (*facts[:SPEC_HASH], *shared, *facts[RUN_HASH + 1 : LABELS], labels, *facts[LABELS + 1 :])
 
 
 _AT_PHASE, _AT_REASON, _AT_CONDITIONS = ROW_AT["phase"], ROW_AT["reason"], ROW_AT["conditions"]
@@ -374,7 +397,7 @@ class Recorder:
         memo = start_rows.read(self._start_rows)
         self._rows_memo_count = len(memo.names)
         loaded, on_disk, table, packed = self._loaded, self._on_disk, self._table, start_rows.packed
-        lean = self._loaded_facts
+        lean, memo_facts = self._loaded_facts, memo.facts
         for at, name in enumerate(memo.names):
             entry = known.get(name)
             if entry is None or name in parsed:
@@ -386,8 +409,8 @@ class Recorder:
                 on_disk[name] = at
                 cells = memo.table_rows[at]
                 # the row as _table_row builds it: the record's own strings, times and labels, not copies
-                if row is not None:
-                    facts = lean[name] = _facts_of_row(row)
+                if row is not None:  # the facts as a start before kept them, else made of the journal's row
+                    facts = lean[name] = memo_facts[at] or _facts_of_row(row)
                     table[name] = (
                         name,
                         *cells[1:6],
@@ -897,7 +920,7 @@ class Recorder:
                     key = journal.key_of(os.stat(self.home.status_file(name)))
                 except OSError:
                     continue
-                entries.append((name, *key, row, table[name]))
+                entries.append((name, *key, row, table[name], lean.get(name) or _lean_facts(state)))
         try:
             atomic_write(Path(self._start_rows), start_rows.payload(entries), durable=False)
         except (OSError, ValueError) as exc:
