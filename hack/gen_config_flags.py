@@ -69,15 +69,15 @@ def _is_list(annotation: Any) -> bool:
 _BOUND_NAMES = ("gt", "ge", "lt", "le")
 
 
-def _unit_parser(metadata: list[Any]) -> str | None:
-    """ "duration" or "quantity" when a BeforeValidator in ``metadata`` is that pure parser of units.py."""
+def _unit_parser(item: Any) -> str | None:
+    """The flag kind of a BeforeValidator that is units.py's pure parser ("duration", "quantity")."""
     from pydantic.functional_validators import BeforeValidator
 
     from controller.api.units import parse_duration, parse_quantity
 
-    parsers = {parse_duration: "duration", parse_quantity: "quantity"}
-    found = [parsers.get(m.func) for m in metadata if isinstance(m, BeforeValidator)]
-    return found[0] if found and found[0] is not None else None
+    if not isinstance(item, BeforeValidator):
+        return None
+    return {parse_duration: "duration", parse_quantity: "quantity"}.get(item.func)
 
 
 class _NotPlain(Exception):
@@ -90,27 +90,27 @@ def _check(annotation: Any, metadata: list[Any], top: bool = True) -> tuple[str 
     units.py's parser (the ``Duration``/``Quantity`` field types) and gt/ge/lt/le. Else _NotPlain."""
     import annotated_types
     from pydantic import WithJsonSchema
-    from pydantic.functional_validators import BeforeValidator
     from pydantic.types import Strict
 
-    parser = _unit_parser(metadata) if top else None
+    parser: str | None = None
     bounds: list[tuple[str, Any]] = []
     for item in metadata:
-        if isinstance(item, Strict | WithJsonSchema) or (parser and isinstance(item, BeforeValidator)):
+        unit = _unit_parser(item) if top else None
+        if unit is not None and parser in (None, unit):
+            parser = unit
+            continue
+        if isinstance(item, Strict | WithJsonSchema):
             continue
         bound = [(name, getattr(item, name)) for name in _BOUND_NAMES if hasattr(item, name)]
         if top and isinstance(item, annotated_types.BaseMetadata) and len(bound) == 1:
             bounds += bound
             continue
-        raise _NotPlain
+        raise _NotPlain  # any other validator or constraint is the model's
     origin = get_origin(annotation)
     if origin is Annotated:
         base, *extra = get_args(annotation)
-        inner_parser, inner_bounds = _check(base, [*metadata, *extra], top)
-        return inner_parser, inner_bounds
-    if origin is Literal:
-        return parser, bounds
-    if origin in (Union, type(int | None)):
+        return _check(base, [*metadata, *extra], top)
+    if origin in (Union, type(int | None)):  # optional: the field's metadata applies to the value
         for arm in get_args(annotation):
             if arm is not type(None):
                 arm_parser, arm_bounds = _check(arm, metadata, top)
@@ -119,7 +119,7 @@ def _check(annotation: Any, metadata: list[Any], top: bool = True) -> tuple[str 
     if origin is list:
         _check(get_args(annotation)[0], [], top=False)
         return parser, bounds
-    if annotation in (str, int, type(None)) or (annotation in (float, int) and parser):
+    if origin is Literal or annotation in (str, int, type(None)) or (annotation is float and parser):
         return parser, bounds
     raise _NotPlain
 
@@ -139,8 +139,9 @@ def _flag(
         parser, bounds = _check(info.annotation, list(info.metadata))
         # a nested setting's error names config.yaml's key (load_config), not the flag: the model's
         plain = len(path) == 1 or (parser is None and not bounds)
-    except _NotPlain:
-        parser, bounds, plain = _unit_parser(list(info.metadata)), [], False
+    except _NotPlain:  # the model's; a unit flag is still handed over as text
+        parser = next(filter(None, map(_unit_parser, info.metadata)), None)
+        bounds, plain = [], False
     if path == ("gpus",):
         kind = "gpus"
     elif parser is not None:

@@ -7,6 +7,7 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 
@@ -187,3 +188,23 @@ def test_a_config_file_or_a_checked_flag_goes_to_the_model(tmp_path, setup, flag
         (tmp_path / "file").write_text("")
         config_file = tmp_path / "file" / "config.yaml"  # ENOTDIR, not ENOENT
     assert plain_settings(config_file, _parsed(*flag)) is None
+
+
+def test_the_generator_keeps_for_the_model_what_it_cannot_repeat():
+    """A unit parser plus a bound is plain; another validator, a constraint other than a bound, a
+    bound inside a list or a float argparse would hand over as text is the model's."""
+    from annotated_types import Ge, Gt, MultipleOf
+    from pydantic import AfterValidator
+
+    from controller.api.fields import Duration, Quantity
+
+    assert gen._check(Duration | None, [Gt(0)]) == ("duration", [("gt", 0)])
+    assert gen._check(Quantity, [Ge(1)]) == ("quantity", [("ge", 1)])
+    for annotation, metadata in [
+        (Duration, [AfterValidator(lambda seconds: seconds)]),
+        (int, [MultipleOf(2)]),
+        (list[Annotated[int, Ge(0)]], []),
+        (float, []),
+    ]:
+        with pytest.raises(gen._NotPlain):
+            gen._check(annotation, metadata)
