@@ -35,9 +35,13 @@ plain, its settings from ``DEFAULTS`` (controller/api/settings.py): such a start
 
 from __future__ import annotations
 
-# (path, help, kind, choices, plain): kind is how argparse converts the text (str, int, gpus, list);
-# plain: argparse's check is the whole of the model's (no bound, no parser: the model keeps the value)
-FLAGS: tuple[tuple[tuple[str, ...], str, str, tuple[str, ...] | None, bool], ...] = (
+# (path, help, kind, choices, plain, bounds): kind is how the text is converted: by argparse (str,
+# int, gpus, list) or, kept as text by argparse, by units.parse_duration / parse_quantity (duration,
+# quantity); plain: that conversion and the bounds, (("gt", 0),) for Field(gt=0), are the whole of
+# the model's check (no other parser or validator), so settings.py can apply them without the model
+FLAGS: tuple[
+    tuple[tuple[str, ...], str, str, tuple[str, ...] | None, bool, tuple[tuple[str, int | float], ...]], ...
+] = (
 '''
 
 
@@ -62,27 +66,67 @@ def _is_list(annotation: Any) -> bool:
     return get_origin(annotation) is list or any(get_origin(a) is list for a in get_args(annotation))
 
 
-def _plain(annotation: Any, metadata: list[Any]) -> bool:
-    """Whether the model keeps whatever argparse hands it: str, int, a list of them or a Literal,
-    optional, with no bound, parser or validator anywhere (``Strict`` only)."""
+_BOUND_NAMES = ("gt", "ge", "lt", "le")
+
+
+def _unit_parser(item: Any) -> str | None:
+    """The flag kind of a BeforeValidator that is units.py's pure parser ("duration", "quantity")."""
+    from pydantic.functional_validators import BeforeValidator
+
+    from controller.api.units import parse_duration, parse_quantity
+
+    if not isinstance(item, BeforeValidator):
+        return None
+    return {parse_duration: "duration", parse_quantity: "quantity"}.get(item.func)
+
+
+class _NotPlain(Exception):
+    """The model checks more than a unit parser and a bound: its own validator, a strict float..."""
+
+
+def _check(annotation: Any, metadata: list[Any], top: bool = True) -> tuple[str | None, list[tuple[str, Any]]]:
+    """(unit parser, bounds) that are the whole of the model's check of what argparse hands over:
+    str, int, a list of them or a Literal, optional, ``Strict``; at the top (not inside a list) also
+    units.py's parser (the ``Duration``/``Quantity`` field types) and gt/ge/lt/le. Else _NotPlain."""
+    import annotated_types
+    from pydantic import WithJsonSchema
     from pydantic.types import Strict
 
-    if any(not isinstance(m, Strict) for m in metadata):
-        return False
+    parser: str | None = None
+    bounds: list[tuple[str, Any]] = []
+    for item in metadata:
+        unit = _unit_parser(item) if top else None
+        if unit is not None and parser in (None, unit):
+            parser = unit
+            continue
+        if isinstance(item, Strict | WithJsonSchema):
+            continue
+        bound = [(name, getattr(item, name)) for name in _BOUND_NAMES if hasattr(item, name)]
+        if top and isinstance(item, annotated_types.BaseMetadata) and len(bound) == 1:
+            bounds += bound
+            continue
+        raise _NotPlain  # any other validator or constraint is the model's
     origin = get_origin(annotation)
     if origin is Annotated:
         base, *extra = get_args(annotation)
-        return _plain(base, extra)
-    if origin is Literal:
-        return True
-    if origin in (Union, type(int | None)):
-        return all(_plain(a, []) for a in get_args(annotation))
+        return _check(base, [*metadata, *extra], top)
+    if origin in (Union, type(int | None)):  # optional: the field's metadata applies to the value
+        for arm in get_args(annotation):
+            if arm is not type(None):
+                arm_parser, arm_bounds = _check(arm, metadata, top)
+                parser, bounds = parser or arm_parser, list(dict.fromkeys([*bounds, *arm_bounds]))
+        return parser, bounds
     if origin is list:
-        return _plain(get_args(annotation)[0], [])
-    return annotation in (str, int, type(None))
+        _check(get_args(annotation)[0], [], top=False)
+        return parser, bounds
+    if origin is Literal or annotation in (str, int, type(None)) or (annotation is float and parser):
+        return parser, bounds
+    raise _NotPlain
 
 
-def _flag(path: tuple[str, ...], info: Any) -> tuple[tuple[str, ...], str, str, tuple[str, ...] | None, bool]:
+def _flag(
+    path: tuple[str, ...], info: Any
+) -> tuple[tuple[str, ...], str, str, tuple[str, ...] | None, bool, tuple[tuple[str, Any], ...]]:
     from pydantic_core import PydanticUndefined
 
     default = info.default if info.default not in (None, [], PydanticUndefined) else None
@@ -91,15 +135,24 @@ def _flag(path: tuple[str, ...], info: Any) -> tuple[tuple[str, ...], str, str, 
     choices = None
     if get_origin(info.annotation) is Literal or literal:
         choices = tuple(literal or get_args(info.annotation))
+    try:
+        parser, bounds = _check(info.annotation, list(info.metadata))
+        # a nested setting's error names config.yaml's key (load_config), not the flag: the model's
+        plain = len(path) == 1 or (parser is None and not bounds)
+    except _NotPlain:  # the model's; a unit flag is still handed over as text
+        parser = next(filter(None, map(_unit_parser, info.metadata)), None)
+        bounds, plain = [], False
     if path == ("gpus",):
         kind = "gpus"
+    elif parser is not None:
+        kind = parser
     elif int in get_args(info.annotation) or info.annotation is int:
         kind = "int"
     elif _is_list(info.annotation):
         kind = "list"
     else:
         kind = "str"
-    return path, help_text, kind, choices, _plain(info.annotation, list(info.metadata))
+    return path, help_text, kind, choices, plain, tuple(bounds) if plain else ()
 
 
 def _entry(row: tuple[Any, ...], indent: str) -> list[str]:

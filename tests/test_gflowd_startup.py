@@ -31,8 +31,8 @@ NOT_AT_START = (
 
 @contextmanager
 def _started(home: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Path]:
-    """A gflowd on ``home`` with only ``args`` (the conftest fixture adds ``--resync 1s``, a flag the
-    model checks), ready; yields its stderr file; stopped after."""
+    """A gflowd on ``home`` with only ``args`` (no ``--resync 1s`` added, as the conftest fixture
+    does), ready; yields its stderr file; stopped after."""
     err_path = tmp_path / "started.stderr"
     full_env = {**os.environ, "GFLOW_HOME": str(home), **(env or {})}
     full_env.pop("CUDA_VISIBLE_DEVICES", None)
@@ -76,7 +76,18 @@ def _settled_home(home: Path, gflowd, fake_gpus: Path) -> None:
 
 def test_a_restart_on_cached_manifests_imports_no_models(home, gflowd, fake_gpus, tmp_path):
     _settled_home(home, gflowd, fake_gpus)
-    loaded = _imported_by_ready(home, tmp_path, "--fake-gpus", str(fake_gpus), "--log-level", "warning")
+    loaded = _imported_by_ready(
+        home,
+        tmp_path,
+        "--fake-gpus",
+        str(fake_gpus),
+        "--resync",
+        "1s",
+        "--max-running-cpu-jobs",
+        "8",
+        "--log-level",
+        "warning",
+    )
     assert "controller.daemon.loop" in loaded  # the probe saw the start itself
     assert not set(NOT_AT_START) & loaded, sorted(set(NOT_AT_START) & loaded)
     status = wait_phase(home, "done", "Succeeded")
@@ -113,3 +124,34 @@ def test_a_gflowd_started_without_the_models_judges_a_new_manifest(home, fake_gp
         wait_phase(home, "ok", "Succeeded")
         rejected = wait_phase(home, "bad", "Rejected")
         assert "spec.comand: unknown field; did you mean command?" in rejected["message"]
+
+
+def _gflowd_stderr(home: Path, *args: str) -> tuple[int, str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "controller.daemon", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "GFLOW_HOME": str(home)},
+    )
+    return out.returncode, out.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--resync", "abc"),
+        ("--resync", "-3"),
+        ("--gpu-sample-interval", "0"),
+        ("--unmanaged-memory-threshold", "1Zi"),
+        ("--metrics-port", "70000"),
+    ],
+    ids=" ".join,
+)
+def test_a_bad_flag_is_reported_alike_with_and_without_a_config_file(home, tmp_path, args):
+    """The plain path (no config.yaml) and the model's (an empty one) refuse a flag in one same line."""
+    plain = _gflowd_stderr(home, *args)
+    (home / "config.yaml").write_text("{}\n")
+    model = _gflowd_stderr(home, *args)
+    assert plain == model
+    assert plain[0] == 1 and plain[1].startswith(f"gflowd: {args[0]}: ") and plain[1].count("\n") == 1

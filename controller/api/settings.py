@@ -1,20 +1,36 @@
-"""gflowd's settings on a start the config model has nothing to check, without pydantic.
+"""gflowd's settings on a start the config model has nothing more to check, without pydantic.
 
-No config.yaml, and every flag given is one argparse checks in full (a plain string, a choice, GPU
-indices): the settings are the model's defaults (``config_flags.DEFAULTS``) with those flags over
-them, as attributes like ``ControllerConfig``'s. Anything else (a config file, a duration, a bound
-number) is validated by the model (``controller/api/config.py``), which reports its errors.
+No config.yaml, and every flag given is one whose whole check the flag table records (a plain
+string, a choice, GPU indices, a duration or quantity parsed by units.py, a gt/ge/lt/le bound): the
+settings are the model's defaults (``config_flags.DEFAULTS``) with those flags over them, as
+attributes like ``ControllerConfig``'s, or a FlagError in the model's words. Anything else (a config
+file, a flag with a validator of its own) is validated by the model (``controller/api/config.py``).
 """
 
 from __future__ import annotations
 
 import copy
+import operator
 import os
 from types import SimpleNamespace
+from typing import Any
 
 from controller.api.config_flags import DEFAULTS, FLAGS, SECTIONS
+from controller.api.units import parse_duration, parse_quantity
 
-PLAIN = frozenset(path for path, _, _, _, plain in FLAGS if plain)
+PLAIN = {path: (kind, bounds) for path, _, kind, _, plain, bounds in FLAGS if plain}
+_PARSERS = {"duration": parse_duration, "quantity": parse_quantity}
+# pydantic's words for a violated Field(gt=...) etc., so both paths report a flag alike
+_BOUNDS = {
+    "gt": (operator.gt, "greater than"),
+    "ge": (operator.ge, "greater than or equal to"),
+    "lt": (operator.lt, "less than"),
+    "le": (operator.le, "less than or equal to"),
+}
+
+
+class FlagError(ValueError):
+    """A flag's value the model would reject; the message is the one load_config gives."""
 
 
 def flag_name(path: tuple[str, ...]) -> str:
@@ -34,13 +50,29 @@ def flag_overrides(values: dict[tuple[str, ...], object]) -> dict:
     return out
 
 
+def _checked(path: tuple[str, ...], value: Any) -> Any:
+    """``value`` as the model would keep it: parsed by the flag's unit parser, within its bounds."""
+    kind, bounds = PLAIN[path]
+    parse = _PARSERS.get(kind)
+    try:
+        value = parse(value) if parse else value
+    except ValueError as exc:
+        raise FlagError(f"{flag_name(path)}: {exc}") from None
+    for name, limit in bounds:
+        compare, words = _BOUNDS[name]
+        if not compare(value, limit):
+            raise FlagError(f"{flag_name(path)}: Input should be {words} {limit}")
+    return value
+
+
 def plain_settings(config_file: str | os.PathLike[str], flags: dict[tuple[str, ...], object]) -> SimpleNamespace | None:
     """The settings, when neither a config file nor a flag needs the model; else None.
 
-    ``flags``: every flag's value by path (None: not given). A config file that exists, or may (it
-    cannot be looked at), is the model's to read and report on."""
+    ``flags``: every flag's value by path (None: not given), in the table's (the model's field)
+    order, so the first bad one is the one the model would name. A config file that exists, or may
+    (it cannot be looked at), is the model's to read and report on. FlagError: a value it rejects."""
     given = {path: value for path, value in flags.items() if value is not None}
-    if not PLAIN.issuperset(given):
+    if not all(path in PLAIN for path in given):
         return None
     try:
         os.stat(config_file)
@@ -51,7 +83,8 @@ def plain_settings(config_file: str | os.PathLike[str], flags: dict[tuple[str, .
     else:
         return None
     values = copy.deepcopy(DEFAULTS)
-    for key, value in flag_overrides(given).items():
+    checked = {path: _checked(path, value) for path, value in given.items()}
+    for key, value in flag_overrides(checked).items():
         if isinstance(value, dict):
             values[key] = {**values[key], **value}  # type: ignore[dict-item]
         else:

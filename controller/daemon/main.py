@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from controller import __version__
 from controller.act.runtime import start_problem
 from controller.api.config_flags import FLAGS
-from controller.api.settings import flag_name, flag_overrides, plain_settings
+from controller.api.settings import FlagError, flag_name, flag_overrides, plain_settings
 from controller.daemon.service import VERBS
 from controller.daemon.service import main as service_main
 from controller.observe.gpus.guard import GuardedInventory
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         "`gflowd status` shows it, `gflowd down` stops it (never the jobs).",
     )
     parser.add_argument("--home", help="state directory (default $GFLOW_HOME or ~/.local/share/gflow)")
-    for path, help_text, kind, choices, _ in FLAGS:  # structured settings (webhooks) live in config.yaml only
+    for path, help_text, kind, choices, *_ in FLAGS:  # structured settings (webhooks) live in config.yaml only
         kwargs: dict = {"dest": ".".join(path), "help": help_text, "type": _FLAG_TYPES.get(kind)}
         if len(path) > 1:
             kwargs["metavar"] = path[-1].upper()
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_FLAG_TYPES: dict[str, Any] = {
+_FLAG_TYPES: dict[str, Any] = {  # duration, quantity, str: kept as text (settings.py or the model parse it)
     "gpus": _parse_gpus,
     "int": int,
     "list": lambda text: [x.strip() for x in text.split(",") if x.strip()],
@@ -153,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), handlers=[handler])
     home = Home.resolve(args.home, None)
     flags = {path: getattr(args, ".".join(path)) for path, *_ in FLAGS}
-    config: Any = plain_settings(home.config_file, flags)
+    try:
+        config: Any = plain_settings(home.config_file, flags)
+    except FlagError as exc:
+        sys.stderr.write(f"gflowd: {exc}\n")
+        return 1
     if config is None:  # a config file or a flag the model checks
         from controller.api.config import ConfigError, load_config  # lazy: the config model (pydantic, ~0.1 s)
 
