@@ -112,7 +112,9 @@ def test_a_config_error_is_one_line_at_start(home, tmp_path):
         timeout=60,
         env={**os.environ, "GFLOW_HOME": str(home)},
     )
-    assert out.returncode == 1 and out.stderr.count("\n") == 1 and out.stderr.startswith("gflowd: config.yaml: ")
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("gflowd: 2 errors: config.yaml: resync: 'soon' is not a duration")  # every one at once
+    assert "; config.yaml: bogusKey: " in out.stderr
 
 
 def test_a_gflowd_started_without_the_models_judges_a_new_manifest(home, fake_gpus, tmp_path):
@@ -142,6 +144,7 @@ def _gflowd_stderr(home: Path, *args: str) -> tuple[int, str]:
     [
         ("--resync", "abc"),
         ("--resync", "-3"),
+        ("--resync", "0"),
         ("--gpu-sample-interval", "0"),
         ("--unmanaged-memory-threshold", "1Zi"),
         ("--metrics-port", "70000"),

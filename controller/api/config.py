@@ -6,7 +6,7 @@ Flags override the file. Unknown keys are errors, reported in one line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -208,7 +208,7 @@ class ControllerConfig(_Model):
         description="How GPUs are picked among free ones: sequential (lowest index first), random, "
         "packed (fill partly used shared GPUs first), spread (emptiest GPUs first)",
     )
-    resync: Duration = Field(default=10.0, description="Full resync period")
+    resync: Duration = Field(default=10.0, gt=0, description="Full resync period")  # 0: a pass after pass, a core busy
     debounce: Duration = Field(default=0.01, description="Quiet time after a file event before a pass")
     termination_grace_period: Duration = Field(default=10.0, description="Default seconds between TERM and KILL")
     unmanaged_memory_threshold: Quantity = Field(
@@ -436,11 +436,21 @@ def load_config(path: Path, overrides: dict) -> ControllerConfig:
     try:
         return ControllerConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = err.get("ctx", {}).get("error") or err["msg"]
-        key = str(err["loc"][0]) if err["loc"] else ""
-        name = next((n for n, f in ControllerConfig.model_fields.items() if key in (n, f.alias)), key)
-        if key in flags and not isinstance(flags[key], dict):
-            raise ConfigError(f"--{name.replace('_', '-')}: {msg}") from None
-        raise ConfigError(f"{path.name}: {loc}: {msg}") from None
+        parts = [_said(err, flags, path) for err in exc.errors()]
+        raise ConfigError(every_error(parts)) from None
+
+
+def every_error(parts: list[str]) -> str:
+    """Every error at once, on one line, as admission says a manifest's (api/validation.py)."""
+    return parts[0] if len(parts) == 1 else f"{len(parts)} errors: " + "; ".join(parts)
+
+
+def _said(err: Any, flags: dict, path: Path) -> str:
+    """One of the model's errors, named as the user gave the value: ``--flag`` or ``config.yaml: key``."""
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err.get("ctx", {}).get("error") or err["msg"]
+    key = str(err["loc"][0]) if err["loc"] else ""
+    name = next((n for n, f in ControllerConfig.model_fields.items() if key in (n, f.alias)), key)
+    if key in flags and not isinstance(flags[key], dict):
+        return f"--{name.replace('_', '-')}: {msg}"
+    return f"{path.name}: {loc}: {msg}"

@@ -52,7 +52,7 @@ FLAGS: tuple[
         "duration",
         None,
         True,
-        (),
+        (("gt", 0),),
     ),
     (
         ("debounce",),

@@ -69,7 +69,7 @@ def plain_settings(config_file: str | os.PathLike[str], flags: dict[tuple[str, .
     """The settings, when neither a config file nor a flag needs the model; else None.
 
     ``flags``: every flag's value by path (None: not given), in the table's (the model's field)
-    order, so the first bad one is the one the model would name. A config file that exists, or may
+    order, so the bad ones are named in the model's order. A config file that exists, or may
     (it cannot be looked at), is the model's to read and report on. FlagError: a value it rejects."""
     given = {path: value for path, value in flags.items() if value is not None}
     if not all(path in PLAIN for path in given):
@@ -83,7 +83,14 @@ def plain_settings(config_file: str | os.PathLike[str], flags: dict[tuple[str, .
     else:
         return None
     values = copy.deepcopy(DEFAULTS)
-    checked = {path: _checked(path, value) for path, value in given.items()}
+    checked, errors = {}, []
+    for path, value in given.items():
+        try:
+            checked[path] = _checked(path, value)
+        except FlagError as exc:
+            errors.append(str(exc))
+    if errors:  # every one at once, in the model's order and words (config.every_error's shape)
+        raise FlagError(errors[0] if len(errors) == 1 else f"{len(errors)} errors: " + "; ".join(errors))
     for key, value in flag_overrides(checked).items():
         if isinstance(value, dict):
             values[key] = {**values[key], **value}  # type: ignore[dict-item]
