@@ -145,6 +145,7 @@ def _gflowd_stderr(home: Path, *args: str) -> tuple[int, str]:
         ("--resync", "abc"),
         ("--resync", "-3"),
         ("--resync", "0"),
+        ("--reservations-max-duration", "0"),  # a section's flag, named as the flag given
         ("--gpu-sample-interval", "0"),
         ("--unmanaged-memory-threshold", "1Zi"),
         ("--metrics-port", "70000"),

@@ -453,4 +453,9 @@ def _said(err: Any, flags: dict, path: Path) -> str:
     name = next((n for n, f in ControllerConfig.model_fields.items() if key in (n, f.alias)), key)
     if key in flags and not isinstance(flags[key], dict):
         return f"--{name.replace('_', '-')}: {msg}"
+    if key in flags and len(err["loc"]) > 1 and str(err["loc"][1]) in flags[key]:  # a section's flag
+        section = ControllerConfig.model_fields[name].annotation
+        inner = str(err["loc"][1])
+        field = next((n for n, f in getattr(section, "model_fields", {}).items() if inner in (n, f.alias)), inner)
+        return f"--{name.replace('_', '-')}-{field.replace('_', '-')}: {msg}"
     return f"{path.name}: {loc}: {msg}"
