@@ -23,7 +23,7 @@ from pydantic.fields import FieldInfo
 
 from controller.api.fields import Duration, Quantity, _Model
 from controller.api.labels import parse_selector
-from controller.api.settings import flag_name, flag_overrides  # noqa: F401  (also this module's names)
+from controller.api.settings import every_error, flag_name, flag_overrides  # noqa: F401  (also this module's names)
 from controller.util.yamlio import YAMLSyntaxError, load_one
 
 
@@ -440,11 +440,6 @@ def load_config(path: Path, overrides: dict) -> ControllerConfig:
         raise ConfigError(every_error(parts)) from None
 
 
-def every_error(parts: list[str]) -> str:
-    """Every error at once, on one line, as admission says a manifest's (api/validation.py)."""
-    return parts[0] if len(parts) == 1 else f"{len(parts)} errors: " + "; ".join(parts)
-
-
 def _said(err: Any, flags: dict, path: Path) -> str:
     """One of the model's errors, named as the user gave the value: ``--flag`` or ``config.yaml: key``."""
     loc = ".".join(str(p) for p in err["loc"])
@@ -452,10 +447,10 @@ def _said(err: Any, flags: dict, path: Path) -> str:
     key = str(err["loc"][0]) if err["loc"] else ""
     name = next((n for n, f in ControllerConfig.model_fields.items() if key in (n, f.alias)), key)
     if key in flags and not isinstance(flags[key], dict):
-        return f"--{name.replace('_', '-')}: {msg}"
+        return f"{flag_name((name,))}: {msg}"
     if key in flags and len(err["loc"]) > 1 and str(err["loc"][1]) in flags[key]:  # a section's flag
         section = ControllerConfig.model_fields[name].annotation
         inner = str(err["loc"][1])
         field = next((n for n, f in getattr(section, "model_fields", {}).items() if inner in (n, f.alias)), inner)
-        return f"--{name.replace('_', '-')}-{field.replace('_', '-')}: {msg}"
+        return f"{flag_name((name, field))}: {msg}"
     return f"{path.name}: {loc}: {msg}"

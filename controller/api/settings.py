@@ -33,6 +33,11 @@ class FlagError(ValueError):
     """A flag's value the model would reject; the message is the one load_config gives."""
 
 
+def every_error(parts: list[str]) -> str:
+    """Every error at once, on one line, as admission says a manifest's (api/validation.py)."""
+    return parts[0] if len(parts) == 1 else f"{len(parts)} errors: " + "; ".join(parts)
+
+
 def flag_name(path: tuple[str, ...]) -> str:
     return "--" + "-".join(path).replace("_", "-")
 
@@ -89,8 +94,8 @@ def plain_settings(config_file: str | os.PathLike[str], flags: dict[tuple[str, .
             checked[path] = _checked(path, value)
         except FlagError as exc:
             errors.append(str(exc))
-    if errors:  # every one at once, in the model's order and words (config.every_error's shape)
-        raise FlagError(errors[0] if len(errors) == 1 else f"{len(errors)} errors: " + "; ".join(errors))
+    if errors:  # every one at once, in the model's order and words
+        raise FlagError(every_error(errors))
     for key, value in flag_overrides(checked).items():
         if isinstance(value, dict):
             values[key] = {**values[key], **value}  # type: ignore[dict-item]

@@ -531,18 +531,8 @@ class ManifestStore:
                 conda_env,
                 depends,
             ) in jobs:
-                if not (
-                    type(doc_index) is int
-                    and type(name) is str
-                    and type(spec_hash) is str
-                    and type(run_hash) is str
-                    and type(priority) is int
-                    and type(gpus) is int
-                    and type(labels) is dict
-                    and (ttl is None or type(ttl) is int or type(ttl) is float)
-                    and type(cancelled) is bool
-                    and type(conda_env) is bool
-                    and type(depends) is bool
+                if not _facts_typed(
+                    doc_index, name, spec_hash, run_hash, priority, gpus, labels, ttl, cancelled, conda_env, depends
                 ):
                     return None
                 documents.append(
@@ -574,18 +564,8 @@ class ManifestStore:
     def _cached_job(self, path: str, source: str, key: Key, parsed_json: str, facts: list) -> list | None:
         """A file of one plain valid Job, as its cache entry describes it (see :meth:`_from_facts`)."""
         doc_index, name, spec_hash, run_hash, priority, gpus, labels, ttl, cancelled, conda_env, depends = facts
-        if not (
-            type(doc_index) is int
-            and type(name) is str
-            and type(spec_hash) is str
-            and type(run_hash) is str
-            and type(priority) is int
-            and type(gpus) is int
-            and type(labels) is dict
-            and (ttl is None or type(ttl) is int or type(ttl) is float)
-            and type(cancelled) is bool
-            and type(conda_env) is bool
-            and type(depends) is bool
+        if not _facts_typed(
+            doc_index, name, spec_hash, run_hash, priority, gpus, labels, ttl, cancelled, conda_env, depends
         ):
             return None
         job_facts = (priority, gpus, labels or NO_LABELS, ttl, cancelled, conda_env, depends)
@@ -777,3 +757,22 @@ def _hashes_of(manifest: ManifestFile | CachedJob) -> dict[str, list[str]]:
         for d in manifest.documents
         if isinstance(d, AdmittedJob) and d.owner is None
     }
+
+
+def _facts_typed(
+    doc_index, name, spec_hash, run_hash, priority, gpus, labels, ttl, cancelled, conda_env, depends
+) -> bool:
+    """A cache entry's facts of one job have the types a start takes as they are (else: parse)."""
+    return (
+        type(doc_index) is int
+        and type(name) is str
+        and type(spec_hash) is str
+        and type(run_hash) is str
+        and type(priority) is int
+        and type(gpus) is int
+        and type(labels) is dict
+        and (ttl is None or type(ttl) is int or type(ttl) is float)
+        and type(cancelled) is bool
+        and type(conda_env) is bool
+        and type(depends) is bool
+    )
