@@ -10,6 +10,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$ROOT/hack/system-packages.sh"  # as root with apt: the Debian packages some tests use (GFLOW_NO_APT=1: not)
 bash "$ROOT/hack/setup.sh"
 cd "$ROOT"
 # Bytecode caches (__pycache__/, ignored by git) on: without them every worker rewrites the asserts
