@@ -101,3 +101,42 @@ def test_up_that_fails_says_why_in_one_line(home, tmp_path, cleanup):
     assert len(lines) == 1, failed.stderr
     assert "did not start" in lines[0] and "missing.yaml is not a file" in lines[0]
     assert gflowd_cmd(home, "status").returncode == 3
+
+
+# A stand-in for gflowd's last moments: it holds the home's lock as gflowd does, and on SIGTERM drops
+# the lock first and ends a while later (gflowd's interpreter tears down after its lock is gone).
+LINGERING_HOLDER = """
+import fcntl, os, signal, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.write(fd, f"{os.getpid()}\\n".encode())
+def stop(*_):
+    os.close(fd)
+    time.sleep(float(sys.argv[2]))
+    os._exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("held", flush=True)
+while True:
+    signal.pause()
+"""
+
+
+def test_down_returns_only_once_the_process_has_ended_not_when_its_lock_is_dropped(home, cleanup):
+    (home / "run").mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LINGERING_HOLDER, str(home / "run" / "gflowd.lock"), "1.5"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        stopped = gflowd_cmd(home, "down")
+        assert stopped.returncode == 0, stopped.stderr
+        assert f"gflowd stopped (pid {holder.pid})" in stopped.stdout
+        # the holder is this test's child: ended means a zombie, which pid_alive counts as not alive
+        assert not pid_alive(holder.pid), "down returned while the old gflowd was still running"
+    finally:
+        holder.kill()
+        holder.wait()

@@ -3,7 +3,7 @@
 ``up`` starts ``gflowd`` in its own session (no terminal, stdin from /dev/null, output appended
 to ``$GFLOW_HOME/gflowd.log``) and returns once its first pass is recorded: the home's lock is
 held and ``run/index.json`` names the new process. ``down`` sends SIGTERM and waits until the lock
-is released; the jobs keep running and the next gflowd re-adopts them. ``status`` answers from the
+is released and the process has ended (as ``systemctl stop``); the jobs keep running and the next gflowd re-adopts them. ``status`` answers from the
 state files (exit 3 when no gflowd runs, as ``systemctl status``). The one-gflowd-per-home lock is
 the same as a foreground gflowd's, so ``up`` and a systemd unit never run two controllers."""
 
@@ -45,6 +45,17 @@ def _last_error(text: str) -> str:
         if line.startswith("gflowd:") or " ERROR " in line or " CRITICAL " in line or "Error" in line.split(":")[0]:
             return line
     return lines[-1] if lines else ""
+
+
+def _start_ticks(pid: int) -> bytes | None:
+    """The process's start time (``/proc/PID/stat`` field 22), or None once it has ended: a zombie
+    has ended too, it only awaits reaping by whoever inherited it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    return None if fields[0] in (b"Z", b"X") else fields[19]
 
 
 def _wait(condition, timeout: float, step: float = 0.05) -> bool:
@@ -113,6 +124,7 @@ def down(home: Home, timeout: float) -> int:
     if pid is None:
         sys.stderr.write(f"gflowd: a gflowd holds {home.lock_file} but its pid is not in it; stop it by hand\n")
         return 1
+    started = _start_ticks(pid)
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -120,7 +132,14 @@ def down(home: Home, timeout: float) -> int:
     except PermissionError:
         sys.stderr.write(f"gflowd: not allowed to stop gflowd (pid {pid}); it runs as another user\n")
         return 1
-    if not _wait(lambda: not is_running(home), timeout):
+
+    def stopped() -> bool:
+        # gflowd drops its lock before the interpreter exits: wait for the process as well, so
+        # that what follows `down` (an upgrade, `up`) never meets the old one; the start time
+        # tells a reused pid from it
+        return not is_running(home) and (started is None or _start_ticks(pid) != started)
+
+    if not _wait(stopped, timeout):
         sys.stderr.write(
             f"gflowd: gflowd (pid {pid}) did not stop within {timeout:g}s; see {log_path(home)} (kill -9 {pid} is safe: jobs are re-adopted)\n"
         )
