@@ -145,13 +145,15 @@ start() {
     fi
     if ! alive "$DIR/munge/munged.pid"; then
         munged --force --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.key" \
-            --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" --seed-file="$DIR/munge/munged.seed"
+            --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" --seed-file="$DIR/munge/munged.seed" 9>&-
     fi
     if ! alive "$DIR/slurmctld.pid"; then
-        slurmctld -f "$CONF" || die "slurmctld did not start; see $DIR/log/slurmctld.log"
+        # -c: a clean state; a cluster stopped mid-job (or broken by a crash) left jobs whose
+        # scripts are gone, and slurmctld exits on the first one it schedules
+        slurmctld -c -f "$CONF" 9>&- || die "slurmctld did not start; see $DIR/log/slurmctld.log"
     fi
     if ! alive "$DIR/slurmd.pid"; then
-        slurmd -f "$CONF" || die "slurmd did not start; see $DIR/log/slurmd.log"
+        slurmd -f "$CONF" 9>&- || die "slurmd did not start; see $DIR/log/slurmd.log"
     fi
     local state="" deadline=$((SECONDS + 30))
     while ((SECONDS < deadline)); do
@@ -189,9 +191,18 @@ status() {
     case "$(node_state)" in idle*|mixed*|allocated*) return 0 ;; *) return 1 ;; esac
 }
 
+serialized() {  # serialized CMD: one start or stop at a time (two test runs, or two xdist workers'
+    # modules, started the cluster at once: both saw no slurmctld, both started one, and the second
+    # one's failed bind took the state directory down with it)
+    mkdir -p "$DIR"
+    exec 9>"$DIR/.start-stop.lock"  # the daemons are started without it (9>&-): they would hold it
+    flock 9
+    "$@"
+}
+
 case "${1:-}" in
-    start) start ;;
-    stop) stop ;;
+    start) serialized start ;;
+    stop) serialized stop ;;
     status) status ;;
     env) echo "export SLURM_CONF=$CONF" ;;
     *) echo "usage: $0 start|stop|status|env" >&2; exit 2 ;;
