@@ -45,7 +45,7 @@ pytestmark = pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
 
 @pytest.fixture(scope="module")
 def slurm():
-    """The dev cluster, up; stopped again at the end if this module started it."""
+    """The dev cluster, up; stopped again at the end by the last module using it, if tests started it."""
     import fcntl
 
     env = {**os.environ, **SLURM_ENV}
@@ -53,7 +53,11 @@ def slurm():
     # another test run (another checkout) may share the cluster: it is stopped only by the last user
     users = open(os.path.join(SLURM_DIR, ".test-users"), "w")
     fcntl.flock(users, fcntl.LOCK_SH)
-    was_up = subprocess.run(["bash", str(DEV), "status"], env=env, capture_output=True).returncode == 0
+    # started by tests (this module or another's, on another xdist worker): the last of them stops it;
+    # one a person started stays up
+    marker = os.path.join(SLURM_DIR, ".started-by-tests")
+    if subprocess.run(["bash", str(DEV), "status"], env=env, capture_output=True).returncode != 0:
+        open(marker, "w").close()
     start = subprocess.run(["bash", str(DEV), "start"], env=env, capture_output=True, text=True, timeout=90)
     if start.returncode != 0:
         users.close()
@@ -66,8 +70,9 @@ def slurm():
         alone = True
     except BlockingIOError:
         alone = False
-    if not was_up and alone:
+    if alone and os.path.exists(marker):
         subprocess.run(["bash", str(DEV), "stop"], env=env, capture_output=True, timeout=60)
+        os.unlink(marker)
     users.close()
 
 
