@@ -307,7 +307,7 @@ class Recorder:
             names = [e.name for e in os.scandir(self.home.status_dir)]
         except FileNotFoundError:
             names = []
-        status_dir = str(self.home.status_dir)
+        status_prefix = os.path.join(str(self.home.status_dir), "")
         self.spares.adopt(n for n in names if n.startswith(SPARE_PREFIX))
         parse: list[tuple[str, str]] = []  # (name, path) of files read from their YAML
         kept: list[tuple] = []  # the journal as it should be: one current entry per finished job
@@ -319,7 +319,7 @@ class Recorder:
             file_name = names.pop()  # freed as we go
             if not file_name.endswith(".yaml") or file_name[0] == ".":
                 continue
-            stem, path = file_name[:-5], os.path.join(status_dir, file_name)
+            stem, path = file_name[:-5], status_prefix + file_name  # not os.path.join: ~0.1 s at 50,000
             entry = known.get(stem)
             if entry is not None:
                 try:
@@ -396,18 +396,20 @@ class Recorder:
         record of ``rows`` (journal rows) found there is kept lean: its facts (``_loaded_facts``)."""
         memo = start_rows.read(self._start_rows)
         self._rows_memo_count = len(memo.names)
-        loaded, on_disk, table, packed = self._loaded, self._on_disk, self._table, start_rows.packed
-        lean, memo_facts = self._loaded_facts, memo.facts
-        for at, name in enumerate(memo.names):
+        loaded, on_disk, table = self._loaded, self._on_disk, self._table
+        lean, memo_facts, table_rows = self._loaded_facts, memo.facts, memo.table_rows
+        # each name's key unpacked to the journal's form (records_journal.key_of), compared as tuples:
+        # no slice, pack and two calls per job (~0.1 s of a 50,000-job start)
+        for at, (name, key) in enumerate(zip(memo.names, memo.key_tuples())):
             entry = known.get(name)
             if entry is None or name in parsed:
                 continue
             row = rows.get(name)
             if row is None and name not in loaded:
                 continue
-            if memo.key(at) == packed(journal.entry_key(entry)):
+            if key == journal.entry_key(entry):
                 on_disk[name] = at
-                cells = memo.table_rows[at]
+                cells = table_rows[at]
                 # the row as _table_row builds it: the record's own strings, times and labels, not copies
                 if row is not None:  # the facts as a start before kept them, else made of the journal's row
                     facts = lean[name] = memo_facts[at] or _facts_of_row(row)

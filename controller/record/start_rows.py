@@ -34,6 +34,7 @@ import os
 import struct
 import sys
 from array import array
+from collections.abc import Iterator
 from itertools import pairwise
 
 from controller.model.lean_records import FACT_FIELDS
@@ -89,6 +90,10 @@ class Memo:
 
     def key(self, at: int) -> bytes:
         return self.keys[at * KEY.size : (at + 1) * KEY.size]
+
+    def key_tuples(self) -> Iterator[tuple[int, int, int]]:
+        """Each name's key in order, as ``records_journal.key_of`` makes it: (inode, mtime_ns, size)."""
+        return KEY.iter_unpack(self.keys)
 
 
 def packed(key: tuple[int, int, int]) -> bytes | None:
