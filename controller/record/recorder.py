@@ -54,7 +54,7 @@ from controller.model.records import (
 )
 from controller.model.scheduling import CorePool, GpuSlot
 from controller.paths import Home
-from controller.record import start_rows
+from controller.record import start_rows, status_stamp
 from controller.util import jobs_table, pretty_json
 from controller.util import records_journal as journal
 from controller.util.fsutil import atomic_write, fsync_dir
@@ -274,6 +274,8 @@ class Recorder:
         self._json_rewrite = False
         self._json_appended = [0, 0]  # entries and bytes appended by this run: the mean size of an entry
         self._start_rows = str(home.run_dir / "start-rows.cache")
+        self._status_stamp = home.run_dir / "status-stamp.json"  # record/status_stamp.py
+        self.status_stats = 0  # status files load() stat'ed (for tests and benchmarks)
         # until the first index write: name -> the record load() read (no new object per job: freed
         # after the first pass, small objects made among the records would pin their memory)
         self._loaded: dict[str, JobState] = {}
@@ -300,14 +302,20 @@ class Recorder:
         rows: dict[str, tuple] = {}  # finished records as the journal's rows: kept as facts or built
         sweeps: dict[str, SweepState] = {}
         reservations: dict[str, ReservationState] = {}
+        began = time.time_ns()  # before the folder's key: see status_stamp (the racy rule)
+        status_dir = str(self.home.status_dir)
+        folder = status_stamp.folder_key(status_dir)
+        # the names whose entry needs its stat; None: every one (no stamp, or it does not hold)
+        unchecked = status_stamp.unchecked(self._status_stamp, folder, status_stamp.file_key(self._journal))
+        unmatched: list[str] = []  # entries whose file has another key (or is gone): for the next stamp
         entries = journal.read(self._journal, JOB_FIELDS)
         known = entries.last
         loaded = self._loaded
         try:
-            names = [e.name for e in os.scandir(self.home.status_dir)]
+            names = [e.name for e in os.scandir(status_dir)]
         except FileNotFoundError:
             names = []
-        status_prefix = os.path.join(str(self.home.status_dir), "")
+        status_prefix = os.path.join(status_dir, "")
         self.spares.adopt(n for n in names if n.startswith(SPARE_PREFIX))
         parse: list[tuple[str, str]] = []  # (name, path) of files read from their YAML
         kept: list[tuple] = []  # the journal as it should be: one current entry per finished job
@@ -322,10 +330,17 @@ class Recorder:
             stem, path = file_name[:-5], status_prefix + file_name  # not os.path.join: ~0.1 s at 50,000
             entry = known.get(stem)
             if entry is not None:
-                try:
-                    current = journal.key_of(os.stat(path)) == journal.entry_key(entry)
-                except OSError:
-                    continue  # gone since the scan
+                if unchecked is None or stem in unchecked:
+                    self.status_stats += 1
+                    try:
+                        current = journal.key_of(os.stat(path)) == journal.entry_key(entry)
+                    except OSError:
+                        unmatched.append(stem)
+                        continue  # gone since the scan
+                    if not current:
+                        unmatched.append(stem)
+                else:  # the folder and the journal as a start that stat'ed this file found them
+                    current = True
                 if current:
                     row = entry[4]
                     if _settled_row(row, stem):  # lean if its index and table rows are on disk (below)
@@ -386,6 +401,11 @@ class Recorder:
             self._rewrite_journal(kept)
         else:
             self._journal_count = entries.count
+        if unchecked is None and folder is not None and status_stamp.folder_key(status_dir) == folder:
+            # every entry checked, and the folder the same throughout: the next start may trust them
+            journal_key = status_stamp.file_key(self._journal)
+            if journal_key is not None:
+                status_stamp.write(self._status_stamp, folder, began, journal_key, unmatched)
         self._drop_json_copies()
         self._open_json_journal()
         return lean, sweeps, reservations
