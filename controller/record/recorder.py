@@ -418,6 +418,7 @@ class Recorder:
         self._rows_memo_count = len(memo.names)
         loaded, on_disk, table = self._loaded, self._on_disk, self._table
         lean, memo_facts, table_rows = self._loaded_facts, memo.facts, memo.table_rows
+        reused = 0
         # each name's key unpacked to the journal's form (records_journal.key_of), compared as tuples:
         # no slice, pack and two calls per job (~0.1 s of a 50,000-job start)
         for at, (name, key) in enumerate(zip(memo.names, memo.key_tuples())):
@@ -435,7 +436,11 @@ class Recorder:
                     facts = lean[name] = memo_facts[at] or _facts_of_row(row)
                     table[name] = (
                         name,
-                        *cells[1:6],
+                        cells[1],
+                        cells[2],
+                        cells[3],
+                        cells[4],
+                        cells[5],
                         facts[CREATED],
                         cells[7],
                         facts[COMPLETION_TIME],
@@ -455,7 +460,8 @@ class Recorder:
                         state.owner,
                         state.manifest,
                     )
-                self._rows_reused += 1
+                reused += 1
+        self._rows_reused += reused
         if on_disk:
             self._disk_rows = memo.rows
         else:
