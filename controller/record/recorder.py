@@ -877,13 +877,18 @@ class Recorder:
                 if name not in rows and name not in on_disk:
                     rows[name] = _index_row(name, written[name])
         if self._order is None or len(self._order) != listed:
-            self._order = sorted(self.written.keys() | self.unwritten.keys())
+            # the written names alone when none waits unwritten (a start): no set of 50,000 made first
+            unwritten = self.unwritten
+            self._order = sorted(self.written.keys() | unwritten.keys()) if unwritten else sorted(self.written)
         head = json.dumps(
             {"apiVersion": API_VERSION, "kind": "JobIndex", "updated": self.clock(), "controller": controller_info},
             separators=(",", ":"),
         )[:-1]
         if disk_rows is None:
             jobs = b",".join([rows[name] for name in self._order])
+        elif not rows:  # a start's first index write: every row on disk
+            jobs = self._disk_rows.joined(disk_rows, map(on_disk.__getitem__, self._order))
+            del disk_rows
         else:
             row = self._disk_rows.row
             jobs = b",".join([rows.get(name) or row(disk_rows, on_disk[name]) for name in self._order])
