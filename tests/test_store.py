@@ -726,7 +726,7 @@ def _cache_entries(cache) -> dict:
 
     head, newline, blob = cache.read_bytes().partition(b"\n")
     assert newline and json.loads(head)["version"]
-    return marshal.loads(blob)
+    return {path: marshal.loads(entry) for path, entry in marshal.loads(blob).items()}
 
 
 def _write_cache(cache, spec, entries: dict) -> None:

@@ -16,7 +16,6 @@ pass's.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import marshal
@@ -115,17 +114,20 @@ class ManifestStore:
         self.cache_hits = 0
         self.cache_path = cache_path
         self.verdicts: ReviewVerdicts | None = None  # the review's, for files about to land (gflowd sets it)
-        self._warm: dict[str, tuple] = self._load_cache()  # path -> its entry: (key, parsed JSON, hashes, jobs)
+        self._warm: dict[str, bytes] = self._load_cache()  # path -> its entry, marshalled (see _load_cache)
         self._unsaved = 0
         self._saved_at = time.monotonic()  # see save_cache
 
     # -- the parse cache: a restart need not re-parse 10,000 unchanged manifests ------------------
 
-    def _load_cache(self) -> dict[str, tuple]:
-        """path -> its entry ``(key, parsed JSON, hashes, jobs)`` (:func:`cache_bytes`), all of the file
-        decoded by one ``marshal.loads``: at 50,000 files a JSON line decoded per file was ~0.4 s of
-        a start's CPU, the one marshal call ~0.05. Entries are checked as they are used: a malformed
-        one costs a parse, never a wrong document; a file torn or of another format is ignored."""
+    def _load_cache(self) -> dict[str, bytes]:
+        """path -> its entry ``(key, parsed JSON, hashes, jobs)`` (:func:`cache_bytes`) as marshal
+        bytes, decoded only when the file is looked at (:func:`_entry`, ~1 us): at 50,000 files a
+        JSON line decoded per file was ~0.4 s of a start's CPU. Each entry its own blob, not one
+        blob of every entry: decoded at once, the parts a start frees (the entry's tuples) lay among
+        the parts it keeps (key, parse, name) and pinned ~12 MiB of freed fragments. Entries are
+        checked as they are used: a malformed one costs a parse, never a wrong document; a file
+        torn or of another format is ignored."""
         if self.cache_path is None:
             return {}
         try:
@@ -134,13 +136,7 @@ class ManifestStore:
             header = json.loads(head)
             if not newline or header != _cache_header(self.spec_dir):
                 return {}
-            collecting = gc.isenabled()
-            gc.disable()  # ~300,000 objects, none garbage: a collection or two would double the cost
-            try:
-                warm = marshal.loads(memoryview(data)[len(head) + 1 :])
-            finally:
-                if collecting:
-                    gc.enable()
+            warm = marshal.loads(memoryview(data)[len(head) + 1 :])  # paths and bytes: no container per file
             return warm if type(warm) is dict else {}
         except (OSError, ValueError, EOFError, TypeError, AttributeError):
             return {}
@@ -478,8 +474,8 @@ class ManifestStore:
 
     def _from_warm(self, path: str, st: os.stat_result, key: Key, folder: str | None) -> bool:
         """The file's documents from the parse cache, when its entry has this very key."""
-        warm = self._warm.pop(path, None)
-        if type(warm) is not tuple or len(warm) != 4 or warm[0] != key:
+        warm = _entry(self._warm.pop(path, None))
+        if warm is None or warm[0] != key:
             return False  # none, changed since, or malformed: parse the file
         documents = self._from_facts(path, st, key, warm) or self._from_cache(path, st, warm)
         if documents is None:
@@ -504,8 +500,8 @@ class ManifestStore:
             key = file_key(entry.stat(follow_symlinks=False))
         except OSError:
             return False
-        warm = self._warm.get(path)
-        if type(warm) is not tuple or len(warm) != 4 or warm[0] != key:
+        warm = _entry(self._warm.get(path))
+        if warm is None or warm[0] != key:
             return False  # _look reads it (a malformed entry too: _from_warm drops it)
         parsed_json, jobs = warm[1], warm[3]
         if type(parsed_json) is str and type(jobs) is tuple and len(jobs) == 1 and type(jobs[0]) is tuple:
@@ -719,10 +715,20 @@ def _cache_header(spec_dir: Path) -> dict:
 
 def cache_bytes(spec_dir: Path, entries: dict[str, tuple]) -> bytes:
     """The parse cache of ``spec_dir``'s files: a JSON header line, then one ``marshal`` blob of
-    ``{path: (key, parsed JSON, hashes, jobs)}`` (:func:`_cache_entry`). marshal: Python's own
-    format for its own data (it builds values, never runs code), read back only from a file of
-    gflowd's own uid that nobody else may write (:func:`_read_own`)."""
-    return json.dumps(_cache_header(spec_dir)).encode() + b"\n" + marshal.dumps(entries)
+    ``{path: marshal bytes of (key, parsed JSON, hashes, jobs)}`` (:func:`_cache_entry`). marshal:
+    Python's own format for its own data (it builds values, never runs code), read back only from
+    a file of gflowd's own uid that nobody else may write (:func:`_read_own`)."""
+    blobs = {path: marshal.dumps(entry) for path, entry in entries.items()}
+    return json.dumps(_cache_header(spec_dir)).encode() + b"\n" + marshal.dumps(blobs)
+
+
+def _entry(blob: object) -> tuple | None:
+    """A cache entry as :func:`_cache_entry` made it, from its marshal bytes; None when it is none."""
+    try:
+        entry = marshal.loads(blob)  # type: ignore[arg-type]
+    except (EOFError, ValueError, TypeError):
+        return None
+    return entry if type(entry) is tuple and len(entry) == 4 else None
 
 
 def _cache_entry(manifest: ManifestFile | CachedJob) -> tuple:
