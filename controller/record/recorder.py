@@ -312,7 +312,7 @@ class Recorder:
         known = entries.last
         loaded = self._loaded
         try:
-            names = [e.name for e in os.scandir(status_dir)]
+            names = os.listdir(status_dir)  # names only: no DirEntry per file (~20 ms at 50,000)
         except FileNotFoundError:
             names = []
         status_prefix = os.path.join(status_dir, "")
