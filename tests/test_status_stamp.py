@@ -159,3 +159,22 @@ def test_an_entry_that_did_not_match_is_stated_again_while_the_stamp_holds(tmp_p
     assert json.loads((home.run_dir / "status-stamp.json").read_text())["unmatched"] == ["c"]
     second, again, _, _ = _start(home)
     assert second.status_stats == 1 and again == records
+
+
+def test_a_start_that_rewrites_the_journal_stamps_no_unmatched_entry(tmp_path):
+    """Every status file replaced (a home copied with ``cp -a``: new inodes): the start reads each
+    from its YAML and rewrites the journal with their keys as they are now; its stamp names no
+    entry as unmatched, so the start after it stats none."""
+    home = _home(tmp_path)
+    _start(home)
+    for name in NAMES:  # the same bytes under a new inode each
+        path = home.status_file(name)
+        copy = path.with_name(f".{name}.copy")
+        copy.write_bytes(path.read_bytes())
+        os.rename(copy, path)
+    _age(home)
+    first, records, _, _ = _start(home)
+    assert first.status_stats == len(NAMES)
+    assert json.loads((home.run_dir / "status-stamp.json").read_text())["unmatched"] == []
+    second, again, _, _ = _start(home)
+    assert second.status_stats == 0 and again == records

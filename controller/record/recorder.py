@@ -399,6 +399,7 @@ class Recorder:
         self.written = lean.sibling()
         if stale:
             self._rewrite_journal(kept)
+            unmatched = []  # the journal now holds only entries read from their files as they are
         else:
             self._journal_count = entries.count
         if unchecked is None and folder is not None and status_stamp.folder_key(status_dir) == folder:
