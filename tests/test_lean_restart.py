@@ -7,13 +7,15 @@ generation, a deleted one loses its status, a new job depending on one starts.""
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from controller.paths import Home
-from controller.record import start_rows
+from controller.record import start_rows, status_stamp
 from controller.record.recorder import Recorder
 from controller.util import jobs_table
 from tests.helpers import job_status, wait_for, write_manifest
@@ -48,13 +50,20 @@ def test_a_restart_on_lean_records_writes_what_a_restart_from_the_yaml_writes_an
 ):
     _every_job_succeeded_then_stop(home, gflowd)
     assert (home / "run" / "records.journal").exists()  # what the next start keeps as rows
+    minute_ago = time.time_ns() - 60 * 10**9  # the status folder last changed well before the next start
+    os.utime(home / "status", ns=(minute_ago, minute_ago))
 
-    lean = gflowd()
+    lean = gflowd()  # stats each status file, and leaves the stamp (record/status_stamp.py)
     assert lean.terminate() == 0
+    stamp = json.loads((home / "run" / "status-stamp.json").read_text())
+    assert stamp["folder"] == status_stamp.folder_key(str(home / "status"))  # this start stats none
+    trusting = gflowd()
+    assert trusting.terminate() == 0
     from_rows = _what_a_start_wrote(home)
 
     (home / "run" / "records.journal").unlink()  # every record built from its status file's YAML
     (home / "run" / "start-rows.cache").unlink(missing_ok=True)
+    (home / "run" / "status-stamp.json").unlink()
     (home / "run" / "manifest-cache.json").unlink()  # and every manifest parsed (a start: CachedJobs)
     built = gflowd()
     assert built.terminate() == 0

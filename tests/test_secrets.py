@@ -79,7 +79,9 @@ def test_no_file_gflowd_writes_shows_mallory_alices_env(shared_home, gflowd):
     daemon = gflowd(home=shared_home)
     wait_phase(shared_home, "alice-env", "Succeeded", timeout=30, daemon=daemon)
     cache = shared_home / "run" / "manifest-cache.json"
-    wait_for(lambda: cache.exists() and SECRET in cache.read_text(), message="gflowd to write its parse cache")
+    wait_for(
+        lambda: cache.exists() and SECRET.encode() in cache.read_bytes(), message="gflowd to write its parse cache"
+    )
     daemon.wait_pass()
     leaks = {path: text for path, text in readable_by(MALLORY, shared_home).items() if SECRET in text}
     assert leaks == {}, f"mallory reads alice's env in {sorted(leaks)}"

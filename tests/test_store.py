@@ -523,8 +523,6 @@ def test_a_restart_admits_cached_jobs_from_their_facts_and_builds_each_model_onl
 
 
 def test_a_cache_entry_with_bad_facts_is_validated_again(tmp_path):
-    import json as _json
-
     from controller.observe.manifests import ManifestStore
 
     spec = tmp_path / "jobs"
@@ -534,11 +532,11 @@ def test_a_cache_entry_with_bad_facts_is_validated_again(tmp_path):
     first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     first.scan()
     first.save_cache(force=True)
-    head, line, _ = cache.read_text().split("\n")
-    path, entry = line.split("\t")
-    entry = _json.loads(entry)
-    entry[3][0][4] = "high"  # a priority that is not a number
-    cache.write_text(f"{head}\n{path}\t{_json.dumps(entry)}\n")
+    entries = _cache_entries(cache)
+    ((path, entry),) = entries.items()
+    facts = list(entry[3][0])
+    facts[4] = "high"  # a priority that is not a number
+    _write_cache(cache, spec, {path: (*entry[:3], (tuple(facts),))})
 
     store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     store.scan()
@@ -547,23 +545,30 @@ def test_a_cache_entry_with_bad_facts_is_validated_again(tmp_path):
     assert model_built(job) and job.priority == 3 and job.labels == {"k": "v"}
 
 
-def test_a_cache_line_that_is_not_an_entry_costs_a_parse(tmp_path):
-    import json as _json
-
-    from controller.observe.manifests import CACHE_VERSION, ManifestStore
+def test_a_cache_entry_that_is_not_one_costs_a_parse(tmp_path):
+    """Entries are checked as they are used: one of another shape, or whose key is not a key, is
+    dropped and its file parsed; the good entries beside it are used."""
+    from controller.observe.manifests import ManifestStore
 
     spec = tmp_path / "jobs"
     spec.mkdir()
-    (spec / "a.yaml").write_text("spec:\n  command: [echo]\n")
-    (spec / "b.yaml").write_text("spec:\n  command: [echo]\n")
+    for name in ("a", "b", "c", "d", "good"):
+        (spec / f"{name}.yaml").write_text("spec:\n  command: [echo]\n")
     cache = tmp_path / "cache.json"
-    head = _json.dumps({"version": CACHE_VERSION, "specDir": str(spec)})
-    cache.write_text(
-        f"{head}\nno tab here\n{_json.dumps(str(spec / 'a.yaml'))}\t[[1, 2\n{_json.dumps(str(spec / 'b.yaml'))}\t5\n"
-    )
+    first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    first.scan()
+    first.save_cache(force=True)
+    entries = _cache_entries(cache)
+    at = lambda name: str(spec / f"{name}.yaml")
+    entries[at("a")] = 5
+    entries[at("b")] = entries[at("b")][:3]
+    entries[at("c")] = (list(entries[at("c")][0]), *entries[at("c")][1:])  # a key as the JSON cache had it
+    entries[at("d")] = (*entries[at("d")][:3], [entries[at("d")][3][0]])  # jobs a list, not a tuple
+    _write_cache(cache, spec, entries)
     store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     store.scan()
-    assert (store.parses, store.cache_hits) == (2, 0) and sorted(d.name for d in store.documents()) == ["a", "b"]
+    assert (store.parses, store.cache_hits) == (3, 2)  # d: its key holds, its parse is validated again
+    assert sorted(d.name for d in store.documents()) == ["a", "b", "c", "d", "good"]
 
 
 def test_the_parse_cache_is_rewritten_for_one_file_in_a_hundred_or_at_a_clean_stop(tmp_path):
@@ -580,16 +585,16 @@ def test_the_parse_cache_is_rewritten_for_one_file_in_a_hundred_or_at_a_clean_st
     store = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     store.scan()
     store.save_cache()  # 200 parsed: written
-    written = cache.read_text()
-    assert written.count("\n") == 201
+    written = cache.read_bytes()
+    assert len(_cache_entries(cache)) == 200
 
     (spec / "j0.yaml").write_text("spec:\n  command: [echo, changed]\n")
     _os.utime(spec / "j0.yaml", ns=(1, 1))
     assert store.scan() == {str(spec / "j0.yaml")}
     store.save_cache()  # 1 of 200: not yet
-    assert cache.read_text() == written
+    assert cache.read_bytes() == written
     store.save_cache(any_change=True)  # a clean stop
-    assert cache.read_text() != written and "changed" in cache.read_text()
+    assert cache.read_bytes() != written and b"changed" in cache.read_bytes()
 
     small = tmp_path / "small"
     small.mkdir()
@@ -640,7 +645,7 @@ def test_a_restart_holds_a_cached_file_of_one_job_as_that_job_until_it_changes(t
     first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     first.scan()
     first.save_cache(force=True)
-    written = cache.read_bytes()
+    written = _cache_entries(cache)
 
     second = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     second.scan()
@@ -662,7 +667,7 @@ def test_a_restart_holds_a_cached_file_of_one_job_as_that_job_until_it_changes(t
     assert (entry.owner_uid, entry.mtime_ns, entry.key) == (before.owner_uid, before.mtime_ns, first.files[one].key)
     assert not model_built(entry) and entry.job == before.job
     second.save_cache(force=True)
-    assert cache.read_bytes() == written
+    assert _cache_entries(cache) == written  # the same entries (marshal may share objects otherwise)
 
     second.take_changes()
     (spec / "one.yaml").write_text("metadata: {name: one}\nspec: {command: [echo, v2]}\n")
@@ -679,10 +684,14 @@ def test_a_restart_holds_a_cached_file_of_one_job_as_that_job_until_it_changes(t
     assert second.take_changes() == ([cached_other], []) and other not in second.files
 
 
-@pytest.mark.parametrize("damage", ["trailing", "leading", "cut"])
-def test_a_cache_entry_json_would_not_read_whole_costs_a_parse(tmp_path, damage):
-    """Entries are decoded by the JSON scanner itself (no json.loads per file), as strictly: text
-    after the entry, before it, or an entry cut short is a corrupt entry, and the file is parsed."""
+@pytest.mark.parametrize("damage", ["cut", "header", "garbage", "not-a-dict"])
+def test_a_torn_or_foreign_parse_cache_costs_a_parse(tmp_path, damage):
+    """The cache is one marshal blob after a header line naming its version, spec dir and the
+    Python and marshal versions: a file cut short, of another header, with bytes that are no
+    blob, or whose blob is not the map of entries is ignored, every file parsed, and the cache
+    written anew by the next save."""
+    import marshal
+
     from controller.observe.manifests import ManifestStore
 
     spec = tmp_path / "jobs"
@@ -692,10 +701,90 @@ def test_a_cache_entry_json_would_not_read_whole_costs_a_parse(tmp_path, damage)
     first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
     first.scan()
     first.save_cache(force=True)
-    head, line = cache.read_text().rstrip("\n").split("\n")
-    path, entry = line.split("\t")
-    entry = {"trailing": entry + "]", "leading": " " + entry, "cut": entry[:-1]}[damage]
-    cache.write_text(f"{head}\n{path}\t{entry}\n")
+    data = cache.read_bytes()
+    head, _, blob = data.partition(b"\n")
+    cache.write_bytes(
+        {
+            "cut": data[:-7],
+            "header": head.replace(b'"marshal": ', b'"marshal": 1') + b"\n" + blob,
+            "garbage": head + b"\n" + b"\x00not marshal",
+            "not-a-dict": head + b"\n" + marshal.dumps(list(_cache_entries(cache).items())),
+        }[damage]
+    )
     second = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    assert second._warm == {}
     second.scan()
     assert (second.parses, second.cache_hits) == (1, 0) and [d.name for d in second.documents()] == ["a"]
+    second.save_cache()
+    assert _cache_entries(cache).keys() == {str(spec / "a.yaml")}
+
+
+def _cache_entries(cache) -> dict:
+    """The parse cache's entries, ``{path: (key, parsed JSON, hashes, jobs)}``, as a start reads them."""
+    import json
+    import marshal
+
+    head, newline, blob = cache.read_bytes().partition(b"\n")
+    assert newline and json.loads(head)["version"]
+    return {path: marshal.loads(entry) for path, entry in marshal.loads(blob).items()}
+
+
+def _write_cache(cache, spec, entries: dict) -> None:
+    from controller.observe.manifests import cache_bytes
+
+    cache.write_bytes(cache_bytes(spec, entries))
+    os.chmod(cache, 0o600)
+
+
+def test_a_start_takes_unchanged_files_from_the_cache_and_reads_every_other(tmp_path):
+    """A start's scan takes a file straight from its cache entry only while the walk's ``stat``
+    gives the entry's key: a manifest rewritten in place while gflowd was down (same size, new
+    mtime; or its old mtime put back, ``touch -r``: a new ctime) is parsed, and so is one that
+    became a symlink, or is new; a removed one is gone; a subfolder's unchanged file is a hit."""
+    from controller.model.documents import CachedJob
+
+    spec = tmp_path / "jobs"
+    (spec / "team").mkdir(parents=True)
+    job = "spec:\n  command: [echo, {}]\n"
+    for name in ("same", "edited", "touched", "linked", "removed"):
+        (spec / f"{name}.yaml").write_text(job.format("a"))
+    (spec / "team" / "deep.yaml").write_text(job.format("a"))
+    (spec / "target.txt").write_text(job.format("t"))
+    cache = tmp_path / "cache.json"
+    first = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    first.scan()
+    first.save_cache(force=True)
+
+    (spec / "edited.yaml").write_text(job.format("b"))  # in place: same inode, same size
+    os.utime(spec / "edited.yaml", ns=(1, 1))
+    touched = spec / "touched.yaml"
+    before = touched.stat()
+    with open(touched, "r+") as handle:  # in place, same size, then its old mtime put back
+        handle.write(job.format("c"))
+    os.utime(touched, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (touched.stat().st_mtime_ns, touched.stat().st_size, touched.stat().st_ino) == (
+        before.st_mtime_ns,
+        before.st_size,
+        before.st_ino,
+    )
+    (spec / "linked.yaml").unlink()
+    (spec / "linked.yaml").symlink_to(spec / "target.txt")
+    (spec / "removed.yaml").unlink()
+    (spec / "added.yaml").write_text(job.format("d"))
+
+    second = ManifestStore(spec, lambda p: f"jobs/{os.path.basename(p)}", cache)
+    changed = second.scan()
+    assert (second.cache_hits, second.parses) == (2, 4)
+    commands = {d.name: d.job.spec.command for d in second.documents()}
+    assert commands == {
+        "same": ["echo", "a"],
+        "deep": ["echo", "a"],
+        "edited": ["echo", "b"],
+        "touched": ["echo", "c"],
+        "linked": ["echo", "t"],
+        "added": ["echo", "d"],
+    }
+    assert type(second.files[str(spec / "same.yaml")]) is CachedJob
+    assert type(second.files[str(spec / "team" / "deep.yaml")]) is CachedJob
+    assert second.files[str(spec / "linked.yaml")].via_symlink
+    assert str(spec / "removed.yaml") not in changed and second._warm == {}

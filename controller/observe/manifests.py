@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import logging
+import marshal
 import os
 import stat as stat_mod
-import struct
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -38,21 +38,16 @@ from controller.util.yamlio import YAMLSyntaxError, load_all
 
 log = logging.getLogger("gflowd")
 
-CACHE_VERSION = 6  # bump when parsing, validation, the spec hashes or the key change
+CACHE_VERSION = 7  # bump when parsing, validation, the spec hashes, the key or the file's shape change
 SAVE_AT_LEAST_EVERY = 300.0  # seconds: see ManifestStore.save_cache
 READ_BUDGET = 1024  # changed entries per owner a pass reads (see ManifestStore.refresh)
 LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
 
 # (mtime_ns, size, inode, uid, ctime_ns), packed: one object per file, not a tuple of five ints (three
-# of them past the small-int cache): 9 -> 4 MiB at 50,000 manifests. The parse cache writes the numbers.
+# of them past the small-int cache): 9 -> 4 MiB at 50,000 manifests. The parse cache keeps it as it is.
 _KEY = FILE_KEY
 Key = bytes
 NO_KEY: Key = _KEY.pack(0, 0, 0, 0, 0)  # an entry not read: looked at again on every scan
-
-
-# json.loads without its Python layers (decode, raw_decode, two whitespace matches): the C scanner
-# itself, one call per cache entry a start reads (a third of the decode's time at 50,000 entries)
-_decode_entry = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined]
 
 
 def file_key(st: os.stat_result) -> Key:
@@ -119,37 +114,31 @@ class ManifestStore:
         self.cache_hits = 0
         self.cache_path = cache_path
         self.verdicts: ReviewVerdicts | None = None  # the review's, for files about to land (gflowd sets it)
-        self._warm: dict[str, str] = self._load_cache()  # path -> its entry, JSON: [key, parsed JSON, hashes, jobs]
+        self._warm: dict[str, bytes] = self._load_cache()  # path -> its entry, marshalled (see _load_cache)
         self._unsaved = 0
         self._saved_at = time.monotonic()  # see save_cache
 
     # -- the parse cache: a restart need not re-parse 10,000 unchanged manifests ------------------
 
-    def _load_cache(self) -> dict[str, str]:
-        """path -> its entry's JSON text, parsed only when the file is looked at (:meth:`_from_warm`):
-        the whole cache parsed at once would leave ~60 MiB of freed fragments at 50,000 files.
-        The file is a header line, then a line per manifest: its path (JSON), a tab, its entry.
-        Entries are checked as they are used: a malformed one costs a parse, never a wrong document."""
+    def _load_cache(self) -> dict[str, bytes]:
+        """path -> its entry ``(key, parsed JSON, hashes, jobs)`` (:func:`cache_bytes`) as marshal
+        bytes, decoded only when the file is looked at (:func:`_entry`, ~1 us): at 50,000 files a
+        JSON line decoded per file was ~0.4 s of a start's CPU. Each entry its own blob, not one
+        blob of every entry: decoded at once, the parts a start frees (the entry's tuples) lay among
+        the parts it keeps (key, parse, name) and pinned ~12 MiB of freed fragments. Entries are
+        checked as they are used: a malformed one costs a parse, never a wrong document; a file
+        torn or of another format is ignored."""
         if self.cache_path is None:
             return {}
         try:
-            head, _, body = _read_own(self.cache_path).decode().partition("\n")
-            data = json.loads(head)
-            if data.get("version") != CACHE_VERSION or data.get("specDir") != str(self.spec_dir):
+            data = _read_own(self.cache_path)
+            head, newline, _ = data[:4096].partition(b"\n")
+            header = json.loads(head)
+            if not newline or header != _cache_header(self.spec_dir):
                 return {}
-            warm = {}
-            for line in body.split("\n"):
-                path, tab, entry = line.partition("\t")
-                if tab:
-                    # json.dumps wrote the path ASCII-only: without a backslash it is the text
-                    # between its quotes (a json.loads per file was ~5 % of a start at 50,000)
-                    if "\\" in path or len(path) < 2 or path[0] != '"' or path[-1] != '"':
-                        path = json.loads(path)
-                    else:
-                        path = path[1:-1]
-                    warm[path] = entry
-            return warm
-        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+            warm = marshal.loads(memoryview(data)[len(head) + 1 :])  # paths and bytes: no container per file
+            return warm if type(warm) is dict else {}
+        except (OSError, ValueError, EOFError, TypeError, AttributeError):
             return {}
 
     def save_cache(self, force: bool = False, any_change: bool = False) -> None:
@@ -167,14 +156,9 @@ class ManifestStore:
         ):
             return
 
-        entries = "".join(  # json.dumps escapes tabs and newlines inside strings: one entry a line
-            f"\n{json.dumps(path)}\t[{json.dumps(list(key_numbers(f.key)))},{json.dumps(f.parsed_json)},{_cached_documents(f)}]"
-            for path, f in self.files.items()
-            if f.parsed_json is not None
-        )
-        head = json.dumps({"version": CACHE_VERSION, "specDir": str(self.spec_dir)})
+        entries = {path: _cache_entry(f) for path, f in self.files.items() if f.parsed_json is not None}
         # 0600: it holds the text of every manifest, env included, also of manifests their owners keep private
-        atomic_write(self.cache_path, head + entries + "\n", mode=0o600, durable=False)
+        atomic_write(self.cache_path, cache_bytes(self.spec_dir, entries), mode=0o600, durable=False)
         self._unsaved = 0
         self._saved_at = time.monotonic()
 
@@ -186,9 +170,16 @@ class ManifestStore:
         self._linked_folders = False  # until the walk meets one
         seen: set[str] = set()
         changed: set[str] = set()
+        warm, files = self._warm, self.files
         for path, entry, folder in self._walk(self._spec):
             seen.add(path)
-            if self._look(path, entry, folder):
+            if (
+                path in warm  # a start (or the first scan after one): the cache knows it...
+                and path not in files  # ...and the store does not yet
+                and folder.real is None  # in a real folder of the spec dir
+                and not folder.links
+                and self._take_warm(path, entry)
+            ) or self._look(path, entry, folder):
                 changed.add(path)
         for gone in set(self.files) - seen:
             self._drop(gone)
@@ -483,17 +474,9 @@ class ManifestStore:
 
     def _from_warm(self, path: str, st: os.stat_result, key: Key, folder: str | None) -> bool:
         """The file's documents from the parse cache, when its entry has this very key."""
-        text = self._warm.pop(path, None)
-        if text is None:
-            return False
-        try:
-            warm, end = _decode_entry(text, 0)
-        except (ValueError, RecursionError, StopIteration):  # a corrupt entry: parse the file
-            return False
-        if end != len(text):
-            return False
-        if _warm_key(warm) != key:
-            return False
+        warm = _entry(self._warm.pop(path, None))
+        if warm is None or warm[0] != key:
+            return False  # none, changed since, or malformed: parse the file
         documents = self._from_facts(path, st, key, warm) or self._from_cache(path, st, warm)
         if documents is None:
             return False
@@ -504,37 +487,52 @@ class ManifestStore:
         self.cache_hits += 1
         return True
 
-    def _from_facts(self, path: str, st: os.stat_result, key: Key, warm: list) -> list | None:
+    def _take_warm(self, path: str, entry: os.DirEntry) -> bool:
+        """A start's look at a file in a real folder of the spec dir that the parse cache knows and
+        the store does not yet (``scan``): a regular file whose ``stat`` gives its entry's key is
+        that entry's documents, with no opening, reading or parsing. A file of one plain Job is
+        made its ``CachedJob`` here, straight (at 50,000 such files the general look, ``_look`` ->
+        ``_from_warm`` -> ``_from_facts`` -> ``_cached_job``, was a third of a start's CPU). False
+        when the general look must decide: a symlink, not a regular file, changed, or gone."""
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                return False
+            key = file_key(entry.stat(follow_symlinks=False))
+        except OSError:
+            return False
+        warm = _entry(self._warm.get(path))
+        if warm is None or warm[0] != key:
+            return False  # _look reads it (a malformed entry too: _from_warm drops it)
+        parsed_json, jobs = warm[1], warm[3]
+        if type(parsed_json) is str and type(jobs) is tuple and len(jobs) == 1 and type(jobs[0]) is tuple:
+            job = self._cached_job(path, self._display(path), warm[0], parsed_json, jobs[0])
+            if job is not None:
+                del self._warm[path]
+                self.files[path] = job
+                self._came.append(job)
+                self.cache_hits += 1
+                return True
+        return self._from_warm(path, entry.stat(follow_symlinks=False), key, None)
+
+    def _from_facts(self, path: str, st: os.stat_result, key: Key, warm: tuple) -> list | None:
         """A file of plain valid Jobs, as its cache entry describes them: no parse, no validation;
         each job's pydantic model is built from the cached document only if it is ever needed.
         None (validate the cached parse instead) when the entry has no such description."""
         try:
             parsed_json, jobs = warm[1], warm[3]
-            if not isinstance(parsed_json, str) or not isinstance(jobs, list) or not jobs:
+            if type(parsed_json) is not str or type(jobs) is not tuple or not jobs:
                 return None
             source = self._display(path)
             uid, mtime_ns = st.st_uid, st.st_mtime_ns
             if len(jobs) == 1:
-                return self._cached_job(path, source, key, parsed_json, jobs[0])
+                job = self._cached_job(path, source, key, parsed_json, jobs[0])
+                return None if job is None else [job]
             documents = []
             # plain checks and keywords, no JobFacts per job: this loop is a quarter of a start at 50,000
-            for (
-                doc_index,
-                name,
-                spec_hash,
-                run_hash,
-                priority,
-                gpus,
-                labels,
-                ttl,
-                cancelled,
-                conda_env,
-                depends,
-            ) in jobs:
-                if not _facts_typed(
-                    doc_index, name, spec_hash, run_hash, priority, gpus, labels, ttl, cancelled, conda_env, depends
-                ):
+            for facts in jobs:
+                if not _facts_typed(facts):
                     return None
+                doc_index, name, spec_hash, run_hash, priority, gpus, labels, ttl, cancelled, conda_env, depends = facts
                 documents.append(
                     AdmittedJob(  # equal hashes (jobs of one spec) are one string
                         name,
@@ -561,30 +559,13 @@ class ManifestStore:
         except (ValueError, TypeError, IndexError):
             return None
 
-    def _cached_job(self, path: str, source: str, key: Key, parsed_json: str, facts: list) -> list | None:
+    def _cached_job(self, path: str, source: str, key: Key, parsed_json: str, facts: object) -> CachedJob | None:
         """A file of one plain valid Job, as its cache entry describes it (see :meth:`_from_facts`)."""
-        doc_index, name, spec_hash, run_hash, priority, gpus, labels, ttl, cancelled, conda_env, depends = facts
-        if not _facts_typed(
-            doc_index, name, spec_hash, run_hash, priority, gpus, labels, ttl, cancelled, conda_env, depends
-        ):
+        if not _facts_typed(facts):
             return None
-        job_facts = (priority, gpus, labels or NO_LABELS, ttl, cancelled, conda_env, depends)
-        return [
-            CachedJob(
-                key,
-                name,
-                source,
-                path,
-                doc_index,
-                sys.intern(spec_hash),
-                sys.intern(run_hash),
-                job_facts,
-                parsed_json,
-                cached_job,
-            )
-        ]
+        return CachedJob.of_facts(key, source, path, facts, parsed_json, cached_job)  # type: ignore[arg-type]
 
-    def _from_cache(self, path: str, st: os.stat_result, warm: list) -> list | None:
+    def _from_cache(self, path: str, st: os.stat_result, warm: tuple) -> list | None:
         """Validate cached parse results; None (parse the file) if anything is not simply valid,
         since error messages need the text for their line numbers. The spec hashes of the same
         parse are taken from the cache too (computing them is a third of validating)."""
@@ -712,13 +693,6 @@ def _folder_of(manifest: ManifestFile | CachedJob) -> str | None:
     return next((d.real_dir for d in manifest.documents if isinstance(d, AdmittedJob)), None)
 
 
-def _warm_key(warm: object) -> Key | None:
-    try:
-        return _KEY.pack(*warm[0])  # type: ignore[index]
-    except (TypeError, IndexError, KeyError, struct.error):
-        return None
-
-
 def _read_own(path: Path) -> bytes:
     """The cache's bytes, only if this process's uid owns the file and nobody else may write it:
     a cache another user planted would decide which documents gflowd believes a manifest holds."""
@@ -733,21 +707,46 @@ def _read_own(path: Path) -> bytes:
         os.close(fd)
 
 
-def _cached_documents(manifest: ManifestFile | CachedJob) -> str:
-    """The cache entry's last two items as JSON: the spec hashes by document, and each Job's facts
-    when the file holds plain valid Jobs only (the hashes are then among the facts: ``{}``)."""
+def _cache_header(spec_dir: Path) -> dict:
+    """The parse cache's first line, as JSON: marshal's format changes between Python versions."""
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return {"version": CACHE_VERSION, "specDir": str(spec_dir), "python": python, "marshal": marshal.version}
+
+
+def cache_bytes(spec_dir: Path, entries: dict[str, tuple]) -> bytes:
+    """The parse cache of ``spec_dir``'s files: a JSON header line, then one ``marshal`` blob of
+    ``{path: marshal bytes of (key, parsed JSON, hashes, jobs)}`` (:func:`_cache_entry`). marshal:
+    Python's own format for its own data (it builds values, never runs code), read back only from
+    a file of gflowd's own uid that nobody else may write (:func:`_read_own`)."""
+    blobs = {path: marshal.dumps(entry) for path, entry in entries.items()}
+    return json.dumps(_cache_header(spec_dir)).encode() + b"\n" + marshal.dumps(blobs)
+
+
+def _entry(blob: object) -> tuple | None:
+    """A cache entry as :func:`_cache_entry` made it, from its marshal bytes; None when it is none."""
+    try:
+        entry = marshal.loads(blob)  # type: ignore[arg-type]
+    except (EOFError, ValueError, TypeError):
+        return None
+    return entry if type(entry) is tuple and len(entry) == 4 else None
+
+
+def _cache_entry(manifest: ManifestFile | CachedJob) -> tuple:
+    """A file's cache entry: its key, its parse as JSON, then the spec hashes by document (None
+    when the jobs say them) and each Job's facts when the file holds plain valid Jobs only (None
+    otherwise: the cached parse is validated again)."""
     jobs = _jobs_of(manifest)
-    return f"{{}},{json.dumps(jobs)}" if jobs is not None else f"{json.dumps(_hashes_of(manifest))},null"
+    return (manifest.key, manifest.parsed_json, None if jobs is not None else _hashes_of(manifest), jobs)
 
 
-def _jobs_of(manifest: ManifestFile | CachedJob) -> list | None:
+def _jobs_of(manifest: ManifestFile | CachedJob) -> tuple | None:
     """What admission reads of each Job of a file of plain valid Jobs, for a restart to admit them
     without validating (see ``_from_facts``); None for any other file (it is validated again)."""
     documents = manifest.documents
     plain = [d for d in documents if isinstance(d, AdmittedJob) and d.owner is None]
     if not documents or len(plain) != len(documents):
         return None
-    return [[d.doc_index, d.name, d.spec_hash, d.run_hash, *d.facts] for d in plain]
+    return tuple((d.doc_index, d.name, d.spec_hash, d.run_hash, *d.facts) for d in plain)
 
 
 def _hashes_of(manifest: ManifestFile | CachedJob) -> dict[str, list[str]]:
@@ -759,20 +758,11 @@ def _hashes_of(manifest: ManifestFile | CachedJob) -> dict[str, list[str]]:
     }
 
 
-def _facts_typed(
-    doc_index, name, spec_hash, run_hash, priority, gpus, labels, ttl, cancelled, conda_env, depends
-) -> bool:
+# The types of a cache entry's facts of one job (``_jobs_of``) that a start takes as they are: one
+# C-level look (``_facts_typed``), not eleven checks, per job of a start
+_FACT_TYPES = frozenset((int, str, str, str, int, int, dict, ttl, bool, bool, bool) for ttl in (type(None), int, float))
+
+
+def _facts_typed(facts: object) -> bool:
     """A cache entry's facts of one job have the types a start takes as they are (else: parse)."""
-    return (
-        type(doc_index) is int
-        and type(name) is str
-        and type(spec_hash) is str
-        and type(run_hash) is str
-        and type(priority) is int
-        and type(gpus) is int
-        and type(labels) is dict
-        and (ttl is None or type(ttl) is int or type(ttl) is float)
-        and type(cancelled) is bool
-        and type(conda_env) is bool
-        and type(depends) is bool
-    )
+    return type(facts) is tuple and tuple(map(type, facts)) in _FACT_TYPES

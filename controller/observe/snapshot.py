@@ -54,9 +54,12 @@ class _AllDocuments:
 
     def __init__(self, store: ManifestStore) -> None:
         self._store = store
+        self._listed: list[Any] | None = None  # listed once per pass: a start's admission iterates it thrice
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._store.documents())
+        if self._listed is None:
+            self._listed = self._store.documents()
+        return iter(self._listed)
 
 
 class SnapshotBuilder:

@@ -34,6 +34,7 @@ import os
 import struct
 import sys
 from array import array
+from collections.abc import Iterable, Iterator
 from itertools import pairwise
 
 from controller.model.lean_records import FACT_FIELDS
@@ -66,6 +67,14 @@ class Rows:
         ends = self.ends
         return rows[ends[at - 1] if at else 0 : ends[at]]
 
+    def joined(self, rows: memoryview, ats: Iterable[int]) -> bytes:
+        """Rows ``ats`` of ``rows`` (what :meth:`read` returned), in that order, joined by commas:
+        the jobs of an index every row of which is the file's (a start's first), one slice a row."""
+        ends = self.ends
+        starts = array("Q", [0])
+        starts.extend(ends[:-1])
+        return b",".join([rows[starts[at] : ends[at]] for at in ats])
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -89,6 +98,10 @@ class Memo:
 
     def key(self, at: int) -> bytes:
         return self.keys[at * KEY.size : (at + 1) * KEY.size]
+
+    def key_tuples(self) -> Iterator[tuple[int, int, int]]:
+        """Each name's key in order, as ``records_journal.key_of`` makes it: (inode, mtime_ns, size)."""
+        return KEY.iter_unpack(self.keys)
 
 
 def packed(key: tuple[int, int, int]) -> bytes | None:

@@ -108,7 +108,10 @@ class PassWriter:
 
         def uid_of(name: str) -> int | None:
             job = jobs.get(name)
-            return None if job is None or job.owner_uid < 0 else job.owner_uid
+            if job is None:
+                return None
+            uid = job.owner_uid  # a property of a CachedJob (read off its key): once per call
+            return None if uid < 0 else uid
 
         return uid_of
 
