@@ -39,7 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(1, str(ROOT / "hack" / "bench"))  # its helpers (stdlib only), imported where used
+HACK = Path(__file__).resolve().parent  # hack/ itself, found from this file: a copy of hack/ elsewhere works too
+sys.path.insert(1, str(HACK / "bench"))  # its helpers (stdlib only), imported where used
 PY = sys.executable
 _GFLOWCTL = Path(PY).parent / "gflowctl"
 GFLOWCTL = [str(_GFLOWCTL)] if _GFLOWCTL.exists() else [PY, "-m", "controller.cli.main"]
@@ -815,7 +816,7 @@ class Bench:
         name_ = "sched_pass_ms_10k"
         argv = [
             PY,
-            str(ROOT / "hack" / "bench" / "sched_pass.py"),
+            str(HACK / "bench" / "sched_pass.py"),
             "--jobs",
             "10000",
             "--runs",
@@ -840,7 +841,7 @@ class Bench:
         """hack/bench/gpu_sample.py as a subprocess: one GPU usage sample at 8 GPUs and 50 running
         jobs (gpu_sample_ms_50x8, target 5 ms); its parts are passed on without a target."""
         name_ = "gpu_sample_ms_50x8"
-        argv = [PY, str(ROOT / "hack" / "bench" / "gpu_sample.py"), "--jobs", "50", "--gpus", "8"]
+        argv = [PY, str(HACK / "bench" / "gpu_sample.py"), "--jobs", "50", "--gpus", "8"]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=str(ROOT))
         values = dict(re.findall(r"^(\w+): ([0-9.]+) ms", out.stdout, re.M))
         if out.returncode != 0 or name_ not in values:
@@ -1194,7 +1195,7 @@ class Bench:
         n, name_ = self.cfg["drain_jobs"], "slurm_drain_jobs_per_s"
         env = {**os.environ, "PATH": os.environ.get("PATH", "") + ":/usr/sbin"}
         env.setdefault("SLURM_CONF", "/tmp/gflow-slurm-dev/slurm.conf")
-        script = ROOT / "hack" / "slurm-dev.sh"
+        script = HACK / "slurm-dev.sh"
         shared = (
             subprocess.run(["bash", str(script), "status"], env=env, capture_output=True, timeout=60).returncode == 0
         )
@@ -1264,9 +1265,7 @@ class Bench:
     def stop_slurm(self) -> None:
         env = getattr(self, "slurm_env", None)
         if env is not None:
-            subprocess.run(
-                ["bash", str(ROOT / "hack" / "slurm-dev.sh"), "stop"], env=env, capture_output=True, timeout=120
-            )
+            subprocess.run(["bash", str(HACK / "slurm-dev.sh"), "stop"], env=env, capture_output=True, timeout=120)
             self.slurm_env = None
 
     def _wait_all_succeeded(

@@ -91,3 +91,19 @@ def test_the_bench_removes_the_cgroup_groups_gflowd_made_for_its_homes(tmp_path)
         for path in (made, os.path.dirname(made)):
             if os.path.isdir(path):
                 os.rmdir(path)
+
+
+def test_a_cold_start_ends_when_the_ready_index_landed_not_when_the_bench_parsed_it(tmp_path):
+    home = tmp_path / "home"
+    (home / "run").mkdir(parents=True)
+    index = home / "run" / "index.json"
+    index.write_text('{"controller":{"pid":1},"jobs":{"a":{"phase":"Succeeded"}}}')
+    landed_ns = 1_700_000_000_000_000_000
+    os.utime(index, ns=(landed_ns, landed_ns))
+    assert bench.index_phases(home) == {"Succeeded": 1}
+    assert bench.parsed_index_landed(home) == landed_ns / 1e9
+    t0 = landed_ns / 1e9 - 1.25
+    assert abs(bench._landed_or(home, t0, noticed=1.5) - 1.25) < 1e-6
+    # an mtime after the bench noticed, or before it started (a clock step): the bench's own time
+    assert bench._landed_or(home, t0, noticed=1.0) == 1.0
+    assert bench._landed_or(home, t0 + 2, noticed=1.5) == 1.5
