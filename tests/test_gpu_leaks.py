@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -215,3 +217,52 @@ def test_a_file_torn_or_of_another_boot_is_ignored(tmp_path):
     path = tmp_path / "gpu-leftovers.json"
     path.write_text('{"bootId": "boot-a", "attempts": [{"name": ')
     assert LeakWatch(path, "boot-a").load(1.0) == 0
+
+
+@contextmanager
+def _within(seconds: int):
+    """Fail, not hang, should the code under test loop for good."""
+
+    def stop(*_):
+        raise AssertionError(f"still running after {seconds} s: an endless loop?")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_beyond_the_cap_the_attempts_that_ended_first_are_forgotten_ties_in_the_order_seen():
+    """GPU attempts (a change to save): the eviction once popped nothing after the first change
+    (``changed or bool(pop(...))``) and looped for good, hanging gflowd past 512 ended attempts."""
+    from controller.observe.gpu_leaks import MAX_ENDED
+
+    watch = LeakWatch(None, "boot-a")
+    ended = SimpleNamespace(exit_code=0)
+    # MAX_ENDED - 2 attempts end at t=1; then 5 at t=2, seen in this order; then MAX_ENDED - 1 at t=3
+    first = {f"a{i}": attempt(f"a{i}", 1, f"m-a{i}", result=ended) for i in range(MAX_ENDED - 2)}
+    burst = {f"b{i}": attempt(f"b{i}", 1, f"m-b{i}", result=ended) for i in (4, 0, 3, 1, 2)}
+    late = {f"c{i}": attempt(f"c{i}", 1, f"m-c{i}", result=ended) for i in range(MAX_ENDED - 1)}
+    with _within(60):
+        watch.attempts(SimpleNamespace(attempts=first), {}, 1.0)
+        watch.attempts(SimpleNamespace(attempts=burst), {}, 2.0)  # 3 over the cap: the 3 oldest of t=1 go
+        names = [a.name for a in watch.ended_attempts()]
+        assert len(names) == MAX_ENDED and names[:2] == ["a3", "a4"]
+        assert names[-5:] == ["b4", "b0", "b3", "b1", "b2"]
+        # every one of t=1 goes, then 4 of t=2's, ties in the order they were seen
+        watch.attempts(SimpleNamespace(attempts=late), {}, 3.0)
+    assert [a.name for a in watch.ended_attempts()] == ["b2"] + [f"c{i}" for i in range(MAX_ENDED - 1)]
+
+
+def test_an_ended_gpu_attempt_is_forgotten_after_a_day_though_others_changed_meanwhile():
+    from controller.observe.gpu_leaks import KEEP
+
+    watch = LeakWatch(None, "boot-a")
+    ended = SimpleNamespace(exit_code=0)
+    watch.attempts(SimpleNamespace(attempts={"old": attempt("old", 1, "m-old", result=ended)}), {}, 0.0)
+    later = {"new": attempt("new", 1, "m-new", result=ended)}  # another GPU attempt: a change to save
+    watch.attempts(SimpleNamespace(attempts=later), {}, KEEP + 1.0)
+    assert [a.name for a in watch.ended_attempts()] == ["new"]

@@ -17,6 +17,7 @@ bound to no GPU is remembered in memory only: its device cgroup keeps it off eve
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -80,11 +81,18 @@ class LeakWatch:
                 ended = _alive_only(ended)
                 self._changed = True
             self.ended[key] = (ended, now)
-        for key in [k for k, (_, at) in self.ended.items() if now - at > KEEP]:
-            self._changed = self._changed or bool(self.ended.pop(key)[0].devices)
-        while len(self.ended) > MAX_ENDED:
-            oldest = min(self.ended, key=lambda k: self.ended[k][1])
-            self._changed = self._changed or bool(self.ended.pop(oldest)[0].devices)
+        gone = [k for k, (_, at) in self.ended.items() if now - at > KEEP]
+        if len(self.ended) - len(gone) > MAX_ENDED:
+            # the oldest beyond the cap too, found in one sort: a min() per eviction was ~0.15 ms of
+            # gflowd's CPU a job when a burst ended hundreds of attempts in a pass (stable: ties go
+            # in the order the attempts were seen)
+            kept = [k for k in self.ended if now - self.ended[k][1] <= KEEP]
+            gone += heapq.nsmallest(len(kept) - MAX_ENDED, kept, key=lambda k: self.ended[k][1])
+        for key in gone:
+            # popped first: `changed or bool(pop(...))` skipped the pop once anything had changed,
+            # so an expired attempt stayed, and past the cap the loop that evicted never ended
+            forgotten = self.ended.pop(key)[0]
+            self._changed = self._changed or bool(forgotten.devices)
 
     def _ended_unseen(self, key: tuple[str, int], attempt: Any, now: float) -> None:
         """An attempt that ended before gflowd saw it run (it ended while gflowd was down, or
