@@ -83,9 +83,8 @@ class LeakWatch:
             self.ended[key] = (ended, now)
         gone = [k for k, (_, at) in self.ended.items() if now - at > KEEP]
         if len(self.ended) - len(gone) > MAX_ENDED:
-            # the oldest beyond the cap too, found in one sort: a min() per eviction was ~0.15 ms of
-            # gflowd's CPU a job when a burst ended hundreds of attempts in a pass (stable: ties go
-            # in the order the attempts were seen)
+            # the oldest beyond the cap too, found in one sort, not a min() per eviction (a burst
+            # ends hundreds of attempts in a pass); stable: ties go in the order they were seen
             kept = [k for k in self.ended if now - self.ended[k][1] <= KEEP]
             gone += heapq.nsmallest(len(kept) - MAX_ENDED, kept, key=lambda k: self.ended[k][1])
         for key in gone:
