@@ -260,8 +260,10 @@ def test_a_floods_cgroups_are_removed_once_idle_and_a_stop_removes_those_still_w
     wait_for(lambda: not any(attempt_dirs(home, n) for n in names), timeout=30, message="the flood's cgroups to go")
     # a second flood (a changed command reruns each job), stopped as soon as it is done: whatever
     # still waits goes with gflowd
+    # written whole (temp file, rename), as gflowctl and most editors save: an in-place rewrite can
+    # be read while truncated, which gflowd takes for a deleted job (CHANGELOG, Known issues)
     for name in names:
-        (home / "jobs" / f"{name}.yaml").write_text(job(name, "  command: [sh, -c, 'true']\n"))
+        write_manifest(home / "jobs", f"{name}.yaml", job(name, "  command: [sh, -c, 'true']\n"))
     wait_for(
         lambda: all(
             (job_status(home, n) or {}).get("attempt") == 2 and job_status(home, n).get("phase") == "Succeeded"
