@@ -232,6 +232,39 @@ def test_deleting_the_manifest_stops_the_job_and_removes_its_status(home, gflowd
     assert (home / "logs" / "sleeper.log").exists(), "logs stay after a delete"
 
 
+def test_a_manifest_read_half_rewritten_in_place_keeps_its_running_job(home, gflowd):
+    """``>``, nano and Python's write_text truncate, then write. A pass between the two read an empty
+    file: the running job was stopped as deleted and made anew. Now jobs missing from a file rewritten
+    in place count only once it has read so for SHRINK_GRACE; left empty, it is a delete then."""
+    from controller.observe.manifests import SHRINK_GRACE
+
+    daemon = gflowd()
+    path = write_manifest(home / "jobs", "steady.yaml", manifest("steady", sleeper_spec()))
+    pid = running_pid(home, "steady", daemon)
+    text = path.read_text()
+    with open(path, "r+") as writer:
+        began = time.monotonic()
+        writer.truncate(0)  # ...and the writer is descheduled here
+        # a job written after the truncation has a status: a pass has read steady.yaml empty
+        write_manifest(home / "jobs", "witness.yaml", manifest("witness", sleeper_spec()))
+        wait_phase(home, "witness", ("Pending", "Running"), daemon=daemon)
+        if time.monotonic() - began >= SHRINK_GRACE:
+            pytest.skip("the machine took longer than the grace for one pass: inconclusive, not a failure")
+        writer.write(text)
+    daemon.wait_pass()
+    status = job_status(home, "steady")
+    assert pid_alive(pid), f"steady's attempt (pid {pid}) was stopped while its manifest was being written"
+    assert status["phase"] == "Running" and status["pid"] == pid, status
+
+    path.write_text("")  # emptied for good: after the grace, with no further file event, a delete
+    wait_for(
+        lambda: not (home / "status" / "steady.yaml").exists(),
+        message=lambda: f"steady's status removed\n{daemon.stderr()}",
+    )
+    assert not pid_alive(pid), f"pid {pid} still runs after its manifest was emptied"
+    assert job_status(home, "witness")["phase"] in ("Pending", "Running")
+
+
 def test_editing_cancelled_true_stops_a_running_job(home, gflowd):
     daemon = gflowd()
     text = manifest("to-cancel", sleeper_spec())

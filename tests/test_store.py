@@ -291,6 +291,70 @@ def test_deleted_file_disappears_on_refresh(spec):
     assert sorted(spec.docs()) == ["b"]
 
 
+TWO_JOBS = (
+    "metadata: {name: first}\nspec:\n  command: [echo, 1]\n---\nmetadata: {name: second}\nspec:\n  command: [echo, 2]\n"
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_jobs_missing_from_a_file_rewritten_in_place_count_only_after_the_grace(tmp_path):
+    """Truncated (or half written) in place, a file reads with jobs missing for a moment: the store
+    keeps what it held, asks to look again, and takes the file as it is once it stays so."""
+    from controller.observe.manifests import SHRINK_GRACE
+
+    spec = SpecDir(tmp_path)
+    clock = Clock()
+    spec.store = ManifestStore(spec.dir, spec.home.display, monotonic=clock)
+    path = spec.write("two.yaml", TWO_JOBS)
+    spec.store.scan()
+    inode = path.stat().st_ino
+
+    path.write_text(TWO_JOBS.split("---")[0])  # in place: the same inode, "second" not written yet
+    assert path.stat().st_ino == inode
+    assert spec.store.refresh([str(path)]) == set()
+    assert sorted(spec.docs()) == ["first", "second"]
+    assert spec.store.looks_again() and spec.store.look_again_at() == clock.now + SHRINK_GRACE
+
+    clock.now += SHRINK_GRACE / 2
+    path.write_text(TWO_JOBS)  # the rest lands: taken at once, nothing held any more
+    spec.store.refresh([])
+    assert sorted(spec.docs()) == ["first", "second"] and spec.store.look_again_at() is None
+
+    path.write_text("")
+    spec.store.refresh([str(path)])
+    assert sorted(spec.docs()) == ["first", "second"]
+    clock.now += SHRINK_GRACE - 0.01
+    assert spec.store.refresh([]) == set() and sorted(spec.docs()) == ["first", "second"]
+    clock.now += 0.01  # empty for the whole grace: it means it
+    assert spec.store.refresh([]) == {str(path)}
+    assert spec.docs() == {} and not spec.store.looks_again() and spec.store.look_again_at() is None
+
+
+def test_a_file_saved_whole_with_jobs_removed_counts_at_once(spec):
+    """A temp file renamed over it (gflowctl, vim, git) is a new inode, complete when it appears."""
+    path = spec.write("two.yaml", TWO_JOBS)
+    spec.store.scan()
+    spec.write(".two.yaml.tmp", TWO_JOBS.split("---")[1])
+    os.rename(spec.path(".two.yaml.tmp"), path)
+    assert spec.store.refresh([str(path)]) == {str(path)}
+    assert sorted(spec.docs()) == ["second"] and spec.store.look_again_at() is None
+
+
+def test_a_file_rewritten_in_place_with_the_same_jobs_or_more_counts_at_once(spec):
+    path = spec.write("one.yaml", TWO_JOBS.split("---")[0])
+    spec.store.scan()
+    path.write_text(TWO_JOBS)
+    assert spec.store.refresh([str(path)]) == {str(path)}
+    assert sorted(spec.docs()) == ["first", "second"] and spec.store.look_again_at() is None
+
+
 def test_deleted_folder_disappears_on_refresh(spec):
     spec.write("team/a.yaml")
     spec.write("team/sub/b.yaml")

@@ -179,7 +179,18 @@ class Controller:
                 dirty_ready = self._dirty_ready(mono)
                 gpus_changed = self.observer.poll_gpus(mono)
                 space_back = self._space_returned()
-                if again or full or due_timer or dirty_ready or gpus_changed or space_back or self._exits_pending():
+                look_at = self.store.look_again_at()  # a manifest held back as half-written
+                due_look = look_at is not None and mono >= look_at
+                if (
+                    again
+                    or full
+                    or due_timer
+                    or due_look
+                    or dirty_ready
+                    or gpus_changed
+                    or space_back
+                    or self._exits_pending()
+                ):
                     if full:
                         next_resync = mono + self.config.resync
                         full = self.observer.resync_is_deep(watcher)  # most ticks are ordinary passes when watched
@@ -270,6 +281,9 @@ class Controller:
         timeout = next_resync - mono
         if wake_at is not None:
             timeout = min(timeout, wake_at - self.clock())
+        look_at = self.store.look_again_at()
+        if look_at is not None:
+            timeout = min(timeout, look_at - mono)
         kill_due = self.runtime.tick(self.clock())
         if kill_due is not None:
             timeout = min(timeout, kill_due - self.clock())

@@ -42,6 +42,8 @@ CACHE_VERSION = 7  # bump when parsing, validation, the spec hashes, the key or 
 SAVE_AT_LEAST_EVERY = 300.0  # seconds: see ManifestStore.save_cache
 READ_BUDGET = 1024  # changed entries per owner a pass reads (see ManifestStore.refresh)
 LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
+# seconds a manifest rewritten in place may read with jobs missing before that counts (ManifestStore._held_back)
+SHRINK_GRACE = 2.0
 
 # (mtime_ns, size, inode, uid, ctime_ns), packed: one object per file, not a tuple of five ints (three
 # of them past the small-int cache): 9 -> 4 MiB at 50,000 manifests. The parse cache keeps it as it is.
@@ -96,7 +98,13 @@ def _within_budget(paths: set[str]) -> tuple[set[str], set[str]]:
 
 
 class ManifestStore:
-    def __init__(self, spec_dir: Path, display: Callable[[str], str], cache_path: Path | None = None):
+    def __init__(
+        self,
+        spec_dir: Path,
+        display: Callable[[str], str],
+        cache_path: Path | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
         self.spec_dir = spec_dir
         self._display = display
         self._spec = os.path.abspath(spec_dir)
@@ -109,6 +117,9 @@ class ManifestStore:
             set()
         )  # entries that kept changing while read: looked at again by the next refresh or scan
         self.deferred: set[str] = set()  # changed entries beyond their owner's read budget: the next refresh's
+        # path -> (key, first seen): rewritten in place with jobs missing, old documents kept (_held_back)
+        self._shrunk: dict[str, tuple[Key, float]] = {}
+        self._monotonic = monotonic
         self._linked_folders = False  # the last scan walked a folder through a symlink (see through_symlinks)
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
         self.cache_hits = 0
@@ -210,6 +221,13 @@ class ManifestStore:
         the next deep resync (snapshot.DEEP_EVERY)."""
         return bool(self._in_flux)
 
+    def look_again_at(self) -> float | None:
+        """When (``monotonic``) a manifest held back as half-written (``_held_back``) is due for the
+        look that takes it as it is: a pass must come then even if no file event does."""
+        if not self._shrunk:
+            return None
+        return min(seen for _, seen in self._shrunk.values()) + SHRINK_GRACE
+
     def through_symlinks(self) -> bool:
         """Whether some manifest is read through a symlink (to it, or to its folder): changes
         there reach no inotify watch, only a scan."""
@@ -233,6 +251,7 @@ class ManifestStore:
         self.files[path] = manifest
 
     def _drop(self, path: str) -> None:
+        self._shrunk.pop(path, None)
         self._gone.extend(self.files.pop(path).documents)
 
     def _forget(self, path: str) -> bool:
@@ -467,10 +486,41 @@ class ManifestStore:
             return True
         manifest = ManifestFile(path, key, via_symlink=via_symlink)
         manifest.documents = _placed(self._parse(path, opened, manifest), opened.folder)
-        self._set(path, manifest)
         self.parses += 1
+        if self._held_back(path, known, key, manifest.documents):
+            self._in_flux.add(path)  # the next pass looks again (and the loop makes one by look_again_at)
+            return False
+        self._set(path, manifest)
         self._unsaved += 1
         return True
+
+    def _held_back(
+        self, path: str, known: ManifestFile | CachedJob | None, key: Key, documents: list[AdmittedJob | Rejection]
+    ) -> bool:
+        """Whether to keep a file's old documents a while longer: it was rewritten in place (the same
+        inode: ``>`` redirection, nano, Python's ``write_text`` truncate, then write) and jobs it held
+        are missing from what it says now. That is what such a write looks like half done: read
+        while the writer is descheduled under load, an empty file meant its jobs deleted (a running
+        one stopped) and made anew a moment later. A file still reading so after SHRINK_GRACE
+        seconds unchanged means it; a file saved whole (temp file and rename: gflowctl, vim, git)
+        is a new inode, complete when it appears, and never waits."""
+        if known is None or known.key == NO_KEY or key_numbers(known.key)[2] != key_numbers(key)[2]:
+            self._shrunk.pop(path, None)
+            return False
+        now_named = {doc.name for doc in documents}
+        if all(doc.name in now_named for doc in known.documents if isinstance(doc, AdmittedJob)):
+            self._shrunk.pop(path, None)
+            return False
+        now = self._monotonic()
+        first = self._shrunk.get(path)
+        if first is None or first[0] != key:
+            self._shrunk[path] = (key, now)
+            log.debug("%s: rewritten in place with jobs missing; read again before they count as deleted", path)
+            return True
+        if now - first[1] < SHRINK_GRACE:
+            return True
+        del self._shrunk[path]
+        return False
 
     def _from_warm(self, path: str, st: os.stat_result, key: Key, folder: str | None) -> bool:
         """The file's documents from the parse cache, when its entry has this very key."""
