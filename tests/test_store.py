@@ -337,6 +337,29 @@ def test_jobs_missing_from_a_file_rewritten_in_place_count_only_after_the_grace(
     assert spec.docs() == {} and not spec.store.looks_again() and spec.store.look_again_at() is None
 
 
+def test_a_file_rewritten_in_place_again_and_again_with_jobs_missing_counts_after_the_bound(tmp_path):
+    """Each new text restarts the grace, but not for good: a script rewriting the file in place every
+    second (jobs missing each time) has it taken as it reads once SHRINK_MAX has passed."""
+    from controller.observe.manifests import SHRINK_GRACE, SHRINK_MAX
+
+    spec = SpecDir(tmp_path)
+    clock = Clock()
+    spec.store = ManifestStore(spec.dir, spec.home.display, monotonic=clock)
+    path = spec.write("two.yaml", TWO_JOBS)
+    spec.store.scan()
+    began = clock.now
+    rewrites = 0
+    while clock.now - began < SHRINK_MAX:
+        rewrites += 1
+        path.write_text(TWO_JOBS.split("---")[0] + f"# rewrite {rewrites}\n")
+        assert spec.store.refresh([str(path)]) == set(), f"taken after {clock.now - began:.1f} s"
+        assert spec.store.look_again_at() == min(clock.now + SHRINK_GRACE, began + SHRINK_MAX)
+        clock.now += SHRINK_GRACE / 2
+    assert spec.store.refresh([]) == {str(path)}
+    assert sorted(spec.docs()) == ["first"] and spec.store.look_again_at() is None
+    assert rewrites == int(SHRINK_MAX / (SHRINK_GRACE / 2))
+
+
 def test_a_file_saved_whole_with_jobs_removed_counts_at_once(spec):
     """A temp file renamed over it (gflowctl, vim, git) is a new inode, complete when it appears."""
     path = spec.write("two.yaml", TWO_JOBS)

@@ -42,8 +42,9 @@ CACHE_VERSION = 7  # bump when parsing, validation, the spec hashes, the key or 
 SAVE_AT_LEAST_EVERY = 300.0  # seconds: see ManifestStore.save_cache
 READ_BUDGET = 1024  # changed entries per owner a pass reads (see ManifestStore.refresh)
 LOOKS = 3  # an entry changing under us is opened again at once this often, then next pass
-# seconds a manifest rewritten in place may read with jobs missing before that counts (ManifestStore._held_back)
-SHRINK_GRACE = 2.0
+# seconds a manifest rewritten in place may read with jobs missing before that counts (ManifestStore._held_back),
+# and at most while it keeps changing
+SHRINK_GRACE, SHRINK_MAX = 2.0, 10.0
 
 # (mtime_ns, size, inode, uid, ctime_ns), packed: one object per file, not a tuple of five ints (three
 # of them past the small-int cache): 9 -> 4 MiB at 50,000 manifests. The parse cache keeps it as it is.
@@ -117,8 +118,9 @@ class ManifestStore:
             set()
         )  # entries that kept changing while read: looked at again by the next refresh or scan
         self.deferred: set[str] = set()  # changed entries beyond their owner's read budget: the next refresh's
-        # path -> (key, first seen): rewritten in place with jobs missing, old documents kept (_held_back)
-        self._shrunk: dict[str, tuple[Key, float]] = {}
+        # path -> (key, since when it reads so, since when it reads with jobs missing): rewritten in place
+        # with jobs missing, its old documents kept (_held_back)
+        self._shrunk: dict[str, tuple[Key, float, float]] = {}
         self._monotonic = monotonic
         self._linked_folders = False  # the last scan walked a folder through a symlink (see through_symlinks)
         self.parses = 0  # for tests and benchmarks: how many files were actually (re)parsed
@@ -226,7 +228,7 @@ class ManifestStore:
         look that takes it as it is: a pass must come then even if no file event does."""
         if not self._shrunk:
             return None
-        return min(seen for _, seen in self._shrunk.values()) + SHRINK_GRACE
+        return min(min(since + SHRINK_GRACE, first + SHRINK_MAX) for _, since, first in self._shrunk.values())
 
     def through_symlinks(self) -> bool:
         """Whether some manifest is read through a symlink (to it, or to its folder): changes
@@ -502,8 +504,10 @@ class ManifestStore:
         are missing from what it says now. That is what such a write looks like half done: read
         while the writer is descheduled under load, an empty file meant its jobs deleted (a running
         one stopped) and made anew a moment later. A file still reading so after SHRINK_GRACE
-        seconds unchanged means it; a file saved whole (temp file and rename: gflowctl, vim, git)
-        is a new inode, complete when it appears, and never waits."""
+        seconds unchanged means it, and one that keeps changing with jobs missing is taken as it
+        reads after SHRINK_MAX (a script rewriting it in place every second must not keep a
+        deleted job for good); a file saved whole (temp file and rename: gflowctl, vim, git) is a
+        new inode, complete when it appears, and never waits."""
         if known is None or known.key == NO_KEY or key_numbers(known.key)[2] != key_numbers(key)[2]:
             self._shrunk.pop(path, None)
             return False
@@ -512,14 +516,16 @@ class ManifestStore:
             self._shrunk.pop(path, None)
             return False
         now = self._monotonic()
-        first = self._shrunk.get(path)
-        if first is None or first[0] != key:
-            self._shrunk[path] = (key, now)
+        held = self._shrunk.get(path)
+        if held is None:
             log.debug("%s: rewritten in place with jobs missing; read again before they count as deleted", path)
+            held = (key, now, now)
+        elif held[0] != key:
+            held = (key, now, held[2])
+        if now - held[1] < SHRINK_GRACE and now - held[2] < SHRINK_MAX:
+            self._shrunk[path] = held
             return True
-        if now - first[1] < SHRINK_GRACE:
-            return True
-        del self._shrunk[path]
+        self._shrunk.pop(path, None)
         return False
 
     def _from_warm(self, path: str, st: os.stat_result, key: Key, folder: str | None) -> bool:
