@@ -62,6 +62,10 @@ def phase(home: Path, name: str) -> str | None:
     return (job_status(home, name) or {}).get("phase")
 
 
+def _succeeded_again(status: dict[str, Any] | None, first_end: str) -> bool:
+    return bool(status) and status.get("phase") == "Succeeded" and status.get("completionTime") != first_end
+
+
 def listed(home: Path, name: str) -> dict[str, Any]:
     """The job's row in the index (what list_jobs and queue_pressure read), written after the status."""
     return ((read_index(home) or {}).get("jobs") or {}).get(name) or {}
@@ -302,9 +306,8 @@ def test_rerun_and_update_with_its_preview(home, gflowd, fake_gpus, tmp_path):
             await until(lambda: phase(home, "once") == "Succeeded")
             first_end = job_status(home, "once")["completionTime"]
             assert (await call(client, "rerun", name="once")) == {"result": "job/once rerun requested"}
-            await until(
-                lambda: phase(home, "once") == "Succeeded" and job_status(home, "once")["completionTime"] != first_end
-            )
+            # one read of the status: between two, the rerun's Running status (no completionTime) may land
+            await until(lambda: _succeeded_again(job_status(home, "once"), first_end))
 
             manifest = home / "jobs" / "queued.yaml"
             await until(lambda: (job_status(home, "queued") or {}).get("reason") == "StartAfter")
